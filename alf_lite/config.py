@@ -1,0 +1,296 @@
+"""Gin helpers: parse gin files and overrides, resolve includes, explain errors.
+
+``parse_config`` is the one entry point the binaries use. It parses the gin
+files in order, then the ``--gin_param`` bindings (later ones win), starting
+from a clean gin state every call. An ``include`` resolves relative to the
+directory of the file that contains it, so a gin file works from any working
+directory. Every failure becomes a ``ConfigError`` whose message names the
+problem, where it is (file and line, or the ``--gin_param``), and the fix.
+"""
+import contextlib
+import difflib
+# gin 0.5 uses ``importlib.util`` without importing it, which crashes on
+# Python 3.11 as soon as a gin file has an ``include``.
+import importlib.util  # noqa: F401
+import inspect
+import os
+import re
+import tokenize
+import uuid
+from typing import List, Optional, Sequence
+
+import gin
+
+
+class ConfigError(ValueError):
+    """A gin file or parameter that cannot be used; the message is one paragraph for the user."""
+
+
+class _IncludeState:
+    """Which gin files are being parsed, so includes resolve against their includer."""
+
+    def __init__(self):
+        # Resolved paths of the files being parsed, outermost first.
+        self.open_files: List[str] = []
+        # Resolved paths an exception passed through, innermost first.
+        self.failed_files: List[str] = []
+
+
+# Set only while ``parse_config`` runs; gin parses as usual otherwise.
+_include_state: Optional[_IncludeState] = None
+
+
+@contextlib.contextmanager
+def _open_relative_to_includer(path):
+    """Open gin file ``path`` resolved against the directory of the file including it."""
+    state = _include_state
+    base = os.path.dirname(state.open_files[-1]) if state.open_files else os.getcwd()
+    resolved = os.path.normpath(os.path.join(base, path))
+    if not os.path.isfile(resolved):
+        relative_to = (f"the directory of the including file, {base}" if state.open_files
+                       else f"the current directory, {base}")
+        raise ConfigError(
+            f"Gin file {path!r} not found: looked for {resolved} (a relative path "
+            f"resolves against {relative_to}). Fix the path or the file name.")
+    if resolved in state.open_files:
+        cycle = " -> ".join(state.open_files[state.open_files.index(resolved):] + [resolved])
+        raise ConfigError(f"Gin files include each other in a cycle: {cycle}. Remove one of "
+                          "these include statements.")
+    state.open_files.append(resolved)
+    try:
+        with open(resolved) as f:
+            yield f
+    except Exception:
+        state.failed_files.append(resolved)
+        raise
+    finally:
+        state.open_files.pop()
+
+
+# gin tries its readers in order and the first one whose check passes opens the
+# file; ours must come before the default ``open``, which would resolve an
+# include against the working directory. gin's public ``register_file_reader``
+# can only append, so insert into its list directly.
+if not any(reader is _open_relative_to_includer for reader, _ in gin.config._FILE_READERS):
+    gin.config._FILE_READERS.insert(
+        0, (_open_relative_to_includer, lambda path: _include_state is not None))
+
+
+@contextlib.contextmanager
+def _resolving_includes():
+    global _include_state
+    _include_state = _IncludeState()
+    try:
+        yield _include_state
+    finally:
+        _include_state = None
+
+
+def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> None:
+    """Replace the gin config with the bindings of ``gin_files`` then ``gin_params``.
+
+    Args:
+        gin_files: gin file paths, parsed in order; a relative path resolves
+            against the current directory, an ``include`` inside a file
+            against that file's directory.
+        gin_params: binding strings such as ``'TrainerConfig.num_env_steps=5000'``,
+            parsed after the files; a later binding overrides an earlier one.
+
+    Raises:
+        ConfigError: a file is missing, or a binding does not parse or names an
+            unknown configurable, parameter or macro. The gin config is left
+            empty.
+    """
+    # Bindings of an earlier parse in this process must not leak into this one;
+    # clear_config also unlocks a config that gin.finalize locked.
+    gin.clear_config()
+    try:
+        with _resolving_includes() as state:
+            for path in gin_files:
+                try:
+                    gin.parse_config_file(path)
+                except Exception as e:
+                    raise _friendly_error(e, state.failed_files, gin_param=None) from e
+            for param in gin_params:
+                try:
+                    gin.parse_config(param)
+                except Exception as e:
+                    raise _friendly_error(e, state.failed_files, gin_param=param) from e
+        _check_macros_defined()
+    except BaseException:
+        gin.clear_config()
+        raise
+
+
+def config_str() -> str:
+    """Return the full parsed config as gin text that parses back to the same bindings."""
+    return gin.config_str()
+
+
+def operative_config_str() -> str:
+    """Return the bindings and defaults actually used so far, as gin text."""
+    return gin.operative_config_str()
+
+
+def write_text_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a part.
+
+    Args:
+        path: destination file; its directory must exist.
+        text: the whole content.
+    """
+    # A sibling temp file keeps os.replace on one file system; opening it with
+    # "x" (unlike tempfile's 0600 files) gives it the permissions of any new file.
+    tmp_path = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
+    try:
+        with open(tmp_path, "x") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_path)
+        raise
+
+
+# gin appends '\n  In file "<path>", line <n>\n    <line text>' (or 'In bindings
+# string line <n>') to an error once per enclosing statement, innermost first.
+_LOCATION = re.compile(
+    r'\n  In (?:file "(?P<file>.*)",|bindings string) line (?P<line>\d+)\n    (?P<text>.*)')
+_TOKEN_ERROR = re.compile(r"\('(?P<msg>.*)', \((?P<line>\d+), \d+\)\)")
+_UNKNOWN_REFERENCE = re.compile(
+    r"No configurable matching reference '@(?P<name>[^'(]+)(?:\(\))?'")
+_UNKNOWN_CONFIGURABLE = re.compile(r"No configurable matching '(?P<name>[^']+)'")
+_UNKNOWN_PARAMETER = re.compile(
+    r"Configurable '(?P<name>[^']+)' doesn't "
+    r"(?:have a parameter named|include kwarg) '(?P<param>[^']+)'")
+
+
+def _friendly_error(error: Exception, failed_files: Sequence[str],
+                    gin_param: Optional[str]) -> ConfigError:
+    """Turn an exception raised by gin while parsing into a one-paragraph ``ConfigError``."""
+    head = str(error).split("\n  In ", 1)[0]
+    where = _where(error, failed_files, gin_param)
+
+    # tokenize raises its own TokenError, not a SyntaxError, for a bracket left
+    # open at the end of the text.
+    if isinstance(error, (SyntaxError, tokenize.TokenError)):
+        token_error = _TOKEN_ERROR.fullmatch(head)
+        if isinstance(error, SyntaxError):
+            problem = error.msg
+        else:
+            problem = token_error["msg"] if token_error else head
+        return ConfigError(
+            f"Cannot parse {where}: {problem.rstrip('.')}. A value must be a Python literal "
+            "(number, 'string', list, tuple, dict, True, False, None), a @configurable "
+            "reference or a %macro, with brackets and quotes closed.")
+    if isinstance(error, ConfigError):
+        return ConfigError(head if where is None else f"{head} In {where}.")
+    if isinstance(error, ImportError):
+        return ConfigError(f"Cannot import a module in {where}: {head}. Fix the module name in the "
+                           "import line, or install the package that provides it.")
+    match = _UNKNOWN_REFERENCE.search(head) or _UNKNOWN_CONFIGURABLE.search(head)
+    if match:
+        name = match["name"]
+        kind = "configurable reference" if match.re is _UNKNOWN_REFERENCE else "configurable"
+        closest = _closest(name, _configurable_names(name.count(".") + 1))
+        hint = (f"Closest registered names: {_quoted(closest)}." if closest
+                else "No registered configurable has a similar name.")
+        return ConfigError(
+            f"Unknown {kind} '{name}' in {where}. {hint} Fix the name, or import the module "
+            "that registers it (an `import` line at the top of the gin file).")
+    match = _UNKNOWN_PARAMETER.search(head)
+    if match:
+        name, param = match["name"], match["param"]
+        valid = _parameter_names(name)
+        closest = _closest(param, valid)
+        hint = f"Closest valid names: {_quoted(closest)}. " if closest else ""
+        return ConfigError(
+            f"Configurable '{name}' has no configurable parameter '{param}' in {where}. {hint}"
+            f"Its configurable parameters are: {', '.join(valid) or 'none'}.")
+    return ConfigError(f"Invalid gin config in {where}: {head}")
+
+
+def _where(error: Exception, failed_files: Sequence[str],
+           gin_param: Optional[str]) -> Optional[str]:
+    """Describe where the failing statement is: file, line, its text, and the include chain.
+
+    None when the error came before any file was open (a missing gin file).
+    """
+    innermost_file = failed_files[0] if failed_files else None
+    line = text = None
+    if isinstance(error, SyntaxError):
+        file, line, text = error.filename, error.lineno, error.text
+    elif isinstance(error, tokenize.TokenError):
+        # gin adds the location of the include statement, not of the open bracket.
+        file = innermost_file
+        token_error = _TOKEN_ERROR.fullmatch(str(error).split("\n  In ", 1)[0])
+        line = token_error["line"] if token_error else None
+    else:
+        location = _LOCATION.search(str(error))
+        if location:
+            file, line, text = location["file"], location["line"], location["text"]
+        else:
+            file = innermost_file
+    if file is None:
+        return None if gin_param is None else f"--gin_param {gin_param!r}"
+    parts = [f"file {file}"]
+    if line:
+        parts.append(f"line {line}")
+    if text and text.strip():
+        parts.append(f"`{text.strip()}`")
+    includers = list(failed_files[failed_files.index(file) + 1:]) if file in failed_files else []
+    where = ", ".join(parts + [f"included from {f}" for f in includers])
+    if gin_param is not None:
+        where += f" (from --gin_param {gin_param!r})"
+    return where
+
+
+def _check_macros_defined() -> None:
+    """Fail now on a ``%macro`` that no binding defines, instead of when the object is built."""
+    bindings = gin.config._CONFIG
+    macro = gin.get_configurable(gin.config.macro)
+    defined = sorted(scope for scope, selector in bindings if selector == "gin.macro")
+    for (scope, selector), params in bindings.items():
+        for param, value in params.items():
+            for ref in gin.config.iterate_references(value, to=macro):
+                if ref.config_key not in bindings:
+                    name = "/".join(ref.scopes)
+                    closest = _closest(name, defined)
+                    hint = f"Closest defined macros: {_quoted(closest)}. " if closest else ""
+                    binding = f"{scope + '/' if scope else ''}{selector.rsplit('.', 1)[-1]}.{param}"
+                    raise ConfigError(
+                        f"Macro %{name} used in `{binding}` is never defined. {hint}Define it "
+                        f"with a line `{name} = <value>` in a gin file or --gin_param, or fix "
+                        "the name.")
+
+
+def _configurable_names(num_components: int) -> List[str]:
+    """Registered configurable names, each shortened to its last ``num_components`` parts."""
+    return sorted({".".join(selector.split(".")[-num_components:])
+                   for selector, _ in gin.config._REGISTRY.items()})
+
+
+def _parameter_names(selector: str) -> List[str]:
+    """Names a gin binding may set on configurable ``selector``, in signature order."""
+    configurable = gin.config._REGISTRY.get_match(selector)
+    signature = inspect.signature(configurable.wrapped)
+    names = [p.name for p in signature.parameters.values()
+             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if configurable.allowlist:
+        names = [n for n in names if n in configurable.allowlist]
+    if configurable.denylist:
+        names = [n for n in names if n not in configurable.denylist]
+    return names
+
+
+def _closest(name: str, candidates: Sequence[str]) -> List[str]:
+    """Up to 3 candidates closest to ``name``, ignoring case (``lr`` vs ``LR`` is a typo too)."""
+    by_lower = {c.lower(): c for c in candidates}
+    matches = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
+    return [by_lower[m] for m in matches]
+
+
+def _quoted(names: Sequence[str]) -> str:
+    return ", ".join(f"'{n}'" for n in names)
