@@ -1,0 +1,308 @@
+"""Tests for alf_lite.replay_buffer: ring-buffer windows, memory figure, checkpointing."""
+import io
+import logging
+import time
+
+import gin
+import psutil
+import pytest
+import torch
+
+from alf_lite import replay_buffer as rb_module
+from alf_lite.data import Experience, StepType
+from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferTooLargeError
+
+_MB = 1 << 20
+
+
+def _step(num_envs, t, obs_dim=2, action_dim=2, step_type=StepType.MID):
+    """One batched row whose fields encode (env, global step index t).
+
+    observation[e] = [e, t, 0...], action[e] = [t, e, 0...],
+    reward[e] = 1000 * e + t, discount[e] = t % 2.
+    """
+    env = torch.arange(num_envs, dtype=torch.float32)
+    obs = torch.zeros(num_envs, obs_dim)
+    obs[:, 0] = env
+    obs[:, 1] = t
+    action = torch.zeros(num_envs, action_dim)
+    action[:, 0] = t
+    action[:, 1] = env
+    return Experience(
+        step_type=torch.full((num_envs, ), step_type, dtype=torch.uint8),
+        observation=obs,
+        action=action,
+        reward=1000 * env + t,
+        discount=torch.full((num_envs, ), float(t % 2)))
+
+
+def _filled(num_envs, length, num_added, **kwargs):
+    rb = ReplayBuffer(num_envs, length, observation_dim=2, action_dim=2)
+    for t in range(num_added):
+        rb.add_batch(_step(num_envs, t, **kwargs))
+    return rb
+
+
+def _check_windows(batch, total_added, length):
+    """Every window is consecutive, written rows of one env; all fields agree."""
+    env = batch.observation[..., 0]
+    t = batch.observation[..., 1]
+    assert (env == env[:, :1]).all(), "window spans more than one env"
+    assert (t[:, 1:] - t[:, :-1] == 1).all(), "rows not consecutive"
+    assert (t >= max(0, total_added - length)).all(), "overwritten row"
+    assert (t < total_added).all(), "unwritten row"
+    # Every field was gathered from the same (env, row).
+    assert torch.equal(batch.action[..., 0], t)
+    assert torch.equal(batch.action[..., 1], env)
+    assert torch.equal(batch.reward, 1000 * env + t)
+    assert torch.equal(batch.discount, t % 2)
+    assert (batch.step_type == StepType.MID).all()
+
+
+def test_shapes_and_dtypes():
+    rb = _filled(num_envs=3, length=6, num_added=4)
+    batch = rb.sample(batch_size=5, batch_length=2)
+    assert batch.step_type.shape == (5, 2)
+    assert batch.step_type.dtype == torch.uint8
+    assert batch.observation.shape == (5, 2, 2)
+    assert batch.action.shape == (5, 2, 2)
+    assert batch.reward.shape == (5, 2)
+    assert batch.discount.shape == (5, 2)
+    for field in (batch.observation, batch.action, batch.reward,
+                  batch.discount):
+        assert field.dtype == torch.float32
+
+
+def test_counters():
+    rb = ReplayBuffer(2, 5, observation_dim=2, action_dim=2)
+    assert (rb.num_envs, rb.length) == (2, 5)
+    assert (rb.num_steps, rb.total_added) == (0, 0)
+    for t in range(7):
+        rb.add_batch(_step(2, t))
+    assert (rb.num_steps, rb.total_added) == (5, 7)
+
+
+def test_sample_never_crosses_write_head():
+    torch.manual_seed(0)
+    num_envs, length = 3, 7
+    # 20 rows per env: the head has wrapped twice and sits mid-buffer.
+    rb = _filled(num_envs, length, num_added=20)
+    for batch_length in (1, 2, 3, length):
+        batch = rb.sample(batch_size=2000, batch_length=batch_length)
+        _check_windows(batch, total_added=20, length=length)
+
+
+def test_sample_before_buffer_is_full():
+    torch.manual_seed(0)
+    rb = _filled(num_envs=2, length=10, num_added=4)
+    batch = rb.sample(batch_size=500, batch_length=3)
+    _check_windows(batch, total_added=4, length=10)
+    # Only starts 0 and 1 are valid with 4 rows and windows of 3.
+    assert set(batch.observation[:, 0, 1].tolist()) == {0.0, 1.0}
+
+
+def test_windows_stay_within_one_env():
+    torch.manual_seed(1)
+    num_envs = 5
+    rb = _filled(num_envs, length=4, num_added=9)
+    batch = rb.sample(batch_size=3000, batch_length=4)
+    env = batch.observation[..., 0]
+    assert (env == env[:, :1]).all()
+    # Windows as long as the buffer have exactly one valid start per env:
+    # the oldest surviving row, 9 - 4 = 5, up to the newest, 8.
+    assert (batch.observation[..., 1] == torch.tensor([5., 6., 7., 8.])).all()
+    assert set(env[:, 0].tolist()) == set(range(num_envs))
+
+
+def test_all_valid_windows_reachable():
+    torch.manual_seed(2)
+    num_envs, length, num_added, batch_length = 2, 5, 8, 2
+    rb = _filled(num_envs, length, num_added)
+    n = 8000
+    batch = rb.sample(batch_size=n, batch_length=batch_length)
+    _check_windows(batch, num_added, length)
+    pairs = list(
+        zip(batch.observation[:, 0, 0].long().tolist(),
+            batch.observation[:, 0, 1].long().tolist()))
+    # Rows 3..7 survive; windows of 2 start at 3, 4, 5 or 6 in either env.
+    expected = {(e, s) for e in range(num_envs) for s in (3, 4, 5, 6)}
+    assert set(pairs) == expected
+    # Uniform: each of the 8 pairs expects 1000 hits (std ~30).
+    for pair in expected:
+        assert 850 < pairs.count(pair) < 1150, pair
+
+
+def test_sample_refuses_too_few_rows():
+    rb = _filled(num_envs=2, length=10, num_added=2)
+    with pytest.raises(ValueError, match="only 2 rows stored"):
+        rb.sample(batch_size=4, batch_length=3)
+    with pytest.raises(ValueError, match="only 0 rows stored"):
+        ReplayBuffer(1, 4, 2, 2).sample(batch_size=1, batch_length=1)
+
+
+def test_add_batch_checks_shapes():
+    rb = ReplayBuffer(3, 4, observation_dim=2, action_dim=2)
+    with pytest.raises(ValueError, match="'observation' has shape"):
+        rb.add_batch(_step(3, 0)._replace(observation=torch.zeros(3, 5)))
+    with pytest.raises(ValueError, match="'step_type' has shape"):
+        rb.add_batch(_step(2, 0))
+    assert rb.total_added == 0
+
+
+def test_bytes_per_step_match_raw_field_sizes():
+    # HalfCheetah-like and Humanoid-like dims, with hand-computed raw bytes:
+    # obs_dim * 4 + action_dim * 4 + reward 4 + discount 4 + step_type 1.
+    for obs_dim, action_dim, raw in ((17, 6, 101), (348, 17, 1469)):
+        rb = ReplayBuffer(4, 100, obs_dim, action_dim)
+        assert rb.raw_bytes_per_step == raw
+        storage = sum(v.nbytes for k, v in rb.state_dict().items()
+                      if isinstance(v, torch.Tensor))
+        assert rb.nbytes == storage == 4 * 100 * raw
+        assert rb.bytes_per_step == pytest.approx(raw)
+        assert rb.bytes_per_step / rb.raw_bytes_per_step <= 1.05
+
+
+def test_resident_memory_matches_nbytes():
+    # The storage is committed at construction and nothing else of size is.
+    process = psutil.Process()
+    before = process.memory_info().rss
+    rb = ReplayBuffer(8, 100_000, 17, 6)  # 80.8 MB
+    grown = process.memory_info().rss - before
+    assert 0.9 * rb.nbytes < grown < 1.05 * rb.nbytes + 4 * _MB
+
+
+def test_refuses_buffer_larger_than_memory():
+    process = psutil.Process()
+    before = process.memory_info().rss
+    start = time.perf_counter()
+    with pytest.raises(ReplayBufferTooLargeError) as info:
+        ReplayBuffer(4, 10**12, 17, 6)
+    elapsed = time.perf_counter() - start
+    message = str(info.value)
+    needed = 4 * 10**12 * 101
+    assert f"needs {needed} bytes" in message
+    assert "GiB" in message
+    assert "bytes (" in message.split("only ")[1]  # bytes available
+    assert "4 envs x 1000000000000 steps" in message
+    assert "replay_buffer_length" in message
+    # Refused before allocating: no time spent, no memory touched.
+    assert elapsed < 0.5
+    assert process.memory_info().rss - before < 16 * _MB
+    assert isinstance(info.value, MemoryError)
+
+
+def test_memory_limit_boundary(monkeypatch):
+    # 2 envs x 10 steps x (3*4 + 2*4 + 9) = 580 bytes; fraction 0.5 needs
+    # 1160 bytes available.
+    class FakeMemory:
+        available = 1160
+
+    monkeypatch.setattr(rb_module.psutil, "virtual_memory", FakeMemory)
+    assert ReplayBuffer(2, 10, 3, 2, max_memory_fraction=0.5).nbytes == 580
+    FakeMemory.available = 1159
+    with pytest.raises(ReplayBufferTooLargeError,
+                       match="needs 580 bytes .* only 1159 bytes"):
+        ReplayBuffer(2, 10, 3, 2, max_memory_fraction=0.5)
+
+
+def test_logs_exact_size(caplog):
+    with caplog.at_level(logging.INFO):
+        rb = ReplayBuffer(3, 50, 17, 6)
+    assert f"allocated {rb.nbytes} bytes" in caplog.text
+    assert "101.00 bytes per step" in caplog.text
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="length"):
+        ReplayBuffer(2, 0, 3, 1)
+    with pytest.raises(ValueError, match="max_memory_fraction"):
+        ReplayBuffer(2, 4, 3, 1, max_memory_fraction=0.0)
+
+
+def test_mark_last_steps_as_last():
+    num_envs, length = 3, 4
+    rb = ReplayBuffer(num_envs, length, 2, 2)
+    rb.mark_last_steps_as_last()  # empty: no-op
+    assert (rb.state_dict()["step_type"] == 0).all()
+
+    for t in range(3):
+        rb.add_batch(_step(num_envs, t))
+    rb.mark_last_steps_as_last()
+    # Rows 0..2 written, row 2 newest; row 3 never written (stays 0).
+    expected = torch.tensor([StepType.MID, StepType.MID, StepType.LAST, 0],
+                            dtype=torch.uint8)
+    assert torch.equal(rb.state_dict()["step_type"],
+                       expected.expand(num_envs, length))
+
+    # After wrapping, the newest row (t = 5) lives at position 5 % 4 = 1.
+    for t in range(3, 6):
+        rb.add_batch(_step(num_envs, t))
+    rb.mark_last_steps_as_last()
+    expected = torch.tensor([StepType.MID, StepType.LAST, StepType.LAST,
+                             StepType.MID], dtype=torch.uint8)
+    assert torch.equal(rb.state_dict()["step_type"],
+                       expected.expand(num_envs, length))
+    # A full-length window ends on the marked row.
+    batch = rb.sample(batch_size=10, batch_length=length)
+    assert (batch.step_type[:, -1] == StepType.LAST).all()
+    assert (batch.observation[:, -1, 1] == 5).all()
+
+
+def test_state_dict_round_trip():
+    rb = _filled(num_envs=3, length=5, num_added=12)
+    buffer = io.BytesIO()
+    torch.save(rb.state_dict(), buffer)
+    buffer.seek(0)
+
+    restored = ReplayBuffer(3, 5, 2, 2)
+    restored.load_state_dict(torch.load(buffer))
+    assert restored.total_added == 12
+    assert restored.num_steps == 5
+    torch.manual_seed(3)
+    expected = rb.sample(64, 3)
+    torch.manual_seed(3)
+    got = restored.sample(64, 3)
+    for a, b in zip(expected, got):
+        assert torch.equal(a, b)
+    # Adding continues at the same head in both.
+    rb.add_batch(_step(3, 12))
+    restored.add_batch(_step(3, 12))
+    for name, value in rb.state_dict().items():
+        other = restored.state_dict()[name]
+        assert torch.equal(value, other) if isinstance(
+            value, torch.Tensor) else value == other
+
+
+def test_load_state_dict_rejects_mismatch():
+    state = _filled(num_envs=3, length=5, num_added=2).state_dict()
+    with pytest.raises(ValueError, match="'step_type' is .*3 envs x 6 steps"):
+        ReplayBuffer(3, 6, 2, 2).load_state_dict(state)
+    with pytest.raises(ValueError, match="'observation' is"):
+        ReplayBuffer(3, 5, 4, 2).load_state_dict(state)
+    with pytest.raises(ValueError, match="keys"):
+        ReplayBuffer(3, 5, 2, 2).load_state_dict(
+            {k: v for k, v in state.items() if k != "total_added"})
+
+
+def test_same_seed_same_samples():
+    rb = _filled(num_envs=4, length=6, num_added=9)
+    torch.manual_seed(7)
+    first = rb.sample(32, 2)
+    torch.manual_seed(7)
+    second = rb.sample(32, 2)
+    torch.manual_seed(8)
+    other = rb.sample(32, 2)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    assert not torch.equal(first.observation, other.observation)
+
+
+def test_gin_configurable():
+    gin.clear_config()
+    try:
+        gin.parse_config(["ReplayBuffer.length = 7",
+                          "ReplayBuffer.max_memory_fraction = 0.5"])
+        rb = ReplayBuffer(num_envs=2, observation_dim=3, action_dim=1)
+        assert rb.length == 7
+    finally:
+        gin.clear_config()
