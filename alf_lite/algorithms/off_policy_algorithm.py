@@ -1,0 +1,102 @@
+"""The one interface between the trainer and an off-policy algorithm, and shared TD helpers."""
+from typing import Dict, NamedTuple
+
+import torch
+import torch.nn as nn
+
+from alf_lite.data import Experience, TimeStep
+
+
+class Transitions(NamedTuple):
+    """Consecutive row pairs ``(t, t + 1)`` of ``[B, T]`` windows, flattened to ``[B * (T - 1)]``.
+
+    ``reward`` and ``discount`` are those received on arriving at ``t + 1``.
+    """
+
+    observation: torch.Tensor
+    action: torch.Tensor
+    reward: torch.Tensor
+    discount: torch.Tensor
+    next_observation: torch.Tensor
+
+
+def transitions(batch: Experience) -> Transitions:
+    """Split ``[B, T]`` windows into the ``B * (T - 1)`` transitions they hold."""
+
+    def flat(x):
+        return x.reshape(-1, *x.shape[2:])
+
+    return Transitions(
+        observation=flat(batch.observation[:, :-1]),
+        action=flat(batch.action[:, :-1]),
+        reward=flat(batch.reward[:, 1:]),
+        discount=flat(batch.discount[:, 1:]),
+        next_observation=flat(batch.observation[:, 1:]))
+
+
+def td_target(reward: torch.Tensor, discount: torch.Tensor, gamma: float,
+              next_value: torch.Tensor) -> torch.Tensor:
+    """``r[t+1] + gamma * discount[t+1] * V(s[t+1])``: discount 0 (termination) stops bootstrapping."""
+    return reward + gamma * discount * next_value
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over entries where ``mask`` is 1; 0 when the mask is empty."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """``target = tau * online + (1 - tau) * target``, parameter by parameter."""
+    for t, o in zip(target.parameters(), online.parameters()):
+        t.lerp_(o, tau)
+    for t, o in zip(target.buffers(), online.buffers()):
+        t.copy_(o)
+
+
+class OffPolicyAlgorithm(nn.Module):
+    """What the trainer calls: act for evaluation, act for collection, learn from a batch.
+
+    Subclasses create their networks and optimizers from ``observation_dim`` and
+    ``action_dim`` and register the optimizers in ``self.optimizers``; actions
+    are always normalised to [-1, 1].
+    """
+
+    def __init__(self, observation_dim: int, action_dim: int):
+        super().__init__()
+        self.observation_dim = observation_dim
+        self.action_dim = action_dim
+        self.optimizers: Dict[str, torch.optim.Optimizer] = {}
+
+    def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
+        """The deterministic action for evaluation, ``[N, action_dim]``."""
+        raise NotImplementedError
+
+    def rollout_step(self, time_step: TimeStep) -> torch.Tensor:
+        """The exploratory action for collection, ``[N, action_dim]``."""
+        raise NotImplementedError
+
+    def train_step(self, batch: Experience, loss_mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """One update from ``[B, T]`` windows.
+
+        Args:
+            batch: windows of consecutive rows of one env each.
+            loss_mask: ``[B, T - 1]`` float, 1 where the transition ``(t, t + 1)``
+                may be trained on (0 where row ``t`` is LAST, unless the trainer
+                keeps those for study).
+
+        Returns:
+            detached scalar tensors for summaries, e.g. ``{'critic_loss': ...}``.
+        """
+        raise NotImplementedError
+
+    def checkpoint_state(self) -> dict:
+        """Parameters, target networks, buffers and optimizer states."""
+        return {'module': self.state_dict(),
+                'optimizers': {k: o.state_dict() for k, o in self.optimizers.items()}}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        """Restore what ``checkpoint_state`` returned."""
+        self.load_state_dict(state['module'])
+        for name, opt in self.optimizers.items():
+            opt.load_state_dict(state['optimizers'][name])

@@ -1,0 +1,174 @@
+"""Soft Actor-Critic with automatic entropy tuning.
+
+Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"
+(arXiv:1812.05905). Equation numbers below refer to that paper.
+"""
+import copy
+from typing import Callable, Dict, Optional
+
+import gin
+import torch
+import torch.nn as nn
+
+from alf_lite.algorithms.off_policy_algorithm import (
+    OffPolicyAlgorithm, masked_mean, polyak_update, td_target, transitions)
+from alf_lite.data import Experience, TimeStep
+from alf_lite.networks import CriticNetwork, TanhNormalActorNetwork
+from alf_lite.optimizers import OptimizerCtor, make_optimizer
+
+
+class frozen:
+    """Context in which a module's parameters collect no gradient.
+
+    The actor loss differentiates through the critic; freezing it keeps the
+    critic's gradients out of that backward pass (and saves computing them).
+    """
+
+    def __init__(self, module: nn.Module):
+        self._params = list(module.parameters())
+
+    def __enter__(self):
+        for p in self._params:
+            p.requires_grad_(False)
+
+    def __exit__(self, *exc):
+        for p in self._params:
+            p.requires_grad_(True)
+
+
+@gin.configurable
+class SacAlgorithm(OffPolicyAlgorithm):
+    """SAC: tanh-Gaussian actor, clipped double-Q critics, learned temperature alpha.
+
+    Args:
+        observation_dim: size of the observation vector (given by the trainer).
+        action_dim: size of the action vector (given by the trainer).
+        actor_network_ctor: ``ctor(observation_dim, action_dim)`` of the policy.
+        critic_network_ctor: ``ctor(observation_dim, action_dim, num_replicas=R)``
+            returning ``[B, R]`` Q values.
+        num_critic_replicas: number of critics; the target uses their minimum.
+        gamma: discount factor of the return.
+        target_update_tau: Polyak factor, ``target = tau * online + (1 - tau) * target``.
+        target_update_period: update the target critics every this many train steps.
+        target_entropy: entropy alpha aims for; None means ``-action_dim``.
+        initial_log_alpha: starting ``log(alpha)``; 0 gives alpha = 1.
+        resample_action_per_loss: False: one action sample per state is reused
+            by the actor loss, the alpha loss and (at the next state) the critic
+            target, as ALF does. True: a fresh sample for each loss, as tf-agents
+            does (two more actor passes per update).
+        actor_optimizer: optimizer ctor taking parameters; None: Adam, lr 3e-4.
+        critic_optimizer: as ``actor_optimizer``, for the critics.
+        alpha_optimizer: as ``actor_optimizer``, for ``log_alpha``.
+    """
+
+    def __init__(self, observation_dim: int, action_dim: int,
+                 actor_network_ctor: Callable = TanhNormalActorNetwork,
+                 critic_network_ctor: Callable = CriticNetwork,
+                 num_critic_replicas: int = 2,
+                 gamma: float = 0.99,
+                 target_update_tau: float = 0.005,
+                 target_update_period: int = 1,
+                 target_entropy: Optional[float] = None,
+                 initial_log_alpha: float = 0.0,
+                 resample_action_per_loss: bool = False,
+                 actor_optimizer: Optional[OptimizerCtor] = None,
+                 critic_optimizer: Optional[OptimizerCtor] = None,
+                 alpha_optimizer: Optional[OptimizerCtor] = None):
+        super().__init__(observation_dim, action_dim)
+        if not 0.0 < target_update_tau <= 1.0:
+            raise ValueError(f"target_update_tau must be in (0, 1], got {target_update_tau}")
+        self._actor = actor_network_ctor(observation_dim, action_dim)
+        self._critic = critic_network_ctor(observation_dim, action_dim,
+                                           num_replicas=num_critic_replicas)
+        self._target_critic = copy.deepcopy(self._critic).requires_grad_(False)
+        self._log_alpha = nn.Parameter(torch.tensor(float(initial_log_alpha)))
+        self._gamma = gamma
+        self._tau = target_update_tau
+        self._target_update_period = target_update_period
+        self._target_entropy = float(-action_dim if target_entropy is None else target_entropy)
+        self._resample = resample_action_per_loss
+        self._num_train_steps = 0
+        self.optimizers = {
+            'actor': make_optimizer(actor_optimizer, self._actor.parameters(), 3e-4),
+            'critic': make_optimizer(critic_optimizer, self._critic.parameters(), 3e-4),
+            'alpha': make_optimizer(alpha_optimizer, [self._log_alpha], 3e-4),
+        }
+
+    @torch.no_grad()
+    def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
+        return self._actor(observation)
+
+    @torch.no_grad()
+    def rollout_step(self, time_step: TimeStep) -> torch.Tensor:
+        action, _ = self._actor.sample(time_step.observation)
+        return action
+
+    def _sample_actions(self, batch: Experience, obs, next_obs):
+        """Actions and log-probs for the actor/alpha losses (at s) and the target (at s')."""
+        if self._resample:
+            action, log_prob = self._actor.sample(obs)
+            with torch.no_grad():
+                next_action, next_log_prob = self._actor.sample(next_obs)
+                _, alpha_log_prob = self._actor.sample(obs)
+            return action, log_prob, next_action, next_log_prob, alpha_log_prob
+        b, t = batch.step_type.shape
+        rows = batch.observation.reshape(b * t, -1)
+        action, log_prob = self._actor.sample(rows)
+        action = action.reshape(b, t, -1)
+        log_prob = log_prob.reshape(b, t)
+        a, lp = action[:, :-1].reshape(-1, self.action_dim), log_prob[:, :-1].reshape(-1)
+        next_a = action[:, 1:].reshape(-1, self.action_dim).detach()
+        next_lp = log_prob[:, 1:].reshape(-1).detach()
+        return a, lp, next_a, next_lp, lp.detach()
+
+    def train_step(self, batch: Experience, loss_mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        tr = transitions(batch)
+        mask = loss_mask.reshape(-1).to(tr.reward.dtype)
+        alpha = self._log_alpha.detach().exp()
+        action, log_prob, next_action, next_log_prob, alpha_log_prob = self._sample_actions(
+            batch, tr.observation, tr.next_observation)
+
+        # Soft Q target (eq. 2-3): y = r + gamma * d * (min_i Q'_i(s', a') - alpha * log pi(a'|s')).
+        with torch.no_grad():
+            next_q = self._target_critic(tr.next_observation, next_action).min(dim=-1).values
+            target = td_target(tr.reward, tr.discount, self._gamma,
+                               next_q - alpha * next_log_prob)
+        # Critic loss (eq. 5), every replica regressed on the same target.
+        q = self._critic(tr.observation, tr.action)
+        critic_loss = masked_mean(0.5 * (q - target.unsqueeze(-1)).square().sum(-1), mask)
+        self._step('critic', critic_loss)
+
+        # Policy loss (eq. 7): E[alpha * log pi(a|s) - min_i Q_i(s, a)], a reparameterised.
+        with frozen(self._critic):
+            q_pi = self._critic(tr.observation, action).min(dim=-1).values
+        actor_loss = masked_mean(alpha * log_prob - q_pi, mask)
+        self._step('actor', actor_loss)
+
+        # Temperature loss (eq. 18): -log(alpha) * (log pi(a|s) + target_entropy).
+        alpha_loss = masked_mean(-self._log_alpha * (alpha_log_prob + self._target_entropy), mask)
+        self._step('alpha', alpha_loss)
+
+        self._num_train_steps += 1
+        if self._num_train_steps % self._target_update_period == 0:
+            polyak_update(self._target_critic, self._critic, self._tau)
+
+        return {
+            'critic_loss': critic_loss.detach(),
+            'actor_loss': actor_loss.detach(),
+            'alpha_loss': alpha_loss.detach(),
+            'alpha': alpha,
+            'entropy': -masked_mean(log_prob.detach(), mask),
+            'q_mean': masked_mean(q.detach().mean(-1), mask),
+        }
+
+    def get_extra_state(self):
+        return {'num_train_steps': self._num_train_steps}
+
+    def set_extra_state(self, state):
+        self._num_train_steps = state['num_train_steps']
+
+    def _step(self, name: str, loss: torch.Tensor) -> None:
+        opt = self.optimizers[name]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()

@@ -1,0 +1,56 @@
+"""Actor networks: the policy maps an observation to a normalised action in [-1, 1]."""
+import math
+from typing import Sequence, Tuple
+
+import gin
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from alf_lite.networks.encoding import mlp
+
+
+@gin.configurable
+class TanhNormalActorNetwork(nn.Module):
+    """Gaussian policy squashed by tanh (SAC): ``a = tanh(u)``, ``u ~ N(mean, std)``.
+
+    Args:
+        observation_dim: size of the observation vector.
+        action_dim: size of the action vector.
+        hidden_layers: widths of the MLP hidden layers.
+        log_std_bounds: ``(min, max)``; the raw output is mapped into this range
+            with a tanh, so the bound never cuts the gradient.
+    """
+
+    def __init__(self, observation_dim: int, action_dim: int,
+                 hidden_layers: Sequence[int] = (256, 256),
+                 log_std_bounds: Tuple[float, float] = (-5.0, 2.0)):
+        super().__init__()
+        self._encoder = mlp(observation_dim, hidden_layers)
+        self._head = nn.Linear(hidden_layers[-1] if hidden_layers else observation_dim,
+                               2 * action_dim)
+        self._log_std_min, self._log_std_max = log_std_bounds
+
+    def _mean_and_log_std(self, observation):
+        mean, raw = self._head(self._encoder(observation)).chunk(2, dim=-1)
+        log_std = self._log_std_min + 0.5 * (self._log_std_max - self._log_std_min) * (
+            torch.tanh(raw) + 1)
+        return mean, log_std
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        """The deterministic action ``tanh(mean)``."""
+        mean, _ = self._mean_and_log_std(observation)
+        return torch.tanh(mean)
+
+    def sample(self, observation: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised sample and its log-probability (summed over action dims)."""
+        mean, log_std = self._mean_and_log_std(observation)
+        std = log_std.exp()
+        noise = torch.randn_like(mean)
+        u = mean + std * noise
+        action = torch.tanh(u)
+        log_prob_u = (-0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # log|d tanh(u)/du| = log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)),
+        # the form that stays finite when |u| is large.
+        log_det = (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return action, log_prob_u - log_det

@@ -1,0 +1,200 @@
+"""SAC's losses against hand computations on tiny batches."""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from alf_lite.algorithms import SacAlgorithm
+from alf_lite.algorithms.off_policy_algorithm import td_target
+from alf_lite.data import Experience, StepType
+from alf_lite.trainer import loss_mask
+
+F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
+GAMMA = 0.9
+
+
+class FixedActor(nn.Module):
+    """Always samples action 0 with log-probability -1 (so alpha * log pi = -alpha)."""
+
+    def __init__(self, observation_dim, action_dim):
+        super().__init__()
+        self.action_dim = action_dim
+        self.bias = nn.Parameter(torch.zeros(action_dim))
+
+    def forward(self, observation):
+        return torch.zeros(observation.shape[0], self.action_dim) + 0 * self.bias
+
+    def sample(self, observation):
+        action = self.forward(observation)
+        return action, torch.full((observation.shape[0],), -1.0) + 0 * self.bias.sum()
+
+
+class SumCritic(nn.Module):
+    """``Q_i(s, a) = c_i + sum(s)`` with ``c = (1, 2)``: easy to compute by hand."""
+
+    def __init__(self, observation_dim, action_dim, num_replicas):
+        super().__init__()
+        self.c = nn.Parameter(torch.tensor([1.0, 2.0])[:num_replicas])
+
+    def forward(self, observation, action):
+        return self.c + observation.sum(-1, keepdim=True) + 0 * action.sum(-1, keepdim=True)
+
+
+def make_sac(**kwargs):
+    args = dict(observation_dim=1, action_dim=1, actor_network_ctor=FixedActor,
+                critic_network_ctor=SumCritic, gamma=GAMMA)
+    args.update(kwargs)
+    return SacAlgorithm(**args)
+
+
+def windows(rows):
+    """``[B, 2]`` windows from ``[(step_type, obs, reward, discount), ...]`` pairs."""
+    st = torch.tensor([[r[0] for r in w] for w in rows], dtype=torch.uint8)
+    obs = torch.tensor([[[r[1]] for r in w] for w in rows])
+    reward = torch.tensor([[r[2] for r in w] for w in rows])
+    discount = torch.tensor([[r[3] for r in w] for w in rows])
+    return Experience(st, obs, torch.zeros(*st.shape, 1), reward, discount)
+
+
+def test_td_target_matches_hand_computation():
+    # 1 + 0.9 * 1 * 10 = 10; 2 + 0.9 * 0 * 10 = 2 (terminated); 3 + 0.9 * 1 * 10 = 12.
+    target = td_target(torch.tensor([1., 2., 3.]), torch.tensor([1., 0., 1.]), GAMMA,
+                       torch.full((3,), 10.))
+    assert torch.allclose(target, torch.tensor([10., 2., 12.]))
+
+
+def test_critic_loss_on_hand_computed_three_step_batch():
+    # Three windows: a MID step, a terminated LAST (discount 0), a truncated LAST (discount 1).
+    batch = windows([[(F, 0.5, 0.0, 1.0), (M, 1.0, 1.0, 1.0)],
+                     [(M, 1.0, 1.0, 1.0), (L, 2.0, 3.0, 0.0)],
+                     [(M, 2.0, 0.5, 1.0), (L, 4.0, -1.0, 1.0)]])
+    sac = make_sac()
+    out = sac.train_step(batch, loss_mask(batch))
+    # alpha = 1; V(s') = min_i(c_i + s') - alpha * log pi = 1 + s' + 1 = 2 + s'.
+    # y = r + 0.9 * d * (2 + s'):   y0 = 1 + 0.9 * 3 = 3.7;  y1 = 3 (no bootstrap);
+    # y2 = -1 + 0.9 * 6 = 4.4.   Q_i(s) = c_i + s.
+    ys, ss = [3.7, 3.0, 4.4], [0.5, 1.0, 2.0]
+    expected = sum(0.5 * ((1 + s - y) ** 2 + (2 + s - y) ** 2) for s, y in zip(ss, ys)) / 3
+    assert out['critic_loss'].item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_truncated_episode_still_bootstraps():
+    truncated = windows([[(M, 1.0, 0.0, 1.0), (L, 2.0, 1.0, 1.0)]])
+    terminated = windows([[(M, 1.0, 0.0, 1.0), (L, 2.0, 1.0, 0.0)]])
+    loss_trunc = make_sac().train_step(truncated, loss_mask(truncated))['critic_loss'].item()
+    loss_term = make_sac().train_step(terminated, loss_mask(terminated))['critic_loss'].item()
+    # Truncated: y = 1 + 0.9 * (2 + 2) = 4.6; terminated: y = 1.  Q = (2, 3).
+    assert loss_trunc == pytest.approx(0.5 * ((2 - 4.6) ** 2 + (3 - 4.6) ** 2), rel=1e-6)
+    assert loss_term == pytest.approx(0.5 * ((2 - 1) ** 2 + (3 - 1) ** 2), rel=1e-6)
+
+
+def test_last_to_first_window_gives_zero_loss():
+    # The next episode's FIRST carries a huge reward: training on it would show.
+    batch = windows([[(L, 1.0, 0.0, 0.0), (F, -3.0, 1000.0, 1.0)]])
+    sac = make_sac()
+    before = [p.clone() for p in sac.parameters()]
+    out = sac.train_step(batch, loss_mask(batch))
+    for name in ('critic_loss', 'actor_loss', 'alpha_loss'):
+        assert out[name].item() == 0.0
+    for b, p in zip(before, sac.parameters()):
+        assert torch.equal(b, p)
+
+
+def test_last_to_first_window_is_trained_on_when_masking_is_off():
+    batch = windows([[(L, 1.0, 0.0, 0.0), (F, -3.0, 1000.0, 1.0)]])
+    out = make_sac().train_step(batch, loss_mask(batch, mask_out_loss_for_last_step=False))
+    assert out['critic_loss'].item() > 1e5
+
+
+def test_mask_removes_only_the_last_to_first_window():
+    good = [[(M, 1.0, 0.0, 1.0), (M, 2.0, 1.0, 1.0)]]
+    bad = [[(L, 1.0, 0.0, 0.0), (F, -3.0, 1000.0, 1.0)]]
+    both, alone = windows(good + bad), windows(good)
+    torch.manual_seed(0)
+    loss_both = SacAlgorithm(observation_dim=1, action_dim=1, gamma=GAMMA).train_step(
+        both, loss_mask(both))
+    torch.manual_seed(0)
+    loss_alone = SacAlgorithm(observation_dim=1, action_dim=1, gamma=GAMMA).train_step(
+        alone, loss_mask(alone))
+    assert loss_both['critic_loss'].item() == pytest.approx(
+        loss_alone['critic_loss'].item(), rel=1e-5)
+
+
+def random_batch(b=8, obs_dim=3, act_dim=2):
+    return Experience(torch.full((b, 2), M, dtype=torch.uint8), torch.randn(b, 2, obs_dim),
+                      torch.rand(b, 2, act_dim) * 2 - 1, torch.randn(b, 2), torch.ones(b, 2))
+
+
+def test_target_starts_as_copy_and_follows_polyak_exactly():
+    torch.manual_seed(0)
+    sac = SacAlgorithm(observation_dim=3, action_dim=2, target_update_tau=0.25)
+    for t, o in zip(sac._target_critic.parameters(), sac._critic.parameters()):
+        assert torch.equal(t, o) and t.data_ptr() != o.data_ptr()
+    old_target = [p.clone() for p in sac._target_critic.parameters()]
+    batch = random_batch()
+    sac.train_step(batch, loss_mask(batch))
+    for old, t, o in zip(old_target, sac._target_critic.parameters(), sac._critic.parameters()):
+        assert not torch.equal(o, old)
+        assert torch.allclose(t, 0.25 * o + 0.75 * old, atol=1e-7)
+
+
+def test_target_update_period_skips_updates():
+    torch.manual_seed(0)
+    sac = SacAlgorithm(observation_dim=3, action_dim=2, target_update_period=2)
+    initial = [p.clone() for p in sac._target_critic.parameters()]
+    batch = random_batch()
+    sac.train_step(batch, loss_mask(batch))
+    assert all(torch.equal(a, b) for a, b in zip(initial, sac._target_critic.parameters()))
+    sac.train_step(batch, loss_mask(batch))
+    assert not all(torch.equal(a, b) for a, b in zip(initial, sac._target_critic.parameters()))
+
+
+def test_actor_loss_leaves_critic_gradients_alone():
+    import copy
+    torch.manual_seed(0)
+    sac = SacAlgorithm(observation_dim=3, action_dim=2, gamma=GAMMA)
+    reference = copy.deepcopy(sac)
+    batch = random_batch()
+    torch.manual_seed(1)
+    sac.train_step(batch, loss_mask(batch))
+    # The critic gradient of the critic loss alone, computed from the same samples.
+    torch.manual_seed(1)
+    action, log_prob = reference._actor.sample(batch.observation.reshape(16, 3))
+    next_a, next_lp = action.reshape(8, 2, 2)[:, 1], log_prob.reshape(8, 2)[:, 1]
+    with torch.no_grad():
+        next_q = reference._target_critic(batch.observation[:, 1], next_a).min(-1).values
+        y = batch.reward[:, 1] + GAMMA * batch.discount[:, 1] * (next_q - next_lp)
+    q = reference._critic(batch.observation[:, 0], batch.action[:, 0])
+    (0.5 * (q - y.unsqueeze(-1)).square().sum(-1)).mean().backward()
+    for p, r in zip(sac._critic.parameters(), reference._critic.parameters()):
+        assert torch.allclose(p.grad, r.grad, atol=1e-6)
+
+
+@pytest.mark.parametrize('resample', [False, True])
+def test_resample_action_per_loss_draws_fresh_samples(resample):
+    torch.manual_seed(0)
+    sac = SacAlgorithm(observation_dim=3, action_dim=2, resample_action_per_loss=resample)
+    calls = []
+    sample = sac._actor.sample
+    sac._actor.sample = lambda obs: calls.append(obs.shape[0]) or sample(obs)
+    batch = random_batch(b=8)
+    sac.train_step(batch, loss_mask(batch))
+    # False: one pass over all 16 rows; True: three passes (actor, alpha, target) of 8.
+    assert calls == ([8, 8, 8] if resample else [16])
+
+
+def test_tanh_normal_log_prob_matches_change_of_variables():
+    from alf_lite.networks import TanhNormalActorNetwork
+    torch.manual_seed(0)
+    actor = TanhNormalActorNetwork(2, 1, hidden_layers=(8,))
+    obs = torch.randn(4000, 2)
+    obs[:] = obs[0]
+    action, log_prob = actor.sample(obs)
+    mean, log_std = actor._mean_and_log_std(obs[:1])
+    u = torch.atanh(action.clamp(-0.999999, 0.999999))
+    normal = torch.distributions.Normal(mean, log_std.exp())
+    expected = normal.log_prob(u).sum(-1) - torch.log(1 - action.square()).sum(-1)
+    ok = action.abs().squeeze(-1) < 0.999
+    assert torch.allclose(log_prob[ok], expected[ok], atol=1e-3)
+    assert math.isfinite(log_prob.sum().item())
