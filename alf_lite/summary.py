@@ -1,0 +1,106 @@
+"""Where training scalars go: TensorBoard (train/ and eval/), progress.csv, the console."""
+import csv
+import math
+import os
+import sys
+from typing import Dict, List
+
+from torch.utils.tensorboard import SummaryWriter
+
+# Columns of progress.csv that depend on the machine and the clock, not on the seed.
+NONDETERMINISTIC_COLUMNS = (
+    'wall_time', 'train/env_steps_per_sec', 'train/updates_per_sec', 'train/process_rss_bytes')
+
+# Episode metrics are also written against the number of updates.
+METRICS = ('AverageReturn', 'AverageEpisodeLength')
+
+
+class ProgressCsv:
+    """``progress.csv``: one row per summary or evaluation, one column per scalar.
+
+    A scalar seen for the first time widens the header; the file is then
+    rewritten whole (it is small and this happens only in the first rows).
+
+    Args:
+        path: file to append to; an existing file is continued.
+        max_env_steps: on resume, rows past this env step (written after the
+            checkpoint that is resumed) are dropped so none is duplicated.
+    """
+
+    def __init__(self, path: str, max_env_steps: int = None):
+        self._path = path
+        self._columns: List[str] = []
+        self._rows: List[Dict[str, str]] = []
+        if os.path.exists(path):
+            with open(path, newline='') as f:
+                reader = csv.DictReader(f)
+                self._columns = list(reader.fieldnames or [])
+                self._rows = [r for r in reader
+                              if max_env_steps is None or int(r['env_steps']) <= max_env_steps]
+            self._rewrite()
+
+    def write(self, row: Dict[str, float]) -> None:
+        """Append one row; values are written with full float precision."""
+        row = {k: repr(float(v)) if isinstance(v, float) else str(v) for k, v in row.items()}
+        self._rows.append(row)
+        new = [k for k in row if k not in self._columns]
+        if new:
+            self._columns += new
+            self._rewrite()
+        else:
+            with open(self._path, 'a', newline='') as f:
+                csv.DictWriter(f, self._columns).writerow(row)
+
+    def _rewrite(self):
+        tmp = self._path + '.tmp'
+        with open(tmp, 'w', newline='') as f:
+            writer = csv.DictWriter(f, self._columns)
+            writer.writeheader()
+            writer.writerows(self._rows)
+        os.replace(tmp, self._path)
+
+
+class Summary:
+    """Writes scalars named ``train/<name>`` or ``eval/<name>`` to all three sinks.
+
+    Args:
+        root_dir: experiment directory; events go to ``root_dir/train`` and
+            ``root_dir/eval``, rows to ``root_dir/progress.csv``.
+        resume_env_steps: env step of the checkpoint being resumed, or None.
+            TensorBoard events and CSV rows written after it are discarded.
+    """
+
+    def __init__(self, root_dir: str, resume_env_steps: int = None):
+        self._writers = {
+            mode: SummaryWriter(os.path.join(root_dir, mode), purge_step=resume_env_steps)
+            for mode in ('train', 'eval')}
+        self._csv = ProgressCsv(os.path.join(root_dir, 'progress.csv'), resume_env_steps)
+
+    def write(self, env_steps: int, num_updates: int, wall_time: float,
+              scalars: Dict[str, float]) -> None:
+        """Write one set of scalars at ``env_steps`` (TensorBoard's step axis)."""
+        for key, value in scalars.items():
+            mode, name = key.split('/', 1)
+            writer = self._writers[mode]
+            writer.add_scalar(name, value, env_steps, walltime=wall_time)
+            if name in METRICS:
+                writer.add_scalar('Metrics_vs_Updates/' + name, value, num_updates,
+                                  walltime=wall_time)
+        self._csv.write({'env_steps': env_steps, 'num_updates': num_updates,
+                         'wall_time': wall_time, **scalars})
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
+
+
+def print_progress(env_steps: int, num_env_steps: int, env_steps_per_sec: float,
+                   eval_return: float) -> None:
+    """One console line: a bar, env steps, speed and the last evaluation return."""
+    frac = min(env_steps / max(num_env_steps, 1), 1.0)
+    bar = '#' * int(frac * 20)
+    eval_text = 'n/a' if eval_return is None or math.isnan(eval_return) else f'{eval_return:.1f}'
+    line = (f'[{bar:<20}] {env_steps}/{num_env_steps} env steps | '
+            f'{env_steps_per_sec:.0f} SPS | eval return {eval_text}')
+    end = '\r' if sys.stderr.isatty() and frac < 1.0 else '\n'
+    print(line, end=end, file=sys.stderr, flush=True)
