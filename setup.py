@@ -1,0 +1,27 @@
+from setuptools import find_packages, setup
+
+setup(
+    name='alf_lite',
+    version='0.1.0',
+    description='A gin-configured off-policy RL framework (SAC, DDPG, TD3) in PyTorch.',
+    long_description=open('README.md').read(),
+    long_description_content_type='text/markdown',
+    packages=find_packages(include=['alf_lite', 'alf_lite.*']),
+    python_requires='>=3.10',
+    install_requires=[
+        # torch is installed first by the Makefile as torch==2.13.0 (CPU build);
+        # this range must admit it so pip does not fetch another build.
+        'torch>=2.1',
+        'gin-config==0.5.0',
+        'gymnasium[mujoco]>=1.0,<2',
+        'numpy',
+        'absl-py',
+        'tensorboard',
+        'psutil',
+    ],
+    extras_require={
+        'test': ['pytest', 'pytest-timeout'],
+        'bench': ['stable-baselines3'],
+        'ray': ['ray'],
+    },
+)
