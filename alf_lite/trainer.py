@@ -36,7 +36,8 @@ class TrainerConfig:
             ``OffPolicyAlgorithm``.
         random_seed: seeds python, numpy, torch and env ``i`` with ``seed + i``.
         num_env_steps: stop after this many env steps.
-        initial_collect_steps: uniform random actions, and no training, until then.
+        initial_collect_steps: uniform random actions for this many env steps;
+            training starts once more steps than this were collected.
         unroll_length: steps collected from every env per iteration.
         mini_batch_size: windows per update.
         mini_batch_length: rows per window; 2 gives one transition per window.
@@ -225,7 +226,7 @@ class Trainer:
                 self._env_steps += n
                 self._track_episodes(time_step, episode_return, episode_length)
 
-            if (self._env_steps >= cfg.initial_collect_steps
+            if (self._env_steps > cfg.initial_collect_steps
                     and replay_buffer.num_steps >= cfg.mini_batch_length):
                 algorithm.train(True)
                 for _ in range(cfg.num_updates_per_train_iter):

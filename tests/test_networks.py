@@ -1,0 +1,30 @@
+"""Networks: batched critic replicas behave as independent MLPs."""
+import torch
+
+from alf_lite.networks import CriticNetwork
+
+
+def test_batched_critic_replicas_equal_independent_mlps():
+    torch.manual_seed(0)
+    critic = CriticNetwork(3, 2, num_replicas=2, hidden_layers=(5, 4))
+    obs, act = torch.randn(7, 3), torch.randn(7, 2)
+    q = critic(obs, act)
+    assert q.shape == (7, 2)
+    x = torch.cat([obs, act], -1)
+    for r in range(2):
+        h = x
+        for i, layer in enumerate(critic._layers):
+            h = h @ layer.weight[r] + layer.bias[r]
+            if i < len(critic._layers) - 1:
+                h = torch.relu(h)
+        assert torch.allclose(q[:, r], h.squeeze(-1), atol=1e-6)
+
+
+def test_critic_replicas_start_different_and_learn_independently():
+    torch.manual_seed(0)
+    critic = CriticNetwork(3, 2, num_replicas=2, hidden_layers=(8,))
+    w = critic._layers[0].weight
+    assert not torch.equal(w[0], w[1])
+    obs, act = torch.randn(4, 3), torch.randn(4, 2)
+    critic(obs, act)[:, 0].sum().backward()
+    assert w.grad[0].abs().sum() > 0 and w.grad[1].abs().sum() == 0

@@ -1,0 +1,108 @@
+"""The trainer end to end, in process: learning, reproducibility, resume."""
+import csv
+import os
+
+import pytest
+import torch
+
+import alf_lite.all_configurables  # noqa: F401
+from alf_lite import checkpoint as ckpt
+from alf_lite.config import parse_config
+from alf_lite.data import StepType
+from alf_lite.summary import NONDETERMINISTIC_COLUMNS
+from alf_lite.trainer import Trainer, TrainerConfig
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
+
+POINT_PARAMS = [
+    "create_environment.env_name = 'alf_lite/PointTarget-v0'",
+    'TanhNormalActorNetwork.hidden_layers = (64, 64)',
+    'CriticNetwork.hidden_layers = (64, 64)',
+    'actor/Adam.lr = 1e-3', 'critic/Adam.lr = 1e-3', 'alpha/Adam.lr = 1e-3',
+    'TrainerConfig.mini_batch_size = 64',
+    'TrainerConfig.initial_collect_steps = 200',
+    'TrainerConfig.summary_interval = 250',
+    'TrainerConfig.eval_interval = 500',
+    'TrainerConfig.checkpoint_interval = 1000',
+    'TrainerConfig.num_eval_episodes = 10',
+]
+
+
+def train(root_dir, *params):
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + list(params))
+    return Trainer(TrainerConfig(), str(root_dir)).train()
+
+
+def read_csv(path, drop=NONDETERMINISTIC_COLUMNS):
+    with open(path, newline='') as f:
+        return [{k: v for k, v in row.items() if k not in drop} for row in csv.DictReader(f)]
+
+
+def test_sac_solves_point_task(tmp_path):
+    # Random actions score about -11 over the 20 steps, the optimal controller
+    # about -0.6. A sign error in the actor or alpha loss stays below -5 here.
+    result = train(tmp_path, 'TrainerConfig.num_env_steps = 2000')
+    assert result['eval/AverageReturn'] > -2.0
+
+
+def test_same_seed_same_progress_csv_in_one_process(tmp_path):
+    params = ['TrainerConfig.num_env_steps = 600', 'TrainerConfig.random_seed = 7',
+              'create_environment.num_parallel_environments = 2']
+    train(tmp_path / 'a', *params)
+    train(tmp_path / 'b', *params)
+    rows_a = read_csv(tmp_path / 'a' / 'progress.csv')
+    rows_b = read_csv(tmp_path / 'b' / 'progress.csv')
+    assert len(rows_a) >= 4 and rows_a == rows_b
+    assert rows_a[-1]['train/critic_loss'] != ''
+
+
+def test_different_seed_different_progress_csv(tmp_path):
+    train(tmp_path / 'a', 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 1')
+    train(tmp_path / 'b', 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 2')
+    assert read_csv(tmp_path / 'a' / 'progress.csv') != read_csv(tmp_path / 'b' / 'progress.csv')
+
+
+def test_resume_marks_last_stored_step_as_last(tmp_path):
+    train(tmp_path, 'TrainerConfig.num_env_steps = 500', 'TrainerConfig.checkpoint_interval = 500')
+    state, rb = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    # 500 rows stored; with 21-row episodes (FIRST, 19 MID, LAST) row 499 is a MID.
+    assert rb['step_type'][0, 499].item() == StepType.MID
+    train(tmp_path, 'TrainerConfig.num_env_steps = 700', 'TrainerConfig.checkpoint_interval = 500')
+    _, rb = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    assert rb['step_type'][0, 499].item() == StepType.LAST
+    assert rb['step_type'][0, 500].item() == StepType.FIRST
+    steps = [int(r['env_steps']) for r in read_csv(tmp_path / 'progress.csv')]
+    assert steps == sorted(set(steps)) and steps[-1] == 700
+
+
+def test_resumed_run_restores_networks_and_counters(tmp_path):
+    train(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    state, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    assert state['env_steps'] == 400 and state['num_updates'] == 200
+    train(tmp_path, 'TrainerConfig.num_env_steps = 600')
+    resumed, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    assert resumed['env_steps'] == 600 and resumed['num_updates'] == 400
+    # Adam's step count continued from the checkpoint instead of restarting at 0.
+    step = resumed['algorithm']['optimizers']['critic']['state'][0]['step']
+    assert int(step) == 400
+
+
+@pytest.mark.parametrize('bad', ['TrainerConfig.mini_batch_length = 1',
+                                 'TrainerConfig.replay_buffer_length = 0'])
+def test_nonsensical_sizes_are_refused(bad):
+    parse_config([os.path.join(EXAMPLES, 'sac_pendulum.gin')], [bad])
+    with pytest.raises(ValueError, match=bad.split('.')[1].split(' ')[0]):
+        TrainerConfig()
+
+
+def test_initial_collect_uses_uniform_random_actions(tmp_path):
+    train(tmp_path, 'TrainerConfig.num_env_steps = 400',
+          'TrainerConfig.initial_collect_steps = 400', 'TrainerConfig.checkpoint_interval = 400')
+    _, rb = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    actions = rb['action'][0, :400]
+    assert actions.min() >= -1 and actions.max() <= 1
+    assert abs(actions.mean().item()) < 0.1 and actions.std().item() == pytest.approx(
+        (1 / 3) ** 0.5, abs=0.05)
+    state, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    assert state['num_updates'] == 0
+    assert torch.is_tensor(actions)
