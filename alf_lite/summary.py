@@ -3,16 +3,13 @@ import csv
 import math
 import os
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from torch.utils.tensorboard import SummaryWriter
 
 # Columns of progress.csv that depend on the machine and the clock, not on the seed.
 NONDETERMINISTIC_COLUMNS = (
     'wall_time', 'train/env_steps_per_sec', 'train/updates_per_sec', 'train/process_rss_bytes')
-
-# Episode metrics are also written against the number of updates.
-METRICS = ('AverageReturn', 'AverageEpisodeLength')
 
 
 class ProgressCsv:
@@ -23,11 +20,12 @@ class ProgressCsv:
 
     Args:
         path: file to append to; an existing file is continued.
-        max_env_steps: on resume, rows past this env step (written after the
-            checkpoint that is resumed) are dropped so none is duplicated.
+        max_env_steps: rows already in the file past this env step (written
+            after the checkpoint that is resumed) are dropped so none is
+            duplicated; None keeps all.
     """
 
-    def __init__(self, path: str, max_env_steps: int = None):
+    def __init__(self, path: str, max_env_steps: Optional[int] = None):
         self._path = path
         self._columns: List[str] = []
         self._rows: List[Dict[str, str]] = []
@@ -66,26 +64,24 @@ class Summary:
     Args:
         root_dir: experiment directory; events go to ``root_dir/train`` and
             ``root_dir/eval``, rows to ``root_dir/progress.csv``.
-        resume_env_steps: env step of the checkpoint being resumed, or None.
-            TensorBoard events and CSV rows written after it are discarded.
+        keep_until_env_steps: TensorBoard events and CSV rows already in
+            ``root_dir`` after this env step are discarded: the env step of the
+            checkpoint being resumed, or -1 for a fresh start (discard all, e.g.
+            what a run killed before its first checkpoint wrote).
     """
 
-    def __init__(self, root_dir: str, resume_env_steps: int = None):
+    def __init__(self, root_dir: str, keep_until_env_steps: int = -1):
         self._writers = {
-            mode: SummaryWriter(os.path.join(root_dir, mode), purge_step=resume_env_steps)
+            mode: SummaryWriter(os.path.join(root_dir, mode), purge_step=keep_until_env_steps + 1)
             for mode in ('train', 'eval')}
-        self._csv = ProgressCsv(os.path.join(root_dir, 'progress.csv'), resume_env_steps)
+        self._csv = ProgressCsv(os.path.join(root_dir, 'progress.csv'), keep_until_env_steps)
 
     def write(self, env_steps: int, num_updates: int, wall_time: float,
               scalars: Dict[str, float]) -> None:
         """Write one set of scalars at ``env_steps`` (TensorBoard's step axis)."""
         for key, value in scalars.items():
             mode, name = key.split('/', 1)
-            writer = self._writers[mode]
-            writer.add_scalar(name, value, env_steps, walltime=wall_time)
-            if name in METRICS:
-                writer.add_scalar('Metrics_vs_Updates/' + name, value, num_updates,
-                                  walltime=wall_time)
+            self._writers[mode].add_scalar(name, value, env_steps, walltime=wall_time)
         self._csv.write({'env_steps': env_steps, 'num_updates': num_updates,
                          'wall_time': wall_time, **scalars})
 

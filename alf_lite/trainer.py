@@ -191,7 +191,7 @@ class Trainer:
         if latest is not None:
             self._restore(latest)
             reset_seed = cfg.random_seed + self._env_steps
-        summary = Summary(self._root_dir, self._env_steps if latest else None)
+        summary = Summary(self._root_dir, self._env_steps if latest else -1)
         try:
             self._loop(env, summary, reset_seed)
         finally:
