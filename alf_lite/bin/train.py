@@ -24,18 +24,24 @@ CONFIG_FILE = 'config.gin'
 
 def usage_error(message: str) -> None:
     """Print ``message`` for the user and exit with code 2 (bad input)."""
+    # gin appends where a configurable was called; the message itself is enough.
+    message = message.split('\n  In call to configurable')[0]
     print(f'error: {message}', file=sys.stderr)
     sys.exit(2)
 
 
 def build_trainer_config(gin_files, gin_params):
-    """Parse the config and build ``TrainerConfig``, before anything is written."""
+    """Parse the config, build ``TrainerConfig`` and check the env, before anything is written."""
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
+    from alf_lite.environments import create_environment
     from alf_lite.trainer import TrainerConfig
     try:
         parse_config(gin_files, gin_params)
-        return TrainerConfig()
+        trainer_config = TrainerConfig()
+        # One in-process env catches an unknown id or unsupported spaces now.
+        create_environment(num_parallel_environments=1, use_subprocesses=False).close()
+        return trainer_config
     except (ConfigError, ValueError, TypeError) as e:
         usage_error(str(e))
 
