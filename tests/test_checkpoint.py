@@ -1,0 +1,141 @@
+"""Atomic checkpoints: save / load round trip, which checkpoint is picked, what each one keeps."""
+import os
+import random
+
+import numpy as np
+import torch
+
+from alf_lite import checkpoint as ckpt
+
+
+def make_state(seed):
+    """A trainer-like state: network weights, optimizer state, RNG states, counters."""
+    torch.manual_seed(seed)
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    net(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    random.seed(seed)
+    np.random.seed(seed)
+    return {
+        'algorithm': {'net': net.state_dict(), 'opt': opt.state_dict()},
+        'rng': {'python': random.getstate(), 'numpy': np.random.get_state(),
+                'torch': torch.get_rng_state()},
+        'env_steps': 100 * seed,
+        'num_updates': 7 * seed,
+        'recent_returns': [-1.5 * seed, 2.0],
+        'last_eval': {'eval/AverageReturn': -3.25},
+    }
+
+
+def make_replay_buffer_state(seed):
+    g = torch.Generator().manual_seed(seed)
+    return {'observation': torch.randn(2, 5, 3, generator=g),
+            'step_type': torch.randint(0, 3, (2, 5), dtype=torch.uint8, generator=g),
+            'num_steps': 5}
+
+
+def assert_same(a, b):
+    """Deep equality of nested containers of tensors, arrays and plain values."""
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    else:
+        assert a == b
+
+
+def test_save_then_load_round_trips_state_and_replay_buffer(tmp_path):
+    state, rb = make_state(1), make_replay_buffer_state(1)
+    path = ckpt.save_checkpoint(str(tmp_path), 100, state, rb)
+    assert path == os.path.join(str(tmp_path), 'ckpt-100')
+    assert os.path.isfile(os.path.join(path, ckpt.MODEL_FILE))
+    assert os.path.isfile(os.path.join(path, ckpt.REPLAY_BUFFER_FILE))
+    loaded_state, loaded_rb = ckpt.load_checkpoint(path)
+    assert_same(loaded_state, state)
+    assert_same(loaded_rb, rb)
+
+
+def test_checkpoint_without_replay_buffer_loads_none_for_it(tmp_path):
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    assert not os.path.exists(os.path.join(path, ckpt.REPLAY_BUFFER_FILE))
+    state, rb = ckpt.load_checkpoint(path)
+    assert rb is None
+    assert state['env_steps'] == 100
+
+
+def test_latest_checkpoint_of_missing_or_empty_directory_is_none(tmp_path):
+    assert ckpt.latest_checkpoint(str(tmp_path / 'missing')) is None
+    assert ckpt.latest_checkpoint(str(tmp_path)) is None
+
+
+def test_latest_checkpoint_picks_highest_complete_one_never_a_temporary_directory(tmp_path):
+    # Out of order, and 1000 sorts before 900 as text.
+    for step in (900, 1000, 200):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(step // 100), None)
+    # What a writer killed mid-save leaves: a temporary directory with a partial
+    # model file, at a higher step than any complete checkpoint.
+    killed = tmp_path / '.tmp-ckpt-999-123'
+    killed.mkdir()
+    (killed / ckpt.MODEL_FILE).write_bytes(b'PK\x03\x04 truncated')
+    killed_higher = tmp_path / '.tmp-ckpt-5000-123'
+    killed_higher.mkdir()
+
+    latest = ckpt.latest_checkpoint(str(tmp_path))
+    assert latest == os.path.join(str(tmp_path), 'ckpt-1000')
+    assert [os.path.basename(p) for p in ckpt.list_checkpoints(str(tmp_path))] == [
+        'ckpt-200', 'ckpt-900', 'ckpt-1000']
+    state, _ = ckpt.load_checkpoint(latest)
+    assert state['env_steps'] == 1000
+
+
+def test_only_newest_checkpoint_keeps_replay_buffer(tmp_path):
+    for step in (100, 200, 300):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(step // 100),
+                             make_replay_buffer_state(step))
+    for step in (100, 200, 300):
+        path = tmp_path / f'ckpt-{step}'
+        assert (path / ckpt.MODEL_FILE).is_file(), f'{path} lost its model file'
+        assert (path / ckpt.REPLAY_BUFFER_FILE).exists() == (step == 300), path
+    state, rb = ckpt.load_checkpoint(str(tmp_path / 'ckpt-300'))
+    assert_same(rb, make_replay_buffer_state(300))
+    old_state, old_rb = ckpt.load_checkpoint(str(tmp_path / 'ckpt-100'))
+    assert old_rb is None
+    assert old_state['env_steps'] == 100
+
+
+def test_saving_same_step_twice_leaves_one_loadable_checkpoint_with_newest_content(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(2), make_replay_buffer_state(2))
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100']
+    state, rb = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path)))
+    assert_same(state, make_state(2))
+    assert_same(rb, make_replay_buffer_state(2))
+
+
+def test_save_succeeds_over_leftover_temporary_directory_of_same_name(tmp_path):
+    # A writer killed mid-save by a process that had the same pid (pids are reused).
+    leftover = tmp_path / f'.tmp-ckpt-100-{os.getpid()}'
+    leftover.mkdir()
+    (leftover / ckpt.MODEL_FILE).write_bytes(b'partial')
+    (leftover / 'stray').write_bytes(b'junk')
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(3), None)
+    assert sorted(os.listdir(path)) == [ckpt.MODEL_FILE]
+    state, _ = ckpt.load_checkpoint(path)
+    assert_same(state, make_state(3))
+    assert not leftover.exists()
+
+
+def test_save_leaves_no_temporary_directory_behind(tmp_path):
+    for step in (100, 200):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(1), make_replay_buffer_state(1))
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-200']

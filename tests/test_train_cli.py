@@ -1,0 +1,370 @@
+"""``python -m alf_lite.bin.train`` as a user runs it: real subprocesses, real files read back."""
+import glob
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO_ROOT / 'examples'
+PENDULUM = EXAMPLES / 'sac_pendulum.gin'
+RUN_TIMEOUT_S = 240
+
+# Small enough for a few seconds a run on one CPU thread.
+TINY = [
+    'TanhNormalActorNetwork.hidden_layers=(32,)',
+    'CriticNetwork.hidden_layers=(32,)',
+    'TrainerConfig.mini_batch_size=32',
+    'TrainerConfig.replay_buffer_length=1000',
+    'TrainerConfig.initial_collect_steps=100',
+]
+
+TRAIN_SCALARS = ('critic_loss', 'actor_loss', 'alpha_loss', 'alpha', 'entropy', 'q_mean',
+                 'AverageReturn', 'AverageEpisodeLength', 'env_steps_per_sec',
+                 'updates_per_sec', 'replay_buffer_bytes', 'process_rss_bytes')
+EVAL_SCALARS = ('AverageReturn', 'AverageEpisodeLength')
+
+
+def train_command(root_dir, gin_files=(), params=()):
+    command = [sys.executable, '-m', 'alf_lite.bin.train', '--root_dir', str(root_dir)]
+    for gin_file in gin_files:
+        command += ['--gin_file', str(gin_file)]
+    for param in params:
+        command += ['--gin_param', param]
+    return command
+
+
+def train_env():
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    # alf_lite may not be installed (no `pip install -e`): make this checkout importable
+    # from any working directory.
+    env['PYTHONPATH'] = os.pathsep.join(
+        [str(REPO_ROOT)] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
+    return env
+
+
+def run_train(command, cwd=REPO_ROOT):
+    return subprocess.run(command, cwd=cwd, env=train_env(), capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+
+
+def assert_ok(result):
+    assert result.returncode == 0, (
+        f'exit {result.returncode}\n--- stderr (tail) ---\n{result.stderr[-4000:]}')
+
+
+def checkpoint_steps(root_dir):
+    """Env steps of the complete checkpoints (``ckpt-<N>``), ascending."""
+    names = glob.glob(os.path.join(root_dir, 'checkpoints', 'ckpt-*'))
+    return sorted(int(os.path.basename(n)[len('ckpt-'):]) for n in names
+                  if os.path.basename(n)[len('ckpt-'):].isdigit())
+
+
+def column(rows, name, key='env_steps'):
+    """``{int(row[key]): float(row[name])}`` over the rows where ``name`` has a value."""
+    return {int(r[key]): float(r[name]) for r in rows if r.get(name, '') != ''}
+
+
+def assert_close(a, b):
+    # TensorBoard stores float32, progress.csv the full float64.
+    assert math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6), (a, b)
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize('param, must_name, closest', [
+    ('TrainerConfig.num_env_stepz=10', 'num_env_stepz', 'num_env_steps'),
+    ('TrainerConfg.random_seed=1', 'TrainerConfg', 'TrainerConfig'),
+    ('TrainerConfig.mini_batch_length=1', 'mini_batch_length', None),
+    ("create_environment.env_name='Pendulum-v9'", 'Pendulum-v9', 'Pendulum-v1'),
+], ids=['misspelt_parameter', 'misspelt_configurable', 'bad_value', 'unknown_env_id'])
+def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must_name, closest):
+    root_dir = tmp_path / 'experiments' / 'run'
+    result = run_train(train_command(root_dir, [PENDULUM], TINY + [param]))
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert must_name in result.stderr
+    if closest is not None:
+        # The suggestion, not just the list of every valid name.
+        assert re.search(rf'closest[^.]*\b{closest}\b', result.stderr, re.IGNORECASE), \
+            result.stderr
+    assert 'Traceback' not in result.stderr, result.stderr
+    assert not (tmp_path / 'experiments').exists(), os.listdir(tmp_path / 'experiments')
+
+
+@pytest.mark.parametrize('make_root_dir', [False, True], ids=['missing_root_dir',
+                                                              'empty_root_dir'])
+def test_resume_without_gin_file_and_without_config_exits_2(tmp_path, make_root_dir):
+    root_dir = tmp_path / 'run'
+    if make_root_dir:
+        root_dir.mkdir()
+    result = run_train(train_command(root_dir))
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert 'config.gin' in result.stderr and '--gin_file' in result.stderr, result.stderr
+    assert 'Traceback' not in result.stderr, result.stderr
+    if make_root_dir:
+        assert os.listdir(root_dir) == []
+    else:
+        assert not root_dir.exists()
+
+
+# --- a run and what it leaves in root_dir ---------------------------------------------------
+
+
+def test_gin_file_by_absolute_path_works_from_any_directory(tmp_path):
+    # From an unrelated directory, 'common/sac.gin' resolves only relative to the
+    # including file; a relative --root_dir is relative to the working directory.
+    cwd = tmp_path / 'elsewhere'
+    cwd.mkdir()
+    params = TINY + ['TrainerConfig.num_env_steps=200', 'TrainerConfig.summary_interval=100',
+                     'TrainerConfig.eval_interval=200', 'TrainerConfig.checkpoint_interval=200',
+                     'TrainerConfig.num_eval_episodes=1']
+    result = run_train(train_command('run', [PENDULUM.resolve()], params), cwd=cwd)
+    assert_ok(result)
+    root_dir = cwd / 'run'
+    assert (root_dir / 'checkpoints' / 'ckpt-200' / 'model.pt').is_file()
+    config = (root_dir / 'config.gin').read_text()
+    assert "create_environment.env_name = 'Pendulum-v1'" in config  # from the file
+    assert 'SacAlgorithm.target_update_tau = 0.005' in config  # from its include
+    assert 'TrainerConfig.num_env_steps = 200' in config  # from --gin_param
+
+
+def test_root_dir_layout_and_tensorboard_scalars(tmp_path, read_tensorboard, read_progress):
+    root_dir = tmp_path / 'run'
+    # Training starts before the first summary, so every summary has the losses.
+    params = TINY + ['TrainerConfig.initial_collect_steps=50',
+                     'TrainerConfig.num_env_steps=600', 'TrainerConfig.summary_interval=100',
+                     'TrainerConfig.eval_interval=200', 'TrainerConfig.checkpoint_interval=300',
+                     'TrainerConfig.num_eval_episodes=2']
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], params)))
+
+    # Files.
+    assert 'TrainerConfig.num_env_steps = 600' in (root_dir / 'config.gin').read_text()
+    assert 'SacAlgorithm' in (root_dir / 'operative_config.gin').read_text()
+    assert glob.glob(str(root_dir / 'train' / 'events.out.tfevents.*'))
+    assert glob.glob(str(root_dir / 'eval' / 'events.out.tfevents.*'))
+    assert checkpoint_steps(root_dir) == [300, 600]
+    assert (root_dir / 'checkpoints' / 'ckpt-300' / 'model.pt').is_file()
+    assert (root_dir / 'checkpoints' / 'ckpt-600' / 'model.pt').is_file()
+    assert (root_dir / 'checkpoints' / 'ckpt-600' / 'replay_buffer.pt').is_file()
+    assert not (root_dir / 'checkpoints' / 'ckpt-300' / 'replay_buffer.pt').exists()
+
+    train = read_tensorboard(root_dir / 'train')
+    evaluation = read_tensorboard(root_dir / 'eval')
+    header, rows = read_progress(root_dir / 'progress.csv')
+    assert set(TRAIN_SCALARS) <= set(train), sorted(train)
+    assert set(EVAL_SCALARS) <= set(evaluation), sorted(evaluation)
+
+    # The step axis is env steps: a summary every 100, an evaluation every 200 (and at 0).
+    assert [e.step for e in train['env_steps_per_sec']] == [100, 200, 300, 400, 500, 600]
+    assert [e.step for e in train['critic_loss']] == [100, 200, 300, 400, 500, 600]
+    assert [e.step for e in evaluation['AverageReturn']] == [0, 200, 400, 600]
+    # Pendulum episodes are 200 steps: no train return before the first one ends.
+    assert [e.step for e in train['AverageReturn']] == [200, 300, 400, 500, 600]
+    assert all(e.value == 200.0 for e in evaluation['AverageEpisodeLength'])
+
+    # progress.csv: the same scalars, the same values at the same steps.
+    expected_columns = ({'env_steps', 'num_updates', 'wall_time'}
+                        | {f'train/{name}' for name in TRAIN_SCALARS}
+                        | {f'eval/{name}' for name in EVAL_SCALARS})
+    assert set(header) == expected_columns, set(header) ^ expected_columns
+    assert [int(r['env_steps']) for r in rows] == [0, 100, 200, 300, 400, 500, 600]
+    for mode, events in (('train', train), ('eval', evaluation)):
+        for tag, tag_events in events.items():
+            from_csv = column(rows, f'{mode}/{tag}')
+            assert [e.step for e in tag_events] == sorted(from_csv), (mode, tag)
+            for e in tag_events:
+                assert_close(e.value, from_csv[e.step])
+    wall_times = {int(r['env_steps']): float(r['wall_time']) for r in rows}
+    assert [e.wall_time for e in train['critic_loss']] == [
+        wall_times[e.step] for e in train['critic_loss']]
+
+
+def test_rerunning_a_finished_run_changes_nothing(tmp_path, read_tensorboard):
+    root_dir = tmp_path / 'run'
+    params = TINY + ['TrainerConfig.num_env_steps=200', 'TrainerConfig.summary_interval=100',
+                     'TrainerConfig.eval_interval=100', 'TrainerConfig.checkpoint_interval=100',
+                     'TrainerConfig.num_eval_episodes=1']
+    command = train_command(root_dir, [PENDULUM], params)
+    assert_ok(run_train(command))
+    progress = (root_dir / 'progress.csv').read_text()
+    steps = {tag: [e.step for e in events]
+             for tag, events in read_tensorboard(root_dir / 'train').items()}
+
+    assert_ok(run_train(command))
+    assert (root_dir / 'progress.csv').read_text() == progress
+    assert {tag: [e.step for e in events]
+            for tag, events in read_tensorboard(root_dir / 'train').items()} == steps
+    assert checkpoint_steps(root_dir) == [100, 200]
+
+
+# --- kill and resume ------------------------------------------------------------------------
+
+RESUME_STEPS = 3000
+RESUME_PARAMS = [
+    'TanhNormalActorNetwork.hidden_layers=(32,)',
+    'CriticNetwork.hidden_layers=(32,)',
+    'TrainerConfig.mini_batch_size=32',
+    f'TrainerConfig.replay_buffer_length={RESUME_STEPS}',
+    'TrainerConfig.initial_collect_steps=100',
+    f'TrainerConfig.num_env_steps={RESUME_STEPS}',
+    'TrainerConfig.checkpoint_interval=500',
+    'TrainerConfig.summary_interval=250',
+    'TrainerConfig.eval_interval=250',
+    'TrainerConfig.num_eval_episodes=2',
+]
+
+
+def start_and_kill(command, tmp_path, until, name):
+    """Start ``command``; SIGKILL it as soon as ``until()`` is true. Returns the kill time."""
+    with open(tmp_path / f'{name}.log', 'w') as log:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=train_env(),
+                                   stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + RUN_TIMEOUT_S
+            while not until():
+                if process.poll() is not None:
+                    pytest.fail(f'{name} ended (exit {process.returncode}) before it could be '
+                                f'killed:\n{(tmp_path / f"{name}.log").read_text()[-4000:]}')
+                if time.time() > deadline:
+                    pytest.fail(f'{name}: condition not reached in {RUN_TIMEOUT_S} s')
+                time.sleep(0.01)
+            process.send_signal(signal.SIGKILL)
+            killed_at = time.time()
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+    assert process.returncode == -signal.SIGKILL, f'{name} ended by itself before the kill'
+    return killed_at
+
+
+def rows_after(rows, wall_time):
+    return [r for r in rows if float(r['wall_time']) > wall_time]
+
+
+def test_kill_and_resume_continues_step_count(tmp_path, read_tensorboard, read_progress):
+    root_dir = tmp_path / 'run'
+    full_command = train_command(root_dir, [PENDULUM], RESUME_PARAMS)
+
+    # 1. Killed after its first checkpoint.
+    killed_1 = start_and_kill(full_command, tmp_path, lambda: checkpoint_steps(root_dir),
+                              'first')
+    checkpoint_1 = checkpoint_steps(root_dir)[-1]
+    assert checkpoint_1 < RESUME_STEPS
+
+    # 2. The same command resumes; killed after it wrote a newer checkpoint.
+    killed_2 = start_and_kill(
+        full_command, tmp_path, lambda: checkpoint_steps(root_dir)[-1] > checkpoint_1, 'second')
+    checkpoint_2 = checkpoint_steps(root_dir)[-1]
+    assert checkpoint_1 < checkpoint_2 < RESUME_STEPS
+    _, rows = read_progress(root_dir / 'progress.csv')
+    resumed_rows = rows_after(rows, killed_1)
+    assert resumed_rows, 'the resumed run wrote no row'
+    assert int(resumed_rows[0]['env_steps']) > checkpoint_1
+
+    # 3. Only --root_dir: the config comes from root_dir/config.gin; runs to the end.
+    result = run_train(train_command(root_dir))
+    assert_ok(result)
+    assert checkpoint_steps(root_dir)[-1] == RESUME_STEPS
+
+    _, rows = read_progress(root_dir / 'progress.csv')
+    resumed_rows = rows_after(rows, killed_2)
+    assert resumed_rows, 'the last run wrote no row'
+    assert int(resumed_rows[0]['env_steps']) > checkpoint_2
+    env_steps = [int(r['env_steps']) for r in rows]
+    assert env_steps == sorted(set(env_steps)), f'not strictly increasing: {env_steps}'
+    assert env_steps == list(range(0, RESUME_STEPS + 1, 250))
+    num_updates = [int(r['num_updates']) for r in rows]
+    assert num_updates == sorted(set(num_updates)), f'not strictly increasing: {num_updates}'
+
+    # TensorBoard, as it displays the three runs' event files together: the same
+    # steps as progress.csv, each once, and the same values.
+    for mode in ('train', 'eval'):
+        events = read_tensorboard(root_dir / mode)
+        name = 'critic_loss' if mode == 'train' else 'AverageReturn'
+        from_csv = column(rows, f'{mode}/{name}')
+        steps = [e.step for e in events[name]]
+        assert steps == sorted(from_csv), (mode, steps, sorted(from_csv))
+        assert steps[-1] == RESUME_STEPS
+        for e in events[name]:
+            assert_close(e.value, from_csv[e.step])
+
+
+def test_rerun_after_kill_before_first_checkpoint_starts_over_without_duplicate_rows(
+        tmp_path, read_tensorboard, read_progress):
+    root_dir = tmp_path / 'run'
+    params = TINY + ['TrainerConfig.num_env_steps=800', 'TrainerConfig.summary_interval=100',
+                     'TrainerConfig.eval_interval=400', 'TrainerConfig.checkpoint_interval=10000',
+                     'TrainerConfig.num_eval_episodes=1']
+    command = train_command(root_dir, [PENDULUM], params)
+
+    def three_rows():
+        path = root_dir / 'progress.csv'
+        return path.exists() and len(path.read_text().splitlines()) >= 4
+
+    start_and_kill(command, tmp_path, three_rows, 'killed')
+    assert checkpoint_steps(root_dir) == []
+    assert_ok(run_train(command))
+
+    _, rows = read_progress(root_dir / 'progress.csv')
+    assert [int(r['env_steps']) for r in rows] == list(range(0, 801, 100))
+    # Training starts after initial_collect_steps=100: the first loss is at 200.
+    steps = [e.step for e in read_tensorboard(root_dir / 'train')['critic_loss']]
+    assert steps == list(range(200, 801, 100))
+
+
+# --- every example --------------------------------------------------------------------------
+
+EXAMPLE_FILES = sorted(glob.glob(str(EXAMPLES / '*.gin')))
+NETWORKS = ('TanhNormalActorNetwork', 'DeterministicActorNetwork', 'CriticNetwork')
+SMOKE = [
+    'TrainerConfig.mini_batch_size=32',
+    'TrainerConfig.replay_buffer_length=1000',
+    'TrainerConfig.initial_collect_steps=100',
+    'TrainerConfig.num_env_steps=300',
+    'TrainerConfig.summary_interval=100',
+    'TrainerConfig.eval_interval=100',
+    'TrainerConfig.checkpoint_interval=100',
+    'TrainerConfig.num_eval_episodes=1',
+]
+
+
+def small_networks(gin_file):
+    """``<Network>.hidden_layers=(32,)`` for each network the file or its includes bind."""
+    text, todo = '', [Path(gin_file)]
+    while todo:
+        path = todo.pop()
+        content = path.read_text()
+        text += content
+        todo += [path.parent / m for m in re.findall(r"^include\s+'([^']+)'", content, re.M)]
+    return [f'{name}.hidden_layers=(32,)' for name in NETWORKS
+            if re.search(rf'^{name}\.hidden_layers\b', text, re.M)]
+
+
+def test_there_are_examples_to_smoke_test():
+    assert any(f.endswith('sac_pendulum.gin') for f in EXAMPLE_FILES), EXAMPLE_FILES
+
+
+@pytest.mark.parametrize('gin_file, extra', [(f, []) for f in EXAMPLE_FILES] + [
+    (str(PENDULUM), ['create_environment.num_parallel_environments=2'])],
+    ids=[os.path.basename(f)[:-len('.gin')] for f in EXAMPLE_FILES] + ['sac_pendulum_2_envs'])
+def test_example_trains_and_checkpoints(tmp_path, read_progress, gin_file, extra):
+    root_dir = tmp_path / 'run'
+    result = run_train(train_command(root_dir, [gin_file],
+                                     SMOKE + small_networks(gin_file) + extra))
+    assert_ok(result)
+    assert (root_dir / 'checkpoints' / 'ckpt-300' / 'model.pt').is_file()
+    _, rows = read_progress(root_dir / 'progress.csv')
+    assert int(rows[-1]['env_steps']) == 300
+    assert rows[-1]['train/critic_loss'] != '' and math.isfinite(
+        float(rows[-1]['train/critic_loss']))
+    if extra:
+        # Two envs are stepped in subprocesses (the default for more than one).
+        assert '2 x Pendulum-v1 (subprocesses)' in result.stderr, result.stderr[-4000:]
