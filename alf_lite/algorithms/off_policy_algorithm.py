@@ -54,12 +54,32 @@ def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
         t.copy_(o)
 
 
+class frozen:
+    """Context in which a module's parameters collect no gradient.
+
+    An actor loss differentiates through the critic; freezing the critic keeps
+    its gradients out of that backward pass (and saves computing them).
+    """
+
+    def __init__(self, module: nn.Module):
+        self._params = list(module.parameters())
+
+    def __enter__(self):
+        for p in self._params:
+            p.requires_grad_(False)
+
+    def __exit__(self, *exc):
+        for p in self._params:
+            p.requires_grad_(True)
+
+
 class OffPolicyAlgorithm(nn.Module):
     """What the trainer calls: act for evaluation, act for collection, learn from a batch.
 
     Subclasses create their networks and optimizers from ``observation_dim`` and
     ``action_dim`` and register the optimizers in ``self.optimizers``; actions
-    are always normalised to [-1, 1].
+    are always normalised to [-1, 1]. ``self._num_train_steps`` counts
+    ``train_step`` calls (for update periods) and is saved with the module.
     """
 
     def __init__(self, observation_dim: int, action_dim: int):
@@ -67,6 +87,7 @@ class OffPolicyAlgorithm(nn.Module):
         self.observation_dim = observation_dim
         self.action_dim = action_dim
         self.optimizers: Dict[str, torch.optim.Optimizer] = {}
+        self._num_train_steps = 0
 
     def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         """The deterministic action for evaluation, ``[N, action_dim]``."""
@@ -89,6 +110,19 @@ class OffPolicyAlgorithm(nn.Module):
             detached scalar tensors for summaries, e.g. ``{'critic_loss': ...}``.
         """
         raise NotImplementedError
+
+    def optimizer_step(self, name: str, loss: torch.Tensor) -> None:
+        """Zero the gradients of ``self.optimizers[name]``, backpropagate ``loss``, step."""
+        opt = self.optimizers[name]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    def get_extra_state(self) -> dict:
+        return {'num_train_steps': self._num_train_steps}
+
+    def set_extra_state(self, state: dict) -> None:
+        self._num_train_steps = state['num_train_steps']
 
     def checkpoint_state(self) -> dict:
         """Parameters, target networks, buffers and optimizer states."""

@@ -11,29 +11,10 @@ import torch
 import torch.nn as nn
 
 from alf_lite.algorithms.off_policy_algorithm import (
-    OffPolicyAlgorithm, masked_mean, polyak_update, td_target, transitions)
+    OffPolicyAlgorithm, frozen, masked_mean, polyak_update, td_target, transitions)
 from alf_lite.data import Experience, TimeStep
 from alf_lite.networks import CriticNetwork, TanhNormalActorNetwork
 from alf_lite.optimizers import OptimizerCtor, make_optimizer
-
-
-class frozen:
-    """Context in which a module's parameters collect no gradient.
-
-    The actor loss differentiates through the critic; freezing it keeps the
-    critic's gradients out of that backward pass (and saves computing them).
-    """
-
-    def __init__(self, module: nn.Module):
-        self._params = list(module.parameters())
-
-    def __enter__(self):
-        for p in self._params:
-            p.requires_grad_(False)
-
-    def __exit__(self, *exc):
-        for p in self._params:
-            p.requires_grad_(True)
 
 
 @gin.configurable
@@ -87,7 +68,6 @@ class SacAlgorithm(OffPolicyAlgorithm):
         self._target_update_period = target_update_period
         self._target_entropy = float(-action_dim if target_entropy is None else target_entropy)
         self._resample = resample_action_per_loss
-        self._num_train_steps = 0
         self.optimizers = {
             'actor': make_optimizer(actor_optimizer, self._actor.parameters(), 3e-4),
             'critic': make_optimizer(critic_optimizer, self._critic.parameters(), 3e-4),
@@ -136,17 +116,17 @@ class SacAlgorithm(OffPolicyAlgorithm):
         # Critic loss (eq. 5), every replica regressed on the same target.
         q = self._critic(tr.observation, tr.action)
         critic_loss = masked_mean(0.5 * (q - target.unsqueeze(-1)).square().sum(-1), mask)
-        self._step('critic', critic_loss)
+        self.optimizer_step('critic', critic_loss)
 
         # Policy loss (eq. 7): E[alpha * log pi(a|s) - min_i Q_i(s, a)], a reparameterised.
         with frozen(self._critic):
             q_pi = self._critic(tr.observation, action).min(dim=-1).values
         actor_loss = masked_mean(alpha * log_prob - q_pi, mask)
-        self._step('actor', actor_loss)
+        self.optimizer_step('actor', actor_loss)
 
         # Temperature loss (eq. 18): -log(alpha) * (log pi(a|s) + target_entropy).
         alpha_loss = masked_mean(-self._log_alpha * (alpha_log_prob + self._target_entropy), mask)
-        self._step('alpha', alpha_loss)
+        self.optimizer_step('alpha', alpha_loss)
 
         self._num_train_steps += 1
         if self._num_train_steps % self._target_update_period == 0:
@@ -160,15 +140,3 @@ class SacAlgorithm(OffPolicyAlgorithm):
             'entropy': -masked_mean(log_prob.detach(), mask),
             'q_mean': masked_mean(q.detach().mean(-1), mask),
         }
-
-    def get_extra_state(self):
-        return {'num_train_steps': self._num_train_steps}
-
-    def set_extra_state(self, state):
-        self._num_train_steps = state['num_train_steps']
-
-    def _step(self, name: str, loss: torch.Tensor) -> None:
-        opt = self.optimizers[name]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
