@@ -8,6 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from alf_lite.networks.encoding import mlp
+from alf_lite.networks.initializers import ddpg_paper_init_
 
 
 @gin.configurable
@@ -54,3 +55,41 @@ class TanhNormalActorNetwork(nn.Module):
         # the form that stays finite when |u| is large.
         log_det = (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
         return action, log_prob_u - log_det
+
+
+@gin.configurable
+class DeterministicActorNetwork(nn.Module):
+    """Deterministic policy (DDPG, TD3): ``a = tanh(MLP(s))`` in [-1, 1].
+
+    Args:
+        observation_dim: size of the observation vector.
+        action_dim: size of the action vector.
+        hidden_layers: widths of the hidden layers (DDPG paper: (400, 300)).
+        batch_norm: normalise the observation and every hidden layer's output
+            (before its ReLU) with ``BatchNorm1d``, as the DDPG paper does with
+            low-dimensional observations. Batch statistics in training mode,
+            running statistics in eval mode (rollout, evaluation).
+        paper_init: DDPG's initialisation: hidden layers uniform in
+            +-1/sqrt(fan_in), final layer uniform in +-3e-3. False: PyTorch's
+            default (+-1/sqrt(fan_in) everywhere).
+    """
+
+    def __init__(self, observation_dim: int, action_dim: int,
+                 hidden_layers: Sequence[int] = (256, 256),
+                 batch_norm: bool = False,
+                 paper_init: bool = False):
+        super().__init__()
+        sizes = [observation_dim] + list(hidden_layers)
+        self._input_norm = nn.BatchNorm1d(observation_dim) if batch_norm else nn.Identity()
+        self._hidden = nn.ModuleList(nn.Linear(i, o) for i, o in zip(sizes[:-1], sizes[1:]))
+        self._hidden_norms = nn.ModuleList(
+            nn.BatchNorm1d(o) if batch_norm else nn.Identity() for o in hidden_layers)
+        self._head = nn.Linear(sizes[-1], action_dim)
+        if paper_init:
+            ddpg_paper_init_(self._hidden, self._head)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        x = self._input_norm(observation)
+        for layer, norm in zip(self._hidden, self._hidden_norms):
+            x = torch.relu(norm(layer(x)))
+        return torch.tanh(self._head(x))

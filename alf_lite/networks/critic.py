@@ -5,33 +5,70 @@ import gin
 import torch
 import torch.nn as nn
 
-from alf_lite.networks.layers import BatchedLinear
+from alf_lite.networks.initializers import ddpg_paper_init_
+from alf_lite.networks.layers import BatchedBatchNorm1d, BatchedLinear
 
 
 @gin.configurable
 class CriticNetwork(nn.Module):
     """``num_replicas`` independent MLP critics ``Q_i(s, a)``, computed in one pass.
 
-    Observation and action are concatenated at the input. Output ``[B, R]``.
+    The observation runs through the first ``action_input_layer`` hidden layers
+    (the state path) before the action is concatenated to it. Output ``[B, R]``.
 
     Args:
         observation_dim: size of the observation vector.
         action_dim: size of the action vector.
         num_replicas: number of independent critics R (SAC and TD3 use 2).
         hidden_layers: widths of the hidden layers of every replica.
+        action_input_layer: index of the layer whose input gets the action
+            appended: 0 concatenates it with the observation at the input (SAC,
+            TD3); 1 appends it to the first hidden layer's output, so it enters
+            the second hidden layer (DDPG paper). At most ``len(hidden_layers)``
+            (the action then enters only the output layer).
+        batch_norm: batch-normalise the state path: the observation and the
+            outputs (before ReLU) of the hidden layers before the action enters,
+            as the DDPG paper does with low-dimensional observations. Each
+            replica has its own statistics; running ones are used in eval mode.
+        paper_init: DDPG's initialisation: hidden layers uniform in
+            +-1/sqrt(fan_in), output layer uniform in +-3e-3. False: the
+            ``BatchedLinear`` default (+-1/sqrt(fan_in) everywhere).
     """
 
     def __init__(self, observation_dim: int, action_dim: int, num_replicas: int = 1,
-                 hidden_layers: Sequence[int] = (256, 256)):
+                 hidden_layers: Sequence[int] = (256, 256),
+                 action_input_layer: int = 0,
+                 batch_norm: bool = False,
+                 paper_init: bool = False):
         super().__init__()
+        if not 0 <= action_input_layer <= len(hidden_layers):
+            raise ValueError(f'action_input_layer must be in [0, {len(hidden_layers)}] '
+                             f'for {len(hidden_layers)} hidden layers, got {action_input_layer}')
         self.num_replicas = num_replicas
-        sizes = [observation_dim + action_dim] + list(hidden_layers) + [1]
+        self._action_input_layer = action_input_layer
+        outputs = list(hidden_layers) + [1]
+        inputs = [observation_dim] + list(hidden_layers)
+        inputs[action_input_layer] += action_dim
         self._layers = nn.ModuleList(
-            BatchedLinear(i, o, num_replicas) for i, o in zip(sizes[:-1], sizes[1:]))
+            BatchedLinear(i, o, num_replicas) for i, o in zip(inputs, outputs))
+        state_path = hidden_layers[:action_input_layer] if batch_norm else []
+        self._input_norm = (BatchedBatchNorm1d(observation_dim, num_replicas) if batch_norm
+                            else nn.Identity())
+        self._hidden_norms = nn.ModuleList(
+            BatchedBatchNorm1d(width, num_replicas) for width in state_path)
+        if paper_init:
+            ddpg_paper_init_(self._layers[:-1], self._layers[-1])
 
     def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([observation, action], dim=-1)
-        x = x.unsqueeze(0).expand(self.num_replicas, *x.shape)
-        for layer in self._layers[:-1]:
-            x = torch.relu(layer(x))
-        return self._layers[-1](x).squeeze(-1).transpose(0, 1)
+        r = self.num_replicas
+        x = self._input_norm(observation.unsqueeze(0).expand(r, *observation.shape))
+        last = len(self._layers) - 1
+        for i, layer in enumerate(self._layers):
+            if i == self._action_input_layer:
+                x = torch.cat([x, action.unsqueeze(0).expand(r, *action.shape)], dim=-1)
+            x = layer(x)
+            if i < len(self._hidden_norms):
+                x = self._hidden_norms[i](x)
+            if i < last:
+                x = torch.relu(x)
+        return x.squeeze(-1).transpose(0, 1)

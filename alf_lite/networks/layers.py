@@ -1,4 +1,4 @@
-"""Layers that evaluate several replicas of a network in one batched matmul."""
+"""Layers that evaluate several replicas of a network in one batched call."""
 import math
 
 import torch
@@ -19,6 +19,8 @@ class BatchedLinear(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, num_replicas: int):
         super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
         self.weight = nn.Parameter(torch.empty(num_replicas, in_features, out_features))
         self.bias = nn.Parameter(torch.empty(num_replicas, 1, out_features))
         bound = 1.0 / math.sqrt(in_features)
@@ -27,3 +29,25 @@ class BatchedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.baddbmm(self.bias, x, self.weight)
+
+
+class BatchedBatchNorm1d(nn.BatchNorm1d):
+    """``num_replicas`` independent batch norms over ``[R, B, F]``, as one ``BatchNorm1d``.
+
+    Replica r's feature f is channel ``r * F + f`` of a ``BatchNorm1d(R * F)``:
+    each replica has its own statistics and affine parameters. In training mode
+    it normalises with the batch's statistics and updates the running ones; in
+    eval mode it uses the running ones.
+
+    Args:
+        num_features: F, features per replica.
+        num_replicas: number of independent replicas R.
+    """
+
+    def __init__(self, num_features: int, num_replicas: int):
+        super().__init__(num_replicas * num_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r, b, f = x.shape
+        y = super().forward(x.transpose(0, 1).reshape(b, r * f))
+        return y.reshape(b, r, f).transpose(0, 1)

@@ -1,0 +1,100 @@
+"""Exploration noise for deterministic policies, in the normalised action space.
+
+A noise object is built once (``DdpgAlgorithm.exploration_noise = @OUNoise()``
+in gin) and called at every collection step with the env batch's step types
+and the policy's actions; it returns noise of the actions' shape. The
+algorithm adds it and clips the sum to [-1, 1]. Units are those of the
+normalised actions: ``sigma = 0.1`` is 10% of half the action range of every
+dimension, whatever the env's bounds. Samples come from torch's global RNG,
+so a seeded run is reproducible.
+"""
+import math
+from typing import Optional
+
+import gin
+import torch
+
+from alf_lite.data import StepType
+
+
+@gin.configurable
+class GaussianNoise:
+    """Independent ``N(0, sigma^2)`` noise at every step (TD3 uses ``sigma = 0.1``).
+
+    Args:
+        sigma: standard deviation, in normalised action units.
+    """
+
+    def __init__(self, sigma: float = 0.1):
+        if sigma < 0:
+            raise ValueError(f'sigma must be >= 0, got {sigma}')
+        self.sigma = sigma
+
+    def __call__(self, step_type: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Noise for ``action`` ``[N, A]``; ``step_type`` ``[N]`` is unused (no state)."""
+        return self.sigma * torch.randn_like(action)
+
+
+@gin.configurable
+class OUNoise:
+    """Ornstein-Uhlenbeck process, one per parallel env, restarted at each episode's FIRST step.
+
+    Euler-Maruyama discretisation with time step ``dt``::
+
+        x[t+1] = x[t] + theta * (mu - x[t]) * dt + sigma * sqrt(dt) * N(0, 1)
+
+    Its stationary standard deviation is exactly
+    ``sigma * sqrt(dt) / sqrt(1 - (1 - theta * dt)^2)``, about
+    ``sigma / sqrt(2 * theta)`` when ``theta * dt`` is small (0.365 for the
+    defaults), and its correlation time is ``1 / (theta * dt)`` steps.
+
+    The DDPG paper gives theta = 0.15 and sigma = 0.2 but no ``dt``. OpenAI
+    Baselines and Stable-Baselines3 use ``dt = 1e-2`` (the default here): the
+    per-step increment has std ``sigma * sqrt(dt) = 0.02`` and the correlation
+    time is 667 steps, so within an episode started at ``mu`` the noise
+    wanders like a random walk (std 0.25 after 200 steps). ``dt = 1`` is
+    the form of rllab, tf-agents and ALF, ``x += theta * (mu - x) + sigma * N``
+    (tf-agents and ALF call theta ``damping`` and sigma ``stddev``): per-step
+    std 0.2, stationary std 0.38, correlation time about 7 steps.
+
+    Where ``step_type`` is FIRST the process restarts from ``mu`` before it
+    steps, so each episode's noise is independent of the last one. The state
+    is sized lazily on the first call (``[N, A]``) and is not checkpointed: a
+    resumed run restarts every env with a FIRST step, which restarts it.
+
+    Args:
+        theta: rate of mean reversion, per unit time.
+        sigma: diffusion scale, per sqrt(unit time), in normalised action units.
+        dt: time step of the discretisation (see above).
+        mu: the mean the process reverts to.
+    """
+
+    def __init__(self, theta: float = 0.15, sigma: float = 0.2, dt: float = 1e-2,
+                 mu: float = 0.0):
+        if not 0.0 < theta * dt <= 1.0:
+            raise ValueError(f'theta * dt must be in (0, 1] for a mean-reverting process, '
+                             f'got theta={theta}, dt={dt}')
+        if sigma < 0:
+            raise ValueError(f'sigma must be >= 0, got {sigma}')
+        self.theta, self.sigma, self.dt, self.mu = theta, sigma, dt, mu
+        self._state: Optional[torch.Tensor] = None
+
+    def stationary_std(self) -> float:
+        """The exact stationary standard deviation of the discrete process."""
+        decay = 1.0 - self.theta * self.dt
+        return self.sigma * math.sqrt(self.dt) / math.sqrt(1.0 - decay ** 2)
+
+    def __call__(self, step_type: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Step every env's process once and return the new state ``[N, A]``.
+
+        Args:
+            step_type: ``[N]``; envs at a FIRST step restart from ``mu`` first.
+            action: ``[N, A]``, gives the shape (and dtype) of the noise.
+        """
+        if self._state is None:
+            self._state = torch.full_like(action, self.mu)
+        x = torch.where((step_type == StepType.FIRST).unsqueeze(-1),
+                        torch.full_like(action, self.mu), self._state)
+        self._state = (x + self.theta * (self.mu - x) * self.dt
+                       + self.sigma * math.sqrt(self.dt) * torch.randn_like(action))
+        return self._state
