@@ -1,0 +1,181 @@
+"""Deep Deterministic Policy Gradient.
+
+Lillicrap et al. 2016, "Continuous control with deep reinforcement learning"
+(arXiv:1509.02971). Equation numbers below refer to that paper; ``train_step``
+is its Algorithm 1 after the minibatch is sampled.
+"""
+import copy
+from typing import Callable, Dict, Optional
+
+import gin
+import torch
+import torch.nn as nn
+
+from alf_lite.algorithms.noise import OUNoise
+from alf_lite.algorithms.off_policy_algorithm import (
+    OffPolicyAlgorithm, frozen, masked_mean, polyak_update, td_target, transitions)
+from alf_lite.data import Experience, TimeStep
+from alf_lite.networks import BatchedLinear, CriticNetwork, DeterministicActorNetwork
+from alf_lite.optimizers import OptimizerCtor, make_optimizer
+
+
+def sum_of_squared_weights(module: nn.Module) -> torch.Tensor:
+    """``sum(w^2)`` over the weight matrices of ``module``'s linear layers (no biases, no norms)."""
+    return sum(m.weight.square().sum() for m in module.modules()
+               if isinstance(m, (nn.Linear, BatchedLinear)))
+
+
+@gin.configurable
+class DdpgAlgorithm(OffPolicyAlgorithm):
+    """DDPG: deterministic actor mu(s), critic Q(s, a), exploration noise, slowly tracking targets.
+
+    The defaults are the paper's algorithm settings; the paper's networks (400-300,
+    action into the critic's second layer, batch norm, final layers +-3e-3) are
+    switches of the network ctors: ``examples/common/ddpg.gin`` sets them all.
+
+    Args:
+        observation_dim: size of the observation vector (given by the trainer).
+        action_dim: size of the action vector (given by the trainer).
+        actor_network_ctor: ``ctor(observation_dim, action_dim)`` of the policy,
+            returning actions in [-1, 1].
+        critic_network_ctor: ``ctor(observation_dim, action_dim, num_replicas=R)``
+            returning ``[B, R]`` Q values.
+        num_critic_replicas: 1 for DDPG. With R > 1 every replica regresses on
+            one target that uses the minimum over the target replicas (TD3's
+            clipped double-Q), and the actor follows replica 0.
+        exploration_noise: a built noise object (``@OUNoise()`` or
+            ``@GaussianNoise()`` in gin; see ``alf_lite/algorithms/noise.py``),
+            called as ``noise(step_type, action)``. It is added in the
+            normalised action space and the sum clipped to [-1, 1]. None: the
+            paper's ``OUNoise(theta=0.15, sigma=0.2)`` (with ``dt=1e-2``).
+        gamma: discount factor of the return.
+        target_update_tau: Polyak factor, ``target = tau * online + (1 - tau) * target``,
+            for the target actor and critic (paper: 0.001).
+        target_update_period: update both target networks every this many train steps.
+        policy_update_period: update the actor every this many train steps
+            (the critic updates every step); 1 for DDPG, 2 for TD3.
+        critic_l2_weight_decay: ``c``; adds ``c * sum(w^2)`` over the critic's
+            weight matrices (not biases or norm layers) to the critic loss: the
+            classic L2 penalty, as in the paper (0.01). Its gradient ``2 c w``
+            then goes through Adam's per-parameter scaling. Not the same as the
+            two optimizer-side alternatives, both reachable from gin:
+            ``critic/Adam.weight_decay = c`` adds ``c * w`` to every gradient,
+            biases included (a ``c / 2`` penalty, also rescaled by Adam);
+            ``critic_optimizer = @critic/AdamW`` with ``critic/AdamW.weight_decay = c``
+            shrinks ``w`` by ``lr * c * w`` after each step, outside Adam's
+            scaling (decoupled decay, Loshchilov & Hutter 2019). The actor has no penalty.
+        actor_optimizer: optimizer ctor taking parameters; None: Adam, lr 1e-4 (paper).
+        critic_optimizer: as ``actor_optimizer``, for the critic; None: Adam, lr 1e-3 (paper).
+    """
+
+    def __init__(self, observation_dim: int, action_dim: int,
+                 actor_network_ctor: Callable = DeterministicActorNetwork,
+                 critic_network_ctor: Callable = CriticNetwork,
+                 num_critic_replicas: int = 1,
+                 exploration_noise: Optional[Callable] = None,
+                 gamma: float = 0.99,
+                 target_update_tau: float = 0.001,
+                 target_update_period: int = 1,
+                 policy_update_period: int = 1,
+                 critic_l2_weight_decay: float = 1e-2,
+                 actor_optimizer: Optional[OptimizerCtor] = None,
+                 critic_optimizer: Optional[OptimizerCtor] = None):
+        super().__init__(observation_dim, action_dim)
+        if not 0.0 < target_update_tau <= 1.0:
+            raise ValueError(f"target_update_tau must be in (0, 1], got {target_update_tau}")
+        if target_update_period < 1 or policy_update_period < 1:
+            raise ValueError("target_update_period and policy_update_period must be >= 1, got "
+                             f"{target_update_period} and {policy_update_period}")
+        if critic_l2_weight_decay < 0:
+            raise ValueError(f"critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}")
+        self._actor = actor_network_ctor(observation_dim, action_dim)
+        self._critic = critic_network_ctor(observation_dim, action_dim,
+                                           num_replicas=num_critic_replicas)
+        # Targets start as exact copies (Algorithm 1) and always run in eval
+        # mode, so their batch norms use the running statistics that
+        # polyak_update copies from the online networks.
+        self._target_actor = copy.deepcopy(self._actor).requires_grad_(False).eval()
+        self._target_critic = copy.deepcopy(self._critic).requires_grad_(False).eval()
+        self._exploration_noise = OUNoise() if exploration_noise is None else exploration_noise
+        self._gamma = gamma
+        self._tau = target_update_tau
+        self._target_update_period = target_update_period
+        self._policy_update_period = policy_update_period
+        self._critic_l2_weight_decay = critic_l2_weight_decay
+        # Reported on train steps that skip the actor update.
+        self._actor_loss = torch.tensor(float('nan'))
+        self.optimizers = {
+            'actor': make_optimizer(actor_optimizer, self._actor.parameters(), 1e-4),
+            'critic': make_optimizer(critic_optimizer, self._critic.parameters(), 1e-3),
+        }
+
+    def train(self, mode: bool = True) -> 'DdpgAlgorithm':
+        """Set the online networks' mode (batch norm); the targets stay in eval mode."""
+        super().train(mode)
+        self._target_actor.train(False)
+        self._target_critic.train(False)
+        return self
+
+    @torch.no_grad()
+    def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
+        return self._actor(observation)
+
+    @torch.no_grad()
+    def rollout_step(self, time_step: TimeStep) -> torch.Tensor:
+        # Exploration policy (eq. 7): mu(s) + N, then clipped to the action range.
+        action = self._actor(time_step.observation)
+        noise = self._exploration_noise(time_step.step_type, action)
+        return (action + noise).clamp(-1.0, 1.0)
+
+    def _target_action(self, next_observation: torch.Tensor) -> torch.Tensor:
+        """The action the critic target evaluates at s': ``mu'(s')`` of the target actor."""
+        return self._target_actor(next_observation)
+
+    def train_step(self, batch: Experience, loss_mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        tr = transitions(batch)
+        mask = loss_mask.reshape(-1).to(tr.reward.dtype)
+
+        # Critic target (eq. 5): y = r + gamma * d * Q'(s', mu'(s')), target actor
+        # and target critic; the minimum over target replicas when R > 1.
+        with torch.no_grad():
+            next_action = self._target_action(tr.next_observation)
+            next_q = self._target_critic(tr.next_observation, next_action).min(dim=-1).values
+            target = td_target(tr.reward, tr.discount, self._gamma, next_q)
+        # Critic loss (eq. 4): (Q_i(s, a) - y)^2 summed over replicas, without the
+        # 1/2 of sac.py as eq. 4 and TD3's reference code write it; plus the L2 penalty.
+        q = self._critic(tr.observation, tr.action)
+        critic_loss = masked_mean((q - target.unsqueeze(-1)).square().sum(-1), mask)
+        if self._critic_l2_weight_decay > 0:
+            critic_loss = critic_loss + self._critic_l2_weight_decay * sum_of_squared_weights(
+                self._critic)
+        self.optimizer_step('critic', critic_loss)
+
+        self._num_train_steps += 1
+        if self._num_train_steps % self._policy_update_period == 0:
+            # Actor loss -Q_0(s, mu(s)): its gradient is the deterministic policy
+            # gradient (eq. 6), grad_a Q * grad_theta mu. The frozen critic passes
+            # the gradient to the actor without collecting any itself. (With batch
+            # norm this pass, like the critic loss's, normalises s with the batch's
+            # statistics and updates the running ones: each batch counts twice.)
+            with frozen(self._critic):
+                q_mu = self._critic(tr.observation, self._actor(tr.observation))[:, 0]
+            actor_loss = masked_mean(-q_mu, mask)
+            self.optimizer_step('actor', actor_loss)
+            self._actor_loss = actor_loss.detach()
+        if self._num_train_steps % self._target_update_period == 0:
+            # Soft target updates (Algorithm 1): theta' = tau * theta + (1 - tau) * theta'.
+            polyak_update(self._target_actor, self._actor, self._tau)
+            polyak_update(self._target_critic, self._critic, self._tau)
+
+        return {
+            'critic_loss': critic_loss.detach(),
+            'actor_loss': self._actor_loss,
+            'q_mean': masked_mean(q.detach().mean(-1), mask),
+        }
+
+    def get_extra_state(self):
+        return {**super().get_extra_state(), 'actor_loss': self._actor_loss}
+
+    def set_extra_state(self, state):
+        super().set_extra_state(state)
+        self._actor_loss = state['actor_loss']

@@ -1,0 +1,113 @@
+"""Exploration noise: the OU process's statistics and its per-env restarts, Gaussian noise."""
+import math
+
+import pytest
+import torch
+
+from alf_lite.algorithms import GaussianNoise, OUNoise
+from alf_lite.data import StepType
+
+F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
+
+
+def steps(noise, num_steps, num_envs, action_dim=1):
+    """Run ``noise`` for ``num_steps`` MID steps (the first one FIRST); return the last value."""
+    action = torch.zeros(num_envs, action_dim)
+    x = noise(torch.full((num_envs,), F, dtype=torch.uint8), action)
+    for _ in range(num_steps - 1):
+        x = noise(torch.full((num_envs,), M, dtype=torch.uint8), action)
+    return x
+
+
+def test_ou_stationary_std_hand_computed():
+    # sigma * sqrt(dt) / sqrt(1 - (1 - theta * dt)^2):
+    # dt = 1:    0.2 / sqrt(1 - 0.85^2) = 0.2 / 0.52678 = 0.37967;
+    # dt = 1e-2: 0.02 / sqrt(1 - 0.9985^2) = 0.02 / 0.054751 = 0.36529,
+    # close to the continuous-time sigma / sqrt(2 theta) = 0.36515.
+    assert OUNoise(0.15, 0.2, dt=1.0).stationary_std() == pytest.approx(0.37967, abs=1e-5)
+    assert OUNoise(0.15, 0.2, dt=1e-2).stationary_std() == pytest.approx(0.36529, abs=1e-5)
+
+
+@pytest.mark.parametrize('dt', [1.0, 0.1])
+def test_ou_sample_std_matches_exact_stationary_std(dt):
+    torch.manual_seed(0)
+    noise = OUNoise(theta=0.15, sigma=0.2, dt=dt)
+    # 40 correlation times 1 / (theta * dt): the start at mu is forgotten.
+    x = steps(noise, int(40 / (0.15 * dt)), num_envs=4000)
+    # The std of 4000 samples is within about 1.1% (one standard error) of the truth.
+    assert x.std().item() == pytest.approx(noise.stationary_std(), rel=0.04)
+    assert abs(x.mean().item()) < 4 * noise.stationary_std() / math.sqrt(4000)
+
+
+def test_ou_reverts_to_its_mean_by_factor_one_minus_theta_dt_per_step():
+    torch.manual_seed(0)
+    noise = OUNoise(theta=0.15, sigma=0.2, dt=1.0, mu=0.3)
+    x0 = steps(noise, 100, num_envs=20000)
+    x5 = x0
+    for _ in range(5):
+        x5 = noise(torch.full((20000,), M, dtype=torch.uint8), torch.zeros(20000, 1))
+    # E[x5 - mu | x0] = (1 - theta * dt)^5 (x0 - mu) = 0.85^5 (x0 - mu) = 0.44371 (x0 - mu).
+    d0, d5 = x0 - 0.3, x5 - 0.3
+    slope = (d0 * d5).sum() / d0.square().sum()
+    assert slope.item() == pytest.approx(0.85 ** 5, abs=0.02)
+    assert x5.mean().item() == pytest.approx(0.3, abs=0.01)
+
+
+def test_ou_step_is_the_euler_maruyama_recurrence():
+    noise = OUNoise(theta=0.5, sigma=0.4, dt=0.25, mu=0.1)
+    step_type = torch.tensor([F], dtype=torch.uint8)
+    torch.manual_seed(3)
+    z1, z2 = torch.randn(1, 1), torch.randn(1, 1)
+    torch.manual_seed(3)
+    x1 = noise(step_type, torch.zeros(1, 1))
+    x2 = noise(torch.tensor([M], dtype=torch.uint8), torch.zeros(1, 1))
+    # From mu: x1 = mu + sigma * sqrt(dt) * z1 = 0.1 + 0.2 * z1;
+    # x2 = x1 + 0.5 * (0.1 - x1) * 0.25 + 0.2 * z2 = 0.875 * x1 + 0.0125 + 0.2 * z2.
+    assert torch.allclose(x1, 0.1 + 0.2 * z1)
+    assert torch.allclose(x2, 0.875 * x1 + 0.0125 + 0.2 * z2)
+
+
+def test_ou_restarts_only_the_envs_at_a_first_step():
+    noise = OUNoise(theta=0.15, sigma=0.2, dt=1.0)
+    torch.manual_seed(0)
+    before = steps(noise, 10, num_envs=3, action_dim=2).clone()
+    torch.manual_seed(1)
+    z = torch.randn(3, 2)
+    torch.manual_seed(1)
+    # Env 1 starts an episode; env 2 ends one (its next step will be FIRST).
+    x = noise(torch.tensor([M, F, L], dtype=torch.uint8), torch.zeros(3, 2))
+    continued = 0.85 * before + 0.2 * z
+    assert torch.allclose(x[0], continued[0]) and torch.allclose(x[2], continued[2])
+    assert torch.allclose(x[1], 0.2 * z[1])
+
+
+def test_ou_state_is_sized_on_first_call_one_process_per_env():
+    torch.manual_seed(0)
+    noise = OUNoise(theta=0.15, sigma=0.2, dt=1.0)
+    x = steps(noise, 50, num_envs=2, action_dim=3)
+    assert x.shape == (2, 3)
+    assert not torch.allclose(x[0], x[1])
+
+
+def test_noise_is_reproducible_from_torch_seed():
+    def draw():
+        torch.manual_seed(5)
+        return steps(OUNoise(), 20, num_envs=2), GaussianNoise(0.1)(None, torch.zeros(2, 1))
+    (ou_a, g_a), (ou_b, g_b) = draw(), draw()
+    assert torch.equal(ou_a, ou_b) and torch.equal(g_a, g_b)
+
+
+def test_gaussian_noise_has_std_sigma_and_no_memory():
+    torch.manual_seed(0)
+    noise = GaussianNoise(sigma=0.3)
+    first = noise(torch.full((20000,), M, dtype=torch.uint8), torch.zeros(20000, 1))
+    second = noise(torch.full((20000,), M, dtype=torch.uint8), torch.zeros(20000, 1))
+    assert first.std().item() == pytest.approx(0.3, rel=0.03)
+    assert abs((first * second).mean().item()) < 0.005
+
+
+@pytest.mark.parametrize('bad', [dict(theta=0.0), dict(dt=0.0), dict(theta=2.0, dt=1.0),
+                                 dict(sigma=-0.1)])
+def test_ou_refuses_parameters_that_do_not_revert(bad):
+    with pytest.raises(ValueError):
+        OUNoise(**bad)
