@@ -21,7 +21,9 @@ from alf_lite.summary import Summary, print_progress
 
 # Train-time AverageReturn is the mean over this many most recent episodes.
 TRAIN_METRIC_WINDOW = 10
-# Eval envs are seeded apart from the training envs (seed + index).
+# Eval envs get seeds far from the training envs' ``seed + i``; each random seed
+# gets its own block of num_eval_episodes seeds, so runs with neighbouring seeds
+# do not evaluate on the same initial states.
 EVAL_SEED_OFFSET = 1_000_000
 
 
@@ -164,7 +166,8 @@ class Trainer:
         eval_env = None
         try:
             eval_env = create_environment(num_parallel_environments=cfg.num_eval_episodes,
-                                          seed=cfg.random_seed + EVAL_SEED_OFFSET,
+                                          seed=EVAL_SEED_OFFSET
+                                          + cfg.random_seed * cfg.num_eval_episodes,
                                           use_subprocesses=False)
             return self._train(env, eval_env)
         finally:

@@ -2,7 +2,16 @@
 import csv
 import os
 
+import gin
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def no_gin_bindings():
+    """Each test starts without the bindings an earlier test parsed."""
+    gin.clear_config()
+    yield
+    gin.clear_config()
 
 
 def _read_tensorboard(log_dir):
