@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-GIN ?= examples/sac_pendulum.gin
+GIN ?= examples/ddpg_pendulum.gin
 ROOT_DIR ?= runs/$(basename $(notdir $(GIN)))
 # Two cores: one torch thread per process keeps parallel tests from oversubscribing.
 export OMP_NUM_THREADS ?= 1

@@ -147,6 +147,10 @@ class BatchedEnvironment:
             discount=torch.from_numpy(discount),
             env_id=self._env_id)
 
+    def render(self) -> tuple:
+        """One frame per env, as the envs' render mode gives it (e.g. HxWx3 uint8 arrays)."""
+        return tuple(self._env.render())
+
     def close(self):
         """Close the envs (and their subprocesses); calling it again does nothing."""
         if not self._closed:
@@ -165,7 +169,8 @@ def create_environment(env_name: str = 'Pendulum-v1',
                        num_parallel_environments: int = 1,
                        seed: int = 0,
                        use_subprocesses: Optional[bool] = None,
-                       max_episode_steps: Optional[int] = None) -> BatchedEnvironment:
+                       max_episode_steps: Optional[int] = None,
+                       render_mode: Optional[str] = None) -> BatchedEnvironment:
     """Create ``num_parallel_environments`` copies of a registered gymnasium env.
 
     Args:
@@ -178,6 +183,8 @@ def create_environment(env_name: str = 'Pendulum-v1',
             than the IPC); subprocesses pay off for slow envs.
         max_episode_steps: time limit of an episode (truncation); ``None``
             keeps the limit the env was registered with.
+        render_mode: gymnasium's render mode, e.g. 'rgb_array' for
+            ``BatchedEnvironment.render()``; None renders nothing.
     Returns:
         the ``BatchedEnvironment``; close it (or use it as a context manager).
     Raises:
@@ -193,6 +200,7 @@ def create_environment(env_name: str = 'Pendulum-v1',
         hint = ('Closest registered ids: ' + ', '.join(repr(c) for c in close) + '.') if close else (
             'No registered id is close; is the module that registers it imported?')
         raise ValueError(f"Unknown environment id '{env_name}'. {hint}") from e
-    env_fn = functools.partial(gymnasium.make, spec, max_episode_steps=max_episode_steps)
+    env_fn = functools.partial(gymnasium.make, spec, max_episode_steps=max_episode_steps,
+                               render_mode=render_mode)
     return BatchedEnvironment([env_fn] * num_parallel_environments, seed=seed,
                               use_subprocesses=use_subprocesses, name=env_name)
