@@ -200,7 +200,9 @@ def create_environment(env_name: str = 'Pendulum-v1',
         hint = ('Closest registered ids: ' + ', '.join(repr(c) for c in close) + '.') if close else (
             'No registered id is close; is the module that registers it imported?')
         raise ValueError(f"Unknown environment id '{env_name}'. {hint}") from e
+    # Envs without rendering may not accept a render_mode argument at all.
+    render_kwargs = {} if render_mode is None else {'render_mode': render_mode}
     env_fn = functools.partial(gymnasium.make, spec, max_episode_steps=max_episode_steps,
-                               render_mode=render_mode)
+                               **render_kwargs)
     return BatchedEnvironment([env_fn] * num_parallel_environments, seed=seed,
                               use_subprocesses=use_subprocesses, name=env_name)
