@@ -5,43 +5,62 @@ import shutil
 from typing import Optional, Tuple
 
 import torch
+from absl import logging
 
 _NAME = re.compile(r'^ckpt-(\d+)$')
 MODEL_FILE = 'model.pt'
 REPLAY_BUFFER_FILE = 'replay_buffer.pt'
 
 
+class CheckpointError(RuntimeError):
+    """No usable checkpoint: all are unreadable, or none fits the configured algorithm."""
+
+
 def save_checkpoint(checkpoint_dir: str, env_steps: int, state: dict,
-                    replay_buffer_state: Optional[dict] = None) -> str:
+                    replay_buffer_state: Optional[dict] = None,
+                    name: Optional[str] = None) -> str:
     """Write ``checkpoint_dir/ckpt-<env_steps>/`` via a temporary directory and a rename.
 
     Older checkpoints keep their model file but lose their replay buffer file,
-    so only the newest checkpoint holds a (possibly large) replay buffer.
+    so only the newest checkpoint holds a (possibly large) replay buffer. If
+    writing fails (e.g. a full disk), the temporary directory is removed and
+    the existing checkpoints are untouched.
 
     Args:
         checkpoint_dir: parent directory of all checkpoints.
         env_steps: env step counter, used in the name.
         state: everything but the replay buffer (networks, optimizers, RNG, counters).
         replay_buffer_state: the replay buffer's ``state_dict()``, or None.
+        name: directory name instead of ``ckpt-<env_steps>``; such a checkpoint
+            is kept aside: resume never picks it and it prunes nothing.
 
     Returns:
         the path of the complete checkpoint.
+    Raises:
+        OSError: when the checkpoint could not be written.
     """
     os.makedirs(checkpoint_dir, exist_ok=True)
-    final = os.path.join(checkpoint_dir, f'ckpt-{env_steps}')
-    tmp = os.path.join(checkpoint_dir, f'.tmp-ckpt-{env_steps}-{os.getpid()}')
+    regular = name is None
+    final = os.path.join(checkpoint_dir, f'ckpt-{env_steps}' if regular else name)
+    tmp = os.path.join(checkpoint_dir, f'.tmp-{os.path.basename(final)}-{os.getpid()}')
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    _save_synced(state, os.path.join(tmp, MODEL_FILE))
-    if replay_buffer_state is not None:
-        _save_synced(replay_buffer_state, os.path.join(tmp, REPLAY_BUFFER_FILE))
+    try:
+        os.makedirs(tmp)
+        _save_synced(state, os.path.join(tmp, MODEL_FILE))
+        if replay_buffer_state is not None:
+            _save_synced(replay_buffer_state, os.path.join(tmp, REPLAY_BUFFER_FILE))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if os.path.exists(final):
+        # Only when the same step is saved twice (a resume that ends at once).
         shutil.rmtree(final)
     os.rename(tmp, final)
-    for path in list_checkpoints(checkpoint_dir)[:-1]:
-        rb = os.path.join(path, REPLAY_BUFFER_FILE)
-        if os.path.exists(rb):
-            os.remove(rb)
+    if regular:
+        for path in list_checkpoints(checkpoint_dir)[:-1]:
+            rb = os.path.join(path, REPLAY_BUFFER_FILE)
+            if os.path.exists(rb):
+                os.remove(rb)
     return final
 
 
@@ -53,7 +72,7 @@ def _save_synced(obj, path):
 
 
 def list_checkpoints(checkpoint_dir: str):
-    """Complete checkpoint directories, oldest first."""
+    """Complete regular checkpoint directories, oldest first."""
     if not os.path.isdir(checkpoint_dir):
         return []
     found = [(int(m.group(1)), name) for name in os.listdir(checkpoint_dir)
@@ -68,8 +87,43 @@ def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
 
 
 def load_checkpoint(path: str) -> Tuple[dict, Optional[dict]]:
-    """Read ``(state, replay_buffer_state or None)`` from a checkpoint directory."""
+    """Read ``(state, replay_buffer_state or None)`` from a checkpoint directory.
+
+    An unreadable replay buffer file is reported and skipped (None): the
+    networks are still worth resuming from.
+    """
     state = torch.load(os.path.join(path, MODEL_FILE), weights_only=False)
     rb_path = os.path.join(path, REPLAY_BUFFER_FILE)
-    rb = torch.load(rb_path, weights_only=False) if os.path.exists(rb_path) else None
+    rb = None
+    if os.path.exists(rb_path):
+        try:
+            rb = torch.load(rb_path, weights_only=False)
+        except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
+            logging.warning('replay buffer %s is unreadable (%s); resuming without it.',
+                            rb_path, e)
     return state, rb
+
+
+def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Optional[dict]]]:
+    """``(path, state, replay_buffer_state)`` of the newest readable checkpoint, or None if none exist.
+
+    A corrupt or truncated checkpoint is skipped with a warning in favour of
+    the one before it.
+
+    Raises:
+        CheckpointError: when checkpoints exist but none can be read.
+    """
+    found = list_checkpoints(checkpoint_dir)
+    for path in reversed(found):
+        try:
+            state, rb = load_checkpoint(path)
+        except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
+            logging.warning('checkpoint %s is unreadable (%s: %s); trying the one before it.',
+                            path, type(e).__name__, e)
+            continue
+        return path, state, rb
+    if found:
+        raise CheckpointError(
+            f'none of the {len(found)} checkpoints in {checkpoint_dir} can be read (all corrupt '
+            'or truncated). Move that directory away to start the run over.')
+    return None

@@ -33,8 +33,9 @@ class ProgressCsv:
             with open(path, newline='') as f:
                 reader = csv.DictReader(f)
                 self._columns = list(reader.fieldnames or [])
-                self._rows = [r for r in reader
-                              if max_env_steps is None or int(r['env_steps']) <= max_env_steps]
+                # A row cut short by a kill mid-append has missing fields: drop it.
+                self._rows = [r for r in reader if None not in r.values() and (
+                    max_env_steps is None or int(r['env_steps']) <= max_env_steps)]
             self._rewrite()
 
     def write(self, row: Dict[str, float]) -> None:

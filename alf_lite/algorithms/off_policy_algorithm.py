@@ -54,6 +54,19 @@ def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
         t.copy_(o)
 
 
+class NonFiniteLossError(FloatingPointError):
+    """A loss was NaN or inf; raised before its optimizer step, so the weights stay finite.
+
+    Args:
+        name: the loss, e.g. 'critic'.
+        value: its value.
+    """
+
+    def __init__(self, name: str, value: float):
+        super().__init__(f'the {name} loss is {value}')
+        self.name = name
+
+
 class frozen:
     """Context in which a module's parameters collect no gradient.
 
@@ -112,7 +125,13 @@ class OffPolicyAlgorithm(nn.Module):
         raise NotImplementedError
 
     def optimizer_step(self, name: str, loss: torch.Tensor) -> None:
-        """Zero the gradients of ``self.optimizers[name]``, backpropagate ``loss``, step."""
+        """Zero the gradients of ``self.optimizers[name]``, backpropagate ``loss``, step.
+
+        Raises:
+            NonFiniteLossError: if ``loss`` is NaN or inf (nothing is changed then).
+        """
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(name, loss.item())
         opt = self.optimizers[name]
         opt.zero_grad(set_to_none=True)
         loss.backward()
