@@ -1,7 +1,10 @@
 """TrainerConfig and the generic off-policy trainer: collect, train, evaluate, summarise, checkpoint."""
 import collections
+import contextlib
 import os
 import random
+import signal
+import threading
 import time
 from typing import Callable, Optional
 
@@ -13,6 +16,7 @@ from absl import logging
 
 from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import SacAlgorithm
+from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError
 from alf_lite.config import operative_config_str, write_text_atomically
 from alf_lite.data import Experience, StepType
 from alf_lite.environments import create_environment
@@ -78,20 +82,36 @@ class TrainerConfig:
                  torch_num_threads: int = 1,
                  mask_out_loss_for_last_step: bool = True,
                  checkpoint_replay_buffer: bool = True):
-        for name in ('num_env_steps', 'unroll_length', 'mini_batch_size',
-                     'num_updates_per_train_iter', 'replay_buffer_length', 'summary_interval',
-                     'eval_interval', 'num_eval_episodes', 'checkpoint_interval',
-                     'torch_num_threads'):
-            if locals()[name] <= 0:
-                raise ValueError(f'TrainerConfig.{name} must be positive, got {locals()[name]}')
-        if initial_collect_steps < 0:
-            raise ValueError('TrainerConfig.initial_collect_steps must be >= 0, '
-                             f'got {initial_collect_steps}')
+        positive = ('num_env_steps', 'unroll_length', 'mini_batch_size',
+                    'num_updates_per_train_iter', 'replay_buffer_length', 'summary_interval',
+                    'eval_interval', 'num_eval_episodes', 'checkpoint_interval',
+                    'torch_num_threads', 'mini_batch_length')
+        values = locals()
+        for name in positive + ('random_seed', 'initial_collect_steps'):
+            value = values[name]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f'TrainerConfig.{name} must be an integer, got {value!r} '
+                                 f'({type(value).__name__}).')
+        for name in positive:
+            if values[name] <= 0:
+                raise ValueError(f'TrainerConfig.{name} must be positive, got {values[name]}.')
         if mini_batch_length < 2:
             raise ValueError('TrainerConfig.mini_batch_length must be >= 2: a TD update needs '
-                             f'a row and its next row, got {mini_batch_length}')
+                             f'a row and its next row, got {mini_batch_length}.')
+        if not 0 <= initial_collect_steps <= num_env_steps:
+            raise ValueError(f'TrainerConfig.initial_collect_steps must be in [0, num_env_steps '
+                             f'= {num_env_steps}], got {initial_collect_steps}: the run would '
+                             'end before training starts.')
         if replay_buffer_length < mini_batch_length:
-            raise ValueError('TrainerConfig.replay_buffer_length must be >= mini_batch_length')
+            raise ValueError(f'TrainerConfig.replay_buffer_length ({replay_buffer_length}) must '
+                             f'be >= mini_batch_length ({mini_batch_length}).')
+        for name in ('mask_out_loss_for_last_step', 'checkpoint_replay_buffer'):
+            if not isinstance(values[name], bool):
+                raise ValueError(f'TrainerConfig.{name} must be True or False, got '
+                                 f'{values[name]!r}.')
+        if not callable(algorithm_ctor):
+            raise ValueError('TrainerConfig.algorithm_ctor must be an algorithm class, e.g. '
+                             f'@SacAlgorithm, got {algorithm_ctor!r}.')
         self.algorithm_ctor = algorithm_ctor
         self.random_seed = random_seed
         self.num_env_steps = num_env_steps
@@ -145,65 +165,130 @@ def _crossed(before: int, after: int, interval: int) -> bool:
     return after // interval > before // interval
 
 
+class TrainingError(RuntimeError):
+    """Training stopped on a fault (non-finite numbers, a checkpoint that could not be written)."""
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT or SIGTERM arrived; a final checkpoint was written.
+
+    Args:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(f'interrupted by {signal.Signals(signum).name}')
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Env subprocesses forked in this context ignore Ctrl-C: the trainer shuts them down."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Trainer:
     """Runs one experiment in ``root_dir``, resuming from its latest checkpoint if any.
 
+    The constructor builds everything (envs, algorithm, replay buffer) and
+    writes nothing, so a bad setting fails before ``root_dir`` is touched;
+    ``train()`` then resumes or starts and owns the files. Close the trainer
+    (or use it as a context manager) to stop the env processes.
+
     Args:
         config: the trainer's settings.
-        root_dir: experiment directory (created if missing).
+        root_dir: experiment directory (created by ``train()`` if missing).
     """
 
     def __init__(self, config: TrainerConfig, root_dir: str):
-        self._config = config
+        self._config = cfg = config
         self._root_dir = root_dir
         self._checkpoint_dir = os.path.join(root_dir, 'checkpoints')
-
-    def train(self) -> dict:
-        """Train until ``num_env_steps``; returns the last evaluation's scalars."""
-        cfg = self._config
+        self._env = self._eval_env = None
         _seed_everything(cfg.random_seed, cfg.torch_num_threads)
-        env = create_environment(seed=cfg.random_seed)
-        eval_env = None
         try:
-            eval_env = create_environment(num_parallel_environments=cfg.num_eval_episodes,
-                                          seed=EVAL_SEED_OFFSET
-                                          + cfg.random_seed * cfg.num_eval_episodes,
-                                          use_subprocesses=False)
-            return self._train(env, eval_env)
-        finally:
-            env.close()
-            if eval_env is not None:
-                eval_env.close()
-
-    def _train(self, env, eval_env) -> dict:
-        cfg = self._config
-        self._algorithm = algorithm = cfg.algorithm_ctor(
-            observation_dim=env.observation_dim, action_dim=env.action_dim)
-        self._replay_buffer = replay_buffer = ReplayBuffer(
-            num_envs=env.num_envs, length=cfg.replay_buffer_length,
-            observation_dim=env.observation_dim, action_dim=env.action_dim)
-        self._eval_env = eval_env
+            with _sigint_ignored():
+                self._env = env = create_environment(seed=cfg.random_seed)
+            self._eval_env = create_environment(
+                num_parallel_environments=cfg.num_eval_episodes,
+                seed=EVAL_SEED_OFFSET + cfg.random_seed * cfg.num_eval_episodes,
+                use_subprocesses=False)
+            self._algorithm = cfg.algorithm_ctor(
+                observation_dim=env.observation_dim, action_dim=env.action_dim)
+            self._replay_buffer = ReplayBuffer(
+                num_envs=env.num_envs, length=cfg.replay_buffer_length,
+                observation_dim=env.observation_dim, action_dim=env.action_dim)
+        except BaseException:
+            self.close()
+            raise
         self._env_steps = 0
         self._num_updates = 0
         self._recent_returns = collections.deque(maxlen=TRAIN_METRIC_WINDOW)
         self._recent_lengths = collections.deque(maxlen=TRAIN_METRIC_WINDOW)
         self._last_eval = {}
+        self._stop_signal = None
 
-        latest = ckpt.latest_checkpoint(self._checkpoint_dir)
+    def close(self) -> None:
+        """Stop the env processes; the trainer cannot train afterwards."""
+        for env in (self._env, self._eval_env):
+            if env is not None:
+                env.close()
+
+    def __enter__(self) -> 'Trainer':
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def train(self) -> dict:
+        """Train until ``num_env_steps``; returns the last evaluation's scalars.
+
+        Raises:
+            TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written.
+            TrainingError: on a non-finite loss or parameter, or a failed checkpoint write.
+            CheckpointError: when checkpoints exist but none of them can be loaded.
+        """
+        os.makedirs(self._root_dir, exist_ok=True)
+        latest = ckpt.load_latest_checkpoint(self._checkpoint_dir)
         reset_seed = None
         if latest is not None:
-            self._restore(latest)
-            reset_seed = cfg.random_seed + self._env_steps
+            self._restore(*latest)
+            reset_seed = self._config.random_seed + self._env_steps
         summary = Summary(self._root_dir, self._env_steps if latest else -1)
         try:
-            self._loop(env, summary, reset_seed)
+            with self._signals_handled():
+                self._loop(summary, reset_seed)
         finally:
             summary.close()
         return self._last_eval
 
-    def _loop(self, env, summary: Summary, reset_seed: Optional[int]) -> None:
+    @contextlib.contextmanager
+    def _signals_handled(self):
+        """SIGINT / SIGTERM set a flag the loop checks after each iteration."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            self._stop_signal = signum
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    def _loop(self, summary: Summary, reset_seed: Optional[int]) -> None:
         cfg = self._config
-        algorithm, replay_buffer = self._algorithm, self._replay_buffer
+        env, algorithm, replay_buffer = self._env, self._algorithm, self._replay_buffer
         n = env.num_envs
         time_step = env.reset(seed=reset_seed)
         episode_return = np.zeros(n)
@@ -229,13 +314,18 @@ class Trainer:
                 self._env_steps += n
                 self._track_episodes(time_step, episode_return, episode_length)
 
-            if (self._env_steps > cfg.initial_collect_steps
+            # Counted from the buffer, not the env steps, so that a run resumed
+            # without its replay buffer first refills it.
+            if (replay_buffer.total_added * n > cfg.initial_collect_steps
                     and replay_buffer.num_steps >= cfg.mini_batch_length):
                 algorithm.train(True)
                 for _ in range(cfg.num_updates_per_train_iter):
                     batch = replay_buffer.sample(cfg.mini_batch_size, cfg.mini_batch_length)
                     mask = loss_mask(batch, cfg.mask_out_loss_for_last_step)
-                    train_scalars = algorithm.train_step(batch, mask)
+                    try:
+                        train_scalars = algorithm.train_step(batch, mask)
+                    except NonFiniteLossError as e:
+                        self._stop_on_non_finite_loss(e)
                     self._num_updates += 1
                 if not wrote_operative_config:
                     write_text_atomically(os.path.join(self._root_dir, 'operative_config.gin'),
@@ -258,8 +348,20 @@ class Trainer:
             if scalars:
                 print_progress(after, cfg.num_env_steps, scalars['train/env_steps_per_sec'],
                                self._last_eval.get('eval/AverageReturn'))
-            if _crossed(before, after, cfg.checkpoint_interval) or done:
+            if (_crossed(before, after, cfg.checkpoint_interval) or done
+                    or self._stop_signal is not None):
                 self._save()
+            if self._stop_signal is not None:
+                raise TrainingInterrupted(self._stop_signal)
+
+    def _stop_on_non_finite_loss(self, error: 'NonFiniteLossError') -> None:
+        """Keep the (still finite) state under its own name and stop, naming the loss and step."""
+        path = self._save(name=f'last_good-{self._env_steps}')
+        raise TrainingError(
+            f'{error} at env step {self._env_steps} (update {self._num_updates + 1}); the '
+            f'optimizer step was not taken. The state before it is saved in {path}; the '
+            'regular checkpoints were left as they were. Check the rewards and observations '
+            'for NaN/inf, or lower the learning rates.') from error
 
     def _track_episodes(self, time_step, episode_return, episode_length) -> None:
         step_type = time_step.step_type.numpy()
@@ -309,9 +411,17 @@ class Trainer:
             finished |= time_step.step_type.numpy() == StepType.LAST
         return float(returns.mean()), float(lengths.mean())
 
-    def _save(self) -> None:
+    def _save(self, name: Optional[str] = None) -> str:
+        """Write a checkpoint (``ckpt-<env_steps>`` unless named); refuse non-finite weights."""
+        algorithm_state = self._algorithm.checkpoint_state()
+        bad = _first_non_finite(algorithm_state['module'])
+        if bad is not None:
+            raise TrainingError(
+                f'parameter {bad} is not finite at env step {self._env_steps}: no checkpoint '
+                'was written, so the last checkpoint still holds finite weights. Lower the '
+                'learning rates or check the rewards and observations for NaN/inf.')
         state = {
-            'algorithm': self._algorithm.checkpoint_state(),
+            'algorithm': algorithm_state,
             'rng': _rng_state(),
             'env_steps': self._env_steps,
             'num_updates': self._num_updates,
@@ -320,12 +430,21 @@ class Trainer:
             'last_eval': self._last_eval,
         }
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
-        path = ckpt.save_checkpoint(self._checkpoint_dir, self._env_steps, state, rb)
+        try:
+            path = ckpt.save_checkpoint(self._checkpoint_dir, self._env_steps, state, rb, name)
+        except OSError as e:
+            raise TrainingError(f'could not write the checkpoint at env step {self._env_steps}: '
+                                f'{e}. The previous checkpoints are intact.') from e
         logging.info('checkpoint written: %s', path)
+        return path
 
-    def _restore(self, path: str) -> None:
-        state, rb = ckpt.load_checkpoint(path)
-        self._algorithm.load_checkpoint_state(state['algorithm'])
+    def _restore(self, path: str, state: dict, rb: Optional[dict]) -> None:
+        try:
+            self._algorithm.load_checkpoint_state(state['algorithm'])
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise ckpt.CheckpointError(
+                f'checkpoint {path} does not fit the configured algorithm ({e}). Was the '
+                'config changed? Resume with the config the run started with.') from e
         _set_rng_state(state['rng'])
         self._env_steps = state['env_steps']
         self._num_updates = state['num_updates']
@@ -337,4 +456,17 @@ class Trainer:
             # The env restarts with a FIRST step: the last stored row must not
             # be paired with it as a transition.
             self._replay_buffer.mark_last_steps_as_last()
+        else:
+            logging.warning('%s holds no replay buffer: training continues after %d steps of '
+                            'the current policy refill it.', path,
+                            self._config.initial_collect_steps)
         logging.info('resumed from %s at %d env steps', path, self._env_steps)
+
+
+def _first_non_finite(state_dict: dict) -> Optional[str]:
+    """Name of the first floating-point tensor with a NaN or inf, or None."""
+    for key, value in state_dict.items():
+        if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(
+                value).all():
+            return key
+    return None

@@ -325,7 +325,8 @@ POINT_PARAMS = [
 
 def train_point_task(root_dir, gin_file, *params):
     parse_config([os.path.join(EXAMPLES, 'common', gin_file)], POINT_PARAMS + list(params))
-    return Trainer(TrainerConfig(), str(root_dir)).train()
+    with Trainer(TrainerConfig(), str(root_dir)) as trainer:
+        return trainer.train()
 
 
 def test_ddpg_solves_point_task(tmp_path):
@@ -346,7 +347,8 @@ def test_pendulum_example_trains(tmp_path):
                  ['TrainerConfig.num_env_steps = 300', 'TrainerConfig.initial_collect_steps = 200',
                   'TrainerConfig.num_eval_episodes = 1', 'TrainerConfig.checkpoint_interval = 300'])
     assert TrainerConfig().mini_batch_size == 256
-    Trainer(TrainerConfig(), str(tmp_path)).train()
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        trainer.train()
     assert os.path.exists(tmp_path / 'operative_config.gin')
 
 

@@ -146,7 +146,8 @@ def test_pendulum_example_trains(tmp_path):
     parse_config([os.path.join(EXAMPLES, 'td3_pendulum.gin')],
                  ['TrainerConfig.num_env_steps = 300', 'TrainerConfig.initial_collect_steps = 200',
                   'TrainerConfig.num_eval_episodes = 1', 'TrainerConfig.checkpoint_interval = 300'])
-    Trainer(TrainerConfig(), str(tmp_path)).train()
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        trainer.train()
     assert os.path.exists(tmp_path / 'operative_config.gin')
 
 

@@ -30,7 +30,8 @@ POINT_PARAMS = [
 
 def train(root_dir, *params):
     parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + list(params))
-    return Trainer(TrainerConfig(), str(root_dir)).train()
+    with Trainer(TrainerConfig(), str(root_dir)) as trainer:
+        return trainer.train()
 
 
 def read_csv(path, drop=NONDETERMINISTIC_COLUMNS):
