@@ -1,5 +1,4 @@
 """progress.csv and TensorBoard events, read back as a user (or TensorBoard) reads them."""
-import pytest
 
 from alf_lite.summary import ProgressCsv, Summary
 

@@ -5,7 +5,12 @@ r"""Train an off-policy algorithm from gin files.
 
 Re-running with the same ``--root_dir`` resumes from its latest complete
 checkpoint; without ``--gin_file`` the config is read from ``root_dir/config.gin``.
+
+Exit codes: 0 done; 2 bad input (nothing was written); 1 a fault during
+training (the message says what was kept); 128 + signal number after SIGINT or
+SIGTERM (a final checkpoint was written).
 """
+import datetime
 import os
 import sys
 
@@ -16,55 +21,105 @@ flags.DEFINE_multi_string('gin_param', [], "Gin binding, e.g. 'TrainerConfig.ran
                           'repeat for several; applied after the files.')
 flags.DEFINE_string('root_dir', None, 'Directory of the experiment: config, summaries, '
                     'checkpoints.')
+flags.DEFINE_bool('start_over', False, 'If root_dir holds an experiment, move it aside to '
+                  '<root_dir>.old-<time> and start afresh in root_dir.')
 flags.mark_flag_as_required('root_dir')
 FLAGS = flags.FLAGS
 
 CONFIG_FILE = 'config.gin'
+# Bindings that may change when a run is resumed: they set how long it runs and
+# how often it reports, not what it learns.
+RESUME_SAFE_PARAMETERS = (
+    'TrainerConfig.num_env_steps', 'TrainerConfig.summary_interval',
+    'TrainerConfig.eval_interval', 'TrainerConfig.checkpoint_interval',
+    'TrainerConfig.num_eval_episodes', 'TrainerConfig.torch_num_threads')
 
 
-def usage_error(message: str) -> None:
-    """Print ``message`` for the user and exit with code 2 (bad input)."""
-    # gin appends where a configurable was called; the message itself is enough.
-    message = message.split('\n  In call to configurable')[0]
+def fail(message: str, exit_code: int = 2) -> None:
+    """Print ``message`` for the user and exit (2: bad input)."""
+    # gin appends where a configurable was called; name the configurable only.
+    message, _, called = message.partition('\n  In call to configurable ')
+    if called:
+        message = f"{called.split(' ')[0].strip(chr(39))}: {message}"
     print(f'error: {message}', file=sys.stderr)
-    sys.exit(2)
+    sys.exit(exit_code)
 
 
-def build_trainer_config(gin_files, gin_params):
-    """Parse the config, build ``TrainerConfig`` and check the env, before anything is written."""
+def _bindings(config_text: str):
+    """The binding lines of a gin config text, without those a resume may change."""
+    lines = [line.strip() for line in config_text.splitlines()]
+    return [line for line in lines if line and not line.startswith('#')
+            and not line.split('=')[0].strip() in RESUME_SAFE_PARAMETERS]
+
+
+def check_same_experiment(root_dir: str, new_config: str) -> None:
+    """Refuse a root_dir that holds a different experiment than ``new_config``."""
+    config_file = os.path.join(root_dir, CONFIG_FILE)
+    if not os.path.isdir(root_dir) or not os.listdir(root_dir):
+        return
+    if not os.path.exists(config_file):
+        fail(f'{root_dir} is not empty and holds no {CONFIG_FILE}: it is not an alf_lite '
+             'experiment. Choose another --root_dir.')
+    with open(config_file) as f:
+        old = _bindings(f.read())
+    new = _bindings(new_config)
+    if old != new:
+        differing = sorted(set(old) ^ set(new))
+        fail(f'{root_dir} holds another experiment: its {CONFIG_FILE} differs from the given '
+             f'config in {len(differing)} binding line(s), e.g. {differing[:4]}. Resume it '
+             'with --root_dir alone (plus --gin_param overrides), pick another --root_dir, '
+             'or pass --start_over to move the old one aside and start afresh.')
+
+
+def build_trainer(gin_files, gin_params, root_dir):
+    """Parse the config and build the trainer (envs, algorithm, buffer) before writing anything."""
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
-    from alf_lite.config import ConfigError, parse_config
-    from alf_lite.environments import create_environment
-    from alf_lite.trainer import TrainerConfig
+    from alf_lite.config import ConfigError, config_str, parse_config
+    from alf_lite.trainer import Trainer, TrainerConfig
     try:
         parse_config(gin_files, gin_params)
-        trainer_config = TrainerConfig()
-        # One in-process env catches an unknown id or unsupported spaces now.
-        create_environment(num_parallel_environments=1, use_subprocesses=False).close()
-        return trainer_config
-    except (ConfigError, ValueError, TypeError) as e:
-        usage_error(str(e))
+        if gin_files and not FLAGS.start_over:
+            check_same_experiment(root_dir, config_str())
+        return Trainer(TrainerConfig(), root_dir)
+    except (ConfigError, ValueError, TypeError, MemoryError) as e:
+        fail(str(e))
 
 
 def main(argv):
     if len(argv) > 1:
-        usage_error(f'unexpected arguments: {" ".join(argv[1:])}')
+        fail(f'unexpected arguments: {" ".join(argv[1:])}')
     root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
     config_file = os.path.join(root_dir, CONFIG_FILE)
     gin_files = FLAGS.gin_file
     if not gin_files:
+        if FLAGS.start_over:
+            fail('--start_over needs the --gin_file of the experiment to start.')
         if not os.path.exists(config_file):
-            usage_error(f'no --gin_file given and {config_file} does not exist: '
-                        'give the gin file of the experiment to start.')
-        gin_files = [config_file]
-    trainer_config = build_trainer_config(gin_files, FLAGS.gin_param)
+            fail(f'no --gin_file given and {config_file} does not exist: give the gin file '
+                 'of the experiment to start.')
+    trainer = build_trainer(gin_files or [config_file], FLAGS.gin_param, root_dir)
 
+    from alf_lite.checkpoint import CheckpointError
     from alf_lite.config import config_str, write_text_atomically
-    from alf_lite.trainer import Trainer
-    os.makedirs(root_dir, exist_ok=True)
-    write_text_atomically(config_file, config_str())
-    logging.info('config written to %s', config_file)
-    Trainer(trainer_config, root_dir).train()
+    from alf_lite.trainer import TrainingError, TrainingInterrupted
+    with trainer:
+        if FLAGS.start_over and os.path.exists(root_dir):
+            aside = f'{root_dir}.old-{datetime.datetime.now():%Y%m%d-%H%M%S}'
+            os.rename(root_dir, aside)
+            logging.warning('moved the previous experiment to %s', aside)
+        os.makedirs(root_dir, exist_ok=True)
+        write_text_atomically(config_file, config_str())
+        logging.info('config written to %s', config_file)
+        try:
+            trainer.train()
+        except CheckpointError as e:
+            fail(str(e))
+        except TrainingError as e:
+            fail(str(e), exit_code=1)
+        except TrainingInterrupted as e:
+            logging.warning('%s: checkpoint written, env processes closed; re-run the same '
+                            'command to continue.', e)
+            sys.exit(128 + e.signum)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,332 @@
+"""What happens when things go wrong: bad input, kills, signals, NaN, a full disk."""
+import hashlib
+import math
+import os
+import random
+import signal
+import subprocess
+import time
+
+import gymnasium
+import numpy as np
+import psutil
+import pytest
+import torch
+
+import alf_lite.all_configurables  # noqa: F401
+from alf_lite import checkpoint as ckpt
+from alf_lite.config import parse_config
+from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
+from cli_helpers import (EXAMPLES, PENDULUM, REPO_ROOT, TINY, assert_ok, checkpoint_steps,
+                         run_train, train_command, train_env)
+
+SHORT = TINY + ['TrainerConfig.num_env_steps=400', 'TrainerConfig.summary_interval=100',
+                'TrainerConfig.eval_interval=200', 'TrainerConfig.checkpoint_interval=200',
+                'TrainerConfig.num_eval_episodes=1']
+
+
+def tree_digest(root):
+    """``{relative path: sha1}`` of every file under ``root``."""
+    digest = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            with open(path, 'rb') as f:
+                digest[os.path.relpath(path, root)] = hashlib.sha1(f.read()).hexdigest()
+    return digest
+
+
+def steps_in_csv(root_dir):
+    import csv
+    with open(os.path.join(root_dir, 'progress.csv'), newline='') as f:
+        return [int(r['env_steps']) for r in csv.DictReader(f)]
+
+
+# --- bad input: exit 2, a message naming the problem, nothing created or overwritten -----
+
+
+@pytest.fixture(scope='module')
+def finished_run(tmp_path_factory):
+    root_dir = tmp_path_factory.mktemp('finished') / 'run'
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
+    return root_dir
+
+
+BAD_PARAMS = [
+    ("TrainerConfig.num_env_steps='many'", 'num_env_steps must be an integer'),
+    ('TrainerConfig.mini_batch_size=-1', 'mini_batch_size must be positive'),
+    ('TrainerConfig.replay_buffer_length=0', 'replay_buffer_length must be positive'),
+    ('TrainerConfig.mini_batch_length=1', 'mini_batch_length must be >= 2'),
+    ('TrainerConfig.initial_collect_steps=100000', 'initial_collect_steps must be in'),
+    ('SacAlgorithm.target_update_tau=1.5', 'target_update_tau must be in (0, 1]'),
+    ('SacAlgorithm.target_update_tau=0.0', 'target_update_tau must be in (0, 1]'),
+    ("create_environment.env_name='CartPole-v1'", 'continuous bounded action space'),
+    ("create_environment.env_name='Pendulum-v9'", "Closest registered ids: 'Pendulum-v1'"),
+    ('TrainerConfig.replay_buffer_length=100000000000', 'bytes'),
+    ('TrainerConfig.num_env_stepz=10', "Closest valid names: 'num_env_steps'"),
+    ('TrainerConfg.random_seed=1', "'TrainerConfig'"),
+    ('TrainerConfig.random_seed=(1', "Cannot parse --gin_param 'TrainerConfig.random_seed=(1'"),
+]
+
+
+@pytest.mark.parametrize('param, message', BAD_PARAMS, ids=[p.split('=')[0] + '=' + p.split(
+    '=')[1][:12] for p, _ in BAD_PARAMS])
+def test_bad_parameter_exits_2_and_creates_nothing(tmp_path, param, message):
+    root_dir = tmp_path / 'new' / 'run'
+    result = run_train(train_command(root_dir, [PENDULUM], SHORT + [param]))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert message in result.stderr, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr
+    assert not (tmp_path / 'new').exists()
+
+
+def test_replay_buffer_too_large_says_bytes_needed_and_available(tmp_path):
+    result = run_train(train_command(tmp_path / 'run', [PENDULUM],
+                                     SHORT + ['TrainerConfig.replay_buffer_length=100000000000']))
+    assert result.returncode == 2
+    assert '2500000000000 bytes' in result.stderr.replace(',', '') and 'available' in \
+        result.stderr, result.stderr
+    assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('param', ["TrainerConfig.num_env_steps='many'",
+                                   'SacAlgorithm.target_update_tau=2.0'])
+def test_bad_parameter_on_resume_leaves_the_run_untouched(finished_run, param):
+    before = tree_digest(finished_run)
+    result = run_train(train_command(finished_run, params=[param]))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert tree_digest(finished_run) == before
+
+
+def test_missing_gin_file_and_syntax_error_are_named(tmp_path):
+    result = run_train(train_command(tmp_path / 'a', [tmp_path / 'nothere.gin']))
+    assert result.returncode == 2 and 'nothere.gin' in result.stderr and 'not found' in \
+        result.stderr, result.stderr
+    bad = tmp_path / 'bad.gin'
+    bad.write_text(f"include '{PENDULUM}'\nTrainerConfig.num_env_steps = )\n")
+    result = run_train(train_command(tmp_path / 'b', [bad]))
+    assert result.returncode == 2 and 'bad.gin, line 2' in result.stderr, result.stderr
+    assert not (tmp_path / 'a').exists() and not (tmp_path / 'b').exists()
+
+
+def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(
+        finished_run, tmp_path):
+    before = tree_digest(finished_run)
+    ddpg = train_command(finished_run, [EXAMPLES / 'ddpg_pendulum.gin'], SHORT + [
+        'DeterministicActorNetwork.hidden_layers=(32,)'])
+    result = run_train(ddpg)
+    assert result.returncode == 2 and 'another experiment' in result.stderr, result.stderr
+    assert '--start_over' in result.stderr
+    assert tree_digest(finished_run) == before
+
+    assert_ok(run_train(ddpg + ['--start_over']))
+    moved = [p for p in os.listdir(finished_run.parent) if p.startswith('run.old-')]
+    assert len(moved) == 1 and tree_digest(finished_run.parent / moved[0]) == before
+    assert 'DdpgAlgorithm' in (finished_run / 'config.gin').read_text()
+
+
+def test_same_gin_file_with_a_longer_run_resumes(tmp_path):
+    root_dir = tmp_path / 'run'
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
+    assert_ok(run_train(train_command(root_dir, [PENDULUM],
+                                      SHORT + ['TrainerConfig.num_env_steps=600'])))
+    assert checkpoint_steps(root_dir)[-1] == 600
+    assert steps_in_csv(root_dir) == list(range(0, 601, 100))
+
+
+def test_non_alf_lite_directory_is_refused(tmp_path):
+    (tmp_path / 'notes.txt').write_text('mine')
+    result = run_train(train_command(tmp_path, [PENDULUM], SHORT))
+    assert result.returncode == 2 and 'not an alf_lite experiment' in result.stderr
+    assert os.listdir(tmp_path) == ['notes.txt']
+
+
+# --- checkpoints: corrupt, truncated, disk full -------------------------------------------
+
+
+POINT = [os.path.join(EXAMPLES, 'common', 'sac.gin')]
+POINT_PARAMS = [
+    "create_environment.env_name = 'alf_lite/PointTarget-v0'",
+    'TanhNormalActorNetwork.hidden_layers = (16,)', 'CriticNetwork.hidden_layers = (16,)',
+    'TrainerConfig.mini_batch_size = 16', 'TrainerConfig.initial_collect_steps = 50',
+    'TrainerConfig.summary_interval = 100', 'TrainerConfig.eval_interval = 200',
+    'TrainerConfig.checkpoint_interval = 100', 'TrainerConfig.num_eval_episodes = 1',
+    'TrainerConfig.replay_buffer_length = 1000',
+]
+
+
+def train_in_process(root_dir, *params):
+    parse_config(POINT, POINT_PARAMS + list(params))
+    with Trainer(TrainerConfig(), str(root_dir)) as trainer:
+        return trainer.train()
+
+
+def test_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    model = tmp_path / 'checkpoints' / 'ckpt-300' / 'model.pt'
+    model.write_bytes(model.read_bytes()[:100])
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert 'ckpt-300 is unreadable' in caplog.text
+    # Resumed from ckpt-200, whose replay buffer was pruned when ckpt-300 was written.
+    assert 'ckpt-200 holds no replay buffer' in caplog.text
+    assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
+    state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-400'))
+    assert state['env_steps'] == 400
+
+
+def test_all_checkpoints_corrupt_stops_with_a_clear_error(tmp_path):
+    root_dir = tmp_path / 'run'
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
+    for step in checkpoint_steps(root_dir):
+        (root_dir / 'checkpoints' / f'ckpt-{step}' / 'model.pt').write_bytes(b'garbage')
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert 'none of the 2 checkpoints' in result.stderr and 'Traceback' not in result.stderr
+
+
+def test_disk_full_while_checkpointing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    real_save = ckpt._save_synced
+    calls = []
+
+    def save_then_fill_disk(obj, path):
+        calls.append(path)
+        if len(calls) > 2:  # the first checkpoint's model and replay buffer succeed
+            raise OSError(28, 'No space left on device')
+        real_save(obj, path)
+
+    monkeypatch.setattr(ckpt, '_save_synced', save_then_fill_disk)
+    with pytest.raises(TrainingError, match='No space left on device.*previous checkpoints'):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    assert os.listdir(tmp_path / 'checkpoints') == ['ckpt-100']
+    state, rb = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-100'))
+    assert state['env_steps'] == 100 and rb is not None
+
+
+# --- NaN and inf ----------------------------------------------------------------------------
+
+
+class NanRewardEnv(gymnasium.Env):
+    """A point task whose reward turns NaN after ``nan_after`` steps."""
+
+    def __init__(self, nan_after=250):
+        self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self._steps = 0
+        self._nan_after = nan_after
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self._steps += 1
+        reward = float('nan') if self._steps > self._nan_after else -abs(float(action[0]))
+        return np.zeros(2, np.float32), reward, False, False, {}
+
+
+gymnasium.register('alf_lite_tests/NanReward-v0', entry_point=NanRewardEnv, max_episode_steps=20)
+
+
+def test_nan_loss_stops_naming_the_loss_and_step_and_keeps_good_checkpoints(tmp_path):
+    with pytest.raises(TrainingError) as error:
+        train_in_process(tmp_path, "create_environment.env_name = 'alf_lite_tests/NanReward-v0'",
+                         'TrainerConfig.num_env_steps = 2000')
+    message = str(error.value)
+    assert 'the critic loss is nan at env step' in message, message
+    saved = sorted(os.listdir(tmp_path / 'checkpoints'))
+    last_good = [s for s in saved if s.startswith('last_good-')]
+    assert len(last_good) == 1 and last_good[0] in message
+    assert [s for s in saved if s.startswith('ckpt-')] == ['ckpt-100', 'ckpt-200']
+    for name in saved:
+        state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / name))
+        for value in state['algorithm']['module'].values():
+            if torch.is_tensor(value) and value.is_floating_point():
+                assert torch.isfinite(value).all(), name
+    # A resume never picks the last-good state by itself.
+    assert ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')).endswith('ckpt-200')
+
+
+def test_non_finite_parameters_are_never_checkpointed(tmp_path):
+    parse_config(POINT, POINT_PARAMS + ['TrainerConfig.num_env_steps = 200'])
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        trainer.train()
+        with torch.no_grad():
+            next(trainer._algorithm._critic.parameters())[0, 0, 0] = math.inf
+        trainer._env_steps = 300
+        with pytest.raises(TrainingError, match='_critic.*not finite at env step 300'):
+            trainer._save()
+    assert checkpoint_steps(tmp_path) == [100, 200]
+
+
+# --- killed at random moments ---------------------------------------------------------------
+
+KILL_STEPS = 6000
+KILL_PARAMS = TINY + [
+    f'TrainerConfig.num_env_steps={KILL_STEPS}', 'TrainerConfig.summary_interval=100',
+    'TrainerConfig.eval_interval=1000', 'TrainerConfig.checkpoint_interval=300',
+    'TrainerConfig.num_eval_episodes=1', f'TrainerConfig.replay_buffer_length={KILL_STEPS}']
+
+
+def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tensorboard):
+    root_dir = tmp_path / 'run'
+    command = train_command(root_dir, [PENDULUM], KILL_PARAMS)
+    rng = random.Random(0)
+    cycles = 10
+    latest = []
+    for cycle in range(cycles):
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=train_env(),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Wait until it works (the csv grows past where it was), then a random moment.
+        started_rows = len(steps_in_csv(root_dir)) if (root_dir / 'progress.csv').exists() else 0
+        deadline = time.time() + 60
+        while process.poll() is None and time.time() < deadline:
+            if (root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) > started_rows:
+                break
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 1.0))
+        process.kill()
+        process.wait()
+        latest.append(checkpoint_steps(root_dir)[-1] if checkpoint_steps(root_dir) else 0)
+        if process.returncode == 0:
+            break
+    # The step counter never goes back: each run continued from the last checkpoint.
+    assert latest == sorted(latest) and latest[-1] > 0, latest
+    assert_ok(run_train(command))
+    steps = steps_in_csv(root_dir)
+    assert steps == list(range(0, KILL_STEPS + 1, 100)), steps
+    train = read_tensorboard(root_dir / 'train')
+    assert [e.step for e in train['env_steps_per_sec']] == list(range(100, KILL_STEPS + 1, 100))
+    assert len(latest) == cycles
+
+
+# --- SIGINT / SIGTERM -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
+    root_dir = tmp_path / 'run'
+    params = TINY + ['TrainerConfig.num_env_steps=100000', 'TrainerConfig.summary_interval=100',
+                     'TrainerConfig.eval_interval=100000', 'TrainerConfig.checkpoint_interval=100000',
+                     'TrainerConfig.num_eval_episodes=1',
+                     'create_environment.num_parallel_environments=2']
+    # Its own session: SIGINT goes to the whole process group, as Ctrl-C does.
+    process = subprocess.Popen(train_command(root_dir, [PENDULUM], params), cwd=REPO_ROOT,
+                               env=train_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 60
+    while not ((root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) >= 3):
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    children = psutil.Process(process.pid).children(recursive=True)
+    assert len(children) >= 2  # the env subprocesses
+    if sig == signal.SIGINT:
+        os.killpg(process.pid, sig)
+    else:
+        process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + sig, stderr[-3000:]
+    assert 'Traceback' not in stderr, stderr[-3000:]
+    steps = checkpoint_steps(root_dir)
+    assert len(steps) == 1 and steps[0] >= steps_in_csv(root_dir)[-1]
+    gone = psutil.wait_procs(children, timeout=10)[1] == []
+    assert gone, [c.pid for c in children if c.is_running()]
