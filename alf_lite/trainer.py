@@ -452,7 +452,12 @@ class Trainer:
         self._recent_lengths.extend(state['recent_lengths'])
         self._last_eval = state['last_eval']
         if rb is not None:
-            self._replay_buffer.load_state_dict(rb)
+            try:
+                self._replay_buffer.load_state_dict(rb)
+            except ValueError as e:
+                raise ckpt.CheckpointError(
+                    f'the replay buffer of {path} does not fit the configured one ({e}). '
+                    'Resume with the config the run started with.') from e
             # The env restarts with a FIRST step: the last stored row must not
             # be paired with it as a transition.
             self._replay_buffer.mark_last_steps_as_last()

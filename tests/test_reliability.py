@@ -330,3 +330,13 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     assert len(steps) == 1 and steps[0] >= steps_in_csv(root_dir)[-1]
     gone = psutil.wait_procs(children, timeout=10)[1] == []
     assert gone, [c.pid for c in children if c.is_running()]
+
+
+def test_resume_with_a_changed_number_of_envs_is_refused(tmp_path):
+    root_dir = tmp_path / 'run'
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
+    result = run_train(train_command(root_dir, params=[
+        'TrainerConfig.num_env_steps=600', 'create_environment.num_parallel_environments=2']))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert 'does not fit the configured one' in result.stderr
+    assert 'Traceback' not in result.stderr

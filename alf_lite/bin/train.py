@@ -71,14 +71,18 @@ def check_same_experiment(root_dir: str, new_config: str) -> None:
              'or pass --start_over to move the old one aside and start afresh.')
 
 
-def build_trainer(gin_files, gin_params, root_dir):
-    """Parse the config and build the trainer (envs, algorithm, buffer) before writing anything."""
+def build_trainer(gin_files, gin_params, root_dir, check_experiment):
+    """Parse the config and build the trainer (envs, algorithm, buffer) before writing anything.
+
+    ``check_experiment``: refuse a root_dir whose saved config differs (for
+    user-given gin files; a resume from ``config.gin`` may override anything).
+    """
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, config_str, parse_config
     from alf_lite.trainer import Trainer, TrainerConfig
     try:
         parse_config(gin_files, gin_params)
-        if gin_files and not FLAGS.start_over:
+        if check_experiment:
             check_same_experiment(root_dir, config_str())
         return Trainer(TrainerConfig(), root_dir)
     except (ConfigError, ValueError, TypeError, MemoryError) as e:
@@ -97,7 +101,8 @@ def main(argv):
         if not os.path.exists(config_file):
             fail(f'no --gin_file given and {config_file} does not exist: give the gin file '
                  'of the experiment to start.')
-    trainer = build_trainer(gin_files or [config_file], FLAGS.gin_param, root_dir)
+    trainer = build_trainer(gin_files or [config_file], FLAGS.gin_param, root_dir,
+                            check_experiment=bool(gin_files) and not FLAGS.start_over)
 
     from alf_lite.checkpoint import CheckpointError
     from alf_lite.config import config_str, write_text_atomically
