@@ -7,7 +7,7 @@ ROOT_DIR ?= runs/$(basename $(notdir $(GIN)))
 # Two cores: one torch thread per process keeps parallel tests from oversubscribing.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: venv install train test clean
+.PHONY: venv install train test bench clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ train: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q tests
+
+bench: $(VENV)/.installed
+	$(PY) -m pip install -e '.[bench]'
+	$(PY) benchmarks/memory.py --env Humanoid-v5 --buffer 100000
 
 clean:
 	rm -rf $(VENV) *.egg-info
