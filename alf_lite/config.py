@@ -181,6 +181,8 @@ def _friendly_error(error: Exception, failed_files: Sequence[str],
             problem = error.msg
         else:
             problem = token_error["msg"] if token_error else head
+        # ast's message may end in an object's repr (': <ast.Name object at 0x...>').
+        problem = re.sub(r':\s*<[^>]* at 0x[0-9a-f]+>', '', problem)
         return ConfigError(
             f"Cannot parse {where}: {problem.rstrip('.')}. A value must be a Python literal "
             "(number, 'string', list, tuple, dict, True, False, None), a @configurable "
