@@ -16,6 +16,8 @@ import sys
 
 from absl import app, flags, logging
 
+from alf_lite.bin.cli import fail
+
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
 flags.DEFINE_multi_string('gin_param', [], "Gin binding, e.g. 'TrainerConfig.random_seed=3'; "
                           'repeat for several; applied after the files.')
@@ -33,16 +35,6 @@ RESUME_SAFE_PARAMETERS = (
     'TrainerConfig.num_env_steps', 'TrainerConfig.summary_interval',
     'TrainerConfig.eval_interval', 'TrainerConfig.checkpoint_interval',
     'TrainerConfig.num_eval_episodes', 'TrainerConfig.torch_num_threads')
-
-
-def fail(message: str, exit_code: int = 2) -> None:
-    """Print ``message`` for the user and exit (2: bad input)."""
-    # gin appends where a configurable was called; name the configurable only.
-    message, _, called = message.partition('\n  In call to configurable ')
-    if called:
-        message = f"{called.split(' ')[0].strip(chr(39))}: {message}"
-    print(f'error: {message}', file=sys.stderr)
-    sys.exit(exit_code)
 
 
 def _bindings(config_text: str):
