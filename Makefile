@@ -14,7 +14,7 @@ $(VENV)/.installed: setup.py
 	$(PY) -m pip install --upgrade pip
 	# Explicit pin first: a looser range would pull a multi-GB CUDA build.
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[test]'
+	$(PY) -m pip install -e '.[test,ray]'
 	touch $@
 
 venv install: $(VENV)/.installed

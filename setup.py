@@ -13,7 +13,8 @@ setup(
         # this range must admit it so pip does not fetch another build.
         'torch>=2.1',
         'gin-config==0.5.0',
-        'gymnasium[mujoco]>=1.0,<2',
+        # classic-control: pygame(-ce), which renders Pendulum and the other classic tasks.
+        'gymnasium[mujoco,classic-control]>=1.0,<2',
         'pybullet>=3.2',
         'icub-models>=3.2',
         'numpy',

@@ -1,0 +1,371 @@
+r"""Train every combination of gin parameter values, each with several seeds.
+
+    python -m alf_lite.bin.grid_search --search_config grid.json \
+        --gin_file examples/sac_pendulum.gin --root_dir runs/grid
+
+with ``grid.json``::
+
+    {"parameters": {"SacAlgorithm.target_update_tau": [0.005, 0.01],
+                    "actor/Adam.lr,critic/Adam.lr,alpha/Adam.lr": [0.001, 0.0003]},
+     "repeats": 3}
+
+``parameters`` maps a gin name to its values; a key of several comma-separated
+names sets them all to the same value. A JSON string is gin text as on the
+right of a ``--gin_param`` (``"'Pendulum-v1'"`` is a string, ``"@GaussianNoise()"``
+a reference), a list becomes a tuple, numbers, true, false and null are
+themselves. ``repeats`` is a number of seeds (0, 1, ...) or a list of seeds.
+
+Each combination and seed trains in ``root_dir/<name>``, named after the
+parameters that take several values and the seed, e.g. ``tau=0.01,lr=0.001,seed=2``,
+with ``TrainerConfig.random_seed`` set to the seed, as its own
+``python -m alf_lite.bin.train`` process (its output in ``root_dir/logs/<name>.log``).
+A run whose latest checkpoint reached ``num_env_steps`` is skipped and an
+unfinished one resumes, so running the same command again continues a sweep.
+A run that fails never stops the others; the table at the end lists each run
+with its final evaluation return, wall time and error (also written to
+``root_dir/grid_summary.csv``); the exit code is 1 when a run failed.
+
+Backends: by default a local pool of ``--max_workers`` training processes,
+each with ``cores // max_workers`` torch threads; with ``--ray_address`` each
+run is a Ray task (``pip install .[ray]``) that needs ``--num_cpus_per_run``
+CPUs and gets as many torch threads. The code ships with the tasks and the
+config is sent as text, but ``--root_dir`` must be storage that every node of
+the cluster sees at the same absolute path.
+"""
+import concurrent.futures
+import csv
+import itertools
+import json
+import math
+import os
+import re
+import sys
+import time
+from typing import Dict, List, NamedTuple, Optional
+
+from absl import app, flags
+
+from alf_lite.bin.cli import fail, user_message
+
+flags.DEFINE_string('search_config', None, 'JSON file with "parameters" (gin name -> list of '
+                    'values) and "repeats" (number of seeds, or a list of seeds).')
+flags.DEFINE_multi_string('gin_file', [], 'Base gin config file; repeat for several.')
+flags.DEFINE_multi_string('gin_param', [], 'Gin binding applied to every run, after the files '
+                          'and before the searched values; repeat for several.')
+flags.DEFINE_string('root_dir', None, 'Directory of the sweep; each run trains in a '
+                    'subdirectory. With --ray_address: storage shared by all nodes.')
+flags.DEFINE_integer('max_workers', None, 'Local backend: runs at a time (default: the number '
+                     'of cores); each gets cores // max_workers torch threads.')
+flags.DEFINE_string('ray_address', None, "Run on a Ray cluster: 'auto' or 'host:port' of its "
+                    'head. Default: local processes.')
+flags.DEFINE_integer('num_cpus_per_run', 1, 'Ray backend: CPUs reserved by each run, also its '
+                     'torch threads.')
+flags.mark_flags_as_required(['search_config', 'root_dir'])
+FLAGS = flags.FLAGS
+
+SEED_PARAM = 'TrainerConfig.random_seed'
+THREADS_PARAM = 'TrainerConfig.torch_num_threads'
+SUMMARY_FILE = 'grid_summary.csv'
+LOG_DIR = 'logs'
+EVAL_RETURN = 'eval/AverageReturn'
+
+
+class SearchSpace(NamedTuple):
+    """``parameters``: ``[(names, [gin value text, ...]), ...]`` in file order; ``seeds``."""
+    parameters: List[tuple]
+    seeds: List[int]
+
+
+class Run(NamedTuple):
+    """One combination with one seed, configured and ready to train."""
+    name: str
+    seed: int
+    root_dir: str
+    log_path: str
+    config_text: Optional[str]  # None when the config does not parse
+    num_env_steps: Optional[int]
+    error: Optional[str]
+
+
+def gin_literal(value) -> str:
+    """The gin text of a JSON value: strings verbatim, lists as tuples, the rest as Python."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        items = [gin_literal(v) for v in value]
+        return '(' + ', '.join(items) + (',)' if len(items) == 1 else ')')
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    raise ValueError(f'cannot turn {value!r} into a gin value: use a number, true, false, null, '
+                     'a list, or a string of gin text')
+
+
+def load_search_space(path: str) -> SearchSpace:
+    """Read and check the search config JSON; raises ValueError naming what is wrong."""
+    with open(path) as f:
+        try:
+            spec = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f'{path} is not valid JSON: {e}') from e
+    if not isinstance(spec, dict) or set(spec) != {'parameters', 'repeats'}:
+        raise ValueError(f'{path} must hold a JSON object with exactly the keys "parameters" '
+                         f'and "repeats", got {sorted(spec) if isinstance(spec, dict) else spec}')
+    parameters = spec['parameters']
+    if not isinstance(parameters, dict) or not parameters:
+        raise ValueError(f'"parameters" in {path} must map gin names to lists of values')
+    space = []
+    for key, values in parameters.items():
+        names = tuple(n.strip() for n in key.split(','))
+        if SEED_PARAM in names:
+            raise ValueError(f'{SEED_PARAM} cannot be searched: the seeds come from "repeats"')
+        if not isinstance(values, list) or not values:
+            raise ValueError(f'"parameters" in {path}: the values of {key!r} must be a '
+                             f'non-empty list, got {values!r}')
+        space.append((names, [gin_literal(v) for v in values]))
+    repeats = spec['repeats']
+    if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats > 0:
+        seeds = list(range(repeats))
+    elif (isinstance(repeats, list) and repeats
+          and all(isinstance(s, int) and not isinstance(s, bool) for s in repeats)
+          and len(set(repeats)) == len(repeats)):
+        seeds = repeats
+    else:
+        raise ValueError(f'"repeats" in {path} must be a positive number of seeds or a list of '
+                         f'distinct integer seeds, got {repeats!r}')
+    return SearchSpace(space, seeds)
+
+
+def _label_parts(names) -> List[str]:
+    """Components of a key, e.g. ['actor', 'Adam', 'lr']; for tied names their common suffix."""
+    split = [re.split(r'[/.]', n) for n in names]
+    common = []
+    for parts in zip(*(reversed(s) for s in split)):
+        if len(set(parts)) > 1:
+            break
+        common.insert(0, parts[0])
+    return common or [','.join(names)]
+
+
+def _labels(keys) -> Dict[tuple, str]:
+    """The shortest suffix of each key's components that no other key shares."""
+    parts = {k: _label_parts(k) for k in keys}
+    labels = {}
+    for key, own in parts.items():
+        for n in range(1, len(own) + 1):
+            suffix = own[-n:]
+            if all(other[-n:] != suffix for k, other in parts.items() if k != key):
+                break
+        labels[key] = '.'.join(suffix)
+    return labels
+
+
+def _name_value(text: str) -> str:
+    return re.sub(r'[^\w.+-]+', '_', text).strip('_') or '_'
+
+
+def run_names(space: SearchSpace) -> List[tuple]:
+    """``[(name, seed, [gin bindings])]`` for every combination and seed, combinations first."""
+    varied = [names for names, values in space.parameters if len(values) > 1]
+    labels = _labels(varied)
+    runs = []
+    for combination in itertools.product(*(values for _, values in space.parameters)):
+        bindings, name_parts = [], []
+        for (names, _), value in zip(space.parameters, combination):
+            bindings += [f'{n}={value}' for n in names]
+            if names in labels:
+                name_parts.append(f'{labels[names]}={_name_value(value)}')
+        for seed in space.seeds:
+            runs.append((','.join(name_parts + [f'seed={seed}']), seed, bindings))
+    names = [r[0] for r in runs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f'two runs would share the directory {duplicates[0]!r}: a parameter '
+                         'lists a value twice, or two values differ only in characters a '
+                         'directory name cannot hold')
+    return runs
+
+
+def configure_runs(space: SearchSpace, root_dir: str, gin_files, gin_params,
+                   num_threads: int) -> List[Run]:
+    """Parse each run's config; a run whose config does not parse carries the error instead."""
+    from alf_lite.config import ConfigError, config_str, parse_config
+    from alf_lite.trainer import TrainerConfig
+    runs = []
+    for name, seed, bindings in run_names(space):
+        log_path = os.path.join(root_dir, LOG_DIR, f'{name}.log')
+        params = ([f'{THREADS_PARAM}={num_threads}'] + list(gin_params) + bindings
+                  + [f'{SEED_PARAM}={seed}'])
+        try:
+            parse_config(gin_files, params)
+            num_env_steps = TrainerConfig().num_env_steps
+            runs.append(Run(name, seed, os.path.join(root_dir, name), log_path, config_str(),
+                            num_env_steps, None))
+        except (ConfigError, ValueError, TypeError) as e:
+            runs.append(Run(name, seed, os.path.join(root_dir, name), log_path, None, None,
+                            'config: ' + ' '.join(user_message(str(e)).split())))
+    return runs
+
+
+def is_finished(run: Run) -> bool:
+    from alf_lite.runs import checkpoint_env_steps
+    steps = checkpoint_env_steps(run.root_dir)
+    return steps is not None and steps >= run.num_env_steps
+
+
+def run_local(todo: List[Run], max_workers: int, num_threads: int, report) -> None:
+    """Train ``todo`` in at most ``max_workers`` subprocesses at a time."""
+    from alf_lite.runs import train_in_subprocess
+    # Threads only wait on the training processes; the work is in the processes.
+    with concurrent.futures.ThreadPoolExecutor(max_workers) as pool:
+        futures = {pool.submit(train_in_subprocess, run.root_dir, run.config_text, num_threads,
+                               run.log_path): run for run in todo}
+        for future in concurrent.futures.as_completed(futures):
+            report(futures[future], future.result())
+
+
+def run_ray(todo: List[Run], address: str, num_cpus_per_run: int, report) -> None:
+    """Train ``todo`` as Ray tasks of ``num_cpus_per_run`` CPUs each, on the cluster at ``address``.
+
+    ``todo``'s root_dirs must be on storage that every node sees at the same path.
+    """
+    import ray
+
+    import alf_lite
+    from alf_lite.runs import train_in_subprocess
+    try:
+        # The package travels with the tasks: a worker node need not have it installed.
+        ray.init(address=address, log_to_driver=False,
+                 runtime_env={'py_modules': [os.path.dirname(os.path.abspath(alf_lite.__file__))]})
+    except (ConnectionError, RuntimeError) as e:
+        fail(f'cannot connect to the Ray cluster at {address}: {e}')
+    try:
+        # max_calls=1: a fresh worker process per run, holding nothing between runs.
+        task = ray.remote(num_cpus=num_cpus_per_run, max_calls=1)(train_in_subprocess)
+        pending = {task.remote(run.root_dir, run.config_text, num_cpus_per_run, run.log_path):
+                   (run, time.time()) for run in todo}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            run, started = pending.pop(done[0])
+            try:
+                result = ray.get(done[0])
+            except ray.exceptions.RayError as e:
+                lines = [line for line in str(e).splitlines() if line.strip()]
+                result = {'returncode': None, 'wall_time_s': time.time() - started,
+                          'error': f'Ray task failed: {lines[-1] if lines else type(e).__name__}'}
+            report(run, result)
+    finally:
+        ray.shutdown()
+
+
+def summary_rows(runs: List[Run], results: Dict[str, dict]) -> List[dict]:
+    """One row per run: name, status, seed, final eval return, env steps, wall time, error."""
+    from alf_lite.runs import checkpoint_env_steps, final_value
+    rows = []
+    for run in runs:
+        result = results[run.name]
+        rows.append({
+            'run': run.name, 'status': result['status'], 'seed': run.seed,
+            'final_eval_return': final_value(run.root_dir, EVAL_RETURN),
+            'env_steps': checkpoint_env_steps(run.root_dir),
+            'wall_time_s': result.get('wall_time_s'), 'error': result.get('error') or ''})
+    return rows
+
+
+def _cell(value, fmt='{:.1f}'):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return '-'
+    return fmt.format(value) if isinstance(value, float) else str(value)
+
+
+def print_summary(rows: List[dict]) -> None:
+    header = ['run', 'status', 'final eval return', 'env steps', 'wall time (s)', 'error']
+    table = [[r['run'], r['status'], _cell(r['final_eval_return']), _cell(r['env_steps']),
+              _cell(r['wall_time_s']), r['error']] for r in rows]
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *table)]
+    widths[-1] = 0  # the error is last and not padded
+    for line in [header, ['-' * w for w in widths[:-1]] + ['-----']] + table:
+        print('  '.join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
+
+
+def write_summary(path: str, rows: List[dict]) -> None:
+    with open(path, 'w', newline='') as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main(argv):
+    if len(argv) > 1:
+        fail(f'unexpected arguments: {" ".join(argv[1:])}')
+    if not FLAGS.gin_file:
+        fail('give the base config of the sweep with --gin_file')
+    cores = len(os.sched_getaffinity(0))
+    max_workers = FLAGS.max_workers or cores
+    if max_workers <= 0 or FLAGS.num_cpus_per_run <= 0:
+        fail('--max_workers and --num_cpus_per_run must be positive')
+    if FLAGS.ray_address:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            fail('--ray_address needs Ray: pip install .[ray]')
+        num_threads = FLAGS.num_cpus_per_run
+    else:
+        num_threads = max(1, cores // max_workers)
+    try:
+        space = load_search_space(FLAGS.search_config)
+        run_names(space)
+    except (OSError, ValueError) as e:
+        fail(str(e))
+
+    import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
+    from alf_lite.config import ConfigError, parse_config
+    try:
+        # The base config on its own: a mistake there would fail every run.
+        parse_config(FLAGS.gin_file, FLAGS.gin_param)
+    except ConfigError as e:
+        fail(str(e))
+    root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
+    runs = configure_runs(space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads)
+    os.makedirs(root_dir, exist_ok=True)
+
+    results = {}
+    for run in runs:
+        if run.error:
+            results[run.name] = {'status': 'failed', 'error': run.error}
+        elif is_finished(run):
+            results[run.name] = {'status': 'skipped (finished before)'}
+    todo = [run for run in runs if run.name not in results]
+    backend = (f'Ray at {FLAGS.ray_address}, {FLAGS.num_cpus_per_run} CPU(s) per run'
+               if FLAGS.ray_address else f'{max_workers} local worker(s)')
+    print(f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
+          f'({num_threads} torch thread(s) each), {len(runs) - len(todo)} not started '
+          '(finished before, or a config that does not parse).', flush=True)
+
+    num_done = 0
+
+    def report(run, result):
+        nonlocal num_done
+        num_done += 1
+        status = 'finished' if result['returncode'] == 0 else 'failed'
+        results[run.name] = dict(result, status=status)
+        print(f'[{num_done}/{len(todo)}] {run.name}: {status} in '
+              f'{result["wall_time_s"]:.0f} s' + (f' ({result["error"]})' if result['error']
+                                                  else ''), flush=True)
+
+    if todo:
+        if FLAGS.ray_address:
+            run_ray(todo, FLAGS.ray_address, FLAGS.num_cpus_per_run, report)
+        else:
+            run_local(todo, max_workers, num_threads, report)
+    rows = summary_rows(runs, results)
+    print()
+    print_summary(rows)
+    write_summary(os.path.join(root_dir, SUMMARY_FILE), rows)
+    failed = sum(r['status'] == 'failed' for r in rows)
+    if failed:
+        print(f'\n{failed} of {len(rows)} runs failed.', file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == '__main__':
+    app.run(main)

@@ -1,0 +1,218 @@
+r"""Play a trained policy: returns per episode, optionally a video.
+
+    python -m alf_lite.bin.play --root_dir runs/p1 --num_episodes 3 --record_file p1.mp4
+
+Rebuilds the env and the algorithm from ``root_dir/config.gin`` (plus
+``--gin_param`` overrides) and loads the networks of the latest checkpoint (or
+``--checkpoint_step``): no optimizer state, no replay buffer. The deterministic
+policy acts in one in-process env; each episode's return and length are
+printed, then their means.
+
+A video holds one frame per step plus the reset frame of each episode, the
+episodes one after another: ``sum(length + 1)`` frames. ``.mp4`` is written
+with imageio-ffmpeg, ``.gif`` with pillow. Rendering is headless: MuJoCo
+through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
+"""
+import os
+
+from absl import app, flags
+
+from alf_lite.bin.cli import fail
+
+flags.DEFINE_string('root_dir', None, 'Directory of a train run: its config.gin and '
+                    'checkpoints are read.')
+flags.DEFINE_integer('checkpoint_step', None, 'Env steps of the checkpoint to load; default: '
+                     'the latest.')
+flags.DEFINE_integer('num_episodes', 1, 'Episodes to play.')
+flags.DEFINE_integer('random_seed', 0, 'Seeds the env with EVAL_SEED_OFFSET + random_seed on '
+                     'the first reset (the evaluation seed range, away from the training envs).')
+flags.DEFINE_string('record_file', None, 'Write a video of the episodes: a path ending in .mp4 '
+                    'or .gif.')
+flags.DEFINE_string('render_size', None, "Video frame size: 'W,H' or one number for a square; "
+                    "frames are scaled and centre-cropped to it. Default: the env's own size.")
+flags.DEFINE_integer('fps', 30, 'Frames per second of the video.')
+flags.DEFINE_multi_string('gin_param', [], "Gin binding applied after config.gin, e.g. "
+                          "'create_environment.max_episode_steps=100'; repeat for several.")
+flags.mark_flag_as_required('root_dir')
+FLAGS = flags.FLAGS
+
+VIDEO_FORMATS = ('.mp4', '.gif')
+
+
+def parse_render_size(text: str):
+    """``(width, height)`` from ``'W,H'`` or ``'N'``; raises ValueError otherwise."""
+    parts = [p.strip() for p in text.split(',')]
+    try:
+        size = tuple(int(p) for p in parts)
+    except ValueError:
+        size = ()
+    if len(size) == 1:
+        size = size * 2
+    if len(size) != 2 or min(size) <= 0:
+        raise ValueError(f"--render_size must be 'W,H' or one positive number, got {text!r}")
+    return size
+
+
+def checkpoint_path(root_dir: str, step) -> str:
+    """The checkpoint of ``step`` env steps in ``root_dir``, or its latest; fails when missing."""
+    from alf_lite.checkpoint import list_checkpoints
+    checkpoint_dir = os.path.join(root_dir, 'checkpoints')
+    found = list_checkpoints(checkpoint_dir)
+    if not found:
+        fail(f'no checkpoint in {checkpoint_dir}: train writes one every '
+             'TrainerConfig.checkpoint_interval env steps and at the end.')
+    if step is None:
+        return found[-1]
+    path = os.path.join(checkpoint_dir, f'ckpt-{step}')
+    if path not in found:
+        steps = ', '.join(os.path.basename(p)[len('ckpt-'):] for p in found)
+        fail(f'no checkpoint at {step} env steps in {checkpoint_dir}; there are: {steps}')
+    return path
+
+
+def load_policy(path: str, observation_dim: int, action_dim: int):
+    """The configured algorithm with the networks of checkpoint ``path``, in eval mode.
+
+    Reads only the model file, and of it only the networks (``state['algorithm']['module']``).
+    """
+    import torch
+
+    from alf_lite.checkpoint import MODEL_FILE
+    from alf_lite.trainer import TrainerConfig
+    algorithm = TrainerConfig().algorithm_ctor(observation_dim=observation_dim,
+                                               action_dim=action_dim)
+    try:
+        state = torch.load(os.path.join(path, MODEL_FILE), weights_only=False)
+    except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
+        fail(f'cannot read {os.path.join(path, MODEL_FILE)} ({type(e).__name__}: {e}); pick '
+             'another with --checkpoint_step.')
+    try:
+        algorithm.load_state_dict(state['algorithm']['module'])
+    except RuntimeError as e:
+        fail(f'the checkpoint {path} does not fit the networks config.gin builds (was the '
+             f'config changed, or a --gin_param given that changes them?): {e}')
+    algorithm.train(False)
+    return algorithm
+
+
+class VideoWriter:
+    """Frames to ``path`` (.mp4 via imageio-ffmpeg, .gif via pillow), resized to ``size``."""
+
+    def __init__(self, path: str, fps: int, size=None):
+        import imageio
+        self._size = size
+        self.num_frames = 0
+        if path.lower().endswith('.gif'):
+            # loop=0: repeat forever; duration is per frame, in milliseconds.
+            self._writer = imageio.get_writer(path, mode='I', duration=1000 / fps, loop=0)
+        else:
+            # macro_block_size=2: H.264 needs even sizes; other sizes are kept.
+            self._writer = imageio.get_writer(path, fps=fps, codec='libx264', quality=8,
+                                              macro_block_size=2)
+
+    def append(self, frame) -> None:
+        import numpy as np
+        from PIL import Image, ImageOps
+        frame = np.asarray(frame)[:, :, :3]
+        if self._size is not None and frame.shape[1::-1] != self._size:
+            frame = np.asarray(ImageOps.fit(Image.fromarray(frame), self._size,
+                                            Image.Resampling.LANCZOS))
+        self._writer.append_data(frame)
+        self.num_frames += 1
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def play_episodes(env, algorithm, num_episodes: int, video=None):
+    """``[(return, length)]`` of ``num_episodes`` episodes of the deterministic policy."""
+    import numpy as np
+    import torch
+
+    from alf_lite.data import StepType
+    results = []
+    for episode in range(num_episodes):
+        time_step = env.reset()
+        if video is not None:
+            video.append(env.render()[0])
+        episode_return, length = 0.0, 0
+        while True:
+            with torch.no_grad():
+                action = algorithm.predict_step(time_step.observation)
+            time_step = env.step(action)
+            episode_return += float(time_step.reward[0])
+            length += 1
+            if video is not None:
+                video.append(env.render()[0])
+            if time_step.step_type[0] == StepType.LAST:
+                break
+        results.append((episode_return, length))
+        print(f'episode {episode + 1}: return {episode_return:.2f}, length {length}', flush=True)
+    returns, lengths = np.array(results).T
+    print(f'mean over {num_episodes} episode(s): return {returns.mean():.2f}, '
+          f'length {lengths.mean():.1f}', flush=True)
+    return results
+
+
+def main(argv):
+    if len(argv) > 1:
+        fail(f'unexpected arguments: {" ".join(argv[1:])}')
+    root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
+    if not os.path.isdir(root_dir):
+        fail(f'root_dir {root_dir} does not exist.')
+    config_file = os.path.join(root_dir, 'config.gin')
+    if not os.path.isfile(config_file):
+        fail(f'{root_dir} holds no config.gin: it is not the root_dir of a train run.')
+    if FLAGS.num_episodes <= 0 or FLAGS.fps <= 0:
+        fail('--num_episodes and --fps must be positive.')
+    record_file = FLAGS.record_file
+    if record_file is not None and not record_file.lower().endswith(VIDEO_FORMATS):
+        fail(f'--record_file must end in {" or ".join(VIDEO_FORMATS)}, got {record_file!r}')
+    try:
+        size = parse_render_size(FLAGS.render_size) if FLAGS.render_size else None
+    except ValueError as e:
+        fail(str(e))
+    if record_file is not None:
+        # Read when MuJoCo first renders; EGL renders without a display.
+        os.environ.setdefault('MUJOCO_GL', 'egl')
+        # pygame (classic control) renders to an off-screen surface: no window,
+        # no sound device, and no greeting on stdout.
+        for name, value in (('SDL_VIDEODRIVER', 'dummy'), ('SDL_AUDIODRIVER', 'dummy'),
+                            ('PYGAME_HIDE_SUPPORT_PROMPT', '1')):
+            os.environ.setdefault(name, value)
+    path = checkpoint_path(root_dir, FLAGS.checkpoint_step)
+
+    import torch
+
+    import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
+    from alf_lite.config import ConfigError, parse_config
+    from alf_lite.environments import create_environment
+    from alf_lite.trainer import EVAL_SEED_OFFSET, TrainerConfig
+    try:
+        parse_config([config_file], FLAGS.gin_param)
+        torch.set_num_threads(TrainerConfig().torch_num_threads)
+        env = create_environment(num_parallel_environments=1, use_subprocesses=False,
+                                 seed=EVAL_SEED_OFFSET + FLAGS.random_seed,
+                                 render_mode='rgb_array' if record_file else None)
+    except (ConfigError, ValueError, TypeError) as e:
+        given = ' with the given --gin_param' if FLAGS.gin_param else ''
+        fail(f'{config_file}{given} no longer builds: {e}')
+    print(f'playing {path}', flush=True)
+    video = None
+    try:
+        algorithm = load_policy(path, env.observation_dim, env.action_dim)
+        torch.manual_seed(FLAGS.random_seed)
+        if record_file is not None:
+            os.makedirs(os.path.dirname(os.path.abspath(record_file)), exist_ok=True)
+            video = VideoWriter(record_file, FLAGS.fps, size)
+        play_episodes(env, algorithm, FLAGS.num_episodes, video)
+    finally:
+        env.close()
+        if video is not None:
+            video.close()
+    if video is not None:
+        print(f'{video.num_frames} frames written to {record_file}', flush=True)
+
+
+if __name__ == '__main__':
+    app.run(main)

@@ -1,0 +1,209 @@
+r"""Plot runs grouped over seeds: mean curve with a 95% bootstrap confidence band per group.
+
+    python -m alf_lite.bin.plot runs/grid/* --x env_steps --y eval/AverageReturn \
+        --group_by config --out curves.png
+
+Each argument is a run's root_dir, or a directory searched for runs (other
+paths are skipped with a note). A run is read from its ``progress.csv``, or
+from its TensorBoard events when it has none. ``--group_by config`` puts runs
+whose ``config.gin`` differ only in ``TrainerConfig.random_seed`` in one group
+and names each group by the gin parameters that differ between them.
+
+Aggregation, per group and per x: the runs that have a point at that x give
+the mean and the band: ``ci``, the 2.5 and 97.5 percentiles of the mean over
+``--num_bootstrap`` resamplings of those runs (with replacement), or ``std``,
+mean +- their standard deviation (ddof 1). ``--smoothing N`` first replaces each
+run's value by the mean of its last N points. Writes the PNG, the aggregated
+curves as a CSV next to it (``curves.csv`` for ``curves.png``: group, x, mean,
+lower, upper, num_runs), and prints the final performance of each group: the
+mean over runs of each run's last ``--last_n`` points, with the same band.
+"""
+import csv
+import os
+import sys
+from typing import Dict, List, Tuple
+
+from absl import app, flags
+
+from alf_lite.bin.cli import fail
+
+flags.DEFINE_string('x', 'env_steps', 'Column along x (progress.csv column; from TensorBoard '
+                    'events: env_steps or wall_time).')
+flags.DEFINE_string('y', 'eval/AverageReturn', 'Scalar along y, e.g. eval/AverageReturn or '
+                    'train/critic_loss.')
+flags.DEFINE_string('group_by', 'config', "'config': runs that differ only by seed; 'none': "
+                    'each run alone; or comma-separated gin parameters, e.g. actor/Adam.lr.')
+flags.DEFINE_enum('band', 'ci', ['ci', 'std'], 'Band around the mean: 95% bootstrap confidence '
+                  'interval of the mean, or +- one standard deviation.')
+flags.DEFINE_integer('smoothing', 1, "Moving-average window over each run's last N points; "
+                     '1: none.')
+flags.DEFINE_integer('last_n', 1, 'Final performance: mean of the last N points of each run.')
+flags.DEFINE_integer('num_bootstrap', 10000, 'Bootstrap resamplings of the runs.')
+flags.DEFINE_string('out', 'curves.png', 'PNG to write; the aggregated curves go to the same '
+                    'path with .csv.')
+FLAGS = flags.FLAGS
+
+SEED_PARAM = 'TrainerConfig.random_seed'
+CONFIDENCE = 0.95
+# A fixed seed: the same runs give the same band every time.
+BOOTSTRAP_SEED = 0
+
+
+def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
+    """``(run dirs, skipped paths)``: each path that is a run, and the runs below each directory."""
+    from alf_lite.runs import is_run_dir
+    found, skipped = [], []
+    for path in paths:
+        below = []
+        if is_run_dir(path):
+            below = [path]
+        elif os.path.isdir(path):
+            for parent, dirs, _ in os.walk(path):
+                if is_run_dir(parent):
+                    below.append(parent)
+                    dirs.clear()
+                dirs.sort()
+        (found.extend if below else skipped.append)(below or path)
+    unique = list(dict.fromkeys(os.path.normpath(p) for p in found))
+    return unique, skipped
+
+
+def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]]:
+    """``[(label, run dirs)]`` in the order the groups first appear; raises ValueError."""
+    from alf_lite.runs import config_bindings
+    if group_by == 'none':
+        return [(os.path.basename(r) or r, [r]) for r in run_dirs]
+    bindings = {}
+    for run in run_dirs:
+        try:
+            bindings[run] = config_bindings(run)
+        except FileNotFoundError:
+            raise ValueError(f'{run} has no config.gin to group by; use --group_by none')
+    if group_by == 'config':
+        names = sorted({k for b in bindings.values() for k in b} - {SEED_PARAM})
+        names = [n for n in names if len({b.get(n) for b in bindings.values()}) > 1]
+    else:
+        names = [n.strip() for n in group_by.split(',') if n.strip()]
+        unbound = [n for n in names if all(n not in b for b in bindings.values())]
+        if unbound:
+            raise ValueError(f'no run binds {", ".join(unbound)} in its config.gin')
+    groups: Dict[tuple, List[str]] = {}
+    for run in run_dirs:
+        groups.setdefault(tuple(bindings[run].get(n, '(default)') for n in names),
+                          []).append(run)
+    return [(', '.join(f'{n}={v}' for n, v in zip(names, key)) or 'all runs', runs)
+            for key, runs in groups.items()]
+
+
+def smooth(values, window: int):
+    """Each value replaced by the mean of it and up to ``window - 1`` values before it."""
+    import numpy as np
+    cumsum = np.concatenate([[0.0], np.cumsum(values)])
+    i = np.arange(1, len(values) + 1)
+    start = np.maximum(i - window, 0)
+    return (cumsum[i] - cumsum[start]) / (i - start)
+
+
+def band(values, kind: str, rng, num_bootstrap: int) -> Tuple[float, float, float]:
+    """``(mean, lower, upper)`` of ``values`` (one per run)."""
+    import numpy as np
+    values = np.asarray(values, dtype=np.float64)
+    mean = float(values.mean())
+    if len(values) == 1:
+        return mean, mean, mean
+    if kind == 'std':
+        std = float(values.std(ddof=1))
+        return mean, mean - std, mean + std
+    means = values[rng.integers(0, len(values), (num_bootstrap, len(values)))].mean(axis=1)
+    alpha = (1 - CONFIDENCE) / 2 * 100
+    lower, upper = np.percentile(means, [alpha, 100 - alpha])
+    return mean, float(lower), float(upper)
+
+
+def aggregate(curves: List[tuple], kind: str, rng, num_bootstrap: int) -> List[tuple]:
+    """``[(x, mean, lower, upper, num_runs)]`` over the union of the runs' x values."""
+    by_x: Dict[float, list] = {}
+    for xs, ys in curves:
+        for x, y in zip(xs, ys):
+            by_x.setdefault(float(x), []).append(y)
+    return [(x, *band(by_x[x], kind, rng, num_bootstrap), len(by_x[x])) for x in sorted(by_x)]
+
+
+def _number(value: float) -> str:
+    return repr(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def main(argv):
+    paths = argv[1:]
+    if not paths:
+        fail('give the runs to plot, e.g. runs/grid/* (a run\'s root_dir, or a directory '
+             'with runs below it)')
+    if FLAGS.smoothing <= 0 or FLAGS.last_n <= 0 or FLAGS.num_bootstrap <= 0:
+        fail('--smoothing, --last_n and --num_bootstrap must be positive')
+    if not FLAGS.out.lower().endswith('.png'):
+        fail(f'--out must end in .png, got {FLAGS.out!r}')
+    run_dirs, skipped = find_runs(paths)
+    for path in skipped:
+        print(f'skipping {path}: no run there', file=sys.stderr)
+    if not run_dirs:
+        fail(f'no run (a directory with progress.csv or TensorBoard events) in {" ".join(paths)}')
+
+    import numpy as np
+
+    from alf_lite.runs import read_scalar
+    try:
+        groups = group_runs(run_dirs, FLAGS.group_by)
+        raw = {run: read_scalar(run, FLAGS.y, FLAGS.x) for _, runs in groups for run in runs}
+    except ValueError as e:
+        fail(str(e))
+    empty = [run for run, (xs, _) in raw.items() if len(xs) == 0]
+    if empty:
+        fail(f'no {FLAGS.y} value yet in {", ".join(empty)}')
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    curves = {label: aggregate([(raw[r][0], smooth(raw[r][1], FLAGS.smoothing)) for r in runs],
+                               FLAGS.band, rng, FLAGS.num_bootstrap)
+              for label, runs in groups}
+
+    import matplotlib
+    matplotlib.use('Agg')  # headless: no display needed
+    import matplotlib.pyplot as plt
+    band_name = f'{CONFIDENCE:.0%} bootstrap CI' if FLAGS.band == 'ci' else '1 std'
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    for label, runs in groups:
+        x, mean, lower, upper, _ = np.array(curves[label]).T
+        line, = ax.plot(x, mean, label=f'{label} ({len(runs)} run{"s" * (len(runs) > 1)})')
+        ax.fill_between(x, lower, upper, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel(FLAGS.x)
+    ax.set_ylabel(FLAGS.y)
+    ax.set_title(f'{FLAGS.y}: mean and {band_name} over runs'
+                 + (f', smoothing {FLAGS.smoothing}' if FLAGS.smoothing > 1 else ''))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize='small')
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
+    fig.savefig(FLAGS.out)
+    plt.close(fig)
+
+    csv_path = os.path.splitext(FLAGS.out)[0] + '.csv'
+    with open(csv_path, 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow(['group', FLAGS.x, 'mean', 'lower', 'upper', 'num_runs'])
+        for label, _ in groups:
+            for x, mean, lower, upper, n in curves[label]:
+                writer.writerow([label, _number(x), repr(mean), repr(lower), repr(upper), n])
+    print(f'plot written to {FLAGS.out}, curves to {csv_path}')
+
+    print(f'\nfinal {FLAGS.y}: mean over runs of the last {FLAGS.last_n} point(s) of each run, '
+          f'{band_name}')
+    rows = [('group', 'runs', 'mean', band_name)]
+    for label, runs in groups:
+        finals = [float(np.mean(raw[r][1][-FLAGS.last_n:])) for r in runs]
+        mean, lower, upper = band(finals, FLAGS.band, rng, FLAGS.num_bootstrap)
+        rows.append((label, str(len(runs)), f'{mean:.2f}', f'[{lower:.2f}, {upper:.2f}]'))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print('  '.join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+if __name__ == '__main__':
+    app.run(main)

@@ -1,0 +1,189 @@
+"""A run's root_dir as the experiment tools read it, and one training run in a subprocess.
+
+A run is what ``python -m alf_lite.bin.train`` leaves in one root_dir:
+``config.gin``, ``progress.csv``, ``train/`` and ``eval/`` TensorBoard events and
+``checkpoints/ckpt-<env_steps>/``. ``plot`` and ``grid_search`` read runs through
+this module; ``grid_search`` also starts them with ``train_in_subprocess``, which
+runs on a Ray worker as well as locally.
+"""
+import csv
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+CONFIG_FILE = 'config.gin'
+PROGRESS_FILE = 'progress.csv'
+# progress.csv's step axis; TensorBoard's step is the same number.
+ENV_STEPS = 'env_steps'
+WALL_TIME = 'wall_time'
+
+_CHECKPOINT = re.compile(r'^ckpt-(\d+)$')
+# A gin binding in config.gin starts at column 0: ``scope/Name.param = value``;
+# gin ends the line with a backslash and indents the rest of a long value.
+_BINDING = re.compile(r'^(?P<name>[A-Za-z_][\w./]*)\s*=\s*(?P<value>.*)$')
+# The line of a log that says why train failed: its usage error or the exception.
+_ERROR_LINE = re.compile(r'^(error: |[\w.]*(Error|Exception|Interrupt)\b)')
+
+
+def is_run_dir(path: str) -> bool:
+    """Whether ``path`` holds a run's progress.csv or TensorBoard events."""
+    return (os.path.isfile(os.path.join(path, PROGRESS_FILE))
+            or os.path.isdir(os.path.join(path, 'eval'))
+            or os.path.isdir(os.path.join(path, 'train')))
+
+
+def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, np.ndarray]:
+    """The points ``(x, y)`` of one scalar of a run, sorted by x, one per x (the last written).
+
+    Reads ``progress.csv``; a run without one is read from its TensorBoard
+    events, where x can only be ``env_steps`` (the event step) or ``wall_time``.
+
+    Args:
+        root_dir: the run's directory.
+        y: a progress.csv column, e.g. ``'eval/AverageReturn'`` (for TensorBoard,
+            ``<train|eval>/<tag>``).
+        x: the column plotted along x, e.g. ``'env_steps'``.
+    Raises:
+        ValueError: the run has no such scalar (the message lists the ones it has).
+    """
+    path = os.path.join(root_dir, PROGRESS_FILE)
+    if os.path.isfile(path):
+        with open(path, newline='') as f:
+            reader = csv.DictReader(f)
+            columns = list(reader.fieldnames or [])
+            for name in (x, y):
+                if name not in columns:
+                    raise ValueError(f'{path} has no column {name!r}; its columns are: '
+                                     f'{", ".join(columns)}')
+            points = [(float(r[x]), float(r[y])) for r in reader if r[x] and r[y]]
+    else:
+        points = _read_tensorboard_scalar(root_dir, y, x)
+    by_x = dict(points)
+    xs = np.array(sorted(by_x), dtype=np.float64)
+    return xs, np.array([by_x[v] for v in xs], dtype=np.float64)
+
+
+def _read_tensorboard_scalar(root_dir, y, x):
+    if x not in (ENV_STEPS, WALL_TIME):
+        raise ValueError(f'{root_dir} has no {PROGRESS_FILE}; from TensorBoard events x can '
+                         f'only be {ENV_STEPS!r} or {WALL_TIME!r}, not {x!r}')
+    mode, _, tag = y.partition('/')
+    log_dir = os.path.join(root_dir, mode)
+    if not os.path.isdir(log_dir):
+        raise ValueError(f'{root_dir} has neither {PROGRESS_FILE} nor TensorBoard events in '
+                         f'{log_dir}')
+    from tensorboard.backend.event_processing.event_accumulator import (SCALARS,
+                                                                         EventAccumulator)
+    accumulator = EventAccumulator(log_dir, size_guidance={SCALARS: 0})
+    accumulator.Reload()
+    tags = accumulator.Tags()['scalars']
+    if tag not in tags:
+        raise ValueError(f'{root_dir} has no {PROGRESS_FILE} and no TensorBoard scalar {tag!r} '
+                         f'in {log_dir}; it has: {", ".join(tags) or "none"}')
+    return [(e.step if x == ENV_STEPS else e.wall_time, e.value)
+            for e in accumulator.Scalars(tag)]
+
+
+def config_bindings(root_dir: str) -> Dict[str, str]:
+    """``{'scope/Name.param': 'value text'}`` of the run's ``config.gin``, whitespace normalised.
+
+    Raises:
+        FileNotFoundError: the run has no config.gin.
+    """
+    bindings, name = {}, None
+    with open(os.path.join(root_dir, CONFIG_FILE)) as f:
+        for line in f:
+            if line.startswith((' ', '\t')) and name is not None:
+                bindings[name] += ' ' + line.strip().rstrip('\\')
+                continue
+            name = None
+            match = _BINDING.match(line.rstrip())
+            if match and not line.startswith(('import ', 'include ')):
+                name = match['name']
+                bindings[name] = match['value'].rstrip('\\')
+    return {k: ' '.join(v.split()) for k, v in bindings.items()}
+
+
+def checkpoint_env_steps(root_dir: str) -> Optional[int]:
+    """Env steps of the run's latest complete checkpoint, or None when it has none."""
+    # The trainer names a checkpoint after its env steps; reading the name
+    # spares loading the model file.
+    checkpoint_dir = os.path.join(root_dir, 'checkpoints')
+    if not os.path.isdir(checkpoint_dir):
+        return None
+    steps = [int(m.group(1)) for name in os.listdir(checkpoint_dir)
+             if (m := _CHECKPOINT.match(name))]
+    return max(steps, default=None)
+
+
+def final_value(root_dir: str, y: str = 'eval/AverageReturn') -> Optional[float]:
+    """The last value of scalar ``y`` the run wrote, or None when it wrote none yet."""
+    try:
+        _, values = read_scalar(root_dir, y)
+    except (OSError, ValueError):
+        return None
+    return float(values[-1]) if len(values) else None
+
+
+def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
+                        log_path: str) -> dict:
+    """Train (or resume) the run in ``root_dir`` with ``python -m alf_lite.bin.train``.
+
+    Self-contained so that it runs on a Ray worker, which shares neither the
+    driver's working directory nor its environment variables: the config comes
+    as text (includes and overrides already applied), ``root_dir`` is absolute,
+    and the subprocess finds this copy of alf_lite through ``PYTHONPATH``.
+
+    Args:
+        root_dir: absolute path of the run's directory.
+        config_text: the whole gin config of the run.
+        num_threads: OpenMP / MKL threads of the subprocess (torch's own count
+            comes from ``TrainerConfig.torch_num_threads`` in the config).
+        log_path: absolute path of the file that gets train's output, appended
+            on each attempt (outside ``root_dir``: train refuses a non-empty
+            root_dir without its config.gin).
+    Returns:
+        ``{'returncode', 'wall_time_s', 'error'}``; ``error`` is None on success,
+        else the line of the log that says why, with the exit code.
+    """
+    import alf_lite
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(alf_lite.__file__)))
+    env = dict(os.environ, OMP_NUM_THREADS=str(num_threads), MKL_NUM_THREADS=str(num_threads))
+    env['PYTHONPATH'] = os.pathsep.join(
+        [package_parent] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with tempfile.NamedTemporaryFile('w', suffix='.gin', delete=False) as config_file:
+        config_file.write(config_text)
+    start = time.time()
+    try:
+        with open(log_path, 'a') as log:
+            log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} on {os.uname().nodename}\n')
+            log.flush()
+            offset = log.tell()
+            returncode = subprocess.run(
+                [sys.executable, '-m', 'alf_lite.bin.train', '--root_dir', root_dir,
+                 '--gin_file', config_file.name],
+                cwd=os.path.dirname(log_path), env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT).returncode
+    finally:
+        os.remove(config_file.name)
+    error = None
+    if returncode != 0:
+        with open(log_path) as log:
+            log.seek(offset)
+            error = f'exit code {returncode}: {_error_line(log.read())}'
+    return {'returncode': returncode, 'wall_time_s': time.time() - start, 'error': error}
+
+
+def _error_line(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if _ERROR_LINE.match(line):
+            return line
+    return lines[-1] if lines else 'no output'

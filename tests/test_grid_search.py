@@ -1,0 +1,213 @@
+"""``python -m alf_lite.bin.grid_search``: a 2 x 2 grid of tiny runs, locally and on Ray."""
+import csv
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+from cli_helpers import PENDULUM, RUN_TIMEOUT_S, checkpoint_steps, train_env
+
+from alf_lite.summary import NONDETERMINISTIC_COLUMNS
+
+NUM_ENV_STEPS = 20
+# Config, not --gin_param: the grid's runs must get it through their config text.
+TINY_GIN = f"""include '{PENDULUM}'
+TanhNormalActorNetwork.hidden_layers = (16,)
+CriticNetwork.hidden_layers = (16,)
+TrainerConfig.mini_batch_size = 16
+TrainerConfig.replay_buffer_length = 100
+TrainerConfig.initial_collect_steps = 1
+TrainerConfig.num_env_steps = {NUM_ENV_STEPS}
+TrainerConfig.summary_interval = 10
+TrainerConfig.eval_interval = 10
+TrainerConfig.checkpoint_interval = 10
+TrainerConfig.num_eval_episodes = 1
+create_environment.max_episode_steps = 5
+"""
+GRID = {'parameters': {'SacAlgorithm.target_update_tau': [0.005, 0.01]}, 'repeats': 2}
+RUN_NAMES = ['target_update_tau=0.005,seed=0', 'target_update_tau=0.005,seed=1',
+             'target_update_tau=0.01,seed=0', 'target_update_tau=0.01,seed=1']
+
+
+def write_inputs(directory, grid):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / 'tiny.gin').write_text(TINY_GIN)
+    (directory / 'grid.json').write_text(json.dumps(grid))
+    return directory / 'tiny.gin', directory / 'grid.json'
+
+
+def run_grid(directory, root_dir, *args, env=None):
+    """Run the grid from ``directory`` (relative paths: the driver resolves them)."""
+    command = [sys.executable, '-m', 'alf_lite.bin.grid_search', '--search_config', 'grid.json',
+               '--gin_file', 'tiny.gin', '--root_dir', str(root_dir),
+               # One torch thread whatever the backend, so both give the same numbers.
+               '--gin_param', 'TrainerConfig.torch_num_threads=1', *args]
+    return subprocess.run(command, cwd=directory, env=env or train_env(), capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S)
+
+
+def summary(root_dir):
+    with open(root_dir / 'grid_summary.csv', newline='') as f:
+        return {r['run']: r for r in csv.DictReader(f)}
+
+
+def deterministic_progress(run_dir):
+    with open(run_dir / 'progress.csv', newline='') as f:
+        return [{k: v for k, v in row.items() if k not in NONDETERMINISTIC_COLUMNS}
+                for row in csv.DictReader(f)]
+
+
+@pytest.fixture(scope='module')
+def local_grid(tmp_path_factory):
+    """The 2 x 2 grid trained on the local backend: ``(directory, root_dir, first result)``."""
+    directory = tmp_path_factory.mktemp('grid')
+    write_inputs(directory, GRID)
+    root_dir = directory / 'runs'
+    result = run_grid(directory, root_dir, '--max_workers', '2')
+    return directory, root_dir, result
+
+
+def assert_finished_grid(root_dir, result):
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert sorted(p.name for p in root_dir.iterdir() if p.name.startswith('target')) == RUN_NAMES
+    for name in RUN_NAMES:
+        run_dir = root_dir / name
+        assert checkpoint_steps(run_dir)[-1] == NUM_ENV_STEPS, name
+        config = (run_dir / 'config.gin').read_text()
+        assert f'TrainerConfig.random_seed = {name[-1]}' in config
+        assert f'SacAlgorithm.target_update_tau = {name.split("=")[1].split(",")[0]}' in config
+    rows = summary(root_dir)
+    assert sorted(rows) == RUN_NAMES
+    assert {r['status'] for r in rows.values()} == {'finished'}
+    for name, row in rows.items():
+        assert row['error'] == '' and float(row['wall_time_s']) > 0
+        # The final return in the table is the run's last evaluation.
+        assert float(row['final_eval_return']) == float(
+            deterministic_progress(root_dir / name)[-1]['eval/AverageReturn'])
+
+
+def test_local_grid_trains_each_combination_and_seed_and_rerun_skips_them(local_grid):
+    directory, root_dir, result = local_grid
+    assert_finished_grid(root_dir, result)
+    for name in RUN_NAMES:
+        assert name in result.stdout  # the summary table
+    # Different seeds learn differently: same tau, seeds 0 and 1 differ.
+    assert (deterministic_progress(root_dir / RUN_NAMES[0])
+            != deterministic_progress(root_dir / RUN_NAMES[1]))
+
+    progress = {n: (root_dir / n / 'progress.csv').read_text() for n in RUN_NAMES}
+    rerun = run_grid(directory, root_dir, '--max_workers', '2')
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert '0 to train' in rerun.stdout
+    assert {r['status'] for r in summary(root_dir).values()} == {'skipped (finished before)'}
+    assert {n: (root_dir / n / 'progress.csv').read_text() for n in RUN_NAMES} == progress
+
+
+def test_unfinished_run_resumes(tmp_path):
+    write_inputs(tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]},
+                            'repeats': 1})
+    root_dir = tmp_path / 'runs'
+    short = run_grid(tmp_path, root_dir, '--gin_param', 'TrainerConfig.num_env_steps=10')
+    assert short.returncode == 0, short.stderr[-3000:]
+    run_dir = root_dir / 'seed=0'
+    assert checkpoint_steps(run_dir) == [10]
+    longer = run_grid(tmp_path, root_dir)
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert checkpoint_steps(run_dir) == [10, 20]
+    assert 'resumed from' in (root_dir / 'logs' / 'seed=0.log').read_text()
+    assert [int(r['env_steps']) for r in deterministic_progress(run_dir)] == [0, 10, 20]
+
+
+def test_broken_value_fails_its_runs_and_the_others_finish(tmp_path):
+    # -1.0 fails when the optimizer is built (in the training process);
+    # 'oops(' does not parse (caught before any process starts). One key sets two
+    # parameters: the run is named after their common suffix.
+    grid = {'parameters': {'actor/Adam.lr,critic/Adam.lr': [0.002, -1.0, 'oops(']}, 'repeats': 1}
+    write_inputs(tmp_path, grid)
+    root_dir = tmp_path / 'runs'
+    result = run_grid(tmp_path, root_dir)
+    assert result.returncode == 1, result.stderr[-3000:]
+    rows = summary(root_dir)
+    assert rows['lr=0.002,seed=0']['status'] == 'finished'
+    assert checkpoint_steps(root_dir / 'lr=0.002,seed=0')[-1] == NUM_ENV_STEPS
+    config = (root_dir / 'lr=0.002,seed=0' / 'config.gin').read_text()
+    assert 'actor/Adam.lr = 0.002' in config and 'critic/Adam.lr = 0.002' in config
+    assert rows['lr=-1.0,seed=0']['status'] == 'failed'
+    assert 'Invalid learning rate: -1.0' in rows['lr=-1.0,seed=0']['error']
+    assert rows['lr=oops,seed=0']['status'] == 'failed'
+    assert "Cannot parse --gin_param 'actor/Adam.lr=oops('" in rows['lr=oops,seed=0']['error']
+    assert not (root_dir / 'lr=oops,seed=0').exists()
+    assert 'Invalid learning rate' in result.stdout  # the table shows the error too
+
+
+# --- Ray ------------------------------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ray_cluster():
+    """A single-node Ray cluster on loopback with 2 CPUs: ``(address, env for its drivers)``."""
+    pytest.importorskip('ray', reason='the Ray backend needs the ray extra: pip install .[ray]')
+    # Ray advertises the machine's network address unless told to stay on
+    # loopback; a fresh cluster needs no token.
+    ray_env = dict(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER='0', RAY_AUTH_MODE='disabled')
+    port = free_port()
+    temp_dir = tempfile.mkdtemp(prefix='ray-', dir='/tmp')  # short: socket paths are limited
+    ray_cli = os.path.join(os.path.dirname(sys.executable), 'ray')
+    with open(os.path.join(temp_dir, 'start.log'), 'w') as log:
+        head = subprocess.Popen(
+            [ray_cli, 'start', '--head', '--node-ip-address', '127.0.0.1', '--port', str(port),
+             '--num-cpus', '2', '--include-dashboard=false', '--disable-usage-stats',
+             '--temp-dir', temp_dir, '--block'],
+            # The workers neither see this checkout on their path nor share a directory
+            # with the driver: the code must travel with the tasks.
+            cwd=temp_dir, env={k: v for k, v in dict(os.environ, **ray_env).items()
+                               if k != 'PYTHONPATH'},
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while 'Ray runtime started' not in open(log.name).read():
+            assert head.poll() is None and time.time() < deadline, open(log.name).read()[-3000:]
+            time.sleep(0.2)
+        yield f'127.0.0.1:{port}', dict(train_env(), **ray_env)
+    finally:
+        # --block: ending the start command stops the processes it started; anything
+        # left is in its process group, which is this fixture's alone.
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(head.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        head.wait()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, tmp_path):
+    address, env = ray_cluster
+    directory, local_root, _ = local_grid
+    # Another working directory: the tasks must not depend on the driver's.
+    write_inputs(tmp_path / 'driver', GRID)
+    root_dir = tmp_path / 'shared' / 'runs'
+    result = run_grid(tmp_path / 'driver', root_dir, '--ray_address', address, env=env)
+    assert_finished_grid(root_dir, result)
+    assert f'Ray at {address}' in result.stdout
+    for name in RUN_NAMES:
+        assert (root_dir / name / 'config.gin').read_text() == \
+            (local_root / name / 'config.gin').read_text()
+        assert deterministic_progress(root_dir / name) == \
+            deterministic_progress(local_root / name)

@@ -1,0 +1,98 @@
+"""``python -m alf_lite.bin.play`` on a run trained for 2 steps: videos and errors read back."""
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from cli_helpers import (PENDULUM, REPO_ROOT, RUN_TIMEOUT_S, TINY, assert_ok, run_train,
+                         train_command, train_env)
+
+EPISODE_STEPS = 5
+
+
+@pytest.fixture(scope='module')
+def trained_run(tmp_path_factory):
+    """A Pendulum run of 2 env steps with checkpoints at 1 and 2."""
+    root_dir = tmp_path_factory.mktemp('play') / 'run'
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], TINY + [
+        'TrainerConfig.initial_collect_steps=1', 'TrainerConfig.num_env_steps=2',
+        'TrainerConfig.checkpoint_interval=1', 'TrainerConfig.num_eval_episodes=1',
+        f'create_environment.max_episode_steps={EPISODE_STEPS}'])))
+    return root_dir
+
+
+def run_play(root_dir, *args):
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(root_dir), *args]
+    return subprocess.run(command, cwd=REPO_ROOT, env=train_env(), capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S)
+
+
+def episodes(stdout):
+    """``[(return, length)]`` of the per-episode lines."""
+    return [(float(r), int(n)) for r, n in
+            re.findall(r'^episode \d+: return (-?[\d.]+), length (\d+)$', stdout, re.M)]
+
+
+def test_play_records_gif_without_reading_the_replay_buffer(trained_run, tmp_path):
+    import imageio.v3 as iio
+    # play must not touch the replay buffer: a corrupt one changes nothing.
+    (trained_run / 'checkpoints' / 'ckpt-2' / 'replay_buffer.pt').write_bytes(b'corrupt')
+    gif = tmp_path / 'out.gif'
+    result = run_play(trained_run, '--num_episodes', '2', '--record_file', str(gif),
+                      '--render_size', '64,48')
+    assert_ok(result)
+    assert 'ckpt-2' in result.stdout
+    played = episodes(result.stdout)
+    assert [n for _, n in played] == [EPISODE_STEPS, EPISODE_STEPS]
+    mean = re.search(r'^mean over 2 episode\(s\): return (-?[\d.]+), length ([\d.]+)$',
+                     result.stdout, re.M)
+    assert mean, result.stdout
+    assert float(mean[1]) == pytest.approx(np.mean([r for r, _ in played]), abs=0.01)
+    assert float(mean[2]) == EPISODE_STEPS
+
+    # One frame per step plus each episode's reset frame; W,H = 64,48.
+    frames = iio.imread(gif, index=None)
+    assert frames.shape == (2 * (EPISODE_STEPS + 1), 48, 64, 3), frames.shape
+    assert frames.std() > 0, 'blank frames'
+
+
+def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):
+    import imageio
+    mp4 = tmp_path / 'out.mp4'
+    result = run_play(trained_run, '--checkpoint_step', '1', '--record_file', str(mp4),
+                      '--render_size', '32')
+    assert_ok(result)
+    assert 'ckpt-1' in result.stdout
+    assert [n for _, n in episodes(result.stdout)] == [EPISODE_STEPS]
+    with imageio.get_reader(mp4) as reader:
+        frames = [frame for frame in reader]
+    assert len(frames) == EPISODE_STEPS + 1
+    assert {frame.shape for frame in frames} == {(32, 32, 3)}
+
+
+def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
+    result = run_play(trained_run, '--checkpoint_step', '7')
+    assert result.returncode == 2, result.stderr
+    assert re.search(r'no checkpoint at 7 env steps .*there are: 1, 2', result.stderr), \
+        result.stderr
+
+
+@pytest.mark.parametrize('case', ['missing_root_dir', 'no_checkpoint', 'config_no_longer_parses'])
+def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
+    root_dir = tmp_path / 'run'
+    expected = {'missing_root_dir': 'does not exist',
+                'no_checkpoint': 'no checkpoint in',
+                'config_no_longer_parses': 'num_env_stepz'}[case]
+    if case == 'no_checkpoint':
+        root_dir.mkdir()
+        shutil.copy(trained_run / 'config.gin', root_dir / 'config.gin')
+    elif case == 'config_no_longer_parses':
+        shutil.copytree(trained_run, root_dir)
+        config = root_dir / 'config.gin'
+        config.write_text(config.read_text().replace('num_env_steps', 'num_env_stepz'))
+    result = run_play(root_dir)
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr, result.stderr
+    assert 'Traceback' not in result.stderr, result.stderr

@@ -1,0 +1,138 @@
+"""``python -m alf_lite.bin.plot`` on runs with known values: the aggregated CSV checked by hand."""
+import csv
+import re
+import subprocess
+import sys
+
+import pytest
+from cli_helpers import RUN_TIMEOUT_S, assert_ok, train_env
+from PIL import Image
+
+LR_A, LR_B = '0.001', '0.0003'
+# eval/AverageReturn per seed at env steps 0, 100, 200 (None: not reached yet).
+RUNS_A = {0: [1, 2, 3], 1: [2, 4, 6], 2: [3, 6, 9]}
+RUNS_B = {0: [0, 10, 5], 1: [0, 10, 6], 2: [0, 10, 7], 3: [4, 10, None]}
+
+
+def write_run(root_dir, lr, seed, returns):
+    """A run as train leaves it: config.gin, and progress.csv with train rows between evals."""
+    root_dir.mkdir(parents=True)
+    (root_dir / 'config.gin').write_text(
+        "# Parameters for actor/Adam:\n"
+        "# ==============================================================================\n"
+        f"actor/Adam.lr = {lr}\n\n"
+        "create_environment.env_name = 'Pendulum-v1'\n"
+        f"TrainerConfig.random_seed = {seed}\n"
+        "TrainerConfig.replay_buffer_length = \\\n    1000\n")
+    with open(root_dir / 'progress.csv', 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow(['env_steps', 'num_updates', 'wall_time', 'eval/AverageReturn',
+                         'train/critic_loss'])
+        for i, value in enumerate(returns):
+            if value is not None:
+                writer.writerow([i * 100, i * 10, 1e9 + i, float(value), 0.5 if i else ''])
+                writer.writerow([i * 100 + 50, i * 10 + 5, 1e9 + i + 0.5, '', 0.25])
+
+
+@pytest.fixture
+def grid(tmp_path):
+    """``runs/`` with 3 seeds of lr A, 4 of lr B (one unfinished), and a non-run file."""
+    runs = tmp_path / 'runs'
+    for lr, group in ((LR_A, RUNS_A), (LR_B, RUNS_B)):
+        for seed, returns in group.items():
+            write_run(runs / f'lr={lr},seed={seed}', lr, seed, returns)
+    runs.joinpath('grid_summary.csv').write_text('run,status\n')
+    return runs
+
+
+def run_plot(args, cwd):
+    return subprocess.run([sys.executable, '-m', 'alf_lite.bin.plot', *args], cwd=cwd,
+                          env=train_env(), capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+
+
+def read_curves(path):
+    """``{(group, env_steps): (mean, lower, upper, num_runs)}``."""
+    with open(path, newline='') as f:
+        return {(r['group'], int(r['env_steps'])): (float(r['mean']), float(r['lower']),
+                                                    float(r['upper']), int(r['num_runs']))
+                for r in csv.DictReader(f)}
+
+
+def final_table(stdout):
+    """``{group: (runs, mean, lower, upper)}`` of the printed final-performance table."""
+    rows = re.findall(r'^(.*?) {2,}(\d+)\s+(-?[\d.]+)\s+\[(-?[\d.]+), (-?[\d.]+)\]$', stdout, re.M)
+    return {g: (int(n), float(m), float(lo), float(hi)) for g, n, m, lo, hi in rows}
+
+
+def test_groups_seeds_and_writes_mean_with_bootstrap_band(grid, tmp_path):
+    paths = sorted(str(p) for p in grid.iterdir())
+    result = run_plot(paths + ['--x', 'env_steps', '--y', 'eval/AverageReturn',
+                               '--group_by', 'config', '--out', 'out/curves.png'], tmp_path)
+    assert_ok(result)
+    assert 'grid_summary.csv: no run there' in result.stderr
+
+    a, b = f'actor/Adam.lr={LR_A}', f'actor/Adam.lr={LR_B}'
+    curves = read_curves(tmp_path / 'out' / 'curves.csv')
+    assert set(curves) == {(g, x) for g in (a, b) for x in (0, 100, 200)}
+    # Means of the seeds at each step; train-only rows (50, 150, ...) are not points.
+    assert [curves[a, x][0] for x in (0, 100, 200)] == [2.0, 4.0, 6.0]
+    assert [curves[b, x][0] for x in (0, 100, 200)] == [1.0, 10.0, 6.0]
+    assert [curves[b, x][3] for x in (0, 100, 200)] == [4, 4, 3]
+    # Bootstrap of the mean of 3 runs: all three draws equal the smallest value with
+    # probability 1/27 > 2.5%, so the 95% interval is [min, max].
+    assert [curves[a, x][1:3] for x in (0, 100, 200)] == [(1, 3), (2, 6), (3, 9)]
+    assert curves[b, 200][1:3] == (5, 7)
+    # Values (0, 0, 0, 4): the resampled mean is k (k ~ Binomial(4, 1/4) draws of the 4):
+    # P(k <= 2) = 0.949 < 0.975 <= P(k <= 3) = 0.996, so the interval is [0, 3], not [0, 4].
+    assert curves[b, 0][1:3] == (0, 3)
+    assert curves[b, 100][1:3] == (10, 10)
+
+    with Image.open(tmp_path / 'out' / 'curves.png') as png:
+        assert png.format == 'PNG' and png.size == (800, 500)
+    # Last evaluation of each run: A (3, 6, 9); B (5, 6, 7, 10): the unfinished run's last is 10.
+    table = final_table(result.stdout)
+    assert table[a][:2] == (3, 6.0) and table[a][2:] == (3.0, 9.0)
+    assert table[b][:2] == (4, 7.0)
+    assert 5.0 <= table[b][2] < 7.0 < table[b][3] <= 10.0
+
+
+def test_std_band_smoothing_and_last_n(grid, tmp_path):
+    paths = [str(grid / f'lr={LR_A},seed={s}') for s in RUNS_A]
+    result = run_plot(paths + ['--band', 'std', '--smoothing', '2', '--last_n', '2',
+                               '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    curves = read_curves(tmp_path / 'curves.csv')
+    # Only seeds differ: one group. Smoothed over 2 points: (1, 1.5, 2.5), (2, 3, 5),
+    # (3, 4.5, 7.5); mean +- sample std.
+    assert curves == {('all runs', 0): (2.0, 1.0, 3.0, 3),
+                      ('all runs', 100): (3.0, 1.5, 4.5, 3),
+                      ('all runs', 200): (5.0, 2.5, 7.5, 3)}
+    # Mean of the last 2 raw values per run: 2.5, 5, 7.5.
+    assert final_table(result.stdout) == {'all runs': (3, 5.0, 2.5, 7.5)}, result.stdout
+
+
+def test_reads_tensorboard_events_when_there_is_no_progress_csv(tmp_path):
+    from alf_lite.summary import Summary
+    for seed in (0, 1):
+        root_dir = tmp_path / 'runs' / f'seed={seed}'
+        root_dir.mkdir(parents=True)
+        summary = Summary(str(root_dir))
+        for step in (0, 100):
+            summary.write(step, 0, 1e9 + step, {'eval/AverageReturn': float(step + seed)})
+        summary.close()
+        (root_dir / 'progress.csv').unlink()
+    result = run_plot([str(tmp_path / 'runs'), '--group_by', 'none', '--out', 'tb.png'],
+                      tmp_path)
+    assert_ok(result)
+    curves = read_curves(tmp_path / 'tb.csv')
+    assert curves == {('seed=0', 0): (0.0, 0.0, 0.0, 1), ('seed=0', 100): (100.0, 100.0, 100.0, 1),
+                      ('seed=1', 0): (1.0, 1.0, 1.0, 1), ('seed=1', 100): (101.0, 101.0, 101.0, 1)}
+
+
+def test_unknown_column_names_the_columns_there_are(grid, tmp_path):
+    result = run_plot([str(grid), '--y', 'eval/AverageRetrun'], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "no column 'eval/AverageRetrun'" in result.stderr
+    assert 'eval/AverageReturn' in result.stderr
+    assert 'Traceback' not in result.stderr
