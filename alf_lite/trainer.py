@@ -345,7 +345,7 @@ class Trainer:
                 self._evaluate_and_write(summary, scalars)
             elif scalars:
                 summary.write(after, self._num_updates, time.time(), scalars)
-            if scalars:
+            if 'train/env_steps_per_sec' in scalars:
                 print_progress(after, cfg.num_env_steps, scalars['train/env_steps_per_sec'],
                                self._last_eval.get('eval/AverageReturn'))
             if (_crossed(before, after, cfg.checkpoint_interval) or done

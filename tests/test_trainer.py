@@ -48,7 +48,8 @@ def test_sac_solves_point_task(tmp_path):
 
 def test_same_seed_same_progress_csv_in_one_process(tmp_path):
     params = ['TrainerConfig.num_env_steps = 600', 'TrainerConfig.random_seed = 7',
-              'create_environment.num_parallel_environments = 2']
+              'create_environment.num_parallel_environments = 2',
+              'create_environment.use_subprocesses = True']
     train(tmp_path / 'a', *params)
     train(tmp_path / 'b', *params)
     rows_a = read_csv(tmp_path / 'a' / 'progress.csv')
@@ -107,3 +108,12 @@ def test_initial_collect_uses_uniform_random_actions(tmp_path):
     state, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert state['num_updates'] == 0
     assert torch.is_tensor(actions)
+
+
+def test_evaluation_between_summaries(tmp_path):
+    # Evaluations at 200 and 400 fall between summaries (every 300 env steps).
+    train(tmp_path, 'TrainerConfig.num_env_steps = 600', 'TrainerConfig.summary_interval = 300',
+          'TrainerConfig.eval_interval = 200')
+    rows = read_csv(tmp_path / 'progress.csv')
+    assert [r['env_steps'] for r in rows] == ['0', '200', '300', '400', '600']
+    assert [r['eval/AverageReturn'] != '' for r in rows] == [True, True, False, True, True]
