@@ -1,6 +1,9 @@
 """Tests for alf_lite.replay_buffer: ring-buffer windows, memory figure, checkpointing."""
 import io
 import logging
+import os
+import subprocess
+import sys
 import time
 
 import gin
@@ -163,12 +166,20 @@ def test_bytes_per_step_match_raw_field_sizes():
 
 
 def test_resident_memory_matches_nbytes():
-    # The storage is committed at construction and nothing else of size is.
-    process = psutil.Process()
-    before = process.memory_info().rss
-    rb = ReplayBuffer(8, 100_000, 17, 6)  # 80.8 MB
-    grown = process.memory_info().rss - before
-    assert 0.9 * rb.nbytes < grown < 1.05 * rb.nbytes + 4 * _MB
+    # The storage is committed at construction and nothing else of size is. A
+    # fresh process: in this one, memory freed by earlier tests could be reused.
+    script = (
+        "import psutil, torch\n"
+        "from alf_lite.replay_buffer import ReplayBuffer\n"
+        "p = psutil.Process(); before = p.memory_info().rss\n"
+        "rb = ReplayBuffer(8, 100_000, 17, 6)\n"
+        "print(p.memory_info().rss - before, rb.nbytes)\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                         check=True, env=dict(os.environ, PYTHONPATH=repo))
+    grown, nbytes = map(int, out.stdout.split()[-2:])
+    assert nbytes == 8 * 100_000 * 101
+    assert 0.9 * nbytes < grown < 1.05 * nbytes + 4 * _MB
 
 
 def test_refuses_buffer_larger_than_memory():
