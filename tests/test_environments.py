@@ -1,17 +1,26 @@
-"""Tests of the batched gymnasium environment and the point-target toy task."""
+"""The batched gymnasium environment (step types, parallel envs, crashes) and the point task."""
+import os
 import warnings
 
 import gymnasium
 import numpy as np
+import psutil
 import pytest
 import torch
 from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AsyncVectorEnv
 
+import alf_lite.all_configurables  # noqa: F401
+from alf_lite.config import parse_config
 from alf_lite.data import StepType
-from alf_lite.environments import BatchedEnvironment, create_environment
+from alf_lite.environments import BatchedEnvironment, EnvironmentCrashedError, create_environment
 from alf_lite.environments.point_env import POINT_TARGET_ID
+from alf_lite.environments.suite_gym import default_use_subprocesses
+from alf_lite.trainer import Trainer, TrainerConfig
+
+SAC_GIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples',
+                       'common', 'sac.gin')
 
 
 class CountdownEnv(gymnasium.Env):
@@ -64,12 +73,44 @@ class ImageEnv(gymnasium.Env):
         self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
 
 
+class CrashingEnv(gymnasium.Env):
+    """The env seeded with ``crash_seed`` raises (or its process exits) at step ``crash_step``.
+
+    ``BatchedEnvironment`` seeds env ``i`` with ``seed + i``, so with seed 0
+    only env ``crash_seed`` crashes.
+    """
+
+    def __init__(self, crash_seed=1, crash_step=3, how='raise'):
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self._crash_seed, self._crash_step, self._how = crash_seed, crash_step, how
+        self._seed = None
+        self._t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._seed = seed
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        self._t += 1
+        if self._seed == self._crash_seed and self._t >= self._crash_step:
+            if self._how == 'exit':
+                os._exit(3)  # Dies without a Python exception, as a segfault would.
+            raise ValueError('simulator diverged')
+        return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
+
+
 # Registered before any vector env exists, so forked subprocesses inherit them.
 gymnasium.register('alf_test/Countdown-v0', entry_point=CountdownEnv)
 gymnasium.register('alf_test/Countdown3-v0', entry_point=CountdownEnv,
                    kwargs=dict(min_length=3, max_length=3))
 gymnasium.register('alf_test/Echo-v0', entry_point=EchoEnv)
 gymnasium.register('alf_test/Image-v0', entry_point=ImageEnv)
+gymnasium.register('alf_test/Raises-v0', entry_point=CrashingEnv, max_episode_steps=10)
+gymnasium.register('alf_test/Dies-v0', entry_point=CrashingEnv, max_episode_steps=10,
+                   kwargs=dict(how='exit'))
 
 
 def _rollout(env: BatchedEnvironment, num_steps: int, seed: int = 0):
@@ -169,6 +210,19 @@ def test_mujoco_timestep_dtypes():
         assert time_step.env_id.tolist() == [0, 1]
 
 
+@pytest.mark.parametrize('env_name, dims', [
+    ('Humanoid-v5', (348, 17)), ('HalfCheetah-v5', (17, 6)), ('Hopper-v5', (11, 3)),
+    ('Walker2d-v5', (17, 6)), ('Ant-v5', (105, 8))])
+def test_mujoco_v5_observations_are_float32(env_name, dims):
+    # gymnasium gives float64; float32 halves the replay memory.
+    assert gymnasium.make(env_name).observation_space.dtype == np.float64
+    with create_environment(env_name) as env:
+        assert (env.observation_dim, env.action_dim) == dims
+        steps = _rollout(env, 3)
+    assert all(s.observation.dtype == torch.float32 for s in steps)
+    assert all(torch.isfinite(s.observation).all() for s in steps)
+
+
 def test_seeding():
     with create_environment('Pendulum-v1', 2, seed=3, use_subprocesses=False) as env:
         first = _column(_rollout(env, 5), 'observation')
@@ -230,3 +284,104 @@ def test_point_env_controller_beats_random():
         lambda obs: -torch.clamp(5 * (obs[:, :1] - obs[:, 1:]), -1, 1))
     assert random_return < -7
     assert controller_return > -1.5
+
+
+# --- parallel envs: which way they run, crashes, child processes -----------------------------
+
+
+def new_children(before):
+    """Child processes of this process (alive or zombie) that were not in ``before``."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+
+
+def child_pids():
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.mark.parametrize('env_name, num_envs, subprocesses', [
+    ('HalfCheetah-v5', 4, False),  # MuJoCo steps are cheaper than the IPC.
+    ('Pendulum-v1', 12, False),
+    ('HalfCheetahBullet-v0', 4, False),
+    (POINT_TARGET_ID, 2, False),
+    ('ICubWalk-v0', 1, False),
+    ('ICubWalk-v0', 2, True),  # ~4 ms a step: subprocesses pay off.
+    ('alf_test/Countdown-v0', 2, True),  # Unknown cost: one process per env.
+])
+def test_default_picks_the_faster_way_per_env(env_name, num_envs, subprocesses):
+    assert default_use_subprocesses(gymnasium.spec(env_name), num_envs) == subprocesses
+
+
+def test_default_is_what_create_environment_uses():
+    with create_environment('HalfCheetah-v5', num_parallel_environments=2) as env:
+        assert not env.use_subprocesses and not isinstance(env._env, AsyncVectorEnv)
+    with create_environment('alf_test/Countdown-v0', num_parallel_environments=2) as env:
+        assert env.use_subprocesses and isinstance(env._env, AsyncVectorEnv)
+    with create_environment('Pendulum-v1', 2, use_subprocesses=True) as env:
+        assert isinstance(env._env, AsyncVectorEnv)  # An explicit choice wins.
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('use_subprocesses', [True, False])
+def test_env_that_raises_is_named_with_its_index(use_subprocesses):
+    before = child_pids()
+    env = create_environment('alf_test/Raises-v0', 3, use_subprocesses=use_subprocesses)
+    env.reset()
+    with pytest.raises(EnvironmentCrashedError,
+                       match=r"'alf_test/Raises-v0' \(env 1 of 3\) raised in step\(\): "
+                             'ValueError: simulator diverged'):
+        for _ in range(5):
+            env.step(torch.zeros(3, 1))
+    env.close()
+    assert new_children(before) == []
+
+
+@pytest.mark.timeout(60)
+def test_env_process_that_dies_gives_an_error_not_a_hang():
+    before = child_pids()
+    env = create_environment('alf_test/Dies-v0', 3)
+    assert len(new_children(before)) == 3
+    env.reset()
+    with pytest.raises(EnvironmentCrashedError,
+                       match=r"'alf_test/Dies-v0': the process of env 1 \(exit code 3\) of 3 "
+                             'died'):
+        for _ in range(5):
+            env.step(torch.zeros(3, 1))
+    env.close()  # After a crash: does nothing, and must not block.
+    assert new_children(before) == []
+
+
+@pytest.mark.timeout(60)
+def test_close_after_an_env_process_died_unseen_does_not_hang():
+    before = child_pids()
+    env = create_environment('alf_test/Countdown-v0', 2)
+    env.reset()
+    children = new_children(before)
+    children[1].kill()
+    children[1].wait(10)
+    env.close()
+    assert new_children(before) == []
+
+
+def train_briefly(root_dir, env_name, num_envs):
+    parse_config([SAC_GIN], [
+        f"create_environment.env_name = '{env_name}'",
+        f'create_environment.num_parallel_environments = {num_envs}',
+        'TanhNormalActorNetwork.hidden_layers = (8,)', 'CriticNetwork.hidden_layers = (8,)',
+        'TrainerConfig.num_env_steps = 60', 'TrainerConfig.initial_collect_steps = 10',
+        'TrainerConfig.mini_batch_size = 8', 'TrainerConfig.replay_buffer_length = 100',
+        'TrainerConfig.summary_interval = 20', 'TrainerConfig.eval_interval = 1000',
+        'TrainerConfig.num_eval_episodes = 1', 'TrainerConfig.checkpoint_interval = 1000'])
+    with Trainer(TrainerConfig(), str(root_dir)) as trainer:
+        return trainer.train()
+
+
+@pytest.mark.timeout(120)
+def test_trainer_leaves_no_child_process(tmp_path):
+    before = child_pids()
+    with create_environment('alf_test/Countdown-v0', 2):
+        assert len(new_children(before)) == 2  # This env runs in subprocesses by default.
+    train_briefly(tmp_path / 'ok', 'alf_test/Countdown-v0', 2)
+    assert new_children(before) == []
+    with pytest.raises(EnvironmentCrashedError, match=r'env 1 \(exit code 3\) of 2'):
+        train_briefly(tmp_path / 'crash', 'alf_test/Dies-v0', 2)
+    assert new_children(before) == []

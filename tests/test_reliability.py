@@ -308,7 +308,8 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     params = TINY + ['TrainerConfig.num_env_steps=100000', 'TrainerConfig.summary_interval=100',
                      'TrainerConfig.eval_interval=100000', 'TrainerConfig.checkpoint_interval=100000',
                      'TrainerConfig.num_eval_episodes=1',
-                     'create_environment.num_parallel_environments=2']
+                     'create_environment.num_parallel_environments=2',
+                     'create_environment.use_subprocesses=True']
     # Its own session: SIGINT goes to the whole process group, as Ctrl-C does.
     process = subprocess.Popen(train_command(root_dir, [PENDULUM], params), cwd=REPO_ROOT,
                                env=train_env(), stdout=subprocess.DEVNULL,

@@ -279,7 +279,8 @@ def test_there_are_examples_to_smoke_test():
 
 
 @pytest.mark.parametrize('gin_file, extra', [(f, []) for f in EXAMPLE_FILES] + [
-    (str(PENDULUM), ['create_environment.num_parallel_environments=2'])],
+    (str(PENDULUM), ['create_environment.num_parallel_environments=2',
+                      'create_environment.use_subprocesses=True'])],
     ids=[os.path.basename(f)[:-len('.gin')] for f in EXAMPLE_FILES] + ['sac_pendulum_2_envs'])
 def test_example_trains_and_checkpoints(tmp_path, read_progress, gin_file, extra):
     root_dir = tmp_path / 'run'

@@ -1,7 +1,8 @@
-"""Gymnasium environments (classic control, MuJoCo, ...) as one batched environment."""
+"""Gymnasium environments (classic control, MuJoCo, PyBullet, ...) as one batched environment."""
 import difflib
 import functools
 import logging
+import time
 from typing import Callable, Optional, Sequence
 
 import gin
@@ -14,6 +15,67 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from alf_lite.data import StepType, TimeStep
 
 logger = logging.getLogger(__name__)
+
+# Envs whose step costs less than the subprocess round trip, so that N of them
+# step faster in one process. Measured with benchmarks/env_throughput.py on 2
+# cores, N = 2, 4, 12 (README, Environments), subprocess / in-process steps/s:
+# HalfCheetah-v5 0.33-0.35, Pendulum-v1 0.21-0.25, HalfCheetahBullet-v0
+# 0.86-0.92, but ICubWalk-v0 (~3 ms a step) 1.45-1.57. Every env not listed
+# here gets subprocesses when N > 1.
+IN_PROCESS_ENTRY_POINTS = ('gymnasium.envs.', 'alf_lite.environments.suite_pybullet:',
+                           'alf_lite.environments.point_env:')
+# Pipe errors the parent sees when an env process died (os._exit, a signal,
+# a crash in native code) instead of raising a Python exception.
+_DEAD_WORKER_ERRORS = (EOFError, BrokenPipeError, ConnectionResetError)
+
+
+class EnvironmentCrashedError(RuntimeError):
+    """An env raised or its process died; the message names the env id and its index."""
+
+
+class _NamedEnv(gymnasium.Wrapper):
+    """Re-raises what an env raises as ``EnvironmentCrashedError`` naming the env and its index.
+
+    gymnasium's AsyncVectorEnv re-raises a worker's exception in the parent
+    without saying which env it came from; this wrapper runs in the worker.
+    """
+
+    def __init__(self, env: gymnasium.Env, name: str, index: int, num_envs: int):
+        super().__init__(env)
+        self._where = f"Environment '{name}' (env {index} of {num_envs})"
+
+    def _crashed(self, call: str, error: Exception) -> EnvironmentCrashedError:
+        return EnvironmentCrashedError(
+            f'{self._where} raised in {call}(): {type(error).__name__}: {error}')
+
+    def reset(self, **kwargs):
+        try:
+            return self.env.reset(**kwargs)
+        except Exception as e:
+            raise self._crashed('reset', e) from e
+
+    def step(self, action):
+        try:
+            return self.env.step(action)
+        except Exception as e:
+            raise self._crashed('step', e) from e
+
+
+class _NamedEnvFactory:
+    """``env_fn`` whose env is wrapped in ``_NamedEnv`` (a class, so it pickles)."""
+
+    def __init__(self, env_fn: Callable[[], gymnasium.Env], name: str, index: int,
+                 num_envs: int):
+        self._env_fn, self._name, self._index, self._num_envs = env_fn, name, index, num_envs
+
+    def __call__(self) -> gymnasium.Env:
+        try:
+            env = self._env_fn()
+        except Exception as e:
+            raise EnvironmentCrashedError(
+                f"Environment '{self._name}' (env {self._index} of {self._num_envs}) could not "
+                f'be created: {type(e).__name__}: {e}') from e
+        return _NamedEnv(env, self._name, self._index, self._num_envs)
 
 
 class BatchedEnvironment:
@@ -32,6 +94,9 @@ class BatchedEnvironment:
         name: how errors and logs name the env.
     Raises:
         ValueError: when the observation or action space is not supported.
+        EnvironmentCrashedError: from any method, when an env raised or its
+            process died; the message names ``name`` and the env's index, and
+            the other env processes are stopped.
     """
 
     def __init__(self,
@@ -42,26 +107,33 @@ class BatchedEnvironment:
         self.num_envs = len(env_fns)
         if use_subprocesses is None:
             use_subprocesses = self.num_envs > 1
+        self.name = name
+        self.use_subprocesses = use_subprocesses
+        env_fns = [_NamedEnvFactory(fn, name, i, self.num_envs) for i, fn in enumerate(env_fns)]
         if use_subprocesses:
             # copy=False: the shared-memory observation is copied into a new
             # float32 array in _observation() anyway, so one copy suffices.
-            self._env = AsyncVectorEnv(env_fns, shared_memory=True, copy=False,
-                                       autoreset_mode=AutoresetMode.NEXT_STEP)
+            try:
+                self._env = AsyncVectorEnv(env_fns, shared_memory=True, copy=False,
+                                           autoreset_mode=AutoresetMode.NEXT_STEP)
+            except _DEAD_WORKER_ERRORS as e:
+                raise EnvironmentCrashedError(
+                    f"Environment '{name}': an env process died while starting; its output "
+                    'above may say why.') from e
         else:
             self._env = SyncVectorEnv(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
+        self._closed = False
         try:
             self._check_spaces(name)
         except ValueError:
-            self._env.close()
+            self.close()
             raise
-        self.name = name
         self._seed = seed
         self._first_reset = True
         # Which envs returned LAST at the previous step: their next step is the
         # reset observation that gymnasium's next-step autoreset produces.
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._env_id = torch.arange(self.num_envs, dtype=torch.int64)
-        self._closed = False
         logger.info('Created %d x %s (%s).', self.num_envs, name,
                     'subprocesses' if use_subprocesses else 'in process')
 
@@ -102,7 +174,7 @@ class BatchedEnvironment:
             seed = self._seed
         self._first_reset = False
         seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
-        obs, _ = self._env.reset(seed=seeds)
+        obs, _ = self._call(self._env.reset, seed=seeds)
         self._done[:] = False
         return TimeStep(
             step_type=torch.full((self.num_envs,), StepType.FIRST, dtype=torch.uint8),
@@ -130,8 +202,8 @@ class BatchedEnvironment:
         env_action = self.action_low + (a + 1.0) * self._action_half_range
         # Rounding can land a hair outside [low, high]; some envs assert bounds.
         np.clip(env_action, self.action_low, self.action_high, out=env_action)
-        obs, reward, terminated, truncated, _ = self._env.step(
-            env_action.astype(self._action_dtype, copy=False))
+        obs, reward, terminated, truncated, _ = self._call(
+            self._env.step, env_action.astype(self._action_dtype, copy=False))
 
         was_done = self._done
         step_type = np.where(terminated | truncated, StepType.LAST, StepType.MID).astype(np.uint8)
@@ -149,13 +221,59 @@ class BatchedEnvironment:
 
     def render(self) -> tuple:
         """One frame per env, as the envs' render mode gives it (e.g. HxWx3 uint8 arrays)."""
-        return tuple(self._env.render())
+        return tuple(self._call(self._env.render))
 
-    def close(self):
-        """Close the envs (and their subprocesses); calling it again does nothing."""
+    def _call(self, method, *args, **kwargs):
+        """``method(*args, **kwargs)`` of the vector env; after a crash, stop all envs and raise.
+
+        gymnasium leaves an AsyncVectorEnv waiting for replies that will never
+        come after a worker raised or died (a plain ``close()`` then blocks
+        forever), so the processes are terminated here before raising.
+        """
+        try:
+            return method(*args, **kwargs)
+        except _DEAD_WORKER_ERRORS as e:
+            message = self._dead_workers_message()
+            self._terminate()
+            raise EnvironmentCrashedError(message) from e
+        except BaseException:
+            self._terminate()
+            raise
+
+    def _dead_workers_message(self) -> str:
+        processes = getattr(self._env, 'processes', [])
+        # The pipe closed when the process ended; its exit code follows shortly.
+        deadline = time.monotonic() + 2.0
+        while True:
+            dead = [(i, p.exitcode) for i, p in enumerate(processes) if p.exitcode is not None]
+            if dead or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if not dead:
+            return f"Environment '{self.name}': lost the connection to an env process."
+        which = ', '.join(f'env {i} (exit code {code})' for i, code in dead)
+        return (f"Environment '{self.name}': the process of {which} of {self.num_envs} died "
+                'without raising a Python exception (killed, os._exit, or a crash in native '
+                'code); its output above may say why.')
+
+    def _terminate(self):
         if not self._closed:
             self._closed = True
+            if self.use_subprocesses:
+                self._env.close(terminate=True)
+            else:
+                self._env.close()
+
+    def close(self):
+        """Close the envs and end their processes; calling it again does nothing."""
+        if self._closed:
+            return
+        try:
             self._env.close()
+            self._closed = True
+        except _DEAD_WORKER_ERRORS:
+            # A process died since the last step: nobody answers 'close'.
+            self._terminate()
 
     def __enter__(self) -> 'BatchedEnvironment':
         return self
@@ -178,9 +296,12 @@ def create_environment(env_name: str = 'Pendulum-v1',
             'alf_lite/PointTarget-v0' (``module:Id`` imports ``module`` first).
         num_parallel_environments: number of envs N stepped together.
         seed: env ``i`` is seeded with ``seed + i`` on the first reset.
-        use_subprocesses: step the envs in subprocesses; ``None`` means yes
-            when N > 1. In-process is faster for MuJoCo (stepping is cheaper
-            than the IPC); subprocesses pay off for slow envs.
+        use_subprocesses: step each env in its own process. ``None`` picks
+            the faster way measured for the env (README, Environments): in
+            process for gymnasium's own envs (classic control, MuJoCo) and
+            alf_lite's PyBullet locomotion suite, whose steps are cheaper than
+            a subprocess round trip; subprocesses for any other env (e.g.
+            ``ICubWalk-v0``) when N > 1.
         max_episode_steps: time limit of an episode (truncation); ``None``
             keeps the limit the env was registered with.
         render_mode: gymnasium's render mode, e.g. 'rgb_array' for
@@ -190,6 +311,7 @@ def create_environment(env_name: str = 'Pendulum-v1',
     Raises:
         ValueError: for an unknown id (naming the closest registered ids) or
             unsupported spaces.
+        EnvironmentCrashedError: when an env cannot be created.
     """
     try:
         # A spec (rather than the id) travels with the env factory, so a
@@ -200,9 +322,29 @@ def create_environment(env_name: str = 'Pendulum-v1',
         hint = ('Closest registered ids: ' + ', '.join(repr(c) for c in close) + '.') if close else (
             'No registered id is close; is the module that registers it imported?')
         raise ValueError(f"Unknown environment id '{env_name}'. {hint}") from e
+    if use_subprocesses is None:
+        use_subprocesses = default_use_subprocesses(spec, num_parallel_environments)
     # Envs without rendering may not accept a render_mode argument at all.
     render_kwargs = {} if render_mode is None else {'render_mode': render_mode}
     env_fn = functools.partial(gymnasium.make, spec, max_episode_steps=max_episode_steps,
                                **render_kwargs)
     return BatchedEnvironment([env_fn] * num_parallel_environments, seed=seed,
                               use_subprocesses=use_subprocesses, name=env_name)
+
+
+def default_use_subprocesses(spec: gymnasium.envs.registration.EnvSpec, num_envs: int) -> bool:
+    """Whether ``num_envs`` copies of the env ``spec`` step faster in subprocesses.
+
+    Args:
+        spec: the registered env.
+        num_envs: number of parallel envs.
+    Returns:
+        False for one env and for the envs of ``IN_PROCESS_ENTRY_POINTS``
+        (cheap steps), True otherwise.
+    """
+    if num_envs <= 1:
+        return False
+    entry_point = spec.entry_point
+    if not isinstance(entry_point, str):
+        entry_point = f'{entry_point.__module__}:{entry_point.__qualname__}'
+    return not entry_point.startswith(IN_PROCESS_ENTRY_POINTS)
