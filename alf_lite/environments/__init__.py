@@ -1,5 +1,12 @@
-"""Environments as batched ``TimeStep`` producers; importing registers alf_lite's toy envs."""
-from alf_lite.environments import point_env
-from alf_lite.environments.suite_gym import BatchedEnvironment, create_environment
+"""Environments as batched ``TimeStep`` producers; importing registers alf_lite's envs.
 
-__all__ = ['BatchedEnvironment', 'create_environment', 'point_env']
+Registered ids: ``alf_lite/PointTarget-v0`` (toy task), ``HumanoidBullet-v0``,
+``AntBullet-v0``, ``HalfCheetahBullet-v0``, ``HopperBullet-v0``,
+``Walker2DBullet-v0`` (PyBullet locomotion) and ``ICubWalk-v0`` (iCub walking).
+"""
+from alf_lite.environments import icub_walking, point_env, suite_pybullet
+from alf_lite.environments.suite_gym import (BatchedEnvironment, EnvironmentCrashedError,
+                                             create_environment)
+
+__all__ = ['BatchedEnvironment', 'EnvironmentCrashedError', 'create_environment',
+           'icub_walking', 'point_env', 'suite_pybullet']

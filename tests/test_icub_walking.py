@@ -1,0 +1,257 @@
+"""ICubWalk-v0 on the real iCub model and PyBullet: the cleaned model, standing, falling, reward."""
+import os
+import subprocess
+import sys
+import time
+import warnings
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import pybullet
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from alf_lite.environments.icub_walking import (ACTUATED_JOINTS, FRAME_SIZE, ICUB_WALK_ID,
+                                                ICubWalkEnv, cleaned_urdf_path,
+                                                icub_walk_reward)
+from alf_lite.environments.suite_pybullet import connect_direct
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The sum of the <inertial> masses of icub-models' iCubGazeboV2_5 URDF.
+ICUB_MASS_KG = 33.06
+# Frame layout (see icub_walking's docstring).
+ROOT_RPY = slice(6, 9)
+JOINT_POSITIONS = slice(33, 58)
+CONTACTS = slice(83, 85)
+
+
+@pytest.fixture(scope='module')
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp('icub_cache'))
+
+
+@pytest.fixture(scope='module')
+def env(cache_dir):
+    """One env for the tests that only step it (loading takes ~0.5 s)."""
+    env = gymnasium.make(ICUB_WALK_ID, cache_dir=cache_dir)
+    yield env
+    env.close()
+
+
+def total_mass(urdf_path, flags=pybullet.URDF_USE_INERTIA_FROM_FILE):
+    client = connect_direct()
+    try:
+        body = client.loadURDF(urdf_path, flags=flags)
+        return sum(client.getDynamicsInfo(body, link)[0]
+                   for link in range(-1, client.getNumJoints(body)))
+    finally:
+        client.disconnect()
+
+
+def test_cleaned_model_weighs_what_the_urdf_says(cache_dir):
+    path = cleaned_urdf_path(cache_dir)
+    assert total_mass(path) == pytest.approx(ICUB_MASS_KG, rel=0.01)
+    robot = ET.parse(path).getroot()
+    names = {link.get('name') for link in robot.findall('link')}
+    assert {'root_link', 'chest', 'l_foot', 'r_foot', 'l_sole', 'r_sole'} <= names
+    # Only the two sole frames were kept of the 174 inertia-less frames.
+    assert len(names) == 213 - 174 + 2
+    assert sum(j.get('type') == 'revolute' for j in robot.findall('joint')) == 32
+    assert all(link.find('inertial') is not None for link in robot.findall('link'))
+    # Cached: a second call returns the same file without rewriting it.
+    mtime = os.path.getmtime(path)
+    assert cleaned_urdf_path(cache_dir) == path and os.path.getmtime(path) == mtime
+    assert os.listdir(cache_dir) == [os.path.basename(path)]  # No temporary file left.
+
+
+def test_realistic_effort_limits_replace_the_urdf_placeholders(env):
+    effort = dict(zip(ACTUATED_JOINTS, env.unwrapped._effort))
+    # The URDF says 50000 N·m for these.
+    assert effort['torso_pitch'] == 40 and effort['l_shoulder_roll'] == 20
+    assert effort['r_elbow'] == 10 and effort['neck_roll'] == 10
+    # The legs keep the URDF's.
+    assert effort['l_hip_pitch'] == 55.5 and effort['r_knee'] == 37
+
+
+def test_passes_check_env_with_stacked_frames(env):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        check_env(env.unwrapped)
+    assert env.observation_space.shape == (2 * FRAME_SIZE,) == (170,)
+    assert env.action_space.shape == (len(ACTUATED_JOINTS),) == (25,)
+    assert env.spec.max_episode_steps == 200
+
+
+def test_observation_stacks_this_frame_and_the_previous(env):
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(obs[:FRAME_SIZE], obs[FRAME_SIZE:])
+    next_obs, *_ = env.step(np.zeros(25))
+    np.testing.assert_array_equal(next_obs[FRAME_SIZE:], obs[:FRAME_SIZE])
+    assert not np.array_equal(next_obs[:FRAME_SIZE], obs[:FRAME_SIZE])
+
+
+def test_root_pose_is_root_links_frame_not_the_inertial_frame(env):
+    obs, _ = env.reset(seed=0)
+    # root_link stands upright (roll, pitch, yaw ~ 0) 0.62 m above the
+    # ground; the base's inertial frame is rotated by (90, 0, -90) degrees.
+    np.testing.assert_allclose(obs[ROOT_RPY], 0.0, atol=0.05)
+    assert obs[5] == pytest.approx(0.62, abs=0.02)
+    np.testing.assert_array_equal(obs[CONTACTS], [1.0, 1.0])  # Standing on both feet.
+
+
+def test_zero_action_stands_for_100_steps(env):
+    obs, _ = env.reset(seed=0)
+    chest_z = []
+    for _ in range(100):
+        obs, reward, terminated, truncated, info = env.step(np.zeros(25))
+        assert not terminated and not truncated
+        chest_z.append(info['chest_z'])
+    assert max(chest_z) - min(chest_z) < 0.02
+    assert abs(obs[0]) < 0.05 and abs(obs[1]) < 0.05  # It stayed where it stood.
+    np.testing.assert_array_equal(obs[CONTACTS], [1.0, 1.0])
+    # Standing still: 1 minus the small cost of the arms' standing pose.
+    assert reward == pytest.approx(1.0 - 0.5 * np.mean(np.abs(obs[JOINT_POSITIONS])), abs=0.02)
+
+
+def test_random_actions_fall_and_terminate(env):
+    rng = np.random.default_rng(0)
+    lengths = []
+    for episode in range(3):
+        env.reset(seed=episode)
+        highest_root_z = 0.0
+        for t in range(1, 201):
+            obs, _, terminated, truncated, info = env.step(rng.uniform(-1, 1, 25))
+            highest_root_z = max(highest_root_z, obs[5])
+            if terminated or truncated:
+                break
+        assert terminated and not truncated
+        # It falls; a simulation that blows up throws it into the air.
+        assert highest_root_z < 0.8
+        assert info['chest_z'] < 0.62
+        lengths.append(t)
+    assert max(lengths) < 40, lengths
+
+
+def test_reward_formula_by_hand():
+    action = np.array([1.0, -1.0, 0.5, 0.0])  # mean(a^2) = 2.25 / 4
+    q = np.array([0.2, -0.4, 0.0, 0.2])  # mean(|q|) = 0.2
+    assert icub_walk_reward(0.5, action, q) == pytest.approx(1 + 3 - (0.5625 + 0.1))
+    # The speed term saturates at 1 m/s; walking backwards costs.
+    assert icub_walk_reward(2.0, action, q) == pytest.approx(1 + 6 - 0.6625)
+    assert icub_walk_reward(-0.5, action, q) == pytest.approx(1 - 3 - 0.6625)
+
+
+def test_reward_of_a_constructed_step_forward_is_along_minus_x(env):
+    env.reset(seed=0)
+    u = env.unwrapped
+    # Carry the standing robot 2 cm along -x (its forward direction) before
+    # the step: 0.02 m in one 0.05 s control period is 0.4 m/s forward.
+    position, orientation = u._p.getBasePositionAndOrientation(u._body)
+    u._p.resetBasePositionAndOrientation(u._body, np.add(position, [-0.02, 0, 0]), orientation)
+    action = np.full(25, 0.1)
+    obs, reward, terminated, _, info = env.step(action)
+    assert info['forward_velocity'] == pytest.approx(0.4, abs=0.02)
+    assert info['forward_velocity'] == pytest.approx(-(obs[0] - obs[FRAME_SIZE]) / 0.05)
+    expected = 1 + 6 * info['forward_velocity'] - (
+        0.01 + 0.5 * np.mean(np.abs(obs[JOINT_POSITIONS])))
+    assert reward == pytest.approx(expected, rel=1e-5)
+    assert not terminated
+
+
+def test_reset_restores_the_standing_state_quickly(env):
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        env.step(rng.uniform(-1, 1, 25))  # Knock it over.
+    start = time.perf_counter()
+    for seed in range(20):
+        obs, _ = env.reset(seed=seed)
+    reset_ms = (time.perf_counter() - start) / 20 * 1000
+    assert reset_ms < 20, f'{reset_ms:.1f} ms a reset'  # ~0.3 ms; generous for busy machines.
+    # Back at the standing pose, up to the 0.02 rad of joint noise.
+    standing_q = np.zeros(25)
+    for name in ('l_shoulder_roll', 'r_shoulder_roll', 'l_elbow', 'r_elbow'):
+        standing_q[ACTUATED_JOINTS.index(name)] = 0.3
+    np.testing.assert_allclose(obs[JOINT_POSITIONS], standing_q, atol=0.021)
+    assert not np.allclose(obs[JOINT_POSITIONS], standing_q, atol=1e-4)  # The noise is there.
+
+
+@pytest.mark.parametrize('control_mode', ['velocity', 'torque'])
+def test_other_control_modes(cache_dir, control_mode):
+    env = gymnasium.make(ICUB_WALK_ID, control_mode=control_mode, cache_dir=cache_dir)
+    try:
+        env.reset(seed=0)
+        for t in range(1, 201):
+            _, reward, terminated, _, _ = env.step(np.zeros(25))
+            if terminated:
+                break
+    finally:
+        env.close()
+    if control_mode == 'torque':
+        # No torque at all: it collapses at once.
+        assert terminated and t < 20
+    else:
+        assert t > 20  # Zero target speed holds it up for a while.
+
+
+def test_unknown_control_mode_is_refused():
+    with pytest.raises(ValueError, match="position_residual.*got 'position'"):
+        ICubWalkEnv(control_mode='position')
+
+
+def test_render_rgb_array_headless(cache_dir):
+    env = gymnasium.make(ICUB_WALK_ID, render_mode='rgb_array', cache_dir=cache_dir)
+    try:
+        env.reset(seed=0)
+        frame = env.render()
+    finally:
+        env.close()
+    assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8
+    assert frame.std() > 10
+
+
+# Waits for the go file, then builds the cleaned URDF and an env from an empty cache.
+_BUILD_AT_ONCE = r'''
+import os, sys, time
+from pathlib import Path
+from alf_lite.environments.icub_walking import ICubWalkEnv
+cache_dir, ready, go = sys.argv[1:4]
+Path(ready).touch()
+while not os.path.exists(go):
+    time.sleep(0.001)
+env = ICubWalkEnv(cache_dir=cache_dir)
+obs, _ = env.reset(seed=0)
+assert obs.shape == (170,)
+env.close()
+'''
+
+
+def test_two_env_processes_build_the_cleaned_urdf_at_once(tmp_path):
+    cache_dir = tmp_path / 'cache'
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO_ROOT)] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))
+    go = tmp_path / 'go'
+    processes = [subprocess.Popen([sys.executable, '-c', _BUILD_AT_ONCE, str(cache_dir),
+                                   str(tmp_path / f'ready{i}'), str(go)],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True) for i in range(2)]
+    try:
+        deadline = time.time() + 60
+        while not all((tmp_path / f'ready{i}').exists() for i in range(2)):
+            assert time.time() < deadline, 'the processes did not start'
+            assert all(p.poll() is None for p in processes), processes[0].communicate()[0]
+            time.sleep(0.01)
+        assert not cache_dir.exists()  # Both start from an empty cache ...
+        go.touch()  # ... at the same moment.
+        outputs = [p.communicate(timeout=60)[0] for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+    for p, output in zip(processes, outputs):
+        assert p.returncode == 0, output[-3000:]
+    files = os.listdir(cache_dir)
+    assert len(files) == 1 and files[0].endswith('.urdf'), files
+    assert total_mass(str(cache_dir / files[0])) == pytest.approx(ICUB_MASS_KG, rel=0.01)
