@@ -5,8 +5,9 @@ import sys
 def user_message(message: str) -> str:
     """``message`` of a config error without gin's call trace, naming the configurable only."""
     message, _, called = message.partition('\n  In call to configurable ')
-    if called:
-        message = f"{called.split(' ')[0].strip(chr(39))}: {message}"
+    name = called.split(' ')[0].strip(chr(39))
+    if name and not message.startswith(name):
+        message = f'{name}: {message}'
     return message
 
 
