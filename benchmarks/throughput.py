@@ -1,0 +1,163 @@
+r"""Training speed of alf_lite vs Stable-Baselines3, side by side in one process.
+
+    python benchmarks/throughput.py --algo sac --env HalfCheetah-v5 --steps 5000
+
+Both get identical hyperparameters: 256x256 networks, batch 256, Adam lr 3e-4,
+tau 0.005, gamma 0.99, a 1M-step buffer, ``--learning_starts`` uniform random
+steps, one env and one gradient step per env step (TD3: policy delay 2 and
+target smoothing 0.2 / 0.5; TD3 and DDPG: Gaussian exploration 0.1 of the half
+range). Runs alternate alf_lite / SB3 for ``--pairs`` pairs; only the window
+after learning starts is timed. Also prints each library's pure-update ceiling:
+its update in a loop with no environment.
+"""
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import gymnasium
+import numpy as np
+import torch
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
+
+ALF_PARAMS = {
+    'sac': ['actor/Adam.lr = 3e-4', 'critic/Adam.lr = 3e-4', 'alpha/Adam.lr = 3e-4'],
+    'td3': ['actor/Adam.lr = 3e-4', 'critic/Adam.lr = 3e-4'],
+    'ddpg': ['DeterministicActorNetwork.batch_norm = False',
+             'DeterministicActorNetwork.paper_init = False', 'CriticNetwork.batch_norm = False',
+             'CriticNetwork.paper_init = False', 'CriticNetwork.action_input_layer = 0',
+             'DdpgAlgorithm.exploration_noise = @GaussianNoise()', 'GaussianNoise.sigma = 0.1',
+             'DdpgAlgorithm.target_update_tau = 0.005',
+             'DdpgAlgorithm.critic_l2_weight_decay = 0.0',
+             'actor/Adam.lr = 3e-4', 'critic/Adam.lr = 3e-4'],
+}
+NETWORKS = {'sac': 'TanhNormalActorNetwork', 'td3': 'DeterministicActorNetwork',
+            'ddpg': 'DeterministicActorNetwork'}
+
+
+def alf_lite_run(args, seed):
+    """Env steps/s after learning starts, and the algorithm for the update ceiling."""
+    import csv
+
+    import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.config import parse_config
+    from alf_lite.trainer import Trainer, TrainerConfig
+    total = args.learning_starts + args.steps
+    params = ALF_PARAMS[args.algo] + [
+        f"create_environment.env_name = '{args.env}'",
+        f'{NETWORKS[args.algo]}.hidden_layers = (256, 256)', 'CriticNetwork.hidden_layers = (256, 256)',
+        'TrainerConfig.mini_batch_size = 256', 'TrainerConfig.replay_buffer_length = 1000000',
+        f'TrainerConfig.initial_collect_steps = {args.learning_starts}',
+        f'TrainerConfig.num_env_steps = {total}', f'TrainerConfig.random_seed = {seed}',
+        f'TrainerConfig.summary_interval = {args.learning_starts}',
+        f'TrainerConfig.eval_interval = {10 * total}', 'TrainerConfig.num_eval_episodes = 1',
+        f'TrainerConfig.checkpoint_interval = {10 * total}',
+        f'TrainerConfig.torch_num_threads = {args.threads}',
+        'TrainerConfig.checkpoint_replay_buffer = False']
+    parse_config([os.path.join(EXAMPLES, 'common', f'{args.algo}.gin')], params)
+    with tempfile.TemporaryDirectory() as root_dir:
+        with Trainer(TrainerConfig(), root_dir) as trainer:
+            trainer.train()
+            algorithm = trainer._algorithm
+        with open(os.path.join(root_dir, 'progress.csv'), newline='') as f:
+            rows = [r for r in csv.DictReader(f) if r.get('train/env_steps_per_sec')]
+    # Summaries every learning_starts steps: the rows after it cover exactly the
+    # training window (each row's speed is measured before any evaluation).
+    seconds = sum(args.learning_starts / float(r['train/env_steps_per_sec'])
+                  for r in rows if int(r['env_steps']) > args.learning_starts)
+    return args.steps / seconds, algorithm
+
+
+def alf_lite_ceiling(algorithm, env, updates):
+    from alf_lite.data import Experience
+    b = 256
+    batch = Experience(torch.ones(b, 2, dtype=torch.uint8),
+                       torch.randn(b, 2, env.observation_space.shape[0]),
+                       torch.rand(b, 2, env.action_space.shape[0]) * 2 - 1,
+                       torch.randn(b, 2), torch.ones(b, 2))
+    mask = torch.ones(b, 1)
+    algorithm.train(True)
+    for _ in range(10):
+        algorithm.train_step(batch, mask)
+    start = time.perf_counter()
+    for _ in range(updates):
+        algorithm.train_step(batch, mask)
+    return updates / (time.perf_counter() - start)
+
+
+def sb3_run(args, seed):
+    """Env steps/s after learning starts, and the model for the update ceiling."""
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    class Clock(BaseCallback):
+        def _on_step(self):
+            if self.num_timesteps == args.learning_starts:
+                self.start = time.perf_counter()
+            return True
+
+    env = gymnasium.make(args.env)
+    common = dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=args.learning_starts,
+                  batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
+                  policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device='cpu', verbose=0)
+    if args.algo != 'sac':
+        half_range = (env.action_space.high - env.action_space.low) / 2
+        common['action_noise'] = NormalActionNoise(np.zeros_like(half_range), 0.1 * half_range)
+    model = {'sac': sb3.SAC, 'td3': sb3.TD3, 'ddpg': sb3.DDPG}[args.algo]('MlpPolicy', env,
+                                                                          **common)
+    clock = Clock()
+    model.learn(args.learning_starts + args.steps, callback=clock)
+    return args.steps / (time.perf_counter() - clock.start), model
+
+
+def sb3_ceiling(model, updates):
+    model.train(gradient_steps=10, batch_size=256)
+    start = time.perf_counter()
+    model.train(gradient_steps=updates, batch_size=256)
+    return updates / (time.perf_counter() - start)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--algo', choices=['sac', 'td3', 'ddpg'], default='sac')
+    parser.add_argument('--env', default='HalfCheetah-v5')
+    parser.add_argument('--steps', type=int, default=5000, help='timed env steps per run')
+    parser.add_argument('--learning_starts', type=int, default=1000)
+    parser.add_argument('--pairs', type=int, default=2)
+    parser.add_argument('--threads', type=int, default=1, help='torch threads of both')
+    parser.add_argument('--ceiling_updates', type=int, default=300)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    ratios, alf_sps, sb3_sps = [], [], []
+    for pair in range(args.pairs):
+        a, algorithm = alf_lite_run(args, seed=pair)
+        torch.set_num_threads(args.threads)
+        b, model = sb3_run(args, seed=pair)
+        alf_sps.append(a)
+        sb3_sps.append(b)
+        ratios.append(a / b)
+        print(f'pair {pair}: alf_lite {a:.1f} env steps/s, SB3 {b:.1f}, ratio {a / b:.2f}',
+              flush=True)
+    env = gymnasium.make(args.env)
+    alf_ceiling = alf_lite_ceiling(algorithm, env, args.ceiling_updates)
+    torch.set_num_threads(args.threads)
+    sb3_top = sb3_ceiling(model, args.ceiling_updates)
+
+    print(f'\n{args.algo.upper()} {args.env}, {args.steps} timed steps after '
+          f'{args.learning_starts} random ones, {args.threads} torch thread(s), '
+          f'{args.pairs} pair(s)')
+    print(f'{"":24s} {"median":>8s} {"min":>8s} {"max":>8s}')
+    for name, values in (('alf_lite env steps/s', alf_sps), ('SB3 env steps/s', sb3_sps),
+                         ('ratio alf_lite / SB3', ratios)):
+        print(f'{name:24s} {statistics.median(values):8.2f} {min(values):8.2f} '
+              f'{max(values):8.2f}')
+    print(f'pure-update ceiling: alf_lite {alf_ceiling:.1f} updates/s, SB3 {sb3_top:.1f} '
+          f'updates/s, ratio {alf_ceiling / sb3_top:.2f}')
+
+
+if __name__ == '__main__':
+    main()
