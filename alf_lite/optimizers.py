@@ -3,13 +3,36 @@
 A reference without ``()`` passes the optimizer class with its scoped bindings
 (``actor/Adam.lr = 1e-3``); the algorithm calls it with its parameters.
 """
+import inspect
 from typing import Callable, Iterable, Optional
 
 import gin
 import torch
 
-for _cls in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.RMSprop):
-    gin.external_configurable(_cls, module='torch.optim')
+
+def _fused_by_default(cls):
+    """``cls`` (Adam, AdamW) that uses its fused kernel unless told otherwise.
+
+    One fused step over all parameters costs a third of the default per-tensor
+    (foreach) step on a CPU; the update rule is the same.
+    """
+
+    def ctor(params, **kwargs):
+        if (kwargs.get('fused') is None and kwargs.get('foreach') is None
+                and not kwargs.get('differentiable', False)):
+            kwargs['fused'] = True
+        return cls(params, **kwargs)
+
+    ctor.__name__ = ctor.__qualname__ = cls.__name__
+    ctor.__doc__ = cls.__doc__
+    ctor.__signature__ = inspect.signature(cls)
+    return ctor
+
+
+Adam = _fused_by_default(torch.optim.Adam)
+AdamW = _fused_by_default(torch.optim.AdamW)
+for _ctor in (Adam, AdamW, torch.optim.SGD, torch.optim.RMSprop):
+    gin.external_configurable(_ctor, module='torch.optim')
 
 OptimizerCtor = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 
@@ -24,5 +47,5 @@ def make_optimizer(ctor: Optional[OptimizerCtor], params, default_lr: float) -> 
     """
     params = list(params)
     if ctor is None:
-        return torch.optim.Adam(params, lr=default_lr)
+        return Adam(params, lr=default_lr)
     return ctor(params)

@@ -53,9 +53,9 @@ class LinearCritic(nn.Module):
         self.c = nn.Parameter(torch.tensor([0.5, 0.7])[:num_replicas])
         self.k = nn.Parameter(torch.tensor([2.0, 3.0])[:num_replicas])
 
-    def forward(self, observation, action):
-        return (self.c + observation.sum(-1, keepdim=True)
-                + self.k * action.sum(-1, keepdim=True))
+    def forward(self, observation, action, num_replicas=None):
+        q = self.c + observation.sum(-1, keepdim=True) + self.k * action.sum(-1, keepdim=True)
+        return q[:, :num_replicas]
 
 
 def hand_ddpg(**kwargs):

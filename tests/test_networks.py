@@ -28,3 +28,33 @@ def test_critic_replicas_start_different_and_learn_independently():
     obs, act = torch.randn(4, 3), torch.randn(4, 2)
     critic(obs, act)[:, 0].sum().backward()
     assert w.grad[0].abs().sum() > 0 and w.grad[1].abs().sum() == 0
+
+
+def test_critic_computes_only_the_requested_replicas():
+    torch.manual_seed(0)
+    for batch_norm in (False, True):
+        critic = CriticNetwork(3, 2, num_replicas=2, hidden_layers=(8, 8),
+                               action_input_layer=1, batch_norm=batch_norm)
+        obs, act = torch.randn(6, 3), torch.randn(6, 2)
+        full = critic(obs, act)
+        first = critic(obs, act, num_replicas=1)
+        assert first.shape == (6, 1)
+        assert torch.allclose(first[:, 0], full[:, 0], atol=1e-6)
+        critic.zero_grad()
+        first.sum().backward()
+        w = critic._layers[1].weight
+        assert w.grad[0].abs().sum() > 0 and w.grad[1].abs().sum() == 0
+
+
+def test_tanh_normal_sample_with_given_noise_is_that_draw():
+    from alf_lite.networks import TanhNormalActorNetwork
+    torch.manual_seed(0)
+    actor = TanhNormalActorNetwork(3, 2, hidden_layers=(8,))
+    obs = torch.randn(5, 3)
+    torch.manual_seed(1)
+    drawn = actor.sample(obs)
+    torch.manual_seed(1)
+    given = actor.sample(obs, torch.randn(5, 2))
+    assert torch.equal(drawn[0], given[0]) and torch.equal(drawn[1], given[1])
+    zero_noise_action, _ = actor.sample(obs, torch.zeros(5, 2))
+    assert torch.allclose(zero_noise_action, actor(obs))

@@ -25,7 +25,7 @@ class FixedActor(nn.Module):
     def forward(self, observation):
         return torch.zeros(observation.shape[0], self.action_dim) + 0 * self.bias
 
-    def sample(self, observation):
+    def sample(self, observation, noise=None):
         action = self.forward(observation)
         return action, torch.full((observation.shape[0],), -1.0) + 0 * self.bias.sum()
 
@@ -177,11 +177,14 @@ def test_resample_action_per_loss_draws_fresh_samples(resample):
     sac = SacAlgorithm(observation_dim=3, action_dim=2, resample_action_per_loss=resample)
     calls = []
     sample = sac._actor.sample
-    sac._actor.sample = lambda obs: calls.append(obs.shape[0]) or sample(obs)
+    sac._actor.sample = lambda obs, noise=None: (
+        calls.append((obs.shape[0], torch.is_grad_enabled())) or sample(obs, noise))
     batch = random_batch(b=8)
     sac.train_step(batch, loss_mask(batch))
-    # False: one pass over all 16 rows; True: three passes (actor, alpha, target) of 8.
-    assert calls == ([8, 8, 8] if resample else [16])
+    # False: one sample per row: the 8 first rows with a graph (actor loss), the
+    # 8 next rows without (target only). True: three passes of 8 (actor, target, alpha).
+    assert calls == ([(8, True), (8, False), (8, False)] if resample
+                     else [(8, True), (8, False)])
 
 
 def test_tanh_normal_log_prob_matches_change_of_variables():

@@ -39,7 +39,8 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         actor_network_ctor: ``ctor(observation_dim, action_dim)`` of the policy,
             returning actions in [-1, 1].
         critic_network_ctor: ``ctor(observation_dim, action_dim, num_replicas=R)``
-            returning ``[B, R]`` Q values.
+            whose ``forward(observation, action, num_replicas=None)`` returns
+            ``[B, R]`` Q values (only the first ``num_replicas`` when given).
         num_critic_replicas: 1 for DDPG. With R > 1 every replica regresses on
             one target that uses the minimum over the target replicas (TD3's
             clipped double-Q), and the actor follows replica 0.
@@ -158,7 +159,8 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             # norm this pass, like the critic loss's, normalises s with the batch's
             # statistics and updates the running ones: each batch counts twice.)
             with frozen(self._critic):
-                q_mu = self._critic(tr.observation, self._actor(tr.observation))[:, 0]
+                q_mu = self._critic(tr.observation, self._actor(tr.observation),
+                                    num_replicas=1)[:, 0]
             actor_loss = masked_mean(-q_mu, mask)
             self.optimizer_step('actor', actor_loss)
             self._actor_loss = actor_loss.detach()

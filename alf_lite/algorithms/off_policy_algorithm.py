@@ -47,9 +47,8 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """``target = tau * online + (1 - tau) * target``, parameter by parameter."""
-    for t, o in zip(target.parameters(), online.parameters()):
-        t.lerp_(o, tau)
+    """``target = tau * online + (1 - tau) * target`` for every parameter, in one foreach call."""
+    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
     for t, o in zip(target.buffers(), online.buffers()):
         t.copy_(o)
 

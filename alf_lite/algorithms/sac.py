@@ -24,7 +24,9 @@ class SacAlgorithm(OffPolicyAlgorithm):
     Args:
         observation_dim: size of the observation vector (given by the trainer).
         action_dim: size of the action vector (given by the trainer).
-        actor_network_ctor: ``ctor(observation_dim, action_dim)`` of the policy.
+        actor_network_ctor: ``ctor(observation_dim, action_dim)`` of the policy;
+            its ``sample(observation, noise=None)`` returns a reparameterised
+            action and its log-probability.
         critic_network_ctor: ``ctor(observation_dim, action_dim, num_replicas=R)``
             returning ``[B, R]`` Q values.
         num_critic_replicas: number of critics; the target uses their minimum.
@@ -91,14 +93,20 @@ class SacAlgorithm(OffPolicyAlgorithm):
                 next_action, next_log_prob = self._actor.sample(next_obs)
                 _, alpha_log_prob = self._actor.sample(obs)
             return action, log_prob, next_action, next_log_prob, alpha_log_prob
+        # Rows 0..T-2 start a transition and need the gradient; the last row is
+        # only a next state, so it is sampled without building a graph (and
+        # without a backward pass through it). The noise is drawn for all rows
+        # at once, in row order.
         b, t = batch.step_type.shape
-        rows = batch.observation.reshape(b * t, -1)
-        action, log_prob = self._actor.sample(rows)
-        action = action.reshape(b, t, -1)
-        log_prob = log_prob.reshape(b, t)
-        a, lp = action[:, :-1].reshape(-1, self.action_dim), log_prob[:, :-1].reshape(-1)
-        next_a = action[:, 1:].reshape(-1, self.action_dim).detach()
-        next_lp = log_prob[:, 1:].reshape(-1).detach()
+        noise = torch.randn(b, t, self.action_dim)
+        head = batch.observation[:, :-1].reshape(b * (t - 1), -1)
+        a, lp = self._actor.sample(head, noise[:, :-1].reshape(b * (t - 1), -1))
+        with torch.no_grad():
+            last_a, last_lp = self._actor.sample(batch.observation[:, -1], noise[:, -1])
+        next_a = torch.cat([a.detach().reshape(b, t - 1, -1)[:, 1:],
+                            last_a.unsqueeze(1)], dim=1).reshape(-1, self.action_dim)
+        next_lp = torch.cat([lp.detach().reshape(b, t - 1)[:, 1:],
+                             last_lp.unsqueeze(1)], dim=1).reshape(-1)
         return a, lp, next_a, next_lp, lp.detach()
 
     def train_step(self, batch: Experience, loss_mask: torch.Tensor) -> Dict[str, torch.Tensor]:

@@ -16,7 +16,7 @@ import torch
 from alf_lite.algorithms.ddpg import DdpgAlgorithm
 from alf_lite.algorithms.noise import GaussianNoise
 from alf_lite.networks import CriticNetwork, DeterministicActorNetwork
-from alf_lite.optimizers import OptimizerCtor
+from alf_lite.optimizers import Adam, OptimizerCtor
 
 
 @gin.configurable
@@ -60,7 +60,7 @@ class Td3Algorithm(DdpgAlgorithm):
         if target_policy_noise < 0 or target_policy_noise_clip < 0:
             raise ValueError("target_policy_noise and target_policy_noise_clip must be >= 0, "
                              f"got {target_policy_noise} and {target_policy_noise_clip}")
-        default_adam = functools.partial(torch.optim.Adam, lr=3e-4)
+        default_adam = functools.partial(Adam, lr=3e-4)
         super().__init__(
             observation_dim, action_dim,
             actor_network_ctor=actor_network_ctor,

@@ -1,6 +1,6 @@
 """Actor networks: the policy maps an observation to a normalised action in [-1, 1]."""
 import math
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import gin
 import torch
@@ -43,11 +43,18 @@ class TanhNormalActorNetwork(nn.Module):
         mean, _ = self._mean_and_log_std(observation)
         return torch.tanh(mean)
 
-    def sample(self, observation: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised sample and its log-probability (summed over action dims)."""
+    def sample(self, observation: torch.Tensor,
+               noise: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised sample and its log-probability (summed over action dims).
+
+        Args:
+            observation: ``[B, observation_dim]``.
+            noise: the standard normal draw ``[B, action_dim]``; None draws it here.
+        """
         mean, log_std = self._mean_and_log_std(observation)
         std = log_std.exp()
-        noise = torch.randn_like(mean)
+        if noise is None:
+            noise = torch.randn_like(mean)
         u = mean + std * noise
         action = torch.tanh(u)
         log_prob_u = (-0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)

@@ -1,5 +1,5 @@
 """Critic networks: Q(s, a) for several replicas evaluated as one batched network."""
-from typing import Sequence
+from typing import Optional, Sequence
 
 import gin
 import torch
@@ -59,16 +59,26 @@ class CriticNetwork(nn.Module):
         if paper_init:
             ddpg_paper_init_(self._layers[:-1], self._layers[-1])
 
-    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        r = self.num_replicas
+    def forward(self, observation: torch.Tensor, action: torch.Tensor,
+                num_replicas: Optional[int] = None) -> torch.Tensor:
+        """Q values ``[B, R]``; only the first ``num_replicas`` replicas when given.
+
+        Computing fewer replicas saves their forward and backward passes (TD3's
+        and DDPG's actor follows replica 0 only). With batch norm all replicas
+        run (their statistics are one layer) and the result is sliced.
+        """
+        if num_replicas is not None and (self._hidden_norms or
+                                         not isinstance(self._input_norm, nn.Identity)):
+            return self.forward(observation, action)[:, :num_replicas]
+        r = self.num_replicas if num_replicas is None else num_replicas
         x = self._input_norm(observation.unsqueeze(0).expand(r, *observation.shape))
         last = len(self._layers) - 1
         for i, layer in enumerate(self._layers):
             if i == self._action_input_layer:
                 x = torch.cat([x, action.unsqueeze(0).expand(r, *action.shape)], dim=-1)
-            x = layer(x)
+            x = layer(x, num_replicas)
             if i < len(self._hidden_norms):
                 x = self._hidden_norms[i](x)
             if i < last:
-                x = torch.relu(x)
+                x = torch.relu_(x)
         return x.squeeze(-1).transpose(0, 1)

@@ -1,5 +1,6 @@
 """Layers that evaluate several replicas of a network in one batched call."""
 import math
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -27,8 +28,11 @@ class BatchedLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+    def forward(self, x: torch.Tensor, num_replicas: Optional[int] = None) -> torch.Tensor:
+        """``x @ W_r + b_r`` for replicas ``r < num_replicas`` (all when None); x is ``[R', B, in]``."""
+        if num_replicas is None:
+            return torch.baddbmm(self.bias, x, self.weight)
+        return torch.baddbmm(self.bias[:num_replicas], x, self.weight[:num_replicas])
 
 
 class BatchedBatchNorm1d(nn.BatchNorm1d):

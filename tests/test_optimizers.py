@@ -1,0 +1,53 @@
+"""Optimizers named from gin: Adam and AdamW use their fused step unless told otherwise."""
+import pytest
+import torch
+
+import alf_lite.optimizers  # noqa: F401  (registers the gin names)
+from alf_lite import config
+from alf_lite.optimizers import Adam, make_optimizer
+
+
+def _params():
+    return [torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.tensor(0.5))]
+
+
+def test_default_and_gin_adam_are_fused_and_keep_their_type():
+    assert make_optimizer(None, _params(), 1e-3).defaults['fused'] is True
+    config.parse_config([], ['actor/Adam.lr = 1e-2', 'critic/AdamW.weight_decay = 0.1'])
+    import gin
+    with gin.config_scope('actor'):
+        opt = gin.get_configurable('torch.optim.Adam')(_params())
+    with gin.config_scope('critic'):
+        opt_w = gin.get_configurable('torch.optim.AdamW')(_params())
+    assert type(opt) is torch.optim.Adam and opt.defaults['fused'] and opt.defaults['lr'] == 1e-2
+    assert type(opt_w) is torch.optim.AdamW and opt_w.defaults['weight_decay'] == 0.1
+
+
+def test_explicit_foreach_is_respected():
+    opt = Adam(_params(), lr=1e-3, foreach=True)
+    assert not opt.defaults['fused'] and opt.defaults['foreach']
+
+
+@pytest.mark.parametrize('name', ['Adam', 'AdamW'])
+def test_fused_step_matches_the_foreach_step(name):
+    torch.manual_seed(0)
+    fused = _params()
+    plain = [torch.nn.Parameter(p.detach().clone()) for p in fused]
+    start = [p.detach().clone() for p in fused]
+    cls = getattr(alf_lite.optimizers, name)
+    opts = [cls(fused, lr=1e-2, weight_decay=0.01), cls(plain, lr=1e-2, weight_decay=0.01,
+                                                       foreach=True)]
+    for _ in range(5):
+        grads = [torch.randn_like(p) for p in fused]
+        for ps, opt in zip((fused, plain), opts):
+            for p, g in zip(ps, grads):
+                p.grad = g.clone()
+            opt.step()
+    for a, b in zip(fused, plain):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert all((a - s).abs().max() > 1e-3 for a, s in zip(fused, start))
+
+
+def test_misspelt_adam_parameter_is_named():
+    with pytest.raises(config.ConfigError, match="'lrr'.*Closest valid names: 'lr'"):
+        config.parse_config([], ['actor/Adam.lrr = 1e-2'])
