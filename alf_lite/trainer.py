@@ -301,7 +301,8 @@ class Trainer:
 
         while self._env_steps < cfg.num_env_steps:
             before = self._env_steps
-            algorithm.train(False)
+            if algorithm.training:
+                algorithm.train(False)
             for _ in range(cfg.unroll_length):
                 if self._env_steps < cfg.initial_collect_steps:
                     action = torch.rand(n, env.action_dim) * 2 - 1
@@ -318,7 +319,8 @@ class Trainer:
             # without its replay buffer first refills it.
             if (replay_buffer.total_added * n > cfg.initial_collect_steps
                     and replay_buffer.num_steps >= cfg.mini_batch_length):
-                algorithm.train(True)
+                if not algorithm.training:
+                    algorithm.train(True)
                 for _ in range(cfg.num_updates_per_train_iter):
                     batch = replay_buffer.sample(cfg.mini_batch_size, cfg.mini_batch_length)
                     mask = loss_mask(batch, cfg.mask_out_loss_for_last_step)
