@@ -97,6 +97,7 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         # polyak_update copies from the online networks.
         self._target_actor = copy.deepcopy(self._actor).requires_grad_(False).eval()
         self._target_critic = copy.deepcopy(self._critic).requires_grad_(False).eval()
+        self._frozen_critic = frozen(self._critic)  # reused: its parameter list is built once
         self._exploration_noise = OUNoise() if exploration_noise is None else exploration_noise
         self._gamma = gamma
         self._tau = target_update_tau
@@ -158,7 +159,7 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             # the gradient to the actor without collecting any itself. (With batch
             # norm this pass, like the critic loss's, normalises s with the batch's
             # statistics and updates the running ones: each batch counts twice.)
-            with frozen(self._critic):
+            with self._frozen_critic:
                 q_mu = self._critic(tr.observation, self._actor(tr.observation),
                                     num_replicas=1)[:, 0]
             actor_loss = masked_mean(-q_mu, mask)

@@ -64,6 +64,7 @@ class SacAlgorithm(OffPolicyAlgorithm):
         self._critic = critic_network_ctor(observation_dim, action_dim,
                                            num_replicas=num_critic_replicas)
         self._target_critic = copy.deepcopy(self._critic).requires_grad_(False)
+        self._frozen_critic = frozen(self._critic)  # reused: its parameter list is built once
         self._log_alpha = nn.Parameter(torch.tensor(float(initial_log_alpha)))
         self._gamma = gamma
         self._tau = target_update_tau
@@ -127,7 +128,7 @@ class SacAlgorithm(OffPolicyAlgorithm):
         self.optimizer_step('critic', critic_loss)
 
         # Policy loss (eq. 7): E[alpha * log pi(a|s) - min_i Q_i(s, a)], a reparameterised.
-        with frozen(self._critic):
+        with self._frozen_critic:
             q_pi = self._critic(tr.observation, action).min(dim=-1).values
         actor_loss = masked_mean(alpha * log_prob - q_pi, mask)
         self.optimizer_step('actor', actor_loss)
