@@ -293,9 +293,9 @@ class Trainer:
         time_step = env.reset(seed=reset_seed)
         episode_return = np.zeros(n)
         episode_length = np.zeros(n, dtype=np.int64)
-        train_scalars = {}
+        self._latest_train_scalars = {}
+        self._wrote_operative_config = False
         last_time, last_steps, last_updates = time.time(), self._env_steps, self._num_updates
-        wrote_operative_config = False
         if self._env_steps == 0:
             self._evaluate_and_write(summary, {})
 
@@ -303,7 +303,8 @@ class Trainer:
             before = self._env_steps
             if algorithm.training:
                 algorithm.train(False)
-            for _ in range(cfg.unroll_length):
+            non_finite = None
+            for u in range(cfg.unroll_length):
                 if self._env_steps < cfg.initial_collect_steps:
                     action = torch.rand(n, env.action_dim) * 2 - 1
                 else:
@@ -311,37 +312,27 @@ class Trainer:
                 replay_buffer.add_batch(Experience(
                     time_step.step_type, time_step.observation, action,
                     time_step.reward, time_step.discount))
-                time_step = env.step(action)
+                env.step_async(action)
+                if u == cfg.unroll_length - 1:
+                    # The updates need no row that this env step produces, so
+                    # they run while it is pending: envs in subprocesses step
+                    # meanwhile, and the numbers are those of step-then-train.
+                    non_finite = self._train_iteration()
+                time_step = env.step_wait()
                 self._env_steps += n
                 self._track_episodes(time_step, episode_return, episode_length)
-
-            # Counted from the buffer, not the env steps, so that a run resumed
-            # without its replay buffer first refills it.
-            if (replay_buffer.total_added * n > cfg.initial_collect_steps
-                    and replay_buffer.num_steps >= cfg.mini_batch_length):
-                if not algorithm.training:
-                    algorithm.train(True)
-                for _ in range(cfg.num_updates_per_train_iter):
-                    batch = replay_buffer.sample(cfg.mini_batch_size, cfg.mini_batch_length)
-                    mask = loss_mask(batch, cfg.mask_out_loss_for_last_step)
-                    try:
-                        train_scalars = algorithm.train_step(batch, mask)
-                    except NonFiniteLossError as e:
-                        self._stop_on_non_finite_loss(e)
-                    self._num_updates += 1
-                if not wrote_operative_config:
-                    write_text_atomically(os.path.join(self._root_dir, 'operative_config.gin'),
-                                          operative_config_str())
-                    wrote_operative_config = True
+            if non_finite is not None:
+                self._stop_on_non_finite_loss(non_finite)
 
             after = self._env_steps
             done = after >= cfg.num_env_steps
             scalars = {}
             if _crossed(before, after, cfg.summary_interval) or done:
                 now = time.time()
+                seconds = max(now - last_time, 1e-9)
                 scalars.update(self._train_scalars(
-                    train_scalars, (after - last_steps) / max(now - last_time, 1e-9),
-                    (self._num_updates - last_updates) / max(now - last_time, 1e-9)))
+                    self._latest_train_scalars, (after - last_steps) / seconds,
+                    (self._num_updates - last_updates) / seconds))
                 last_time, last_steps, last_updates = now, after, self._num_updates
             if _crossed(before, after, cfg.eval_interval) or done:
                 self._evaluate_and_write(summary, scalars)
@@ -355,6 +346,34 @@ class Trainer:
                 self._save()
             if self._stop_signal is not None:
                 raise TrainingInterrupted(self._stop_signal)
+
+    def _train_iteration(self) -> Optional[NonFiniteLossError]:
+        """The iteration's updates, once enough steps were collected.
+
+        Returns the ``NonFiniteLossError`` that stopped them, if any (the caller
+        finishes the pending env step before stopping).
+        """
+        cfg, algorithm, replay_buffer = self._config, self._algorithm, self._replay_buffer
+        # Counted from the buffer, not the env steps, so that a run resumed
+        # without its replay buffer first refills it.
+        if not (replay_buffer.total_added * self._env.num_envs > cfg.initial_collect_steps
+                and replay_buffer.num_steps >= cfg.mini_batch_length):
+            return None
+        if not algorithm.training:
+            algorithm.train(True)
+        for _ in range(cfg.num_updates_per_train_iter):
+            batch = replay_buffer.sample(cfg.mini_batch_size, cfg.mini_batch_length)
+            mask = loss_mask(batch, cfg.mask_out_loss_for_last_step)
+            try:
+                self._latest_train_scalars = algorithm.train_step(batch, mask)
+            except NonFiniteLossError as e:
+                return e
+            self._num_updates += 1
+        if not self._wrote_operative_config:
+            write_text_atomically(os.path.join(self._root_dir, 'operative_config.gin'),
+                                  operative_config_str())
+            self._wrote_operative_config = True
+        return None
 
     def _stop_on_non_finite_loss(self, error: 'NonFiniteLossError') -> None:
         """Keep the (still finite) state under its own name and stop, naming the loss and step."""

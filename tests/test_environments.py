@@ -182,6 +182,29 @@ def test_reset_after_last_is_first_in_subprocesses():
         assert torch.equal(_column(steps, field), _column(in_process, field)), field
 
 
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_step_async_then_wait_is_step(use_subprocesses):
+    actions = [torch.full((2, 1), v) for v in (0.5, -1.0, 0.25, 1.0, 0.0)]
+    with create_environment('Pendulum-v1', 2, seed=4, use_subprocesses=use_subprocesses) as env:
+        env.reset()
+        stepped = [env.step(a) for a in actions]
+    with create_environment('Pendulum-v1', 2, seed=4, use_subprocesses=use_subprocesses) as env:
+        env.reset()
+        waited = []
+        for a in actions:
+            env.step_async(a)
+            waited.append(env.step_wait())
+        with pytest.raises(RuntimeError, match='without a pending step_async'):
+            env.step_wait()
+        env.step_async(actions[0])
+        with pytest.raises(RuntimeError, match='while a step is pending'):
+            env.step_async(actions[0])
+        env.step_wait()
+    for x, y in zip(stepped, waited):
+        for field in ('step_type', 'observation', 'reward', 'discount'):
+            assert torch.equal(getattr(x, field), getattr(y, field)), field
+
+
 def test_action_mapping_with_asymmetric_bounds():
     with create_environment('alf_test/Echo-v0', num_parallel_environments=5) as env:
         np.testing.assert_array_equal(env.action_low, [-1, 0])

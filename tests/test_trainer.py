@@ -58,6 +58,20 @@ def test_same_seed_same_progress_csv_in_one_process(tmp_path):
     assert rows_a[-1]['train/critic_loss'] != ''
 
 
+def test_updates_overlapping_subprocess_steps_give_the_in_process_numbers(tmp_path):
+    # With subprocesses the updates run while the env step is pending; the
+    # results must be those of the in-process step-then-train order.
+    params = ['TrainerConfig.num_env_steps = 600', 'TrainerConfig.random_seed = 3',
+              'create_environment.num_parallel_environments = 2',
+              'TrainerConfig.unroll_length = 2']
+    train(tmp_path / 'async', *params, 'create_environment.use_subprocesses = True')
+    train(tmp_path / 'sync', *params, 'create_environment.use_subprocesses = False')
+    rows_async = read_csv(tmp_path / 'async' / 'progress.csv')
+    rows_sync = read_csv(tmp_path / 'sync' / 'progress.csv')
+    assert len(rows_sync) >= 4 and rows_async == rows_sync
+    assert float(rows_sync[-1]['num_updates']) > 0
+
+
 def test_different_seed_different_progress_csv(tmp_path):
     train(tmp_path / 'a', 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 1')
     train(tmp_path / 'b', 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 2')

@@ -133,6 +133,8 @@ class BatchedEnvironment:
         # Which envs returned LAST at the previous step: their next step is the
         # reset observation that gymnasium's next-step autoreset produces.
         self._done = np.zeros(self.num_envs, dtype=bool)
+        # The action of a step started by step_async and not yet waited for.
+        self._pending = None
         self._env_id = torch.arange(self.num_envs, dtype=torch.int64)
         logger.info('Created %d x %s (%s).', self.num_envs, name,
                     'subprocesses' if use_subprocesses else 'in process')
@@ -195,15 +197,39 @@ class BatchedEnvironment:
             discount 1 on truncation only, FIRST (reward 0, discount 1) for the
             reset after a LAST, MID otherwise.
         """
+        self.step_async(action)
+        return self.step_wait()
+
+    def step_async(self, action: torch.Tensor) -> None:
+        """Start ``step(action)``; ``step_wait()`` returns its ``TimeStep``.
+
+        With subprocesses the envs step while the caller goes on (the trainer
+        runs its gradient updates meanwhile); in process the step runs in
+        ``step_wait``. One step may be pending at a time.
+        """
         if tuple(action.shape) != (self.num_envs, self.action_dim):
             raise ValueError(f'Expected an action of shape {(self.num_envs, self.action_dim)}, '
                              f'got {tuple(action.shape)}.')
+        if self._pending is not None:
+            raise RuntimeError('step_async called while a step is pending; call step_wait first.')
         a = np.clip(action.detach().cpu().numpy(), -1.0, 1.0)
         env_action = self.action_low + (a + 1.0) * self._action_half_range
         # Rounding can land a hair outside [low, high]; some envs assert bounds.
         np.clip(env_action, self.action_low, self.action_high, out=env_action)
-        obs, reward, terminated, truncated, _ = self._call(
-            self._env.step, env_action.astype(self._action_dtype, copy=False))
+        env_action = env_action.astype(self._action_dtype, copy=False)
+        if self.use_subprocesses:
+            self._call(self._env.step_async, env_action)
+        self._pending = env_action
+
+    def step_wait(self) -> TimeStep:
+        """The ``TimeStep`` of the step started by ``step_async`` (see ``step``)."""
+        if self._pending is None:
+            raise RuntimeError('step_wait called without a pending step_async.')
+        env_action, self._pending = self._pending, None
+        if self.use_subprocesses:
+            obs, reward, terminated, truncated, _ = self._call(self._env.step_wait)
+        else:
+            obs, reward, terminated, truncated, _ = self._call(self._env.step, env_action)
 
         was_done = self._done
         step_type = np.where(terminated | truncated, StepType.LAST, StepType.MID).astype(np.uint8)
