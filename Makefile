@@ -25,9 +25,17 @@ train: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q tests
 
+# About 30 minutes on 2 cores; run it on an otherwise idle machine.
+BENCH_STEPS ?= 5000
+BENCH_PAIRS ?= 3
 bench: $(VENV)/.installed
 	$(PY) -m pip install -e '.[bench]'
 	$(PY) benchmarks/memory.py --env Humanoid-v5 --buffer 100000
+	$(PY) benchmarks/throughput.py --algo sac --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS)
+	$(PY) benchmarks/throughput.py --algo td3 --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS)
+	$(PY) benchmarks/throughput.py --algo ddpg --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS)
+	$(PY) benchmarks/throughput.py --algo sac --env Humanoid-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS)
+	$(PY) benchmarks/time_to_solve.py --seeds 0 1 2
 
 clean:
 	rm -rf $(VENV) *.egg-info

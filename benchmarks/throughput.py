@@ -127,15 +127,15 @@ def main():
     parser.add_argument('--steps', type=int, default=5000, help='timed env steps per run')
     parser.add_argument('--learning_starts', type=int, default=1000)
     parser.add_argument('--pairs', type=int, default=2)
-    parser.add_argument('--threads', type=int, default=1, help='torch threads of both')
+    parser.add_argument('--threads', type=int, default=2, help="alf_lite's torch_num_threads")
+    parser.add_argument('--sb3_threads', type=int, default=1,
+                        help="torch threads of SB3 (torch's own default here is the core count)")
     parser.add_argument('--ceiling_updates', type=int, default=300)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-
     ratios, alf_sps, sb3_sps = [], [], []
     for pair in range(args.pairs):
         a, algorithm = alf_lite_run(args, seed=pair)
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(args.sb3_threads)
         b, model = sb3_run(args, seed=pair)
         alf_sps.append(a)
         sb3_sps.append(b)
@@ -143,12 +143,14 @@ def main():
         print(f'pair {pair}: alf_lite {a:.1f} env steps/s, SB3 {b:.1f}, ratio {a / b:.2f}',
               flush=True)
     env = gymnasium.make(args.env)
-    alf_ceiling = alf_lite_ceiling(algorithm, env, args.ceiling_updates)
     torch.set_num_threads(args.threads)
+    alf_ceiling = alf_lite_ceiling(algorithm, env, args.ceiling_updates)
+    torch.set_num_threads(args.sb3_threads)
     sb3_top = sb3_ceiling(model, args.ceiling_updates)
 
     print(f'\n{args.algo.upper()} {args.env}, {args.steps} timed steps after '
-          f'{args.learning_starts} random ones, {args.threads} torch thread(s), '
+          f'{args.learning_starts} random ones, torch threads: alf_lite {args.threads}, '
+          f'SB3 {args.sb3_threads}, '
           f'{args.pairs} pair(s)')
     print(f'{"":24s} {"median":>8s} {"min":>8s} {"max":>8s}')
     for name, values in (('alf_lite env steps/s', alf_sps), ('SB3 env steps/s', sb3_sps),

@@ -1,0 +1,135 @@
+r"""Wall-clock time until SAC solves Pendulum-v1: alf_lite vs Stable-Baselines3.
+
+    python benchmarks/time_to_solve.py --seeds 0 1 2
+
+Both run SAC with the hyperparameters of ``examples/sac_pendulum.gin``:
+256x256 networks, batch 256, Adam lr 1e-3 (actor, critics, temperature),
+tau 0.005, gamma 0.99, automatic temperature starting at alpha = 1 with target
+entropy -1, a 100k buffer, 1000 uniform random steps before learning, one
+gradient step per env step. Every 1000 env steps each evaluates its
+deterministic policy on 10 episodes; the clock (started before the agent and
+its environments are built) stops at the first evaluation whose mean return
+reaches ``--threshold``. Evaluation time is part of the wall-clock for both
+(alf_lite runs its 10 episodes side by side, SB3's ``EvalCallback`` one after
+another). A run that does not get there within ``--max_steps`` counts as
+unsolved. Runs alternate alf_lite / SB3 per seed, each in its own process.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GIN_FILE = os.path.join(REPO, 'examples', 'sac_pendulum.gin')
+
+
+def run_alf_lite(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
+    """Train until the eval return reaches ``threshold``; time and env steps at that point."""
+    import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.config import parse_config
+    from alf_lite.trainer import Trainer, TrainerConfig
+
+    class Solved(Exception):
+        pass
+
+    class StopWhenSolved(Trainer):
+        def _evaluate_and_write(self, summary, scalars):
+            super()._evaluate_and_write(summary, scalars)
+            if self._last_eval['eval/AverageReturn'] >= threshold:
+                raise Solved()
+
+    start = time.perf_counter()
+    parse_config([GIN_FILE], [
+        f'TrainerConfig.random_seed = {seed}', f'TrainerConfig.num_env_steps = {max_steps}',
+        'TrainerConfig.eval_interval = 1000', 'TrainerConfig.num_eval_episodes = 10',
+        f'TrainerConfig.checkpoint_interval = {10 * max_steps}',
+        'TrainerConfig.checkpoint_replay_buffer = False',
+        f'TrainerConfig.torch_num_threads = {threads}'])
+    with tempfile.TemporaryDirectory() as root_dir:
+        with StopWhenSolved(TrainerConfig(), root_dir) as trainer:
+            try:
+                trainer.train()
+                solved = False
+            except Solved:
+                solved = True
+            return dict(seconds=time.perf_counter() - start, env_steps=trainer._env_steps,
+                        solved=solved, eval_return=trainer._last_eval['eval/AverageReturn'])
+
+
+def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
+    """SB3 SAC with the same settings; its EvalCallback stops it at the threshold."""
+    import gymnasium
+    import stable_baselines3 as sb3
+    import torch
+    from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
+
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    env = gymnasium.make('Pendulum-v1')
+    eval_env = gymnasium.make('Pendulum-v1')
+    model = sb3.SAC('MlpPolicy', env, learning_rate=1e-3, buffer_size=100_000,
+                    learning_starts=1000, batch_size=256, tau=0.005, gamma=0.99, train_freq=1,
+                    gradient_steps=1, ent_coef='auto_1.0', target_entropy=-1.0,
+                    policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device='cpu', verbose=0)
+    stop = StopTrainingOnRewardThreshold(reward_threshold=threshold, verbose=0)
+    evaluation = EvalCallback(eval_env, callback_on_new_best=stop, n_eval_episodes=10,
+                              eval_freq=1000, deterministic=True, verbose=0)
+    model.learn(max_steps, callback=evaluation)
+    seconds = time.perf_counter() - start
+    solved = evaluation.best_mean_reward >= threshold
+    return dict(seconds=seconds, env_steps=model.num_timesteps, solved=bool(solved),
+                eval_return=float(evaluation.last_mean_reward))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    parser.add_argument('--threshold', type=float, default=-200.0)
+    parser.add_argument('--max_steps', type=int, default=20000)
+    parser.add_argument('--threads', type=int, default=2, help="alf_lite's torch_num_threads")
+    parser.add_argument('--sb3_threads', type=int, default=1, help='torch threads of SB3')
+    parser.add_argument('--_run', choices=['alf_lite', 'sb3'], help=argparse.SUPPRESS)
+    parser.add_argument('--_seed', type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args._run:
+        run = run_alf_lite if args._run == 'alf_lite' else run_sb3
+        threads = args.threads if args._run == 'alf_lite' else args.sb3_threads
+        print(json.dumps(run(args._seed, args.threshold, args.max_steps, threads)))
+        return
+
+    results = {'alf_lite': [], 'sb3': []}
+    for seed in args.seeds:
+        for name in ('alf_lite', 'sb3'):
+            out = subprocess.run(
+                [sys.executable, __file__, '--_run', name, '--_seed', str(seed),
+                 '--threshold', str(args.threshold), '--max_steps', str(args.max_steps),
+                 '--threads', str(args.threads), '--sb3_threads', str(args.sb3_threads)],
+                check=True, stdout=subprocess.PIPE, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            results[name].append(r)
+            print(f'seed {seed} {name:8s}: {"solved" if r["solved"] else "NOT solved"} at '
+                  f'{r["env_steps"]} env steps, {r["seconds"]:.1f} s '
+                  f'(eval return {r["eval_return"]:.1f})', flush=True)
+
+    def median_seconds(rs):
+        # An unsolved run counts as infinitely slow.
+        return statistics.median(r['seconds'] if r['solved'] else float('inf') for r in rs)
+
+    print(f'\nSAC Pendulum-v1, eval return >= {args.threshold}, seeds {args.seeds}, '
+          f'torch threads: alf_lite {args.threads}, SB3 {args.sb3_threads}')
+    print(f'{"":10s} {"median s":>9s} {"median steps":>13s} {"solved":>7s}')
+    for name, rs in results.items():
+        print(f'{name:10s} {median_seconds(rs):9.1f} '
+              f'{statistics.median(r["env_steps"] for r in rs):13.0f} '
+              f'{sum(r["solved"] for r in rs):4d}/{len(rs)}')
+    print(f'ratio alf_lite / SB3 (median seconds): '
+          f'{median_seconds(results["alf_lite"]) / median_seconds(results["sb3"]):.2f}')
+
+
+if __name__ == '__main__':
+    main()
