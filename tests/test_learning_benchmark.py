@@ -1,0 +1,230 @@
+"""benchmarks/learning.py: suite definitions, matched SB3 settings, a tiny run, skip and report."""
+import csv
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+
+import gin
+import pytest
+from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S, train_env
+
+SCRIPT = REPO_ROOT / 'benchmarks' / 'learning.py'
+TINY_STEPS = 1200  # above Pendulum's 1000 random steps: 200 updates
+
+
+def _load_module():
+    spec = importlib.util.spec_from_file_location('learning_benchmark', SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+learning = _load_module()
+
+
+def run_script(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=REPO_ROOT,
+                          env=train_env(), capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+
+
+def _ok(result):
+    assert result.returncode == 0, (f'exit {result.returncode}\n--- stdout ---\n'
+                                    f'{result.stdout[-3000:]}\n--- stderr ---\n'
+                                    f'{result.stderr[-3000:]}')
+    return result
+
+
+def _progress(run_dir):
+    with open(run_dir / 'progress.csv', newline='') as f:
+        return list(csv.DictReader(f))
+
+
+def test_suites_have_their_runs_seeds_and_lengths():
+    pendulum = learning.suite_runs('pendulum')
+    assert {r.name for r in pendulum} == {'alf_sac', 'alf_ddpg', 'alf_td3', 'sb3_sac', 'sb3_td3'}
+    assert sorted({r.seed for r in pendulum}) == [0, 1, 2, 3, 4]
+    assert {r.num_env_steps for r in pendulum} == {20_000}
+    hopper = learning.suite_runs('hopper')
+    assert {r.name for r in hopper} == {'alf_sac', 'alf_td3', 'sb3_sac', 'sb3_td3'}
+    assert {(r.num_env_steps, r.task.env) for r in hopper} == {(150_000, 'Hopper-v5')}
+    assert {r.name for r in learning.suite_runs('halfcheetah')} == {'alf_sac', 'sb3_sac'}
+    mask = learning.suite_runs('study_mask')
+    assert {(r.task.env, r.gin_params) for r in mask} == {
+        (env, (f'TrainerConfig.mask_out_loss_for_last_step={v}',))
+        for env in ('Hopper-v5', 'ICubWalk-v0') for v in (True, False)}
+    assert {r.framework for r in mask} == {'alf_lite'} and len(mask) == 12
+    replay = {r.name: r for r in learning.suite_runs('study_replay', seeds=[0])}
+    # Total capacity over the 12 envs: 10K, 100K and the whole 300k-step run.
+    assert {n: r.replay_length_per_env * 12 for n, r in replay.items()} == {
+        'icub_replay_10k': 9996, 'icub_replay_100k': 99996, 'icub_replay_full': 300000}
+    for run in replay.values():
+        assert f'TrainerConfig.replay_buffer_length={run.replay_length_per_env}' in (
+            learning.alf_gin_params(run))
+
+
+def test_short_runs_lower_the_random_steps():
+    run, = learning.suite_runs('hopper', seeds=[0], steps=1500)[:1]
+    assert run.learning_starts == 750
+    assert 'TrainerConfig.initial_collect_steps=750' in learning.alf_gin_params(run)
+
+
+@pytest.mark.parametrize('suite', ['pendulum', 'hopper', 'halfcheetah'])
+def test_sb3_settings_match_the_alf_lite_gin_config(suite):
+    """Each SB3 run gets the values alf_lite's gin config gives its paired run."""
+    import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.config import parse_config
+    runs = {r.name: r for r in learning.suite_runs(suite, seeds=[3])}
+    sb3_runs = [r for r in runs.values() if r.framework == 'sb3']
+    assert sb3_runs
+    for sb3 in sb3_runs:
+        alf = runs['alf_' + sb3.algo]
+        gin.clear_config()
+        parse_config([str(REPO_ROOT / alf.task.gin_file(alf.algo))],
+                     learning.alf_gin_params(alf))
+        q = gin.query_parameter
+        algo = {'sac': 'SacAlgorithm', 'td3': 'Td3Algorithm'}[sb3.algo]
+        actor = {'sac': 'TanhNormalActorNetwork', 'td3': 'DeterministicActorNetwork'}[sb3.algo]
+        s = learning.sb3_settings(sb3)
+        lrs = {q('actor/Adam.lr'), q('critic/Adam.lr')}
+        if sb3.algo == 'sac':
+            lrs.add(q('alpha/Adam.lr'))
+            assert q('SacAlgorithm.target_update_period') == s['target_update_interval'] == 1
+            assert s['ent_coef'] == s['target_entropy'] == 'auto'
+        else:
+            assert q('Td3Algorithm.policy_update_period') == s['policy_delay']
+            assert q('Td3Algorithm.target_policy_noise') == s['target_policy_noise']
+            assert q('Td3Algorithm.target_policy_noise_clip') == s['target_noise_clip']
+            assert q('GaussianNoise.sigma') == s['exploration_noise_sigma']
+        assert lrs == {s['learning_rate']}
+        assert q(f'{actor}.hidden_layers') == q('CriticNetwork.hidden_layers') == tuple(
+            s['net_arch'])
+        assert q(f'{algo}.num_critic_replicas') == 2
+        assert q(f'{algo}.gamma') == s['gamma']
+        assert q(f'{algo}.target_update_tau') == s['tau']
+        assert q('TrainerConfig.mini_batch_size') == s['batch_size']
+        assert q('TrainerConfig.replay_buffer_length') == s['buffer_size']
+        assert q('TrainerConfig.initial_collect_steps') == s['learning_starts']
+        assert q('TrainerConfig.num_updates_per_train_iter') == s['gradient_steps'] == 1
+        assert q('TrainerConfig.unroll_length') == s['train_freq'] == 1
+        assert q('TrainerConfig.random_seed') == sb3.seed == 3
+        assert q('TrainerConfig.eval_interval') == sb3.task.eval_interval
+        assert q('create_environment.env_name') == sb3.task.env
+
+
+@pytest.mark.parametrize('suite', sorted(learning.SUITES))
+def test_every_alf_lite_run_has_a_valid_config(suite):
+    """The gin file and bindings of each alf_lite run parse (nothing is trained)."""
+    import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.config import parse_config
+    from alf_lite.trainer import TrainerConfig
+    for run in learning.suite_runs(suite, seeds=[1]):
+        if run.framework != 'alf_lite':
+            continue
+        gin.clear_config()
+        parse_config([str(REPO_ROOT / run.task.gin_file(run.algo))],
+                     learning.alf_gin_params(run))
+        config = TrainerConfig()
+        assert config.random_seed == 1 and config.torch_num_threads == 1
+        assert config.num_env_steps == run.num_env_steps
+        assert config.eval_interval == run.task.eval_interval
+        assert config.num_eval_episodes == 10
+        assert gin.query_parameter('create_environment.env_name') == run.task.env
+        assert gin.query_parameter('create_environment.num_parallel_environments') == (
+            run.task.num_envs)
+        # Whole-run buffers never overwrite a row.
+        capacity = config.replay_buffer_length * run.task.num_envs
+        assert capacity >= run.num_env_steps or run.replay_capacity is not None
+
+
+def test_sb3_config_differs_between_seeds_only_in_the_seed():
+    a, b = (r for r in learning.suite_runs('pendulum', seeds=[0, 1]) if r.name == 'sb3_td3')
+    text_a = learning.sb3_config_text(a, learning.sb3_settings(a)).splitlines()
+    text_b = learning.sb3_config_text(b, learning.sb3_settings(b)).splitlines()
+    assert [(x, y) for x, y in zip(text_a, text_b) if x != y] == [
+        ('TrainerConfig.random_seed = 0', 'TrainerConfig.random_seed = 1')]
+    assert 'TrainerConfig.algorithm_ctor = @stable_baselines3.TD3' in text_a
+
+
+def test_dry_run_and_bad_arguments(tmp_path, capsys):
+    assert learning.main(['--suite', 'pendulum', '--dry_run', '--out', str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 25
+    assert sum('--gin_file examples/ddpg_pendulum.gin' in line for line in lines) == 5
+    assert sum('--_sb3_run' in line for line in lines) == 10
+    assert any('TrainerConfig.random_seed=4' in line and 'torch_num_threads=1' in line
+               for line in lines)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+    for argv, message in ((['--suite', 'pendulm'], 'invalid choice'),
+                          (['--suite', 'pendulum', '--runs', 'nope'], 'the runs are: alf_ddpg'),
+                          (['--suite', 'pendulum', '--jobs', '0'], '--jobs must be')):
+        with pytest.raises(SystemExit) as e:
+            learning.main(argv)
+        assert e.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+def test_alf_lite_run_is_done_then_skipped_and_reported(tmp_path):
+    out = tmp_path / 'runs'
+    args = ['--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', '0', '--steps', TINY_STEPS,
+            '--jobs', 1, '--out', out]
+    first = _ok(run_script(*args))
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    assert 'done' in first.stdout and 'pendulum/alf_sac/seed0' in first.stdout
+    rows = _progress(run_dir)
+    evals = [(int(r['env_steps']), float(r['eval/AverageReturn'])) for r in rows
+             if r['eval/AverageReturn']]
+    assert [s for s, _ in evals] == [0, 1000, TINY_STEPS]
+    assert all(-2000 < v < 0 for _, v in evals)  # Pendulum's returns
+    done = json.loads((run_dir / 'done.json').read_text())
+    assert done['framework'] == 'alf_lite' and done['algo'] == 'sac' and done['seed'] == 0
+    assert done['env_steps'] == done['target_env_steps'] == TINY_STEPS
+    assert done['final_eval_return'] == evals[-1][1]
+    assert math.isclose(done['final_eval_return_last3'], sum(v for _, v in evals) / 3)
+    assert 0 < done['wall_time_s'] < RUN_TIMEOUT_S and done['attempts'] == 1
+    config = (run_dir / 'config.gin').read_text()
+    assert 'TrainerConfig.torch_num_threads = 1' in config
+    assert 'TrainerConfig.random_seed = 0' in config
+    assert (out / 'pendulum' / 'logs' / 'alf_sac.seed0.log').is_file()
+
+    mtimes = {p: p.stat().st_mtime_ns for p in (run_dir / 'done.json', run_dir / 'progress.csv')}
+    second = _ok(run_script(*args))
+    assert 'skipped' in second.stdout and 'already done' in second.stdout
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+
+    # A finished run of another length is not taken for this one.
+    other = run_script(*args[:-4], '--steps', TINY_STEPS + 1, '--out', out)
+    assert other.returncode == 1 and 'not 1201' in other.stdout
+
+    docs = tmp_path / 'docs'
+    report = _ok(run_script('--suite', 'pendulum', '--report', '--out', out, '--docs_dir', docs))
+    assert (docs / 'pendulum.png').stat().st_size > 0
+    row = next(line for line in report.stdout.splitlines() if line.startswith('| Pendulum-v1'))
+    cells = [c.strip() for c in row.strip('|').split('|')]
+    assert cells[:3] == ['Pendulum-v1', 'alf_lite', 'SAC']
+    assert cells[3].startswith(f'{done["final_eval_return_last3"]:.1f} [')
+    assert cells[4] == '1' and cells[5] == str(TINY_STEPS)
+    assert cells[7] == '2.4 MiB'  # 100k rows of 25 bytes
+
+
+def test_sb3_run_writes_what_plot_reads(tmp_path):
+    pytest.importorskip('stable_baselines3')
+    out = tmp_path / 'runs'
+    _ok(run_script('--suite', 'pendulum', '--runs', 'sb3_sac', '--seeds', 2, '--steps', 1100,
+                   '--jobs', 1, '--out', out))
+    run_dir = out / 'pendulum' / 'sb3_sac' / 'seed2'
+    rows = _progress(run_dir)
+    assert [int(r['env_steps']) for r in rows] == [0, 1000, 1100]
+    assert all(-2000 < float(r['eval/AverageReturn']) < 0 for r in rows)
+    assert {float(r['eval/AverageEpisodeLength']) for r in rows} == {200.0}
+    assert [int(r['num_updates']) for r in rows] == [0, 0, 100]
+    done = json.loads((run_dir / 'done.json').read_text())
+    assert done['framework'] == 'sb3' and done['env_steps'] == 1100
+    assert 'TrainerConfig.random_seed = 2' in (run_dir / 'config.gin').read_text()
+
+    from alf_lite.runs import config_bindings, is_run_dir
+    assert is_run_dir(str(run_dir))
+    assert config_bindings(str(run_dir))['TrainerConfig.algorithm_ctor'] == (
+        '@stable_baselines3.SAC')
