@@ -14,7 +14,8 @@ $(VENV)/.installed: setup.py
 	$(PY) -m pip install --upgrade pip
 	# Explicit pin first: a looser range would pull a multi-GB CUDA build.
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[test,ray]'
+	# bench (Stable-Baselines3) too: the tests run benchmarks/learning.py's SB3 path.
+	$(PY) -m pip install -e '.[test,ray,bench]'
 	touch $@
 
 venv install: $(VENV)/.installed
