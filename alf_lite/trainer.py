@@ -6,7 +6,7 @@ import random
 import signal
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 import gin
 import numpy as np
@@ -21,14 +21,11 @@ from alf_lite.config import operative_config_str, write_text_atomically
 from alf_lite.data import Experience, StepType
 from alf_lite.environments import create_environment
 from alf_lite.replay_buffer import ReplayBuffer
+from alf_lite.seeding import eval_env_seeds, resume_env_seeds, train_env_seeds
 from alf_lite.summary import Summary, print_progress
 
 # Train-time AverageReturn is the mean over this many most recent episodes.
 TRAIN_METRIC_WINDOW = 10
-# Eval envs get seeds far from the training envs' ``seed + i``; each random seed
-# gets its own block of num_eval_episodes seeds, so runs with neighbouring seeds
-# do not evaluate on the same initial states.
-EVAL_SEED_OFFSET = 1_000_000
 
 
 @gin.configurable
@@ -40,7 +37,8 @@ class TrainerConfig:
     Args:
         algorithm_ctor: ``ctor(observation_dim, action_dim)`` of an
             ``OffPolicyAlgorithm``.
-        random_seed: seeds python, numpy, torch and env ``i`` with ``seed + i``.
+        random_seed: seeds python, numpy and torch; the train and eval envs
+            get distinct seeds derived from it (``alf_lite.seeding``). >= 0.
         num_env_steps: stop after this many env steps.
         initial_collect_steps: uniform random actions for this many env steps;
             training starts once more steps than this were collected.
@@ -98,6 +96,8 @@ class TrainerConfig:
         if mini_batch_length < 2:
             raise ValueError('TrainerConfig.mini_batch_length must be >= 2: a TD update needs '
                              f'a row and its next row, got {mini_batch_length}.')
+        if random_seed < 0:
+            raise ValueError(f'TrainerConfig.random_seed must be >= 0, got {random_seed}.')
         if not 0 <= initial_collect_steps <= num_env_steps:
             raise ValueError(f'TrainerConfig.initial_collect_steps must be in [0, num_env_steps '
                              f'= {num_env_steps}], got {initial_collect_steps}: the run would '
@@ -215,10 +215,10 @@ class Trainer:
         _seed_everything(cfg.random_seed, cfg.torch_num_threads)
         try:
             with _sigint_ignored():
-                self._env = env = create_environment(seed=cfg.random_seed)
+                self._env = env = create_environment()
             self._eval_env = create_environment(
                 num_parallel_environments=cfg.num_eval_episodes,
-                seed=EVAL_SEED_OFFSET + cfg.random_seed * cfg.num_eval_episodes,
+                seed=eval_env_seeds(cfg.random_seed, cfg.num_eval_episodes),
                 use_subprocesses=False)
             self._algorithm = cfg.algorithm_ctor(
                 observation_dim=env.observation_dim, action_dim=env.action_dim)
@@ -257,10 +257,11 @@ class Trainer:
         """
         os.makedirs(self._root_dir, exist_ok=True)
         latest = ckpt.load_latest_checkpoint(self._checkpoint_dir)
-        reset_seed = None
+        reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
         if latest is not None:
             self._restore(*latest)
-            reset_seed = self._config.random_seed + self._env_steps
+            reset_seed = resume_env_seeds(self._config.random_seed, self._env_steps,
+                                          self._env.num_envs)
         summary = Summary(self._root_dir, self._env_steps if latest else -1)
         try:
             with self._signals_handled():
@@ -286,7 +287,7 @@ class Trainer:
             for s, h in previous.items():
                 signal.signal(s, h)
 
-    def _loop(self, summary: Summary, reset_seed: Optional[int]) -> None:
+    def _loop(self, summary: Summary, reset_seed: List[int]) -> None:
         cfg = self._config
         env, algorithm, replay_buffer = self._env, self._algorithm, self._replay_buffer
         n = env.num_envs

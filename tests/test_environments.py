@@ -15,6 +15,7 @@ import alf_lite.all_configurables  # noqa: F401
 from alf_lite.config import parse_config
 from alf_lite.data import StepType
 from alf_lite.environments import BatchedEnvironment, EnvironmentCrashedError, create_environment
+from alf_lite.seeding import train_env_seeds
 from alf_lite.environments.point_env import POINT_TARGET_ID
 from alf_lite.environments.suite_gym import default_use_subprocesses
 from alf_lite.trainer import Trainer, TrainerConfig
@@ -111,6 +112,9 @@ gymnasium.register('alf_test/Image-v0', entry_point=ImageEnv)
 gymnasium.register('alf_test/Raises-v0', entry_point=CrashingEnv, max_episode_steps=10)
 gymnasium.register('alf_test/Dies-v0', entry_point=CrashingEnv, max_episode_steps=10,
                    kwargs=dict(how='exit'))
+# The trainer seeds its envs from the seed sequence of TrainerConfig.random_seed (0 here).
+gymnasium.register('alf_test/DiesInTrainer-v0', entry_point=CrashingEnv, max_episode_steps=10,
+                   kwargs=dict(how='exit', crash_seed=train_env_seeds(0, 2)[1]))
 
 
 def _rollout(env: BatchedEnvironment, num_steps: int, seed: int = 0):
@@ -406,5 +410,15 @@ def test_trainer_leaves_no_child_process(tmp_path):
     train_briefly(tmp_path / 'ok', 'alf_test/Countdown-v0', 2)
     assert new_children(before) == []
     with pytest.raises(EnvironmentCrashedError, match=r'env 1 \(exit code 3\) of 2'):
-        train_briefly(tmp_path / 'crash', 'alf_test/Dies-v0', 2)
+        train_briefly(tmp_path / 'crash', 'alf_test/DiesInTrainer-v0', 2)
     assert new_children(before) == []
+
+
+def test_a_sequence_of_seeds_gives_one_seed_per_env():
+    with create_environment('Pendulum-v1', 2, seed=[9, 4], use_subprocesses=False) as env:
+        listed = env.reset().observation
+    with create_environment('Pendulum-v1', 1, seed=4) as env:
+        seed_4 = env.reset().observation
+    assert torch.equal(listed[1], seed_4[0])
+    with pytest.raises(ValueError, match='3 seeds given for 2 envs'):
+        create_environment('Pendulum-v1', 2, seed=[1, 2, 3], use_subprocesses=False)

@@ -24,8 +24,8 @@ flags.DEFINE_string('root_dir', None, 'Directory of a train run: its config.gin 
 flags.DEFINE_integer('checkpoint_step', None, 'Env steps of the checkpoint to load; default: '
                      'the latest.')
 flags.DEFINE_integer('num_episodes', 1, 'Episodes to play.')
-flags.DEFINE_integer('random_seed', 0, 'Seeds the env with EVAL_SEED_OFFSET + random_seed on '
-                     'the first reset (the evaluation seed range, away from the training envs).')
+flags.DEFINE_integer('random_seed', 0, "Seeds the env as the trainer seeds its first eval env "
+                     'for this random_seed (away from the training envs).')
 flags.DEFINE_string('record_file', None, 'Write a video of the episodes: a path ending in .mp4 '
                     'or .gif.')
 flags.DEFINE_string('render_size', None, "Video frame size: 'W,H' or one number for a square; "
@@ -187,12 +187,13 @@ def main(argv):
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
     from alf_lite.environments import create_environment
-    from alf_lite.trainer import EVAL_SEED_OFFSET, TrainerConfig
+    from alf_lite.seeding import eval_env_seeds
+    from alf_lite.trainer import TrainerConfig
     try:
         parse_config([config_file], FLAGS.gin_param)
         torch.set_num_threads(TrainerConfig().torch_num_threads)
         env = create_environment(num_parallel_environments=1, use_subprocesses=False,
-                                 seed=EVAL_SEED_OFFSET + FLAGS.random_seed,
+                                 seed=eval_env_seeds(FLAGS.random_seed, 1),
                                  render_mode='rgb_array' if record_file else None)
     except (ConfigError, ValueError, TypeError) as e:
         given = ' with the given --gin_param' if FLAGS.gin_param else ''

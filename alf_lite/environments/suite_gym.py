@@ -3,7 +3,7 @@ import difflib
 import functools
 import logging
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Union
 
 import gin
 import gymnasium
@@ -88,7 +88,8 @@ class BatchedEnvironment:
     Args:
         env_fns: one callable per env, each returning a new gymnasium env with
             a flat 1-D Box observation space and a bounded Box action space.
-        seed: env ``i`` is seeded with ``seed + i`` on the first ``reset``.
+        seed: seeds of the first ``reset``: an int seeds env ``i`` with
+            ``seed + i``, a sequence gives one seed per env.
         use_subprocesses: step the envs in subprocesses (``AsyncVectorEnv``);
             ``None`` means yes when there is more than one env.
         name: how errors and logs name the env.
@@ -101,7 +102,7 @@ class BatchedEnvironment:
 
     def __init__(self,
                  env_fns: Sequence[Callable[[], gymnasium.Env]],
-                 seed: int = 0,
+                 seed: Union[int, Sequence[int]] = 0,
                  use_subprocesses: Optional[bool] = None,
                  name: str = 'environment'):
         self.num_envs = len(env_fns)
@@ -109,6 +110,7 @@ class BatchedEnvironment:
             use_subprocesses = self.num_envs > 1
         self.name = name
         self.use_subprocesses = use_subprocesses
+        self._seed = self._env_seeds(seed)
         env_fns = [_NamedEnvFactory(fn, name, i, self.num_envs) for i, fn in enumerate(env_fns)]
         if use_subprocesses:
             # copy=False: the shared-memory observation is copied into a new
@@ -128,7 +130,6 @@ class BatchedEnvironment:
         except ValueError:
             self.close()
             raise
-        self._seed = seed
         self._first_reset = True
         # Which envs returned LAST at the previous step: their next step is the
         # reset observation that gymnasium's next-step autoreset produces.
@@ -162,20 +163,32 @@ class BatchedEnvironment:
         # MuJoCo's float64 to float32 in the same pass.
         return torch.from_numpy(np.array(obs, dtype=np.float32))
 
-    def reset(self, seed: Optional[int] = None) -> TimeStep:
+    def _env_seeds(self, seed: Union[int, Sequence[int]]) -> List[int]:
+        """One seed per env: ``seed + i`` for an int, the sequence itself otherwise."""
+        if isinstance(seed, (int, np.integer)):
+            return [int(seed) + i for i in range(self.num_envs)]
+        seeds = [int(s) for s in seed]
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"Environment '{self.name}': {len(seeds)} seeds given for "
+                             f'{self.num_envs} envs.')
+        return seeds
+
+    def reset(self, seed: Optional[Union[int, Sequence[int]]] = None) -> TimeStep:
         """Reset every env and return a batch of FIRST steps.
 
         Args:
-            seed: seeds env ``i`` with ``seed + i``. ``None`` on the first reset
-                means the constructor's seed; ``None`` later leaves the envs'
-                random generators running on (no reseeding).
+            seed: an int seeds env ``i`` with ``seed + i``, a sequence gives one
+                seed per env. ``None`` on the first reset means the
+                constructor's seed; ``None`` later leaves the envs' random
+                generators running on (no reseeding).
         Returns:
             all-FIRST ``TimeStep`` with reward 0 and discount 1.
         """
         if seed is None and self._first_reset:
-            seed = self._seed
+            seeds = self._seed
+        else:
+            seeds = None if seed is None else self._env_seeds(seed)
         self._first_reset = False
-        seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
         obs, _ = self._call(self._env.reset, seed=seeds)
         self._done[:] = False
         return TimeStep(
@@ -311,7 +324,7 @@ class BatchedEnvironment:
 @gin.configurable
 def create_environment(env_name: str = 'Pendulum-v1',
                        num_parallel_environments: int = 1,
-                       seed: int = 0,
+                       seed: Union[int, Sequence[int]] = 0,
                        use_subprocesses: Optional[bool] = None,
                        max_episode_steps: Optional[int] = None,
                        render_mode: Optional[str] = None) -> BatchedEnvironment:
@@ -321,7 +334,8 @@ def create_environment(env_name: str = 'Pendulum-v1',
         env_name: a registered gymnasium id, e.g. 'HalfCheetah-v5' or
             'alf_lite/PointTarget-v0' (``module:Id`` imports ``module`` first).
         num_parallel_environments: number of envs N stepped together.
-        seed: env ``i`` is seeded with ``seed + i`` on the first reset.
+        seed: seeds of the first reset: an int seeds env ``i`` with
+            ``seed + i``, a sequence gives one seed per env.
         use_subprocesses: step each env in its own process. ``None`` picks
             the faster way measured for the env (README, Environments): in
             process for gymnasium's own envs (classic control, MuJoCo) and

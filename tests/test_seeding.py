@@ -1,0 +1,66 @@
+"""Train, eval and resume env seeds come from one seed sequence and never coincide."""
+import os
+
+import pytest
+
+import alf_lite.all_configurables  # noqa: F401
+from alf_lite.config import parse_config
+from alf_lite.environments.point_env import PointTargetEnv
+from alf_lite.seeding import eval_env_seeds, resume_env_seeds, train_env_seeds
+from alf_lite.trainer import Trainer, TrainerConfig
+from tests.test_trainer import EXAMPLES, POINT_PARAMS
+
+
+def test_resume_at_a_million_steps_does_not_reuse_an_eval_seed():
+    # With seeds ``seed + i`` (train), ``1e6 + 10 * seed + i`` (eval) and
+    # ``seed + env_steps + i`` (resume), this resume reseeded train env 0 with
+    # eval env 0's seed.
+    assert not set(resume_env_seeds(0, 1_000_000, 12)) & set(eval_env_seeds(0, 10))
+
+
+def test_seeds_of_all_purposes_runs_and_resumes_are_distinct():
+    seeds = []
+    for random_seed in range(20):
+        seeds += train_env_seeds(random_seed, 12)
+        seeds += eval_env_seeds(random_seed, 10)
+        for env_steps in (0, 1, 12, 1000, 999_988, 1_000_000):
+            seeds += resume_env_seeds(random_seed, env_steps, 12)
+    assert len(set(seeds)) == len(seeds)
+
+
+def test_seeds_are_a_pure_function_of_the_random_seed():
+    assert train_env_seeds(3, 4) == train_env_seeds(3, 4)
+    assert eval_env_seeds(3, 2) == eval_env_seeds(3, 10)[:2]
+    assert train_env_seeds(3, 4) != train_env_seeds(4, 4)
+
+
+def test_negative_random_seed_is_refused():
+    with pytest.raises(ValueError, match='random_seed must be >= 0'):
+        TrainerConfig(random_seed=-1)
+    with pytest.raises(ValueError, match='non-negative'):
+        train_env_seeds(-1, 1)
+
+
+def test_trainer_seeds_train_eval_and_resumed_envs_from_the_seed_sequence(tmp_path, monkeypatch):
+    received = []
+    reset = PointTargetEnv.reset
+
+    def recording_reset(self, *, seed=None, options=None):
+        if seed is not None:
+            received.append(seed)
+        return reset(self, seed=seed, options=options)
+
+    monkeypatch.setattr(PointTargetEnv, 'reset', recording_reset)
+    params = POINT_PARAMS + ['TrainerConfig.random_seed = 5', 'TrainerConfig.num_eval_episodes = 3',
+                             'create_environment.num_parallel_environments = 2',
+                             'create_environment.use_subprocesses = False',
+                             'TrainerConfig.initial_collect_steps = 100']
+    for steps in (300, 500):
+        parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')],
+                     params + [f'TrainerConfig.num_env_steps = {steps}'])
+        with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+            trainer.train()
+    expected_first = eval_env_seeds(5, 3) + train_env_seeds(5, 2)
+    expected_resume = eval_env_seeds(5, 3) + resume_env_seeds(5, 300, 2)
+    assert sorted(received) == sorted(expected_first + expected_resume)
+    assert len(set(expected_first + resume_env_seeds(5, 300, 2))) == 7
