@@ -32,8 +32,8 @@ Suites (default seeds in brackets; seed k of alf_lite and of SB3 is the same num
   only in the last iteration).
 
 Every evaluation runs the deterministic policy for 10 episodes on 10 separate
-envs (seeded ``1_000_000 + 10 * seed + i`` as alf_lite's trainer does), at 0 env
-steps, every eval interval and at the end.
+envs (seeded with ``alf_lite.seeding.eval_env_seeds(seed, 10)``, as alf_lite's
+trainer does), at 0 env steps, every eval interval and at the end.
 
 Matched settings (alf_lite's come from its gin files; SB3 gets the same values):
 256x256 actor and critics, batch 256, gamma 0.99, tau 0.005, one env, one
@@ -67,7 +67,14 @@ and a ``progress.csv`` with alf_lite's columns, so ``python -m alf_lite.bin.plot
 reads and groups both. A finished run gets ``done.json`` (wall time summed over
 attempts, env steps, final eval return) and is skipped when the script runs
 again; an interrupted alf_lite run resumes from its last checkpoint, an
-interrupted SB3 run starts again from scratch.
+interrupted SB3 run starts again from scratch (SB3 runs are therefore started
+first). ``--deadline`` (minutes, ``HH:MM`` or an ISO time) starts no run whose
+estimated time would end after it: the slowest measured wall time per env step
+of finished runs of the same framework, algorithm and env, times the steps left,
+plus 20%. ``<out>/plan.json`` records every requested run's state (done,
+deferred, started, ...). ``done.json`` also keeps the code version (git commit)
+and the mean 1-minute load average while the run trained, so wall times
+measured under shared load show as such.
 
 ``--report`` plots each suite's runs per task with ``alf_lite.bin.plot``
 (``<docs_dir>/<suite>.png``, or ``<suite>_<task>.png`` for suites with several
@@ -80,7 +87,9 @@ and replay buffer size (alf_lite logs ``train/replay_buffer_bytes``).
 import argparse
 import concurrent.futures
 import csv
+import datetime
 import fnmatch
+import glob
 import json
 import math
 import os
@@ -100,12 +109,15 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 DONE_FILE = 'done.json'
+PLAN_FILE = 'plan.json'
+# --deadline: a run starts only if its estimated time times this fits.
+DEADLINE_MARGIN = 1.2
+# How often the 1-minute load average is sampled while a run trains.
+LOAD_SAMPLE_S = 30
 PROGRESS_FILE = 'progress.csv'
 EVAL_RETURN = 'eval/AverageReturn'
 EVAL_LENGTH = 'eval/AverageEpisodeLength'
 REPLAY_BYTES = 'train/replay_buffer_bytes'
-# alf_lite's trainer seeds its eval envs from here (trainer.EVAL_SEED_OFFSET).
-EVAL_SEED_OFFSET = 1_000_000
 NUM_EVAL_EPISODES = 10
 # Final performance of a run: the mean of its last this many evaluations.
 LAST_N = 3
@@ -136,6 +148,9 @@ class Task:
     gin_files: Tuple[Tuple[str, str], ...] = ()
     # Whether the gin file already sets the env, the schedule and the buffer.
     complete_gin: bool = False
+    # Wall seconds per env step assumed for --deadline until a run of the same
+    # framework, algorithm and env has finished (then its measured rate is used).
+    assumed_seconds_per_step: float = 0.012
 
     def gin_file(self, algo: str) -> str:
         return dict(self.gin_files)[algo]
@@ -153,7 +168,8 @@ HALFCHEETAH = Task('HalfCheetah-v5', 'halfcheetah', **_MUJOCO)
 # Eval and checkpoint intervals are multiples of the 12 steps an iteration collects.
 ICUB = Task('ICubWalk-v0', 'icub', learning_starts=2000, eval_interval=6000,
             checkpoint_interval=24_000, lr=2e-3, num_envs=12, summary_interval=1200,
-            gin_files=(('sac', 'examples/sac_icub_walking.gin'),), complete_gin=True)
+            gin_files=(('sac', 'examples/sac_icub_walking.gin'),), complete_gin=True,
+            assumed_seconds_per_step=0.004)
 
 
 @dataclass(frozen=True)
@@ -339,13 +355,15 @@ class _EvalEnvs:
 
     def __init__(self, env_id: str, seed: int):
         import gymnasium
+
+        from alf_lite.seeding import eval_env_seeds
         self._envs = [gymnasium.make(env_id) for _ in range(NUM_EVAL_EPISODES)]
-        self._seed = EVAL_SEED_OFFSET + seed * NUM_EVAL_EPISODES
+        self._seeds = eval_env_seeds(seed, NUM_EVAL_EPISODES)
         self._first = True
 
     def evaluate(self, model) -> Tuple[float, float]:
         import numpy as np
-        seeds = [self._seed + i if self._first else None for i in range(len(self._envs))]
+        seeds = self._seeds if self._first else [None] * len(self._envs)
         self._first = False
         obs = np.stack([env.reset(seed=s)[0] for env, s in zip(self._envs, seeds)])
         returns = np.zeros(len(self._envs))
@@ -500,9 +518,10 @@ def _error_line(log_path: str, offset: int) -> str:
 class Launcher:
     """Runs the runs, ``jobs`` at a time; SIGINT / SIGTERM stop them (alf_lite checkpoints)."""
 
-    def __init__(self, out: str, steps_override: Optional[int]):
+    def __init__(self, out: str, steps_override: Optional[int], deadline: Optional[float] = None):
         self._out = out
         self._steps_override = steps_override
+        self._deadline = deadline
         self._lock = threading.Lock()
         self._processes = set()
         self.stopping = False
@@ -527,6 +546,12 @@ class Launcher:
             return dict(run=run, status='skipped', detail='already done', done=done)
         if self.stopping:
             return dict(run=run, status='not started', detail='stopped')
+        if self._deadline is not None:
+            seconds, source = estimate_seconds(run, out)
+            if time.time() + DEADLINE_MARGIN * seconds > self._deadline:
+                return dict(run=run, status='deferred', detail=(
+                    f'needs about {_duration(seconds)} ({source}), which would end after the '
+                    f'deadline {time.strftime("%H:%M", time.localtime(self._deadline))}'))
         log_path = run.log_path(out)
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         command = run_command(run, out, self._steps_override)
@@ -546,13 +571,21 @@ class Launcher:
                                            stdin=subprocess.DEVNULL, stdout=log,
                                            stderr=subprocess.STDOUT)
                 self._processes.add(process)
+            loads = []
             try:
-                returncode = process.wait()
+                while True:
+                    try:
+                        returncode = process.wait(timeout=LOAD_SAMPLE_S)
+                        break
+                    except subprocess.TimeoutExpired:
+                        loads.append(os.getloadavg()[0])
             finally:
                 with self._lock:
                     self._processes.discard(process)
         wall = time.time() - start
-        attempts.append(dict(started=start, wall_time_s=wall, returncode=returncode))
+        attempts.append(dict(started=start, wall_time_s=wall, returncode=returncode,
+                             mean_load=statistics.mean(loads) if loads else None,
+                             code=code_version()))
         _write_json(attempts_path, attempts)
         if returncode != 0:
             status = 'interrupted' if returncode in (130, 143, -2, -15) else 'failed'
@@ -567,10 +600,124 @@ class Launcher:
                     env_steps=int(steps[-1]), final_eval_return=float(returns[-1]),
                     final_eval_return_last3=float(returns[-LAST_N:].mean()),
                     wall_time_s=sum(a['wall_time_s'] for a in attempts),
-                    attempts=len(attempts), finished=time.strftime('%Y-%m-%d %H:%M:%S'))
+                    attempts=len(attempts), finished=time.strftime('%Y-%m-%d %H:%M:%S'),
+                    mean_load=_mean_load(attempts), cpus=os.cpu_count(),
+                    code=sorted({a.get('code') or 'unknown' for a in attempts}))
         _write_json(os.path.join(run_dir, DONE_FILE), done)
         return dict(run=run, status='done', wall_time_s=wall, done=done,
                     detail='resumed' if resumed else '')
+
+
+def code_version() -> str:
+    """The git commit of this checkout, with ``+dirty`` when files differ from it."""
+    def git(*args):
+        return subprocess.run(['git', *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    try:
+        commit = git('rev-parse', '--short=12', 'HEAD')
+        dirty = git('status', '--porcelain', '--untracked-files=no', '--', 'alf_lite',
+                    'benchmarks', 'examples')
+    except (OSError, subprocess.CalledProcessError):
+        return 'unknown'
+    return commit + ('+dirty' if dirty else '')
+
+
+def _mean_load(attempts: List[dict]) -> Optional[float]:
+    """Time-weighted mean of the attempts' 1-minute load averages."""
+    weighted = [(a['mean_load'], a['wall_time_s']) for a in attempts
+                if a.get('mean_load') is not None]
+    total = sum(w for _, w in weighted)
+    return sum(x * w for x, w in weighted) / total if total else None
+
+
+def _done_runs(out: str):
+    """``(run directory, done.json)`` of every finished run under ``out``."""
+    for path in glob.glob(os.path.join(out, '*', '*', 'seed*', DONE_FILE)):
+        done = _read_json(path)
+        if done:
+            yield os.path.dirname(path), done
+
+
+def _last_env_steps(run_dir: str) -> int:
+    """Env steps of the last row of a run's progress.csv; 0 without one."""
+    try:
+        with open(os.path.join(run_dir, PROGRESS_FILE), newline='') as f:
+            rows = list(csv.DictReader(f))
+        return int(float(rows[-1]['env_steps'])) if rows else 0
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def estimate_seconds(run: Run, out: str) -> Tuple[float, str]:
+    """Wall seconds ``run`` still needs, and where the rate comes from.
+
+    The rate is the slowest measured wall time per env step of the finished
+    runs under ``out`` with the same framework, algorithm and env (their load
+    included), else the task's assumed rate. An alf_lite run that will resume
+    needs only its remaining steps.
+    """
+    rates = [done['wall_time_s'] / done['env_steps'] for _, done in _done_runs(out)
+             if (done.get('framework'), done.get('algo'), done.get('env')) == (
+                 run.framework, run.algo, run.task.env) and done.get('env_steps')]
+    if rates:
+        rate, source = max(rates), f'measured over {len(rates)} finished runs'
+    else:
+        rate, source = run.task.assumed_seconds_per_step, 'assumed rate'
+    steps = run.num_env_steps
+    if run.framework == 'alf_lite':
+        steps -= min(_last_env_steps(run.run_dir(out)), steps)
+    return rate * steps, source
+
+
+def parse_deadline(text: str, now: Optional[float] = None) -> float:
+    """Seconds since the epoch of ``--deadline``: minutes from now, ``HH:MM`` or an ISO time.
+
+    ``HH:MM`` is the next such local time (tomorrow when it has passed today).
+    """
+    now = time.time() if now is None else now
+    try:
+        return now + 60 * float(text)
+    except ValueError:
+        pass
+    try:
+        clock = datetime.datetime.strptime(text, '%H:%M').time()
+    except ValueError:
+        clock = None
+    if clock is not None:
+        today = datetime.datetime.fromtimestamp(now)
+        end = datetime.datetime.combine(today.date(), clock)
+        if end.timestamp() <= now:
+            end += datetime.timedelta(days=1)
+        return end.timestamp()
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(f'--deadline takes minutes from now, HH:MM or an ISO date and time, '
+                         f'got {text!r}') from None
+
+
+def write_plan(out: str, runs: List[Run], results: Dict[str, dict]) -> None:
+    """Record every run's state in ``<out>/plan.json`` (merged with runs of other calls)."""
+    path = os.path.join(out, PLAN_FILE)
+    plan = _read_json(path) or {}
+    for run in runs:
+        run_dir = run.run_dir(out)
+        done = _read_json(os.path.join(run_dir, DONE_FILE))
+        result = results.get(run.key, {})
+        if done:
+            entry = dict(status='done', final_eval_return_last3=done['final_eval_return_last3'],
+                         wall_time_s=done['wall_time_s'], mean_load=done.get('mean_load'),
+                         code=done.get('code'))
+        else:
+            status = result.get('status') or ('started' if os.path.isfile(
+                os.path.join(run_dir, PROGRESS_FILE)) else 'pending')
+            entry = dict(status=status, env_steps=_last_env_steps(run_dir),
+                         detail=result.get('detail', ''))
+        plan[run.key] = dict(entry, target_env_steps=run.num_env_steps,
+                             framework=run.framework, algo=run.algo, env=run.task.env,
+                             setting=run.setting)
+    os.makedirs(out, exist_ok=True)
+    _write_json(path, dict(sorted(plan.items())))
 
 
 def _duration(seconds: float) -> str:
@@ -583,9 +730,13 @@ def _duration(seconds: float) -> str:
 
 def train_suites(runs: List[Run], args) -> int:
     """Trains the runs; prints one line per run and a summary. Returns the exit code."""
-    launcher = Launcher(args.out, args.steps)
+    launcher = Launcher(args.out, args.steps, args.deadline)
     previous = {s: signal.signal(s, launcher.stop) for s in (signal.SIGINT, signal.SIGTERM)}
     results, total = [], len(runs)
+    # SB3 runs cannot resume: they go first, so that an unplanned stop is more
+    # likely to cut an alf_lite run, which resumes from its checkpoint.
+    runs = sorted(runs, key=lambda r: r.framework != 'sb3')
+    write_plan(args.out, runs, {})
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = {}
@@ -594,6 +745,7 @@ def train_suites(runs: List[Run], args) -> int:
             for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 result = future.result()
                 results.append(result)
+                write_plan(args.out, runs, {r['run'].key: r for r in results})
                 run, done = result['run'], result.get('done') or {}
                 line = f'[{i}/{total}] {result["status"]:<11} {run.key}'
                 if done:
@@ -609,7 +761,7 @@ def train_suites(runs: List[Run], args) -> int:
     for result in results:
         counts[result['status']] = counts.get(result['status'], 0) + 1
     print('\n' + ', '.join(f'{n} {status}' for status, n in sorted(counts.items())))
-    if counts.get('interrupted') or counts.get('not started'):
+    if counts.get('interrupted') or counts.get('not started') or counts.get('deferred'):
         print('run the same command again to continue (alf_lite runs resume from their last '
               'checkpoint; SB3 runs start again)')
     return 1 if counts.get('failed') or counts.get('interrupted') else 0
@@ -672,7 +824,7 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
     tasks = list(dict.fromkeys(specs[name].task for name in found))
     all_tasks = list(dict.fromkeys(run.task for run in specs.values()))
     os.makedirs(docs_dir, exist_ok=True)
-    rows = []
+    rows, codes = [], set()
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     for task in tasks:
         names = [n for n in found if specs[n].task == task]
@@ -683,7 +835,7 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
             _plot(dirs, group_by, EVAL_LENGTH, os.path.join(docs_dir, f'{stem}_length.png'))
         for name in names:
             spec = specs[name]
-            finals, steps, walls, replay, unfinished = [], [], [], [], 0
+            finals, steps, walls, replay, loads, unfinished = [], [], [], [], [], 0
             for d in found[name]:
                 xs, ys = _scalar(d, EVAL_RETURN)
                 if not len(ys):
@@ -693,6 +845,9 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
                 done = _read_json(os.path.join(d, DONE_FILE))
                 if done:
                     walls.append(done['wall_time_s'])
+                    codes.update(done.get('code') or ['unknown'])
+                    if done.get('mean_load') is not None:
+                        loads.append(done['mean_load'])
                 else:
                     unfinished += 1
                 _, nbytes = _scalar(d, REPLAY_BYTES)
@@ -705,10 +860,11 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
             rows.append((task.env, 'alf_lite' if spec.framework == 'alf_lite' else 'SB3',
                          spec.label, f'{mean:.1f} [{lower:.1f}, {upper:.1f}]', seeds, env_steps,
                          _duration(statistics.median(walls)) if walls else '-',
-                         _mib(statistics.median(replay)) if replay else '-'))
+                         _mib(statistics.median(replay)) if replay else '-',
+                         f'{statistics.median(loads):.1f}' if loads else '-'))
     header = ('task', 'framework', 'algorithm / setting',
               f'final eval return, mean [{CONFIDENCE:.0%} CI]', 'seeds', 'env steps',
-              'median wall time', 'replay buffer')
+              'median wall time', 'replay buffer', 'load')
     print(f'\n## {suite}\n')
     print(f'Final eval return: each run\'s mean over its last {LAST_N} evaluations '
           f'({NUM_EVAL_EPISODES} deterministic episodes each); mean over runs and '
@@ -717,6 +873,9 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
     print('|' + '|'.join('---' for _ in header) + '|')
     for row in rows:
         print('| ' + ' | '.join(row) + ' |')
+    print(f'\nload: median over runs of the mean 1-minute load average while each trained '
+          f'({os.cpu_count()} CPUs here; above the number of runs at a time means the wall '
+          f'times were measured under shared load). Code: {", ".join(sorted(codes)) or "-"}.')
     return True
 
 
@@ -746,8 +905,19 @@ def parse_args(argv=None):
                              'nothing.')
     parser.add_argument('--docs_dir', default=os.path.join(REPO_ROOT, 'docs'),
                         help='Where --report writes its PNGs (and plot.py its curve CSVs).')
+    parser.add_argument('--deadline', default=None,
+                        help='Start no run that cannot finish by then (minutes from now, HH:MM '
+                             'or an ISO date and time), judged by the measured time per env '
+                             'step of finished runs of the same kind (the assumed rate of '
+                             'the task before any), with a margin of '
+                             f'{DEADLINE_MARGIN:.0%}; runs not started are "deferred".')
     parser.add_argument('--_sb3_run', action='store_true', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.deadline is not None:
+        try:
+            args.deadline = parse_deadline(args.deadline)
+        except ValueError as e:
+            parser.error(str(e))
     if args.jobs < 1:
         parser.error(f'--jobs must be at least 1, got {args.jobs}')
     if args.steps is not None and args.steps < 2:

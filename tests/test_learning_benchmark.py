@@ -228,3 +228,48 @@ def test_sb3_run_writes_what_plot_reads(tmp_path):
     assert is_run_dir(str(run_dir))
     assert config_bindings(str(run_dir))['TrainerConfig.algorithm_ctor'] == (
         '@stable_baselines3.SAC')
+
+
+def test_deadline_parses_minutes_clock_times_and_iso_times():
+    import datetime
+    now = datetime.datetime(2026, 1, 2, 10, 30).timestamp()
+    assert learning.parse_deadline('90', now) == now + 5400
+    assert learning.parse_deadline('11:00', now) == now + 1800
+    assert learning.parse_deadline('10:00', now) == now + 23.5 * 3600  # tomorrow
+    assert learning.parse_deadline('2026-01-02T12:00', now) == now + 5400
+    with pytest.raises(ValueError, match='--deadline takes minutes'):
+        learning.parse_deadline('soon', now)
+
+
+def test_estimate_uses_the_slowest_measured_run_of_the_same_kind(tmp_path):
+    run, = learning.suite_runs('hopper', seeds=[2], steps=150_000)[:1]
+    assert run.name == 'alf_sac'
+    seconds, source = learning.estimate_seconds(run, str(tmp_path))
+    assert source == 'assumed rate' and seconds == pytest.approx(150_000 * 0.012)
+    for seed, wall in ((0, 1500.0), (1, 1800.0)):
+        d = tmp_path / 'study_mask' / 'hopper_mask_true' / f'seed{seed}'
+        d.mkdir(parents=True)
+        (d / 'done.json').write_text(json.dumps(dict(
+            framework='alf_lite', algo='sac', env='Hopper-v5', env_steps=100_000,
+            wall_time_s=wall)))
+    seconds, source = learning.estimate_seconds(run, str(tmp_path))
+    assert source == 'measured over 2 finished runs' and seconds == pytest.approx(2700.0)
+    # A run that resumes needs only its remaining steps.
+    run_dir = tmp_path / 'hopper' / 'alf_sac' / 'seed2'
+    run_dir.mkdir(parents=True)
+    (run_dir / 'progress.csv').write_text('env_steps,eval/AverageReturn\n0,1\n50000,2\n')
+    assert learning.estimate_seconds(run, str(tmp_path))[0] == pytest.approx(1800.0)
+
+
+def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path):
+    out = tmp_path / 'runs'
+    result = run_script('--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', 0, 1,
+                        '--steps', TINY_STEPS, '--jobs', 1, '--out', out, '--deadline', '0.05')
+    assert result.returncode == 0, result.stderr
+    deferred = [line for line in result.stdout.splitlines() if ' deferred ' in line]
+    assert len(deferred) == 2 and all('would end after the deadline' in d for d in deferred)
+    assert '2 deferred' in result.stdout
+    assert not (out / 'pendulum' / 'alf_sac' / 'seed0').exists()
+    plan = json.loads((out / 'plan.json').read_text())
+    assert {k: v['status'] for k, v in plan.items()} == {
+        'pendulum/alf_sac/seed0': 'deferred', 'pendulum/alf_sac/seed1': 'deferred'}
