@@ -888,8 +888,12 @@ def parse_args(argv=None):
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument('--suite', action='append', choices=list(SUITES), required=True,
                         help='Suite to run or report; repeat for several.')
-    parser.add_argument('--out', default=os.path.join(REPO_ROOT, 'runs', 'learning'),
-                        help='Directory of the runs: <out>/<suite>/<run_name>/seed<k>.')
+    parser.add_argument('--out', default=os.path.join(REPO_ROOT, 'benchmarks', 'results',
+                                                      'learning'),
+                        help='Directory of the runs: <out>/<suite>/<run_name>/seed<k>. The '
+                             "default's small files (progress.csv, config.gin, done.json, "
+                             'plan.json) are kept in git, so finished runs survive a fresh '
+                             'checkout.')
     parser.add_argument('--seeds', type=int, nargs='+', default=None,
                         help="Seeds to run instead of the suite's, e.g. --seeds 0 1.")
     parser.add_argument('--steps', type=int, default=None,
