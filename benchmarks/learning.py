@@ -114,6 +114,8 @@ PLAN_FILE = 'plan.json'
 DEADLINE_MARGIN = 1.2
 # How often the 1-minute load average is sampled while a run trains.
 LOAD_SAMPLE_S = 30
+# An attempt this long or longer measures a run's time per env step.
+MIN_MEASURED_S = 300
 PROGRESS_FILE = 'progress.csv'
 EVAL_RETURN = 'eval/AverageReturn'
 EVAL_LENGTH = 'eval/AverageEpisodeLength'
@@ -559,7 +561,7 @@ class Launcher:
         attempts = _read_json(attempts_path) or []
         resumed = run.framework == 'alf_lite' and os.path.isfile(
             os.path.join(run_dir, 'config.gin'))
-        start = time.time()
+        start, steps_from = time.time(), _last_env_steps(run_dir) if resumed else 0
         with open(log_path, 'a') as log:
             log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")}: {shlex.join(command)}\n')
             log.flush()
@@ -571,24 +573,38 @@ class Launcher:
                                            stdin=subprocess.DEVNULL, stdout=log,
                                            stderr=subprocess.STDOUT)
                 self._processes.add(process)
-            loads = []
+            loads, stopped_at_deadline = [], False
             try:
                 while True:
+                    timeout = LOAD_SAMPLE_S
+                    if self._deadline is not None and not stopped_at_deadline:
+                        timeout = min(timeout, max(1.0, self._deadline - time.time()))
                     try:
-                        returncode = process.wait(timeout=LOAD_SAMPLE_S)
+                        returncode = process.wait(timeout=timeout)
                         break
                     except subprocess.TimeoutExpired:
                         loads.append(os.getloadavg()[0])
+                    # An alf_lite run still going at the deadline checkpoints and
+                    # stops; the next call resumes it. SB3 runs started only if
+                    # they fit, and cannot resume.
+                    if (run.framework == 'alf_lite' and not stopped_at_deadline
+                            and self._deadline is not None and time.time() > self._deadline):
+                        process.send_signal(signal.SIGTERM)
+                        stopped_at_deadline = True
             finally:
                 with self._lock:
                     self._processes.discard(process)
         wall = time.time() - start
         attempts.append(dict(started=start, wall_time_s=wall, returncode=returncode,
+                             env_steps_from=steps_from, env_steps_to=_last_env_steps(run_dir),
+                             kind=[run.framework, run.algo, run.task.env],
                              mean_load=statistics.mean(loads) if loads else None,
                              code=code_version()))
         _write_json(attempts_path, attempts)
         if returncode != 0:
             status = 'interrupted' if returncode in (130, 143, -2, -15) else 'failed'
+            if stopped_at_deadline:
+                status, returncode = 'deferred', 'stopped at the deadline'
             return dict(run=run, status=status, wall_time_s=wall,
                         detail=f'exit code {returncode}: {_error_line(log_path, offset)} '
                                f'(log: {log_path})')
@@ -656,11 +672,19 @@ def estimate_seconds(run: Run, out: str) -> Tuple[float, str]:
     included), else the task's assumed rate. An alf_lite run that will resume
     needs only its remaining steps.
     """
+    kind = (run.framework, run.algo, run.task.env)
     rates = [done['wall_time_s'] / done['env_steps'] for _, done in _done_runs(out)
-             if (done.get('framework'), done.get('algo'), done.get('env')) == (
-                 run.framework, run.algo, run.task.env) and done.get('env_steps')]
+             if (done.get('framework'), done.get('algo'), done.get('env')) == kind
+             and done.get('env_steps')]
+    # Attempts that stopped early measure the rate too (under the load they had).
+    for path in glob.glob(os.path.join(out, '*', 'logs', '*.attempts.json')):
+        for attempt in _read_json(path) or []:
+            steps = attempt.get('env_steps_to', 0) - attempt.get('env_steps_from', 0)
+            if (tuple(attempt.get('kind') or ()) == kind and steps > 0
+                    and attempt['wall_time_s'] >= MIN_MEASURED_S):
+                rates.append(attempt['wall_time_s'] / steps)
     if rates:
-        rate, source = max(rates), f'measured over {len(rates)} finished runs'
+        rate, source = max(rates), f'measured over {len(rates)} runs or attempts'
     else:
         rate, source = run.task.assumed_seconds_per_step, 'assumed rate'
     steps = run.num_env_steps

@@ -253,7 +253,16 @@ def test_estimate_uses_the_slowest_measured_run_of_the_same_kind(tmp_path):
             framework='alf_lite', algo='sac', env='Hopper-v5', env_steps=100_000,
             wall_time_s=wall)))
     seconds, source = learning.estimate_seconds(run, str(tmp_path))
-    assert source == 'measured over 2 finished runs' and seconds == pytest.approx(2700.0)
+    assert source == 'measured over 2 runs or attempts' and seconds == pytest.approx(2700.0)
+    # An attempt that stopped early measured a slower rate: it counts too.
+    logs = tmp_path / 'hopper' / 'logs'
+    logs.mkdir(parents=True)
+    (logs / 'alf_sac.seed1.attempts.json').write_text(json.dumps([dict(
+        kind=['alf_lite', 'sac', 'Hopper-v5'], env_steps_from=10_000, env_steps_to=30_000,
+        wall_time_s=600.0)]))
+    seconds, source = learning.estimate_seconds(run, str(tmp_path))
+    assert source == 'measured over 3 runs or attempts' and seconds == pytest.approx(4500.0)
+    (logs / 'alf_sac.seed1.attempts.json').unlink()
     # A run that resumes needs only its remaining steps.
     run_dir = tmp_path / 'hopper' / 'alf_sac' / 'seed2'
     run_dir.mkdir(parents=True)
@@ -273,3 +282,25 @@ def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path)
     plan = json.loads((out / 'plan.json').read_text())
     assert {k: v['status'] for k, v in plan.items()} == {
         'pendulum/alf_sac/seed0': 'deferred', 'pendulum/alf_sac/seed1': 'deferred'}
+
+
+def test_an_alf_lite_run_still_going_at_the_deadline_checkpoints_and_resumes_later(tmp_path):
+    out = tmp_path / 'runs'
+    # A finished run of the same kind that measured a tiny time per step makes
+    # the estimate fit the deadline; the real run is slower and meets it.
+    fake = out / 'pendulum' / 'other' / 'seed9'
+    fake.mkdir(parents=True)
+    (fake / 'done.json').write_text(json.dumps(dict(
+        framework='alf_lite', algo='sac', env='Pendulum-v1', env_steps=100_000, wall_time_s=1.0)))
+    args = ['--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', 0, '--steps', 20_000,
+            '--jobs', 1, '--out', out]
+    result = run_script(*args, '--deadline', '0.25')
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'deferred' in result.stdout and 'stopped at the deadline' in result.stdout
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    assert list((run_dir / 'checkpoints').glob('ckpt-*'))
+    attempt, = json.loads((out / 'pendulum' / 'logs' / 'alf_sac.seed0.attempts.json').read_text())
+    assert attempt['kind'] == ['alf_lite', 'sac', 'Pendulum-v1']
+    assert attempt['env_steps_from'] == 0 and 0 < attempt['env_steps_to'] < 20_000
+    plan = json.loads((out / 'plan.json').read_text())
+    assert plan['pendulum/alf_sac/seed0']['status'] == 'deferred'
