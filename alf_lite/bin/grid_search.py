@@ -188,7 +188,9 @@ def run_names(space: SearchSpace) -> List[tuple]:
 def configure_runs(space: SearchSpace, root_dir: str, gin_files, gin_params,
                    num_threads: int) -> List[Run]:
     """Parse each run's config; a run whose config does not parse carries the error instead."""
-    from alf_lite.config import ConfigError, config_str, parse_config
+    import gin
+
+    from alf_lite.config import ConfigError, parse_config
     from alf_lite.trainer import TrainerConfig
     runs = []
     for name, seed, bindings in run_names(space):
@@ -198,7 +200,7 @@ def configure_runs(space: SearchSpace, root_dir: str, gin_files, gin_params,
         try:
             parse_config(gin_files, params)
             num_env_steps = TrainerConfig().num_env_steps
-            runs.append(Run(name, seed, os.path.join(root_dir, name), log_path, config_str(),
+            runs.append(Run(name, seed, os.path.join(root_dir, name), log_path, gin.config_str(),
                             num_env_steps, None))
         except (ConfigError, ValueError, TypeError) as e:
             runs.append(Run(name, seed, os.path.join(root_dir, name), log_path, None, None,

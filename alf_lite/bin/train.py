@@ -70,12 +70,14 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment):
     user-given gin files; a resume from ``config.gin`` may override anything).
     """
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
-    from alf_lite.config import ConfigError, config_str, parse_config
+    import gin
+
+    from alf_lite.config import ConfigError, parse_config
     from alf_lite.trainer import Trainer, TrainerConfig
     try:
         parse_config(gin_files, gin_params)
         if check_experiment:
-            check_same_experiment(root_dir, config_str())
+            check_same_experiment(root_dir, gin.config_str())
         return Trainer(TrainerConfig(), root_dir)
     except (ConfigError, ValueError, TypeError, MemoryError) as e:
         fail(str(e))
@@ -96,8 +98,10 @@ def main(argv):
     trainer = build_trainer(gin_files or [config_file], FLAGS.gin_param, root_dir,
                             check_experiment=bool(gin_files) and not FLAGS.start_over)
 
+    import gin
+
     from alf_lite.checkpoint import CheckpointError
-    from alf_lite.config import config_str, write_text_atomically
+    from alf_lite.config import write_text_atomically
     from alf_lite.trainer import TrainingError, TrainingInterrupted
     with trainer:
         if FLAGS.start_over and os.path.exists(root_dir):
@@ -105,7 +109,7 @@ def main(argv):
             os.rename(root_dir, aside)
             logging.warning('moved the previous experiment to %s', aside)
         os.makedirs(root_dir, exist_ok=True)
-        write_text_atomically(config_file, config_str())
+        write_text_atomically(config_file, gin.config_str())
         logging.info('config written to %s', config_file)
         try:
             trainer.train()
