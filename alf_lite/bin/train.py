@@ -16,7 +16,7 @@ import sys
 
 from absl import app, flags, logging
 
-from alf_lite.bin.cli import fail
+from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
 flags.DEFINE_multi_string('gin_param', [], "Gin binding, e.g. 'TrainerConfig.random_seed=3'; "
@@ -116,11 +116,11 @@ def main(argv):
         except CheckpointError as e:
             fail(str(e))
         except TrainingError as e:
-            fail(str(e), exit_code=1)
+            fail(str(e), exit_code=EXIT_FAULT)
         except TrainingInterrupted as e:
             logging.warning('%s: checkpoint written, env processes closed; re-run the same '
                             'command to continue.', e)
-            sys.exit(128 + e.signum)
+            sys.exit(EXIT_SIGNAL_BASE + e.signum)
 
 
 if __name__ == '__main__':
