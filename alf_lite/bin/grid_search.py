@@ -67,7 +67,6 @@ SEED_PARAM = 'TrainerConfig.random_seed'
 THREADS_PARAM = 'TrainerConfig.torch_num_threads'
 SUMMARY_FILE = 'grid_summary.csv'
 LOG_DIR = 'logs'
-EVAL_RETURN = 'eval/AverageReturn'
 
 
 class SearchSpace(NamedTuple):
@@ -268,7 +267,7 @@ def summary_rows(runs: List[GridRun], results: Dict[str, dict]) -> List[dict]:
         result = results[run.name]
         rows.append({
             'run': run.name, 'status': result['status'], 'seed': run.seed,
-            'final_eval_return': final_value(run.root_dir, EVAL_RETURN),
+            'final_eval_return': final_value(run.root_dir),
             'env_steps': checkpoint_env_steps(run.root_dir),
             'wall_time_s': result.get('wall_time_s'), 'error': result.get('error') or ''})
     return rows
