@@ -19,6 +19,7 @@ import fnmatch
 import functools
 import math
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -39,6 +40,7 @@ from benchmarks.launcher import (DEADLINE_MARGIN, DONE_FILE, LAST_N,  # noqa: E4
 
 # Episodes per evaluation, in both frameworks.
 NUM_EVAL_EPISODES = 10
+_SEED_DIR = re.compile(r'^seed(\d+)$')  # a run directory, BenchmarkRun.run_dir
 
 
 @dataclass(frozen=True)
@@ -237,13 +239,13 @@ def run_command(run: BenchmarkRun, out: str, steps_override: Optional[int]) -> L
 # Report
 
 def _seed_dirs(out: str, suite: str, name: str) -> List[str]:
+    """The ``seed<k>`` directories of a configuration that hold a progress.csv, by seed."""
     parent = os.path.join(out, suite, name)
     if not os.path.isdir(parent):
         return []
-    dirs = [os.path.join(parent, d) for d in os.listdir(parent)
-            if d.startswith('seed') and d[4:].isdigit()]
-    return sorted((d for d in dirs if os.path.isfile(os.path.join(d, PROGRESS_FILE))),
-                  key=lambda d: int(os.path.basename(d)[4:]))
+    dirs = [(int(m[1]), os.path.join(parent, d)) for d in os.listdir(parent)
+            if (m := _SEED_DIR.match(d))]
+    return [d for _, d in sorted(dirs) if os.path.isfile(os.path.join(d, PROGRESS_FILE))]
 
 
 def _plot(run_dirs: List[str], group_by: str, y: str, png: str) -> None:
