@@ -17,6 +17,7 @@ import sys
 from absl import app, flags, logging
 
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail
+from alf_lite.runs import CONFIG_FILE
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
 flags.DEFINE_multi_string('gin_param', [], "Gin binding, e.g. 'TrainerConfig.random_seed=3'; "
@@ -28,7 +29,6 @@ flags.DEFINE_bool('start_over', False, 'If root_dir holds an experiment, move it
 flags.mark_flag_as_required('root_dir')
 FLAGS = flags.FLAGS
 
-CONFIG_FILE = 'config.gin'
 # Bindings that may change when a run is resumed: they set how long it runs and
 # how often it reports, not what it learns.
 RESUME_SAFE_PARAMETERS = (
