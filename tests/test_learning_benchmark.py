@@ -1,4 +1,4 @@
-"""benchmarks/learning.py: suite definitions, matched SB3 settings, a tiny run, skip and report."""
+"""benchmarks/{learning,launcher,sb3_runner}.py: suites, matched SB3 settings, runs, report."""
 import csv
 import json
 import math
