@@ -1,5 +1,12 @@
-"""Atomic checkpoints: a checkpoint directory exists under its final name only when complete."""
+"""Atomic checkpoints: a checkpoint directory exists under its final name only when complete.
+
+Files hold tensors and plain values (numbers, strings, lists, tuples, dicts)
+only, and are read with ``torch.load(weights_only=True)``: a file that would
+need anything else to be built, which in a pickle means running code, is
+refused.
+"""
 import os
+import pickle
 import re
 import shutil
 from typing import Optional, Tuple
@@ -14,6 +21,10 @@ REPLAY_BUFFER_FILE = 'replay_buffer.pt'
 
 class CheckpointError(RuntimeError):
     """No usable checkpoint: all are unreadable, or none fits the configured algorithm."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint file names functions or classes that loading it would call; it is not loaded."""
 
 
 def save_checkpoint(checkpoint_dir: str, env_steps: int, state: dict,
@@ -86,18 +97,53 @@ def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
     return found[-1] if found else None
 
 
+def load_file(path: str):
+    """Read one checkpoint file, allowing tensors and plain values only (``weights_only=True``).
+
+    Args:
+        path: a file written by ``save_checkpoint``.
+    Raises:
+        UnsafeCheckpointError: when the file names anything else to call or
+            build (e.g. ``builtins.exec``); nothing of it is executed.
+        Exception: whatever ``torch.load`` raises for a truncated or corrupt file.
+    """
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        unsafe = _unsafe_globals(path)
+        if not unsafe:
+            raise
+    raise UnsafeCheckpointError(
+        f'{path} refers to {", ".join(unsafe)}, which loading would have to call; alf_lite '
+        'writes tensors and plain values only, so the file was not written by it (or was '
+        'altered) and is not loaded. Move it away if you do not trust it.')
+
+
+def _unsafe_globals(path: str):
+    """Names in the pickle of ``path`` that ``weights_only`` refuses, read without unpickling."""
+    try:
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001  (not a zip checkpoint: corrupt, or a plain pickle)
+        return []
+
+
 def load_checkpoint(path: str) -> Tuple[dict, Optional[dict]]:
     """Read ``(state, replay_buffer_state or None)`` from a checkpoint directory.
 
     An unreadable replay buffer file is reported and skipped (None): the
     networks are still worth resuming from.
+
+    Raises:
+        UnsafeCheckpointError: when either file would run code to load.
     """
-    state = torch.load(os.path.join(path, MODEL_FILE), weights_only=False)
+    state = load_file(os.path.join(path, MODEL_FILE))
     rb_path = os.path.join(path, REPLAY_BUFFER_FILE)
     rb = None
     if os.path.exists(rb_path):
         try:
-            rb = torch.load(rb_path, weights_only=False)
+            rb = load_file(rb_path)
+        except UnsafeCheckpointError:
+            raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
             logging.warning('replay buffer %s is unreadable (%s); resuming without it.',
                             rb_path, e)
@@ -112,11 +158,15 @@ def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Opt
 
     Raises:
         CheckpointError: when checkpoints exist but none can be read.
+        UnsafeCheckpointError: when a file would run code to load: the run
+            stops rather than resume from an older checkpoint past it.
     """
     found = list_checkpoints(checkpoint_dir)
     for path in reversed(found):
         try:
             state, rb = load_checkpoint(path)
+        except UnsafeCheckpointError:
+            raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
             logging.warning('checkpoint %s is unreadable (%s: %s); trying the one before it.',
                             path, type(e).__name__, e)

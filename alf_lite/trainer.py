@@ -139,13 +139,20 @@ def _seed_everything(seed: int, num_threads: int) -> None:
 
 
 def _rng_state() -> dict:
-    return {'python': random.getstate(), 'numpy': np.random.get_state(),
+    """The global RNG states as tensors and plain values, which checkpoints load without pickle code."""
+    numpy_state = np.random.get_state(legacy=False)
+    return {'python': random.getstate(),
+            'numpy': {'key': torch.from_numpy(numpy_state['state']['key'].astype(np.int64)),
+                      'pos': numpy_state['state']['pos'],
+                      'has_gauss': numpy_state['has_gauss'], 'gauss': numpy_state['gauss']},
             'torch': torch.get_rng_state()}
 
 
 def _set_rng_state(state: dict) -> None:
+    numpy_state = state['numpy']
     random.setstate(state['python'])
-    np.random.set_state(state['numpy'])
+    np.random.set_state(('MT19937', numpy_state['key'].numpy().astype(np.uint32),
+                         numpy_state['pos'], numpy_state['has_gauss'], numpy_state['gauss']))
     torch.set_rng_state(state['torch'])
 
 

@@ -1,7 +1,9 @@
 """The trainer end to end, in process: learning, reproducibility, resume."""
 import csv
 import os
+import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ from alf_lite import checkpoint as ckpt
 from alf_lite.config import parse_config
 from alf_lite.data import StepType
 from alf_lite.summary import NONDETERMINISTIC_COLUMNS
-from alf_lite.trainer import Trainer, TrainerConfig
+from alf_lite.trainer import Trainer, TrainerConfig, _rng_state, _set_rng_state
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
 
@@ -131,3 +133,20 @@ def test_evaluation_between_summaries(tmp_path):
     rows = read_csv(tmp_path / 'progress.csv')
     assert [r['env_steps'] for r in rows] == ['0', '200', '300', '400', '600']
     assert [r['eval/AverageReturn'] != '' for r in rows] == [True, True, False, True, True]
+
+
+def test_rng_states_saved_in_a_checkpoint_continue_every_generator(tmp_path):
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    np.random.normal()  # numpy then holds a cached Gaussian, which is state too
+    path = ckpt.save_checkpoint(str(tmp_path), 1, {'rng': _rng_state()})
+    expected = (random.random(), np.random.normal(), np.random.rand(3), torch.rand(3))
+    random.seed(9)
+    np.random.seed(9)
+    torch.manual_seed(9)
+    state, _ = ckpt.load_checkpoint(path)
+    _set_rng_state(state['rng'])
+    got = (random.random(), np.random.normal(), np.random.rand(3), torch.rand(3))
+    assert got[:2] == expected[:2]
+    assert np.array_equal(got[2], expected[2]) and torch.equal(got[3], expected[3])
