@@ -32,8 +32,8 @@ def save_checkpoint(checkpoint_dir: str, env_steps: int, state: dict,
                     name: Optional[str] = None) -> str:
     """Write ``checkpoint_dir/ckpt-<env_steps>/`` via a temporary directory and a rename.
 
-    Older checkpoints keep their model file but lose their replay buffer file,
-    so only the newest checkpoint holds a (possibly large) replay buffer. If
+    The other checkpoints keep their model file but lose their replay buffer
+    file, so only the one just written holds a (possibly large) replay buffer. If
     writing fails (e.g. a full disk), the temporary directory is removed and
     the existing checkpoints are untouched.
 
@@ -68,7 +68,11 @@ def save_checkpoint(checkpoint_dir: str, env_steps: int, state: dict,
         shutil.rmtree(final)
     os.rename(tmp, final)
     if regular:
-        for path in list_checkpoints(checkpoint_dir)[:-1]:
+        # Not by step: after a resume past a corrupt newer checkpoint, the one
+        # just written is the run's newest state even though its step is lower.
+        for path in list_checkpoints(checkpoint_dir):
+            if path == final:
+                continue
             rb = os.path.join(path, REPLAY_BUFFER_FILE)
             if os.path.exists(rb):
                 os.remove(rb)
@@ -112,7 +116,8 @@ def load_file(path: str):
     except pickle.UnpicklingError:
         unsafe = _unsafe_globals(path)
         if not unsafe:
-            raise
+            # torch's own message advises weights_only=False, which is no advice here.
+            raise pickle.UnpicklingError(f'{path} is corrupt or not a checkpoint file') from None
     raise UnsafeCheckpointError(
         f'{path} refers to {", ".join(unsafe)}, which loading would have to call; alf_lite '
         'writes tensors and plain values only, so the file was not written by it (or was '
@@ -154,7 +159,9 @@ def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Opt
     """``(path, state, replay_buffer_state)`` of the newest readable checkpoint, or None if none exist.
 
     A corrupt or truncated checkpoint is skipped with a warning in favour of
-    the one before it.
+    the one before it, and once an older one loads, moved aside to
+    ``ckpt-<N>.corrupt``: the run continues from the older step, and what it
+    writes next must be the newest checkpoint.
 
     Raises:
         CheckpointError: when checkpoints exist but none can be read.
@@ -162,6 +169,7 @@ def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Opt
             stops rather than resume from an older checkpoint past it.
     """
     found = list_checkpoints(checkpoint_dir)
+    corrupt = []
     for path in reversed(found):
         try:
             state, rb = load_checkpoint(path)
@@ -170,10 +178,23 @@ def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Opt
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
             logging.warning('checkpoint %s is unreadable (%s: %s); trying the one before it.',
                             path, type(e).__name__, e)
+            corrupt.append(path)
             continue
+        for bad in corrupt:
+            logging.warning('moved the unreadable checkpoint %s to %s', bad, _move_aside(bad))
         return path, state, rb
     if found:
         raise CheckpointError(
             f'none of the {len(found)} checkpoints in {checkpoint_dir} can be read (all corrupt '
             'or truncated). Move that directory away to start the run over.')
     return None
+
+
+def _move_aside(path: str) -> str:
+    """Rename checkpoint ``path`` to ``<path>.corrupt`` (``.corrupt-2``, ... if taken); returns it."""
+    aside, n = f'{path}.corrupt', 1
+    while os.path.exists(aside):
+        n += 1
+        aside = f'{path}.corrupt-{n}'
+    os.rename(path, aside)
+    return aside

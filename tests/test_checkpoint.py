@@ -149,6 +149,44 @@ def test_save_leaves_no_temporary_directory_behind(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-200']
 
 
+def test_resuming_past_a_corrupt_checkpoint_moves_it_aside_and_new_ones_keep_their_buffer(
+        tmp_path):
+    for step in (50, 100):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(step), make_replay_buffer_state(step))
+    (tmp_path / 'ckpt-100' / ckpt.MODEL_FILE).write_bytes(b'garbage')
+    path, state, _ = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert path.endswith('ckpt-50') and state['env_steps'] == 5000
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100.corrupt', 'ckpt-50']
+    # The run goes on from ckpt-50: what it writes next keeps its replay buffer.
+    ckpt.save_checkpoint(str(tmp_path), 60, make_state(6), make_replay_buffer_state(6))
+    assert (tmp_path / 'ckpt-60' / ckpt.REPLAY_BUFFER_FILE).is_file()
+    assert [os.path.basename(p) for p in ckpt.list_checkpoints(str(tmp_path))] == [
+        'ckpt-50', 'ckpt-60']
+    # A second corrupt checkpoint of the same step does not overwrite the first one set aside.
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    (tmp_path / 'ckpt-100' / ckpt.MODEL_FILE).write_bytes(b'garbage')
+    assert ckpt.load_latest_checkpoint(str(tmp_path))[0].endswith('ckpt-60')
+    assert sorted(n for n in os.listdir(tmp_path) if 'corrupt' in n) == [
+        'ckpt-100.corrupt', 'ckpt-100.corrupt-2']
+
+
+def test_all_checkpoints_corrupt_moves_none_aside(tmp_path):
+    for step in (50, 100):
+        path = ckpt.save_checkpoint(str(tmp_path), step, make_state(1), None)
+        with open(os.path.join(path, ckpt.MODEL_FILE), 'wb') as f:
+            f.write(b'garbage')
+    with pytest.raises(ckpt.CheckpointError, match='none of the 2 checkpoints'):
+        ckpt.load_latest_checkpoint(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-50']
+
+
+def test_save_never_prunes_the_replay_buffer_of_the_checkpoint_it_writes(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    ckpt.save_checkpoint(str(tmp_path), 60, make_state(2), make_replay_buffer_state(2))
+    assert (tmp_path / 'ckpt-60' / ckpt.REPLAY_BUFFER_FILE).is_file()
+    assert not (tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE).exists()
+
+
 class WritesAFile:
     """Unpickling this runs ``exec``, which writes ``path``: what a crafted checkpoint does."""
 

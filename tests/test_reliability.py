@@ -1,5 +1,6 @@
 """What happens when things go wrong: bad input, kills, signals, NaN, a full disk."""
 import hashlib
+import logging
 import math
 import os
 import random
@@ -172,6 +173,26 @@ def test_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
     state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-400'))
     assert state['env_steps'] == 400
+
+
+def test_checkpoints_written_after_resuming_past_a_corrupt_one_keep_their_replay_buffer(
+        tmp_path, caplog):
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400',
+                     'TrainerConfig.checkpoint_interval = 200')
+    checkpoints = tmp_path / 'checkpoints'
+    (checkpoints / 'ckpt-400' / 'model.pt').write_bytes(b'garbage')
+    # Resumed from ckpt-200; a shorter interval writes checkpoints below the corrupt 400.
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300',
+                     'TrainerConfig.checkpoint_interval = 100')
+    assert sorted(os.listdir(checkpoints)) == ['ckpt-200', 'ckpt-300', 'ckpt-400.corrupt']
+    assert (checkpoints / 'ckpt-300' / 'replay_buffer.pt').is_file()
+    caplog.clear()
+    caplog.set_level(logging.INFO)
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400',
+                     'TrainerConfig.checkpoint_interval = 100')
+    assert 'ckpt-300 at 300 env steps' in caplog.text
+    assert 'holds no replay buffer' not in caplog.text
+    assert checkpoint_steps(tmp_path) == [200, 300, 400]
 
 
 def test_all_checkpoints_corrupt_stops_with_a_clear_error(tmp_path):
