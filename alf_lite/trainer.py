@@ -60,7 +60,8 @@ class TrainerConfig:
             small networks when anything else runs on the machine.
         mask_out_loss_for_last_step: drop windows whose first row is LAST (their
             next row is another episode's FIRST). False trains on them, as
-            tf-agents does; for study only.
+            tf-agents does; for study only. Either way, the pair across the
+            restart of a resumed run is never trained on.
         checkpoint_replay_buffer: save the replay buffer with the checkpoint so
             a resumed run continues with the same data.
     """
@@ -159,13 +160,17 @@ def _set_rng_state(state: dict) -> None:
 def loss_mask(batch: Experience, mask_out_loss_for_last_step: bool = True) -> torch.Tensor:
     """``[B, T - 1]``: 1 for each transition ``(t, t + 1)`` that may be trained on.
 
-    Row ``t`` being LAST means row ``t + 1`` is the next episode's FIRST: not a
-    transition, unless ``mask_out_loss_for_last_step`` is False (tf-agents' behaviour).
+    Row ``t + 1`` being FIRST means it starts an episode: ``(t, t + 1)`` is not a
+    transition. Where row ``t`` is LAST that is an episode boundary, which
+    ``mask_out_loss_for_last_step=False`` trains on anyway (tf-agents' behaviour).
+    A FIRST after any other row is where a resumed run restarted its envs
+    mid-episode; that pair is never trained on.
     """
-    first_rows = batch.step_type[:, :-1]
+    first_rows, next_rows = batch.step_type[:, :-1], batch.step_type[:, 1:]
+    into_first = next_rows == StepType.FIRST
     if mask_out_loss_for_last_step:
-        return (first_rows != StepType.LAST).float()
-    return torch.ones(first_rows.shape)
+        return (~(into_first | (first_rows == StepType.LAST))).float()
+    return (~(into_first & (first_rows != StepType.LAST))).float()
 
 
 def _crossed(before: int, after: int, interval: int) -> bool:
@@ -486,9 +491,8 @@ class Trainer:
                 raise ckpt.CheckpointError(
                     f'the replay buffer of {path} does not fit the configured one ({e}). '
                     'Resume with the config the run started with.') from e
-            # The env restarts with a FIRST step: the last stored row must not
-            # be paired with it as a transition.
-            self._replay_buffer.mark_last_steps_as_last()
+            # The envs restart with a FIRST row after the last stored one; the
+            # loss mask never trains on that pair.
         else:
             logging.warning('%s holds no replay buffer: training continues after %d steps of '
                             'the current policy refill it.', path,
