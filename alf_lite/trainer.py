@@ -193,6 +193,18 @@ class TrainingInterrupted(Exception):
         self.signum = signum
 
 
+class _InterruptedInEnvCall(BaseException):
+    """A signal arrived while the trainer waited on an env, which may never return.
+
+    A BaseException, like KeyboardInterrupt, so that env code catching
+    Exception lets it through.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 @contextlib.contextmanager
 def _sigint_ignored():
     """Env subprocesses forked in this context ignore Ctrl-C: the trainer shuts them down."""
@@ -263,7 +275,9 @@ class Trainer:
         """Train until ``num_env_steps``; returns the last evaluation's scalars.
 
         Raises:
-            TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written.
+            TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written;
+                a signal that arrives while an env call is under way ends that call
+                (and stops the env processes), so a hung env cannot hold the run.
             TrainingError: on a non-finite loss or parameter, or a failed checkpoint write.
             CheckpointError: when checkpoints exist but none of them can be loaded.
         """
@@ -276,20 +290,27 @@ class Trainer:
         summary = Summary(self._root_dir, self._env_steps if latest else -1)
         try:
             with self._signals_handled():
-                self._loop(summary, reset_seed)
+                try:
+                    self._loop(summary, reset_seed)
+                except _InterruptedInEnvCall as e:
+                    self._save()
+                    raise TrainingInterrupted(e.signum) from None
         finally:
             summary.close()
         return self._last_eval
 
     @contextlib.contextmanager
     def _signals_handled(self):
-        """SIGINT / SIGTERM set a flag the loop checks after each iteration."""
+        """SIGINT / SIGTERM set a flag the loop checks after each iteration, or end an env call."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def handler(signum, frame):
             self._stop_signal = signum
+            if self._env.busy or self._eval_env.busy:
+                # A hung env would never return to the loop that reads the flag.
+                raise _InterruptedInEnvCall(signum)
 
         previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
