@@ -32,11 +32,13 @@ BENCH_PAIRS ?= 3
 bench: $(VENV)/.installed
 	$(PY) -m pip install -e '.[bench]'
 	$(PY) benchmarks/memory.py --env Humanoid-v5 --buffer 100000
-	$(PY) benchmarks/throughput.py --algo sac --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS)
-	$(PY) benchmarks/throughput.py --algo td3 --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS)
-	$(PY) benchmarks/throughput.py --algo ddpg --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS)
-	$(PY) benchmarks/throughput.py --algo sac --env Humanoid-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS)
-	$(PY) benchmarks/time_to_solve.py --seeds 0 1 2
+	# Equal resources (each library at its best thread count), then alf_lite 2 / SB3 1.
+	$(PY) benchmarks/throughput.py --algo sac --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS) --threads 2 --sb3_threads 2
+	$(PY) benchmarks/throughput.py --algo sac --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS) --threads 2 --sb3_threads 1
+	$(PY) benchmarks/throughput.py --algo td3 --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS) --threads 2 --sb3_threads 1
+	$(PY) benchmarks/throughput.py --algo ddpg --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS) --threads 2 --sb3_threads 1
+	$(PY) benchmarks/throughput.py --algo sac --env Humanoid-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS) --threads 2 --sb3_threads 1
+	$(PY) benchmarks/time_to_solve.py --seeds 0 1 2 --threads 2 --sb3_threads 1
 
 clean:
 	rm -rf $(VENV) *.egg-info

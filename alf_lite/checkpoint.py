@@ -1,5 +1,12 @@
-"""Atomic checkpoints: a checkpoint directory exists under its final name only when complete."""
+"""Atomic checkpoints: a checkpoint directory exists under its final name only when complete.
+
+Files hold tensors and plain values (numbers, strings, lists, tuples, dicts)
+only, and are read with ``torch.load(weights_only=True)``: a file that would
+need anything else to be built, which in a pickle means running code, is
+refused.
+"""
 import os
+import pickle
 import re
 import shutil
 from typing import Optional, Tuple
@@ -16,13 +23,17 @@ class CheckpointError(RuntimeError):
     """No usable checkpoint: all are unreadable, or none fits the configured algorithm."""
 
 
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint file names functions or classes that loading it would call; it is not loaded."""
+
+
 def save_checkpoint(checkpoint_dir: str, env_steps: int, state: dict,
                     replay_buffer_state: Optional[dict] = None,
                     name: Optional[str] = None) -> str:
     """Write ``checkpoint_dir/ckpt-<env_steps>/`` via a temporary directory and a rename.
 
-    Older checkpoints keep their model file but lose their replay buffer file,
-    so only the newest checkpoint holds a (possibly large) replay buffer. If
+    The other checkpoints keep their model file but lose their replay buffer
+    file, so only the one just written holds a (possibly large) replay buffer. If
     writing fails (e.g. a full disk), the temporary directory is removed and
     the existing checkpoints are untouched.
 
@@ -57,7 +68,11 @@ def save_checkpoint(checkpoint_dir: str, env_steps: int, state: dict,
         shutil.rmtree(final)
     os.rename(tmp, final)
     if regular:
-        for path in list_checkpoints(checkpoint_dir)[:-1]:
+        # Not by step: after a resume past a corrupt newer checkpoint, the one
+        # just written is the run's newest state even though its step is lower.
+        for path in list_checkpoints(checkpoint_dir):
+            if path == final:
+                continue
             rb = os.path.join(path, REPLAY_BUFFER_FILE)
             if os.path.exists(rb):
                 os.remove(rb)
@@ -86,18 +101,54 @@ def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
     return found[-1] if found else None
 
 
+def load_file(path: str):
+    """Read one checkpoint file, allowing tensors and plain values only (``weights_only=True``).
+
+    Args:
+        path: a file written by ``save_checkpoint``.
+    Raises:
+        UnsafeCheckpointError: when the file names anything else to call or
+            build (e.g. ``builtins.exec``); nothing of it is executed.
+        Exception: whatever ``torch.load`` raises for a truncated or corrupt file.
+    """
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        unsafe = _unsafe_globals(path)
+        if not unsafe:
+            # torch's own message advises weights_only=False, which is no advice here.
+            raise pickle.UnpicklingError(f'{path} is corrupt or not a checkpoint file') from None
+    raise UnsafeCheckpointError(
+        f'{path} refers to {", ".join(unsafe)}, which loading would have to call; alf_lite '
+        'writes tensors and plain values only, so the file was not written by it (or was '
+        'altered) and is not loaded. Move it away if you do not trust it.')
+
+
+def _unsafe_globals(path: str):
+    """Names in the pickle of ``path`` that ``weights_only`` refuses, read without unpickling."""
+    try:
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001  (not a zip checkpoint: corrupt, or a plain pickle)
+        return []
+
+
 def load_checkpoint(path: str) -> Tuple[dict, Optional[dict]]:
     """Read ``(state, replay_buffer_state or None)`` from a checkpoint directory.
 
     An unreadable replay buffer file is reported and skipped (None): the
     networks are still worth resuming from.
+
+    Raises:
+        UnsafeCheckpointError: when either file would run code to load.
     """
-    state = torch.load(os.path.join(path, MODEL_FILE), weights_only=False)
+    state = load_file(os.path.join(path, MODEL_FILE))
     rb_path = os.path.join(path, REPLAY_BUFFER_FILE)
     rb = None
     if os.path.exists(rb_path):
         try:
-            rb = torch.load(rb_path, weights_only=False)
+            rb = load_file(rb_path)
+        except UnsafeCheckpointError:
+            raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
             logging.warning('replay buffer %s is unreadable (%s); resuming without it.',
                             rb_path, e)
@@ -108,22 +159,42 @@ def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Opt
     """``(path, state, replay_buffer_state)`` of the newest readable checkpoint, or None if none exist.
 
     A corrupt or truncated checkpoint is skipped with a warning in favour of
-    the one before it.
+    the one before it, and once an older one loads, moved aside to
+    ``ckpt-<N>.corrupt``: the run continues from the older step, and what it
+    writes next must be the newest checkpoint.
 
     Raises:
         CheckpointError: when checkpoints exist but none can be read.
+        UnsafeCheckpointError: when a file would run code to load: the run
+            stops rather than resume from an older checkpoint past it.
     """
     found = list_checkpoints(checkpoint_dir)
+    corrupt = []
     for path in reversed(found):
         try:
             state, rb = load_checkpoint(path)
+        except UnsafeCheckpointError:
+            raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
             logging.warning('checkpoint %s is unreadable (%s: %s); trying the one before it.',
                             path, type(e).__name__, e)
+            corrupt.append(path)
             continue
+        for bad in corrupt:
+            logging.warning('moved the unreadable checkpoint %s to %s', bad, _move_aside(bad))
         return path, state, rb
     if found:
         raise CheckpointError(
             f'none of the {len(found)} checkpoints in {checkpoint_dir} can be read (all corrupt '
             'or truncated). Move that directory away to start the run over.')
     return None
+
+
+def _move_aside(path: str) -> str:
+    """Rename checkpoint ``path`` to ``<path>.corrupt`` (``.corrupt-2``, ... if taken); returns it."""
+    aside, n = f'{path}.corrupt', 1
+    while os.path.exists(aside):
+        n += 1
+        aside = f'{path}.corrupt-{n}'
+    os.rename(path, aside)
+    return aside

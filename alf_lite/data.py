@@ -8,7 +8,8 @@ Conventions (ALF's):
 - The TD target for a transition from row ``t`` to row ``t + 1`` is
   ``reward[t + 1] + gamma * discount[t + 1] * V(observation[t + 1])``. A row
   ``t`` that is LAST is followed by the next episode's FIRST: that pair is not
-  a transition.
+  a transition. A FIRST after any other row is where a resumed run restarted
+  its envs mid-episode: not a transition either.
 """
 from typing import NamedTuple
 

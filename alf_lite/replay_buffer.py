@@ -15,7 +15,7 @@ import psutil
 import torch
 from absl import logging
 
-from alf_lite.data import Experience, StepType
+from alf_lite.data import Experience
 
 _GIB = float(1 << 30)
 
@@ -198,17 +198,6 @@ class ReplayBuffer:
             name: self._storage[name].flatten(0, 1)[rows]
             for name in Experience._fields
         })
-
-    def mark_last_steps_as_last(self) -> None:
-        """Set the newest row of every env to ``StepType.LAST``.
-
-        Used on resume, so no transition is formed across the restart (the
-        next row written will be a new episode's FIRST). No-op when empty.
-        """
-        if self._total_added == 0:
-            return
-        newest = (self._total_added - 1) % self._length
-        self._storage["step_type"][:, newest] = StepType.LAST
 
     def state_dict(self) -> Dict[str, object]:
         """Storage tensors and counters, suitable for ``torch.save``.

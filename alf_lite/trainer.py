@@ -58,7 +58,8 @@ class TrainerConfig:
             small networks when anything else runs on the machine.
         mask_out_loss_for_last_step: drop windows whose first row is LAST (their
             next row is another episode's FIRST). False trains on them, as
-            tf-agents does; for study only.
+            tf-agents does; for study only. Either way, the pair across the
+            restart of a resumed run is never trained on.
         checkpoint_replay_buffer: save the replay buffer with the checkpoint so
             a resumed run continues with the same data.
     """
@@ -139,26 +140,37 @@ def _seed_everything(seed: int, num_threads: int) -> None:
 
 
 def _rng_state() -> dict:
-    return {'python': random.getstate(), 'numpy': np.random.get_state(),
+    """The global RNG states as tensors and plain values, which checkpoints load without pickle code."""
+    numpy_state = np.random.get_state(legacy=False)
+    return {'python': random.getstate(),
+            'numpy': {'key': torch.from_numpy(numpy_state['state']['key'].astype(np.int64)),
+                      'pos': numpy_state['state']['pos'],
+                      'has_gauss': numpy_state['has_gauss'], 'gauss': numpy_state['gauss']},
             'torch': torch.get_rng_state()}
 
 
 def _set_rng_state(state: dict) -> None:
+    numpy_state = state['numpy']
     random.setstate(state['python'])
-    np.random.set_state(state['numpy'])
+    np.random.set_state(('MT19937', numpy_state['key'].numpy().astype(np.uint32),
+                         numpy_state['pos'], numpy_state['has_gauss'], numpy_state['gauss']))
     torch.set_rng_state(state['torch'])
 
 
 def loss_mask(batch: Experience, mask_out_loss_for_last_step: bool = True) -> torch.Tensor:
     """``[B, T - 1]``: 1 for each transition ``(t, t + 1)`` that may be trained on.
 
-    Row ``t`` being LAST means row ``t + 1`` is the next episode's FIRST: not a
-    transition, unless ``mask_out_loss_for_last_step`` is False (tf-agents' behaviour).
+    Row ``t + 1`` being FIRST means it starts an episode: ``(t, t + 1)`` is not a
+    transition. Where row ``t`` is LAST that is an episode boundary, which
+    ``mask_out_loss_for_last_step=False`` trains on anyway (tf-agents' behaviour).
+    A FIRST after any other row is where a resumed run restarted its envs
+    mid-episode; that pair is never trained on.
     """
-    first_rows = batch.step_type[:, :-1]
+    first_rows, next_rows = batch.step_type[:, :-1], batch.step_type[:, 1:]
+    into_first = next_rows == StepType.FIRST
     if mask_out_loss_for_last_step:
-        return (first_rows != StepType.LAST).float()
-    return torch.ones(first_rows.shape)
+        return (~(into_first | (first_rows == StepType.LAST))).float()
+    return (~(into_first & (first_rows != StepType.LAST))).float()
 
 
 def _crossed(before: int, after: int, interval: int) -> bool:
@@ -178,6 +190,18 @@ class TrainingInterrupted(Exception):
 
     def __init__(self, signum: int):
         super().__init__(f'interrupted by {signal.Signals(signum).name}')
+        self.signum = signum
+
+
+class _InterruptedInEnvCall(BaseException):
+    """A signal arrived while the trainer waited on an env, which may never return.
+
+    A BaseException, like KeyboardInterrupt, so that env code catching
+    Exception lets it through.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
         self.signum = signum
 
 
@@ -251,7 +275,9 @@ class Trainer:
         """Train until ``num_env_steps``; returns the last evaluation's scalars.
 
         Raises:
-            TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written.
+            TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written;
+                a signal that arrives while an env call is under way ends that call
+                (and stops the env processes), so a hung env cannot hold the run.
             TrainingError: on a non-finite loss or parameter, or a failed checkpoint write.
             CheckpointError: when checkpoints exist but none of them can be loaded.
         """
@@ -265,20 +291,27 @@ class Trainer:
         summary = Summary(self._root_dir, self._env_steps if latest else -1)
         try:
             with self._signals_handled():
-                self._loop(summary, reset_seed)
+                try:
+                    self._loop(summary, reset_seed)
+                except _InterruptedInEnvCall as e:
+                    self._save()
+                    raise TrainingInterrupted(e.signum) from None
         finally:
             summary.close()
         return self._last_eval
 
     @contextlib.contextmanager
     def _signals_handled(self):
-        """SIGINT / SIGTERM set a flag the loop checks after each iteration."""
+        """SIGINT / SIGTERM set a flag the loop checks after each iteration, or end an env call."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def handler(signum, frame):
             self._stop_signal = signum
+            if self._env.busy or self._eval_env.busy:
+                # A hung env would never return to the loop that reads the flag.
+                raise _InterruptedInEnvCall(signum)
 
         previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -480,9 +513,8 @@ class Trainer:
                 raise ckpt.CheckpointError(
                     f'the replay buffer of {path} does not fit the configured one ({e}). '
                     'Resume with the config the run started with.') from e
-            # The env restarts with a FIRST step: the last stored row must not
-            # be paired with it as a transition.
-            self._replay_buffer.mark_last_steps_as_last()
+            # The envs restart with a FIRST row after the last stored one; the
+            # loss mask never trains on that pair.
         else:
             logging.warning('%s holds no replay buffer: training continues after %d steps of '
                             'the current policy refill it.', path,

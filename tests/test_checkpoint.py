@@ -1,8 +1,10 @@
 """Atomic checkpoints: save / load round trip, which checkpoint is picked, what each one keeps."""
 import os
+import pickle
 import random
 
 import numpy as np
+import pytest
 import torch
 
 from alf_lite import checkpoint as ckpt
@@ -17,9 +19,15 @@ def make_state(seed):
     opt.step()
     random.seed(seed)
     np.random.seed(seed)
+    numpy_state = np.random.get_state(legacy=False)
     return {
         'algorithm': {'net': net.state_dict(), 'opt': opt.state_dict()},
-        'rng': {'python': random.getstate(), 'numpy': np.random.get_state(),
+        # RNG states as the trainer stores them: tensors and plain values only.
+        'rng': {'python': random.getstate(),
+                'numpy': {'key': torch.from_numpy(numpy_state['state']['key'].astype(np.int64)),
+                          'pos': numpy_state['state']['pos'],
+                          'has_gauss': numpy_state['has_gauss'],
+                          'gauss': numpy_state['gauss']},
                 'torch': torch.get_rng_state()},
         'env_steps': 100 * seed,
         'num_updates': 7 * seed,
@@ -139,3 +147,87 @@ def test_save_leaves_no_temporary_directory_behind(tmp_path):
     for step in (100, 200):
         ckpt.save_checkpoint(str(tmp_path), step, make_state(1), make_replay_buffer_state(1))
     assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-200']
+
+
+def test_resuming_past_a_corrupt_checkpoint_moves_it_aside_and_new_ones_keep_their_buffer(
+        tmp_path):
+    for step in (50, 100):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(step), make_replay_buffer_state(step))
+    (tmp_path / 'ckpt-100' / ckpt.MODEL_FILE).write_bytes(b'garbage')
+    path, state, _ = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert path.endswith('ckpt-50') and state['env_steps'] == 5000
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100.corrupt', 'ckpt-50']
+    # The run goes on from ckpt-50: what it writes next keeps its replay buffer.
+    ckpt.save_checkpoint(str(tmp_path), 60, make_state(6), make_replay_buffer_state(6))
+    assert (tmp_path / 'ckpt-60' / ckpt.REPLAY_BUFFER_FILE).is_file()
+    assert [os.path.basename(p) for p in ckpt.list_checkpoints(str(tmp_path))] == [
+        'ckpt-50', 'ckpt-60']
+    # A second corrupt checkpoint of the same step does not overwrite the first one set aside.
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    (tmp_path / 'ckpt-100' / ckpt.MODEL_FILE).write_bytes(b'garbage')
+    assert ckpt.load_latest_checkpoint(str(tmp_path))[0].endswith('ckpt-60')
+    assert sorted(n for n in os.listdir(tmp_path) if 'corrupt' in n) == [
+        'ckpt-100.corrupt', 'ckpt-100.corrupt-2']
+
+
+def test_all_checkpoints_corrupt_moves_none_aside(tmp_path):
+    for step in (50, 100):
+        path = ckpt.save_checkpoint(str(tmp_path), step, make_state(1), None)
+        with open(os.path.join(path, ckpt.MODEL_FILE), 'wb') as f:
+            f.write(b'garbage')
+    with pytest.raises(ckpt.CheckpointError, match='none of the 2 checkpoints'):
+        ckpt.load_latest_checkpoint(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-50']
+
+
+def test_save_never_prunes_the_replay_buffer_of_the_checkpoint_it_writes(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    ckpt.save_checkpoint(str(tmp_path), 60, make_state(2), make_replay_buffer_state(2))
+    assert (tmp_path / 'ckpt-60' / ckpt.REPLAY_BUFFER_FILE).is_file()
+    assert not (tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE).exists()
+
+
+class WritesAFile:
+    """Unpickling this runs ``exec``, which writes ``path``: what a crafted checkpoint does."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return exec, (f'open({str(self.path)!r}, "w").write("ran")',)
+
+
+def test_checkpoint_that_would_run_code_is_refused_naming_the_file_and_runs_nothing(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    crafted = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
+    marker = tmp_path / 'ran'
+    torch.save({'env_steps': 200, 'payload': WritesAFile(marker)},
+               os.path.join(crafted, ckpt.MODEL_FILE))
+    with pytest.raises(ckpt.UnsafeCheckpointError) as error:
+        ckpt.load_latest_checkpoint(str(tmp_path))
+    assert os.path.join(crafted, ckpt.MODEL_FILE) in str(error.value)
+    assert 'builtins.exec' in str(error.value)
+    assert not marker.exists()
+    # Refused, not skipped: resuming from the one before it would hide the file.
+    assert os.path.isdir(crafted)
+
+
+def test_replay_buffer_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    marker = tmp_path / 'ran'
+    rb_file = os.path.join(path, ckpt.REPLAY_BUFFER_FILE)
+    torch.save({'observation': WritesAFile(marker)}, rb_file)
+    with pytest.raises(ckpt.UnsafeCheckpointError, match=rb_file):
+        ckpt.load_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_plain_pickle_in_place_of_a_checkpoint_runs_nothing_and_counts_as_unreadable(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    crafted = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
+    marker = tmp_path / 'ran'
+    with open(os.path.join(crafted, ckpt.MODEL_FILE), 'wb') as f:
+        pickle.dump(WritesAFile(marker), f)
+    path, state, _ = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert not marker.exists()
+    assert path.endswith('ckpt-100') and state['env_steps'] == 100

@@ -155,19 +155,28 @@ def test_targets_start_as_copies_and_follow_polyak_exactly():
             assert torch.equal(t, o)
 
 
-def test_l2_term_is_weight_decay_times_sum_of_squared_critic_weights_and_absent_from_actor():
+def test_l2_gradient_is_weight_decay_times_each_critic_weight_matrix_and_nothing_else():
+    # Weight decay c means the gradient c * w (the penalty (c / 2) * sum(w^2)), as
+    # rllab's DDPG and Baselines' l2_regularizer define it. With every transition
+    # masked out the L2 term is the whole critic loss, so the gradients are its own.
     batch = random_batch()
-    results = []
-    for decay in (0.0, 0.01):
-        torch.manual_seed(0)
-        ddpg = DdpgAlgorithm(observation_dim=3, action_dim=2, critic_l2_weight_decay=decay,
-                             critic_optimizer=FROZEN)
-        weights = sum(layer.weight.square().sum().item() for layer in ddpg._critic._layers)
-        out = ddpg.train_step(batch, loss_mask(batch))
-        results.append((out['critic_loss'].item(), weights, list(ddpg._actor.parameters())))
-    (loss0, weights, actor0), (loss1, _, actor1) = results
-    assert loss1 - loss0 == pytest.approx(0.01 * weights, rel=1e-5)
-    assert all(torch.equal(a, b) for a, b in zip(actor0, actor1))
+    decay = 0.01
+    torch.manual_seed(0)
+    ddpg = paper_networks(critic_l2_weight_decay=decay,
+                          critic_optimizer=FROZEN, actor_optimizer=FROZEN)
+    weights = [layer.weight.detach().clone() for layer in ddpg._critic._layers]
+    out = ddpg.train_step(batch, torch.zeros(8, 1))
+    # Every weight matrix, the output layer's included.
+    for layer, w in zip(ddpg._critic._layers, weights):
+        assert torch.allclose(layer.weight.grad, decay * w, rtol=1e-6, atol=0)
+    assert out['critic_loss'].item() == pytest.approx(
+        0.5 * decay * sum(w.square().sum().item() for w in weights), rel=1e-5)
+    # Not biases, not batch-norm scales and shifts.
+    matrices = {id(layer.weight) for layer in ddpg._critic._layers}
+    others = [p for p in ddpg._critic.parameters() if id(p) not in matrices]
+    assert others and all(p.grad is None or not p.grad.any() for p in others)
+    # The actor gets no penalty: its loss is masked out entirely.
+    assert all(p.grad is None or not p.grad.any() for p in ddpg._actor.parameters())
 
 
 def test_l2_in_the_loss_and_adamw_are_both_reachable_from_gin():

@@ -6,8 +6,10 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from cli_helpers import (PENDULUM, REPO_ROOT, RUN_TIMEOUT_S, TINY, assert_ok, run_train,
                          train_command, train_env)
+from test_checkpoint import WritesAFile
 
 EPISODE_STEPS = 5
 
@@ -96,3 +98,15 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr, result.stderr
     assert 'Traceback' not in result.stderr, result.stderr
+
+
+def test_checkpoint_that_would_run_code_is_refused_and_runs_nothing(trained_run, tmp_path):
+    root_dir = tmp_path / 'run'
+    shutil.copytree(trained_run, root_dir)
+    model = root_dir / 'checkpoints' / 'ckpt-2' / 'model.pt'
+    marker = tmp_path / 'ran'
+    torch.save({'algorithm': WritesAFile(marker)}, model)
+    result = run_play(root_dir)
+    assert result.returncode == 2, result.stderr
+    assert str(model) in result.stderr and 'builtins.exec' in result.stderr, result.stderr
+    assert not marker.exists()

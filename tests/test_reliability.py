@@ -1,8 +1,10 @@
 """What happens when things go wrong: bad input, kills, signals, NaN, a full disk."""
 import hashlib
+import logging
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -14,11 +16,15 @@ import pytest
 import torch
 
 import alf_lite.all_configurables  # noqa: F401
+import hanging_env
 from alf_lite import checkpoint as ckpt
 from alf_lite.config import parse_config
+from alf_lite.environments import create_environment
+from alf_lite.environments.suite_gym import EnvironmentHungError
+from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
-from cli_helpers import (EXAMPLES, PENDULUM, REPO_ROOT, TINY, assert_ok, checkpoint_steps,
-                         run_train, train_command, train_env)
+from cli_helpers import (EXAMPLES, PENDULUM, REPO_ROOT, RUN_TIMEOUT_S, TINY, assert_ok,
+                         checkpoint_steps, run_train, train_command, train_env)
 
 SHORT = TINY + ['TrainerConfig.num_env_steps=400', 'TrainerConfig.summary_interval=100',
                 'TrainerConfig.eval_interval=200', 'TrainerConfig.checkpoint_interval=200',
@@ -172,6 +178,26 @@ def test_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
     state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-400'))
     assert state['env_steps'] == 400
+
+
+def test_checkpoints_written_after_resuming_past_a_corrupt_one_keep_their_replay_buffer(
+        tmp_path, caplog):
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400',
+                     'TrainerConfig.checkpoint_interval = 200')
+    checkpoints = tmp_path / 'checkpoints'
+    (checkpoints / 'ckpt-400' / 'model.pt').write_bytes(b'garbage')
+    # Resumed from ckpt-200; a shorter interval writes checkpoints below the corrupt 400.
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300',
+                     'TrainerConfig.checkpoint_interval = 100')
+    assert sorted(os.listdir(checkpoints)) == ['ckpt-200', 'ckpt-300', 'ckpt-400.corrupt']
+    assert (checkpoints / 'ckpt-300' / 'replay_buffer.pt').is_file()
+    caplog.clear()
+    caplog.set_level(logging.INFO)
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400',
+                     'TrainerConfig.checkpoint_interval = 100')
+    assert 'ckpt-300 at 300 env steps' in caplog.text
+    assert 'holds no replay buffer' not in caplog.text
+    assert checkpoint_steps(tmp_path) == [200, 300, 400]
 
 
 def test_all_checkpoints_corrupt_stops_with_a_clear_error(tmp_path):
@@ -341,3 +367,115 @@ def test_resume_with_a_changed_number_of_envs_is_refused(tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     assert 'does not fit the configured one' in result.stderr
     assert 'Traceback' not in result.stderr
+
+
+# --- a hung environment ---------------------------------------------------------------------
+
+TESTS_DIR = REPO_ROOT / 'tests'
+HANG_PARAMS = TINY + [
+    'TrainerConfig.num_env_steps=1000', 'TrainerConfig.summary_interval=100',
+    'TrainerConfig.eval_interval=100000', 'TrainerConfig.checkpoint_interval=100',
+    'TrainerConfig.num_eval_episodes=1']
+
+
+def hanging_train(root_dir, env_id, *params):
+    """The train command and environment for a run on ``env_id`` of ``hanging_env``."""
+    command = train_command(root_dir, [PENDULUM], HANG_PARAMS + [
+        f"create_environment.env_name='{env_id}'", *params])
+    # train is run as a module after importing hanging_env, which registers the ids.
+    command[1:3] = ['-c', 'import runpy, hanging_env; '
+                    'runpy.run_module("alf_lite.bin.train", run_name="__main__")']
+    env = train_env()
+    env['PYTHONPATH'] = os.pathsep.join([str(TESTS_DIR), env['PYTHONPATH']])
+    return command, env
+
+
+def run_hanging(root_dir, env_id, *params):
+    command, env = hanging_train(root_dir, env_id, *params)
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+
+
+def test_env_process_that_never_answers_is_named_with_its_index_and_every_process_ends():
+    env = create_environment(env_name='alf_lite_tests/HangsInStep5-v0',
+                             num_parallel_environments=2, use_subprocesses=True, step_timeout=1)
+    processes = list(env._env.processes)
+    env.reset()
+    started = time.monotonic()
+    with pytest.raises(EnvironmentHungError) as error:
+        for _ in range(10):
+            env.step(torch.zeros(2, 1))
+    assert time.monotonic() - started < 10
+    message = str(error.value)
+    assert "'alf_lite_tests/HangsInStep5-v0' (env 1 of 2)" in message, message
+    assert 'step() within 1 s' in message and 'step_timeout' in message, message
+    assert not any(p.is_alive() for p in processes)
+    env.close()
+
+
+def test_trainer_stops_on_an_env_process_that_never_answers(tmp_path):
+    root_dir = tmp_path / 'run'
+    result = run_hanging(root_dir, 'alf_lite_tests/HangsAfterCheckpoint-v0',
+                         'create_environment.num_parallel_environments=2',
+                         'create_environment.use_subprocesses=True',
+                         'create_environment.step_timeout=2')
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert '(env 0 of 2) did not answer step() within 2 s' in result.stderr, result.stderr[-3000:]
+    # Env 0 hangs in its 150th step, after the checkpoints at 100, 200 and 300 env steps.
+    assert checkpoint_steps(root_dir) == [100, 200, 300]
+    state, _ = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / 'ckpt-300'))
+    assert state['env_steps'] == 300
+
+
+def test_in_process_env_that_never_returns_ends_the_run_with_every_stack(tmp_path):
+    root_dir = tmp_path / 'run'
+    result = run_hanging(root_dir, 'alf_lite_tests/HangsAfterCheckpoint-v0',
+                         'create_environment.step_timeout=2')
+    assert result.returncode == HUNG_ENV_EXIT_CODE, result.stderr[-3000:]
+    assert "(in process) did not return from step() within 2 s" in result.stderr
+    # Every thread's stack, the hung step among them.
+    assert 'most recent call first' in result.stderr, result.stderr[-3000:]
+    assert re.search(r'hanging_env\.py", line \d+ in _hang', result.stderr), result.stderr[-3000:]
+    # The env hangs in its 150th step: the checkpoint at 100 is the last, complete and loadable.
+    assert sorted(os.listdir(root_dir / 'checkpoints')) == ['ckpt-100']
+    state, rb = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / 'ckpt-100'))
+    assert state['env_steps'] == 100 and rb is not None
+
+
+@pytest.mark.parametrize('sig, use_subprocesses', [
+    (signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True),
+    (signal.SIGINT, True)])
+def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocesses):
+    root_dir = tmp_path / 'run'
+    marker = tmp_path / 'hanging'
+    command, env = hanging_train(root_dir, 'alf_lite_tests/HangsAfterCheckpoint-v0',
+                                 'create_environment.num_parallel_environments=2',
+                                 f'create_environment.use_subprocesses={use_subprocesses}')
+    env[hanging_env.MARKER_VARIABLE] = str(marker)
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        deadline = time.time() + RUN_TIMEOUT_S
+        while not marker.exists():
+            assert process.poll() is None and time.time() < deadline, process.communicate()[1]
+            time.sleep(0.05)
+        children = psutil.Process(process.pid).children(recursive=True)
+        time.sleep(0.5)  # well inside the hung step
+        if sig == signal.SIGINT:
+            os.killpg(process.pid, sig)  # as Ctrl-C does
+        else:
+            process.send_signal(sig)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:  # the signal did not end it: leave nothing behind
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 128 + sig, stderr[-3000:]
+    # A final checkpoint of the state before the hung step.
+    steps = checkpoint_steps(root_dir)
+    assert steps[-1] >= 200, steps
+    state, _ = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / f'ckpt-{steps[-1]}'))
+    assert state['env_steps'] == steps[-1]
+    gone = psutil.wait_procs(children, timeout=10)[1] == []
+    assert gone, [c.pid for c in children if c.is_running()]

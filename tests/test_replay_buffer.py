@@ -230,35 +230,6 @@ def test_rejects_bad_arguments():
         ReplayBuffer(2, 4, 3, 1, max_memory_fraction=0.0)
 
 
-def test_mark_last_steps_as_last():
-    num_envs, length = 3, 4
-    rb = ReplayBuffer(num_envs, length, 2, 2)
-    rb.mark_last_steps_as_last()  # empty: no-op
-    assert (rb.state_dict()["step_type"] == 0).all()
-
-    for t in range(3):
-        rb.add_batch(_step(num_envs, t))
-    rb.mark_last_steps_as_last()
-    # Rows 0..2 written, row 2 newest; row 3 never written (stays 0).
-    expected = torch.tensor([StepType.MID, StepType.MID, StepType.LAST, 0],
-                            dtype=torch.uint8)
-    assert torch.equal(rb.state_dict()["step_type"],
-                       expected.expand(num_envs, length))
-
-    # After wrapping, the newest row (t = 5) lives at position 5 % 4 = 1.
-    for t in range(3, 6):
-        rb.add_batch(_step(num_envs, t))
-    rb.mark_last_steps_as_last()
-    expected = torch.tensor([StepType.MID, StepType.LAST, StepType.LAST,
-                             StepType.MID], dtype=torch.uint8)
-    assert torch.equal(rb.state_dict()["step_type"],
-                       expected.expand(num_envs, length))
-    # A full-length window ends on the marked row.
-    batch = rb.sample(batch_size=10, batch_length=length)
-    assert (batch.step_type[:, -1] == StepType.LAST).all()
-    assert (batch.observation[:, -1, 1] == 5).all()
-
-
 def test_state_dict_round_trip():
     rb = _filled(num_envs=3, length=5, num_added=12)
     buffer = io.BytesIO()

@@ -1,16 +1,18 @@
 """The trainer end to end, in process: learning, reproducibility, resume."""
 import csv
 import os
+import random
 
+import numpy as np
 import pytest
 import torch
 
 import alf_lite.all_configurables  # noqa: F401
 from alf_lite import checkpoint as ckpt
 from alf_lite.config import parse_config
-from alf_lite.data import StepType
+from alf_lite.data import Experience, StepType
 from alf_lite.summary import NONDETERMINISTIC_COLUMNS
-from alf_lite.trainer import Trainer, TrainerConfig
+from alf_lite.trainer import Trainer, TrainerConfig, _rng_state, _set_rng_state, loss_mask
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
 
@@ -78,17 +80,50 @@ def test_different_seed_different_progress_csv(tmp_path):
     assert read_csv(tmp_path / 'a' / 'progress.csv') != read_csv(tmp_path / 'b' / 'progress.csv')
 
 
-def test_resume_marks_last_stored_step_as_last(tmp_path):
-    train(tmp_path, 'TrainerConfig.num_env_steps = 500', 'TrainerConfig.checkpoint_interval = 500')
-    state, rb = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
-    # 500 rows stored; with 21-row episodes (FIRST, 19 MID, LAST) row 499 is a MID.
-    assert rb['step_type'][0, 499].item() == StepType.MID
-    train(tmp_path, 'TrainerConfig.num_env_steps = 700', 'TrainerConfig.checkpoint_interval = 500')
-    _, rb = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
-    assert rb['step_type'][0, 499].item() == StepType.LAST
-    assert rb['step_type'][0, 500].item() == StepType.FIRST
+@pytest.mark.parametrize('mask_out_loss_for_last_step', [True, False])
+def test_resume_never_trains_on_the_pair_across_the_restart(tmp_path, monkeypatch,
+                                                             mask_out_loss_for_last_step):
+    params = ['TrainerConfig.checkpoint_interval = 500',
+              f'TrainerConfig.mask_out_loss_for_last_step = {mask_out_loss_for_last_step}']
+    train(tmp_path, 'TrainerConfig.num_env_steps = 500', *params)
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')],
+                 POINT_PARAMS + params + ['TrainerConfig.num_env_steps = 700'])
+    trained = []
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        train_step = trainer._algorithm.train_step
+
+        def recorded_train_step(batch, loss_mask):
+            trained.append((batch.observation, loss_mask))
+            return train_step(batch, loss_mask)
+
+        monkeypatch.setattr(trainer._algorithm, 'train_step', recorded_train_step)
+        trainer.train()
+        stored = trainer._replay_buffer.state_dict()
+    # 500 rows before the restart; with 21-row episodes row 499 is a MID, and the
+    # resumed run's reset wrote row 500 as a FIRST.
+    assert stored['step_type'][0, 499].item() == StepType.MID
+    assert stored['step_type'][0, 500].item() == StepType.FIRST
+    before, after = stored['observation'][0, 499], stored['observation'][0, 500]
+    sampled = 0
+    for observation, loss_mask in trained:
+        across = ((observation[:, :-1] == before).all(-1)
+                  & (observation[:, 1:] == after).all(-1))
+        sampled += int(across.sum())
+        assert not (across & (loss_mask > 0)).any()
+    assert sampled > 0, 'the pair across the restart was never sampled: the test proves nothing'
     steps = [int(r['env_steps']) for r in read_csv(tmp_path / 'progress.csv')]
     assert steps == sorted(set(steps)) and steps[-1] == 700
+
+
+@pytest.mark.parametrize('mask_out_loss_for_last_step', [True, False])
+def test_loss_mask_never_keeps_a_first_that_follows_a_non_last_row(mask_out_loss_for_last_step):
+    F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
+    # Windows of 3 rows: a restart (M -> F) next to an episode boundary (L -> F).
+    step_type = torch.tensor([[F, M, M], [M, L, F], [M, M, F], [L, F, M]], dtype=torch.uint8)
+    batch = Experience(step_type, *(torch.zeros(4, 3) for _ in range(4)))
+    boundary = 0.0 if mask_out_loss_for_last_step else 1.0
+    expected = torch.tensor([[1, 1], [1, boundary], [1, 0], [boundary, 1]])
+    assert torch.equal(loss_mask(batch, mask_out_loss_for_last_step), expected)
 
 
 def test_resumed_run_restores_networks_and_counters(tmp_path):
@@ -131,3 +166,20 @@ def test_evaluation_between_summaries(tmp_path):
     rows = read_csv(tmp_path / 'progress.csv')
     assert [r['env_steps'] for r in rows] == ['0', '200', '300', '400', '600']
     assert [r['eval/AverageReturn'] != '' for r in rows] == [True, True, False, True, True]
+
+
+def test_rng_states_saved_in_a_checkpoint_continue_every_generator(tmp_path):
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    np.random.normal()  # numpy then holds a cached Gaussian, which is state too
+    path = ckpt.save_checkpoint(str(tmp_path), 1, {'rng': _rng_state()})
+    expected = (random.random(), np.random.normal(), np.random.rand(3), torch.rand(3))
+    random.seed(9)
+    np.random.seed(9)
+    torch.manual_seed(9)
+    state, _ = ckpt.load_checkpoint(path)
+    _set_rng_state(state['rng'])
+    got = (random.random(), np.random.normal(), np.random.rand(3), torch.rand(3))
+    assert got[:2] == expected[:2]
+    assert np.array_equal(got[2], expected[2]) and torch.equal(got[3], expected[3])

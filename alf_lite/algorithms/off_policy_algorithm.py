@@ -115,8 +115,8 @@ class OffPolicyAlgorithm(nn.Module):
         Args:
             batch: windows of consecutive rows of one env each.
             loss_mask: ``[B, T - 1]`` float, 1 where the transition ``(t, t + 1)``
-                may be trained on (0 where row ``t`` is LAST, unless the trainer
-                keeps those for study).
+                may be trained on (0 where row ``t + 1`` is FIRST, unless row
+                ``t`` is LAST and the trainer keeps those pairs for study).
 
         Returns:
             detached scalar tensors for summaries, e.g. ``{'critic_loss': ...}``.

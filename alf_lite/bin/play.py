@@ -75,14 +75,14 @@ def load_policy(path: str, observation_dim: int, action_dim: int):
 
     Reads only the model file, and of it only the networks (``state['algorithm']['module']``).
     """
-    import torch
-
-    from alf_lite.checkpoint import MODEL_FILE
+    from alf_lite.checkpoint import MODEL_FILE, UnsafeCheckpointError, load_file
     from alf_lite.trainer import TrainerConfig
     algorithm = TrainerConfig().algorithm_ctor(observation_dim=observation_dim,
                                                action_dim=action_dim)
     try:
-        state = torch.load(os.path.join(path, MODEL_FILE), weights_only=False)
+        state = load_file(os.path.join(path, MODEL_FILE))
+    except UnsafeCheckpointError as e:
+        fail(str(e))
     except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
         fail(f'cannot read {os.path.join(path, MODEL_FILE)} ({type(e).__name__}: {e}); pick '
              'another with --checkpoint_step.')

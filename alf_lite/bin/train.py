@@ -7,8 +7,11 @@ Re-running with the same ``--root_dir`` resumes from its latest complete
 checkpoint; without ``--gin_file`` the config is read from ``root_dir/config.gin``.
 
 Exit codes: 0 done; 2 bad input (nothing was written); 1 a fault during
-training (the message says what was kept); 128 + signal number after SIGINT or
-SIGTERM (a final checkpoint was written).
+training (the message says what was kept), an env process that did not answer
+within ``create_environment.step_timeout`` included; 3 an in-process env call
+that did not return within it (every thread's stack is printed, the last
+checkpoint is left as it was); 128 + signal number after SIGINT or SIGTERM (a
+final checkpoint was written), also while an env call hangs.
 """
 import datetime
 import os

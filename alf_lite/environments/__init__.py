@@ -6,7 +6,7 @@ Registered ids: ``alf_lite/PointTarget-v0`` (toy task), ``HumanoidBullet-v0``,
 """
 from alf_lite.environments import icub_walking, point_env, suite_pybullet
 from alf_lite.environments.suite_gym import (BatchedEnvironment, EnvironmentCrashedError,
-                                             create_environment)
+                                             EnvironmentHungError, create_environment)
 
-__all__ = ['BatchedEnvironment', 'EnvironmentCrashedError', 'create_environment',
-           'icub_walking', 'point_env', 'suite_pybullet']
+__all__ = ['BatchedEnvironment', 'EnvironmentCrashedError', 'EnvironmentHungError',
+           'create_environment', 'icub_walking', 'point_env', 'suite_pybullet']

@@ -2,6 +2,7 @@
 import difflib
 import functools
 import logging
+import multiprocessing
 import time
 from typing import Callable, List, Optional, Sequence, Union
 
@@ -13,6 +14,7 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from alf_lite.data import StepType, TimeStep
+from alf_lite.environments import watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +33,10 @@ _DEAD_WORKER_ERRORS = (EOFError, BrokenPipeError, ConnectionResetError)
 
 class EnvironmentCrashedError(RuntimeError):
     """An env raised or its process died; the message names the env id and its index."""
+
+
+class EnvironmentHungError(EnvironmentCrashedError):
+    """An env process did not answer within ``step_timeout``; the message names it and the timeout."""
 
 
 class _NamedEnv(gymnasium.Wrapper):
@@ -93,24 +99,38 @@ class BatchedEnvironment:
         use_subprocesses: step the envs in subprocesses (``AsyncVectorEnv``);
             ``None`` means yes when there is more than one env.
         name: how errors and logs name the env.
+        step_timeout: seconds a ``reset`` or ``step`` of the envs may take;
+            None waits forever. Env processes that do not answer in time raise
+            ``EnvironmentHungError`` (measured from when the step was sent). An
+            in-process call that does not return in time ends the process
+            (``watchdog.HUNG_ENV_EXIT_CODE``) with the stacks of all threads.
     Raises:
         ValueError: when the observation or action space is not supported.
-        EnvironmentCrashedError: from any method, when an env raised or its
-            process died; the message names ``name`` and the env's index, and
-            the other env processes are stopped.
+        EnvironmentCrashedError: from any method, when an env raised, its
+            process died or did not answer within ``step_timeout``; the message
+            names ``name`` and the env's index, and all env processes are
+            stopped.
     """
 
     def __init__(self,
                  env_fns: Sequence[Callable[[], gymnasium.Env]],
                  seed: Union[int, Sequence[int]] = 0,
                  use_subprocesses: Optional[bool] = None,
-                 name: str = 'environment'):
+                 name: str = 'environment',
+                 step_timeout: Optional[float] = None):
+        if step_timeout is not None and not step_timeout > 0:
+            raise ValueError(f'step_timeout must be a positive number of seconds or None, got '
+                             f'{step_timeout!r}.')
         self.num_envs = len(env_fns)
         if use_subprocesses is None:
             use_subprocesses = self.num_envs > 1
         self.name = name
         self.use_subprocesses = use_subprocesses
         self._seed = self._env_seeds(seed)
+        self._step_timeout = step_timeout
+        # True while a call into the envs is under way, so a signal handler can
+        # tell that the caller may be stuck in it.
+        self.busy = False
         env_fns = [_NamedEnvFactory(fn, name, i, self.num_envs) for i, fn in enumerate(env_fns)]
         if use_subprocesses:
             # copy=False: the shared-memory observation is copied into a new
@@ -136,6 +156,7 @@ class BatchedEnvironment:
         self._done = np.zeros(self.num_envs, dtype=bool)
         # The action of a step started by step_async and not yet waited for.
         self._pending = None
+        self._step_sent = 0.0
         self._env_id = torch.arange(self.num_envs, dtype=torch.int64)
         logger.info('Created %d x %s (%s).', self.num_envs, name,
                     'subprocesses' if use_subprocesses else 'in process')
@@ -189,7 +210,11 @@ class BatchedEnvironment:
         else:
             seeds = None if seed is None else self._env_seeds(seed)
         self._first_reset = False
-        obs, _ = self._call(self._env.reset, seed=seeds)
+        if self.use_subprocesses:
+            self._call(self._env.reset_async, seed=seeds)
+            obs, _ = self._call(self._env.reset_wait, timeout=self._step_timeout)
+        else:
+            obs, _ = self._call(self._env.reset, seed=seeds)
         self._done[:] = False
         return TimeStep(
             step_type=torch.full((self.num_envs,), StepType.FIRST, dtype=torch.uint8),
@@ -232,6 +257,7 @@ class BatchedEnvironment:
         env_action = env_action.astype(self._action_dtype, copy=False)
         if self.use_subprocesses:
             self._call(self._env.step_async, env_action)
+            self._step_sent = time.monotonic()
         self._pending = env_action
 
     def step_wait(self) -> TimeStep:
@@ -240,7 +266,9 @@ class BatchedEnvironment:
             raise RuntimeError('step_wait called without a pending step_async.')
         env_action, self._pending = self._pending, None
         if self.use_subprocesses:
-            obs, reward, terminated, truncated, _ = self._call(self._env.step_wait)
+            timeout = None if self._step_timeout is None else max(
+                0.0, self._step_sent + self._step_timeout - time.monotonic())
+            obs, reward, terminated, truncated, _ = self._call(self._env.step_wait, timeout)
         else:
             obs, reward, terminated, truncated, _ = self._call(self._env.step, env_action)
 
@@ -266,11 +294,28 @@ class BatchedEnvironment:
         """``method(*args, **kwargs)`` of the vector env; after a crash, stop all envs and raise.
 
         gymnasium leaves an AsyncVectorEnv waiting for replies that will never
-        come after a worker raised or died (a plain ``close()`` then blocks
-        forever), so the processes are terminated here before raising.
+        come after a worker raised, died or timed out (a plain ``close()`` then
+        blocks forever), so the processes are terminated here before raising.
+        In process, the watchdog ends the process if the call never returns.
         """
+        call = method.__name__.removesuffix('_wait')
         try:
-            return method(*args, **kwargs)
+            self.busy = True
+            token = None
+            if self._step_timeout is not None and not self.use_subprocesses:
+                token = watchdog.start(self._step_timeout, (
+                    f"Environment '{self.name}' (in process) did not return from {call}() "
+                    f'within {self._step_timeout:g} s (create_environment.step_timeout)'))
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.busy = False
+                if token is not None:
+                    watchdog.done(token)
+        except multiprocessing.TimeoutError as e:
+            message = self._hung_workers_message(call)
+            self._terminate()
+            raise EnvironmentHungError(message) from e
         except _DEAD_WORKER_ERRORS as e:
             message = self._dead_workers_message()
             self._terminate()
@@ -294,6 +339,14 @@ class BatchedEnvironment:
         return (f"Environment '{self.name}': the process of {which} of {self.num_envs} died "
                 'without raising a Python exception (killed, os._exit, or a crash in native '
                 'code); its output above may say why.')
+
+    def _hung_workers_message(self, call: str) -> str:
+        # A process that answered has its reply waiting in the pipe.
+        late = [i for i, pipe in enumerate(self._env.parent_pipes) if not pipe.poll()]
+        which = ', '.join(str(i) for i in late) or 'unknown'
+        return (f"Environment '{self.name}' (env {which} of {self.num_envs}) did not answer "
+                f'{call}() within {self._step_timeout:g} s (create_environment.step_timeout); '
+                'all env processes were terminated.')
 
     def _terminate(self):
         if not self._closed:
@@ -327,7 +380,8 @@ def create_environment(env_name: str = 'Pendulum-v1',
                        seed: Union[int, Sequence[int]] = 0,
                        use_subprocesses: Optional[bool] = None,
                        max_episode_steps: Optional[int] = None,
-                       render_mode: Optional[str] = None) -> BatchedEnvironment:
+                       render_mode: Optional[str] = None,
+                       step_timeout: Optional[float] = 60.0) -> BatchedEnvironment:
     """Create ``num_parallel_environments`` copies of a registered gymnasium env.
 
     Args:
@@ -346,6 +400,12 @@ def create_environment(env_name: str = 'Pendulum-v1',
             keeps the limit the env was registered with.
         render_mode: gymnasium's render mode, e.g. 'rgb_array' for
             ``BatchedEnvironment.render()``; None renders nothing.
+        step_timeout: seconds a ``reset`` or ``step`` may take, far above any
+            simulator's step time. Env processes that take longer are stopped
+            with ``EnvironmentHungError`` naming the env, its index and the
+            timeout; an in-process env that takes longer ends the process with
+            exit code 3 after printing every thread's stack. None waits forever
+            (e.g. to debug an env in pdb).
     Returns:
         the ``BatchedEnvironment``; close it (or use it as a context manager).
     Raises:
@@ -369,7 +429,8 @@ def create_environment(env_name: str = 'Pendulum-v1',
     env_fn = functools.partial(gymnasium.make, spec, max_episode_steps=max_episode_steps,
                                **render_kwargs)
     return BatchedEnvironment([env_fn] * num_parallel_environments, seed=seed,
-                              use_subprocesses=use_subprocesses, name=env_name)
+                              use_subprocesses=use_subprocesses, name=env_name,
+                              step_timeout=step_timeout)
 
 
 def default_use_subprocesses(spec: gymnasium.envs.registration.EnvSpec, num_envs: int) -> bool:

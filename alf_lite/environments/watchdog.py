@@ -1,0 +1,87 @@
+"""Ends the process when a call into an in-process env never returns.
+
+A hung call blocks the thread that made it (the trainer's main thread) for
+good, so the check runs in a thread of its own: when a watched call outlives its
+timeout, that thread prints what hung and the stack of every thread, and exits
+with ``HUNG_ENV_EXIT_CODE``. Nothing is written on the way out, so the last
+checkpoint stays as it was.
+
+Limits: a call hung in native code that keeps the GIL stops every Python
+thread, this one included (``kill -ABRT`` then prints the stacks where
+faulthandler is enabled, as in train and play); and time the process spends
+stopped (Ctrl-Z, SIGSTOP) during a call counts towards its timeout.
+"""
+import faulthandler
+import itertools
+import os
+import threading
+import time
+
+# Exit status after a hung in-process env call (documented with train's other codes).
+HUNG_ENV_EXIT_CODE = 3
+# The watchdog looks at least this often, so it reports a hang at most this late.
+_MAX_CHECK_PERIOD_S = 1.0
+_STDERR_FD = 2
+
+
+class _Watchdog:
+    """One thread watching every pending call of this process."""
+
+    def __init__(self):
+        # token -> (deadline, what hung). Single dict operations are atomic
+        # under the GIL, so the calls take no lock.
+        self._calls = {}
+        self._tokens = itertools.count()
+        self._period = _MAX_CHECK_PERIOD_S
+        self._thread = None
+
+    def start(self, timeout_s: float, description: str) -> int:
+        token = next(self._tokens)
+        self._calls[token] = (time.monotonic() + timeout_s, description)
+        if timeout_s / 4 < self._period:
+            self._period = timeout_s / 4
+        # Not alive also in a forked child, which has only the thread that forked.
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name='alf_lite-env-watchdog',
+                                            daemon=True)
+            self._thread.start()
+        return token
+
+    def done(self, token: int) -> None:
+        self._calls.pop(token, None)
+
+    def _run(self):
+        while True:
+            time.sleep(self._period)
+            calls = list(self._calls.values())
+            if calls:
+                deadline, description = min(calls)
+                if time.monotonic() >= deadline:
+                    _exit_hung(description)
+
+
+def _exit_hung(description: str) -> None:
+    os.write(_STDERR_FD, (
+        f'\n{description}; the stacks of all threads follow. Exiting with code '
+        f'{HUNG_ENV_EXIT_CODE}; the last checkpoint is left as it was.\n').encode())
+    faulthandler.dump_traceback(file=_STDERR_FD, all_threads=True)
+    os._exit(HUNG_ENV_EXIT_CODE)
+
+
+_WATCHDOG = _Watchdog()
+
+
+def start(timeout_s: float, description: str) -> int:
+    """Watch a call that must return within ``timeout_s``; returns the token for ``done``.
+
+    Args:
+        timeout_s: seconds after which the process ends, if ``done`` was not called.
+        description: what hung, for the message, e.g.
+            "Environment 'X' (in process) did not return from step() within 60 s".
+    """
+    return _WATCHDOG.start(timeout_s, description)
+
+
+def done(token: int) -> None:
+    """The call of ``token`` returned (or raised): stop watching it."""
+    _WATCHDOG.done(token)

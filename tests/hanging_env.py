@@ -1,0 +1,69 @@
+"""Envs that hang for good in one step, as a deadlocked simulator does.
+
+Importable by name, so a train subprocess can use them:
+``create_environment.env_name = 'hanging_env:alf_lite_tests/HangsAfterCheckpoint-v0'``
+(with this directory on PYTHONPATH).
+"""
+import os
+import time
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from alf_lite.seeding import train_env_seeds
+
+# When set, the env writes this file as it starts to hang, so a test knows it hangs.
+MARKER_VARIABLE = 'ALF_LITE_TEST_HANG_MARKER'
+
+
+class HangingEnv(gymnasium.Env):
+    """The env seeded with ``hang_seed`` never returns from its ``hang_step``-th step.
+
+    ``create_environment(seed=0)`` seeds env ``i`` with ``i``, the trainer its
+    train env ``i`` with ``train_env_seeds(random_seed, n)[i]``; only the env
+    given ``hang_seed`` hangs (never an eval env). Otherwise a 1-D point to move
+    towards 0, reward ``-|x|``.
+
+    Args:
+        hang_seed: seed of the env that hangs.
+        hang_step: steps since creation after which it hangs.
+    """
+
+    def __init__(self, hang_seed=0, hang_step=5):
+        self.observation_space = spaces.Box(-10.0, 10.0, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self._hang_seed, self._hang_step = hang_seed, hang_step
+        self._seed = None
+        self._steps = 0
+        self._x = 0.0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._seed = seed
+        self._x = float(self.np_random.uniform(-1.0, 1.0))
+        return np.array([self._x], dtype=np.float32), {}
+
+    def step(self, action):
+        self._steps += 1
+        if self._seed == self._hang_seed and self._steps >= self._hang_step:
+            self._hang()
+        self._x = float(np.clip(self._x + 0.1 * float(action[0]), -10.0, 10.0))
+        return np.array([self._x], dtype=np.float32), -abs(self._x), False, False, {}
+
+    def _hang(self):
+        marker = os.environ.get(MARKER_VARIABLE)
+        if marker:
+            with open(marker, 'w') as f:
+                f.write(str(os.getpid()))
+        while True:
+            time.sleep(3600)
+
+
+gymnasium.register('alf_lite_tests/HangsInStep5-v0', entry_point=HangingEnv,
+                   max_episode_steps=20, kwargs=dict(hang_seed=1, hang_step=5))
+# Train env 0 of a run with random_seed 0.
+gymnasium.register('alf_lite_tests/HangsAfterCheckpoint-v0', entry_point=HangingEnv,
+                   max_episode_steps=20,
+                   kwargs=dict(hang_seed=train_env_seeds(0, 1)[0], hang_step=150))

@@ -1,0 +1,42 @@
+"""README's speed claims against Stable-Baselines3 say at which resources they were measured."""
+import re
+
+from cli_helpers import REPO_ROOT
+
+README = (REPO_ROOT / 'README.md').read_text()
+
+
+def section(title):
+    """The text of the README section ``## title``, up to the next ``## ``."""
+    start = README.index(f'\n## {title}\n')
+    end = README.find('\n## ', start + 1)
+    return README[start:end if end > 0 else len(README)]
+
+
+def speed_rows():
+    """``(threads alf_lite, threads SB3, ratio)`` of every env-steps/s row comparing the two."""
+    rows = []
+    for line in section('Performance').splitlines():
+        match = re.match(r'\| [^|]+ \| (\d+) / (\d+) \| [\d.]+ \| [\d.]+ \| \**([\d.]+)\**', line)
+        if match:
+            rows.append((int(match[1]), int(match[2]), float(match[3])))
+    return rows
+
+
+def test_headline_speed_is_the_ratio_measured_at_equal_resources():
+    headline = re.search(r'- \*\*Speed\.\*\* (.*?)(?:\n- |\n\n)', README, re.S)[1]
+    assert 'equal resources' in headline, headline
+    ratio = float(re.search(r'([\d.]+)x', headline)[1])
+    equal = [r for alf_lite, sb3, r in speed_rows() if alf_lite == sb3]
+    assert equal == [ratio], (equal, ratio)
+
+
+def test_every_speed_ratio_against_sb3_names_the_thread_counts_of_both():
+    performance = section('Performance')
+    compared = [line for line in performance.splitlines()
+                if re.match(r'\| (SAC|TD3|DDPG), ', line)]
+    assert len(compared) == len(speed_rows()) >= 5
+    # Time to solve: each library's row says its thread count.
+    assert re.search(r'\| alf_lite \(\d+ threads?\) \|', performance)
+    assert re.search(r'\| SB3 \(\d+ threads?\) \|', performance)
+    assert re.search(r'Ratio [\d.]+ at these unequal resources', performance)
