@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from alf_lite.algorithms.off_policy_algorithm import (
-    OffPolicyAlgorithm, frozen, masked_mean, polyak_update, td_target, transitions)
+    OffPolicyAlgorithm, frozen, masked_mean, td_target, transitions)
 from alf_lite.data import Experience, TimeStep
 from alf_lite.networks import CriticNetwork, TanhNormalActorNetwork
 from alf_lite.optimizers import OptimizerCtor, make_optimizer
@@ -77,6 +77,10 @@ class SacAlgorithm(OffPolicyAlgorithm):
             'alpha': make_optimizer(alpha_optimizer, [self._log_alpha], 3e-4),
         }
 
+    @property
+    def train_step_cycle(self) -> int:
+        return self._target_update_period
+
     @torch.no_grad()
     def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         return self._actor(observation)
@@ -99,7 +103,7 @@ class SacAlgorithm(OffPolicyAlgorithm):
         # without a backward pass through it). The noise is drawn for all rows
         # at once, in row order.
         b, t = batch.step_type.shape
-        noise = torch.randn(b, t, self.action_dim)
+        noise = torch.randn(b, t, self.action_dim, device=batch.observation.device)
         head = batch.observation[:, :-1].reshape(b * (t - 1), -1)
         a, lp = self._actor.sample(head, noise[:, :-1].reshape(b * (t - 1), -1))
         with torch.no_grad():
@@ -139,7 +143,7 @@ class SacAlgorithm(OffPolicyAlgorithm):
 
         self._num_train_steps += 1
         if self._num_train_steps % self._target_update_period == 0:
-            polyak_update(self._target_critic, self._critic, self._tau)
+            self.soft_update(self._target_critic, self._critic, self._tau)
 
         return {
             'critic_loss': critic_loss.detach(),
