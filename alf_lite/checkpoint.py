@@ -2,7 +2,7 @@
 import os
 import re
 import shutil
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 from absl import logging
@@ -86,29 +86,41 @@ def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
     return found[-1] if found else None
 
 
-def load_checkpoint(path: str) -> Tuple[dict, Optional[dict]]:
+def load_checkpoint(path: str, map_location: Union[str, torch.device, None] = None
+                    ) -> Tuple[dict, Optional[dict]]:
     """Read ``(state, replay_buffer_state or None)`` from a checkpoint directory.
 
     An unreadable replay buffer file is reported and skipped (None): the
     networks are still worth resuming from.
+
+    Args:
+        path: the checkpoint directory.
+        map_location: the device the state's tensors are loaded to (the
+            training device), whatever device they were saved from; None
+            keeps the saved devices. The replay buffer's tensors always load
+            to the CPU: ``ReplayBuffer.load_state_dict`` copies them to
+            wherever its storage lives.
     """
-    state = torch.load(os.path.join(path, MODEL_FILE), weights_only=False)
+    state = torch.load(os.path.join(path, MODEL_FILE), weights_only=False,
+                       map_location=map_location)
     rb_path = os.path.join(path, REPLAY_BUFFER_FILE)
     rb = None
     if os.path.exists(rb_path):
         try:
-            rb = torch.load(rb_path, weights_only=False)
+            rb = torch.load(rb_path, weights_only=False, map_location='cpu')
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
             logging.warning('replay buffer %s is unreadable (%s); resuming without it.',
                             rb_path, e)
     return state, rb
 
 
-def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Optional[dict]]]:
+def load_latest_checkpoint(checkpoint_dir: str,
+                           map_location: Union[str, torch.device, None] = None
+                           ) -> Optional[Tuple[str, dict, Optional[dict]]]:
     """``(path, state, replay_buffer_state)`` of the newest readable checkpoint, or None if none exist.
 
     A corrupt or truncated checkpoint is skipped with a warning in favour of
-    the one before it.
+    the one before it. ``map_location`` is ``load_checkpoint``'s.
 
     Raises:
         CheckpointError: when checkpoints exist but none can be read.
@@ -116,7 +128,7 @@ def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Opt
     found = list_checkpoints(checkpoint_dir)
     for path in reversed(found):
         try:
-            state, rb = load_checkpoint(path)
+            state, rb = load_checkpoint(path, map_location)
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
             logging.warning('checkpoint %s is unreadable (%s: %s); trying the one before it.',
                             path, type(e).__name__, e)
