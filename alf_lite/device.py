@@ -5,6 +5,7 @@ live on the training device (see DESIGN.md, "Devices").
 """
 import os
 import re
+from typing import List
 
 import psutil
 import torch
@@ -77,6 +78,19 @@ def free_memory_bytes(device: torch.device) -> int:
     if device.type == 'cpu':
         return int(psutil.virtual_memory().available)
     raise ValueError(f'no memory figure for device {device}')
+
+
+def visible_gpu_ids() -> List[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them for a child process.
+
+    The entries of ``CUDA_VISIBLE_DEVICES`` when it is set, else ``'0'`` to
+    ``'N-1'``; none when torch sees no GPU.
+    """
+    count = torch.cuda.device_count()
+    visible = os.environ.get('CUDA_VISIBLE_DEVICES')
+    if visible is None:
+        return [str(i) for i in range(count)]
+    return [gpu.strip() for gpu in visible.split(',') if gpu.strip()][:count]
 
 
 def use_deterministic_algorithms(device: torch.device) -> None:

@@ -132,7 +132,7 @@ def final_value(root_dir: str, y: str = 'eval/AverageReturn') -> Optional[float]
 
 
 def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
-                        log_path: str) -> dict:
+                        log_path: str, extra_env: Optional[Dict[str, str]] = None) -> dict:
     """Train (or resume) the run in ``root_dir`` with ``python -m alf_lite.bin.train``.
 
     Self-contained so that it runs on a Ray worker, which shares neither the
@@ -148,6 +148,8 @@ def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
         log_path: absolute path of the file that gets train's output, appended
             on each attempt (outside ``root_dir``: train refuses a non-empty
             root_dir without its config.gin).
+        extra_env: environment variables set for the subprocess, e.g. its
+            ``CUDA_VISIBLE_DEVICES``.
     Returns:
         ``{'returncode', 'wall_time_s', 'error'}``; ``error`` is None on success,
         else the line of the log that says why, with the exit code.
@@ -155,6 +157,7 @@ def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
     import alf_lite
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(alf_lite.__file__)))
     env = dict(os.environ, OMP_NUM_THREADS=str(num_threads), MKL_NUM_THREADS=str(num_threads))
+    env.update(extra_env or {})
     env['PYTHONPATH'] = os.pathsep.join(
         [package_parent] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
     os.makedirs(os.path.dirname(log_path), exist_ok=True)

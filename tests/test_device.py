@@ -6,7 +6,7 @@ import torch
 
 from alf_lite import device as device_module
 from alf_lite.device import (DeviceUnavailableError, describe_device, free_memory_bytes,
-                             resolve_device, use_deterministic_algorithms)
+                             resolve_device, use_deterministic_algorithms, visible_gpu_ids)
 
 
 def test_cpu_resolves_to_cpu():
@@ -89,3 +89,13 @@ def test_deterministic_cpu_leaves_cublas_alone(monkeypatch):
     finally:
         torch.use_deterministic_algorithms(was)
     assert 'CUBLAS_WORKSPACE_CONFIG' not in os.environ
+
+
+def test_visible_gpus_are_those_cuda_visible_devices_names(monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
+    monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
+    assert visible_gpu_ids() == ['0', '1']
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '3, 5')
+    assert visible_gpu_ids() == ['3', '5']
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 0)
+    assert visible_gpu_ids() == []
