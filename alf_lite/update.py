@@ -88,6 +88,7 @@ class UpdateRunner:
         self._graphs: Dict[int, torch.cuda.CUDAGraph] = {}
         self._graph_outputs: Dict[int, Dict[str, torch.Tensor]] = {}
         self._eager_updates = 0
+        self._side_stream = None
 
     @property
     def guard_enabled(self) -> bool:
@@ -120,7 +121,7 @@ class UpdateRunner:
         phase = self._algorithm.num_train_steps % self._algorithm.train_step_cycle
         if self._eager_updates < WARMUP_UPDATES_PER_PHASE * self._algorithm.train_step_cycle:
             self._eager_updates += 1
-            return self._on_side_stream(self._step, self._host_batch())
+            return self._on_side_stream(self._host_batch())
         if not self._sample_in_graph:
             for static, value in zip(self._static_batch, self._host_batch()):
                 static.copy_(value)
@@ -149,14 +150,14 @@ class UpdateRunner:
             batch = self._buffer.sample_on_device(self._batch_size, self._batch_length)
         return self._algorithm.train_step(batch, self._loss_mask_fn(batch))
 
-    @staticmethod
-    def _on_side_stream(fn, *args):
-        """Run ``fn`` on a side stream, as work before a capture must run."""
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            out = fn(*args)
-        torch.cuda.current_stream().wait_stream(stream)
+    def _on_side_stream(self, batch: Optional[Experience]) -> Dict[str, torch.Tensor]:
+        """An eager ``_step`` on a side stream, as the updates before a capture must run."""
+        if self._side_stream is None:
+            self._side_stream = torch.cuda.Stream()
+        self._side_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._side_stream):
+            out = self._step(batch)
+        torch.cuda.current_stream().wait_stream(self._side_stream)
         return out
 
     def _capture(self, phase: int) -> None:
