@@ -111,11 +111,12 @@ def alf_lite_device_ceiling(args, env, updates):
     The update is the trainer's (``UpdateRunner``): sampled on the device, losses
     checked there, eager or (``--cuda_graph``) replayed as a CUDA graph.
     """
-    from alf_lite.device import resolve_device
+    from alf_lite.device import resolve_device, use_deterministic_algorithms
     from alf_lite.replay_buffer import ReplayBuffer
     from alf_lite.trainer import TrainerConfig, loss_mask
     from alf_lite.update import UpdateRunner
     device = resolve_device(args.device)
+    use_deterministic_algorithms(device)  # as the trainer runs
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     algorithm = TrainerConfig().algorithm_ctor(observation_dim=obs_dim,
                                                action_dim=act_dim).to(device)
