@@ -18,8 +18,10 @@ from alf_lite.data import Experience, StepType
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.trainer import loss_mask
+from alf_lite.transfer import time_step_to_device
 from alf_lite.update import UpdateRunner
 from test_non_finite_guard import ALGORITHMS, _tensors, assert_same_state, make
+from test_transfer import assert_same_time_step, time_step
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason='needs a CUDA GPU (torch.cuda.is_available() is False)')
@@ -159,6 +161,13 @@ def test_pinned_cpu_buffer_gives_a_gpu_learner_the_cpu_samples():
     on_cpu = plain.sample(BATCH, 3)
     for x, y in zip(on_gpu, on_cpu):
         assert x.device == CUDA and torch.equal(x.cpu(), y)
+
+
+def test_time_step_goes_to_the_gpu_in_one_copy_every_field_exact():
+    ts = time_step()
+    on_gpu = time_step_to_device(ts, CUDA)
+    assert all(x.device == CUDA for x in on_gpu)
+    assert_same_time_step(on_gpu, ts)
 
 
 @pytest.mark.parametrize('name', ['sac', 'td3'])
