@@ -40,7 +40,8 @@ class UpdateRunner:
             to train on; it runs inside the captured update, so it must be
             made of tensor operations on the batch's device.
         cuda_graph: capture the update as CUDA graphs and replay them (GPU only).
-        compile: ``torch.compile`` the algorithm's networks (their ``forward``).
+        compile: ``torch.compile`` the algorithm's networks (their ``forward``
+            and, where they have one, ``sample``).
         defer_non_finite_checks: check losses on the device
             (``OffPolicyAlgorithm.defer_non_finite_checks``) instead of raising
             ``NonFiniteLossError`` at once; always on with ``cuda_graph``.
@@ -81,6 +82,8 @@ class UpdateRunner:
         if compile:
             for module in algorithm.children():
                 module.compile()
+                if hasattr(module, 'sample'):  # SAC's actor samples outside forward
+                    module.sample = torch.compile(module.sample)
         # Graph mode: the buffer is sampled inside the graph when it lives on
         # the GPU; a CPU buffer is sampled on the host into these inputs.
         self._sample_in_graph = replay_buffer.device == device

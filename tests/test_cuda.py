@@ -115,12 +115,15 @@ def test_cuda_graph_matches_eager_over_many_updates(name, buffer_device):
 
 def test_compiled_cuda_graph_stays_close_to_eager():
     pytest.importorskip('triton', reason='torch.compile on the GPU needs triton')
+    initial = make('sac').to(CUDA)
     eager, eager_rb, eager_runner = setup('sac', defer_non_finite_checks=True)
     train(eager_rb, eager_runner, 100)
     compiled, compiled_rb, compiled_runner = setup('sac', cuda_graph=True, compile=True)
     train(compiled_rb, compiled_runner, 100)
-    # Fused kernels round differently; after 100 updates the weights still agree closely.
-    assert max_difference(eager, compiled) < 1e-2
+    # Fused kernels round differently: the two stay far closer than either moved.
+    moved = max((p - q).abs().max().item()
+                for p, q in zip(initial.parameters(), eager.parameters()))
+    assert max_difference(eager, compiled) < 0.1 * moved
 
 
 def test_nan_loss_in_a_captured_update_freezes_the_state_and_names_the_update():
