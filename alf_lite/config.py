@@ -122,11 +122,6 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
         raise
 
 
-def config_str() -> str:
-    """Return the full parsed config as gin text that parses back to the same bindings."""
-    return gin.config_str()
-
-
 def operative_config_str() -> str:
     """Return the bindings and defaults actually used so far, as gin text."""
     return gin.operative_config_str()

@@ -2,9 +2,9 @@
 
 A run is what ``python -m alf_lite.bin.train`` leaves in one root_dir:
 ``config.gin``, ``progress.csv``, ``train/`` and ``eval/`` TensorBoard events and
-``checkpoints/ckpt-<env_steps>/``. ``plot`` and ``grid_search`` read runs through
-this module; ``grid_search`` also starts them with ``train_in_subprocess``, which
-runs on a Ray worker as well as locally.
+``checkpoints/ckpt-<env_steps>/``. ``plot``, ``grid_search`` and the learning
+benchmark read runs through this module; ``grid_search`` also starts them with
+``train_in_subprocess``, which runs on a Ray worker as well as locally.
 """
 import csv
 import os
@@ -22,6 +22,10 @@ PROGRESS_FILE = 'progress.csv'
 # progress.csv's step axis; TensorBoard's step is the same number.
 ENV_STEPS = 'env_steps'
 WALL_TIME = 'wall_time'
+# Scalars of progress.csv that the experiment tools summarise.
+EVAL_RETURN = 'eval/AverageReturn'
+EVAL_EPISODE_LENGTH = 'eval/AverageEpisodeLength'
+REPLAY_BUFFER_BYTES = 'train/replay_buffer_bytes'
 
 _CHECKPOINT = re.compile(r'^ckpt-(\d+)$')
 # A gin binding in config.gin starts at column 0: ``scope/Name.param = value``;
@@ -90,6 +94,14 @@ def _read_tensorboard_scalar(root_dir, y, x):
             for e in accumulator.Scalars(tag)]
 
 
+def read_scalar_if_any(root_dir: str, y: str) -> Tuple[np.ndarray, np.ndarray]:
+    """``read_scalar(root_dir, y)``, or two empty arrays when the run has no ``y`` (yet)."""
+    try:
+        return read_scalar(root_dir, y)
+    except (OSError, ValueError):
+        return np.zeros(0), np.zeros(0)
+
+
 def config_bindings(root_dir: str) -> Dict[str, str]:
     """``{'scope/Name.param': 'value text'}`` of the run's ``config.gin``, whitespace normalised.
 
@@ -122,13 +134,43 @@ def checkpoint_env_steps(root_dir: str) -> Optional[int]:
     return max(steps, default=None)
 
 
-def final_value(root_dir: str, y: str = 'eval/AverageReturn') -> Optional[float]:
+def final_value(root_dir: str, y: str = EVAL_RETURN) -> Optional[float]:
     """The last value of scalar ``y`` the run wrote, or None when it wrote none yet."""
-    try:
-        _, values = read_scalar(root_dir, y)
-    except (OSError, ValueError):
-        return None
+    _, values = read_scalar_if_any(root_dir, y)
     return float(values[-1]) if len(values) else None
+
+
+def subprocess_env(num_threads: int) -> Dict[str, str]:
+    """Environment variables for a subprocess that runs this copy of alf_lite.
+
+    Args:
+        num_threads: OpenMP / MKL threads of the subprocess.
+    Returns:
+        this process's environment with ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS``
+        set and the directory holding this ``alf_lite`` first on ``PYTHONPATH``.
+    """
+    import alf_lite
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(alf_lite.__file__)))
+    env = dict(os.environ, OMP_NUM_THREADS=str(num_threads), MKL_NUM_THREADS=str(num_threads))
+    env['PYTHONPATH'] = os.pathsep.join(
+        [package_parent] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
+    return env
+
+
+def log_error_line(log_path: str, offset: int = 0) -> str:
+    """The line of a log, from ``offset`` on, that says why a process failed.
+
+    That is the last line that is a usage error (``error: ...``) or names an
+    exception (``ValueError: ...``, ``KeyboardInterrupt``); else the last line.
+    """
+    with open(log_path, errors='replace') as f:
+        f.seek(offset)
+        lines = [line.strip() for line in f.read().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if _ERROR_LINE.match(line):
+            return line
+    return lines[-1] if lines else 'no output'
+
 
 
 def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
@@ -154,12 +196,8 @@ def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
         ``{'returncode', 'wall_time_s', 'error'}``; ``error`` is None on success,
         else the line of the log that says why, with the exit code.
     """
-    import alf_lite
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(alf_lite.__file__)))
-    env = dict(os.environ, OMP_NUM_THREADS=str(num_threads), MKL_NUM_THREADS=str(num_threads))
+    env = subprocess_env(num_threads)
     env.update(extra_env or {})
-    env['PYTHONPATH'] = os.pathsep.join(
-        [package_parent] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with tempfile.NamedTemporaryFile('w', suffix='.gin', delete=False) as config_file:
         config_file.write(config_text)
@@ -178,15 +216,5 @@ def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
         os.remove(config_file.name)
     error = None
     if returncode != 0:
-        with open(log_path) as log:
-            log.seek(offset)
-            error = f'exit code {returncode}: {_error_line(log.read())}'
+        error = f'exit code {returncode}: {log_error_line(log_path, offset)}'
     return {'returncode': returncode, 'wall_time_s': time.time() - start, 'error': error}
-
-
-def _error_line(output: str) -> str:
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if _ERROR_LINE.match(line):
-            return line
-    return lines[-1] if lines else 'no output'

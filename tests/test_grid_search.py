@@ -220,8 +220,8 @@ def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, 
 
 
 def fake_runs(n, tmp_path):
-    from alf_lite.bin.grid_search import Run
-    return [Run(f'run{i}', i, str(tmp_path / f'run{i}'), str(tmp_path / f'run{i}.log'), 'text',
+    from alf_lite.bin.grid_search import GridRun
+    return [GridRun(f'run{i}', i, str(tmp_path / f'run{i}'), str(tmp_path / f'run{i}.log'), 'text',
                 10, None) for i in range(n)]
 
 

@@ -1,6 +1,5 @@
-"""benchmarks/learning.py: suite definitions, matched SB3 settings, a tiny run, skip and report."""
+"""benchmarks/{learning,launcher,sb3_runner}.py: suites, matched SB3 settings, runs, report."""
 import csv
-import importlib.util
 import json
 import math
 import subprocess
@@ -10,18 +9,10 @@ import gin
 import pytest
 from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S, train_env
 
+from benchmarks import launcher, learning, sb3_runner
+
 SCRIPT = REPO_ROOT / 'benchmarks' / 'learning.py'
 TINY_STEPS = 1200  # above Pendulum's 1000 random steps: 200 updates
-
-
-def _load_module():
-    spec = importlib.util.spec_from_file_location('learning_benchmark', SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-learning = _load_module()
 
 
 def run_script(*args):
@@ -87,7 +78,7 @@ def test_sb3_settings_match_the_alf_lite_gin_config(suite):
         q = gin.query_parameter
         algo = {'sac': 'SacAlgorithm', 'td3': 'Td3Algorithm'}[sb3.algo]
         actor = {'sac': 'TanhNormalActorNetwork', 'td3': 'DeterministicActorNetwork'}[sb3.algo]
-        s = learning.sb3_settings(sb3)
+        s = sb3_runner.sb3_settings(sb3)
         lrs = {q('actor/Adam.lr'), q('critic/Adam.lr')}
         if sb3.algo == 'sac':
             lrs.add(q('alpha/Adam.lr'))
@@ -141,8 +132,8 @@ def test_every_alf_lite_run_has_a_valid_config(suite):
 
 def test_sb3_config_differs_between_seeds_only_in_the_seed():
     a, b = (r for r in learning.suite_runs('pendulum', seeds=[0, 1]) if r.name == 'sb3_td3')
-    text_a = learning.sb3_config_text(a, learning.sb3_settings(a)).splitlines()
-    text_b = learning.sb3_config_text(b, learning.sb3_settings(b)).splitlines()
+    text_a = sb3_runner.sb3_config_text(a, sb3_runner.sb3_settings(a)).splitlines()
+    text_b = sb3_runner.sb3_config_text(b, sb3_runner.sb3_settings(b)).splitlines()
     assert [(x, y) for x, y in zip(text_a, text_b) if x != y] == [
         ('TrainerConfig.random_seed = 0', 'TrainerConfig.random_seed = 1')]
     assert 'TrainerConfig.algorithm_ctor = @stable_baselines3.TD3' in text_a
@@ -153,7 +144,7 @@ def test_dry_run_and_bad_arguments(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 25
     assert sum('--gin_file examples/ddpg_pendulum.gin' in line for line in lines) == 5
-    assert sum('--_sb3_run' in line for line in lines) == 10
+    assert sum('-m benchmarks.sb3_runner' in line for line in lines) == 10
     assert any('TrainerConfig.random_seed=4' in line and 'torch_num_threads=1' in line
                for line in lines)
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
@@ -233,18 +224,18 @@ def test_sb3_run_writes_what_plot_reads(tmp_path):
 def test_deadline_parses_minutes_clock_times_and_iso_times():
     import datetime
     now = datetime.datetime(2026, 1, 2, 10, 30).timestamp()
-    assert learning.parse_deadline('90', now) == now + 5400
-    assert learning.parse_deadline('11:00', now) == now + 1800
-    assert learning.parse_deadline('10:00', now) == now + 23.5 * 3600  # tomorrow
-    assert learning.parse_deadline('2026-01-02T12:00', now) == now + 5400
+    assert launcher.parse_deadline('90', now) == now + 5400
+    assert launcher.parse_deadline('11:00', now) == now + 1800
+    assert launcher.parse_deadline('10:00', now) == now + 23.5 * 3600  # tomorrow
+    assert launcher.parse_deadline('2026-01-02T12:00', now) == now + 5400
     with pytest.raises(ValueError, match='--deadline takes minutes'):
-        learning.parse_deadline('soon', now)
+        launcher.parse_deadline('soon', now)
 
 
 def test_estimate_uses_the_slowest_measured_run_of_the_same_kind(tmp_path):
     run, = learning.suite_runs('hopper', seeds=[2], steps=150_000)[:1]
     assert run.name == 'alf_sac'
-    seconds, source = learning.estimate_seconds(run, str(tmp_path))
+    seconds, source = launcher.estimate_seconds(run, str(tmp_path))
     assert source == 'assumed rate' and seconds == pytest.approx(150_000 * 0.012)
     for seed, wall in ((0, 1500.0), (1, 1800.0)):
         d = tmp_path / 'study_mask' / 'hopper_mask_true' / f'seed{seed}'
@@ -252,7 +243,7 @@ def test_estimate_uses_the_slowest_measured_run_of_the_same_kind(tmp_path):
         (d / 'done.json').write_text(json.dumps(dict(
             framework='alf_lite', algo='sac', env='Hopper-v5', env_steps=100_000,
             wall_time_s=wall)))
-    seconds, source = learning.estimate_seconds(run, str(tmp_path))
+    seconds, source = launcher.estimate_seconds(run, str(tmp_path))
     assert source == 'measured over 2 runs or attempts' and seconds == pytest.approx(2700.0)
     # An attempt that stopped early measured a slower rate: it counts too.
     logs = tmp_path / 'hopper' / 'logs'
@@ -260,14 +251,14 @@ def test_estimate_uses_the_slowest_measured_run_of_the_same_kind(tmp_path):
     (logs / 'alf_sac.seed1.attempts.json').write_text(json.dumps([dict(
         kind=['alf_lite', 'sac', 'Hopper-v5'], env_steps_from=10_000, env_steps_to=30_000,
         wall_time_s=600.0)]))
-    seconds, source = learning.estimate_seconds(run, str(tmp_path))
+    seconds, source = launcher.estimate_seconds(run, str(tmp_path))
     assert source == 'measured over 3 runs or attempts' and seconds == pytest.approx(4500.0)
     (logs / 'alf_sac.seed1.attempts.json').unlink()
     # A run that resumes needs only its remaining steps.
     run_dir = tmp_path / 'hopper' / 'alf_sac' / 'seed2'
     run_dir.mkdir(parents=True)
     (run_dir / 'progress.csv').write_text('env_steps,eval/AverageReturn\n0,1\n50000,2\n')
-    assert learning.estimate_seconds(run, str(tmp_path))[0] == pytest.approx(1800.0)
+    assert launcher.estimate_seconds(run, str(tmp_path))[0] == pytest.approx(1800.0)
 
 
 def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path):

@@ -48,14 +48,8 @@ class OUNoise:
     ``sigma / sqrt(2 * theta)`` when ``theta * dt`` is small (0.365 for the
     defaults), and its correlation time is ``1 / (theta * dt)`` steps.
 
-    The DDPG paper gives theta = 0.15 and sigma = 0.2 but no ``dt``. OpenAI
-    Baselines and Stable-Baselines3 use ``dt = 1e-2`` (the default here): the
-    per-step increment has std ``sigma * sqrt(dt) = 0.02`` and the correlation
-    time is 667 steps, so within an episode started at ``mu`` the noise
-    wanders like a random walk (std 0.25 after 200 steps). ``dt = 1`` is
-    the form of rllab, tf-agents and ALF, ``x += theta * (mu - x) + sigma * N``
-    (tf-agents and ALF call theta ``damping`` and sigma ``stddev``): per-step
-    std 0.2, stationary std 0.38, correlation time about 7 steps.
+    The DDPG paper gives no ``dt``; the default ``1e-2`` is Stable-Baselines3's, so
+    that DDPG runs compare with it. ``dt = 1`` gives ``x += theta * (mu - x) + sigma * N``.
 
     Where ``step_type`` is FIRST the process restarts from ``mu`` before it
     steps, so each episode's noise is independent of the last one. The state

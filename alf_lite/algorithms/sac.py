@@ -4,7 +4,7 @@ Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"
 (arXiv:1812.05905). Equation numbers below refer to that paper.
 """
 import copy
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, NamedTuple, Optional
 
 import gin
 import torch
@@ -15,6 +15,19 @@ from alf_lite.algorithms.off_policy_algorithm import (
 from alf_lite.data import Experience, TimeStep
 from alf_lite.networks import CriticNetwork, TanhNormalActorNetwork
 from alf_lite.optimizers import OptimizerCtor, make_optimizer
+
+# Adam's learning rate for actor, critics and alpha when no optimizer is given (the paper's).
+DEFAULT_LEARNING_RATE = 3e-4
+
+
+class PolicySamples(NamedTuple):
+    """Actions sampled from the policy for one update, one row per transition."""
+
+    action: torch.Tensor          # a ~ pi(.|s), reparameterised: the actor loss
+    log_prob: torch.Tensor        # log pi(a|s), with gradient: the actor loss
+    next_action: torch.Tensor     # a' ~ pi(.|s'), no gradient: the critic target
+    next_log_prob: torch.Tensor   # log pi(a'|s'), no gradient: the critic target
+    alpha_log_prob: torch.Tensor  # log pi(a|s), no gradient: the temperature loss
 
 
 @gin.configurable
@@ -39,7 +52,8 @@ class SacAlgorithm(OffPolicyAlgorithm):
             by the actor loss, the alpha loss and (at the next state) the critic
             target, as ALF does. True: a fresh sample for each loss, as tf-agents
             does (two more actor passes per update).
-        actor_optimizer: optimizer ctor taking parameters; None: Adam, lr 3e-4.
+        actor_optimizer: optimizer ctor taking parameters; None: Adam, lr
+            ``DEFAULT_LEARNING_RATE`` (3e-4).
         critic_optimizer: as ``actor_optimizer``, for the critics.
         alpha_optimizer: as ``actor_optimizer``, for ``log_alpha``.
     """
@@ -72,9 +86,11 @@ class SacAlgorithm(OffPolicyAlgorithm):
         self._target_entropy = float(-action_dim if target_entropy is None else target_entropy)
         self._resample = resample_action_per_loss
         self.optimizers = {
-            'actor': make_optimizer(actor_optimizer, self._actor.parameters(), 3e-4),
-            'critic': make_optimizer(critic_optimizer, self._critic.parameters(), 3e-4),
-            'alpha': make_optimizer(alpha_optimizer, [self._log_alpha], 3e-4),
+            'actor': make_optimizer(actor_optimizer, self._actor.parameters(),
+                                    DEFAULT_LEARNING_RATE),
+            'critic': make_optimizer(critic_optimizer, self._critic.parameters(),
+                                     DEFAULT_LEARNING_RATE),
+            'alpha': make_optimizer(alpha_optimizer, [self._log_alpha], DEFAULT_LEARNING_RATE),
         }
 
     @property
@@ -90,42 +106,42 @@ class SacAlgorithm(OffPolicyAlgorithm):
         action, _ = self._actor.sample(time_step.observation)
         return action
 
-    def _sample_actions(self, batch: Experience, obs, next_obs):
-        """Actions and log-probs for the actor/alpha losses (at s) and the target (at s')."""
+    def _sample_actions(self, observation: torch.Tensor) -> PolicySamples:
+        """Policy samples at s and s' of every transition of ``[B, T]`` windows' observations."""
+        # Row i of each sample belongs to row i of ``transitions(batch)``: window-major, then t.
+        b, t = observation.shape[:2]
+        obs = observation[:, :-1].flatten(0, 1)
         if self._resample:
             action, log_prob = self._actor.sample(obs)
             with torch.no_grad():
-                next_action, next_log_prob = self._actor.sample(next_obs)
+                next_action, next_log_prob = self._actor.sample(observation[:, 1:].flatten(0, 1))
                 _, alpha_log_prob = self._actor.sample(obs)
-            return action, log_prob, next_action, next_log_prob, alpha_log_prob
+            return PolicySamples(action, log_prob, next_action, next_log_prob, alpha_log_prob)
         # Rows 0..T-2 start a transition and need the gradient; the last row is
         # only a next state, so it is sampled without building a graph (and
         # without a backward pass through it). The noise is drawn for all rows
         # at once, in row order.
-        b, t = batch.step_type.shape
-        noise = torch.randn(b, t, self.action_dim, device=batch.observation.device)
-        head = batch.observation[:, :-1].reshape(b * (t - 1), -1)
-        a, lp = self._actor.sample(head, noise[:, :-1].reshape(b * (t - 1), -1))
+        noise = torch.randn(b, t, self.action_dim, device=observation.device)
+        action, log_prob = self._actor.sample(obs, noise[:, :-1].flatten(0, 1))
         with torch.no_grad():
-            last_a, last_lp = self._actor.sample(batch.observation[:, -1], noise[:, -1])
-        next_a = torch.cat([a.detach().reshape(b, t - 1, -1)[:, 1:],
-                            last_a.unsqueeze(1)], dim=1).reshape(-1, self.action_dim)
-        next_lp = torch.cat([lp.detach().reshape(b, t - 1)[:, 1:],
-                             last_lp.unsqueeze(1)], dim=1).reshape(-1)
-        return a, lp, next_a, next_lp, lp.detach()
+            last_action, last_log_prob = self._actor.sample(observation[:, -1], noise[:, -1])
+        next_action = torch.cat([action.detach().reshape(b, t - 1, -1)[:, 1:],
+                                 last_action.unsqueeze(1)], dim=1).flatten(0, 1)
+        next_log_prob = torch.cat([log_prob.detach().reshape(b, t - 1)[:, 1:],
+                                   last_log_prob.unsqueeze(1)], dim=1).flatten()
+        return PolicySamples(action, log_prob, next_action, next_log_prob, log_prob.detach())
 
     def train_step(self, batch: Experience, loss_mask: torch.Tensor) -> Dict[str, torch.Tensor]:
         tr = transitions(batch)
         mask = loss_mask.reshape(-1).to(tr.reward.dtype)
         alpha = self._log_alpha.detach().exp()
-        action, log_prob, next_action, next_log_prob, alpha_log_prob = self._sample_actions(
-            batch, tr.observation, tr.next_observation)
+        pi = self._sample_actions(batch.observation)
 
         # Soft Q target (eq. 2-3): y = r + gamma * d * (min_i Q'_i(s', a') - alpha * log pi(a'|s')).
         with torch.no_grad():
-            next_q = self._target_critic(tr.next_observation, next_action).min(dim=-1).values
+            next_q = self._target_critic(tr.next_observation, pi.next_action).min(dim=-1).values
             target = td_target(tr.reward, tr.discount, self._gamma,
-                               next_q - alpha * next_log_prob)
+                               next_q - alpha * pi.next_log_prob)
         # Critic loss (eq. 5), every replica regressed on the same target.
         q = self._critic(tr.observation, tr.action)
         critic_loss = masked_mean(0.5 * (q - target.unsqueeze(-1)).square().sum(-1), mask)
@@ -133,12 +149,13 @@ class SacAlgorithm(OffPolicyAlgorithm):
 
         # Policy loss (eq. 7): E[alpha * log pi(a|s) - min_i Q_i(s, a)], a reparameterised.
         with self._frozen_critic:
-            q_pi = self._critic(tr.observation, action).min(dim=-1).values
-        actor_loss = masked_mean(alpha * log_prob - q_pi, mask)
+            q_pi = self._critic(tr.observation, pi.action).min(dim=-1).values
+        actor_loss = masked_mean(alpha * pi.log_prob - q_pi, mask)
         self.optimizer_step('actor', actor_loss)
 
         # Temperature loss (eq. 18): -log(alpha) * (log pi(a|s) + target_entropy).
-        alpha_loss = masked_mean(-self._log_alpha * (alpha_log_prob + self._target_entropy), mask)
+        alpha_loss = masked_mean(-self._log_alpha * (pi.alpha_log_prob + self._target_entropy),
+                                 mask)
         self.optimizer_step('alpha', alpha_loss)
 
         self._num_train_steps += 1
@@ -150,6 +167,6 @@ class SacAlgorithm(OffPolicyAlgorithm):
             'actor_loss': actor_loss.detach(),
             'alpha_loss': alpha_loss.detach(),
             'alpha': alpha,
-            'entropy': -masked_mean(log_prob.detach(), mask),
+            'entropy': -masked_mean(pi.log_prob.detach(), mask),
             'q_mean': masked_mean(q.detach().mean(-1), mask),
         }

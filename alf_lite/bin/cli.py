@@ -1,6 +1,11 @@
 """What the command-line tools share: telling the user what went wrong."""
 import sys
 
+# Exit codes of the tools.
+EXIT_FAULT = 1  # something failed while running (train: training; grid_search: a run)
+EXIT_BAD_INPUT = 2  # nothing was started
+EXIT_SIGNAL_BASE = 128  # plus the signal number: stopped by that signal (train)
+
 
 def user_message(message: str) -> str:
     """``message`` of a config error without gin's call trace, naming the configurable only."""
@@ -11,7 +16,7 @@ def user_message(message: str) -> str:
     return message
 
 
-def fail(message: str, exit_code: int = 2) -> None:
-    """Print ``message`` for the user and exit (2: bad input)."""
+def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
+    """Print ``message`` for the user and exit, by default with ``EXIT_BAD_INPUT``."""
     print(f'error: {user_message(message)}', file=sys.stderr)
     sys.exit(exit_code)

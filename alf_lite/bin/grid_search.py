@@ -54,7 +54,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from absl import app, flags
 
-from alf_lite.bin.cli import fail, user_message
+from alf_lite.bin.cli import EXIT_FAULT, fail, user_message
 
 flags.DEFINE_string('search_config', None, 'JSON file with "parameters" (gin name -> list of '
                     'values) and "repeats" (number of seeds, or a list of seeds).')
@@ -80,7 +80,6 @@ SEED_PARAM = 'TrainerConfig.random_seed'
 THREADS_PARAM = 'TrainerConfig.torch_num_threads'
 SUMMARY_FILE = 'grid_summary.csv'
 LOG_DIR = 'logs'
-EVAL_RETURN = 'eval/AverageReturn'
 
 
 class SearchSpace(NamedTuple):
@@ -89,7 +88,7 @@ class SearchSpace(NamedTuple):
     seeds: List[int]
 
 
-class Run(NamedTuple):
+class GridRun(NamedTuple):
     """One combination with one seed, configured and ready to train."""
     name: str
     seed: int
@@ -176,8 +175,8 @@ def _name_value(text: str) -> str:
     return re.sub(r'[^\w.+-]+', '_', text).strip('_') or '_'
 
 
-def run_names(space: SearchSpace) -> List[tuple]:
-    """``[(name, seed, [gin bindings])]`` for every combination and seed, combinations first."""
+def expand_grid(space: SearchSpace) -> List[tuple]:
+    """``[(name, seed, [gin bindings])]`` of every run: each combination with each seed."""
     varied = [names for names, values in space.parameters if len(values) > 1]
     labels = _labels(varied)
     runs = []
@@ -189,7 +188,7 @@ def run_names(space: SearchSpace) -> List[tuple]:
                 name_parts.append(f'{labels[names]}={_name_value(value)}')
         for seed in space.seeds:
             runs.append((','.join(name_parts + [f'seed={seed}']), seed, bindings))
-    names = [r[0] for r in runs]
+    names = [name for name, _, _ in runs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f'two runs would share the directory {duplicates[0]!r}: a parameter '
@@ -199,27 +198,30 @@ def run_names(space: SearchSpace) -> List[tuple]:
 
 
 def configure_runs(space: SearchSpace, root_dir: str, gin_files, gin_params,
-                   num_threads: int) -> List[Run]:
+                   num_threads: int) -> List[GridRun]:
     """Parse each run's config; a run whose config does not parse carries the error instead."""
-    from alf_lite.config import ConfigError, config_str, parse_config
+    import gin
+
+    from alf_lite.config import ConfigError, parse_config
     from alf_lite.trainer import TrainerConfig
     runs = []
-    for name, seed, bindings in run_names(space):
+    for name, seed, bindings in expand_grid(space):
         log_path = os.path.join(root_dir, LOG_DIR, f'{name}.log')
         params = ([f'{THREADS_PARAM}={num_threads}'] + list(gin_params) + bindings
                   + [f'{SEED_PARAM}={seed}'])
+        run_dir = os.path.join(root_dir, name)
         try:
             parse_config(gin_files, params)
             num_env_steps = TrainerConfig().num_env_steps
-            runs.append(Run(name, seed, os.path.join(root_dir, name), log_path, config_str(),
-                            num_env_steps, None))
+            runs.append(GridRun(name, seed, run_dir, log_path, gin.config_str(), num_env_steps,
+                                None))
         except (ConfigError, ValueError, TypeError) as e:
-            runs.append(Run(name, seed, os.path.join(root_dir, name), log_path, None, None,
-                            'config: ' + ' '.join(user_message(str(e)).split())))
+            runs.append(GridRun(name, seed, run_dir, log_path, None, None,
+                                'config: ' + ' '.join(user_message(str(e)).split())))
     return runs
 
 
-def is_finished(run: Run) -> bool:
+def is_finished(run: GridRun) -> bool:
     from alf_lite.runs import checkpoint_env_steps
     steps = checkpoint_env_steps(run.root_dir)
     return steps is not None and steps >= run.num_env_steps
@@ -230,7 +232,7 @@ def gpu_slots(gpus: Sequence[str], runs_per_gpu: int) -> List[str]:
     return [gpu for _ in range(runs_per_gpu) for gpu in gpus]
 
 
-def run_local(todo: List[Run], max_workers: int, num_threads: int, report,
+def run_local(todo: List[GridRun], max_workers: int, num_threads: int, report,
               gpus: Sequence[str] = (), runs_per_gpu: int = 1) -> None:
     """Train ``todo`` in at most ``max_workers`` subprocesses at a time.
 
@@ -268,7 +270,7 @@ def ray_task_options(num_cpus_per_run: int, num_gpus_per_run: float) -> dict:
     return options
 
 
-def run_ray(todo: List[Run], address: str, num_cpus_per_run: int, report,
+def run_ray(todo: List[GridRun], address: str, num_cpus_per_run: int, report,
             num_gpus_per_run: float = 0.0) -> None:
     """Train ``todo`` as Ray tasks of ``num_cpus_per_run`` CPUs and ``num_gpus_per_run`` GPUs each.
 
@@ -303,7 +305,7 @@ def run_ray(todo: List[Run], address: str, num_cpus_per_run: int, report,
         ray.shutdown()
 
 
-def summary_rows(runs: List[Run], results: Dict[str, dict]) -> List[dict]:
+def summary_rows(runs: List[GridRun], results: Dict[str, dict]) -> List[dict]:
     """One row per run: name, status, seed, final eval return, env steps, wall time, error."""
     from alf_lite.runs import checkpoint_env_steps, final_value
     rows = []
@@ -311,7 +313,7 @@ def summary_rows(runs: List[Run], results: Dict[str, dict]) -> List[dict]:
         result = results[run.name]
         rows.append({
             'run': run.name, 'status': result['status'], 'seed': run.seed,
-            'final_eval_return': final_value(run.root_dir, EVAL_RETURN),
+            'final_eval_return': final_value(run.root_dir),
             'env_steps': checkpoint_env_steps(run.root_dir),
             'wall_time_s': result.get('wall_time_s'), 'error': result.get('error') or ''})
     return rows
@@ -368,7 +370,7 @@ def main(argv):
         num_threads = max(1, cores // max_workers)
     try:
         space = load_search_space(FLAGS.search_config)
-        run_names(space)
+        expand_grid(space)  # fails here on two runs that would share a directory
     except (OSError, ValueError) as e:
         fail(str(e))
 
@@ -426,7 +428,7 @@ def main(argv):
     failed = sum(r['status'] == 'failed' for r in rows)
     if failed:
         print(f'\n{failed} of {len(rows)} runs failed.', file=sys.stderr)
-        sys.exit(1)
+        sys.exit(EXIT_FAULT)
 
 
 if __name__ == '__main__':

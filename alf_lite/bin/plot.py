@@ -27,6 +27,12 @@ from absl import app, flags
 
 from alf_lite.bin.cli import fail
 
+SEED_PARAM = 'TrainerConfig.random_seed'
+CONFIDENCE = 0.95
+NUM_BOOTSTRAP = 10_000
+# A fixed seed: the same runs give the same band every time.
+BOOTSTRAP_SEED = 0
+
 flags.DEFINE_string('x', 'env_steps', 'Column along x (progress.csv column; from TensorBoard '
                     'events: env_steps or wall_time).')
 flags.DEFINE_string('y', 'eval/AverageReturn', 'Scalar along y, e.g. eval/AverageReturn or '
@@ -38,15 +44,10 @@ flags.DEFINE_enum('band', 'ci', ['ci', 'std'], 'Band around the mean: 95% bootst
 flags.DEFINE_integer('smoothing', 1, "Moving-average window over each run's last N points; "
                      '1: none.')
 flags.DEFINE_integer('last_n', 1, 'Final performance: mean of the last N points of each run.')
-flags.DEFINE_integer('num_bootstrap', 10000, 'Bootstrap resamplings of the runs.')
+flags.DEFINE_integer('num_bootstrap', NUM_BOOTSTRAP, 'Bootstrap resamplings of the runs.')
 flags.DEFINE_string('out', 'curves.png', 'PNG to write; the aggregated curves go to the same '
                     'path with .csv.')
 FLAGS = flags.FLAGS
-
-SEED_PARAM = 'TrainerConfig.random_seed'
-CONFIDENCE = 0.95
-# A fixed seed: the same runs give the same band every time.
-BOOTSTRAP_SEED = 0
 
 
 def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
@@ -105,7 +106,15 @@ def smooth(values, window: int):
 
 
 def band(values, kind: str, rng, num_bootstrap: int) -> Tuple[float, float, float]:
-    """``(mean, lower, upper)`` of ``values`` (one per run)."""
+    """``(mean, lower, upper)`` of ``values`` (one per run); one value gives a zero-width band.
+
+    Args:
+        values: one number per run.
+        kind: ``'ci'``: the ``CONFIDENCE`` percentile bootstrap interval of the
+            mean; ``'std'``: mean +- the standard deviation (ddof 1).
+        rng: ``numpy.random.Generator`` that draws the resamplings.
+        num_bootstrap: number of resamplings of the runs (``'ci'``).
+    """
     import numpy as np
     values = np.asarray(values, dtype=np.float64)
     mean = float(values.mean())

@@ -16,7 +16,8 @@ import sys
 
 from absl import app, flags, logging
 
-from alf_lite.bin.cli import fail
+from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail
+from alf_lite.runs import CONFIG_FILE
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
 flags.DEFINE_multi_string('gin_param', [], "Gin binding, e.g. 'TrainerConfig.random_seed=3'; "
@@ -28,7 +29,6 @@ flags.DEFINE_bool('start_over', False, 'If root_dir holds an experiment, move it
 flags.mark_flag_as_required('root_dir')
 FLAGS = flags.FLAGS
 
-CONFIG_FILE = 'config.gin'
 # Bindings that may change when a run is resumed: they set how long it runs and
 # how often it reports, not what it learns.
 RESUME_SAFE_PARAMETERS = (
@@ -70,12 +70,14 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment):
     user-given gin files; a resume from ``config.gin`` may override anything).
     """
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
-    from alf_lite.config import ConfigError, config_str, parse_config
+    import gin
+
+    from alf_lite.config import ConfigError, parse_config
     from alf_lite.trainer import Trainer, TrainerConfig
     try:
         parse_config(gin_files, gin_params)
         if check_experiment:
-            check_same_experiment(root_dir, config_str())
+            check_same_experiment(root_dir, gin.config_str())
         return Trainer(TrainerConfig(), root_dir)
     except (ConfigError, ValueError, TypeError, MemoryError) as e:
         fail(str(e))
@@ -96,8 +98,10 @@ def main(argv):
     trainer = build_trainer(gin_files or [config_file], FLAGS.gin_param, root_dir,
                             check_experiment=bool(gin_files) and not FLAGS.start_over)
 
+    import gin
+
     from alf_lite.checkpoint import CheckpointError
-    from alf_lite.config import config_str, write_text_atomically
+    from alf_lite.config import write_text_atomically
     from alf_lite.trainer import TrainingError, TrainingInterrupted
     with trainer:
         if FLAGS.start_over and os.path.exists(root_dir):
@@ -105,18 +109,18 @@ def main(argv):
             os.rename(root_dir, aside)
             logging.warning('moved the previous experiment to %s', aside)
         os.makedirs(root_dir, exist_ok=True)
-        write_text_atomically(config_file, config_str())
+        write_text_atomically(config_file, gin.config_str())
         logging.info('config written to %s', config_file)
         try:
             trainer.train()
         except CheckpointError as e:
             fail(str(e))
         except TrainingError as e:
-            fail(str(e), exit_code=1)
+            fail(str(e), exit_code=EXIT_FAULT)
         except TrainingInterrupted as e:
             logging.warning('%s: checkpoint written, env processes closed; re-run the same '
                             'command to continue.', e)
-            sys.exit(128 + e.signum)
+            sys.exit(EXIT_SIGNAL_BASE + e.signum)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,359 @@
+"""Trains the learning benchmark's runs as subprocesses, a few at a time, and records them.
+
+Each run trains in its run directory with its output appended to its log. A
+finished run gets ``done.json`` (wall time summed over attempts, env steps,
+final eval return, mean load, code version) and is skipped from then on; every
+attempt is kept in ``<log>.attempts.json``; ``<out>/plan.json`` holds every
+requested run's state. With a deadline, a run starts only if its estimated
+time fits, and a resumable run still going at the deadline checkpoints and
+stops. Runs that cannot resume start first. SIGINT and SIGTERM are passed
+on to the runs (alf_lite's train writes a checkpoint and stops).
+
+A run here is a ``benchmarks.learning.BenchmarkRun``; what starts it comes
+from the caller as a command.
+"""
+import concurrent.futures
+import csv
+import datetime
+import glob
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
+
+from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE
+from alf_lite.config import write_text_atomically
+from alf_lite.runs import (CONFIG_FILE, ENV_STEPS, EVAL_RETURN, PROGRESS_FILE, log_error_line,
+                           read_scalar_if_any, subprocess_env)
+from benchmarks import REPO_ROOT
+
+if TYPE_CHECKING:
+    from benchmarks.learning import BenchmarkRun
+
+DONE_FILE = 'done.json'
+PLAN_FILE = 'plan.json'
+# A run's final eval return in done.json and the report: the mean of its last this many
+# evaluations.
+LAST_N = 3
+# A deadline admits a run only if its estimated time times this fits.
+DEADLINE_MARGIN = 1.2
+# How often the 1-minute load average is sampled while a run trains.
+LOAD_SAMPLE_S = 30
+# An attempt this long or longer measures a run's time per env step.
+MIN_MEASURED_S = 300
+ATTEMPTS_SUFFIX = '.attempts.json'
+# Exit statuses of a run stopped by SIGINT or SIGTERM: train exits with 128 + the
+# signal number, a process without a handler dies of the signal (a negative status).
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOPPED_STATUSES = frozenset([EXIT_SIGNAL_BASE + s for s in _STOP_SIGNALS]
+                             + [-s for s in _STOP_SIGNALS])
+
+RunCommand = Callable[['BenchmarkRun'], List[str]]
+
+
+def read_json(path: str) -> Optional[dict]:
+    """The JSON in ``path``, or None when it is missing or unreadable."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read_done(run_dir: str) -> Optional[dict]:
+    """The ``done.json`` of a finished run, or None."""
+    return read_json(os.path.join(run_dir, DONE_FILE))
+
+
+def _write_json(path: str, data) -> None:
+    write_text_atomically(path, json.dumps(data, indent=1) + '\n')
+
+
+def format_duration(seconds: float) -> str:
+    """``'42 s'``, ``'3.1 min'`` or ``'2.05 h'``."""
+    if seconds < 120:
+        return f'{seconds:.0f} s'
+    if seconds < 7200:
+        return f'{seconds / 60:.1f} min'
+    return f'{seconds / 3600:.2f} h'
+
+
+class Launcher:
+    """Runs the runs (``execute`` from worker threads); ``stop`` passes a signal on to them.
+
+    Args:
+        out: the directory of the runs.
+        command: the command that trains (or resumes) a run.
+        deadline: seconds since the epoch by which every started run should end; None: no limit.
+    """
+
+    def __init__(self, out: str, command: RunCommand, deadline: Optional[float] = None):
+        self._out = out
+        self._command = command
+        self._deadline = deadline
+        self._lock = threading.Lock()
+        self._processes = set()
+        self.stopping = False
+
+    def stop(self, signum, frame=None):
+        with self._lock:
+            self.stopping = True
+            for process in self._processes:
+                if process.poll() is None:
+                    process.send_signal(signum)
+
+    def execute(self, run: 'BenchmarkRun') -> dict:
+        """Train ``run`` unless done; returns ``{'run', 'status', 'detail', ...}``."""
+        out = self._out
+        run_dir = run.run_dir(out)
+        done = read_done(run_dir)
+        if done is not None:
+            if done.get('target_env_steps') != run.num_env_steps:
+                return dict(run=run, status='failed', detail=(
+                    f'{run_dir} finished a run of {done.get("target_env_steps")} env steps, not '
+                    f'{run.num_env_steps}: move it away or choose another --out'))
+            return dict(run=run, status='skipped', detail='already done', done=done)
+        if self.stopping:
+            return dict(run=run, status='not started', detail='stopped')
+        if self._deadline is not None:
+            seconds, source = estimate_seconds(run, out)
+            if time.time() + DEADLINE_MARGIN * seconds > self._deadline:
+                return dict(run=run, status='deferred', detail=(
+                    f'needs about {format_duration(seconds)} ({source}), which would end after '
+                    f'the deadline {time.strftime("%H:%M", time.localtime(self._deadline))}'))
+        log_path = run.log_path(out)
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        command = self._command(run)
+        attempts_path = run.log_path(out, ATTEMPTS_SUFFIX)
+        attempts = read_json(attempts_path) or []
+        resumed = run.resumable and os.path.isfile(os.path.join(run_dir, CONFIG_FILE))
+        start, steps_from = time.time(), _last_env_steps(run_dir) if resumed else 0
+        with open(log_path, 'a') as log:
+            log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")}: {shlex.join(command)}\n')
+            log.flush()
+            offset = log.tell()
+            with self._lock:
+                if self.stopping:
+                    return dict(run=run, status='not started', detail='stopped')
+                process = subprocess.Popen(command, cwd=REPO_ROOT, env=subprocess_env(1),
+                                           stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=subprocess.STDOUT)
+                self._processes.add(process)
+            loads, stopped_at_deadline = [], False
+            try:
+                while True:
+                    timeout = LOAD_SAMPLE_S
+                    if self._deadline is not None and not stopped_at_deadline:
+                        timeout = min(timeout, max(1.0, self._deadline - time.time()))
+                    try:
+                        returncode = process.wait(timeout=timeout)
+                        break
+                    except subprocess.TimeoutExpired:
+                        loads.append(os.getloadavg()[0])
+                    # A resumable run still going at the deadline checkpoints and
+                    # stops; the next call resumes it. A run that cannot resume
+                    # started only because its estimate fitted.
+                    if (run.resumable and not stopped_at_deadline
+                            and self._deadline is not None and time.time() > self._deadline):
+                        process.send_signal(signal.SIGTERM)
+                        stopped_at_deadline = True
+            finally:
+                with self._lock:
+                    self._processes.discard(process)
+        wall = time.time() - start
+        attempts.append(dict(started=start, wall_time_s=wall, returncode=returncode,
+                             env_steps_from=steps_from, env_steps_to=_last_env_steps(run_dir),
+                             kind=list(run.kind),
+                             mean_load=statistics.mean(loads) if loads else None,
+                             code=code_version()))
+        _write_json(attempts_path, attempts)
+        if returncode != 0:
+            status = 'interrupted' if returncode in STOPPED_STATUSES else 'failed'
+            if stopped_at_deadline:
+                status, returncode = 'deferred', 'stopped at the deadline'
+            return dict(run=run, status=status, wall_time_s=wall,
+                        detail=f'exit code {returncode}: {log_error_line(log_path, offset)} '
+                               f'(log: {log_path})')
+        steps, returns = read_scalar_if_any(run_dir, EVAL_RETURN)
+        if len(returns) == 0:
+            return dict(run=run, status='failed', detail=f'no {EVAL_RETURN} in {run_dir}')
+        done = dict(framework=run.framework, algo=run.algo, env=run.task.env, seed=run.seed,
+                    setting=run.setting, target_env_steps=run.num_env_steps,
+                    env_steps=int(steps[-1]), final_eval_return=float(returns[-1]),
+                    final_eval_return_last3=float(returns[-LAST_N:].mean()),
+                    wall_time_s=sum(a['wall_time_s'] for a in attempts),
+                    attempts=len(attempts), finished=time.strftime('%Y-%m-%d %H:%M:%S'),
+                    mean_load=_mean_load(attempts), cpus=os.cpu_count(),
+                    code=sorted({a.get('code') or 'unknown' for a in attempts}))
+        _write_json(os.path.join(run_dir, DONE_FILE), done)
+        return dict(run=run, status='done', wall_time_s=wall, done=done,
+                    detail='resumed' if resumed else '')
+
+
+def code_version() -> str:
+    """The git commit of this checkout, with ``+dirty`` when files differ from it."""
+    def git(*args):
+        return subprocess.run(['git', *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    try:
+        commit = git('rev-parse', '--short=12', 'HEAD')
+        dirty = git('status', '--porcelain', '--untracked-files=no', '--', 'alf_lite',
+                    'benchmarks', 'examples')
+    except (OSError, subprocess.CalledProcessError):
+        return 'unknown'
+    return commit + ('+dirty' if dirty else '')
+
+
+def _mean_load(attempts: List[dict]) -> Optional[float]:
+    """Time-weighted mean of the attempts' 1-minute load averages."""
+    weighted = [(a['mean_load'], a['wall_time_s']) for a in attempts
+                if a.get('mean_load') is not None]
+    total = sum(w for _, w in weighted)
+    return sum(x * w for x, w in weighted) / total if total else None
+
+
+def _done_runs(out: str) -> Iterable[Tuple[str, dict]]:
+    """``(run directory, done.json)`` of every finished run under ``out``."""
+    for path in glob.glob(os.path.join(out, '*', '*', 'seed*', DONE_FILE)):
+        done = read_json(path)
+        if done:
+            yield os.path.dirname(path), done
+
+
+def _last_env_steps(run_dir: str) -> int:
+    """Env steps of the last row of a run's progress.csv; 0 without one."""
+    try:
+        with open(os.path.join(run_dir, PROGRESS_FILE), newline='') as f:
+            rows = list(csv.DictReader(f))
+        return int(float(rows[-1][ENV_STEPS])) if rows else 0
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
+    """Wall seconds ``run`` still needs, and where the rate comes from.
+
+    The rate is the slowest measured wall time per env step of the finished
+    runs and of the attempts of at least ``MIN_MEASURED_S`` under ``out`` with
+    the same framework, algorithm and env (their load included), else the
+    task's assumed rate. A run that will resume needs only its remaining steps.
+    """
+    kind = run.kind
+    rates = [done['wall_time_s'] / done['env_steps'] for _, done in _done_runs(out)
+             if (done.get('framework'), done.get('algo'), done.get('env')) == kind
+             and done.get('env_steps')]
+    for path in glob.glob(os.path.join(out, '*', 'logs', '*' + ATTEMPTS_SUFFIX)):
+        for attempt in read_json(path) or []:
+            steps = attempt.get('env_steps_to', 0) - attempt.get('env_steps_from', 0)
+            if (tuple(attempt.get('kind') or ()) == kind and steps > 0
+                    and attempt['wall_time_s'] >= MIN_MEASURED_S):
+                rates.append(attempt['wall_time_s'] / steps)
+    if rates:
+        rate, source = max(rates), f'measured over {len(rates)} runs or attempts'
+    else:
+        rate, source = run.task.assumed_seconds_per_step, 'assumed rate'
+    steps = run.num_env_steps
+    if run.resumable:
+        steps -= min(_last_env_steps(run.run_dir(out)), steps)
+    return rate * steps, source
+
+
+def parse_deadline(text: str, now: Optional[float] = None) -> float:
+    """Seconds since the epoch of ``--deadline``: minutes from now, ``HH:MM`` or an ISO time.
+
+    ``HH:MM`` is the next such local time (tomorrow when it has passed today).
+    """
+    now = time.time() if now is None else now
+    try:
+        return now + 60 * float(text)
+    except ValueError:
+        pass
+    try:
+        clock = datetime.datetime.strptime(text, '%H:%M').time()
+    except ValueError:
+        clock = None
+    if clock is not None:
+        today = datetime.datetime.fromtimestamp(now)
+        end = datetime.datetime.combine(today.date(), clock)
+        if end.timestamp() <= now:
+            end += datetime.timedelta(days=1)
+        return end.timestamp()
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(f'--deadline takes minutes from now, HH:MM or an ISO date and time, '
+                         f'got {text!r}') from None
+
+
+def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -> None:
+    """Record every run's state in ``<out>/plan.json`` (merged with runs of other calls)."""
+    path = os.path.join(out, PLAN_FILE)
+    plan = read_json(path) or {}
+    for run in runs:
+        run_dir = run.run_dir(out)
+        done = read_done(run_dir)
+        result = results.get(run.key, {})
+        if done:
+            entry = dict(status='done', final_eval_return_last3=done['final_eval_return_last3'],
+                         wall_time_s=done['wall_time_s'], mean_load=done.get('mean_load'),
+                         code=done.get('code'))
+        else:
+            status = result.get('status') or ('started' if os.path.isfile(
+                os.path.join(run_dir, PROGRESS_FILE)) else 'pending')
+            entry = dict(status=status, env_steps=_last_env_steps(run_dir),
+                         detail=result.get('detail', ''))
+        plan[run.key] = dict(entry, target_env_steps=run.num_env_steps,
+                             framework=run.framework, algo=run.algo, env=run.task.env,
+                             setting=run.setting)
+    os.makedirs(out, exist_ok=True)
+    _write_json(path, dict(sorted(plan.items())))
+
+
+def train_runs(runs: List['BenchmarkRun'], out: str, jobs: int, command: RunCommand,
+               deadline: Optional[float] = None) -> int:
+    """Trains ``runs``, ``jobs`` at a time; prints one line per run and a summary.
+
+    Returns:
+        the exit code: ``EXIT_FAULT`` when a run failed or was interrupted, else 0.
+    """
+    launcher = Launcher(out, command, deadline)
+    previous = {s: signal.signal(s, launcher.stop) for s in _STOP_SIGNALS}
+    results, total = [], len(runs)
+    # A run that cannot resume goes first, so that an unplanned stop is more
+    # likely to cut one that resumes from its checkpoint.
+    runs = sorted(runs, key=lambda r: r.resumable)
+    write_plan(out, runs, {})
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {}
+            for run in runs:
+                futures[pool.submit(launcher.execute, run)] = run
+            for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                result = future.result()
+                results.append(result)
+                write_plan(out, runs, {r['run'].key: r for r in results})
+                run, done = result['run'], result.get('done') or {}
+                line = f'[{i}/{total}] {result["status"]:<11} {run.key}'
+                if done:
+                    line += (f': final eval return {done["final_eval_return"]:.2f} at '
+                             f'{done["env_steps"]} env steps, '
+                             f'{format_duration(done["wall_time_s"])}')
+                if result.get('detail'):
+                    line += f' ({result["detail"]})' if done else f': {result["detail"]}'
+                print(line, flush=True)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    counts: Dict[str, int] = {}
+    for result in results:
+        counts[result['status']] = counts.get(result['status'], 0) + 1
+    print('\n' + ', '.join(f'{n} {status}' for status, n in sorted(counts.items())))
+    if counts.get('interrupted') or counts.get('not started') or counts.get('deferred'):
+        print('run the same command again to continue (alf_lite runs resume from their last '
+              'checkpoint; SB3 runs start again)')
+    return EXIT_FAULT if counts.get('failed') or counts.get('interrupted') else 0

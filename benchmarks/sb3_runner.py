@@ -1,0 +1,215 @@
+r"""One Stable-Baselines3 (SB3) run of the learning benchmark, written as alf_lite writes a run.
+
+    python -m benchmarks.sb3_runner --suite pendulum --run sb3_sac --seed 2 --out DIR [--steps N]
+
+(from the repository root; ``benchmarks/learning.py`` starts it so). Trains
+the run from scratch in ``<out>/<suite>/<run>/seed<k>`` with one torch thread
+and the settings of its alf_lite counterpart (``sb3_settings``), evaluates it
+as alf_lite's trainer does, and writes ``config.gin`` (the run in alf_lite's
+binding names) and a ``progress.csv`` with alf_lite's columns, so that
+``alf_lite.bin.plot`` reads and groups both frameworks' runs.
+"""
+import argparse
+import csv
+import os
+import shutil
+import sys
+import time
+from typing import Dict, Tuple
+
+from alf_lite.runs import (CONFIG_FILE, ENV_STEPS, EVAL_EPISODE_LENGTH, EVAL_RETURN,
+                           PROGRESS_FILE, REPLAY_BUFFER_BYTES, WALL_TIME)
+from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
+
+SB3_COLUMNS = [ENV_STEPS, 'num_updates', WALL_TIME, EVAL_RETURN, EVAL_EPISODE_LENGTH,
+               'train/AverageReturn', 'train/AverageEpisodeLength', 'train/env_steps_per_sec',
+               REPLAY_BUFFER_BYTES]
+# The shortest time between two rows that train/env_steps_per_sec divides by.
+MIN_INTERVAL_S = 1e-9
+
+
+def sb3_settings(run: BenchmarkRun) -> Dict[str, object]:
+    """Constructor arguments of the SB3 algorithm, matched to alf_lite's gin settings."""
+    settings = dict(learning_rate=run.task.lr, buffer_size=run.replay_length_per_env,
+                    learning_starts=run.learning_starts, batch_size=256, tau=0.005, gamma=0.99,
+                    train_freq=1, gradient_steps=1, net_arch=[256, 256])
+    if run.algo == 'sac':
+        settings.update(ent_coef='auto', target_entropy='auto', target_update_interval=1)
+    elif run.algo == 'td3':
+        settings.update(exploration_noise_sigma=0.1, policy_delay=2, target_policy_noise=0.2,
+                        target_noise_clip=0.5)
+    else:
+        raise ValueError(f'no SB3 settings for {run.algo!r}')
+    return settings
+
+
+def sb3_config_text(run: BenchmarkRun, settings: Dict[str, object]) -> str:
+    """``config.gin`` of an SB3 run: alf_lite's binding names where they exist."""
+    cls = f'stable_baselines3.{run.algo.upper()}'
+    bindings = {
+        'TrainerConfig.algorithm_ctor': f'@{cls}',
+        'TrainerConfig.random_seed': run.seed,
+        'TrainerConfig.num_env_steps': run.num_env_steps,
+        'TrainerConfig.initial_collect_steps': run.learning_starts,
+        'TrainerConfig.mini_batch_size': settings['batch_size'],
+        'TrainerConfig.replay_buffer_length': settings['buffer_size'],
+        'TrainerConfig.eval_interval': run.task.eval_interval,
+        'TrainerConfig.num_eval_episodes': NUM_EVAL_EPISODES,
+        'create_environment.env_name': repr(run.task.env),
+        'create_environment.num_parallel_environments': 1,
+    }
+    for name, value in sorted(settings.items()):
+        bindings[f'{cls}.{name}'] = repr(tuple(value) if isinstance(value, list) else value)
+    lines = ['# A Stable-Baselines3 run of benchmarks/learning.py. Not an alf_lite config:',
+             "# it describes the run in alf_lite's binding names so that alf_lite.bin.plot",
+             '# can group it.']
+    lines += [f'{name} = {value}' for name, value in bindings.items()]
+    return '\n'.join(lines) + '\n'
+
+
+class _EvalEnvs:
+    """``NUM_EVAL_EPISODES`` envs, one deterministic episode on each per evaluation."""
+
+    def __init__(self, env_id: str, seed: int):
+        import gymnasium
+
+        from alf_lite.seeding import eval_env_seeds
+        self._envs = [gymnasium.make(env_id) for _ in range(NUM_EVAL_EPISODES)]
+        self._seeds = eval_env_seeds(seed, NUM_EVAL_EPISODES)
+        self._first = True
+
+    def evaluate(self, model) -> Tuple[float, float]:
+        import numpy as np
+        seeds = self._seeds if self._first else [None] * len(self._envs)
+        self._first = False
+        obs = np.stack([env.reset(seed=s)[0] for env, s in zip(self._envs, seeds)])
+        returns = np.zeros(len(self._envs))
+        lengths = np.zeros(len(self._envs), dtype=np.int64)
+        running = np.ones(len(self._envs), dtype=bool)
+        while running.any():
+            index = np.flatnonzero(running)
+            actions, _ = model.predict(obs[index], deterministic=True)
+            for action, i in zip(actions, index):
+                obs[i], reward, terminated, truncated, _ = self._envs[i].step(action)
+                returns[i] += float(reward)
+                lengths[i] += 1
+                running[i] = not (terminated or truncated)
+        return float(returns.mean()), float(lengths.mean())
+
+    def close(self):
+        for env in self._envs:
+            env.close()
+
+
+def _replay_bytes(replay_buffer) -> int:
+    import numpy as np
+    return int(sum(v.nbytes for v in vars(replay_buffer).values() if isinstance(v, np.ndarray)))
+
+
+def train(run: BenchmarkRun, out: str) -> None:
+    """Train one SB3 run from scratch into its run directory."""
+    import gymnasium
+    import numpy as np
+    import torch
+    from stable_baselines3 import SAC, TD3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids)
+    from alf_lite.trainer import TRAIN_METRIC_WINDOW
+
+    torch.set_num_threads(1)
+    run_dir = run.run_dir(out)
+    if os.path.exists(run_dir):
+        shutil.rmtree(run_dir)
+    os.makedirs(run_dir)
+    settings = sb3_settings(run)
+    with open(os.path.join(run_dir, CONFIG_FILE), 'w') as f:
+        f.write(sb3_config_text(run, settings))
+
+    kwargs = dict(settings)
+    kwargs['policy_kwargs'] = dict(net_arch=kwargs.pop('net_arch'))
+    env = gymnasium.make(run.task.env)
+    if run.algo == 'td3':
+        sigma = kwargs.pop('exploration_noise_sigma')
+        dim = env.action_space.shape[0]
+        # SB3 adds action noise in the [-1, 1] action space, as alf_lite does.
+        kwargs['action_noise'] = NormalActionNoise(np.zeros(dim), sigma * np.ones(dim))
+    model = {'sac': SAC, 'td3': TD3}[run.algo]('MlpPolicy', env, seed=run.seed, device='cpu',
+                                               verbose=0, **kwargs)
+    eval_envs = _EvalEnvs(run.task.env, run.seed)
+    progress = open(os.path.join(run_dir, PROGRESS_FILE), 'w', newline='')
+    writer = csv.DictWriter(progress, SB3_COLUMNS)
+    writer.writeheader()
+    interval = run.task.eval_interval
+
+    class Progress(BaseCallback):
+        """Evaluates and writes a progress.csv row at 0, every ``interval`` steps and at the end."""
+
+        def __init__(self):
+            super().__init__()
+            self._last_row = None
+            self._last_time = self._last_steps = None
+
+        def _write(self):
+            now = time.time()
+            avg_return, avg_length = eval_envs.evaluate(self.model)
+            # train/AverageReturn over the same number of recent episodes as alf_lite's.
+            episodes = list(self.model.ep_info_buffer)[-TRAIN_METRIC_WINDOW:]
+            steps = self.num_timesteps
+            row = {ENV_STEPS: steps, 'num_updates': self.model._n_updates, WALL_TIME: now,
+                   EVAL_RETURN: avg_return, EVAL_EPISODE_LENGTH: avg_length,
+                   REPLAY_BUFFER_BYTES: _replay_bytes(self.model.replay_buffer)}
+            if episodes:
+                row['train/AverageReturn'] = float(np.mean([e['r'] for e in episodes]))
+                row['train/AverageEpisodeLength'] = float(np.mean([e['l'] for e in episodes]))
+            if self._last_time is not None and steps > self._last_steps:
+                row['train/env_steps_per_sec'] = (steps - self._last_steps) / max(
+                    now - self._last_time, MIN_INTERVAL_S)
+            writer.writerow(row)
+            progress.flush()
+            self._last_row, self._last_time, self._last_steps = steps, time.time(), steps
+            print(f'env steps {steps}: eval return {avg_return:.2f}, episode length '
+                  f'{avg_length:.1f}', flush=True)
+
+        def _on_training_start(self):
+            self._write()
+
+        def _on_step(self):
+            if self.num_timesteps % interval == 0:
+                self._write()
+            return True
+
+        def _on_training_end(self):
+            if self._last_row != self.num_timesteps:
+                self._write()
+
+    try:
+        model.learn(total_timesteps=run.num_env_steps, callback=Progress())
+    finally:
+        progress.close()
+        eval_envs.close()
+        env.close()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description='Train one SB3 run of benchmarks/learning.py from scratch.')
+    parser.add_argument('--suite', choices=list(SUITES), required=True)
+    parser.add_argument('--run', required=True, help='The SB3 run of the suite, e.g. sb3_sac.')
+    parser.add_argument('--seed', type=int, required=True)
+    parser.add_argument('--out', required=True, help='Directory of the benchmark runs.')
+    parser.add_argument('--steps', type=int, default=None,
+                        help="Env steps instead of the suite's.")
+    args = parser.parse_args(argv)
+    runs = {r.name: r for r in suite_runs(args.suite, [args.seed], args.steps)
+            if r.framework == 'sb3'}
+    if args.run not in runs:
+        parser.error(f'{args.suite} has no SB3 run {args.run!r}; its SB3 runs are: '
+                     f'{", ".join(runs) or "none"}')
+    train(runs[args.run], os.path.abspath(args.out))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
