@@ -3,7 +3,6 @@
 The CUDA graph itself is tested in test_cuda.py.
 """
 import copy
-import functools
 import math
 
 import pytest
