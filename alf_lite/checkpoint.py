@@ -9,7 +9,7 @@ import os
 import pickle
 import re
 import shutil
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 from absl import logging
@@ -101,18 +101,20 @@ def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
     return found[-1] if found else None
 
 
-def load_file(path: str):
+def load_file(path: str, map_location: Union[str, torch.device, None] = None):
     """Read one checkpoint file, allowing tensors and plain values only (``weights_only=True``).
 
     Args:
         path: a file written by ``save_checkpoint``.
+        map_location: the device its tensors are loaded to; None keeps the
+            saved devices.
     Raises:
         UnsafeCheckpointError: when the file names anything else to call or
             build (e.g. ``builtins.exec``); nothing of it is executed.
         Exception: whatever ``torch.load`` raises for a truncated or corrupt file.
     """
     try:
-        return torch.load(path, weights_only=True)
+        return torch.load(path, weights_only=True, map_location=map_location)
     except pickle.UnpicklingError:
         unsafe = _unsafe_globals(path)
         if not unsafe:
@@ -132,21 +134,29 @@ def _unsafe_globals(path: str):
         return []
 
 
-def load_checkpoint(path: str) -> Tuple[dict, Optional[dict]]:
+def load_checkpoint(path: str, map_location: Union[str, torch.device, None] = None
+                    ) -> Tuple[dict, Optional[dict]]:
     """Read ``(state, replay_buffer_state or None)`` from a checkpoint directory.
 
     An unreadable replay buffer file is reported and skipped (None): the
     networks are still worth resuming from.
 
+    Args:
+        path: the checkpoint directory.
+        map_location: the device the state's tensors are loaded to (the
+            training device), whatever device they were saved from; None
+            keeps the saved devices. The replay buffer's tensors always load
+            to the CPU: ``ReplayBuffer.load_state_dict`` copies them to
+            wherever its storage lives.
     Raises:
         UnsafeCheckpointError: when either file would run code to load.
     """
-    state = load_file(os.path.join(path, MODEL_FILE))
+    state = load_file(os.path.join(path, MODEL_FILE), map_location)
     rb_path = os.path.join(path, REPLAY_BUFFER_FILE)
     rb = None
     if os.path.exists(rb_path):
         try:
-            rb = load_file(rb_path)
+            rb = load_file(rb_path, 'cpu')
         except UnsafeCheckpointError:
             raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
@@ -155,13 +165,16 @@ def load_checkpoint(path: str) -> Tuple[dict, Optional[dict]]:
     return state, rb
 
 
-def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Optional[dict]]]:
+def load_latest_checkpoint(checkpoint_dir: str,
+                           map_location: Union[str, torch.device, None] = None
+                           ) -> Optional[Tuple[str, dict, Optional[dict]]]:
     """``(path, state, replay_buffer_state)`` of the newest readable checkpoint, or None if none exist.
 
     A corrupt or truncated checkpoint is skipped with a warning in favour of
     the one before it, and once an older one loads, moved aside to
     ``ckpt-<N>.corrupt``: the run continues from the older step, and what it
-    writes next must be the newest checkpoint.
+    writes next must be the newest checkpoint. ``map_location`` is
+    ``load_checkpoint``'s.
 
     Raises:
         CheckpointError: when checkpoints exist but none can be read.
@@ -172,7 +185,7 @@ def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Opt
     corrupt = []
     for path in reversed(found):
         try:
-            state, rb = load_checkpoint(path)
+            state, rb = load_checkpoint(path, map_location)
         except UnsafeCheckpointError:
             raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)

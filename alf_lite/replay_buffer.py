@@ -6,26 +6,73 @@ the same position, so a single shared counter (``total_added``) describes the
 write head of all envs. Windows are ``batch_length`` consecutive rows of one
 env, in chronological order, and never span the write head (where the newest
 row sits next to the oldest surviving one).
+
+The storage lives on the training device when it fits there, else in CPU
+memory (pinned when the training device is a GPU, so batches go up with
+non-blocking copies). Windows are drawn where the data lives: a CPU buffer
+draws its indices from torch's global CPU generator, a GPU buffer from the
+GPU's generator and from counters kept on the GPU, so sampling it reads
+nothing back to the host and can be captured in a CUDA graph.
 """
 import math
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 import gin
-import psutil
 import torch
 from absl import logging
 
 from alf_lite.data import Experience
+from alf_lite.device import free_memory_bytes, resolve_device
 
 _GIB = float(1 << 30)
+# Indices on the device are ``randint(_INDEX_RANGE) % n``: n varies inside a
+# CUDA graph, so it cannot be randint's bound; the modulo bias is below 2^-40.
+_INDEX_RANGE = 1 << 62
 
 
 class ReplayBufferTooLargeError(MemoryError):
-    """Raised before allocating when the buffer would not fit in available RAM.
+    """Raised before allocating when the buffer would not fit in available memory.
 
     A ``MemoryError`` because that is what the allocation itself would have
     raised (or worse, the OOM killer would have done) had it been attempted.
     """
+
+
+def storage_device(nbytes: int, training_device: torch.device, device: Optional[str] = None,
+                   max_memory_fraction: float = 0.8
+                   ) -> Tuple[Optional[torch.device], Dict[torch.device, int]]:
+    """Where a buffer of ``nbytes`` goes, and the free memory of each device considered.
+
+    The candidates are ``device`` alone when given, else the training device
+    and then the CPU; the first one where ``nbytes`` is at most
+    ``max_memory_fraction`` of its free memory wins.
+
+    Args:
+        nbytes: size of the storage.
+        training_device: the learner's device.
+        device: 'cpu', 'cuda' or 'cuda:N' to allow only that device; None for
+            the rule above.
+        max_memory_fraction: share of a device's free memory the buffer may take.
+
+    Returns:
+        ``(device, {candidate: free bytes})``; device is None when none fits.
+    """
+    training_device = torch.device(training_device)
+    if device is not None:
+        candidates = [resolve_device(str(device))]
+    elif training_device.type == 'cpu':
+        candidates = [training_device]
+    else:
+        candidates = [training_device, torch.device('cpu')]
+    available = {}
+    for candidate in candidates:
+        available[candidate] = free_memory_bytes(candidate)
+        if nbytes <= max_memory_fraction * available[candidate]:
+            if candidate != candidates[0]:
+                logging.info('ReplayBuffer: %d bytes do not fit in %s (%d bytes free); it goes '
+                             'to %s.', nbytes, candidates[0], available[candidates[0]], candidate)
+            return candidate, available
+    return None, available
 
 
 @gin.configurable
@@ -33,7 +80,8 @@ class ReplayBuffer:
     """Preallocated per-env ring buffer of ``Experience`` rows.
 
     Capacity is ``length * num_envs`` rows. The storage is allocated once, up
-    front, after checking its exact size against available memory.
+    front, after checking its exact size against the free memory of the
+    device it goes to.
 
     Args:
         num_envs: number of parallel environments; every ``add_batch`` holds
@@ -43,11 +91,19 @@ class ReplayBuffer:
         observation_dim: size of the flat float32 observation.
         action_dim: size of the flat float32 action.
         max_memory_fraction: refuse to allocate more than this fraction of the
-            memory currently available (``psutil.virtual_memory().available``).
+            memory currently available on a device (RAM: ``psutil``'s
+            ``available``; GPU: free memory); the rest is the margin left for
+            networks, optimizer states and other processes.
+        device: where the storage lives: 'cpu', 'cuda' or 'cuda:N'. None: the
+            training device when the buffer fits there, else the CPU.
+        training_device: where ``sample`` delivers batches (the trainer's
+            device).
     """
 
     def __init__(self, num_envs: int, length: int, observation_dim: int,
-                 action_dim: int, max_memory_fraction: float = 0.8):
+                 action_dim: int, max_memory_fraction: float = 0.8,
+                 device: Optional[str] = None,
+                 training_device: Union[str, torch.device] = 'cpu'):
         for name, value in (("num_envs", num_envs), ("length", length),
                             ("observation_dim", observation_dim),
                             ("action_dim", action_dim)):
@@ -74,34 +130,48 @@ class ReplayBuffer:
 
         # Check before allocating: a buffer that does not fit should fail now,
         # with a useful message, not hours into training or via the OOM killer.
-        available = psutil.virtual_memory().available
-        allowed = max_memory_fraction * available
-        if self._nbytes > allowed:
-            raise ReplayBufferTooLargeError(
-                f"ReplayBuffer of {num_envs} envs x {length} steps needs "
-                f"{self._nbytes} bytes ({self._nbytes / _GIB:.2f} GiB, "
-                f"{self._raw_bytes_per_step} bytes per step), but only "
-                f"{available} bytes ({available / _GIB:.2f} GiB) are available "
-                f"and at most max_memory_fraction={max_memory_fraction} of that "
-                f"({int(allowed)} bytes) may be used. Lower "
-                f"replay_buffer_length (at most "
-                f"{int(allowed // (num_envs * self._raw_bytes_per_step))} fits "
-                f"with {num_envs} envs) or use fewer parallel environments.")
+        self._training_device = torch.device(training_device)
+        self._device = self._place(device, max_memory_fraction)
+        # A CPU buffer feeding a GPU is pinned: host-to-device copies from
+        # pinned memory run asynchronously.
+        pin = self._device.type == 'cpu' and self._training_device.type == 'cuda'
 
         # zeros (not empty) touches every page now, so the memory is really
         # committed up front and RSS reflects the logged figure from the start.
         self._storage: Dict[str, torch.Tensor] = {
-            name: torch.zeros((num_envs, length) + shape, dtype=dtype)
+            name: torch.zeros((num_envs, length) + shape, dtype=dtype,
+                              device=self._device, pin_memory=pin)
             for name, (shape, dtype) in self._specs.items()
         }
         # Rows added per env ever; the write head of every env is
-        # total_added % length.
+        # total_added % length. The tensor copy is what device-side sampling
+        # reads.
         self._total_added = 0
+        self._total_added_tensor = torch.zeros((), dtype=torch.int64, device=self._device)
         logging.info(
-            "ReplayBuffer: allocated %d bytes (%.3f GiB) for %d envs x %d "
+            "ReplayBuffer: allocated %d bytes (%.3f GiB) on %s%s for %d envs x %d "
             "steps, %.2f bytes per step (raw fields: %d)", self._nbytes,
-            self._nbytes / _GIB, num_envs, length, self.bytes_per_step,
-            self._raw_bytes_per_step)
+            self._nbytes / _GIB, self._device, ' (pinned)' if pin else '', num_envs, length,
+            self.bytes_per_step, self._raw_bytes_per_step)
+
+    def _place(self, device: Optional[str], max_memory_fraction: float) -> torch.device:
+        """Where the storage goes; a clear error when it fits nowhere."""
+        chosen, available = storage_device(self._nbytes, self._training_device, device,
+                                           max_memory_fraction)
+        if chosen is not None:
+            return chosen
+        where = ' and '.join(f"{free} bytes ({free / _GIB:.2f} GiB) on {d}"
+                             for d, free in available.items())
+        allowed = max_memory_fraction * max(available.values())
+        raise ReplayBufferTooLargeError(
+            f"ReplayBuffer of {self._num_envs} envs x {self._length} steps needs "
+            f"{self._nbytes} bytes ({self._nbytes / _GIB:.2f} GiB, "
+            f"{self._raw_bytes_per_step} bytes per step), but only {where} "
+            f"are available and at most max_memory_fraction={max_memory_fraction} of "
+            f"that ({int(allowed)} bytes) may be used. Lower "
+            f"replay_buffer_length (at most "
+            f"{int(allowed // (self._num_envs * self._raw_bytes_per_step))} fits "
+            f"with {self._num_envs} envs) or use fewer parallel environments.")
 
     @property
     def num_envs(self) -> int:
@@ -112,6 +182,16 @@ class ReplayBuffer:
     def length(self) -> int:
         """Rows kept per env."""
         return self._length
+
+    @property
+    def device(self) -> torch.device:
+        """Where the storage lives."""
+        return self._device
+
+    @property
+    def training_device(self) -> torch.device:
+        """Where ``sample`` delivers batches."""
+        return self._training_device
 
     @property
     def nbytes(self) -> int:
@@ -158,13 +238,16 @@ class ReplayBuffer:
                     f"{(self._num_envs, ) + tuple(target.shape[2:])}")
             target[:, pos] = value
         self._total_added += 1
+        self._total_added_tensor.fill_(self._total_added)
 
     def sample(self, batch_size: int, batch_length: int) -> Experience:
-        """Sample windows of consecutive rows, each from one env.
+        """Sample windows of consecutive rows, each from one env, on the training device.
 
         Each window is drawn uniformly over all valid (env, start) pairs: all
         rows written, in chronological order, never spanning the write head.
-        Uses torch's global RNG, so ``torch.manual_seed`` makes it repeatable.
+        A CPU buffer uses torch's global RNG (``torch.manual_seed`` makes it
+        repeatable) and, for a GPU learner, copies the batch up without
+        blocking; a GPU buffer samples as ``sample_on_device``.
 
         Args:
             batch_size: number of windows ``B``.
@@ -173,16 +256,13 @@ class ReplayBuffer:
         Returns:
             ``Experience`` with fields shaped ``[B, T, ...]``.
         """
-        if batch_size < 1 or batch_length < 1:
-            raise ValueError(
-                "ReplayBuffer.sample: batch_size and batch_length must be "
-                f"positive, got {batch_size} and {batch_length}")
+        self.check_sample_size(batch_size, batch_length)
+        if self._device.type != 'cpu':
+            batch = self.sample_on_device(batch_size, batch_length)
+            if self._device == self._training_device:
+                return batch
+            return Experience(*(x.to(self._training_device) for x in batch))
         num_steps = self.num_steps
-        if num_steps < batch_length:
-            raise ValueError(
-                f"ReplayBuffer.sample: only {num_steps} rows stored per env, "
-                f"fewer than batch_length={batch_length}; collect more steps "
-                "before sampling (or lower the mini batch length)")
         starts_per_env = num_steps - batch_length + 1
         # One draw over the flat (env, start) space is uniform over all pairs.
         flat = torch.randint(self._num_envs * starts_per_env, (batch_size, ))
@@ -194,8 +274,68 @@ class ReplayBuffer:
         pos = (oldest + offset.unsqueeze(1) + steps) % self._length
         # Index the [num_envs * length] flattened view: a single-dim gather.
         rows = env.unsqueeze(1) * self._length + pos
+        if self._training_device.type == 'cpu':
+            return Experience(**{
+                name: self._storage[name].flatten(0, 1)[rows]
+                for name in Experience._fields
+            })
         return Experience(**{
-            name: self._storage[name].flatten(0, 1)[rows]
+            name: self._gather_pinned(name, rows).to(self._training_device, non_blocking=True)
+            for name in Experience._fields
+        })
+
+    def check_sample_size(self, batch_size: int, batch_length: int) -> None:
+        """Raise ValueError unless windows of ``batch_length`` rows can be sampled now."""
+        if batch_size < 1 or batch_length < 1:
+            raise ValueError(
+                "ReplayBuffer.sample: batch_size and batch_length must be "
+                f"positive, got {batch_size} and {batch_length}")
+        if self.num_steps < batch_length:
+            raise ValueError(
+                f"ReplayBuffer.sample: only {self.num_steps} rows stored per env, "
+                f"fewer than batch_length={batch_length}; collect more steps "
+                "before sampling (or lower the mini batch length)")
+
+    def _gather_pinned(self, name: str, rows: torch.Tensor) -> torch.Tensor:
+        """Rows ``[B, T]`` of one field into pinned memory, ready for a non-blocking copy.
+
+        Pinned blocks come from torch's caching host allocator, which reuses a
+        block only after the copies that read it have finished.
+        """
+        storage = self._storage[name]
+        out = torch.empty(rows.shape + storage.shape[2:], dtype=storage.dtype, pin_memory=True)
+        torch.index_select(storage.flatten(0, 1), 0, rows.reshape(-1),
+                           out=out.view((-1, ) + storage.shape[2:]))
+        return out
+
+    def sample_on_device(self, batch_size: int, batch_length: int) -> Experience:
+        """Sample like ``sample``, from tensors on the storage device only; batches stay there.
+
+        The indices come from the generator of the storage device and the
+        write head from a counter kept there, so nothing is read back to the
+        host and a CUDA graph can capture this call: each replay samples
+        anew. The caller makes sure ``num_steps >= batch_length`` (this call
+        cannot check it without reading the counter back).
+
+        Args:
+            batch_size: number of windows ``B``.
+            batch_length: rows per window ``T``.
+        """
+        device = self._device
+        total = self._total_added_tensor
+        num_steps = total.clamp(max=self._length)
+        starts_per_env = (num_steps - (batch_length - 1)).clamp(min=1)
+        flat = torch.randint(_INDEX_RANGE, (batch_size, ), device=device) % (
+            self._num_envs * starts_per_env)
+        env = flat // starts_per_env
+        offset = flat % starts_per_env
+        oldest = (total - num_steps) % self._length
+        steps = torch.arange(batch_length, device=device)
+        pos = (oldest + offset.unsqueeze(1) + steps) % self._length
+        rows = (env.unsqueeze(1) * self._length + pos).reshape(-1)
+        return Experience(**{
+            name: self._storage[name].flatten(0, 1).index_select(0, rows).view(
+                (batch_size, batch_length) + self._storage[name].shape[2:])
             for name in Experience._fields
         })
 
@@ -243,4 +383,5 @@ class ReplayBuffer:
         for name, target in self._storage.items():
             target.copy_(state[name])
         self._total_added = total_added
+        self._total_added_tensor.fill_(total_added)
 

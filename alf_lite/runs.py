@@ -174,7 +174,7 @@ def log_error_line(log_path: str, offset: int = 0) -> str:
 
 
 def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
-                        log_path: str) -> dict:
+                        log_path: str, extra_env: Optional[Dict[str, str]] = None) -> dict:
     """Train (or resume) the run in ``root_dir`` with ``python -m alf_lite.bin.train``.
 
     Self-contained so that it runs on a Ray worker, which shares neither the
@@ -190,11 +190,14 @@ def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
         log_path: absolute path of the file that gets train's output, appended
             on each attempt (outside ``root_dir``: train refuses a non-empty
             root_dir without its config.gin).
+        extra_env: environment variables set for the subprocess, e.g. its
+            ``CUDA_VISIBLE_DEVICES``.
     Returns:
         ``{'returncode', 'wall_time_s', 'error'}``; ``error`` is None on success,
         else the line of the log that says why, with the exit code.
     """
     env = subprocess_env(num_threads)
+    env.update(extra_env or {})
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with tempfile.NamedTemporaryFile('w', suffix='.gin', delete=False) as config_file:
         config_file.write(config_text)

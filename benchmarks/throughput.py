@@ -9,6 +9,13 @@ target smoothing 0.2 / 0.5; TD3 and DDPG: Gaussian exploration 0.1 of the half
 range). Runs alternate alf_lite / SB3 for ``--pairs`` pairs; only the window
 after learning starts is timed. Also prints each library's pure-update ceiling:
 its update in a loop with no environment.
+
+On a GPU both libraries train on ``--device``; ``--cuda_graph`` replays
+alf_lite's update as a CUDA graph (``TrainerConfig.cuda_graph``), ``--compile``
+compiles its networks for the ceiling, and ``--ceiling_only`` measures the
+ceilings alone (no env runs)::
+
+    python benchmarks/throughput.py --device cuda --cuda_graph --algo sac
 """
 import argparse
 import os
@@ -37,13 +44,13 @@ NETWORKS = {'sac': 'TanhNormalActorNetwork', 'td3': 'DeterministicActorNetwork',
             'ddpg': 'DeterministicActorNetwork'}
 
 
-def alf_lite_run(args, seed):
-    """Env steps/s after learning starts, and the algorithm for the update ceiling."""
-    import csv
+def parse_alf_lite_config(args, seed, trainer_device=True):
+    """Parse the benchmark's gin config for alf_lite (common/<algo>.gin plus the shared settings).
 
+    ``trainer_device``: bind ``--device`` and ``--cuda_graph`` for the trainer.
+    """
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.config import parse_config
-    from alf_lite.trainer import Trainer, TrainerConfig
     total = args.learning_starts + args.steps
     params = ALF_PARAMS[args.algo] + [
         f"create_environment.env_name = '{args.env}'",
@@ -56,7 +63,18 @@ def alf_lite_run(args, seed):
         f'TrainerConfig.checkpoint_interval = {10 * total}',
         f'TrainerConfig.torch_num_threads = {args.threads}',
         'TrainerConfig.checkpoint_replay_buffer = False']
+    if trainer_device and (args.device != 'cpu' or args.cuda_graph):
+        params += [f"TrainerConfig.device = '{args.device}'",
+                   f'TrainerConfig.cuda_graph = {args.cuda_graph}']
     parse_config([os.path.join(EXAMPLES, 'common', f'{args.algo}.gin')], params)
+
+
+def alf_lite_run(args, seed):
+    """Env steps/s after learning starts, and the algorithm for the update ceiling."""
+    import csv
+
+    from alf_lite.trainer import Trainer, TrainerConfig
+    parse_alf_lite_config(args, seed)
     with tempfile.TemporaryDirectory() as root_dir:
         with Trainer(TrainerConfig(), root_dir) as trainer:
             trainer.train()
@@ -87,6 +105,41 @@ def alf_lite_ceiling(algorithm, env, updates):
     return updates / (time.perf_counter() - start)
 
 
+def alf_lite_device_ceiling(args, env, updates):
+    """Updates/s of alf_lite's update on ``--device``: a fresh algorithm, a buffer of random rows.
+
+    The update is the trainer's (``UpdateRunner``): sampled on the device, losses
+    checked there, eager or (``--cuda_graph``) replayed as a CUDA graph.
+    """
+    from alf_lite.device import resolve_device, use_deterministic_algorithms
+    from alf_lite.replay_buffer import ReplayBuffer
+    from alf_lite.trainer import TrainerConfig, loss_mask
+    from alf_lite.update import UpdateRunner
+    device = resolve_device(args.device)
+    use_deterministic_algorithms(device)  # as the trainer runs
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    algorithm = TrainerConfig().algorithm_ctor(observation_dim=obs_dim,
+                                               action_dim=act_dim).to(device)
+    n = 10_000
+    rb = ReplayBuffer(1, n, obs_dim, act_dim, training_device=device)
+    rb.load_state_dict({'step_type': torch.ones(1, n, dtype=torch.uint8),
+                        'observation': torch.randn(1, n, obs_dim),
+                        'action': torch.rand(1, n, act_dim) * 2 - 1,
+                        'reward': torch.randn(1, n), 'discount': torch.ones(1, n),
+                        'total_added': n})
+    runner = UpdateRunner(algorithm, rb, 256, 2, loss_mask, cuda_graph=args.cuda_graph,
+                          compile=args.compile, defer_non_finite_checks=True)
+    synchronize = torch.cuda.synchronize if device.type == 'cuda' else lambda: None
+    for update in range(1, 31):  # warm-up, the capture and compilation included
+        runner.update(0, update)
+    synchronize()
+    start = time.perf_counter()
+    for update in range(31, 31 + updates):
+        runner.update(0, update)
+    synchronize()
+    return updates / (time.perf_counter() - start)
+
+
 def sb3_run(args, seed):
     """Env steps/s after learning starts, and the model for the update ceiling."""
     import stable_baselines3 as sb3
@@ -102,21 +155,28 @@ def sb3_run(args, seed):
     env = gymnasium.make(args.env)
     common = dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=args.learning_starts,
                   batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
-                  policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device='cpu', verbose=0)
+                  policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device=args.device,
+                  verbose=0)
     if args.algo != 'sac':
         half_range = (env.action_space.high - env.action_space.low) / 2
         common['action_noise'] = NormalActionNoise(np.zeros_like(half_range), 0.1 * half_range)
     model = {'sac': sb3.SAC, 'td3': sb3.TD3, 'ddpg': sb3.DDPG}[args.algo]('MlpPolicy', env,
                                                                           **common)
     clock = Clock()
+    if args.ceiling_only:  # random steps only: a filled buffer for the ceiling
+        model.learn(args.learning_starts + 1)
+        return None, model
     model.learn(args.learning_starts + args.steps, callback=clock)
     return args.steps / (time.perf_counter() - clock.start), model
 
 
 def sb3_ceiling(model, updates):
     model.train(gradient_steps=10, batch_size=256)
+    synchronize = torch.cuda.synchronize if model.device.type == 'cuda' else lambda: None
+    synchronize()
     start = time.perf_counter()
     model.train(gradient_steps=updates, batch_size=256)
+    synchronize()
     return updates / (time.perf_counter() - start)
 
 
@@ -131,7 +191,18 @@ def main():
     parser.add_argument('--sb3_threads', type=int, default=1,
                         help="torch threads of SB3 (torch's own default here is the core count)")
     parser.add_argument('--ceiling_updates', type=int, default=300)
+    parser.add_argument('--device', default='cpu',
+                        help="where both libraries train: 'cpu', 'cuda' or 'cuda:N'")
+    parser.add_argument('--cuda_graph', action='store_true',
+                        help="alf_lite's update as a CUDA graph (TrainerConfig.cuda_graph)")
+    parser.add_argument('--compile', action='store_true',
+                        help="torch.compile alf_lite's networks in its update ceiling")
+    parser.add_argument('--ceiling_only', action='store_true',
+                        help='only the pure-update ceilings: no env runs')
     args = parser.parse_args()
+    if args.ceiling_only:
+        print_ceilings(args, *ceilings(args, None))
+        return
     ratios, alf_sps, sb3_sps = [], [], []
     for pair in range(args.pairs):
         a, algorithm = alf_lite_run(args, seed=pair)
@@ -142,14 +213,11 @@ def main():
         ratios.append(a / b)
         print(f'pair {pair}: alf_lite {a:.1f} env steps/s, SB3 {b:.1f}, ratio {a / b:.2f}',
               flush=True)
-    env = gymnasium.make(args.env)
-    torch.set_num_threads(args.threads)
-    alf_ceiling = alf_lite_ceiling(algorithm, env, args.ceiling_updates)
-    torch.set_num_threads(args.sb3_threads)
-    sb3_top = sb3_ceiling(model, args.ceiling_updates)
+    alf_ceiling, sb3_top = ceilings(args, algorithm, model)
 
-    print(f'\n{args.algo.upper()} {args.env}, {args.steps} timed steps after '
-          f'{args.learning_starts} random ones, torch threads: alf_lite {args.threads}, '
+    print(f'\n{args.algo.upper()} {args.env} on {args.device}'
+          f'{" (alf_lite: CUDA graph)" if args.cuda_graph else ""}, {args.steps} timed steps '
+          f'after {args.learning_starts} random ones, torch threads: alf_lite {args.threads}, '
           f'SB3 {args.sb3_threads}, '
           f'{args.pairs} pair(s)')
     print(f'{"":24s} {"median":>8s} {"min":>8s} {"max":>8s}')
@@ -157,8 +225,30 @@ def main():
                          ('ratio alf_lite / SB3', ratios)):
         print(f'{name:24s} {statistics.median(values):8.2f} {min(values):8.2f} '
               f'{max(values):8.2f}')
-    print(f'pure-update ceiling: alf_lite {alf_ceiling:.1f} updates/s, SB3 {sb3_top:.1f} '
-          f'updates/s, ratio {alf_ceiling / sb3_top:.2f}')
+    print_ceilings(args, alf_ceiling, sb3_top)
+
+
+def ceilings(args, algorithm, model=None):
+    """``(alf_lite, SB3)`` pure-update ceilings in updates/s, each at its thread count."""
+    env = gymnasium.make(args.env)
+    torch.set_num_threads(args.threads)
+    if args.device == 'cpu' and algorithm is not None:
+        alf_ceiling = alf_lite_ceiling(algorithm, env, args.ceiling_updates)
+    else:
+        parse_alf_lite_config(args, seed=0, trainer_device=False)
+        alf_ceiling = alf_lite_device_ceiling(args, env, args.ceiling_updates)
+    torch.set_num_threads(args.sb3_threads)
+    if model is None:
+        _, model = sb3_run(args, seed=0)
+    return alf_ceiling, sb3_ceiling(model, args.ceiling_updates)
+
+
+def print_ceilings(args, alf_ceiling, sb3_top):
+    options = [o for o, on in (('CUDA graph', args.cuda_graph), ('compiled', args.compile)) if on]
+    print(f'pure-update ceiling on {args.device}'
+          f'{" (alf_lite: " + ", ".join(options) + ")" if options else ""}: '
+          f'alf_lite {alf_ceiling:.1f} updates/s, SB3 {sb3_top:.1f} updates/s, '
+          f'ratio {alf_ceiling / sb3_top:.2f}')
 
 
 if __name__ == '__main__':

@@ -1,4 +1,5 @@
 """Atomic checkpoints: save / load round trip, which checkpoint is picked, what each one keeps."""
+import contextlib
 import os
 import pickle
 import random
@@ -231,3 +232,50 @@ def test_plain_pickle_in_place_of_a_checkpoint_runs_nothing_and_counts_as_unread
     path, state, _ = ckpt.load_latest_checkpoint(str(tmp_path))
     assert not marker.exists()
     assert path.endswith('ckpt-100') and state['env_steps'] == 100
+
+
+@contextlib.contextmanager
+def saved_as_if_on(location, tensors=None):
+    """``torch.save`` records CPU tensors (all, or those given) as on ``location``, as a GPU run's.
+    """
+    pointers = None if tensors is None else {t.untyped_storage().data_ptr() for t in tensors}
+
+    def tagger(storage):
+        if storage.device.type == 'cpu' and (pointers is None or storage.data_ptr() in pointers):
+            return location
+        return None
+
+    def deserializer(obj, saved_location):
+        return None  # loading is left to torch's own rules
+
+    torch.serialization.register_package(0, tagger, deserializer)
+    try:
+        yield
+    finally:
+        registry = torch.serialization._package_registry
+        registry[:] = [entry for entry in registry if entry[1] is not tagger]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks loading on a machine without CUDA')
+def test_gpu_checkpoint_loads_on_the_cpu_with_map_location(tmp_path):
+    state, rb = make_state(1), make_replay_buffer_state(1)
+    with saved_as_if_on('cuda:0'):
+        ckpt.save_checkpoint(str(tmp_path), 100, state, rb)
+    path = ckpt.latest_checkpoint(str(tmp_path))
+    with pytest.raises(RuntimeError, match='deserialize object on a CUDA device'):
+        ckpt.load_checkpoint(path)  # the file really names the GPU
+    loaded_state, loaded_rb = ckpt.load_checkpoint(path, map_location=torch.device('cpu'))
+    assert_same(loaded_state, state)
+    assert_same(loaded_rb, rb)
+    found, loaded_state, _ = ckpt.load_latest_checkpoint(str(tmp_path), map_location='cpu')
+    assert found == path and loaded_state['algorithm']['net']['weight'].device.type == 'cpu'
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks loading on a machine without CUDA')
+def test_replay_buffer_of_a_gpu_run_always_loads_to_the_cpu(tmp_path):
+    state, rb = make_state(2), make_replay_buffer_state(2)
+    with saved_as_if_on('cuda:0', [v for v in rb.values() if torch.is_tensor(v)]):
+        path = ckpt.save_checkpoint(str(tmp_path), 200, state, rb)
+    loaded_state, loaded_rb = ckpt.load_checkpoint(path)
+    assert_same(loaded_state, state)
+    assert_same(loaded_rb, rb)

@@ -1,5 +1,7 @@
 """The batched gymnasium environment (step types, parallel envs, crashes) and the point task."""
 import os
+import subprocess
+import sys
 import warnings
 
 import gymnasium
@@ -19,6 +21,7 @@ from alf_lite.seeding import train_env_seeds
 from alf_lite.environments.point_env import POINT_TARGET_ID
 from alf_lite.environments.suite_gym import default_use_subprocesses
 from alf_lite.trainer import Trainer, TrainerConfig
+from cli_helpers import train_env
 
 SAC_GIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples',
                        'common', 'sac.gin')
@@ -422,3 +425,20 @@ def test_a_sequence_of_seeds_gives_one_seed_per_env():
     assert torch.equal(listed[1], seed_4[0])
     with pytest.raises(ValueError, match='3 seeds given for 2 envs'):
         create_environment('Pendulum-v1', 2, seed=[1, 2, 3], use_subprocesses=False)
+
+
+def test_alf_lite_runs_where_pybullet_is_not_installed(tmp_path):
+    # As on a GPU image without pybullet: the PyBullet tasks are left out, the rest works.
+    code = """
+import sys
+sys.modules['pybullet'] = sys.modules['icub_models'] = None  # not installed
+import gymnasium
+import alf_lite.all_configurables
+import alf_lite.environments as envs
+assert not hasattr(envs, 'suite_pybullet') and 'HumanoidBullet-v0' not in gymnasium.registry
+envs.create_environment('Pendulum-v1', num_parallel_environments=1).close()
+print('ok')
+"""
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path, env=train_env())
+    assert result.returncode == 0 and result.stdout.strip() == 'ok', result.stderr[-3000:]

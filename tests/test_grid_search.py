@@ -1,4 +1,5 @@
 """``python -m alf_lite.bin.grid_search``: a 2 x 2 grid of tiny runs, locally and on Ray."""
+import collections
 import csv
 import json
 import os
@@ -8,7 +9,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import types
 
 import pytest
 from cli_helpers import PENDULUM, RUN_TIMEOUT_S, checkpoint_steps, train_env
@@ -211,3 +214,117 @@ def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, 
             (local_root / name / 'config.gin').read_text()
         assert deterministic_progress(root_dir / name) == \
             deterministic_progress(local_root / name)
+
+
+# --- GPUs ------------------------------------------------------------------------------------
+
+
+def fake_runs(n, tmp_path):
+    from alf_lite.bin.grid_search import GridRun
+    return [GridRun(f'run{i}', i, str(tmp_path / f'run{i}'), str(tmp_path / f'run{i}.log'), 'text',
+                10, None) for i in range(n)]
+
+
+class FakeTraining:
+    """Stands in for train_in_subprocess: records each run's environment and the GPUs in use."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.env = {}
+        self.in_use = collections.Counter()
+        self.most_in_use = collections.Counter()
+        self.started = []
+
+    def __call__(self, root_dir, config_text, num_threads, log_path, extra_env=None):
+        gpu = (extra_env or {}).get('CUDA_VISIBLE_DEVICES')
+        with self.lock:
+            self.env[os.path.basename(root_dir)] = extra_env
+            self.started.append(gpu)
+            self.in_use[gpu] += 1
+            self.most_in_use[gpu] = max(self.most_in_use[gpu], self.in_use[gpu])
+        time.sleep(0.05)
+        with self.lock:
+            self.in_use[gpu] -= 1
+        return {'returncode': 0, 'wall_time_s': 0.05, 'error': None}
+
+
+@pytest.mark.parametrize('runs_per_gpu', [1, 2])
+def test_local_runs_get_one_gpu_each_round_robin_and_share_it_up_to_runs_per_gpu(
+        tmp_path, monkeypatch, runs_per_gpu):
+    import alf_lite.runs
+    from alf_lite.bin.grid_search import run_local
+    training = FakeTraining()
+    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', training)
+    reported = []
+    run_local(fake_runs(9, tmp_path), max_workers=2 * runs_per_gpu, num_threads=1,
+              report=lambda run, result: reported.append(run.name), gpus=['3', '5'],
+              runs_per_gpu=runs_per_gpu)
+    assert sorted(reported) == sorted(f'run{i}' for i in range(9))
+    assert all(set(env) == {'CUDA_VISIBLE_DEVICES'} for env in training.env.values())
+    assert set(training.started) == {'3', '5'} and set(training.started[:2]) == {'3', '5'}
+    assert training.most_in_use == {'3': runs_per_gpu, '5': runs_per_gpu}
+
+
+def test_local_runs_without_gpus_keep_their_environment(tmp_path, monkeypatch):
+    import alf_lite.runs
+    from alf_lite.bin.grid_search import run_local
+    training = FakeTraining()
+    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', training)
+    run_local(fake_runs(3, tmp_path), max_workers=2, num_threads=1,
+              report=lambda run, result: None)
+    assert list(training.env.values()) == [None] * 3
+
+
+def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
+    import alf_lite.runs
+    seen = {}
+
+    def fake_run(command, **kwargs):
+        seen.update(kwargs['env'])
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(alf_lite.runs.subprocess, 'run', fake_run)
+    result = alf_lite.runs.train_in_subprocess(
+        str(tmp_path / 'run'), 'text', 3, str(tmp_path / 'logs' / 'run.log'),
+        extra_env={'CUDA_VISIBLE_DEVICES': '7'})
+    assert result['returncode'] == 0
+    assert seen['CUDA_VISIBLE_DEVICES'] == '7' and seen['OMP_NUM_THREADS'] == '3'
+
+
+class FakeRay(types.ModuleType):
+    """The part of the ray module that run_ray uses; tasks run at once and succeed."""
+
+    def __init__(self):
+        super().__init__('ray')
+        self.options = None
+        self.exceptions = types.SimpleNamespace(RayError=RuntimeError)
+
+    def init(self, **kwargs):
+        pass
+
+    def shutdown(self):
+        pass
+
+    def remote(self, **options):
+        self.options = options
+        return lambda fn: types.SimpleNamespace(remote=lambda *args: args[0])
+
+    def wait(self, refs, num_returns):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        return {'returncode': 0, 'wall_time_s': 0.0, 'error': None}
+
+
+@pytest.mark.parametrize('num_gpus, expected', [(0.25, {'num_gpus': 0.25}), (2, {'num_gpus': 2}),
+                                                (0.0, {})])
+def test_ray_tasks_request_the_gpus_per_run_fractions_included(tmp_path, monkeypatch, num_gpus,
+                                                                 expected):
+    from alf_lite.bin.grid_search import run_ray
+    ray = FakeRay()
+    monkeypatch.setitem(sys.modules, 'ray', ray)
+    reported = []
+    run_ray(fake_runs(2, tmp_path), 'auto', 3, lambda run, result: reported.append(run.name),
+            num_gpus_per_run=num_gpus)
+    assert ray.options == dict({'num_cpus': 3, 'max_calls': 1}, **expected)
+    assert sorted(reported) == ['run0', 'run1']

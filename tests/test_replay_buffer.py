@@ -13,6 +13,7 @@ import torch
 
 from alf_lite import replay_buffer as rb_module
 from alf_lite.data import Experience, StepType
+from alf_lite.device import DeviceUnavailableError
 from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferTooLargeError
 
 _MB = 1 << 20
@@ -208,7 +209,7 @@ def test_memory_limit_boundary(monkeypatch):
     class FakeMemory:
         available = 1160
 
-    monkeypatch.setattr(rb_module.psutil, "virtual_memory", FakeMemory)
+    monkeypatch.setattr(psutil, "virtual_memory", FakeMemory)
     assert ReplayBuffer(2, 10, 3, 2, max_memory_fraction=0.5).nbytes == 580
     FakeMemory.available = 1159
     with pytest.raises(ReplayBufferTooLargeError,
@@ -288,3 +289,86 @@ def test_gin_configurable():
         assert rb.length == 7
     finally:
         gin.clear_config()
+
+
+# --- devices --------------------------------------------------------------------------------
+
+
+def test_cpu_buffer_keeps_its_sample_stream():
+    # The windows a seed gives on the CPU are those of one randint over the
+    # flat (env, start) space from torch's global generator, as they always were.
+    num_envs, length, num_added, batch_length = 3, 7, 20, 3
+    rb = _filled(num_envs, length, num_added)
+    assert rb.device == rb.training_device == torch.device('cpu')
+    torch.manual_seed(11)
+    batch = rb.sample(batch_size=64, batch_length=batch_length)
+    torch.manual_seed(11)
+    starts = length - batch_length + 1
+    flat = torch.randint(num_envs * starts, (64, ))
+    oldest = num_added - length
+    assert torch.equal(batch.observation[:, 0, 0], (flat // starts).float())
+    assert torch.equal(batch.observation[:, 0, 1], (oldest + flat % starts).float())
+
+
+@pytest.mark.parametrize('num_added, batch_length', [(4, 3), (20, 1), (20, 2), (20, 7)])
+def test_device_sampling_never_crosses_write_head(num_added, batch_length):
+    torch.manual_seed(0)
+    rb = _filled(num_envs=3, length=7, num_added=num_added)
+    batch = rb.sample_on_device(batch_size=2000, batch_length=batch_length)
+    _check_windows(batch, total_added=num_added, length=7)
+
+
+def test_device_sampling_reaches_all_valid_windows_uniformly():
+    torch.manual_seed(2)
+    rb = _filled(num_envs=2, length=5, num_added=8)
+    batch = rb.sample_on_device(batch_size=8000, batch_length=2)
+    pairs = list(zip(batch.observation[:, 0, 0].long().tolist(),
+                     batch.observation[:, 0, 1].long().tolist()))
+    expected = {(e, s) for e in range(2) for s in (3, 4, 5, 6)}
+    assert set(pairs) == expected
+    for pair in expected:
+        assert 850 < pairs.count(pair) < 1150, pair
+
+
+def test_device_sampling_reads_the_write_head_from_the_device():
+    # The counter it reads is a tensor that add_batch and load_state_dict
+    # update: the same call (as a captured graph would replay it) sees new rows.
+    torch.manual_seed(3)
+    rb = _filled(num_envs=1, length=4, num_added=2)
+    assert set(rb.sample_on_device(200, 2).observation[:, 1, 1].tolist()) == {1.0}
+    rb.add_batch(_step(1, 2))
+    assert set(rb.sample_on_device(200, 2).observation[:, 1, 1].tolist()) == {1.0, 2.0}
+    other = ReplayBuffer(1, 4, observation_dim=2, action_dim=2)
+    other.load_state_dict(_filled(num_envs=1, length=4, num_added=9).state_dict())
+    _check_windows(other.sample_on_device(200, 3), total_added=9, length=4)
+
+
+def test_storage_goes_to_the_training_device_when_it_fits_else_to_the_cpu(monkeypatch):
+    free = {}
+    monkeypatch.setattr(rb_module, 'free_memory_bytes', lambda d: free[d.type])
+    cuda, cpu = torch.device('cuda', 0), torch.device('cpu')
+    free.update(cuda=1000, cpu=1000)
+    assert rb_module.storage_device(800, cuda)[0] == cuda
+    free.update(cuda=999)
+    assert rb_module.storage_device(800, cuda) == (cpu, {cuda: 999, cpu: 1000})
+    free.update(cpu=999)
+    assert rb_module.storage_device(800, cuda)[0] is None
+    # A CPU learner keeps its buffer on the CPU; an explicit device is the only candidate.
+    assert rb_module.storage_device(800, cpu, max_memory_fraction=0.5) == (None, {cpu: 999})
+    free.update(cpu=2000)
+    assert rb_module.storage_device(800, cuda, device='cpu')[0] == cpu
+
+
+def test_buffer_that_fits_nowhere_names_each_device(monkeypatch):
+    free = {'cuda': 100, 'cpu': 300}
+    monkeypatch.setattr(rb_module, 'free_memory_bytes', lambda d: free[d.type])
+    with pytest.raises(ReplayBufferTooLargeError,
+                       match=r'needs 580 bytes .* only 100 bytes \(0.00 GiB\) on cuda:0 and '
+                             r'300 bytes \(0.00 GiB\) on cpu are available'):
+        ReplayBuffer(2, 10, 3, 2, training_device=torch.device('cuda', 0))
+
+
+def test_explicit_gpu_buffer_without_a_gpu_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    with pytest.raises(DeviceUnavailableError, match="device 'cuda' was asked for"):
+        ReplayBuffer(2, 10, 3, 2, device='cuda')

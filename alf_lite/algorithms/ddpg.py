@@ -5,6 +5,7 @@ Lillicrap et al. 2016, "Continuous control with deep reinforcement learning"
 is its Algorithm 1 after the minibatch is sampled.
 """
 import copy
+import math
 from typing import Callable, Dict, Optional
 
 import gin
@@ -13,7 +14,7 @@ import torch.nn as nn
 
 from alf_lite.algorithms.noise import OUNoise
 from alf_lite.algorithms.off_policy_algorithm import (
-    OffPolicyAlgorithm, frozen, masked_mean, polyak_update, td_target, transitions)
+    OffPolicyAlgorithm, frozen, masked_mean, td_target, transitions)
 from alf_lite.data import Experience, TimeStep
 from alf_lite.networks import BatchedLinear, CriticNetwork, DeterministicActorNetwork
 from alf_lite.optimizers import OptimizerCtor, make_optimizer
@@ -107,8 +108,9 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         self._target_update_period = target_update_period
         self._policy_update_period = policy_update_period
         self._critic_l2_weight_decay = critic_l2_weight_decay
-        # Reported on train steps that skip the actor update.
-        self._actor_loss = torch.tensor(float('nan'))
+        # Reported on train steps that skip the actor update; updated in place,
+        # so a captured update that skips it still reports the latest one.
+        self.register_buffer('_actor_loss', torch.tensor(float('nan')), persistent=False)
         self.optimizers = {
             'actor': make_optimizer(actor_optimizer, self._actor.parameters(), 1e-4),
             'critic': make_optimizer(critic_optimizer, self._critic.parameters(), 1e-3),
@@ -120,6 +122,10 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         self._target_actor.train(False)
         self._target_critic.train(False)
         return self
+
+    @property
+    def train_step_cycle(self) -> int:
+        return math.lcm(self._policy_update_period, self._target_update_period)
 
     @torch.no_grad()
     def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
@@ -168,11 +174,11 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
                                     num_replicas=1)[:, 0]
             actor_loss = masked_mean(-q_mu, mask)
             self.optimizer_step('actor', actor_loss)
-            self._actor_loss = actor_loss.detach()
+            self._actor_loss.copy_(actor_loss.detach())
         if self._num_train_steps % self._target_update_period == 0:
             # Soft target updates (Algorithm 1): theta' = tau * theta + (1 - tau) * theta'.
-            polyak_update(self._target_actor, self._actor, self._tau)
-            polyak_update(self._target_critic, self._critic, self._tau)
+            self.soft_update(self._target_actor, self._actor, self._tau)
+            self.soft_update(self._target_critic, self._critic, self._tau)
 
         return {
             'critic_loss': critic_loss.detach(),
@@ -185,4 +191,4 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
 
     def set_extra_state(self, state):
         super().set_extra_state(state)
-        self._actor_loss = state['actor_loss']
+        self._actor_loss.copy_(state['actor_loss'])

@@ -1,9 +1,10 @@
 """The one interface between the trainer and an off-policy algorithm, and shared TD helpers."""
-from typing import Dict, NamedTuple
+from typing import Dict, NamedTuple, Optional
 
 import torch
 import torch.nn as nn
 
+from alf_lite.algorithms.non_finite_guard import NonFiniteGuard
 from alf_lite.data import Experience, TimeStep
 
 
@@ -46,15 +47,33 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """``target = tau * online + (1 - tau) * target`` for every parameter, in one foreach call."""
-    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+def polyak_update(target: nn.Module, online: nn.Module, tau: float,
+                  skip: Optional[torch.Tensor] = None) -> None:
+    """``target = tau * online + (1 - tau) * target`` for every parameter, in one foreach call.
+
+    Args:
+        skip: a 0-d tensor; where it is 1 the targets stay as they are. Read
+            on the device, so it costs no host sync.
+    """
+    targets, onlines = list(target.parameters()), list(online.parameters())
+    if skip is None:
+        torch._foreach_lerp_(targets, onlines, tau)
+        for t, o in zip(target.buffers(), online.buffers()):
+            t.copy_(o)
+        return
+    # A tensor weight per parameter: a single tensor would be read back as a number.
+    weight = tau * (1 - skip)
+    torch._foreach_lerp_(targets, onlines, [weight] * len(targets))
+    keep = skip.bool()
     for t, o in zip(target.buffers(), online.buffers()):
-        t.copy_(o)
+        t.copy_(torch.where(keep, t, o))
 
 
 class NonFiniteLossError(FloatingPointError):
     """A loss was NaN or inf; raised before its optimizer step, so the weights stay finite.
+
+    Raised by ``optimizer_step`` unless the algorithm checks on the device
+    (``defer_non_finite_checks``).
 
     Args:
         name: the loss, e.g. 'critic'.
@@ -92,6 +111,11 @@ class OffPolicyAlgorithm(nn.Module):
     ``action_dim`` and register the optimizers in ``self.optimizers``; actions
     are always normalised to [-1, 1]. ``self._num_train_steps`` counts
     ``train_step`` calls (for update periods) and is saved with the module.
+
+    ``train_step`` may branch in Python on ``_num_train_steps`` only through
+    periods that ``train_step_cycle`` covers, and must read nothing back from
+    the device: then a CUDA graph captured per phase of the cycle replays it
+    exactly (``alf_lite.update``).
     """
 
     def __init__(self, observation_dim: int, action_dim: int):
@@ -100,6 +124,21 @@ class OffPolicyAlgorithm(nn.Module):
         self.action_dim = action_dim
         self.optimizers: Dict[str, torch.optim.Optimizer] = {}
         self._num_train_steps = 0
+        self._guard: Optional[NonFiniteGuard] = None
+
+    @property
+    def num_train_steps(self) -> int:
+        """``train_step`` calls so far (replays of a captured update included)."""
+        return self._num_train_steps
+
+    @num_train_steps.setter
+    def num_train_steps(self, value: int) -> None:
+        self._num_train_steps = value
+
+    @property
+    def train_step_cycle(self) -> int:
+        """``train_step`` does the same work whenever ``num_train_steps`` is equal modulo this."""
+        return 1
 
     def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         """The deterministic action for evaluation, ``[N, action_dim]``."""
@@ -123,13 +162,38 @@ class OffPolicyAlgorithm(nn.Module):
         """
         raise NotImplementedError
 
+    def defer_non_finite_checks(self) -> NonFiniteGuard:
+        """Check losses on the device from now on, without a host sync; returns the guard.
+
+        Afterwards ``optimizer_step`` no longer raises: a non-finite loss trips
+        the guard, which skips that optimizer step and every later one and
+        the target updates (``soft_update``); read ``guard.failure()`` at
+        summary time. Call it once the module is on its device.
+
+        Raises:
+            ValueError: an optimizer cannot skip a step on the device.
+        """
+        device = next(self.parameters()).device
+        guard = NonFiniteGuard(list(self.optimizers), device)
+        for optimizer in self.optimizers.values():
+            guard.attach(optimizer)
+        self._guard = guard
+        return guard
+
+    def soft_update(self, target: nn.Module, online: nn.Module, tau: float) -> None:
+        """``polyak_update``, skipped once the non-finite guard (if any) has tripped."""
+        polyak_update(target, online, tau, None if self._guard is None else self._guard.tripped)
+
     def optimizer_step(self, name: str, loss: torch.Tensor) -> None:
         """Zero the gradients of ``self.optimizers[name]``, backpropagate ``loss``, step.
 
         Raises:
-            NonFiniteLossError: if ``loss`` is NaN or inf (nothing is changed then).
+            NonFiniteLossError: if ``loss`` is NaN or inf (nothing is changed
+                then); with deferred checks the guard records it instead.
         """
-        if not torch.isfinite(loss):
+        if self._guard is not None:
+            self._guard.check(name, loss)
+        elif not torch.isfinite(loss):
             raise NonFiniteLossError(name, loss.item())
         opt = self.optimizers[name]
         opt.zero_grad(set_to_none=True)

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from alf_lite.algorithms.off_policy_algorithm import (
-    OffPolicyAlgorithm, frozen, masked_mean, polyak_update, td_target, transitions)
+    OffPolicyAlgorithm, frozen, masked_mean, td_target, transitions)
 from alf_lite.data import Experience, TimeStep
 from alf_lite.networks import CriticNetwork, TanhNormalActorNetwork
 from alf_lite.optimizers import OptimizerCtor, make_optimizer
@@ -93,6 +93,10 @@ class SacAlgorithm(OffPolicyAlgorithm):
             'alpha': make_optimizer(alpha_optimizer, [self._log_alpha], DEFAULT_LEARNING_RATE),
         }
 
+    @property
+    def train_step_cycle(self) -> int:
+        return self._target_update_period
+
     @torch.no_grad()
     def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         return self._actor(observation)
@@ -117,7 +121,7 @@ class SacAlgorithm(OffPolicyAlgorithm):
         # only a next state, so it is sampled without building a graph (and
         # without a backward pass through it). The noise is drawn for all rows
         # at once, in row order.
-        noise = torch.randn(b, t, self.action_dim)
+        noise = torch.randn(b, t, self.action_dim, device=observation.device)
         action, log_prob = self._actor.sample(obs, noise[:, :-1].flatten(0, 1))
         with torch.no_grad():
             last_action, last_log_prob = self._actor.sample(observation[:, -1], noise[:, -1])
@@ -156,7 +160,7 @@ class SacAlgorithm(OffPolicyAlgorithm):
 
         self._num_train_steps += 1
         if self._num_train_steps % self._target_update_period == 0:
-            polyak_update(self._target_critic, self._critic, self._tau)
+            self.soft_update(self._target_critic, self._critic, self._tau)
 
         return {
             'critic_loss': critic_loss.detach(),

@@ -31,6 +31,14 @@ run is a Ray task (``pip install .[ray]``) that needs ``--num_cpus_per_run``
 CPUs and gets as many torch threads. The code ships with the tasks and the
 config is sent as text, but ``--root_dir`` must be storage that every node of
 the cluster sees at the same absolute path.
+
+GPUs: locally, each run gets one of the visible GPUs through its
+``CUDA_VISIBLE_DEVICES``, round-robin, and at most ``--runs_per_gpu`` runs
+share a GPU at a time (the pool holds at most GPUs x runs_per_gpu workers);
+``--runs_per_gpu 0`` hands out no GPU. On Ray each run requests
+``--num_gpus_per_run`` GPUs, which may be a fraction (0.25: four runs per
+GPU); Ray sets their ``CUDA_VISIBLE_DEVICES``. The runs' ``TrainerConfig.device``
+(default 'auto') then picks the GPU they were given.
 """
 import concurrent.futures
 import csv
@@ -38,10 +46,11 @@ import itertools
 import json
 import math
 import os
+import queue
 import re
 import sys
 import time
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from absl import app, flags
 
@@ -60,6 +69,10 @@ flags.DEFINE_string('ray_address', None, "Run on a Ray cluster: 'auto' or 'host:
                     'head. Default: local processes.')
 flags.DEFINE_integer('num_cpus_per_run', 1, 'Ray backend: CPUs reserved by each run, also its '
                      'torch threads.')
+flags.DEFINE_integer('runs_per_gpu', 1, 'Local backend: runs that share one GPU at a time; each '
+                     'run sees only its GPU (CUDA_VISIBLE_DEVICES). 0: give runs no GPU.')
+flags.DEFINE_float('num_gpus_per_run', 0.0, 'Ray backend: GPUs reserved by each run; a fraction '
+                   'shares a GPU (0.5: two runs per GPU).')
 flags.mark_flags_as_required(['search_config', 'root_dir'])
 FLAGS = flags.FLAGS
 
@@ -214,19 +227,52 @@ def is_finished(run: GridRun) -> bool:
     return steps is not None and steps >= run.num_env_steps
 
 
-def run_local(todo: List[GridRun], max_workers: int, num_threads: int, report) -> None:
-    """Train ``todo`` in at most ``max_workers`` subprocesses at a time."""
+def gpu_slots(gpus: Sequence[str], runs_per_gpu: int) -> List[str]:
+    """One entry per run that may hold a GPU at a time, round-robin over ``gpus``."""
+    return [gpu for _ in range(runs_per_gpu) for gpu in gpus]
+
+
+def run_local(todo: List[GridRun], max_workers: int, num_threads: int, report,
+              gpus: Sequence[str] = (), runs_per_gpu: int = 1) -> None:
+    """Train ``todo`` in at most ``max_workers`` subprocesses at a time.
+
+    With ``gpus``, each run takes a free slot of ``gpu_slots(gpus, runs_per_gpu)``
+    and sees that GPU alone; runs wait for a slot when all are taken.
+    """
     from alf_lite.runs import train_in_subprocess
+    slots = queue.Queue()
+    for gpu in gpu_slots(gpus, runs_per_gpu):
+        slots.put(gpu)
+
+    def train(run):
+        if not gpus:
+            return train_in_subprocess(run.root_dir, run.config_text, num_threads, run.log_path)
+        gpu = slots.get()
+        try:
+            return train_in_subprocess(run.root_dir, run.config_text, num_threads, run.log_path,
+                                       extra_env={'CUDA_VISIBLE_DEVICES': gpu})
+        finally:
+            slots.put(gpu)
+
     # Threads only wait on the training processes; the work is in the processes.
     with concurrent.futures.ThreadPoolExecutor(max_workers) as pool:
-        futures = {pool.submit(train_in_subprocess, run.root_dir, run.config_text, num_threads,
-                               run.log_path): run for run in todo}
+        futures = {pool.submit(train, run): run for run in todo}
         for future in concurrent.futures.as_completed(futures):
             report(futures[future], future.result())
 
 
-def run_ray(todo: List[GridRun], address: str, num_cpus_per_run: int, report) -> None:
-    """Train ``todo`` as Ray tasks of ``num_cpus_per_run`` CPUs each, on the cluster at ``address``.
+def ray_task_options(num_cpus_per_run: int, num_gpus_per_run: float) -> dict:
+    """The resources each Ray task requests (GPUs only when some are asked for)."""
+    # max_calls=1: a fresh worker process per run, holding nothing between runs.
+    options = {'num_cpus': num_cpus_per_run, 'max_calls': 1}
+    if num_gpus_per_run > 0:
+        options['num_gpus'] = num_gpus_per_run
+    return options
+
+
+def run_ray(todo: List[GridRun], address: str, num_cpus_per_run: int, report,
+            num_gpus_per_run: float = 0.0) -> None:
+    """Train ``todo`` as Ray tasks of ``num_cpus_per_run`` CPUs and ``num_gpus_per_run`` GPUs each.
 
     ``todo``'s root_dirs must be on storage that every node sees at the same path.
     """
@@ -241,8 +287,8 @@ def run_ray(todo: List[GridRun], address: str, num_cpus_per_run: int, report) ->
     except (ConnectionError, RuntimeError) as e:
         fail(f'cannot connect to the Ray cluster at {address}: {e}')
     try:
-        # max_calls=1: a fresh worker process per run, holding nothing between runs.
-        task = ray.remote(num_cpus=num_cpus_per_run, max_calls=1)(train_in_subprocess)
+        task = ray.remote(**ray_task_options(num_cpus_per_run, num_gpus_per_run))(
+            train_in_subprocess)
         pending = {task.remote(run.root_dir, run.config_text, num_cpus_per_run, run.log_path):
                    (run, time.time()) for run in todo}
         while pending:
@@ -305,6 +351,15 @@ def main(argv):
     max_workers = FLAGS.max_workers or cores
     if max_workers <= 0 or FLAGS.num_cpus_per_run <= 0:
         fail('--max_workers and --num_cpus_per_run must be positive')
+    if FLAGS.runs_per_gpu < 0 or FLAGS.num_gpus_per_run < 0:
+        fail('--runs_per_gpu and --num_gpus_per_run must be >= 0')
+    gpus = []
+    if not FLAGS.ray_address and FLAGS.runs_per_gpu > 0:
+        from alf_lite.device import visible_gpu_ids
+        gpus = visible_gpu_ids()
+        if gpus:
+            # A worker without a free GPU slot would only wait.
+            max_workers = min(max_workers, len(gpus) * FLAGS.runs_per_gpu)
     if FLAGS.ray_address:
         try:
             import ray  # noqa: F401
@@ -337,8 +392,14 @@ def main(argv):
         elif is_finished(run):
             results[run.name] = {'status': 'skipped (finished before)'}
     todo = [run for run in runs if run.name not in results]
-    backend = (f'Ray at {FLAGS.ray_address}, {FLAGS.num_cpus_per_run} CPU(s) per run'
-               if FLAGS.ray_address else f'{max_workers} local worker(s)')
+    if FLAGS.ray_address:
+        backend = (f'Ray at {FLAGS.ray_address}, {FLAGS.num_cpus_per_run} CPU(s)'
+                   + (f' and {FLAGS.num_gpus_per_run:g} GPU(s)' if FLAGS.num_gpus_per_run else '')
+                   + ' per run')
+    else:
+        backend = f'{max_workers} local worker(s)' + (
+            f', GPU(s) {",".join(gpus)} with at most {FLAGS.runs_per_gpu} run(s) each'
+            if gpus else '')
     print(f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
           f'({num_threads} torch thread(s) each), {len(runs) - len(todo)} not started '
           '(finished before, or a config that does not parse).', flush=True)
@@ -356,9 +417,10 @@ def main(argv):
 
     if todo:
         if FLAGS.ray_address:
-            run_ray(todo, FLAGS.ray_address, FLAGS.num_cpus_per_run, report)
+            run_ray(todo, FLAGS.ray_address, FLAGS.num_cpus_per_run, report,
+                    FLAGS.num_gpus_per_run)
         else:
-            run_local(todo, max_workers, num_threads, report)
+            run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
     rows = summary_rows(runs, results)
     print()
     print_summary(rows)

@@ -80,7 +80,8 @@ def load_policy(path: str, observation_dim: int, action_dim: int):
     algorithm = TrainerConfig().algorithm_ctor(observation_dim=observation_dim,
                                                action_dim=action_dim)
     try:
-        state = load_file(os.path.join(path, MODEL_FILE))
+        # play runs on the CPU, wherever the checkpoint was trained.
+        state = load_file(os.path.join(path, MODEL_FILE), map_location='cpu')
     except UnsafeCheckpointError as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)

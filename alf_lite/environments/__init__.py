@@ -3,10 +3,21 @@
 Registered ids: ``alf_lite/PointTarget-v0`` (toy task), ``HumanoidBullet-v0``,
 ``AntBullet-v0``, ``HalfCheetahBullet-v0``, ``HopperBullet-v0``,
 ``Walker2DBullet-v0`` (PyBullet locomotion) and ``ICubWalk-v0`` (iCub walking).
+The PyBullet and iCub tasks are registered only where pybullet (and
+icub-models) are installed, so alf_lite also runs where they are not.
 """
-from alf_lite.environments import icub_walking, point_env, suite_pybullet
+import importlib.util
+
+from alf_lite.environments import point_env
 from alf_lite.environments.suite_gym import (BatchedEnvironment, EnvironmentCrashedError,
                                              EnvironmentHungError, create_environment)
 
 __all__ = ['BatchedEnvironment', 'EnvironmentCrashedError', 'EnvironmentHungError',
-           'create_environment', 'icub_walking', 'point_env', 'suite_pybullet']
+           'create_environment', 'point_env']
+
+if importlib.util.find_spec('pybullet') is not None:
+    from alf_lite.environments import suite_pybullet
+    __all__.append('suite_pybullet')
+    if importlib.util.find_spec('icub_models') is not None:
+        from alf_lite.environments import icub_walking
+        __all__.append('icub_walking')

@@ -1,0 +1,174 @@
+"""The trainer's update: sample a batch, compute the losses, step the optimizers, update the targets.
+
+``UpdateRunner.update`` runs one such update, either eagerly or, on a GPU,
+from a CUDA graph: the first calls run eagerly (they initialise the
+optimizer states), then the whole update, sampling included when the replay
+buffer is on the GPU, is captured once and replayed on every later call. A
+256x256 SAC update is over a hundred small kernels; replayed as one graph it
+costs one launch.
+
+A captured update is replayed exactly, so ``train_step`` may not read values
+back to the host (losses are checked on the device by the non-finite guard,
+which graph mode turns on) and its Python branches may depend only on
+``num_train_steps`` modulo ``train_step_cycle``: one graph is captured per
+phase of that cycle (TD3's delayed actor update gives two).
+"""
+from typing import Callable, Dict, Optional
+
+import torch
+
+from alf_lite.algorithms.non_finite_guard import NonFiniteLoss
+from alf_lite.algorithms.off_policy_algorithm import OffPolicyAlgorithm
+from alf_lite.data import Experience
+from alf_lite.replay_buffer import ReplayBuffer
+
+# Eager updates per phase of the train step cycle before a graph is captured:
+# they create the optimizer states and let autograd and cuBLAS set up.
+WARMUP_UPDATES_PER_PHASE = 3
+
+
+class UpdateRunner:
+    """Runs ``algorithm.train_step`` on batches sampled from ``replay_buffer``.
+
+    Args:
+        algorithm: the algorithm, already on its device.
+        replay_buffer: the buffer; its ``training_device`` must be the
+            algorithm's device.
+        mini_batch_size: windows per update.
+        mini_batch_length: rows per window.
+        loss_mask_fn: ``fn(batch) -> [B, T - 1]`` float mask of the transitions
+            to train on; it runs inside the captured update, so it must be
+            made of tensor operations on the batch's device.
+        cuda_graph: capture the update as CUDA graphs and replay them (GPU only).
+        compile: ``torch.compile`` the algorithm's networks (their ``forward``
+            and, where they have one, ``sample``).
+        defer_non_finite_checks: check losses on the device
+            (``OffPolicyAlgorithm.defer_non_finite_checks``) instead of raising
+            ``NonFiniteLossError`` at once; always on with ``cuda_graph``.
+
+    Raises:
+        ValueError: ``cuda_graph`` on a device that is not a GPU, or a buffer
+            that delivers batches to another device.
+    """
+
+    def __init__(self, algorithm: OffPolicyAlgorithm, replay_buffer: ReplayBuffer,
+                 mini_batch_size: int, mini_batch_length: int,
+                 loss_mask_fn: Callable[[Experience], torch.Tensor],
+                 cuda_graph: bool = False, compile: bool = False,
+                 defer_non_finite_checks: bool = False):
+        device = next(algorithm.parameters()).device
+        if cuda_graph and device.type != 'cuda':
+            raise ValueError(f'cuda_graph=True needs the algorithm on a CUDA device; it is on '
+                             f"{device}. Set TrainerConfig.device='cuda' (on a machine with a "
+                             'GPU) or cuda_graph=False.')
+        if replay_buffer.training_device != device:
+            raise ValueError(f'the replay buffer delivers batches to '
+                             f'{replay_buffer.training_device}, the algorithm is on {device}.')
+        self._algorithm = algorithm
+        self._buffer = replay_buffer
+        self._batch_size = mini_batch_size
+        self._batch_length = mini_batch_length
+        self._loss_mask_fn = loss_mask_fn
+        self._cuda_graph = cuda_graph
+        self._guard = (algorithm.defer_non_finite_checks()
+                       if cuda_graph or defer_non_finite_checks else None)
+        if cuda_graph:
+            for name, optimizer in algorithm.optimizers.items():
+                for group in optimizer.param_groups:
+                    if 'capturable' not in group:
+                        raise ValueError(f'the {name} optimizer ({type(optimizer).__name__}) '
+                                         'cannot be captured in a CUDA graph; use Adam or AdamW.')
+                    group['capturable'] = True
+        if compile:
+            for module in algorithm.children():
+                module.compile()
+                if hasattr(module, 'sample'):  # SAC's actor samples outside forward
+                    module.sample = torch.compile(module.sample)
+        # Graph mode: the buffer is sampled inside the graph when it lives on
+        # the GPU; a CPU buffer is sampled on the host into these inputs.
+        self._sample_in_graph = replay_buffer.device == device
+        self._static_batch: Optional[Experience] = None
+        self._graphs: Dict[int, torch.cuda.CUDAGraph] = {}
+        self._graph_outputs: Dict[int, Dict[str, torch.Tensor]] = {}
+        self._eager_updates = 0
+        self._side_stream = None
+
+    @property
+    def guard_enabled(self) -> bool:
+        """Whether losses are checked on the device (read them with ``non_finite_loss``)."""
+        return self._guard is not None
+
+    def update(self, env_steps: int, update: int) -> Dict[str, torch.Tensor]:
+        """One update.
+
+        Args:
+            env_steps: the trainer's env steps (recorded with a non-finite loss).
+            update: the number of this update, 1 for the first of the run.
+
+        Returns:
+            the algorithm's scalars as tensors on its device; read them only
+            at summary time (in graph mode they are overwritten by the next
+            replay of the same phase).
+        Raises:
+            NonFiniteLossError: a loss was NaN or inf, unless checks are deferred.
+            ValueError: the buffer holds fewer rows per env than a window.
+        """
+        # Checked here, on host counters: a captured update cannot check it.
+        self._buffer.check_sample_size(self._batch_size, self._batch_length)
+        if not self._algorithm.training:
+            self._algorithm.train(True)
+        if self._guard is not None:
+            self._guard.begin_update(env_steps, update)
+        if not self._cuda_graph:
+            return self._step(self._buffer.sample(self._batch_size, self._batch_length))
+        phase = self._algorithm.num_train_steps % self._algorithm.train_step_cycle
+        if self._eager_updates < WARMUP_UPDATES_PER_PHASE * self._algorithm.train_step_cycle:
+            self._eager_updates += 1
+            return self._on_side_stream(self._host_batch())
+        if not self._sample_in_graph:
+            for static, value in zip(self._static_batch, self._host_batch()):
+                static.copy_(value)
+        if phase not in self._graphs:
+            self._capture(phase)
+        self._graphs[phase].replay()
+        self._algorithm.num_train_steps += 1
+        return self._graph_outputs[phase]
+
+    def non_finite_loss(self) -> Optional[NonFiniteLoss]:
+        """The first non-finite loss of deferred checks, or None. Syncs with the device."""
+        return None if self._guard is None else self._guard.failure()
+
+    def _host_batch(self) -> Optional[Experience]:
+        """A batch sampled outside the graph (CPU buffer), or None when the graph samples."""
+        if self._sample_in_graph:
+            return None
+        batch = self._buffer.sample(self._batch_size, self._batch_length)
+        if self._static_batch is None:
+            self._static_batch = Experience(*(torch.empty_like(x) for x in batch))
+        return batch
+
+    def _step(self, batch: Optional[Experience]) -> Dict[str, torch.Tensor]:
+        """Sample (unless given a batch), mask, train: the work a graph captures."""
+        if batch is None:
+            batch = self._buffer.sample_on_device(self._batch_size, self._batch_length)
+        return self._algorithm.train_step(batch, self._loss_mask_fn(batch))
+
+    def _on_side_stream(self, batch: Optional[Experience]) -> Dict[str, torch.Tensor]:
+        """An eager ``_step`` on a side stream, as the updates before a capture must run."""
+        if self._side_stream is None:
+            self._side_stream = torch.cuda.Stream()
+        self._side_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._side_stream):
+            out = self._step(batch)
+        torch.cuda.current_stream().wait_stream(self._side_stream)
+        return out
+
+    def _capture(self, phase: int) -> None:
+        """Capture the update of ``phase``; capturing records the work without doing it."""
+        num_train_steps = self._algorithm.num_train_steps
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._graph_outputs[phase] = self._step(self._static_batch)
+        self._algorithm.num_train_steps = num_train_steps
+        self._graphs[phase] = graph
+

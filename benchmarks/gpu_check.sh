@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU checks, as one run on the GPU machine: install the wheels of .wheels/,
+# run tests/test_cuda.py, then benchmarks/throughput.py on the GPU against
+# Stable-Baselines3 on the same GPU (ratios printed). Ends within 8 minutes:
+# each step has a time budget, cut to what is left of GPU_CHECK_SECONDS.
+#
+#     bash benchmarks/gpu_check.sh          # from the repository root
+#
+# The machine has Python 3.12 and torch with CUDA but no network and none of
+# gymnasium, MuJoCo, gin-config, Stable-Baselines3 (tensorboard is there). Their
+# wheels come in .wheels/ (git-ignored), fetched on a machine with network:
+#
+#     pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .wheels \
+#         gymnasium==1.4.0 mujoco==4.0.0 mujoco-core==4.0.0 gin-config==0.5.0 \
+#         stable-baselines3==2.9.2 cloudpickle==3.1.3 farama-notifications==0.0.6 \
+#         absl-py==2.5.1 psutil==7.2.2 glfw==2.11.0 imageio==2.38.1 packaging==26.4 \
+#         pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 pygments==2.21.0 pytest-timeout==2.4.0
+#
+# (13 MB; installed without their dependencies: MuJoCo's viewer packages and
+# pillow are not needed to step the envs.)
+set -u
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+DEADLINE=${GPU_CHECK_SECONDS:-450}
+SITE=${TMPDIR:-/tmp}/alf_lite_gpu_check_site
+export CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1
+
+# step NAME BUDGET_S COMMAND...: run COMMAND for at most BUDGET_S seconds (fewer
+# when less is left), then say how it ended.
+step() {
+    local name=$1 budget=$2
+    shift 2
+    local left=$((DEADLINE - SECONDS))
+    if ((left < 15)); then
+        echo "=== $name: skipped, ${left} s left"
+        return
+    fi
+    ((budget > left)) && budget=$left
+    echo "=== $name (at most ${budget} s)"
+    local start=$SECONDS
+    timeout --signal=INT --kill-after=10 "$budget" "$@"
+    echo "=== $name: exit code $? after $((SECONDS - start)) s"
+}
+
+echo "=== machine"
+nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader
+"$PYTHON" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
+"CUDA", torch.version.cuda, "available", torch.cuda.is_available())'
+
+step "install .wheels" 90 "$PYTHON" -m pip install --quiet --no-index --no-deps \
+    --disable-pip-version-check --target "$SITE" .wheels/*.whl
+export PYTHONPATH="$SITE:$PWD"
+
+# The whole-run tests and the env runs of throughput.py need the trainer's
+# TrainerConfig.device and TrainerConfig.cuda_graph; without them only the
+# update ceilings are measured.
+if "$PYTHON" -c 'import inspect, sys
+from alf_lite.trainer import TrainerConfig
+sys.exit(not {"device", "cuda_graph"} <= set(inspect.signature(TrainerConfig).parameters))'; then
+    RUNS=()
+else
+    echo "=== TrainerConfig has no device / cuda_graph yet: throughput.py measures ceilings only"
+    RUNS=(--ceiling_only)
+fi
+
+step "tests/test_cuda.py" 200 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py \
+    -k 'not compiled'
+step "tests/test_cuda.py, compiled" 60 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
+    tests/test_cuda.py -k compiled
+
+BENCH=(benchmarks/throughput.py --device cuda --steps 1500 --learning_starts 500 --pairs 1
+       --ceiling_updates 500 --threads 1 --sb3_threads 1)
+step "SAC HalfCheetah-v5, eager" 60 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo sac \
+    --env HalfCheetah-v5
+step "SAC HalfCheetah-v5, CUDA graph" 50 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo sac \
+    --env HalfCheetah-v5 --cuda_graph
+step "TD3 HalfCheetah-v5, CUDA graph" 50 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo td3 \
+    --env HalfCheetah-v5 --cuda_graph
+step "SAC Humanoid-v5, CUDA graph" 60 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo sac \
+    --env Humanoid-v5 --cuda_graph
+step "SAC HalfCheetah-v5 update ceiling, CUDA graph + compile" 50 "$PYTHON" "${BENCH[@]}" \
+    --ceiling_only --algo sac --env HalfCheetah-v5 --cuda_graph --compile
+echo "=== done in ${SECONDS} s"

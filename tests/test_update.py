@@ -1,0 +1,98 @@
+"""UpdateRunner on the CPU: the eager update, deferred non-finite checks, the work a graph captures.
+
+The CUDA graph itself is tested in test_cuda.py.
+"""
+import copy
+import math
+
+import pytest
+import torch
+
+from alf_lite.data import Experience, StepType
+from alf_lite.replay_buffer import ReplayBuffer
+from alf_lite.trainer import loss_mask
+from alf_lite.update import UpdateRunner
+from test_non_finite_guard import ALGORITHMS, HostSyncs, assert_same_state, make
+
+NUM_ENVS, OBS_DIM, ACTION_DIM = 2, 3, 2
+
+
+def filled_buffer(rows=50, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rb = ReplayBuffer(NUM_ENVS, 40, OBS_DIM, ACTION_DIM)
+    for t in range(rows):
+        step_type = torch.tensor([StepType.FIRST if t % 10 == 0 else
+                                  StepType.LAST if t % 10 == 9 else StepType.MID] * NUM_ENVS,
+                                 dtype=torch.uint8)
+        rb.add_batch(Experience(step_type, torch.randn(NUM_ENVS, OBS_DIM, generator=g),
+                                torch.rand(NUM_ENVS, ACTION_DIM, generator=g) * 2 - 1,
+                                torch.randn(NUM_ENVS, generator=g), torch.ones(NUM_ENVS)))
+    return rb
+
+
+def runner(algorithm, rb, **kwargs):
+    return UpdateRunner(algorithm, rb, mini_batch_size=16, mini_batch_length=2,
+                        loss_mask_fn=loss_mask, **kwargs)
+
+
+@pytest.mark.parametrize('name', ALGORITHMS)
+def test_eager_update_on_the_cpu_is_the_trainers_update(name):
+    plain, algorithm = make(name), make(name)
+    rb = filled_buffer()
+    run = runner(algorithm, rb)
+    torch.manual_seed(5)
+    for _ in range(5):
+        data = rb.sample(16, 2)
+        plain.train_step(data, loss_mask(data))
+    torch.manual_seed(5)
+    for update in range(1, 6):
+        scalars = run.update(env_steps=100, update=update)
+    assert_same_state(plain, algorithm)
+    assert 'critic_loss' in scalars and run.non_finite_loss() is None
+
+
+def test_deferred_checks_name_the_loss_and_the_env_step_and_keep_the_state():
+    rb = filled_buffer(rows=40)
+    algorithm = make('sac')
+    run = runner(algorithm, rb, defer_non_finite_checks=True)
+    assert run.guard_enabled
+    torch.manual_seed(0)
+    states = {}
+    for update in range(1, 21):
+        if update == 6:  # rows with NaN rewards arrive
+            for _ in range(10):
+                rb.add_batch(Experience(
+                    torch.full((NUM_ENVS, ), StepType.MID, dtype=torch.uint8),
+                    torch.randn(NUM_ENVS, OBS_DIM), torch.zeros(NUM_ENVS, ACTION_DIM),
+                    torch.full((NUM_ENVS, ), math.nan), torch.ones(NUM_ENVS)))
+        states[update] = copy.deepcopy(algorithm)
+        run.update(env_steps=10 * update, update=update)
+    failure = run.non_finite_loss()
+    assert failure is not None and failure.name == 'critic' and math.isnan(failure.value)
+    assert failure.update >= 6 and failure.env_steps == 10 * failure.update
+    # The state is the one from before the failing update.
+    assert_same_state(states[failure.update], algorithm)
+
+
+def test_cuda_graph_needs_a_gpu():
+    with pytest.raises(ValueError, match="cuda_graph=True needs the algorithm on a CUDA "
+                                         "device; it is on cpu.*device='cuda'"):
+        runner(make('sac'), filled_buffer(), cuda_graph=True)
+
+
+def test_update_refuses_a_buffer_with_too_few_rows():
+    run = runner(make('sac'), filled_buffer(rows=1))
+    with pytest.raises(ValueError, match='only 1 rows stored per env'):
+        run.update(env_steps=1, update=1)
+
+
+@pytest.mark.parametrize('name', ALGORITHMS)
+def test_the_work_a_graph_captures_reads_nothing_back_to_the_host(name):
+    # What a CUDA graph records: sampling on the buffer's device, the loss mask,
+    # the losses, the optimizer steps, the target updates, the guard.
+    algorithm = make(name)
+    run = runner(algorithm, filled_buffer(), defer_non_finite_checks=True)
+    for update in range(1, 2 * algorithm.train_step_cycle + 1):
+        with HostSyncs() as syncs:
+            run._step(None)
+        assert syncs.count == 0
