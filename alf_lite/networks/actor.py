@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from alf_lite.networks.encoding import mlp
 from alf_lite.networks.initializers import ddpg_paper_init_
+from alf_lite.precision import full_precision, lower_precision
 
 
 @gin.configurable
@@ -31,9 +32,15 @@ class TanhNormalActorNetwork(nn.Module):
         self._head = nn.Linear(hidden_layers[-1] if hidden_layers else observation_dim,
                                2 * action_dim)
         self._log_std_min, self._log_std_max = log_std_bounds
+        # None: float32 throughout; torch.bfloat16: the encoder's products in
+        # bfloat16 (set by alf_lite.precision.set_network_precision).
+        self.compute_dtype = None
 
     def _mean_and_log_std(self, observation):
-        mean, raw = self._head(self._encoder(observation)).chunk(2, dim=-1)
+        with lower_precision(self.compute_dtype, observation.device):
+            hidden = self._encoder(observation)
+        # The head, and with it the log-probability, in float32.
+        mean, raw = self._head(hidden.float()).chunk(2, dim=-1)
         log_std = self._log_std_min + 0.5 * (self._log_std_max - self._log_std_min) * (
             torch.tanh(raw) + 1)
         return mean, log_std
@@ -94,9 +101,20 @@ class DeterministicActorNetwork(nn.Module):
         self._head = nn.Linear(sizes[-1], action_dim)
         if paper_init:
             ddpg_paper_init_(self._hidden, self._head)
+        # None: float32 throughout; torch.bfloat16: the hidden layers' products
+        # in bfloat16 (set by alf_lite.precision.set_network_precision).
+        self.compute_dtype = None
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        device = observation.device
         x = self._input_norm(observation)
-        for layer, norm in zip(self._hidden, self._hidden_norms):
-            x = torch.relu(norm(layer(x)))
-        return torch.tanh(self._head(x))
+        with lower_precision(self.compute_dtype, device):
+            for layer, norm in zip(self._hidden, self._hidden_norms):
+                x = layer(x)
+                if not isinstance(norm, nn.Identity):
+                    # Batch statistics in float32.
+                    with full_precision(device):
+                        x = norm(x.float())
+                x = torch.relu(x)
+        # The action in float32: it is the critic's input and the env's command.
+        return torch.tanh(self._head(x.float()))

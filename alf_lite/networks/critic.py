@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from alf_lite.networks.initializers import ddpg_paper_init_
 from alf_lite.networks.layers import BatchedBatchNorm1d, BatchedLinear
+from alf_lite.precision import full_precision, lower_precision
 
 
 @gin.configurable
@@ -58,6 +59,9 @@ class CriticNetwork(nn.Module):
             BatchedBatchNorm1d(width, num_replicas) for width in state_path)
         if paper_init:
             ddpg_paper_init_(self._layers[:-1], self._layers[-1])
+        # None: float32 throughout; torch.bfloat16: the hidden layers' products
+        # in bfloat16 (set by alf_lite.precision.set_network_precision).
+        self.compute_dtype = None
 
     def forward(self, observation: torch.Tensor, action: torch.Tensor,
                 num_replicas: Optional[int] = None) -> torch.Tensor:
@@ -71,14 +75,21 @@ class CriticNetwork(nn.Module):
                                          not isinstance(self._input_norm, nn.Identity)):
             return self.forward(observation, action)[:, :num_replicas]
         r = self.num_replicas if num_replicas is None else num_replicas
+        device = observation.device
         x = self._input_norm(observation.unsqueeze(0).expand(r, *observation.shape))
         last = len(self._layers) - 1
-        for i, layer in enumerate(self._layers):
-            if i == self._action_input_layer:
-                x = torch.cat([x, action.unsqueeze(0).expand(r, *action.shape)], dim=-1)
-            x = layer(x, num_replicas)
-            if i < len(self._hidden_norms):
-                x = self._hidden_norms[i](x)
-            if i < last:
+        with lower_precision(self.compute_dtype, device):
+            for i, layer in enumerate(self._layers):
+                if i == self._action_input_layer:
+                    x = torch.cat([x, action.unsqueeze(0).expand(r, *action.shape)], dim=-1)
+                if i == last:
+                    break
+                x = layer(x, num_replicas)
+                if i < len(self._hidden_norms):
+                    # Batch statistics in float32.
+                    with full_precision(device):
+                        x = self._hidden_norms[i](x.float())
                 x = torch.relu_(x)
+        # Q values in float32: a TD error is a small difference of large values.
+        x = self._layers[last](x.float(), num_replicas)
         return x.squeeze(-1).transpose(0, 1)

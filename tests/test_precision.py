@@ -1,0 +1,133 @@
+"""bfloat16 compute: products in bfloat16, everything whose precision matters in float32."""
+import copy
+
+import pytest
+import torch
+
+from alf_lite import precision
+from alf_lite.algorithms import DdpgAlgorithm, SacAlgorithm, Td3Algorithm
+from alf_lite.data import Experience, StepType
+from alf_lite.networks import CriticNetwork, DeterministicActorNetwork, TanhNormalActorNetwork
+
+OBS, ACT, B = 5, 2, 64
+
+
+def batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    step_type = torch.full((B, 2), StepType.MID, dtype=torch.uint8)
+    return Experience(step_type, torch.randn(B, 2, OBS, generator=g),
+                      torch.rand(B, 2, ACT, generator=g) * 2 - 1,
+                      torch.randn(B, 2, generator=g), torch.ones(B, 2))
+
+
+def hidden_output_dtypes(network, call):
+    """Dtypes of the outputs of every linear layer of ``network`` during ``call()``."""
+    dtypes = []
+    handles = [m.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+               for m in network.modules()
+               if isinstance(m, torch.nn.Linear) or type(m).__name__ == 'BatchedLinear']
+    try:
+        result = call()
+    finally:
+        for h in handles:
+            h.remove()
+    return dtypes, result
+
+
+@pytest.mark.parametrize('batch_norm', [False, True])
+def test_hidden_products_run_in_bfloat16_and_outputs_stay_float32(batch_norm):
+    torch.manual_seed(0)
+    obs, act = torch.randn(B, OBS), torch.rand(B, ACT) * 2 - 1
+    critic = CriticNetwork(OBS, ACT, num_replicas=2, hidden_layers=(32, 32),
+                           action_input_layer=1, batch_norm=batch_norm)
+    deterministic = DeterministicActorNetwork(OBS, ACT, hidden_layers=(32, 32),
+                                              batch_norm=batch_norm)
+    tanh_normal = TanhNormalActorNetwork(OBS, ACT, hidden_layers=(32, 32))
+    for net in (critic, deterministic, tanh_normal):
+        precision.set_network_precision(net, 'bfloat16')
+    calls = ((critic, lambda: (critic(obs, act),)), (deterministic, lambda: (deterministic(obs),)),
+             (tanh_normal, lambda: tanh_normal.sample(obs)))
+    for net, call in calls:
+        dtypes, outputs = hidden_output_dtypes(net, call)
+        # Every hidden layer's product in bfloat16, the output layer in float32.
+        assert dtypes[:-1] == [torch.bfloat16] * (len(dtypes) - 1) and len(dtypes) == 3
+        assert dtypes[-1] == torch.float32
+        assert all(o.dtype == torch.float32 for o in outputs)
+
+
+def make(algorithm_class):
+    torch.manual_seed(0)
+    if algorithm_class is SacAlgorithm:
+        return SacAlgorithm(OBS, ACT, actor_network_ctor=lambda o, a: TanhNormalActorNetwork(
+            o, a, hidden_layers=(32, 32)), critic_network_ctor=lambda o, a, num_replicas: (
+            CriticNetwork(o, a, num_replicas=num_replicas, hidden_layers=(32, 32))))
+    return algorithm_class(OBS, ACT, actor_network_ctor=lambda o, a: DeterministicActorNetwork(
+        o, a, hidden_layers=(32, 32)), critic_network_ctor=lambda o, a, num_replicas: (
+        CriticNetwork(o, a, num_replicas=num_replicas, hidden_layers=(32, 32))))
+
+
+@pytest.mark.parametrize('algorithm_class', [SacAlgorithm, DdpgAlgorithm, Td3Algorithm])
+def test_weights_targets_optimizer_states_and_losses_stay_float32(algorithm_class):
+    algorithm = make(algorithm_class)
+    precision.set_network_precision(algorithm, 'bfloat16')
+    mask = torch.ones(B, 1)
+    for i in range(3):
+        scalars = algorithm.train_step(batch(i), mask)
+    assert all(v.dtype == torch.float32 for v in scalars.values())
+    state = algorithm.checkpoint_state()
+    tensors = list(state['module'].values())
+    for opt in state['optimizers'].values():
+        for per_param in opt['state'].values():
+            tensors += [v for v in per_param.values() if v.is_floating_point()]
+    floats = [t for t in tensors if torch.is_tensor(t) and t.is_floating_point()]
+    assert floats and all(t.dtype == torch.float32 for t in floats)
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in algorithm.parameters())
+
+
+@pytest.mark.parametrize('algorithm_class', [SacAlgorithm, Td3Algorithm])
+def test_bfloat16_update_is_close_to_the_float32_update(algorithm_class):
+    full, low = make(algorithm_class), make(algorithm_class)
+    precision.set_network_precision(low, 'bfloat16')
+    mask = torch.ones(B, 1)
+    torch.manual_seed(1)
+    full_scalars = full.train_step(batch(), mask)
+    torch.manual_seed(1)
+    low_scalars = low.train_step(batch(), mask)
+    # bfloat16 keeps 8 bits of mantissa: about 0.4% per product.
+    for name in ('critic_loss', 'q_mean'):
+        assert low_scalars[name] == pytest.approx(full_scalars[name].item(), rel=0.05, abs=1e-3)
+    moved = [(a - b).abs().max() for a, b in zip(full.parameters(), low.parameters())]
+    assert max(moved) < 1e-2
+
+
+def test_float32_is_unchanged_by_the_precision_switch():
+    a, b = make(SacAlgorithm), make(SacAlgorithm)
+    precision.set_network_precision(b, 'float32')
+    torch.manual_seed(1)
+    sa = a.train_step(batch(), torch.ones(B, 1))
+    torch.manual_seed(1)
+    sb = b.train_step(batch(), torch.ones(B, 1))
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_unknown_precision_is_refused_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="'float32', 'bfloat16'.*got 'float16'"):
+        precision.compute_dtype('float16')
+
+
+def test_warns_when_the_cpu_would_emulate_bfloat16(monkeypatch):
+    cpu = torch.device('cpu')
+    monkeypatch.setattr(precision, '_cpu_flags', lambda: {'avx2', 'fma'})
+    assert precision.warn_if_emulated('bfloat16', cpu)
+    assert not precision.warn_if_emulated('float32', cpu)
+    monkeypatch.setattr(precision, '_cpu_flags', lambda: {'avx2', 'avx512_bf16'})
+    assert not precision.warn_if_emulated('bfloat16', cpu)
+    assert precision.native_bfloat16(cpu)
+
+
+def test_copied_networks_keep_their_precision():
+    # Target networks are deep copies of the online ones.
+    critic = CriticNetwork(OBS, ACT, hidden_layers=(8,))
+    precision.set_network_precision(critic, 'bfloat16')
+    assert copy.deepcopy(critic).compute_dtype == torch.bfloat16
