@@ -3,8 +3,8 @@ r"""Learning curves of alf_lite, and of Stable-Baselines3 (SB3) with matched set
     python benchmarks/learning.py --suite pendulum              # train (resumes, skips done runs)
     python benchmarks/learning.py --suite pendulum --report     # PNGs in docs/, markdown tables
 
-``--suite`` repeats (pendulum, hopper, halfcheetah, study_mask, study_resample,
-study_replay). ``--jobs N`` (default 2) trains N runs at a time, ``--seeds 0 1``
+``--suite`` repeats (pendulum, hopper, halfcheetah, study_sac, study_replay,
+icub_walk). ``--jobs N`` (default 2) trains N runs at a time, ``--seeds 0 1``
 and ``--runs 'sb3_*'`` (a glob on run names) select runs, ``--steps`` shortens
 them (smoke runs; use another ``--out``), ``--deadline`` starts only runs that
 can finish in time, ``--dry_run`` prints the commands, ``--docs_dir`` moves the
@@ -82,6 +82,12 @@ ICUB = Task('ICubWalk-v0', 'icub', learning_starts=2000, eval_interval=6000,
             checkpoint_interval=24_000, lr=2e-3, num_envs=12, summary_interval=1200,
             gin_files=(('sac', 'examples/sac_icub_walking.gin'),), complete_gin=True,
             assumed_seconds_per_step=0.004)
+# examples/sac_icub_walking.gin as it is: its intervals and its 100k rows per env.
+ICUB_WALK = Task('ICubWalk-v0', 'icub_walk', learning_starts=2000, eval_interval=24_000,
+                 checkpoint_interval=96_000, lr=2e-3, num_envs=12, summary_interval=1200,
+                 replay_capacity=1_200_000,
+                 gin_files=(('sac', 'examples/sac_icub_walking.gin'),), complete_gin=True,
+                 assumed_seconds_per_step=0.004)
 
 
 class RunConfig(NamedTuple):
@@ -159,11 +165,19 @@ SUITES = {
     'pendulum': Suite(20_000, range(5), 'TrainerConfig.algorithm_ctor'),
     'hopper': Suite(150_000, range(3), 'TrainerConfig.algorithm_ctor'),
     'halfcheetah': Suite(150_000, range(3), 'TrainerConfig.algorithm_ctor'),
-    'study_mask': Suite(100_000, range(3), 'TrainerConfig.mask_out_loss_for_last_step'),
-    'study_resample': Suite(100_000, range(3), 'SacAlgorithm.resample_action_per_loss'),
+    'study_sac': Suite(100_000, range(3), ''),
     'study_replay': Suite(300_000, range(3), 'TrainerConfig.replay_buffer_length'),
+    'icub_walk': Suite(2_000_000, range(1), 'TrainerConfig.random_seed'),
 }
 REPLAY_STUDY = (('10k', 10_000), ('100k', 100_000), ('full', None))
+MASK = 'TrainerConfig.mask_out_loss_for_last_step'
+RESAMPLE = 'SacAlgorithm.resample_action_per_loss'
+# study_sac: the default and one switch changed at a time; every run binds both.
+SAC_STUDY = (('default', True, False), ('mask_false', False, False),
+             ('resample_true', True, True))
+# study_sac's two comparisons: (name, the binding it varies, the runs it compares).
+SAC_STUDY_COMPARISONS = (('mask', MASK, ('default', 'mask_false')),
+                         ('resample', RESAMPLE, ('default', 'resample_true')))
 
 
 def suite_configs(suite: str) -> List[RunConfig]:
@@ -176,15 +190,18 @@ def suite_configs(suite: str) -> List[RunConfig]:
         sb3_algos = tuple(a for a in alf_algos if a in ('sac', 'td3'))
         configs += [RunConfig(f'alf_{a}', 'alf_lite', a, task) for a in alf_algos]
         configs += [RunConfig(f'sb3_{a}', 'sb3', a, task) for a in sb3_algos]
-    elif suite in ('study_mask', 'study_resample'):
-        param, short = {
-            'study_mask': ('TrainerConfig.mask_out_loss_for_last_step', 'mask'),
-            'study_resample': ('SacAlgorithm.resample_action_per_loss', 'resample')}[suite]
+    elif suite == 'study_sac':
         for task in (HOPPER, ICUB):
-            for value in (True, False):
+            for name, mask, resample in SAC_STUDY:
+                setting = 'default' if name == 'default' else (
+                    f'{MASK.split(".")[-1]}={mask}' if not mask
+                    else f'{RESAMPLE.split(".")[-1]}={resample}')
                 configs.append(RunConfig(
-                    f'{task.tag}_{short}_{str(value).lower()}', 'alf_lite', 'sac', task,
-                    setting=f'{param.split(".")[-1]}={value}', gin_params=(f'{param}={value}',)))
+                    f'{task.tag}_{name}', 'alf_lite', 'sac', task, setting=setting,
+                    gin_params=(f'{MASK}={mask}', f'{RESAMPLE}={resample}')))
+    elif suite == 'icub_walk':
+        configs.append(RunConfig('icub_walk', 'alf_lite', 'sac', ICUB_WALK,
+                                 setting='examples/sac_icub_walking.gin'))
     elif suite == 'study_replay':
         for name, capacity in REPLAY_STUDY:
             setting = f'replay {name}' + (' (whole run)' if capacity is None else '')
@@ -264,6 +281,24 @@ def _plot(run_dirs: List[str], group_by: str, y: str, png: str) -> None:
     print(f'wrote {png}')
 
 
+# The scalars each suite's report draws, with the suffix of their PNG's name.
+FIGURE_SCALARS = {
+    'study_sac': ((EVAL_RETURN, ''), (EVAL_EPISODE_LENGTH, '_length')),
+    'icub_walk': ((EVAL_RETURN, ''), (EVAL_EPISODE_LENGTH, '_length')),
+}
+
+
+def _figures(suite: str, stem: str, group_by: str, names: List[str], found: dict):
+    """``(png stem, group_by, run dirs)`` of each figure of one task of a suite."""
+    if suite != 'study_sac':
+        yield stem, group_by, [d for n in names for d in found[n]]
+        return
+    for comparison, by, compared in SAC_STUDY_COMPARISONS:
+        dirs = [d for n in names if n.split('_', 1)[1] in compared for d in found[n]]
+        if dirs:
+            yield f'{stem}_{comparison}', by, dirs
+
+
 def _mib(nbytes: float) -> str:
     return f'{nbytes / 2**20:.1f} MiB'
 
@@ -290,13 +325,15 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     for task in tasks:
         names = [n for n in found if specs[n].task == task]
-        dirs = [d for n in names for d in found[n]
-                if len(read_scalar_if_any(d, EVAL_RETURN)[1])]
         stem = suite if len(all_tasks) == 1 else f'{suite}_{task.tag}'
-        _plot(dirs, group_by, EVAL_RETURN, os.path.join(docs_dir, f'{stem}.png'))
-        if suite == 'study_mask':
-            _plot(dirs, group_by, EVAL_EPISODE_LENGTH,
-                  os.path.join(docs_dir, f'{stem}_length.png'))
+        evaluated = {n: [d for d in found[n] if len(read_scalar_if_any(d, EVAL_RETURN)[1])]
+                     for n in names}
+        for name, by, plotted in _figures(suite, stem, group_by, names, evaluated):
+            for y, suffix in FIGURE_SCALARS.get(suite, ((EVAL_RETURN, ''),)):
+                # A scalar only some runs log (e.g. from before it existed) is drawn for those.
+                having = [d for d in plotted if len(read_scalar_if_any(d, y)[1])]
+                if having:
+                    _plot(having, by, y, os.path.join(docs_dir, f'{name}{suffix}.png'))
         for name in names:
             spec = specs[name]
             finals, steps, walls, replay, loads, unfinished = [], [], [], [], [], 0

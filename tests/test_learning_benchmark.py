@@ -42,11 +42,20 @@ def test_suites_have_their_runs_seeds_and_lengths():
     assert {r.name for r in hopper} == {'alf_sac', 'alf_td3', 'sb3_sac', 'sb3_td3'}
     assert {(r.num_env_steps, r.task.env) for r in hopper} == {(150_000, 'Hopper-v5')}
     assert {r.name for r in learning.suite_runs('halfcheetah')} == {'alf_sac', 'sb3_sac'}
-    mask = learning.suite_runs('study_mask')
-    assert {(r.task.env, r.gin_params) for r in mask} == {
-        (env, (f'TrainerConfig.mask_out_loss_for_last_step={v}',))
-        for env in ('Hopper-v5', 'ICubWalk-v0') for v in (True, False)}
-    assert {r.framework for r in mask} == {'alf_lite'} and len(mask) == 12
+    study = learning.suite_runs('study_sac')
+    # The default setting is shared by both comparisons: 3 settings x 2 tasks x 3 seeds.
+    mask, resample = ('TrainerConfig.mask_out_loss_for_last_step',
+                      'SacAlgorithm.resample_action_per_loss')
+    assert {(r.task.env, r.name, r.gin_params) for r in study} == {
+        (env, f'{tag}_{name}', (f'{mask}={m}', f'{resample}={r}'))
+        for env, tag in (('Hopper-v5', 'hopper'), ('ICubWalk-v0', 'icub'))
+        for name, m, r in (('default', True, False), ('mask_false', False, False),
+                           ('resample_true', True, True))}
+    assert {r.framework for r in study} == {'alf_lite'} and len(study) == 18
+    assert {r.num_env_steps for r in study} == {100_000}
+    walk, = learning.suite_runs('icub_walk')
+    assert (walk.seed, walk.num_env_steps, walk.replay_length_per_env) == (0, 2_000_000, 100_000)
+    assert walk.task.gin_file('sac') == 'examples/sac_icub_walking.gin'
     replay = {r.name: r for r in learning.suite_runs('study_replay', seeds=[0])}
     # Total capacity over the 12 envs: 10K, 100K and the whole 300k-step run.
     assert {n: r.replay_length_per_env * 12 for n, r in replay.items()} == {
@@ -127,7 +136,7 @@ def test_every_alf_lite_run_has_a_valid_config(suite):
             run.task.num_envs)
         # Whole-run buffers never overwrite a row.
         capacity = config.replay_buffer_length * run.task.num_envs
-        assert capacity >= run.num_env_steps or run.replay_capacity is not None
+        assert capacity >= run.num_env_steps or (run.replay_capacity or run.task.replay_capacity)
 
 
 def test_sb3_config_differs_between_seeds_only_in_the_seed():
@@ -238,7 +247,7 @@ def test_estimate_uses_the_slowest_measured_run_of_the_same_kind(tmp_path):
     seconds, source = launcher.estimate_seconds(run, str(tmp_path))
     assert source == 'assumed rate' and seconds == pytest.approx(150_000 * 0.012)
     for seed, wall in ((0, 1500.0), (1, 1800.0)):
-        d = tmp_path / 'study_mask' / 'hopper_mask_true' / f'seed{seed}'
+        d = tmp_path / 'study_sac' / 'hopper_default' / f'seed{seed}'
         d.mkdir(parents=True)
         (d / 'done.json').write_text(json.dumps(dict(
             framework='alf_lite', algo='sac', env='Hopper-v5', env_steps=100_000,
@@ -295,3 +304,14 @@ def test_an_alf_lite_run_still_going_at_the_deadline_checkpoints_and_resumes_lat
     assert attempt['env_steps_from'] == 0 and 0 < attempt['env_steps_to'] < 20_000
     plan = json.loads((out / 'plan.json').read_text())
     assert plan['pendulum/alf_sac/seed0']['status'] == 'deferred'
+
+
+def test_sac_study_report_compares_each_switch_with_the_shared_default():
+    names = ['hopper_default', 'hopper_mask_false', 'hopper_resample_true']
+    found = {n: [f'/runs/{n}/seed{k}' for k in range(3)] for n in names}
+    figures = list(learning._figures('study_sac', 'study_sac_hopper', '', names, found))
+    assert [(name, by) for name, by, _ in figures] == [
+        ('study_sac_hopper_mask', 'TrainerConfig.mask_out_loss_for_last_step'),
+        ('study_sac_hopper_resample', 'SacAlgorithm.resample_action_per_loss')]
+    assert figures[0][2] == found['hopper_default'] + found['hopper_mask_false']
+    assert figures[1][2] == found['hopper_default'] + found['hopper_resample_true']
