@@ -371,3 +371,10 @@ def test_halfcheetah_example_builds_the_papers_ddpg():
     assert isinstance(ddpg._exploration_noise, OUNoise)
     batch = random_batch(b=64, obs_dim=17, act_dim=6)
     assert torch.isfinite(ddpg.train_step(batch, loss_mask(batch))['critic_loss'])
+
+
+def test_value_step_is_the_mean_of_the_critic_replicas():
+    ddpg = hand_ddpg()
+    # One replica: Q = 0.5 + s + 2 * a.
+    values = ddpg.value_step(torch.tensor([[1.0], [0.0]]), torch.tensor([[0.5], [-1.0]]))
+    assert torch.allclose(values, torch.tensor([2.5, -1.5])) and ddpg.gamma == GAMMA

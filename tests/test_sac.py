@@ -201,3 +201,11 @@ def test_tanh_normal_log_prob_matches_change_of_variables():
     ok = action.abs().squeeze(-1) < 0.999
     assert torch.allclose(log_prob[ok], expected[ok], atol=1e-3)
     assert math.isfinite(log_prob.sum().item())
+
+
+def test_value_step_is_the_mean_of_the_critic_replicas():
+    sac = make_sac()
+    # Q_i = c_i + sum(s) with c = (1, 2): the mean over replicas is 1.5 + s.
+    values = sac.value_step(torch.tensor([[1.0], [-2.0]]), torch.zeros(2, 1))
+    assert torch.allclose(values, torch.tensor([2.5, -0.5])) and not values.requires_grad
+    assert sac.gamma == GAMMA

@@ -148,6 +148,15 @@ class OffPolicyAlgorithm(nn.Module):
         """The exploratory action for collection, ``[N, action_dim]``."""
         raise NotImplementedError
 
+    def value_step(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """The critics' estimate of ``Q(s, a)``, mean over replicas, ``[N]`` (for summaries)."""
+        raise NotImplementedError
+
+    @property
+    def gamma(self) -> float:
+        """The discount factor of the return the critics estimate."""
+        return self._gamma
+
     def train_step(self, batch: Experience, loss_mask: torch.Tensor) -> Dict[str, torch.Tensor]:
         """One update from ``[B, T]`` windows.
 
