@@ -7,14 +7,14 @@ refused.
 """
 import os
 import pickle
-import re
 import shutil
 from typing import Optional, Tuple
 
 import torch
 from absl import logging
 
-_NAME = re.compile(r'^ckpt-(\d+)$')
+from alf_lite.run_dir import checkpoint_name, list_checkpoints
+
 MODEL_FILE = 'model.pt'
 REPLAY_BUFFER_FILE = 'replay_buffer.pt'
 
@@ -52,7 +52,7 @@ def save_checkpoint(checkpoint_dir: str, env_steps: int, state: dict,
     """
     os.makedirs(checkpoint_dir, exist_ok=True)
     regular = name is None
-    final = os.path.join(checkpoint_dir, f'ckpt-{env_steps}' if regular else name)
+    final = os.path.join(checkpoint_dir, checkpoint_name(env_steps) if regular else name)
     tmp = os.path.join(checkpoint_dir, f'.tmp-{os.path.basename(final)}-{os.getpid()}')
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -84,21 +84,6 @@ def _save_synced(obj, path):
         torch.save(obj, f)
         f.flush()
         os.fsync(f.fileno())
-
-
-def list_checkpoints(checkpoint_dir: str):
-    """Complete regular checkpoint directories, oldest first."""
-    if not os.path.isdir(checkpoint_dir):
-        return []
-    found = [(int(m.group(1)), name) for name in os.listdir(checkpoint_dir)
-             if (m := _NAME.match(name))]
-    return [os.path.join(checkpoint_dir, name) for _, name in sorted(found)]
-
-
-def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
-    """The newest complete checkpoint, or None."""
-    found = list_checkpoints(checkpoint_dir)
-    return found[-1] if found else None
 
 
 def load_file(path: str):

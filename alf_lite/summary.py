@@ -7,9 +7,8 @@ from typing import Dict, List, Optional
 
 from torch.utils.tensorboard import SummaryWriter
 
-# Columns of progress.csv that depend on the machine and the clock, not on the seed.
-NONDETERMINISTIC_COLUMNS = (
-    'wall_time', 'train/env_steps_per_sec', 'train/updates_per_sec', 'train/process_rss_bytes')
+from alf_lite.run_dir import SUMMARY_MODES, RunDir
+from alf_lite.runs import ENV_STEPS, NUM_UPDATES, WALL_TIME
 
 
 class ProgressCsv:
@@ -35,7 +34,7 @@ class ProgressCsv:
                 self._columns = list(reader.fieldnames or [])
                 # A row cut short by a kill mid-append has missing fields: drop it.
                 self._rows = [r for r in reader if None not in r.values() and (
-                    max_env_steps is None or int(r['env_steps']) <= max_env_steps)]
+                    max_env_steps is None or int(r[ENV_STEPS]) <= max_env_steps)]
             self._rewrite()
 
     def write(self, row: Dict[str, float]) -> None:
@@ -72,10 +71,11 @@ class Summary:
     """
 
     def __init__(self, root_dir: str, keep_until_env_steps: int = -1):
+        run_dir = RunDir(root_dir)
         self._writers = {
-            mode: SummaryWriter(os.path.join(root_dir, mode), purge_step=keep_until_env_steps + 1)
-            for mode in ('train', 'eval')}
-        self._csv = ProgressCsv(os.path.join(root_dir, 'progress.csv'), keep_until_env_steps)
+            mode: SummaryWriter(run_dir.events_dir(mode), purge_step=keep_until_env_steps + 1)
+            for mode in SUMMARY_MODES}
+        self._csv = ProgressCsv(run_dir.progress_file, keep_until_env_steps)
 
     def write(self, env_steps: int, num_updates: int, wall_time: float,
               scalars: Dict[str, float]) -> None:
@@ -83,8 +83,8 @@ class Summary:
         for key, value in scalars.items():
             mode, name = key.split('/', 1)
             self._writers[mode].add_scalar(name, value, env_steps, walltime=wall_time)
-        self._csv.write({'env_steps': env_steps, 'num_updates': num_updates,
-                         'wall_time': wall_time, **scalars})
+        self._csv.write({ENV_STEPS: env_steps, NUM_UPDATES: num_updates, WALL_TIME: wall_time,
+                         **scalars})
 
     def close(self) -> None:
         for writer in self._writers.values():

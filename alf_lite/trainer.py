@@ -21,6 +21,10 @@ from alf_lite.config import operative_config_str, write_text_atomically
 from alf_lite.data import Experience, StepType
 from alf_lite.environments import create_environment
 from alf_lite.replay_buffer import ReplayBuffer
+from alf_lite.run_dir import RunDir, last_good_name
+from alf_lite.runs import (ENV_STEPS_PER_SEC, EVAL_EPISODE_LENGTH, EVAL_RETURN,
+                           PROCESS_RSS_BYTES, REPLAY_BUFFER_BYTES, TRAIN_EPISODE_LENGTH,
+                           TRAIN_RETURN, UPDATES_PER_SEC, train_column)
 from alf_lite.seeding import eval_env_seeds, resume_env_seeds, train_env_seeds
 from alf_lite.summary import Summary, print_progress
 
@@ -233,8 +237,7 @@ class Trainer:
 
     def __init__(self, config: TrainerConfig, root_dir: str):
         self._config = cfg = config
-        self._root_dir = root_dir
-        self._checkpoint_dir = os.path.join(root_dir, 'checkpoints')
+        self._run_dir = RunDir(root_dir)
         self._env = self._eval_env = None
         _seed_everything(cfg.random_seed, cfg.torch_num_threads)
         try:
@@ -281,14 +284,14 @@ class Trainer:
             TrainingError: on a non-finite loss or parameter, or a failed checkpoint write.
             CheckpointError: when checkpoints exist but none of them can be loaded.
         """
-        os.makedirs(self._root_dir, exist_ok=True)
-        latest = ckpt.load_latest_checkpoint(self._checkpoint_dir)
+        os.makedirs(self._run_dir.root, exist_ok=True)
+        latest = ckpt.load_latest_checkpoint(self._run_dir.checkpoint_dir)
         reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
         if latest is not None:
             self._restore(*latest)
             reset_seed = resume_env_seeds(self._config.random_seed, self._env_steps,
                                           self._env.num_envs)
-        summary = Summary(self._root_dir, self._env_steps if latest else -1)
+        summary = Summary(self._run_dir.root, self._env_steps if latest else -1)
         try:
             with self._signals_handled():
                 try:
@@ -372,9 +375,9 @@ class Trainer:
                 self._evaluate_and_write(summary, scalars)
             elif scalars:
                 summary.write(after, self._num_updates, time.time(), scalars)
-            if 'train/env_steps_per_sec' in scalars:
-                print_progress(after, cfg.num_env_steps, scalars['train/env_steps_per_sec'],
-                               self._last_eval.get('eval/AverageReturn'))
+            if ENV_STEPS_PER_SEC in scalars:
+                print_progress(after, cfg.num_env_steps, scalars[ENV_STEPS_PER_SEC],
+                               self._last_eval.get(EVAL_RETURN))
             if (_crossed(before, after, cfg.checkpoint_interval) or done
                     or self._stop_signal is not None):
                 self._save()
@@ -404,14 +407,13 @@ class Trainer:
                 return e
             self._num_updates += 1
         if not self._wrote_operative_config:
-            write_text_atomically(os.path.join(self._root_dir, 'operative_config.gin'),
-                                  operative_config_str())
+            write_text_atomically(self._run_dir.operative_config_file, operative_config_str())
             self._wrote_operative_config = True
         return None
 
     def _stop_on_non_finite_loss(self, error: 'NonFiniteLossError') -> None:
         """Keep the (still finite) state under its own name and stop, naming the loss and step."""
-        path = self._save(name=f'last_good-{self._env_steps}')
+        path = self._save(name=last_good_name(self._env_steps))
         raise TrainingError(
             f'{error} at env step {self._env_steps} (update {self._num_updates + 1}); the '
             f'optimizer step was not taken. The state before it is saved in {path}; the '
@@ -430,20 +432,19 @@ class Trainer:
         episode_length[step_type == StepType.LAST] = 0
 
     def _train_scalars(self, train_scalars, env_steps_per_sec, updates_per_sec) -> dict:
-        scalars = {f'train/{k}': float(v) for k, v in train_scalars.items()}
+        scalars = {train_column(k): float(v) for k, v in train_scalars.items()}
         if self._recent_returns:
-            scalars['train/AverageReturn'] = float(np.mean(self._recent_returns))
-            scalars['train/AverageEpisodeLength'] = float(np.mean(self._recent_lengths))
-        scalars['train/env_steps_per_sec'] = env_steps_per_sec
-        scalars['train/updates_per_sec'] = updates_per_sec
-        scalars['train/replay_buffer_bytes'] = self._replay_buffer.nbytes
-        scalars['train/process_rss_bytes'] = psutil.Process().memory_info().rss
+            scalars[TRAIN_RETURN] = float(np.mean(self._recent_returns))
+            scalars[TRAIN_EPISODE_LENGTH] = float(np.mean(self._recent_lengths))
+        scalars[ENV_STEPS_PER_SEC] = env_steps_per_sec
+        scalars[UPDATES_PER_SEC] = updates_per_sec
+        scalars[REPLAY_BUFFER_BYTES] = self._replay_buffer.nbytes
+        scalars[PROCESS_RSS_BYTES] = psutil.Process().memory_info().rss
         return scalars
 
     def _evaluate_and_write(self, summary: Summary, scalars: dict) -> None:
         avg_return, avg_length = self._evaluate()
-        self._last_eval = {'eval/AverageReturn': avg_return,
-                           'eval/AverageEpisodeLength': avg_length}
+        self._last_eval = {EVAL_RETURN: avg_return, EVAL_EPISODE_LENGTH: avg_length}
         scalars.update(self._last_eval)
         summary.write(self._env_steps, self._num_updates, time.time(), scalars)
         logging.info('env steps %d: eval return %.2f, episode length %.1f',
@@ -486,7 +487,8 @@ class Trainer:
         }
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
-            path = ckpt.save_checkpoint(self._checkpoint_dir, self._env_steps, state, rb, name)
+            path = ckpt.save_checkpoint(self._run_dir.checkpoint_dir, self._env_steps, state, rb,
+                                        name)
         except OSError as e:
             raise TrainingError(f'could not write the checkpoint at env step {self._env_steps}: '
                                 f'{e}. The previous checkpoints are intact.') from e

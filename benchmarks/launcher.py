@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tupl
 
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE
 from alf_lite.config import write_text_atomically
-from alf_lite.runs import (CONFIG_FILE, ENV_STEPS, EVAL_RETURN, PROGRESS_FILE, log_error_line,
-                           read_scalar_if_any, subprocess_env)
+from alf_lite.run_dir import RunDir
+from alf_lite.runs import ENV_STEPS, EVAL_RETURN, log_error_line, read_scalar_if_any, subprocess_env
 from benchmarks import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class Launcher:
         command = self._command(run)
         attempts_path = run.log_path(out, ATTEMPTS_SUFFIX)
         attempts = read_json(attempts_path) or []
-        resumed = run.resumable and os.path.isfile(os.path.join(run_dir, CONFIG_FILE))
+        resumed = run.resumable and os.path.isfile(RunDir(run_dir).config_file)
         start, steps_from = time.time(), _last_env_steps(run_dir) if resumed else 0
         with open(log_path, 'a') as log:
             log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")}: {shlex.join(command)}\n')
@@ -228,7 +228,7 @@ def _done_runs(out: str) -> Iterable[Tuple[str, dict]]:
 def _last_env_steps(run_dir: str) -> int:
     """Env steps of the last row of a run's progress.csv; 0 without one."""
     try:
-        with open(os.path.join(run_dir, PROGRESS_FILE), newline='') as f:
+        with open(RunDir(run_dir).progress_file, newline='') as f:
             rows = list(csv.DictReader(f))
         return int(float(rows[-1][ENV_STEPS])) if rows else 0
     except (OSError, ValueError, KeyError):
@@ -304,7 +304,7 @@ def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -
                          code=done.get('code'))
         else:
             status = result.get('status') or ('started' if os.path.isfile(
-                os.path.join(run_dir, PROGRESS_FILE)) else 'pending')
+                RunDir(run_dir).progress_file) else 'pending')
             entry = dict(status=status, env_steps=_last_env_steps(run_dir),
                          detail=result.get('detail', ''))
         plan[run.key] = dict(entry, target_env_steps=run.num_env_steps,

@@ -17,13 +17,14 @@ import sys
 import time
 from typing import Dict, Tuple
 
-from alf_lite.runs import (CONFIG_FILE, ENV_STEPS, EVAL_EPISODE_LENGTH, EVAL_RETURN,
-                           PROGRESS_FILE, REPLAY_BUFFER_BYTES, WALL_TIME)
+from alf_lite.run_dir import RunDir
+from alf_lite.runs import (ENV_STEPS, ENV_STEPS_PER_SEC, EVAL_EPISODE_LENGTH, EVAL_RETURN,
+                           NUM_UPDATES, REPLAY_BUFFER_BYTES, TRAIN_EPISODE_LENGTH, TRAIN_RETURN,
+                           WALL_TIME)
 from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
 
-SB3_COLUMNS = [ENV_STEPS, 'num_updates', WALL_TIME, EVAL_RETURN, EVAL_EPISODE_LENGTH,
-               'train/AverageReturn', 'train/AverageEpisodeLength', 'train/env_steps_per_sec',
-               REPLAY_BUFFER_BYTES]
+SB3_COLUMNS = [ENV_STEPS, NUM_UPDATES, WALL_TIME, EVAL_RETURN, EVAL_EPISODE_LENGTH, TRAIN_RETURN,
+               TRAIN_EPISODE_LENGTH, ENV_STEPS_PER_SEC, REPLAY_BUFFER_BYTES]
 # The shortest time between two rows that train/env_steps_per_sec divides by.
 MIN_INTERVAL_S = 1e-9
 
@@ -119,12 +120,12 @@ def train(run: BenchmarkRun, out: str) -> None:
     from alf_lite.trainer import TRAIN_METRIC_WINDOW
 
     torch.set_num_threads(1)
-    run_dir = run.run_dir(out)
-    if os.path.exists(run_dir):
-        shutil.rmtree(run_dir)
-    os.makedirs(run_dir)
+    run_dir = RunDir(run.run_dir(out))
+    if os.path.exists(run_dir.root):
+        shutil.rmtree(run_dir.root)
+    os.makedirs(run_dir.root)
     settings = sb3_settings(run)
-    with open(os.path.join(run_dir, CONFIG_FILE), 'w') as f:
+    with open(run_dir.config_file, 'w') as f:
         f.write(sb3_config_text(run, settings))
 
     kwargs = dict(settings)
@@ -138,7 +139,7 @@ def train(run: BenchmarkRun, out: str) -> None:
     model = {'sac': SAC, 'td3': TD3}[run.algo]('MlpPolicy', env, seed=run.seed, device='cpu',
                                                verbose=0, **kwargs)
     eval_envs = _EvalEnvs(run.task.env, run.seed)
-    progress = open(os.path.join(run_dir, PROGRESS_FILE), 'w', newline='')
+    progress = open(run_dir.progress_file, 'w', newline='')
     writer = csv.DictWriter(progress, SB3_COLUMNS)
     writer.writeheader()
     interval = run.task.eval_interval
@@ -157,14 +158,14 @@ def train(run: BenchmarkRun, out: str) -> None:
             # train/AverageReturn over the same number of recent episodes as alf_lite's.
             episodes = list(self.model.ep_info_buffer)[-TRAIN_METRIC_WINDOW:]
             steps = self.num_timesteps
-            row = {ENV_STEPS: steps, 'num_updates': self.model._n_updates, WALL_TIME: now,
+            row = {ENV_STEPS: steps, NUM_UPDATES: self.model._n_updates, WALL_TIME: now,
                    EVAL_RETURN: avg_return, EVAL_EPISODE_LENGTH: avg_length,
                    REPLAY_BUFFER_BYTES: _replay_bytes(self.model.replay_buffer)}
             if episodes:
-                row['train/AverageReturn'] = float(np.mean([e['r'] for e in episodes]))
-                row['train/AverageEpisodeLength'] = float(np.mean([e['l'] for e in episodes]))
+                row[TRAIN_RETURN] = float(np.mean([e['r'] for e in episodes]))
+                row[TRAIN_EPISODE_LENGTH] = float(np.mean([e['l'] for e in episodes]))
             if self._last_time is not None and steps > self._last_steps:
-                row['train/env_steps_per_sec'] = (steps - self._last_steps) / max(
+                row[ENV_STEPS_PER_SEC] = (steps - self._last_steps) / max(
                     now - self._last_time, MIN_INTERVAL_S)
             writer.writerow(row)
             progress.flush()

@@ -43,6 +43,8 @@ def alf_lite_run(args, seed):
 
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.config import parse_config
+    from alf_lite.run_dir import RunDir
+    from alf_lite.runs import ENV_STEPS, ENV_STEPS_PER_SEC
     from alf_lite.trainer import Trainer, TrainerConfig
     total = args.learning_starts + args.steps
     params = ALF_PARAMS[args.algo] + [
@@ -61,12 +63,12 @@ def alf_lite_run(args, seed):
         with Trainer(TrainerConfig(), root_dir) as trainer:
             trainer.train()
             algorithm = trainer._algorithm
-        with open(os.path.join(root_dir, 'progress.csv'), newline='') as f:
-            rows = [r for r in csv.DictReader(f) if r.get('train/env_steps_per_sec')]
+        with open(RunDir(root_dir).progress_file, newline='') as f:
+            rows = [r for r in csv.DictReader(f) if r.get(ENV_STEPS_PER_SEC)]
     # Summaries every learning_starts steps: the rows after it cover exactly the
     # training window (each row's speed is measured before any evaluation).
-    seconds = sum(args.learning_starts / float(r['train/env_steps_per_sec'])
-                  for r in rows if int(r['env_steps']) > args.learning_starts)
+    seconds = sum(args.learning_starts / float(r[ENV_STEPS_PER_SEC])
+                  for r in rows if int(r[ENV_STEPS]) > args.learning_starts)
     return args.steps / seconds, algorithm
 
 

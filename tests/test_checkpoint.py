@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from alf_lite import checkpoint as ckpt
+from alf_lite.run_dir import latest_checkpoint, list_checkpoints
 
 
 def make_state(seed):
@@ -82,8 +83,8 @@ def test_checkpoint_without_replay_buffer_loads_none_for_it(tmp_path):
 
 
 def test_latest_checkpoint_of_missing_or_empty_directory_is_none(tmp_path):
-    assert ckpt.latest_checkpoint(str(tmp_path / 'missing')) is None
-    assert ckpt.latest_checkpoint(str(tmp_path)) is None
+    assert latest_checkpoint(str(tmp_path / 'missing')) is None
+    assert latest_checkpoint(str(tmp_path)) is None
 
 
 def test_latest_checkpoint_picks_highest_complete_one_never_a_temporary_directory(tmp_path):
@@ -98,9 +99,9 @@ def test_latest_checkpoint_picks_highest_complete_one_never_a_temporary_director
     killed_higher = tmp_path / '.tmp-ckpt-5000-123'
     killed_higher.mkdir()
 
-    latest = ckpt.latest_checkpoint(str(tmp_path))
+    latest = latest_checkpoint(str(tmp_path))
     assert latest == os.path.join(str(tmp_path), 'ckpt-1000')
-    assert [os.path.basename(p) for p in ckpt.list_checkpoints(str(tmp_path))] == [
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [
         'ckpt-200', 'ckpt-900', 'ckpt-1000']
     state, _ = ckpt.load_checkpoint(latest)
     assert state['env_steps'] == 1000
@@ -125,7 +126,7 @@ def test_saving_same_step_twice_leaves_one_loadable_checkpoint_with_newest_conte
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(2), make_replay_buffer_state(2))
     assert sorted(os.listdir(tmp_path)) == ['ckpt-100']
-    state, rb = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path)))
+    state, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path)))
     assert_same(state, make_state(2))
     assert_same(rb, make_replay_buffer_state(2))
 
@@ -160,7 +161,7 @@ def test_resuming_past_a_corrupt_checkpoint_moves_it_aside_and_new_ones_keep_the
     # The run goes on from ckpt-50: what it writes next keeps its replay buffer.
     ckpt.save_checkpoint(str(tmp_path), 60, make_state(6), make_replay_buffer_state(6))
     assert (tmp_path / 'ckpt-60' / ckpt.REPLAY_BUFFER_FILE).is_file()
-    assert [os.path.basename(p) for p in ckpt.list_checkpoints(str(tmp_path))] == [
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [
         'ckpt-50', 'ckpt-60']
     # A second corrupt checkpoint of the same step does not overwrite the first one set aside.
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)

@@ -11,7 +11,8 @@ import alf_lite.all_configurables  # noqa: F401
 from alf_lite import checkpoint as ckpt
 from alf_lite.config import parse_config
 from alf_lite.data import Experience, StepType
-from alf_lite.summary import NONDETERMINISTIC_COLUMNS
+from alf_lite.run_dir import latest_checkpoint
+from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.trainer import Trainer, TrainerConfig, _rng_state, _set_rng_state, loss_mask
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
@@ -128,10 +129,10 @@ def test_loss_mask_never_keeps_a_first_that_follows_a_non_last_row(mask_out_loss
 
 def test_resumed_run_restores_networks_and_counters(tmp_path):
     train(tmp_path, 'TrainerConfig.num_env_steps = 400')
-    state, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert state['env_steps'] == 400 and state['num_updates'] == 200
     train(tmp_path, 'TrainerConfig.num_env_steps = 600')
-    resumed, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    resumed, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert resumed['env_steps'] == 600 and resumed['num_updates'] == 400
     # Adam's step count continued from the checkpoint instead of restarting at 0.
     step = resumed['algorithm']['optimizers']['critic']['state'][0]['step']
@@ -149,12 +150,12 @@ def test_nonsensical_sizes_are_refused(bad):
 def test_initial_collect_uses_uniform_random_actions(tmp_path):
     train(tmp_path, 'TrainerConfig.num_env_steps = 400',
           'TrainerConfig.initial_collect_steps = 400', 'TrainerConfig.checkpoint_interval = 400')
-    _, rb = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    _, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     actions = rb['action'][0, :400]
     assert actions.min() >= -1 and actions.max() <= 1
     assert abs(actions.mean().item()) < 0.1 and actions.std().item() == pytest.approx(
         (1 / 3) ** 0.5, abs=0.05)
-    state, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert state['num_updates'] == 0
     assert torch.is_tensor(actions)
 

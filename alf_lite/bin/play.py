@@ -18,6 +18,7 @@ import os
 from absl import app, flags
 
 from alf_lite.bin.cli import fail
+from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
 
 flags.DEFINE_string('root_dir', None, 'Directory of a train run: its config.gin and '
                     'checkpoints are read.')
@@ -55,18 +56,17 @@ def parse_render_size(text: str):
 
 def checkpoint_path(root_dir: str, step) -> str:
     """The checkpoint of ``step`` env steps in ``root_dir``, or its latest; fails when missing."""
-    from alf_lite.checkpoint import list_checkpoints
-    checkpoint_dir = os.path.join(root_dir, 'checkpoints')
-    found = list_checkpoints(checkpoint_dir)
+    run_dir = RunDir(root_dir)
+    found = list_checkpoints(run_dir.checkpoint_dir)
     if not found:
-        fail(f'no checkpoint in {checkpoint_dir}: train writes one every '
+        fail(f'no checkpoint in {run_dir.checkpoint_dir}: train writes one every '
              'TrainerConfig.checkpoint_interval env steps and at the end.')
     if step is None:
         return found[-1]
-    path = os.path.join(checkpoint_dir, f'ckpt-{step}')
+    path = run_dir.checkpoint(step)
     if path not in found:
-        steps = ', '.join(os.path.basename(p)[len('ckpt-'):] for p in found)
-        fail(f'no checkpoint at {step} env steps in {checkpoint_dir}; there are: {steps}')
+        steps = ', '.join(str(checkpoint_env_steps(p)) for p in found)
+        fail(f'no checkpoint at {step} env steps in {run_dir.checkpoint_dir}; there are: {steps}')
     return path
 
 
@@ -89,7 +89,7 @@ def load_policy(path: str, observation_dim: int, action_dim: int):
     try:
         algorithm.load_state_dict(state['algorithm']['module'])
     except RuntimeError as e:
-        fail(f'the checkpoint {path} does not fit the networks config.gin builds (was the '
+        fail(f'the checkpoint {path} does not fit the networks {CONFIG_FILE} builds (was the '
              f'config changed, or a --gin_param given that changes them?): {e}')
     algorithm.train(False)
     return algorithm
@@ -160,9 +160,9 @@ def main(argv):
     root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
     if not os.path.isdir(root_dir):
         fail(f'root_dir {root_dir} does not exist.')
-    config_file = os.path.join(root_dir, 'config.gin')
+    config_file = RunDir(root_dir).config_file
     if not os.path.isfile(config_file):
-        fail(f'{root_dir} holds no config.gin: it is not the root_dir of a train run.')
+        fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.')
     if FLAGS.num_episodes <= 0 or FLAGS.fps <= 0:
         fail('--num_episodes and --fps must be positive.')
     record_file = FLAGS.record_file
