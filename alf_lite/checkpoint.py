@@ -1,14 +1,16 @@
-"""Atomic checkpoints: a checkpoint directory exists under its final name only when complete.
+"""Atomic checkpoints, and what a trainer's checkpoint holds.
 
-Files hold tensors and plain values (numbers, strings, lists, tuples, dicts)
-only, and are read with ``torch.load(weights_only=True)``: a file that would
-need anything else to be built, which in a pickle means running code, is
-refused.
+A checkpoint directory exists under its final name only when complete (the
+names are ``alf_lite.run_dir``'s). It holds ``model.pt``, the trainer's state
+(``TrainerState``), and optionally ``replay_buffer.pt``. Files hold tensors and
+plain values (numbers, strings, lists, tuples, dicts) only, and are read with
+``torch.load(weights_only=True)``: a file that would need anything else to be
+built, which in a pickle means running code, is refused.
 """
 import os
 import pickle
 import shutil
-from typing import Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 from absl import logging
@@ -117,6 +119,11 @@ def _unsafe_globals(path: str):
         return []
 
 
+def load_state(path: str) -> dict:
+    """The state of checkpoint directory ``path`` without its replay buffer (``load_file``'s errors)."""
+    return load_file(os.path.join(path, MODEL_FILE))
+
+
 def load_checkpoint(path: str) -> Tuple[dict, Optional[dict]]:
     """Read ``(state, replay_buffer_state or None)`` from a checkpoint directory.
 
@@ -126,7 +133,7 @@ def load_checkpoint(path: str) -> Tuple[dict, Optional[dict]]:
     Raises:
         UnsafeCheckpointError: when either file would run code to load.
     """
-    state = load_file(os.path.join(path, MODEL_FILE))
+    state = load_state(path)
     rb_path = os.path.join(path, REPLAY_BUFFER_FILE)
     rb = None
     if os.path.exists(rb_path):
@@ -183,3 +190,72 @@ def _move_aside(path: str) -> str:
         aside = f'{path}.corrupt-{n}'
     os.rename(path, aside)
     return aside
+
+
+class TrainerState(NamedTuple):
+    """What a trainer's checkpoint holds besides the replay buffer: ``model.pt``, a dict of these.
+
+    Args:
+        algorithm: ``algorithm_state(algorithm)``.
+        rng: ``alf_lite.seeding.global_rng_state()``.
+        env_steps: env steps collected.
+        num_updates: updates done.
+        recent_returns: returns of the latest finished training episodes, oldest first.
+        recent_lengths: their lengths.
+        last_eval: the latest evaluation's scalars, by progress.csv column.
+    """
+
+    algorithm: dict
+    rng: dict
+    env_steps: int
+    num_updates: int
+    recent_returns: List[float]
+    recent_lengths: List[int]
+    last_eval: Dict[str, float]
+
+
+def save_trainer_state(checkpoint_dir: str, state: TrainerState,
+                       replay_buffer_state: Optional[dict] = None,
+                       name: Optional[str] = None) -> str:
+    """``save_checkpoint`` of a trainer's state at its env steps; returns the checkpoint's path."""
+    return save_checkpoint(checkpoint_dir, state.env_steps, state._asdict(),
+                           replay_buffer_state, name)
+
+
+def trainer_state(state: dict) -> TrainerState:
+    """The ``TrainerState`` in the state read by ``load_checkpoint`` or ``load_state``.
+
+    Raises:
+        CheckpointError: when the state is not a trainer's.
+    """
+    try:
+        return TrainerState(**state)
+    except TypeError as e:
+        raise CheckpointError(f'not a trainer checkpoint: its keys are {sorted(state)}') from e
+
+
+def algorithm_state(algorithm: torch.nn.Module) -> dict:
+    """An off-policy algorithm's networks (with targets and buffers) and optimizer states."""
+    return {'module': algorithm.state_dict(),
+            'optimizers': {k: o.state_dict() for k, o in algorithm.optimizers.items()}}
+
+
+def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
+    """Restore what ``algorithm_state`` returned into ``algorithm``."""
+    algorithm.load_state_dict(policy_state(state))
+    for name, optimizer in algorithm.optimizers.items():
+        optimizer.load_state_dict(state['optimizers'][name])
+
+
+def policy_state(algorithm_state: dict) -> dict:
+    """The networks' ``state_dict`` in an ``algorithm_state``: all that acting needs."""
+    return algorithm_state['module']
+
+
+def first_non_finite(algorithm_state: dict) -> Optional[str]:
+    """Name of the first floating-point network tensor of ``algorithm_state`` with a NaN or inf, or None."""
+    for key, value in policy_state(algorithm_state).items():
+        if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(
+                value).all():
+            return key
+    return None

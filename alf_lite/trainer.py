@@ -469,26 +469,20 @@ class Trainer:
 
     def _save(self, name: Optional[str] = None) -> str:
         """Write a checkpoint (``ckpt-<env_steps>`` unless named); refuse non-finite weights."""
-        algorithm_state = self._algorithm.checkpoint_state()
-        bad = _first_non_finite(algorithm_state['module'])
+        algorithm_state = ckpt.algorithm_state(self._algorithm)
+        bad = ckpt.first_non_finite(algorithm_state)
         if bad is not None:
             raise TrainingError(
                 f'parameter {bad} is not finite at env step {self._env_steps}: no checkpoint '
                 'was written, so the last checkpoint still holds finite weights. Lower the '
                 'learning rates or check the rewards and observations for NaN/inf.')
-        state = {
-            'algorithm': algorithm_state,
-            'rng': _rng_state(),
-            'env_steps': self._env_steps,
-            'num_updates': self._num_updates,
-            'recent_returns': list(self._recent_returns),
-            'recent_lengths': list(self._recent_lengths),
-            'last_eval': self._last_eval,
-        }
+        state = ckpt.TrainerState(
+            algorithm=algorithm_state, rng=_rng_state(), env_steps=self._env_steps,
+            num_updates=self._num_updates, recent_returns=list(self._recent_returns),
+            recent_lengths=list(self._recent_lengths), last_eval=self._last_eval)
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
-            path = ckpt.save_checkpoint(self._run_dir.checkpoint_dir, self._env_steps, state, rb,
-                                        name)
+            path = ckpt.save_trainer_state(self._run_dir.checkpoint_dir, state, rb, name)
         except OSError as e:
             raise TrainingError(f'could not write the checkpoint at env step {self._env_steps}: '
                                 f'{e}. The previous checkpoints are intact.') from e
@@ -496,18 +490,19 @@ class Trainer:
         return path
 
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> None:
+        state = ckpt.trainer_state(state)
         try:
-            self._algorithm.load_checkpoint_state(state['algorithm'])
+            ckpt.load_algorithm_state(self._algorithm, state.algorithm)
         except (KeyError, RuntimeError, ValueError) as e:
             raise ckpt.CheckpointError(
                 f'checkpoint {path} does not fit the configured algorithm ({e}). Was the '
                 'config changed? Resume with the config the run started with.') from e
-        _set_rng_state(state['rng'])
-        self._env_steps = state['env_steps']
-        self._num_updates = state['num_updates']
-        self._recent_returns.extend(state['recent_returns'])
-        self._recent_lengths.extend(state['recent_lengths'])
-        self._last_eval = state['last_eval']
+        _set_rng_state(state.rng)
+        self._env_steps = state.env_steps
+        self._num_updates = state.num_updates
+        self._recent_returns.extend(state.recent_returns)
+        self._recent_lengths.extend(state.recent_lengths)
+        self._last_eval = state.last_eval
         if rb is not None:
             try:
                 self._replay_buffer.load_state_dict(rb)
@@ -522,12 +517,3 @@ class Trainer:
                             'the current policy refill it.', path,
                             self._config.initial_collect_steps)
         logging.info('resumed from %s at %d env steps', path, self._env_steps)
-
-
-def _first_non_finite(state_dict: dict) -> Optional[str]:
-    """Name of the first floating-point tensor with a NaN or inf, or None."""
-    for key, value in state_dict.items():
-        if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(
-                value).all():
-            return key
-    return None

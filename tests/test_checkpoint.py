@@ -232,3 +232,18 @@ def test_plain_pickle_in_place_of_a_checkpoint_runs_nothing_and_counts_as_unread
     path, state, _ = ckpt.load_latest_checkpoint(str(tmp_path))
     assert not marker.exists()
     assert path.endswith('ckpt-100') and state['env_steps'] == 100
+
+
+def test_trainer_state_round_trips_and_a_foreign_state_is_refused(tmp_path):
+    net = torch.nn.Linear(3, 2)
+    net.optimizers = {'net': torch.optim.Adam(net.parameters())}
+    state = ckpt.TrainerState(
+        algorithm=ckpt.algorithm_state(net), rng={}, env_steps=40,
+        num_updates=3, recent_returns=[1.5], recent_lengths=[7], last_eval={})
+    path = ckpt.save_trainer_state(str(tmp_path), state)
+    assert os.path.basename(path) == 'ckpt-40'
+    loaded = ckpt.trainer_state(ckpt.load_state(path))
+    assert_same(ckpt.policy_state(loaded.algorithm), net.state_dict())
+    assert loaded.env_steps == 40 and loaded.recent_lengths == [7]
+    with pytest.raises(ckpt.CheckpointError, match='not a trainer checkpoint'):
+        ckpt.trainer_state(make_state(1))

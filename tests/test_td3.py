@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import alf_lite.all_configurables  # noqa: F401
+from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import GaussianNoise, Td3Algorithm
 from alf_lite.config import parse_config
 from alf_lite.networks import BatchedLinear, CriticNetwork
@@ -114,7 +115,7 @@ def test_update_schedule_survives_a_checkpoint():
     batch = random_batch()
     td3.train_step(batch, loss_mask(batch))
     resumed = Td3Algorithm(observation_dim=3, action_dim=2)
-    resumed.load_checkpoint_state(td3.checkpoint_state())
+    ckpt.load_algorithm_state(resumed, ckpt.algorithm_state(td3))
     actor = snapshot(resumed._actor)
     resumed.train_step(batch, loss_mask(batch))
     assert not same(actor, snapshot(resumed._actor))

@@ -141,14 +141,3 @@ class OffPolicyAlgorithm(nn.Module):
 
     def set_extra_state(self, state: dict) -> None:
         self._num_train_steps = state['num_train_steps']
-
-    def checkpoint_state(self) -> dict:
-        """Parameters, target networks, buffers and optimizer states."""
-        return {'module': self.state_dict(),
-                'optimizers': {k: o.state_dict() for k, o in self.optimizers.items()}}
-
-    def load_checkpoint_state(self, state: dict) -> None:
-        """Restore what ``checkpoint_state`` returned."""
-        self.load_state_dict(state['module'])
-        for name, opt in self.optimizers.items():
-            opt.load_state_dict(state['optimizers'][name])

@@ -73,21 +73,22 @@ def checkpoint_path(root_dir: str, step) -> str:
 def load_policy(path: str, observation_dim: int, action_dim: int):
     """The configured algorithm with the networks of checkpoint ``path``, in eval mode.
 
-    Reads only the model file, and of it only the networks (``state['algorithm']['module']``).
+    Reads only the trainer's state, and of it only the networks: no optimizer
+    state, no replay buffer.
     """
-    from alf_lite.checkpoint import MODEL_FILE, UnsafeCheckpointError, load_file
+    from alf_lite import checkpoint as ckpt
     from alf_lite.trainer import TrainerConfig
     algorithm = TrainerConfig().algorithm_ctor(observation_dim=observation_dim,
                                                action_dim=action_dim)
     try:
-        state = load_file(os.path.join(path, MODEL_FILE))
-    except UnsafeCheckpointError as e:
+        state = ckpt.trainer_state(ckpt.load_state(path))
+    except ckpt.UnsafeCheckpointError as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
-        fail(f'cannot read {os.path.join(path, MODEL_FILE)} ({type(e).__name__}: {e}); pick '
-             'another with --checkpoint_step.')
+        fail(f'cannot read the checkpoint {path} ({type(e).__name__}: {e}); pick another with '
+             '--checkpoint_step.')
     try:
-        algorithm.load_state_dict(state['algorithm']['module'])
+        algorithm.load_state_dict(ckpt.policy_state(state.algorithm))
     except RuntimeError as e:
         fail(f'the checkpoint {path} does not fit the networks {CONFIG_FILE} builds (was the '
              f'config changed, or a --gin_param given that changes them?): {e}')
