@@ -20,6 +20,7 @@ from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError
 from alf_lite.config import operative_config_str, write_text_atomically
 from alf_lite.data import Experience, StepType
 from alf_lite.environments import create_environment
+from alf_lite.evaluation import evaluate
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.run_dir import RunDir, last_good_name
 from alf_lite.runs import (ENV_STEPS_PER_SEC, EVAL_EPISODE_LENGTH, EVAL_RETURN,
@@ -443,29 +444,14 @@ class Trainer:
         return scalars
 
     def _evaluate_and_write(self, summary: Summary, scalars: dict) -> None:
-        avg_return, avg_length = self._evaluate()
-        self._last_eval = {EVAL_RETURN: avg_return, EVAL_EPISODE_LENGTH: avg_length}
+        self._algorithm.train(False)
+        results = evaluate(self._eval_env, self._algorithm.predict_step)
+        self._last_eval = {EVAL_RETURN: results.average_return,
+                           EVAL_EPISODE_LENGTH: results.average_length}
         scalars.update(self._last_eval)
         summary.write(self._env_steps, self._num_updates, time.time(), scalars)
         logging.info('env steps %d: eval return %.2f, episode length %.1f',
-                     self._env_steps, avg_return, avg_length)
-
-    def _evaluate(self):
-        """Run one episode of the deterministic policy on each eval env."""
-        env, algorithm = self._eval_env, self._algorithm
-        algorithm.train(False)
-        m = env.num_envs
-        time_step = env.reset()
-        returns = np.zeros(m)
-        lengths = np.zeros(m, dtype=np.int64)
-        finished = np.zeros(m, dtype=bool)
-        while not finished.all():
-            time_step = env.step(algorithm.predict_step(time_step.observation))
-            running = ~finished
-            returns[running] += time_step.reward.numpy()[running]
-            lengths[running] += 1
-            finished |= time_step.step_type.numpy() == StepType.LAST
-        return float(returns.mean()), float(lengths.mean())
+                     self._env_steps, results.average_return, results.average_length)
 
     def _save(self, name: Optional[str] = None) -> str:
         """Write a checkpoint (``ckpt-<env_steps>`` unless named); refuse non-finite weights."""

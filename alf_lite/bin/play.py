@@ -126,27 +126,18 @@ class VideoWriter:
 
 
 def play_episodes(env, algorithm, num_episodes: int, video=None):
-    """``[(return, length)]`` of ``num_episodes`` episodes of the deterministic policy."""
+    """``[(return, length)]`` of ``num_episodes`` episodes of the deterministic policy, one after another."""
     import numpy as np
-    import torch
 
-    from alf_lite.data import StepType
+    from alf_lite.evaluation import evaluate
+
+    def record_frame(time_step):
+        video.append(env.render()[0])
+
     results = []
     for episode in range(num_episodes):
-        time_step = env.reset()
-        if video is not None:
-            video.append(env.render()[0])
-        episode_return, length = 0.0, 0
-        while True:
-            with torch.no_grad():
-                action = algorithm.predict_step(time_step.observation)
-            time_step = env.step(action)
-            episode_return += float(time_step.reward[0])
-            length += 1
-            if video is not None:
-                video.append(env.render()[0])
-            if time_step.step_type[0] == StepType.LAST:
-                break
+        played = evaluate(env, algorithm.predict_step, record_frame if video is not None else None)
+        episode_return, length = float(played.returns[0]), int(played.lengths[0])
         results.append((episode_return, length))
         print(f'episode {episode + 1}: return {episode_return:.2f}, length {length}', flush=True)
     returns, lengths = np.array(results).T
