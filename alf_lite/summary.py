@@ -3,12 +3,16 @@ import csv
 import math
 import os
 import sys
-from typing import Dict, List, Optional
+import time
+from typing import Dict, List, Optional, Tuple
 
 from torch.utils.tensorboard import SummaryWriter
 
 from alf_lite.run_dir import SUMMARY_MODES, RunDir
 from alf_lite.runs import ENV_STEPS, NUM_UPDATES, WALL_TIME
+
+# The shortest time a rate divides by: two calls within one clock tick.
+MIN_INTERVAL_S = 1e-9
 
 
 class ProgressCsv:
@@ -89,6 +93,26 @@ class Summary:
     def close(self) -> None:
         for writer in self._writers.values():
             writer.close()
+
+
+class Throughput:
+    """Env steps and updates per second, each time over the interval since the previous call.
+
+    Args:
+        env_steps: env steps at the start of the first interval.
+        num_updates: updates at the start of the first interval.
+    """
+
+    def __init__(self, env_steps: int, num_updates: int):
+        self._last = (time.time(), env_steps, num_updates)
+
+    def rates(self, env_steps: int, num_updates: int) -> Tuple[float, float]:
+        """``(env steps per second, updates per second)`` since the previous call; starts the next interval."""
+        now = time.time()
+        last_time, last_steps, last_updates = self._last
+        seconds = max(now - last_time, MIN_INTERVAL_S)
+        self._last = (now, env_steps, num_updates)
+        return (env_steps - last_steps) / seconds, (num_updates - last_updates) / seconds
 
 
 def print_progress(env_steps: int, num_env_steps: int, env_steps_per_sec: float,

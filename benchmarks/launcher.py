@@ -30,6 +30,7 @@ from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE
 from alf_lite.config import write_text_atomically
 from alf_lite.run_dir import RunDir
 from alf_lite.runs import ENV_STEPS, EVAL_RETURN, log_error_line, read_scalar_if_any, subprocess_env
+from alf_lite.signals import STOP_SIGNALS
 from benchmarks import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -49,9 +50,8 @@ MIN_MEASURED_S = 300
 ATTEMPTS_SUFFIX = '.attempts.json'
 # Exit statuses of a run stopped by SIGINT or SIGTERM: train exits with 128 + the
 # signal number, a process without a handler dies of the signal (a negative status).
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-STOPPED_STATUSES = frozenset([EXIT_SIGNAL_BASE + s for s in _STOP_SIGNALS]
-                             + [-s for s in _STOP_SIGNALS])
+STOPPED_STATUSES = frozenset([EXIT_SIGNAL_BASE + s for s in STOP_SIGNALS]
+                             + [-s for s in STOP_SIGNALS])
 
 RunCommand = Callable[['BenchmarkRun'], List[str]]
 
@@ -322,7 +322,7 @@ def train_runs(runs: List['BenchmarkRun'], out: str, jobs: int, command: RunComm
         the exit code: ``EXIT_FAULT`` when a run failed or was interrupted, else 0.
     """
     launcher = Launcher(out, command, deadline)
-    previous = {s: signal.signal(s, launcher.stop) for s in _STOP_SIGNALS}
+    previous = {s: signal.signal(s, launcher.stop) for s in STOP_SIGNALS}
     results, total = [], len(runs)
     # A run that cannot resume goes first, so that an unplanned stop is more
     # likely to cut one that resumes from its checkpoint.

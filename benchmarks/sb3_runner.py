@@ -23,18 +23,18 @@ import torch
 
 import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids)
 from alf_lite.data import StepType, TimeStep
+from alf_lite.episode_stats import TRAIN_METRIC_WINDOW
 from alf_lite.evaluation import evaluate
 from alf_lite.run_dir import RunDir
 from alf_lite.runs import (ENV_STEPS, ENV_STEPS_PER_SEC, EVAL_EPISODE_LENGTH, EVAL_RETURN,
                            NUM_UPDATES, REPLAY_BUFFER_BYTES, TRAIN_EPISODE_LENGTH, TRAIN_RETURN,
                            WALL_TIME)
 from alf_lite.seeding import eval_env_seeds
+from alf_lite.summary import MIN_INTERVAL_S
 from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
 
 SB3_COLUMNS = [ENV_STEPS, NUM_UPDATES, WALL_TIME, EVAL_RETURN, EVAL_EPISODE_LENGTH, TRAIN_RETURN,
                TRAIN_EPISODE_LENGTH, ENV_STEPS_PER_SEC, REPLAY_BUFFER_BYTES]
-# The shortest time between two rows that train/env_steps_per_sec divides by.
-MIN_INTERVAL_S = 1e-9
 
 
 def sb3_settings(run: BenchmarkRun) -> Dict[str, object]:
@@ -144,8 +144,6 @@ def train(run: BenchmarkRun, out: str) -> None:
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
-
-    from alf_lite.trainer import TRAIN_METRIC_WINDOW
 
     torch.set_num_threads(1)
     run_dir = RunDir(run.run_dir(out))

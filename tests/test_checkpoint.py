@@ -9,6 +9,7 @@ import torch
 
 from alf_lite import checkpoint as ckpt
 from alf_lite.run_dir import latest_checkpoint, list_checkpoints
+from alf_lite.seeding import global_rng_state
 
 
 def make_state(seed):
@@ -20,16 +21,9 @@ def make_state(seed):
     opt.step()
     random.seed(seed)
     np.random.seed(seed)
-    numpy_state = np.random.get_state(legacy=False)
     return {
         'algorithm': {'net': net.state_dict(), 'opt': opt.state_dict()},
-        # RNG states as the trainer stores them: tensors and plain values only.
-        'rng': {'python': random.getstate(),
-                'numpy': {'key': torch.from_numpy(numpy_state['state']['key'].astype(np.int64)),
-                          'pos': numpy_state['state']['pos'],
-                          'has_gauss': numpy_state['has_gauss'],
-                          'gauss': numpy_state['gauss']},
-                'torch': torch.get_rng_state()},
+        'rng': global_rng_state(),
         'env_steps': 100 * seed,
         'num_updates': 7 * seed,
         'recent_returns': [-1.5 * seed, 2.0],

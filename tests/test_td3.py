@@ -9,9 +9,10 @@ import torch
 import alf_lite.all_configurables  # noqa: F401
 from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import GaussianNoise, Td3Algorithm
+from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
 from alf_lite.networks import BatchedLinear, CriticNetwork
-from alf_lite.trainer import Trainer, TrainerConfig, loss_mask
+from alf_lite.trainer import Trainer, TrainerConfig
 from test_ddpg import (EXAMPLES, FROZEN, GAMMA, HAND_BATCH, SGD, ConstantActor, LinearCritic,
                        TanhActor, random_batch, train_point_task)
 

@@ -4,7 +4,7 @@ from typing import Dict, NamedTuple
 import torch
 import torch.nn as nn
 
-from alf_lite.data import Experience, TimeStep
+from alf_lite.data import Experience, StepType, TimeStep
 
 
 class Transitions(NamedTuple):
@@ -32,6 +32,22 @@ def transitions(batch: Experience) -> Transitions:
         reward=flat(batch.reward[:, 1:]),
         discount=flat(batch.discount[:, 1:]),
         next_observation=flat(batch.observation[:, 1:]))
+
+
+def loss_mask(batch: Experience, mask_out_loss_for_last_step: bool = True) -> torch.Tensor:
+    """``[B, T - 1]``: 1 for each transition ``(t, t + 1)`` that may be trained on.
+
+    Row ``t + 1`` being FIRST means it starts an episode: ``(t, t + 1)`` is not a
+    transition. Where row ``t`` is LAST that is an episode boundary, which
+    ``mask_out_loss_for_last_step=False`` trains on anyway (tf-agents' behaviour).
+    A FIRST after any other row is where a resumed run restarted its envs
+    mid-episode; that pair is never trained on.
+    """
+    first_rows, next_rows = batch.step_type[:, :-1], batch.step_type[:, 1:]
+    into_first = next_rows == StepType.FIRST
+    if mask_out_loss_for_last_step:
+        return (~(into_first | (first_rows == StepType.LAST))).float()
+    return (~(into_first & (first_rows != StepType.LAST))).float()
 
 
 def td_target(reward: torch.Tensor, discount: torch.Tensor, gamma: float,

@@ -105,7 +105,8 @@ def main(argv):
 
     from alf_lite.checkpoint import CheckpointError
     from alf_lite.config import write_text_atomically
-    from alf_lite.trainer import TrainingError, TrainingInterrupted
+    from alf_lite.signals import TrainingInterrupted
+    from alf_lite.trainer import TrainingError
     with trainer:
         if FLAGS.start_over and os.path.exists(root_dir):
             aside = f'{root_dir}.old-{datetime.datetime.now():%Y%m%d-%H%M%S}'
