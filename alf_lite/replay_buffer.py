@@ -99,9 +99,8 @@ class ReplayBuffer:
         self._total_added = 0
         logging.info(
             "ReplayBuffer: allocated %d bytes (%.3f GiB) for %d envs x %d "
-            "steps, %.2f bytes per step (raw fields: %d)", self._nbytes,
-            self._nbytes / _GIB, num_envs, length, self.bytes_per_step,
-            self._raw_bytes_per_step)
+            "steps, %d bytes per step", self._nbytes, self._nbytes / _GIB, num_envs,
+            length, self._raw_bytes_per_step)
 
     @property
     def num_envs(self) -> int:
@@ -119,13 +118,8 @@ class ReplayBuffer:
         return self._nbytes
 
     @property
-    def bytes_per_step(self) -> float:
-        """Storage bytes per stored step: ``nbytes / (num_envs * length)``."""
-        return self._nbytes / (self._num_envs * self._length)
-
-    @property
     def raw_bytes_per_step(self) -> int:
-        """Bytes of one step's fields: ``obs_dim*4 + action_dim*4 + 4 + 4 + 1``."""
+        """Bytes of one step's fields, ``obs_dim*4 + action_dim*4 + 4 + 4 + 1``: all a stored step takes."""
         return self._raw_bytes_per_step
 
     @property
