@@ -18,12 +18,8 @@ from alf_lite.environments import watchdog
 
 logger = logging.getLogger(__name__)
 
-# Envs whose step costs less than the subprocess round trip, so that N of them
-# step faster in one process. Measured with benchmarks/env_throughput.py on 2
-# cores, N = 2, 4, 12 (README, Environments), subprocess / in-process steps/s:
-# HalfCheetah-v5 0.33-0.35, Pendulum-v1 0.21-0.25, HalfCheetahBullet-v0
-# 0.86-0.92, but ICubWalk-v0 (~3 ms a step) 1.45-1.57. Every env not listed
-# here gets subprocesses when N > 1.
+# Envs whose step costs less than a subprocess round trip, so N of them step
+# faster in one process (benchmarks/env_throughput.py measures it).
 IN_PROCESS_ENTRY_POINTS = ('gymnasium.envs.', 'alf_lite.environments.suite_pybullet:',
                            'alf_lite.environments.point_env:')
 # Pipe errors the parent sees when an env process died (os._exit, a signal,
