@@ -1,7 +1,6 @@
 """Gymnasium environments (classic control, MuJoCo, PyBullet, ...) as one batched environment."""
 import difflib
 import functools
-import logging
 import multiprocessing
 import time
 from typing import Callable, List, Optional, Sequence, Union
@@ -10,13 +9,12 @@ import gin
 import gymnasium
 import numpy as np
 import torch
+from absl import logging
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from alf_lite.data import StepType, TimeStep
 from alf_lite.environments import watchdog
-
-logger = logging.getLogger(__name__)
 
 # Envs whose step costs less than a subprocess round trip, so N of them step
 # faster in one process (benchmarks/env_throughput.py measures it).
@@ -154,8 +152,8 @@ class BatchedEnvironment:
         self._pending = None
         self._step_sent = 0.0
         self._env_id = torch.arange(self.num_envs, dtype=torch.int64)
-        logger.info('Created %d x %s (%s).', self.num_envs, name,
-                    'subprocesses' if use_subprocesses else 'in process')
+        logging.info('Created %d x %s (%s).', self.num_envs, name,
+                     'subprocesses' if use_subprocesses else 'in process')
 
     def _check_spaces(self, name: str):
         """Set the dims and bounds from the single-env spaces, or refuse them."""
