@@ -13,6 +13,8 @@ from alf_lite.runs import ENV_STEPS, NUM_UPDATES, WALL_TIME
 
 # The shortest time a rate divides by: two calls within one clock tick.
 MIN_INTERVAL_S = 1e-9
+# Characters of the console progress bar.
+_BAR_WIDTH = 20
 
 
 class ProgressCsv:
@@ -119,9 +121,9 @@ def print_progress(env_steps: int, num_env_steps: int, env_steps_per_sec: float,
                    eval_return: float) -> None:
     """One console line: a bar, env steps, speed and the last evaluation return."""
     frac = min(env_steps / max(num_env_steps, 1), 1.0)
-    bar = '#' * int(frac * 20)
+    bar = '#' * int(frac * _BAR_WIDTH)
     eval_text = 'n/a' if eval_return is None or math.isnan(eval_return) else f'{eval_return:.1f}'
-    line = (f'[{bar:<20}] {env_steps}/{num_env_steps} env steps | '
+    line = (f'[{bar:<{_BAR_WIDTH}}] {env_steps}/{num_env_steps} env steps | '
             f'{env_steps_per_sec:.0f} SPS | eval return {eval_text}')
     end = '\r' if sys.stderr.isatty() and frac < 1.0 else '\n'
     print(line, end=end, file=sys.stderr, flush=True)

@@ -47,6 +47,8 @@ DEADLINE_MARGIN = 1.2
 LOAD_SAMPLE_S = 30
 # An attempt this long or longer measures a run's time per env step.
 MIN_MEASURED_S = 300
+_MINUTE_S = 60
+_HOUR_S = 3600
 ATTEMPTS_SUFFIX = '.attempts.json'
 # Exit statuses of a run stopped by SIGINT or SIGTERM: train exits with 128 + the
 # signal number, a process without a handler dies of the signal (a negative status).
@@ -75,12 +77,12 @@ def _write_json(path: str, data) -> None:
 
 
 def format_duration(seconds: float) -> str:
-    """``'42 s'``, ``'3.1 min'`` or ``'2.05 h'``."""
-    if seconds < 120:
+    """``'42 s'``, ``'3.1 min'`` or ``'2.05 h'``: in the unit that gives at least 2 of it."""
+    if seconds < 2 * _MINUTE_S:
         return f'{seconds:.0f} s'
-    if seconds < 7200:
-        return f'{seconds / 60:.1f} min'
-    return f'{seconds / 3600:.2f} h'
+    if seconds < 2 * _HOUR_S:
+        return f'{seconds / _MINUTE_S:.1f} min'
+    return f'{seconds / _HOUR_S:.2f} h'
 
 
 class Launcher:
@@ -270,7 +272,7 @@ def parse_deadline(text: str, now: Optional[float] = None) -> float:
     """
     now = time.time() if now is None else now
     try:
-        return now + 60 * float(text)
+        return now + _MINUTE_S * float(text)
     except ValueError:
         pass
     try:

@@ -33,6 +33,10 @@ ALF_PARAMS = {
              'DdpgAlgorithm.critic_l2_weight_decay = 0.0',
              'actor/Adam.lr = 3e-4', 'critic/Adam.lr = 3e-4'],
 }
+# Windows (alf_lite) and transitions (SB3) per update.
+BATCH_SIZE = 256
+# Updates before the pure-update ceiling is timed.
+WARMUP_UPDATES = 10
 NETWORKS = {'sac': 'TanhNormalActorNetwork', 'td3': 'DeterministicActorNetwork',
             'ddpg': 'DeterministicActorNetwork'}
 
@@ -50,7 +54,7 @@ def alf_lite_run(args, seed):
     params = ALF_PARAMS[args.algo] + [
         f"create_environment.env_name = '{args.env}'",
         f'{NETWORKS[args.algo]}.hidden_layers = (256, 256)', 'CriticNetwork.hidden_layers = (256, 256)',
-        'TrainerConfig.mini_batch_size = 256', 'TrainerConfig.replay_buffer_length = 1000000',
+        f'TrainerConfig.mini_batch_size = {BATCH_SIZE}', 'TrainerConfig.replay_buffer_length = 1000000',
         f'TrainerConfig.initial_collect_steps = {args.learning_starts}',
         f'TrainerConfig.num_env_steps = {total}', f'TrainerConfig.random_seed = {seed}',
         f'TrainerConfig.summary_interval = {args.learning_starts}',
@@ -74,14 +78,14 @@ def alf_lite_run(args, seed):
 
 def alf_lite_ceiling(algorithm, env, updates):
     from alf_lite.data import Experience
-    b = 256
+    b = BATCH_SIZE
     batch = Experience(torch.ones(b, 2, dtype=torch.uint8),
                        torch.randn(b, 2, env.observation_space.shape[0]),
                        torch.rand(b, 2, env.action_space.shape[0]) * 2 - 1,
                        torch.randn(b, 2), torch.ones(b, 2))
     mask = torch.ones(b, 1)
     algorithm.train(True)
-    for _ in range(10):
+    for _ in range(WARMUP_UPDATES):
         algorithm.train_step(batch, mask)
     start = time.perf_counter()
     for _ in range(updates):
@@ -103,7 +107,7 @@ def sb3_run(args, seed):
 
     env = gymnasium.make(args.env)
     common = dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=args.learning_starts,
-                  batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
+                  batch_size=BATCH_SIZE, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
                   policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device='cpu', verbose=0)
     if args.algo != 'sac':
         half_range = (env.action_space.high - env.action_space.low) / 2
@@ -116,9 +120,9 @@ def sb3_run(args, seed):
 
 
 def sb3_ceiling(model, updates):
-    model.train(gradient_steps=10, batch_size=256)
+    model.train(gradient_steps=WARMUP_UPDATES, batch_size=BATCH_SIZE)
     start = time.perf_counter()
-    model.train(gradient_steps=updates, batch_size=256)
+    model.train(gradient_steps=updates, batch_size=BATCH_SIZE)
     return updates / (time.perf_counter() - start)
 
 

@@ -34,6 +34,11 @@ CONFIDENCE = 0.95
 NUM_BOOTSTRAP = 10_000
 # A fixed seed: the same runs give the same band every time.
 BOOTSTRAP_SEED = 0
+FIGURE_SIZE_INCHES = (8, 5)
+FIGURE_DPI = 100
+# Opacity of the bands and of the grid lines.
+BAND_ALPHA = 0.2
+GRID_ALPHA = 0.3
 
 flags.DEFINE_string('x', ENV_STEPS, f'Column along x ({PROGRESS_FILE} column; from '
                     f'TensorBoard events: {ENV_STEPS} or {WALL_TIME}).')
@@ -177,16 +182,16 @@ def main(argv):
     matplotlib.use('Agg')  # headless: no display needed
     import matplotlib.pyplot as plt
     band_name = f'{CONFIDENCE:.0%} bootstrap CI' if FLAGS.band == 'ci' else '1 std'
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    fig, ax = plt.subplots(figsize=FIGURE_SIZE_INCHES, dpi=FIGURE_DPI)
     for label, runs in groups:
         x, mean, lower, upper, _ = np.array(curves[label]).T
         line, = ax.plot(x, mean, label=f'{label} ({len(runs)} run{"s" * (len(runs) > 1)})')
-        ax.fill_between(x, lower, upper, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.fill_between(x, lower, upper, color=line.get_color(), alpha=BAND_ALPHA, linewidth=0)
     ax.set_xlabel(FLAGS.x)
     ax.set_ylabel(FLAGS.y)
     ax.set_title(f'{FLAGS.y}: mean and {band_name} over runs'
                  + (f', smoothing {FLAGS.smoothing}' if FLAGS.smoothing > 1 else ''))
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=GRID_ALPHA)
     ax.legend(fontsize='small')
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
@@ -209,7 +214,7 @@ def main(argv):
         finals = [float(np.mean(raw[r][1][-FLAGS.last_n:])) for r in runs]
         mean, lower, upper = band(finals, FLAGS.band, rng, FLAGS.num_bootstrap)
         rows.append((label, str(len(runs)), f'{mean:.2f}', f'[{lower:.2f}, {upper:.2f}]'))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    widths = [max(len(cell) for cell in column) for column in zip(*rows)]
     for row in rows:
         print('  '.join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 

@@ -23,6 +23,9 @@ IN_PROCESS_ENTRY_POINTS = ('gymnasium.envs.', 'alf_lite.environments.suite_pybul
 # Pipe errors the parent sees when an env process died (os._exit, a signal,
 # a crash in native code) instead of raising a Python exception.
 _DEAD_WORKER_ERRORS = (EOFError, BrokenPipeError, ConnectionResetError)
+# After a pipe closed, how long to wait for the env process's exit code, and how often to look.
+_EXIT_CODE_WAIT_S = 2.0
+_EXIT_CODE_POLL_S = 0.01
 
 
 class EnvironmentCrashedError(RuntimeError):
@@ -321,12 +324,12 @@ class BatchedEnvironment:
     def _dead_workers_message(self) -> str:
         processes = getattr(self._env, 'processes', [])
         # The pipe closed when the process ended; its exit code follows shortly.
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + _EXIT_CODE_WAIT_S
         while True:
             dead = [(i, p.exitcode) for i, p in enumerate(processes) if p.exitcode is not None]
             if dead or time.monotonic() > deadline:
                 break
-            time.sleep(0.01)
+            time.sleep(_EXIT_CODE_POLL_S)
         if not dead:
             return f"Environment '{self.name}': lost the connection to an env process."
         which = ', '.join(f'env {i} (exit code {code})' for i, code in dead)
