@@ -32,6 +32,7 @@ from alf_lite.runs import (ENV_STEPS, ENV_STEPS_PER_SEC, EVAL_EPISODE_LENGTH, EV
 from alf_lite.seeding import eval_env_seeds
 from alf_lite.summary import MIN_INTERVAL_S
 from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
+from benchmarks.memory import sb3_buffer_bytes
 
 SB3_COLUMNS = [ENV_STEPS, NUM_UPDATES, WALL_TIME, EVAL_RETURN, EVAL_EPISODE_LENGTH, TRAIN_RETURN,
                TRAIN_EPISODE_LENGTH, ENV_STEPS_PER_SEC, REPLAY_BUFFER_BYTES]
@@ -135,10 +136,6 @@ class _EvalEnvs:
             env.close()
 
 
-def _replay_bytes(replay_buffer) -> int:
-    return int(sum(v.nbytes for v in vars(replay_buffer).values() if isinstance(v, np.ndarray)))
-
-
 def train(run: BenchmarkRun, out: str) -> None:
     """Train one SB3 run from scratch into its run directory."""
     from stable_baselines3 import SAC, TD3
@@ -186,7 +183,7 @@ def train(run: BenchmarkRun, out: str) -> None:
             steps = self.num_timesteps
             row = {ENV_STEPS: steps, NUM_UPDATES: self.model._n_updates, WALL_TIME: now,
                    EVAL_RETURN: avg_return, EVAL_EPISODE_LENGTH: avg_length,
-                   REPLAY_BUFFER_BYTES: _replay_bytes(self.model.replay_buffer)}
+                   REPLAY_BUFFER_BYTES: sb3_buffer_bytes(self.model.replay_buffer)}
             if episodes:
                 row[TRAIN_RETURN] = float(np.mean([e['r'] for e in episodes]))
                 row[TRAIN_EPISODE_LENGTH] = float(np.mean([e['l'] for e in episodes]))
