@@ -120,7 +120,7 @@ def _unsafe_globals(path: str):
 
 
 def load_state(path: str) -> dict:
-    """The state of checkpoint directory ``path`` without its replay buffer (``load_file``'s errors)."""
+    """The state in checkpoint directory ``path``, without its replay buffer (as ``load_file``)."""
     return load_file(os.path.join(path, MODEL_FILE))
 
 
@@ -148,7 +148,7 @@ def load_checkpoint(path: str) -> Tuple[dict, Optional[dict]]:
 
 
 def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Optional[dict]]]:
-    """``(path, state, replay_buffer_state)`` of the newest readable checkpoint, or None if none exist.
+    """``(path, state, replay_buffer_state)`` of the newest readable checkpoint; None if none exist.
 
     A corrupt or truncated checkpoint is skipped with a warning in favour of
     the one before it, and once an older one loads, moved aside to
@@ -183,7 +183,7 @@ def load_latest_checkpoint(checkpoint_dir: str) -> Optional[Tuple[str, dict, Opt
 
 
 def _move_aside(path: str) -> str:
-    """Rename checkpoint ``path`` to ``<path>.corrupt`` (``.corrupt-2``, ... if taken); returns it."""
+    """Move checkpoint ``path`` to ``<path>.corrupt`` (``.corrupt-2``, ... if taken); returns it."""
     aside, n = f'{path}.corrupt', 1
     while os.path.exists(aside):
         n += 1
@@ -253,7 +253,7 @@ def policy_state(algorithm_state: dict) -> dict:
 
 
 def first_non_finite(algorithm_state: dict) -> Optional[str]:
-    """Name of the first floating-point network tensor of ``algorithm_state`` with a NaN or inf, or None."""
+    """The first network tensor of ``algorithm_state`` holding a NaN or inf, by name; or None."""
     for key, value in policy_state(algorithm_state).items():
         if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(
                 value).all():

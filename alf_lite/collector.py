@@ -1,4 +1,4 @@
-"""Collection: the training envs step with the exploration policy, every step goes to the replay buffer."""
+"""Collection: the training envs step with the exploration policy into the replay buffer."""
 from typing import List
 
 import torch

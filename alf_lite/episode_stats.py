@@ -12,7 +12,7 @@ TRAIN_METRIC_WINDOW = 10
 
 
 class EpisodeStats:
-    """The running episode of each training env, and the latest ``TRAIN_METRIC_WINDOW`` finished ones.
+    """Each training env's running episode, and the latest ``TRAIN_METRIC_WINDOW`` finished ones.
 
     Args:
         num_envs: number of training envs, each with one running episode.

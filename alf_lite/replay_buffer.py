@@ -119,7 +119,7 @@ class ReplayBuffer:
 
     @property
     def raw_bytes_per_step(self) -> int:
-        """Bytes of one step's fields, ``obs_dim*4 + action_dim*4 + 4 + 4 + 1``: all a stored step takes."""
+        """Bytes a stored step takes: its fields', ``obs_dim*4 + action_dim*4 + 4 + 4 + 1``."""
         return self._raw_bytes_per_step
 
     @property

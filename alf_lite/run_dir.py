@@ -94,7 +94,7 @@ class RunDir:
         return os.path.join(self.root, CHECKPOINT_DIR)
 
     def events_dir(self, mode: str) -> str:
-        """TensorBoard events of the scalars named ``<mode>/...``; ``mode`` is one of ``SUMMARY_MODES``."""
+        """TensorBoard events of the scalars named ``<mode>/...``, ``mode`` in ``SUMMARY_MODES``."""
         return os.path.join(self.root, mode)
 
     def checkpoint(self, env_steps: int) -> str:
@@ -102,7 +102,7 @@ class RunDir:
         return os.path.join(self.checkpoint_dir, checkpoint_name(env_steps))
 
     def latest_checkpoint_env_steps(self) -> Optional[int]:
-        """Env steps of the latest complete checkpoint, read from its name; None when there is none."""
+        """Env steps of the latest complete checkpoint, read from its name; None without one."""
         latest = latest_checkpoint(self.checkpoint_dir)
         return None if latest is None else checkpoint_env_steps(latest)
 

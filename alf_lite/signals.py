@@ -1,4 +1,4 @@
-"""How SIGINT and SIGTERM stop a training run: at the end of an iteration, or inside a hung env call."""
+"""How SIGINT and SIGTERM stop training: after the iteration, or inside a hung env call."""
 import contextlib
 import signal
 import threading

@@ -109,7 +109,7 @@ class Throughput:
         self._last = (time.time(), env_steps, num_updates)
 
     def rates(self, env_steps: int, num_updates: int) -> Tuple[float, float]:
-        """``(env steps per second, updates per second)`` since the previous call; starts the next interval."""
+        """``(env steps / s, updates / s)`` since the previous call; starts the next interval."""
         now = time.time()
         last_time, last_steps, last_updates = self._last
         seconds = max(now - last_time, MIN_INTERVAL_S)

@@ -117,8 +117,8 @@ class Launcher:
         if done is not None:
             if done.get('target_env_steps') != run.num_env_steps:
                 return dict(run=run, status='failed', detail=(
-                    f'{run_dir} finished a run of {done.get("target_env_steps")} env steps, not '
-                    f'{run.num_env_steps}: move it away or choose another --out'))
+                    f'{run_dir} finished a run of {done.get("target_env_steps")} env '
+                    f'steps, not {run.num_env_steps}: move it away or choose another --out'))
             return dict(run=run, status='skipped', detail='already done', done=done)
         if self.stopping:
             return dict(run=run, status='not started', detail='stopped')

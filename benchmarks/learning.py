@@ -31,12 +31,12 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _CHECKOUT not in sys.path:  # run as a script: import this checkout's alf_lite and benchmarks
     sys.path.insert(0, _CHECKOUT)
 
-from alf_lite.bin.cli import EXIT_FAULT  # noqa: E402
-from alf_lite.run_dir import RunDir  # noqa: E402
-from alf_lite.runs import (ENV_STEPS, EVAL_EPISODE_LENGTH, EVAL_RETURN,  # noqa: E402
+from alf_lite.bin.cli import EXIT_FAULT
+from alf_lite.run_dir import RunDir
+from alf_lite.runs import (ENV_STEPS, EVAL_EPISODE_LENGTH, EVAL_RETURN,
                            REPLAY_BUFFER_BYTES, read_scalar_if_any, subprocess_env)
-from benchmarks import REPO_ROOT  # noqa: E402
-from benchmarks.launcher import (DEADLINE_MARGIN, DONE_FILE, LAST_N,  # noqa: E402
+from benchmarks import REPO_ROOT
+from benchmarks.launcher import (DEADLINE_MARGIN, DONE_FILE, LAST_N,
                                  format_duration, parse_deadline, read_done, train_runs)
 
 # Episodes per evaluation, in both frameworks.

@@ -78,7 +78,7 @@ def sb3_config_text(run: BenchmarkRun, settings: Dict[str, object]) -> str:
 
 
 class _EvalEnvs:
-    """``NUM_EVAL_EPISODES`` gymnasium envs for ``alf_lite.evaluation.evaluate``, acting through SB3.
+    """``NUM_EVAL_EPISODES`` gymnasium envs for ``alf_lite.evaluation.evaluate``; SB3 acts.
 
     The first reset seeds them as alf_lite's trainer seeds its eval envs. An
     env whose episode ended is not stepped again before the next reset, and

@@ -300,7 +300,7 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
     rng = random.Random(0)
     cycles = 10
     latest = []
-    for cycle in range(cycles):
+    for _ in range(cycles):
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=train_env(),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Wait until it works (the csv grows past where it was), then a random moment.

@@ -52,7 +52,7 @@ def loss_mask(batch: Experience, mask_out_loss_for_last_step: bool = True) -> to
 
 def td_target(reward: torch.Tensor, discount: torch.Tensor, gamma: float,
               next_value: torch.Tensor) -> torch.Tensor:
-    """``r[t+1] + gamma * discount[t+1] * V(s[t+1])``: discount 0 (termination) stops bootstrapping."""
+    """``r[t+1] + gamma * discount[t+1] * V(s[t+1])``; discount 0 (termination): no bootstrap."""
     return reward + gamma * discount * next_value
 
 

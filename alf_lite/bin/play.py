@@ -126,7 +126,7 @@ class VideoWriter:
 
 
 def play_episodes(env, algorithm, num_episodes: int, video=None):
-    """``[(return, length)]`` of ``num_episodes`` episodes of the deterministic policy, one after another."""
+    """``[(return, length)]`` of ``num_episodes`` deterministic episodes, one after another."""
     import numpy as np
 
     from alf_lite.evaluation import evaluate

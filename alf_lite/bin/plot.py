@@ -84,7 +84,7 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
         try:
             bindings[run] = config_bindings(run)
         except FileNotFoundError:
-            raise ValueError(f'{run} has no {CONFIG_FILE} to group by; use --group_by none')
+            raise ValueError(f'{run} has no {CONFIG_FILE} to group by; use --group_by none') from None
     if group_by == 'config':
         names = sorted({k for b in bindings.values() for k in b} - {SEED_PARAM})
         names = [n for n in names if len({b.get(n) for b in bindings.values()}) > 1]

@@ -33,7 +33,7 @@ class EnvironmentCrashedError(RuntimeError):
 
 
 class EnvironmentHungError(EnvironmentCrashedError):
-    """An env process did not answer within ``step_timeout``; the message names it and the timeout."""
+    """An env process did not answer within ``step_timeout``; the message names it and the time."""
 
 
 class _NamedEnv(gymnasium.Wrapper):
