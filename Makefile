@@ -7,7 +7,7 @@ ROOT_DIR ?= runs/$(basename $(notdir $(GIN)))
 # Two cores: one torch thread per process keeps parallel tests from oversubscribing.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: venv install train test bench clean
+.PHONY: venv install train test format bench clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,13 @@ train: $(VENV)/.installed
 	$(PY) -m alf_lite.bin.train --gin_file $(GIN) --root_dir $(ROOT_DIR)
 
 test: $(VENV)/.installed
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q tests
+
+format: $(VENV)/.installed
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
 
 # About 30 minutes on 2 cores; run it on an otherwise idle machine.
 BENCH_STEPS ?= 5000

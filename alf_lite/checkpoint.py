@@ -1,20 +1,22 @@
-"""Atomic checkpoints: a checkpoint directory exists under its final name only when complete.
+"""Atomic checkpoints, and what a trainer's checkpoint holds.
 
-Files hold tensors and plain values (numbers, strings, lists, tuples, dicts)
-only, and are read with ``torch.load(weights_only=True)``: a file that would
-need anything else to be built, which in a pickle means running code, is
-refused.
+A checkpoint directory exists under its final name only when complete (the
+names are ``alf_lite.run_dir``'s). It holds ``model.pt``, the trainer's state
+(``TrainerState``), and optionally ``replay_buffer.pt``. Files hold tensors and
+plain values (numbers, strings, lists, tuples, dicts) only, and are read with
+``torch.load(weights_only=True)``: a file that would need anything else to be
+built, which in a pickle means running code, is refused.
 """
 import os
 import pickle
-import re
 import shutil
-from typing import Optional, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from absl import logging
 
-_NAME = re.compile(r'^ckpt-(\d+)$')
+from alf_lite.run_dir import checkpoint_name, list_checkpoints
+
 MODEL_FILE = 'model.pt'
 REPLAY_BUFFER_FILE = 'replay_buffer.pt'
 
@@ -52,7 +54,7 @@ def save_checkpoint(checkpoint_dir: str, env_steps: int, state: dict,
     """
     os.makedirs(checkpoint_dir, exist_ok=True)
     regular = name is None
-    final = os.path.join(checkpoint_dir, f'ckpt-{env_steps}' if regular else name)
+    final = os.path.join(checkpoint_dir, checkpoint_name(env_steps) if regular else name)
     tmp = os.path.join(checkpoint_dir, f'.tmp-{os.path.basename(final)}-{os.getpid()}')
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -84,21 +86,6 @@ def _save_synced(obj, path):
         torch.save(obj, f)
         f.flush()
         os.fsync(f.fileno())
-
-
-def list_checkpoints(checkpoint_dir: str):
-    """Complete regular checkpoint directories, oldest first."""
-    if not os.path.isdir(checkpoint_dir):
-        return []
-    found = [(int(m.group(1)), name) for name in os.listdir(checkpoint_dir)
-             if (m := _NAME.match(name))]
-    return [os.path.join(checkpoint_dir, name) for _, name in sorted(found)]
-
-
-def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
-    """The newest complete checkpoint, or None."""
-    found = list_checkpoints(checkpoint_dir)
-    return found[-1] if found else None
 
 
 def load_file(path: str, map_location: Union[str, torch.device, None] = None):
@@ -134,6 +121,11 @@ def _unsafe_globals(path: str):
         return []
 
 
+def load_state(path: str, map_location: Union[str, torch.device, None] = None) -> dict:
+    """The state in checkpoint directory ``path``, without its replay buffer (as ``load_file``)."""
+    return load_file(os.path.join(path, MODEL_FILE), map_location)
+
+
 def load_checkpoint(path: str, map_location: Union[str, torch.device, None] = None
                     ) -> Tuple[dict, Optional[dict]]:
     """Read ``(state, replay_buffer_state or None)`` from a checkpoint directory.
@@ -151,7 +143,7 @@ def load_checkpoint(path: str, map_location: Union[str, torch.device, None] = No
     Raises:
         UnsafeCheckpointError: when either file would run code to load.
     """
-    state = load_file(os.path.join(path, MODEL_FILE), map_location)
+    state = load_state(path, map_location)
     rb_path = os.path.join(path, REPLAY_BUFFER_FILE)
     rb = None
     if os.path.exists(rb_path):
@@ -168,7 +160,7 @@ def load_checkpoint(path: str, map_location: Union[str, torch.device, None] = No
 def load_latest_checkpoint(checkpoint_dir: str,
                            map_location: Union[str, torch.device, None] = None
                            ) -> Optional[Tuple[str, dict, Optional[dict]]]:
-    """``(path, state, replay_buffer_state)`` of the newest readable checkpoint, or None if none exist.
+    """``(path, state, replay_buffer_state)`` of the newest readable checkpoint; None if none exist.
 
     A corrupt or truncated checkpoint is skipped with a warning in favour of
     the one before it, and once an older one loads, moved aside to
@@ -204,10 +196,79 @@ def load_latest_checkpoint(checkpoint_dir: str,
 
 
 def _move_aside(path: str) -> str:
-    """Rename checkpoint ``path`` to ``<path>.corrupt`` (``.corrupt-2``, ... if taken); returns it."""
+    """Move checkpoint ``path`` to ``<path>.corrupt`` (``.corrupt-2``, ... if taken); returns it."""
     aside, n = f'{path}.corrupt', 1
     while os.path.exists(aside):
         n += 1
         aside = f'{path}.corrupt-{n}'
     os.rename(path, aside)
     return aside
+
+
+class TrainerState(NamedTuple):
+    """What a trainer's checkpoint holds besides the replay buffer: ``model.pt``, a dict of these.
+
+    Args:
+        algorithm: ``algorithm_state(algorithm)``.
+        rng: ``alf_lite.seeding.global_rng_state()``.
+        env_steps: env steps collected.
+        num_updates: updates done.
+        recent_returns: returns of the latest finished training episodes, oldest first.
+        recent_lengths: their lengths.
+        last_eval: the latest evaluation's scalars, by progress.csv column.
+    """
+
+    algorithm: dict
+    rng: dict
+    env_steps: int
+    num_updates: int
+    recent_returns: List[float]
+    recent_lengths: List[int]
+    last_eval: Dict[str, float]
+
+
+def save_trainer_state(checkpoint_dir: str, state: TrainerState,
+                       replay_buffer_state: Optional[dict] = None,
+                       name: Optional[str] = None) -> str:
+    """``save_checkpoint`` of a trainer's state at its env steps; returns the checkpoint's path."""
+    return save_checkpoint(checkpoint_dir, state.env_steps, state._asdict(),
+                           replay_buffer_state, name)
+
+
+def trainer_state(state: dict) -> TrainerState:
+    """The ``TrainerState`` in the state read by ``load_checkpoint`` or ``load_state``.
+
+    Raises:
+        CheckpointError: when the state is not a trainer's.
+    """
+    try:
+        return TrainerState(**state)
+    except TypeError as e:
+        raise CheckpointError(f'not a trainer checkpoint: its keys are {sorted(state)}') from e
+
+
+def algorithm_state(algorithm: torch.nn.Module) -> dict:
+    """An off-policy algorithm's networks (with targets and buffers) and optimizer states."""
+    return {'module': algorithm.state_dict(),
+            'optimizers': {k: o.state_dict() for k, o in algorithm.optimizers.items()}}
+
+
+def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
+    """Restore what ``algorithm_state`` returned into ``algorithm``."""
+    algorithm.load_state_dict(policy_state(state))
+    for name, optimizer in algorithm.optimizers.items():
+        optimizer.load_state_dict(state['optimizers'][name])
+
+
+def policy_state(algorithm_state: dict) -> dict:
+    """The networks' ``state_dict`` in an ``algorithm_state``: all that acting needs."""
+    return algorithm_state['module']
+
+
+def first_non_finite(algorithm_state: dict) -> Optional[str]:
+    """The first network tensor of ``algorithm_state`` holding a NaN or inf, by name; or None."""
+    for key, value in policy_state(algorithm_state).items():
+        if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(
+                value).all():
+            return key
+    return None

@@ -122,11 +122,6 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
         raise
 
 
-def operative_config_str() -> str:
-    """Return the bindings and defaults actually used so far, as gin text."""
-    return gin.operative_config_str()
-
-
 def write_text_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a part.
 

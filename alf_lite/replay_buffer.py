@@ -150,9 +150,8 @@ class ReplayBuffer:
         self._total_added_tensor = torch.zeros((), dtype=torch.int64, device=self._device)
         logging.info(
             "ReplayBuffer: allocated %d bytes (%.3f GiB) on %s%s for %d envs x %d "
-            "steps, %.2f bytes per step (raw fields: %d)", self._nbytes,
-            self._nbytes / _GIB, self._device, ' (pinned)' if pin else '', num_envs, length,
-            self.bytes_per_step, self._raw_bytes_per_step)
+            "steps, %d bytes per step", self._nbytes, self._nbytes / _GIB, self._device,
+            ' (pinned)' if pin else '', num_envs, length, self._raw_bytes_per_step)
 
     def _place(self, device: Optional[str], max_memory_fraction: float) -> torch.device:
         """Where the storage goes; a clear error when it fits nowhere."""
@@ -199,13 +198,8 @@ class ReplayBuffer:
         return self._nbytes
 
     @property
-    def bytes_per_step(self) -> float:
-        """Storage bytes per stored step: ``nbytes / (num_envs * length)``."""
-        return self._nbytes / (self._num_envs * self._length)
-
-    @property
     def raw_bytes_per_step(self) -> int:
-        """Bytes of one step's fields: ``obs_dim*4 + action_dim*4 + 4 + 4 + 1``."""
+        """Bytes a stored step takes: its fields', ``obs_dim*4 + action_dim*4 + 4 + 4 + 1``."""
         return self._raw_bytes_per_step
 
     @property

@@ -1,9 +1,10 @@
-"""A run's root_dir as the experiment tools read it, and one training run in a subprocess.
+"""progress.csv's columns, a run's results as the experiment tools read them, and one
+training run in a subprocess.
 
-A run is what ``python -m alf_lite.bin.train`` leaves in one root_dir:
-``config.gin``, ``progress.csv``, ``train/`` and ``eval/`` TensorBoard events and
-``checkpoints/ckpt-<env_steps>/``. ``plot``, ``grid_search`` and the learning
-benchmark read runs through this module; ``grid_search`` also starts them with
+A run is what ``python -m alf_lite.bin.train`` leaves in one root_dir (its
+layout: ``alf_lite.run_dir``). The trainer writes progress.csv's columns under
+the names below; ``plot``, ``grid_search`` and the learning benchmark read runs
+through this module; ``grid_search`` also starts them with
 ``train_in_subprocess``, which runs on a Ray worker as well as locally.
 """
 import csv
@@ -17,17 +18,25 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-CONFIG_FILE = 'config.gin'
-PROGRESS_FILE = 'progress.csv'
-# progress.csv's step axis; TensorBoard's step is the same number.
+from alf_lite.run_dir import PROGRESS_FILE, RunDir
+
+# progress.csv's columns. Its step axis; TensorBoard's step is the same number.
 ENV_STEPS = 'env_steps'
+NUM_UPDATES = 'num_updates'
 WALL_TIME = 'wall_time'
-# Scalars of progress.csv that the experiment tools summarise.
+# Scalars, named '<mode>/<tag>' (the TensorBoard event directory and tag).
 EVAL_RETURN = 'eval/AverageReturn'
 EVAL_EPISODE_LENGTH = 'eval/AverageEpisodeLength'
+TRAIN_RETURN = 'train/AverageReturn'
+TRAIN_EPISODE_LENGTH = 'train/AverageEpisodeLength'
+ENV_STEPS_PER_SEC = 'train/env_steps_per_sec'
+UPDATES_PER_SEC = 'train/updates_per_sec'
 REPLAY_BUFFER_BYTES = 'train/replay_buffer_bytes'
-
-_CHECKPOINT = re.compile(r'^ckpt-(\d+)$')
+PROCESS_RSS_BYTES = 'train/process_rss_bytes'
+# Columns that depend on the machine and the clock, not on the seed.
+NONDETERMINISTIC_COLUMNS = (WALL_TIME, ENV_STEPS_PER_SEC, UPDATES_PER_SEC, PROCESS_RSS_BYTES)
+# The binding of a run's config.gin that only picks its seed.
+SEED_PARAM = 'TrainerConfig.random_seed'
 # A gin binding in config.gin starts at column 0: ``scope/Name.param = value``;
 # gin ends the line with a backslash and indents the rest of a long value.
 _BINDING = re.compile(r'^(?P<name>[A-Za-z_][\w./]*)\s*=\s*(?P<value>.*)$')
@@ -35,11 +44,9 @@ _BINDING = re.compile(r'^(?P<name>[A-Za-z_][\w./]*)\s*=\s*(?P<value>.*)$')
 _ERROR_LINE = re.compile(r'^(error: |[\w.]*(Error|Exception|Interrupt)\b)')
 
 
-def is_run_dir(path: str) -> bool:
-    """Whether ``path`` holds a run's progress.csv or TensorBoard events."""
-    return (os.path.isfile(os.path.join(path, PROGRESS_FILE))
-            or os.path.isdir(os.path.join(path, 'eval'))
-            or os.path.isdir(os.path.join(path, 'train')))
+def train_column(name: str) -> str:
+    """The column of training scalar ``name``, e.g. an algorithm's ``'critic_loss'``."""
+    return f'train/{name}'
 
 
 def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, np.ndarray]:
@@ -56,7 +63,7 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
     Raises:
         ValueError: the run has no such scalar (the message lists the ones it has).
     """
-    path = os.path.join(root_dir, PROGRESS_FILE)
+    path = RunDir(root_dir).progress_file
     if os.path.isfile(path):
         with open(path, newline='') as f:
             reader = csv.DictReader(f)
@@ -78,7 +85,7 @@ def _read_tensorboard_scalar(root_dir, y, x):
         raise ValueError(f'{root_dir} has no {PROGRESS_FILE}; from TensorBoard events x can '
                          f'only be {ENV_STEPS!r} or {WALL_TIME!r}, not {x!r}')
     mode, _, tag = y.partition('/')
-    log_dir = os.path.join(root_dir, mode)
+    log_dir = RunDir(root_dir).events_dir(mode)
     if not os.path.isdir(log_dir):
         raise ValueError(f'{root_dir} has neither {PROGRESS_FILE} nor TensorBoard events in '
                          f'{log_dir}')
@@ -109,7 +116,7 @@ def config_bindings(root_dir: str) -> Dict[str, str]:
         FileNotFoundError: the run has no config.gin.
     """
     bindings, name = {}, None
-    with open(os.path.join(root_dir, CONFIG_FILE)) as f:
+    with open(RunDir(root_dir).config_file) as f:
         for line in f:
             if line.startswith((' ', '\t')) and name is not None:
                 bindings[name] += ' ' + line.strip().rstrip('\\')
@@ -120,18 +127,6 @@ def config_bindings(root_dir: str) -> Dict[str, str]:
                 name = match['name']
                 bindings[name] = match['value'].rstrip('\\')
     return {k: ' '.join(v.split()) for k, v in bindings.items()}
-
-
-def checkpoint_env_steps(root_dir: str) -> Optional[int]:
-    """Env steps of the run's latest complete checkpoint, or None when it has none."""
-    # The trainer names a checkpoint after its env steps; reading the name
-    # spares loading the model file.
-    checkpoint_dir = os.path.join(root_dir, 'checkpoints')
-    if not os.path.isdir(checkpoint_dir):
-        return None
-    steps = [int(m.group(1)) for name in os.listdir(checkpoint_dir)
-             if (m := _CHECKPOINT.match(name))]
-    return max(steps, default=None)
 
 
 def final_value(root_dir: str, y: str = EVAL_RETURN) -> Optional[float]:
@@ -170,7 +165,6 @@ def log_error_line(log_path: str, offset: int = 0) -> str:
         if _ERROR_LINE.match(line):
             return line
     return lines[-1] if lines else 'no output'
-
 
 
 def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,

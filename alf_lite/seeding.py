@@ -1,4 +1,7 @@
-"""Env seeds of a run, all drawn from one seed sequence so that no two ever coincide.
+"""A run's randomness: the global generators, and env seeds that never coincide.
+
+``seed_everything`` seeds python, numpy and torch; ``global_rng_state`` and
+``set_global_rng_state`` carry their states through a checkpoint.
 
 A run's ``random_seed`` is the entropy of a ``numpy.random.SeedSequence``; each
 env seed is that sequence at a distinct spawn key ``(purpose, ..., env index)``,
@@ -7,14 +10,53 @@ reseeded on a resume (a key per resume step) therefore get seeds that differ
 from each other and from those of every other ``random_seed``, except with
 probability about 2^-128 per pair.
 """
+import random
 from typing import List
 
 import numpy as np
+import torch
 
 _TRAIN = 0
 _EVAL = 1
 _RESUME = 2
 _WORDS = 4  # 32-bit words per seed: 128 bits
+
+
+def seed_everything(seed: int, num_threads: int) -> None:
+    """Seed python, numpy and torch; torch runs deterministic algorithms on ``num_threads`` threads.
+
+    Args:
+        seed: the run's ``TrainerConfig.random_seed``.
+        num_threads: torch's intra-op threads (``TrainerConfig.torch_num_threads``).
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(num_threads)
+    torch.use_deterministic_algorithms(True)
+
+
+def global_rng_state() -> dict:
+    """The states of python's, numpy's and torch's global generators.
+
+    As tensors and plain values only, which a checkpoint loads with
+    ``weights_only=True``.
+    """
+    numpy_state = np.random.get_state(legacy=False)
+    return {'python': random.getstate(),
+            'numpy': {'key': torch.from_numpy(numpy_state['state']['key'].astype(np.int64)),
+                      'pos': numpy_state['state']['pos'],
+                      'has_gauss': numpy_state['has_gauss'], 'gauss': numpy_state['gauss']},
+            'torch': torch.get_rng_state()}
+
+
+def set_global_rng_state(state: dict) -> None:
+    """Continue every global generator from ``global_rng_state()``'s ``state``."""
+    numpy_state = state['numpy']
+    random.setstate(state['python'])
+    np.random.set_state(('MT19937', numpy_state['key'].numpy().astype(np.uint32),
+                         numpy_state['pos'], numpy_state['has_gauss'], numpy_state['gauss']))
+    torch.set_rng_state(state['torch'])
 
 
 def _seeds(random_seed: int, key: tuple, num_envs: int) -> List[int]:

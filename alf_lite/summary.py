@@ -3,13 +3,18 @@ import csv
 import math
 import os
 import sys
-from typing import Dict, List, Optional
+import time
+from typing import Dict, List, Optional, Tuple
 
 from torch.utils.tensorboard import SummaryWriter
 
-# Columns of progress.csv that depend on the machine and the clock, not on the seed.
-NONDETERMINISTIC_COLUMNS = (
-    'wall_time', 'train/env_steps_per_sec', 'train/updates_per_sec', 'train/process_rss_bytes')
+from alf_lite.run_dir import SUMMARY_MODES, RunDir
+from alf_lite.runs import ENV_STEPS, NUM_UPDATES, WALL_TIME
+
+# The shortest time a rate divides by: two calls within one clock tick.
+MIN_INTERVAL_S = 1e-9
+# Characters of the console progress bar.
+_BAR_WIDTH = 20
 
 
 class ProgressCsv:
@@ -35,7 +40,7 @@ class ProgressCsv:
                 self._columns = list(reader.fieldnames or [])
                 # A row cut short by a kill mid-append has missing fields: drop it.
                 self._rows = [r for r in reader if None not in r.values() and (
-                    max_env_steps is None or int(r['env_steps']) <= max_env_steps)]
+                    max_env_steps is None or int(r[ENV_STEPS]) <= max_env_steps)]
             self._rewrite()
 
     def write(self, row: Dict[str, float]) -> None:
@@ -72,10 +77,11 @@ class Summary:
     """
 
     def __init__(self, root_dir: str, keep_until_env_steps: int = -1):
+        run_dir = RunDir(root_dir)
         self._writers = {
-            mode: SummaryWriter(os.path.join(root_dir, mode), purge_step=keep_until_env_steps + 1)
-            for mode in ('train', 'eval')}
-        self._csv = ProgressCsv(os.path.join(root_dir, 'progress.csv'), keep_until_env_steps)
+            mode: SummaryWriter(run_dir.events_dir(mode), purge_step=keep_until_env_steps + 1)
+            for mode in SUMMARY_MODES}
+        self._csv = ProgressCsv(run_dir.progress_file, keep_until_env_steps)
 
     def write(self, env_steps: int, num_updates: int, wall_time: float,
               scalars: Dict[str, float]) -> None:
@@ -83,21 +89,41 @@ class Summary:
         for key, value in scalars.items():
             mode, name = key.split('/', 1)
             self._writers[mode].add_scalar(name, value, env_steps, walltime=wall_time)
-        self._csv.write({'env_steps': env_steps, 'num_updates': num_updates,
-                         'wall_time': wall_time, **scalars})
+        self._csv.write({ENV_STEPS: env_steps, NUM_UPDATES: num_updates, WALL_TIME: wall_time,
+                         **scalars})
 
     def close(self) -> None:
         for writer in self._writers.values():
             writer.close()
 
 
+class Throughput:
+    """Env steps and updates per second, each time over the interval since the previous call.
+
+    Args:
+        env_steps: env steps at the start of the first interval.
+        num_updates: updates at the start of the first interval.
+    """
+
+    def __init__(self, env_steps: int, num_updates: int):
+        self._last = (time.time(), env_steps, num_updates)
+
+    def rates(self, env_steps: int, num_updates: int) -> Tuple[float, float]:
+        """``(env steps / s, updates / s)`` since the previous call; starts the next interval."""
+        now = time.time()
+        last_time, last_steps, last_updates = self._last
+        seconds = max(now - last_time, MIN_INTERVAL_S)
+        self._last = (now, env_steps, num_updates)
+        return (env_steps - last_steps) / seconds, (num_updates - last_updates) / seconds
+
+
 def print_progress(env_steps: int, num_env_steps: int, env_steps_per_sec: float,
                    eval_return: float) -> None:
     """One console line: a bar, env steps, speed and the last evaluation return."""
     frac = min(env_steps / max(num_env_steps, 1), 1.0)
-    bar = '#' * int(frac * 20)
+    bar = '#' * int(frac * _BAR_WIDTH)
     eval_text = 'n/a' if eval_return is None or math.isnan(eval_return) else f'{eval_return:.1f}'
-    line = (f'[{bar:<20}] {env_steps}/{num_env_steps} env steps | '
+    line = (f'[{bar:<{_BAR_WIDTH}}] {env_steps}/{num_env_steps} env steps | '
             f'{env_steps_per_sec:.0f} SPS | eval return {eval_text}')
     end = '\r' if sys.stderr.isatty() and frac < 1.0 else '\n'
     print(line, end=end, file=sys.stderr, flush=True)

@@ -1,31 +1,29 @@
-"""TrainerConfig and the generic off-policy trainer: collect, train, evaluate, summarise, checkpoint."""
-import collections
-import contextlib
+"""TrainerConfig and the generic off-policy trainer: the loop that collects, trains, evaluates,
+summarises and checkpoints, each done by its own module."""
 import os
-import random
-import signal
-import threading
 import time
 from typing import Callable, List, Optional
 
 import gin
-import numpy as np
 import psutil
-import torch
 from absl import logging
 
 from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import SacAlgorithm
-from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError
-from alf_lite.config import operative_config_str, write_text_atomically
-from alf_lite.data import Experience, StepType
+from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask
+from alf_lite.collector import Collector
+from alf_lite.config import write_text_atomically
 from alf_lite.environments import create_environment
+from alf_lite.episode_stats import EpisodeStats
+from alf_lite.evaluation import evaluate
 from alf_lite.replay_buffer import ReplayBuffer
-from alf_lite.seeding import eval_env_seeds, resume_env_seeds, train_env_seeds
-from alf_lite.summary import Summary, print_progress
-
-# Train-time AverageReturn is the mean over this many most recent episodes.
-TRAIN_METRIC_WINDOW = 10
+from alf_lite.run_dir import RunDir, last_good_name
+from alf_lite.runs import (ENV_STEPS_PER_SEC, EVAL_EPISODE_LENGTH, EVAL_RETURN,
+                           PROCESS_RSS_BYTES, REPLAY_BUFFER_BYTES, UPDATES_PER_SEC, train_column)
+from alf_lite.seeding import (eval_env_seeds, global_rng_state, resume_env_seeds, seed_everything,
+                              set_global_rng_state, train_env_seeds)
+from alf_lite.signals import InterruptedInEnvCall, StopSignals, TrainingInterrupted, sigint_ignored
+from alf_lite.summary import Summary, Throughput, print_progress
 
 
 @gin.configurable
@@ -131,91 +129,12 @@ class TrainerConfig:
         self.checkpoint_replay_buffer = checkpoint_replay_buffer
 
 
-def _seed_everything(seed: int, num_threads: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.set_num_threads(num_threads)
-    torch.use_deterministic_algorithms(True)
-
-
-def _rng_state() -> dict:
-    """The global RNG states as tensors and plain values, which checkpoints load without pickle code."""
-    numpy_state = np.random.get_state(legacy=False)
-    return {'python': random.getstate(),
-            'numpy': {'key': torch.from_numpy(numpy_state['state']['key'].astype(np.int64)),
-                      'pos': numpy_state['state']['pos'],
-                      'has_gauss': numpy_state['has_gauss'], 'gauss': numpy_state['gauss']},
-            'torch': torch.get_rng_state()}
-
-
-def _set_rng_state(state: dict) -> None:
-    numpy_state = state['numpy']
-    random.setstate(state['python'])
-    np.random.set_state(('MT19937', numpy_state['key'].numpy().astype(np.uint32),
-                         numpy_state['pos'], numpy_state['has_gauss'], numpy_state['gauss']))
-    torch.set_rng_state(state['torch'])
-
-
-def loss_mask(batch: Experience, mask_out_loss_for_last_step: bool = True) -> torch.Tensor:
-    """``[B, T - 1]``: 1 for each transition ``(t, t + 1)`` that may be trained on.
-
-    Row ``t + 1`` being FIRST means it starts an episode: ``(t, t + 1)`` is not a
-    transition. Where row ``t`` is LAST that is an episode boundary, which
-    ``mask_out_loss_for_last_step=False`` trains on anyway (tf-agents' behaviour).
-    A FIRST after any other row is where a resumed run restarted its envs
-    mid-episode; that pair is never trained on.
-    """
-    first_rows, next_rows = batch.step_type[:, :-1], batch.step_type[:, 1:]
-    into_first = next_rows == StepType.FIRST
-    if mask_out_loss_for_last_step:
-        return (~(into_first | (first_rows == StepType.LAST))).float()
-    return (~(into_first & (first_rows != StepType.LAST))).float()
-
-
 def _crossed(before: int, after: int, interval: int) -> bool:
     return after // interval > before // interval
 
 
 class TrainingError(RuntimeError):
     """Training stopped on a fault (non-finite numbers, a checkpoint that could not be written)."""
-
-
-class TrainingInterrupted(Exception):
-    """SIGINT or SIGTERM arrived; a final checkpoint was written.
-
-    Args:
-        signum: the signal's number.
-    """
-
-    def __init__(self, signum: int):
-        super().__init__(f'interrupted by {signal.Signals(signum).name}')
-        self.signum = signum
-
-
-class _InterruptedInEnvCall(BaseException):
-    """A signal arrived while the trainer waited on an env, which may never return.
-
-    A BaseException, like KeyboardInterrupt, so that env code catching
-    Exception lets it through.
-    """
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _sigint_ignored():
-    """Env subprocesses forked in this context ignore Ctrl-C: the trainer shuts them down."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class Trainer:
@@ -233,12 +152,11 @@ class Trainer:
 
     def __init__(self, config: TrainerConfig, root_dir: str):
         self._config = cfg = config
-        self._root_dir = root_dir
-        self._checkpoint_dir = os.path.join(root_dir, 'checkpoints')
+        self._run_dir = RunDir(root_dir)
         self._env = self._eval_env = None
-        _seed_everything(cfg.random_seed, cfg.torch_num_threads)
+        seed_everything(cfg.random_seed, cfg.torch_num_threads)
         try:
-            with _sigint_ignored():
+            with sigint_ignored():
                 self._env = env = create_environment()
             self._eval_env = create_environment(
                 num_parallel_environments=cfg.num_eval_episodes,
@@ -252,12 +170,15 @@ class Trainer:
         except BaseException:
             self.close()
             raise
+        self._episode_stats = EpisodeStats(env.num_envs)
+        self._collector = Collector(env, self._algorithm, self._replay_buffer,
+                                    cfg.initial_collect_steps, self._episode_stats)
+        self._stop_signals = StopSignals(lambda: self._env.busy or self._eval_env.busy)
         self._env_steps = 0
         self._num_updates = 0
-        self._recent_returns = collections.deque(maxlen=TRAIN_METRIC_WINDOW)
-        self._recent_lengths = collections.deque(maxlen=TRAIN_METRIC_WINDOW)
         self._last_eval = {}
-        self._stop_signal = None
+        self._latest_train_scalars = {}
+        self._wrote_operative_config = False
 
     def close(self) -> None:
         """Stop the env processes; the trainer cannot train afterwards."""
@@ -281,212 +202,142 @@ class Trainer:
             TrainingError: on a non-finite loss or parameter, or a failed checkpoint write.
             CheckpointError: when checkpoints exist but none of them can be loaded.
         """
-        os.makedirs(self._root_dir, exist_ok=True)
-        latest = ckpt.load_latest_checkpoint(self._checkpoint_dir)
+        os.makedirs(self._run_dir.root, exist_ok=True)
+        latest = ckpt.load_latest_checkpoint(self._run_dir.checkpoint_dir)
         reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
         if latest is not None:
             self._restore(*latest)
             reset_seed = resume_env_seeds(self._config.random_seed, self._env_steps,
                                           self._env.num_envs)
-        summary = Summary(self._root_dir, self._env_steps if latest else -1)
+        summary = Summary(self._run_dir.root, self._env_steps if latest else -1)
         try:
-            with self._signals_handled():
+            with self._stop_signals:
                 try:
                     self._loop(summary, reset_seed)
-                except _InterruptedInEnvCall as e:
+                except InterruptedInEnvCall as e:
                     self._save()
                     raise TrainingInterrupted(e.signum) from None
+                except NonFiniteLossError as e:
+                    self._stop_on_non_finite_loss(e)
         finally:
             summary.close()
         return self._last_eval
 
-    @contextlib.contextmanager
-    def _signals_handled(self):
-        """SIGINT / SIGTERM set a flag the loop checks after each iteration, or end an env call."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum, frame):
-            self._stop_signal = signum
-            if self._env.busy or self._eval_env.busy:
-                # A hung env would never return to the loop that reads the flag.
-                raise _InterruptedInEnvCall(signum)
-
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-
     def _loop(self, summary: Summary, reset_seed: List[int]) -> None:
         cfg = self._config
-        env, algorithm, replay_buffer = self._env, self._algorithm, self._replay_buffer
-        n = env.num_envs
-        time_step = env.reset(seed=reset_seed)
-        episode_return = np.zeros(n)
-        episode_length = np.zeros(n, dtype=np.int64)
-        self._latest_train_scalars = {}
-        self._wrote_operative_config = False
-        last_time, last_steps, last_updates = time.time(), self._env_steps, self._num_updates
+        self._collector.reset(reset_seed)
+        throughput = Throughput(self._env_steps, self._num_updates)
         if self._env_steps == 0:
             self._evaluate_and_write(summary, {})
-
         while self._env_steps < cfg.num_env_steps:
             before = self._env_steps
-            if algorithm.training:
-                algorithm.train(False)
-            non_finite = None
-            for u in range(cfg.unroll_length):
-                if self._env_steps < cfg.initial_collect_steps:
-                    action = torch.rand(n, env.action_dim) * 2 - 1
-                else:
-                    action = algorithm.rollout_step(time_step)
-                replay_buffer.add_batch(Experience(
-                    time_step.step_type, time_step.observation, action,
-                    time_step.reward, time_step.discount))
-                env.step_async(action)
+            self._collect_and_train()
+            after = self._env_steps
+            if self._num_updates > 0 and not self._wrote_operative_config:
+                self._write_operative_config()
+            done = after >= cfg.num_env_steps
+            summarising = _crossed(before, after, cfg.summary_interval) or done
+            scalars = {}
+            if summarising:
+                scalars = self._train_scalars(*throughput.rates(after, self._num_updates))
+            if _crossed(before, after, cfg.eval_interval) or done:
+                self._evaluate_and_write(summary, scalars)
+            elif summarising:
+                summary.write(after, self._num_updates, time.time(), scalars)
+            if summarising:
+                print_progress(after, cfg.num_env_steps, scalars[ENV_STEPS_PER_SEC],
+                               self._last_eval.get(EVAL_RETURN))
+            stopping = self._stop_signals.received is not None
+            if _crossed(before, after, cfg.checkpoint_interval) or done or stopping:
+                self._save()
+            self._stop_signals.raise_if_received()
+
+    def _collect_and_train(self) -> None:
+        """``unroll_length`` env steps; the iteration's updates overlap the last one."""
+        cfg = self._config
+        for u in range(cfg.unroll_length):
+            self._collector.send(self._env_steps)
+            try:
                 if u == cfg.unroll_length - 1:
                     # The updates need no row that this env step produces, so
                     # they run while it is pending: envs in subprocesses step
                     # meanwhile, and the numbers are those of step-then-train.
-                    non_finite = self._train_iteration()
-                time_step = env.step_wait()
-                self._env_steps += n
-                self._track_episodes(time_step, episode_return, episode_length)
-            if non_finite is not None:
-                self._stop_on_non_finite_loss(non_finite)
+                    self._train_iteration()
+            finally:
+                # Also after a failed update, which stops training once the
+                # envs are done with the step.
+                self._env_steps += self._collector.receive()
 
-            after = self._env_steps
-            done = after >= cfg.num_env_steps
-            scalars = {}
-            if _crossed(before, after, cfg.summary_interval) or done:
-                now = time.time()
-                seconds = max(now - last_time, 1e-9)
-                scalars.update(self._train_scalars(
-                    self._latest_train_scalars, (after - last_steps) / seconds,
-                    (self._num_updates - last_updates) / seconds))
-                last_time, last_steps, last_updates = now, after, self._num_updates
-            if _crossed(before, after, cfg.eval_interval) or done:
-                self._evaluate_and_write(summary, scalars)
-            elif scalars:
-                summary.write(after, self._num_updates, time.time(), scalars)
-            if 'train/env_steps_per_sec' in scalars:
-                print_progress(after, cfg.num_env_steps, scalars['train/env_steps_per_sec'],
-                               self._last_eval.get('eval/AverageReturn'))
-            if (_crossed(before, after, cfg.checkpoint_interval) or done
-                    or self._stop_signal is not None):
-                self._save()
-            if self._stop_signal is not None:
-                raise TrainingInterrupted(self._stop_signal)
-
-    def _train_iteration(self) -> Optional[NonFiniteLossError]:
+    def _train_iteration(self) -> None:
         """The iteration's updates, once enough steps were collected.
 
-        Returns the ``NonFiniteLossError`` that stopped them, if any (the caller
-        finishes the pending env step before stopping).
+        Raises:
+            NonFiniteLossError: before the optimizer step of a non-finite loss.
         """
         cfg, algorithm, replay_buffer = self._config, self._algorithm, self._replay_buffer
         # Counted from the buffer, not the env steps, so that a run resumed
         # without its replay buffer first refills it.
         if not (replay_buffer.total_added * self._env.num_envs > cfg.initial_collect_steps
                 and replay_buffer.num_steps >= cfg.mini_batch_length):
-            return None
+            return
         if not algorithm.training:
             algorithm.train(True)
         for _ in range(cfg.num_updates_per_train_iter):
             batch = replay_buffer.sample(cfg.mini_batch_size, cfg.mini_batch_length)
             mask = loss_mask(batch, cfg.mask_out_loss_for_last_step)
-            try:
-                self._latest_train_scalars = algorithm.train_step(batch, mask)
-            except NonFiniteLossError as e:
-                return e
+            self._latest_train_scalars = algorithm.train_step(batch, mask)
             self._num_updates += 1
-        if not self._wrote_operative_config:
-            write_text_atomically(os.path.join(self._root_dir, 'operative_config.gin'),
-                                  operative_config_str())
-            self._wrote_operative_config = True
-        return None
 
-    def _stop_on_non_finite_loss(self, error: 'NonFiniteLossError') -> None:
+    def _write_operative_config(self) -> None:
+        """The bindings the run uses, defaults included, once its objects were built and used."""
+        write_text_atomically(self._run_dir.operative_config_file, gin.operative_config_str())
+        self._wrote_operative_config = True
+
+    def _stop_on_non_finite_loss(self, error: NonFiniteLossError) -> None:
         """Keep the (still finite) state under its own name and stop, naming the loss and step."""
-        path = self._save(name=f'last_good-{self._env_steps}')
+        path = self._save(name=last_good_name(self._env_steps))
         raise TrainingError(
             f'{error} at env step {self._env_steps} (update {self._num_updates + 1}); the '
             f'optimizer step was not taken. The state before it is saved in {path}; the '
             'regular checkpoints were left as they were. Check the rewards and observations '
             'for NaN/inf, or lower the learning rates.') from error
 
-    def _track_episodes(self, time_step, episode_return, episode_length) -> None:
-        step_type = time_step.step_type.numpy()
-        started = step_type != StepType.FIRST
-        episode_return += np.where(started, time_step.reward.numpy(), 0.0)
-        episode_length += started
-        for i in np.flatnonzero(step_type == StepType.LAST):
-            self._recent_returns.append(float(episode_return[i]))
-            self._recent_lengths.append(int(episode_length[i]))
-        episode_return[step_type == StepType.LAST] = 0.0
-        episode_length[step_type == StepType.LAST] = 0
-
-    def _train_scalars(self, train_scalars, env_steps_per_sec, updates_per_sec) -> dict:
-        scalars = {f'train/{k}': float(v) for k, v in train_scalars.items()}
-        if self._recent_returns:
-            scalars['train/AverageReturn'] = float(np.mean(self._recent_returns))
-            scalars['train/AverageEpisodeLength'] = float(np.mean(self._recent_lengths))
-        scalars['train/env_steps_per_sec'] = env_steps_per_sec
-        scalars['train/updates_per_sec'] = updates_per_sec
-        scalars['train/replay_buffer_bytes'] = self._replay_buffer.nbytes
-        scalars['train/process_rss_bytes'] = psutil.Process().memory_info().rss
+    def _train_scalars(self, env_steps_per_sec: float, updates_per_sec: float) -> dict:
+        scalars = {train_column(k): float(v) for k, v in self._latest_train_scalars.items()}
+        scalars.update(self._episode_stats.scalars())
+        scalars[ENV_STEPS_PER_SEC] = env_steps_per_sec
+        scalars[UPDATES_PER_SEC] = updates_per_sec
+        scalars[REPLAY_BUFFER_BYTES] = self._replay_buffer.nbytes
+        scalars[PROCESS_RSS_BYTES] = psutil.Process().memory_info().rss
         return scalars
 
     def _evaluate_and_write(self, summary: Summary, scalars: dict) -> None:
-        avg_return, avg_length = self._evaluate()
-        self._last_eval = {'eval/AverageReturn': avg_return,
-                           'eval/AverageEpisodeLength': avg_length}
+        self._algorithm.train(False)
+        results = evaluate(self._eval_env, self._algorithm.predict_step)
+        self._last_eval = {EVAL_RETURN: results.average_return,
+                           EVAL_EPISODE_LENGTH: results.average_length}
         scalars.update(self._last_eval)
         summary.write(self._env_steps, self._num_updates, time.time(), scalars)
         logging.info('env steps %d: eval return %.2f, episode length %.1f',
-                     self._env_steps, avg_return, avg_length)
-
-    def _evaluate(self):
-        """Run one episode of the deterministic policy on each eval env."""
-        env, algorithm = self._eval_env, self._algorithm
-        algorithm.train(False)
-        m = env.num_envs
-        time_step = env.reset()
-        returns = np.zeros(m)
-        lengths = np.zeros(m, dtype=np.int64)
-        finished = np.zeros(m, dtype=bool)
-        while not finished.all():
-            time_step = env.step(algorithm.predict_step(time_step.observation))
-            running = ~finished
-            returns[running] += time_step.reward.numpy()[running]
-            lengths[running] += 1
-            finished |= time_step.step_type.numpy() == StepType.LAST
-        return float(returns.mean()), float(lengths.mean())
+                     self._env_steps, results.average_return, results.average_length)
 
     def _save(self, name: Optional[str] = None) -> str:
         """Write a checkpoint (``ckpt-<env_steps>`` unless named); refuse non-finite weights."""
-        algorithm_state = self._algorithm.checkpoint_state()
-        bad = _first_non_finite(algorithm_state['module'])
+        algorithm_state = ckpt.algorithm_state(self._algorithm)
+        bad = ckpt.first_non_finite(algorithm_state)
         if bad is not None:
             raise TrainingError(
                 f'parameter {bad} is not finite at env step {self._env_steps}: no checkpoint '
                 'was written, so the last checkpoint still holds finite weights. Lower the '
                 'learning rates or check the rewards and observations for NaN/inf.')
-        state = {
-            'algorithm': algorithm_state,
-            'rng': _rng_state(),
-            'env_steps': self._env_steps,
-            'num_updates': self._num_updates,
-            'recent_returns': list(self._recent_returns),
-            'recent_lengths': list(self._recent_lengths),
-            'last_eval': self._last_eval,
-        }
+        state = ckpt.TrainerState(
+            algorithm=algorithm_state, rng=global_rng_state(), env_steps=self._env_steps,
+            num_updates=self._num_updates,
+            recent_returns=list(self._episode_stats.recent_returns),
+            recent_lengths=list(self._episode_stats.recent_lengths), last_eval=self._last_eval)
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
-            path = ckpt.save_checkpoint(self._checkpoint_dir, self._env_steps, state, rb, name)
+            path = ckpt.save_trainer_state(self._run_dir.checkpoint_dir, state, rb, name)
         except OSError as e:
             raise TrainingError(f'could not write the checkpoint at env step {self._env_steps}: '
                                 f'{e}. The previous checkpoints are intact.') from e
@@ -494,18 +345,18 @@ class Trainer:
         return path
 
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> None:
+        state = ckpt.trainer_state(state)
         try:
-            self._algorithm.load_checkpoint_state(state['algorithm'])
+            ckpt.load_algorithm_state(self._algorithm, state.algorithm)
         except (KeyError, RuntimeError, ValueError) as e:
             raise ckpt.CheckpointError(
                 f'checkpoint {path} does not fit the configured algorithm ({e}). Was the '
                 'config changed? Resume with the config the run started with.') from e
-        _set_rng_state(state['rng'])
-        self._env_steps = state['env_steps']
-        self._num_updates = state['num_updates']
-        self._recent_returns.extend(state['recent_returns'])
-        self._recent_lengths.extend(state['recent_lengths'])
-        self._last_eval = state['last_eval']
+        set_global_rng_state(state.rng)
+        self._env_steps = state.env_steps
+        self._num_updates = state.num_updates
+        self._episode_stats.load(state.recent_returns, state.recent_lengths)
+        self._last_eval = state.last_eval
         if rb is not None:
             try:
                 self._replay_buffer.load_state_dict(rb)
@@ -520,12 +371,3 @@ class Trainer:
                             'the current policy refill it.', path,
                             self._config.initial_collect_steps)
         logging.info('resumed from %s at %d env steps', path, self._env_steps)
-
-
-def _first_non_finite(state_dict: dict) -> Optional[str]:
-    """Name of the first floating-point tensor with a NaN or inf, or None."""
-    for key, value in state_dict.items():
-        if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(
-                value).all():
-            return key
-    return None

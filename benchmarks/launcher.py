@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tupl
 
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE
 from alf_lite.config import write_text_atomically
-from alf_lite.runs import (CONFIG_FILE, ENV_STEPS, EVAL_RETURN, PROGRESS_FILE, log_error_line,
-                           read_scalar_if_any, subprocess_env)
+from alf_lite.run_dir import RunDir
+from alf_lite.runs import ENV_STEPS, EVAL_RETURN, log_error_line, read_scalar_if_any, subprocess_env
+from alf_lite.signals import STOP_SIGNALS
 from benchmarks import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -46,12 +47,13 @@ DEADLINE_MARGIN = 1.2
 LOAD_SAMPLE_S = 30
 # An attempt this long or longer measures a run's time per env step.
 MIN_MEASURED_S = 300
+_MINUTE_S = 60
+_HOUR_S = 3600
 ATTEMPTS_SUFFIX = '.attempts.json'
 # Exit statuses of a run stopped by SIGINT or SIGTERM: train exits with 128 + the
 # signal number, a process without a handler dies of the signal (a negative status).
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-STOPPED_STATUSES = frozenset([EXIT_SIGNAL_BASE + s for s in _STOP_SIGNALS]
-                             + [-s for s in _STOP_SIGNALS])
+STOPPED_STATUSES = frozenset([EXIT_SIGNAL_BASE + s for s in STOP_SIGNALS]
+                             + [-s for s in STOP_SIGNALS])
 
 RunCommand = Callable[['BenchmarkRun'], List[str]]
 
@@ -75,12 +77,12 @@ def _write_json(path: str, data) -> None:
 
 
 def format_duration(seconds: float) -> str:
-    """``'42 s'``, ``'3.1 min'`` or ``'2.05 h'``."""
-    if seconds < 120:
+    """``'42 s'``, ``'3.1 min'`` or ``'2.05 h'``: in the unit that gives at least 2 of it."""
+    if seconds < 2 * _MINUTE_S:
         return f'{seconds:.0f} s'
-    if seconds < 7200:
-        return f'{seconds / 60:.1f} min'
-    return f'{seconds / 3600:.2f} h'
+    if seconds < 2 * _HOUR_S:
+        return f'{seconds / _MINUTE_S:.1f} min'
+    return f'{seconds / _HOUR_S:.2f} h'
 
 
 class Launcher:
@@ -115,8 +117,8 @@ class Launcher:
         if done is not None:
             if done.get('target_env_steps') != run.num_env_steps:
                 return dict(run=run, status='failed', detail=(
-                    f'{run_dir} finished a run of {done.get("target_env_steps")} env steps, not '
-                    f'{run.num_env_steps}: move it away or choose another --out'))
+                    f'{run_dir} finished a run of {done.get("target_env_steps")} env '
+                    f'steps, not {run.num_env_steps}: move it away or choose another --out'))
             return dict(run=run, status='skipped', detail='already done', done=done)
         if self.stopping:
             return dict(run=run, status='not started', detail='stopped')
@@ -131,7 +133,7 @@ class Launcher:
         command = self._command(run)
         attempts_path = run.log_path(out, ATTEMPTS_SUFFIX)
         attempts = read_json(attempts_path) or []
-        resumed = run.resumable and os.path.isfile(os.path.join(run_dir, CONFIG_FILE))
+        resumed = run.resumable and os.path.isfile(RunDir(run_dir).config_file)
         start, steps_from = time.time(), _last_env_steps(run_dir) if resumed else 0
         with open(log_path, 'a') as log:
             log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")}: {shlex.join(command)}\n')
@@ -228,7 +230,7 @@ def _done_runs(out: str) -> Iterable[Tuple[str, dict]]:
 def _last_env_steps(run_dir: str) -> int:
     """Env steps of the last row of a run's progress.csv; 0 without one."""
     try:
-        with open(os.path.join(run_dir, PROGRESS_FILE), newline='') as f:
+        with open(RunDir(run_dir).progress_file, newline='') as f:
             rows = list(csv.DictReader(f))
         return int(float(rows[-1][ENV_STEPS])) if rows else 0
     except (OSError, ValueError, KeyError):
@@ -270,7 +272,7 @@ def parse_deadline(text: str, now: Optional[float] = None) -> float:
     """
     now = time.time() if now is None else now
     try:
-        return now + 60 * float(text)
+        return now + _MINUTE_S * float(text)
     except ValueError:
         pass
     try:
@@ -304,7 +306,7 @@ def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -
                          code=done.get('code'))
         else:
             status = result.get('status') or ('started' if os.path.isfile(
-                os.path.join(run_dir, PROGRESS_FILE)) else 'pending')
+                RunDir(run_dir).progress_file) else 'pending')
             entry = dict(status=status, env_steps=_last_env_steps(run_dir),
                          detail=result.get('detail', ''))
         plan[run.key] = dict(entry, target_env_steps=run.num_env_steps,
@@ -322,7 +324,7 @@ def train_runs(runs: List['BenchmarkRun'], out: str, jobs: int, command: RunComm
         the exit code: ``EXIT_FAULT`` when a run failed or was interrupted, else 0.
     """
     launcher = Launcher(out, command, deadline)
-    previous = {s: signal.signal(s, launcher.stop) for s in _STOP_SIGNALS}
+    previous = {s: signal.signal(s, launcher.stop) for s in STOP_SIGNALS}
     results, total = [], len(runs)
     # A run that cannot resume goes first, so that an unplanned stop is more
     # likely to cut one that resumes from its checkpoint.

@@ -31,11 +31,12 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _CHECKOUT not in sys.path:  # run as a script: import this checkout's alf_lite and benchmarks
     sys.path.insert(0, _CHECKOUT)
 
-from alf_lite.bin.cli import EXIT_FAULT  # noqa: E402
-from alf_lite.runs import (EVAL_EPISODE_LENGTH, EVAL_RETURN, PROGRESS_FILE,  # noqa: E402
+from alf_lite.bin.cli import EXIT_FAULT
+from alf_lite.run_dir import RunDir
+from alf_lite.runs import (ENV_STEPS, EVAL_EPISODE_LENGTH, EVAL_RETURN,
                            REPLAY_BUFFER_BYTES, read_scalar_if_any, subprocess_env)
-from benchmarks import REPO_ROOT  # noqa: E402
-from benchmarks.launcher import (DEADLINE_MARGIN, DONE_FILE, LAST_N,  # noqa: E402
+from benchmarks import REPO_ROOT
+from benchmarks.launcher import (DEADLINE_MARGIN, DONE_FILE, LAST_N,
                                  format_duration, parse_deadline, read_done, train_runs)
 
 # Episodes per evaluation, in both frameworks.
@@ -267,11 +268,11 @@ def _seed_dirs(out: str, suite: str, name: str) -> List[str]:
         return []
     dirs = [(int(m[1]), os.path.join(parent, d)) for d in os.listdir(parent)
             if (m := _SEED_DIR.match(d))]
-    return [d for _, d in sorted(dirs) if os.path.isfile(os.path.join(d, PROGRESS_FILE))]
+    return [d for _, d in sorted(dirs) if os.path.isfile(RunDir(d).progress_file)]
 
 
 def _plot(run_dirs: List[str], group_by: str, y: str, png: str) -> None:
-    command = [sys.executable, '-m', 'alf_lite.bin.plot', *run_dirs, '--x', 'env_steps',
+    command = [sys.executable, '-m', 'alf_lite.bin.plot', *run_dirs, '--x', ENV_STEPS,
                '--y', y, '--group_by', group_by, '--last_n', str(LAST_N), '--out', png]
     result = subprocess.run(command, cwd=REPO_ROOT, env=subprocess_env(1), capture_output=True,
                             text=True)

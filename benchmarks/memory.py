@@ -21,12 +21,17 @@ def alf_lite_bytes(obs_dim: int, action_dim: int, length: int) -> int:
                         action_dim=action_dim).nbytes
 
 
+def sb3_buffer_bytes(buffer) -> int:
+    """Bytes of the arrays of an SB3 replay buffer."""
+    return int(sum(v.nbytes for v in vars(buffer).values() if isinstance(v, np.ndarray)))
+
+
 def sb3_bytes(env, length: int, optimize_memory_usage: bool) -> int:
     from stable_baselines3.common.buffers import ReplayBuffer
     buffer = ReplayBuffer(length, env.observation_space, env.action_space, device='cpu',
                           optimize_memory_usage=optimize_memory_usage,
                           handle_timeout_termination=not optimize_memory_usage)
-    return sum(v.nbytes for v in vars(buffer).values() if isinstance(v, np.ndarray))
+    return sb3_buffer_bytes(buffer)
 
 
 def main():

@@ -17,15 +17,25 @@ import sys
 import time
 from typing import Dict, Tuple
 
-from alf_lite.runs import (CONFIG_FILE, ENV_STEPS, EVAL_EPISODE_LENGTH, EVAL_RETURN,
-                           PROGRESS_FILE, REPLAY_BUFFER_BYTES, WALL_TIME)
-from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
+import gymnasium
+import numpy as np
+import torch
 
-SB3_COLUMNS = [ENV_STEPS, 'num_updates', WALL_TIME, EVAL_RETURN, EVAL_EPISODE_LENGTH,
-               'train/AverageReturn', 'train/AverageEpisodeLength', 'train/env_steps_per_sec',
-               REPLAY_BUFFER_BYTES]
-# The shortest time between two rows that train/env_steps_per_sec divides by.
-MIN_INTERVAL_S = 1e-9
+import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids)
+from alf_lite.data import StepType, TimeStep
+from alf_lite.episode_stats import TRAIN_METRIC_WINDOW
+from alf_lite.evaluation import evaluate
+from alf_lite.run_dir import RunDir
+from alf_lite.runs import (ENV_STEPS, ENV_STEPS_PER_SEC, EVAL_EPISODE_LENGTH, EVAL_RETURN,
+                           NUM_UPDATES, REPLAY_BUFFER_BYTES, TRAIN_EPISODE_LENGTH, TRAIN_RETURN,
+                           WALL_TIME)
+from alf_lite.seeding import eval_env_seeds
+from alf_lite.summary import MIN_INTERVAL_S
+from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
+from benchmarks.memory import sb3_buffer_bytes
+
+SB3_COLUMNS = [ENV_STEPS, NUM_UPDATES, WALL_TIME, EVAL_RETURN, EVAL_EPISODE_LENGTH, TRAIN_RETURN,
+               TRAIN_EPISODE_LENGTH, ENV_STEPS_PER_SEC, REPLAY_BUFFER_BYTES]
 
 
 def sb3_settings(run: BenchmarkRun) -> Dict[str, object]:
@@ -68,63 +78,77 @@ def sb3_config_text(run: BenchmarkRun, settings: Dict[str, object]) -> str:
 
 
 class _EvalEnvs:
-    """``NUM_EVAL_EPISODES`` envs, one deterministic episode on each per evaluation."""
+    """``NUM_EVAL_EPISODES`` gymnasium envs for ``alf_lite.evaluation.evaluate``; SB3 acts.
 
-    def __init__(self, env_id: str, seed: int):
-        import gymnasium
+    The first reset seeds them as alf_lite's trainer seeds its eval envs. An
+    env whose episode ended is not stepped again before the next reset, and
+    SB3 acts for the running envs only, in the env's action units; the
+    observations are float32 (SB3 casts them so anyway), the rewards float64
+    as the envs give them.
 
-        from alf_lite.seeding import eval_env_seeds
+    Args:
+        env_id: the registered gymnasium id.
+        seed: the run's seed.
+        model: the SB3 model whose deterministic policy is evaluated.
+    """
+
+    def __init__(self, env_id: str, seed: int, model):
         self._envs = [gymnasium.make(env_id) for _ in range(NUM_EVAL_EPISODES)]
-        self._seeds = eval_env_seeds(seed, NUM_EVAL_EPISODES)
-        self._first = True
+        self.num_envs = len(self._envs)
+        self._seeds = eval_env_seeds(seed, self.num_envs)
+        self._model = model
+        self._observation = None
+        self._running = np.zeros(self.num_envs, dtype=bool)
 
-    def evaluate(self, model) -> Tuple[float, float]:
-        import numpy as np
-        seeds = self._seeds if self._first else [None] * len(self._envs)
-        self._first = False
-        obs = np.stack([env.reset(seed=s)[0] for env, s in zip(self._envs, seeds)])
-        returns = np.zeros(len(self._envs))
-        lengths = np.zeros(len(self._envs), dtype=np.int64)
-        running = np.ones(len(self._envs), dtype=bool)
-        while running.any():
-            index = np.flatnonzero(running)
-            actions, _ = model.predict(obs[index], deterministic=True)
-            for action, i in zip(actions, index):
-                obs[i], reward, terminated, truncated, _ = self._envs[i].step(action)
-                returns[i] += float(reward)
-                lengths[i] += 1
-                running[i] = not (terminated or truncated)
-        return float(returns.mean()), float(lengths.mean())
+    def _time_step(self, step_type, reward):
+        return TimeStep(step_type=torch.from_numpy(step_type),
+                        observation=torch.from_numpy(self._observation.astype(np.float32)),
+                        reward=torch.from_numpy(reward), discount=torch.ones(self.num_envs),
+                        env_id=torch.arange(self.num_envs))
+
+    def reset(self):
+        seeds, self._seeds = self._seeds, [None] * self.num_envs
+        self._observation = np.stack([env.reset(seed=s)[0] for env, s in zip(self._envs, seeds)])
+        self._running[:] = True
+        return self._time_step(np.full(self.num_envs, StepType.FIRST, dtype=np.uint8),
+                               np.zeros(self.num_envs))
+
+    def policy(self, observation):
+        """SB3's deterministic actions of the running envs."""
+        actions, _ = self._model.predict(observation[self._running].numpy(), deterministic=True)
+        return actions
+
+    def step(self, actions):
+        reward = np.zeros(self.num_envs)
+        for action, i in zip(actions, np.flatnonzero(self._running)):
+            self._observation[i], reward[i], terminated, truncated, _ = self._envs[i].step(action)
+            self._running[i] = not (terminated or truncated)
+        step_type = np.where(self._running, StepType.MID, StepType.LAST).astype(np.uint8)
+        return self._time_step(step_type, reward)
+
+    def evaluate(self) -> Tuple[float, float]:
+        """Mean return and length of one deterministic episode on each env."""
+        results = evaluate(self, self.policy)
+        return results.average_return, results.average_length
 
     def close(self):
         for env in self._envs:
             env.close()
 
 
-def _replay_bytes(replay_buffer) -> int:
-    import numpy as np
-    return int(sum(v.nbytes for v in vars(replay_buffer).values() if isinstance(v, np.ndarray)))
-
-
 def train(run: BenchmarkRun, out: str) -> None:
     """Train one SB3 run from scratch into its run directory."""
-    import gymnasium
-    import numpy as np
-    import torch
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
 
-    import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids)
-    from alf_lite.trainer import TRAIN_METRIC_WINDOW
-
     torch.set_num_threads(1)
-    run_dir = run.run_dir(out)
-    if os.path.exists(run_dir):
-        shutil.rmtree(run_dir)
-    os.makedirs(run_dir)
+    run_dir = RunDir(run.run_dir(out))
+    if os.path.exists(run_dir.root):
+        shutil.rmtree(run_dir.root)
+    os.makedirs(run_dir.root)
     settings = sb3_settings(run)
-    with open(os.path.join(run_dir, CONFIG_FILE), 'w') as f:
+    with open(run_dir.config_file, 'w') as f:
         f.write(sb3_config_text(run, settings))
 
     kwargs = dict(settings)
@@ -137,8 +161,8 @@ def train(run: BenchmarkRun, out: str) -> None:
         kwargs['action_noise'] = NormalActionNoise(np.zeros(dim), sigma * np.ones(dim))
     model = {'sac': SAC, 'td3': TD3}[run.algo]('MlpPolicy', env, seed=run.seed, device='cpu',
                                                verbose=0, **kwargs)
-    eval_envs = _EvalEnvs(run.task.env, run.seed)
-    progress = open(os.path.join(run_dir, PROGRESS_FILE), 'w', newline='')
+    eval_envs = _EvalEnvs(run.task.env, run.seed, model)
+    progress = open(run_dir.progress_file, 'w', newline='')
     writer = csv.DictWriter(progress, SB3_COLUMNS)
     writer.writeheader()
     interval = run.task.eval_interval
@@ -153,18 +177,18 @@ def train(run: BenchmarkRun, out: str) -> None:
 
         def _write(self):
             now = time.time()
-            avg_return, avg_length = eval_envs.evaluate(self.model)
+            avg_return, avg_length = eval_envs.evaluate()
             # train/AverageReturn over the same number of recent episodes as alf_lite's.
             episodes = list(self.model.ep_info_buffer)[-TRAIN_METRIC_WINDOW:]
             steps = self.num_timesteps
-            row = {ENV_STEPS: steps, 'num_updates': self.model._n_updates, WALL_TIME: now,
+            row = {ENV_STEPS: steps, NUM_UPDATES: self.model._n_updates, WALL_TIME: now,
                    EVAL_RETURN: avg_return, EVAL_EPISODE_LENGTH: avg_length,
-                   REPLAY_BUFFER_BYTES: _replay_bytes(self.model.replay_buffer)}
+                   REPLAY_BUFFER_BYTES: sb3_buffer_bytes(self.model.replay_buffer)}
             if episodes:
-                row['train/AverageReturn'] = float(np.mean([e['r'] for e in episodes]))
-                row['train/AverageEpisodeLength'] = float(np.mean([e['l'] for e in episodes]))
+                row[TRAIN_RETURN] = float(np.mean([e['r'] for e in episodes]))
+                row[TRAIN_EPISODE_LENGTH] = float(np.mean([e['l'] for e in episodes]))
             if self._last_time is not None and steps > self._last_steps:
-                row['train/env_steps_per_sec'] = (steps - self._last_steps) / max(
+                row[ENV_STEPS_PER_SEC] = (steps - self._last_steps) / max(
                     now - self._last_time, MIN_INTERVAL_S)
             writer.writerow(row)
             progress.flush()

@@ -40,6 +40,10 @@ ALF_PARAMS = {
              'DdpgAlgorithm.critic_l2_weight_decay = 0.0',
              'actor/Adam.lr = 3e-4', 'critic/Adam.lr = 3e-4'],
 }
+# Windows (alf_lite) and transitions (SB3) per update.
+BATCH_SIZE = 256
+# Updates before the pure-update ceiling is timed.
+WARMUP_UPDATES = 10
 NETWORKS = {'sac': 'TanhNormalActorNetwork', 'td3': 'DeterministicActorNetwork',
             'ddpg': 'DeterministicActorNetwork'}
 
@@ -55,7 +59,7 @@ def parse_alf_lite_config(args, seed, trainer_device=True):
     params = ALF_PARAMS[args.algo] + [
         f"create_environment.env_name = '{args.env}'",
         f'{NETWORKS[args.algo]}.hidden_layers = (256, 256)', 'CriticNetwork.hidden_layers = (256, 256)',
-        'TrainerConfig.mini_batch_size = 256', 'TrainerConfig.replay_buffer_length = 1000000',
+        f'TrainerConfig.mini_batch_size = {BATCH_SIZE}', 'TrainerConfig.replay_buffer_length = 1000000',
         f'TrainerConfig.initial_collect_steps = {args.learning_starts}',
         f'TrainerConfig.num_env_steps = {total}', f'TrainerConfig.random_seed = {seed}',
         f'TrainerConfig.summary_interval = {args.learning_starts}',
@@ -73,31 +77,33 @@ def alf_lite_run(args, seed):
     """Env steps/s after learning starts, and the algorithm for the update ceiling."""
     import csv
 
+    from alf_lite.run_dir import RunDir
+    from alf_lite.runs import ENV_STEPS, ENV_STEPS_PER_SEC
     from alf_lite.trainer import Trainer, TrainerConfig
     parse_alf_lite_config(args, seed)
     with tempfile.TemporaryDirectory() as root_dir:
         with Trainer(TrainerConfig(), root_dir) as trainer:
             trainer.train()
             algorithm = trainer._algorithm
-        with open(os.path.join(root_dir, 'progress.csv'), newline='') as f:
-            rows = [r for r in csv.DictReader(f) if r.get('train/env_steps_per_sec')]
+        with open(RunDir(root_dir).progress_file, newline='') as f:
+            rows = [r for r in csv.DictReader(f) if r.get(ENV_STEPS_PER_SEC)]
     # Summaries every learning_starts steps: the rows after it cover exactly the
     # training window (each row's speed is measured before any evaluation).
-    seconds = sum(args.learning_starts / float(r['train/env_steps_per_sec'])
-                  for r in rows if int(r['env_steps']) > args.learning_starts)
+    seconds = sum(args.learning_starts / float(r[ENV_STEPS_PER_SEC])
+                  for r in rows if int(r[ENV_STEPS]) > args.learning_starts)
     return args.steps / seconds, algorithm
 
 
 def alf_lite_ceiling(algorithm, env, updates):
     from alf_lite.data import Experience
-    b = 256
+    b = BATCH_SIZE
     batch = Experience(torch.ones(b, 2, dtype=torch.uint8),
                        torch.randn(b, 2, env.observation_space.shape[0]),
                        torch.rand(b, 2, env.action_space.shape[0]) * 2 - 1,
                        torch.randn(b, 2), torch.ones(b, 2))
     mask = torch.ones(b, 1)
     algorithm.train(True)
-    for _ in range(10):
+    for _ in range(WARMUP_UPDATES):
         algorithm.train_step(batch, mask)
     start = time.perf_counter()
     for _ in range(updates):
@@ -113,7 +119,8 @@ def alf_lite_device_ceiling(args, env, updates):
     """
     from alf_lite.device import resolve_device, use_deterministic_algorithms
     from alf_lite.replay_buffer import ReplayBuffer
-    from alf_lite.trainer import TrainerConfig, loss_mask
+    from alf_lite.algorithms.off_policy_algorithm import loss_mask
+    from alf_lite.trainer import TrainerConfig
     from alf_lite.update import UpdateRunner
     device = resolve_device(args.device)
     use_deterministic_algorithms(device)  # as the trainer runs
@@ -154,7 +161,7 @@ def sb3_run(args, seed):
 
     env = gymnasium.make(args.env)
     common = dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=args.learning_starts,
-                  batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
+                  batch_size=BATCH_SIZE, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
                   policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device=args.device,
                   verbose=0)
     if args.algo != 'sac':
@@ -171,11 +178,11 @@ def sb3_run(args, seed):
 
 
 def sb3_ceiling(model, updates):
-    model.train(gradient_steps=10, batch_size=256)
+    model.train(gradient_steps=WARMUP_UPDATES, batch_size=BATCH_SIZE)
     synchronize = torch.cuda.synchronize if model.device.type == 'cuda' else lambda: None
     synchronize()
     start = time.perf_counter()
-    model.train(gradient_steps=updates, batch_size=256)
+    model.train(gradient_steps=updates, batch_size=BATCH_SIZE)
     synchronize()
     return updates / (time.perf_counter() - start)
 

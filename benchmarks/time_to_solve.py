@@ -31,6 +31,7 @@ def run_alf_lite(seed: int, threshold: float, max_steps: int, threads: int) -> d
     """Train until the eval return reaches ``threshold``; time and env steps at that point."""
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.config import parse_config
+    from alf_lite.runs import EVAL_RETURN
     from alf_lite.trainer import Trainer, TrainerConfig
 
     class Solved(Exception):
@@ -39,7 +40,7 @@ def run_alf_lite(seed: int, threshold: float, max_steps: int, threads: int) -> d
     class StopWhenSolved(Trainer):
         def _evaluate_and_write(self, summary, scalars):
             super()._evaluate_and_write(summary, scalars)
-            if self._last_eval['eval/AverageReturn'] >= threshold:
+            if self._last_eval[EVAL_RETURN] >= threshold:
                 raise Solved()
 
     start = time.perf_counter()
@@ -57,7 +58,7 @@ def run_alf_lite(seed: int, threshold: float, max_steps: int, threads: int) -> d
             except Solved:
                 solved = True
             return dict(seconds=time.perf_counter() - start, env_steps=trainer._env_steps,
-                        solved=solved, eval_return=trainer._last_eval['eval/AverageReturn'])
+                        solved=solved, eval_return=trainer._last_eval[EVAL_RETURN])
 
 
 def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:

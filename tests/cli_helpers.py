@@ -1,5 +1,4 @@
 """Running ``python -m alf_lite.bin.train`` from tests: commands, environment, kills."""
-import glob
 import os
 import signal
 import subprocess
@@ -8,6 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from alf_lite.run_dir import RunDir, checkpoint_env_steps, list_checkpoints
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / 'examples'
@@ -53,9 +54,8 @@ def assert_ok(result):
 
 def checkpoint_steps(root_dir):
     """Env steps of the complete checkpoints (``ckpt-<N>``), ascending."""
-    names = glob.glob(os.path.join(root_dir, 'checkpoints', 'ckpt-*'))
-    return sorted(int(os.path.basename(n)[len('ckpt-'):]) for n in names
-                  if os.path.basename(n)[len('ckpt-'):].isdigit())
+    return [checkpoint_env_steps(path)
+            for path in list_checkpoints(RunDir(str(root_dir)).checkpoint_dir)]
 
 
 def start_and_kill(command, tmp_path, until, name):

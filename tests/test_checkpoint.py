@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from alf_lite import checkpoint as ckpt
+from alf_lite.run_dir import latest_checkpoint, list_checkpoints
+from alf_lite.seeding import global_rng_state
 
 
 def make_state(seed):
@@ -20,16 +22,9 @@ def make_state(seed):
     opt.step()
     random.seed(seed)
     np.random.seed(seed)
-    numpy_state = np.random.get_state(legacy=False)
     return {
         'algorithm': {'net': net.state_dict(), 'opt': opt.state_dict()},
-        # RNG states as the trainer stores them: tensors and plain values only.
-        'rng': {'python': random.getstate(),
-                'numpy': {'key': torch.from_numpy(numpy_state['state']['key'].astype(np.int64)),
-                          'pos': numpy_state['state']['pos'],
-                          'has_gauss': numpy_state['has_gauss'],
-                          'gauss': numpy_state['gauss']},
-                'torch': torch.get_rng_state()},
+        'rng': global_rng_state(),
         'env_steps': 100 * seed,
         'num_updates': 7 * seed,
         'recent_returns': [-1.5 * seed, 2.0],
@@ -83,8 +78,8 @@ def test_checkpoint_without_replay_buffer_loads_none_for_it(tmp_path):
 
 
 def test_latest_checkpoint_of_missing_or_empty_directory_is_none(tmp_path):
-    assert ckpt.latest_checkpoint(str(tmp_path / 'missing')) is None
-    assert ckpt.latest_checkpoint(str(tmp_path)) is None
+    assert latest_checkpoint(str(tmp_path / 'missing')) is None
+    assert latest_checkpoint(str(tmp_path)) is None
 
 
 def test_latest_checkpoint_picks_highest_complete_one_never_a_temporary_directory(tmp_path):
@@ -99,9 +94,9 @@ def test_latest_checkpoint_picks_highest_complete_one_never_a_temporary_director
     killed_higher = tmp_path / '.tmp-ckpt-5000-123'
     killed_higher.mkdir()
 
-    latest = ckpt.latest_checkpoint(str(tmp_path))
+    latest = latest_checkpoint(str(tmp_path))
     assert latest == os.path.join(str(tmp_path), 'ckpt-1000')
-    assert [os.path.basename(p) for p in ckpt.list_checkpoints(str(tmp_path))] == [
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [
         'ckpt-200', 'ckpt-900', 'ckpt-1000']
     state, _ = ckpt.load_checkpoint(latest)
     assert state['env_steps'] == 1000
@@ -126,7 +121,7 @@ def test_saving_same_step_twice_leaves_one_loadable_checkpoint_with_newest_conte
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(2), make_replay_buffer_state(2))
     assert sorted(os.listdir(tmp_path)) == ['ckpt-100']
-    state, rb = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path)))
+    state, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path)))
     assert_same(state, make_state(2))
     assert_same(rb, make_replay_buffer_state(2))
 
@@ -161,7 +156,7 @@ def test_resuming_past_a_corrupt_checkpoint_moves_it_aside_and_new_ones_keep_the
     # The run goes on from ckpt-50: what it writes next keeps its replay buffer.
     ckpt.save_checkpoint(str(tmp_path), 60, make_state(6), make_replay_buffer_state(6))
     assert (tmp_path / 'ckpt-60' / ckpt.REPLAY_BUFFER_FILE).is_file()
-    assert [os.path.basename(p) for p in ckpt.list_checkpoints(str(tmp_path))] == [
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [
         'ckpt-50', 'ckpt-60']
     # A second corrupt checkpoint of the same step does not overwrite the first one set aside.
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
@@ -261,7 +256,7 @@ def test_gpu_checkpoint_loads_on_the_cpu_with_map_location(tmp_path):
     state, rb = make_state(1), make_replay_buffer_state(1)
     with saved_as_if_on('cuda:0'):
         ckpt.save_checkpoint(str(tmp_path), 100, state, rb)
-    path = ckpt.latest_checkpoint(str(tmp_path))
+    path = latest_checkpoint(str(tmp_path))
     with pytest.raises(RuntimeError, match='deserialize object on a CUDA device'):
         ckpt.load_checkpoint(path)  # the file really names the GPU
     loaded_state, loaded_rb = ckpt.load_checkpoint(path, map_location=torch.device('cpu'))
@@ -279,3 +274,18 @@ def test_replay_buffer_of_a_gpu_run_always_loads_to_the_cpu(tmp_path):
     loaded_state, loaded_rb = ckpt.load_checkpoint(path)
     assert_same(loaded_state, state)
     assert_same(loaded_rb, rb)
+
+
+def test_trainer_state_round_trips_and_a_foreign_state_is_refused(tmp_path):
+    net = torch.nn.Linear(3, 2)
+    net.optimizers = {'net': torch.optim.Adam(net.parameters())}
+    state = ckpt.TrainerState(
+        algorithm=ckpt.algorithm_state(net), rng={}, env_steps=40,
+        num_updates=3, recent_returns=[1.5], recent_lengths=[7], last_eval={})
+    path = ckpt.save_trainer_state(str(tmp_path), state)
+    assert os.path.basename(path) == 'ckpt-40'
+    loaded = ckpt.trainer_state(ckpt.load_state(path))
+    assert_same(ckpt.policy_state(loaded.algorithm), net.state_dict())
+    assert loaded.env_steps == 40 and loaded.recent_lengths == [7]
+    with pytest.raises(ckpt.CheckpointError, match='not a trainer checkpoint'):
+        ckpt.trainer_state(make_state(1))

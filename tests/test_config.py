@@ -229,8 +229,8 @@ my_fn.beta = @eval/MyModel()
 def test_operative_config_lists_used_bindings():
     config.parse_config([], ["my_fn.alpha = 3"])
     my_fn()
-    assert "my_fn.alpha = 3" in config.operative_config_str()
-    assert "my_fn.beta = 2" in config.operative_config_str()
+    assert "my_fn.alpha = 3" in gin.operative_config_str()
+    assert "my_fn.beta = 2" in gin.operative_config_str()
 
 
 def test_write_text_atomically(tmp_path):

@@ -17,7 +17,7 @@ from alf_lite import checkpoint as ckpt
 from alf_lite.data import Experience, StepType
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
 from alf_lite.replay_buffer import ReplayBuffer
-from alf_lite.trainer import loss_mask
+from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.transfer import time_step_to_device
 from alf_lite.update import UpdateRunner
 from test_non_finite_guard import ALGORITHMS, _tensors, assert_same_state, make
@@ -73,7 +73,7 @@ def train(rb, runner, updates, first=1, add_every=3):
 
 
 def max_difference(a, b):
-    flat_a, flat_b = _tensors(a.checkpoint_state()), _tensors(b.checkpoint_state())
+    flat_a, flat_b = _tensors(ckpt.algorithm_state(a)), _tensors(ckpt.algorithm_state(b))
     assert flat_a.keys() == flat_b.keys()
     return max(((x.double() - y.double()).abs().max().item() for x, y in
                 zip(flat_a.values(), flat_b.values()) if x.is_floating_point()
@@ -133,11 +133,11 @@ def test_nan_loss_in_a_captured_update_freezes_the_state_and_names_the_update():
     add_rows(rb, 20, seed=5, nan_reward=True)
     states = {}
     for update in range(31, 60):
-        states[update] = _tensors(algorithm.checkpoint_state())
+        states[update] = _tensors(ckpt.algorithm_state(algorithm))
         runner.update(env_steps=10 * update, update=update)
     failure = runner.non_finite_loss()
     assert failure.name == 'critic' and failure.env_steps == 10 * failure.update
-    after = _tensors(algorithm.checkpoint_state())
+    after = _tensors(ckpt.algorithm_state(algorithm))
     for key, value in states[failure.update].items():
         if 'actor_loss' not in key:
             assert torch.equal(value, after[key]), key
@@ -177,22 +177,22 @@ def test_time_step_goes_to_the_gpu_in_one_copy_every_field_exact():
 def test_checkpoint_round_trip_gpu_to_cpu_and_back(tmp_path, name):
     gpu, rb, runner = setup(name, defer_non_finite_checks=True)
     train(rb, runner, 20)
-    ckpt.save_checkpoint(str(tmp_path), 20, {'algorithm': gpu.checkpoint_state()},
+    ckpt.save_checkpoint(str(tmp_path), 20, {'algorithm': ckpt.algorithm_state(gpu)},
                          rb.state_dict())
     state, rb_state = ckpt.load_checkpoint(str(tmp_path / 'ckpt-20'), map_location='cpu')
     cpu = make(name, seed=1)
-    cpu.load_checkpoint_state(state['algorithm'])
+    ckpt.load_algorithm_state(cpu, state['algorithm'])
     assert all(p.device.type == 'cpu' for p in cpu.parameters())
     assert max_difference(cpu, gpu.cpu()) == 0.0
     gpu.to(CUDA)
     cpu_rb = ReplayBuffer(NUM_ENVS, 200, OBS_DIM, ACTION_DIM)
     cpu_rb.load_state_dict(rb_state)
     # And back: a CPU checkpoint resumes on the GPU, where training goes on.
-    ckpt.save_checkpoint(str(tmp_path), 30, {'algorithm': cpu.checkpoint_state()},
+    ckpt.save_checkpoint(str(tmp_path), 30, {'algorithm': ckpt.algorithm_state(cpu)},
                          cpu_rb.state_dict())
     state, rb_state = ckpt.load_checkpoint(str(tmp_path / 'ckpt-30'), map_location=CUDA)
     resumed, resumed_rb, resumed_runner = setup(name, seed=2, defer_non_finite_checks=True)
-    resumed.load_checkpoint_state(state['algorithm'])
+    ckpt.load_algorithm_state(resumed, state['algorithm'])
     resumed_rb.load_state_dict(rb_state)
     assert max_difference(resumed, gpu) == 0.0
     for optimizer in resumed.optimizers.values():

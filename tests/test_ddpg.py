@@ -9,10 +9,11 @@ import torch.nn as nn
 
 import alf_lite.all_configurables  # noqa: F401
 from alf_lite.algorithms import DdpgAlgorithm, GaussianNoise, OUNoise
+from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
 from alf_lite.data import Experience, StepType, TimeStep
 from alf_lite.networks import BatchedBatchNorm1d, CriticNetwork, DeterministicActorNetwork
-from alf_lite.trainer import Trainer, TrainerConfig, loss_mask
+from alf_lite.trainer import Trainer, TrainerConfig
 
 F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
 GAMMA = 0.9

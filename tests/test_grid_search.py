@@ -16,7 +16,7 @@ import types
 import pytest
 from cli_helpers import PENDULUM, RUN_TIMEOUT_S, checkpoint_steps, train_env
 
-from alf_lite.summary import NONDETERMINISTIC_COLUMNS
+from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 
 NUM_ENV_STEPS = 20
 # Config, not --gin_param: the grid's runs must get it through their config text.

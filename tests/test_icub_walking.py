@@ -121,7 +121,7 @@ def test_random_actions_fall_and_terminate(env):
     for episode in range(3):
         env.reset(seed=episode)
         highest_root_z = 0.0
-        for t in range(1, 201):
+        for t in range(1, 201):  # noqa: B007  (t is read after the loop)
             obs, _, terminated, truncated, info = env.step(rng.uniform(-1, 1, 25))
             highest_root_z = max(highest_root_z, obs[5])
             if terminated or truncated:
@@ -183,7 +183,7 @@ def test_other_control_modes(cache_dir, control_mode):
     env = gymnasium.make(ICUB_WALK_ID, control_mode=control_mode, cache_dir=cache_dir)
     try:
         env.reset(seed=0)
-        for t in range(1, 201):
+        for t in range(1, 201):  # noqa: B007  (t is read after the loop)
             _, reward, terminated, _, _ = env.step(np.zeros(25))
             if terminated:
                 break

@@ -224,8 +224,9 @@ def test_sb3_run_writes_what_plot_reads(tmp_path):
     assert done['framework'] == 'sb3' and done['env_steps'] == 1100
     assert 'TrainerConfig.random_seed = 2' in (run_dir / 'config.gin').read_text()
 
-    from alf_lite.runs import config_bindings, is_run_dir
-    assert is_run_dir(str(run_dir))
+    from alf_lite.run_dir import RunDir
+    from alf_lite.runs import config_bindings
+    assert RunDir(str(run_dir)).is_run()
     assert config_bindings(str(run_dir))['TrainerConfig.algorithm_ctor'] == (
         '@stable_baselines3.SAC')
 

@@ -5,6 +5,8 @@ import math
 
 import pytest
 import torch
+
+from alf_lite import checkpoint as ckpt
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from alf_lite.algorithms import DdpgAlgorithm, SacAlgorithm, Td3Algorithm
@@ -12,7 +14,7 @@ from alf_lite.algorithms.non_finite_guard import NonFiniteGuard
 from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, polyak_update
 from alf_lite.data import Experience, StepType
 from alf_lite.networks import CriticNetwork, DeterministicActorNetwork, TanhNormalActorNetwork
-from alf_lite.trainer import loss_mask
+from alf_lite.algorithms.off_policy_algorithm import loss_mask
 
 SMALL_CRITIC = functools.partial(CriticNetwork, hidden_layers=(16, ))
 ALGORITHMS = {
@@ -55,7 +57,7 @@ def assert_same_state(a, b, ignore=()):
 
     The train step counter is a Python int, and the actor loss a reported value.
     """
-    flat_a, flat_b = _tensors(a.checkpoint_state()), _tensors(b.checkpoint_state())
+    flat_a, flat_b = _tensors(ckpt.algorithm_state(a)), _tensors(ckpt.algorithm_state(b))
     assert flat_a.keys() == flat_b.keys()
     for key in flat_a:
         if key != '/module/_extra_state/actor_loss' and not any(i in key for i in ignore):

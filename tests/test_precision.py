@@ -4,6 +4,8 @@ import copy
 import pytest
 import torch
 
+from alf_lite import checkpoint as ckpt
+
 from alf_lite import precision
 from alf_lite.algorithms import DdpgAlgorithm, SacAlgorithm, Td3Algorithm
 from alf_lite.data import Experience, StepType
@@ -74,7 +76,7 @@ def test_weights_targets_optimizer_states_and_losses_stay_float32(algorithm_clas
     for i in range(3):
         scalars = algorithm.train_step(batch(i), mask)
     assert all(v.dtype == torch.float32 for v in scalars.values())
-    state = algorithm.checkpoint_state()
+    state = ckpt.algorithm_state(algorithm)
     tensors = list(state['module'].values())
     for opt in state['optimizers'].values():
         for per_param in opt['state'].values():

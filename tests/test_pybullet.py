@@ -103,7 +103,7 @@ def test_half_cheetah_never_terminates_and_is_truncated_at_1000(make):
     env = make('HalfCheetahBullet-v0')
     env.reset(seed=0)
     rng = np.random.default_rng(0)
-    for t in range(1, 1001):
+    for t in range(1, 1001):  # noqa: B007  (t is read after the loop)
         _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, 6))
         assert not terminated
         if truncated:

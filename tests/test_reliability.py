@@ -22,6 +22,7 @@ from alf_lite.config import parse_config
 from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import EnvironmentHungError
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
+from alf_lite.run_dir import latest_checkpoint
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from cli_helpers import (EXAMPLES, PENDULUM, REPO_ROOT, RUN_TIMEOUT_S, TINY, assert_ok,
                          checkpoint_steps, run_train, train_command, train_env)
@@ -269,7 +270,7 @@ def test_nan_loss_stops_naming_the_loss_and_step_and_keeps_good_checkpoints(tmp_
             if torch.is_tensor(value) and value.is_floating_point():
                 assert torch.isfinite(value).all(), name
     # A resume never picks the last-good state by itself.
-    assert ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')).endswith('ckpt-200')
+    assert latest_checkpoint(str(tmp_path / 'checkpoints')).endswith('ckpt-200')
 
 
 def test_non_finite_parameters_are_never_checkpointed(tmp_path):
@@ -299,7 +300,7 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
     rng = random.Random(0)
     cycles = 10
     latest = []
-    for cycle in range(cycles):
+    for _ in range(cycles):
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=train_env(),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Wait until it works (the csv grows past where it was), then a random moment.

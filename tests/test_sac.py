@@ -6,9 +6,8 @@ import torch
 import torch.nn as nn
 
 from alf_lite.algorithms import SacAlgorithm
-from alf_lite.algorithms.off_policy_algorithm import td_target
+from alf_lite.algorithms.off_policy_algorithm import loss_mask, td_target
 from alf_lite.data import Experience, StepType
-from alf_lite.trainer import loss_mask
 
 F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
 GAMMA = 0.9

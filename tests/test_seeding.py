@@ -1,12 +1,17 @@
 """Train, eval and resume env seeds come from one seed sequence and never coincide."""
 import os
+import random
 
+import numpy as np
 import pytest
+import torch
 
 import alf_lite.all_configurables  # noqa: F401
+from alf_lite import checkpoint as ckpt
 from alf_lite.config import parse_config
 from alf_lite.environments.point_env import PointTargetEnv
-from alf_lite.seeding import eval_env_seeds, resume_env_seeds, train_env_seeds
+from alf_lite.seeding import (eval_env_seeds, global_rng_state, resume_env_seeds,
+                              set_global_rng_state, train_env_seeds)
 from alf_lite.trainer import Trainer, TrainerConfig
 from tests.test_trainer import EXAMPLES, POINT_PARAMS
 
@@ -64,3 +69,20 @@ def test_trainer_seeds_train_eval_and_resumed_envs_from_the_seed_sequence(tmp_pa
     expected_resume = eval_env_seeds(5, 3) + resume_env_seeds(5, 300, 2)
     assert sorted(received) == sorted(expected_first + expected_resume)
     assert len(set(expected_first + resume_env_seeds(5, 300, 2))) == 7
+
+
+def test_rng_states_saved_in_a_checkpoint_continue_every_generator(tmp_path):
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    np.random.normal()  # numpy then holds a cached Gaussian, which is state too
+    path = ckpt.save_checkpoint(str(tmp_path), 1, {'rng': global_rng_state()})
+    expected = (random.random(), np.random.normal(), np.random.rand(3), torch.rand(3))
+    random.seed(9)
+    np.random.seed(9)
+    torch.manual_seed(9)
+    state, _ = ckpt.load_checkpoint(path)
+    set_global_rng_state(state['rng'])
+    got = (random.random(), np.random.normal(), np.random.rand(3), torch.rand(3))
+    assert got[:2] == expected[:2]
+    assert np.array_equal(got[2], expected[2]) and torch.equal(got[3], expected[3])

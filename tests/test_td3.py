@@ -7,10 +7,12 @@ import pytest
 import torch
 
 import alf_lite.all_configurables  # noqa: F401
+from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import GaussianNoise, Td3Algorithm
+from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
 from alf_lite.networks import BatchedLinear, CriticNetwork
-from alf_lite.trainer import Trainer, TrainerConfig, loss_mask
+from alf_lite.trainer import Trainer, TrainerConfig
 from test_ddpg import (EXAMPLES, FROZEN, GAMMA, HAND_BATCH, SGD, ConstantActor, LinearCritic,
                        TanhActor, random_batch, train_point_task)
 
@@ -114,7 +116,7 @@ def test_update_schedule_survives_a_checkpoint():
     batch = random_batch()
     td3.train_step(batch, loss_mask(batch))
     resumed = Td3Algorithm(observation_dim=3, action_dim=2)
-    resumed.load_checkpoint_state(td3.checkpoint_state())
+    ckpt.load_algorithm_state(resumed, ckpt.algorithm_state(td3))
     actor = snapshot(resumed._actor)
     resumed.train_step(batch, loss_mask(batch))
     assert not same(actor, snapshot(resumed._actor))

@@ -1,18 +1,18 @@
 """The trainer end to end, in process: learning, reproducibility, resume."""
 import csv
 import os
-import random
 
-import numpy as np
 import pytest
 import torch
 
 import alf_lite.all_configurables  # noqa: F401
 from alf_lite import checkpoint as ckpt
+from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
 from alf_lite.data import Experience, StepType
-from alf_lite.summary import NONDETERMINISTIC_COLUMNS
-from alf_lite.trainer import Trainer, TrainerConfig, _rng_state, _set_rng_state, loss_mask
+from alf_lite.run_dir import latest_checkpoint
+from alf_lite.runs import NONDETERMINISTIC_COLUMNS
+from alf_lite.trainer import Trainer, TrainerConfig
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
 
@@ -105,11 +105,11 @@ def test_resume_never_trains_on_the_pair_across_the_restart(tmp_path, monkeypatc
     assert stored['step_type'][0, 500].item() == StepType.FIRST
     before, after = stored['observation'][0, 499], stored['observation'][0, 500]
     sampled = 0
-    for observation, loss_mask in trained:
+    for observation, mask in trained:
         across = ((observation[:, :-1] == before).all(-1)
                   & (observation[:, 1:] == after).all(-1))
         sampled += int(across.sum())
-        assert not (across & (loss_mask > 0)).any()
+        assert not (across & (mask > 0)).any()
     assert sampled > 0, 'the pair across the restart was never sampled: the test proves nothing'
     steps = [int(r['env_steps']) for r in read_csv(tmp_path / 'progress.csv')]
     assert steps == sorted(set(steps)) and steps[-1] == 700
@@ -128,10 +128,10 @@ def test_loss_mask_never_keeps_a_first_that_follows_a_non_last_row(mask_out_loss
 
 def test_resumed_run_restores_networks_and_counters(tmp_path):
     train(tmp_path, 'TrainerConfig.num_env_steps = 400')
-    state, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert state['env_steps'] == 400 and state['num_updates'] == 200
     train(tmp_path, 'TrainerConfig.num_env_steps = 600')
-    resumed, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    resumed, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert resumed['env_steps'] == 600 and resumed['num_updates'] == 400
     # Adam's step count continued from the checkpoint instead of restarting at 0.
     step = resumed['algorithm']['optimizers']['critic']['state'][0]['step']
@@ -149,12 +149,12 @@ def test_nonsensical_sizes_are_refused(bad):
 def test_initial_collect_uses_uniform_random_actions(tmp_path):
     train(tmp_path, 'TrainerConfig.num_env_steps = 400',
           'TrainerConfig.initial_collect_steps = 400', 'TrainerConfig.checkpoint_interval = 400')
-    _, rb = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    _, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     actions = rb['action'][0, :400]
     assert actions.min() >= -1 and actions.max() <= 1
     assert abs(actions.mean().item()) < 0.1 and actions.std().item() == pytest.approx(
         (1 / 3) ** 0.5, abs=0.05)
-    state, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / 'checkpoints')))
+    state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert state['num_updates'] == 0
     assert torch.is_tensor(actions)
 
@@ -167,19 +167,3 @@ def test_evaluation_between_summaries(tmp_path):
     assert [r['env_steps'] for r in rows] == ['0', '200', '300', '400', '600']
     assert [r['eval/AverageReturn'] != '' for r in rows] == [True, True, False, True, True]
 
-
-def test_rng_states_saved_in_a_checkpoint_continue_every_generator(tmp_path):
-    random.seed(1)
-    np.random.seed(2)
-    torch.manual_seed(3)
-    np.random.normal()  # numpy then holds a cached Gaussian, which is state too
-    path = ckpt.save_checkpoint(str(tmp_path), 1, {'rng': _rng_state()})
-    expected = (random.random(), np.random.normal(), np.random.rand(3), torch.rand(3))
-    random.seed(9)
-    np.random.seed(9)
-    torch.manual_seed(9)
-    state, _ = ckpt.load_checkpoint(path)
-    _set_rng_state(state['rng'])
-    got = (random.random(), np.random.normal(), np.random.rand(3), torch.rand(3))
-    assert got[:2] == expected[:2]
-    assert np.array_equal(got[2], expected[2]) and torch.equal(got[3], expected[3])

@@ -10,7 +10,7 @@ import torch
 
 from alf_lite.data import Experience, StepType
 from alf_lite.replay_buffer import ReplayBuffer
-from alf_lite.trainer import loss_mask
+from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.update import UpdateRunner
 from test_non_finite_guard import ALGORITHMS, HostSyncs, assert_same_state, make
 

@@ -57,18 +57,12 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         policy_update_period: update the actor every this many train steps
             (the critic updates every step); 1 for DDPG, 2 for TD3.
         critic_l2_weight_decay: ``c``, the paper's "L2 weight decay" (0.01):
-            adds ``(c / 2) * sum(w^2)`` to the critic loss, so each weight gets
-            the gradient ``c * w``, as in rllab's DDPG (``0.5 * qf_weight_decay``)
-            and Baselines' ``l2_regularizer(c)``. It covers every weight matrix
-            of the critic, the output layer's included (rllab; Baselines leaves
-            the output layer out), and no biases or batch-norm parameters. The
-            gradient then goes through Adam's per-parameter scaling. Not the
-            same as the two optimizer-side alternatives, both reachable from
-            gin: ``critic/Adam.weight_decay = c`` adds the same ``c * w`` to
-            every gradient, biases and batch-norm parameters included;
-            ``critic_optimizer = @critic/AdamW`` with ``critic/AdamW.weight_decay = c``
-            shrinks ``w`` by ``lr * c * w`` after each step, outside Adam's
-            scaling (decoupled decay, Loshchilov & Hutter 2019). The actor has no penalty.
+            adds ``(c / 2) * sum(w^2)`` over the critic's weight matrices (no
+            biases or batch-norm parameters) to the critic loss, so each weight
+            gets the gradient ``c * w`` before Adam's per-parameter scaling. The
+            actor has no penalty. For decay of every parameter set
+            ``critic/Adam.weight_decay``; for decay outside Adam's scaling use
+            ``critic_optimizer = @critic/AdamW``.
         actor_optimizer: optimizer ctor taking parameters; None: Adam, lr 1e-4 (paper).
         critic_optimizer: as ``actor_optimizer``, for the critic; None: Adam, lr 1e-3 (paper).
     """
@@ -157,8 +151,8 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             next_q = self._target_critic(tr.next_observation, next_action).min(dim=-1).values
             target = td_target(tr.reward, tr.discount, self._gamma, next_q)
         # Critic loss (eq. 4): (Q_i(s, a) - y)^2 summed over replicas, without the
-        # 1/2 of sac.py as eq. 4 and TD3's reference code write it; plus the L2
-        # penalty, whose 1/2 makes c the decay rate of the gradient c * w.
+        # 1/2 of sac.py, as eq. 4 writes it; plus the L2 penalty, whose 1/2 makes
+        # c the decay rate of the gradient c * w.
         q = self._critic(tr.observation, tr.action)
         critic_loss = masked_mean((q - target.unsqueeze(-1)).square().sum(-1), mask)
         if self._critic_l2_weight_decay > 0:

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 from alf_lite.algorithms.non_finite_guard import NonFiniteGuard
-from alf_lite.data import Experience, TimeStep
+from alf_lite.data import Experience, StepType, TimeStep
 
 
 class Transitions(NamedTuple):
@@ -35,9 +35,25 @@ def transitions(batch: Experience) -> Transitions:
         next_observation=flat(batch.observation[:, 1:]))
 
 
+def loss_mask(batch: Experience, mask_out_loss_for_last_step: bool = True) -> torch.Tensor:
+    """``[B, T - 1]``: 1 for each transition ``(t, t + 1)`` that may be trained on.
+
+    Row ``t + 1`` being FIRST means it starts an episode: ``(t, t + 1)`` is not a
+    transition. Where row ``t`` is LAST that is an episode boundary, which
+    ``mask_out_loss_for_last_step=False`` trains on anyway (tf-agents' behaviour).
+    A FIRST after any other row is where a resumed run restarted its envs
+    mid-episode; that pair is never trained on.
+    """
+    first_rows, next_rows = batch.step_type[:, :-1], batch.step_type[:, 1:]
+    into_first = next_rows == StepType.FIRST
+    if mask_out_loss_for_last_step:
+        return (~(into_first | (first_rows == StepType.LAST))).float()
+    return (~(into_first & (first_rows != StepType.LAST))).float()
+
+
 def td_target(reward: torch.Tensor, discount: torch.Tensor, gamma: float,
               next_value: torch.Tensor) -> torch.Tensor:
-    """``r[t+1] + gamma * discount[t+1] * V(s[t+1])``: discount 0 (termination) stops bootstrapping."""
+    """``r[t+1] + gamma * discount[t+1] * V(s[t+1])``; discount 0 (termination): no bootstrap."""
     return reward + gamma * discount * next_value
 
 
@@ -214,14 +230,3 @@ class OffPolicyAlgorithm(nn.Module):
 
     def set_extra_state(self, state: dict) -> None:
         self._num_train_steps = state['num_train_steps']
-
-    def checkpoint_state(self) -> dict:
-        """Parameters, target networks, buffers and optimizer states."""
-        return {'module': self.state_dict(),
-                'optimizers': {k: o.state_dict() for k, o in self.optimizers.items()}}
-
-    def load_checkpoint_state(self, state: dict) -> None:
-        """Restore what ``checkpoint_state`` returned."""
-        self.load_state_dict(state['module'])
-        for name, opt in self.optimizers.items():
-            opt.load_state_dict(state['optimizers'][name])

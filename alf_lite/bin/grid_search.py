@@ -55,6 +55,8 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 from absl import app, flags
 
 from alf_lite.bin.cli import EXIT_FAULT, fail, user_message
+from alf_lite.run_dir import RunDir
+from alf_lite.runs import SEED_PARAM, final_value, train_in_subprocess
 
 flags.DEFINE_string('search_config', None, 'JSON file with "parameters" (gin name -> list of '
                     'values) and "repeats" (number of seeds, or a list of seeds).')
@@ -76,7 +78,6 @@ flags.DEFINE_float('num_gpus_per_run', 0.0, 'Ray backend: GPUs reserved by each 
 flags.mark_flags_as_required(['search_config', 'root_dir'])
 FLAGS = flags.FLAGS
 
-SEED_PARAM = 'TrainerConfig.random_seed'
 THREADS_PARAM = 'TrainerConfig.torch_num_threads'
 SUMMARY_FILE = 'grid_summary.csv'
 LOG_DIR = 'logs'
@@ -222,8 +223,7 @@ def configure_runs(space: SearchSpace, root_dir: str, gin_files, gin_params,
 
 
 def is_finished(run: GridRun) -> bool:
-    from alf_lite.runs import checkpoint_env_steps
-    steps = checkpoint_env_steps(run.root_dir)
+    steps = RunDir(run.root_dir).latest_checkpoint_env_steps()
     return steps is not None and steps >= run.num_env_steps
 
 
@@ -279,7 +279,6 @@ def run_ray(todo: List[GridRun], address: str, num_cpus_per_run: int, report,
     import ray
 
     import alf_lite
-    from alf_lite.runs import train_in_subprocess
     try:
         # The package travels with the tasks: a worker node need not have it installed.
         ray.init(address=address, log_to_driver=False,
@@ -307,14 +306,13 @@ def run_ray(todo: List[GridRun], address: str, num_cpus_per_run: int, report,
 
 def summary_rows(runs: List[GridRun], results: Dict[str, dict]) -> List[dict]:
     """One row per run: name, status, seed, final eval return, env steps, wall time, error."""
-    from alf_lite.runs import checkpoint_env_steps, final_value
     rows = []
     for run in runs:
         result = results[run.name]
         rows.append({
             'run': run.name, 'status': result['status'], 'seed': run.seed,
             'final_eval_return': final_value(run.root_dir),
-            'env_steps': checkpoint_env_steps(run.root_dir),
+            'env_steps': RunDir(run.root_dir).latest_checkpoint_env_steps(),
             'wall_time_s': result.get('wall_time_s'), 'error': result.get('error') or ''})
     return rows
 

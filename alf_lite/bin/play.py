@@ -18,6 +18,7 @@ import os
 from absl import app, flags
 
 from alf_lite.bin.cli import fail
+from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
 
 flags.DEFINE_string('root_dir', None, 'Directory of a train run: its config.gin and '
                     'checkpoints are read.')
@@ -55,42 +56,42 @@ def parse_render_size(text: str):
 
 def checkpoint_path(root_dir: str, step) -> str:
     """The checkpoint of ``step`` env steps in ``root_dir``, or its latest; fails when missing."""
-    from alf_lite.checkpoint import list_checkpoints
-    checkpoint_dir = os.path.join(root_dir, 'checkpoints')
-    found = list_checkpoints(checkpoint_dir)
+    run_dir = RunDir(root_dir)
+    found = list_checkpoints(run_dir.checkpoint_dir)
     if not found:
-        fail(f'no checkpoint in {checkpoint_dir}: train writes one every '
+        fail(f'no checkpoint in {run_dir.checkpoint_dir}: train writes one every '
              'TrainerConfig.checkpoint_interval env steps and at the end.')
     if step is None:
         return found[-1]
-    path = os.path.join(checkpoint_dir, f'ckpt-{step}')
+    path = run_dir.checkpoint(step)
     if path not in found:
-        steps = ', '.join(os.path.basename(p)[len('ckpt-'):] for p in found)
-        fail(f'no checkpoint at {step} env steps in {checkpoint_dir}; there are: {steps}')
+        steps = ', '.join(str(checkpoint_env_steps(p)) for p in found)
+        fail(f'no checkpoint at {step} env steps in {run_dir.checkpoint_dir}; there are: {steps}')
     return path
 
 
 def load_policy(path: str, observation_dim: int, action_dim: int):
     """The configured algorithm with the networks of checkpoint ``path``, in eval mode.
 
-    Reads only the model file, and of it only the networks (``state['algorithm']['module']``).
+    Reads only the trainer's state, and of it only the networks: no optimizer
+    state, no replay buffer.
     """
-    from alf_lite.checkpoint import MODEL_FILE, UnsafeCheckpointError, load_file
+    from alf_lite import checkpoint as ckpt
     from alf_lite.trainer import TrainerConfig
     algorithm = TrainerConfig().algorithm_ctor(observation_dim=observation_dim,
                                                action_dim=action_dim)
     try:
         # play runs on the CPU, wherever the checkpoint was trained.
-        state = load_file(os.path.join(path, MODEL_FILE), map_location='cpu')
-    except UnsafeCheckpointError as e:
+        state = ckpt.trainer_state(ckpt.load_state(path, map_location='cpu'))
+    except ckpt.UnsafeCheckpointError as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
-        fail(f'cannot read {os.path.join(path, MODEL_FILE)} ({type(e).__name__}: {e}); pick '
-             'another with --checkpoint_step.')
+        fail(f'cannot read the checkpoint {path} ({type(e).__name__}: {e}); pick another with '
+             '--checkpoint_step.')
     try:
-        algorithm.load_state_dict(state['algorithm']['module'])
+        algorithm.load_state_dict(ckpt.policy_state(state.algorithm))
     except RuntimeError as e:
-        fail(f'the checkpoint {path} does not fit the networks config.gin builds (was the '
+        fail(f'the checkpoint {path} does not fit the networks {CONFIG_FILE} builds (was the '
              f'config changed, or a --gin_param given that changes them?): {e}')
     algorithm.train(False)
     return algorithm
@@ -126,27 +127,18 @@ class VideoWriter:
 
 
 def play_episodes(env, algorithm, num_episodes: int, video=None):
-    """``[(return, length)]`` of ``num_episodes`` episodes of the deterministic policy."""
+    """``[(return, length)]`` of ``num_episodes`` deterministic episodes, one after another."""
     import numpy as np
-    import torch
 
-    from alf_lite.data import StepType
+    from alf_lite.evaluation import evaluate
+
+    def record_frame(time_step):
+        video.append(env.render()[0])
+
     results = []
     for episode in range(num_episodes):
-        time_step = env.reset()
-        if video is not None:
-            video.append(env.render()[0])
-        episode_return, length = 0.0, 0
-        while True:
-            with torch.no_grad():
-                action = algorithm.predict_step(time_step.observation)
-            time_step = env.step(action)
-            episode_return += float(time_step.reward[0])
-            length += 1
-            if video is not None:
-                video.append(env.render()[0])
-            if time_step.step_type[0] == StepType.LAST:
-                break
+        played = evaluate(env, algorithm.predict_step, record_frame if video is not None else None)
+        episode_return, length = float(played.returns[0]), int(played.lengths[0])
         results.append((episode_return, length))
         print(f'episode {episode + 1}: return {episode_return:.2f}, length {length}', flush=True)
     returns, lengths = np.array(results).T
@@ -161,9 +153,9 @@ def main(argv):
     root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
     if not os.path.isdir(root_dir):
         fail(f'root_dir {root_dir} does not exist.')
-    config_file = os.path.join(root_dir, 'config.gin')
+    config_file = RunDir(root_dir).config_file
     if not os.path.isfile(config_file):
-        fail(f'{root_dir} holds no config.gin: it is not the root_dir of a train run.')
+        fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.')
     if FLAGS.num_episodes <= 0 or FLAGS.fps <= 0:
         fail('--num_episodes and --fps must be positive.')
     record_file = FLAGS.record_file

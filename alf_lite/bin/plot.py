@@ -26,16 +26,23 @@ from typing import Dict, List, Tuple
 from absl import app, flags
 
 from alf_lite.bin.cli import fail
+from alf_lite.run_dir import CONFIG_FILE, PROGRESS_FILE, RunDir
+from alf_lite.runs import (ENV_STEPS, EVAL_RETURN, SEED_PARAM, WALL_TIME, config_bindings,
+                           read_scalar)
 
-SEED_PARAM = 'TrainerConfig.random_seed'
 CONFIDENCE = 0.95
 NUM_BOOTSTRAP = 10_000
 # A fixed seed: the same runs give the same band every time.
 BOOTSTRAP_SEED = 0
+FIGURE_SIZE_INCHES = (8, 5)
+FIGURE_DPI = 100
+# Opacity of the bands and of the grid lines.
+BAND_ALPHA = 0.2
+GRID_ALPHA = 0.3
 
-flags.DEFINE_string('x', 'env_steps', 'Column along x (progress.csv column; from TensorBoard '
-                    'events: env_steps or wall_time).')
-flags.DEFINE_string('y', 'eval/AverageReturn', 'Scalar along y, e.g. eval/AverageReturn or '
+flags.DEFINE_string('x', ENV_STEPS, f'Column along x ({PROGRESS_FILE} column; from '
+                    f'TensorBoard events: {ENV_STEPS} or {WALL_TIME}).')
+flags.DEFINE_string('y', EVAL_RETURN, f'Scalar along y, e.g. {EVAL_RETURN} or '
                     'train/critic_loss.')
 flags.DEFINE_string('group_by', 'config', "'config': runs that differ only by seed; 'none': "
                     'each run alone; or comma-separated gin parameters, e.g. actor/Adam.lr.')
@@ -52,15 +59,14 @@ FLAGS = flags.FLAGS
 
 def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
     """``(run dirs, skipped paths)``: each path that is a run, and the runs below each directory."""
-    from alf_lite.runs import is_run_dir
     found, skipped = [], []
     for path in paths:
         below = []
-        if is_run_dir(path):
+        if RunDir(path).is_run():
             below = [path]
         elif os.path.isdir(path):
             for parent, dirs, _ in os.walk(path):
-                if is_run_dir(parent):
+                if RunDir(parent).is_run():
                     below.append(parent)
                     dirs.clear()
                 dirs.sort()
@@ -71,7 +77,6 @@ def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
 
 def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]]:
     """``[(label, run dirs)]`` in the order the groups first appear; raises ValueError."""
-    from alf_lite.runs import config_bindings
     if group_by == 'none':
         return [(os.path.basename(r) or r, [r]) for r in run_dirs]
     bindings = {}
@@ -79,7 +84,7 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
         try:
             bindings[run] = config_bindings(run)
         except FileNotFoundError:
-            raise ValueError(f'{run} has no config.gin to group by; use --group_by none')
+            raise ValueError(f'{run} has no {CONFIG_FILE} to group by; use --group_by none') from None
     if group_by == 'config':
         names = sorted({k for b in bindings.values() for k in b} - {SEED_PARAM})
         names = [n for n in names if len({b.get(n) for b in bindings.values()}) > 1]
@@ -87,7 +92,7 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
         names = [n.strip() for n in group_by.split(',') if n.strip()]
         unbound = [n for n in names if all(n not in b for b in bindings.values())]
         if unbound:
-            raise ValueError(f'no run binds {", ".join(unbound)} in its config.gin')
+            raise ValueError(f'no run binds {", ".join(unbound)} in its {CONFIG_FILE}')
     groups: Dict[tuple, List[str]] = {}
     for run in run_dirs:
         groups.setdefault(tuple(bindings[run].get(n, '(default)') for n in names),
@@ -155,11 +160,11 @@ def main(argv):
     for path in skipped:
         print(f'skipping {path}: no run there', file=sys.stderr)
     if not run_dirs:
-        fail(f'no run (a directory with progress.csv or TensorBoard events) in {" ".join(paths)}')
+        fail(f'no run (a directory with {PROGRESS_FILE} or TensorBoard events) in '
+             f'{" ".join(paths)}')
 
     import numpy as np
 
-    from alf_lite.runs import read_scalar
     try:
         groups = group_runs(run_dirs, FLAGS.group_by)
         raw = {run: read_scalar(run, FLAGS.y, FLAGS.x) for _, runs in groups for run in runs}
@@ -177,16 +182,16 @@ def main(argv):
     matplotlib.use('Agg')  # headless: no display needed
     import matplotlib.pyplot as plt
     band_name = f'{CONFIDENCE:.0%} bootstrap CI' if FLAGS.band == 'ci' else '1 std'
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    fig, ax = plt.subplots(figsize=FIGURE_SIZE_INCHES, dpi=FIGURE_DPI)
     for label, runs in groups:
         x, mean, lower, upper, _ = np.array(curves[label]).T
         line, = ax.plot(x, mean, label=f'{label} ({len(runs)} run{"s" * (len(runs) > 1)})')
-        ax.fill_between(x, lower, upper, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.fill_between(x, lower, upper, color=line.get_color(), alpha=BAND_ALPHA, linewidth=0)
     ax.set_xlabel(FLAGS.x)
     ax.set_ylabel(FLAGS.y)
     ax.set_title(f'{FLAGS.y}: mean and {band_name} over runs'
                  + (f', smoothing {FLAGS.smoothing}' if FLAGS.smoothing > 1 else ''))
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=GRID_ALPHA)
     ax.legend(fontsize='small')
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
@@ -209,7 +214,7 @@ def main(argv):
         finals = [float(np.mean(raw[r][1][-FLAGS.last_n:])) for r in runs]
         mean, lower, upper = band(finals, FLAGS.band, rng, FLAGS.num_bootstrap)
         rows.append((label, str(len(runs)), f'{mean:.2f}', f'[{lower:.2f}, {upper:.2f}]'))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    widths = [max(len(cell) for cell in column) for column in zip(*rows)]
     for row in rows:
         print('  '.join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 

@@ -20,7 +20,7 @@ import sys
 from absl import app, flags, logging
 
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail
-from alf_lite.runs import CONFIG_FILE
+from alf_lite.run_dir import CONFIG_FILE, RunDir
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
 flags.DEFINE_multi_string('gin_param', [], "Gin binding, e.g. 'TrainerConfig.random_seed=3'; "
@@ -49,7 +49,7 @@ def _bindings(config_text: str):
 
 def check_same_experiment(root_dir: str, new_config: str) -> None:
     """Refuse a root_dir that holds a different experiment than ``new_config``."""
-    config_file = os.path.join(root_dir, CONFIG_FILE)
+    config_file = RunDir(root_dir).config_file
     if not os.path.isdir(root_dir) or not os.listdir(root_dir):
         return
     if not os.path.exists(config_file):
@@ -90,7 +90,7 @@ def main(argv):
     if len(argv) > 1:
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
     root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
-    config_file = os.path.join(root_dir, CONFIG_FILE)
+    config_file = RunDir(root_dir).config_file
     gin_files = FLAGS.gin_file
     if not gin_files:
         if FLAGS.start_over:
@@ -105,7 +105,8 @@ def main(argv):
 
     from alf_lite.checkpoint import CheckpointError
     from alf_lite.config import write_text_atomically
-    from alf_lite.trainer import TrainingError, TrainingInterrupted
+    from alf_lite.signals import TrainingInterrupted
+    from alf_lite.trainer import TrainingError
     with trainer:
         if FLAGS.start_over and os.path.exists(root_dir):
             aside = f'{root_dir}.old-{datetime.datetime.now():%Y%m%d-%H%M%S}'

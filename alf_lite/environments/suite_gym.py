@@ -1,7 +1,6 @@
 """Gymnasium environments (classic control, MuJoCo, PyBullet, ...) as one batched environment."""
 import difflib
 import functools
-import logging
 import multiprocessing
 import time
 from typing import Callable, List, Optional, Sequence, Union
@@ -10,25 +9,23 @@ import gin
 import gymnasium
 import numpy as np
 import torch
+from absl import logging
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from alf_lite.data import StepType, TimeStep
 from alf_lite.environments import watchdog
 
-logger = logging.getLogger(__name__)
-
-# Envs whose step costs less than the subprocess round trip, so that N of them
-# step faster in one process. Measured with benchmarks/env_throughput.py on 2
-# cores, N = 2, 4, 12 (README, Environments), subprocess / in-process steps/s:
-# HalfCheetah-v5 0.33-0.35, Pendulum-v1 0.21-0.25, HalfCheetahBullet-v0
-# 0.86-0.92, but ICubWalk-v0 (~3 ms a step) 1.45-1.57. Every env not listed
-# here gets subprocesses when N > 1.
+# Envs whose step costs less than a subprocess round trip, so N of them step
+# faster in one process (benchmarks/env_throughput.py measures it).
 IN_PROCESS_ENTRY_POINTS = ('gymnasium.envs.', 'alf_lite.environments.suite_pybullet:',
                            'alf_lite.environments.point_env:')
 # Pipe errors the parent sees when an env process died (os._exit, a signal,
 # a crash in native code) instead of raising a Python exception.
 _DEAD_WORKER_ERRORS = (EOFError, BrokenPipeError, ConnectionResetError)
+# After a pipe closed, how long to wait for the env process's exit code, and how often to look.
+_EXIT_CODE_WAIT_S = 2.0
+_EXIT_CODE_POLL_S = 0.01
 
 
 class EnvironmentCrashedError(RuntimeError):
@@ -36,7 +33,7 @@ class EnvironmentCrashedError(RuntimeError):
 
 
 class EnvironmentHungError(EnvironmentCrashedError):
-    """An env process did not answer within ``step_timeout``; the message names it and the timeout."""
+    """An env process did not answer within ``step_timeout``; the message names it and the time."""
 
 
 class _NamedEnv(gymnasium.Wrapper):
@@ -158,8 +155,8 @@ class BatchedEnvironment:
         self._pending = None
         self._step_sent = 0.0
         self._env_id = torch.arange(self.num_envs, dtype=torch.int64)
-        logger.info('Created %d x %s (%s).', self.num_envs, name,
-                    'subprocesses' if use_subprocesses else 'in process')
+        logging.info('Created %d x %s (%s).', self.num_envs, name,
+                     'subprocesses' if use_subprocesses else 'in process')
 
     def _check_spaces(self, name: str):
         """Set the dims and bounds from the single-env spaces, or refuse them."""
@@ -327,12 +324,12 @@ class BatchedEnvironment:
     def _dead_workers_message(self) -> str:
         processes = getattr(self._env, 'processes', [])
         # The pipe closed when the process ended; its exit code follows shortly.
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + _EXIT_CODE_WAIT_S
         while True:
             dead = [(i, p.exitcode) for i, p in enumerate(processes) if p.exitcode is not None]
             if dead or time.monotonic() > deadline:
                 break
-            time.sleep(0.01)
+            time.sleep(_EXIT_CODE_POLL_S)
         if not dead:
             return f"Environment '{self.name}': lost the connection to an env process."
         which = ', '.join(f'env {i} (exit code {code})' for i, code in dead)

@@ -29,7 +29,7 @@ class BatchedLinear(nn.Module):
         nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor, num_replicas: Optional[int] = None) -> torch.Tensor:
-        """``x @ W_r + b_r`` for replicas ``r < num_replicas`` (all when None); x is ``[R', B, in]``."""
+        """``x @ W_r + b_r`` for replicas ``r < num_replicas`` (None: all); x is ``[R', B, in]``."""
         if num_replicas is None:
             return torch.baddbmm(self.bias, x, self.weight)
         return torch.baddbmm(self.bias[:num_replicas], x, self.weight[:num_replicas])

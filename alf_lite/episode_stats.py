@@ -1,0 +1,50 @@
+"""Returns and lengths of the training episodes, for the train/AverageReturn summary."""
+import collections
+from typing import Dict, List
+
+import numpy as np
+
+from alf_lite.data import StepType, TimeStep
+from alf_lite.runs import TRAIN_EPISODE_LENGTH, TRAIN_RETURN
+
+# train/AverageReturn is the mean over this many most recent episodes.
+TRAIN_METRIC_WINDOW = 10
+
+
+class EpisodeStats:
+    """Each training env's running episode, and the latest ``TRAIN_METRIC_WINDOW`` finished ones.
+
+    Args:
+        num_envs: number of training envs, each with one running episode.
+    """
+
+    def __init__(self, num_envs: int):
+        self._episode_return = np.zeros(num_envs)
+        self._episode_length = np.zeros(num_envs, dtype=np.int64)
+        self.recent_returns = collections.deque(maxlen=TRAIN_METRIC_WINDOW)
+        self.recent_lengths = collections.deque(maxlen=TRAIN_METRIC_WINDOW)
+
+    def update(self, time_step: TimeStep) -> None:
+        """Count the step every env just took; an env at LAST finishes its episode."""
+        step_type = time_step.step_type.numpy()
+        started = step_type != StepType.FIRST
+        self._episode_return += np.where(started, time_step.reward.numpy(), 0.0)
+        self._episode_length += started
+        last = step_type == StepType.LAST
+        for i in np.flatnonzero(last):
+            self.recent_returns.append(float(self._episode_return[i]))
+            self.recent_lengths.append(int(self._episode_length[i]))
+        self._episode_return[last] = 0.0
+        self._episode_length[last] = 0
+
+    def scalars(self) -> Dict[str, float]:
+        """Mean return and length of the recent episodes; empty before the first one ends."""
+        if not self.recent_returns:
+            return {}
+        return {TRAIN_RETURN: float(np.mean(self.recent_returns)),
+                TRAIN_EPISODE_LENGTH: float(np.mean(self.recent_lengths))}
+
+    def load(self, recent_returns: List[float], recent_lengths: List[int]) -> None:
+        """Continue with the finished episodes a checkpoint kept (the running ones start afresh)."""
+        self.recent_returns.extend(recent_returns)
+        self.recent_lengths.extend(recent_lengths)

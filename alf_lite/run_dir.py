@@ -1,0 +1,112 @@
+"""The layout of a run's root_dir: every file and directory that train writes there.
+
+    config.gin                   the parsed config, written at the start
+    operative_config.gin         the bindings actually used, written after the first update
+    progress.csv                 one row per summary or evaluation (columns: alf_lite.runs)
+    train/  eval/                TensorBoard events of the scalars named train/... and eval/...
+    checkpoints/ckpt-<env_steps>/    complete checkpoints (their files: alf_lite.checkpoint)
+    checkpoints/last_good-<env_steps>/  the state kept aside when training hit a non-finite loss
+
+Code reaches these paths through ``RunDir`` and the checkpoint names through
+``checkpoint_name`` and ``list_checkpoints``; nothing else spells them.
+"""
+import os
+import re
+from typing import List, Optional
+
+CONFIG_FILE = 'config.gin'
+OPERATIVE_CONFIG_FILE = 'operative_config.gin'
+PROGRESS_FILE = 'progress.csv'
+CHECKPOINT_DIR = 'checkpoints'
+# TensorBoard event directories, one per summary mode: a scalar named
+# '<mode>/<tag>' goes to '<root_dir>/<mode>' as <tag>.
+TRAIN = 'train'
+EVAL = 'eval'
+SUMMARY_MODES = (TRAIN, EVAL)
+
+_CHECKPOINT_PREFIX = 'ckpt-'
+_CHECKPOINT_NAME = re.compile(rf'^{_CHECKPOINT_PREFIX}(\d+)$')
+_LAST_GOOD_PREFIX = 'last_good-'
+
+
+def checkpoint_name(env_steps: int) -> str:
+    """Directory name of the regular checkpoint written at ``env_steps``."""
+    return f'{_CHECKPOINT_PREFIX}{env_steps}'
+
+
+def last_good_name(env_steps: int) -> str:
+    """Directory name of the state kept aside at ``env_steps`` when training stopped on a fault."""
+    return f'{_LAST_GOOD_PREFIX}{env_steps}'
+
+
+def checkpoint_env_steps(path: str) -> Optional[int]:
+    """Env steps of the regular checkpoint directory ``path``; None for any other name."""
+    match = _CHECKPOINT_NAME.match(os.path.basename(path))
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(checkpoint_dir: str) -> List[str]:
+    """Complete regular checkpoint directories in ``checkpoint_dir``, oldest first.
+
+    A checkpoint is written under another name and renamed when complete, so
+    every directory named ``ckpt-<env_steps>`` is complete.
+    """
+    if not os.path.isdir(checkpoint_dir):
+        return []
+    found = []
+    for name in os.listdir(checkpoint_dir):
+        steps = checkpoint_env_steps(name)
+        if steps is not None:
+            found.append((steps, name))
+    return [os.path.join(checkpoint_dir, name) for _, name in sorted(found)]
+
+
+def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
+    """The newest complete regular checkpoint in ``checkpoint_dir``, or None."""
+    found = list_checkpoints(checkpoint_dir)
+    return found[-1] if found else None
+
+
+class RunDir:
+    """The paths of one run.
+
+    Args:
+        root: the run's root_dir.
+    """
+
+    def __init__(self, root: str):
+        self.root = root
+
+    @property
+    def config_file(self) -> str:
+        return os.path.join(self.root, CONFIG_FILE)
+
+    @property
+    def operative_config_file(self) -> str:
+        return os.path.join(self.root, OPERATIVE_CONFIG_FILE)
+
+    @property
+    def progress_file(self) -> str:
+        return os.path.join(self.root, PROGRESS_FILE)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return os.path.join(self.root, CHECKPOINT_DIR)
+
+    def events_dir(self, mode: str) -> str:
+        """TensorBoard events of the scalars named ``<mode>/...``, ``mode`` in ``SUMMARY_MODES``."""
+        return os.path.join(self.root, mode)
+
+    def checkpoint(self, env_steps: int) -> str:
+        """The regular checkpoint written at ``env_steps`` (whether or not it exists)."""
+        return os.path.join(self.checkpoint_dir, checkpoint_name(env_steps))
+
+    def latest_checkpoint_env_steps(self) -> Optional[int]:
+        """Env steps of the latest complete checkpoint, read from its name; None without one."""
+        latest = latest_checkpoint(self.checkpoint_dir)
+        return None if latest is None else checkpoint_env_steps(latest)
+
+    def is_run(self) -> bool:
+        """Whether the directory holds a run's progress.csv or TensorBoard events."""
+        return os.path.isfile(self.progress_file) or any(
+            os.path.isdir(self.events_dir(mode)) for mode in SUMMARY_MODES)

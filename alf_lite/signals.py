@@ -1,0 +1,89 @@
+"""How SIGINT and SIGTERM stop training: after the iteration, or inside a hung env call."""
+import contextlib
+import signal
+import threading
+from typing import Callable, Optional
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT or SIGTERM arrived; a final checkpoint was written.
+
+    Args:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(f'interrupted by {signal.Signals(signum).name}')
+        self.signum = signum
+
+
+class InterruptedInEnvCall(BaseException):
+    """A signal arrived while the trainer waited on an env, which may never return.
+
+    A BaseException, like KeyboardInterrupt, so that env code catching
+    Exception lets it through.
+
+    Args:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _in_main_thread() -> bool:
+    # Only the main thread may install signal handlers.
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """Env subprocesses forked in this context ignore Ctrl-C: the trainer shuts them down."""
+    if not _in_main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class StopSignals:
+    """While entered, SIGINT and SIGTERM are recorded for the training loop to act on.
+
+    The loop checks ``received`` after each iteration. A signal that arrives
+    during an env call raises ``InterruptedInEnvCall`` at once instead: a hung
+    env would never return to the loop.
+
+    Args:
+        in_env_call: whether an env call is under way.
+    """
+
+    def __init__(self, in_env_call: Callable[[], bool]):
+        self._in_env_call = in_env_call
+        self.received: Optional[int] = None
+        self._previous = {}
+
+    def _handler(self, signum, frame):
+        self.received = signum
+        if self._in_env_call():
+            raise InterruptedInEnvCall(signum)
+
+    def __enter__(self) -> 'StopSignals':
+        if _in_main_thread():
+            self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info):
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def raise_if_received(self) -> None:
+        """Raise ``TrainingInterrupted`` if a signal arrived."""
+        if self.received is not None:
+            raise TrainingInterrupted(self.received)
