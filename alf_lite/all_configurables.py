@@ -1,4 +1,5 @@
 """Import every module that registers gin configurables, so a gin file can name any of them."""
+
 import alf_lite.algorithms  # noqa: F401
 import alf_lite.environments  # noqa: F401
 import alf_lite.networks  # noqa: F401

@@ -7,6 +7,7 @@ plain values (numbers, strings, lists, tuples, dicts) only, and are read with
 ``torch.load(weights_only=True)``: a file that would need anything else to be
 built, which in a pickle means running code, is refused.
 """
+
 import os
 import pickle
 import shutil
@@ -29,9 +30,13 @@ class UnsafeCheckpointError(CheckpointError):
     """A checkpoint file names functions or classes that loading it would call; it is not loaded."""
 
 
-def save_checkpoint(checkpoint_dir: str, env_steps: int, state: dict,
-                    replay_buffer_state: Optional[dict] = None,
-                    name: Optional[str] = None) -> str:
+def save_checkpoint(
+    checkpoint_dir: str,
+    env_steps: int,
+    state: dict,
+    replay_buffer_state: Optional[dict] = None,
+    name: Optional[str] = None,
+) -> str:
     """Write ``checkpoint_dir/ckpt-<env_steps>/`` via a temporary directory and a rename.
 
     The other checkpoints keep their model file but lose their replay buffer
@@ -110,7 +115,8 @@ def load_file(path: str, map_location: Union[str, torch.device, None] = None):
     raise UnsafeCheckpointError(
         f'{path} refers to {", ".join(unsafe)}, which loading would have to call; alf_lite '
         'writes tensors and plain values only, so the file was not written by it (or was '
-        'altered) and is not loaded. Move it away if you do not trust it.')
+        'altered) and is not loaded. Move it away if you do not trust it.'
+    )
 
 
 def _unsafe_globals(path: str):
@@ -126,8 +132,9 @@ def load_state(path: str, map_location: Union[str, torch.device, None] = None) -
     return load_file(os.path.join(path, MODEL_FILE), map_location)
 
 
-def load_checkpoint(path: str, map_location: Union[str, torch.device, None] = None
-                    ) -> Tuple[dict, Optional[dict]]:
+def load_checkpoint(
+    path: str, map_location: Union[str, torch.device, None] = None
+) -> Tuple[dict, Optional[dict]]:
     """Read ``(state, replay_buffer_state or None)`` from a checkpoint directory.
 
     An unreadable replay buffer file is reported and skipped (None): the
@@ -152,14 +159,13 @@ def load_checkpoint(path: str, map_location: Union[str, torch.device, None] = No
         except UnsafeCheckpointError:
             raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
-            logging.warning('replay buffer %s is unreadable (%s); resuming without it.',
-                            rb_path, e)
+            logging.warning('replay buffer %s is unreadable (%s); resuming without it.', rb_path, e)
     return state, rb
 
 
-def load_latest_checkpoint(checkpoint_dir: str,
-                           map_location: Union[str, torch.device, None] = None
-                           ) -> Optional[Tuple[str, dict, Optional[dict]]]:
+def load_latest_checkpoint(
+    checkpoint_dir: str, map_location: Union[str, torch.device, None] = None
+) -> Optional[Tuple[str, dict, Optional[dict]]]:
     """``(path, state, replay_buffer_state)`` of the newest readable checkpoint; None if none exist.
 
     A corrupt or truncated checkpoint is skipped with a warning in favour of
@@ -181,8 +187,12 @@ def load_latest_checkpoint(checkpoint_dir: str,
         except UnsafeCheckpointError:
             raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
-            logging.warning('checkpoint %s is unreadable (%s: %s); trying the one before it.',
-                            path, type(e).__name__, e)
+            logging.warning(
+                'checkpoint %s is unreadable (%s: %s); trying the one before it.',
+                path,
+                type(e).__name__,
+                e,
+            )
             corrupt.append(path)
             continue
         for bad in corrupt:
@@ -191,7 +201,8 @@ def load_latest_checkpoint(checkpoint_dir: str,
     if found:
         raise CheckpointError(
             f'none of the {len(found)} checkpoints in {checkpoint_dir} can be read (all corrupt '
-            'or truncated). Move that directory away to start the run over.')
+            'or truncated). Move that directory away to start the run over.'
+        )
     return None
 
 
@@ -227,12 +238,16 @@ class TrainerState(NamedTuple):
     last_eval: Dict[str, float]
 
 
-def save_trainer_state(checkpoint_dir: str, state: TrainerState,
-                       replay_buffer_state: Optional[dict] = None,
-                       name: Optional[str] = None) -> str:
+def save_trainer_state(
+    checkpoint_dir: str,
+    state: TrainerState,
+    replay_buffer_state: Optional[dict] = None,
+    name: Optional[str] = None,
+) -> str:
     """``save_checkpoint`` of a trainer's state at its env steps; returns the checkpoint's path."""
-    return save_checkpoint(checkpoint_dir, state.env_steps, state._asdict(),
-                           replay_buffer_state, name)
+    return save_checkpoint(
+        checkpoint_dir, state.env_steps, state._asdict(), replay_buffer_state, name
+    )
 
 
 def trainer_state(state: dict) -> TrainerState:
@@ -249,8 +264,10 @@ def trainer_state(state: dict) -> TrainerState:
 
 def algorithm_state(algorithm: torch.nn.Module) -> dict:
     """An off-policy algorithm's networks (with targets and buffers) and optimizer states."""
-    return {'module': algorithm.state_dict(),
-            'optimizers': {k: o.state_dict() for k, o in algorithm.optimizers.items()}}
+    return {
+        'module': algorithm.state_dict(),
+        'optimizers': {k: o.state_dict() for k, o in algorithm.optimizers.items()},
+    }
 
 
 def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
@@ -268,7 +285,6 @@ def policy_state(algorithm_state: dict) -> dict:
 def first_non_finite(algorithm_state: dict) -> Optional[str]:
     """The first network tensor of ``algorithm_state`` holding a NaN or inf, by name; or None."""
     for key, value in policy_state(algorithm_state).items():
-        if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(
-                value).all():
+        if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all():
             return key
     return None

@@ -1,4 +1,5 @@
 """Collection: the training envs step with the exploration policy into the replay buffer."""
+
 from typing import List
 
 import torch
@@ -26,9 +27,14 @@ class Collector:
         episode_stats: counts every step the envs take.
     """
 
-    def __init__(self, env: BatchedEnvironment, algorithm: OffPolicyAlgorithm,
-                 replay_buffer: ReplayBuffer, initial_collect_steps: int,
-                 episode_stats: EpisodeStats):
+    def __init__(
+        self,
+        env: BatchedEnvironment,
+        algorithm: OffPolicyAlgorithm,
+        replay_buffer: ReplayBuffer,
+        initial_collect_steps: int,
+        episode_stats: EpisodeStats,
+    ):
         self._env = env
         self._algorithm = algorithm
         self._replay_buffer = replay_buffer
@@ -54,9 +60,15 @@ class Collector:
             if self._algorithm.training:
                 self._algorithm.train(False)
             action = self._algorithm.rollout_step(time_step)
-        self._replay_buffer.add_batch(Experience(
-            time_step.step_type, time_step.observation, action, time_step.reward,
-            time_step.discount))
+        self._replay_buffer.add_batch(
+            Experience(
+                time_step.step_type,
+                time_step.observation,
+                action,
+                time_step.reward,
+                time_step.discount,
+            )
+        )
         self._env.step_async(action)
 
     def receive(self) -> int:

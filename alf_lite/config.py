@@ -7,8 +7,10 @@ directory of the file that contains it, so a gin file works from any working
 directory. Every failure becomes a ``ConfigError`` whose message names the
 problem, where it is (file and line, or the ``--gin_param``), and the fix.
 """
+
 import contextlib
 import difflib
+
 # gin 0.5 uses ``importlib.util`` without importing it, which crashes on
 # Python 3.11 as soon as a gin file has an ``include``.
 import importlib.util  # noqa: F401
@@ -47,15 +49,21 @@ def _open_relative_to_includer(path):
     base = os.path.dirname(state.open_files[-1]) if state.open_files else os.getcwd()
     resolved = os.path.normpath(os.path.join(base, path))
     if not os.path.isfile(resolved):
-        relative_to = (f"the directory of the including file, {base}" if state.open_files
-                       else f"the current directory, {base}")
+        relative_to = (
+            f'the directory of the including file, {base}'
+            if state.open_files
+            else f'the current directory, {base}'
+        )
         raise ConfigError(
-            f"Gin file {path!r} not found: looked for {resolved} (a relative path "
-            f"resolves against {relative_to}). Fix the path or the file name.")
+            f'Gin file {path!r} not found: looked for {resolved} (a relative path '
+            f'resolves against {relative_to}). Fix the path or the file name.'
+        )
     if resolved in state.open_files:
-        cycle = " -> ".join(state.open_files[state.open_files.index(resolved):] + [resolved])
-        raise ConfigError(f"Gin files include each other in a cycle: {cycle}. Remove one of "
-                          "these include statements.")
+        cycle = ' -> '.join(state.open_files[state.open_files.index(resolved) :] + [resolved])
+        raise ConfigError(
+            f'Gin files include each other in a cycle: {cycle}. Remove one of '
+            'these include statements.'
+        )
     state.open_files.append(resolved)
     try:
         with open(resolved) as f:
@@ -73,7 +81,8 @@ def _open_relative_to_includer(path):
 # can only append, so insert into its list directly.
 if not any(reader is _open_relative_to_includer for reader, _ in gin.config._FILE_READERS):
     gin.config._FILE_READERS.insert(
-        0, (_open_relative_to_includer, lambda path: _include_state is not None))
+        0, (_open_relative_to_includer, lambda path: _include_state is not None)
+    )
 
 
 @contextlib.contextmanager
@@ -131,9 +140,9 @@ def write_text_atomically(path: str, text: str) -> None:
     """
     # A sibling temp file keeps os.replace on one file system; opening it with
     # "x" (unlike tempfile's 0600 files) gives it the permissions of any new file.
-    tmp_path = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
+    tmp_path = f'{path}.tmp-{os.getpid()}-{uuid.uuid4().hex}'
     try:
-        with open(tmp_path, "x") as f:
+        with open(tmp_path, 'x') as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -147,20 +156,22 @@ def write_text_atomically(path: str, text: str) -> None:
 # gin appends '\n  In file "<path>", line <n>\n    <line text>' (or 'In bindings
 # string line <n>') to an error once per enclosing statement, innermost first.
 _LOCATION = re.compile(
-    r'\n  In (?:file "(?P<file>.*)",|bindings string) line (?P<line>\d+)\n    (?P<text>.*)')
+    r'\n  In (?:file "(?P<file>.*)",|bindings string) line (?P<line>\d+)\n    (?P<text>.*)'
+)
 _TOKEN_ERROR = re.compile(r"\('(?P<msg>.*)', \((?P<line>\d+), \d+\)\)")
-_UNKNOWN_REFERENCE = re.compile(
-    r"No configurable matching reference '@(?P<name>[^'(]+)(?:\(\))?'")
+_UNKNOWN_REFERENCE = re.compile(r"No configurable matching reference '@(?P<name>[^'(]+)(?:\(\))?'")
 _UNKNOWN_CONFIGURABLE = re.compile(r"No configurable matching '(?P<name>[^']+)'")
 _UNKNOWN_PARAMETER = re.compile(
     r"Configurable '(?P<name>[^']+)' doesn't "
-    r"(?:have a parameter named|include kwarg) '(?P<param>[^']+)'")
+    r"(?:have a parameter named|include kwarg) '(?P<param>[^']+)'"
+)
 
 
-def _friendly_error(error: Exception, failed_files: Sequence[str],
-                    gin_param: Optional[str]) -> ConfigError:
+def _friendly_error(
+    error: Exception, failed_files: Sequence[str], gin_param: Optional[str]
+) -> ConfigError:
     """Turn an exception raised by gin while parsing into a one-paragraph ``ConfigError``."""
-    head = str(error).split("\n  In ", 1)[0]
+    head = str(error).split('\n  In ', 1)[0]
     where = _where(error, failed_files, gin_param)
 
     # tokenize raises its own TokenError, not a SyntaxError, for a bracket left
@@ -170,42 +181,51 @@ def _friendly_error(error: Exception, failed_files: Sequence[str],
         if isinstance(error, SyntaxError):
             problem = error.msg
         else:
-            problem = token_error["msg"] if token_error else head
+            problem = token_error['msg'] if token_error else head
         # ast's message may end in an object's repr (': <ast.Name object at 0x...>').
         problem = re.sub(r':\s*<[^>]* at 0x[0-9a-f]+>', '', problem)
         return ConfigError(
-            f"Cannot parse {where}: {problem.rstrip('.')}. A value must be a Python literal "
+            f'Cannot parse {where}: {problem.rstrip(".")}. A value must be a Python literal '
             "(number, 'string', list, tuple, dict, True, False, None), a @configurable "
-            "reference or a %macro, with brackets and quotes closed.")
+            'reference or a %macro, with brackets and quotes closed.'
+        )
     if isinstance(error, ConfigError):
-        return ConfigError(head if where is None else f"{head} In {where}.")
+        return ConfigError(head if where is None else f'{head} In {where}.')
     if isinstance(error, ImportError):
-        return ConfigError(f"Cannot import a module in {where}: {head}. Fix the module name in the "
-                           "import line, or install the package that provides it.")
+        return ConfigError(
+            f'Cannot import a module in {where}: {head}. Fix the module name in the '
+            'import line, or install the package that provides it.'
+        )
     match = _UNKNOWN_REFERENCE.search(head) or _UNKNOWN_CONFIGURABLE.search(head)
     if match:
-        name = match["name"]
-        kind = "configurable reference" if match.re is _UNKNOWN_REFERENCE else "configurable"
-        closest = _closest(name, _configurable_names(name.count(".") + 1))
-        hint = (f"Closest registered names: {_quoted(closest)}." if closest
-                else "No registered configurable has a similar name.")
+        name = match['name']
+        kind = 'configurable reference' if match.re is _UNKNOWN_REFERENCE else 'configurable'
+        closest = _closest(name, _configurable_names(name.count('.') + 1))
+        hint = (
+            f'Closest registered names: {_quoted(closest)}.'
+            if closest
+            else 'No registered configurable has a similar name.'
+        )
         return ConfigError(
             f"Unknown {kind} '{name}' in {where}. {hint} Fix the name, or import the module "
-            "that registers it (an `import` line at the top of the gin file).")
+            'that registers it (an `import` line at the top of the gin file).'
+        )
     match = _UNKNOWN_PARAMETER.search(head)
     if match:
-        name, param = match["name"], match["param"]
+        name, param = match['name'], match['param']
         valid = _parameter_names(name)
         closest = _closest(param, valid)
-        hint = f"Closest valid names: {_quoted(closest)}. " if closest else ""
+        hint = f'Closest valid names: {_quoted(closest)}. ' if closest else ''
         return ConfigError(
             f"Configurable '{name}' has no configurable parameter '{param}' in {where}. {hint}"
-            f"Its configurable parameters are: {', '.join(valid) or 'none'}.")
-    return ConfigError(f"Invalid gin config in {where}: {head}")
+            f'Its configurable parameters are: {", ".join(valid) or "none"}.'
+        )
+    return ConfigError(f'Invalid gin config in {where}: {head}')
 
 
-def _where(error: Exception, failed_files: Sequence[str],
-           gin_param: Optional[str]) -> Optional[str]:
+def _where(
+    error: Exception, failed_files: Sequence[str], gin_param: Optional[str]
+) -> Optional[str]:
     """Describe where the failing statement is: file, line, its text, and the include chain.
 
     None when the error came before any file was open (a missing gin file).
@@ -217,25 +237,25 @@ def _where(error: Exception, failed_files: Sequence[str],
     elif isinstance(error, tokenize.TokenError):
         # gin adds the location of the include statement, not of the open bracket.
         file = innermost_file
-        token_error = _TOKEN_ERROR.fullmatch(str(error).split("\n  In ", 1)[0])
-        line = token_error["line"] if token_error else None
+        token_error = _TOKEN_ERROR.fullmatch(str(error).split('\n  In ', 1)[0])
+        line = token_error['line'] if token_error else None
     else:
         location = _LOCATION.search(str(error))
         if location:
-            file, line, text = location["file"], location["line"], location["text"]
+            file, line, text = location['file'], location['line'], location['text']
         else:
             file = innermost_file
     if file is None:
-        return None if gin_param is None else f"--gin_param {gin_param!r}"
-    parts = [f"file {file}"]
+        return None if gin_param is None else f'--gin_param {gin_param!r}'
+    parts = [f'file {file}']
     if line:
-        parts.append(f"line {line}")
+        parts.append(f'line {line}')
     if text and text.strip():
-        parts.append(f"`{text.strip()}`")
-    includers = list(failed_files[failed_files.index(file) + 1:]) if file in failed_files else []
-    where = ", ".join(parts + [f"included from {f}" for f in includers])
+        parts.append(f'`{text.strip()}`')
+    includers = list(failed_files[failed_files.index(file) + 1 :]) if file in failed_files else []
+    where = ', '.join(parts + [f'included from {f}' for f in includers])
     if gin_param is not None:
-        where += f" (from --gin_param {gin_param!r})"
+        where += f' (from --gin_param {gin_param!r})'
     return where
 
 
@@ -243,33 +263,41 @@ def _check_macros_defined() -> None:
     """Fail now on a ``%macro`` that no binding defines, instead of when the object is built."""
     bindings = gin.config._CONFIG
     macro = gin.get_configurable(gin.config.macro)
-    defined = sorted(scope for scope, selector in bindings if selector == "gin.macro")
+    defined = sorted(scope for scope, selector in bindings if selector == 'gin.macro')
     for (scope, selector), params in bindings.items():
         for param, value in params.items():
             for ref in gin.config.iterate_references(value, to=macro):
                 if ref.config_key not in bindings:
-                    name = "/".join(ref.scopes)
+                    name = '/'.join(ref.scopes)
                     closest = _closest(name, defined)
-                    hint = f"Closest defined macros: {_quoted(closest)}. " if closest else ""
-                    binding = f"{scope + '/' if scope else ''}{selector.rsplit('.', 1)[-1]}.{param}"
+                    hint = f'Closest defined macros: {_quoted(closest)}. ' if closest else ''
+                    binding = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
                     raise ConfigError(
-                        f"Macro %{name} used in `{binding}` is never defined. {hint}Define it "
-                        f"with a line `{name} = <value>` in a gin file or --gin_param, or fix "
-                        "the name.")
+                        f'Macro %{name} used in `{binding}` is never defined. {hint}Define it '
+                        f'with a line `{name} = <value>` in a gin file or --gin_param, or fix '
+                        'the name.'
+                    )
 
 
 def _configurable_names(num_components: int) -> List[str]:
     """Registered configurable names, each shortened to its last ``num_components`` parts."""
-    return sorted({".".join(selector.split(".")[-num_components:])
-                   for selector, _ in gin.config._REGISTRY.items()})
+    return sorted(
+        {
+            '.'.join(selector.split('.')[-num_components:])
+            for selector, _ in gin.config._REGISTRY.items()
+        }
+    )
 
 
 def _parameter_names(selector: str) -> List[str]:
     """Names a gin binding may set on configurable ``selector``, in signature order."""
     configurable = gin.config._REGISTRY.get_match(selector)
     signature = inspect.signature(configurable.wrapped)
-    names = [p.name for p in signature.parameters.values()
-             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    names = [
+        p.name
+        for p in signature.parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     if configurable.allowlist:
         names = [n for n in names if n in configurable.allowlist]
     if configurable.denylist:
@@ -285,4 +313,4 @@ def _closest(name: str, candidates: Sequence[str]) -> List[str]:
 
 
 def _quoted(names: Sequence[str]) -> str:
-    return ", ".join(f"'{n}'" for n in names)
+    return ', '.join(f"'{n}'" for n in names)

@@ -11,6 +11,7 @@ Conventions (ALF's):
   a transition. A FIRST after any other row is where a resumed run restarted
   its envs mid-episode: not a transition either.
 """
+
 from typing import NamedTuple
 
 import torch

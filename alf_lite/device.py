@@ -1,8 +1,9 @@
-"""The training device: resolving ``TrainerConfig.device``, describing it, its free memory, determinism.
+"""The training device: resolving ``TrainerConfig.device``, its name, free memory, determinism.
 
 Env stepping is always on the CPU; networks, optimizer states and the update
 live on the training device (see DESIGN.md, "Devices").
 """
+
 import os
 import re
 from typing import List
@@ -37,22 +38,30 @@ def resolve_device(device: str = 'auto') -> torch.device:
     if not isinstance(device, str) or not _DEVICE.match(device):
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}.")
     if device == 'auto':
-        return torch.device('cuda', torch.cuda.current_device()) if torch.cuda.is_available() \
+        return (
+            torch.device('cuda', torch.cuda.current_device())
+            if torch.cuda.is_available()
             else torch.device('cpu')
+        )
     if device == 'cpu':
         return torch.device('cpu')
     if not torch.cuda.is_available():
-        build = ('this torch build has no CUDA support' if torch.version.cuda is None
-                 else f'torch is built for CUDA {torch.version.cuda} but finds no GPU')
+        build = (
+            'this torch build has no CUDA support'
+            if torch.version.cuda is None
+            else f'torch is built for CUDA {torch.version.cuda} but finds no GPU'
+        )
         raise DeviceUnavailableError(
-            f"device {device!r} was asked for, but {build}. Use device='cpu' or 'auto'.")
+            f"device {device!r} was asked for, but {build}. Use device='cpu' or 'auto'."
+        )
     index = torch.cuda.current_device() if device == 'cuda' else int(device.split(':')[1])
     count = torch.cuda.device_count()
     if index >= count:
         raise DeviceUnavailableError(
             f'device {device!r} was asked for, but only {count} CUDA device(s) are visible '
             f'(cuda:0 to cuda:{count - 1}; CUDA_VISIBLE_DEVICES='
-            f'{os.environ.get("CUDA_VISIBLE_DEVICES", "unset")}).')
+            f'{os.environ.get("CUDA_VISIBLE_DEVICES", "unset")}).'
+        )
     return torch.device('cuda', index)
 
 
@@ -61,11 +70,12 @@ def describe_device(device: torch.device) -> str:
     device = torch.device(device)
     if device.type == 'cuda':
         props = torch.cuda.get_device_properties(device)
-        return (f'{device} ({props.name}, {props.total_memory / 2**30:.1f} GiB, '
-                f'CUDA {torch.version.cuda}, torch {torch.__version__})')
+        return (
+            f'{device} ({props.name}, {props.total_memory / 2**30:.1f} GiB, '
+            f'CUDA {torch.version.cuda}, torch {torch.__version__})'
+        )
     if device.type == 'cpu':
-        return (f'cpu ({len(os.sched_getaffinity(0))} usable cores, '
-                f'torch {torch.__version__})')
+        return f'cpu ({len(os.sched_getaffinity(0))} usable cores, torch {torch.__version__})'
     return str(device)
 
 
@@ -107,7 +117,9 @@ def use_deterministic_algorithms(device: torch.device) -> None:
     if torch.device(device).type == 'cuda':
         current = os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', CUBLAS_WORKSPACE_CONFIG)
         if current not in _DETERMINISTIC_CUBLAS_CONFIGS:
-            raise ValueError(f'CUBLAS_WORKSPACE_CONFIG={current!r} makes cuBLAS '
-                             f'nondeterministic; unset it or use {CUBLAS_WORKSPACE_CONFIG!r}.')
+            raise ValueError(
+                f'CUBLAS_WORKSPACE_CONFIG={current!r} makes cuBLAS '
+                f'nondeterministic; unset it or use {CUBLAS_WORKSPACE_CONFIG!r}.'
+            )
         torch.backends.cudnn.benchmark = False
     torch.use_deterministic_algorithms(True)

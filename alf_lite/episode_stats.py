@@ -1,4 +1,5 @@
 """Returns and lengths of the training episodes, for the train/AverageReturn summary."""
+
 import collections
 from typing import Dict, List
 
@@ -41,8 +42,10 @@ class EpisodeStats:
         """Mean return and length of the recent episodes; empty before the first one ends."""
         if not self.recent_returns:
             return {}
-        return {TRAIN_RETURN: float(np.mean(self.recent_returns)),
-                TRAIN_EPISODE_LENGTH: float(np.mean(self.recent_lengths))}
+        return {
+            TRAIN_RETURN: float(np.mean(self.recent_returns)),
+            TRAIN_EPISODE_LENGTH: float(np.mean(self.recent_lengths)),
+        }
 
     def load(self, recent_returns: List[float], recent_lengths: List[int]) -> None:
         """Continue with the finished episodes a checkpoint kept (the running ones start afresh)."""

@@ -1,4 +1,5 @@
 """Deterministic evaluation: one episode of a policy on each env of a batch, side by side."""
+
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
@@ -27,8 +28,9 @@ class EpisodeResults(NamedTuple):
         return float(self.lengths.mean())
 
 
-def evaluate(env, policy: Callable[[torch.Tensor], Any],
-             on_step: Optional[Callable[[TimeStep], None]] = None) -> EpisodeResults:
+def evaluate(
+    env, policy: Callable[[torch.Tensor], Any], on_step: Optional[Callable[[TimeStep], None]] = None
+) -> EpisodeResults:
     """Run one episode on each env of ``env``, side by side, until every one has ended.
 
     An env whose episode ended may go on being stepped until the others end;

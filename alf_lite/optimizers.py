@@ -3,6 +3,7 @@
 A reference without ``()`` passes the optimizer class with its scoped bindings
 (``actor/Adam.lr = 1e-3``); the algorithm calls it with its parameters.
 """
+
 import inspect
 from typing import Callable, Iterable, Optional
 
@@ -18,8 +19,11 @@ def _fused_by_default(cls):
     """
 
     def ctor(params, **kwargs):
-        if (kwargs.get('fused') is None and kwargs.get('foreach') is None
-                and not kwargs.get('differentiable', False)):
+        if (
+            kwargs.get('fused') is None
+            and kwargs.get('foreach') is None
+            and not kwargs.get('differentiable', False)
+        ):
             kwargs['fused'] = True
         return cls(params, **kwargs)
 
@@ -37,7 +41,9 @@ for _ctor in (Adam, AdamW, torch.optim.SGD, torch.optim.RMSprop):
 OptimizerCtor = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 
 
-def make_optimizer(ctor: Optional[OptimizerCtor], params, default_lr: float) -> torch.optim.Optimizer:
+def make_optimizer(
+    ctor: Optional[OptimizerCtor], params, default_lr: float
+) -> torch.optim.Optimizer:
     """Call ``ctor(params)``, or build ``Adam(params, lr=default_lr)`` when ``ctor`` is None.
 
     Args:

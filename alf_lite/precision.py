@@ -6,6 +6,7 @@ the parameters themselves (master weights), their gradients and optimizer
 states, batch-norm statistics, the output layers (Q values, the policy's mean
 and log-std), log-probabilities, losses, TD targets and Polyak averaging.
 """
+
 import contextlib
 from typing import Optional
 
@@ -28,8 +29,9 @@ def compute_dtype(precision: str) -> Optional[torch.dtype]:
         ValueError: for any other value, naming the valid ones.
     """
     if precision not in _DTYPES:
-        raise ValueError(f'precision must be one of {", ".join(map(repr, PRECISIONS))}, got '
-                         f'{precision!r}.')
+        raise ValueError(
+            f'precision must be one of {", ".join(map(repr, PRECISIONS))}, got {precision!r}.'
+        )
     return _DTYPES[precision]
 
 
@@ -98,9 +100,15 @@ def warn_if_emulated(precision: str, device: torch.device) -> bool:
     """
     if compute_dtype(precision) is None or native_bfloat16(device):
         return False
-    what = ('this CPU has neither AVX512-BF16 nor AMX-BF16' if device.type == 'cpu'
-            else f'{device} has no native bfloat16 matrix units')
-    logging.warning("precision='bfloat16': %s, so bfloat16 matrix products are emulated and "
-                    "much slower than float32 (an SAC update about 20x slower on an "
-                    "AVX2-only CPU). Use precision='float32' here.", what)
+    what = (
+        'this CPU has neither AVX512-BF16 nor AMX-BF16'
+        if device.type == 'cpu'
+        else f'{device} has no native bfloat16 matrix units'
+    )
+    logging.warning(
+        "precision='bfloat16': %s, so bfloat16 matrix products are emulated and "
+        'much slower than float32 (an SAC update about 20x slower on an '
+        "AVX2-only CPU). Use precision='float32' here.",
+        what,
+    )
     return True

@@ -14,6 +14,7 @@ draws its indices from torch's global CPU generator, a GPU buffer from the
 GPU's generator and from counters kept on the GPU, so sampling it reads
 nothing back to the host and can be captured in a CUDA graph.
 """
+
 import math
 from typing import Dict, Optional, Tuple, Union
 
@@ -38,9 +39,12 @@ class ReplayBufferTooLargeError(MemoryError):
     """
 
 
-def storage_device(nbytes: int, training_device: torch.device, device: Optional[str] = None,
-                   max_memory_fraction: float = 0.8
-                   ) -> Tuple[Optional[torch.device], Dict[torch.device, int]]:
+def storage_device(
+    nbytes: int,
+    training_device: torch.device,
+    device: Optional[str] = None,
+    max_memory_fraction: float = 0.8,
+) -> Tuple[Optional[torch.device], Dict[torch.device, int]]:
     """Where a buffer of ``nbytes`` goes, and the free memory of each device considered.
 
     The candidates are ``device`` alone when given, else the training device
@@ -69,8 +73,13 @@ def storage_device(nbytes: int, training_device: torch.device, device: Optional[
         available[candidate] = free_memory_bytes(candidate)
         if nbytes <= max_memory_fraction * available[candidate]:
             if candidate != candidates[0]:
-                logging.info('ReplayBuffer: %d bytes do not fit in %s (%d bytes free); it goes '
-                             'to %s.', nbytes, candidates[0], available[candidates[0]], candidate)
+                logging.info(
+                    'ReplayBuffer: %d bytes do not fit in %s (%d bytes free); it goes to %s.',
+                    nbytes,
+                    candidates[0],
+                    available[candidates[0]],
+                    candidate,
+                )
             return candidate, available
     return None, available
 
@@ -100,32 +109,41 @@ class ReplayBuffer:
             device).
     """
 
-    def __init__(self, num_envs: int, length: int, observation_dim: int,
-                 action_dim: int, max_memory_fraction: float = 0.8,
-                 device: Optional[str] = None,
-                 training_device: Union[str, torch.device] = 'cpu'):
-        for name, value in (("num_envs", num_envs), ("length", length),
-                            ("observation_dim", observation_dim),
-                            ("action_dim", action_dim)):
+    def __init__(
+        self,
+        num_envs: int,
+        length: int,
+        observation_dim: int,
+        action_dim: int,
+        max_memory_fraction: float = 0.8,
+        device: Optional[str] = None,
+        training_device: Union[str, torch.device] = 'cpu',
+    ):
+        for name, value in (
+            ('num_envs', num_envs),
+            ('length', length),
+            ('observation_dim', observation_dim),
+            ('action_dim', action_dim),
+        ):
             if not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"ReplayBuffer: {name} must be a positive int, got {value!r}")
+                raise ValueError(f'ReplayBuffer: {name} must be a positive int, got {value!r}')
         if not 0.0 < max_memory_fraction <= 1.0:
-            raise ValueError("ReplayBuffer: max_memory_fraction must be in "
-                             f"(0, 1], got {max_memory_fraction!r}")
+            raise ValueError(
+                f'ReplayBuffer: max_memory_fraction must be in (0, 1], got {max_memory_fraction!r}'
+            )
         self._num_envs = num_envs
         self._length = length
         # Trailing shape and dtype of each field, in Experience field order.
         self._specs: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {
-            "step_type": ((), torch.uint8),
-            "observation": ((observation_dim, ), torch.float32),
-            "action": ((action_dim, ), torch.float32),
-            "reward": ((), torch.float32),
-            "discount": ((), torch.float32),
+            'step_type': ((), torch.uint8),
+            'observation': ((observation_dim,), torch.float32),
+            'action': ((action_dim,), torch.float32),
+            'reward': ((), torch.float32),
+            'discount': ((), torch.float32),
         }
         self._raw_bytes_per_step = sum(
-            math.prod(shape) * dtype.itemsize
-            for shape, dtype in self._specs.values())
+            math.prod(shape) * dtype.itemsize for shape, dtype in self._specs.values()
+        )
         self._nbytes = num_envs * length * self._raw_bytes_per_step
 
         # Check before allocating: a buffer that does not fit should fail now,
@@ -139,8 +157,9 @@ class ReplayBuffer:
         # zeros (not empty) touches every page now, so the memory is really
         # committed up front and RSS reflects the logged figure from the start.
         self._storage: Dict[str, torch.Tensor] = {
-            name: torch.zeros((num_envs, length) + shape, dtype=dtype,
-                              device=self._device, pin_memory=pin)
+            name: torch.zeros(
+                (num_envs, length) + shape, dtype=dtype, device=self._device, pin_memory=pin
+            )
             for name, (shape, dtype) in self._specs.items()
         }
         # Rows added per env ever; the write head of every env is
@@ -149,28 +168,38 @@ class ReplayBuffer:
         self._total_added = 0
         self._total_added_tensor = torch.zeros((), dtype=torch.int64, device=self._device)
         logging.info(
-            "ReplayBuffer: allocated %d bytes (%.3f GiB) on %s%s for %d envs x %d "
-            "steps, %d bytes per step", self._nbytes, self._nbytes / _GIB, self._device,
-            ' (pinned)' if pin else '', num_envs, length, self._raw_bytes_per_step)
+            'ReplayBuffer: allocated %d bytes (%.3f GiB) on %s%s for %d envs x %d '
+            'steps, %d bytes per step',
+            self._nbytes,
+            self._nbytes / _GIB,
+            self._device,
+            ' (pinned)' if pin else '',
+            num_envs,
+            length,
+            self._raw_bytes_per_step,
+        )
 
     def _place(self, device: Optional[str], max_memory_fraction: float) -> torch.device:
         """Where the storage goes; a clear error when it fits nowhere."""
-        chosen, available = storage_device(self._nbytes, self._training_device, device,
-                                           max_memory_fraction)
+        chosen, available = storage_device(
+            self._nbytes, self._training_device, device, max_memory_fraction
+        )
         if chosen is not None:
             return chosen
-        where = ' and '.join(f"{free} bytes ({free / _GIB:.2f} GiB) on {d}"
-                             for d, free in available.items())
+        where = ' and '.join(
+            f'{free} bytes ({free / _GIB:.2f} GiB) on {d}' for d, free in available.items()
+        )
         allowed = max_memory_fraction * max(available.values())
         raise ReplayBufferTooLargeError(
-            f"ReplayBuffer of {self._num_envs} envs x {self._length} steps needs "
-            f"{self._nbytes} bytes ({self._nbytes / _GIB:.2f} GiB, "
-            f"{self._raw_bytes_per_step} bytes per step), but only {where} "
-            f"are available and at most max_memory_fraction={max_memory_fraction} of "
-            f"that ({int(allowed)} bytes) may be used. Lower "
-            f"replay_buffer_length (at most "
-            f"{int(allowed // (self._num_envs * self._raw_bytes_per_step))} fits "
-            f"with {self._num_envs} envs) or use fewer parallel environments.")
+            f'ReplayBuffer of {self._num_envs} envs x {self._length} steps needs '
+            f'{self._nbytes} bytes ({self._nbytes / _GIB:.2f} GiB, '
+            f'{self._raw_bytes_per_step} bytes per step), but only {where} '
+            f'are available and at most max_memory_fraction={max_memory_fraction} of '
+            f'that ({int(allowed)} bytes) may be used. Lower '
+            f'replay_buffer_length (at most '
+            f'{int(allowed // (self._num_envs * self._raw_bytes_per_step))} fits '
+            f'with {self._num_envs} envs) or use fewer parallel environments.'
+        )
 
     @property
     def num_envs(self) -> int:
@@ -225,11 +254,12 @@ class ReplayBuffer:
         for name, value in zip(Experience._fields, exp):
             target = self._storage[name]
             # Shape checks read only metadata, so they cost no host sync.
-            if tuple(value.shape) != (self._num_envs, ) + target.shape[2:]:
+            if tuple(value.shape) != (self._num_envs,) + target.shape[2:]:
                 raise ValueError(
                     f"ReplayBuffer.add_batch: field '{name}' has shape "
-                    f"{tuple(value.shape)}, expected "
-                    f"{(self._num_envs, ) + tuple(target.shape[2:])}")
+                    f'{tuple(value.shape)}, expected '
+                    f'{(self._num_envs,) + tuple(target.shape[2:])}'
+                )
             target[:, pos] = value
         self._total_added += 1
         self._total_added_tensor.fill_(self._total_added)
@@ -259,7 +289,7 @@ class ReplayBuffer:
         num_steps = self.num_steps
         starts_per_env = num_steps - batch_length + 1
         # One draw over the flat (env, start) space is uniform over all pairs.
-        flat = torch.randint(self._num_envs * starts_per_env, (batch_size, ))
+        flat = torch.randint(self._num_envs * starts_per_env, (batch_size,))
         env = flat // starts_per_env
         # Chronological offset of the window start from the oldest stored row.
         offset = flat % starts_per_env
@@ -269,26 +299,29 @@ class ReplayBuffer:
         # Index the [num_envs * length] flattened view: a single-dim gather.
         rows = env.unsqueeze(1) * self._length + pos
         if self._training_device.type == 'cpu':
-            return Experience(**{
-                name: self._storage[name].flatten(0, 1)[rows]
+            return Experience(
+                **{name: self._storage[name].flatten(0, 1)[rows] for name in Experience._fields}
+            )
+        return Experience(
+            **{
+                name: self._gather_pinned(name, rows).to(self._training_device, non_blocking=True)
                 for name in Experience._fields
-            })
-        return Experience(**{
-            name: self._gather_pinned(name, rows).to(self._training_device, non_blocking=True)
-            for name in Experience._fields
-        })
+            }
+        )
 
     def check_sample_size(self, batch_size: int, batch_length: int) -> None:
         """Raise ValueError unless windows of ``batch_length`` rows can be sampled now."""
         if batch_size < 1 or batch_length < 1:
             raise ValueError(
-                "ReplayBuffer.sample: batch_size and batch_length must be "
-                f"positive, got {batch_size} and {batch_length}")
+                'ReplayBuffer.sample: batch_size and batch_length must be '
+                f'positive, got {batch_size} and {batch_length}'
+            )
         if self.num_steps < batch_length:
             raise ValueError(
-                f"ReplayBuffer.sample: only {self.num_steps} rows stored per env, "
-                f"fewer than batch_length={batch_length}; collect more steps "
-                "before sampling (or lower the mini batch length)")
+                f'ReplayBuffer.sample: only {self.num_steps} rows stored per env, '
+                f'fewer than batch_length={batch_length}; collect more steps '
+                'before sampling (or lower the mini batch length)'
+            )
 
     def _gather_pinned(self, name: str, rows: torch.Tensor) -> torch.Tensor:
         """Rows ``[B, T]`` of one field into pinned memory, ready for a non-blocking copy.
@@ -298,8 +331,9 @@ class ReplayBuffer:
         """
         storage = self._storage[name]
         out = torch.empty(rows.shape + storage.shape[2:], dtype=storage.dtype, pin_memory=True)
-        torch.index_select(storage.flatten(0, 1), 0, rows.reshape(-1),
-                           out=out.view((-1, ) + storage.shape[2:]))
+        torch.index_select(
+            storage.flatten(0, 1), 0, rows.reshape(-1), out=out.view((-1,) + storage.shape[2:])
+        )
         return out
 
     def sample_on_device(self, batch_size: int, batch_length: int) -> Experience:
@@ -319,19 +353,24 @@ class ReplayBuffer:
         total = self._total_added_tensor
         num_steps = total.clamp(max=self._length)
         starts_per_env = (num_steps - (batch_length - 1)).clamp(min=1)
-        flat = torch.randint(_INDEX_RANGE, (batch_size, ), device=device) % (
-            self._num_envs * starts_per_env)
+        flat = torch.randint(_INDEX_RANGE, (batch_size,), device=device) % (
+            self._num_envs * starts_per_env
+        )
         env = flat // starts_per_env
         offset = flat % starts_per_env
         oldest = (total - num_steps) % self._length
         steps = torch.arange(batch_length, device=device)
         pos = (oldest + offset.unsqueeze(1) + steps) % self._length
         rows = (env.unsqueeze(1) * self._length + pos).reshape(-1)
-        return Experience(**{
-            name: self._storage[name].flatten(0, 1).index_select(0, rows).view(
-                (batch_size, batch_length) + self._storage[name].shape[2:])
-            for name in Experience._fields
-        })
+        return Experience(
+            **{
+                name: self._storage[name]
+                .flatten(0, 1)
+                .index_select(0, rows)
+                .view((batch_size, batch_length) + self._storage[name].shape[2:])
+                for name in Experience._fields
+            }
+        )
 
     def state_dict(self) -> Dict[str, object]:
         """Storage tensors and counters, suitable for ``torch.save``.
@@ -340,7 +379,7 @@ class ReplayBuffer:
         memory while checkpointing.
         """
         state: Dict[str, object] = dict(self._storage)
-        state["total_added"] = self._total_added
+        state['total_added'] = self._total_added
         return state
 
     def load_state_dict(self, state: Dict[str, object]) -> None:
@@ -352,30 +391,38 @@ class ReplayBuffer:
             state: a dict produced by ``state_dict()`` of a buffer with the same
                 ``num_envs``, ``length``, ``observation_dim`` and ``action_dim``.
         """
-        expected = set(self._storage) | {"total_added"}
+        expected = set(self._storage) | {'total_added'}
         if set(state) != expected:
             raise ValueError(
-                "ReplayBuffer.load_state_dict: keys "
-                f"{sorted(state)} do not match expected {sorted(expected)}")
+                'ReplayBuffer.load_state_dict: keys '
+                f'{sorted(state)} do not match expected {sorted(expected)}'
+            )
         for name, target in self._storage.items():
             value = state[name]
-            if (not isinstance(value, torch.Tensor)
-                    or value.shape != target.shape
-                    or value.dtype != target.dtype):
-                got = ((tuple(value.shape), value.dtype) if isinstance(
-                    value, torch.Tensor) else type(value).__name__)
+            if (
+                not isinstance(value, torch.Tensor)
+                or value.shape != target.shape
+                or value.dtype != target.dtype
+            ):
+                got = (
+                    (tuple(value.shape), value.dtype)
+                    if isinstance(value, torch.Tensor)
+                    else type(value).__name__
+                )
                 raise ValueError(
                     f"ReplayBuffer.load_state_dict: '{name}' is {got}, "
-                    f"expected {(tuple(target.shape), target.dtype)} "
-                    f"({self._num_envs} envs x {self._length} steps); the "
-                    "checkpoint was saved with a different num_envs, "
-                    "replay_buffer_length or observation/action size")
-        total_added = state["total_added"]
+                    f'expected {(tuple(target.shape), target.dtype)} '
+                    f'({self._num_envs} envs x {self._length} steps); the '
+                    'checkpoint was saved with a different num_envs, '
+                    'replay_buffer_length or observation/action size'
+                )
+        total_added = state['total_added']
         if not isinstance(total_added, int) or total_added < 0:
-            raise ValueError("ReplayBuffer.load_state_dict: total_added must "
-                             f"be a non-negative int, got {total_added!r}")
+            raise ValueError(
+                'ReplayBuffer.load_state_dict: total_added must '
+                f'be a non-negative int, got {total_added!r}'
+            )
         for name, target in self._storage.items():
             target.copy_(state[name])
         self._total_added = total_added
         self._total_added_tensor.fill_(total_added)
-

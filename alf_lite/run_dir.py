@@ -10,6 +10,7 @@
 Code reaches these paths through ``RunDir`` and the checkpoint names through
 ``checkpoint_name`` and ``list_checkpoints``; nothing else spells them.
 """
+
 import os
 import re
 from typing import List, Optional
@@ -109,4 +110,5 @@ class RunDir:
     def is_run(self) -> bool:
         """Whether the directory holds a run's progress.csv or TensorBoard events."""
         return os.path.isfile(self.progress_file) or any(
-            os.path.isdir(self.events_dir(mode)) for mode in SUMMARY_MODES)
+            os.path.isdir(self.events_dir(mode)) for mode in SUMMARY_MODES
+        )

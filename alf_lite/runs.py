@@ -7,6 +7,7 @@ the names below; ``plot``, ``grid_search`` and the learning benchmark read runs
 through this module; ``grid_search`` also starts them with
 ``train_in_subprocess``, which runs on a Ray worker as well as locally.
 """
+
 import csv
 import os
 import re
@@ -70,8 +71,9 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
             columns = list(reader.fieldnames or [])
             for name in (x, y):
                 if name not in columns:
-                    raise ValueError(f'{path} has no column {name!r}; its columns are: '
-                                     f'{", ".join(columns)}')
+                    raise ValueError(
+                        f'{path} has no column {name!r}; its columns are: {", ".join(columns)}'
+                    )
             points = [(float(r[x]), float(r[y])) for r in reader if r[x] and r[y]]
     else:
         points = _read_tensorboard_scalar(root_dir, y, x)
@@ -82,23 +84,27 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
 
 def _read_tensorboard_scalar(root_dir, y, x):
     if x not in (ENV_STEPS, WALL_TIME):
-        raise ValueError(f'{root_dir} has no {PROGRESS_FILE}; from TensorBoard events x can '
-                         f'only be {ENV_STEPS!r} or {WALL_TIME!r}, not {x!r}')
+        raise ValueError(
+            f'{root_dir} has no {PROGRESS_FILE}; from TensorBoard events x can '
+            f'only be {ENV_STEPS!r} or {WALL_TIME!r}, not {x!r}'
+        )
     mode, _, tag = y.partition('/')
     log_dir = RunDir(root_dir).events_dir(mode)
     if not os.path.isdir(log_dir):
-        raise ValueError(f'{root_dir} has neither {PROGRESS_FILE} nor TensorBoard events in '
-                         f'{log_dir}')
-    from tensorboard.backend.event_processing.event_accumulator import (SCALARS,
-                                                                         EventAccumulator)
+        raise ValueError(
+            f'{root_dir} has neither {PROGRESS_FILE} nor TensorBoard events in {log_dir}'
+        )
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
     accumulator = EventAccumulator(log_dir, size_guidance={SCALARS: 0})
     accumulator.Reload()
     tags = accumulator.Tags()['scalars']
     if tag not in tags:
-        raise ValueError(f'{root_dir} has no {PROGRESS_FILE} and no TensorBoard scalar {tag!r} '
-                         f'in {log_dir}; it has: {", ".join(tags) or "none"}')
-    return [(e.step if x == ENV_STEPS else e.wall_time, e.value)
-            for e in accumulator.Scalars(tag)]
+        raise ValueError(
+            f'{root_dir} has no {PROGRESS_FILE} and no TensorBoard scalar {tag!r} '
+            f'in {log_dir}; it has: {", ".join(tags) or "none"}'
+        )
+    return [(e.step if x == ENV_STEPS else e.wall_time, e.value) for e in accumulator.Scalars(tag)]
 
 
 def read_scalar_if_any(root_dir: str, y: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -145,10 +151,12 @@ def subprocess_env(num_threads: int) -> Dict[str, str]:
         set and the directory holding this ``alf_lite`` first on ``PYTHONPATH``.
     """
     import alf_lite
+
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(alf_lite.__file__)))
     env = dict(os.environ, OMP_NUM_THREADS=str(num_threads), MKL_NUM_THREADS=str(num_threads))
     env['PYTHONPATH'] = os.pathsep.join(
-        [package_parent] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
+        [package_parent] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else [])
+    )
     return env
 
 
@@ -167,8 +175,13 @@ def log_error_line(log_path: str, offset: int = 0) -> str:
     return lines[-1] if lines else 'no output'
 
 
-def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
-                        log_path: str, extra_env: Optional[Dict[str, str]] = None) -> dict:
+def train_in_subprocess(
+    root_dir: str,
+    config_text: str,
+    num_threads: int,
+    log_path: str,
+    extra_env: Optional[Dict[str, str]] = None,
+) -> dict:
     """Train (or resume) the run in ``root_dir`` with ``python -m alf_lite.bin.train``.
 
     Self-contained so that it runs on a Ray worker, which shares neither the
@@ -202,10 +215,21 @@ def train_in_subprocess(root_dir: str, config_text: str, num_threads: int,
             log.flush()
             offset = log.tell()
             returncode = subprocess.run(
-                [sys.executable, '-m', 'alf_lite.bin.train', '--root_dir', root_dir,
-                 '--gin_file', config_file.name],
-                cwd=os.path.dirname(log_path), env=env, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT).returncode
+                [
+                    sys.executable,
+                    '-m',
+                    'alf_lite.bin.train',
+                    '--root_dir',
+                    root_dir,
+                    '--gin_file',
+                    config_file.name,
+                ],
+                cwd=os.path.dirname(log_path),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ).returncode
     finally:
         os.remove(config_file.name)
     error = None

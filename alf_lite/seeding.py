@@ -10,6 +10,7 @@ reseeded on a resume (a key per resume step) therefore get seeds that differ
 from each other and from those of every other ``random_seed``, except with
 probability about 2^-128 per pair.
 """
+
 import random
 from typing import List
 
@@ -43,19 +44,31 @@ def global_rng_state() -> dict:
     ``weights_only=True``.
     """
     numpy_state = np.random.get_state(legacy=False)
-    return {'python': random.getstate(),
-            'numpy': {'key': torch.from_numpy(numpy_state['state']['key'].astype(np.int64)),
-                      'pos': numpy_state['state']['pos'],
-                      'has_gauss': numpy_state['has_gauss'], 'gauss': numpy_state['gauss']},
-            'torch': torch.get_rng_state()}
+    return {
+        'python': random.getstate(),
+        'numpy': {
+            'key': torch.from_numpy(numpy_state['state']['key'].astype(np.int64)),
+            'pos': numpy_state['state']['pos'],
+            'has_gauss': numpy_state['has_gauss'],
+            'gauss': numpy_state['gauss'],
+        },
+        'torch': torch.get_rng_state(),
+    }
 
 
 def set_global_rng_state(state: dict) -> None:
     """Continue every global generator from ``global_rng_state()``'s ``state``."""
     numpy_state = state['numpy']
     random.setstate(state['python'])
-    np.random.set_state(('MT19937', numpy_state['key'].numpy().astype(np.uint32),
-                         numpy_state['pos'], numpy_state['has_gauss'], numpy_state['gauss']))
+    np.random.set_state(
+        (
+            'MT19937',
+            numpy_state['key'].numpy().astype(np.uint32),
+            numpy_state['pos'],
+            numpy_state['has_gauss'],
+            numpy_state['gauss'],
+        )
+    )
     torch.set_rng_state(state['torch'])
 
 
@@ -65,7 +78,8 @@ def _seeds(random_seed: int, key: tuple, num_envs: int) -> List[int]:
     seeds = []
     for i in range(num_envs):
         words = np.random.SeedSequence(random_seed, spawn_key=key + (i,)).generate_state(
-            _WORDS, np.uint32)
+            _WORDS, np.uint32
+        )
         seeds.append(int.from_bytes(words.tobytes(), 'little'))
     return seeds
 

@@ -1,4 +1,5 @@
 """How SIGINT and SIGTERM stop training: after the iteration, or inside a hung env call."""
+
 import contextlib
 import signal
 import threading

@@ -1,4 +1,5 @@
 """Where training scalars go: TensorBoard (train/ and eval/), progress.csv, the console."""
+
 import csv
 import math
 import os
@@ -39,8 +40,12 @@ class ProgressCsv:
                 reader = csv.DictReader(f)
                 self._columns = list(reader.fieldnames or [])
                 # A row cut short by a kill mid-append has missing fields: drop it.
-                self._rows = [r for r in reader if None not in r.values() and (
-                    max_env_steps is None or int(r[ENV_STEPS]) <= max_env_steps)]
+                self._rows = [
+                    r
+                    for r in reader
+                    if None not in r.values()
+                    and (max_env_steps is None or int(r[ENV_STEPS]) <= max_env_steps)
+                ]
             self._rewrite()
 
     def write(self, row: Dict[str, float]) -> None:
@@ -80,17 +85,20 @@ class Summary:
         run_dir = RunDir(root_dir)
         self._writers = {
             mode: SummaryWriter(run_dir.events_dir(mode), purge_step=keep_until_env_steps + 1)
-            for mode in SUMMARY_MODES}
+            for mode in SUMMARY_MODES
+        }
         self._csv = ProgressCsv(run_dir.progress_file, keep_until_env_steps)
 
-    def write(self, env_steps: int, num_updates: int, wall_time: float,
-              scalars: Dict[str, float]) -> None:
+    def write(
+        self, env_steps: int, num_updates: int, wall_time: float, scalars: Dict[str, float]
+    ) -> None:
         """Write one set of scalars at ``env_steps`` (TensorBoard's step axis)."""
         for key, value in scalars.items():
             mode, name = key.split('/', 1)
             self._writers[mode].add_scalar(name, value, env_steps, walltime=wall_time)
-        self._csv.write({ENV_STEPS: env_steps, NUM_UPDATES: num_updates, WALL_TIME: wall_time,
-                         **scalars})
+        self._csv.write(
+            {ENV_STEPS: env_steps, NUM_UPDATES: num_updates, WALL_TIME: wall_time, **scalars}
+        )
 
     def close(self) -> None:
         for writer in self._writers.values():
@@ -117,13 +125,16 @@ class Throughput:
         return (env_steps - last_steps) / seconds, (num_updates - last_updates) / seconds
 
 
-def print_progress(env_steps: int, num_env_steps: int, env_steps_per_sec: float,
-                   eval_return: float) -> None:
+def print_progress(
+    env_steps: int, num_env_steps: int, env_steps_per_sec: float, eval_return: float
+) -> None:
     """One console line: a bar, env steps, speed and the last evaluation return."""
     frac = min(env_steps / max(num_env_steps, 1), 1.0)
     bar = '#' * int(frac * _BAR_WIDTH)
     eval_text = 'n/a' if eval_return is None or math.isnan(eval_return) else f'{eval_return:.1f}'
-    line = (f'[{bar:<{_BAR_WIDTH}}] {env_steps}/{num_env_steps} env steps | '
-            f'{env_steps_per_sec:.0f} SPS | eval return {eval_text}')
+    line = (
+        f'[{bar:<{_BAR_WIDTH}}] {env_steps}/{num_env_steps} env steps | '
+        f'{env_steps_per_sec:.0f} SPS | eval return {eval_text}'
+    )
     end = '\r' if sys.stderr.isatty() and frac < 1.0 else '\n'
     print(line, end=end, file=sys.stderr, flush=True)

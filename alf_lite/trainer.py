@@ -1,5 +1,6 @@
 """TrainerConfig and the generic off-policy trainer: the loop that collects, trains, evaluates,
 summarises and checkpoints, each done by its own module."""
+
 import os
 import time
 from typing import Callable, List, Optional
@@ -18,10 +19,23 @@ from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import evaluate
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.run_dir import RunDir, last_good_name
-from alf_lite.runs import (ENV_STEPS_PER_SEC, EVAL_EPISODE_LENGTH, EVAL_RETURN,
-                           PROCESS_RSS_BYTES, REPLAY_BUFFER_BYTES, UPDATES_PER_SEC, train_column)
-from alf_lite.seeding import (eval_env_seeds, global_rng_state, resume_env_seeds, seed_everything,
-                              set_global_rng_state, train_env_seeds)
+from alf_lite.runs import (
+    ENV_STEPS_PER_SEC,
+    EVAL_EPISODE_LENGTH,
+    EVAL_RETURN,
+    PROCESS_RSS_BYTES,
+    REPLAY_BUFFER_BYTES,
+    UPDATES_PER_SEC,
+    train_column,
+)
+from alf_lite.seeding import (
+    eval_env_seeds,
+    global_rng_state,
+    resume_env_seeds,
+    seed_everything,
+    set_global_rng_state,
+    train_env_seeds,
+)
 from alf_lite.signals import InterruptedInEnvCall, StopSignals, TrainingInterrupted, sigint_ignored
 from alf_lite.summary import Summary, Throughput, print_progress
 
@@ -62,55 +76,77 @@ class TrainerConfig:
             a resumed run continues with the same data.
     """
 
-    def __init__(self,
-                 algorithm_ctor: Callable = SacAlgorithm,
-                 random_seed: int = 0,
-                 num_env_steps: int = 100_000,
-                 initial_collect_steps: int = 1000,
-                 unroll_length: int = 1,
-                 mini_batch_size: int = 256,
-                 mini_batch_length: int = 2,
-                 num_updates_per_train_iter: int = 1,
-                 replay_buffer_length: int = 100_000,
-                 summary_interval: int = 1000,
-                 eval_interval: int = 5000,
-                 num_eval_episodes: int = 10,
-                 checkpoint_interval: int = 10_000,
-                 torch_num_threads: int = 1,
-                 mask_out_loss_for_last_step: bool = True,
-                 checkpoint_replay_buffer: bool = True):
-        positive = ('num_env_steps', 'unroll_length', 'mini_batch_size',
-                    'num_updates_per_train_iter', 'replay_buffer_length', 'summary_interval',
-                    'eval_interval', 'num_eval_episodes', 'checkpoint_interval',
-                    'torch_num_threads', 'mini_batch_length')
+    def __init__(
+        self,
+        algorithm_ctor: Callable = SacAlgorithm,
+        random_seed: int = 0,
+        num_env_steps: int = 100_000,
+        initial_collect_steps: int = 1000,
+        unroll_length: int = 1,
+        mini_batch_size: int = 256,
+        mini_batch_length: int = 2,
+        num_updates_per_train_iter: int = 1,
+        replay_buffer_length: int = 100_000,
+        summary_interval: int = 1000,
+        eval_interval: int = 5000,
+        num_eval_episodes: int = 10,
+        checkpoint_interval: int = 10_000,
+        torch_num_threads: int = 1,
+        mask_out_loss_for_last_step: bool = True,
+        checkpoint_replay_buffer: bool = True,
+    ):
+        positive = (
+            'num_env_steps',
+            'unroll_length',
+            'mini_batch_size',
+            'num_updates_per_train_iter',
+            'replay_buffer_length',
+            'summary_interval',
+            'eval_interval',
+            'num_eval_episodes',
+            'checkpoint_interval',
+            'torch_num_threads',
+            'mini_batch_length',
+        )
         values = locals()
         for name in positive + ('random_seed', 'initial_collect_steps'):
             value = values[name]
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f'TrainerConfig.{name} must be an integer, got {value!r} '
-                                 f'({type(value).__name__}).')
+                raise ValueError(
+                    f'TrainerConfig.{name} must be an integer, got {value!r} '
+                    f'({type(value).__name__}).'
+                )
         for name in positive:
             if values[name] <= 0:
                 raise ValueError(f'TrainerConfig.{name} must be positive, got {values[name]}.')
         if mini_batch_length < 2:
-            raise ValueError('TrainerConfig.mini_batch_length must be >= 2: a TD update needs '
-                             f'a row and its next row, got {mini_batch_length}.')
+            raise ValueError(
+                'TrainerConfig.mini_batch_length must be >= 2: a TD update needs '
+                f'a row and its next row, got {mini_batch_length}.'
+            )
         if random_seed < 0:
             raise ValueError(f'TrainerConfig.random_seed must be >= 0, got {random_seed}.')
         if not 0 <= initial_collect_steps <= num_env_steps:
-            raise ValueError(f'TrainerConfig.initial_collect_steps must be in [0, num_env_steps '
-                             f'= {num_env_steps}], got {initial_collect_steps}: the run would '
-                             'end before training starts.')
+            raise ValueError(
+                f'TrainerConfig.initial_collect_steps must be in [0, num_env_steps '
+                f'= {num_env_steps}], got {initial_collect_steps}: the run would '
+                'end before training starts.'
+            )
         if replay_buffer_length < mini_batch_length:
-            raise ValueError(f'TrainerConfig.replay_buffer_length ({replay_buffer_length}) must '
-                             f'be >= mini_batch_length ({mini_batch_length}).')
+            raise ValueError(
+                f'TrainerConfig.replay_buffer_length ({replay_buffer_length}) must '
+                f'be >= mini_batch_length ({mini_batch_length}).'
+            )
         for name in ('mask_out_loss_for_last_step', 'checkpoint_replay_buffer'):
             if not isinstance(values[name], bool):
-                raise ValueError(f'TrainerConfig.{name} must be True or False, got '
-                                 f'{values[name]!r}.')
+                raise ValueError(
+                    f'TrainerConfig.{name} must be True or False, got {values[name]!r}.'
+                )
         if not callable(algorithm_ctor):
-            raise ValueError('TrainerConfig.algorithm_ctor must be an algorithm class, e.g. '
-                             f'@SacAlgorithm, got {algorithm_ctor!r}.')
+            raise ValueError(
+                'TrainerConfig.algorithm_ctor must be an algorithm class, e.g. '
+                f'@SacAlgorithm, got {algorithm_ctor!r}.'
+            )
         self.algorithm_ctor = algorithm_ctor
         self.random_seed = random_seed
         self.num_env_steps = num_env_steps
@@ -161,18 +197,28 @@ class Trainer:
             self._eval_env = create_environment(
                 num_parallel_environments=cfg.num_eval_episodes,
                 seed=eval_env_seeds(cfg.random_seed, cfg.num_eval_episodes),
-                use_subprocesses=False)
+                use_subprocesses=False,
+            )
             self._algorithm = cfg.algorithm_ctor(
-                observation_dim=env.observation_dim, action_dim=env.action_dim)
+                observation_dim=env.observation_dim, action_dim=env.action_dim
+            )
             self._replay_buffer = ReplayBuffer(
-                num_envs=env.num_envs, length=cfg.replay_buffer_length,
-                observation_dim=env.observation_dim, action_dim=env.action_dim)
+                num_envs=env.num_envs,
+                length=cfg.replay_buffer_length,
+                observation_dim=env.observation_dim,
+                action_dim=env.action_dim,
+            )
         except BaseException:
             self.close()
             raise
         self._episode_stats = EpisodeStats(env.num_envs)
-        self._collector = Collector(env, self._algorithm, self._replay_buffer,
-                                    cfg.initial_collect_steps, self._episode_stats)
+        self._collector = Collector(
+            env,
+            self._algorithm,
+            self._replay_buffer,
+            cfg.initial_collect_steps,
+            self._episode_stats,
+        )
         self._stop_signals = StopSignals(lambda: self._env.busy or self._eval_env.busy)
         self._env_steps = 0
         self._num_updates = 0
@@ -207,8 +253,9 @@ class Trainer:
         reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
         if latest is not None:
             self._restore(*latest)
-            reset_seed = resume_env_seeds(self._config.random_seed, self._env_steps,
-                                          self._env.num_envs)
+            reset_seed = resume_env_seeds(
+                self._config.random_seed, self._env_steps, self._env.num_envs
+            )
         summary = Summary(self._run_dir.root, self._env_steps if latest else -1)
         try:
             with self._stop_signals:
@@ -245,8 +292,12 @@ class Trainer:
             elif summarising:
                 summary.write(after, self._num_updates, time.time(), scalars)
             if summarising:
-                print_progress(after, cfg.num_env_steps, scalars[ENV_STEPS_PER_SEC],
-                               self._last_eval.get(EVAL_RETURN))
+                print_progress(
+                    after,
+                    cfg.num_env_steps,
+                    scalars[ENV_STEPS_PER_SEC],
+                    self._last_eval.get(EVAL_RETURN),
+                )
             stopping = self._stop_signals.received is not None
             if _crossed(before, after, cfg.checkpoint_interval) or done or stopping:
                 self._save()
@@ -277,8 +328,10 @@ class Trainer:
         cfg, algorithm, replay_buffer = self._config, self._algorithm, self._replay_buffer
         # Counted from the buffer, not the env steps, so that a run resumed
         # without its replay buffer first refills it.
-        if not (replay_buffer.total_added * self._env.num_envs > cfg.initial_collect_steps
-                and replay_buffer.num_steps >= cfg.mini_batch_length):
+        if not (
+            replay_buffer.total_added * self._env.num_envs > cfg.initial_collect_steps
+            and replay_buffer.num_steps >= cfg.mini_batch_length
+        ):
             return
         if not algorithm.training:
             algorithm.train(True)
@@ -300,7 +353,8 @@ class Trainer:
             f'{error} at env step {self._env_steps} (update {self._num_updates + 1}); the '
             f'optimizer step was not taken. The state before it is saved in {path}; the '
             'regular checkpoints were left as they were. Check the rewards and observations '
-            'for NaN/inf, or lower the learning rates.') from error
+            'for NaN/inf, or lower the learning rates.'
+        ) from error
 
     def _train_scalars(self, env_steps_per_sec: float, updates_per_sec: float) -> dict:
         scalars = {train_column(k): float(v) for k, v in self._latest_train_scalars.items()}
@@ -314,12 +368,18 @@ class Trainer:
     def _evaluate_and_write(self, summary: Summary, scalars: dict) -> None:
         self._algorithm.train(False)
         results = evaluate(self._eval_env, self._algorithm.predict_step)
-        self._last_eval = {EVAL_RETURN: results.average_return,
-                           EVAL_EPISODE_LENGTH: results.average_length}
+        self._last_eval = {
+            EVAL_RETURN: results.average_return,
+            EVAL_EPISODE_LENGTH: results.average_length,
+        }
         scalars.update(self._last_eval)
         summary.write(self._env_steps, self._num_updates, time.time(), scalars)
-        logging.info('env steps %d: eval return %.2f, episode length %.1f',
-                     self._env_steps, results.average_return, results.average_length)
+        logging.info(
+            'env steps %d: eval return %.2f, episode length %.1f',
+            self._env_steps,
+            results.average_return,
+            results.average_length,
+        )
 
     def _save(self, name: Optional[str] = None) -> str:
         """Write a checkpoint (``ckpt-<env_steps>`` unless named); refuse non-finite weights."""
@@ -329,18 +389,25 @@ class Trainer:
             raise TrainingError(
                 f'parameter {bad} is not finite at env step {self._env_steps}: no checkpoint '
                 'was written, so the last checkpoint still holds finite weights. Lower the '
-                'learning rates or check the rewards and observations for NaN/inf.')
+                'learning rates or check the rewards and observations for NaN/inf.'
+            )
         state = ckpt.TrainerState(
-            algorithm=algorithm_state, rng=global_rng_state(), env_steps=self._env_steps,
+            algorithm=algorithm_state,
+            rng=global_rng_state(),
+            env_steps=self._env_steps,
             num_updates=self._num_updates,
             recent_returns=list(self._episode_stats.recent_returns),
-            recent_lengths=list(self._episode_stats.recent_lengths), last_eval=self._last_eval)
+            recent_lengths=list(self._episode_stats.recent_lengths),
+            last_eval=self._last_eval,
+        )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
             path = ckpt.save_trainer_state(self._run_dir.checkpoint_dir, state, rb, name)
         except OSError as e:
-            raise TrainingError(f'could not write the checkpoint at env step {self._env_steps}: '
-                                f'{e}. The previous checkpoints are intact.') from e
+            raise TrainingError(
+                f'could not write the checkpoint at env step {self._env_steps}: '
+                f'{e}. The previous checkpoints are intact.'
+            ) from e
         logging.info('checkpoint written: %s', path)
         return path
 
@@ -351,7 +418,8 @@ class Trainer:
         except (KeyError, RuntimeError, ValueError) as e:
             raise ckpt.CheckpointError(
                 f'checkpoint {path} does not fit the configured algorithm ({e}). Was the '
-                'config changed? Resume with the config the run started with.') from e
+                'config changed? Resume with the config the run started with.'
+            ) from e
         set_global_rng_state(state.rng)
         self._env_steps = state.env_steps
         self._num_updates = state.num_updates
@@ -363,11 +431,15 @@ class Trainer:
             except ValueError as e:
                 raise ckpt.CheckpointError(
                     f'the replay buffer of {path} does not fit the configured one ({e}). '
-                    'Resume with the config the run started with.') from e
+                    'Resume with the config the run started with.'
+                ) from e
             # The envs restart with a FIRST row after the last stored one; the
             # loss mask never trains on that pair.
         else:
-            logging.warning('%s holds no replay buffer: training continues after %d steps of '
-                            'the current policy refill it.', path,
-                            self._config.initial_collect_steps)
+            logging.warning(
+                '%s holds no replay buffer: training continues after %d steps of '
+                'the current policy refill it.',
+                path,
+                self._config.initial_collect_steps,
+            )
         logging.info('resumed from %s at %d env steps', path, self._env_steps)

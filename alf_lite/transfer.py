@@ -6,6 +6,7 @@ small copies up, each paying the fixed cost of a transfer; packed, it is one.
 The action comes down with ``action.cpu()``: one copy, and the one place
 where the host waits for the device in collection.
 """
+
 import torch
 
 from alf_lite.data import TimeStep
@@ -22,23 +23,29 @@ def pack_time_step(time_step: TimeStep, out: torch.Tensor = None) -> torch.Tenso
         time_step: fields with batch dim N, on the CPU.
         out: where to write (e.g. pinned memory); None allocates.
     """
-    columns = [time_step.step_type.float().unsqueeze(1), time_step.reward.float().unsqueeze(1),
-               time_step.discount.float().unsqueeze(1), time_step.env_id.float().unsqueeze(1),
-               time_step.observation.float()]
+    columns = [
+        time_step.step_type.float().unsqueeze(1),
+        time_step.reward.float().unsqueeze(1),
+        time_step.discount.float().unsqueeze(1),
+        time_step.env_id.float().unsqueeze(1),
+        time_step.observation.float(),
+    ]
     return torch.cat(columns, dim=1, out=out)
 
 
 def unpack_time_step(packed: torch.Tensor) -> TimeStep:
-    """The ``TimeStep`` that ``pack_time_step`` packed, with the original dtypes, on ``packed``'s device."""
-    return TimeStep(step_type=packed[:, _STEP_TYPE].to(torch.uint8),
-                    observation=packed[:, _OBSERVATION:],
-                    reward=packed[:, _REWARD],
-                    discount=packed[:, _DISCOUNT],
-                    env_id=packed[:, _ENV_ID].to(torch.int64))
+    """The ``TimeStep`` that ``pack_time_step`` packed, in its dtypes, on ``packed``'s device."""
+    return TimeStep(
+        step_type=packed[:, _STEP_TYPE].to(torch.uint8),
+        observation=packed[:, _OBSERVATION:],
+        reward=packed[:, _REWARD],
+        discount=packed[:, _DISCOUNT],
+        env_id=packed[:, _ENV_ID].to(torch.int64),
+    )
 
 
 def time_step_to_device(time_step: TimeStep, device: torch.device) -> TimeStep:
-    """``time_step`` on ``device`` in one non-blocking copy; unchanged when ``device`` is the CPU."""
+    """``time_step`` on ``device`` in one non-blocking copy; unchanged when that is the CPU."""
     if device.type == 'cpu':
         return time_step
     n, obs_dim = time_step.observation.shape

@@ -1,4 +1,4 @@
-"""The trainer's update: sample a batch, compute the losses, step the optimizers, update the targets.
+"""The trainer's update: sample a batch, compute the losses, step the optimizers and targets.
 
 ``UpdateRunner.update`` runs one such update, either eagerly or, on a GPU,
 from a CUDA graph: the first calls run eagerly (they initialise the
@@ -13,6 +13,7 @@ which graph mode turns on) and its Python branches may depend only on
 ``num_train_steps`` modulo ``train_step_cycle``: one graph is captured per
 phase of that cycle (TD3's delayed actor update gives two).
 """
+
 from typing import Callable, Dict, Optional
 
 import torch
@@ -51,33 +52,46 @@ class UpdateRunner:
             that delivers batches to another device.
     """
 
-    def __init__(self, algorithm: OffPolicyAlgorithm, replay_buffer: ReplayBuffer,
-                 mini_batch_size: int, mini_batch_length: int,
-                 loss_mask_fn: Callable[[Experience], torch.Tensor],
-                 cuda_graph: bool = False, compile: bool = False,
-                 defer_non_finite_checks: bool = False):
+    def __init__(
+        self,
+        algorithm: OffPolicyAlgorithm,
+        replay_buffer: ReplayBuffer,
+        mini_batch_size: int,
+        mini_batch_length: int,
+        loss_mask_fn: Callable[[Experience], torch.Tensor],
+        cuda_graph: bool = False,
+        compile: bool = False,
+        defer_non_finite_checks: bool = False,
+    ):
         device = next(algorithm.parameters()).device
         if cuda_graph and device.type != 'cuda':
-            raise ValueError(f'cuda_graph=True needs the algorithm on a CUDA device; it is on '
-                             f"{device}. Set TrainerConfig.device='cuda' (on a machine with a "
-                             'GPU) or cuda_graph=False.')
+            raise ValueError(
+                f'cuda_graph=True needs the algorithm on a CUDA device; it is on '
+                f"{device}. Set TrainerConfig.device='cuda' (on a machine with a "
+                'GPU) or cuda_graph=False.'
+            )
         if replay_buffer.training_device != device:
-            raise ValueError(f'the replay buffer delivers batches to '
-                             f'{replay_buffer.training_device}, the algorithm is on {device}.')
+            raise ValueError(
+                f'the replay buffer delivers batches to '
+                f'{replay_buffer.training_device}, the algorithm is on {device}.'
+            )
         self._algorithm = algorithm
         self._buffer = replay_buffer
         self._batch_size = mini_batch_size
         self._batch_length = mini_batch_length
         self._loss_mask_fn = loss_mask_fn
         self._cuda_graph = cuda_graph
-        self._guard = (algorithm.defer_non_finite_checks()
-                       if cuda_graph or defer_non_finite_checks else None)
+        self._guard = (
+            algorithm.defer_non_finite_checks() if cuda_graph or defer_non_finite_checks else None
+        )
         if cuda_graph:
             for name, optimizer in algorithm.optimizers.items():
                 for group in optimizer.param_groups:
                     if 'capturable' not in group:
-                        raise ValueError(f'the {name} optimizer ({type(optimizer).__name__}) '
-                                         'cannot be captured in a CUDA graph; use Adam or AdamW.')
+                        raise ValueError(
+                            f'the {name} optimizer ({type(optimizer).__name__}) '
+                            'cannot be captured in a CUDA graph; use Adam or AdamW.'
+                        )
                     group['capturable'] = True
         if compile:
             for module in algorithm.children():
@@ -171,4 +185,3 @@ class UpdateRunner:
             self._graph_outputs[phase] = self._step(self._static_batch)
         self._algorithm.num_train_steps = num_train_steps
         self._graphs[phase] = graph
-

@@ -13,6 +13,7 @@ Each figure is the best of ``--repeats`` runs, sync and subprocess taking
 turns, so that a burst of other load on the machine hits both ways alike;
 quote the figures with the load averages printed.
 """
+
 import argparse
 import os
 import time
@@ -24,11 +25,11 @@ from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import default_use_subprocesses
 
 
-def steps_per_second(env_name: str, num_envs: int, use_subprocesses: bool, seconds: float,
-                     warmup_steps: int = 20) -> float:
+def steps_per_second(
+    env_name: str, num_envs: int, use_subprocesses: bool, seconds: float, warmup_steps: int = 20
+) -> float:
     """Env steps per second (summed over envs) of random actions for about ``seconds``."""
-    with create_environment(env_name, num_envs, seed=0,
-                            use_subprocesses=use_subprocesses) as env:
+    with create_environment(env_name, num_envs, seed=0, use_subprocesses=use_subprocesses) as env:
         generator = torch.Generator().manual_seed(0)
         actions = torch.rand(256, num_envs, env.action_dim, generator=generator) * 2 - 1
         env.reset()
@@ -52,8 +53,10 @@ def main():
     # One torch thread, as the trainer runs: the benchmark measures the envs.
     torch.set_num_threads(1)
 
-    print(f'cores: {os.cpu_count()}, load average at start: '
-          + ', '.join(f'{x:.2f}' for x in os.getloadavg()))
+    print(
+        f'cores: {os.cpu_count()}, load average at start: '
+        + ', '.join(f'{x:.2f}' for x in os.getloadavg())
+    )
     print('| env | N | sync steps/s | subprocess steps/s | subprocess / sync | default |')
     print('|---|---|---|---|---|---|')
     for env_name in args.env_names.split(','):
@@ -72,8 +75,11 @@ def main():
             default = 'subprocess' if default_use_subprocesses(spec, n) else 'sync'
             faster = 'subprocess' if subprocess > sync else 'sync'
             mark = '' if default == faster else ' (slower!)'
-            print(f'| {env_name} | {n} | {sync:.0f} | {subprocess:.0f} | '
-                  f'{subprocess / sync:.2f} | {default}{mark} |', flush=True)
+            print(
+                f'| {env_name} | {n} | {sync:.0f} | {subprocess:.0f} | '
+                f'{subprocess / sync:.2f} | {default}{mark} |',
+                flush=True,
+            )
     print('load average at end: ' + ', '.join(f'{x:.2f}' for x in os.getloadavg()))
 
 

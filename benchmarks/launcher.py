@@ -12,6 +12,7 @@ on to the runs (alf_lite's train writes a checkpoint and stops).
 A run here is a ``benchmarks.learning.BenchmarkRun``; what starts it comes
 from the caller as a command.
 """
+
 import concurrent.futures
 import csv
 import datetime
@@ -52,8 +53,9 @@ _HOUR_S = 3600
 ATTEMPTS_SUFFIX = '.attempts.json'
 # Exit statuses of a run stopped by SIGINT or SIGTERM: train exits with 128 + the
 # signal number, a process without a handler dies of the signal (a negative status).
-STOPPED_STATUSES = frozenset([EXIT_SIGNAL_BASE + s for s in STOP_SIGNALS]
-                             + [-s for s in STOP_SIGNALS])
+STOPPED_STATUSES = frozenset(
+    [EXIT_SIGNAL_BASE + s for s in STOP_SIGNALS] + [-s for s in STOP_SIGNALS]
+)
 
 RunCommand = Callable[['BenchmarkRun'], List[str]]
 
@@ -116,18 +118,28 @@ class Launcher:
         done = read_done(run_dir)
         if done is not None:
             if done.get('target_env_steps') != run.num_env_steps:
-                return dict(run=run, status='failed', detail=(
-                    f'{run_dir} finished a run of {done.get("target_env_steps")} env '
-                    f'steps, not {run.num_env_steps}: move it away or choose another --out'))
+                return dict(
+                    run=run,
+                    status='failed',
+                    detail=(
+                        f'{run_dir} finished a run of {done.get("target_env_steps")} env '
+                        f'steps, not {run.num_env_steps}: move it away or choose another --out'
+                    ),
+                )
             return dict(run=run, status='skipped', detail='already done', done=done)
         if self.stopping:
             return dict(run=run, status='not started', detail='stopped')
         if self._deadline is not None:
             seconds, source = estimate_seconds(run, out)
             if time.time() + DEADLINE_MARGIN * seconds > self._deadline:
-                return dict(run=run, status='deferred', detail=(
-                    f'needs about {format_duration(seconds)} ({source}), which would end after '
-                    f'the deadline {time.strftime("%H:%M", time.localtime(self._deadline))}'))
+                return dict(
+                    run=run,
+                    status='deferred',
+                    detail=(
+                        f'needs about {format_duration(seconds)} ({source}), which would end after '
+                        f'the deadline {time.strftime("%H:%M", time.localtime(self._deadline))}'
+                    ),
+                )
         log_path = run.log_path(out)
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         command = self._command(run)
@@ -142,9 +154,14 @@ class Launcher:
             with self._lock:
                 if self.stopping:
                     return dict(run=run, status='not started', detail='stopped')
-                process = subprocess.Popen(command, cwd=REPO_ROOT, env=subprocess_env(1),
-                                           stdin=subprocess.DEVNULL, stdout=log,
-                                           stderr=subprocess.STDOUT)
+                process = subprocess.Popen(
+                    command,
+                    cwd=REPO_ROOT,
+                    env=subprocess_env(1),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
                 self._processes.add(process)
             loads, stopped_at_deadline = [], False
             try:
@@ -160,52 +177,87 @@ class Launcher:
                     # A resumable run still going at the deadline checkpoints and
                     # stops; the next call resumes it. A run that cannot resume
                     # started only because its estimate fitted.
-                    if (run.resumable and not stopped_at_deadline
-                            and self._deadline is not None and time.time() > self._deadline):
+                    if (
+                        run.resumable
+                        and not stopped_at_deadline
+                        and self._deadline is not None
+                        and time.time() > self._deadline
+                    ):
                         process.send_signal(signal.SIGTERM)
                         stopped_at_deadline = True
             finally:
                 with self._lock:
                     self._processes.discard(process)
         wall = time.time() - start
-        attempts.append(dict(started=start, wall_time_s=wall, returncode=returncode,
-                             env_steps_from=steps_from, env_steps_to=_last_env_steps(run_dir),
-                             kind=list(run.kind),
-                             mean_load=statistics.mean(loads) if loads else None,
-                             code=code_version()))
+        attempts.append(
+            dict(
+                started=start,
+                wall_time_s=wall,
+                returncode=returncode,
+                env_steps_from=steps_from,
+                env_steps_to=_last_env_steps(run_dir),
+                kind=list(run.kind),
+                mean_load=statistics.mean(loads) if loads else None,
+                code=code_version(),
+            )
+        )
         _write_json(attempts_path, attempts)
         if returncode != 0:
             status = 'interrupted' if returncode in STOPPED_STATUSES else 'failed'
             if stopped_at_deadline:
                 status, returncode = 'deferred', 'stopped at the deadline'
-            return dict(run=run, status=status, wall_time_s=wall,
-                        detail=f'exit code {returncode}: {log_error_line(log_path, offset)} '
-                               f'(log: {log_path})')
+            return dict(
+                run=run,
+                status=status,
+                wall_time_s=wall,
+                detail=f'exit code {returncode}: {log_error_line(log_path, offset)} '
+                f'(log: {log_path})',
+            )
         steps, returns = read_scalar_if_any(run_dir, EVAL_RETURN)
         if len(returns) == 0:
             return dict(run=run, status='failed', detail=f'no {EVAL_RETURN} in {run_dir}')
-        done = dict(framework=run.framework, algo=run.algo, env=run.task.env, seed=run.seed,
-                    setting=run.setting, target_env_steps=run.num_env_steps,
-                    env_steps=int(steps[-1]), final_eval_return=float(returns[-1]),
-                    final_eval_return_last3=float(returns[-LAST_N:].mean()),
-                    wall_time_s=sum(a['wall_time_s'] for a in attempts),
-                    attempts=len(attempts), finished=time.strftime('%Y-%m-%d %H:%M:%S'),
-                    mean_load=_mean_load(attempts), cpus=os.cpu_count(),
-                    code=sorted({a.get('code') or 'unknown' for a in attempts}))
+        done = dict(
+            framework=run.framework,
+            algo=run.algo,
+            env=run.task.env,
+            seed=run.seed,
+            setting=run.setting,
+            target_env_steps=run.num_env_steps,
+            env_steps=int(steps[-1]),
+            final_eval_return=float(returns[-1]),
+            final_eval_return_last3=float(returns[-LAST_N:].mean()),
+            wall_time_s=sum(a['wall_time_s'] for a in attempts),
+            attempts=len(attempts),
+            finished=time.strftime('%Y-%m-%d %H:%M:%S'),
+            mean_load=_mean_load(attempts),
+            cpus=os.cpu_count(),
+            code=sorted({a.get('code') or 'unknown' for a in attempts}),
+        )
         _write_json(os.path.join(run_dir, DONE_FILE), done)
-        return dict(run=run, status='done', wall_time_s=wall, done=done,
-                    detail='resumed' if resumed else '')
+        return dict(
+            run=run, status='done', wall_time_s=wall, done=done, detail='resumed' if resumed else ''
+        )
 
 
 def code_version() -> str:
     """The git commit of this checkout, with ``+dirty`` when files differ from it."""
+
     def git(*args):
-        return subprocess.run(['git', *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ['git', *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
     try:
         commit = git('rev-parse', '--short=12', 'HEAD')
-        dirty = git('status', '--porcelain', '--untracked-files=no', '--', 'alf_lite',
-                    'benchmarks', 'examples')
+        dirty = git(
+            'status',
+            '--porcelain',
+            '--untracked-files=no',
+            '--',
+            'alf_lite',
+            'benchmarks',
+            'examples',
+        )
     except (OSError, subprocess.CalledProcessError):
         return 'unknown'
     return commit + ('+dirty' if dirty else '')
@@ -213,8 +265,9 @@ def code_version() -> str:
 
 def _mean_load(attempts: List[dict]) -> Optional[float]:
     """Time-weighted mean of the attempts' 1-minute load averages."""
-    weighted = [(a['mean_load'], a['wall_time_s']) for a in attempts
-                if a.get('mean_load') is not None]
+    weighted = [
+        (a['mean_load'], a['wall_time_s']) for a in attempts if a.get('mean_load') is not None
+    ]
     total = sum(w for _, w in weighted)
     return sum(x * w for x, w in weighted) / total if total else None
 
@@ -246,14 +299,20 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
     task's assumed rate. A run that will resume needs only its remaining steps.
     """
     kind = run.kind
-    rates = [done['wall_time_s'] / done['env_steps'] for _, done in _done_runs(out)
-             if (done.get('framework'), done.get('algo'), done.get('env')) == kind
-             and done.get('env_steps')]
+    rates = [
+        done['wall_time_s'] / done['env_steps']
+        for _, done in _done_runs(out)
+        if (done.get('framework'), done.get('algo'), done.get('env')) == kind
+        and done.get('env_steps')
+    ]
     for path in glob.glob(os.path.join(out, '*', 'logs', '*' + ATTEMPTS_SUFFIX)):
         for attempt in read_json(path) or []:
             steps = attempt.get('env_steps_to', 0) - attempt.get('env_steps_from', 0)
-            if (tuple(attempt.get('kind') or ()) == kind and steps > 0
-                    and attempt['wall_time_s'] >= MIN_MEASURED_S):
+            if (
+                tuple(attempt.get('kind') or ()) == kind
+                and steps > 0
+                and attempt['wall_time_s'] >= MIN_MEASURED_S
+            ):
                 rates.append(attempt['wall_time_s'] / steps)
     if rates:
         rate, source = max(rates), f'measured over {len(rates)} runs or attempts'
@@ -288,8 +347,9 @@ def parse_deadline(text: str, now: Optional[float] = None) -> float:
     try:
         return datetime.datetime.fromisoformat(text).timestamp()
     except ValueError:
-        raise ValueError(f'--deadline takes minutes from now, HH:MM or an ISO date and time, '
-                         f'got {text!r}') from None
+        raise ValueError(
+            f'--deadline takes minutes from now, HH:MM or an ISO date and time, got {text!r}'
+        ) from None
 
 
 def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -> None:
@@ -301,23 +361,39 @@ def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -
         done = read_done(run_dir)
         result = results.get(run.key, {})
         if done:
-            entry = dict(status='done', final_eval_return_last3=done['final_eval_return_last3'],
-                         wall_time_s=done['wall_time_s'], mean_load=done.get('mean_load'),
-                         code=done.get('code'))
+            entry = dict(
+                status='done',
+                final_eval_return_last3=done['final_eval_return_last3'],
+                wall_time_s=done['wall_time_s'],
+                mean_load=done.get('mean_load'),
+                code=done.get('code'),
+            )
         else:
-            status = result.get('status') or ('started' if os.path.isfile(
-                RunDir(run_dir).progress_file) else 'pending')
-            entry = dict(status=status, env_steps=_last_env_steps(run_dir),
-                         detail=result.get('detail', ''))
-        plan[run.key] = dict(entry, target_env_steps=run.num_env_steps,
-                             framework=run.framework, algo=run.algo, env=run.task.env,
-                             setting=run.setting)
+            status = result.get('status') or (
+                'started' if os.path.isfile(RunDir(run_dir).progress_file) else 'pending'
+            )
+            entry = dict(
+                status=status, env_steps=_last_env_steps(run_dir), detail=result.get('detail', '')
+            )
+        plan[run.key] = dict(
+            entry,
+            target_env_steps=run.num_env_steps,
+            framework=run.framework,
+            algo=run.algo,
+            env=run.task.env,
+            setting=run.setting,
+        )
     os.makedirs(out, exist_ok=True)
     _write_json(path, dict(sorted(plan.items())))
 
 
-def train_runs(runs: List['BenchmarkRun'], out: str, jobs: int, command: RunCommand,
-               deadline: Optional[float] = None) -> int:
+def train_runs(
+    runs: List['BenchmarkRun'],
+    out: str,
+    jobs: int,
+    command: RunCommand,
+    deadline: Optional[float] = None,
+) -> int:
     """Trains ``runs``, ``jobs`` at a time; prints one line per run and a summary.
 
     Returns:
@@ -342,9 +418,11 @@ def train_runs(runs: List['BenchmarkRun'], out: str, jobs: int, command: RunComm
                 run, done = result['run'], result.get('done') or {}
                 line = f'[{i}/{total}] {result["status"]:<11} {run.key}'
                 if done:
-                    line += (f': final eval return {done["final_eval_return"]:.2f} at '
-                             f'{done["env_steps"]} env steps, '
-                             f'{format_duration(done["wall_time_s"])}')
+                    line += (
+                        f': final eval return {done["final_eval_return"]:.2f} at '
+                        f'{done["env_steps"]} env steps, '
+                        f'{format_duration(done["wall_time_s"])}'
+                    )
                 if result.get('detail'):
                     line += f' ({result["detail"]})' if done else f': {result["detail"]}'
                 print(line, flush=True)
@@ -356,6 +434,8 @@ def train_runs(runs: List['BenchmarkRun'], out: str, jobs: int, command: RunComm
         counts[result['status']] = counts.get(result['status'], 0) + 1
     print('\n' + ', '.join(f'{n} {status}' for status, n in sorted(counts.items())))
     if counts.get('interrupted') or counts.get('not started') or counts.get('deferred'):
-        print('run the same command again to continue (alf_lite runs resume from their last '
-              'checkpoint; SB3 runs start again)')
+        print(
+            'run the same command again to continue (alf_lite runs resume from their last '
+            'checkpoint; SB3 runs start again)'
+        )
     return EXIT_FAULT if counts.get('failed') or counts.get('interrupted') else 0

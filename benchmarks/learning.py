@@ -14,6 +14,7 @@ the matched settings, the files each run leaves and the report.
 This module defines the suites and the report; ``benchmarks/launcher.py`` runs
 them as subprocesses, an SB3 run being ``python -m benchmarks.sb3_runner``.
 """
+
 import argparse
 import fnmatch
 import functools
@@ -33,11 +34,24 @@ if _CHECKOUT not in sys.path:  # run as a script: import this checkout's alf_lit
 
 from alf_lite.bin.cli import EXIT_FAULT
 from alf_lite.run_dir import RunDir
-from alf_lite.runs import (ENV_STEPS, EVAL_EPISODE_LENGTH, EVAL_RETURN,
-                           REPLAY_BUFFER_BYTES, read_scalar_if_any, subprocess_env)
+from alf_lite.runs import (
+    ENV_STEPS,
+    EVAL_EPISODE_LENGTH,
+    EVAL_RETURN,
+    REPLAY_BUFFER_BYTES,
+    read_scalar_if_any,
+    subprocess_env,
+)
 from benchmarks import REPO_ROOT
-from benchmarks.launcher import (DEADLINE_MARGIN, DONE_FILE, LAST_N,
-                                 format_duration, parse_deadline, read_done, train_runs)
+from benchmarks.launcher import (
+    DEADLINE_MARGIN,
+    DONE_FILE,
+    LAST_N,
+    format_duration,
+    parse_deadline,
+    read_done,
+    train_runs,
+)
 
 # Episodes per evaluation, in both frameworks.
 NUM_EVAL_EPISODES = 10
@@ -47,9 +61,10 @@ _SEED_DIR = re.compile(r'^seed(\d+)$')  # a run directory, BenchmarkRun.run_dir
 @dataclass(frozen=True)
 class Task:
     """An environment with its schedule and the settings both frameworks share."""
+
     env: str
-    tag: str                       # short name in run names and file names
-    learning_starts: int           # uniform random env steps before training
+    tag: str  # short name in run names and file names
+    learning_starts: int  # uniform random env steps before training
     eval_interval: int
     checkpoint_interval: int
     lr: float
@@ -69,35 +84,69 @@ class Task:
         return dict(self.gin_files)[algo]
 
 
-PENDULUM = Task('Pendulum-v1', 'pendulum', learning_starts=1000, eval_interval=1000,
-                checkpoint_interval=5000, lr=1e-3, replay_capacity=100_000,
-                gin_files=(('sac', 'examples/sac_pendulum.gin'),
-                           ('ddpg', 'examples/ddpg_pendulum.gin'),
-                           ('td3', 'examples/td3_pendulum.gin')), complete_gin=True)
-_MUJOCO = dict(learning_starts=10_000, eval_interval=5000, checkpoint_interval=25_000, lr=3e-4,
-               gin_files=(('sac', 'examples/common/sac.gin'), ('td3', 'examples/common/td3.gin')))
+PENDULUM = Task(
+    'Pendulum-v1',
+    'pendulum',
+    learning_starts=1000,
+    eval_interval=1000,
+    checkpoint_interval=5000,
+    lr=1e-3,
+    replay_capacity=100_000,
+    gin_files=(
+        ('sac', 'examples/sac_pendulum.gin'),
+        ('ddpg', 'examples/ddpg_pendulum.gin'),
+        ('td3', 'examples/td3_pendulum.gin'),
+    ),
+    complete_gin=True,
+)
+_MUJOCO = dict(
+    learning_starts=10_000,
+    eval_interval=5000,
+    checkpoint_interval=25_000,
+    lr=3e-4,
+    gin_files=(('sac', 'examples/common/sac.gin'), ('td3', 'examples/common/td3.gin')),
+)
 HOPPER = Task('Hopper-v5', 'hopper', **_MUJOCO)
 HALFCHEETAH = Task('HalfCheetah-v5', 'halfcheetah', **_MUJOCO)
 # Eval and checkpoint intervals are multiples of the 12 steps an iteration collects.
-ICUB = Task('ICubWalk-v0', 'icub', learning_starts=2000, eval_interval=6000,
-            checkpoint_interval=24_000, lr=2e-3, num_envs=12, summary_interval=1200,
-            gin_files=(('sac', 'examples/sac_icub_walking.gin'),), complete_gin=True,
-            assumed_seconds_per_step=0.004)
+ICUB = Task(
+    'ICubWalk-v0',
+    'icub',
+    learning_starts=2000,
+    eval_interval=6000,
+    checkpoint_interval=24_000,
+    lr=2e-3,
+    num_envs=12,
+    summary_interval=1200,
+    gin_files=(('sac', 'examples/sac_icub_walking.gin'),),
+    complete_gin=True,
+    assumed_seconds_per_step=0.004,
+)
 # examples/sac_icub_walking.gin as it is: its intervals and its 100k rows per env.
-ICUB_WALK = Task('ICubWalk-v0', 'icub_walk', learning_starts=2000, eval_interval=24_000,
-                 checkpoint_interval=96_000, lr=2e-3, num_envs=12, summary_interval=1200,
-                 replay_capacity=1_200_000,
-                 gin_files=(('sac', 'examples/sac_icub_walking.gin'),), complete_gin=True,
-                 assumed_seconds_per_step=0.004)
+ICUB_WALK = Task(
+    'ICubWalk-v0',
+    'icub_walk',
+    learning_starts=2000,
+    eval_interval=24_000,
+    checkpoint_interval=96_000,
+    lr=2e-3,
+    num_envs=12,
+    summary_interval=1200,
+    replay_capacity=1_200_000,
+    gin_files=(('sac', 'examples/sac_icub_walking.gin'),),
+    complete_gin=True,
+    assumed_seconds_per_step=0.004,
+)
 
 
 class RunConfig(NamedTuple):
     """One configuration of a suite, trained once per seed."""
+
     name: str
-    framework: str                 # 'alf_lite' or 'sb3'
-    algo: str                      # 'sac', 'ddpg' or 'td3'
+    framework: str  # 'alf_lite' or 'sb3'
+    algo: str  # 'sac', 'ddpg' or 'td3'
     task: Task
-    setting: str = ''              # what the run studies, for the report
+    setting: str = ''  # what the run studies, for the report
     gin_params: Tuple[str, ...] = ()
     replay_capacity: Optional[int] = None
 
@@ -105,14 +154,15 @@ class RunConfig(NamedTuple):
 @dataclass(frozen=True)
 class BenchmarkRun:
     """One training run: a framework, an algorithm, a task, a seed and a length."""
+
     suite: str
     name: str
-    framework: str                 # 'alf_lite' or 'sb3'
-    algo: str                      # 'sac', 'ddpg' or 'td3'
+    framework: str  # 'alf_lite' or 'sb3'
+    algo: str  # 'sac', 'ddpg' or 'td3'
     task: Task
     seed: int
     num_env_steps: int
-    setting: str = ''              # what the run studies, for the report
+    setting: str = ''  # what the run studies, for the report
     gin_params: Tuple[str, ...] = ()
     replay_capacity: Optional[int] = None
 
@@ -157,9 +207,10 @@ class BenchmarkRun:
 
 class Suite(NamedTuple):
     """A suite's defaults, and how its report tells the runs apart."""
-    num_env_steps: int             # per run, unless --steps
-    seeds: Sequence[int]           # unless --seeds
-    group_by: str                  # plot.py's --group_by: what tells the curves apart
+
+    num_env_steps: int  # per run, unless --steps
+    seeds: Sequence[int]  # unless --seeds
+    group_by: str  # plot.py's --group_by: what tells the curves apart
 
 
 SUITES = {
@@ -174,11 +225,12 @@ REPLAY_STUDY = (('10k', 10_000), ('100k', 100_000), ('full', None))
 MASK = 'TrainerConfig.mask_out_loss_for_last_step'
 RESAMPLE = 'SacAlgorithm.resample_action_per_loss'
 # study_sac: the default and one switch changed at a time; every run binds both.
-SAC_STUDY = (('default', True, False), ('mask_false', False, False),
-             ('resample_true', True, True))
+SAC_STUDY = (('default', True, False), ('mask_false', False, False), ('resample_true', True, True))
 # study_sac's two comparisons: (name, the binding it varies, the runs it compares).
-SAC_STUDY_COMPARISONS = (('mask', MASK, ('default', 'mask_false')),
-                         ('resample', RESAMPLE, ('default', 'resample_true')))
+SAC_STUDY_COMPARISONS = (
+    ('mask', MASK, ('default', 'mask_false')),
+    ('resample', RESAMPLE, ('default', 'resample_true')),
+)
 
 
 def suite_configs(suite: str) -> List[RunConfig]:
@@ -186,50 +238,86 @@ def suite_configs(suite: str) -> List[RunConfig]:
     configs = []
     if suite in ('pendulum', 'hopper', 'halfcheetah'):
         task = {'pendulum': PENDULUM, 'hopper': HOPPER, 'halfcheetah': HALFCHEETAH}[suite]
-        alf_algos = {'pendulum': ('sac', 'ddpg', 'td3'), 'hopper': ('sac', 'td3'),
-                     'halfcheetah': ('sac',)}[suite]
+        alf_algos = {
+            'pendulum': ('sac', 'ddpg', 'td3'),
+            'hopper': ('sac', 'td3'),
+            'halfcheetah': ('sac',),
+        }[suite]
         sb3_algos = tuple(a for a in alf_algos if a in ('sac', 'td3'))
         configs += [RunConfig(f'alf_{a}', 'alf_lite', a, task) for a in alf_algos]
         configs += [RunConfig(f'sb3_{a}', 'sb3', a, task) for a in sb3_algos]
     elif suite == 'study_sac':
         for task in (HOPPER, ICUB):
             for name, mask, resample in SAC_STUDY:
-                setting = 'default' if name == 'default' else (
-                    f'{MASK.split(".")[-1]}={mask}' if not mask
-                    else f'{RESAMPLE.split(".")[-1]}={resample}')
-                configs.append(RunConfig(
-                    f'{task.tag}_{name}', 'alf_lite', 'sac', task, setting=setting,
-                    gin_params=(f'{MASK}={mask}', f'{RESAMPLE}={resample}')))
+                setting = (
+                    'default'
+                    if name == 'default'
+                    else (
+                        f'{MASK.split(".")[-1]}={mask}'
+                        if not mask
+                        else f'{RESAMPLE.split(".")[-1]}={resample}'
+                    )
+                )
+                configs.append(
+                    RunConfig(
+                        f'{task.tag}_{name}',
+                        'alf_lite',
+                        'sac',
+                        task,
+                        setting=setting,
+                        gin_params=(f'{MASK}={mask}', f'{RESAMPLE}={resample}'),
+                    )
+                )
     elif suite == 'icub_walk':
-        configs.append(RunConfig('icub_walk', 'alf_lite', 'sac', ICUB_WALK,
-                                 setting='examples/sac_icub_walking.gin'))
+        configs.append(
+            RunConfig(
+                'icub_walk', 'alf_lite', 'sac', ICUB_WALK, setting='examples/sac_icub_walking.gin'
+            )
+        )
     elif suite == 'study_replay':
         for name, capacity in REPLAY_STUDY:
             setting = f'replay {name}' + (' (whole run)' if capacity is None else '')
-            configs.append(RunConfig(f'icub_replay_{name}', 'alf_lite', 'sac', ICUB,
-                                     setting=setting, replay_capacity=capacity))
+            configs.append(
+                RunConfig(
+                    f'icub_replay_{name}',
+                    'alf_lite',
+                    'sac',
+                    ICUB,
+                    setting=setting,
+                    replay_capacity=capacity,
+                )
+            )
     else:
         raise ValueError(f'unknown suite {suite!r}; the suites are: {", ".join(SUITES)}')
     return configs
 
 
-def suite_runs(suite: str, seeds: Optional[Sequence[int]] = None,
-               steps: Optional[int] = None) -> List[BenchmarkRun]:
+def suite_runs(
+    suite: str, seeds: Optional[Sequence[int]] = None, steps: Optional[int] = None
+) -> List[BenchmarkRun]:
     """The runs of a suite, seed-major within each configuration."""
     configs = suite_configs(suite)
     steps = steps or SUITES[suite].num_env_steps
     seeds = list(SUITES[suite].seeds if seeds is None else seeds)
-    return [BenchmarkRun(suite, seed=seed, num_env_steps=steps, **config._asdict())
-            for config in configs for seed in seeds]
+    return [
+        BenchmarkRun(suite, seed=seed, num_env_steps=steps, **config._asdict())
+        for config in configs
+        for seed in seeds
+    ]
 
 
 def alf_gin_params(run: BenchmarkRun) -> List[str]:
     """The ``--gin_param`` bindings of an alf_lite run, after its gin file."""
     task = run.task
-    params = [] if task.complete_gin else [
-        f'create_environment.env_name="{task.env}"',
-        f'create_environment.num_parallel_environments={task.num_envs}',
-        f'TrainerConfig.summary_interval={task.summary_interval}']
+    params = (
+        []
+        if task.complete_gin
+        else [
+            f'create_environment.env_name="{task.env}"',
+            f'create_environment.num_parallel_environments={task.num_envs}',
+            f'TrainerConfig.summary_interval={task.summary_interval}',
+        ]
+    )
     params += [
         f'TrainerConfig.replay_buffer_length={run.replay_length_per_env}',
         f'TrainerConfig.num_env_steps={run.num_env_steps}',
@@ -246,13 +334,31 @@ def alf_gin_params(run: BenchmarkRun) -> List[str]:
 def run_command(run: BenchmarkRun, out: str, steps_override: Optional[int]) -> List[str]:
     """The command that trains (or resumes) ``run``, from the repository root."""
     if run.framework == 'alf_lite':
-        command = [sys.executable, '-m', 'alf_lite.bin.train', '--gin_file',
-                   run.task.gin_file(run.algo), '--root_dir', run.run_dir(out)]
+        command = [
+            sys.executable,
+            '-m',
+            'alf_lite.bin.train',
+            '--gin_file',
+            run.task.gin_file(run.algo),
+            '--root_dir',
+            run.run_dir(out),
+        ]
         for param in alf_gin_params(run):
             command += ['--gin_param', param]
         return command
-    command = [sys.executable, '-m', 'benchmarks.sb3_runner', '--suite', run.suite,
-               '--run', run.name, '--seed', str(run.seed), '--out', out]
+    command = [
+        sys.executable,
+        '-m',
+        'benchmarks.sb3_runner',
+        '--suite',
+        run.suite,
+        '--run',
+        run.name,
+        '--seed',
+        str(run.seed),
+        '--out',
+        out,
+    ]
     if steps_override:
         command += ['--steps', str(steps_override)]
     return command
@@ -261,24 +367,44 @@ def run_command(run: BenchmarkRun, out: str, steps_override: Optional[int]) -> L
 # ---------------------------------------------------------------------------------------------
 # Report
 
+
 def _seed_dirs(out: str, suite: str, name: str) -> List[str]:
     """The ``seed<k>`` directories of a configuration that hold a progress.csv, by seed."""
     parent = os.path.join(out, suite, name)
     if not os.path.isdir(parent):
         return []
-    dirs = [(int(m[1]), os.path.join(parent, d)) for d in os.listdir(parent)
-            if (m := _SEED_DIR.match(d))]
+    dirs = [
+        (int(m[1]), os.path.join(parent, d))
+        for d in os.listdir(parent)
+        if (m := _SEED_DIR.match(d))
+    ]
     return [d for _, d in sorted(dirs) if os.path.isfile(RunDir(d).progress_file)]
 
 
 def _plot(run_dirs: List[str], group_by: str, y: str, png: str) -> None:
-    command = [sys.executable, '-m', 'alf_lite.bin.plot', *run_dirs, '--x', ENV_STEPS,
-               '--y', y, '--group_by', group_by, '--last_n', str(LAST_N), '--out', png]
-    result = subprocess.run(command, cwd=REPO_ROOT, env=subprocess_env(1), capture_output=True,
-                            text=True)
+    command = [
+        sys.executable,
+        '-m',
+        'alf_lite.bin.plot',
+        *run_dirs,
+        '--x',
+        ENV_STEPS,
+        '--y',
+        y,
+        '--group_by',
+        group_by,
+        '--last_n',
+        str(LAST_N),
+        '--out',
+        png,
+    ]
+    result = subprocess.run(
+        command, cwd=REPO_ROOT, env=subprocess_env(1), capture_output=True, text=True
+    )
     if result.returncode != 0:
-        raise RuntimeError(f'{shlex.join(command)} failed (exit {result.returncode}):\n'
-                           f'{result.stderr.strip()}')
+        raise RuntimeError(
+            f'{shlex.join(command)} failed (exit {result.returncode}):\n{result.stderr.strip()}'
+        )
     print(f'wrote {png}')
 
 
@@ -309,12 +435,16 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
     import numpy as np
 
     from alf_lite.bin.plot import BOOTSTRAP_SEED, CONFIDENCE, NUM_BOOTSTRAP, band
+
     specs = {}
     for run in suite_runs(suite, seeds=[0]):
         specs.setdefault(run.name, run)
     found = {name: _seed_dirs(out, suite, name) for name in specs}
-    found = {name: dirs for name, dirs in found.items()
-             if dirs and any(len(read_scalar_if_any(d, EVAL_RETURN)[1]) for d in dirs)}
+    found = {
+        name: dirs
+        for name, dirs in found.items()
+        if dirs and any(len(read_scalar_if_any(d, EVAL_RETURN)[1]) for d in dirs)
+    }
     if not found:
         print(f'\n## {suite}\n\nno runs with evaluations in {os.path.join(out, suite)}')
         return False
@@ -327,8 +457,9 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
     for task in tasks:
         names = [n for n in found if specs[n].task == task]
         stem = suite if len(all_tasks) == 1 else f'{suite}_{task.tag}'
-        evaluated = {n: [d for d in found[n] if len(read_scalar_if_any(d, EVAL_RETURN)[1])]
-                     for n in names}
+        evaluated = {
+            n: [d for d in found[n] if len(read_scalar_if_any(d, EVAL_RETURN)[1])] for n in names
+        }
         for name, by, plotted in _figures(suite, stem, group_by, names, evaluated):
             for y, suffix in FIGURE_SCALARS.get(suite, ((EVAL_RETURN, ''),)):
                 # A scalar only some runs log (e.g. from before it existed) is drawn for those.
@@ -357,66 +488,121 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
                     replay.append(float(nbytes[-1]))
             mean, lower, upper = band(finals, 'ci', rng, NUM_BOOTSTRAP)
             seeds = str(len(finals)) + (f' ({unfinished} unfinished)' if unfinished else '')
-            env_steps = (f'{min(steps)}' if min(steps) == max(steps)
-                         else f'{min(steps)}-{max(steps)}')
-            rows.append((task.env, 'alf_lite' if spec.framework == 'alf_lite' else 'SB3',
-                         spec.label, f'{mean:.1f} [{lower:.1f}, {upper:.1f}]', seeds, env_steps,
-                         format_duration(statistics.median(walls)) if walls else '-',
-                         _mib(statistics.median(replay)) if replay else '-',
-                         f'{statistics.median(loads):.1f}' if loads else '-'))
-    header = ('task', 'framework', 'algorithm / setting',
-              f'final eval return, mean [{CONFIDENCE:.0%} CI]', 'seeds', 'env steps',
-              'median wall time', 'replay buffer', 'load')
+            env_steps = (
+                f'{min(steps)}' if min(steps) == max(steps) else f'{min(steps)}-{max(steps)}'
+            )
+            rows.append(
+                (
+                    task.env,
+                    'alf_lite' if spec.framework == 'alf_lite' else 'SB3',
+                    spec.label,
+                    f'{mean:.1f} [{lower:.1f}, {upper:.1f}]',
+                    seeds,
+                    env_steps,
+                    format_duration(statistics.median(walls)) if walls else '-',
+                    _mib(statistics.median(replay)) if replay else '-',
+                    f'{statistics.median(loads):.1f}' if loads else '-',
+                )
+            )
+    header = (
+        'task',
+        'framework',
+        'algorithm / setting',
+        f'final eval return, mean [{CONFIDENCE:.0%} CI]',
+        'seeds',
+        'env steps',
+        'median wall time',
+        'replay buffer',
+        'load',
+    )
     print(f'\n## {suite}\n')
-    print(f'Final eval return: each run\'s mean over its last {LAST_N} evaluations '
-          f'({NUM_EVAL_EPISODES} deterministic episodes each); mean over runs and '
-          f'{CONFIDENCE:.0%} bootstrap CI.\n')
+    print(
+        f"Final eval return: each run's mean over its last {LAST_N} evaluations "
+        f'({NUM_EVAL_EPISODES} deterministic episodes each); mean over runs and '
+        f'{CONFIDENCE:.0%} bootstrap CI.\n'
+    )
     print('| ' + ' | '.join(header) + ' |')
     print('|' + '|'.join('---' for _ in header) + '|')
     for row in rows:
         print('| ' + ' | '.join(row) + ' |')
-    print(f'\nload: median over runs of the mean 1-minute load average while each trained '
-          f'({os.cpu_count()} CPUs here; above the number of runs at a time means the wall '
-          f'times were measured under shared load). Code: {", ".join(sorted(codes)) or "-"}.')
+    print(
+        f'\nload: median over runs of the mean 1-minute load average while each trained '
+        f'({os.cpu_count()} CPUs here; above the number of runs at a time means the wall '
+        f'times were measured under shared load). Code: {", ".join(sorted(codes)) or "-"}.'
+    )
     return True
 
 
 # ---------------------------------------------------------------------------------------------
 
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description='Learning curves of alf_lite and Stable-Baselines3 (the suites and '
-                    'settings are in docs/results.md).',
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument('--suite', action='append', choices=list(SUITES), required=True,
-                        help='Suite to run or report; repeat for several.')
-    parser.add_argument('--out', default=os.path.join(REPO_ROOT, 'benchmarks', 'results',
-                                                      'learning'),
-                        help='Directory of the runs: <out>/<suite>/<run_name>/seed<k>. The '
-                             "default's small files (progress.csv, config.gin, done.json, "
-                             'plan.json) are kept in git, so finished runs survive a fresh '
-                             'checkout.')
-    parser.add_argument('--seeds', type=int, nargs='+', default=None,
-                        help="Seeds to run instead of the suite's, e.g. --seeds 0 1.")
-    parser.add_argument('--steps', type=int, default=None,
-                        help="Env steps per run instead of the suite's (for smoke runs).")
-    parser.add_argument('--runs', action='append', default=None, metavar='PATTERN',
-                        help='Only the runs whose name matches this glob, e.g. alf_sac or '
-                             "'sb3_*'; repeat for several.")
+        'settings are in docs/results.md).',
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        '--suite',
+        action='append',
+        choices=list(SUITES),
+        required=True,
+        help='Suite to run or report; repeat for several.',
+    )
+    parser.add_argument(
+        '--out',
+        default=os.path.join(REPO_ROOT, 'benchmarks', 'results', 'learning'),
+        help='Directory of the runs: <out>/<suite>/<run_name>/seed<k>. The '
+        "default's small files (progress.csv, config.gin, done.json, "
+        'plan.json) are kept in git, so finished runs survive a fresh '
+        'checkout.',
+    )
+    parser.add_argument(
+        '--seeds',
+        type=int,
+        nargs='+',
+        default=None,
+        help="Seeds to run instead of the suite's, e.g. --seeds 0 1.",
+    )
+    parser.add_argument(
+        '--steps',
+        type=int,
+        default=None,
+        help="Env steps per run instead of the suite's (for smoke runs).",
+    )
+    parser.add_argument(
+        '--runs',
+        action='append',
+        default=None,
+        metavar='PATTERN',
+        help='Only the runs whose name matches this glob, e.g. alf_sac or '
+        "'sb3_*'; repeat for several.",
+    )
     parser.add_argument('--jobs', type=int, default=2, help='Runs at a time.')
-    parser.add_argument('--dry_run', action='store_true',
-                        help='Print the command of each run and what would be skipped.')
-    parser.add_argument('--report', action='store_true',
-                        help='Plot the runs into --docs_dir and print the tables; trains '
-                             'nothing.')
-    parser.add_argument('--docs_dir', default=os.path.join(REPO_ROOT, 'docs'),
-                        help='Where --report writes its PNGs (and plot.py its curve CSVs).')
-    parser.add_argument('--deadline', default=None,
-                        help='Start no run that cannot finish by then (minutes from now, HH:MM '
-                             'or an ISO date and time), judged by the measured time per env '
-                             'step of finished runs of the same kind (the assumed rate of '
-                             'the task before any), with a margin of '
-                             f'{DEADLINE_MARGIN:.0%}; runs not started are "deferred".')
+    parser.add_argument(
+        '--dry_run',
+        action='store_true',
+        help='Print the command of each run and what would be skipped.',
+    )
+    parser.add_argument(
+        '--report',
+        action='store_true',
+        help='Plot the runs into --docs_dir and print the tables; trains nothing.',
+    )
+    parser.add_argument(
+        '--docs_dir',
+        default=os.path.join(REPO_ROOT, 'docs'),
+        help='Where --report writes its PNGs (and plot.py its curve CSVs).',
+    )
+    parser.add_argument(
+        '--deadline',
+        default=None,
+        help='Start no run that cannot finish by then (minutes from now, HH:MM '
+        'or an ISO date and time), judged by the measured time per env '
+        'step of finished runs of the same kind (the assumed rate of '
+        'the task before any), with a margin of '
+        f'{DEADLINE_MARGIN:.0%}; runs not started are "deferred".',
+    )
     args = parser.parse_args(argv)
     if args.deadline is not None:
         try:
@@ -436,13 +622,16 @@ def parse_args(argv=None):
     for suite in args.suite:
         selected = suite_runs(suite, args.seeds, args.steps)
         if args.runs:
-            selected = [r for r in selected if any(fnmatch.fnmatchcase(r.name, p)
-                                                   for p in args.runs)]
+            selected = [
+                r for r in selected if any(fnmatch.fnmatchcase(r.name, p) for p in args.runs)
+            ]
         runs += selected
     if args.runs and not runs and not args.report:
         names = sorted({r.name for s in args.suite for r in suite_runs(s, [0])})
-        parser.error(f'--runs {" ".join(args.runs)} matches no run of {", ".join(args.suite)}; '
-                     f'the runs are: {", ".join(names)}')
+        parser.error(
+            f'--runs {" ".join(args.runs)} matches no run of {", ".join(args.suite)}; '
+            f'the runs are: {", ".join(names)}'
+        )
     return args, runs
 
 
@@ -453,8 +642,10 @@ def main(argv=None) -> int:
         return 0 if any(found) else EXIT_FAULT
     for run in runs:
         if run.learning_starts != run.task.learning_starts:
-            print(f'note: {run.key}: {run.num_env_steps} env steps are not more than the '
-                  f'{run.task.learning_starts} random steps; using {run.learning_starts}')
+            print(
+                f'note: {run.key}: {run.num_env_steps} env steps are not more than the '
+                f'{run.task.learning_starts} random steps; using {run.learning_starts}'
+            )
             break
     if args.dry_run:
         for run in runs:

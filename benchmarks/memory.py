@@ -9,6 +9,7 @@ the observation space's dtype (float64 for MuJoCo) and, by default, a second
 copy of every observation as ``next_observations``; ``optimize_memory_usage=True``
 drops that copy. Buffers are allocated for real and their arrays' bytes summed.
 """
+
 import argparse
 
 import gymnasium
@@ -17,8 +18,10 @@ import numpy as np
 
 def alf_lite_bytes(obs_dim: int, action_dim: int, length: int) -> int:
     from alf_lite.replay_buffer import ReplayBuffer
-    return ReplayBuffer(num_envs=1, length=length, observation_dim=obs_dim,
-                        action_dim=action_dim).nbytes
+
+    return ReplayBuffer(
+        num_envs=1, length=length, observation_dim=obs_dim, action_dim=action_dim
+    ).nbytes
 
 
 def sb3_buffer_bytes(buffer) -> int:
@@ -28,9 +31,15 @@ def sb3_buffer_bytes(buffer) -> int:
 
 def sb3_bytes(env, length: int, optimize_memory_usage: bool) -> int:
     from stable_baselines3.common.buffers import ReplayBuffer
-    buffer = ReplayBuffer(length, env.observation_space, env.action_space, device='cpu',
-                          optimize_memory_usage=optimize_memory_usage,
-                          handle_timeout_termination=not optimize_memory_usage)
+
+    buffer = ReplayBuffer(
+        length,
+        env.observation_space,
+        env.action_space,
+        device='cpu',
+        optimize_memory_usage=optimize_memory_usage,
+        handle_timeout_termination=not optimize_memory_usage,
+    )
     return sb3_buffer_bytes(buffer)
 
 
@@ -44,16 +53,22 @@ def main():
     obs_dim = int(np.prod(env.observation_space.shape))
     action_dim = int(np.prod(env.action_space.shape))
     raw = obs_dim * 4 + action_dim * 4 + 4 + 4 + 1
-    rows = [('raw minimum', raw * args.buffer),
-            ('alf_lite', alf_lite_bytes(obs_dim, action_dim, args.buffer))]
+    rows = [
+        ('raw minimum', raw * args.buffer),
+        ('alf_lite', alf_lite_bytes(obs_dim, action_dim, args.buffer)),
+    ]
     try:
-        rows += [('SB3 ReplayBuffer (defaults)', sb3_bytes(env, args.buffer, False)),
-                 ('SB3 optimize_memory_usage=True', sb3_bytes(env, args.buffer, True))]
+        rows += [
+            ('SB3 ReplayBuffer (defaults)', sb3_bytes(env, args.buffer, False)),
+            ('SB3 optimize_memory_usage=True', sb3_bytes(env, args.buffer, True)),
+        ]
     except ImportError:
         print('stable-baselines3 is not installed (pip install .[bench]): SB3 rows skipped')
 
-    print(f'{args.env}: observation {obs_dim} x {env.observation_space.dtype}, '
-          f'action {action_dim}; {args.buffer} steps')
+    print(
+        f'{args.env}: observation {obs_dim} x {env.observation_space.dtype}, '
+        f'action {action_dim}; {args.buffer} steps'
+    )
     print(f'{"buffer":34s} {"bytes/step":>10s} {"total MiB":>10s} {"x raw":>7s}')
     for name, nbytes in rows:
         per_step = nbytes / args.buffer

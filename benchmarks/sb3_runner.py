@@ -9,6 +9,7 @@ as alf_lite's trainer does, and writes ``config.gin`` (the run in alf_lite's
 binding names) and a ``progress.csv`` with alf_lite's columns, so that
 ``alf_lite.bin.plot`` reads and groups both frameworks' runs.
 """
+
 import argparse
 import csv
 import os
@@ -26,28 +27,57 @@ from alf_lite.data import StepType, TimeStep
 from alf_lite.episode_stats import TRAIN_METRIC_WINDOW
 from alf_lite.evaluation import evaluate
 from alf_lite.run_dir import RunDir
-from alf_lite.runs import (ENV_STEPS, ENV_STEPS_PER_SEC, EVAL_EPISODE_LENGTH, EVAL_RETURN,
-                           NUM_UPDATES, REPLAY_BUFFER_BYTES, TRAIN_EPISODE_LENGTH, TRAIN_RETURN,
-                           WALL_TIME)
+from alf_lite.runs import (
+    ENV_STEPS,
+    ENV_STEPS_PER_SEC,
+    EVAL_EPISODE_LENGTH,
+    EVAL_RETURN,
+    NUM_UPDATES,
+    REPLAY_BUFFER_BYTES,
+    TRAIN_EPISODE_LENGTH,
+    TRAIN_RETURN,
+    WALL_TIME,
+)
 from alf_lite.seeding import eval_env_seeds
 from alf_lite.summary import MIN_INTERVAL_S
 from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
 from benchmarks.memory import sb3_buffer_bytes
 
-SB3_COLUMNS = [ENV_STEPS, NUM_UPDATES, WALL_TIME, EVAL_RETURN, EVAL_EPISODE_LENGTH, TRAIN_RETURN,
-               TRAIN_EPISODE_LENGTH, ENV_STEPS_PER_SEC, REPLAY_BUFFER_BYTES]
+SB3_COLUMNS = [
+    ENV_STEPS,
+    NUM_UPDATES,
+    WALL_TIME,
+    EVAL_RETURN,
+    EVAL_EPISODE_LENGTH,
+    TRAIN_RETURN,
+    TRAIN_EPISODE_LENGTH,
+    ENV_STEPS_PER_SEC,
+    REPLAY_BUFFER_BYTES,
+]
 
 
 def sb3_settings(run: BenchmarkRun) -> Dict[str, object]:
     """Constructor arguments of the SB3 algorithm, matched to alf_lite's gin settings."""
-    settings = dict(learning_rate=run.task.lr, buffer_size=run.replay_length_per_env,
-                    learning_starts=run.learning_starts, batch_size=256, tau=0.005, gamma=0.99,
-                    train_freq=1, gradient_steps=1, net_arch=[256, 256])
+    settings = dict(
+        learning_rate=run.task.lr,
+        buffer_size=run.replay_length_per_env,
+        learning_starts=run.learning_starts,
+        batch_size=256,
+        tau=0.005,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        net_arch=[256, 256],
+    )
     if run.algo == 'sac':
         settings.update(ent_coef='auto', target_entropy='auto', target_update_interval=1)
     elif run.algo == 'td3':
-        settings.update(exploration_noise_sigma=0.1, policy_delay=2, target_policy_noise=0.2,
-                        target_noise_clip=0.5)
+        settings.update(
+            exploration_noise_sigma=0.1,
+            policy_delay=2,
+            target_policy_noise=0.2,
+            target_noise_clip=0.5,
+        )
     else:
         raise ValueError(f'no SB3 settings for {run.algo!r}')
     return settings
@@ -70,9 +100,11 @@ def sb3_config_text(run: BenchmarkRun, settings: Dict[str, object]) -> str:
     }
     for name, value in sorted(settings.items()):
         bindings[f'{cls}.{name}'] = repr(tuple(value) if isinstance(value, list) else value)
-    lines = ['# A Stable-Baselines3 run of benchmarks/learning.py. Not an alf_lite config:',
-             "# it describes the run in alf_lite's binding names so that alf_lite.bin.plot",
-             '# can group it.']
+    lines = [
+        '# A Stable-Baselines3 run of benchmarks/learning.py. Not an alf_lite config:',
+        "# it describes the run in alf_lite's binding names so that alf_lite.bin.plot",
+        '# can group it.',
+    ]
     lines += [f'{name} = {value}' for name, value in bindings.items()]
     return '\n'.join(lines) + '\n'
 
@@ -101,17 +133,21 @@ class _EvalEnvs:
         self._running = np.zeros(self.num_envs, dtype=bool)
 
     def _time_step(self, step_type, reward):
-        return TimeStep(step_type=torch.from_numpy(step_type),
-                        observation=torch.from_numpy(self._observation.astype(np.float32)),
-                        reward=torch.from_numpy(reward), discount=torch.ones(self.num_envs),
-                        env_id=torch.arange(self.num_envs))
+        return TimeStep(
+            step_type=torch.from_numpy(step_type),
+            observation=torch.from_numpy(self._observation.astype(np.float32)),
+            reward=torch.from_numpy(reward),
+            discount=torch.ones(self.num_envs),
+            env_id=torch.arange(self.num_envs),
+        )
 
     def reset(self):
         seeds, self._seeds = self._seeds, [None] * self.num_envs
         self._observation = np.stack([env.reset(seed=s)[0] for env, s in zip(self._envs, seeds)])
         self._running[:] = True
-        return self._time_step(np.full(self.num_envs, StepType.FIRST, dtype=np.uint8),
-                               np.zeros(self.num_envs))
+        return self._time_step(
+            np.full(self.num_envs, StepType.FIRST, dtype=np.uint8), np.zeros(self.num_envs)
+        )
 
     def policy(self, observation):
         """SB3's deterministic actions of the running envs."""
@@ -159,8 +195,9 @@ def train(run: BenchmarkRun, out: str) -> None:
         dim = env.action_space.shape[0]
         # SB3 adds action noise in the [-1, 1] action space, as alf_lite does.
         kwargs['action_noise'] = NormalActionNoise(np.zeros(dim), sigma * np.ones(dim))
-    model = {'sac': SAC, 'td3': TD3}[run.algo]('MlpPolicy', env, seed=run.seed, device='cpu',
-                                               verbose=0, **kwargs)
+    model = {'sac': SAC, 'td3': TD3}[run.algo](
+        'MlpPolicy', env, seed=run.seed, device='cpu', verbose=0, **kwargs
+    )
     eval_envs = _EvalEnvs(run.task.env, run.seed, model)
     progress = open(run_dir.progress_file, 'w', newline='')
     writer = csv.DictWriter(progress, SB3_COLUMNS)
@@ -181,20 +218,28 @@ def train(run: BenchmarkRun, out: str) -> None:
             # train/AverageReturn over the same number of recent episodes as alf_lite's.
             episodes = list(self.model.ep_info_buffer)[-TRAIN_METRIC_WINDOW:]
             steps = self.num_timesteps
-            row = {ENV_STEPS: steps, NUM_UPDATES: self.model._n_updates, WALL_TIME: now,
-                   EVAL_RETURN: avg_return, EVAL_EPISODE_LENGTH: avg_length,
-                   REPLAY_BUFFER_BYTES: sb3_buffer_bytes(self.model.replay_buffer)}
+            row = {
+                ENV_STEPS: steps,
+                NUM_UPDATES: self.model._n_updates,
+                WALL_TIME: now,
+                EVAL_RETURN: avg_return,
+                EVAL_EPISODE_LENGTH: avg_length,
+                REPLAY_BUFFER_BYTES: sb3_buffer_bytes(self.model.replay_buffer),
+            }
             if episodes:
                 row[TRAIN_RETURN] = float(np.mean([e['r'] for e in episodes]))
                 row[TRAIN_EPISODE_LENGTH] = float(np.mean([e['l'] for e in episodes]))
             if self._last_time is not None and steps > self._last_steps:
                 row[ENV_STEPS_PER_SEC] = (steps - self._last_steps) / max(
-                    now - self._last_time, MIN_INTERVAL_S)
+                    now - self._last_time, MIN_INTERVAL_S
+                )
             writer.writerow(row)
             progress.flush()
             self._last_row, self._last_time, self._last_steps = steps, time.time(), steps
-            print(f'env steps {steps}: eval return {avg_return:.2f}, episode length '
-                  f'{avg_length:.1f}', flush=True)
+            print(
+                f'env steps {steps}: eval return {avg_return:.2f}, episode length {avg_length:.1f}',
+                flush=True,
+            )
 
         def _on_training_start(self):
             self._write()
@@ -218,19 +263,22 @@ def train(run: BenchmarkRun, out: str) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        description='Train one SB3 run of benchmarks/learning.py from scratch.')
+        description='Train one SB3 run of benchmarks/learning.py from scratch.'
+    )
     parser.add_argument('--suite', choices=list(SUITES), required=True)
     parser.add_argument('--run', required=True, help='The SB3 run of the suite, e.g. sb3_sac.')
     parser.add_argument('--seed', type=int, required=True)
     parser.add_argument('--out', required=True, help='Directory of the benchmark runs.')
-    parser.add_argument('--steps', type=int, default=None,
-                        help="Env steps instead of the suite's.")
+    parser.add_argument('--steps', type=int, default=None, help="Env steps instead of the suite's.")
     args = parser.parse_args(argv)
-    runs = {r.name: r for r in suite_runs(args.suite, [args.seed], args.steps)
-            if r.framework == 'sb3'}
+    runs = {
+        r.name: r for r in suite_runs(args.suite, [args.seed], args.steps) if r.framework == 'sb3'
+    }
     if args.run not in runs:
-        parser.error(f'{args.suite} has no SB3 run {args.run!r}; its SB3 runs are: '
-                     f'{", ".join(runs) or "none"}')
+        parser.error(
+            f'{args.suite} has no SB3 run {args.run!r}; its SB3 runs are: '
+            f'{", ".join(runs) or "none"}'
+        )
     train(runs[args.run], os.path.abspath(args.out))
     return 0
 

@@ -17,6 +17,7 @@ ceilings alone (no env runs)::
 
     python benchmarks/throughput.py --device cuda --cuda_graph --algo sac
 """
+
 import argparse
 import os
 import statistics
@@ -32,20 +33,29 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 ALF_PARAMS = {
     'sac': ['actor/Adam.lr = 3e-4', 'critic/Adam.lr = 3e-4', 'alpha/Adam.lr = 3e-4'],
     'td3': ['actor/Adam.lr = 3e-4', 'critic/Adam.lr = 3e-4'],
-    'ddpg': ['DeterministicActorNetwork.batch_norm = False',
-             'DeterministicActorNetwork.paper_init = False', 'CriticNetwork.batch_norm = False',
-             'CriticNetwork.paper_init = False', 'CriticNetwork.action_input_layer = 0',
-             'DdpgAlgorithm.exploration_noise = @GaussianNoise()', 'GaussianNoise.sigma = 0.1',
-             'DdpgAlgorithm.target_update_tau = 0.005',
-             'DdpgAlgorithm.critic_l2_weight_decay = 0.0',
-             'actor/Adam.lr = 3e-4', 'critic/Adam.lr = 3e-4'],
+    'ddpg': [
+        'DeterministicActorNetwork.batch_norm = False',
+        'DeterministicActorNetwork.paper_init = False',
+        'CriticNetwork.batch_norm = False',
+        'CriticNetwork.paper_init = False',
+        'CriticNetwork.action_input_layer = 0',
+        'DdpgAlgorithm.exploration_noise = @GaussianNoise()',
+        'GaussianNoise.sigma = 0.1',
+        'DdpgAlgorithm.target_update_tau = 0.005',
+        'DdpgAlgorithm.critic_l2_weight_decay = 0.0',
+        'actor/Adam.lr = 3e-4',
+        'critic/Adam.lr = 3e-4',
+    ],
 }
 # Windows (alf_lite) and transitions (SB3) per update.
 BATCH_SIZE = 256
 # Updates before the pure-update ceiling is timed.
 WARMUP_UPDATES = 10
-NETWORKS = {'sac': 'TanhNormalActorNetwork', 'td3': 'DeterministicActorNetwork',
-            'ddpg': 'DeterministicActorNetwork'}
+NETWORKS = {
+    'sac': 'TanhNormalActorNetwork',
+    'td3': 'DeterministicActorNetwork',
+    'ddpg': 'DeterministicActorNetwork',
+}
 
 
 def parse_alf_lite_config(args, seed, trainer_device=True):
@@ -55,21 +65,29 @@ def parse_alf_lite_config(args, seed, trainer_device=True):
     """
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.config import parse_config
+
     total = args.learning_starts + args.steps
     params = ALF_PARAMS[args.algo] + [
         f"create_environment.env_name = '{args.env}'",
-        f'{NETWORKS[args.algo]}.hidden_layers = (256, 256)', 'CriticNetwork.hidden_layers = (256, 256)',
-        f'TrainerConfig.mini_batch_size = {BATCH_SIZE}', 'TrainerConfig.replay_buffer_length = 1000000',
+        f'{NETWORKS[args.algo]}.hidden_layers = (256, 256)',
+        'CriticNetwork.hidden_layers = (256, 256)',
+        f'TrainerConfig.mini_batch_size = {BATCH_SIZE}',
+        'TrainerConfig.replay_buffer_length = 1000000',
         f'TrainerConfig.initial_collect_steps = {args.learning_starts}',
-        f'TrainerConfig.num_env_steps = {total}', f'TrainerConfig.random_seed = {seed}',
+        f'TrainerConfig.num_env_steps = {total}',
+        f'TrainerConfig.random_seed = {seed}',
         f'TrainerConfig.summary_interval = {args.learning_starts}',
-        f'TrainerConfig.eval_interval = {10 * total}', 'TrainerConfig.num_eval_episodes = 1',
+        f'TrainerConfig.eval_interval = {10 * total}',
+        'TrainerConfig.num_eval_episodes = 1',
         f'TrainerConfig.checkpoint_interval = {10 * total}',
         f'TrainerConfig.torch_num_threads = {args.threads}',
-        'TrainerConfig.checkpoint_replay_buffer = False']
+        'TrainerConfig.checkpoint_replay_buffer = False',
+    ]
     if trainer_device and (args.device != 'cpu' or args.cuda_graph):
-        params += [f"TrainerConfig.device = '{args.device}'",
-                   f'TrainerConfig.cuda_graph = {args.cuda_graph}']
+        params += [
+            f"TrainerConfig.device = '{args.device}'",
+            f'TrainerConfig.cuda_graph = {args.cuda_graph}',
+        ]
     parse_config([os.path.join(EXAMPLES, 'common', f'{args.algo}.gin')], params)
 
 
@@ -80,6 +98,7 @@ def alf_lite_run(args, seed):
     from alf_lite.run_dir import RunDir
     from alf_lite.runs import ENV_STEPS, ENV_STEPS_PER_SEC
     from alf_lite.trainer import Trainer, TrainerConfig
+
     parse_alf_lite_config(args, seed)
     with tempfile.TemporaryDirectory() as root_dir:
         with Trainer(TrainerConfig(), root_dir) as trainer:
@@ -89,18 +108,25 @@ def alf_lite_run(args, seed):
             rows = [r for r in csv.DictReader(f) if r.get(ENV_STEPS_PER_SEC)]
     # Summaries every learning_starts steps: the rows after it cover exactly the
     # training window (each row's speed is measured before any evaluation).
-    seconds = sum(args.learning_starts / float(r[ENV_STEPS_PER_SEC])
-                  for r in rows if int(r[ENV_STEPS]) > args.learning_starts)
+    seconds = sum(
+        args.learning_starts / float(r[ENV_STEPS_PER_SEC])
+        for r in rows
+        if int(r[ENV_STEPS]) > args.learning_starts
+    )
     return args.steps / seconds, algorithm
 
 
 def alf_lite_ceiling(algorithm, env, updates):
     from alf_lite.data import Experience
+
     b = BATCH_SIZE
-    batch = Experience(torch.ones(b, 2, dtype=torch.uint8),
-                       torch.randn(b, 2, env.observation_space.shape[0]),
-                       torch.rand(b, 2, env.action_space.shape[0]) * 2 - 1,
-                       torch.randn(b, 2), torch.ones(b, 2))
+    batch = Experience(
+        torch.ones(b, 2, dtype=torch.uint8),
+        torch.randn(b, 2, env.observation_space.shape[0]),
+        torch.rand(b, 2, env.action_space.shape[0]) * 2 - 1,
+        torch.randn(b, 2),
+        torch.ones(b, 2),
+    )
     mask = torch.ones(b, 1)
     algorithm.train(True)
     for _ in range(WARMUP_UPDATES):
@@ -117,25 +143,40 @@ def alf_lite_device_ceiling(args, env, updates):
     The update is the trainer's (``UpdateRunner``): sampled on the device, losses
     checked there, eager or (``--cuda_graph``) replayed as a CUDA graph.
     """
+    from alf_lite.algorithms.off_policy_algorithm import loss_mask
     from alf_lite.device import resolve_device, use_deterministic_algorithms
     from alf_lite.replay_buffer import ReplayBuffer
-    from alf_lite.algorithms.off_policy_algorithm import loss_mask
     from alf_lite.trainer import TrainerConfig
     from alf_lite.update import UpdateRunner
+
     device = resolve_device(args.device)
     use_deterministic_algorithms(device)  # as the trainer runs
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
-    algorithm = TrainerConfig().algorithm_ctor(observation_dim=obs_dim,
-                                               action_dim=act_dim).to(device)
+    algorithm = (
+        TrainerConfig().algorithm_ctor(observation_dim=obs_dim, action_dim=act_dim).to(device)
+    )
     n = 10_000
     rb = ReplayBuffer(1, n, obs_dim, act_dim, training_device=device)
-    rb.load_state_dict({'step_type': torch.ones(1, n, dtype=torch.uint8),
-                        'observation': torch.randn(1, n, obs_dim),
-                        'action': torch.rand(1, n, act_dim) * 2 - 1,
-                        'reward': torch.randn(1, n), 'discount': torch.ones(1, n),
-                        'total_added': n})
-    runner = UpdateRunner(algorithm, rb, 256, 2, loss_mask, cuda_graph=args.cuda_graph,
-                          compile=args.compile, defer_non_finite_checks=True)
+    rb.load_state_dict(
+        {
+            'step_type': torch.ones(1, n, dtype=torch.uint8),
+            'observation': torch.randn(1, n, obs_dim),
+            'action': torch.rand(1, n, act_dim) * 2 - 1,
+            'reward': torch.randn(1, n),
+            'discount': torch.ones(1, n),
+            'total_added': n,
+        }
+    )
+    runner = UpdateRunner(
+        algorithm,
+        rb,
+        256,
+        2,
+        loss_mask,
+        cuda_graph=args.cuda_graph,
+        compile=args.compile,
+        defer_non_finite_checks=True,
+    )
     synchronize = torch.cuda.synchronize if device.type == 'cuda' else lambda: None
     for update in range(1, 31):  # warm-up, the capture and compilation included
         runner.update(0, update)
@@ -160,15 +201,26 @@ def sb3_run(args, seed):
             return True
 
     env = gymnasium.make(args.env)
-    common = dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=args.learning_starts,
-                  batch_size=BATCH_SIZE, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
-                  policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device=args.device,
-                  verbose=0)
+    common = dict(
+        learning_rate=3e-4,
+        buffer_size=1_000_000,
+        learning_starts=args.learning_starts,
+        batch_size=BATCH_SIZE,
+        tau=0.005,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        policy_kwargs=dict(net_arch=[256, 256]),
+        seed=seed,
+        device=args.device,
+        verbose=0,
+    )
     if args.algo != 'sac':
         half_range = (env.action_space.high - env.action_space.low) / 2
         common['action_noise'] = NormalActionNoise(np.zeros_like(half_range), 0.1 * half_range)
-    model = {'sac': sb3.SAC, 'td3': sb3.TD3, 'ddpg': sb3.DDPG}[args.algo]('MlpPolicy', env,
-                                                                          **common)
+    model = {'sac': sb3.SAC, 'td3': sb3.TD3, 'ddpg': sb3.DDPG}[args.algo](
+        'MlpPolicy', env, **common
+    )
     clock = Clock()
     if args.ceiling_only:  # random steps only: a filled buffer for the ceiling
         model.learn(args.learning_starts + 1)
@@ -195,17 +247,29 @@ def main():
     parser.add_argument('--learning_starts', type=int, default=1000)
     parser.add_argument('--pairs', type=int, default=2)
     parser.add_argument('--threads', type=int, default=2, help="alf_lite's torch_num_threads")
-    parser.add_argument('--sb3_threads', type=int, default=1,
-                        help="torch threads of SB3 (torch's own default here is the core count)")
+    parser.add_argument(
+        '--sb3_threads',
+        type=int,
+        default=1,
+        help="torch threads of SB3 (torch's own default here is the core count)",
+    )
     parser.add_argument('--ceiling_updates', type=int, default=300)
-    parser.add_argument('--device', default='cpu',
-                        help="where both libraries train: 'cpu', 'cuda' or 'cuda:N'")
-    parser.add_argument('--cuda_graph', action='store_true',
-                        help="alf_lite's update as a CUDA graph (TrainerConfig.cuda_graph)")
-    parser.add_argument('--compile', action='store_true',
-                        help="torch.compile alf_lite's networks in its update ceiling")
-    parser.add_argument('--ceiling_only', action='store_true',
-                        help='only the pure-update ceilings: no env runs')
+    parser.add_argument(
+        '--device', default='cpu', help="where both libraries train: 'cpu', 'cuda' or 'cuda:N'"
+    )
+    parser.add_argument(
+        '--cuda_graph',
+        action='store_true',
+        help="alf_lite's update as a CUDA graph (TrainerConfig.cuda_graph)",
+    )
+    parser.add_argument(
+        '--compile',
+        action='store_true',
+        help="torch.compile alf_lite's networks in its update ceiling",
+    )
+    parser.add_argument(
+        '--ceiling_only', action='store_true', help='only the pure-update ceilings: no env runs'
+    )
     args = parser.parse_args()
     if args.ceiling_only:
         print_ceilings(args, *ceilings(args, None))
@@ -218,20 +282,25 @@ def main():
         alf_sps.append(a)
         sb3_sps.append(b)
         ratios.append(a / b)
-        print(f'pair {pair}: alf_lite {a:.1f} env steps/s, SB3 {b:.1f}, ratio {a / b:.2f}',
-              flush=True)
+        print(
+            f'pair {pair}: alf_lite {a:.1f} env steps/s, SB3 {b:.1f}, ratio {a / b:.2f}', flush=True
+        )
     alf_ceiling, sb3_top = ceilings(args, algorithm, model)
 
-    print(f'\n{args.algo.upper()} {args.env} on {args.device}'
-          f'{" (alf_lite: CUDA graph)" if args.cuda_graph else ""}, {args.steps} timed steps '
-          f'after {args.learning_starts} random ones, torch threads: alf_lite {args.threads}, '
-          f'SB3 {args.sb3_threads}, '
-          f'{args.pairs} pair(s)')
+    print(
+        f'\n{args.algo.upper()} {args.env} on {args.device}'
+        f'{" (alf_lite: CUDA graph)" if args.cuda_graph else ""}, {args.steps} timed steps '
+        f'after {args.learning_starts} random ones, torch threads: alf_lite {args.threads}, '
+        f'SB3 {args.sb3_threads}, '
+        f'{args.pairs} pair(s)'
+    )
     print(f'{"":24s} {"median":>8s} {"min":>8s} {"max":>8s}')
-    for name, values in (('alf_lite env steps/s', alf_sps), ('SB3 env steps/s', sb3_sps),
-                         ('ratio alf_lite / SB3', ratios)):
-        print(f'{name:24s} {statistics.median(values):8.2f} {min(values):8.2f} '
-              f'{max(values):8.2f}')
+    for name, values in (
+        ('alf_lite env steps/s', alf_sps),
+        ('SB3 env steps/s', sb3_sps),
+        ('ratio alf_lite / SB3', ratios),
+    ):
+        print(f'{name:24s} {statistics.median(values):8.2f} {min(values):8.2f} {max(values):8.2f}')
     print_ceilings(args, alf_ceiling, sb3_top)
 
 
@@ -252,10 +321,12 @@ def ceilings(args, algorithm, model=None):
 
 def print_ceilings(args, alf_ceiling, sb3_top):
     options = [o for o, on in (('CUDA graph', args.cuda_graph), ('compiled', args.compile)) if on]
-    print(f'pure-update ceiling on {args.device}'
-          f'{" (alf_lite: " + ", ".join(options) + ")" if options else ""}: '
-          f'alf_lite {alf_ceiling:.1f} updates/s, SB3 {sb3_top:.1f} updates/s, '
-          f'ratio {alf_ceiling / sb3_top:.2f}')
+    print(
+        f'pure-update ceiling on {args.device}'
+        f'{" (alf_lite: " + ", ".join(options) + ")" if options else ""}: '
+        f'alf_lite {alf_ceiling:.1f} updates/s, SB3 {sb3_top:.1f} updates/s, '
+        f'ratio {alf_ceiling / sb3_top:.2f}'
+    )
 
 
 if __name__ == '__main__':

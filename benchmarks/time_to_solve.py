@@ -14,6 +14,7 @@ reaches ``--threshold``. Evaluation time is part of the wall-clock for both
 another). A run that does not get there within ``--max_steps`` counts as
 unsolved. Runs alternate alf_lite / SB3 per seed, each in its own process.
 """
+
 import argparse
 import json
 import os
@@ -44,12 +45,18 @@ def run_alf_lite(seed: int, threshold: float, max_steps: int, threads: int) -> d
                 raise Solved()
 
     start = time.perf_counter()
-    parse_config([GIN_FILE], [
-        f'TrainerConfig.random_seed = {seed}', f'TrainerConfig.num_env_steps = {max_steps}',
-        'TrainerConfig.eval_interval = 1000', 'TrainerConfig.num_eval_episodes = 10',
-        f'TrainerConfig.checkpoint_interval = {10 * max_steps}',
-        'TrainerConfig.checkpoint_replay_buffer = False',
-        f'TrainerConfig.torch_num_threads = {threads}'])
+    parse_config(
+        [GIN_FILE],
+        [
+            f'TrainerConfig.random_seed = {seed}',
+            f'TrainerConfig.num_env_steps = {max_steps}',
+            'TrainerConfig.eval_interval = 1000',
+            'TrainerConfig.num_eval_episodes = 10',
+            f'TrainerConfig.checkpoint_interval = {10 * max_steps}',
+            'TrainerConfig.checkpoint_replay_buffer = False',
+            f'TrainerConfig.torch_num_threads = {threads}',
+        ],
+    )
     with tempfile.TemporaryDirectory() as root_dir:
         with StopWhenSolved(TrainerConfig(), root_dir) as trainer:
             try:
@@ -57,8 +64,12 @@ def run_alf_lite(seed: int, threshold: float, max_steps: int, threads: int) -> d
                 solved = False
             except Solved:
                 solved = True
-            return dict(seconds=time.perf_counter() - start, env_steps=trainer._env_steps,
-                        solved=solved, eval_return=trainer._last_eval[EVAL_RETURN])
+            return dict(
+                seconds=time.perf_counter() - start,
+                env_steps=trainer._env_steps,
+                solved=solved,
+                eval_return=trainer._last_eval[EVAL_RETURN],
+            )
 
 
 def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
@@ -72,18 +83,42 @@ def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
     start = time.perf_counter()
     env = gymnasium.make('Pendulum-v1')
     eval_env = gymnasium.make('Pendulum-v1')
-    model = sb3.SAC('MlpPolicy', env, learning_rate=1e-3, buffer_size=100_000,
-                    learning_starts=1000, batch_size=256, tau=0.005, gamma=0.99, train_freq=1,
-                    gradient_steps=1, ent_coef='auto_1.0', target_entropy=-1.0,
-                    policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device='cpu', verbose=0)
+    model = sb3.SAC(
+        'MlpPolicy',
+        env,
+        learning_rate=1e-3,
+        buffer_size=100_000,
+        learning_starts=1000,
+        batch_size=256,
+        tau=0.005,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef='auto_1.0',
+        target_entropy=-1.0,
+        policy_kwargs=dict(net_arch=[256, 256]),
+        seed=seed,
+        device='cpu',
+        verbose=0,
+    )
     stop = StopTrainingOnRewardThreshold(reward_threshold=threshold, verbose=0)
-    evaluation = EvalCallback(eval_env, callback_on_new_best=stop, n_eval_episodes=10,
-                              eval_freq=1000, deterministic=True, verbose=0)
+    evaluation = EvalCallback(
+        eval_env,
+        callback_on_new_best=stop,
+        n_eval_episodes=10,
+        eval_freq=1000,
+        deterministic=True,
+        verbose=0,
+    )
     model.learn(max_steps, callback=evaluation)
     seconds = time.perf_counter() - start
     solved = evaluation.best_mean_reward >= threshold
-    return dict(seconds=seconds, env_steps=model.num_timesteps, solved=bool(solved),
-                eval_return=float(evaluation.last_mean_reward))
+    return dict(
+        seconds=seconds,
+        env_steps=model.num_timesteps,
+        solved=bool(solved),
+        eval_return=float(evaluation.last_mean_reward),
+    )
 
 
 def main():
@@ -107,29 +142,54 @@ def main():
     for seed in args.seeds:
         for name in ('alf_lite', 'sb3'):
             out = subprocess.run(
-                [sys.executable, __file__, '--_run', name, '--_seed', str(seed),
-                 '--threshold', str(args.threshold), '--max_steps', str(args.max_steps),
-                 '--threads', str(args.threads), '--sb3_threads', str(args.sb3_threads)],
-                check=True, stdout=subprocess.PIPE, text=True).stdout
+                [
+                    sys.executable,
+                    __file__,
+                    '--_run',
+                    name,
+                    '--_seed',
+                    str(seed),
+                    '--threshold',
+                    str(args.threshold),
+                    '--max_steps',
+                    str(args.max_steps),
+                    '--threads',
+                    str(args.threads),
+                    '--sb3_threads',
+                    str(args.sb3_threads),
+                ],
+                check=True,
+                stdout=subprocess.PIPE,
+                text=True,
+            ).stdout
             r = json.loads(out.strip().splitlines()[-1])
             results[name].append(r)
-            print(f'seed {seed} {name:8s}: {"solved" if r["solved"] else "NOT solved"} at '
-                  f'{r["env_steps"]} env steps, {r["seconds"]:.1f} s '
-                  f'(eval return {r["eval_return"]:.1f})', flush=True)
+            print(
+                f'seed {seed} {name:8s}: {"solved" if r["solved"] else "NOT solved"} at '
+                f'{r["env_steps"]} env steps, {r["seconds"]:.1f} s '
+                f'(eval return {r["eval_return"]:.1f})',
+                flush=True,
+            )
 
     def median_seconds(rs):
         # An unsolved run counts as infinitely slow.
         return statistics.median(r['seconds'] if r['solved'] else float('inf') for r in rs)
 
-    print(f'\nSAC Pendulum-v1, eval return >= {args.threshold}, seeds {args.seeds}, '
-          f'torch threads: alf_lite {args.threads}, SB3 {args.sb3_threads}')
+    print(
+        f'\nSAC Pendulum-v1, eval return >= {args.threshold}, seeds {args.seeds}, '
+        f'torch threads: alf_lite {args.threads}, SB3 {args.sb3_threads}'
+    )
     print(f'{"":10s} {"median s":>9s} {"median steps":>13s} {"solved":>7s}')
     for name, rs in results.items():
-        print(f'{name:10s} {median_seconds(rs):9.1f} '
-              f'{statistics.median(r["env_steps"] for r in rs):13.0f} '
-              f'{sum(r["solved"] for r in rs):4d}/{len(rs)}')
-    print(f'ratio alf_lite / SB3 (median seconds): '
-          f'{median_seconds(results["alf_lite"]) / median_seconds(results["sb3"]):.2f}')
+        print(
+            f'{name:10s} {median_seconds(rs):9.1f} '
+            f'{statistics.median(r["env_steps"] for r in rs):13.0f} '
+            f'{sum(r["solved"] for r in rs):4d}/{len(rs)}'
+        )
+    print(
+        f'ratio alf_lite / SB3 (median seconds): '
+        f'{median_seconds(results["alf_lite"]) / median_seconds(results["sb3"]):.2f}'
+    )
 
 
 if __name__ == '__main__':

@@ -1,4 +1,5 @@
 """Running ``python -m alf_lite.bin.train`` from tests: commands, environment, kills."""
+
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ TINY = [
     'TrainerConfig.initial_collect_steps=100',
 ]
 
+
 def train_command(root_dir, gin_files=(), params=()):
     command = [sys.executable, '-m', 'alf_lite.bin.train', '--root_dir', str(root_dir)]
     for gin_file in gin_files:
@@ -38,37 +40,45 @@ def train_env():
     # alf_lite may not be installed (no `pip install -e`): make this checkout importable
     # from any working directory.
     env['PYTHONPATH'] = os.pathsep.join(
-        [str(REPO_ROOT)] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
+        [str(REPO_ROOT)] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else [])
+    )
     return env
 
 
 def run_train(command, cwd=REPO_ROOT):
-    return subprocess.run(command, cwd=cwd, env=train_env(), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
+    return subprocess.run(
+        command, cwd=cwd, env=train_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
 
 
 def assert_ok(result):
     assert result.returncode == 0, (
-        f'exit {result.returncode}\n--- stderr (tail) ---\n{result.stderr[-4000:]}')
+        f'exit {result.returncode}\n--- stderr (tail) ---\n{result.stderr[-4000:]}'
+    )
 
 
 def checkpoint_steps(root_dir):
     """Env steps of the complete checkpoints (``ckpt-<N>``), ascending."""
-    return [checkpoint_env_steps(path)
-            for path in list_checkpoints(RunDir(str(root_dir)).checkpoint_dir)]
+    return [
+        checkpoint_env_steps(path)
+        for path in list_checkpoints(RunDir(str(root_dir)).checkpoint_dir)
+    ]
 
 
 def start_and_kill(command, tmp_path, until, name):
     """Start ``command``; SIGKILL it as soon as ``until()`` is true. Returns the kill time."""
     with open(tmp_path / f'{name}.log', 'w') as log:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=train_env(),
-                                   stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=train_env(), stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             deadline = time.time() + RUN_TIMEOUT_S
             while not until():
                 if process.poll() is not None:
-                    pytest.fail(f'{name} ended (exit {process.returncode}) before it could be '
-                                f'killed:\n{(tmp_path / f"{name}.log").read_text()[-4000:]}')
+                    pytest.fail(
+                        f'{name} ended (exit {process.returncode}) before it could be '
+                        f'killed:\n{(tmp_path / f"{name}.log").read_text()[-4000:]}'
+                    )
                 if time.time() > deadline:
                     pytest.fail(f'{name}: condition not reached in {RUN_TIMEOUT_S} s')
                 time.sleep(0.01)

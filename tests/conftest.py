@@ -1,4 +1,5 @@
 """Shared fixtures: read back the TensorBoard event files and progress.csv that a run wrote."""
+
 import csv
 import os
 
@@ -20,8 +21,8 @@ def _read_tensorboard(log_dir):
     The files are read as TensorBoard reads them (all files of the run, in
     order, with purges after a restart applied), keeping every event.
     """
-    from tensorboard.backend.event_processing.event_accumulator import (SCALARS,
-                                                                         EventAccumulator)
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
     assert os.path.isdir(log_dir), f'no TensorBoard directory {log_dir}'
     accumulator = EventAccumulator(str(log_dir), size_guidance={SCALARS: 0})
     accumulator.Reload()

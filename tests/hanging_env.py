@@ -4,6 +4,7 @@ Importable by name, so a train subprocess can use them:
 ``create_environment.env_name = 'hanging_env:alf_lite_tests/HangsAfterCheckpoint-v0'``
 (with this directory on PYTHONPATH).
 """
+
 import os
 import time
 
@@ -61,9 +62,16 @@ class HangingEnv(gymnasium.Env):
             time.sleep(3600)
 
 
-gymnasium.register('alf_lite_tests/HangsInStep5-v0', entry_point=HangingEnv,
-                   max_episode_steps=20, kwargs=dict(hang_seed=1, hang_step=5))
+gymnasium.register(
+    'alf_lite_tests/HangsInStep5-v0',
+    entry_point=HangingEnv,
+    max_episode_steps=20,
+    kwargs=dict(hang_seed=1, hang_step=5),
+)
 # Train env 0 of a run with random_seed 0.
-gymnasium.register('alf_lite_tests/HangsAfterCheckpoint-v0', entry_point=HangingEnv,
-                   max_episode_steps=20,
-                   kwargs=dict(hang_seed=train_env_seeds(0, 1)[0], hang_step=150))
+gymnasium.register(
+    'alf_lite_tests/HangsAfterCheckpoint-v0',
+    entry_point=HangingEnv,
+    max_episode_steps=20,
+    kwargs=dict(hang_seed=train_env_seeds(0, 1)[0], hang_step=150),
+)

@@ -1,4 +1,5 @@
 """Atomic checkpoints: save / load round trip, which checkpoint is picked, what each one keeps."""
+
 import contextlib
 import os
 import pickle
@@ -34,9 +35,11 @@ def make_state(seed):
 
 def make_replay_buffer_state(seed):
     g = torch.Generator().manual_seed(seed)
-    return {'observation': torch.randn(2, 5, 3, generator=g),
-            'step_type': torch.randint(0, 3, (2, 5), dtype=torch.uint8, generator=g),
-            'num_steps': 5}
+    return {
+        'observation': torch.randn(2, 5, 3, generator=g),
+        'step_type': torch.randint(0, 3, (2, 5), dtype=torch.uint8, generator=g),
+        'num_steps': 5,
+    }
 
 
 def assert_same(a, b):
@@ -97,15 +100,19 @@ def test_latest_checkpoint_picks_highest_complete_one_never_a_temporary_director
     latest = latest_checkpoint(str(tmp_path))
     assert latest == os.path.join(str(tmp_path), 'ckpt-1000')
     assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [
-        'ckpt-200', 'ckpt-900', 'ckpt-1000']
+        'ckpt-200',
+        'ckpt-900',
+        'ckpt-1000',
+    ]
     state, _ = ckpt.load_checkpoint(latest)
     assert state['env_steps'] == 1000
 
 
 def test_only_newest_checkpoint_keeps_replay_buffer(tmp_path):
     for step in (100, 200, 300):
-        ckpt.save_checkpoint(str(tmp_path), step, make_state(step // 100),
-                             make_replay_buffer_state(step))
+        ckpt.save_checkpoint(
+            str(tmp_path), step, make_state(step // 100), make_replay_buffer_state(step)
+        )
     for step in (100, 200, 300):
         path = tmp_path / f'ckpt-{step}'
         assert (path / ckpt.MODEL_FILE).is_file(), f'{path} lost its model file'
@@ -145,8 +152,7 @@ def test_save_leaves_no_temporary_directory_behind(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-200']
 
 
-def test_resuming_past_a_corrupt_checkpoint_moves_it_aside_and_new_ones_keep_their_buffer(
-        tmp_path):
+def test_resuming_past_a_corrupt_checkpoint_moves_it_aside_and_new_ones_keep_their_buffer(tmp_path):
     for step in (50, 100):
         ckpt.save_checkpoint(str(tmp_path), step, make_state(step), make_replay_buffer_state(step))
     (tmp_path / 'ckpt-100' / ckpt.MODEL_FILE).write_bytes(b'garbage')
@@ -156,14 +162,15 @@ def test_resuming_past_a_corrupt_checkpoint_moves_it_aside_and_new_ones_keep_the
     # The run goes on from ckpt-50: what it writes next keeps its replay buffer.
     ckpt.save_checkpoint(str(tmp_path), 60, make_state(6), make_replay_buffer_state(6))
     assert (tmp_path / 'ckpt-60' / ckpt.REPLAY_BUFFER_FILE).is_file()
-    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [
-        'ckpt-50', 'ckpt-60']
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == ['ckpt-50', 'ckpt-60']
     # A second corrupt checkpoint of the same step does not overwrite the first one set aside.
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
     (tmp_path / 'ckpt-100' / ckpt.MODEL_FILE).write_bytes(b'garbage')
     assert ckpt.load_latest_checkpoint(str(tmp_path))[0].endswith('ckpt-60')
     assert sorted(n for n in os.listdir(tmp_path) if 'corrupt' in n) == [
-        'ckpt-100.corrupt', 'ckpt-100.corrupt-2']
+        'ckpt-100.corrupt',
+        'ckpt-100.corrupt-2',
+    ]
 
 
 def test_all_checkpoints_corrupt_moves_none_aside(tmp_path):
@@ -197,8 +204,9 @@ def test_checkpoint_that_would_run_code_is_refused_naming_the_file_and_runs_noth
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
     crafted = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
     marker = tmp_path / 'ran'
-    torch.save({'env_steps': 200, 'payload': WritesAFile(marker)},
-               os.path.join(crafted, ckpt.MODEL_FILE))
+    torch.save(
+        {'env_steps': 200, 'payload': WritesAFile(marker)}, os.path.join(crafted, ckpt.MODEL_FILE)
+    )
     with pytest.raises(ckpt.UnsafeCheckpointError) as error:
         ckpt.load_latest_checkpoint(str(tmp_path))
     assert os.path.join(crafted, ckpt.MODEL_FILE) in str(error.value)
@@ -231,8 +239,7 @@ def test_plain_pickle_in_place_of_a_checkpoint_runs_nothing_and_counts_as_unread
 
 @contextlib.contextmanager
 def saved_as_if_on(location, tensors=None):
-    """``torch.save`` records CPU tensors (all, or those given) as on ``location``, as a GPU run's.
-    """
+    """``torch.save`` records CPU tensors (all, or those given) as on ``location``, as a GPU run."""
     pointers = None if tensors is None else {t.untyped_storage().data_ptr() for t in tensors}
 
     def tagger(storage):
@@ -280,8 +287,14 @@ def test_trainer_state_round_trips_and_a_foreign_state_is_refused(tmp_path):
     net = torch.nn.Linear(3, 2)
     net.optimizers = {'net': torch.optim.Adam(net.parameters())}
     state = ckpt.TrainerState(
-        algorithm=ckpt.algorithm_state(net), rng={}, env_steps=40,
-        num_updates=3, recent_returns=[1.5], recent_lengths=[7], last_eval={})
+        algorithm=ckpt.algorithm_state(net),
+        rng={},
+        env_steps=40,
+        num_updates=3,
+        recent_returns=[1.5],
+        recent_lengths=[7],
+        last_eval={},
+    )
     path = ckpt.save_trainer_state(str(tmp_path), state)
     assert os.path.basename(path) == 'ckpt-40'
     loaded = ckpt.trainer_state(ckpt.load_state(path))

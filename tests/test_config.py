@@ -1,4 +1,5 @@
 """Promises of alf_lite.config: includes, override order, clean slate, errors, round trips."""
+
 import os
 
 import gin
@@ -11,14 +12,14 @@ from alf_lite import config
 from alf_lite.config import ConfigError
 
 
-@gin.configurable(module="test_config")
+@gin.configurable(module='test_config')
 def my_fn(alpha=1, beta=2):
     return alpha, beta
 
 
-@gin.configurable(module="test_config")
+@gin.configurable(module='test_config')
 class MyModel:
-    def __init__(self, hidden_size=8, optimizer=None, activation="relu"):
+    def __init__(self, hidden_size=8, optimizer=None, activation='relu'):
         self.hidden_size = hidden_size
         self.optimizer = optimizer
         self.activation = activation
@@ -38,13 +39,14 @@ def _write(path, text):
 
 
 def test_include_resolves_relative_to_including_file(tmp_path, monkeypatch):
-    _write(tmp_path / "exp" / "other.gin", "my_fn.beta = 20\n")
-    _write(tmp_path / "exp" / "common" / "base.gin", "include '../other.gin'\nmy_fn.alpha = 10\n")
-    main = _write(tmp_path / "exp" / "main.gin",
-                  "include 'common/base.gin'\nMyModel.hidden_size = 64\n")
+    _write(tmp_path / 'exp' / 'other.gin', 'my_fn.beta = 20\n')
+    _write(tmp_path / 'exp' / 'common' / 'base.gin', "include '../other.gin'\nmy_fn.alpha = 10\n")
+    main = _write(
+        tmp_path / 'exp' / 'main.gin', "include 'common/base.gin'\nMyModel.hidden_size = 64\n"
+    )
     # A decoy with the same relative path in the working directory must not win.
-    elsewhere = tmp_path / "elsewhere"
-    _write(elsewhere / "common" / "base.gin", "my_fn.alpha = -1\n")
+    elsewhere = tmp_path / 'elsewhere'
+    _write(elsewhere / 'common' / 'base.gin', 'my_fn.alpha = -1\n')
     monkeypatch.chdir(elsewhere)
 
     config.parse_config([str(main)])
@@ -54,49 +56,49 @@ def test_include_resolves_relative_to_including_file(tmp_path, monkeypatch):
 
 
 def test_relative_gin_file_resolves_against_cwd(tmp_path, monkeypatch):
-    _write(tmp_path / "common" / "base.gin", "my_fn.alpha = 5\n")
-    _write(tmp_path / "main.gin", "include 'common/base.gin'\n")
+    _write(tmp_path / 'common' / 'base.gin', 'my_fn.alpha = 5\n')
+    _write(tmp_path / 'main.gin', "include 'common/base.gin'\n")
     monkeypatch.chdir(tmp_path)
 
-    config.parse_config(["main.gin"])
+    config.parse_config(['main.gin'])
 
     assert my_fn() == (5, 2)
 
 
 def test_later_params_override_files(tmp_path):
-    first = _write(tmp_path / "a.gin", "my_fn.alpha = 1\nmy_fn.beta = 1\n")
-    second = _write(tmp_path / "b.gin", "my_fn.alpha = 2\n")
+    first = _write(tmp_path / 'a.gin', 'my_fn.alpha = 1\nmy_fn.beta = 1\n')
+    second = _write(tmp_path / 'b.gin', 'my_fn.alpha = 2\n')
 
-    config.parse_config([str(first), str(second)], ["my_fn.beta = 3", "my_fn.beta=4"])
+    config.parse_config([str(first), str(second)], ['my_fn.beta = 3', 'my_fn.beta=4'])
 
     assert my_fn() == (2, 4)
 
 
 def test_parse_starts_clean(tmp_path):
-    config.parse_config([], ["my_fn.alpha = 7", "MyModel.hidden_size = 3"])
+    config.parse_config([], ['my_fn.alpha = 7', 'MyModel.hidden_size = 3'])
     gin.finalize()  # a trainer may lock the config; the next parse must still work
 
-    config.parse_config([], ["my_fn.beta = 9"])
+    config.parse_config([], ['my_fn.beta = 9'])
 
     assert my_fn() == (1, 9)
     assert MyModel().hidden_size == 8
 
 
 def test_misspelt_parameter_names_closest_valid(tmp_path):
-    gin_file = _write(tmp_path / "exp.gin", "my_fn.alpha = 1\n\nmy_fn.alpah = 3\n")
+    gin_file = _write(tmp_path / 'exp.gin', 'my_fn.alpha = 1\n\nmy_fn.alpah = 3\n')
 
     with pytest.raises(ConfigError) as info:
         config.parse_config([str(gin_file)])
 
     message = str(info.value)
     assert "'alpah'" in message and "'alpha'" in message and "'my_fn'" in message
-    assert str(gin_file) in message and "line 3" in message
-    assert "\n" not in message
+    assert str(gin_file) in message and 'line 3' in message
+    assert '\n' not in message
 
 
 def test_misspelt_class_parameter_in_gin_param_names_the_param():
     with pytest.raises(ConfigError) as info:
-        config.parse_config([], ["MyModel.hiden_size = 3"])
+        config.parse_config([], ['MyModel.hiden_size = 3'])
 
     message = str(info.value)
     assert "'hiden_size'" in message and "'hidden_size'" in message
@@ -105,38 +107,38 @@ def test_misspelt_class_parameter_in_gin_param_names_the_param():
 
 def test_unknown_configurable_names_closest(tmp_path):
     with pytest.raises(ConfigError) as info:
-        config.parse_config([], ["MyModle.hidden_size = 3"])
+        config.parse_config([], ['MyModle.hidden_size = 3'])
     assert "'MyModle'" in str(info.value) and "'MyModel'" in str(info.value)
 
     with pytest.raises(ConfigError) as info:
-        config.parse_config([], ["MyModel.optimizer = @Adamm"])
+        config.parse_config([], ['MyModel.optimizer = @Adamm'])
     assert "'Adamm'" in str(info.value) and "'Adam'" in str(info.value)
 
 
 def test_error_in_included_file_names_the_include_chain(tmp_path):
-    inner = _write(tmp_path / "common" / "inner.gin", "my_fn.gamma = 1\n")
-    outer = _write(tmp_path / "outer.gin", "include 'common/inner.gin'\n")
+    inner = _write(tmp_path / 'common' / 'inner.gin', 'my_fn.gamma = 1\n')
+    outer = _write(tmp_path / 'outer.gin', "include 'common/inner.gin'\n")
 
     with pytest.raises(ConfigError) as info:
         config.parse_config([str(outer)])
 
     message = str(info.value)
-    assert f"file {inner}, line 1" in message
-    assert f"included from {outer}" in message
+    assert f'file {inner}, line 1' in message
+    assert f'included from {outer}' in message
 
 
 def test_syntax_error_names_file_and_line(tmp_path):
-    gin_file = _write(tmp_path / "bad.gin", "my_fn.alpha = 1\nmy_fn.beta = )\n")
+    gin_file = _write(tmp_path / 'bad.gin', 'my_fn.alpha = 1\nmy_fn.beta = )\n')
 
     with pytest.raises(ConfigError) as info:
         config.parse_config([str(gin_file)])
 
     message = str(info.value)
-    assert str(gin_file) in message and "line 2" in message and "my_fn.beta = )" in message
+    assert str(gin_file) in message and 'line 2' in message and 'my_fn.beta = )' in message
 
 
 def test_unclosed_bracket_names_file(tmp_path):
-    gin_file = _write(tmp_path / "bad.gin", "my_fn.alpha = [1,\n")
+    gin_file = _write(tmp_path / 'bad.gin', 'my_fn.alpha = [1,\n')
 
     with pytest.raises(ConfigError) as info:
         config.parse_config([str(gin_file)])
@@ -147,52 +149,54 @@ def test_unclosed_bracket_names_file(tmp_path):
 def test_missing_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as info:
-        config.parse_config(["nope.gin"])
+        config.parse_config(['nope.gin'])
     assert "'nope.gin'" in str(info.value) and str(tmp_path) in str(info.value)
 
-    outer = _write(tmp_path / "exp" / "outer.gin", "include 'common/missing.gin'\n")
+    outer = _write(tmp_path / 'exp' / 'outer.gin', "include 'common/missing.gin'\n")
     with pytest.raises(ConfigError) as info:
         config.parse_config([str(outer)])
     message = str(info.value)
-    assert str(tmp_path / "exp" / "common" / "missing.gin") in message
-    assert f"file {outer}, line 1" in message
+    assert str(tmp_path / 'exp' / 'common' / 'missing.gin') in message
+    assert f'file {outer}, line 1' in message
 
 
 def test_unknown_import_names_module_and_file(tmp_path):
-    gin_file = _write(tmp_path / "exp.gin", "import no_such_module_xyz\n")
+    gin_file = _write(tmp_path / 'exp.gin', 'import no_such_module_xyz\n')
 
     with pytest.raises(ConfigError) as info:
         config.parse_config([str(gin_file)])
 
-    assert "no_such_module_xyz" in str(info.value) and f"file {gin_file}, line 1" in str(info.value)
+    assert 'no_such_module_xyz' in str(info.value) and f'file {gin_file}, line 1' in str(info.value)
 
 
 def test_include_cycle_is_an_error(tmp_path):
-    _write(tmp_path / "a.gin", "include 'b.gin'\n")
-    _write(tmp_path / "b.gin", "include 'a.gin'\n")
+    _write(tmp_path / 'a.gin', "include 'b.gin'\n")
+    _write(tmp_path / 'b.gin', "include 'a.gin'\n")
 
-    with pytest.raises(ConfigError, match="cycle"):
-        config.parse_config([str(tmp_path / "a.gin")])
+    with pytest.raises(ConfigError, match='cycle'):
+        config.parse_config([str(tmp_path / 'a.gin')])
 
 
 def test_undefined_macro_names_closest():
     with pytest.raises(ConfigError) as info:
-        config.parse_config([], ["LR = 0.1", "my_fn.alpha = %lr_"])
-    assert "%lr_" in str(info.value) and "'LR'" in str(info.value)
+        config.parse_config([], ['LR = 0.1', 'my_fn.alpha = %lr_'])
+    assert '%lr_' in str(info.value) and "'LR'" in str(info.value)
 
 
 def test_failed_parse_leaves_no_bindings(tmp_path):
-    gin_file = _write(tmp_path / "exp.gin", "my_fn.alpha = 5\nmy_fn.nope = 1\n")
+    gin_file = _write(tmp_path / 'exp.gin', 'my_fn.alpha = 5\nmy_fn.nope = 1\n')
 
     with pytest.raises(ConfigError):
         config.parse_config([str(gin_file)])
 
     assert my_fn() == (1, 2)
-    assert gin.config_str().strip() == ""
+    assert gin.config_str().strip() == ''
 
 
 def test_config_str_round_trips(tmp_path):
-    gin_file = _write(tmp_path / "exp.gin", """
+    gin_file = _write(
+        tmp_path / 'exp.gin',
+        """
 LR = 3e-4
 HIDDEN = 32
 actor/Adam.lr = 1e-3
@@ -203,44 +207,45 @@ MyModel.activation = 'tanh "quoted"'
 eval/MyModel.optimizer = @critic/Adam
 my_fn.alpha = {'layers': (256, 256), 'scales': [0.5, -1.0, None, True]}
 my_fn.beta = @eval/MyModel()
-""")
+""",
+    )
     config.parse_config([str(gin_file)])
     saved = gin.config_str()
-    saved_path = tmp_path / "root" / "config.gin"
+    saved_path = tmp_path / 'root' / 'config.gin'
     saved_path.parent.mkdir()
     config.write_text_atomically(str(saved_path), saved)
 
     config.parse_config([str(saved_path)])
 
     assert gin.config_str() == saved
-    assert gin.query_parameter("actor/Adam.lr") == 1e-3
+    assert gin.query_parameter('actor/Adam.lr') == 1e-3
     model = MyModel()
     assert model.hidden_size == 32 and model.activation == 'tanh "quoted"'
-    with gin.config_scope("actor"):
-        assert model.optimizer.__name__ == "Adam"
+    with gin.config_scope('actor'):
+        assert model.optimizer.__name__ == 'Adam'
     alpha, evaluated = my_fn()
     assert alpha == {'layers': (256, 256), 'scales': [0.5, -1.0, None, True]}
     assert isinstance(evaluated, MyModel)
     # The scope of a reference survives: eval/MyModel gets critic/Adam, whose lr is %LR.
     optimizer = evaluated.optimizer([torch.zeros(1, requires_grad=True)])
-    assert optimizer.defaults["lr"] == 3e-4
+    assert optimizer.defaults['lr'] == 3e-4
 
 
 def test_operative_config_lists_used_bindings():
-    config.parse_config([], ["my_fn.alpha = 3"])
+    config.parse_config([], ['my_fn.alpha = 3'])
     my_fn()
-    assert "my_fn.alpha = 3" in gin.operative_config_str()
-    assert "my_fn.beta = 2" in gin.operative_config_str()
+    assert 'my_fn.alpha = 3' in gin.operative_config_str()
+    assert 'my_fn.beta = 2' in gin.operative_config_str()
 
 
 def test_write_text_atomically(tmp_path):
-    path = tmp_path / "config.gin"
-    path.write_text("old")
+    path = tmp_path / 'config.gin'
+    path.write_text('old')
 
-    config.write_text_atomically(str(path), "new text\n")
-    assert path.read_text() == "new text\n"
+    config.write_text_atomically(str(path), 'new text\n')
+    assert path.read_text() == 'new text\n'
 
     with pytest.raises(TypeError):
         config.write_text_atomically(str(path), None)  # fails mid-write
-    assert path.read_text() == "new text\n"
-    assert os.listdir(tmp_path) == ["config.gin"]
+    assert path.read_text() == 'new text\n'
+    assert os.listdir(tmp_path) == ['config.gin']

@@ -6,6 +6,7 @@ resolution (test_device.py), buffer placement and device-side sampling
 nothing back to the host (test_non_finite_guard.py, test_update.py), loading a
 GPU checkpoint with map_location (test_checkpoint.py).
 """
+
 import csv
 import math
 import os
@@ -14,17 +15,18 @@ import pytest
 import torch
 
 from alf_lite import checkpoint as ckpt
+from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.data import Experience, StepType
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
 from alf_lite.replay_buffer import ReplayBuffer
-from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.transfer import time_step_to_device
 from alf_lite.update import UpdateRunner
 from test_non_finite_guard import ALGORITHMS, _tensors, assert_same_state, make
 from test_transfer import assert_same_time_step, time_step
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason='needs a CUDA GPU (torch.cuda.is_available() is False)')
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason='needs a CUDA GPU (torch.cuda.is_available() is False)'
+)
 
 CUDA = torch.device('cuda', 0)
 NUM_ENVS, OBS_DIM, ACTION_DIM, BATCH = 2, 3, 2, 64
@@ -42,21 +44,29 @@ def deterministic_cuda():
 def add_rows(rb, rows, seed, nan_reward=False):
     g = torch.Generator().manual_seed(seed)
     for t in range(rows):
-        step_type = (StepType.FIRST if t % 25 == 0 else StepType.LAST if t % 25 == 24
-                     else StepType.MID)
-        reward = torch.full((NUM_ENVS, ), math.nan) if nan_reward else torch.randn(
-            NUM_ENVS, generator=g)
-        rb.add_batch(Experience(torch.full((NUM_ENVS, ), step_type, dtype=torch.uint8),
-                                torch.randn(NUM_ENVS, OBS_DIM, generator=g),
-                                torch.rand(NUM_ENVS, ACTION_DIM, generator=g) * 2 - 1,
-                                reward, torch.ones(NUM_ENVS)))
+        step_type = (
+            StepType.FIRST if t % 25 == 0 else StepType.LAST if t % 25 == 24 else StepType.MID
+        )
+        reward = (
+            torch.full((NUM_ENVS,), math.nan) if nan_reward else torch.randn(NUM_ENVS, generator=g)
+        )
+        rb.add_batch(
+            Experience(
+                torch.full((NUM_ENVS,), step_type, dtype=torch.uint8),
+                torch.randn(NUM_ENVS, OBS_DIM, generator=g),
+                torch.rand(NUM_ENVS, ACTION_DIM, generator=g) * 2 - 1,
+                reward,
+                torch.ones(NUM_ENVS),
+            )
+        )
 
 
 def setup(name, buffer_device=None, seed=0, **runner_kwargs):
     """An algorithm on the GPU, a filled buffer, a runner; seeded the same every time."""
     algorithm = make(name, seed).to(CUDA)
-    rb = ReplayBuffer(NUM_ENVS, 200, OBS_DIM, ACTION_DIM, device=buffer_device,
-                      training_device=CUDA)
+    rb = ReplayBuffer(
+        NUM_ENVS, 200, OBS_DIM, ACTION_DIM, device=buffer_device, training_device=CUDA
+    )
     add_rows(rb, 60, seed)
     runner = UpdateRunner(algorithm, rb, BATCH, 2, loss_mask, **runner_kwargs)
     torch.manual_seed(seed + 1)
@@ -75,9 +85,14 @@ def train(rb, runner, updates, first=1, add_every=3):
 def max_difference(a, b):
     flat_a, flat_b = _tensors(ckpt.algorithm_state(a)), _tensors(ckpt.algorithm_state(b))
     assert flat_a.keys() == flat_b.keys()
-    return max(((x.double() - y.double()).abs().max().item() for x, y in
-                zip(flat_a.values(), flat_b.values()) if x.is_floating_point()
-                and torch.isfinite(x).all()), default=0.0)
+    return max(
+        (
+            (x.double() - y.double()).abs().max().item()
+            for x, y in zip(flat_a.values(), flat_b.values())
+            if x.is_floating_point() and torch.isfinite(x).all()
+        ),
+        default=0.0,
+    )
 
 
 def test_device_names():
@@ -106,8 +121,10 @@ def test_cuda_graph_matches_eager_over_many_updates(name, buffer_device):
     assert graphed_runner._graphs, 'no graph was captured'
     assert graphed.num_train_steps == eager.num_train_steps == 400
     difference = max_difference(eager, graphed)
-    print(f'{name}, {buffer_device or "gpu"} buffer: largest difference after 400 updates '
-          f'{difference:.3g}')
+    print(
+        f'{name}, {buffer_device or "gpu"} buffer: largest difference after 400 updates '
+        f'{difference:.3g}'
+    )
     assert difference < 1e-4
     for key, value in eager_scalars.items():
         assert graphed_scalars[key].item() == pytest.approx(value.item(), rel=1e-3, abs=1e-5), key
@@ -121,8 +138,9 @@ def test_compiled_cuda_graph_stays_close_to_eager():
     compiled, compiled_rb, compiled_runner = setup('sac', cuda_graph=True, compile=True)
     train(compiled_rb, compiled_runner, 100)
     # Fused kernels round differently: the two stay far closer than either moved.
-    moved = max((p - q).abs().max().item()
-                for p, q in zip(initial.parameters(), eager.parameters()))
+    moved = max(
+        (p - q).abs().max().item() for p, q in zip(initial.parameters(), eager.parameters())
+    )
     assert max_difference(eager, compiled) < 0.1 * moved
 
 
@@ -177,8 +195,9 @@ def test_time_step_goes_to_the_gpu_in_one_copy_every_field_exact():
 def test_checkpoint_round_trip_gpu_to_cpu_and_back(tmp_path, name):
     gpu, rb, runner = setup(name, defer_non_finite_checks=True)
     train(rb, runner, 20)
-    ckpt.save_checkpoint(str(tmp_path), 20, {'algorithm': ckpt.algorithm_state(gpu)},
-                         rb.state_dict())
+    ckpt.save_checkpoint(
+        str(tmp_path), 20, {'algorithm': ckpt.algorithm_state(gpu)}, rb.state_dict()
+    )
     state, rb_state = ckpt.load_checkpoint(str(tmp_path / 'ckpt-20'), map_location='cpu')
     cpu = make(name, seed=1)
     ckpt.load_algorithm_state(cpu, state['algorithm'])
@@ -188,8 +207,9 @@ def test_checkpoint_round_trip_gpu_to_cpu_and_back(tmp_path, name):
     cpu_rb = ReplayBuffer(NUM_ENVS, 200, OBS_DIM, ACTION_DIM)
     cpu_rb.load_state_dict(rb_state)
     # And back: a CPU checkpoint resumes on the GPU, where training goes on.
-    ckpt.save_checkpoint(str(tmp_path), 30, {'algorithm': ckpt.algorithm_state(cpu)},
-                         cpu_rb.state_dict())
+    ckpt.save_checkpoint(
+        str(tmp_path), 30, {'algorithm': ckpt.algorithm_state(cpu)}, cpu_rb.state_dict()
+    )
     state, rb_state = ckpt.load_checkpoint(str(tmp_path / 'ckpt-30'), map_location=CUDA)
     resumed, resumed_rb, resumed_runner = setup(name, seed=2, defer_non_finite_checks=True)
     ckpt.load_algorithm_state(resumed, state['algorithm'])
@@ -204,11 +224,16 @@ def test_checkpoint_round_trip_gpu_to_cpu_and_back(tmp_path, name):
 
 # --- whole runs: the trainer with TrainerConfig.device and TrainerConfig.cuda_graph --------
 
-SHORT_RUN = ['TrainerConfig.num_env_steps = 600', 'TrainerConfig.initial_collect_steps = 200',
-             'TrainerConfig.summary_interval = 100', 'TrainerConfig.eval_interval = 300',
-             'TrainerConfig.num_eval_episodes = 2', 'TrainerConfig.checkpoint_interval = 300',
-             'TrainerConfig.replay_buffer_length = 10000',
-             'create_environment.max_episode_steps = 100']
+SHORT_RUN = [
+    'TrainerConfig.num_env_steps = 600',
+    'TrainerConfig.initial_collect_steps = 200',
+    'TrainerConfig.summary_interval = 100',
+    'TrainerConfig.eval_interval = 300',
+    'TrainerConfig.num_eval_episodes = 2',
+    'TrainerConfig.checkpoint_interval = 300',
+    'TrainerConfig.replay_buffer_length = 10000',
+    'create_environment.max_episode_steps = 100',
+]
 NONDETERMINISTIC = ('wall_time', 'env_steps_per_sec', 'updates_per_sec', 'process_rss_bytes')
 
 
@@ -216,16 +241,23 @@ def run_example(root_dir, example, *params):
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.config import parse_config
     from alf_lite.trainer import Trainer, TrainerConfig
+
     parse_config([os.path.join(EXAMPLES, example)], SHORT_RUN + list(params))
     with Trainer(TrainerConfig(), str(root_dir)) as trainer:
         trainer.train()
     with open(os.path.join(root_dir, 'progress.csv'), newline='') as f:
-        return [{k: v for k, v in row.items() if not k.endswith(NONDETERMINISTIC)}
-                for row in csv.DictReader(f)]
+        return [
+            {k: v for k, v in row.items() if not k.endswith(NONDETERMINISTIC)}
+            for row in csv.DictReader(f)
+        ]
 
 
-EXAMPLE_RUNS = ['sac_pendulum.gin', 'td3_pendulum.gin', 'sac_halfcheetah.gin',
-                'td3_halfcheetah.gin']
+EXAMPLE_RUNS = [
+    'sac_pendulum.gin',
+    'td3_pendulum.gin',
+    'sac_halfcheetah.gin',
+    'td3_halfcheetah.gin',
+]
 
 
 @pytest.mark.parametrize('cuda_graph', [False, True], ids=['eager', 'cuda_graph'])
@@ -236,23 +268,34 @@ def test_short_run_of_each_example_on_the_gpu_is_reproducible(tmp_path, example,
     second = run_example(tmp_path / 'b', example, *params)
     assert first == second
     assert [int(r['env_steps']) for r in first][-1] == 600
-    state, _ = ckpt.load_checkpoint(str(tmp_path / 'a' / 'checkpoints' / 'ckpt-600'),
-                                    map_location='cpu')
-    assert all(torch.isfinite(v).all() for v in state['algorithm']['module'].values()
-               if torch.is_tensor(v) and v.is_floating_point())
+    state, _ = ckpt.load_checkpoint(
+        str(tmp_path / 'a' / 'checkpoints' / 'ckpt-600'), map_location='cpu'
+    )
+    assert all(
+        torch.isfinite(v).all()
+        for v in state['algorithm']['module'].values()
+        if torch.is_tensor(v) and v.is_floating_point()
+    )
 
 
 def test_auto_device_trains_on_the_gpu_and_resumes_on_the_cpu(tmp_path):
     run_example(tmp_path, 'sac_pendulum.gin', "TrainerConfig.device = 'auto'")
     # The same root_dir, carried on as on a machine without a GPU.
-    rows = run_example(tmp_path, 'sac_pendulum.gin', "TrainerConfig.device = 'cpu'",
-                       'TrainerConfig.num_env_steps = 900')
+    rows = run_example(
+        tmp_path,
+        'sac_pendulum.gin',
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 900',
+    )
     assert [int(r['env_steps']) for r in rows][-1] == 900
 
 
 def test_cuda_graph_on_the_cpu_is_refused_before_anything_runs(tmp_path):
     with pytest.raises(ValueError, match='cuda_graph'):
-        run_example(tmp_path, 'sac_pendulum.gin', "TrainerConfig.device = 'cpu'",
-                    'TrainerConfig.cuda_graph = True')
+        run_example(
+            tmp_path,
+            'sac_pendulum.gin',
+            "TrainerConfig.device = 'cpu'",
+            'TrainerConfig.cuda_graph = True',
+        )
     assert not (tmp_path / 'checkpoints').exists()
-

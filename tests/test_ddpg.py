@@ -1,4 +1,5 @@
 """DDPG: losses and targets against hand computations, network switches, noise, learning."""
+
 import functools
 import math
 import os
@@ -60,30 +61,49 @@ class LinearCritic(nn.Module):
 
 
 def hand_ddpg(**kwargs):
-    args = dict(observation_dim=1, action_dim=1, actor_network_ctor=TanhActor,
-                critic_network_ctor=LinearCritic, gamma=GAMMA, critic_l2_weight_decay=0.0,
-                actor_optimizer=FROZEN, critic_optimizer=FROZEN)
+    args = dict(
+        observation_dim=1,
+        action_dim=1,
+        actor_network_ctor=TanhActor,
+        critic_network_ctor=LinearCritic,
+        gamma=GAMMA,
+        critic_l2_weight_decay=0.0,
+        actor_optimizer=FROZEN,
+        critic_optimizer=FROZEN,
+    )
     args.update(kwargs)
     return DdpgAlgorithm(**args)
 
 
 def windows(rows):
     """``[B, 2]`` windows from ``[(step_type, obs, action, reward, discount), ...]`` pairs."""
+
     def field(i, dtype=torch.float32):
         return torch.tensor([[r[i] for r in w] for w in rows], dtype=dtype)
-    return Experience(field(0, torch.uint8), field(1).unsqueeze(-1), field(2).unsqueeze(-1),
-                      field(3), field(4))
+
+    return Experience(
+        field(0, torch.uint8), field(1).unsqueeze(-1), field(2).unsqueeze(-1), field(3), field(4)
+    )
 
 
 # A MID step, a terminated LAST (discount 0), and a LAST -> FIRST pair that is masked out.
-HAND_BATCH = windows([[(M, 0.5, 0.2, 0.0, 1.0), (M, 1.0, 0.0, 1.0, 1.0)],
-                      [(M, 1.0, -0.4, 0.0, 1.0), (L, 2.0, 0.0, 3.0, 0.0)],
-                      [(L, 2.0, 0.1, 0.0, 0.0), (F, -1.0, 0.0, 100.0, 1.0)]])
+HAND_BATCH = windows(
+    [
+        [(M, 0.5, 0.2, 0.0, 1.0), (M, 1.0, 0.0, 1.0, 1.0)],
+        [(M, 1.0, -0.4, 0.0, 1.0), (L, 2.0, 0.0, 3.0, 0.0)],
+        [(L, 2.0, 0.1, 0.0, 0.0), (F, -1.0, 0.0, 100.0, 1.0)],
+    ]
+)
 
 
 def random_batch(b=8, obs_dim=3, act_dim=2):
-    return Experience(torch.full((b, 2), M, dtype=torch.uint8), torch.randn(b, 2, obs_dim),
-                      torch.rand(b, 2, act_dim) * 2 - 1, torch.randn(b, 2), torch.ones(b, 2))
+    return Experience(
+        torch.full((b, 2), M, dtype=torch.uint8),
+        torch.randn(b, 2, obs_dim),
+        torch.rand(b, 2, act_dim) * 2 - 1,
+        torch.randn(b, 2),
+        torch.ones(b, 2),
+    )
 
 
 def test_critic_loss_uses_target_actor_and_target_critic():
@@ -107,7 +127,8 @@ def test_actor_loss_is_minus_q_of_mu_and_only_the_actor_learns_from_it():
     s = torch.tensor([0.5, 1.0])
     # Actor loss -mean(c + s + k * tanh(w s)) with c = 0.5, k = 2, w = 1.
     assert out['actor_loss'].item() == pytest.approx(
-        -(0.5 + s + 2 * torch.tanh(s)).mean().item(), rel=1e-6)
+        -(0.5 + s + 2 * torch.tanh(s)).mean().item(), rel=1e-6
+    )
     # d loss / dw = -mean(k * (1 - tanh(w s)^2) * s): SGD with lr 0.1 moves w up by 0.1 * that.
     grad = -(2 * (1 - torch.tanh(s) ** 2) * s).mean().item()
     assert ddpg._actor.w.item() == pytest.approx(1.0 - 0.1 * grad, rel=1e-6)
@@ -129,10 +150,14 @@ def test_last_to_first_window_trains_nothing():
 
 
 def paper_networks(**kwargs):
-    args = dict(actor_network_ctor=functools.partial(
-                    DeterministicActorNetwork, hidden_layers=(16, 8), batch_norm=True),
-                critic_network_ctor=functools.partial(
-                    CriticNetwork, hidden_layers=(16, 8), action_input_layer=1, batch_norm=True))
+    args = dict(
+        actor_network_ctor=functools.partial(
+            DeterministicActorNetwork, hidden_layers=(16, 8), batch_norm=True
+        ),
+        critic_network_ctor=functools.partial(
+            CriticNetwork, hidden_layers=(16, 8), action_input_layer=1, batch_norm=True
+        ),
+    )
     args.update(kwargs)
     return DdpgAlgorithm(observation_dim=3, action_dim=2, **args)
 
@@ -163,15 +188,17 @@ def test_l2_gradient_is_weight_decay_times_each_critic_weight_matrix_and_nothing
     batch = random_batch()
     decay = 0.01
     torch.manual_seed(0)
-    ddpg = paper_networks(critic_l2_weight_decay=decay,
-                          critic_optimizer=FROZEN, actor_optimizer=FROZEN)
+    ddpg = paper_networks(
+        critic_l2_weight_decay=decay, critic_optimizer=FROZEN, actor_optimizer=FROZEN
+    )
     weights = [layer.weight.detach().clone() for layer in ddpg._critic._layers]
     out = ddpg.train_step(batch, torch.zeros(8, 1))
     # Every weight matrix, the output layer's included.
     for layer, w in zip(ddpg._critic._layers, weights):
         assert torch.allclose(layer.weight.grad, decay * w, rtol=1e-6, atol=0)
     assert out['critic_loss'].item() == pytest.approx(
-        0.5 * decay * sum(w.square().sum().item() for w in weights), rel=1e-5)
+        0.5 * decay * sum(w.square().sum().item() for w in weights), rel=1e-5
+    )
     # Not biases, not batch-norm scales and shifts.
     matrices = {id(layer.weight) for layer in ddpg._critic._layers}
     others = [p for p in ddpg._critic.parameters() if id(p) not in matrices]
@@ -187,19 +214,29 @@ def test_l2_in_the_loss_and_adamw_are_both_reachable_from_gin():
     assert ddpg._critic_l2_weight_decay == 0.01
     assert type(ddpg.optimizers['critic']) is torch.optim.Adam
     assert ddpg.optimizers['critic'].defaults['weight_decay'] == 0
-    parse_config([common], ['DdpgAlgorithm.critic_l2_weight_decay = 0.0',
-                            'DdpgAlgorithm.critic_optimizer = @critic/AdamW',
-                            'critic/AdamW.lr = 1e-3', 'critic/AdamW.weight_decay = 0.01'])
+    parse_config(
+        [common],
+        [
+            'DdpgAlgorithm.critic_l2_weight_decay = 0.0',
+            'DdpgAlgorithm.critic_optimizer = @critic/AdamW',
+            'critic/AdamW.lr = 1e-3',
+            'critic/AdamW.weight_decay = 0.01',
+        ],
+    )
     ddpg = TrainerConfig().algorithm_ctor(observation_dim=3, action_dim=1)
     assert ddpg._critic_l2_weight_decay == 0.0
     assert type(ddpg.optimizers['critic']) is torch.optim.AdamW
     assert ddpg.optimizers['critic'].defaults['weight_decay'] == 0.01
 
 
-@pytest.mark.parametrize('layer, shapes', [
-    (0, [(2, 3 + 2, 5), (2, 5, 4), (2, 4, 1)]),
-    (1, [(2, 3, 5), (2, 5 + 2, 4), (2, 4, 1)]),
-    (2, [(2, 3, 5), (2, 5, 4), (2, 4 + 2, 1)])])
+@pytest.mark.parametrize(
+    'layer, shapes',
+    [
+        (0, [(2, 3 + 2, 5), (2, 5, 4), (2, 4, 1)]),
+        (1, [(2, 3, 5), (2, 5 + 2, 4), (2, 4, 1)]),
+        (2, [(2, 3, 5), (2, 5, 4), (2, 4 + 2, 1)]),
+    ],
+)
 def test_action_enters_the_critic_at_the_chosen_layer(layer, shapes):
     torch.manual_seed(0)
     critic = CriticNetwork(3, 2, num_replicas=2, hidden_layers=(5, 4), action_input_layer=layer)
@@ -224,11 +261,16 @@ def test_action_input_layer_beyond_the_output_is_refused():
 def test_paper_init_bounds():
     torch.manual_seed(0)
     actor = DeterministicActorNetwork(17, 6, hidden_layers=(400, 300), paper_init=True)
-    critic = CriticNetwork(17, 6, num_replicas=2, hidden_layers=(400, 300),
-                           action_input_layer=1, paper_init=True)
+    critic = CriticNetwork(
+        17, 6, num_replicas=2, hidden_layers=(400, 300), action_input_layer=1, paper_init=True
+    )
     # Hidden: +-1/sqrt(fan_in) with fan_in 17, 400 (actor) and 17, 400 + 6 (critic).
-    hidden = [(actor._hidden[0], 17), (actor._hidden[1], 400),
-              (critic._layers[0], 17), (critic._layers[1], 406)]
+    hidden = [
+        (actor._hidden[0], 17),
+        (actor._hidden[1], 400),
+        (critic._layers[0], 17),
+        (critic._layers[1], 406),
+    ]
     for layer, fan_in in hidden:
         for p in (layer.weight, layer.bias):
             assert p.abs().max().item() <= 1 / math.sqrt(fan_in)
@@ -253,23 +295,24 @@ def test_batched_batch_norm_is_one_batch_norm_per_replica():
     for r in range(2):
         ref = nn.BatchNorm1d(4)
         with torch.no_grad():
-            ref.weight.copy_(bn.weight[4 * r:4 * r + 4])
-            ref.bias.copy_(bn.bias[4 * r:4 * r + 4])
+            ref.weight.copy_(bn.weight[4 * r : 4 * r + 4])
+            ref.bias.copy_(bn.bias[4 * r : 4 * r + 4])
         assert torch.allclose(y[r], ref(x[r]), atol=1e-5)
-        assert torch.allclose(bn.running_mean[4 * r:4 * r + 4], ref.running_mean, atol=1e-6)
+        assert torch.allclose(bn.running_mean[4 * r : 4 * r + 4], ref.running_mean, atol=1e-6)
     # Eval mode: running statistics, so one sample is normalised the same way alone.
     bn.eval()
     single = bn(x[:, :1])
-    expected = ((x[:, :1] - bn.running_mean.view(2, 1, 4))
-                / (bn.running_var.view(2, 1, 4) + bn.eps).sqrt()
-                * bn.weight.view(2, 1, 4) + bn.bias.view(2, 1, 4))
+    expected = (x[:, :1] - bn.running_mean.view(2, 1, 4)) / (
+        bn.running_var.view(2, 1, 4) + bn.eps
+    ).sqrt() * bn.weight.view(2, 1, 4) + bn.bias.view(2, 1, 4)
     assert torch.allclose(single, expected, atol=1e-5)
     assert torch.allclose(bn(x)[:, :1], single, atol=1e-6)
 
 
 def test_batch_norm_sits_on_the_state_path_only():
-    critic = CriticNetwork(3, 2, num_replicas=2, hidden_layers=(5, 4), action_input_layer=1,
-                           batch_norm=True)
+    critic = CriticNetwork(
+        3, 2, num_replicas=2, hidden_layers=(5, 4), action_input_layer=1, batch_norm=True
+    )
     # The observation (3) and the first hidden layer (5): the action is never normalised.
     assert isinstance(critic._input_norm, BatchedBatchNorm1d)
     assert [n.num_features for n in [critic._input_norm, *critic._hidden_norms]] == [6, 10]
@@ -287,18 +330,31 @@ def test_rollout_uses_running_statistics_and_targets_always_do():
     ddpg.train(False)
     # One env: batch statistics of a single row would fail; running ones do not.
     obs = torch.randn(1, 3)
-    step = TimeStep(torch.tensor([F], dtype=torch.uint8), obs, torch.zeros(1), torch.ones(1),
-                    torch.zeros(1, dtype=torch.int64))
+    step = TimeStep(
+        torch.tensor([F], dtype=torch.uint8),
+        obs,
+        torch.zeros(1),
+        torch.ones(1),
+        torch.zeros(1, dtype=torch.int64),
+    )
     assert ddpg.rollout_step(step).shape == (1, 2)
     assert torch.equal(ddpg.predict_step(obs), ddpg.predict_step(torch.cat([obs, -obs]))[:1])
 
 
 def test_rollout_adds_noise_in_normalised_space_then_clips():
-    ddpg = DdpgAlgorithm(observation_dim=1, action_dim=2,
-                         actor_network_ctor=functools.partial(ConstantActor, value=0.9),
-                         exploration_noise=OUNoise(theta=0.15, sigma=0.5, dt=1.0))
-    step = TimeStep(torch.full((1000,), F, dtype=torch.uint8), torch.zeros(1000, 1),
-                    torch.zeros(1000), torch.ones(1000), torch.arange(1000))
+    ddpg = DdpgAlgorithm(
+        observation_dim=1,
+        action_dim=2,
+        actor_network_ctor=functools.partial(ConstantActor, value=0.9),
+        exploration_noise=OUNoise(theta=0.15, sigma=0.5, dt=1.0),
+    )
+    step = TimeStep(
+        torch.full((1000,), F, dtype=torch.uint8),
+        torch.zeros(1000, 1),
+        torch.zeros(1000),
+        torch.ones(1000),
+        torch.arange(1000),
+    )
     torch.manual_seed(0)
     z = torch.randn(1000, 2)
     torch.manual_seed(0)
@@ -313,16 +369,20 @@ def test_default_exploration_is_the_papers_ou_process():
     noise = DdpgAlgorithm(observation_dim=1, action_dim=1)._exploration_noise
     assert isinstance(noise, OUNoise)
     assert (noise.theta, noise.sigma, noise.dt) == (0.15, 0.2, 1e-2)
-    assert isinstance(DdpgAlgorithm(observation_dim=1, action_dim=1,
-                                    exploration_noise=GaussianNoise(0.1))._exploration_noise,
-                      GaussianNoise)
+    assert isinstance(
+        DdpgAlgorithm(
+            observation_dim=1, action_dim=1, exploration_noise=GaussianNoise(0.1)
+        )._exploration_noise,
+        GaussianNoise,
+    )
 
 
 POINT_PARAMS = [
     "create_environment.env_name = 'alf_lite/PointTarget-v0'",
     'DeterministicActorNetwork.hidden_layers = (64, 64)',
     'CriticNetwork.hidden_layers = (64, 64)',
-    'actor/Adam.lr = 1e-3', 'critic/Adam.lr = 1e-3',
+    'actor/Adam.lr = 1e-3',
+    'critic/Adam.lr = 1e-3',
     'TrainerConfig.mini_batch_size = 64',
     'TrainerConfig.initial_collect_steps = 200',
     'TrainerConfig.summary_interval = 500',
@@ -345,17 +405,27 @@ def test_ddpg_solves_point_task(tmp_path):
     # settings (OU noise, paper init, action into the critic's second layer)
     # except a faster tau and no batch norm or L2, which slow learning on
     # these tiny rewards (seeds 0-3 end between -0.7 and -1.0).
-    result = train_point_task(tmp_path, 'ddpg.gin', 'DdpgAlgorithm.target_update_tau = 0.005',
-                              'DdpgAlgorithm.critic_l2_weight_decay = 0.0',
-                              'DeterministicActorNetwork.batch_norm = False',
-                              'CriticNetwork.batch_norm = False')
+    result = train_point_task(
+        tmp_path,
+        'ddpg.gin',
+        'DdpgAlgorithm.target_update_tau = 0.005',
+        'DdpgAlgorithm.critic_l2_weight_decay = 0.0',
+        'DeterministicActorNetwork.batch_norm = False',
+        'CriticNetwork.batch_norm = False',
+    )
     assert result['eval/AverageReturn'] > -2.0
 
 
 def test_pendulum_example_trains(tmp_path):
-    parse_config([os.path.join(EXAMPLES, 'ddpg_pendulum.gin')],
-                 ['TrainerConfig.num_env_steps = 300', 'TrainerConfig.initial_collect_steps = 200',
-                  'TrainerConfig.num_eval_episodes = 1', 'TrainerConfig.checkpoint_interval = 300'])
+    parse_config(
+        [os.path.join(EXAMPLES, 'ddpg_pendulum.gin')],
+        [
+            'TrainerConfig.num_env_steps = 300',
+            'TrainerConfig.initial_collect_steps = 200',
+            'TrainerConfig.num_eval_episodes = 1',
+            'TrainerConfig.checkpoint_interval = 300',
+        ],
+    )
     assert TrainerConfig().mini_batch_size == 256
     with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
         trainer.train()

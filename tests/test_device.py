@@ -1,12 +1,19 @@
 """alf_lite.device: resolving TrainerConfig.device, describing it, deterministic cuBLAS."""
+
 import os
 
 import pytest
 import torch
 
 from alf_lite import device as device_module
-from alf_lite.device import (DeviceUnavailableError, describe_device, free_memory_bytes,
-                             resolve_device, use_deterministic_algorithms, visible_gpu_ids)
+from alf_lite.device import (
+    DeviceUnavailableError,
+    describe_device,
+    free_memory_bytes,
+    resolve_device,
+    use_deterministic_algorithms,
+    visible_gpu_ids,
+)
 
 
 def test_cpu_resolves_to_cpu():

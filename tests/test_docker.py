@@ -1,4 +1,5 @@
 """docker/Dockerfile read as text (no engine here): what it copies exists, what it installs fits."""
+
 import ast
 import fnmatch
 import re
@@ -32,11 +33,16 @@ def arguments(name):
 def setup_requirements():
     """``(install_requires, extras_require)`` of setup.py, read without running it."""
     tree = ast.parse((REPO_ROOT / 'setup.py').read_text())
-    call = next(node for node in ast.walk(tree)
-                if isinstance(node, ast.Call) and getattr(node.func, 'id', '') == 'setup')
+    call = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, 'id', '') == 'setup'
+    )
     kwargs = {k.arg: k.value for k in call.keywords}
-    return (ast.literal_eval(kwargs['install_requires']),
-            ast.literal_eval(kwargs['extras_require']))
+    return (
+        ast.literal_eval(kwargs['install_requires']),
+        ast.literal_eval(kwargs['extras_require']),
+    )
 
 
 def requirement_name(requirement):
@@ -46,8 +52,10 @@ def requirement_name(requirement):
 def makefile_pins():
     """``{name: version}`` of the ``pip install name==version`` lines of the Makefile."""
     text = (REPO_ROOT / 'Makefile').read_text()
-    return {name.lower(): version
-            for name, version in re.findall(r'pip install\s+([\w.-]+)==([\w.+-]+)', text)}
+    return {
+        name.lower(): version
+        for name, version in re.findall(r'pip install\s+([\w.-]+)==([\w.+-]+)', text)
+    }
 
 
 def pip_installs():
@@ -70,8 +78,11 @@ def pip_installs():
 
 
 def test_every_copied_path_exists_and_is_not_ignored():
-    ignored = [line.strip() for line in DOCKERIGNORE.read_text().splitlines()
-               if line.strip() and not line.startswith('#')]
+    ignored = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.startswith('#')
+    ]
     sources = []
     for copy in arguments('COPY'):
         words = [w for w in shlex.split(copy) if not w.startswith('--')]

@@ -1,4 +1,5 @@
 """The batched gymnasium environment (step types, parallel envs, crashes) and the point task."""
+
 import os
 import subprocess
 import sys
@@ -17,14 +18,15 @@ import alf_lite.all_configurables  # noqa: F401
 from alf_lite.config import parse_config
 from alf_lite.data import StepType
 from alf_lite.environments import BatchedEnvironment, EnvironmentCrashedError, create_environment
-from alf_lite.seeding import train_env_seeds
 from alf_lite.environments.point_env import POINT_TARGET_ID
 from alf_lite.environments.suite_gym import default_use_subprocesses
+from alf_lite.seeding import train_env_seeds
 from alf_lite.trainer import Trainer, TrainerConfig
 from cli_helpers import train_env
 
-SAC_GIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples',
-                       'common', 'sac.gin')
+SAC_GIN = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples', 'common', 'sac.gin'
+)
 
 
 class CountdownEnv(gymnasium.Env):
@@ -57,8 +59,9 @@ class EchoEnv(gymnasium.Env):
     """Observes the action it received, so a test can read the mapped action."""
 
     def __init__(self):
-        self.action_space = spaces.Box(np.array([-1.0, 0.0], dtype=np.float32),
-                                       np.array([3.0, 2.0], dtype=np.float32))
+        self.action_space = spaces.Box(
+            np.array([-1.0, 0.0], dtype=np.float32), np.array([3.0, 2.0], dtype=np.float32)
+        )
         self.observation_space = self.action_space
 
     def reset(self, *, seed=None, options=None):
@@ -108,16 +111,22 @@ class CrashingEnv(gymnasium.Env):
 
 # Registered before any vector env exists, so forked subprocesses inherit them.
 gymnasium.register('alf_test/Countdown-v0', entry_point=CountdownEnv)
-gymnasium.register('alf_test/Countdown3-v0', entry_point=CountdownEnv,
-                   kwargs=dict(min_length=3, max_length=3))
+gymnasium.register(
+    'alf_test/Countdown3-v0', entry_point=CountdownEnv, kwargs=dict(min_length=3, max_length=3)
+)
 gymnasium.register('alf_test/Echo-v0', entry_point=EchoEnv)
 gymnasium.register('alf_test/Image-v0', entry_point=ImageEnv)
 gymnasium.register('alf_test/Raises-v0', entry_point=CrashingEnv, max_episode_steps=10)
-gymnasium.register('alf_test/Dies-v0', entry_point=CrashingEnv, max_episode_steps=10,
-                   kwargs=dict(how='exit'))
+gymnasium.register(
+    'alf_test/Dies-v0', entry_point=CrashingEnv, max_episode_steps=10, kwargs=dict(how='exit')
+)
 # The trainer seeds its envs from the seed sequence of TrainerConfig.random_seed (0 here).
-gymnasium.register('alf_test/DiesInTrainer-v0', entry_point=CrashingEnv, max_episode_steps=10,
-                   kwargs=dict(how='exit', crash_seed=train_env_seeds(0, 2)[1]))
+gymnasium.register(
+    'alf_test/DiesInTrainer-v0',
+    entry_point=CrashingEnv,
+    max_episode_steps=10,
+    kwargs=dict(how='exit', crash_seed=train_env_seeds(0, 2)[1]),
+)
 
 
 def _rollout(env: BatchedEnvironment, num_steps: int, seed: int = 0):
@@ -139,7 +148,13 @@ def test_truncation_is_last_with_discount_one():
     with create_environment('Pendulum-v1', max_episode_steps=3) as env:
         steps = _rollout(env, 5)
     assert _column(steps, 'step_type')[:, 0].tolist() == [
-        StepType.FIRST, StepType.MID, StepType.MID, StepType.LAST, StepType.FIRST, StepType.MID]
+        StepType.FIRST,
+        StepType.MID,
+        StepType.MID,
+        StepType.LAST,
+        StepType.FIRST,
+        StepType.MID,
+    ]
     assert _column(steps, 'discount')[:, 0].tolist() == [1.0] * 6
     reward = _column(steps, 'reward')[:, 0]
     assert reward[3] < 0  # The LAST step keeps its reward ...
@@ -150,7 +165,13 @@ def test_termination_is_last_with_discount_zero():
     with create_environment('alf_test/Countdown3-v0') as env:
         steps = _rollout(env, 5)
     assert _column(steps, 'step_type')[:, 0].tolist() == [
-        StepType.FIRST, StepType.MID, StepType.MID, StepType.LAST, StepType.FIRST, StepType.MID]
+        StepType.FIRST,
+        StepType.MID,
+        StepType.MID,
+        StepType.LAST,
+        StepType.FIRST,
+        StepType.MID,
+    ]
     assert _column(steps, 'discount')[:, 0].tolist() == [1, 1, 1, 0, 1, 1]
     assert _column(steps, 'reward')[:, 0].tolist() == [0, 1, 1, 1, 0, 1]
     assert _column(steps, 'observation')[4, 0, 0] == 0  # A fresh episode.
@@ -240,9 +261,16 @@ def test_mujoco_timestep_dtypes():
         assert time_step.env_id.tolist() == [0, 1]
 
 
-@pytest.mark.parametrize('env_name, dims', [
-    ('Humanoid-v5', (348, 17)), ('HalfCheetah-v5', (17, 6)), ('Hopper-v5', (11, 3)),
-    ('Walker2d-v5', (17, 6)), ('Ant-v5', (105, 8))])
+@pytest.mark.parametrize(
+    'env_name, dims',
+    [
+        ('Humanoid-v5', (348, 17)),
+        ('HalfCheetah-v5', (17, 6)),
+        ('Hopper-v5', (11, 3)),
+        ('Walker2d-v5', (17, 6)),
+        ('Ant-v5', (105, 8)),
+    ],
+)
 def test_mujoco_v5_observations_are_float32(env_name, dims):
     # gymnasium gives float64; float32 halves the replay memory.
     assert gymnasium.make(env_name).observation_space.dtype == np.float64
@@ -273,8 +301,10 @@ def test_unknown_env_id_names_close_match():
         create_environment('Pendulum-v2')
 
 
-@pytest.mark.parametrize('env_name, message', [('CartPole-v1', 'SAC, DDPG and TD3'),
-                                               ('alf_test/Image-v0', 'flat 1-D Box')])
+@pytest.mark.parametrize(
+    'env_name, message',
+    [('CartPole-v1', 'SAC, DDPG and TD3'), ('alf_test/Image-v0', 'flat 1-D Box')],
+)
 def test_unsupported_spaces_are_refused(env_name, message):
     with pytest.raises(ValueError, match=f"'{env_name}'.*{message}"):
         create_environment(env_name)
@@ -309,9 +339,11 @@ def _mean_episode_return(policy, num_envs=32, num_episodes_per_env=3):
 def test_point_env_controller_beats_random():
     generator = torch.Generator().manual_seed(0)
     random_return = _mean_episode_return(
-        lambda obs: torch.rand(obs.shape[0], 1, generator=generator) * 2 - 1)
+        lambda obs: torch.rand(obs.shape[0], 1, generator=generator) * 2 - 1
+    )
     controller_return = _mean_episode_return(
-        lambda obs: -torch.clamp(5 * (obs[:, :1] - obs[:, 1:]), -1, 1))
+        lambda obs: -torch.clamp(5 * (obs[:, :1] - obs[:, 1:]), -1, 1)
+    )
     assert random_return < -7
     assert controller_return > -1.5
 
@@ -328,15 +360,18 @@ def child_pids():
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
-@pytest.mark.parametrize('env_name, num_envs, subprocesses', [
-    ('HalfCheetah-v5', 4, False),  # MuJoCo steps are cheaper than the IPC.
-    ('Pendulum-v1', 12, False),
-    ('HalfCheetahBullet-v0', 4, False),
-    (POINT_TARGET_ID, 2, False),
-    ('ICubWalk-v0', 1, False),
-    ('ICubWalk-v0', 2, True),  # ~4 ms a step: subprocesses pay off.
-    ('alf_test/Countdown-v0', 2, True),  # Unknown cost: one process per env.
-])
+@pytest.mark.parametrize(
+    'env_name, num_envs, subprocesses',
+    [
+        ('HalfCheetah-v5', 4, False),  # MuJoCo steps are cheaper than the IPC.
+        ('Pendulum-v1', 12, False),
+        ('HalfCheetahBullet-v0', 4, False),
+        (POINT_TARGET_ID, 2, False),
+        ('ICubWalk-v0', 1, False),
+        ('ICubWalk-v0', 2, True),  # ~4 ms a step: subprocesses pay off.
+        ('alf_test/Countdown-v0', 2, True),  # Unknown cost: one process per env.
+    ],
+)
 def test_default_picks_the_faster_way_per_env(env_name, num_envs, subprocesses):
     assert default_use_subprocesses(gymnasium.spec(env_name), num_envs) == subprocesses
 
@@ -356,9 +391,11 @@ def test_env_that_raises_is_named_with_its_index(use_subprocesses):
     before = child_pids()
     env = create_environment('alf_test/Raises-v0', 3, use_subprocesses=use_subprocesses)
     env.reset()
-    with pytest.raises(EnvironmentCrashedError,
-                       match=r"'alf_test/Raises-v0' \(env 1 of 3\) raised in step\(\): "
-                             'ValueError: simulator diverged'):
+    with pytest.raises(
+        EnvironmentCrashedError,
+        match=r"'alf_test/Raises-v0' \(env 1 of 3\) raised in step\(\): "
+        'ValueError: simulator diverged',
+    ):
         for _ in range(5):
             env.step(torch.zeros(3, 1))
     env.close()
@@ -371,9 +408,11 @@ def test_env_process_that_dies_gives_an_error_not_a_hang():
     env = create_environment('alf_test/Dies-v0', 3)
     assert len(new_children(before)) == 3
     env.reset()
-    with pytest.raises(EnvironmentCrashedError,
-                       match=r"'alf_test/Dies-v0': the process of env 1 \(exit code 3\) of 3 "
-                             'died'):
+    with pytest.raises(
+        EnvironmentCrashedError,
+        match=r"'alf_test/Dies-v0': the process of env 1 \(exit code 3\) of 3 "
+        'died',
+    ):
         for _ in range(5):
             env.step(torch.zeros(3, 1))
     env.close()  # After a crash: does nothing, and must not block.
@@ -393,14 +432,23 @@ def test_close_after_an_env_process_died_unseen_does_not_hang():
 
 
 def train_briefly(root_dir, env_name, num_envs):
-    parse_config([SAC_GIN], [
-        f"create_environment.env_name = '{env_name}'",
-        f'create_environment.num_parallel_environments = {num_envs}',
-        'TanhNormalActorNetwork.hidden_layers = (8,)', 'CriticNetwork.hidden_layers = (8,)',
-        'TrainerConfig.num_env_steps = 60', 'TrainerConfig.initial_collect_steps = 10',
-        'TrainerConfig.mini_batch_size = 8', 'TrainerConfig.replay_buffer_length = 100',
-        'TrainerConfig.summary_interval = 20', 'TrainerConfig.eval_interval = 1000',
-        'TrainerConfig.num_eval_episodes = 1', 'TrainerConfig.checkpoint_interval = 1000'])
+    parse_config(
+        [SAC_GIN],
+        [
+            f"create_environment.env_name = '{env_name}'",
+            f'create_environment.num_parallel_environments = {num_envs}',
+            'TanhNormalActorNetwork.hidden_layers = (8,)',
+            'CriticNetwork.hidden_layers = (8,)',
+            'TrainerConfig.num_env_steps = 60',
+            'TrainerConfig.initial_collect_steps = 10',
+            'TrainerConfig.mini_batch_size = 8',
+            'TrainerConfig.replay_buffer_length = 100',
+            'TrainerConfig.summary_interval = 20',
+            'TrainerConfig.eval_interval = 1000',
+            'TrainerConfig.num_eval_episodes = 1',
+            'TrainerConfig.checkpoint_interval = 1000',
+        ],
+    )
     with Trainer(TrainerConfig(), str(root_dir)) as trainer:
         return trainer.train()
 
@@ -439,6 +487,12 @@ assert not hasattr(envs, 'suite_pybullet') and 'HumanoidBullet-v0' not in gymnas
 envs.create_environment('Pendulum-v1', num_parallel_environments=1).close()
 print('ok')
 """
-    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                            timeout=120, cwd=tmp_path, env=train_env())
+    result = subprocess.run(
+        [sys.executable, '-c', code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=train_env(),
+    )
     assert result.returncode == 0 and result.stdout.strip() == 'ok', result.stderr[-3000:]

@@ -1,4 +1,5 @@
 """One deterministic episode per env, side by side: returns and lengths counted until each ends."""
+
 import numpy as np
 import torch
 
@@ -15,13 +16,19 @@ class CountdownEnvs:
         self._steps = np.zeros(self.num_envs, dtype=np.int64)
 
     def _time_step(self, step_type, reward):
-        return TimeStep(torch.from_numpy(step_type), torch.zeros(self.num_envs, 1),
-                        reward, torch.ones(self.num_envs), torch.arange(self.num_envs))
+        return TimeStep(
+            torch.from_numpy(step_type),
+            torch.zeros(self.num_envs, 1),
+            reward,
+            torch.ones(self.num_envs),
+            torch.arange(self.num_envs),
+        )
 
     def reset(self):
         self._steps[:] = 0
-        return self._time_step(np.full(self.num_envs, StepType.FIRST, np.uint8),
-                               torch.zeros(self.num_envs))
+        return self._time_step(
+            np.full(self.num_envs, StepType.FIRST, np.uint8), torch.zeros(self.num_envs)
+        )
 
     def step(self, action):
         self._steps += 1
@@ -40,8 +47,11 @@ def test_each_env_counts_its_own_episode_only():
 
 def test_on_step_sees_the_reset_and_every_step():
     seen = []
-    evaluate(CountdownEnvs([2]), lambda observation: torch.ones(1, 1),
-             on_step=lambda time_step: seen.append(int(time_step.step_type[0])))
+    evaluate(
+        CountdownEnvs([2]),
+        lambda observation: torch.ones(1, 1),
+        on_step=lambda time_step: seen.append(int(time_step.step_type[0])),
+    )
     assert seen == [StepType.FIRST, StepType.MID, StepType.LAST]
 
 

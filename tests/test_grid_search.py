@@ -1,4 +1,5 @@
 """``python -m alf_lite.bin.grid_search``: a 2 x 2 grid of tiny runs, locally and on Ray."""
+
 import collections
 import csv
 import json
@@ -14,9 +15,9 @@ import time
 import types
 
 import pytest
-from cli_helpers import PENDULUM, RUN_TIMEOUT_S, checkpoint_steps, train_env
 
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
+from cli_helpers import PENDULUM, RUN_TIMEOUT_S, checkpoint_steps, train_env
 
 NUM_ENV_STEPS = 20
 # Config, not --gin_param: the grid's runs must get it through their config text.
@@ -34,8 +35,12 @@ TrainerConfig.num_eval_episodes = 1
 create_environment.max_episode_steps = 5
 """
 GRID = {'parameters': {'SacAlgorithm.target_update_tau': [0.005, 0.01]}, 'repeats': 2}
-RUN_NAMES = ['target_update_tau=0.005,seed=0', 'target_update_tau=0.005,seed=1',
-             'target_update_tau=0.01,seed=0', 'target_update_tau=0.01,seed=1']
+RUN_NAMES = [
+    'target_update_tau=0.005,seed=0',
+    'target_update_tau=0.005,seed=1',
+    'target_update_tau=0.01,seed=0',
+    'target_update_tau=0.01,seed=1',
+]
 
 
 def write_inputs(directory, grid):
@@ -47,12 +52,29 @@ def write_inputs(directory, grid):
 
 def run_grid(directory, root_dir, *args, env=None):
     """Run the grid from ``directory`` (relative paths: the driver resolves them)."""
-    command = [sys.executable, '-m', 'alf_lite.bin.grid_search', '--search_config', 'grid.json',
-               '--gin_file', 'tiny.gin', '--root_dir', str(root_dir),
-               # One torch thread whatever the backend, so both give the same numbers.
-               '--gin_param', 'TrainerConfig.torch_num_threads=1', *args]
-    return subprocess.run(command, cwd=directory, env=env or train_env(), capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S)
+    command = [
+        sys.executable,
+        '-m',
+        'alf_lite.bin.grid_search',
+        '--search_config',
+        'grid.json',
+        '--gin_file',
+        'tiny.gin',
+        '--root_dir',
+        str(root_dir),
+        # One torch thread whatever the backend, so both give the same numbers.
+        '--gin_param',
+        'TrainerConfig.torch_num_threads=1',
+        *args,
+    ]
+    return subprocess.run(
+        command,
+        cwd=directory,
+        env=env or train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
 
 
 def summary(root_dir):
@@ -62,8 +84,10 @@ def summary(root_dir):
 
 def deterministic_progress(run_dir):
     with open(run_dir / 'progress.csv', newline='') as f:
-        return [{k: v for k, v in row.items() if k not in NONDETERMINISTIC_COLUMNS}
-                for row in csv.DictReader(f)]
+        return [
+            {k: v for k, v in row.items() if k not in NONDETERMINISTIC_COLUMNS}
+            for row in csv.DictReader(f)
+        ]
 
 
 @pytest.fixture(scope='module')
@@ -92,7 +116,8 @@ def assert_finished_grid(root_dir, result):
         assert row['error'] == '' and float(row['wall_time_s']) > 0
         # The final return in the table is the run's last evaluation.
         assert float(row['final_eval_return']) == float(
-            deterministic_progress(root_dir / name)[-1]['eval/AverageReturn'])
+            deterministic_progress(root_dir / name)[-1]['eval/AverageReturn']
+        )
 
 
 def test_local_grid_trains_each_combination_and_seed_and_rerun_skips_them(local_grid):
@@ -101,8 +126,9 @@ def test_local_grid_trains_each_combination_and_seed_and_rerun_skips_them(local_
     for name in RUN_NAMES:
         assert name in result.stdout  # the summary table
     # Different seeds learn differently: same tau, seeds 0 and 1 differ.
-    assert (deterministic_progress(root_dir / RUN_NAMES[0])
-            != deterministic_progress(root_dir / RUN_NAMES[1]))
+    assert deterministic_progress(root_dir / RUN_NAMES[0]) != deterministic_progress(
+        root_dir / RUN_NAMES[1]
+    )
 
     progress = {n: (root_dir / n / 'progress.csv').read_text() for n in RUN_NAMES}
     rerun = run_grid(directory, root_dir, '--max_workers', '2')
@@ -113,8 +139,9 @@ def test_local_grid_trains_each_combination_and_seed_and_rerun_skips_them(local_
 
 
 def test_unfinished_run_resumes(tmp_path):
-    write_inputs(tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]},
-                            'repeats': 1})
+    write_inputs(
+        tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
+    )
     root_dir = tmp_path / 'runs'
     short = run_grid(tmp_path, root_dir, '--gin_param', 'TrainerConfig.num_env_steps=10')
     assert short.returncode == 0, short.stderr[-3000:]
@@ -170,14 +197,30 @@ def ray_cluster():
     ray_cli = os.path.join(os.path.dirname(sys.executable), 'ray')
     with open(os.path.join(temp_dir, 'start.log'), 'w') as log:
         head = subprocess.Popen(
-            [ray_cli, 'start', '--head', '--node-ip-address', '127.0.0.1', '--port', str(port),
-             '--num-cpus', '2', '--include-dashboard=false', '--disable-usage-stats',
-             '--temp-dir', temp_dir, '--block'],
+            [
+                ray_cli,
+                'start',
+                '--head',
+                '--node-ip-address',
+                '127.0.0.1',
+                '--port',
+                str(port),
+                '--num-cpus',
+                '2',
+                '--include-dashboard=false',
+                '--disable-usage-stats',
+                '--temp-dir',
+                temp_dir,
+                '--block',
+            ],
             # The workers neither see this checkout on their path nor share a directory
             # with the driver: the code must travel with the tasks.
-            cwd=temp_dir, env={k: v for k, v in dict(os.environ, **ray_env).items()
-                               if k != 'PYTHONPATH'},
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=temp_dir,
+            env={k: v for k, v in dict(os.environ, **ray_env).items() if k != 'PYTHONPATH'},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.time() + 120
         while 'Ray runtime started' not in open(log.name).read():
@@ -210,10 +253,10 @@ def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, 
     assert_finished_grid(root_dir, result)
     assert f'Ray at {address}' in result.stdout
     for name in RUN_NAMES:
-        assert (root_dir / name / 'config.gin').read_text() == \
-            (local_root / name / 'config.gin').read_text()
-        assert deterministic_progress(root_dir / name) == \
-            deterministic_progress(local_root / name)
+        assert (root_dir / name / 'config.gin').read_text() == (
+            local_root / name / 'config.gin'
+        ).read_text()
+        assert deterministic_progress(root_dir / name) == deterministic_progress(local_root / name)
 
 
 # --- GPUs ------------------------------------------------------------------------------------
@@ -221,8 +264,13 @@ def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, 
 
 def fake_runs(n, tmp_path):
     from alf_lite.bin.grid_search import GridRun
-    return [GridRun(f'run{i}', i, str(tmp_path / f'run{i}'), str(tmp_path / f'run{i}.log'), 'text',
-                10, None) for i in range(n)]
+
+    return [
+        GridRun(
+            f'run{i}', i, str(tmp_path / f'run{i}'), str(tmp_path / f'run{i}.log'), 'text', 10, None
+        )
+        for i in range(n)
+    ]
 
 
 class FakeTraining:
@@ -250,15 +298,22 @@ class FakeTraining:
 
 @pytest.mark.parametrize('runs_per_gpu', [1, 2])
 def test_local_runs_get_one_gpu_each_round_robin_and_share_it_up_to_runs_per_gpu(
-        tmp_path, monkeypatch, runs_per_gpu):
+    tmp_path, monkeypatch, runs_per_gpu
+):
     import alf_lite.runs
     from alf_lite.bin.grid_search import run_local
+
     training = FakeTraining()
     monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', training)
     reported = []
-    run_local(fake_runs(9, tmp_path), max_workers=2 * runs_per_gpu, num_threads=1,
-              report=lambda run, result: reported.append(run.name), gpus=['3', '5'],
-              runs_per_gpu=runs_per_gpu)
+    run_local(
+        fake_runs(9, tmp_path),
+        max_workers=2 * runs_per_gpu,
+        num_threads=1,
+        report=lambda run, result: reported.append(run.name),
+        gpus=['3', '5'],
+        runs_per_gpu=runs_per_gpu,
+    )
     assert sorted(reported) == sorted(f'run{i}' for i in range(9))
     assert all(set(env) == {'CUDA_VISIBLE_DEVICES'} for env in training.env.values())
     assert set(training.started) == {'3', '5'} and set(training.started[:2]) == {'3', '5'}
@@ -268,15 +323,16 @@ def test_local_runs_get_one_gpu_each_round_robin_and_share_it_up_to_runs_per_gpu
 def test_local_runs_without_gpus_keep_their_environment(tmp_path, monkeypatch):
     import alf_lite.runs
     from alf_lite.bin.grid_search import run_local
+
     training = FakeTraining()
     monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', training)
-    run_local(fake_runs(3, tmp_path), max_workers=2, num_threads=1,
-              report=lambda run, result: None)
+    run_local(fake_runs(3, tmp_path), max_workers=2, num_threads=1, report=lambda run, result: None)
     assert list(training.env.values()) == [None] * 3
 
 
 def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
     import alf_lite.runs
+
     seen = {}
 
     def fake_run(command, **kwargs):
@@ -285,8 +341,12 @@ def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
 
     monkeypatch.setattr(alf_lite.runs.subprocess, 'run', fake_run)
     result = alf_lite.runs.train_in_subprocess(
-        str(tmp_path / 'run'), 'text', 3, str(tmp_path / 'logs' / 'run.log'),
-        extra_env={'CUDA_VISIBLE_DEVICES': '7'})
+        str(tmp_path / 'run'),
+        'text',
+        3,
+        str(tmp_path / 'logs' / 'run.log'),
+        extra_env={'CUDA_VISIBLE_DEVICES': '7'},
+    )
     assert result['returncode'] == 0
     assert seen['CUDA_VISIBLE_DEVICES'] == '7' and seen['OMP_NUM_THREADS'] == '3'
 
@@ -316,15 +376,23 @@ class FakeRay(types.ModuleType):
         return {'returncode': 0, 'wall_time_s': 0.0, 'error': None}
 
 
-@pytest.mark.parametrize('num_gpus, expected', [(0.25, {'num_gpus': 0.25}), (2, {'num_gpus': 2}),
-                                                (0.0, {})])
-def test_ray_tasks_request_the_gpus_per_run_fractions_included(tmp_path, monkeypatch, num_gpus,
-                                                                 expected):
+@pytest.mark.parametrize(
+    'num_gpus, expected', [(0.25, {'num_gpus': 0.25}), (2, {'num_gpus': 2}), (0.0, {})]
+)
+def test_ray_tasks_request_the_gpus_per_run_fractions_included(
+    tmp_path, monkeypatch, num_gpus, expected
+):
     from alf_lite.bin.grid_search import run_ray
+
     ray = FakeRay()
     monkeypatch.setitem(sys.modules, 'ray', ray)
     reported = []
-    run_ray(fake_runs(2, tmp_path), 'auto', 3, lambda run, result: reported.append(run.name),
-            num_gpus_per_run=num_gpus)
+    run_ray(
+        fake_runs(2, tmp_path),
+        'auto',
+        3,
+        lambda run, result: reported.append(run.name),
+        num_gpus_per_run=num_gpus,
+    )
     assert ray.options == dict({'num_cpus': 3, 'max_calls': 1}, **expected)
     assert sorted(reported) == ['run0', 'run1']

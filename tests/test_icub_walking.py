@@ -1,4 +1,5 @@
 """ICubWalk-v0 on the real iCub model and PyBullet: the cleaned model, standing, falling, reward."""
+
 import os
 import subprocess
 import sys
@@ -13,9 +14,14 @@ import pybullet
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from alf_lite.environments.icub_walking import (ACTUATED_JOINTS, FRAME_SIZE, ICUB_WALK_ID,
-                                                ICubWalkEnv, cleaned_urdf_path,
-                                                icub_walk_reward)
+from alf_lite.environments.icub_walking import (
+    ACTUATED_JOINTS,
+    FRAME_SIZE,
+    ICUB_WALK_ID,
+    ICubWalkEnv,
+    cleaned_urdf_path,
+    icub_walk_reward,
+)
 from alf_lite.environments.suite_pybullet import connect_direct
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -44,8 +50,9 @@ def total_mass(urdf_path, flags=pybullet.URDF_USE_INERTIA_FROM_FILE):
     client = connect_direct()
     try:
         body = client.loadURDF(urdf_path, flags=flags)
-        return sum(client.getDynamicsInfo(body, link)[0]
-                   for link in range(-1, client.getNumJoints(body)))
+        return sum(
+            client.getDynamicsInfo(body, link)[0] for link in range(-1, client.getNumJoints(body))
+        )
     finally:
         client.disconnect()
 
@@ -154,8 +161,9 @@ def test_reward_of_a_constructed_step_forward_is_along_minus_x(env):
     obs, reward, terminated, _, info = env.step(action)
     assert info['forward_velocity'] == pytest.approx(0.4, abs=0.02)
     assert info['forward_velocity'] == pytest.approx(-(obs[0] - obs[FRAME_SIZE]) / 0.05)
-    expected = 1 + 6 * info['forward_velocity'] - (
-        0.01 + 0.5 * np.mean(np.abs(obs[JOINT_POSITIONS])))
+    expected = (
+        1 + 6 * info['forward_velocity'] - (0.01 + 0.5 * np.mean(np.abs(obs[JOINT_POSITIONS])))
+    )
     assert reward == pytest.approx(expected, rel=1e-5)
     assert not terminated
 
@@ -213,7 +221,7 @@ def test_render_rgb_array_headless(cache_dir):
 
 
 # Waits for the go file, then builds the cleaned URDF and an env from an empty cache.
-_BUILD_AT_ONCE = r'''
+_BUILD_AT_ONCE = r"""
 import os, sys, time
 from pathlib import Path
 from alf_lite.environments.icub_walking import ICubWalkEnv
@@ -225,18 +233,35 @@ env = ICubWalkEnv(cache_dir=cache_dir)
 obs, _ = env.reset(seed=0)
 assert obs.shape == (170,)
 env.close()
-'''
+"""
 
 
 def test_two_env_processes_build_the_cleaned_urdf_at_once(tmp_path):
     cache_dir = tmp_path / 'cache'
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO_ROOT)] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(REPO_ROOT)] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])
+        ),
+    )
     go = tmp_path / 'go'
-    processes = [subprocess.Popen([sys.executable, '-c', _BUILD_AT_ONCE, str(cache_dir),
-                                   str(tmp_path / f'ready{i}'), str(go)],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True) for i in range(2)]
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                '-c',
+                _BUILD_AT_ONCE,
+                str(cache_dir),
+                str(tmp_path / f'ready{i}'),
+                str(go),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     try:
         deadline = time.time() + 60
         while not all((tmp_path / f'ready{i}').exists() for i in range(2)):

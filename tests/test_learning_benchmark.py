@@ -1,4 +1,5 @@
 """benchmarks/{learning,launcher,sb3_runner}.py: suites, matched SB3 settings, runs, report."""
+
 import csv
 import json
 import math
@@ -7,24 +8,31 @@ import sys
 
 import gin
 import pytest
-from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S, train_env
 
 from benchmarks import launcher, learning, sb3_runner
+from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S, train_env
 
 SCRIPT = REPO_ROOT / 'benchmarks' / 'learning.py'
 TINY_STEPS = 1200  # above Pendulum's 1000 random steps: 200 updates
 
 
 def run_script(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=REPO_ROOT,
-                          env=train_env(), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)],
+        cwd=REPO_ROOT,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
 
 
 def _ok(result):
-    assert result.returncode == 0, (f'exit {result.returncode}\n--- stdout ---\n'
-                                    f'{result.stdout[-3000:]}\n--- stderr ---\n'
-                                    f'{result.stderr[-3000:]}')
+    assert result.returncode == 0, (
+        f'exit {result.returncode}\n--- stdout ---\n'
+        f'{result.stdout[-3000:]}\n--- stderr ---\n'
+        f'{result.stderr[-3000:]}'
+    )
     return result
 
 
@@ -44,29 +52,39 @@ def test_suites_have_their_runs_seeds_and_lengths():
     assert {r.name for r in learning.suite_runs('halfcheetah')} == {'alf_sac', 'sb3_sac'}
     study = learning.suite_runs('study_sac')
     # The default setting is shared by both comparisons: 3 settings x 2 tasks x 3 seeds.
-    mask, resample = ('TrainerConfig.mask_out_loss_for_last_step',
-                      'SacAlgorithm.resample_action_per_loss')
+    mask, resample = (
+        'TrainerConfig.mask_out_loss_for_last_step',
+        'SacAlgorithm.resample_action_per_loss',
+    )
     assert {(r.task.env, r.name, r.gin_params) for r in study} == {
         (env, f'{tag}_{name}', (f'{mask}={m}', f'{resample}={r}'))
         for env, tag in (('Hopper-v5', 'hopper'), ('ICubWalk-v0', 'icub'))
-        for name, m, r in (('default', True, False), ('mask_false', False, False),
-                           ('resample_true', True, True))}
+        for name, m, r in (
+            ('default', True, False),
+            ('mask_false', False, False),
+            ('resample_true', True, True),
+        )
+    }
     assert {r.framework for r in study} == {'alf_lite'} and len(study) == 18
     assert {r.num_env_steps for r in study} == {100_000}
-    walk, = learning.suite_runs('icub_walk')
+    (walk,) = learning.suite_runs('icub_walk')
     assert (walk.seed, walk.num_env_steps, walk.replay_length_per_env) == (0, 2_000_000, 100_000)
     assert walk.task.gin_file('sac') == 'examples/sac_icub_walking.gin'
     replay = {r.name: r for r in learning.suite_runs('study_replay', seeds=[0])}
     # Total capacity over the 12 envs: 10K, 100K and the whole 300k-step run.
     assert {n: r.replay_length_per_env * 12 for n, r in replay.items()} == {
-        'icub_replay_10k': 9996, 'icub_replay_100k': 99996, 'icub_replay_full': 300000}
+        'icub_replay_10k': 9996,
+        'icub_replay_100k': 99996,
+        'icub_replay_full': 300000,
+    }
     for run in replay.values():
         assert f'TrainerConfig.replay_buffer_length={run.replay_length_per_env}' in (
-            learning.alf_gin_params(run))
+            learning.alf_gin_params(run)
+        )
 
 
 def test_short_runs_lower_the_random_steps():
-    run, = learning.suite_runs('hopper', seeds=[0], steps=1500)[:1]
+    (run,) = learning.suite_runs('hopper', seeds=[0], steps=1500)[:1]
     assert run.learning_starts == 750
     assert 'TrainerConfig.initial_collect_steps=750' in learning.alf_gin_params(run)
 
@@ -76,14 +94,14 @@ def test_sb3_settings_match_the_alf_lite_gin_config(suite):
     """Each SB3 run gets the values alf_lite's gin config gives its paired run."""
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.config import parse_config
+
     runs = {r.name: r for r in learning.suite_runs(suite, seeds=[3])}
     sb3_runs = [r for r in runs.values() if r.framework == 'sb3']
     assert sb3_runs
     for sb3 in sb3_runs:
         alf = runs['alf_' + sb3.algo]
         gin.clear_config()
-        parse_config([str(REPO_ROOT / alf.task.gin_file(alf.algo))],
-                     learning.alf_gin_params(alf))
+        parse_config([str(REPO_ROOT / alf.task.gin_file(alf.algo))], learning.alf_gin_params(alf))
         q = gin.query_parameter
         algo = {'sac': 'SacAlgorithm', 'td3': 'Td3Algorithm'}[sb3.algo]
         actor = {'sac': 'TanhNormalActorNetwork', 'td3': 'DeterministicActorNetwork'}[sb3.algo]
@@ -99,8 +117,9 @@ def test_sb3_settings_match_the_alf_lite_gin_config(suite):
             assert q('Td3Algorithm.target_policy_noise_clip') == s['target_noise_clip']
             assert q('GaussianNoise.sigma') == s['exploration_noise_sigma']
         assert lrs == {s['learning_rate']}
-        assert q(f'{actor}.hidden_layers') == q('CriticNetwork.hidden_layers') == tuple(
-            s['net_arch'])
+        assert (
+            q(f'{actor}.hidden_layers') == q('CriticNetwork.hidden_layers') == tuple(s['net_arch'])
+        )
         assert q(f'{algo}.num_critic_replicas') == 2
         assert q(f'{algo}.gamma') == s['gamma']
         assert q(f'{algo}.target_update_tau') == s['tau']
@@ -120,12 +139,12 @@ def test_every_alf_lite_run_has_a_valid_config(suite):
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.config import parse_config
     from alf_lite.trainer import TrainerConfig
+
     for run in learning.suite_runs(suite, seeds=[1]):
         if run.framework != 'alf_lite':
             continue
         gin.clear_config()
-        parse_config([str(REPO_ROOT / run.task.gin_file(run.algo))],
-                     learning.alf_gin_params(run))
+        parse_config([str(REPO_ROOT / run.task.gin_file(run.algo))], learning.alf_gin_params(run))
         config = TrainerConfig()
         assert config.random_seed == 1 and config.torch_num_threads == 1
         assert config.num_env_steps == run.num_env_steps
@@ -133,7 +152,8 @@ def test_every_alf_lite_run_has_a_valid_config(suite):
         assert config.num_eval_episodes == 10
         assert gin.query_parameter('create_environment.env_name') == run.task.env
         assert gin.query_parameter('create_environment.num_parallel_environments') == (
-            run.task.num_envs)
+            run.task.num_envs
+        )
         # Whole-run buffers never overwrite a row.
         capacity = config.replay_buffer_length * run.task.num_envs
         assert capacity >= run.num_env_steps or (run.replay_capacity or run.task.replay_capacity)
@@ -144,7 +164,8 @@ def test_sb3_config_differs_between_seeds_only_in_the_seed():
     text_a = sb3_runner.sb3_config_text(a, sb3_runner.sb3_settings(a)).splitlines()
     text_b = sb3_runner.sb3_config_text(b, sb3_runner.sb3_settings(b)).splitlines()
     assert [(x, y) for x, y in zip(text_a, text_b) if x != y] == [
-        ('TrainerConfig.random_seed = 0', 'TrainerConfig.random_seed = 1')]
+        ('TrainerConfig.random_seed = 0', 'TrainerConfig.random_seed = 1')
+    ]
     assert 'TrainerConfig.algorithm_ctor = @stable_baselines3.TD3' in text_a
 
 
@@ -154,12 +175,15 @@ def test_dry_run_and_bad_arguments(tmp_path, capsys):
     assert len(lines) == 25
     assert sum('--gin_file examples/ddpg_pendulum.gin' in line for line in lines) == 5
     assert sum('-m benchmarks.sb3_runner' in line for line in lines) == 10
-    assert any('TrainerConfig.random_seed=4' in line and 'torch_num_threads=1' in line
-               for line in lines)
+    assert any(
+        'TrainerConfig.random_seed=4' in line and 'torch_num_threads=1' in line for line in lines
+    )
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
-    for argv, message in ((['--suite', 'pendulm'], 'invalid choice'),
-                          (['--suite', 'pendulum', '--runs', 'nope'], 'the runs are: alf_ddpg'),
-                          (['--suite', 'pendulum', '--jobs', '0'], '--jobs must be')):
+    for argv, message in (
+        (['--suite', 'pendulm'], 'invalid choice'),
+        (['--suite', 'pendulum', '--runs', 'nope'], 'the runs are: alf_ddpg'),
+        (['--suite', 'pendulum', '--jobs', '0'], '--jobs must be'),
+    ):
         with pytest.raises(SystemExit) as e:
             learning.main(argv)
         assert e.value.code == 2
@@ -168,14 +192,29 @@ def test_dry_run_and_bad_arguments(tmp_path, capsys):
 
 def test_alf_lite_run_is_done_then_skipped_and_reported(tmp_path):
     out = tmp_path / 'runs'
-    args = ['--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', '0', '--steps', TINY_STEPS,
-            '--jobs', 1, '--out', out]
+    args = [
+        '--suite',
+        'pendulum',
+        '--runs',
+        'alf_sac',
+        '--seeds',
+        '0',
+        '--steps',
+        TINY_STEPS,
+        '--jobs',
+        1,
+        '--out',
+        out,
+    ]
     first = _ok(run_script(*args))
     run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
     assert 'done' in first.stdout and 'pendulum/alf_sac/seed0' in first.stdout
     rows = _progress(run_dir)
-    evals = [(int(r['env_steps']), float(r['eval/AverageReturn'])) for r in rows
-             if r['eval/AverageReturn']]
+    evals = [
+        (int(r['env_steps']), float(r['eval/AverageReturn']))
+        for r in rows
+        if r['eval/AverageReturn']
+    ]
     assert [s for s, _ in evals] == [0, 1000, TINY_STEPS]
     assert all(-2000 < v < 0 for _, v in evals)  # Pendulum's returns
     done = json.loads((run_dir / 'done.json').read_text())
@@ -212,8 +251,22 @@ def test_alf_lite_run_is_done_then_skipped_and_reported(tmp_path):
 def test_sb3_run_writes_what_plot_reads(tmp_path):
     pytest.importorskip('stable_baselines3')
     out = tmp_path / 'runs'
-    _ok(run_script('--suite', 'pendulum', '--runs', 'sb3_sac', '--seeds', 2, '--steps', 1100,
-                   '--jobs', 1, '--out', out))
+    _ok(
+        run_script(
+            '--suite',
+            'pendulum',
+            '--runs',
+            'sb3_sac',
+            '--seeds',
+            2,
+            '--steps',
+            1100,
+            '--jobs',
+            1,
+            '--out',
+            out,
+        )
+    )
     run_dir = out / 'pendulum' / 'sb3_sac' / 'seed2'
     rows = _progress(run_dir)
     assert [int(r['env_steps']) for r in rows] == [0, 1000, 1100]
@@ -226,13 +279,16 @@ def test_sb3_run_writes_what_plot_reads(tmp_path):
 
     from alf_lite.run_dir import RunDir
     from alf_lite.runs import config_bindings
+
     assert RunDir(str(run_dir)).is_run()
     assert config_bindings(str(run_dir))['TrainerConfig.algorithm_ctor'] == (
-        '@stable_baselines3.SAC')
+        '@stable_baselines3.SAC'
+    )
 
 
 def test_deadline_parses_minutes_clock_times_and_iso_times():
     import datetime
+
     now = datetime.datetime(2026, 1, 2, 10, 30).timestamp()
     assert launcher.parse_deadline('90', now) == now + 5400
     assert launcher.parse_deadline('11:00', now) == now + 1800
@@ -243,24 +299,41 @@ def test_deadline_parses_minutes_clock_times_and_iso_times():
 
 
 def test_estimate_uses_the_slowest_measured_run_of_the_same_kind(tmp_path):
-    run, = learning.suite_runs('hopper', seeds=[2], steps=150_000)[:1]
+    (run,) = learning.suite_runs('hopper', seeds=[2], steps=150_000)[:1]
     assert run.name == 'alf_sac'
     seconds, source = launcher.estimate_seconds(run, str(tmp_path))
     assert source == 'assumed rate' and seconds == pytest.approx(150_000 * 0.012)
     for seed, wall in ((0, 1500.0), (1, 1800.0)):
         d = tmp_path / 'study_sac' / 'hopper_default' / f'seed{seed}'
         d.mkdir(parents=True)
-        (d / 'done.json').write_text(json.dumps(dict(
-            framework='alf_lite', algo='sac', env='Hopper-v5', env_steps=100_000,
-            wall_time_s=wall)))
+        (d / 'done.json').write_text(
+            json.dumps(
+                dict(
+                    framework='alf_lite',
+                    algo='sac',
+                    env='Hopper-v5',
+                    env_steps=100_000,
+                    wall_time_s=wall,
+                )
+            )
+        )
     seconds, source = launcher.estimate_seconds(run, str(tmp_path))
     assert source == 'measured over 2 runs or attempts' and seconds == pytest.approx(2700.0)
     # An attempt that stopped early measured a slower rate: it counts too.
     logs = tmp_path / 'hopper' / 'logs'
     logs.mkdir(parents=True)
-    (logs / 'alf_sac.seed1.attempts.json').write_text(json.dumps([dict(
-        kind=['alf_lite', 'sac', 'Hopper-v5'], env_steps_from=10_000, env_steps_to=30_000,
-        wall_time_s=600.0)]))
+    (logs / 'alf_sac.seed1.attempts.json').write_text(
+        json.dumps(
+            [
+                dict(
+                    kind=['alf_lite', 'sac', 'Hopper-v5'],
+                    env_steps_from=10_000,
+                    env_steps_to=30_000,
+                    wall_time_s=600.0,
+                )
+            ]
+        )
+    )
     seconds, source = launcher.estimate_seconds(run, str(tmp_path))
     assert source == 'measured over 3 runs or attempts' and seconds == pytest.approx(4500.0)
     (logs / 'alf_sac.seed1.attempts.json').unlink()
@@ -273,8 +346,23 @@ def test_estimate_uses_the_slowest_measured_run_of_the_same_kind(tmp_path):
 
 def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path):
     out = tmp_path / 'runs'
-    result = run_script('--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', 0, 1,
-                        '--steps', TINY_STEPS, '--jobs', 1, '--out', out, '--deadline', '0.05')
+    result = run_script(
+        '--suite',
+        'pendulum',
+        '--runs',
+        'alf_sac',
+        '--seeds',
+        0,
+        1,
+        '--steps',
+        TINY_STEPS,
+        '--jobs',
+        1,
+        '--out',
+        out,
+        '--deadline',
+        '0.05',
+    )
     assert result.returncode == 0, result.stderr
     deferred = [line for line in result.stdout.splitlines() if ' deferred ' in line]
     assert len(deferred) == 2 and all('would end after the deadline' in d for d in deferred)
@@ -282,7 +370,9 @@ def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path)
     assert not (out / 'pendulum' / 'alf_sac' / 'seed0').exists()
     plan = json.loads((out / 'plan.json').read_text())
     assert {k: v['status'] for k, v in plan.items()} == {
-        'pendulum/alf_sac/seed0': 'deferred', 'pendulum/alf_sac/seed1': 'deferred'}
+        'pendulum/alf_sac/seed0': 'deferred',
+        'pendulum/alf_sac/seed1': 'deferred',
+    }
 
 
 def test_an_alf_lite_run_still_going_at_the_deadline_checkpoints_and_resumes_later(tmp_path):
@@ -291,16 +381,37 @@ def test_an_alf_lite_run_still_going_at_the_deadline_checkpoints_and_resumes_lat
     # the estimate fit the deadline; the real run is slower and meets it.
     fake = out / 'pendulum' / 'other' / 'seed9'
     fake.mkdir(parents=True)
-    (fake / 'done.json').write_text(json.dumps(dict(
-        framework='alf_lite', algo='sac', env='Pendulum-v1', env_steps=100_000, wall_time_s=1.0)))
-    args = ['--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', 0, '--steps', 20_000,
-            '--jobs', 1, '--out', out]
+    (fake / 'done.json').write_text(
+        json.dumps(
+            dict(
+                framework='alf_lite',
+                algo='sac',
+                env='Pendulum-v1',
+                env_steps=100_000,
+                wall_time_s=1.0,
+            )
+        )
+    )
+    args = [
+        '--suite',
+        'pendulum',
+        '--runs',
+        'alf_sac',
+        '--seeds',
+        0,
+        '--steps',
+        20_000,
+        '--jobs',
+        1,
+        '--out',
+        out,
+    ]
     result = run_script(*args, '--deadline', '0.25')
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'deferred' in result.stdout and 'stopped at the deadline' in result.stdout
     run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
     assert list((run_dir / 'checkpoints').glob('ckpt-*'))
-    attempt, = json.loads((out / 'pendulum' / 'logs' / 'alf_sac.seed0.attempts.json').read_text())
+    (attempt,) = json.loads((out / 'pendulum' / 'logs' / 'alf_sac.seed0.attempts.json').read_text())
     assert attempt['kind'] == ['alf_lite', 'sac', 'Pendulum-v1']
     assert attempt['env_steps_from'] == 0 and 0 < attempt['env_steps_to'] < 20_000
     plan = json.loads((out / 'plan.json').read_text())
@@ -313,6 +424,7 @@ def test_sac_study_report_compares_each_switch_with_the_shared_default():
     figures = list(learning._figures('study_sac', 'study_sac_hopper', '', names, found))
     assert [(name, by) for name, by, _ in figures] == [
         ('study_sac_hopper_mask', 'TrainerConfig.mask_out_loss_for_last_step'),
-        ('study_sac_hopper_resample', 'SacAlgorithm.resample_action_per_loss')]
+        ('study_sac_hopper_resample', 'SacAlgorithm.resample_action_per_loss'),
+    ]
     assert figures[0][2] == found['hopper_default'] + found['hopper_mask_false']
     assert figures[1][2] == found['hopper_default'] + found['hopper_resample_true']

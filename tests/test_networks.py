@@ -1,4 +1,5 @@
 """Networks: batched critic replicas behave as independent MLPs."""
+
 import torch
 
 from alf_lite.networks import CriticNetwork
@@ -33,8 +34,9 @@ def test_critic_replicas_start_different_and_learn_independently():
 def test_critic_computes_only_the_requested_replicas():
     torch.manual_seed(0)
     for batch_norm in (False, True):
-        critic = CriticNetwork(3, 2, num_replicas=2, hidden_layers=(8, 8),
-                               action_input_layer=1, batch_norm=batch_norm)
+        critic = CriticNetwork(
+            3, 2, num_replicas=2, hidden_layers=(8, 8), action_input_layer=1, batch_norm=batch_norm
+        )
         obs, act = torch.randn(6, 3), torch.randn(6, 2)
         full = critic(obs, act)
         first = critic(obs, act, num_replicas=1)
@@ -48,6 +50,7 @@ def test_critic_computes_only_the_requested_replicas():
 
 def test_tanh_normal_sample_with_given_noise_is_that_draw():
     from alf_lite.networks import TanhNormalActorNetwork
+
     torch.manual_seed(0)
     actor = TanhNormalActorNetwork(3, 2, hidden_layers=(8,))
     obs = torch.randn(5, 3)

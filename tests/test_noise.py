@@ -1,4 +1,5 @@
 """Exploration noise: the OU process's statistics and its per-env restarts, Gaussian noise."""
+
 import math
 
 import pytest
@@ -49,7 +50,7 @@ def test_ou_reverts_to_its_mean_by_factor_one_minus_theta_dt_per_step():
     # E[x5 - mu | x0] = (1 - theta * dt)^5 (x0 - mu) = 0.85^5 (x0 - mu) = 0.44371 (x0 - mu).
     d0, d5 = x0 - 0.3, x5 - 0.3
     slope = (d0 * d5).sum() / d0.square().sum()
-    assert slope.item() == pytest.approx(0.85 ** 5, abs=0.02)
+    assert slope.item() == pytest.approx(0.85**5, abs=0.02)
     assert x5.mean().item() == pytest.approx(0.3, abs=0.01)
 
 
@@ -93,6 +94,7 @@ def test_noise_is_reproducible_from_torch_seed():
     def draw():
         torch.manual_seed(5)
         return steps(OUNoise(), 20, num_envs=2), GaussianNoise(0.1)(None, torch.zeros(2, 1))
+
     (ou_a, g_a), (ou_b, g_b) = draw(), draw()
     assert torch.equal(ou_a, ou_b) and torch.equal(g_a, g_b)
 
@@ -106,8 +108,9 @@ def test_gaussian_noise_has_std_sigma_and_no_memory():
     assert abs((first * second).mean().item()) < 0.005
 
 
-@pytest.mark.parametrize('bad', [dict(theta=0.0), dict(dt=0.0), dict(theta=2.0, dt=1.0),
-                                 dict(sigma=-0.1)])
+@pytest.mark.parametrize(
+    'bad', [dict(theta=0.0), dict(dt=0.0), dict(theta=2.0, dt=1.0), dict(sigma=-0.1)]
+)
 def test_ou_refuses_parameters_that_do_not_revert(bad):
     with pytest.raises(ValueError):
         OUNoise(**bad)

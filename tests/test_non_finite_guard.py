@@ -1,32 +1,39 @@
 """The non-finite guard: losses checked on the device, failing updates skipped, no host sync."""
+
 import copy
 import functools
 import math
 
 import pytest
 import torch
-
-from alf_lite import checkpoint as ckpt
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import DdpgAlgorithm, SacAlgorithm, Td3Algorithm
 from alf_lite.algorithms.non_finite_guard import NonFiniteGuard
-from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, polyak_update
+from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask, polyak_update
 from alf_lite.data import Experience, StepType
 from alf_lite.networks import CriticNetwork, DeterministicActorNetwork, TanhNormalActorNetwork
-from alf_lite.algorithms.off_policy_algorithm import loss_mask
 
-SMALL_CRITIC = functools.partial(CriticNetwork, hidden_layers=(16, ))
+SMALL_CRITIC = functools.partial(CriticNetwork, hidden_layers=(16,))
 ALGORITHMS = {
-    'sac': functools.partial(SacAlgorithm, actor_network_ctor=functools.partial(
-        TanhNormalActorNetwork, hidden_layers=(16, )), critic_network_ctor=SMALL_CRITIC),
-    'td3': functools.partial(Td3Algorithm, actor_network_ctor=functools.partial(
-        DeterministicActorNetwork, hidden_layers=(16, )), critic_network_ctor=SMALL_CRITIC),
+    'sac': functools.partial(
+        SacAlgorithm,
+        actor_network_ctor=functools.partial(TanhNormalActorNetwork, hidden_layers=(16,)),
+        critic_network_ctor=SMALL_CRITIC,
+    ),
+    'td3': functools.partial(
+        Td3Algorithm,
+        actor_network_ctor=functools.partial(DeterministicActorNetwork, hidden_layers=(16,)),
+        critic_network_ctor=SMALL_CRITIC,
+    ),
     'ddpg_batch_norm': functools.partial(
-        DdpgAlgorithm, actor_network_ctor=functools.partial(
-            DeterministicActorNetwork, hidden_layers=(16, ), batch_norm=True),
-        critic_network_ctor=functools.partial(SMALL_CRITIC, batch_norm=True,
-                                              action_input_layer=1)),
+        DdpgAlgorithm,
+        actor_network_ctor=functools.partial(
+            DeterministicActorNetwork, hidden_layers=(16,), batch_norm=True
+        ),
+        critic_network_ctor=functools.partial(SMALL_CRITIC, batch_norm=True, action_input_layer=1),
+    ),
 }
 
 
@@ -39,9 +46,13 @@ def batch(seed, reward=None):
     g = torch.Generator().manual_seed(seed)
     b = 32
     rewards = torch.randn(b, 2, generator=g) if reward is None else torch.full((b, 2), reward)
-    return Experience(torch.full((b, 2), StepType.MID, dtype=torch.uint8),
-                      torch.randn(b, 2, 3, generator=g), torch.rand(b, 2, 2, generator=g) * 2 - 1,
-                      rewards, torch.ones(b, 2))
+    return Experience(
+        torch.full((b, 2), StepType.MID, dtype=torch.uint8),
+        torch.randn(b, 2, 3, generator=g),
+        torch.rand(b, 2, 2, generator=g) * 2 - 1,
+        rewards,
+        torch.ones(b, 2),
+    )
 
 
 def train(algorithm, seed, guard=None, update=1, reward=None):
@@ -53,7 +64,7 @@ def train(algorithm, seed, guard=None, update=1, reward=None):
 
 
 def assert_same_state(a, b, ignore=()):
-    """Parameters, buffers and optimizer states equal bit for bit, but for keys containing ``ignore``.
+    """Parameters, buffers and optimizer states equal bit for bit, except keys with ``ignore``.
 
     The train step counter is a Python int, and the actor loss a reported value.
     """
@@ -138,8 +149,11 @@ class HostSyncs(TorchDispatchMode):
         self.count = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default,
-                    torch.ops.aten.equal.default):
+        if func in (
+            torch.ops.aten._local_scalar_dense.default,
+            torch.ops.aten.is_nonzero.default,
+            torch.ops.aten.equal.default,
+        ):
             self.count += 1
         return func(*args, **(kwargs or {}))
 
@@ -162,8 +176,11 @@ def test_a_guarded_update_reads_nothing_back_to_the_host(name):
 
 
 def test_guard_refuses_an_optimizer_that_cannot_skip_a_step():
-    algorithm = ALGORITHMS['sac'](observation_dim=3, action_dim=2,
-                                  actor_optimizer=functools.partial(torch.optim.RMSprop, lr=0.1))
+    algorithm = ALGORITHMS['sac'](
+        observation_dim=3,
+        action_dim=2,
+        actor_optimizer=functools.partial(torch.optim.RMSprop, lr=0.1),
+    )
     with pytest.raises(ValueError, match='RMSprop cannot skip a step.*fused'):
         algorithm.defer_non_finite_checks()
 

@@ -1,4 +1,5 @@
 """Optimizers named from gin: Adam and AdamW use their fused step unless told otherwise."""
+
 import pytest
 import torch
 
@@ -15,6 +16,7 @@ def test_default_and_gin_adam_are_fused_and_keep_their_type():
     assert make_optimizer(None, _params(), 1e-3).defaults['fused'] is True
     config.parse_config([], ['actor/Adam.lr = 1e-2', 'critic/AdamW.weight_decay = 0.1'])
     import gin
+
     with gin.config_scope('actor'):
         opt = gin.get_configurable('torch.optim.Adam')(_params())
     with gin.config_scope('critic'):
@@ -35,8 +37,10 @@ def test_fused_step_matches_the_foreach_step(name):
     plain = [torch.nn.Parameter(p.detach().clone()) for p in fused]
     start = [p.detach().clone() for p in fused]
     cls = getattr(alf_lite.optimizers, name)
-    opts = [cls(fused, lr=1e-2, weight_decay=0.01), cls(plain, lr=1e-2, weight_decay=0.01,
-                                                       foreach=True)]
+    opts = [
+        cls(fused, lr=1e-2, weight_decay=0.01),
+        cls(plain, lr=1e-2, weight_decay=0.01, foreach=True),
+    ]
     for _ in range(5):
         grads = [torch.randn_like(p) for p in fused]
         for ps, opt in zip((fused, plain), opts):

@@ -1,4 +1,5 @@
 """``python -m alf_lite.bin.play`` on a run trained for 2 steps: videos and errors read back."""
+
 import re
 import shutil
 import subprocess
@@ -7,8 +8,17 @@ import sys
 import numpy as np
 import pytest
 import torch
-from cli_helpers import (PENDULUM, REPO_ROOT, RUN_TIMEOUT_S, TINY, assert_ok, run_train,
-                         train_command, train_env)
+
+from cli_helpers import (
+    PENDULUM,
+    REPO_ROOT,
+    RUN_TIMEOUT_S,
+    TINY,
+    assert_ok,
+    run_train,
+    train_command,
+    train_env,
+)
 from test_checkpoint import WritesAFile
 
 EPISODE_STEPS = 5
@@ -18,38 +28,61 @@ EPISODE_STEPS = 5
 def trained_run(tmp_path_factory):
     """A Pendulum run of 2 env steps with checkpoints at 1 and 2."""
     root_dir = tmp_path_factory.mktemp('play') / 'run'
-    assert_ok(run_train(train_command(root_dir, [PENDULUM], TINY + [
-        'TrainerConfig.initial_collect_steps=1', 'TrainerConfig.num_env_steps=2',
-        'TrainerConfig.checkpoint_interval=1', 'TrainerConfig.num_eval_episodes=1',
-        f'create_environment.max_episode_steps={EPISODE_STEPS}'])))
+    assert_ok(
+        run_train(
+            train_command(
+                root_dir,
+                [PENDULUM],
+                TINY
+                + [
+                    'TrainerConfig.initial_collect_steps=1',
+                    'TrainerConfig.num_env_steps=2',
+                    'TrainerConfig.checkpoint_interval=1',
+                    'TrainerConfig.num_eval_episodes=1',
+                    f'create_environment.max_episode_steps={EPISODE_STEPS}',
+                ],
+            )
+        )
+    )
     return root_dir
 
 
 def run_play(root_dir, *args):
     command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(root_dir), *args]
-    return subprocess.run(command, cwd=REPO_ROOT, env=train_env(), capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S)
+    return subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
 
 
 def episodes(stdout):
     """``[(return, length)]`` of the per-episode lines."""
-    return [(float(r), int(n)) for r, n in
-            re.findall(r'^episode \d+: return (-?[\d.]+), length (\d+)$', stdout, re.M)]
+    return [
+        (float(r), int(n))
+        for r, n in re.findall(r'^episode \d+: return (-?[\d.]+), length (\d+)$', stdout, re.M)
+    ]
 
 
 def test_play_records_gif_without_reading_the_replay_buffer(trained_run, tmp_path):
     import imageio.v3 as iio
+
     # play must not touch the replay buffer: a corrupt one changes nothing.
     (trained_run / 'checkpoints' / 'ckpt-2' / 'replay_buffer.pt').write_bytes(b'corrupt')
     gif = tmp_path / 'out.gif'
-    result = run_play(trained_run, '--num_episodes', '2', '--record_file', str(gif),
-                      '--render_size', '64,48')
+    result = run_play(
+        trained_run, '--num_episodes', '2', '--record_file', str(gif), '--render_size', '64,48'
+    )
     assert_ok(result)
     assert 'ckpt-2' in result.stdout
     played = episodes(result.stdout)
     assert [n for _, n in played] == [EPISODE_STEPS, EPISODE_STEPS]
-    mean = re.search(r'^mean over 2 episode\(s\): return (-?[\d.]+), length ([\d.]+)$',
-                     result.stdout, re.M)
+    mean = re.search(
+        r'^mean over 2 episode\(s\): return (-?[\d.]+), length ([\d.]+)$', result.stdout, re.M
+    )
     assert mean, result.stdout
     assert float(mean[1]) == pytest.approx(np.mean([r for r, _ in played]), abs=0.01)
     assert float(mean[2]) == EPISODE_STEPS
@@ -62,9 +95,11 @@ def test_play_records_gif_without_reading_the_replay_buffer(trained_run, tmp_pat
 
 def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):
     import imageio
+
     mp4 = tmp_path / 'out.mp4'
-    result = run_play(trained_run, '--checkpoint_step', '1', '--record_file', str(mp4),
-                      '--render_size', '32')
+    result = run_play(
+        trained_run, '--checkpoint_step', '1', '--record_file', str(mp4), '--render_size', '32'
+    )
     assert_ok(result)
     assert 'ckpt-1' in result.stdout
     assert [n for _, n in episodes(result.stdout)] == [EPISODE_STEPS]
@@ -77,16 +112,19 @@ def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):
 def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
     result = run_play(trained_run, '--checkpoint_step', '7')
     assert result.returncode == 2, result.stderr
-    assert re.search(r'no checkpoint at 7 env steps .*there are: 1, 2', result.stderr), \
+    assert re.search(r'no checkpoint at 7 env steps .*there are: 1, 2', result.stderr), (
         result.stderr
+    )
 
 
 @pytest.mark.parametrize('case', ['missing_root_dir', 'no_checkpoint', 'config_no_longer_parses'])
 def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
     root_dir = tmp_path / 'run'
-    expected = {'missing_root_dir': 'does not exist',
-                'no_checkpoint': 'no checkpoint in',
-                'config_no_longer_parses': 'num_env_stepz'}[case]
+    expected = {
+        'missing_root_dir': 'does not exist',
+        'no_checkpoint': 'no checkpoint in',
+        'config_no_longer_parses': 'num_env_stepz',
+    }[case]
     if case == 'no_checkpoint':
         root_dir.mkdir()
         shutil.copy(trained_run / 'config.gin', root_dir / 'config.gin')

@@ -1,12 +1,14 @@
 """``python -m alf_lite.bin.plot`` on runs with known values: the aggregated CSV checked by hand."""
+
 import csv
 import re
 import subprocess
 import sys
 
 import pytest
-from cli_helpers import RUN_TIMEOUT_S, assert_ok, train_env
 from PIL import Image
+
+from cli_helpers import RUN_TIMEOUT_S, assert_ok, train_env
 
 LR_A, LR_B = '0.001', '0.0003'
 # eval/AverageReturn per seed at env steps 0, 100, 200 (None: not reached yet).
@@ -18,16 +20,18 @@ def write_run(root_dir, lr, seed, returns):
     """A run as train leaves it: config.gin, and progress.csv with train rows between evals."""
     root_dir.mkdir(parents=True)
     (root_dir / 'config.gin').write_text(
-        "# Parameters for actor/Adam:\n"
-        "# ==============================================================================\n"
-        f"actor/Adam.lr = {lr}\n\n"
+        '# Parameters for actor/Adam:\n'
+        '# ==============================================================================\n'
+        f'actor/Adam.lr = {lr}\n\n'
         "create_environment.env_name = 'Pendulum-v1'\n"
-        f"TrainerConfig.random_seed = {seed}\n"
-        "TrainerConfig.replay_buffer_length = \\\n    1000\n")
+        f'TrainerConfig.random_seed = {seed}\n'
+        'TrainerConfig.replay_buffer_length = \\\n    1000\n'
+    )
     with open(root_dir / 'progress.csv', 'w', newline='') as f:
         writer = csv.writer(f)
-        writer.writerow(['env_steps', 'num_updates', 'wall_time', 'eval/AverageReturn',
-                         'train/critic_loss'])
+        writer.writerow(
+            ['env_steps', 'num_updates', 'wall_time', 'eval/AverageReturn', 'train/critic_loss']
+        )
         for i, value in enumerate(returns):
             if value is not None:
                 writer.writerow([i * 100, i * 10, 1e9 + i, float(value), 0.5 if i else ''])
@@ -46,17 +50,28 @@ def grid(tmp_path):
 
 
 def run_plot(args, cwd):
-    return subprocess.run([sys.executable, '-m', 'alf_lite.bin.plot', *args], cwd=cwd,
-                          env=train_env(), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, '-m', 'alf_lite.bin.plot', *args],
+        cwd=cwd,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
 
 
 def read_curves(path):
     """``{(group, env_steps): (mean, lower, upper, num_runs)}``."""
     with open(path, newline='') as f:
-        return {(r['group'], int(r['env_steps'])): (float(r['mean']), float(r['lower']),
-                                                    float(r['upper']), int(r['num_runs']))
-                for r in csv.DictReader(f)}
+        return {
+            (r['group'], int(r['env_steps'])): (
+                float(r['mean']),
+                float(r['lower']),
+                float(r['upper']),
+                int(r['num_runs']),
+            )
+            for r in csv.DictReader(f)
+        }
 
 
 def final_table(stdout):
@@ -67,8 +82,20 @@ def final_table(stdout):
 
 def test_groups_seeds_and_writes_mean_with_bootstrap_band(grid, tmp_path):
     paths = sorted(str(p) for p in grid.iterdir())
-    result = run_plot(paths + ['--x', 'env_steps', '--y', 'eval/AverageReturn',
-                               '--group_by', 'config', '--out', 'out/curves.png'], tmp_path)
+    result = run_plot(
+        paths
+        + [
+            '--x',
+            'env_steps',
+            '--y',
+            'eval/AverageReturn',
+            '--group_by',
+            'config',
+            '--out',
+            'out/curves.png',
+        ],
+        tmp_path,
+    )
     assert_ok(result)
     assert 'grid_summary.csv: no run there' in result.stderr
 
@@ -99,21 +126,26 @@ def test_groups_seeds_and_writes_mean_with_bootstrap_band(grid, tmp_path):
 
 def test_std_band_smoothing_and_last_n(grid, tmp_path):
     paths = [str(grid / f'lr={LR_A},seed={s}') for s in RUNS_A]
-    result = run_plot(paths + ['--band', 'std', '--smoothing', '2', '--last_n', '2',
-                               '--out', 'curves.png'], tmp_path)
+    result = run_plot(
+        paths + ['--band', 'std', '--smoothing', '2', '--last_n', '2', '--out', 'curves.png'],
+        tmp_path,
+    )
     assert_ok(result)
     curves = read_curves(tmp_path / 'curves.csv')
     # Only seeds differ: one group. Smoothed over 2 points: (1, 1.5, 2.5), (2, 3, 5),
     # (3, 4.5, 7.5); mean +- sample std.
-    assert curves == {('all runs', 0): (2.0, 1.0, 3.0, 3),
-                      ('all runs', 100): (3.0, 1.5, 4.5, 3),
-                      ('all runs', 200): (5.0, 2.5, 7.5, 3)}
+    assert curves == {
+        ('all runs', 0): (2.0, 1.0, 3.0, 3),
+        ('all runs', 100): (3.0, 1.5, 4.5, 3),
+        ('all runs', 200): (5.0, 2.5, 7.5, 3),
+    }
     # Mean of the last 2 raw values per run: 2.5, 5, 7.5.
     assert final_table(result.stdout) == {'all runs': (3, 5.0, 2.5, 7.5)}, result.stdout
 
 
 def test_reads_tensorboard_events_when_there_is_no_progress_csv(tmp_path):
     from alf_lite.summary import Summary
+
     for seed in (0, 1):
         root_dir = tmp_path / 'runs' / f'seed={seed}'
         root_dir.mkdir(parents=True)
@@ -122,12 +154,15 @@ def test_reads_tensorboard_events_when_there_is_no_progress_csv(tmp_path):
             summary.write(step, 0, 1e9 + step, {'eval/AverageReturn': float(step + seed)})
         summary.close()
         (root_dir / 'progress.csv').unlink()
-    result = run_plot([str(tmp_path / 'runs'), '--group_by', 'none', '--out', 'tb.png'],
-                      tmp_path)
+    result = run_plot([str(tmp_path / 'runs'), '--group_by', 'none', '--out', 'tb.png'], tmp_path)
     assert_ok(result)
     curves = read_curves(tmp_path / 'tb.csv')
-    assert curves == {('seed=0', 0): (0.0, 0.0, 0.0, 1), ('seed=0', 100): (100.0, 100.0, 100.0, 1),
-                      ('seed=1', 0): (1.0, 1.0, 1.0, 1), ('seed=1', 100): (101.0, 101.0, 101.0, 1)}
+    assert curves == {
+        ('seed=0', 0): (0.0, 0.0, 0.0, 1),
+        ('seed=0', 100): (100.0, 100.0, 100.0, 1),
+        ('seed=1', 0): (1.0, 1.0, 1.0, 1),
+        ('seed=1', 100): (101.0, 101.0, 101.0, 1),
+    }
 
 
 def test_unknown_column_names_the_columns_there_are(grid, tmp_path):

@@ -1,11 +1,11 @@
 """bfloat16 compute: products in bfloat16, everything whose precision matters in float32."""
+
 import copy
 
 import pytest
 import torch
 
 from alf_lite import checkpoint as ckpt
-
 from alf_lite import precision
 from alf_lite.algorithms import DdpgAlgorithm, SacAlgorithm, Td3Algorithm
 from alf_lite.data import Experience, StepType
@@ -17,17 +17,23 @@ OBS, ACT, B = 5, 2, 64
 def batch(seed=0):
     g = torch.Generator().manual_seed(seed)
     step_type = torch.full((B, 2), StepType.MID, dtype=torch.uint8)
-    return Experience(step_type, torch.randn(B, 2, OBS, generator=g),
-                      torch.rand(B, 2, ACT, generator=g) * 2 - 1,
-                      torch.randn(B, 2, generator=g), torch.ones(B, 2))
+    return Experience(
+        step_type,
+        torch.randn(B, 2, OBS, generator=g),
+        torch.rand(B, 2, ACT, generator=g) * 2 - 1,
+        torch.randn(B, 2, generator=g),
+        torch.ones(B, 2),
+    )
 
 
 def hidden_output_dtypes(network, call):
     """Dtypes of the outputs of every linear layer of ``network`` during ``call()``."""
     dtypes = []
-    handles = [m.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
-               for m in network.modules()
-               if isinstance(m, torch.nn.Linear) or type(m).__name__ == 'BatchedLinear']
+    handles = [
+        m.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+        for m in network.modules()
+        if isinstance(m, torch.nn.Linear) or type(m).__name__ == 'BatchedLinear'
+    ]
     try:
         result = call()
     finally:
@@ -40,15 +46,25 @@ def hidden_output_dtypes(network, call):
 def test_hidden_products_run_in_bfloat16_and_outputs_stay_float32(batch_norm):
     torch.manual_seed(0)
     obs, act = torch.randn(B, OBS), torch.rand(B, ACT) * 2 - 1
-    critic = CriticNetwork(OBS, ACT, num_replicas=2, hidden_layers=(32, 32),
-                           action_input_layer=1, batch_norm=batch_norm)
-    deterministic = DeterministicActorNetwork(OBS, ACT, hidden_layers=(32, 32),
-                                              batch_norm=batch_norm)
+    critic = CriticNetwork(
+        OBS,
+        ACT,
+        num_replicas=2,
+        hidden_layers=(32, 32),
+        action_input_layer=1,
+        batch_norm=batch_norm,
+    )
+    deterministic = DeterministicActorNetwork(
+        OBS, ACT, hidden_layers=(32, 32), batch_norm=batch_norm
+    )
     tanh_normal = TanhNormalActorNetwork(OBS, ACT, hidden_layers=(32, 32))
     for net in (critic, deterministic, tanh_normal):
         precision.set_network_precision(net, 'bfloat16')
-    calls = ((critic, lambda: (critic(obs, act),)), (deterministic, lambda: (deterministic(obs),)),
-             (tanh_normal, lambda: tanh_normal.sample(obs)))
+    calls = (
+        (critic, lambda: (critic(obs, act),)),
+        (deterministic, lambda: (deterministic(obs),)),
+        (tanh_normal, lambda: tanh_normal.sample(obs)),
+    )
     for net, call in calls:
         dtypes, outputs = hidden_output_dtypes(net, call)
         # Every hidden layer's product in bfloat16, the output layer in float32.
@@ -60,12 +76,22 @@ def test_hidden_products_run_in_bfloat16_and_outputs_stay_float32(batch_norm):
 def make(algorithm_class):
     torch.manual_seed(0)
     if algorithm_class is SacAlgorithm:
-        return SacAlgorithm(OBS, ACT, actor_network_ctor=lambda o, a: TanhNormalActorNetwork(
-            o, a, hidden_layers=(32, 32)), critic_network_ctor=lambda o, a, num_replicas: (
-            CriticNetwork(o, a, num_replicas=num_replicas, hidden_layers=(32, 32))))
-    return algorithm_class(OBS, ACT, actor_network_ctor=lambda o, a: DeterministicActorNetwork(
-        o, a, hidden_layers=(32, 32)), critic_network_ctor=lambda o, a, num_replicas: (
-        CriticNetwork(o, a, num_replicas=num_replicas, hidden_layers=(32, 32))))
+        return SacAlgorithm(
+            OBS,
+            ACT,
+            actor_network_ctor=lambda o, a: TanhNormalActorNetwork(o, a, hidden_layers=(32, 32)),
+            critic_network_ctor=lambda o, a, num_replicas: CriticNetwork(
+                o, a, num_replicas=num_replicas, hidden_layers=(32, 32)
+            ),
+        )
+    return algorithm_class(
+        OBS,
+        ACT,
+        actor_network_ctor=lambda o, a: DeterministicActorNetwork(o, a, hidden_layers=(32, 32)),
+        critic_network_ctor=lambda o, a, num_replicas: CriticNetwork(
+            o, a, num_replicas=num_replicas, hidden_layers=(32, 32)
+        ),
+    )
 
 
 @pytest.mark.parametrize('algorithm_class', [SacAlgorithm, DdpgAlgorithm, Td3Algorithm])

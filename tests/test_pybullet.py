@@ -1,4 +1,5 @@
 """The PyBullet locomotion suite: gymnasium's checks, the classic layout and reward, physics."""
+
 import warnings
 
 import gymnasium
@@ -9,9 +10,13 @@ from gymnasium.utils.env_checker import check_env
 from alf_lite.environments.suite_pybullet import BULLET_IDS, CONTROL_DT
 
 # (observation, action) dims of pybullet_envs' classic tasks.
-CLASSIC_DIMS = {'HumanoidBullet-v0': (44, 17), 'AntBullet-v0': (28, 8),
-                'HalfCheetahBullet-v0': (26, 6), 'HopperBullet-v0': (15, 3),
-                'Walker2DBullet-v0': (22, 6)}
+CLASSIC_DIMS = {
+    'HumanoidBullet-v0': (44, 17),
+    'AntBullet-v0': (28, 8),
+    'HalfCheetahBullet-v0': (26, 6),
+    'HopperBullet-v0': (15, 3),
+    'Walker2DBullet-v0': (22, 6),
+}
 
 
 @pytest.fixture
@@ -50,7 +55,7 @@ def test_humanoid_observation_layout_at_reset(make):
     # The target is straight ahead along +x: angle 0.
     assert obs[1] == pytest.approx(0.0, abs=0.05) and obs[2] == pytest.approx(1.0, abs=0.01)
     np.testing.assert_allclose(obs[3:8], 0.0, atol=1e-3)  # At rest, upright.
-    joints = obs[8:8 + 34]
+    joints = obs[8 : 8 + 34]
     # Positions scaled to [-1, 1] between the limits; the knees' range ends
     # at -2 degrees, so the reset's U[-0.1, 0.1] rad may lie a little beyond.
     assert np.all(np.abs(joints[0::2]) <= 1.1)
@@ -95,8 +100,9 @@ def test_progress_is_the_body_speed_towards_the_target(make):
         after = mean_xy()
         # The target is 1 km ahead along +x: progress is the x speed.
         assert info['progress'] == pytest.approx((after[0] - before[0]) / CONTROL_DT, abs=1e-3)
-        assert reward == pytest.approx(info['alive'] + info['progress'] + info['electricity']
-                                       + info['joints_at_limit'])
+        assert reward == pytest.approx(
+            info['alive'] + info['progress'] + info['electricity'] + info['joints_at_limit']
+        )
 
 
 def test_half_cheetah_never_terminates_and_is_truncated_at_1000(make):

@@ -1,4 +1,5 @@
 """README's speed claims against Stable-Baselines3 say at which resources they were measured."""
+
 import re
 
 from cli_helpers import REPO_ROOT
@@ -10,7 +11,7 @@ def section(title):
     """The text of the README section ``## title``, up to the next ``## ``."""
     start = README.index(f'\n## {title}\n')
     end = README.find('\n## ', start + 1)
-    return README[start:end if end > 0 else len(README)]
+    return README[start : end if end > 0 else len(README)]
 
 
 def speed_rows():
@@ -33,8 +34,7 @@ def test_headline_speed_is_the_ratio_measured_at_equal_resources():
 
 def test_every_speed_ratio_against_sb3_names_the_thread_counts_of_both():
     performance = section('Performance')
-    compared = [line for line in performance.splitlines()
-                if re.match(r'\| (SAC|TD3|DDPG), ', line)]
+    compared = [line for line in performance.splitlines() if re.match(r'\| (SAC|TD3|DDPG), ', line)]
     assert len(compared) == len(speed_rows()) >= 5
     # Time to solve: each library's row says its thread count.
     assert re.search(r'\| alf_lite \(\d+ threads?\) \|', performance)

@@ -1,4 +1,5 @@
 """What happens when things go wrong: bad input, kills, signals, NaN, a full disk."""
+
 import hashlib
 import logging
 import math
@@ -24,12 +25,26 @@ from alf_lite.environments.suite_gym import EnvironmentHungError
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.run_dir import latest_checkpoint
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
-from cli_helpers import (EXAMPLES, PENDULUM, REPO_ROOT, RUN_TIMEOUT_S, TINY, assert_ok,
-                         checkpoint_steps, run_train, train_command, train_env)
+from cli_helpers import (
+    EXAMPLES,
+    PENDULUM,
+    REPO_ROOT,
+    RUN_TIMEOUT_S,
+    TINY,
+    assert_ok,
+    checkpoint_steps,
+    run_train,
+    train_command,
+    train_env,
+)
 
-SHORT = TINY + ['TrainerConfig.num_env_steps=400', 'TrainerConfig.summary_interval=100',
-                'TrainerConfig.eval_interval=200', 'TrainerConfig.checkpoint_interval=200',
-                'TrainerConfig.num_eval_episodes=1']
+SHORT = TINY + [
+    'TrainerConfig.num_env_steps=400',
+    'TrainerConfig.summary_interval=100',
+    'TrainerConfig.eval_interval=200',
+    'TrainerConfig.checkpoint_interval=200',
+    'TrainerConfig.num_eval_episodes=1',
+]
 
 
 def tree_digest(root):
@@ -45,6 +60,7 @@ def tree_digest(root):
 
 def steps_in_csv(root_dir):
     import csv
+
     with open(os.path.join(root_dir, 'progress.csv'), newline='') as f:
         return [int(r['env_steps']) for r in csv.DictReader(f)]
 
@@ -76,8 +92,11 @@ BAD_PARAMS = [
 ]
 
 
-@pytest.mark.parametrize('param, message', BAD_PARAMS, ids=[p.split('=')[0] + '=' + p.split(
-    '=')[1][:12] for p, _ in BAD_PARAMS])
+@pytest.mark.parametrize(
+    'param, message',
+    BAD_PARAMS,
+    ids=[p.split('=')[0] + '=' + p.split('=')[1][:12] for p, _ in BAD_PARAMS],
+)
 def test_bad_parameter_exits_2_and_creates_nothing(tmp_path, param, message):
     root_dir = tmp_path / 'new' / 'run'
     result = run_train(train_command(root_dir, [PENDULUM], SHORT + [param]))
@@ -88,16 +107,23 @@ def test_bad_parameter_exits_2_and_creates_nothing(tmp_path, param, message):
 
 
 def test_replay_buffer_too_large_says_bytes_needed_and_available(tmp_path):
-    result = run_train(train_command(tmp_path / 'run', [PENDULUM],
-                                     SHORT + ['TrainerConfig.replay_buffer_length=100000000000']))
+    result = run_train(
+        train_command(
+            tmp_path / 'run',
+            [PENDULUM],
+            SHORT + ['TrainerConfig.replay_buffer_length=100000000000'],
+        )
+    )
     assert result.returncode == 2
-    assert '2500000000000 bytes' in result.stderr.replace(',', '') and 'available' in \
-        result.stderr, result.stderr
+    assert (
+        '2500000000000 bytes' in result.stderr.replace(',', '') and 'available' in result.stderr
+    ), result.stderr
     assert not (tmp_path / 'run').exists()
 
 
-@pytest.mark.parametrize('param', ["TrainerConfig.num_env_steps='many'",
-                                   'SacAlgorithm.target_update_tau=2.0'])
+@pytest.mark.parametrize(
+    'param', ["TrainerConfig.num_env_steps='many'", 'SacAlgorithm.target_update_tau=2.0']
+)
 def test_bad_parameter_on_resume_leaves_the_run_untouched(finished_run, param):
     before = tree_digest(finished_run)
     result = run_train(train_command(finished_run, params=[param]))
@@ -107,8 +133,9 @@ def test_bad_parameter_on_resume_leaves_the_run_untouched(finished_run, param):
 
 def test_missing_gin_file_and_syntax_error_are_named(tmp_path):
     result = run_train(train_command(tmp_path / 'a', [tmp_path / 'nothere.gin']))
-    assert result.returncode == 2 and 'nothere.gin' in result.stderr and 'not found' in \
-        result.stderr, result.stderr
+    assert (
+        result.returncode == 2 and 'nothere.gin' in result.stderr and 'not found' in result.stderr
+    ), result.stderr
     bad = tmp_path / 'bad.gin'
     bad.write_text(f"include '{PENDULUM}'\nTrainerConfig.num_env_steps = )\n")
     result = run_train(train_command(tmp_path / 'b', [bad]))
@@ -116,11 +143,13 @@ def test_missing_gin_file_and_syntax_error_are_named(tmp_path):
     assert not (tmp_path / 'a').exists() and not (tmp_path / 'b').exists()
 
 
-def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(
-        finished_run, tmp_path):
+def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(finished_run, tmp_path):
     before = tree_digest(finished_run)
-    ddpg = train_command(finished_run, [EXAMPLES / 'ddpg_pendulum.gin'], SHORT + [
-        'DeterministicActorNetwork.hidden_layers=(32,)'])
+    ddpg = train_command(
+        finished_run,
+        [EXAMPLES / 'ddpg_pendulum.gin'],
+        SHORT + ['DeterministicActorNetwork.hidden_layers=(32,)'],
+    )
     result = run_train(ddpg)
     assert result.returncode == 2 and 'another experiment' in result.stderr, result.stderr
     assert '--start_over' in result.stderr
@@ -135,8 +164,9 @@ def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(
 def test_same_gin_file_with_a_longer_run_resumes(tmp_path):
     root_dir = tmp_path / 'run'
     assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
-    assert_ok(run_train(train_command(root_dir, [PENDULUM],
-                                      SHORT + ['TrainerConfig.num_env_steps=600'])))
+    assert_ok(
+        run_train(train_command(root_dir, [PENDULUM], SHORT + ['TrainerConfig.num_env_steps=600']))
+    )
     assert checkpoint_steps(root_dir)[-1] == 600
     assert steps_in_csv(root_dir) == list(range(0, 601, 100))
 
@@ -154,10 +184,14 @@ def test_non_alf_lite_directory_is_refused(tmp_path):
 POINT = [os.path.join(EXAMPLES, 'common', 'sac.gin')]
 POINT_PARAMS = [
     "create_environment.env_name = 'alf_lite/PointTarget-v0'",
-    'TanhNormalActorNetwork.hidden_layers = (16,)', 'CriticNetwork.hidden_layers = (16,)',
-    'TrainerConfig.mini_batch_size = 16', 'TrainerConfig.initial_collect_steps = 50',
-    'TrainerConfig.summary_interval = 100', 'TrainerConfig.eval_interval = 200',
-    'TrainerConfig.checkpoint_interval = 100', 'TrainerConfig.num_eval_episodes = 1',
+    'TanhNormalActorNetwork.hidden_layers = (16,)',
+    'CriticNetwork.hidden_layers = (16,)',
+    'TrainerConfig.mini_batch_size = 16',
+    'TrainerConfig.initial_collect_steps = 50',
+    'TrainerConfig.summary_interval = 100',
+    'TrainerConfig.eval_interval = 200',
+    'TrainerConfig.checkpoint_interval = 100',
+    'TrainerConfig.num_eval_episodes = 1',
     'TrainerConfig.replay_buffer_length = 1000',
 ]
 
@@ -182,20 +216,24 @@ def test_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
 
 
 def test_checkpoints_written_after_resuming_past_a_corrupt_one_keep_their_replay_buffer(
-        tmp_path, caplog):
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400',
-                     'TrainerConfig.checkpoint_interval = 200')
+    tmp_path, caplog
+):
+    train_in_process(
+        tmp_path, 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.checkpoint_interval = 200'
+    )
     checkpoints = tmp_path / 'checkpoints'
     (checkpoints / 'ckpt-400' / 'model.pt').write_bytes(b'garbage')
     # Resumed from ckpt-200; a shorter interval writes checkpoints below the corrupt 400.
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300',
-                     'TrainerConfig.checkpoint_interval = 100')
+    train_in_process(
+        tmp_path, 'TrainerConfig.num_env_steps = 300', 'TrainerConfig.checkpoint_interval = 100'
+    )
     assert sorted(os.listdir(checkpoints)) == ['ckpt-200', 'ckpt-300', 'ckpt-400.corrupt']
     assert (checkpoints / 'ckpt-300' / 'replay_buffer.pt').is_file()
     caplog.clear()
     caplog.set_level(logging.INFO)
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400',
-                     'TrainerConfig.checkpoint_interval = 100')
+    train_in_process(
+        tmp_path, 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.checkpoint_interval = 100'
+    )
     assert 'ckpt-300 at 300 env steps' in caplog.text
     assert 'holds no replay buffer' not in caplog.text
     assert checkpoint_steps(tmp_path) == [200, 300, 400]
@@ -256,8 +294,11 @@ gymnasium.register('alf_lite_tests/NanReward-v0', entry_point=NanRewardEnv, max_
 
 def test_nan_loss_stops_naming_the_loss_and_step_and_keeps_good_checkpoints(tmp_path):
     with pytest.raises(TrainingError) as error:
-        train_in_process(tmp_path, "create_environment.env_name = 'alf_lite_tests/NanReward-v0'",
-                         'TrainerConfig.num_env_steps = 2000')
+        train_in_process(
+            tmp_path,
+            "create_environment.env_name = 'alf_lite_tests/NanReward-v0'",
+            'TrainerConfig.num_env_steps = 2000',
+        )
     message = str(error.value)
     assert 'the critic loss is nan at env step' in message, message
     saved = sorted(os.listdir(tmp_path / 'checkpoints'))
@@ -289,9 +330,13 @@ def test_non_finite_parameters_are_never_checkpointed(tmp_path):
 
 KILL_STEPS = 6000
 KILL_PARAMS = TINY + [
-    f'TrainerConfig.num_env_steps={KILL_STEPS}', 'TrainerConfig.summary_interval=100',
-    'TrainerConfig.eval_interval=1000', 'TrainerConfig.checkpoint_interval=300',
-    'TrainerConfig.num_eval_episodes=1', f'TrainerConfig.replay_buffer_length={KILL_STEPS}']
+    f'TrainerConfig.num_env_steps={KILL_STEPS}',
+    'TrainerConfig.summary_interval=100',
+    'TrainerConfig.eval_interval=1000',
+    'TrainerConfig.checkpoint_interval=300',
+    'TrainerConfig.num_eval_episodes=1',
+    f'TrainerConfig.replay_buffer_length={KILL_STEPS}',
+]
 
 
 def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tensorboard):
@@ -301,8 +346,13 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
     cycles = 10
     latest = []
     for _ in range(cycles):
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=train_env(),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=train_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         # Wait until it works (the csv grows past where it was), then a random moment.
         started_rows = len(steps_in_csv(root_dir)) if (root_dir / 'progress.csv').exists() else 0
         deadline = time.time() + 60
@@ -332,15 +382,25 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
 @pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
 def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     root_dir = tmp_path / 'run'
-    params = TINY + ['TrainerConfig.num_env_steps=100000', 'TrainerConfig.summary_interval=100',
-                     'TrainerConfig.eval_interval=100000', 'TrainerConfig.checkpoint_interval=100000',
-                     'TrainerConfig.num_eval_episodes=1',
-                     'create_environment.num_parallel_environments=2',
-                     'create_environment.use_subprocesses=True']
+    params = TINY + [
+        'TrainerConfig.num_env_steps=100000',
+        'TrainerConfig.summary_interval=100',
+        'TrainerConfig.eval_interval=100000',
+        'TrainerConfig.checkpoint_interval=100000',
+        'TrainerConfig.num_eval_episodes=1',
+        'create_environment.num_parallel_environments=2',
+        'create_environment.use_subprocesses=True',
+    ]
     # Its own session: SIGINT goes to the whole process group, as Ctrl-C does.
-    process = subprocess.Popen(train_command(root_dir, [PENDULUM], params), cwd=REPO_ROOT,
-                               env=train_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        train_command(root_dir, [PENDULUM], params),
+        cwd=REPO_ROOT,
+        env=train_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.time() + 60
     while not ((root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) >= 3):
         assert process.poll() is None and time.time() < deadline
@@ -363,8 +423,15 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
 def test_resume_with_a_changed_number_of_envs_is_refused(tmp_path):
     root_dir = tmp_path / 'run'
     assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
-    result = run_train(train_command(root_dir, params=[
-        'TrainerConfig.num_env_steps=600', 'create_environment.num_parallel_environments=2']))
+    result = run_train(
+        train_command(
+            root_dir,
+            params=[
+                'TrainerConfig.num_env_steps=600',
+                'create_environment.num_parallel_environments=2',
+            ],
+        )
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert 'does not fit the configured one' in result.stderr
     assert 'Traceback' not in result.stderr
@@ -374,18 +441,24 @@ def test_resume_with_a_changed_number_of_envs_is_refused(tmp_path):
 
 TESTS_DIR = REPO_ROOT / 'tests'
 HANG_PARAMS = TINY + [
-    'TrainerConfig.num_env_steps=1000', 'TrainerConfig.summary_interval=100',
-    'TrainerConfig.eval_interval=100000', 'TrainerConfig.checkpoint_interval=100',
-    'TrainerConfig.num_eval_episodes=1']
+    'TrainerConfig.num_env_steps=1000',
+    'TrainerConfig.summary_interval=100',
+    'TrainerConfig.eval_interval=100000',
+    'TrainerConfig.checkpoint_interval=100',
+    'TrainerConfig.num_eval_episodes=1',
+]
 
 
 def hanging_train(root_dir, env_id, *params):
     """The train command and environment for a run on ``env_id`` of ``hanging_env``."""
-    command = train_command(root_dir, [PENDULUM], HANG_PARAMS + [
-        f"create_environment.env_name='{env_id}'", *params])
+    command = train_command(
+        root_dir, [PENDULUM], HANG_PARAMS + [f"create_environment.env_name='{env_id}'", *params]
+    )
     # train is run as a module after importing hanging_env, which registers the ids.
-    command[1:3] = ['-c', 'import runpy, hanging_env; '
-                    'runpy.run_module("alf_lite.bin.train", run_name="__main__")']
+    command[1:3] = [
+        '-c',
+        'import runpy, hanging_env; runpy.run_module("alf_lite.bin.train", run_name="__main__")',
+    ]
     env = train_env()
     env['PYTHONPATH'] = os.pathsep.join([str(TESTS_DIR), env['PYTHONPATH']])
     return command, env
@@ -393,13 +466,18 @@ def hanging_train(root_dir, env_id, *params):
 
 def run_hanging(root_dir, env_id, *params):
     command, env = hanging_train(root_dir, env_id, *params)
-    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
+    return subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
 
 
 def test_env_process_that_never_answers_is_named_with_its_index_and_every_process_ends():
-    env = create_environment(env_name='alf_lite_tests/HangsInStep5-v0',
-                             num_parallel_environments=2, use_subprocesses=True, step_timeout=1)
+    env = create_environment(
+        env_name='alf_lite_tests/HangsInStep5-v0',
+        num_parallel_environments=2,
+        use_subprocesses=True,
+        step_timeout=1,
+    )
     processes = list(env._env.processes)
     env.reset()
     started = time.monotonic()
@@ -416,10 +494,13 @@ def test_env_process_that_never_answers_is_named_with_its_index_and_every_proces
 
 def test_trainer_stops_on_an_env_process_that_never_answers(tmp_path):
     root_dir = tmp_path / 'run'
-    result = run_hanging(root_dir, 'alf_lite_tests/HangsAfterCheckpoint-v0',
-                         'create_environment.num_parallel_environments=2',
-                         'create_environment.use_subprocesses=True',
-                         'create_environment.step_timeout=2')
+    result = run_hanging(
+        root_dir,
+        'alf_lite_tests/HangsAfterCheckpoint-v0',
+        'create_environment.num_parallel_environments=2',
+        'create_environment.use_subprocesses=True',
+        'create_environment.step_timeout=2',
+    )
     assert result.returncode == 1, result.stderr[-3000:]
     assert '(env 0 of 2) did not answer step() within 2 s' in result.stderr, result.stderr[-3000:]
     # Env 0 hangs in its 150th step, after the checkpoints at 100, 200 and 300 env steps.
@@ -430,10 +511,11 @@ def test_trainer_stops_on_an_env_process_that_never_answers(tmp_path):
 
 def test_in_process_env_that_never_returns_ends_the_run_with_every_stack(tmp_path):
     root_dir = tmp_path / 'run'
-    result = run_hanging(root_dir, 'alf_lite_tests/HangsAfterCheckpoint-v0',
-                         'create_environment.step_timeout=2')
+    result = run_hanging(
+        root_dir, 'alf_lite_tests/HangsAfterCheckpoint-v0', 'create_environment.step_timeout=2'
+    )
     assert result.returncode == HUNG_ENV_EXIT_CODE, result.stderr[-3000:]
-    assert "(in process) did not return from step() within 2 s" in result.stderr
+    assert '(in process) did not return from step() within 2 s' in result.stderr
     # Every thread's stack, the hung step among them.
     assert 'most recent call first' in result.stderr, result.stderr[-3000:]
     assert re.search(r'hanging_env\.py", line \d+ in _hang', result.stderr), result.stderr[-3000:]
@@ -443,19 +525,34 @@ def test_in_process_env_that_never_returns_ends_the_run_with_every_stack(tmp_pat
     assert state['env_steps'] == 100 and rb is not None
 
 
-@pytest.mark.parametrize('sig, use_subprocesses', [
-    (signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True),
-    (signal.SIGINT, True)])
+@pytest.mark.parametrize(
+    'sig, use_subprocesses',
+    [
+        (signal.SIGTERM, False),
+        (signal.SIGINT, False),
+        (signal.SIGTERM, True),
+        (signal.SIGINT, True),
+    ],
+)
 def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocesses):
     root_dir = tmp_path / 'run'
     marker = tmp_path / 'hanging'
-    command, env = hanging_train(root_dir, 'alf_lite_tests/HangsAfterCheckpoint-v0',
-                                 'create_environment.num_parallel_environments=2',
-                                 f'create_environment.use_subprocesses={use_subprocesses}')
+    command, env = hanging_train(
+        root_dir,
+        'alf_lite_tests/HangsAfterCheckpoint-v0',
+        'create_environment.num_parallel_environments=2',
+        f'create_environment.use_subprocesses={use_subprocesses}',
+    )
     env[hanging_env.MARKER_VARIABLE] = str(marker)
-    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + RUN_TIMEOUT_S
         while not marker.exists():

@@ -1,4 +1,5 @@
 """Tests for alf_lite.replay_buffer: ring-buffer windows, memory figure, checkpointing."""
+
 import io
 import logging
 import os
@@ -33,11 +34,12 @@ def _step(num_envs, t, obs_dim=2, action_dim=2, step_type=StepType.MID):
     action[:, 0] = t
     action[:, 1] = env
     return Experience(
-        step_type=torch.full((num_envs, ), step_type, dtype=torch.uint8),
+        step_type=torch.full((num_envs,), step_type, dtype=torch.uint8),
         observation=obs,
         action=action,
         reward=1000 * env + t,
-        discount=torch.full((num_envs, ), float(t % 2)))
+        discount=torch.full((num_envs,), float(t % 2)),
+    )
 
 
 def _filled(num_envs, length, num_added, **kwargs):
@@ -51,10 +53,10 @@ def _check_windows(batch, total_added, length):
     """Every window is consecutive, written rows of one env; all fields agree."""
     env = batch.observation[..., 0]
     t = batch.observation[..., 1]
-    assert (env == env[:, :1]).all(), "window spans more than one env"
-    assert (t[:, 1:] - t[:, :-1] == 1).all(), "rows not consecutive"
-    assert (t >= max(0, total_added - length)).all(), "overwritten row"
-    assert (t < total_added).all(), "unwritten row"
+    assert (env == env[:, :1]).all(), 'window spans more than one env'
+    assert (t[:, 1:] - t[:, :-1] == 1).all(), 'rows not consecutive'
+    assert (t >= max(0, total_added - length)).all(), 'overwritten row'
+    assert (t < total_added).all(), 'unwritten row'
     # Every field was gathered from the same (env, row).
     assert torch.equal(batch.action[..., 0], t)
     assert torch.equal(batch.action[..., 1], env)
@@ -72,8 +74,7 @@ def test_shapes_and_dtypes():
     assert batch.action.shape == (5, 2, 2)
     assert batch.reward.shape == (5, 2)
     assert batch.discount.shape == (5, 2)
-    for field in (batch.observation, batch.action, batch.reward,
-                  batch.discount):
+    for field in (batch.observation, batch.action, batch.reward, batch.discount):
         assert field.dtype == torch.float32
 
 
@@ -114,7 +115,7 @@ def test_windows_stay_within_one_env():
     assert (env == env[:, :1]).all()
     # Windows as long as the buffer have exactly one valid start per env:
     # the oldest surviving row, 9 - 4 = 5, up to the newest, 8.
-    assert (batch.observation[..., 1] == torch.tensor([5., 6., 7., 8.])).all()
+    assert (batch.observation[..., 1] == torch.tensor([5.0, 6.0, 7.0, 8.0])).all()
     assert set(env[:, 0].tolist()) == set(range(num_envs))
 
 
@@ -126,8 +127,8 @@ def test_all_valid_windows_reachable():
     batch = rb.sample(batch_size=n, batch_length=batch_length)
     _check_windows(batch, num_added, length)
     pairs = list(
-        zip(batch.observation[:, 0, 0].long().tolist(),
-            batch.observation[:, 0, 1].long().tolist()))
+        zip(batch.observation[:, 0, 0].long().tolist(), batch.observation[:, 0, 1].long().tolist())
+    )
     # Rows 3..7 survive; windows of 2 start at 3, 4, 5 or 6 in either env.
     expected = {(e, s) for e in range(num_envs) for s in (3, 4, 5, 6)}
     assert set(pairs) == expected
@@ -138,9 +139,9 @@ def test_all_valid_windows_reachable():
 
 def test_sample_refuses_too_few_rows():
     rb = _filled(num_envs=2, length=10, num_added=2)
-    with pytest.raises(ValueError, match="only 2 rows stored"):
+    with pytest.raises(ValueError, match='only 2 rows stored'):
         rb.sample(batch_size=4, batch_length=3)
-    with pytest.raises(ValueError, match="only 0 rows stored"):
+    with pytest.raises(ValueError, match='only 0 rows stored'):
         ReplayBuffer(1, 4, 2, 2).sample(batch_size=1, batch_length=1)
 
 
@@ -159,8 +160,7 @@ def test_bytes_per_step_match_raw_field_sizes():
     for obs_dim, action_dim, raw in ((17, 6, 101), (348, 17, 1469)):
         rb = ReplayBuffer(4, 100, obs_dim, action_dim)
         assert rb.raw_bytes_per_step == raw
-        storage = sum(v.nbytes for k, v in rb.state_dict().items()
-                      if isinstance(v, torch.Tensor))
+        storage = sum(v.nbytes for k, v in rb.state_dict().items() if isinstance(v, torch.Tensor))
         assert rb.nbytes == storage == 4 * 100 * raw
 
 
@@ -168,14 +168,20 @@ def test_resident_memory_matches_nbytes():
     # The storage is committed at construction and nothing else of size is. A
     # fresh process: in this one, memory freed by earlier tests could be reused.
     script = (
-        "import psutil, torch\n"
-        "from alf_lite.replay_buffer import ReplayBuffer\n"
-        "p = psutil.Process(); before = p.memory_info().rss\n"
-        "rb = ReplayBuffer(8, 100_000, 17, 6)\n"
-        "print(p.memory_info().rss - before, rb.nbytes)\n")
+        'import psutil, torch\n'
+        'from alf_lite.replay_buffer import ReplayBuffer\n'
+        'p = psutil.Process(); before = p.memory_info().rss\n'
+        'rb = ReplayBuffer(8, 100_000, 17, 6)\n'
+        'print(p.memory_info().rss - before, rb.nbytes)\n'
+    )
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
-                         check=True, env=dict(os.environ, PYTHONPATH=repo))
+    out = subprocess.run(
+        [sys.executable, '-c', script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=repo),
+    )
     grown, nbytes = map(int, out.stdout.split()[-2:])
     assert nbytes == 8 * 100_000 * 101
     assert 0.9 * nbytes < grown < 1.05 * nbytes + 4 * _MB
@@ -190,11 +196,11 @@ def test_refuses_buffer_larger_than_memory():
     elapsed = time.perf_counter() - start
     message = str(info.value)
     needed = 4 * 10**12 * 101
-    assert f"needs {needed} bytes" in message
-    assert "GiB" in message
-    assert "bytes (" in message.split("only ")[1]  # bytes available
-    assert "4 envs x 1000000000000 steps" in message
-    assert "replay_buffer_length" in message
+    assert f'needs {needed} bytes' in message
+    assert 'GiB' in message
+    assert 'bytes (' in message.split('only ')[1]  # bytes available
+    assert '4 envs x 1000000000000 steps' in message
+    assert 'replay_buffer_length' in message
     # Refused before allocating: no time spent, no memory touched.
     assert elapsed < 0.5
     assert process.memory_info().rss - before < 16 * _MB
@@ -207,25 +213,24 @@ def test_memory_limit_boundary(monkeypatch):
     class FakeMemory:
         available = 1160
 
-    monkeypatch.setattr(psutil, "virtual_memory", FakeMemory)
+    monkeypatch.setattr(psutil, 'virtual_memory', FakeMemory)
     assert ReplayBuffer(2, 10, 3, 2, max_memory_fraction=0.5).nbytes == 580
     FakeMemory.available = 1159
-    with pytest.raises(ReplayBufferTooLargeError,
-                       match="needs 580 bytes .* only 1159 bytes"):
+    with pytest.raises(ReplayBufferTooLargeError, match='needs 580 bytes .* only 1159 bytes'):
         ReplayBuffer(2, 10, 3, 2, max_memory_fraction=0.5)
 
 
 def test_logs_exact_size(caplog):
     with caplog.at_level(logging.INFO):
         rb = ReplayBuffer(3, 50, 17, 6)
-    assert f"allocated {rb.nbytes} bytes" in caplog.text
-    assert "101 bytes per step" in caplog.text
+    assert f'allocated {rb.nbytes} bytes' in caplog.text
+    assert '101 bytes per step' in caplog.text
 
 
 def test_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="length"):
+    with pytest.raises(ValueError, match='length'):
         ReplayBuffer(2, 0, 3, 1)
-    with pytest.raises(ValueError, match="max_memory_fraction"):
+    with pytest.raises(ValueError, match='max_memory_fraction'):
         ReplayBuffer(2, 4, 3, 1, max_memory_fraction=0.0)
 
 
@@ -250,8 +255,7 @@ def test_state_dict_round_trip():
     restored.add_batch(_step(3, 12))
     for name, value in rb.state_dict().items():
         other = restored.state_dict()[name]
-        assert torch.equal(value, other) if isinstance(
-            value, torch.Tensor) else value == other
+        assert torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other
 
 
 def test_load_state_dict_rejects_mismatch():
@@ -260,9 +264,10 @@ def test_load_state_dict_rejects_mismatch():
         ReplayBuffer(3, 6, 2, 2).load_state_dict(state)
     with pytest.raises(ValueError, match="'observation' is"):
         ReplayBuffer(3, 5, 4, 2).load_state_dict(state)
-    with pytest.raises(ValueError, match="keys"):
+    with pytest.raises(ValueError, match='keys'):
         ReplayBuffer(3, 5, 2, 2).load_state_dict(
-            {k: v for k, v in state.items() if k != "total_added"})
+            {k: v for k, v in state.items() if k != 'total_added'}
+        )
 
 
 def test_same_seed_same_samples():
@@ -281,8 +286,7 @@ def test_same_seed_same_samples():
 def test_gin_configurable():
     gin.clear_config()
     try:
-        gin.parse_config(["ReplayBuffer.length = 7",
-                          "ReplayBuffer.max_memory_fraction = 0.5"])
+        gin.parse_config(['ReplayBuffer.length = 7', 'ReplayBuffer.max_memory_fraction = 0.5'])
         rb = ReplayBuffer(num_envs=2, observation_dim=3, action_dim=1)
         assert rb.length == 7
     finally:
@@ -302,7 +306,7 @@ def test_cpu_buffer_keeps_its_sample_stream():
     batch = rb.sample(batch_size=64, batch_length=batch_length)
     torch.manual_seed(11)
     starts = length - batch_length + 1
-    flat = torch.randint(num_envs * starts, (64, ))
+    flat = torch.randint(num_envs * starts, (64,))
     oldest = num_added - length
     assert torch.equal(batch.observation[:, 0, 0], (flat // starts).float())
     assert torch.equal(batch.observation[:, 0, 1], (oldest + flat % starts).float())
@@ -320,8 +324,9 @@ def test_device_sampling_reaches_all_valid_windows_uniformly():
     torch.manual_seed(2)
     rb = _filled(num_envs=2, length=5, num_added=8)
     batch = rb.sample_on_device(batch_size=8000, batch_length=2)
-    pairs = list(zip(batch.observation[:, 0, 0].long().tolist(),
-                     batch.observation[:, 0, 1].long().tolist()))
+    pairs = list(
+        zip(batch.observation[:, 0, 0].long().tolist(), batch.observation[:, 0, 1].long().tolist())
+    )
     expected = {(e, s) for e in range(2) for s in (3, 4, 5, 6)}
     assert set(pairs) == expected
     for pair in expected:
@@ -360,9 +365,11 @@ def test_storage_goes_to_the_training_device_when_it_fits_else_to_the_cpu(monkey
 def test_buffer_that_fits_nowhere_names_each_device(monkeypatch):
     free = {'cuda': 100, 'cpu': 300}
     monkeypatch.setattr(rb_module, 'free_memory_bytes', lambda d: free[d.type])
-    with pytest.raises(ReplayBufferTooLargeError,
-                       match=r'needs 580 bytes .* only 100 bytes \(0.00 GiB\) on cuda:0 and '
-                             r'300 bytes \(0.00 GiB\) on cpu are available'):
+    with pytest.raises(
+        ReplayBufferTooLargeError,
+        match=r'needs 580 bytes .* only 100 bytes \(0.00 GiB\) on cuda:0 and '
+        r'300 bytes \(0.00 GiB\) on cpu are available',
+    ):
         ReplayBuffer(2, 10, 3, 2, training_device=torch.device('cuda', 0))
 
 

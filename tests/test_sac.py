@@ -1,4 +1,5 @@
 """SAC's losses against hand computations on tiny batches."""
+
 import math
 
 import pytest
@@ -41,8 +42,13 @@ class SumCritic(nn.Module):
 
 
 def make_sac(**kwargs):
-    args = dict(observation_dim=1, action_dim=1, actor_network_ctor=FixedActor,
-                critic_network_ctor=SumCritic, gamma=GAMMA)
+    args = dict(
+        observation_dim=1,
+        action_dim=1,
+        actor_network_ctor=FixedActor,
+        critic_network_ctor=SumCritic,
+        gamma=GAMMA,
+    )
     args.update(kwargs)
     return SacAlgorithm(**args)
 
@@ -58,16 +64,21 @@ def windows(rows):
 
 def test_td_target_matches_hand_computation():
     # 1 + 0.9 * 1 * 10 = 10; 2 + 0.9 * 0 * 10 = 2 (terminated); 3 + 0.9 * 1 * 10 = 12.
-    target = td_target(torch.tensor([1., 2., 3.]), torch.tensor([1., 0., 1.]), GAMMA,
-                       torch.full((3,), 10.))
-    assert torch.allclose(target, torch.tensor([10., 2., 12.]))
+    target = td_target(
+        torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 0.0, 1.0]), GAMMA, torch.full((3,), 10.0)
+    )
+    assert torch.allclose(target, torch.tensor([10.0, 2.0, 12.0]))
 
 
 def test_critic_loss_on_hand_computed_three_step_batch():
     # Three windows: a MID step, a terminated LAST (discount 0), a truncated LAST (discount 1).
-    batch = windows([[(F, 0.5, 0.0, 1.0), (M, 1.0, 1.0, 1.0)],
-                     [(M, 1.0, 1.0, 1.0), (L, 2.0, 3.0, 0.0)],
-                     [(M, 2.0, 0.5, 1.0), (L, 4.0, -1.0, 1.0)]])
+    batch = windows(
+        [
+            [(F, 0.5, 0.0, 1.0), (M, 1.0, 1.0, 1.0)],
+            [(M, 1.0, 1.0, 1.0), (L, 2.0, 3.0, 0.0)],
+            [(M, 2.0, 0.5, 1.0), (L, 4.0, -1.0, 1.0)],
+        ]
+    )
     sac = make_sac()
     out = sac.train_step(batch, loss_mask(batch))
     # alpha = 1; V(s') = min_i(c_i + s') - alpha * log pi = 1 + s' + 1 = 2 + s'.
@@ -112,17 +123,25 @@ def test_mask_removes_only_the_last_to_first_window():
     both, alone = windows(good + bad), windows(good)
     torch.manual_seed(0)
     loss_both = SacAlgorithm(observation_dim=1, action_dim=1, gamma=GAMMA).train_step(
-        both, loss_mask(both))
+        both, loss_mask(both)
+    )
     torch.manual_seed(0)
     loss_alone = SacAlgorithm(observation_dim=1, action_dim=1, gamma=GAMMA).train_step(
-        alone, loss_mask(alone))
+        alone, loss_mask(alone)
+    )
     assert loss_both['critic_loss'].item() == pytest.approx(
-        loss_alone['critic_loss'].item(), rel=1e-5)
+        loss_alone['critic_loss'].item(), rel=1e-5
+    )
 
 
 def random_batch(b=8, obs_dim=3, act_dim=2):
-    return Experience(torch.full((b, 2), M, dtype=torch.uint8), torch.randn(b, 2, obs_dim),
-                      torch.rand(b, 2, act_dim) * 2 - 1, torch.randn(b, 2), torch.ones(b, 2))
+    return Experience(
+        torch.full((b, 2), M, dtype=torch.uint8),
+        torch.randn(b, 2, obs_dim),
+        torch.rand(b, 2, act_dim) * 2 - 1,
+        torch.randn(b, 2),
+        torch.ones(b, 2),
+    )
 
 
 def test_target_starts_as_copy_and_follows_polyak_exactly():
@@ -151,6 +170,7 @@ def test_target_update_period_skips_updates():
 
 def test_actor_loss_leaves_critic_gradients_alone():
     import copy
+
     torch.manual_seed(0)
     sac = SacAlgorithm(observation_dim=3, action_dim=2, gamma=GAMMA)
     reference = copy.deepcopy(sac)
@@ -177,17 +197,18 @@ def test_resample_action_per_loss_draws_fresh_samples(resample):
     calls = []
     sample = sac._actor.sample
     sac._actor.sample = lambda obs, noise=None: (
-        calls.append((obs.shape[0], torch.is_grad_enabled())) or sample(obs, noise))
+        calls.append((obs.shape[0], torch.is_grad_enabled())) or sample(obs, noise)
+    )
     batch = random_batch(b=8)
     sac.train_step(batch, loss_mask(batch))
     # False: one sample per row: the 8 first rows with a graph (actor loss), the
     # 8 next rows without (target only). True: three passes of 8 (actor, target, alpha).
-    assert calls == ([(8, True), (8, False), (8, False)] if resample
-                     else [(8, True), (8, False)])
+    assert calls == ([(8, True), (8, False), (8, False)] if resample else [(8, True), (8, False)])
 
 
 def test_tanh_normal_log_prob_matches_change_of_variables():
     from alf_lite.networks import TanhNormalActorNetwork
+
     torch.manual_seed(0)
     actor = TanhNormalActorNetwork(2, 1, hidden_layers=(8,))
     obs = torch.randn(4000, 2)

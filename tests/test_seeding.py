@@ -1,4 +1,5 @@
 """Train, eval and resume env seeds come from one seed sequence and never coincide."""
+
 import os
 import random
 
@@ -10,8 +11,13 @@ import alf_lite.all_configurables  # noqa: F401
 from alf_lite import checkpoint as ckpt
 from alf_lite.config import parse_config
 from alf_lite.environments.point_env import PointTargetEnv
-from alf_lite.seeding import (eval_env_seeds, global_rng_state, resume_env_seeds,
-                              set_global_rng_state, train_env_seeds)
+from alf_lite.seeding import (
+    eval_env_seeds,
+    global_rng_state,
+    resume_env_seeds,
+    set_global_rng_state,
+    train_env_seeds,
+)
 from alf_lite.trainer import Trainer, TrainerConfig
 from tests.test_trainer import EXAMPLES, POINT_PARAMS
 
@@ -56,13 +62,18 @@ def test_trainer_seeds_train_eval_and_resumed_envs_from_the_seed_sequence(tmp_pa
         return reset(self, seed=seed, options=options)
 
     monkeypatch.setattr(PointTargetEnv, 'reset', recording_reset)
-    params = POINT_PARAMS + ['TrainerConfig.random_seed = 5', 'TrainerConfig.num_eval_episodes = 3',
-                             'create_environment.num_parallel_environments = 2',
-                             'create_environment.use_subprocesses = False',
-                             'TrainerConfig.initial_collect_steps = 100']
+    params = POINT_PARAMS + [
+        'TrainerConfig.random_seed = 5',
+        'TrainerConfig.num_eval_episodes = 3',
+        'create_environment.num_parallel_environments = 2',
+        'create_environment.use_subprocesses = False',
+        'TrainerConfig.initial_collect_steps = 100',
+    ]
     for steps in (300, 500):
-        parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')],
-                     params + [f'TrainerConfig.num_env_steps = {steps}'])
+        parse_config(
+            [os.path.join(EXAMPLES, 'common', 'sac.gin')],
+            params + [f'TrainerConfig.num_env_steps = {steps}'],
+        )
         with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
             trainer.train()
     expected_first = eval_env_seeds(5, 3) + train_env_seeds(5, 2)

@@ -6,7 +6,8 @@ WALL_TIME = 1_700_000_000.0
 
 
 def test_progress_csv_widens_header_when_new_scalars_appear_and_keeps_old_rows(
-        tmp_path, read_progress):
+    tmp_path, read_progress
+):
     path = tmp_path / 'progress.csv'
     csv_file = ProgressCsv(str(path))
     csv_file.write({'env_steps': 0, 'eval/AverageReturn': -1.5})
@@ -17,8 +18,12 @@ def test_progress_csv_widens_header_when_new_scalars_appear_and_keeps_old_rows(
     header, rows = read_progress(path)
     assert header == ['env_steps', 'eval/AverageReturn', 'train/critic_loss', 'train/alpha']
     assert [r['env_steps'] for r in rows] == ['0', '100', '200', '300']
-    assert rows[0] == {'env_steps': '0', 'eval/AverageReturn': '-1.5', 'train/critic_loss': '',
-                       'train/alpha': ''}
+    assert rows[0] == {
+        'env_steps': '0',
+        'eval/AverageReturn': '-1.5',
+        'train/critic_loss': '',
+        'train/alpha': '',
+    }
     assert rows[1]['eval/AverageReturn'] == '' and float(rows[1]['train/critic_loss']) == 2.0
     # Full float precision, not a rounded text.
     assert float(rows[2]['train/critic_loss']) == 0.1 + 0.2
@@ -37,7 +42,11 @@ def test_progress_csv_reopened_continues_the_file(tmp_path, read_progress):
     header, rows = read_progress(path)
     assert header == ['env_steps', 'eval/AverageReturn', 'train/alpha']
     assert [(r['env_steps'], r['eval/AverageReturn']) for r in rows] == [
-        ('0', '-2.0'), ('100', '-1.0'), ('200', '0.5'), ('300', '0.25')]
+        ('0', '-2.0'),
+        ('100', '-1.0'),
+        ('200', '0.5'),
+        ('300', '0.25'),
+    ]
 
 
 def test_progress_csv_resume_drops_rows_written_after_the_checkpoint(tmp_path, read_progress):
@@ -55,18 +64,26 @@ def test_progress_csv_resume_drops_rows_written_after_the_checkpoint(tmp_path, r
     header, rows = read_progress(path)
     assert header == ['env_steps', 'train/critic_loss']
     assert [(r['env_steps'], r['train/critic_loss']) for r in rows] == [
-        ('0', '0.0'), ('100', '100.0'), ('200', '200.0'), ('300', '300.0'), ('400', '-1.0')]
+        ('0', '0.0'),
+        ('100', '100.0'),
+        ('200', '200.0'),
+        ('300', '300.0'),
+        ('400', '-1.0'),
+    ]
 
 
 def test_summary_writes_train_and_eval_events_that_tensorboard_reads_back(
-        tmp_path, read_tensorboard, read_progress):
+    tmp_path, read_tensorboard, read_progress
+):
     summary = Summary(str(tmp_path))
-    summary.write(0, 0, WALL_TIME, {'eval/AverageReturn': -3.0,
-                                    'eval/AverageEpisodeLength': 200.0})
-    summary.write(100, 40, WALL_TIME + 1, {'train/critic_loss': 1.5, 'train/AverageReturn': -2.0,
-                                           'train/replay_buffer_bytes': 25000})
-    summary.write(200, 140, WALL_TIME + 2, {'train/critic_loss': 0.75,
-                                            'eval/AverageReturn': -1.0})
+    summary.write(0, 0, WALL_TIME, {'eval/AverageReturn': -3.0, 'eval/AverageEpisodeLength': 200.0})
+    summary.write(
+        100,
+        40,
+        WALL_TIME + 1,
+        {'train/critic_loss': 1.5, 'train/AverageReturn': -2.0, 'train/replay_buffer_bytes': 25000},
+    )
+    summary.write(200, 140, WALL_TIME + 2, {'train/critic_loss': 0.75, 'eval/AverageReturn': -1.0})
     summary.close()
 
     train = read_tensorboard(tmp_path / 'train')
@@ -84,27 +101,43 @@ def test_summary_writes_train_and_eval_events_that_tensorboard_reads_back(
 
     header, rows = read_progress(tmp_path / 'progress.csv')
     assert header[:3] == ['env_steps', 'num_updates', 'wall_time']
-    assert set(header[3:]) == {'eval/AverageReturn', 'eval/AverageEpisodeLength',
-                               'train/critic_loss', 'train/AverageReturn',
-                               'train/replay_buffer_bytes'}
-    assert [(r['env_steps'], r['num_updates']) for r in rows] == [('0', '0'), ('100', '40'),
-                                                                  ('200', '140')]
+    assert set(header[3:]) == {
+        'eval/AverageReturn',
+        'eval/AverageEpisodeLength',
+        'train/critic_loss',
+        'train/AverageReturn',
+        'train/replay_buffer_bytes',
+    }
+    assert [(r['env_steps'], r['num_updates']) for r in rows] == [
+        ('0', '0'),
+        ('100', '40'),
+        ('200', '140'),
+    ]
     assert float(rows[2]['train/critic_loss']) == 0.75
     assert float(rows[1]['wall_time']) == WALL_TIME + 1
 
 
 def test_summary_resume_keeps_events_up_to_the_checkpoint_and_replaces_later_ones(
-        tmp_path, read_tensorboard, read_progress):
+    tmp_path, read_tensorboard, read_progress
+):
     killed_run = Summary(str(tmp_path))
     for step in range(0, 500, 100):
-        killed_run.write(step, step // 2, WALL_TIME + step,
-                         {'train/critic_loss': float(step), 'eval/AverageReturn': -float(step)})
+        killed_run.write(
+            step,
+            step // 2,
+            WALL_TIME + step,
+            {'train/critic_loss': float(step), 'eval/AverageReturn': -float(step)},
+        )
     killed_run.close()  # Rows 300 and 400 came after the checkpoint at 200.
 
     resumed = Summary(str(tmp_path), keep_until_env_steps=200)
     for step in (300, 400):
-        resumed.write(step, step // 2, WALL_TIME + 1000 + step,
-                      {'train/critic_loss': step + 0.5, 'eval/AverageReturn': 0.5 - step})
+        resumed.write(
+            step,
+            step // 2,
+            WALL_TIME + 1000 + step,
+            {'train/critic_loss': step + 0.5, 'eval/AverageReturn': 0.5 - step},
+        )
     resumed.close()
 
     expected_train = [(0, 0.0), (100, 100.0), (200, 200.0), (300, 300.5), (400, 400.5)]
@@ -112,6 +145,11 @@ def test_summary_resume_keeps_events_up_to_the_checkpoint_and_replaces_later_one
     assert [(e.step, e.value) for e in train['critic_loss']] == expected_train
     evaluation = read_tensorboard(tmp_path / 'eval')
     assert [(e.step, e.value) for e in evaluation['AverageReturn']] == [
-        (0, -0.0), (100, -100.0), (200, -200.0), (300, -299.5), (400, -399.5)]
+        (0, -0.0),
+        (100, -100.0),
+        (200, -200.0),
+        (300, -299.5),
+        (400, -399.5),
+    ]
     _, rows = read_progress(tmp_path / 'progress.csv')
     assert [(int(r['env_steps']), float(r['train/critic_loss'])) for r in rows] == expected_train

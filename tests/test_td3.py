@@ -1,4 +1,5 @@
 """TD3: clipped double-Q target, target policy smoothing, delayed actor and target updates."""
+
 import functools
 import math
 import os
@@ -13,22 +14,41 @@ from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
 from alf_lite.networks import BatchedLinear, CriticNetwork
 from alf_lite.trainer import Trainer, TrainerConfig
-from test_ddpg import (EXAMPLES, FROZEN, GAMMA, HAND_BATCH, SGD, ConstantActor, LinearCritic,
-                       TanhActor, random_batch, train_point_task)
+from test_ddpg import (
+    EXAMPLES,
+    FROZEN,
+    GAMMA,
+    HAND_BATCH,
+    SGD,
+    ConstantActor,
+    LinearCritic,
+    TanhActor,
+    random_batch,
+    train_point_task,
+)
 
 
 def hand_td3(**kwargs):
-    args = dict(observation_dim=1, action_dim=1, actor_network_ctor=TanhActor,
-                critic_network_ctor=LinearCritic, gamma=GAMMA, actor_optimizer=FROZEN,
-                critic_optimizer=FROZEN)
+    args = dict(
+        observation_dim=1,
+        action_dim=1,
+        actor_network_ctor=TanhActor,
+        critic_network_ctor=LinearCritic,
+        gamma=GAMMA,
+        actor_optimizer=FROZEN,
+        critic_optimizer=FROZEN,
+    )
     args.update(kwargs)
     return Td3Algorithm(**args)
 
 
 def test_smoothing_noise_is_clipped_and_target_actions_stay_in_range():
     for value in (0.0, 0.9):
-        td3 = hand_td3(actor_network_ctor=functools.partial(ConstantActor, value=value),
-                       target_policy_noise=1.0, target_policy_noise_clip=0.5)
+        td3 = hand_td3(
+            actor_network_ctor=functools.partial(ConstantActor, value=value),
+            target_policy_noise=1.0,
+            target_policy_noise_clip=0.5,
+        )
         obs = torch.zeros(10000, 1)
         torch.manual_seed(0)
         z = torch.randn(10000, 1)
@@ -43,8 +63,9 @@ def test_smoothing_noise_is_clipped_and_target_actions_stay_in_range():
 
 
 def test_critic_target_is_the_minimum_over_replicas_at_the_smoothed_action():
-    td3 = hand_td3(actor_network_ctor=ConstantActor, target_policy_noise=0.4,
-                   target_policy_noise_clip=0.5)
+    td3 = hand_td3(
+        actor_network_ctor=ConstantActor, target_policy_noise=0.4, target_policy_noise_clip=0.5
+    )
     torch.manual_seed(0)
     batch = random_batch(b=64, obs_dim=1, act_dim=1)
     torch.manual_seed(1)
@@ -55,7 +76,7 @@ def test_critic_target_is_the_minimum_over_replicas_at_the_smoothed_action():
     s_next, r, d = batch.observation[:, 1, 0], batch.reward[:, 1], batch.discount[:, 1]
     # Q'_0 = 0.5 + s' + 2 a', Q'_1 = 0.7 + s' + 3 a': the second is smaller when a' < -0.2.
     y = r + GAMMA * d * torch.minimum(0.5 + s_next + 2 * a_next, 0.7 + s_next + 3 * a_next)
-    assert ((a_next < -0.2).any() and (a_next > -0.2).any())
+    assert (a_next < -0.2).any() and (a_next > -0.2).any()
     loss = ((0.5 + s + 2 * a - y) ** 2 + (0.7 + s + 3 * a - y) ** 2).mean()
     assert out['critic_loss'].item() == pytest.approx(loss.item(), rel=1e-5)
 
@@ -66,7 +87,8 @@ def test_actor_follows_critic_replica_zero():
     s = torch.tensor([0.5, 1.0])
     # -Q_0(s, tanh(w s)) = -(0.5 + s + 2 tanh(s)); replica 1 (k = 3) plays no part.
     assert out['actor_loss'].item() == pytest.approx(
-        -(0.5 + s + 2 * torch.tanh(s)).mean().item(), rel=1e-6)
+        -(0.5 + s + 2 * torch.tanh(s)).mean().item(), rel=1e-6
+    )
     grad = -(2 * (1 - torch.tanh(s) ** 2) * s).mean().item()
     assert td3._actor.w.item() == pytest.approx(1.0 - 0.1 * grad, rel=1e-6)
 
@@ -104,8 +126,10 @@ def test_target_networks_unchanged_between_delayed_updates():
         if step % 2 == 1:
             assert same(old_actor, new_actor) and same(old_critic, new_critic)
         else:
-            for old, new, online in [(old_actor, new_actor, td3._actor.parameters()),
-                                     (old_critic, new_critic, td3._critic.parameters())]:
+            for old, new, online in [
+                (old_actor, new_actor, td3._actor.parameters()),
+                (old_critic, new_critic, td3._critic.parameters()),
+            ]:
                 for o, n, p in zip(old, new, online):
                     assert torch.allclose(n, 0.25 * p + 0.75 * o, atol=1e-7)
 
@@ -125,8 +149,10 @@ def test_update_schedule_survives_a_checkpoint():
 def test_two_critics_are_one_batched_network_and_defaults_are_td3s():
     td3 = Td3Algorithm(observation_dim=3, action_dim=2)
     assert isinstance(td3._critic, CriticNetwork) and td3._critic.num_replicas == 2
-    assert all(isinstance(layer, BatchedLinear) and layer.weight.shape[0] == 2
-               for layer in td3._critic._layers)
+    assert all(
+        isinstance(layer, BatchedLinear) and layer.weight.shape[0] == 2
+        for layer in td3._critic._layers
+    )
     assert td3._critic(torch.zeros(5, 3), torch.zeros(5, 2)).shape == (5, 2)
     assert isinstance(td3._exploration_noise, GaussianNoise)
     assert td3._exploration_noise.sigma == 0.1
@@ -145,9 +171,15 @@ def test_td3_solves_point_task(tmp_path):
 
 
 def test_pendulum_example_trains(tmp_path):
-    parse_config([os.path.join(EXAMPLES, 'td3_pendulum.gin')],
-                 ['TrainerConfig.num_env_steps = 300', 'TrainerConfig.initial_collect_steps = 200',
-                  'TrainerConfig.num_eval_episodes = 1', 'TrainerConfig.checkpoint_interval = 300'])
+    parse_config(
+        [os.path.join(EXAMPLES, 'td3_pendulum.gin')],
+        [
+            'TrainerConfig.num_env_steps = 300',
+            'TrainerConfig.initial_collect_steps = 200',
+            'TrainerConfig.num_eval_episodes = 1',
+            'TrainerConfig.checkpoint_interval = 300',
+        ],
+    )
     with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
         trainer.train()
     assert os.path.exists(tmp_path / 'operative_config.gin')

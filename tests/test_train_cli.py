@@ -1,4 +1,5 @@
 """``python -m alf_lite.bin.train`` as a user runs it: real subprocesses, real files read back."""
+
 import glob
 import math
 import os
@@ -7,12 +8,31 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import (EXAMPLES, PENDULUM, TINY, assert_ok, checkpoint_steps, run_train,
-                         start_and_kill, train_command)
+from cli_helpers import (
+    EXAMPLES,
+    PENDULUM,
+    TINY,
+    assert_ok,
+    checkpoint_steps,
+    run_train,
+    start_and_kill,
+    train_command,
+)
 
-TRAIN_SCALARS = ('critic_loss', 'actor_loss', 'alpha_loss', 'alpha', 'entropy', 'q_mean',
-                 'AverageReturn', 'AverageEpisodeLength', 'env_steps_per_sec',
-                 'updates_per_sec', 'replay_buffer_bytes', 'process_rss_bytes')
+TRAIN_SCALARS = (
+    'critic_loss',
+    'actor_loss',
+    'alpha_loss',
+    'alpha',
+    'entropy',
+    'q_mean',
+    'AverageReturn',
+    'AverageEpisodeLength',
+    'env_steps_per_sec',
+    'updates_per_sec',
+    'replay_buffer_bytes',
+    'process_rss_bytes',
+)
 EVAL_SCALARS = ('AverageReturn', 'AverageEpisodeLength')
 
 
@@ -29,12 +49,16 @@ def assert_close(a, b):
 # --- bad input ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize('param, must_name, closest', [
-    ('TrainerConfig.num_env_stepz=10', 'num_env_stepz', 'num_env_steps'),
-    ('TrainerConfg.random_seed=1', 'TrainerConfg', 'TrainerConfig'),
-    ('TrainerConfig.mini_batch_length=1', 'mini_batch_length', None),
-    ("create_environment.env_name='Pendulum-v9'", 'Pendulum-v9', 'Pendulum-v1'),
-], ids=['misspelt_parameter', 'misspelt_configurable', 'bad_value', 'unknown_env_id'])
+@pytest.mark.parametrize(
+    'param, must_name, closest',
+    [
+        ('TrainerConfig.num_env_stepz=10', 'num_env_stepz', 'num_env_steps'),
+        ('TrainerConfg.random_seed=1', 'TrainerConfg', 'TrainerConfig'),
+        ('TrainerConfig.mini_batch_length=1', 'mini_batch_length', None),
+        ("create_environment.env_name='Pendulum-v9'", 'Pendulum-v9', 'Pendulum-v1'),
+    ],
+    ids=['misspelt_parameter', 'misspelt_configurable', 'bad_value', 'unknown_env_id'],
+)
 def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must_name, closest):
     root_dir = tmp_path / 'experiments' / 'run'
     result = run_train(train_command(root_dir, [PENDULUM], TINY + [param]))
@@ -42,14 +66,12 @@ def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must
     assert must_name in result.stderr
     if closest is not None:
         # The suggestion, not just the list of every valid name.
-        assert re.search(rf'closest[^.]*\b{closest}\b', result.stderr, re.IGNORECASE), \
-            result.stderr
+        assert re.search(rf'closest[^.]*\b{closest}\b', result.stderr, re.IGNORECASE), result.stderr
     assert 'Traceback' not in result.stderr, result.stderr
     assert not (tmp_path / 'experiments').exists(), os.listdir(tmp_path / 'experiments')
 
 
-@pytest.mark.parametrize('make_root_dir', [False, True], ids=['missing_root_dir',
-                                                              'empty_root_dir'])
+@pytest.mark.parametrize('make_root_dir', [False, True], ids=['missing_root_dir', 'empty_root_dir'])
 def test_resume_without_gin_file_and_without_config_exits_2(tmp_path, make_root_dir):
     root_dir = tmp_path / 'run'
     if make_root_dir:
@@ -72,9 +94,13 @@ def test_gin_file_by_absolute_path_works_from_any_directory(tmp_path):
     # including file; a relative --root_dir is relative to the working directory.
     cwd = tmp_path / 'elsewhere'
     cwd.mkdir()
-    params = TINY + ['TrainerConfig.num_env_steps=200', 'TrainerConfig.summary_interval=100',
-                     'TrainerConfig.eval_interval=200', 'TrainerConfig.checkpoint_interval=200',
-                     'TrainerConfig.num_eval_episodes=1']
+    params = TINY + [
+        'TrainerConfig.num_env_steps=200',
+        'TrainerConfig.summary_interval=100',
+        'TrainerConfig.eval_interval=200',
+        'TrainerConfig.checkpoint_interval=200',
+        'TrainerConfig.num_eval_episodes=1',
+    ]
     result = run_train(train_command('run', [PENDULUM.resolve()], params), cwd=cwd)
     assert_ok(result)
     root_dir = cwd / 'run'
@@ -88,10 +114,14 @@ def test_gin_file_by_absolute_path_works_from_any_directory(tmp_path):
 def test_root_dir_layout_and_tensorboard_scalars(tmp_path, read_tensorboard, read_progress):
     root_dir = tmp_path / 'run'
     # Training starts before the first summary, so every summary has the losses.
-    params = TINY + ['TrainerConfig.initial_collect_steps=50',
-                     'TrainerConfig.num_env_steps=600', 'TrainerConfig.summary_interval=100',
-                     'TrainerConfig.eval_interval=200', 'TrainerConfig.checkpoint_interval=300',
-                     'TrainerConfig.num_eval_episodes=2']
+    params = TINY + [
+        'TrainerConfig.initial_collect_steps=50',
+        'TrainerConfig.num_env_steps=600',
+        'TrainerConfig.summary_interval=100',
+        'TrainerConfig.eval_interval=200',
+        'TrainerConfig.checkpoint_interval=300',
+        'TrainerConfig.num_eval_episodes=2',
+    ]
     assert_ok(run_train(train_command(root_dir, [PENDULUM], params)))
 
     # Files.
@@ -120,9 +150,11 @@ def test_root_dir_layout_and_tensorboard_scalars(tmp_path, read_tensorboard, rea
     assert all(e.value == 200.0 for e in evaluation['AverageEpisodeLength'])
 
     # progress.csv: the same scalars, the same values at the same steps.
-    expected_columns = ({'env_steps', 'num_updates', 'wall_time'}
-                        | {f'train/{name}' for name in TRAIN_SCALARS}
-                        | {f'eval/{name}' for name in EVAL_SCALARS})
+    expected_columns = (
+        {'env_steps', 'num_updates', 'wall_time'}
+        | {f'train/{name}' for name in TRAIN_SCALARS}
+        | {f'eval/{name}' for name in EVAL_SCALARS}
+    )
     assert set(header) == expected_columns, set(header) ^ expected_columns
     assert [int(r['env_steps']) for r in rows] == [0, 100, 200, 300, 400, 500, 600]
     for mode, events in (('train', train), ('eval', evaluation)):
@@ -133,24 +165,33 @@ def test_root_dir_layout_and_tensorboard_scalars(tmp_path, read_tensorboard, rea
                 assert_close(e.value, from_csv[e.step])
     wall_times = {int(r['env_steps']): float(r['wall_time']) for r in rows}
     assert [e.wall_time for e in train['critic_loss']] == [
-        wall_times[e.step] for e in train['critic_loss']]
+        wall_times[e.step] for e in train['critic_loss']
+    ]
 
 
 def test_rerunning_a_finished_run_changes_nothing(tmp_path, read_tensorboard):
     root_dir = tmp_path / 'run'
-    params = TINY + ['TrainerConfig.num_env_steps=200', 'TrainerConfig.summary_interval=100',
-                     'TrainerConfig.eval_interval=100', 'TrainerConfig.checkpoint_interval=100',
-                     'TrainerConfig.num_eval_episodes=1']
+    params = TINY + [
+        'TrainerConfig.num_env_steps=200',
+        'TrainerConfig.summary_interval=100',
+        'TrainerConfig.eval_interval=100',
+        'TrainerConfig.checkpoint_interval=100',
+        'TrainerConfig.num_eval_episodes=1',
+    ]
     command = train_command(root_dir, [PENDULUM], params)
     assert_ok(run_train(command))
     progress = (root_dir / 'progress.csv').read_text()
-    steps = {tag: [e.step for e in events]
-             for tag, events in read_tensorboard(root_dir / 'train').items()}
+    steps = {
+        tag: [e.step for e in events]
+        for tag, events in read_tensorboard(root_dir / 'train').items()
+    }
 
     assert_ok(run_train(command))
     assert (root_dir / 'progress.csv').read_text() == progress
-    assert {tag: [e.step for e in events]
-            for tag, events in read_tensorboard(root_dir / 'train').items()} == steps
+    assert {
+        tag: [e.step for e in events]
+        for tag, events in read_tensorboard(root_dir / 'train').items()
+    } == steps
     assert checkpoint_steps(root_dir) == [100, 200]
 
 
@@ -180,14 +221,14 @@ def test_kill_and_resume_continues_step_count(tmp_path, read_tensorboard, read_p
     full_command = train_command(root_dir, [PENDULUM], RESUME_PARAMS)
 
     # 1. Killed after its first checkpoint.
-    killed_1 = start_and_kill(full_command, tmp_path, lambda: checkpoint_steps(root_dir),
-                              'first')
+    killed_1 = start_and_kill(full_command, tmp_path, lambda: checkpoint_steps(root_dir), 'first')
     checkpoint_1 = checkpoint_steps(root_dir)[-1]
     assert checkpoint_1 < RESUME_STEPS
 
     # 2. The same command resumes; killed after it wrote a newer checkpoint.
     killed_2 = start_and_kill(
-        full_command, tmp_path, lambda: checkpoint_steps(root_dir)[-1] > checkpoint_1, 'second')
+        full_command, tmp_path, lambda: checkpoint_steps(root_dir)[-1] > checkpoint_1, 'second'
+    )
     checkpoint_2 = checkpoint_steps(root_dir)[-1]
     assert checkpoint_1 < checkpoint_2 < RESUME_STEPS
     _, rows = read_progress(root_dir / 'progress.csv')
@@ -224,11 +265,16 @@ def test_kill_and_resume_continues_step_count(tmp_path, read_tensorboard, read_p
 
 
 def test_rerun_after_kill_before_first_checkpoint_starts_over_without_duplicate_rows(
-        tmp_path, read_tensorboard, read_progress):
+    tmp_path, read_tensorboard, read_progress
+):
     root_dir = tmp_path / 'run'
-    params = TINY + ['TrainerConfig.num_env_steps=800', 'TrainerConfig.summary_interval=100',
-                     'TrainerConfig.eval_interval=400', 'TrainerConfig.checkpoint_interval=10000',
-                     'TrainerConfig.num_eval_episodes=1']
+    params = TINY + [
+        'TrainerConfig.num_env_steps=800',
+        'TrainerConfig.summary_interval=100',
+        'TrainerConfig.eval_interval=400',
+        'TrainerConfig.checkpoint_interval=10000',
+        'TrainerConfig.num_eval_episodes=1',
+    ]
     command = train_command(root_dir, [PENDULUM], params)
 
     def three_rows():
@@ -270,28 +316,43 @@ def small_networks(gin_file):
         content = path.read_text()
         text += content
         todo += [path.parent / m for m in re.findall(r"^include\s+'([^']+)'", content, re.M)]
-    return [f'{name}.hidden_layers=(32,)' for name in NETWORKS
-            if re.search(rf'^{name}\.hidden_layers\b', text, re.M)]
+    return [
+        f'{name}.hidden_layers=(32,)'
+        for name in NETWORKS
+        if re.search(rf'^{name}\.hidden_layers\b', text, re.M)
+    ]
 
 
 def test_there_are_examples_to_smoke_test():
     assert any(f.endswith('sac_pendulum.gin') for f in EXAMPLE_FILES), EXAMPLE_FILES
 
 
-@pytest.mark.parametrize('gin_file, extra', [(f, []) for f in EXAMPLE_FILES] + [
-    (str(PENDULUM), ['create_environment.num_parallel_environments=2',
-                      'create_environment.use_subprocesses=True'])],
-    ids=[os.path.basename(f)[:-len('.gin')] for f in EXAMPLE_FILES] + ['sac_pendulum_2_envs'])
+@pytest.mark.parametrize(
+    'gin_file, extra',
+    [(f, []) for f in EXAMPLE_FILES]
+    + [
+        (
+            str(PENDULUM),
+            [
+                'create_environment.num_parallel_environments=2',
+                'create_environment.use_subprocesses=True',
+            ],
+        )
+    ],
+    ids=[os.path.basename(f)[: -len('.gin')] for f in EXAMPLE_FILES] + ['sac_pendulum_2_envs'],
+)
 def test_example_trains_and_checkpoints(tmp_path, read_progress, gin_file, extra):
     root_dir = tmp_path / 'run'
-    result = run_train(train_command(root_dir, [gin_file],
-                                     SMOKE + small_networks(gin_file) + extra))
+    result = run_train(
+        train_command(root_dir, [gin_file], SMOKE + small_networks(gin_file) + extra)
+    )
     assert_ok(result)
     assert (root_dir / 'checkpoints' / 'ckpt-300' / 'model.pt').is_file()
     _, rows = read_progress(root_dir / 'progress.csv')
     assert int(rows[-1]['env_steps']) == 300
     assert rows[-1]['train/critic_loss'] != '' and math.isfinite(
-        float(rows[-1]['train/critic_loss']))
+        float(rows[-1]['train/critic_loss'])
+    )
     if extra:
         # Two envs are stepped in subprocesses (the default for more than one).
         assert '2 x Pendulum-v1 (subprocesses)' in result.stderr, result.stderr[-4000:]

@@ -1,4 +1,5 @@
 """The trainer end to end, in process: learning, reproducibility, resume."""
+
 import csv
 import os
 
@@ -20,7 +21,9 @@ POINT_PARAMS = [
     "create_environment.env_name = 'alf_lite/PointTarget-v0'",
     'TanhNormalActorNetwork.hidden_layers = (64, 64)',
     'CriticNetwork.hidden_layers = (64, 64)',
-    'actor/Adam.lr = 1e-3', 'critic/Adam.lr = 1e-3', 'alpha/Adam.lr = 1e-3',
+    'actor/Adam.lr = 1e-3',
+    'critic/Adam.lr = 1e-3',
+    'alpha/Adam.lr = 1e-3',
     'TrainerConfig.mini_batch_size = 64',
     'TrainerConfig.initial_collect_steps = 200',
     'TrainerConfig.summary_interval = 250',
@@ -49,9 +52,12 @@ def test_sac_solves_point_task(tmp_path):
 
 
 def test_same_seed_same_progress_csv_in_one_process(tmp_path):
-    params = ['TrainerConfig.num_env_steps = 600', 'TrainerConfig.random_seed = 7',
-              'create_environment.num_parallel_environments = 2',
-              'create_environment.use_subprocesses = True']
+    params = [
+        'TrainerConfig.num_env_steps = 600',
+        'TrainerConfig.random_seed = 7',
+        'create_environment.num_parallel_environments = 2',
+        'create_environment.use_subprocesses = True',
+    ]
     train(tmp_path / 'a', *params)
     train(tmp_path / 'b', *params)
     rows_a = read_csv(tmp_path / 'a' / 'progress.csv')
@@ -63,9 +69,12 @@ def test_same_seed_same_progress_csv_in_one_process(tmp_path):
 def test_updates_overlapping_subprocess_steps_give_the_in_process_numbers(tmp_path):
     # With subprocesses the updates run while the env step is pending; the
     # results must be those of the in-process step-then-train order.
-    params = ['TrainerConfig.num_env_steps = 600', 'TrainerConfig.random_seed = 3',
-              'create_environment.num_parallel_environments = 2',
-              'TrainerConfig.unroll_length = 2']
+    params = [
+        'TrainerConfig.num_env_steps = 600',
+        'TrainerConfig.random_seed = 3',
+        'create_environment.num_parallel_environments = 2',
+        'TrainerConfig.unroll_length = 2',
+    ]
     train(tmp_path / 'async', *params, 'create_environment.use_subprocesses = True')
     train(tmp_path / 'sync', *params, 'create_environment.use_subprocesses = False')
     rows_async = read_csv(tmp_path / 'async' / 'progress.csv')
@@ -81,13 +90,18 @@ def test_different_seed_different_progress_csv(tmp_path):
 
 
 @pytest.mark.parametrize('mask_out_loss_for_last_step', [True, False])
-def test_resume_never_trains_on_the_pair_across_the_restart(tmp_path, monkeypatch,
-                                                             mask_out_loss_for_last_step):
-    params = ['TrainerConfig.checkpoint_interval = 500',
-              f'TrainerConfig.mask_out_loss_for_last_step = {mask_out_loss_for_last_step}']
+def test_resume_never_trains_on_the_pair_across_the_restart(
+    tmp_path, monkeypatch, mask_out_loss_for_last_step
+):
+    params = [
+        'TrainerConfig.checkpoint_interval = 500',
+        f'TrainerConfig.mask_out_loss_for_last_step = {mask_out_loss_for_last_step}',
+    ]
     train(tmp_path, 'TrainerConfig.num_env_steps = 500', *params)
-    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')],
-                 POINT_PARAMS + params + ['TrainerConfig.num_env_steps = 700'])
+    parse_config(
+        [os.path.join(EXAMPLES, 'common', 'sac.gin')],
+        POINT_PARAMS + params + ['TrainerConfig.num_env_steps = 700'],
+    )
     trained = []
     with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
         train_step = trainer._algorithm.train_step
@@ -106,8 +120,7 @@ def test_resume_never_trains_on_the_pair_across_the_restart(tmp_path, monkeypatc
     before, after = stored['observation'][0, 499], stored['observation'][0, 500]
     sampled = 0
     for observation, mask in trained:
-        across = ((observation[:, :-1] == before).all(-1)
-                  & (observation[:, 1:] == after).all(-1))
+        across = (observation[:, :-1] == before).all(-1) & (observation[:, 1:] == after).all(-1)
         sampled += int(across.sum())
         assert not (across & (mask > 0)).any()
     assert sampled > 0, 'the pair across the restart was never sampled: the test proves nothing'
@@ -138,8 +151,9 @@ def test_resumed_run_restores_networks_and_counters(tmp_path):
     assert int(step) == 400
 
 
-@pytest.mark.parametrize('bad', ['TrainerConfig.mini_batch_length = 1',
-                                 'TrainerConfig.replay_buffer_length = 0'])
+@pytest.mark.parametrize(
+    'bad', ['TrainerConfig.mini_batch_length = 1', 'TrainerConfig.replay_buffer_length = 0']
+)
 def test_nonsensical_sizes_are_refused(bad):
     parse_config([os.path.join(EXAMPLES, 'sac_pendulum.gin')], [bad])
     with pytest.raises(ValueError, match=bad.split('.')[1].split(' ')[0]):
@@ -147,13 +161,18 @@ def test_nonsensical_sizes_are_refused(bad):
 
 
 def test_initial_collect_uses_uniform_random_actions(tmp_path):
-    train(tmp_path, 'TrainerConfig.num_env_steps = 400',
-          'TrainerConfig.initial_collect_steps = 400', 'TrainerConfig.checkpoint_interval = 400')
+    train(
+        tmp_path,
+        'TrainerConfig.num_env_steps = 400',
+        'TrainerConfig.initial_collect_steps = 400',
+        'TrainerConfig.checkpoint_interval = 400',
+    )
     _, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     actions = rb['action'][0, :400]
     assert actions.min() >= -1 and actions.max() <= 1
     assert abs(actions.mean().item()) < 0.1 and actions.std().item() == pytest.approx(
-        (1 / 3) ** 0.5, abs=0.05)
+        (1 / 3) ** 0.5, abs=0.05
+    )
     state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert state['num_updates'] == 0
     assert torch.is_tensor(actions)
@@ -161,9 +180,12 @@ def test_initial_collect_uses_uniform_random_actions(tmp_path):
 
 def test_evaluation_between_summaries(tmp_path):
     # Evaluations at 200 and 400 fall between summaries (every 300 env steps).
-    train(tmp_path, 'TrainerConfig.num_env_steps = 600', 'TrainerConfig.summary_interval = 300',
-          'TrainerConfig.eval_interval = 200')
+    train(
+        tmp_path,
+        'TrainerConfig.num_env_steps = 600',
+        'TrainerConfig.summary_interval = 300',
+        'TrainerConfig.eval_interval = 200',
+    )
     rows = read_csv(tmp_path / 'progress.csv')
     assert [r['env_steps'] for r in rows] == ['0', '200', '300', '400', '600']
     assert [r['eval/AverageReturn'] != '' for r in rows] == [True, True, False, True, True]
-

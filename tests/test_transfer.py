@@ -2,6 +2,7 @@
 
 The copy to a GPU is tested in test_cuda.py.
 """
+
 import torch
 
 from alf_lite.data import StepType, TimeStep
@@ -10,10 +11,15 @@ from alf_lite.transfer import pack_time_step, time_step_to_device, unpack_time_s
 
 def time_step(n=3, obs_dim=4):
     torch.manual_seed(0)
-    return TimeStep(step_type=torch.tensor([StepType.FIRST, StepType.MID, StepType.LAST],
-                                           dtype=torch.uint8)[:n],
-                    observation=torch.randn(n, obs_dim), reward=torch.randn(n),
-                    discount=torch.tensor([1.0, 1.0, 0.0])[:n], env_id=torch.arange(n))
+    return TimeStep(
+        step_type=torch.tensor([StepType.FIRST, StepType.MID, StepType.LAST], dtype=torch.uint8)[
+            :n
+        ],
+        observation=torch.randn(n, obs_dim),
+        reward=torch.randn(n),
+        discount=torch.tensor([1.0, 1.0, 0.0])[:n],
+        env_id=torch.arange(n),
+    )
 
 
 def assert_same_time_step(a, b):
@@ -31,4 +37,3 @@ def test_pack_then_unpack_gives_every_field_back_exactly():
 def test_the_cpu_gets_the_time_step_itself():
     ts = time_step()
     assert time_step_to_device(ts, torch.device('cpu')) is ts
-

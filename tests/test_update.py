@@ -2,15 +2,16 @@
 
 The CUDA graph itself is tested in test_cuda.py.
 """
+
 import copy
 import math
 
 import pytest
 import torch
 
+from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.data import Experience, StepType
 from alf_lite.replay_buffer import ReplayBuffer
-from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.update import UpdateRunner
 from test_non_finite_guard import ALGORITHMS, HostSyncs, assert_same_state, make
 
@@ -21,18 +22,27 @@ def filled_buffer(rows=50, seed=0):
     g = torch.Generator().manual_seed(seed)
     rb = ReplayBuffer(NUM_ENVS, 40, OBS_DIM, ACTION_DIM)
     for t in range(rows):
-        step_type = torch.tensor([StepType.FIRST if t % 10 == 0 else
-                                  StepType.LAST if t % 10 == 9 else StepType.MID] * NUM_ENVS,
-                                 dtype=torch.uint8)
-        rb.add_batch(Experience(step_type, torch.randn(NUM_ENVS, OBS_DIM, generator=g),
-                                torch.rand(NUM_ENVS, ACTION_DIM, generator=g) * 2 - 1,
-                                torch.randn(NUM_ENVS, generator=g), torch.ones(NUM_ENVS)))
+        step_type = torch.tensor(
+            [StepType.FIRST if t % 10 == 0 else StepType.LAST if t % 10 == 9 else StepType.MID]
+            * NUM_ENVS,
+            dtype=torch.uint8,
+        )
+        rb.add_batch(
+            Experience(
+                step_type,
+                torch.randn(NUM_ENVS, OBS_DIM, generator=g),
+                torch.rand(NUM_ENVS, ACTION_DIM, generator=g) * 2 - 1,
+                torch.randn(NUM_ENVS, generator=g),
+                torch.ones(NUM_ENVS),
+            )
+        )
     return rb
 
 
 def runner(algorithm, rb, **kwargs):
-    return UpdateRunner(algorithm, rb, mini_batch_size=16, mini_batch_length=2,
-                        loss_mask_fn=loss_mask, **kwargs)
+    return UpdateRunner(
+        algorithm, rb, mini_batch_size=16, mini_batch_length=2, loss_mask_fn=loss_mask, **kwargs
+    )
 
 
 @pytest.mark.parametrize('name', ALGORITHMS)
@@ -61,10 +71,15 @@ def test_deferred_checks_name_the_loss_and_the_env_step_and_keep_the_state():
     for update in range(1, 21):
         if update == 6:  # rows with NaN rewards arrive
             for _ in range(10):
-                rb.add_batch(Experience(
-                    torch.full((NUM_ENVS, ), StepType.MID, dtype=torch.uint8),
-                    torch.randn(NUM_ENVS, OBS_DIM), torch.zeros(NUM_ENVS, ACTION_DIM),
-                    torch.full((NUM_ENVS, ), math.nan), torch.ones(NUM_ENVS)))
+                rb.add_batch(
+                    Experience(
+                        torch.full((NUM_ENVS,), StepType.MID, dtype=torch.uint8),
+                        torch.randn(NUM_ENVS, OBS_DIM),
+                        torch.zeros(NUM_ENVS, ACTION_DIM),
+                        torch.full((NUM_ENVS,), math.nan),
+                        torch.ones(NUM_ENVS),
+                    )
+                )
         states[update] = copy.deepcopy(algorithm)
         run.update(env_steps=10 * update, update=update)
     failure = run.non_finite_loss()
@@ -75,8 +90,10 @@ def test_deferred_checks_name_the_loss_and_the_env_step_and_keep_the_state():
 
 
 def test_cuda_graph_needs_a_gpu():
-    with pytest.raises(ValueError, match="cuda_graph=True needs the algorithm on a CUDA "
-                                         "device; it is on cpu.*device='cuda'"):
+    with pytest.raises(
+        ValueError,
+        match="cuda_graph=True needs the algorithm on a CUDA device; it is on cpu.*device='cuda'",
+    ):
         runner(make('sac'), filled_buffer(), cuda_graph=True)
 
 
@@ -92,7 +109,7 @@ def test_the_work_a_graph_captures_reads_nothing_back_to_the_host(name):
     # the losses, the optimizer steps, the target updates, the guard.
     algorithm = make(name)
     run = runner(algorithm, filled_buffer(), defer_non_finite_checks=True)
-    for update in range(1, 2 * algorithm.train_step_cycle + 1):
+    for _ in range(1, 2 * algorithm.train_step_cycle + 1):
         with HostSyncs() as syncs:
             run._step(None)
         assert syncs.count == 0

@@ -4,6 +4,7 @@ Lillicrap et al. 2016, "Continuous control with deep reinforcement learning"
 (arXiv:1509.02971). Equation numbers below refer to that paper; ``train_step``
 is its Algorithm 1 after the minibatch is sampled.
 """
+
 import copy
 import math
 from typing import Callable, Dict, Optional
@@ -14,7 +15,12 @@ import torch.nn as nn
 
 from alf_lite.algorithms.noise import OUNoise
 from alf_lite.algorithms.off_policy_algorithm import (
-    OffPolicyAlgorithm, frozen, masked_mean, td_target, transitions)
+    OffPolicyAlgorithm,
+    frozen,
+    masked_mean,
+    td_target,
+    transitions,
+)
 from alf_lite.data import Experience, TimeStep
 from alf_lite.networks import BatchedLinear, CriticNetwork, DeterministicActorNetwork
 from alf_lite.optimizers import OptimizerCtor, make_optimizer
@@ -22,8 +28,11 @@ from alf_lite.optimizers import OptimizerCtor, make_optimizer
 
 def sum_of_squared_weights(module: nn.Module) -> torch.Tensor:
     """``sum(w^2)`` over the weight matrices of ``module``'s linear layers (no biases, no norms)."""
-    return sum(m.weight.square().sum() for m in module.modules()
-               if isinstance(m, (nn.Linear, BatchedLinear)))
+    return sum(
+        m.weight.square().sum()
+        for m in module.modules()
+        if isinstance(m, (nn.Linear, BatchedLinear))
+    )
 
 
 @gin.configurable
@@ -67,29 +76,36 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         critic_optimizer: as ``actor_optimizer``, for the critic; None: Adam, lr 1e-3 (paper).
     """
 
-    def __init__(self, observation_dim: int, action_dim: int,
-                 actor_network_ctor: Callable = DeterministicActorNetwork,
-                 critic_network_ctor: Callable = CriticNetwork,
-                 num_critic_replicas: int = 1,
-                 exploration_noise: Optional[Callable] = None,
-                 gamma: float = 0.99,
-                 target_update_tau: float = 0.001,
-                 target_update_period: int = 1,
-                 policy_update_period: int = 1,
-                 critic_l2_weight_decay: float = 1e-2,
-                 actor_optimizer: Optional[OptimizerCtor] = None,
-                 critic_optimizer: Optional[OptimizerCtor] = None):
+    def __init__(
+        self,
+        observation_dim: int,
+        action_dim: int,
+        actor_network_ctor: Callable = DeterministicActorNetwork,
+        critic_network_ctor: Callable = CriticNetwork,
+        num_critic_replicas: int = 1,
+        exploration_noise: Optional[Callable] = None,
+        gamma: float = 0.99,
+        target_update_tau: float = 0.001,
+        target_update_period: int = 1,
+        policy_update_period: int = 1,
+        critic_l2_weight_decay: float = 1e-2,
+        actor_optimizer: Optional[OptimizerCtor] = None,
+        critic_optimizer: Optional[OptimizerCtor] = None,
+    ):
         super().__init__(observation_dim, action_dim)
         if not 0.0 < target_update_tau <= 1.0:
-            raise ValueError(f"target_update_tau must be in (0, 1], got {target_update_tau}")
+            raise ValueError(f'target_update_tau must be in (0, 1], got {target_update_tau}')
         if target_update_period < 1 or policy_update_period < 1:
-            raise ValueError("target_update_period and policy_update_period must be >= 1, got "
-                             f"{target_update_period} and {policy_update_period}")
+            raise ValueError(
+                'target_update_period and policy_update_period must be >= 1, got '
+                f'{target_update_period} and {policy_update_period}'
+            )
         if critic_l2_weight_decay < 0:
-            raise ValueError(f"critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}")
+            raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
         self._actor = actor_network_ctor(observation_dim, action_dim)
-        self._critic = critic_network_ctor(observation_dim, action_dim,
-                                           num_replicas=num_critic_replicas)
+        self._critic = critic_network_ctor(
+            observation_dim, action_dim, num_replicas=num_critic_replicas
+        )
         # Targets start as exact copies (Algorithm 1) and always run in eval
         # mode, so their batch norms use the running statistics that
         # polyak_update copies from the online networks.
@@ -157,7 +173,8 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         critic_loss = masked_mean((q - target.unsqueeze(-1)).square().sum(-1), mask)
         if self._critic_l2_weight_decay > 0:
             critic_loss = critic_loss + 0.5 * self._critic_l2_weight_decay * (
-                sum_of_squared_weights(self._critic))
+                sum_of_squared_weights(self._critic)
+            )
         self.optimizer_step('critic', critic_loss)
 
         self._num_train_steps += 1
@@ -168,8 +185,9 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             # norm this pass, like the critic loss's, normalises s with the batch's
             # statistics and updates the running ones: each batch counts twice.)
             with self._frozen_critic:
-                q_mu = self._critic(tr.observation, self._actor(tr.observation),
-                                    num_replicas=1)[:, 0]
+                q_mu = self._critic(tr.observation, self._actor(tr.observation), num_replicas=1)[
+                    :, 0
+                ]
             actor_loss = masked_mean(-q_mu, mask)
             self.optimizer_step('actor', actor_loss)
             self._actor_loss.copy_(actor_loss.detach())

@@ -8,6 +8,7 @@ normalised actions: ``sigma = 0.1`` is 10% of half the action range of every
 dimension, whatever the env's bounds. Samples come from torch's global RNG,
 so a seeded run is reproducible.
 """
+
 import math
 from typing import Optional
 
@@ -63,11 +64,12 @@ class OUNoise:
         mu: the mean the process reverts to.
     """
 
-    def __init__(self, theta: float = 0.15, sigma: float = 0.2, dt: float = 1e-2,
-                 mu: float = 0.0):
+    def __init__(self, theta: float = 0.15, sigma: float = 0.2, dt: float = 1e-2, mu: float = 0.0):
         if not 0.0 < theta * dt <= 1.0:
-            raise ValueError(f'theta * dt must be in (0, 1] for a mean-reverting process, '
-                             f'got theta={theta}, dt={dt}')
+            raise ValueError(
+                f'theta * dt must be in (0, 1] for a mean-reverting process, '
+                f'got theta={theta}, dt={dt}'
+            )
         if sigma < 0:
             raise ValueError(f'sigma must be >= 0, got {sigma}')
         self.theta, self.sigma, self.dt, self.mu = theta, sigma, dt, mu
@@ -76,7 +78,7 @@ class OUNoise:
     def stationary_std(self) -> float:
         """The exact stationary standard deviation of the discrete process."""
         decay = 1.0 - self.theta * self.dt
-        return self.sigma * math.sqrt(self.dt) / math.sqrt(1.0 - decay ** 2)
+        return self.sigma * math.sqrt(self.dt) / math.sqrt(1.0 - decay**2)
 
     def __call__(self, step_type: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Step every env's process once and return the new state ``[N, A]``.
@@ -87,8 +89,14 @@ class OUNoise:
         """
         if self._state is None:
             self._state = torch.full_like(action, self.mu)
-        x = torch.where((step_type == StepType.FIRST).unsqueeze(-1),
-                        torch.full_like(action, self.mu), self._state)
-        self._state = (x + self.theta * (self.mu - x) * self.dt
-                       + self.sigma * math.sqrt(self.dt) * torch.randn_like(action))
+        x = torch.where(
+            (step_type == StepType.FIRST).unsqueeze(-1),
+            torch.full_like(action, self.mu),
+            self._state,
+        )
+        self._state = (
+            x
+            + self.theta * (self.mu - x) * self.dt
+            + self.sigma * math.sqrt(self.dt) * torch.randn_like(action)
+        )
         return self._state

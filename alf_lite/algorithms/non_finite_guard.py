@@ -25,6 +25,7 @@ checkpoint_interval)`` env steps later), not at the failing update; the env
 steps in between are collected with the last good policy and no checkpoint
 holds the non-finite state.
 """
+
 from typing import NamedTuple, Optional, Sequence
 
 import torch
@@ -47,8 +48,10 @@ class NonFiniteLoss(NamedTuple):
     update: int
 
     def __str__(self):
-        return (f'the {self.name} loss is {self.value} at env step {self.env_steps} '
-                f'(update {self.update})')
+        return (
+            f'the {self.name} loss is {self.value} at env step {self.env_steps} '
+            f'(update {self.update})'
+        )
 
 
 class NonFiniteGuard:
@@ -62,8 +65,9 @@ class NonFiniteGuard:
 
     def __init__(self, loss_names: Sequence[str], device: torch.device):
         self._names = list(loss_names)
-        self._indices = {name: torch.tensor([i], device=device)
-                         for i, name in enumerate(self._names)}
+        self._indices = {
+            name: torch.tensor([i], device=device) for i, name in enumerate(self._names)
+        }
         # float32, as optimizers read found_inf: 1.0 skips their step.
         self.tripped = torch.zeros((), dtype=torch.float32, device=device)
         # The current update's (env steps, update), set before each update.
@@ -83,7 +87,8 @@ class NonFiniteGuard:
             raise ValueError(
                 f'{type(optimizer).__name__} cannot skip a step without a host sync; the '
                 'non-finite guard needs a fused optimizer (Adam, AdamW or SGD with '
-                'fused=True; alf_lite.optimizers.Adam and AdamW are fused by default).')
+                'fused=True; alf_lite.optimizers.Adam and AdamW are fused by default).'
+            )
         optimizer.found_inf = self.tripped
 
     def begin_update(self, env_steps: int, update: int) -> None:

@@ -1,4 +1,5 @@
 """The one interface between the trainer and an off-policy algorithm, and shared TD helpers."""
+
 from typing import Dict, NamedTuple, Optional
 
 import torch
@@ -32,7 +33,8 @@ def transitions(batch: Experience) -> Transitions:
         action=flat(batch.action[:, :-1]),
         reward=flat(batch.reward[:, 1:]),
         discount=flat(batch.discount[:, 1:]),
-        next_observation=flat(batch.observation[:, 1:]))
+        next_observation=flat(batch.observation[:, 1:]),
+    )
 
 
 def loss_mask(batch: Experience, mask_out_loss_for_last_step: bool = True) -> torch.Tensor:
@@ -51,8 +53,9 @@ def loss_mask(batch: Experience, mask_out_loss_for_last_step: bool = True) -> to
     return (~(into_first & (first_rows != StepType.LAST))).float()
 
 
-def td_target(reward: torch.Tensor, discount: torch.Tensor, gamma: float,
-              next_value: torch.Tensor) -> torch.Tensor:
+def td_target(
+    reward: torch.Tensor, discount: torch.Tensor, gamma: float, next_value: torch.Tensor
+) -> torch.Tensor:
     """``r[t+1] + gamma * discount[t+1] * V(s[t+1])``; discount 0 (termination): no bootstrap."""
     return reward + gamma * discount * next_value
 
@@ -63,8 +66,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def polyak_update(target: nn.Module, online: nn.Module, tau: float,
-                  skip: Optional[torch.Tensor] = None) -> None:
+def polyak_update(
+    target: nn.Module, online: nn.Module, tau: float, skip: Optional[torch.Tensor] = None
+) -> None:
     """``target = tau * online + (1 - tau) * target`` for every parameter, in one foreach call.
 
     Args:

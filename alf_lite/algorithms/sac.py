@@ -3,6 +3,7 @@
 Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"
 (arXiv:1812.05905). Equation numbers below refer to that paper.
 """
+
 import copy
 from typing import Callable, Dict, NamedTuple, Optional
 
@@ -11,7 +12,12 @@ import torch
 import torch.nn as nn
 
 from alf_lite.algorithms.off_policy_algorithm import (
-    OffPolicyAlgorithm, frozen, masked_mean, td_target, transitions)
+    OffPolicyAlgorithm,
+    frozen,
+    masked_mean,
+    td_target,
+    transitions,
+)
 from alf_lite.data import Experience, TimeStep
 from alf_lite.networks import CriticNetwork, TanhNormalActorNetwork
 from alf_lite.optimizers import OptimizerCtor, make_optimizer
@@ -23,10 +29,10 @@ DEFAULT_LEARNING_RATE = 3e-4
 class PolicySamples(NamedTuple):
     """Actions sampled from the policy for one update, one row per transition."""
 
-    action: torch.Tensor          # a ~ pi(.|s), reparameterised: the actor loss
-    log_prob: torch.Tensor        # log pi(a|s), with gradient: the actor loss
-    next_action: torch.Tensor     # a' ~ pi(.|s'), no gradient: the critic target
-    next_log_prob: torch.Tensor   # log pi(a'|s'), no gradient: the critic target
+    action: torch.Tensor  # a ~ pi(.|s), reparameterised: the actor loss
+    log_prob: torch.Tensor  # log pi(a|s), with gradient: the actor loss
+    next_action: torch.Tensor  # a' ~ pi(.|s'), no gradient: the critic target
+    next_log_prob: torch.Tensor  # log pi(a'|s'), no gradient: the critic target
     alpha_log_prob: torch.Tensor  # log pi(a|s), no gradient: the temperature loss
 
 
@@ -58,25 +64,30 @@ class SacAlgorithm(OffPolicyAlgorithm):
         alpha_optimizer: as ``actor_optimizer``, for ``log_alpha``.
     """
 
-    def __init__(self, observation_dim: int, action_dim: int,
-                 actor_network_ctor: Callable = TanhNormalActorNetwork,
-                 critic_network_ctor: Callable = CriticNetwork,
-                 num_critic_replicas: int = 2,
-                 gamma: float = 0.99,
-                 target_update_tau: float = 0.005,
-                 target_update_period: int = 1,
-                 target_entropy: Optional[float] = None,
-                 initial_log_alpha: float = 0.0,
-                 resample_action_per_loss: bool = False,
-                 actor_optimizer: Optional[OptimizerCtor] = None,
-                 critic_optimizer: Optional[OptimizerCtor] = None,
-                 alpha_optimizer: Optional[OptimizerCtor] = None):
+    def __init__(
+        self,
+        observation_dim: int,
+        action_dim: int,
+        actor_network_ctor: Callable = TanhNormalActorNetwork,
+        critic_network_ctor: Callable = CriticNetwork,
+        num_critic_replicas: int = 2,
+        gamma: float = 0.99,
+        target_update_tau: float = 0.005,
+        target_update_period: int = 1,
+        target_entropy: Optional[float] = None,
+        initial_log_alpha: float = 0.0,
+        resample_action_per_loss: bool = False,
+        actor_optimizer: Optional[OptimizerCtor] = None,
+        critic_optimizer: Optional[OptimizerCtor] = None,
+        alpha_optimizer: Optional[OptimizerCtor] = None,
+    ):
         super().__init__(observation_dim, action_dim)
         if not 0.0 < target_update_tau <= 1.0:
-            raise ValueError(f"target_update_tau must be in (0, 1], got {target_update_tau}")
+            raise ValueError(f'target_update_tau must be in (0, 1], got {target_update_tau}')
         self._actor = actor_network_ctor(observation_dim, action_dim)
-        self._critic = critic_network_ctor(observation_dim, action_dim,
-                                           num_replicas=num_critic_replicas)
+        self._critic = critic_network_ctor(
+            observation_dim, action_dim, num_replicas=num_critic_replicas
+        )
         self._target_critic = copy.deepcopy(self._critic).requires_grad_(False)
         self._frozen_critic = frozen(self._critic)  # reused: its parameter list is built once
         self._log_alpha = nn.Parameter(torch.tensor(float(initial_log_alpha)))
@@ -86,10 +97,12 @@ class SacAlgorithm(OffPolicyAlgorithm):
         self._target_entropy = float(-action_dim if target_entropy is None else target_entropy)
         self._resample = resample_action_per_loss
         self.optimizers = {
-            'actor': make_optimizer(actor_optimizer, self._actor.parameters(),
-                                    DEFAULT_LEARNING_RATE),
-            'critic': make_optimizer(critic_optimizer, self._critic.parameters(),
-                                     DEFAULT_LEARNING_RATE),
+            'actor': make_optimizer(
+                actor_optimizer, self._actor.parameters(), DEFAULT_LEARNING_RATE
+            ),
+            'critic': make_optimizer(
+                critic_optimizer, self._critic.parameters(), DEFAULT_LEARNING_RATE
+            ),
             'alpha': make_optimizer(alpha_optimizer, [self._log_alpha], DEFAULT_LEARNING_RATE),
         }
 
@@ -129,10 +142,12 @@ class SacAlgorithm(OffPolicyAlgorithm):
         action, log_prob = self._actor.sample(obs, noise[:, :-1].flatten(0, 1))
         with torch.no_grad():
             last_action, last_log_prob = self._actor.sample(observation[:, -1], noise[:, -1])
-        next_action = torch.cat([action.detach().reshape(b, t - 1, -1)[:, 1:],
-                                 last_action.unsqueeze(1)], dim=1).flatten(0, 1)
-        next_log_prob = torch.cat([log_prob.detach().reshape(b, t - 1)[:, 1:],
-                                   last_log_prob.unsqueeze(1)], dim=1).flatten()
+        next_action = torch.cat(
+            [action.detach().reshape(b, t - 1, -1)[:, 1:], last_action.unsqueeze(1)], dim=1
+        ).flatten(0, 1)
+        next_log_prob = torch.cat(
+            [log_prob.detach().reshape(b, t - 1)[:, 1:], last_log_prob.unsqueeze(1)], dim=1
+        ).flatten()
         return PolicySamples(action, log_prob, next_action, next_log_prob, log_prob.detach())
 
     def train_step(self, batch: Experience, loss_mask: torch.Tensor) -> Dict[str, torch.Tensor]:
@@ -144,8 +159,9 @@ class SacAlgorithm(OffPolicyAlgorithm):
         # Soft Q target (eq. 2-3): y = r + gamma * d * (min_i Q'_i(s', a') - alpha * log pi(a'|s')).
         with torch.no_grad():
             next_q = self._target_critic(tr.next_observation, pi.next_action).min(dim=-1).values
-            target = td_target(tr.reward, tr.discount, self._gamma,
-                               next_q - alpha * pi.next_log_prob)
+            target = td_target(
+                tr.reward, tr.discount, self._gamma, next_q - alpha * pi.next_log_prob
+            )
         # Critic loss (eq. 5), every replica regressed on the same target.
         q = self._critic(tr.observation, tr.action)
         critic_loss = masked_mean(0.5 * (q - target.unsqueeze(-1)).square().sum(-1), mask)
@@ -158,8 +174,9 @@ class SacAlgorithm(OffPolicyAlgorithm):
         self.optimizer_step('actor', actor_loss)
 
         # Temperature loss (eq. 18): -log(alpha) * (log pi(a|s) + target_entropy).
-        alpha_loss = masked_mean(-self._log_alpha * (pi.alpha_log_prob + self._target_entropy),
-                                 mask)
+        alpha_loss = masked_mean(
+            -self._log_alpha * (pi.alpha_log_prob + self._target_entropy), mask
+        )
         self.optimizer_step('alpha', alpha_loss)
 
         self._num_train_steps += 1

@@ -7,6 +7,7 @@ the paper: clipped double-Q (sec. 4.2), delayed policy and target updates
 ``DdpgAlgorithm`` settings (``num_critic_replicas=2``; ``policy_update_period``
 and ``target_update_period``, both d here); only the target action differs.
 """
+
 import functools
 from typing import Callable, Optional
 
@@ -44,37 +45,46 @@ class Td3Algorithm(DdpgAlgorithm):
         critic_optimizer: None: Adam, lr 3e-4.
     """
 
-    def __init__(self, observation_dim: int, action_dim: int,
-                 actor_network_ctor: Callable = DeterministicActorNetwork,
-                 critic_network_ctor: Callable = CriticNetwork,
-                 num_critic_replicas: int = 2,
-                 exploration_noise: Optional[Callable] = None,
-                 gamma: float = 0.99,
-                 target_update_tau: float = 0.005,
-                 policy_update_period: int = 2,
-                 target_policy_noise: float = 0.2,
-                 target_policy_noise_clip: float = 0.5,
-                 critic_l2_weight_decay: float = 0.0,
-                 actor_optimizer: Optional[OptimizerCtor] = None,
-                 critic_optimizer: Optional[OptimizerCtor] = None):
+    def __init__(
+        self,
+        observation_dim: int,
+        action_dim: int,
+        actor_network_ctor: Callable = DeterministicActorNetwork,
+        critic_network_ctor: Callable = CriticNetwork,
+        num_critic_replicas: int = 2,
+        exploration_noise: Optional[Callable] = None,
+        gamma: float = 0.99,
+        target_update_tau: float = 0.005,
+        policy_update_period: int = 2,
+        target_policy_noise: float = 0.2,
+        target_policy_noise_clip: float = 0.5,
+        critic_l2_weight_decay: float = 0.0,
+        actor_optimizer: Optional[OptimizerCtor] = None,
+        critic_optimizer: Optional[OptimizerCtor] = None,
+    ):
         if target_policy_noise < 0 or target_policy_noise_clip < 0:
-            raise ValueError("target_policy_noise and target_policy_noise_clip must be >= 0, "
-                             f"got {target_policy_noise} and {target_policy_noise_clip}")
+            raise ValueError(
+                'target_policy_noise and target_policy_noise_clip must be >= 0, '
+                f'got {target_policy_noise} and {target_policy_noise_clip}'
+            )
         default_adam = functools.partial(Adam, lr=3e-4)
         super().__init__(
-            observation_dim, action_dim,
+            observation_dim,
+            action_dim,
             actor_network_ctor=actor_network_ctor,
             critic_network_ctor=critic_network_ctor,
             num_critic_replicas=num_critic_replicas,
-            exploration_noise=(GaussianNoise(0.1) if exploration_noise is None
-                               else exploration_noise),
+            exploration_noise=(
+                GaussianNoise(0.1) if exploration_noise is None else exploration_noise
+            ),
             gamma=gamma,
             target_update_tau=target_update_tau,
             target_update_period=policy_update_period,
             policy_update_period=policy_update_period,
             critic_l2_weight_decay=critic_l2_weight_decay,
             actor_optimizer=actor_optimizer or default_adam,
-            critic_optimizer=critic_optimizer or default_adam)
+            critic_optimizer=critic_optimizer or default_adam,
+        )
         self._target_policy_noise = target_policy_noise
         self._target_policy_noise_clip = target_policy_noise_clip
 
@@ -86,5 +96,6 @@ class Td3Algorithm(DdpgAlgorithm):
         """
         action = self._target_actor(next_observation)
         eps = (self._target_policy_noise * torch.randn_like(action)).clamp(
-            -self._target_policy_noise_clip, self._target_policy_noise_clip)
+            -self._target_policy_noise_clip, self._target_policy_noise_clip
+        )
         return (action + eps).clamp(-1.0, 1.0)

@@ -1,4 +1,5 @@
 """What the command-line tools share: telling the user what went wrong."""
+
 import sys
 
 # Exit codes of the tools.

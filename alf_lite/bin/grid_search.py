@@ -40,6 +40,7 @@ share a GPU at a time (the pool holds at most GPUs x runs_per_gpu workers);
 GPU); Ray sets their ``CUDA_VISIBLE_DEVICES``. The runs' ``TrainerConfig.device``
 (default 'auto') then picks the GPU they were given.
 """
+
 import concurrent.futures
 import csv
 import itertools
@@ -58,23 +59,50 @@ from alf_lite.bin.cli import EXIT_FAULT, fail, user_message
 from alf_lite.run_dir import RunDir
 from alf_lite.runs import SEED_PARAM, final_value, train_in_subprocess
 
-flags.DEFINE_string('search_config', None, 'JSON file with "parameters" (gin name -> list of '
-                    'values) and "repeats" (number of seeds, or a list of seeds).')
+flags.DEFINE_string(
+    'search_config',
+    None,
+    'JSON file with "parameters" (gin name -> list of '
+    'values) and "repeats" (number of seeds, or a list of seeds).',
+)
 flags.DEFINE_multi_string('gin_file', [], 'Base gin config file; repeat for several.')
-flags.DEFINE_multi_string('gin_param', [], 'Gin binding applied to every run, after the files '
-                          'and before the searched values; repeat for several.')
-flags.DEFINE_string('root_dir', None, 'Directory of the sweep; each run trains in a '
-                    'subdirectory. With --ray_address: storage shared by all nodes.')
-flags.DEFINE_integer('max_workers', None, 'Local backend: runs at a time (default: the number '
-                     'of cores); each gets cores // max_workers torch threads.')
-flags.DEFINE_string('ray_address', None, "Run on a Ray cluster: 'auto' or 'host:port' of its "
-                    'head. Default: local processes.')
-flags.DEFINE_integer('num_cpus_per_run', 1, 'Ray backend: CPUs reserved by each run, also its '
-                     'torch threads.')
-flags.DEFINE_integer('runs_per_gpu', 1, 'Local backend: runs that share one GPU at a time; each '
-                     'run sees only its GPU (CUDA_VISIBLE_DEVICES). 0: give runs no GPU.')
-flags.DEFINE_float('num_gpus_per_run', 0.0, 'Ray backend: GPUs reserved by each run; a fraction '
-                   'shares a GPU (0.5: two runs per GPU).')
+flags.DEFINE_multi_string(
+    'gin_param',
+    [],
+    'Gin binding applied to every run, after the files '
+    'and before the searched values; repeat for several.',
+)
+flags.DEFINE_string(
+    'root_dir',
+    None,
+    'Directory of the sweep; each run trains in a '
+    'subdirectory. With --ray_address: storage shared by all nodes.',
+)
+flags.DEFINE_integer(
+    'max_workers',
+    None,
+    'Local backend: runs at a time (default: the number '
+    'of cores); each gets cores // max_workers torch threads.',
+)
+flags.DEFINE_string(
+    'ray_address',
+    None,
+    "Run on a Ray cluster: 'auto' or 'host:port' of its head. Default: local processes.",
+)
+flags.DEFINE_integer(
+    'num_cpus_per_run', 1, 'Ray backend: CPUs reserved by each run, also its torch threads.'
+)
+flags.DEFINE_integer(
+    'runs_per_gpu',
+    1,
+    'Local backend: runs that share one GPU at a time; each '
+    'run sees only its GPU (CUDA_VISIBLE_DEVICES). 0: give runs no GPU.',
+)
+flags.DEFINE_float(
+    'num_gpus_per_run',
+    0.0,
+    'Ray backend: GPUs reserved by each run; a fraction shares a GPU (0.5: two runs per GPU).',
+)
 flags.mark_flags_as_required(['search_config', 'root_dir'])
 FLAGS = flags.FLAGS
 
@@ -85,12 +113,14 @@ LOG_DIR = 'logs'
 
 class SearchSpace(NamedTuple):
     """``parameters``: ``[(names, [gin value text, ...]), ...]`` in file order; ``seeds``."""
+
     parameters: List[tuple]
     seeds: List[int]
 
 
 class GridRun(NamedTuple):
     """One combination with one seed, configured and ready to train."""
+
     name: str
     seed: int
     root_dir: str
@@ -109,8 +139,10 @@ def gin_literal(value) -> str:
         return '(' + ', '.join(items) + (',)' if len(items) == 1 else ')')
     if value is None or isinstance(value, (bool, int, float)):
         return repr(value)
-    raise ValueError(f'cannot turn {value!r} into a gin value: use a number, true, false, null, '
-                     'a list, or a string of gin text')
+    raise ValueError(
+        f'cannot turn {value!r} into a gin value: use a number, true, false, null, '
+        'a list, or a string of gin text'
+    )
 
 
 def load_search_space(path: str) -> SearchSpace:
@@ -121,8 +153,10 @@ def load_search_space(path: str) -> SearchSpace:
         except json.JSONDecodeError as e:
             raise ValueError(f'{path} is not valid JSON: {e}') from e
     if not isinstance(spec, dict) or set(spec) != {'parameters', 'repeats'}:
-        raise ValueError(f'{path} must hold a JSON object with exactly the keys "parameters" '
-                         f'and "repeats", got {sorted(spec) if isinstance(spec, dict) else spec}')
+        raise ValueError(
+            f'{path} must hold a JSON object with exactly the keys "parameters" '
+            f'and "repeats", got {sorted(spec) if isinstance(spec, dict) else spec}'
+        )
     parameters = spec['parameters']
     if not isinstance(parameters, dict) or not parameters:
         raise ValueError(f'"parameters" in {path} must map gin names to lists of values')
@@ -132,19 +166,26 @@ def load_search_space(path: str) -> SearchSpace:
         if SEED_PARAM in names:
             raise ValueError(f'{SEED_PARAM} cannot be searched: the seeds come from "repeats"')
         if not isinstance(values, list) or not values:
-            raise ValueError(f'"parameters" in {path}: the values of {key!r} must be a '
-                             f'non-empty list, got {values!r}')
+            raise ValueError(
+                f'"parameters" in {path}: the values of {key!r} must be a '
+                f'non-empty list, got {values!r}'
+            )
         space.append((names, [gin_literal(v) for v in values]))
     repeats = spec['repeats']
     if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats > 0:
         seeds = list(range(repeats))
-    elif (isinstance(repeats, list) and repeats
-          and all(isinstance(s, int) and not isinstance(s, bool) for s in repeats)
-          and len(set(repeats)) == len(repeats)):
+    elif (
+        isinstance(repeats, list)
+        and repeats
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in repeats)
+        and len(set(repeats)) == len(repeats)
+    ):
         seeds = repeats
     else:
-        raise ValueError(f'"repeats" in {path} must be a positive number of seeds or a list of '
-                         f'distinct integer seeds, got {repeats!r}')
+        raise ValueError(
+            f'"repeats" in {path} must be a positive number of seeds or a list of '
+            f'distinct integer seeds, got {repeats!r}'
+        )
     return SearchSpace(space, seeds)
 
 
@@ -192,33 +233,51 @@ def expand_grid(space: SearchSpace) -> List[tuple]:
     names = [name for name, _, _ in runs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(f'two runs would share the directory {duplicates[0]!r}: a parameter '
-                         'lists a value twice, or two values differ only in characters a '
-                         'directory name cannot hold')
+        raise ValueError(
+            f'two runs would share the directory {duplicates[0]!r}: a parameter '
+            'lists a value twice, or two values differ only in characters a '
+            'directory name cannot hold'
+        )
     return runs
 
 
-def configure_runs(space: SearchSpace, root_dir: str, gin_files, gin_params,
-                   num_threads: int) -> List[GridRun]:
+def configure_runs(
+    space: SearchSpace, root_dir: str, gin_files, gin_params, num_threads: int
+) -> List[GridRun]:
     """Parse each run's config; a run whose config does not parse carries the error instead."""
     import gin
 
     from alf_lite.config import ConfigError, parse_config
     from alf_lite.trainer import TrainerConfig
+
     runs = []
     for name, seed, bindings in expand_grid(space):
         log_path = os.path.join(root_dir, LOG_DIR, f'{name}.log')
-        params = ([f'{THREADS_PARAM}={num_threads}'] + list(gin_params) + bindings
-                  + [f'{SEED_PARAM}={seed}'])
+        params = (
+            [f'{THREADS_PARAM}={num_threads}']
+            + list(gin_params)
+            + bindings
+            + [f'{SEED_PARAM}={seed}']
+        )
         run_dir = os.path.join(root_dir, name)
         try:
             parse_config(gin_files, params)
             num_env_steps = TrainerConfig().num_env_steps
-            runs.append(GridRun(name, seed, run_dir, log_path, gin.config_str(), num_env_steps,
-                                None))
+            runs.append(
+                GridRun(name, seed, run_dir, log_path, gin.config_str(), num_env_steps, None)
+            )
         except (ConfigError, ValueError, TypeError) as e:
-            runs.append(GridRun(name, seed, run_dir, log_path, None, None,
-                                'config: ' + ' '.join(user_message(str(e)).split())))
+            runs.append(
+                GridRun(
+                    name,
+                    seed,
+                    run_dir,
+                    log_path,
+                    None,
+                    None,
+                    'config: ' + ' '.join(user_message(str(e)).split()),
+                )
+            )
     return runs
 
 
@@ -232,14 +291,21 @@ def gpu_slots(gpus: Sequence[str], runs_per_gpu: int) -> List[str]:
     return [gpu for _ in range(runs_per_gpu) for gpu in gpus]
 
 
-def run_local(todo: List[GridRun], max_workers: int, num_threads: int, report,
-              gpus: Sequence[str] = (), runs_per_gpu: int = 1) -> None:
+def run_local(
+    todo: List[GridRun],
+    max_workers: int,
+    num_threads: int,
+    report,
+    gpus: Sequence[str] = (),
+    runs_per_gpu: int = 1,
+) -> None:
     """Train ``todo`` in at most ``max_workers`` subprocesses at a time.
 
     With ``gpus``, each run takes a free slot of ``gpu_slots(gpus, runs_per_gpu)``
     and sees that GPU alone; runs wait for a slot when all are taken.
     """
     from alf_lite.runs import train_in_subprocess
+
     slots = queue.Queue()
     for gpu in gpu_slots(gpus, runs_per_gpu):
         slots.put(gpu)
@@ -249,8 +315,13 @@ def run_local(todo: List[GridRun], max_workers: int, num_threads: int, report,
             return train_in_subprocess(run.root_dir, run.config_text, num_threads, run.log_path)
         gpu = slots.get()
         try:
-            return train_in_subprocess(run.root_dir, run.config_text, num_threads, run.log_path,
-                                       extra_env={'CUDA_VISIBLE_DEVICES': gpu})
+            return train_in_subprocess(
+                run.root_dir,
+                run.config_text,
+                num_threads,
+                run.log_path,
+                extra_env={'CUDA_VISIBLE_DEVICES': gpu},
+            )
         finally:
             slots.put(gpu)
 
@@ -270,8 +341,9 @@ def ray_task_options(num_cpus_per_run: int, num_gpus_per_run: float) -> dict:
     return options
 
 
-def run_ray(todo: List[GridRun], address: str, num_cpus_per_run: int, report,
-            num_gpus_per_run: float = 0.0) -> None:
+def run_ray(
+    todo: List[GridRun], address: str, num_cpus_per_run: int, report, num_gpus_per_run: float = 0.0
+) -> None:
     """Train ``todo`` as Ray tasks of ``num_cpus_per_run`` CPUs and ``num_gpus_per_run`` GPUs each.
 
     ``todo``'s root_dirs must be on storage that every node sees at the same path.
@@ -279,17 +351,27 @@ def run_ray(todo: List[GridRun], address: str, num_cpus_per_run: int, report,
     import ray
 
     import alf_lite
+
     try:
         # The package travels with the tasks: a worker node need not have it installed.
-        ray.init(address=address, log_to_driver=False,
-                 runtime_env={'py_modules': [os.path.dirname(os.path.abspath(alf_lite.__file__))]})
+        ray.init(
+            address=address,
+            log_to_driver=False,
+            runtime_env={'py_modules': [os.path.dirname(os.path.abspath(alf_lite.__file__))]},
+        )
     except (ConnectionError, RuntimeError) as e:
         fail(f'cannot connect to the Ray cluster at {address}: {e}')
     try:
         task = ray.remote(**ray_task_options(num_cpus_per_run, num_gpus_per_run))(
-            train_in_subprocess)
-        pending = {task.remote(run.root_dir, run.config_text, num_cpus_per_run, run.log_path):
-                   (run, time.time()) for run in todo}
+            train_in_subprocess
+        )
+        pending = {
+            task.remote(run.root_dir, run.config_text, num_cpus_per_run, run.log_path): (
+                run,
+                time.time(),
+            )
+            for run in todo
+        }
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             run, started = pending.pop(done[0])
@@ -297,8 +379,11 @@ def run_ray(todo: List[GridRun], address: str, num_cpus_per_run: int, report,
                 result = ray.get(done[0])
             except ray.exceptions.RayError as e:
                 lines = [line for line in str(e).splitlines() if line.strip()]
-                result = {'returncode': None, 'wall_time_s': time.time() - started,
-                          'error': f'Ray task failed: {lines[-1] if lines else type(e).__name__}'}
+                result = {
+                    'returncode': None,
+                    'wall_time_s': time.time() - started,
+                    'error': f'Ray task failed: {lines[-1] if lines else type(e).__name__}',
+                }
             report(run, result)
     finally:
         ray.shutdown()
@@ -309,11 +394,17 @@ def summary_rows(runs: List[GridRun], results: Dict[str, dict]) -> List[dict]:
     rows = []
     for run in runs:
         result = results[run.name]
-        rows.append({
-            'run': run.name, 'status': result['status'], 'seed': run.seed,
-            'final_eval_return': final_value(run.root_dir),
-            'env_steps': RunDir(run.root_dir).latest_checkpoint_env_steps(),
-            'wall_time_s': result.get('wall_time_s'), 'error': result.get('error') or ''})
+        rows.append(
+            {
+                'run': run.name,
+                'status': result['status'],
+                'seed': run.seed,
+                'final_eval_return': final_value(run.root_dir),
+                'env_steps': RunDir(run.root_dir).latest_checkpoint_env_steps(),
+                'wall_time_s': result.get('wall_time_s'),
+                'error': result.get('error') or '',
+            }
+        )
     return rows
 
 
@@ -325,8 +416,17 @@ def _cell(value, fmt='{:.1f}'):
 
 def print_summary(rows: List[dict]) -> None:
     header = ['run', 'status', 'final eval return', 'env steps', 'wall time (s)', 'error']
-    table = [[r['run'], r['status'], _cell(r['final_eval_return']), _cell(r['env_steps']),
-              _cell(r['wall_time_s']), r['error']] for r in rows]
+    table = [
+        [
+            r['run'],
+            r['status'],
+            _cell(r['final_eval_return']),
+            _cell(r['env_steps']),
+            _cell(r['wall_time_s']),
+            r['error'],
+        ]
+        for r in rows
+    ]
     widths = [max(len(str(c)) for c in column) for column in zip(header, *table)]
     widths[-1] = 0  # the error is last and not padded
     for line in [header, ['-' * w for w in widths[:-1]] + ['-----']] + table:
@@ -354,6 +454,7 @@ def main(argv):
     gpus = []
     if not FLAGS.ray_address and FLAGS.runs_per_gpu > 0:
         from alf_lite.device import visible_gpu_ids
+
         gpus = visible_gpu_ids()
         if gpus:
             # A worker without a free GPU slot would only wait.
@@ -374,6 +475,7 @@ def main(argv):
 
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
+
     try:
         # The base config on its own: a mistake there would fail every run.
         parse_config(FLAGS.gin_file, FLAGS.gin_param)
@@ -391,16 +493,23 @@ def main(argv):
             results[run.name] = {'status': 'skipped (finished before)'}
     todo = [run for run in runs if run.name not in results]
     if FLAGS.ray_address:
-        backend = (f'Ray at {FLAGS.ray_address}, {FLAGS.num_cpus_per_run} CPU(s)'
-                   + (f' and {FLAGS.num_gpus_per_run:g} GPU(s)' if FLAGS.num_gpus_per_run else '')
-                   + ' per run')
+        backend = (
+            f'Ray at {FLAGS.ray_address}, {FLAGS.num_cpus_per_run} CPU(s)'
+            + (f' and {FLAGS.num_gpus_per_run:g} GPU(s)' if FLAGS.num_gpus_per_run else '')
+            + ' per run'
+        )
     else:
         backend = f'{max_workers} local worker(s)' + (
             f', GPU(s) {",".join(gpus)} with at most {FLAGS.runs_per_gpu} run(s) each'
-            if gpus else '')
-    print(f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
-          f'({num_threads} torch thread(s) each), {len(runs) - len(todo)} not started '
-          '(finished before, or a config that does not parse).', flush=True)
+            if gpus
+            else ''
+        )
+    print(
+        f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
+        f'({num_threads} torch thread(s) each), {len(runs) - len(todo)} not started '
+        '(finished before, or a config that does not parse).',
+        flush=True,
+    )
 
     num_done = 0
 
@@ -409,14 +518,15 @@ def main(argv):
         num_done += 1
         status = 'finished' if result['returncode'] == 0 else 'failed'
         results[run.name] = dict(result, status=status)
-        print(f'[{num_done}/{len(todo)}] {run.name}: {status} in '
-              f'{result["wall_time_s"]:.0f} s' + (f' ({result["error"]})' if result['error']
-                                                  else ''), flush=True)
+        print(
+            f'[{num_done}/{len(todo)}] {run.name}: {status} in '
+            f'{result["wall_time_s"]:.0f} s' + (f' ({result["error"]})' if result['error'] else ''),
+            flush=True,
+        )
 
     if todo:
         if FLAGS.ray_address:
-            run_ray(todo, FLAGS.ray_address, FLAGS.num_cpus_per_run, report,
-                    FLAGS.num_gpus_per_run)
+            run_ray(todo, FLAGS.ray_address, FLAGS.num_cpus_per_run, report, FLAGS.num_gpus_per_run)
         else:
             run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
     rows = summary_rows(runs, results)

@@ -13,6 +13,7 @@ episodes one after another: ``sum(length + 1)`` frames. ``.mp4`` is written
 with imageio-ffmpeg, ``.gif`` with pillow. Rendering is headless: MuJoCo
 through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
 """
+
 import os
 
 from absl import app, flags
@@ -20,20 +21,35 @@ from absl import app, flags
 from alf_lite.bin.cli import fail
 from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
 
-flags.DEFINE_string('root_dir', None, 'Directory of a train run: its config.gin and '
-                    'checkpoints are read.')
-flags.DEFINE_integer('checkpoint_step', None, 'Env steps of the checkpoint to load; default: '
-                     'the latest.')
+flags.DEFINE_string(
+    'root_dir', None, 'Directory of a train run: its config.gin and checkpoints are read.'
+)
+flags.DEFINE_integer(
+    'checkpoint_step', None, 'Env steps of the checkpoint to load; default: the latest.'
+)
 flags.DEFINE_integer('num_episodes', 1, 'Episodes to play.')
-flags.DEFINE_integer('random_seed', 0, "Seeds the env as the trainer seeds its first eval env "
-                     'for this random_seed (away from the training envs).')
-flags.DEFINE_string('record_file', None, 'Write a video of the episodes: a path ending in .mp4 '
-                    'or .gif.')
-flags.DEFINE_string('render_size', None, "Video frame size: 'W,H' or one number for a square; "
-                    "frames are scaled and centre-cropped to it. Default: the env's own size.")
+flags.DEFINE_integer(
+    'random_seed',
+    0,
+    'Seeds the env as the trainer seeds its first eval env '
+    'for this random_seed (away from the training envs).',
+)
+flags.DEFINE_string(
+    'record_file', None, 'Write a video of the episodes: a path ending in .mp4 or .gif.'
+)
+flags.DEFINE_string(
+    'render_size',
+    None,
+    "Video frame size: 'W,H' or one number for a square; "
+    "frames are scaled and centre-cropped to it. Default: the env's own size.",
+)
 flags.DEFINE_integer('fps', 30, 'Frames per second of the video.')
-flags.DEFINE_multi_string('gin_param', [], "Gin binding applied after config.gin, e.g. "
-                          "'create_environment.max_episode_steps=100'; repeat for several.")
+flags.DEFINE_multi_string(
+    'gin_param',
+    [],
+    'Gin binding applied after config.gin, e.g. '
+    "'create_environment.max_episode_steps=100'; repeat for several.",
+)
 flags.mark_flag_as_required('root_dir')
 FLAGS = flags.FLAGS
 
@@ -59,8 +75,10 @@ def checkpoint_path(root_dir: str, step) -> str:
     run_dir = RunDir(root_dir)
     found = list_checkpoints(run_dir.checkpoint_dir)
     if not found:
-        fail(f'no checkpoint in {run_dir.checkpoint_dir}: train writes one every '
-             'TrainerConfig.checkpoint_interval env steps and at the end.')
+        fail(
+            f'no checkpoint in {run_dir.checkpoint_dir}: train writes one every '
+            'TrainerConfig.checkpoint_interval env steps and at the end.'
+        )
     if step is None:
         return found[-1]
     path = run_dir.checkpoint(step)
@@ -78,21 +96,27 @@ def load_policy(path: str, observation_dim: int, action_dim: int):
     """
     from alf_lite import checkpoint as ckpt
     from alf_lite.trainer import TrainerConfig
-    algorithm = TrainerConfig().algorithm_ctor(observation_dim=observation_dim,
-                                               action_dim=action_dim)
+
+    algorithm = TrainerConfig().algorithm_ctor(
+        observation_dim=observation_dim, action_dim=action_dim
+    )
     try:
         # play runs on the CPU, wherever the checkpoint was trained.
         state = ckpt.trainer_state(ckpt.load_state(path, map_location='cpu'))
     except ckpt.UnsafeCheckpointError as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
-        fail(f'cannot read the checkpoint {path} ({type(e).__name__}: {e}); pick another with '
-             '--checkpoint_step.')
+        fail(
+            f'cannot read the checkpoint {path} ({type(e).__name__}: {e}); pick another with '
+            '--checkpoint_step.'
+        )
     try:
         algorithm.load_state_dict(ckpt.policy_state(state.algorithm))
     except RuntimeError as e:
-        fail(f'the checkpoint {path} does not fit the networks {CONFIG_FILE} builds (was the '
-             f'config changed, or a --gin_param given that changes them?): {e}')
+        fail(
+            f'the checkpoint {path} does not fit the networks {CONFIG_FILE} builds (was the '
+            f'config changed, or a --gin_param given that changes them?): {e}'
+        )
     algorithm.train(False)
     return algorithm
 
@@ -102,6 +126,7 @@ class VideoWriter:
 
     def __init__(self, path: str, fps: int, size=None):
         import imageio
+
         self._size = size
         self.num_frames = 0
         if path.lower().endswith('.gif'):
@@ -109,16 +134,19 @@ class VideoWriter:
             self._writer = imageio.get_writer(path, mode='I', duration=1000 / fps, loop=0)
         else:
             # macro_block_size=2: H.264 needs even sizes; other sizes are kept.
-            self._writer = imageio.get_writer(path, fps=fps, codec='libx264', quality=8,
-                                              macro_block_size=2)
+            self._writer = imageio.get_writer(
+                path, fps=fps, codec='libx264', quality=8, macro_block_size=2
+            )
 
     def append(self, frame) -> None:
         import numpy as np
         from PIL import Image, ImageOps
+
         frame = np.asarray(frame)[:, :, :3]
         if self._size is not None and frame.shape[1::-1] != self._size:
-            frame = np.asarray(ImageOps.fit(Image.fromarray(frame), self._size,
-                                            Image.Resampling.LANCZOS))
+            frame = np.asarray(
+                ImageOps.fit(Image.fromarray(frame), self._size, Image.Resampling.LANCZOS)
+            )
         self._writer.append_data(frame)
         self.num_frames += 1
 
@@ -142,8 +170,11 @@ def play_episodes(env, algorithm, num_episodes: int, video=None):
         results.append((episode_return, length))
         print(f'episode {episode + 1}: return {episode_return:.2f}, length {length}', flush=True)
     returns, lengths = np.array(results).T
-    print(f'mean over {num_episodes} episode(s): return {returns.mean():.2f}, '
-          f'length {lengths.mean():.1f}', flush=True)
+    print(
+        f'mean over {num_episodes} episode(s): return {returns.mean():.2f}, '
+        f'length {lengths.mean():.1f}',
+        flush=True,
+    )
     return results
 
 
@@ -170,8 +201,11 @@ def main(argv):
         os.environ.setdefault('MUJOCO_GL', 'egl')
         # pygame (classic control) renders to an off-screen surface: no window,
         # no sound device, and no greeting on stdout.
-        for name, value in (('SDL_VIDEODRIVER', 'dummy'), ('SDL_AUDIODRIVER', 'dummy'),
-                            ('PYGAME_HIDE_SUPPORT_PROMPT', '1')):
+        for name, value in (
+            ('SDL_VIDEODRIVER', 'dummy'),
+            ('SDL_AUDIODRIVER', 'dummy'),
+            ('PYGAME_HIDE_SUPPORT_PROMPT', '1'),
+        ):
             os.environ.setdefault(name, value)
     path = checkpoint_path(root_dir, FLAGS.checkpoint_step)
 
@@ -182,12 +216,16 @@ def main(argv):
     from alf_lite.environments import create_environment
     from alf_lite.seeding import eval_env_seeds
     from alf_lite.trainer import TrainerConfig
+
     try:
         parse_config([config_file], FLAGS.gin_param)
         torch.set_num_threads(TrainerConfig().torch_num_threads)
-        env = create_environment(num_parallel_environments=1, use_subprocesses=False,
-                                 seed=eval_env_seeds(FLAGS.random_seed, 1),
-                                 render_mode='rgb_array' if record_file else None)
+        env = create_environment(
+            num_parallel_environments=1,
+            use_subprocesses=False,
+            seed=eval_env_seeds(FLAGS.random_seed, 1),
+            render_mode='rgb_array' if record_file else None,
+        )
     except (ConfigError, ValueError, TypeError) as e:
         given = ' with the given --gin_param' if FLAGS.gin_param else ''
         fail(f'{config_file}{given} no longer builds: {e}')

@@ -18,6 +18,7 @@ curves as a CSV next to it (``curves.csv`` for ``curves.png``: group, x, mean,
 lower, upper, num_runs), and prints the final performance of each group: the
 mean over runs of each run's last ``--last_n`` points, with the same band.
 """
+
 import csv
 import os
 import sys
@@ -27,8 +28,14 @@ from absl import app, flags
 
 from alf_lite.bin.cli import fail
 from alf_lite.run_dir import CONFIG_FILE, PROGRESS_FILE, RunDir
-from alf_lite.runs import (ENV_STEPS, EVAL_RETURN, SEED_PARAM, WALL_TIME, config_bindings,
-                           read_scalar)
+from alf_lite.runs import (
+    ENV_STEPS,
+    EVAL_RETURN,
+    SEED_PARAM,
+    WALL_TIME,
+    config_bindings,
+    read_scalar,
+)
 
 CONFIDENCE = 0.95
 NUM_BOOTSTRAP = 10_000
@@ -40,20 +47,34 @@ FIGURE_DPI = 100
 BAND_ALPHA = 0.2
 GRID_ALPHA = 0.3
 
-flags.DEFINE_string('x', ENV_STEPS, f'Column along x ({PROGRESS_FILE} column; from '
-                    f'TensorBoard events: {ENV_STEPS} or {WALL_TIME}).')
-flags.DEFINE_string('y', EVAL_RETURN, f'Scalar along y, e.g. {EVAL_RETURN} or '
-                    'train/critic_loss.')
-flags.DEFINE_string('group_by', 'config', "'config': runs that differ only by seed; 'none': "
-                    'each run alone; or comma-separated gin parameters, e.g. actor/Adam.lr.')
-flags.DEFINE_enum('band', 'ci', ['ci', 'std'], 'Band around the mean: 95% bootstrap confidence '
-                  'interval of the mean, or +- one standard deviation.')
-flags.DEFINE_integer('smoothing', 1, "Moving-average window over each run's last N points; "
-                     '1: none.')
+flags.DEFINE_string(
+    'x',
+    ENV_STEPS,
+    f'Column along x ({PROGRESS_FILE} column; from '
+    f'TensorBoard events: {ENV_STEPS} or {WALL_TIME}).',
+)
+flags.DEFINE_string('y', EVAL_RETURN, f'Scalar along y, e.g. {EVAL_RETURN} or train/critic_loss.')
+flags.DEFINE_string(
+    'group_by',
+    'config',
+    "'config': runs that differ only by seed; 'none': "
+    'each run alone; or comma-separated gin parameters, e.g. actor/Adam.lr.',
+)
+flags.DEFINE_enum(
+    'band',
+    'ci',
+    ['ci', 'std'],
+    'Band around the mean: 95% bootstrap confidence '
+    'interval of the mean, or +- one standard deviation.',
+)
+flags.DEFINE_integer(
+    'smoothing', 1, "Moving-average window over each run's last N points; 1: none."
+)
 flags.DEFINE_integer('last_n', 1, 'Final performance: mean of the last N points of each run.')
 flags.DEFINE_integer('num_bootstrap', NUM_BOOTSTRAP, 'Bootstrap resamplings of the runs.')
-flags.DEFINE_string('out', 'curves.png', 'PNG to write; the aggregated curves go to the same '
-                    'path with .csv.')
+flags.DEFINE_string(
+    'out', 'curves.png', 'PNG to write; the aggregated curves go to the same path with .csv.'
+)
 FLAGS = flags.FLAGS
 
 
@@ -84,7 +105,9 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
         try:
             bindings[run] = config_bindings(run)
         except FileNotFoundError:
-            raise ValueError(f'{run} has no {CONFIG_FILE} to group by; use --group_by none') from None
+            raise ValueError(
+                f'{run} has no {CONFIG_FILE} to group by; use --group_by none'
+            ) from None
     if group_by == 'config':
         names = sorted({k for b in bindings.values() for k in b} - {SEED_PARAM})
         names = [n for n in names if len({b.get(n) for b in bindings.values()}) > 1]
@@ -95,15 +118,17 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
             raise ValueError(f'no run binds {", ".join(unbound)} in its {CONFIG_FILE}')
     groups: Dict[tuple, List[str]] = {}
     for run in run_dirs:
-        groups.setdefault(tuple(bindings[run].get(n, '(default)') for n in names),
-                          []).append(run)
-    return [(', '.join(f'{n}={v}' for n, v in zip(names, key)) or 'all runs', runs)
-            for key, runs in groups.items()]
+        groups.setdefault(tuple(bindings[run].get(n, '(default)') for n in names), []).append(run)
+    return [
+        (', '.join(f'{n}={v}' for n, v in zip(names, key)) or 'all runs', runs)
+        for key, runs in groups.items()
+    ]
 
 
 def smooth(values, window: int):
     """Each value replaced by the mean of it and up to ``window - 1`` values before it."""
     import numpy as np
+
     cumsum = np.concatenate([[0.0], np.cumsum(values)])
     i = np.arange(1, len(values) + 1)
     start = np.maximum(i - window, 0)
@@ -121,6 +146,7 @@ def band(values, kind: str, rng, num_bootstrap: int) -> Tuple[float, float, floa
         num_bootstrap: number of resamplings of the runs (``'ci'``).
     """
     import numpy as np
+
     values = np.asarray(values, dtype=np.float64)
     mean = float(values.mean())
     if len(values) == 1:
@@ -150,8 +176,10 @@ def _number(value: float) -> str:
 def main(argv):
     paths = argv[1:]
     if not paths:
-        fail('give the runs to plot, e.g. runs/grid/* (a run\'s root_dir, or a directory '
-             'with runs below it)')
+        fail(
+            "give the runs to plot, e.g. runs/grid/* (a run's root_dir, or a directory "
+            'with runs below it)'
+        )
     if FLAGS.smoothing <= 0 or FLAGS.last_n <= 0 or FLAGS.num_bootstrap <= 0:
         fail('--smoothing, --last_n and --num_bootstrap must be positive')
     if not FLAGS.out.lower().endswith('.png'):
@@ -160,8 +188,9 @@ def main(argv):
     for path in skipped:
         print(f'skipping {path}: no run there', file=sys.stderr)
     if not run_dirs:
-        fail(f'no run (a directory with {PROGRESS_FILE} or TensorBoard events) in '
-             f'{" ".join(paths)}')
+        fail(
+            f'no run (a directory with {PROGRESS_FILE} or TensorBoard events) in {" ".join(paths)}'
+        )
 
     import numpy as np
 
@@ -174,23 +203,33 @@ def main(argv):
     if empty:
         fail(f'no {FLAGS.y} value yet in {", ".join(empty)}')
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    curves = {label: aggregate([(raw[r][0], smooth(raw[r][1], FLAGS.smoothing)) for r in runs],
-                               FLAGS.band, rng, FLAGS.num_bootstrap)
-              for label, runs in groups}
+    curves = {
+        label: aggregate(
+            [(raw[r][0], smooth(raw[r][1], FLAGS.smoothing)) for r in runs],
+            FLAGS.band,
+            rng,
+            FLAGS.num_bootstrap,
+        )
+        for label, runs in groups
+    }
 
     import matplotlib
+
     matplotlib.use('Agg')  # headless: no display needed
     import matplotlib.pyplot as plt
+
     band_name = f'{CONFIDENCE:.0%} bootstrap CI' if FLAGS.band == 'ci' else '1 std'
     fig, ax = plt.subplots(figsize=FIGURE_SIZE_INCHES, dpi=FIGURE_DPI)
     for label, runs in groups:
         x, mean, lower, upper, _ = np.array(curves[label]).T
-        line, = ax.plot(x, mean, label=f'{label} ({len(runs)} run{"s" * (len(runs) > 1)})')
+        (line,) = ax.plot(x, mean, label=f'{label} ({len(runs)} run{"s" * (len(runs) > 1)})')
         ax.fill_between(x, lower, upper, color=line.get_color(), alpha=BAND_ALPHA, linewidth=0)
     ax.set_xlabel(FLAGS.x)
     ax.set_ylabel(FLAGS.y)
-    ax.set_title(f'{FLAGS.y}: mean and {band_name} over runs'
-                 + (f', smoothing {FLAGS.smoothing}' if FLAGS.smoothing > 1 else ''))
+    ax.set_title(
+        f'{FLAGS.y}: mean and {band_name} over runs'
+        + (f', smoothing {FLAGS.smoothing}' if FLAGS.smoothing > 1 else '')
+    )
     ax.grid(alpha=GRID_ALPHA)
     ax.legend(fontsize='small')
     fig.tight_layout()
@@ -207,11 +246,13 @@ def main(argv):
                 writer.writerow([label, _number(x), repr(mean), repr(lower), repr(upper), n])
     print(f'plot written to {FLAGS.out}, curves to {csv_path}')
 
-    print(f'\nfinal {FLAGS.y}: mean over runs of the last {FLAGS.last_n} point(s) of each run, '
-          f'{band_name}')
+    print(
+        f'\nfinal {FLAGS.y}: mean over runs of the last {FLAGS.last_n} point(s) of each run, '
+        f'{band_name}'
+    )
     rows = [('group', 'runs', 'mean', band_name)]
     for label, runs in groups:
-        finals = [float(np.mean(raw[r][1][-FLAGS.last_n:])) for r in runs]
+        finals = [float(np.mean(raw[r][1][-FLAGS.last_n :])) for r in runs]
         mean, lower, upper = band(finals, FLAGS.band, rng, FLAGS.num_bootstrap)
         rows.append((label, str(len(runs)), f'{mean:.2f}', f'[{lower:.2f}, {upper:.2f}]'))
     widths = [max(len(cell) for cell in column) for column in zip(*rows)]

@@ -13,6 +13,7 @@ that did not return within it (every thread's stack is printed, the last
 checkpoint is left as it was); 128 + signal number after SIGINT or SIGTERM (a
 final checkpoint was written), also while an env call hangs.
 """
+
 import datetime
 import os
 import sys
@@ -23,28 +24,45 @@ from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail
 from alf_lite.run_dir import CONFIG_FILE, RunDir
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
-flags.DEFINE_multi_string('gin_param', [], "Gin binding, e.g. 'TrainerConfig.random_seed=3'; "
-                          'repeat for several; applied after the files.')
-flags.DEFINE_string('root_dir', None, 'Directory of the experiment: config, summaries, '
-                    'checkpoints.')
-flags.DEFINE_bool('start_over', False, 'If root_dir holds an experiment, move it aside to '
-                  '<root_dir>.old-<time> and start afresh in root_dir.')
+flags.DEFINE_multi_string(
+    'gin_param',
+    [],
+    "Gin binding, e.g. 'TrainerConfig.random_seed=3'; repeat for several; applied after the files.",
+)
+flags.DEFINE_string(
+    'root_dir', None, 'Directory of the experiment: config, summaries, checkpoints.'
+)
+flags.DEFINE_bool(
+    'start_over',
+    False,
+    'If root_dir holds an experiment, move it aside to '
+    '<root_dir>.old-<time> and start afresh in root_dir.',
+)
 flags.mark_flag_as_required('root_dir')
 FLAGS = flags.FLAGS
 
 # Bindings that may change when a run is resumed: they set how long it runs and
 # how often it reports, not what it learns.
 RESUME_SAFE_PARAMETERS = (
-    'TrainerConfig.num_env_steps', 'TrainerConfig.summary_interval',
-    'TrainerConfig.eval_interval', 'TrainerConfig.checkpoint_interval',
-    'TrainerConfig.num_eval_episodes', 'TrainerConfig.torch_num_threads')
+    'TrainerConfig.num_env_steps',
+    'TrainerConfig.summary_interval',
+    'TrainerConfig.eval_interval',
+    'TrainerConfig.checkpoint_interval',
+    'TrainerConfig.num_eval_episodes',
+    'TrainerConfig.torch_num_threads',
+)
 
 
 def _bindings(config_text: str):
     """The binding lines of a gin config text, without those a resume may change."""
     lines = [line.strip() for line in config_text.splitlines()]
-    return [line for line in lines if line and not line.startswith('#')
-            and not line.split('=')[0].strip() in RESUME_SAFE_PARAMETERS]
+    return [
+        line
+        for line in lines
+        if line
+        and not line.startswith('#')
+        and line.split('=')[0].strip() not in RESUME_SAFE_PARAMETERS
+    ]
 
 
 def check_same_experiment(root_dir: str, new_config: str) -> None:
@@ -53,17 +71,21 @@ def check_same_experiment(root_dir: str, new_config: str) -> None:
     if not os.path.isdir(root_dir) or not os.listdir(root_dir):
         return
     if not os.path.exists(config_file):
-        fail(f'{root_dir} is not empty and holds no {CONFIG_FILE}: it is not an alf_lite '
-             'experiment. Choose another --root_dir.')
+        fail(
+            f'{root_dir} is not empty and holds no {CONFIG_FILE}: it is not an alf_lite '
+            'experiment. Choose another --root_dir.'
+        )
     with open(config_file) as f:
         old = _bindings(f.read())
     new = _bindings(new_config)
     if old != new:
         differing = sorted(set(old) ^ set(new))
-        fail(f'{root_dir} holds another experiment: its {CONFIG_FILE} differs from the given '
-             f'config in {len(differing)} binding line(s), e.g. {differing[:4]}. Resume it '
-             'with --root_dir alone (plus --gin_param overrides), pick another --root_dir, '
-             'or pass --start_over to move the old one aside and start afresh.')
+        fail(
+            f'{root_dir} holds another experiment: its {CONFIG_FILE} differs from the given '
+            f'config in {len(differing)} binding line(s), e.g. {differing[:4]}. Resume it '
+            'with --root_dir alone (plus --gin_param overrides), pick another --root_dir, '
+            'or pass --start_over to move the old one aside and start afresh.'
+        )
 
 
 def build_trainer(gin_files, gin_params, root_dir, check_experiment):
@@ -72,11 +94,12 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment):
     ``check_experiment``: refuse a root_dir whose saved config differs (for
     user-given gin files; a resume from ``config.gin`` may override anything).
     """
-    import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     import gin
 
+    import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
     from alf_lite.trainer import Trainer, TrainerConfig
+
     try:
         parse_config(gin_files, gin_params)
         if check_experiment:
@@ -96,10 +119,16 @@ def main(argv):
         if FLAGS.start_over:
             fail('--start_over needs the --gin_file of the experiment to start.')
         if not os.path.exists(config_file):
-            fail(f'no --gin_file given and {config_file} does not exist: give the gin file '
-                 'of the experiment to start.')
-    trainer = build_trainer(gin_files or [config_file], FLAGS.gin_param, root_dir,
-                            check_experiment=bool(gin_files) and not FLAGS.start_over)
+            fail(
+                f'no --gin_file given and {config_file} does not exist: give the gin file '
+                'of the experiment to start.'
+            )
+    trainer = build_trainer(
+        gin_files or [config_file],
+        FLAGS.gin_param,
+        root_dir,
+        check_experiment=bool(gin_files) and not FLAGS.start_over,
+    )
 
     import gin
 
@@ -107,6 +136,7 @@ def main(argv):
     from alf_lite.config import write_text_atomically
     from alf_lite.signals import TrainingInterrupted
     from alf_lite.trainer import TrainingError
+
     with trainer:
         if FLAGS.start_over and os.path.exists(root_dir):
             aside = f'{root_dir}.old-{datetime.datetime.now():%Y%m%d-%H%M%S}'
@@ -122,8 +152,11 @@ def main(argv):
         except TrainingError as e:
             fail(str(e), exit_code=EXIT_FAULT)
         except TrainingInterrupted as e:
-            logging.warning('%s: checkpoint written, env processes closed; re-run the same '
-                            'command to continue.', e)
+            logging.warning(
+                '%s: checkpoint written, env processes closed; re-run the same '
+                'command to continue.',
+                e,
+            )
             sys.exit(EXIT_SIGNAL_BASE + e.signum)
 
 

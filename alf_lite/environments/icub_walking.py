@@ -38,6 +38,7 @@ Facts about the model that the code handles:
 - The URDF's effort limits of the torso, neck and arm joints are 50000
   placeholders; ``EFFORT_LIMITS`` sets realistic ones. The legs keep the URDF's.
 """
+
 import hashlib
 import os
 import tempfile
@@ -67,15 +68,41 @@ _FRAME_INERTIA = '1e-9'
 
 # SocialBot's joint order.
 ACTUATED_JOINTS = (
-    'l_hip_pitch', 'l_hip_roll', 'l_hip_yaw', 'l_knee', 'l_ankle_pitch', 'l_ankle_roll',
-    'r_hip_pitch', 'r_hip_roll', 'r_hip_yaw', 'r_knee', 'r_ankle_pitch', 'r_ankle_roll',
-    'torso_yaw', 'torso_roll', 'torso_pitch',
-    'l_shoulder_pitch', 'l_shoulder_roll', 'l_shoulder_yaw', 'l_elbow',
-    'neck_pitch', 'neck_roll',
-    'r_shoulder_pitch', 'r_shoulder_roll', 'r_shoulder_yaw', 'r_elbow',
+    'l_hip_pitch',
+    'l_hip_roll',
+    'l_hip_yaw',
+    'l_knee',
+    'l_ankle_pitch',
+    'l_ankle_roll',
+    'r_hip_pitch',
+    'r_hip_roll',
+    'r_hip_yaw',
+    'r_knee',
+    'r_ankle_pitch',
+    'r_ankle_roll',
+    'torso_yaw',
+    'torso_roll',
+    'torso_pitch',
+    'l_shoulder_pitch',
+    'l_shoulder_roll',
+    'l_shoulder_yaw',
+    'l_elbow',
+    'neck_pitch',
+    'neck_roll',
+    'r_shoulder_pitch',
+    'r_shoulder_roll',
+    'r_shoulder_yaw',
+    'r_elbow',
 )
-HELD_JOINTS = ('neck_yaw', 'l_wrist_prosup', 'l_wrist_pitch', 'l_wrist_yaw',
-               'r_wrist_prosup', 'r_wrist_pitch', 'r_wrist_yaw')
+HELD_JOINTS = (
+    'neck_yaw',
+    'l_wrist_prosup',
+    'l_wrist_pitch',
+    'l_wrist_yaw',
+    'r_wrist_prosup',
+    'r_wrist_pitch',
+    'r_wrist_yaw',
+)
 # N·m, replacing the URDF's 50000 placeholders; the legs keep the URDF's
 # (37 N·m, 55.5 N·m for the hip pitch).
 EFFORT_LIMITS = {'torso': 40.0, 'shoulder': 20.0, 'elbow': 10.0, 'neck': 10.0, 'wrist': 5.0}
@@ -113,9 +140,13 @@ def clean_urdf(text: str, mesh_root: str) -> str:
         robot.remove(gazebo)
     while True:
         parents = {j.find('parent').get('link') for j in robot.findall('joint')}
-        dropped = {link.get('name') for link in robot.findall('link')
-                   if link.find('inertial') is None and link.get('name') not in parents
-                   and link.get('name') not in SOLE_FRAMES}
+        dropped = {
+            link.get('name')
+            for link in robot.findall('link')
+            if link.find('inertial') is None
+            and link.get('name') not in parents
+            and link.get('name') not in SOLE_FRAMES
+        }
         if not dropped:
             break
         for link in robot.findall('link'):
@@ -128,12 +159,20 @@ def clean_urdf(text: str, mesh_root: str) -> str:
         if link.get('name') in SOLE_FRAMES and link.find('inertial') is None:
             inertial = ET.SubElement(link, 'inertial')
             ET.SubElement(inertial, 'mass', value=_FRAME_MASS)
-            ET.SubElement(inertial, 'inertia', ixx=_FRAME_INERTIA, iyy=_FRAME_INERTIA,
-                          izz=_FRAME_INERTIA, ixy='0', ixz='0', iyz='0')
+            ET.SubElement(
+                inertial,
+                'inertia',
+                ixx=_FRAME_INERTIA,
+                iyy=_FRAME_INERTIA,
+                izz=_FRAME_INERTIA,
+                ixy='0',
+                ixz='0',
+                iyz='0',
+            )
     for mesh in robot.iter('mesh'):
         filename = mesh.get('filename')
         if filename.startswith('package://'):
-            mesh.set('filename', os.path.join(mesh_root, filename[len('package://'):]))
+            mesh.set('filename', os.path.join(mesh_root, filename[len('package://') :]))
     return ET.tostring(robot, encoding='unicode')
 
 
@@ -172,8 +211,9 @@ def cleaned_urdf_path(cache_dir: Optional[str] = None) -> str:
     return str(path)
 
 
-def icub_walk_reward(forward_velocity: float, action: np.ndarray,
-                     joint_positions: np.ndarray) -> float:
+def icub_walk_reward(
+    forward_velocity: float, action: np.ndarray, joint_positions: np.ndarray
+) -> float:
     """``1 + 6 * min(v, 1) - (mean(a^2) + 0.5 * mean(|q|))``, SocialBot's ICubWalk reward.
 
     Args:
@@ -181,8 +221,11 @@ def icub_walk_reward(forward_velocity: float, action: np.ndarray,
         action: a, the action in [-1, 1].
         joint_positions: q, the actuated joints' angles (rad).
     """
-    return float(1.0 + 6.0 * min(forward_velocity, 1.0)
-                 - (np.mean(np.square(action)) + 0.5 * np.mean(np.abs(joint_positions))))
+    return float(
+        1.0
+        + 6.0 * min(forward_velocity, 1.0)
+        - (np.mean(np.square(action)) + 0.5 * np.mean(np.abs(joint_positions)))
+    )
 
 
 def _effort_limit(joint: str, urdf_limit: float) -> float:
@@ -216,18 +259,20 @@ class ICubWalkEnv(gymnasium.Env):
 
     metadata = {'render_modes': ['rgb_array'], 'render_fps': 20}
 
-    def __init__(self,
-                 control_mode: str = 'position_residual',
-                 physics_substeps: int = 12,
-                 time_step: float = 1.0 / 240,
-                 position_scale: float = 0.5,
-                 max_velocity: float = 5.0,
-                 joint_noise: float = 0.02,
-                 fall_height: float = 0.13,
-                 render_mode: Optional[str] = None,
-                 cache_dir: Optional[str] = None):
+    def __init__(
+        self,
+        control_mode: str = 'position_residual',
+        physics_substeps: int = 12,
+        time_step: float = 1.0 / 240,
+        position_scale: float = 0.5,
+        max_velocity: float = 5.0,
+        joint_noise: float = 0.02,
+        fall_height: float = 0.13,
+        render_mode: Optional[str] = None,
+        cache_dir: Optional[str] = None,
+    ):
         if control_mode not in CONTROL_MODES:
-            raise ValueError(f"control_mode must be one of {CONTROL_MODES}, got {control_mode!r}")
+            raise ValueError(f'control_mode must be one of {CONTROL_MODES}, got {control_mode!r}')
         if render_mode not in (None, 'rgb_array'):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.control_mode = control_mode
@@ -241,11 +286,15 @@ class ICubWalkEnv(gymnasium.Env):
         self._p = p = connect_direct()
         p.setGravity(0, 0, -9.81)
         # One stepSimulation call runs all substeps: no Python loop per substep.
-        p.setPhysicsEngineParameter(fixedTimeStep=self.control_dt, numSubSteps=physics_substeps,
-                                    deterministicOverlappingPairs=1)
+        p.setPhysicsEngineParameter(
+            fixedTimeStep=self.control_dt,
+            numSubSteps=physics_substeps,
+            deterministicOverlappingPairs=1,
+        )
         self._ground = p.loadURDF('plane.urdf')
-        self._body = p.loadURDF(cleaned_urdf_path(cache_dir),
-                                flags=pybullet.URDF_USE_INERTIA_FROM_FILE)
+        self._body = p.loadURDF(
+            cleaned_urdf_path(cache_dir), flags=pybullet.URDF_USE_INERTIA_FROM_FILE
+        )
         joints, links = {}, {}
         effort = {}
         for j in range(p.getNumJoints(self._body)):
@@ -273,8 +322,9 @@ class ICubWalkEnv(gymnasium.Env):
         self._fall_z = self._chest_z() - fall_height
 
         self.action_space = spaces.Box(-1.0, 1.0, shape=(len(ACTUATED_JOINTS),), dtype=np.float32)
-        self.observation_space = spaces.Box(-OBSERVATION_BOUND, OBSERVATION_BOUND,
-                                            shape=(2 * FRAME_SIZE,), dtype=np.float32)
+        self.observation_space = spaces.Box(
+            -OBSERVATION_BOUND, OBSERVATION_BOUND, shape=(2 * FRAME_SIZE,), dtype=np.float32
+        )
 
     # --- poses ---------------------------------------------------------------------------
 
@@ -296,8 +346,10 @@ class ICubWalkEnv(gymnasium.Env):
         for j, q in zip(self._actuated + self._held, list(self._stand) + self._held_pose):
             p.resetJointState(self._body, j, q, 0.0)
         self._set_root_pose([0, 0, 1])
-        sole_z = min(p.getLinkState(self._body, links[s], computeForwardKinematics=1)[4][2]
-                     for s in SOLE_FRAMES)
+        sole_z = min(
+            p.getLinkState(self._body, links[s], computeForwardKinematics=1)[4][2]
+            for s in SOLE_FRAMES
+        )
         self._set_root_pose([0, 0, 1 - sole_z + 1e-3])
         self._apply_hold()
         self._apply_stand_targets()
@@ -307,27 +359,46 @@ class ICubWalkEnv(gymnasium.Env):
     # --- control -------------------------------------------------------------------------
 
     def _apply_hold(self):
-        self._p.setJointMotorControlArray(self._body, self._held, pybullet.POSITION_CONTROL,
-                                          targetPositions=self._held_pose,
-                                          forces=self._held_effort)
+        self._p.setJointMotorControlArray(
+            self._body,
+            self._held,
+            pybullet.POSITION_CONTROL,
+            targetPositions=self._held_pose,
+            forces=self._held_effort,
+        )
 
     def _apply_stand_targets(self):
-        self._p.setJointMotorControlArray(self._body, self._actuated, pybullet.POSITION_CONTROL,
-                                          targetPositions=self._stand, forces=self._effort)
+        self._p.setJointMotorControlArray(
+            self._body,
+            self._actuated,
+            pybullet.POSITION_CONTROL,
+            targetPositions=self._stand,
+            forces=self._effort,
+        )
 
     def _apply_action(self, a: np.ndarray):
         p = self._p
         if self.control_mode == 'position_residual':
             target = np.clip(self._stand + self._position_scale * a, self._lower, self._upper)
-            p.setJointMotorControlArray(self._body, self._actuated, pybullet.POSITION_CONTROL,
-                                        targetPositions=target, forces=self._effort)
+            p.setJointMotorControlArray(
+                self._body,
+                self._actuated,
+                pybullet.POSITION_CONTROL,
+                targetPositions=target,
+                forces=self._effort,
+            )
         elif self.control_mode == 'velocity':
-            p.setJointMotorControlArray(self._body, self._actuated, pybullet.VELOCITY_CONTROL,
-                                        targetVelocities=self._max_velocity * a,
-                                        forces=self._effort)
+            p.setJointMotorControlArray(
+                self._body,
+                self._actuated,
+                pybullet.VELOCITY_CONTROL,
+                targetVelocities=self._max_velocity * a,
+                forces=self._effort,
+            )
         else:
-            p.setJointMotorControlArray(self._body, self._actuated, pybullet.TORQUE_CONTROL,
-                                        forces=self._effort * a)
+            p.setJointMotorControlArray(
+                self._body, self._actuated, pybullet.TORQUE_CONTROL, forces=self._effort * a
+            )
 
     # --- observation ---------------------------------------------------------------------
 
@@ -335,17 +406,31 @@ class ICubWalkEnv(gymnasium.Env):
         """One 85-value frame (see the module docstring); returns it float64."""
         p = self._p
         poses = [self._root_pose()]
-        poses += [(s[4], s[5]) for s in p.getLinkStates(
-            self._body, [self._chest] + self._feet, computeForwardKinematics=1)]
+        poses += [
+            (s[4], s[5])
+            for s in p.getLinkStates(
+                self._body, [self._chest] + self._feet, computeForwardKinematics=1
+            )
+        ]
         positions = np.array([pos for pos, _ in poses])
         link_poses = [np.concatenate([pos, p.getEulerFromQuaternion(orn)]) for pos, orn in poses]
         linear, angular = p.getBaseVelocity(self._body)
         joint_states = p.getJointStates(self._body, self._actuated)
-        contacts = [float(bool(p.getContactPoints(self._body, self._ground, linkIndexA=foot)))
-                    for foot in self._feet]
-        return np.concatenate([positions.mean(axis=0), *link_poses, linear, angular,
-                               [s[0] for s in joint_states], [s[1] for s in joint_states],
-                               contacts])
+        contacts = [
+            float(bool(p.getContactPoints(self._body, self._ground, linkIndexA=foot)))
+            for foot in self._feet
+        ]
+        return np.concatenate(
+            [
+                positions.mean(axis=0),
+                *link_poses,
+                linear,
+                angular,
+                [s[0] for s in joint_states],
+                [s[1] for s in joint_states],
+                contacts,
+            ]
+        )
 
     def _observation(self) -> np.ndarray:
         obs = np.concatenate([self._current, self._previous])
@@ -371,8 +456,12 @@ class ICubWalkEnv(gymnasium.Env):
         self._apply_hold()
         if self.control_mode == 'torque':
             # PyBullet's default velocity motors would brake every joint.
-            p.setJointMotorControlArray(self._body, self._actuated, pybullet.VELOCITY_CONTROL,
-                                        forces=np.zeros(len(self._actuated)))
+            p.setJointMotorControlArray(
+                self._body,
+                self._actuated,
+                pybullet.VELOCITY_CONTROL,
+                forces=np.zeros(len(self._actuated)),
+            )
         else:
             self._apply_stand_targets()
         self._current = self._previous = self._frame()
@@ -393,7 +482,7 @@ class ICubWalkEnv(gymnasium.Env):
         self._previous, self._current = self._current, self._frame()
         # The model faces world -x.
         forward_velocity = -(self._current[0] - self._previous[0]) / self.control_dt
-        joint_positions = self._current[33:33 + len(ACTUATED_JOINTS)]
+        joint_positions = self._current[33 : 33 + len(ACTUATED_JOINTS)]
         reward = icub_walk_reward(forward_velocity, a, joint_positions)
         chest_z = self._chest_z()
         terminated = chest_z < self._fall_z
@@ -414,5 +503,8 @@ class ICubWalkEnv(gymnasium.Env):
             self._p = None
 
 
-gymnasium.register(id=ICUB_WALK_ID, entry_point='alf_lite.environments.icub_walking:ICubWalkEnv',
-                   max_episode_steps=200)
+gymnasium.register(
+    id=ICUB_WALK_ID,
+    entry_point='alf_lite.environments.icub_walking:ICubWalkEnv',
+    max_episode_steps=200,
+)

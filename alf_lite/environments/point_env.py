@@ -1,4 +1,5 @@
 """A one-dimensional point that must reach a target: a seconds-long sanity task."""
+
 import gymnasium
 import numpy as np
 from gymnasium import spaces

@@ -1,4 +1,5 @@
 """Gymnasium environments (classic control, MuJoCo, PyBullet, ...) as one batched environment."""
+
 import difflib
 import functools
 import multiprocessing
@@ -18,8 +19,11 @@ from alf_lite.environments import watchdog
 
 # Envs whose step costs less than a subprocess round trip, so N of them step
 # faster in one process (benchmarks/env_throughput.py measures it).
-IN_PROCESS_ENTRY_POINTS = ('gymnasium.envs.', 'alf_lite.environments.suite_pybullet:',
-                           'alf_lite.environments.point_env:')
+IN_PROCESS_ENTRY_POINTS = (
+    'gymnasium.envs.',
+    'alf_lite.environments.suite_pybullet:',
+    'alf_lite.environments.point_env:',
+)
 # Pipe errors the parent sees when an env process died (os._exit, a signal,
 # a crash in native code) instead of raising a Python exception.
 _DEAD_WORKER_ERRORS = (EOFError, BrokenPipeError, ConnectionResetError)
@@ -49,7 +53,8 @@ class _NamedEnv(gymnasium.Wrapper):
 
     def _crashed(self, call: str, error: Exception) -> EnvironmentCrashedError:
         return EnvironmentCrashedError(
-            f'{self._where} raised in {call}(): {type(error).__name__}: {error}')
+            f'{self._where} raised in {call}(): {type(error).__name__}: {error}'
+        )
 
     def reset(self, **kwargs):
         try:
@@ -67,8 +72,7 @@ class _NamedEnv(gymnasium.Wrapper):
 class _NamedEnvFactory:
     """``env_fn`` whose env is wrapped in ``_NamedEnv`` (a class, so it pickles)."""
 
-    def __init__(self, env_fn: Callable[[], gymnasium.Env], name: str, index: int,
-                 num_envs: int):
+    def __init__(self, env_fn: Callable[[], gymnasium.Env], name: str, index: int, num_envs: int):
         self._env_fn, self._name, self._index, self._num_envs = env_fn, name, index, num_envs
 
     def __call__(self) -> gymnasium.Env:
@@ -77,7 +81,8 @@ class _NamedEnvFactory:
         except Exception as e:
             raise EnvironmentCrashedError(
                 f"Environment '{self._name}' (env {self._index} of {self._num_envs}) could not "
-                f'be created: {type(e).__name__}: {e}') from e
+                f'be created: {type(e).__name__}: {e}'
+            ) from e
         return _NamedEnv(env, self._name, self._index, self._num_envs)
 
 
@@ -109,15 +114,18 @@ class BatchedEnvironment:
             stopped.
     """
 
-    def __init__(self,
-                 env_fns: Sequence[Callable[[], gymnasium.Env]],
-                 seed: Union[int, Sequence[int]] = 0,
-                 use_subprocesses: Optional[bool] = None,
-                 name: str = 'environment',
-                 step_timeout: Optional[float] = None):
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gymnasium.Env]],
+        seed: Union[int, Sequence[int]] = 0,
+        use_subprocesses: Optional[bool] = None,
+        name: str = 'environment',
+        step_timeout: Optional[float] = None,
+    ):
         if step_timeout is not None and not step_timeout > 0:
-            raise ValueError(f'step_timeout must be a positive number of seconds or None, got '
-                             f'{step_timeout!r}.')
+            raise ValueError(
+                f'step_timeout must be a positive number of seconds or None, got {step_timeout!r}.'
+            )
         self.num_envs = len(env_fns)
         if use_subprocesses is None:
             use_subprocesses = self.num_envs > 1
@@ -133,12 +141,14 @@ class BatchedEnvironment:
             # copy=False: the shared-memory observation is copied into a new
             # float32 array in _observation() anyway, so one copy suffices.
             try:
-                self._env = AsyncVectorEnv(env_fns, shared_memory=True, copy=False,
-                                           autoreset_mode=AutoresetMode.NEXT_STEP)
+                self._env = AsyncVectorEnv(
+                    env_fns, shared_memory=True, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
+                )
             except _DEAD_WORKER_ERRORS as e:
                 raise EnvironmentCrashedError(
                     f"Environment '{name}': an env process died while starting; its output "
-                    'above may say why.') from e
+                    'above may say why.'
+                ) from e
         else:
             self._env = SyncVectorEnv(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
         self._closed = False
@@ -155,20 +165,32 @@ class BatchedEnvironment:
         self._pending = None
         self._step_sent = 0.0
         self._env_id = torch.arange(self.num_envs, dtype=torch.int64)
-        logging.info('Created %d x %s (%s).', self.num_envs, name,
-                     'subprocesses' if use_subprocesses else 'in process')
+        logging.info(
+            'Created %d x %s (%s).',
+            self.num_envs,
+            name,
+            'subprocesses' if use_subprocesses else 'in process',
+        )
 
     def _check_spaces(self, name: str):
         """Set the dims and bounds from the single-env spaces, or refuse them."""
         obs_space = self._env.single_observation_space
         if not (isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 1):
-            raise ValueError(f"Environment '{name}' has observation space {obs_space}: only flat "
-                             "1-D Box observation spaces are supported.")
+            raise ValueError(
+                f"Environment '{name}' has observation space {obs_space}: only flat "
+                '1-D Box observation spaces are supported.'
+            )
         act_space = self._env.single_action_space
-        if not (isinstance(act_space, spaces.Box) and len(act_space.shape) == 1
-                and np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
-            raise ValueError(f"Environment '{name}' has action space {act_space}: SAC, DDPG and TD3 "
-                             "need a continuous bounded action space (a 1-D Box with finite bounds).")
+        if not (
+            isinstance(act_space, spaces.Box)
+            and len(act_space.shape) == 1
+            and np.all(np.isfinite(act_space.low))
+            and np.all(np.isfinite(act_space.high))
+        ):
+            raise ValueError(
+                f"Environment '{name}' has action space {act_space}: SAC, DDPG and TD3 "
+                'need a continuous bounded action space (a 1-D Box with finite bounds).'
+            )
         self.observation_dim = int(obs_space.shape[0])
         self.action_dim = int(act_space.shape[0])
         self.action_low = act_space.low.astype(np.float32)
@@ -187,8 +209,9 @@ class BatchedEnvironment:
             return [int(seed) + i for i in range(self.num_envs)]
         seeds = [int(s) for s in seed]
         if len(seeds) != self.num_envs:
-            raise ValueError(f"Environment '{self.name}': {len(seeds)} seeds given for "
-                             f'{self.num_envs} envs.')
+            raise ValueError(
+                f"Environment '{self.name}': {len(seeds)} seeds given for {self.num_envs} envs."
+            )
         return seeds
 
     def reset(self, seed: Optional[Union[int, Sequence[int]]] = None) -> TimeStep:
@@ -218,7 +241,8 @@ class BatchedEnvironment:
             observation=self._observation(obs),
             reward=torch.zeros(self.num_envs, dtype=torch.float32),
             discount=torch.ones(self.num_envs, dtype=torch.float32),
-            env_id=self._env_id)
+            env_id=self._env_id,
+        )
 
     def step(self, action: torch.Tensor) -> TimeStep:
         """Apply one normalised action per env and return the next steps.
@@ -243,8 +267,10 @@ class BatchedEnvironment:
         ``step_wait``. One step may be pending at a time.
         """
         if tuple(action.shape) != (self.num_envs, self.action_dim):
-            raise ValueError(f'Expected an action of shape {(self.num_envs, self.action_dim)}, '
-                             f'got {tuple(action.shape)}.')
+            raise ValueError(
+                f'Expected an action of shape {(self.num_envs, self.action_dim)}, '
+                f'got {tuple(action.shape)}.'
+            )
         if self._pending is not None:
             raise RuntimeError('step_async called while a step is pending; call step_wait first.')
         a = np.clip(action.detach().cpu().numpy(), -1.0, 1.0)
@@ -263,8 +289,11 @@ class BatchedEnvironment:
             raise RuntimeError('step_wait called without a pending step_async.')
         env_action, self._pending = self._pending, None
         if self.use_subprocesses:
-            timeout = None if self._step_timeout is None else max(
-                0.0, self._step_sent + self._step_timeout - time.monotonic())
+            timeout = (
+                None
+                if self._step_timeout is None
+                else max(0.0, self._step_sent + self._step_timeout - time.monotonic())
+            )
             obs, reward, terminated, truncated, _ = self._call(self._env.step_wait, timeout)
         else:
             obs, reward, terminated, truncated, _ = self._call(self._env.step, env_action)
@@ -281,7 +310,8 @@ class BatchedEnvironment:
             observation=self._observation(obs),
             reward=torch.from_numpy(reward),
             discount=torch.from_numpy(discount),
-            env_id=self._env_id)
+            env_id=self._env_id,
+        )
 
     def render(self) -> tuple:
         """One frame per env, as the envs' render mode gives it (e.g. HxWx3 uint8 arrays)."""
@@ -300,9 +330,13 @@ class BatchedEnvironment:
             self.busy = True
             token = None
             if self._step_timeout is not None and not self.use_subprocesses:
-                token = watchdog.start(self._step_timeout, (
-                    f"Environment '{self.name}' (in process) did not return from {call}() "
-                    f'within {self._step_timeout:g} s (create_environment.step_timeout)'))
+                token = watchdog.start(
+                    self._step_timeout,
+                    (
+                        f"Environment '{self.name}' (in process) did not return from {call}() "
+                        f'within {self._step_timeout:g} s (create_environment.step_timeout)'
+                    ),
+                )
             try:
                 return method(*args, **kwargs)
             finally:
@@ -333,17 +367,21 @@ class BatchedEnvironment:
         if not dead:
             return f"Environment '{self.name}': lost the connection to an env process."
         which = ', '.join(f'env {i} (exit code {code})' for i, code in dead)
-        return (f"Environment '{self.name}': the process of {which} of {self.num_envs} died "
-                'without raising a Python exception (killed, os._exit, or a crash in native '
-                'code); its output above may say why.')
+        return (
+            f"Environment '{self.name}': the process of {which} of {self.num_envs} died "
+            'without raising a Python exception (killed, os._exit, or a crash in native '
+            'code); its output above may say why.'
+        )
 
     def _hung_workers_message(self, call: str) -> str:
         # A process that answered has its reply waiting in the pipe.
         late = [i for i, pipe in enumerate(self._env.parent_pipes) if not pipe.poll()]
         which = ', '.join(str(i) for i in late) or 'unknown'
-        return (f"Environment '{self.name}' (env {which} of {self.num_envs}) did not answer "
-                f'{call}() within {self._step_timeout:g} s (create_environment.step_timeout); '
-                'all env processes were terminated.')
+        return (
+            f"Environment '{self.name}' (env {which} of {self.num_envs}) did not answer "
+            f'{call}() within {self._step_timeout:g} s (create_environment.step_timeout); '
+            'all env processes were terminated.'
+        )
 
     def _terminate(self):
         if not self._closed:
@@ -372,13 +410,15 @@ class BatchedEnvironment:
 
 
 @gin.configurable
-def create_environment(env_name: str = 'Pendulum-v1',
-                       num_parallel_environments: int = 1,
-                       seed: Union[int, Sequence[int]] = 0,
-                       use_subprocesses: Optional[bool] = None,
-                       max_episode_steps: Optional[int] = None,
-                       render_mode: Optional[str] = None,
-                       step_timeout: Optional[float] = 60.0) -> BatchedEnvironment:
+def create_environment(
+    env_name: str = 'Pendulum-v1',
+    num_parallel_environments: int = 1,
+    seed: Union[int, Sequence[int]] = 0,
+    use_subprocesses: Optional[bool] = None,
+    max_episode_steps: Optional[int] = None,
+    render_mode: Optional[str] = None,
+    step_timeout: Optional[float] = 60.0,
+) -> BatchedEnvironment:
     """Create ``num_parallel_environments`` copies of a registered gymnasium env.
 
     Args:
@@ -416,18 +456,26 @@ def create_environment(env_name: str = 'Pendulum-v1',
         spec = gymnasium.spec(env_name)
     except gymnasium.error.Error as e:
         close = difflib.get_close_matches(env_name, list(gymnasium.envs.registry.keys()), n=5)
-        hint = ('Closest registered ids: ' + ', '.join(repr(c) for c in close) + '.') if close else (
-            'No registered id is close; is the module that registers it imported?')
+        hint = (
+            ('Closest registered ids: ' + ', '.join(repr(c) for c in close) + '.')
+            if close
+            else ('No registered id is close; is the module that registers it imported?')
+        )
         raise ValueError(f"Unknown environment id '{env_name}'. {hint}") from e
     if use_subprocesses is None:
         use_subprocesses = default_use_subprocesses(spec, num_parallel_environments)
     # Envs without rendering may not accept a render_mode argument at all.
     render_kwargs = {} if render_mode is None else {'render_mode': render_mode}
-    env_fn = functools.partial(gymnasium.make, spec, max_episode_steps=max_episode_steps,
-                               **render_kwargs)
-    return BatchedEnvironment([env_fn] * num_parallel_environments, seed=seed,
-                              use_subprocesses=use_subprocesses, name=env_name,
-                              step_timeout=step_timeout)
+    env_fn = functools.partial(
+        gymnasium.make, spec, max_episode_steps=max_episode_steps, **render_kwargs
+    )
+    return BatchedEnvironment(
+        [env_fn] * num_parallel_environments,
+        seed=seed,
+        use_subprocesses=use_subprocesses,
+        name=env_name,
+        step_timeout=step_timeout,
+    )
 
 
 def default_use_subprocesses(spec: gymnasium.envs.registration.EnvSpec, num_envs: int) -> bool:

@@ -29,6 +29,7 @@ the robot's links only (pybullet_envs also averaged in the floor); foot
 contacts are read before the observation is built, so the observation shows
 this step's contacts, not the previous step's.
 """
+
 import dataclasses
 import os
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -57,9 +58,15 @@ def connect_direct() -> bullet_client.BulletClient:
     return client
 
 
-def render_rgb(client: bullet_client.BulletClient, target: Sequence[float],
-               width: int = 320, height: int = 240, distance: float = 3.0,
-               yaw: float = 0.0, pitch: float = -20.0) -> np.ndarray:
+def render_rgb(
+    client: bullet_client.BulletClient,
+    target: Sequence[float],
+    width: int = 320,
+    height: int = 240,
+    distance: float = 3.0,
+    yaw: float = 0.0,
+    pitch: float = -20.0,
+) -> np.ndarray:
     """An ``[height, width, 3]`` uint8 frame from TinyRenderer, which needs no display.
 
     Args:
@@ -70,13 +77,23 @@ def render_rgb(client: bullet_client.BulletClient, target: Sequence[float],
         yaw, pitch: camera angles in degrees.
     """
     view = client.computeViewMatrixFromYawPitchRoll(
-        cameraTargetPosition=list(target), distance=distance, yaw=yaw, pitch=pitch, roll=0,
-        upAxisIndex=2)
-    projection = client.computeProjectionMatrixFOV(fov=60, aspect=width / height,
-                                                   nearVal=0.1, farVal=100.0)
-    _, _, rgba, _, _ = client.getCameraImage(width, height, viewMatrix=view,
-                                             projectionMatrix=projection,
-                                             renderer=pybullet.ER_TINY_RENDERER)
+        cameraTargetPosition=list(target),
+        distance=distance,
+        yaw=yaw,
+        pitch=pitch,
+        roll=0,
+        upAxisIndex=2,
+    )
+    projection = client.computeProjectionMatrixFOV(
+        fov=60, aspect=width / height, nearVal=0.1, farVal=100.0
+    )
+    _, _, rgba, _, _ = client.getCameraImage(
+        width,
+        height,
+        viewMatrix=view,
+        projectionMatrix=projection,
+        renderer=pybullet.ER_TINY_RENDERER,
+    )
     return np.asarray(rgba, dtype=np.uint8).reshape(height, width, 4)[:, :, :3].copy()
 
 
@@ -96,6 +113,7 @@ class Robot:
             means the height right after reset.
         cost_scale: scales the electricity and stall costs.
     """
+
     xml: str
     torso: str
     feet: Tuple[str, ...]
@@ -118,33 +136,70 @@ def _cheetah_alive(_, pitch, feet_contact):
 
 ROBOTS = {
     'humanoid': Robot(
-        xml='humanoid_symmetric.xml', torso='', feet=('right_foot', 'left_foot'), power=0.41,
-        joint_power={'abdomen_z': 100, 'abdomen_y': 100, 'abdomen_x': 100,
-                     'right_hip_x': 100, 'right_hip_z': 100, 'right_hip_y': 300,
-                     'right_knee': 200, 'left_hip_x': 100, 'left_hip_z': 100,
-                     'left_hip_y': 300, 'left_knee': 200, 'right_shoulder1': 75,
-                     'right_shoulder2': 75, 'right_elbow': 75, 'left_shoulder1': 75,
-                     'left_shoulder2': 75, 'left_elbow': 75},
+        xml='humanoid_symmetric.xml',
+        torso='',
+        feet=('right_foot', 'left_foot'),
+        power=0.41,
+        joint_power={
+            'abdomen_z': 100,
+            'abdomen_y': 100,
+            'abdomen_x': 100,
+            'right_hip_x': 100,
+            'right_hip_z': 100,
+            'right_hip_y': 300,
+            'right_knee': 200,
+            'left_hip_x': 100,
+            'left_hip_z': 100,
+            'left_hip_y': 300,
+            'left_knee': 200,
+            'right_shoulder1': 75,
+            'right_shoulder2': 75,
+            'right_elbow': 75,
+            'left_shoulder1': 75,
+            'left_shoulder2': 75,
+            'left_elbow': 75,
+        },
         # +2: 17 joints pay much electricity for policy noise alone; being
         # alive must still be worth more than falling.
         alive_bonus=lambda z, pitch, _: 2.0 if z > 0.78 else -1.0,
-        initial_z=0.8, cost_scale=4.25),
+        initial_z=0.8,
+        cost_scale=4.25,
+    ),
     'ant': Robot(
-        xml='ant.xml', torso='', power=2.5,
+        xml='ant.xml',
+        torso='',
+        power=2.5,
         feet=('front_left_foot', 'front_right_foot', 'left_back_foot', 'right_back_foot'),
         # 0.25 m is the torso sphere's radius: below it the torso scrapes the ground.
-        alive_bonus=lambda z, pitch, _: 1.0 if z > 0.26 else -1.0),
+        alive_bonus=lambda z, pitch, _: 1.0 if z > 0.26 else -1.0,
+    ),
     'half_cheetah': Robot(
-        xml='half_cheetah.xml', torso='torso', power=0.9,
+        xml='half_cheetah.xml',
+        torso='torso',
+        power=0.9,
         feet=('ffoot', 'fshin', 'fthigh', 'bfoot', 'bshin', 'bthigh'),
-        joint_power={'bthigh': 120, 'bshin': 90, 'bfoot': 60, 'fthigh': 140, 'fshin': 60,
-                     'ffoot': 30},
-        alive_bonus=_cheetah_alive, terminates=False),
-    'hopper': Robot(xml='hopper.xml', torso='torso', feet=('foot',), power=0.75,
-                    alive_bonus=_upright),
-    'walker2d': Robot(xml='walker2d.xml', torso='torso', feet=('foot', 'foot_left'), power=0.4,
-                      joint_power={'foot_joint': 30, 'foot_left_joint': 30},
-                      alive_bonus=_upright),
+        joint_power={
+            'bthigh': 120,
+            'bshin': 90,
+            'bfoot': 60,
+            'fthigh': 140,
+            'fshin': 60,
+            'ffoot': 30,
+        },
+        alive_bonus=_cheetah_alive,
+        terminates=False,
+    ),
+    'hopper': Robot(
+        xml='hopper.xml', torso='torso', feet=('foot',), power=0.75, alive_bonus=_upright
+    ),
+    'walker2d': Robot(
+        xml='walker2d.xml',
+        torso='torso',
+        feet=('foot', 'foot_left'),
+        power=0.4,
+        joint_power={'foot_joint': 30, 'foot_left_joint': 30},
+        alive_bonus=_upright,
+    ),
 }
 
 
@@ -172,14 +227,19 @@ class LocomotionBulletEnv(gymnasium.Env):
         self._p = p = connect_direct()
         p.setGravity(0, 0, -GRAVITY)
         p.setDefaultContactERP(0.9)
-        p.setPhysicsEngineParameter(fixedTimeStep=CONTROL_DT, numSubSteps=PHYSICS_SUBSTEPS,
-                                    numSolverIterations=5, deterministicOverlappingPairs=1)
+        p.setPhysicsEngineParameter(
+            fixedTimeStep=CONTROL_DT,
+            numSubSteps=PHYSICS_SUBSTEPS,
+            numSolverIterations=5,
+            deterministicOverlappingPairs=1,
+        )
         self._ground = p.loadURDF('plane.urdf')
         p.changeDynamics(self._ground, -1, lateralFriction=0.8, restitution=0.5)
         (self._body,) = p.loadMJCF(
             os.path.join(pybullet_data.getDataPath(), 'mjcf', robot.xml),
             flags=pybullet.URDF_USE_SELF_COLLISION
-            | pybullet.URDF_USE_SELF_COLLISION_EXCLUDE_ALL_PARENTS)
+            | pybullet.URDF_USE_SELF_COLLISION_EXCLUDE_ALL_PARENTS,
+        )
 
         links = {}
         self._joints, joint_power, lower, upper = [], [], [], []
@@ -236,8 +296,9 @@ class LocomotionBulletEnv(gymnasium.Env):
         relative = (position - self._joint_mid) / self._joint_half_range
         self._joints_at_limit = int(np.count_nonzero(np.abs(relative) > 0.99))
         for i, foot in enumerate(self._feet):
-            self._feet_contact[i] = float(bool(self._p.getContactPoints(
-                self._body, self._ground, linkIndexA=foot)))
+            self._feet_contact[i] = float(
+                bool(self._p.getContactPoints(self._body, self._ground, linkIndexA=foot))
+            )
 
         pos, (roll, pitch, yaw), velocity = self._torso_pose_and_velocity()
         xy = self._body_xy()
@@ -247,8 +308,16 @@ class LocomotionBulletEnv(gymnasium.Env):
         c, s = np.cos(yaw), np.sin(yaw)
         # The torso's velocity in its yaw frame; 0.3 scales a typical speed to ~1.
         vx, vy = c * velocity[0] + s * velocity[1], -s * velocity[0] + c * velocity[1]
-        more = [pos[2] - self._initial_z, np.sin(angle_to_target), np.cos(angle_to_target),
-                0.3 * vx, 0.3 * vy, 0.3 * velocity[2], roll, pitch]
+        more = [
+            pos[2] - self._initial_z,
+            np.sin(angle_to_target),
+            np.cos(angle_to_target),
+            0.3 * vx,
+            0.3 * vy,
+            0.3 * velocity[2],
+            roll,
+            pitch,
+        ]
         joints = np.stack([relative, self._joint_speed], axis=1).ravel()
         obs = np.clip(np.concatenate([more, joints, self._feet_contact]), -5, 5)
         return obs.astype(np.float32), pos[2], pitch, xy
@@ -281,8 +350,9 @@ class LocomotionBulletEnv(gymnasium.Env):
             holds the reward terms.
         """
         a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
-        self._p.setJointMotorControlArray(self._body, self._joints, pybullet.TORQUE_CONTROL,
-                                          forces=self._torque_scale * a)
+        self._p.setJointMotorControlArray(
+            self._body, self._joints, pybullet.TORQUE_CONTROL, forces=self._torque_scale * a
+        )
         self._p.stepSimulation()
         obs, z, pitch, xy = self._read_state()
 
@@ -292,12 +362,17 @@ class LocomotionBulletEnv(gymnasium.Env):
         self._last_potential = potential
         electricity = self._robot.cost_scale * (
             ELECTRICITY_COST * float(np.abs(a * self._joint_speed).mean())
-            + STALL_TORQUE_COST * float(np.square(a).mean()))
+            + STALL_TORQUE_COST * float(np.square(a).mean())
+        )
         joints_at_limit = JOINTS_AT_LIMIT_COST * self._joints_at_limit
         reward = alive + progress + electricity + joints_at_limit
         terminated = bool((self._robot.terminates and alive < 0) or not np.isfinite(obs).all())
-        info = {'alive': alive, 'progress': progress, 'electricity': electricity,
-                'joints_at_limit': joints_at_limit}
+        info = {
+            'alive': alive,
+            'progress': progress,
+            'electricity': electricity,
+            'joints_at_limit': joints_at_limit,
+        }
         return obs, reward, terminated, False, info
 
     def render(self):
@@ -314,11 +389,18 @@ class LocomotionBulletEnv(gymnasium.Env):
             self._p = None
 
 
-BULLET_IDS = {'HumanoidBullet-v0': 'humanoid', 'AntBullet-v0': 'ant',
-              'HalfCheetahBullet-v0': 'half_cheetah', 'HopperBullet-v0': 'hopper',
-              'Walker2DBullet-v0': 'walker2d'}
+BULLET_IDS = {
+    'HumanoidBullet-v0': 'humanoid',
+    'AntBullet-v0': 'ant',
+    'HalfCheetahBullet-v0': 'half_cheetah',
+    'HopperBullet-v0': 'hopper',
+    'Walker2DBullet-v0': 'walker2d',
+}
 
 for _env_id, _robot in BULLET_IDS.items():
-    gymnasium.register(id=_env_id,
-                       entry_point='alf_lite.environments.suite_pybullet:LocomotionBulletEnv',
-                       kwargs={'robot': _robot}, max_episode_steps=1000)
+    gymnasium.register(
+        id=_env_id,
+        entry_point='alf_lite.environments.suite_pybullet:LocomotionBulletEnv',
+        kwargs={'robot': _robot},
+        max_episode_steps=1000,
+    )

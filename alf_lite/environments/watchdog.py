@@ -11,6 +11,7 @@ thread, this one included (``kill -ABRT`` then prints the stacks where
 faulthandler is enabled, as in train and play); and time the process spends
 stopped (Ctrl-Z, SIGSTOP) during a call counts towards its timeout.
 """
+
 import faulthandler
 import itertools
 import os
@@ -42,8 +43,9 @@ class _Watchdog:
             self._period = timeout_s / 4
         # Not alive also in a forked child, which has only the thread that forked.
         if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._run, name='alf_lite-env-watchdog',
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name='alf_lite-env-watchdog', daemon=True
+            )
             self._thread.start()
         return token
 
@@ -61,9 +63,13 @@ class _Watchdog:
 
 
 def _exit_hung(description: str) -> None:
-    os.write(_STDERR_FD, (
-        f'\n{description}; the stacks of all threads follow. Exiting with code '
-        f'{HUNG_ENV_EXIT_CODE}; the last checkpoint is left as it was.\n').encode())
+    os.write(
+        _STDERR_FD,
+        (
+            f'\n{description}; the stacks of all threads follow. Exiting with code '
+            f'{HUNG_ENV_EXIT_CODE}; the last checkpoint is left as it was.\n'
+        ).encode(),
+    )
     faulthandler.dump_traceback(file=_STDERR_FD, all_threads=True)
     os._exit(HUNG_ENV_EXIT_CODE)
 

@@ -1,4 +1,5 @@
 """Actor networks: the policy maps an observation to a normalised action in [-1, 1]."""
+
 import math
 from typing import Optional, Sequence, Tuple
 
@@ -24,13 +25,18 @@ class TanhNormalActorNetwork(nn.Module):
             with a tanh, so the bound never cuts the gradient.
     """
 
-    def __init__(self, observation_dim: int, action_dim: int,
-                 hidden_layers: Sequence[int] = (256, 256),
-                 log_std_bounds: Tuple[float, float] = (-5.0, 2.0)):
+    def __init__(
+        self,
+        observation_dim: int,
+        action_dim: int,
+        hidden_layers: Sequence[int] = (256, 256),
+        log_std_bounds: Tuple[float, float] = (-5.0, 2.0),
+    ):
         super().__init__()
         self._encoder = mlp(observation_dim, hidden_layers)
-        self._head = nn.Linear(hidden_layers[-1] if hidden_layers else observation_dim,
-                               2 * action_dim)
+        self._head = nn.Linear(
+            hidden_layers[-1] if hidden_layers else observation_dim, 2 * action_dim
+        )
         self._log_std_min, self._log_std_max = log_std_bounds
         # None: float32 throughout; torch.bfloat16: the encoder's products in
         # bfloat16 (set by alf_lite.precision.set_network_precision).
@@ -42,7 +48,8 @@ class TanhNormalActorNetwork(nn.Module):
         # The head, and with it the log-probability, in float32.
         mean, raw = self._head(hidden.float()).chunk(2, dim=-1)
         log_std = self._log_std_min + 0.5 * (self._log_std_max - self._log_std_min) * (
-            torch.tanh(raw) + 1)
+            torch.tanh(raw) + 1
+        )
         return mean, log_std
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
@@ -50,8 +57,9 @@ class TanhNormalActorNetwork(nn.Module):
         mean, _ = self._mean_and_log_std(observation)
         return torch.tanh(mean)
 
-    def sample(self, observation: torch.Tensor,
-               noise: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, observation: torch.Tensor, noise: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised sample and its log-probability (summed over action dims).
 
         Args:
@@ -88,16 +96,21 @@ class DeterministicActorNetwork(nn.Module):
             default (+-1/sqrt(fan_in) everywhere).
     """
 
-    def __init__(self, observation_dim: int, action_dim: int,
-                 hidden_layers: Sequence[int] = (256, 256),
-                 batch_norm: bool = False,
-                 paper_init: bool = False):
+    def __init__(
+        self,
+        observation_dim: int,
+        action_dim: int,
+        hidden_layers: Sequence[int] = (256, 256),
+        batch_norm: bool = False,
+        paper_init: bool = False,
+    ):
         super().__init__()
         sizes = [observation_dim] + list(hidden_layers)
         self._input_norm = nn.BatchNorm1d(observation_dim) if batch_norm else nn.Identity()
         self._hidden = nn.ModuleList(nn.Linear(i, o) for i, o in zip(sizes[:-1], sizes[1:]))
         self._hidden_norms = nn.ModuleList(
-            nn.BatchNorm1d(o) if batch_norm else nn.Identity() for o in hidden_layers)
+            nn.BatchNorm1d(o) if batch_norm else nn.Identity() for o in hidden_layers
+        )
         self._head = nn.Linear(sizes[-1], action_dim)
         if paper_init:
             ddpg_paper_init_(self._hidden, self._head)

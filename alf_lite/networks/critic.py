@@ -1,4 +1,5 @@
 """Critic networks: Q(s, a) for several replicas evaluated as one batched network."""
+
 from typing import Optional, Sequence
 
 import gin
@@ -36,43 +37,55 @@ class CriticNetwork(nn.Module):
             ``BatchedLinear`` default (+-1/sqrt(fan_in) everywhere).
     """
 
-    def __init__(self, observation_dim: int, action_dim: int, num_replicas: int = 1,
-                 hidden_layers: Sequence[int] = (256, 256),
-                 action_input_layer: int = 0,
-                 batch_norm: bool = False,
-                 paper_init: bool = False):
+    def __init__(
+        self,
+        observation_dim: int,
+        action_dim: int,
+        num_replicas: int = 1,
+        hidden_layers: Sequence[int] = (256, 256),
+        action_input_layer: int = 0,
+        batch_norm: bool = False,
+        paper_init: bool = False,
+    ):
         super().__init__()
         if not 0 <= action_input_layer <= len(hidden_layers):
-            raise ValueError(f'action_input_layer must be in [0, {len(hidden_layers)}] '
-                             f'for {len(hidden_layers)} hidden layers, got {action_input_layer}')
+            raise ValueError(
+                f'action_input_layer must be in [0, {len(hidden_layers)}] '
+                f'for {len(hidden_layers)} hidden layers, got {action_input_layer}'
+            )
         self.num_replicas = num_replicas
         self._action_input_layer = action_input_layer
         outputs = list(hidden_layers) + [1]
         inputs = [observation_dim] + list(hidden_layers)
         inputs[action_input_layer] += action_dim
         self._layers = nn.ModuleList(
-            BatchedLinear(i, o, num_replicas) for i, o in zip(inputs, outputs))
+            BatchedLinear(i, o, num_replicas) for i, o in zip(inputs, outputs)
+        )
         state_path = hidden_layers[:action_input_layer] if batch_norm else []
-        self._input_norm = (BatchedBatchNorm1d(observation_dim, num_replicas) if batch_norm
-                            else nn.Identity())
+        self._input_norm = (
+            BatchedBatchNorm1d(observation_dim, num_replicas) if batch_norm else nn.Identity()
+        )
         self._hidden_norms = nn.ModuleList(
-            BatchedBatchNorm1d(width, num_replicas) for width in state_path)
+            BatchedBatchNorm1d(width, num_replicas) for width in state_path
+        )
         if paper_init:
             ddpg_paper_init_(self._layers[:-1], self._layers[-1])
         # None: float32 throughout; torch.bfloat16: the hidden layers' products
         # in bfloat16 (set by alf_lite.precision.set_network_precision).
         self.compute_dtype = None
 
-    def forward(self, observation: torch.Tensor, action: torch.Tensor,
-                num_replicas: Optional[int] = None) -> torch.Tensor:
+    def forward(
+        self, observation: torch.Tensor, action: torch.Tensor, num_replicas: Optional[int] = None
+    ) -> torch.Tensor:
         """Q values ``[B, R]``; only the first ``num_replicas`` replicas when given.
 
         Computing fewer replicas saves their forward and backward passes (TD3's
         and DDPG's actor follows replica 0 only). With batch norm all replicas
         run (their statistics are one layer) and the result is sliced.
         """
-        if num_replicas is not None and (self._hidden_norms or
-                                         not isinstance(self._input_norm, nn.Identity)):
+        if num_replicas is not None and (
+            self._hidden_norms or not isinstance(self._input_norm, nn.Identity)
+        ):
             return self.forward(observation, action)[:, :num_replicas]
         r = self.num_replicas if num_replicas is None else num_replicas
         device = observation.device

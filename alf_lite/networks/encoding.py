@@ -1,4 +1,5 @@
 """Plain MLP encoders."""
+
 from typing import Sequence
 
 import torch.nn as nn

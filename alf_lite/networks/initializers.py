@@ -1,4 +1,5 @@
 """Initialisation schemes for linear layers (``nn.Linear`` and ``BatchedLinear``)."""
+
 import math
 from typing import Iterable
 

@@ -1,4 +1,5 @@
 """Layers that evaluate several replicas of a network in one batched call."""
+
 import math
 from typing import Optional
 
