@@ -17,6 +17,8 @@ from typing import List, Optional
 
 CONFIG_FILE = 'config.gin'
 OPERATIVE_CONFIG_FILE = 'operative_config.gin'
+# The training device, as the trainer described it at start.
+DEVICE_FILE = 'device.txt'
 PROGRESS_FILE = 'progress.csv'
 CHECKPOINT_DIR = 'checkpoints'
 # TensorBoard event directories, one per summary mode: a scalar named
@@ -85,6 +87,10 @@ class RunDir:
     @property
     def operative_config_file(self) -> str:
         return os.path.join(self.root, OPERATIVE_CONFIG_FILE)
+
+    @property
+    def device_file(self) -> str:
+        return os.path.join(self.root, DEVICE_FILE)
 
     @property
     def progress_file(self) -> str:

@@ -1,6 +1,7 @@
 """TrainerConfig and the generic off-policy trainer: the loop that collects, trains, evaluates,
 summarises and checkpoints, each done by its own module."""
 
+import functools
 import os
 import time
 from typing import Callable, List, Optional
@@ -14,9 +15,11 @@ from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask
 from alf_lite.collector import Collector
 from alf_lite.config import write_text_atomically
+from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
 from alf_lite.environments import create_environment
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import evaluate
+from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.run_dir import RunDir, last_good_name
 from alf_lite.runs import (
@@ -38,6 +41,7 @@ from alf_lite.seeding import (
 )
 from alf_lite.signals import InterruptedInEnvCall, StopSignals, TrainingInterrupted, sigint_ignored
 from alf_lite.summary import Summary, Throughput, print_progress
+from alf_lite.update import UpdateRunner
 
 
 @gin.configurable
@@ -74,6 +78,18 @@ class TrainerConfig:
             restart of a resumed run is never trained on.
         checkpoint_replay_buffer: save the replay buffer with the checkpoint so
             a resumed run continues with the same data.
+        device: where the networks, their optimizer states and the update
+            live: 'auto' (a GPU when there is one, else the CPU), 'cpu', 'cuda'
+            or 'cuda:N'. The envs always step on the CPU.
+        cuda_graph: capture the whole update (sampling, losses, optimizer
+            steps, target update) as CUDA graphs and replay them; GPU only.
+        precision: 'float32', or 'bfloat16' for the networks' hidden-layer
+            products (``alf_lite.precision``; slow where the CPU or GPU has no
+            native bfloat16).
+        defer_non_finite_checks: check the losses for NaN/inf on the device and
+            stop at the next summary or checkpoint (updates after a bad loss
+            are skipped) instead of at once, which reads each loss back to the
+            host. None: deferred on a GPU, immediate on the CPU.
     """
 
     def __init__(
@@ -94,6 +110,10 @@ class TrainerConfig:
         torch_num_threads: int = 1,
         mask_out_loss_for_last_step: bool = True,
         checkpoint_replay_buffer: bool = True,
+        device: str = 'auto',
+        cuda_graph: bool = False,
+        precision: str = 'float32',
+        defer_non_finite_checks: Optional[bool] = None,
     ):
         positive = (
             'num_env_steps',
@@ -137,11 +157,25 @@ class TrainerConfig:
                 f'TrainerConfig.replay_buffer_length ({replay_buffer_length}) must '
                 f'be >= mini_batch_length ({mini_batch_length}).'
             )
-        for name in ('mask_out_loss_for_last_step', 'checkpoint_replay_buffer'):
+        for name in ('mask_out_loss_for_last_step', 'checkpoint_replay_buffer', 'cuda_graph'):
             if not isinstance(values[name], bool):
                 raise ValueError(
                     f'TrainerConfig.{name} must be True or False, got {values[name]!r}.'
                 )
+        if defer_non_finite_checks is not None and not isinstance(defer_non_finite_checks, bool):
+            raise ValueError(
+                'TrainerConfig.defer_non_finite_checks must be True, False or None, got '
+                f'{defer_non_finite_checks!r}.'
+            )
+        if not isinstance(device, str):
+            raise ValueError(
+                f"TrainerConfig.device must be a string such as 'auto', 'cpu' or 'cuda:0', "
+                f'got {device!r}.'
+            )
+        try:
+            compute_dtype(precision)
+        except ValueError as e:
+            raise ValueError(f'TrainerConfig.{e}') from None
         if not callable(algorithm_ctor):
             raise ValueError(
                 'TrainerConfig.algorithm_ctor must be an algorithm class, e.g. '
@@ -163,6 +197,10 @@ class TrainerConfig:
         self.torch_num_threads = torch_num_threads
         self.mask_out_loss_for_last_step = mask_out_loss_for_last_step
         self.checkpoint_replay_buffer = checkpoint_replay_buffer
+        self.device = device
+        self.cuda_graph = cuda_graph
+        self.precision = precision
+        self.defer_non_finite_checks = defer_non_finite_checks
 
 
 def _crossed(before: int, after: int, interval: int) -> bool:
@@ -190,7 +228,9 @@ class Trainer:
         self._config = cfg = config
         self._run_dir = RunDir(root_dir)
         self._env = self._eval_env = None
+        self._device = device = resolve_device(cfg.device)
         seed_everything(cfg.random_seed, cfg.torch_num_threads)
+        use_deterministic_algorithms(device)
         try:
             with sigint_ignored():
                 self._env = env = create_environment()
@@ -201,12 +241,27 @@ class Trainer:
             )
             self._algorithm = cfg.algorithm_ctor(
                 observation_dim=env.observation_dim, action_dim=env.action_dim
-            )
+            ).to(device)
+            set_network_precision(self._algorithm, cfg.precision)
+            warn_if_emulated(cfg.precision, device)
             self._replay_buffer = ReplayBuffer(
                 num_envs=env.num_envs,
                 length=cfg.replay_buffer_length,
                 observation_dim=env.observation_dim,
                 action_dim=env.action_dim,
+                training_device=device,
+            )
+            defer = cfg.defer_non_finite_checks
+            self._runner = UpdateRunner(
+                self._algorithm,
+                self._replay_buffer,
+                cfg.mini_batch_size,
+                cfg.mini_batch_length,
+                functools.partial(
+                    loss_mask, mask_out_loss_for_last_step=cfg.mask_out_loss_for_last_step
+                ),
+                cuda_graph=cfg.cuda_graph,
+                defer_non_finite_checks=device.type != 'cpu' if defer is None else defer,
             )
         except BaseException:
             self.close()
@@ -218,6 +273,7 @@ class Trainer:
             self._replay_buffer,
             cfg.initial_collect_steps,
             self._episode_stats,
+            device,
         )
         self._stop_signals = StopSignals(lambda: self._env.busy or self._eval_env.busy)
         self._env_steps = 0
@@ -249,7 +305,10 @@ class Trainer:
             CheckpointError: when checkpoints exist but none of them can be loaded.
         """
         os.makedirs(self._run_dir.root, exist_ok=True)
-        latest = ckpt.load_latest_checkpoint(self._run_dir.checkpoint_dir)
+        description = describe_device(self._device)
+        logging.info('device: %s', description)
+        write_text_atomically(self._run_dir.device_file, description + '\n')
+        latest = ckpt.load_latest_checkpoint(self._run_dir.checkpoint_dir, self._device)
         reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
         if latest is not None:
             self._restore(*latest)
@@ -284,6 +343,10 @@ class Trainer:
                 self._write_operative_config()
             done = after >= cfg.num_env_steps
             summarising = _crossed(before, after, cfg.summary_interval) or done
+            stopping = self._stop_signals.received is not None
+            saving = _crossed(before, after, cfg.checkpoint_interval) or done or stopping
+            if summarising or saving:
+                self._stop_on_deferred_non_finite_loss()
             scalars = {}
             if summarising:
                 scalars = self._train_scalars(*throughput.rates(after, self._num_updates))
@@ -298,8 +361,7 @@ class Trainer:
                     scalars[ENV_STEPS_PER_SEC],
                     self._last_eval.get(EVAL_RETURN),
                 )
-            stopping = self._stop_signals.received is not None
-            if _crossed(before, after, cfg.checkpoint_interval) or done or stopping:
+            if saving:
                 self._save()
             self._stop_signals.raise_if_received()
 
@@ -336,9 +398,7 @@ class Trainer:
         if not algorithm.training:
             algorithm.train(True)
         for _ in range(cfg.num_updates_per_train_iter):
-            batch = replay_buffer.sample(cfg.mini_batch_size, cfg.mini_batch_length)
-            mask = loss_mask(batch, cfg.mask_out_loss_for_last_step)
-            self._latest_train_scalars = algorithm.train_step(batch, mask)
+            self._latest_train_scalars = self._runner.update(self._env_steps, self._num_updates + 1)
             self._num_updates += 1
 
     def _write_operative_config(self) -> None:
@@ -356,6 +416,22 @@ class Trainer:
             'for NaN/inf, or lower the learning rates.'
         ) from error
 
+    def _stop_on_deferred_non_finite_loss(self) -> None:
+        """Stop, naming the loss and step, if a deferred check found a non-finite loss.
+
+        Every update after it was skipped, so the weights are still those from
+        before it.
+        """
+        failure = self._runner.non_finite_loss()
+        if failure is None:
+            return
+        path = self._save(name=last_good_name(self._env_steps))
+        raise TrainingError(
+            f'{failure}; that update and every one after it were skipped, so the weights '
+            f'in {path} are those from before it. The regular checkpoints were left as they '
+            'were. Check the rewards and observations for NaN/inf, or lower the learning rates.'
+        )
+
     def _train_scalars(self, env_steps_per_sec: float, updates_per_sec: float) -> dict:
         scalars = {train_column(k): float(v) for k, v in self._latest_train_scalars.items()}
         scalars.update(self._episode_stats.scalars())
@@ -367,7 +443,10 @@ class Trainer:
 
     def _evaluate_and_write(self, summary: Summary, scalars: dict) -> None:
         self._algorithm.train(False)
-        results = evaluate(self._eval_env, self._algorithm.predict_step)
+        device = self._device
+        results = evaluate(
+            self._eval_env, lambda obs: self._algorithm.predict_step(obs.to(device)).cpu()
+        )
         self._last_eval = {
             EVAL_RETURN: results.average_return,
             EVAL_EPISODE_LENGTH: results.average_length,

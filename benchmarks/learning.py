@@ -326,7 +326,10 @@ def alf_gin_params(run: BenchmarkRun) -> List[str]:
         f'TrainerConfig.num_eval_episodes={NUM_EVAL_EPISODES}',
         f'TrainerConfig.checkpoint_interval={task.checkpoint_interval}',
         f'TrainerConfig.random_seed={run.seed}',
+        # Pinned, so that a change of defaults never mixes into one table.
         'TrainerConfig.torch_num_threads=1',
+        "TrainerConfig.device='cpu'",
+        "TrainerConfig.precision='float32'",
     ]
     return params + list(run.gin_params)
 

@@ -83,6 +83,8 @@ def parse_alf_lite_config(args, seed, trainer_device=True):
         f'TrainerConfig.torch_num_threads = {args.threads}',
         'TrainerConfig.checkpoint_replay_buffer = False',
     ]
+    if args.precision != 'float32':
+        params.append(f"TrainerConfig.precision = '{args.precision}'")
     if trainer_device and (args.device != 'cpu' or args.cuda_graph):
         params += [
             f"TrainerConfig.device = '{args.device}'",
@@ -145,6 +147,7 @@ def alf_lite_device_ceiling(args, env, updates):
     """
     from alf_lite.algorithms.off_policy_algorithm import loss_mask
     from alf_lite.device import resolve_device, use_deterministic_algorithms
+    from alf_lite.precision import set_network_precision
     from alf_lite.replay_buffer import ReplayBuffer
     from alf_lite.trainer import TrainerConfig
     from alf_lite.update import UpdateRunner
@@ -155,6 +158,7 @@ def alf_lite_device_ceiling(args, env, updates):
     algorithm = (
         TrainerConfig().algorithm_ctor(observation_dim=obs_dim, action_dim=act_dim).to(device)
     )
+    set_network_precision(algorithm, args.precision)
     n = 10_000
     rb = ReplayBuffer(1, n, obs_dim, act_dim, training_device=device)
     rb.load_state_dict(
@@ -270,6 +274,12 @@ def main():
     parser.add_argument(
         '--ceiling_only', action='store_true', help='only the pure-update ceilings: no env runs'
     )
+    parser.add_argument(
+        '--precision',
+        choices=['float32', 'bfloat16'],
+        default='float32',
+        help="alf_lite's TrainerConfig.precision (SB3 trains in float32)",
+    )
     args = parser.parse_args()
     if args.ceiling_only:
         print_ceilings(args, *ceilings(args, None))
@@ -289,7 +299,8 @@ def main():
 
     print(
         f'\n{args.algo.upper()} {args.env} on {args.device}'
-        f'{" (alf_lite: CUDA graph)" if args.cuda_graph else ""}, {args.steps} timed steps '
+        f'{" (alf_lite: CUDA graph)" if args.cuda_graph else ""}, alf_lite in '
+        f'{args.precision}, {args.steps} timed steps '
         f'after {args.learning_starts} random ones, torch threads: alf_lite {args.threads}, '
         f'SB3 {args.sb3_threads}, '
         f'{args.pairs} pair(s)'

@@ -577,3 +577,30 @@ def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocess
     assert state['env_steps'] == steps[-1]
     gone = psutil.wait_procs(children, timeout=10)[1] == []
     assert gone, [c.pid for c in children if c.is_running()]
+
+
+def test_deferred_nan_check_stops_at_the_next_summary_with_finite_checkpoints(tmp_path):
+    # The check a GPU run makes: no loss is read back per update; updates after
+    # the bad one are skipped and the run stops at the next summary.
+    with pytest.raises(TrainingError) as error:
+        train_in_process(
+            tmp_path,
+            "create_environment.env_name = 'alf_lite_tests/NanReward-v0'",
+            'TrainerConfig.num_env_steps = 2000',
+            'TrainerConfig.defer_non_finite_checks = True',
+        )
+    message = str(error.value)
+    found = re.search(r'the critic loss is nan at env step (\d+) \(update \d+\)', message)
+    assert found and 'skipped' in message, message
+    bad_step = int(found.group(1))
+    saved = sorted(os.listdir(tmp_path / 'checkpoints'))
+    (last_good,) = [s for s in saved if s.startswith('last_good-')]
+    assert last_good in message
+    stopped_at = int(last_good.split('-')[1])
+    summary_interval = 100
+    assert bad_step <= stopped_at <= bad_step + summary_interval
+    for name in saved:
+        state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / name))
+        for value in state['algorithm']['module'].values():
+            if torch.is_tensor(value) and value.is_floating_point():
+                assert torch.isfinite(value).all(), name

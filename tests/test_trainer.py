@@ -189,3 +189,64 @@ def test_evaluation_between_summaries(tmp_path):
     rows = read_csv(tmp_path / 'progress.csv')
     assert [r['env_steps'] for r in rows] == ['0', '200', '300', '400', '600']
     assert [r['eval/AverageReturn'] != '' for r in rows] == [True, True, False, True, True]
+
+
+def test_cpu_and_auto_devices_give_the_same_progress_csv_and_record_the_device(tmp_path):
+    params = ['TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 4']
+    train(tmp_path / 'default', *params)
+    train(tmp_path / 'cpu', *params, "TrainerConfig.device = 'cpu'")
+    rows = read_csv(tmp_path / 'default' / 'progress.csv')
+    assert len(rows) >= 2 and rows == read_csv(tmp_path / 'cpu' / 'progress.csv')
+    if not torch.cuda.is_available():  # 'auto' is the CPU here
+        assert (tmp_path / 'default' / 'device.txt').read_text().startswith('cpu')
+    assert (tmp_path / 'cpu' / 'device.txt').read_text().startswith('cpu')
+
+
+def test_cuda_graph_on_the_cpu_is_refused_before_anything_is_written(tmp_path):
+    parse_config(
+        [os.path.join(EXAMPLES, 'common', 'sac.gin')],
+        POINT_PARAMS + ["TrainerConfig.device = 'cpu'", 'TrainerConfig.cuda_graph = True'],
+    )
+    with pytest.raises(ValueError, match='cuda_graph'):
+        Trainer(TrainerConfig(), str(tmp_path / 'run'))
+    assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize(
+    'param, message',
+    [
+        ("TrainerConfig.precision = 'float16'", "precision must be one of 'float32', 'bfloat16'"),
+        ("TrainerConfig.device = 'tpu'", 'tpu'),
+    ],
+)
+def test_unknown_precision_or_device_is_refused(tmp_path, param, message):
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + [param])
+    with pytest.raises(ValueError, match=message):
+        Trainer(TrainerConfig(), str(tmp_path / 'run'))
+    assert not (tmp_path / 'run').exists()
+
+
+BF16 = [
+    "TrainerConfig.precision = 'bfloat16'",
+    'TanhNormalActorNetwork.hidden_layers = (16,)',
+    'CriticNetwork.hidden_layers = (16,)',
+    'TrainerConfig.mini_batch_size = 16',
+    'TrainerConfig.initial_collect_steps = 100',
+    'TrainerConfig.summary_interval = 100',
+    'TrainerConfig.checkpoint_interval = 200',
+]
+
+
+def test_bfloat16_same_seed_same_progress_csv_and_its_checkpoint_resumes(tmp_path):
+    train(tmp_path / 'a', *BF16, 'TrainerConfig.num_env_steps = 400')
+    train(tmp_path / 'b', *BF16, 'TrainerConfig.num_env_steps = 400')
+    rows = read_csv(tmp_path / 'a' / 'progress.csv')
+    assert len(rows) >= 4 and rows == read_csv(tmp_path / 'b' / 'progress.csv')
+    assert rows[-1]['train/critic_loss'] != ''
+    # Resume the bfloat16 run; its checkpoints hold float32 tensors only.
+    train(tmp_path / 'a', *BF16, 'TrainerConfig.num_env_steps = 600')
+    resumed = read_csv(tmp_path / 'a' / 'progress.csv')
+    assert int(resumed[-1]['env_steps']) == 600 and resumed[: len(rows)] == rows
+    state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'a' / 'checkpoints')))
+    floats = [v for v in state['algorithm']['module'].values() if torch.is_tensor(v)]
+    assert all(v.dtype == torch.float32 for v in floats if v.is_floating_point())
