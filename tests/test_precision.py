@@ -75,19 +75,11 @@ def test_hidden_products_run_in_bfloat16_and_outputs_stay_float32(batch_norm):
 
 def make(algorithm_class):
     torch.manual_seed(0)
-    if algorithm_class is SacAlgorithm:
-        return SacAlgorithm(
-            OBS,
-            ACT,
-            actor_network_ctor=lambda o, a: TanhNormalActorNetwork(o, a, hidden_layers=(32, 32)),
-            critic_network_ctor=lambda o, a, num_replicas: CriticNetwork(
-                o, a, num_replicas=num_replicas, hidden_layers=(32, 32)
-            ),
-        )
+    actor = TanhNormalActorNetwork if algorithm_class is SacAlgorithm else DeterministicActorNetwork
     return algorithm_class(
         OBS,
         ACT,
-        actor_network_ctor=lambda o, a: DeterministicActorNetwork(o, a, hidden_layers=(32, 32)),
+        actor_network_ctor=lambda o, a: actor(o, a, hidden_layers=(32, 32)),
         critic_network_ctor=lambda o, a, num_replicas: CriticNetwork(
             o, a, num_replicas=num_replicas, hidden_layers=(32, 32)
         ),
