@@ -138,14 +138,6 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         return math.lcm(self._policy_update_period, self._target_update_period)
 
     @torch.no_grad()
-    def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
-        return self._actor(observation)
-
-    @torch.no_grad()
-    def value_step(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self._critic(observation, action).mean(-1)
-
-    @torch.no_grad()
     def rollout_step(self, time_step: TimeStep) -> torch.Tensor:
         # Exploration policy (eq. 7): mu(s) + N, then clipped to the action range.
         action = self._actor(time_step.observation)

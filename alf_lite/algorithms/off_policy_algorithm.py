@@ -131,6 +131,10 @@ class OffPolicyAlgorithm(nn.Module):
     ``action_dim`` and register the optimizers in ``self.optimizers``; actions
     are always normalised to [-1, 1]. ``self._num_train_steps`` counts
     ``train_step`` calls (for update periods) and is saved with the module.
+    The actor-critic algorithms here keep their policy in ``self._actor``
+    (``forward`` is the deterministic action) and their critics in
+    ``self._critic`` (``[N, replicas]`` Q values), which the default
+    ``predict_step`` and ``value_step`` use.
 
     ``train_step`` may branch in Python on ``_num_train_steps`` only through
     periods that ``train_step_cycle`` covers, and must read nothing back from
@@ -160,17 +164,19 @@ class OffPolicyAlgorithm(nn.Module):
         """``train_step`` does the same work whenever ``num_train_steps`` is equal modulo this."""
         return 1
 
+    @torch.no_grad()
     def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
         """The deterministic action for evaluation, ``[N, action_dim]``."""
-        raise NotImplementedError
+        return self._actor(observation)
 
     def rollout_step(self, time_step: TimeStep) -> torch.Tensor:
         """The exploratory action for collection, ``[N, action_dim]``."""
         raise NotImplementedError
 
+    @torch.no_grad()
     def value_step(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """The critics' estimate of ``Q(s, a)``, mean over replicas, ``[N]`` (for summaries)."""
-        raise NotImplementedError
+        return self._critic(observation, action).mean(-1)
 
     @property
     def gamma(self) -> float:

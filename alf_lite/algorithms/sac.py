@@ -111,14 +111,6 @@ class SacAlgorithm(OffPolicyAlgorithm):
         return self._target_update_period
 
     @torch.no_grad()
-    def predict_step(self, observation: torch.Tensor) -> torch.Tensor:
-        return self._actor(observation)
-
-    @torch.no_grad()
-    def value_step(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self._critic(observation, action).mean(-1)
-
-    @torch.no_grad()
     def rollout_step(self, time_step: TimeStep) -> torch.Tensor:
         action, _ = self._actor.sample(time_step.observation)
         return action
