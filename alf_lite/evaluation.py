@@ -67,3 +67,69 @@ def evaluate(
         lengths[running] += 1
         finished |= np.asarray(time_step.step_type) == StepType.LAST
     return EpisodeResults(returns, lengths)
+
+
+class TerminationValues:
+    """The critics' Q against the return actually received, over the last steps before a fall.
+
+    Wraps an evaluation's policy and ``on_step``: for each eval episode that
+    ends by termination (LAST with discount 0), it keeps ``Q(s_t, a_t)`` and
+    the discounted return ``sum_k gamma^k r_{t+1+k}`` received from there to
+    the end, for the last ``num_steps`` steps. A critic that learned the end is
+    terminal predicts those returns; training on LAST -> FIRST pairs as if they
+    were transitions lifts its Q there.
+
+    Args:
+        policy: the evaluation policy, ``policy(observation) -> action``.
+        value: ``value(observation, action) -> [M]`` Q estimates on the host.
+        gamma: the discount factor of the critics' return.
+        num_steps: steps before the end that count.
+    """
+
+    def __init__(self, policy, value, gamma: float, num_steps: int = 10):
+        self._policy, self._value = policy, value
+        self._gamma, self._num_steps = gamma, num_steps
+        self._q, self._rewards, self._done = None, None, None
+        self._terminated = []
+
+    def policy(self, observation: torch.Tensor):
+        """The wrapped policy's action; records each running env's Q of it."""
+        action = self._policy(observation)
+        q = np.asarray(self._value(observation, action), dtype=np.float64)
+        if self._q is None:
+            m = len(q)
+            self._q, self._rewards = [[] for _ in range(m)], [[] for _ in range(m)]
+            self._done = np.zeros(m, dtype=bool)
+        for i in np.flatnonzero(~self._done):
+            self._q[i].append(q[i])
+        return action
+
+    def on_step(self, time_step: TimeStep) -> None:
+        """Record the rewards; an episode that terminates joins the statistics."""
+        if self._q is None:  # the reset
+            return
+        reward = np.asarray(time_step.reward, dtype=np.float64)
+        last = np.asarray(time_step.step_type) == StepType.LAST
+        discount = np.asarray(time_step.discount)
+        for i in np.flatnonzero(~self._done):
+            self._rewards[i].append(reward[i])
+            if last[i]:
+                self._done[i] = True
+                if discount[i] == 0:
+                    self._terminated.append(i)
+
+    def result(self):
+        """``(mean Q, mean return received)`` over the counted steps; None without a termination."""
+        qs, returns = [], []
+        for i in self._terminated:
+            rewards, to_go = self._rewards[i], 0.0
+            received = []
+            for r in reversed(rewards):
+                to_go = r + self._gamma * to_go
+                received.append(to_go)
+            received.reverse()
+            qs += self._q[i][-self._num_steps :]
+            returns += received[-self._num_steps :]
+        if not qs:
+            return None
+        return float(np.mean(qs)), float(np.mean(returns))

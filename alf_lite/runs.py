@@ -28,6 +28,10 @@ WALL_TIME = 'wall_time'
 # Scalars, named '<mode>/<tag>' (the TensorBoard event directory and tag).
 EVAL_RETURN = 'eval/AverageReturn'
 EVAL_EPISODE_LENGTH = 'eval/AverageEpisodeLength'
+# The critics' mean Q over the last steps of eval episodes that terminated, and the
+# discounted return actually received from those steps (evaluation.TerminationValues).
+EVAL_Q_NEAR_TERMINATION = 'eval/QNearTermination'
+EVAL_RETURN_NEAR_TERMINATION = 'eval/ReturnNearTermination'
 TRAIN_RETURN = 'train/AverageReturn'
 TRAIN_EPISODE_LENGTH = 'train/AverageEpisodeLength'
 ENV_STEPS_PER_SEC = 'train/env_steps_per_sec'

@@ -18,14 +18,16 @@ from alf_lite.config import write_text_atomically
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
 from alf_lite.environments import create_environment
 from alf_lite.episode_stats import EpisodeStats
-from alf_lite.evaluation import evaluate
+from alf_lite.evaluation import TerminationValues, evaluate
 from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.run_dir import RunDir, last_good_name
 from alf_lite.runs import (
     ENV_STEPS_PER_SEC,
     EVAL_EPISODE_LENGTH,
+    EVAL_Q_NEAR_TERMINATION,
     EVAL_RETURN,
+    EVAL_RETURN_NEAR_TERMINATION,
     PROCESS_RSS_BYTES,
     REPLAY_BUFFER_BYTES,
     UPDATES_PER_SEC,
@@ -442,15 +444,23 @@ class Trainer:
         return scalars
 
     def _evaluate_and_write(self, summary: Summary, scalars: dict) -> None:
-        self._algorithm.train(False)
-        device = self._device
-        results = evaluate(
-            self._eval_env, lambda obs: self._algorithm.predict_step(obs.to(device)).cpu()
+        algorithm, device = self._algorithm, self._device
+        algorithm.train(False)
+        near_end = TerminationValues(
+            lambda obs: algorithm.predict_step(obs.to(device)).cpu(),
+            lambda obs, action: algorithm.value_step(obs.to(device), action.to(device)).cpu(),
+            algorithm.gamma,
         )
+        results = evaluate(self._eval_env, near_end.policy, near_end.on_step)
         self._last_eval = {
             EVAL_RETURN: results.average_return,
             EVAL_EPISODE_LENGTH: results.average_length,
         }
+        if near_end.result() is not None:
+            q, received = near_end.result()
+            self._last_eval.update(
+                {EVAL_Q_NEAR_TERMINATION: q, EVAL_RETURN_NEAR_TERMINATION: received}
+            )
         scalars.update(self._last_eval)
         summary.write(self._env_steps, self._num_updates, time.time(), scalars)
         logging.info(

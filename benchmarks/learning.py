@@ -37,7 +37,9 @@ from alf_lite.run_dir import RunDir
 from alf_lite.runs import (
     ENV_STEPS,
     EVAL_EPISODE_LENGTH,
+    EVAL_Q_NEAR_TERMINATION,
     EVAL_RETURN,
+    EVAL_RETURN_NEAR_TERMINATION,
     REPLAY_BUFFER_BYTES,
     read_scalar_if_any,
     subprocess_env,
@@ -413,7 +415,12 @@ def _plot(run_dirs: List[str], group_by: str, y: str, png: str) -> None:
 
 # The scalars each suite's report draws, with the suffix of their PNG's name.
 FIGURE_SCALARS = {
-    'study_sac': ((EVAL_RETURN, ''), (EVAL_EPISODE_LENGTH, '_length')),
+    'study_sac': (
+        (EVAL_RETURN, ''),
+        (EVAL_EPISODE_LENGTH, '_length'),
+        (EVAL_Q_NEAR_TERMINATION, '_q_near_termination'),
+        (EVAL_RETURN_NEAR_TERMINATION, '_return_near_termination'),
+    ),
     'icub_walk': ((EVAL_RETURN, ''), (EVAL_EPISODE_LENGTH, '_length')),
 }
 

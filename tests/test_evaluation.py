@@ -1,10 +1,11 @@
 """One deterministic episode per env, side by side: returns and lengths counted until each ends."""
 
 import numpy as np
+import pytest
 import torch
 
 from alf_lite.data import StepType, TimeStep
-from alf_lite.evaluation import evaluate
+from alf_lite.evaluation import TerminationValues, evaluate
 
 
 class CountdownEnvs:
@@ -64,3 +65,56 @@ def test_policy_runs_without_gradients():
         return action
 
     evaluate(CountdownEnvs([2]), policy)
+
+
+class FakeEnvs:
+    """Env 0 terminates after 3 steps (reward 1 each), env 1 is truncated after 2 (reward 5)."""
+
+    num_envs = 2
+
+    def reset(self):
+        self._t = 0
+        return self._step(StepType.FIRST, [0.0, 0.0], [1.0, 1.0])
+
+    def step(self, action):
+        self._t += 1
+        t = self._t
+        step_type = [
+            StepType.LAST if t == 3 else StepType.MID,
+            StepType.LAST if t == 2 else StepType.MID,
+        ]
+        discount = [0.0 if t == 3 else 1.0, 1.0]
+        return self._step(step_type, [1.0, 5.0], discount)
+
+    def _step(self, step_type, reward, discount):
+        return TimeStep(
+            step_type=torch.tensor(step_type, dtype=torch.uint8),
+            observation=torch.full((2, 1), float(self._t)),
+            reward=torch.tensor(reward),
+            discount=torch.tensor(discount),
+            env_id=torch.arange(2),
+        )
+
+
+def test_q_and_received_return_over_the_last_steps_of_terminated_episodes_only():
+    # Q(s_t, a) = 10 + t; env 0 is at t = 0, 1, 2 before its termination.
+    values = TerminationValues(
+        lambda obs: torch.zeros(2, 1), lambda obs, action: 10 + obs[:, 0], gamma=0.5, num_steps=2
+    )
+    results = evaluate(FakeEnvs(), values.policy, values.on_step)
+    assert results.returns.tolist() == [3.0, 10.0] and results.lengths.tolist() == [3, 2]
+    q, received = values.result()
+    # Last 2 steps of env 0: t = 1, 2 with Q 11, 12 and returns 1 + 0.5 * 1 = 1.5 and 1.
+    assert q == pytest.approx(11.5) and received == pytest.approx(1.25)
+
+
+def test_no_termination_gives_no_figure():
+    class Truncated(FakeEnvs):
+        """Both envs end by a time limit (discount 1)."""
+
+        def _step(self, step_type, reward, discount):
+            return super()._step(step_type, reward, [1.0, 1.0])
+
+    values = TerminationValues(lambda obs: torch.zeros(2, 1), lambda o, a: np.zeros(2), 0.99)
+    evaluate(Truncated(), values.policy, values.on_step)
+    assert values.result() is None

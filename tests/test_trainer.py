@@ -250,3 +250,20 @@ def test_bfloat16_same_seed_same_progress_csv_and_its_checkpoint_resumes(tmp_pat
     state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'a' / 'checkpoints')))
     floats = [v for v in state['algorithm']['module'].values() if torch.is_tensor(v)]
     assert all(v.dtype == torch.float32 for v in floats if v.is_floating_point())
+
+
+def test_evaluation_compares_q_with_the_return_received_before_falls(tmp_path):
+    # Hopper's untrained policy falls within tens of steps: terminated episodes.
+    train(
+        tmp_path,
+        "create_environment.env_name = 'Hopper-v5'",
+        'TrainerConfig.num_env_steps = 300',
+        'TrainerConfig.initial_collect_steps = 100',
+        'TrainerConfig.eval_interval = 300',
+        'TrainerConfig.num_eval_episodes = 3',
+    )
+    rows = read_csv(tmp_path / 'progress.csv')
+    evals = [r for r in rows if r['eval/QNearTermination']]
+    assert len(evals) == 2  # at 0 and 300 env steps
+    # Rewards near a fall are about 1 per step: received returns of a few units.
+    assert all(0 < float(r['eval/ReturnNearTermination']) < 20 for r in evals)
