@@ -456,8 +456,9 @@ class Trainer:
             EVAL_RETURN: results.average_return,
             EVAL_EPISODE_LENGTH: results.average_length,
         }
-        if near_end.result() is not None:
-            q, received = near_end.result()
+        near_termination = near_end.result()
+        if near_termination is not None:
+            q, received = near_termination
             self._last_eval.update(
                 {EVAL_Q_NEAR_TERMINATION: q, EVAL_RETURN_NEAR_TERMINATION: received}
             )
