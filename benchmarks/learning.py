@@ -611,7 +611,7 @@ def parse_args(argv=None):
         'or an ISO date and time), judged by the measured time per env '
         'step of finished runs of the same kind (the assumed rate of '
         'the task before any), with a margin of '
-        f'{DEADLINE_MARGIN:.0%}; runs not started are "deferred".',
+        f'{(DEADLINE_MARGIN - 1) * 100:.0f}%% on that estimate; runs not started are "deferred".',
     )
     args = parser.parse_args(argv)
     if args.deadline is not None:
