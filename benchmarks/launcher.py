@@ -5,8 +5,9 @@ finished run gets ``done.json`` (wall time summed over attempts, env steps,
 final eval return, mean load, code version) and is skipped from then on; every
 attempt is kept in ``<log>.attempts.json``; ``<out>/plan.json`` holds every
 requested run's state. With a deadline, a run starts only if its estimated
-time fits, and a resumable run still going at the deadline checkpoints and
-stops. Runs that cannot resume start first. SIGINT and SIGTERM are passed
+time fits (or, with ``partial_minutes``, a resumable run also when at least
+that long is left), and a resumable run still going at the deadline
+checkpoints and stops. Runs that cannot resume start first. SIGINT and SIGTERM are passed
 on to the runs (alf_lite's train writes a checkpoint and stops).
 
 A run here is a ``benchmarks.learning.BenchmarkRun``; what starts it comes
@@ -94,12 +95,23 @@ class Launcher:
         out: the directory of the runs.
         command: the command that trains (or resumes) a run.
         deadline: seconds since the epoch by which every started run should end; None: no limit.
+        partial_minutes: also start a resumable run that cannot finish by the
+            deadline when at least this many minutes are left before it: it
+            trains until the deadline, checkpoints and stops, and a later call
+            resumes it (for runs longer than one sitting). None: never.
     """
 
-    def __init__(self, out: str, command: RunCommand, deadline: Optional[float] = None):
+    def __init__(
+        self,
+        out: str,
+        command: RunCommand,
+        deadline: Optional[float] = None,
+        partial_minutes: Optional[float] = None,
+    ):
         self._out = out
         self._command = command
         self._deadline = deadline
+        self._partial_s = None if partial_minutes is None else _MINUTE_S * partial_minutes
         self._lock = threading.Lock()
         self._processes = set()
         self.stopping = False
@@ -129,9 +141,18 @@ class Launcher:
             return dict(run=run, status='skipped', detail='already done', done=done)
         if self.stopping:
             return dict(run=run, status='not started', detail='stopped')
+        partial = ''
         if self._deadline is not None:
             seconds, source = estimate_seconds(run, out)
-            if time.time() + DEADLINE_MARGIN * seconds > self._deadline:
+            left = self._deadline - time.time()
+            if DEADLINE_MARGIN * seconds <= left:
+                pass
+            elif run.resumable and self._partial_s is not None and left >= self._partial_s:
+                partial = (
+                    f'needs about {format_duration(seconds)} ({source}); trains until the '
+                    f'deadline {time.strftime("%H:%M", time.localtime(self._deadline))}'
+                )
+            else:
                 return dict(
                     run=run,
                     status='deferred',
@@ -202,10 +223,17 @@ class Launcher:
             )
         )
         _write_json(attempts_path, attempts)
+        if stopped_at_deadline and returncode != 0:
+            return dict(
+                run=run,
+                status='deferred',
+                wall_time_s=wall,
+                detail=f'stopped at the deadline at {attempts[-1]["env_steps_to"]} env steps'
+                + (f' ({partial})' if partial else '')
+                + f', resumes on the next call (log: {log_path})',
+            )
         if returncode != 0:
             status = 'interrupted' if returncode in STOPPED_STATUSES else 'failed'
-            if stopped_at_deadline:
-                status, returncode = 'deferred', 'stopped at the deadline'
             return dict(
                 run=run,
                 status=status,
@@ -393,13 +421,14 @@ def train_runs(
     jobs: int,
     command: RunCommand,
     deadline: Optional[float] = None,
+    partial_minutes: Optional[float] = None,
 ) -> int:
     """Trains ``runs``, ``jobs`` at a time; prints one line per run and a summary.
 
     Returns:
         the exit code: ``EXIT_FAULT`` when a run failed or was interrupted, else 0.
     """
-    launcher = Launcher(out, command, deadline)
+    launcher = Launcher(out, command, deadline, partial_minutes)
     previous = {s: signal.signal(s, launcher.stop) for s in STOP_SIGNALS}
     results, total = [], len(runs)
     # A run that cannot resume goes first, so that an unplanned stop is more

@@ -613,7 +613,20 @@ def parse_args(argv=None):
         'the task before any), with a margin of '
         f'{(DEADLINE_MARGIN - 1) * 100:.0f}%% on that estimate; runs not started are "deferred".',
     )
+    parser.add_argument(
+        '--partial',
+        type=float,
+        default=None,
+        metavar='MINUTES',
+        help='With --deadline: also start an alf_lite run that cannot finish by '
+        'then when at least MINUTES are left; it trains until the deadline, '
+        'checkpoints and stops, and the next call resumes it (for runs longer '
+        'than one sitting, such as icub_walk). SB3 runs cannot resume and '
+        'never start this way.',
+    )
     args = parser.parse_args(argv)
+    if args.partial is not None and (args.deadline is None or args.partial <= 0):
+        parser.error('--partial takes a positive number of minutes and needs --deadline')
     if args.deadline is not None:
         try:
             args.deadline = parse_deadline(args.deadline)
@@ -665,7 +678,7 @@ def main(argv=None) -> int:
         return 0
     print(f'{len(runs)} runs, {args.jobs} at a time, into {args.out}', flush=True)
     command = functools.partial(run_command, out=args.out, steps_override=args.steps)
-    return train_runs(runs, args.out, args.jobs, command, args.deadline)
+    return train_runs(runs, args.out, args.jobs, command, args.deadline, args.partial)
 
 
 if __name__ == '__main__':

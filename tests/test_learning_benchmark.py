@@ -375,10 +375,13 @@ def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path)
     }
 
 
-def test_an_alf_lite_run_still_going_at_the_deadline_checkpoints_and_resumes_later(tmp_path):
+def test_runs_still_going_at_the_deadline_checkpoint_and_partial_never_starts_an_sb3_run(
+    tmp_path,
+):
     out = tmp_path / 'runs'
-    # A finished run of the same kind that measured a tiny time per step makes
-    # the estimate fit the deadline; the real run is slower and meets it.
+    # A finished SAC run that measured a tiny time per step makes alf_lite SAC's
+    # estimate fit the deadline; the real run is slower and meets it. TD3 has
+    # only the assumed rate, which does not fit: it starts because of --partial.
     fake = out / 'pendulum' / 'other' / 'seed9'
     fake.mkdir(parents=True)
     (fake / 'done.json').write_text(
@@ -392,30 +395,38 @@ def test_an_alf_lite_run_still_going_at_the_deadline_checkpoints_and_resumes_lat
             )
         )
     )
-    args = [
-        '--suite',
-        'pendulum',
-        '--runs',
-        'alf_sac',
-        '--seeds',
-        0,
-        '--steps',
-        20_000,
-        '--jobs',
-        1,
-        '--out',
-        out,
-    ]
-    result = run_script(*args, '--deadline', '0.25')
+    args = ['--suite', 'pendulum', '--seeds', 0, '--steps', 20_000, '--out', out]
+    args += ['--runs', 'alf_sac', '--runs', 'alf_td3', '--runs', 'sb3_sac', '--jobs', 3]
+    refused = run_script(*args, '--deadline', '0.6', '--partial', '0')
+    assert refused.returncode == 2 and '--partial takes a positive number' in refused.stderr
+    result = run_script(*args, '--deadline', '0.6', '--partial', '0.1')
     assert result.returncode == 0, result.stdout + result.stderr
-    assert 'deferred' in result.stdout and 'stopped at the deadline' in result.stdout
-    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
-    assert list((run_dir / 'checkpoints').glob('ckpt-*'))
-    (attempt,) = json.loads((out / 'pendulum' / 'logs' / 'alf_sac.seed0.attempts.json').read_text())
-    assert attempt['kind'] == ['alf_lite', 'sac', 'Pendulum-v1']
-    assert attempt['env_steps_from'] == 0 and 0 < attempt['env_steps_to'] < 20_000
+    lines = {
+        line.split()[2].rstrip(':'): line
+        for line in result.stdout.splitlines()
+        if line.startswith('[')
+    }
+    assert 'deferred' in lines['pendulum/sb3_sac/seed0']
+    assert 'would end after the deadline' in lines['pendulum/sb3_sac/seed0']
+    assert not (out / 'pendulum' / 'sb3_sac' / 'seed0').exists()
     plan = json.loads((out / 'plan.json').read_text())
-    assert plan['pendulum/alf_sac/seed0']['status'] == 'deferred'
+    for name in 'alf_sac', 'alf_td3':
+        line = lines[f'pendulum/{name}/seed0']
+        assert ' deferred ' in line and ('trains until' in line) == (name == 'alf_td3'), line
+        run_dir = out / 'pendulum' / name / 'seed0'
+        assert list((run_dir / 'checkpoints').glob('ckpt-*')), line
+        attempts = out / 'pendulum' / 'logs' / f'{name}.seed0.attempts.json'
+        (attempt,) = json.loads(attempts.read_text())
+        assert attempt['kind'] == ['alf_lite', name[4:], 'Pendulum-v1']
+        assert attempt['env_steps_from'] == 0 and 0 < attempt['env_steps_to'] < 20_000
+        assert f'stopped at the deadline at {attempt["env_steps_to"]} env steps' in line
+        assert plan[f'pendulum/{name}/seed0']['status'] == 'deferred'
+        assert plan[f'pendulum/{name}/seed0']['env_steps'] == attempt['env_steps_to']
+
+
+def test_help_prints():
+    result = _ok(run_script('--help'))
+    assert '--deadline' in result.stdout and '--partial' in result.stdout
 
 
 def test_sac_study_report_compares_each_switch_with_the_shared_default():
