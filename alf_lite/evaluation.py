@@ -69,6 +69,11 @@ def evaluate(
     return EpisodeResults(returns, lengths)
 
 
+# The steps before an eval episode's termination over which TerminationValues compares Q
+# with the return received.
+NEAR_TERMINATION_STEPS = 10
+
+
 class TerminationValues:
     """The critics' Q against the return actually received, over the last steps before a fall.
 
@@ -86,7 +91,7 @@ class TerminationValues:
         num_steps: steps before the end that count.
     """
 
-    def __init__(self, policy, value, gamma: float, num_steps: int = 10):
+    def __init__(self, policy, value, gamma: float, num_steps: int = NEAR_TERMINATION_STEPS):
         self._policy, self._value = policy, value
         self._gamma, self._num_steps = gamma, num_steps
         self._q, self._rewards, self._done = None, None, None

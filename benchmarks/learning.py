@@ -33,6 +33,7 @@ if _CHECKOUT not in sys.path:  # run as a script: import this checkout's alf_lit
     sys.path.insert(0, _CHECKOUT)
 
 from alf_lite.bin.cli import EXIT_FAULT
+from alf_lite.evaluation import NEAR_TERMINATION_STEPS
 from alf_lite.run_dir import RunDir
 from alf_lite.runs import (
     ENV_STEPS,
@@ -479,6 +480,7 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
         for name in names:
             spec = specs[name]
             finals, steps, walls, replay, loads, unfinished = [], [], [], [], [], 0
+            per_step, q_end, return_end = [], [], []
             for d in found[name]:
                 xs, ys = read_scalar_if_any(d, EVAL_RETURN)
                 if not len(ys):
@@ -488,11 +490,21 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
                 done = read_done(d)
                 if done:
                     walls.append(done['wall_time_s'])
+                    if done.get('env_steps'):
+                        per_step.append(done['wall_time_s'] / done['env_steps'])
                     codes.update(done.get('code') or ['unknown'])
                     if done.get('mean_load') is not None:
                         loads.append(done['mean_load'])
                 else:
                     unfinished += 1
+                for column, values in (
+                    (EVAL_Q_NEAR_TERMINATION, q_end),
+                    (EVAL_RETURN_NEAR_TERMINATION, return_end),
+                ):
+                    _, ys = read_scalar_if_any(d, column)
+                    ys = ys[~np.isnan(ys)]
+                    if len(ys):
+                        values.append(float(ys[-LAST_N:].mean()))
                 _, nbytes = read_scalar_if_any(d, REPLAY_BUFFER_BYTES)
                 if len(nbytes):
                     replay.append(float(nbytes[-1]))
@@ -510,10 +522,18 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
                     seeds,
                     env_steps,
                     format_duration(statistics.median(walls)) if walls else '-',
+                    f'{1000 * statistics.median(per_step):.1f}' if per_step else '-',
                     _mib(statistics.median(replay)) if replay else '-',
                     f'{statistics.median(loads):.1f}' if loads else '-',
                 )
             )
+            if suite == 'study_sac':
+                rows[-1] += tuple(
+                    '{:.1f} [{:.1f}, {:.1f}]'.format(*band(v, 'ci', rng, NUM_BOOTSTRAP))
+                    if v
+                    else '-'
+                    for v in (q_end, return_end)
+                )
     header = (
         'task',
         'framework',
@@ -522,9 +542,15 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
         'seeds',
         'env steps',
         'median wall time',
+        'ms per env step',
         'replay buffer',
         'load',
     )
+    if suite == 'study_sac':
+        header += (
+            f'Q near termination [{CONFIDENCE:.0%} CI]',
+            f'return near termination [{CONFIDENCE:.0%} CI]',
+        )
     print(f'\n## {suite}\n')
     print(
         f"Final eval return: each run's mean over its last {LAST_N} evaluations "
@@ -535,6 +561,14 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
     print('|' + '|'.join('---' for _ in header) + '|')
     for row in rows:
         print('| ' + ' | '.join(row) + ' |')
+    if suite == 'study_sac':
+        print(
+            f"\nQ near termination: the critics' mean Q over the last "
+            f"{NEAR_TERMINATION_STEPS} steps before each eval episode's termination; "
+            'return near termination: the discounted return received from those steps; '
+            f"each run's mean over its last {LAST_N} evaluations, then mean over runs "
+            'and CI as above.'
+        )
     print(
         f'\nload: median over runs of the mean 1-minute load average while each trained '
         f'({os.cpu_count()} CPUs here; above the number of runs at a time means the wall '

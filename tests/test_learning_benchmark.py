@@ -245,7 +245,8 @@ def test_alf_lite_run_is_done_then_skipped_and_reported(tmp_path):
     assert cells[:3] == ['Pendulum-v1', 'alf_lite', 'SAC']
     assert cells[3].startswith(f'{done["final_eval_return_last3"]:.1f} [')
     assert cells[4] == '1' and cells[5] == str(TINY_STEPS)
-    assert cells[7] == '2.4 MiB'  # 100k rows of 25 bytes
+    assert cells[7] == f'{1000 * done["wall_time_s"] / TINY_STEPS:.1f}'  # ms per env step
+    assert cells[8] == '2.4 MiB'  # 100k rows of 25 bytes
 
 
 def test_sb3_run_writes_what_plot_reads(tmp_path):
@@ -439,3 +440,36 @@ def test_sac_study_report_compares_each_switch_with_the_shared_default():
     ]
     assert figures[0][2] == found['hopper_default'] + found['hopper_mask_false']
     assert figures[1][2] == found['hopper_default'] + found['hopper_resample_true']
+
+
+def test_sac_study_table_has_q_and_return_near_termination_per_setting(tmp_path):
+    out, docs = tmp_path / 'runs', tmp_path / 'docs'
+    header = 'env_steps,eval/AverageReturn,eval/QNearTermination,eval/ReturnNearTermination\n'
+    # Each run's last 3 evaluations count; an evaluation without a termination has no Q.
+    for seed, q in enumerate([(9.0, 1.0, 2.0, 3.0), (9.0, 5.0, 6.0, 7.0)]):
+        run_dir = out / 'study_sac' / 'icub_default' / f'seed{seed}'
+        run_dir.mkdir(parents=True)
+        rows = [f'{1000 * k},{10 * k},{v},{v - 1}' for k, v in enumerate(q)]
+        rows.append('4000,50,,')
+        (run_dir / 'progress.csv').write_text(header + '\n'.join(rows) + '\n')
+        (run_dir / 'done.json').write_text(json.dumps(dict(wall_time_s=8.0, env_steps=4000)))
+        (run_dir / 'config.gin').write_text(
+            'TrainerConfig.mask_out_loss_for_last_step = True\n'
+            'SacAlgorithm.resample_action_per_loss = False\n'
+        )
+    report = _ok(run_script('--suite', 'study_sac', '--report', '--out', out, '--docs_dir', docs))
+    lines = report.stdout.splitlines()
+    head = next(line for line in lines if line.startswith('| task'))
+    row = next(line for line in lines if line.startswith('| ICubWalk-v0'))
+    cells = dict(
+        zip(
+            [c.strip() for c in head.strip('|').split('|')],
+            [c.strip() for c in row.strip('|').split('|')],
+        )
+    )
+    assert cells['algorithm / setting'] == 'default' and cells['seeds'] == '2'
+    assert cells['final eval return, mean [95% CI]'] == '33.3 [33.3, 33.3]'  # (20+30+50)/3
+    assert cells['ms per env step'] == '2.0'
+    assert cells['Q near termination [95% CI]'] == '4.0 [2.0, 6.0]'
+    assert cells['return near termination [95% CI]'] == '3.0 [1.0, 5.0]'
+    assert (docs / 'study_sac_icub_mask_q_near_termination.png').stat().st_size > 0
