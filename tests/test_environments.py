@@ -301,6 +301,31 @@ def test_unknown_env_id_names_close_match():
         create_environment('Pendulum-v2')
 
 
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_module_colon_id_imports_the_module_that_registers_the_id(
+    tmp_path, monkeypatch, use_subprocesses
+):
+    module = f'registers_short_pendulum_{int(use_subprocesses)}'
+    env_id = f'alf_test/ShortPendulum{int(use_subprocesses)}-v0'
+    (tmp_path / f'{module}.py').write_text(
+        'import gymnasium\n'
+        f'gymnasium.register({env_id!r}, max_episode_steps=3,\n'
+        "    entry_point='gymnasium.envs.classic_control.pendulum:PendulumEnv')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=f"Unknown environment id '{env_id}'"):
+        create_environment(env_id)  # not registered until the module is imported
+    with create_environment(
+        f'{module}:{env_id}', num_parallel_environments=2, use_subprocesses=use_subprocesses
+    ) as env:
+        env.reset()
+        action = torch.zeros(2, 1)
+        step_types = [env.step(action).step_type.tolist() for _ in range(3)]
+    assert step_types[-1] == [StepType.LAST] * 2  # the module's time limit of 3
+    with pytest.raises(ValueError, match="cannot import module 'no_such_module_here'"):
+        create_environment('no_such_module_here:Pendulum-v1')
+
+
 @pytest.mark.parametrize(
     'env_name, message',
     [('CartPole-v1', 'SAC, DDPG and TD3'), ('alf_test/Image-v0', 'flat 1-D Box')],

@@ -2,6 +2,7 @@
 
 import difflib
 import functools
+import importlib
 import multiprocessing
 import time
 from typing import Callable, List, Optional, Sequence, Union
@@ -423,7 +424,8 @@ def create_environment(
 
     Args:
         env_name: a registered gymnasium id, e.g. 'HalfCheetah-v5' or
-            'alf_lite/PointTarget-v0' (``module:Id`` imports ``module`` first).
+            'alf_lite/PointTarget-v0'; ``module:Id`` imports ``module`` (which
+            registers ``Id``) first, e.g. 'my_envs:MyEnv-v0'.
         num_parallel_environments: number of envs N stepped together.
         seed: seeds of the first reset: an int seeds env ``i`` with
             ``seed + i``, a sequence gives one seed per env.
@@ -450,12 +452,22 @@ def create_environment(
             unsupported spaces.
         EnvironmentCrashedError: when an env cannot be created.
     """
+    env_id = env_name
+    if ':' in env_name:
+        module, env_id = env_name.split(':', 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ValueError(
+                f"Environment '{env_name}': cannot import module '{module}', which "
+                f'should register {env_id!r}: {e}'
+            ) from e
     try:
         # A spec (rather than the id) travels with the env factory, so a
         # subprocess needs no registration of its own.
-        spec = gymnasium.spec(env_name)
+        spec = gymnasium.spec(env_id)
     except gymnasium.error.Error as e:
-        close = difflib.get_close_matches(env_name, list(gymnasium.envs.registry.keys()), n=5)
+        close = difflib.get_close_matches(env_id, list(gymnasium.envs.registry.keys()), n=5)
         hint = (
             ('Closest registered ids: ' + ', '.join(repr(c) for c in close) + '.')
             if close
