@@ -75,3 +75,19 @@ gymnasium.register(
     max_episode_steps=20,
     kwargs=dict(hang_seed=train_env_seeds(0, 1)[0], hang_step=150),
 )
+
+
+class CrashingEnv(HangingEnv):
+    """As ``HangingEnv``, but the chosen env raises in that step instead of hanging."""
+
+    def _hang(self):
+        raise RuntimeError('the simulator exploded')
+
+
+# Train env 0 of a run with random_seed 0.
+gymnasium.register(
+    'alf_lite_tests/CrashesAfterCheckpoint-v0',
+    entry_point=CrashingEnv,
+    max_episode_steps=20,
+    kwargs=dict(hang_seed=train_env_seeds(0, 1)[0], hang_step=150),
+)

@@ -503,10 +503,33 @@ def test_trainer_stops_on_an_env_process_that_never_answers(tmp_path):
     )
     assert result.returncode == 1, result.stderr[-3000:]
     assert '(env 0 of 2) did not answer step() within 2 s' in result.stderr, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
     # Env 0 hangs in its 150th step, after the checkpoints at 100, 200 and 300 env steps.
     assert checkpoint_steps(root_dir) == [100, 200, 300]
     state, _ = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / 'ckpt-300'))
     assert state['env_steps'] == 300
+
+
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_env_that_raises_stops_the_run_with_a_message_naming_it(tmp_path, use_subprocesses):
+    root_dir = tmp_path / 'run'
+    result = run_hanging(
+        root_dir,
+        'alf_lite_tests/CrashesAfterCheckpoint-v0',
+        'create_environment.num_parallel_environments=2',
+        f'create_environment.use_subprocesses={use_subprocesses}',
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    # The env's own stack (gymnasium prints it for an env process), and last the
+    # message naming the env; none of the trainer's frames.
+    assert re.search(r'hanging_env\.py", line \d+, in _hang', result.stderr), result.stderr[-3000:]
+    assert 'trainer.py", line' not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: Environment 'alf_lite_tests/CrashesAfterCheckpoint-v0' (env 0 of 2) "
+        'raised in step(): RuntimeError: the simulator exploded'
+    ), result.stderr[-3000:]
+    # Env 0 raises in its 150th step, after the checkpoints at 100, 200 and 300 env steps.
+    assert checkpoint_steps(root_dir) == [100, 200, 300]
 
 
 def test_in_process_env_that_never_returns_ends_the_run_with_every_stack(tmp_path):

@@ -98,6 +98,7 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment):
 
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
+    from alf_lite.environments import EnvironmentCrashedError
     from alf_lite.trainer import Trainer, TrainerConfig
 
     try:
@@ -107,6 +108,19 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment):
         return Trainer(TrainerConfig(), root_dir)
     except (ConfigError, ValueError, TypeError, MemoryError) as e:
         fail(str(e))
+    except EnvironmentCrashedError as e:
+        fail_on_env_error(e)
+
+
+def fail_on_env_error(error: Exception) -> None:
+    """Exit with ``EXIT_FAULT`` on an env's error: what the env raised with its stack, then the
+    message naming the env; not the trainer's frames above the env, which say nothing of it."""
+    from alf_lite.environments.suite_gym import env_traceback
+
+    stack = env_traceback(error)
+    if stack:
+        print(f'{stack}\n', file=sys.stderr)
+    fail(str(error), exit_code=EXIT_FAULT)
 
 
 def main(argv):
@@ -134,6 +148,7 @@ def main(argv):
 
     from alf_lite.checkpoint import CheckpointError
     from alf_lite.config import write_text_atomically
+    from alf_lite.environments import EnvironmentCrashedError
     from alf_lite.signals import TrainingInterrupted
     from alf_lite.trainer import TrainingError
 
@@ -151,6 +166,10 @@ def main(argv):
             fail(str(e))
         except TrainingError as e:
             fail(str(e), exit_code=EXIT_FAULT)
+        except EnvironmentCrashedError as e:
+            # The message names the env that raised, died or hung; leaving the
+            # ``with`` block terminates every env process.
+            fail_on_env_error(e)
         except TrainingInterrupted as e:
             logging.warning(
                 '%s: checkpoint written, env processes closed; re-run the same '

@@ -5,6 +5,7 @@ import functools
 import importlib
 import multiprocessing
 import time
+import traceback
 from typing import Callable, List, Optional, Sequence, Union
 
 import gin
@@ -34,7 +35,25 @@ _EXIT_CODE_POLL_S = 0.01
 
 
 class EnvironmentCrashedError(RuntimeError):
-    """An env raised or its process died; the message names the env id and its index."""
+    """An env raised or its process died; the message names the env id and its index.
+
+    Attributes:
+        raised_by_env: True when the env itself raised (its exception is the
+            ``__cause__`` while in the process that ran the env).
+    """
+
+    raised_by_env = False
+
+
+def env_traceback(error: EnvironmentCrashedError) -> Optional[str]:
+    """The stack of what an env raised in this process, from its ``reset``/``step`` down.
+
+    None for a hang or a dead process (no env stack) and for an env process
+    (gymnasium prints its stack as it passes the error on).
+    """
+    if not error.raised_by_env or error.__cause__ is None:
+        return None
+    return ''.join(traceback.format_exception(error.__cause__)).rstrip()
 
 
 class EnvironmentHungError(EnvironmentCrashedError):
@@ -53,9 +72,11 @@ class _NamedEnv(gymnasium.Wrapper):
         self._where = f"Environment '{name}' (env {index} of {num_envs})"
 
     def _crashed(self, call: str, error: Exception) -> EnvironmentCrashedError:
-        return EnvironmentCrashedError(
+        crashed = EnvironmentCrashedError(
             f'{self._where} raised in {call}(): {type(error).__name__}: {error}'
         )
+        crashed.raised_by_env = True
+        return crashed
 
     def reset(self, **kwargs):
         try:
