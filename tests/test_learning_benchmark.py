@@ -473,3 +473,25 @@ def test_sac_study_table_has_q_and_return_near_termination_per_setting(tmp_path)
     assert cells['Q near termination [95% CI]'] == '4.0 [2.0, 6.0]'
     assert cells['return near termination [95% CI]'] == '3.0 [1.0, 5.0]'
     assert (docs / 'study_sac_icub_mask_q_near_termination.png').stat().st_size > 0
+
+
+def test_sac_study_cost_times_each_setting_of_a_task():
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'sac_study_cost.py')]
+        + ['--task', 'hopper', '--updates', '3', '--rounds', '2'],
+        cwd=REPO_ROOT,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert any(
+        line.startswith('Hopper-v5: 11-d observation, 3-d action, 1 torch') for line in lines
+    )
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.strip()}
+    for setting in 'default', 'mask_out_loss_for_last_step=False', 'resample_action_per_loss=True':
+        assert float(rows[setting][0]) > 0, result.stdout
+    assert rows['default'][-1] == '1.00'
+    assert 'ICubWalk' not in result.stdout
