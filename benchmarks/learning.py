@@ -390,7 +390,9 @@ def _seed_dirs(out: str, suite: str, name: str) -> List[str]:
     return [d for _, d in sorted(dirs) if os.path.isfile(RunDir(d).progress_file)]
 
 
-def _plot(run_dirs: List[str], group_by: str, y: str, png: str) -> None:
+def _plot(
+    run_dirs: List[str], group_by: str, y: str, png: str, y_minus: Optional[str] = None
+) -> None:
     command = [
         sys.executable,
         '-m',
@@ -406,7 +408,7 @@ def _plot(run_dirs: List[str], group_by: str, y: str, png: str) -> None:
         str(LAST_N),
         '--out',
         png,
-    ]
+    ] + (['--y_minus', y_minus] if y_minus else [])
     result = subprocess.run(
         command, cwd=REPO_ROOT, env=subprocess_env(1), capture_output=True, text=True
     )
@@ -417,13 +419,15 @@ def _plot(run_dirs: List[str], group_by: str, y: str, png: str) -> None:
     print(f'wrote {png}')
 
 
-# The scalars each suite's report draws, with the suffix of their PNG's name.
+# The scalars each suite's report draws, with the suffix of their PNG's name (and a
+# scalar to subtract).
 FIGURE_SCALARS = {
     'study_sac': (
         (EVAL_RETURN, ''),
         (EVAL_EPISODE_LENGTH, '_length'),
         (EVAL_Q_NEAR_TERMINATION, '_q_near_termination'),
         (EVAL_RETURN_NEAR_TERMINATION, '_return_near_termination'),
+        (EVAL_Q_NEAR_TERMINATION, '_q_above_return', EVAL_RETURN_NEAR_TERMINATION),
     ),
     'icub_walk': ((EVAL_RETURN, ''), (EVAL_EPISODE_LENGTH, '_length')),
 }
@@ -475,15 +479,16 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
             n: [d for d in found[n] if len(read_scalar_if_any(d, EVAL_RETURN)[1])] for n in names
         }
         for name, by, plotted in _figures(suite, stem, group_by, names, evaluated):
-            for y, suffix in FIGURE_SCALARS.get(suite, ((EVAL_RETURN, ''),)):
+            for y, suffix, *minus in FIGURE_SCALARS.get(suite, ((EVAL_RETURN, ''),)):
                 # A scalar only some runs log (e.g. from before it existed) is drawn for those.
                 having = [d for d in plotted if len(read_scalar_if_any(d, y)[1])]
                 if having:
-                    _plot(having, by, y, os.path.join(docs_dir, f'{name}{suffix}.png'))
+                    png = os.path.join(docs_dir, f'{name}{suffix}.png')
+                    _plot(having, by, y, png, *minus)
         for name in names:
             spec = specs[name]
             finals, steps, walls, replay, loads, unfinished = [], [], [], [], [], 0
-            per_step, q_end, return_end = [], [], []
+            per_step, q_end, return_end, q_above = [], [], [], []
             for d in found[name]:
                 xs, ys = read_scalar_if_any(d, EVAL_RETURN)
                 if not len(ys):
@@ -500,14 +505,14 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
                         loads.append(done['mean_load'])
                 else:
                     unfinished += 1
-                for column, values in (
-                    (EVAL_Q_NEAR_TERMINATION, q_end),
-                    (EVAL_RETURN_NEAR_TERMINATION, return_end),
-                ):
-                    _, ys = read_scalar_if_any(d, column)
-                    ys = ys[~np.isnan(ys)]
-                    if len(ys):
-                        values.append(float(ys[-LAST_N:].mean()))
+                q_xs, q_ys = read_scalar_if_any(d, EVAL_Q_NEAR_TERMINATION)
+                r_xs, r_ys = read_scalar_if_any(d, EVAL_RETURN_NEAR_TERMINATION)
+                if len(q_ys) and len(r_ys):
+                    q_end.append(float(q_ys[-LAST_N:].mean()))
+                    return_end.append(float(r_ys[-LAST_N:].mean()))
+                    received = dict(zip(r_xs, r_ys))
+                    both = [q - received[x] for x, q in zip(q_xs, q_ys) if x in received]
+                    q_above.append(float(np.mean(both[-LAST_N:])))
                 _, nbytes = read_scalar_if_any(d, REPLAY_BUFFER_BYTES)
                 if len(nbytes):
                     replay.append(float(nbytes[-1]))
@@ -535,7 +540,7 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
                     '{:.1f} [{:.1f}, {:.1f}]'.format(*band(v, 'ci', rng, NUM_BOOTSTRAP))
                     if v
                     else '-'
-                    for v in (q_end, return_end)
+                    for v in (q_end, return_end, q_above)
                 )
     header = (
         'task',
@@ -553,6 +558,7 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
         header += (
             f'Q near termination [{CONFIDENCE:.0%} CI]',
             f'return near termination [{CONFIDENCE:.0%} CI]',
+            f'Q - return [{CONFIDENCE:.0%} CI]',
         )
     print(f'\n## {suite}\n')
     print(
@@ -569,8 +575,9 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
             f"\nQ near termination: the critics' mean Q over the last "
             f"{NEAR_TERMINATION_STEPS} steps before each eval episode's termination; "
             'return near termination: the discounted return received from those steps; '
-            f"each run's mean over its last {LAST_N} evaluations, then mean over runs "
-            'and CI as above.'
+            'Q - return: their difference at each evaluation; '
+            f"each run's mean over its last {LAST_N} evaluations that have an episode "
+            'ending in termination, then mean over runs and CI as above.'
         )
     print(
         f'\nload: median over runs of the mean 1-minute load average while each trained '

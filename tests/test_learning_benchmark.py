@@ -472,6 +472,8 @@ def test_sac_study_table_has_q_and_return_near_termination_per_setting(tmp_path)
     assert cells['ms per env step'] == '2.0'
     assert cells['Q near termination [95% CI]'] == '4.0 [2.0, 6.0]'
     assert cells['return near termination [95% CI]'] == '3.0 [1.0, 5.0]'
+    assert cells['Q - return [95% CI]'] == '1.0 [1.0, 1.0]'
+    assert (docs / 'study_sac_icub_mask_q_above_return.png').stat().st_size > 0
     assert (docs / 'study_sac_icub_mask_q_near_termination.png').stat().st_size > 0
 
 

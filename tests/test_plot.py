@@ -171,3 +171,18 @@ def test_unknown_column_names_the_columns_there_are(grid, tmp_path):
     assert "no column 'eval/AverageRetrun'" in result.stderr
     assert 'eval/AverageReturn' in result.stderr
     assert 'Traceback' not in result.stderr
+
+
+def test_y_minus_plots_the_difference_where_a_run_has_both(grid, tmp_path):
+    paths = [str(grid / f'lr={LR_A},seed={s}') for s in RUNS_A]
+    args = ['--y', 'eval/AverageReturn', '--y_minus', 'train/critic_loss', '--out', 'diff.png']
+    result = run_plot(paths + args, tmp_path)
+    assert_ok(result)
+    curves = read_curves(tmp_path / 'diff.csv')
+    # critic_loss is 0.5 at the eval rows after the first and missing at step 0 (no point
+    # there); at 50, 150 only critic_loss has a value.
+    assert {x: v[0] for (_, x), v in curves.items()} == {100: 3.5, 200: 5.5}
+    assert 'final eval/AverageReturn - train/critic_loss' in result.stdout
+    assert final_table(result.stdout) == {'all runs': (3, 5.5, 2.5, 8.5)}, result.stdout
+    missing = run_plot(paths + ['--y_minus', 'train/nothing', '--out', 'x.png'], tmp_path)
+    assert missing.returncode == 2 and "no column 'train/nothing'" in missing.stderr

@@ -46,6 +46,8 @@ FIGURE_DPI = 100
 # Opacity of the bands and of the grid lines.
 BAND_ALPHA = 0.2
 GRID_ALPHA = 0.3
+# Scalar names longer than this go on a title line of their own.
+TITLE_NAME_CHARS = 40
 
 flags.DEFINE_string(
     'x',
@@ -54,6 +56,13 @@ flags.DEFINE_string(
     f'TensorBoard events: {ENV_STEPS} or {WALL_TIME}).',
 )
 flags.DEFINE_string('y', EVAL_RETURN, f'Scalar along y, e.g. {EVAL_RETURN} or train/critic_loss.')
+flags.DEFINE_string(
+    'y_minus',
+    None,
+    'Plot y minus this scalar, at the x where a run has both: e.g. --y '
+    'eval/QNearTermination --y_minus eval/ReturnNearTermination for how far the '
+    "critics' Q lies above the return received.",
+)
 flags.DEFINE_string(
     'group_by',
     'config',
@@ -123,6 +132,16 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
         (', '.join(f'{n}={v}' for n, v in zip(names, key)) or 'all runs', runs)
         for key, runs in groups.items()
     ]
+
+
+def read_difference(run_dir: str, y: str, y_minus, x: str):
+    """``read_scalar(run_dir, y, x)``, minus ``y_minus`` at the x where both have a value."""
+    xs, ys = read_scalar(run_dir, y, x)
+    if y_minus is None:
+        return xs, ys
+    other = dict(zip(*read_scalar(run_dir, y_minus, x)))
+    keep = [i for i, v in enumerate(xs) if v in other]
+    return xs[keep], ys[keep] - [other[xs[i]] for i in keep]
 
 
 def smooth(values, window: int):
@@ -196,12 +215,17 @@ def main(argv):
 
     try:
         groups = group_runs(run_dirs, FLAGS.group_by)
-        raw = {run: read_scalar(run, FLAGS.y, FLAGS.x) for _, runs in groups for run in runs}
+        raw = {
+            run: read_difference(run, FLAGS.y, FLAGS.y_minus, FLAGS.x)
+            for _, runs in groups
+            for run in runs
+        }
     except ValueError as e:
         fail(str(e))
+    y_name = FLAGS.y if FLAGS.y_minus is None else f'{FLAGS.y} - {FLAGS.y_minus}'
     empty = [run for run, (xs, _) in raw.items() if len(xs) == 0]
     if empty:
-        fail(f'no {FLAGS.y} value yet in {", ".join(empty)}')
+        fail(f'no {y_name} value yet in {", ".join(empty)}')
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     curves = {
         label: aggregate(
@@ -225,10 +249,11 @@ def main(argv):
         (line,) = ax.plot(x, mean, label=f'{label} ({len(runs)} run{"s" * (len(runs) > 1)})')
         ax.fill_between(x, lower, upper, color=line.get_color(), alpha=BAND_ALPHA, linewidth=0)
     ax.set_xlabel(FLAGS.x)
-    ax.set_ylabel(FLAGS.y)
+    ax.set_ylabel(y_name)
+    # A long scalar name (e.g. a difference) gets a line of its own.
     ax.set_title(
-        f'{FLAGS.y}: mean and {band_name} over runs'
-        + (f', smoothing {FLAGS.smoothing}' if FLAGS.smoothing > 1 else '')
+        f'{y_name}:{chr(10) if len(y_name) > TITLE_NAME_CHARS else " "}mean and {band_name} '
+        'over runs' + (f', smoothing {FLAGS.smoothing}' if FLAGS.smoothing > 1 else '')
     )
     ax.grid(alpha=GRID_ALPHA)
     ax.legend(fontsize='small')
@@ -247,7 +272,7 @@ def main(argv):
     print(f'plot written to {FLAGS.out}, curves to {csv_path}')
 
     print(
-        f'\nfinal {FLAGS.y}: mean over runs of the last {FLAGS.last_n} point(s) of each run, '
+        f'\nfinal {y_name}: mean over runs of the last {FLAGS.last_n} point(s) of each run, '
         f'{band_name}'
     )
     rows = [('group', 'runs', 'mean', band_name)]
