@@ -1,4 +1,4 @@
-"""README's speed claims against Stable-Baselines3 say at which resources they were measured."""
+"""README and docs: speed claims name their resources; every relative link exists."""
 
 import re
 
@@ -40,3 +40,16 @@ def test_every_speed_ratio_against_sb3_names_the_thread_counts_of_both():
     assert re.search(r'\| alf_lite \(\d+ threads?\) \|', performance)
     assert re.search(r'\| SB3 \(\d+ threads?\) \|', performance)
     assert re.search(r'Ratio [\d.]+ at these unequal resources', performance)
+
+
+def test_every_relative_link_and_image_of_the_docs_exists():
+    documents = [REPO_ROOT / 'README.md', *sorted((REPO_ROOT / 'docs').glob('*.md'))]
+    checked = 0
+    for document in documents:
+        for target in re.findall(r'\]\(([^)\s]+)\)', document.read_text()):
+            path = target.split('#')[0]
+            if not path or re.match(r'[a-z]+://', path):
+                continue
+            assert (document.parent / path).exists(), f'{document.name} links to missing {target}'
+            checked += 1
+    assert checked >= 10
