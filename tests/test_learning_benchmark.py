@@ -398,9 +398,9 @@ def test_runs_still_going_at_the_deadline_checkpoint_and_partial_never_starts_an
     )
     args = ['--suite', 'pendulum', '--seeds', 0, '--steps', 20_000, '--out', out]
     args += ['--runs', 'alf_sac', '--runs', 'alf_td3', '--runs', 'sb3_sac', '--jobs', 3]
-    refused = run_script(*args, '--deadline', '0.6', '--partial', '0')
+    refused = run_script(*args, '--deadline', '0.45', '--partial', '0')
     assert refused.returncode == 2 and '--partial takes a positive number' in refused.stderr
-    result = run_script(*args, '--deadline', '0.6', '--partial', '0.1')
+    result = run_script(*args, '--deadline', '0.45', '--partial', '0.1')
     assert result.returncode == 0, result.stdout + result.stderr
     lines = {
         line.split()[2].rstrip(':'): line
