@@ -1,7 +1,8 @@
 """A run's randomness: the global generators, and env seeds that never coincide.
 
-``seed_everything`` seeds python, numpy and torch; ``global_rng_state`` and
-``set_global_rng_state`` carry their states through a checkpoint.
+``seed_everything`` seeds python, numpy and torch (its CPU and CUDA generators);
+``global_rng_state`` and ``set_global_rng_state`` carry their states through a
+checkpoint.
 
 A run's ``random_seed`` is the entropy of a ``numpy.random.SeedSequence``; each
 env seed is that sequence at a distinct spawn key ``(purpose, ..., env index)``,
@@ -38,13 +39,14 @@ def seed_everything(seed: int, num_threads: int) -> None:
 
 
 def global_rng_state() -> dict:
-    """The states of python's, numpy's and torch's global generators.
+    """The states of python's, numpy's and torch's global generators (CUDA's too, once used).
 
     As tensors and plain values only, which a checkpoint loads with
-    ``weights_only=True``.
+    ``weights_only=True``. ``'cuda'`` holds one state per visible GPU, and only
+    when this process has initialised CUDA.
     """
     numpy_state = np.random.get_state(legacy=False)
-    return {
+    state = {
         'python': random.getstate(),
         'numpy': {
             'key': torch.from_numpy(numpy_state['state']['key'].astype(np.int64)),
@@ -54,10 +56,22 @@ def global_rng_state() -> dict:
         },
         'torch': torch.get_rng_state(),
     }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state['cuda'] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_global_rng_state(state: dict) -> None:
-    """Continue every global generator from ``global_rng_state()``'s ``state``."""
+    """Continue every global generator from ``global_rng_state()``'s ``state``.
+
+    A state saved on GPUs restores CUDA's generators on the GPUs there are here
+    (as many as both have); on a machine without CUDA it restores the rest, so a
+    GPU run's checkpoint resumes on a CPU.
+    """
+    cuda = state.get('cuda') or []
+    if cuda and torch.cuda.is_available():
+        for index in range(min(len(cuda), torch.cuda.device_count())):
+            torch.cuda.set_rng_state(cuda[index].cpu(), index)
     numpy_state = state['numpy']
     random.setstate(state['python'])
     np.random.set_state(
@@ -69,7 +83,7 @@ def set_global_rng_state(state: dict) -> None:
             numpy_state['gauss'],
         )
     )
-    torch.set_rng_state(state['torch'])
+    torch.set_rng_state(state['torch'].cpu())
 
 
 def _seeds(random_seed: int, key: tuple, num_envs: int) -> List[int]:

@@ -299,3 +299,18 @@ def test_cuda_graph_on_the_cpu_is_refused_before_anything_runs(tmp_path):
             'TrainerConfig.cuda_graph = True',
         )
     assert not (tmp_path / 'checkpoints').exists()
+
+
+def test_checkpointed_rng_state_continues_the_gpu_generator(tmp_path):
+    torch.manual_seed(3)
+    torch.rand(2, device=CUDA)  # CUDA initialised: its state is part of the RNG state
+    from alf_lite.seeding import global_rng_state, set_global_rng_state
+
+    saved = global_rng_state()
+    assert len(saved['cuda']) == torch.cuda.device_count()
+    path = ckpt.save_checkpoint(str(tmp_path), 1, {'rng': saved})
+    expected = torch.rand(5, device=CUDA)
+    torch.manual_seed(9)
+    state, _ = ckpt.load_checkpoint(path)
+    set_global_rng_state(state['rng'])
+    assert torch.equal(torch.rand(5, device=CUDA), expected)
