@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, as one run on the GPU machine: install the wheels of .wheels/,
 # run tests/test_cuda.py, then benchmarks/throughput.py on the GPU against
-# Stable-Baselines3 on the same GPU (ratios printed). Ends within 8 minutes:
+# Stable-Baselines3 on the same GPU (ratios printed), and alf_lite's update in
+# bfloat16. Ends within 8 minutes:
 # each step has a time budget, cut to what is left of GPU_CHECK_SECONDS.
 #
 #     bash benchmarks/gpu_check.sh          # from the repository root
@@ -80,6 +81,8 @@ step "TD3 HalfCheetah-v5, CUDA graph" 50 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RU
     --env HalfCheetah-v5 --cuda_graph
 step "SAC Humanoid-v5, CUDA graph" 60 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo sac \
     --env Humanoid-v5 --cuda_graph
+step "SAC HalfCheetah-v5 update ceiling, CUDA graph, bfloat16" 40 "$PYTHON" "${BENCH[@]}" \
+    --ceiling_only --algo sac --env HalfCheetah-v5 --cuda_graph --precision bfloat16
 step "SAC HalfCheetah-v5 update ceiling, CUDA graph + compile" 50 "$PYTHON" "${BENCH[@]}" \
     --ceiling_only --algo sac --env HalfCheetah-v5 --cuda_graph --compile
 echo "=== done in ${SECONDS} s"
