@@ -22,7 +22,6 @@ import sys
 import time
 
 import gin
-import numpy as np
 import torch
 
 if __package__ in (None, ''):
@@ -151,5 +150,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    np.set_printoptions(precision=3)
     sys.exit(main())
