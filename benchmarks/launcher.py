@@ -8,7 +8,7 @@ requested run's state. With a deadline, a run starts only if its estimated
 time fits (or, with ``partial_minutes``, a resumable run also when at least
 that long is left), and a resumable run still going at the deadline
 checkpoints and stops. Runs that cannot resume start first. SIGINT and SIGTERM are passed
-on to the runs (alf_lite's train writes a checkpoint and stops).
+on to the runs (alf_lite's train and the SB3 runner write a checkpoint and stop).
 
 A run here is a ``benchmarks.learning.BenchmarkRun``; what starts it comes
 from the caller as a command.
@@ -464,7 +464,6 @@ def train_runs(
     print('\n' + ', '.join(f'{n} {status}' for status, n in sorted(counts.items())))
     if counts.get('interrupted') or counts.get('not started') or counts.get('deferred'):
         print(
-            'run the same command again to continue (alf_lite runs resume from their last '
-            'checkpoint; SB3 runs start again)'
+            'run the same command again to continue (runs resume from their last checkpoint)'
         )
     return EXIT_FAULT if counts.get('failed') or counts.get('interrupted') else 0

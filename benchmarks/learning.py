@@ -109,7 +109,7 @@ _MUJOCO = dict(
     lr=3e-4,
     gin_files=(('sac', 'examples/common/sac.gin'), ('td3', 'examples/common/td3.gin')),
     # alf_lite SAC on Hopper-v5 measured 0.018-0.021 s with two runs at a time and
-    # other work on the 2 cores; an SB3 run, which cannot resume, must not be cut.
+    # other work on the 2 cores.
     assumed_seconds_per_step=0.02,
 )
 HOPPER = Task('Hopper-v5', 'hopper', **_MUJOCO)
@@ -189,8 +189,8 @@ class BenchmarkRun:
 
     @property
     def resumable(self) -> bool:
-        """Whether an interrupted run continues from its checkpoint (SB3 runs start again)."""
-        return self.framework == 'alf_lite'
+        """Whether an interrupted run continues from its checkpoint (alf_lite's and SB3's do)."""
+        return self.framework in ('alf_lite', 'sb3')
 
     @property
     def learning_starts(self) -> int:
@@ -662,11 +662,10 @@ def parse_args(argv=None):
         type=float,
         default=None,
         metavar='MINUTES',
-        help='With --deadline: also start an alf_lite run that cannot finish by '
-        'then when at least MINUTES are left; it trains until the deadline, '
-        'checkpoints and stops, and the next call resumes it (for runs longer '
-        'than one sitting, such as icub_walk). SB3 runs cannot resume and '
-        'never start this way.',
+        help='With --deadline: also start a run that cannot finish by then when '
+        'at least MINUTES are left; it trains until the deadline, checkpoints '
+        'and stops, and the next call resumes it (for runs longer than one '
+        'sitting, such as icub_walk).',
     )
     args = parser.parse_args(argv)
     if args.partial is not None and (args.deadline is None or args.partial <= 0):

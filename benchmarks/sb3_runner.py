@@ -3,26 +3,40 @@ r"""One Stable-Baselines3 (SB3) run of the learning benchmark, written as alf_li
     python -m benchmarks.sb3_runner --suite pendulum --run sb3_sac --seed 2 --out DIR [--steps N]
 
 (from the repository root; ``benchmarks/learning.py`` starts it so). Trains
-the run from scratch in ``<out>/<suite>/<run>/seed<k>`` with one torch thread
-and the settings of its alf_lite counterpart (``sb3_settings``), evaluates it
-as alf_lite's trainer does, and writes ``config.gin`` (the run in alf_lite's
+the run in ``<out>/<suite>/<run>/seed<k>`` with one torch thread and the
+settings of its alf_lite counterpart (``sb3_settings``), evaluates it as
+alf_lite's trainer does, and writes ``config.gin`` (the run in alf_lite's
 binding names) and a ``progress.csv`` with alf_lite's columns, so that
 ``alf_lite.bin.plot`` reads and groups both frameworks' runs.
+
+Like alf_lite's train, it resumes: every ``Task.checkpoint_interval`` env steps
+and when SIGINT or SIGTERM stops it (exit status 128 + the signal), it saves
+the model with its optimizers and entropy coefficient, the replay buffer, the
+RNG states of torch, numpy and random, and the episode statistics in
+``checkpoints/sb3``; the same command continues from there (progress.csv rows
+after the checkpoint are dropped). What a resumed run does not repeat: the
+episode under way when it stopped is cut (its steps stay in the buffer, each
+with its own next observation, as SB3 stores them; the env starts a new
+episode, seeded from the run's seed and the env step), so it is not the same
+run as one never stopped, as an alf_lite run would be.
 """
 
 import argparse
 import csv
 import os
+import random
 import shutil
+import signal
 import sys
 import time
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import gymnasium
 import numpy as np
 import torch
 
 import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids)
+from alf_lite.bin.cli import EXIT_SIGNAL_BASE
 from alf_lite.data import StepType, TimeStep
 from alf_lite.episode_stats import TRAIN_METRIC_WINDOW
 from alf_lite.evaluation import evaluate
@@ -39,6 +53,7 @@ from alf_lite.runs import (
     WALL_TIME,
 )
 from alf_lite.seeding import eval_env_seeds
+from alf_lite.signals import STOP_SIGNALS
 from alf_lite.summary import MIN_INTERVAL_S
 from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
 from benchmarks.memory import sb3_buffer_bytes
@@ -172,44 +187,139 @@ class _EvalEnvs:
             env.close()
 
 
-def train(run: BenchmarkRun, out: str) -> None:
-    """Train one SB3 run from scratch into its run directory."""
+# Where an SB3 run keeps its checkpoint, under its run directory.
+CHECKPOINT_SUBDIR = os.path.join('checkpoints', 'sb3')
+_MODEL_FILE = 'model.zip'
+_REPLAY_FILE = 'replay_buffer.pkl'
+_STATE_FILE = 'state.pt'
+
+
+def checkpoint_path(run_dir: str) -> str:
+    """The directory of an SB3 run's checkpoint (it may not exist)."""
+    return os.path.join(run_dir, CHECKPOINT_SUBDIR)
+
+
+def checkpoint_env_steps(run_dir: str) -> Optional[int]:
+    """Env steps of an SB3 run's checkpoint; None without a complete one."""
+    path = _complete_checkpoint(run_dir)
+    if path is None:
+        return None
+    return int(torch.load(os.path.join(path, _STATE_FILE), weights_only=False)['env_steps'])
+
+
+def _complete_checkpoint(run_dir: str) -> Optional[str]:
+    """The checkpoint directory with all its files, or the one it was replacing."""
+    path = checkpoint_path(run_dir)
+    for candidate in (path, path + '.old'):
+        names = (_MODEL_FILE, _REPLAY_FILE, _STATE_FILE)
+        if all(os.path.isfile(os.path.join(candidate, n)) for n in names):
+            return candidate
+    return None
+
+
+def _save_checkpoint(model, run_dir: str) -> None:
+    """Saves the model after ``model.num_timesteps`` env steps; old one kept until complete."""
+    path = checkpoint_path(run_dir)
+    tmp, old = path + '.tmp', path + '.old'
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    model.save(os.path.join(tmp, _MODEL_FILE))
+    model.save_replay_buffer(os.path.join(tmp, _REPLAY_FILE))
+    state = dict(
+        env_steps=model.num_timesteps,
+        torch=torch.get_rng_state(),
+        numpy=np.random.get_state(),
+        random=random.getstate(),
+    )
+    # Written last: a directory with it is complete.
+    torch.save(state, os.path.join(tmp, _STATE_FILE))
+    if os.path.isdir(path):
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(path, old)
+    os.rename(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _keep_rows_up_to(progress_file: str, env_steps: int) -> None:
+    """Drops the progress.csv rows written after ``env_steps``."""
+    with open(progress_file, newline='') as f:
+        rows = list(csv.DictReader(f))
+    kept = [r for r in rows if int(float(r[ENV_STEPS])) <= env_steps]
+    with open(progress_file + '.tmp', 'w', newline='') as f:
+        writer = csv.DictWriter(f, SB3_COLUMNS)
+        writer.writeheader()
+        writer.writerows(kept)
+    os.replace(progress_file + '.tmp', progress_file)
+
+
+def train(run: BenchmarkRun, out: str) -> int:
+    """Train one SB3 run into its run directory, from its checkpoint when it has one.
+
+    Returns:
+        0 when the run finished; 128 + the signal number when SIGINT or
+        SIGTERM stopped it (after saving a checkpoint).
+    """
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
 
     torch.set_num_threads(1)
     run_dir = RunDir(run.run_dir(out))
-    if os.path.exists(run_dir.root):
-        shutil.rmtree(run_dir.root)
-    os.makedirs(run_dir.root)
-    settings = sb3_settings(run)
-    with open(run_dir.config_file, 'w') as f:
-        f.write(sb3_config_text(run, settings))
-
-    kwargs = dict(settings)
-    kwargs['policy_kwargs'] = dict(net_arch=kwargs.pop('net_arch'))
+    algorithm = {'sac': SAC, 'td3': TD3}[run.algo]
     env = gymnasium.make(run.task.env)
-    if run.algo == 'td3':
-        sigma = kwargs.pop('exploration_noise_sigma')
-        dim = env.action_space.shape[0]
-        # SB3 adds action noise in the [-1, 1] action space, as alf_lite does.
-        kwargs['action_noise'] = NormalActionNoise(np.zeros(dim), sigma * np.ones(dim))
-    model = {'sac': SAC, 'td3': TD3}[run.algo](
-        'MlpPolicy', env, seed=run.seed, device='cpu', verbose=0, **kwargs
-    )
+    resume_from = _complete_checkpoint(run_dir.root)
+    if resume_from is not None and os.path.isfile(run_dir.progress_file):
+        state = torch.load(os.path.join(resume_from, _STATE_FILE), weights_only=False)
+        steps = int(state['env_steps'])
+        model = algorithm.load(os.path.join(resume_from, _MODEL_FILE), env=env, device='cpu')
+        model.load_replay_buffer(os.path.join(resume_from, _REPLAY_FILE))
+        torch.set_rng_state(state['torch'])
+        np.random.set_state(state['numpy'])
+        random.setstate(state['random'])
+        # The loaded model resets the env before it trains: a new episode,
+        # seeded from the run's seed and the env step.
+        model.env.seed(int(np.random.SeedSequence([run.seed, steps]).generate_state(1)[0]))
+        _keep_rows_up_to(run_dir.progress_file, steps)
+        print(f'resuming from {resume_from} at {steps} env steps', flush=True)
+    else:
+        if os.path.exists(run_dir.root):
+            shutil.rmtree(run_dir.root)
+        os.makedirs(run_dir.root)
+        settings = sb3_settings(run)
+        with open(run_dir.config_file, 'w') as f:
+            f.write(sb3_config_text(run, settings))
+        kwargs = dict(settings)
+        kwargs['policy_kwargs'] = dict(net_arch=kwargs.pop('net_arch'))
+        if run.algo == 'td3':
+            sigma = kwargs.pop('exploration_noise_sigma')
+            dim = env.action_space.shape[0]
+            # SB3 adds action noise in the [-1, 1] action space, as alf_lite does.
+            kwargs['action_noise'] = NormalActionNoise(np.zeros(dim), sigma * np.ones(dim))
+        model = algorithm('MlpPolicy', env, seed=run.seed, device='cpu', verbose=0, **kwargs)
+        steps = 0
     eval_envs = _EvalEnvs(run.task.env, run.seed, model)
-    progress = open(run_dir.progress_file, 'w', newline='')
+    progress = open(run_dir.progress_file, 'a', newline='')
     writer = csv.DictWriter(progress, SB3_COLUMNS)
-    writer.writeheader()
-    interval = run.task.eval_interval
+    if not steps:
+        writer.writeheader()
+    interval, checkpoint_interval = run.task.eval_interval, run.task.checkpoint_interval
+    stop_signal, stopped = [], []
+    previous = {
+        s: signal.signal(s, lambda signum, frame: stop_signal.append(signum)) for s in STOP_SIGNALS
+    }
 
     class Progress(BaseCallback):
-        """Evaluates and writes a progress.csv row at 0, every ``interval`` steps and at the end."""
+        """Evaluates and writes a progress.csv row at 0, every ``interval`` steps and at the end.
+
+        SB3 calls ``_on_step`` after an env step, before it stores that step's
+        transition and trains on it: a checkpoint saved there holds the run
+        after the step before.
+        """
 
         def __init__(self):
             super().__init__()
-            self._last_row = None
+            # A resumed run has its rows up to the checkpoint.
+            self._last_row = steps if steps else None
             self._last_time = self._last_steps = None
 
         def _write(self):
@@ -241,29 +351,59 @@ def train(run: BenchmarkRun, out: str) -> None:
                 flush=True,
             )
 
+        def _save(self):
+            done = self.model.num_timesteps - self.training_env.num_envs
+            self.model.num_timesteps = done
+            try:
+                _save_checkpoint(self.model, run_dir.root)
+            finally:
+                self.model.num_timesteps = done + self.training_env.num_envs
+
         def _on_training_start(self):
-            self._write()
+            if self._last_row is None:
+                self._write()
 
         def _on_step(self):
+            if stop_signal:
+                self._save()
+                stopped.append(self.num_timesteps - self.training_env.num_envs)
+                return False
             if self.num_timesteps % interval == 0:
                 self._write()
+            if self.num_timesteps % checkpoint_interval == 0:
+                self._save()
             return True
 
         def _on_training_end(self):
-            if self._last_row != self.num_timesteps:
+            if not stopped and self._last_row != self.num_timesteps:
                 self._write()
 
     try:
-        model.learn(total_timesteps=run.num_env_steps, callback=Progress())
+        model.learn(
+            total_timesteps=run.num_env_steps - steps,
+            callback=Progress(),
+            reset_num_timesteps=not steps,
+        )
     finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         progress.close()
         eval_envs.close()
         env.close()
+    if stopped:
+        print(
+            f'stopped by signal {stop_signal[0]} at {stopped[0]} env steps: '
+            f'checkpoint written to {checkpoint_path(run_dir.root)}; run the same command '
+            'to continue',
+            flush=True,
+        )
+        return EXIT_SIGNAL_BASE + stop_signal[0]
+    return 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        description='Train one SB3 run of benchmarks/learning.py from scratch.'
+        description='Train one SB3 run of benchmarks/learning.py (resumes from its checkpoint).'
     )
     parser.add_argument('--suite', choices=list(SUITES), required=True)
     parser.add_argument('--run', required=True, help='The SB3 run of the suite, e.g. sb3_sac.')
@@ -279,8 +419,7 @@ def main(argv=None) -> int:
             f'{args.suite} has no SB3 run {args.run!r}; its SB3 runs are: '
             f'{", ".join(runs) or "none"}'
         )
-    train(runs[args.run], os.path.abspath(args.out))
-    return 0
+    return train(runs[args.run], os.path.abspath(args.out))
 
 
 if __name__ == '__main__':

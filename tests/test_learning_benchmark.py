@@ -287,6 +287,50 @@ def test_sb3_run_writes_what_plot_reads(tmp_path):
     )
 
 
+def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp_path):
+    pytest.importorskip('stable_baselines3')
+    import signal
+
+    out = tmp_path / 'runs'
+    command = [sys.executable, '-m', 'benchmarks.sb3_runner', '--suite', 'pendulum']
+    command += ['--run', 'sb3_td3', '--seed', '1', '--out', str(out), '--steps', '2000']
+    run_dir = out / 'pendulum' / 'sb3_td3' / 'seed1'
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=train_env(), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        for line in process.stdout:
+            if line.startswith('env steps 1000:'):  # learning has started
+                process.send_signal(signal.SIGTERM)
+                break
+        rest = process.stdout.read()
+        assert process.wait(timeout=RUN_TIMEOUT_S) == 128 + signal.SIGTERM, rest
+    finally:
+        process.kill()
+    assert 'checkpoint written' in rest and 'run the same command' in rest
+    stopped_at = sb3_runner.checkpoint_env_steps(str(run_dir))
+    assert 1000 <= stopped_at < 2000
+    first = _progress(run_dir)
+    assert all(int(r['env_steps']) <= stopped_at for r in first)
+
+    resumed = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f'resuming from {run_dir}/checkpoints/sb3 at {stopped_at} env steps' in resumed.stdout
+    rows = _progress(run_dir)
+    # The rows before the stop are the first attempt's; the updates go on from the
+    # checkpoint as in a run never stopped (SB3 evaluates before the step's update).
+    assert rows[: len(first)] == first
+    assert [int(r['env_steps']) for r in rows] == [0, 1000, 2000]
+    assert [int(r['num_updates']) for r in rows] == [0, 0, 999]
+
+
 def test_deadline_parses_minutes_clock_times_and_iso_times():
     import datetime
 
@@ -377,13 +421,14 @@ def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path)
     }
 
 
-def test_runs_still_going_at_the_deadline_checkpoint_and_partial_never_starts_an_sb3_run(
+def test_runs_still_going_at_the_deadline_checkpoint_and_partial_starts_runs_that_cannot_finish(
     tmp_path,
 ):
     out = tmp_path / 'runs'
     # A finished SAC run that measured a tiny time per step makes alf_lite SAC's
-    # estimate fit the deadline; the real run is slower and meets it. TD3 has
-    # only the assumed rate, which does not fit: it starts because of --partial.
+    # estimate fit the deadline; the real run is slower and meets it. TD3 and
+    # SB3's SAC have only the assumed rate, which does not fit: they start
+    # because of --partial.
     fake = out / 'pendulum' / 'other' / 'seed9'
     fake.mkdir(parents=True)
     (fake / 'done.json').write_text(
@@ -408,18 +453,19 @@ def test_runs_still_going_at_the_deadline_checkpoint_and_partial_never_starts_an
         for line in result.stdout.splitlines()
         if line.startswith('[')
     }
-    assert 'deferred' in lines['pendulum/sb3_sac/seed0']
-    assert 'would end after the deadline' in lines['pendulum/sb3_sac/seed0']
-    assert not (out / 'pendulum' / 'sb3_sac' / 'seed0').exists()
     plan = json.loads((out / 'plan.json').read_text())
-    for name in 'alf_sac', 'alf_td3':
+    for name in 'alf_sac', 'alf_td3', 'sb3_sac':
         line = lines[f'pendulum/{name}/seed0']
-        assert ' deferred ' in line and ('trains until' in line) == (name == 'alf_td3'), line
+        assert ' deferred ' in line and ('trains until' in line) == (name != 'alf_sac'), line
         run_dir = out / 'pendulum' / name / 'seed0'
-        assert list((run_dir / 'checkpoints').glob('ckpt-*')), line
+        if name == 'sb3_sac':
+            assert sb3_runner.checkpoint_env_steps(str(run_dir)) > 0, line
+        else:
+            assert list((run_dir / 'checkpoints').glob('ckpt-*')), line
         attempts = out / 'pendulum' / 'logs' / f'{name}.seed0.attempts.json'
         (attempt,) = json.loads(attempts.read_text())
-        assert attempt['kind'] == ['alf_lite', name[4:], 'Pendulum-v1']
+        framework = 'sb3' if name == 'sb3_sac' else 'alf_lite'
+        assert attempt['kind'] == [framework, name[4:], 'Pendulum-v1']
         assert attempt['env_steps_from'] == 0 and 0 < attempt['env_steps_to'] < 20_000
         assert f'stopped at the deadline at {attempt["env_steps_to"]} env steps' in line
         assert plan[f'pendulum/{name}/seed0']['status'] == 'deferred'
