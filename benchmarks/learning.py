@@ -444,6 +444,40 @@ def _figures(suite: str, stem: str, group_by: str, names: List[str], found: dict
             yield f'{stem}_{comparison}', by, dirs
 
 
+def compare_with_sb3(stats: dict) -> List[str]:
+    """One line per task and algorithm run by both frameworks: alf_lite's mean against SB3's CI.
+
+    Args:
+        stats: ``{(env, algorithm label, framework): (mean, lower, upper, runs,
+            unfinished runs)}`` of the final eval returns, framework ``'alf_lite'``
+            or ``'SB3'``.
+    """
+
+    def runs(n):
+        return f'{n} run' + ('' if n == 1 else 's')
+
+    lines = []
+    for (env, label, framework), (mean, lower, upper, n, unfinished) in stats.items():
+        sb3 = stats.get((env, label, 'SB3'))
+        if framework != 'alf_lite' or sb3 is None:
+            continue
+        sb3_mean, sb3_lower, sb3_upper, sb3_n, sb3_unfinished = sb3
+        where = 'below' if mean < sb3_lower else 'above' if mean > sb3_upper else 'inside'
+        overlap = lower <= sb3_upper and sb3_lower <= upper
+        line = (
+            f'- {env} {label}: alf_lite {mean:.1f} [{lower:.1f}, {upper:.1f}] ({runs(n)}) is '
+            f"{where} SB3's interval, {sb3_mean:.1f} [{sb3_lower:.1f}, {sb3_upper:.1f}] "
+            f'({runs(sb3_n)}); the intervals {"overlap" if overlap else "do not overlap"}'
+        )
+        notes = []
+        if unfinished or sb3_unfinished:
+            notes.append(f'{runs(unfinished + sb3_unfinished)} not finished yet')
+        if min(n, sb3_n) < 2:
+            notes.append('a single run has no interval: not yet a comparison')
+        lines.append(line + (f' ({"; ".join(notes)})' if notes else '') + '.')
+    return lines
+
+
 def _mib(nbytes: float) -> str:
     return f'{nbytes / 2**20:.1f} MiB'
 
@@ -470,7 +504,7 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
     tasks = list(dict.fromkeys(specs[name].task for name in found))
     all_tasks = list(dict.fromkeys(run.task for run in specs.values()))
     os.makedirs(docs_dir, exist_ok=True)
-    rows, codes = [], set()
+    rows, codes, stats = [], set(), {}
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     for task in tasks:
         names = [n for n in found if specs[n].task == task]
@@ -517,6 +551,14 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
                 if len(nbytes):
                     replay.append(float(nbytes[-1]))
             mean, lower, upper = band(finals, 'ci', rng, NUM_BOOTSTRAP)
+            framework = 'alf_lite' if spec.framework == 'alf_lite' else 'SB3'
+            stats[(task.env, spec.label, framework)] = (
+                mean,
+                lower,
+                upper,
+                len(finals),
+                unfinished,
+            )
             seeds = str(len(finals)) + (f' ({unfinished} unfinished)' if unfinished else '')
             env_steps = (
                 f'{min(steps)}' if min(steps) == max(steps) else f'{min(steps)}-{max(steps)}'
@@ -524,7 +566,7 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
             rows.append(
                 (
                     task.env,
-                    'alf_lite' if spec.framework == 'alf_lite' else 'SB3',
+                    framework,
                     spec.label,
                     f'{mean:.1f} [{lower:.1f}, {upper:.1f}]',
                     seeds,
@@ -578,6 +620,12 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
             'Q - return: their difference at each evaluation; '
             f"each run's mean over its last {LAST_N} evaluations that have an episode "
             'ending in termination, then mean over runs and CI as above.'
+        )
+    comparisons = compare_with_sb3(stats)
+    if comparisons:
+        print(
+            f"\nalf_lite's mean final eval return against SB3's {CONFIDENCE:.0%} CI:\n\n"
+            + '\n'.join(comparisons)
         )
     print(
         f'\nload: median over runs of the mean 1-minute load average while each trained '

@@ -524,6 +524,28 @@ def test_sac_study_table_has_q_and_return_near_termination_per_setting(tmp_path)
     assert (docs / 'study_sac_icub_mask_q_near_termination.png').stat().st_size > 0
 
 
+def test_report_says_whether_alf_lite_is_inside_above_or_below_sb3s_interval():
+    stats = {
+        ('Hopper-v5', 'SAC', 'alf_lite'): (1500.0, 1200.0, 1800.0, 3, 0),
+        ('Hopper-v5', 'SAC', 'SB3'): (1000.0, 900.0, 1100.0, 3, 0),
+        ('Hopper-v5', 'TD3', 'alf_lite'): (950.0, 800.0, 1000.0, 3, 0),
+        ('Hopper-v5', 'TD3', 'SB3'): (1000.0, 900.0, 1100.0, 3, 0),
+        ('Hopper-v5', 'DDPG', 'alf_lite'): (10.0, 5.0, 15.0, 3, 0),  # SB3 has no DDPG run
+        ('HalfCheetah-v5', 'SAC', 'alf_lite'): (100.0, 100.0, 100.0, 1, 1),
+        ('HalfCheetah-v5', 'SAC', 'SB3'): (500.0, 400.0, 600.0, 2, 0),
+    }
+    lines = learning.compare_with_sb3(stats)
+    assert lines == [
+        "- Hopper-v5 SAC: alf_lite 1500.0 [1200.0, 1800.0] (3 runs) is above SB3's interval, "
+        '1000.0 [900.0, 1100.0] (3 runs); the intervals do not overlap.',
+        "- Hopper-v5 TD3: alf_lite 950.0 [800.0, 1000.0] (3 runs) is inside SB3's interval, "
+        '1000.0 [900.0, 1100.0] (3 runs); the intervals overlap.',
+        "- HalfCheetah-v5 SAC: alf_lite 100.0 [100.0, 100.0] (1 run) is below SB3's interval, "
+        '500.0 [400.0, 600.0] (2 runs); the intervals do not overlap (1 run not finished yet; '
+        'a single run has no interval: not yet a comparison).',
+    ]
+
+
 def test_sac_study_cost_times_each_setting_of_a_task():
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / 'benchmarks' / 'sac_study_cost.py')]
