@@ -293,11 +293,36 @@ class Trainer:
     def __enter__(self) -> 'Trainer':
         return self
 
+    @property
+    def env_steps(self) -> int:
+        """Env steps collected so far, over all envs (restored ones included)."""
+        return self._env_steps
+
+    @property
+    def num_updates(self) -> int:
+        """Gradient updates made so far."""
+        return self._num_updates
+
+    @property
+    def algorithm(self):
+        """The algorithm being trained (its networks live on the training device)."""
+        return self._algorithm
+
+    @property
+    def last_eval(self) -> dict:
+        """The scalars of the latest evaluation (``eval/...`` names); empty before the first."""
+        return dict(self._last_eval)
+
     def __exit__(self, *exc_info):
         self.close()
 
-    def train(self) -> dict:
+    def train(self, stop_when: Optional[Callable[[dict], bool]] = None) -> dict:
         """Train until ``num_env_steps``; returns the last evaluation's scalars.
+
+        Args:
+            stop_when: called with the scalars of each evaluation (as
+                ``last_eval``); when it returns True, training stops there as at
+                ``num_env_steps``: a checkpoint is written and ``train`` returns.
 
         Raises:
             TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written;
@@ -321,7 +346,7 @@ class Trainer:
         try:
             with self._stop_signals:
                 try:
-                    self._loop(summary, reset_seed)
+                    self._loop(summary, reset_seed, stop_when)
                 except InterruptedInEnvCall as e:
                     self._save()
                     raise TrainingInterrupted(e.signum) from None
@@ -331,19 +356,29 @@ class Trainer:
             summary.close()
         return self._last_eval
 
-    def _loop(self, summary: Summary, reset_seed: List[int]) -> None:
+    def _loop(
+        self,
+        summary: Summary,
+        reset_seed: List[int],
+        stop_when: Optional[Callable[[dict], bool]] = None,
+    ) -> None:
         cfg = self._config
         self._collector.reset(reset_seed)
         throughput = Throughput(self._env_steps, self._num_updates)
+        stopped = False
         if self._env_steps == 0:
             self._evaluate_and_write(summary, {})
-        while self._env_steps < cfg.num_env_steps:
+            stopped = stop_when is not None and stop_when(self.last_eval)
+            if stopped:
+                self._save()
+        while not stopped and self._env_steps < cfg.num_env_steps:
             before = self._env_steps
             self._collect_and_train()
             after = self._env_steps
             if self._num_updates > 0 and not self._wrote_operative_config:
                 self._write_operative_config()
             done = after >= cfg.num_env_steps
+            evaluating = _crossed(before, after, cfg.eval_interval) or done
             summarising = _crossed(before, after, cfg.summary_interval) or done
             stopping = self._stop_signals.received is not None
             saving = _crossed(before, after, cfg.checkpoint_interval) or done or stopping
@@ -352,8 +387,12 @@ class Trainer:
             scalars = {}
             if summarising:
                 scalars = self._train_scalars(*throughput.rates(after, self._num_updates))
-            if _crossed(before, after, cfg.eval_interval) or done:
+            if evaluating:
                 self._evaluate_and_write(summary, scalars)
+                stopped = stop_when is not None and stop_when(self.last_eval)
+                if stopped and not (summarising or saving):
+                    # Checked before any checkpoint, as at the intervals.
+                    self._stop_on_deferred_non_finite_loss()
             elif summarising:
                 summary.write(after, self._num_updates, time.time(), scalars)
             if summarising:
@@ -363,7 +402,7 @@ class Trainer:
                     scalars[ENV_STEPS_PER_SEC],
                     self._last_eval.get(EVAL_RETURN),
                 )
-            if saving:
+            if saving or stopped:
                 self._save()
             self._stop_signals.raise_if_received()
 

@@ -105,7 +105,7 @@ def alf_lite_run(args, seed):
     with tempfile.TemporaryDirectory() as root_dir:
         with Trainer(TrainerConfig(), root_dir) as trainer:
             trainer.train()
-            algorithm = trainer._algorithm
+            algorithm = trainer.algorithm
         with open(RunDir(root_dir).progress_file, newline='') as f:
             rows = [r for r in csv.DictReader(f) if r.get(ENV_STEPS_PER_SEC)]
     # Summaries every learning_starts steps: the rows after it cover exactly the

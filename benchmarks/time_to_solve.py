@@ -35,14 +35,12 @@ def run_alf_lite(seed: int, threshold: float, max_steps: int, threads: int) -> d
     from alf_lite.runs import EVAL_RETURN
     from alf_lite.trainer import Trainer, TrainerConfig
 
-    class Solved(Exception):
-        pass
+    solved_at = []
 
-    class StopWhenSolved(Trainer):
-        def _evaluate_and_write(self, summary, scalars):
-            super()._evaluate_and_write(summary, scalars)
-            if self._last_eval[EVAL_RETURN] >= threshold:
-                raise Solved()
+    def solved(last_eval: dict) -> bool:
+        if last_eval[EVAL_RETURN] >= threshold:
+            solved_at.append(time.perf_counter())
+        return bool(solved_at)
 
     start = time.perf_counter()
     parse_config(
@@ -58,17 +56,15 @@ def run_alf_lite(seed: int, threshold: float, max_steps: int, threads: int) -> d
         ],
     )
     with tempfile.TemporaryDirectory() as root_dir:
-        with StopWhenSolved(TrainerConfig(), root_dir) as trainer:
-            try:
-                trainer.train()
-                solved = False
-            except Solved:
-                solved = True
+        with Trainer(TrainerConfig(), root_dir) as trainer:
+            last_eval = trainer.train(stop_when=solved)
+            # The time until the evaluation that reached the threshold.
+            end = solved_at[0] if solved_at else time.perf_counter()
             return dict(
-                seconds=time.perf_counter() - start,
-                env_steps=trainer._env_steps,
-                solved=solved,
-                eval_return=trainer._last_eval[EVAL_RETURN],
+                seconds=end - start,
+                env_steps=trainer.env_steps,
+                solved=bool(solved_at),
+                eval_return=last_eval[EVAL_RETURN],
             )
 
 

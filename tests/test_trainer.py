@@ -267,3 +267,28 @@ def test_evaluation_compares_q_with_the_return_received_before_falls(tmp_path):
     assert len(evals) == 2  # at 0 and 300 env steps
     # Rewards near a fall are about 1 per step: received returns of a few units.
     assert all(0 < float(r['eval/ReturnNearTermination']) < 20 for r in evals)
+
+
+def test_stop_when_ends_training_at_that_evaluation_with_a_checkpoint(tmp_path):
+    parse_config(
+        [os.path.join(EXAMPLES, 'common', 'sac.gin')],
+        POINT_PARAMS
+        + ['TrainerConfig.num_env_steps = 3000', 'TrainerConfig.summary_interval = 1000'],
+    )
+    seen = []
+
+    def second_evaluation(last_eval):
+        seen.append(last_eval)
+        return len(seen) == 2
+
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        assert trainer.last_eval == {} and trainer.env_steps == 0
+        result = trainer.train(stop_when=second_evaluation)
+        # Evaluations at 0 and 500 env steps; 500 is no summary or checkpoint step.
+        assert trainer.env_steps == 500 and trainer.num_updates == 300
+        assert result == trainer.last_eval == seen[-1]
+        assert set(result) >= {'eval/AverageReturn', 'eval/AverageEpisodeLength'}
+        assert trainer.algorithm.training is False  # evaluated last
+    assert os.path.basename(latest_checkpoint(str(tmp_path / 'checkpoints'))) == 'ckpt-500'
+    rows = read_csv(tmp_path / 'progress.csv')
+    assert [int(r['env_steps']) for r in rows] == [0, 500]
