@@ -463,7 +463,5 @@ def train_runs(
         counts[result['status']] = counts.get(result['status'], 0) + 1
     print('\n' + ', '.join(f'{n} {status}' for status, n in sorted(counts.items())))
     if counts.get('interrupted') or counts.get('not started') or counts.get('deferred'):
-        print(
-            'run the same command again to continue (runs resume from their last checkpoint)'
-        )
+        print('run the same command again to continue (runs resume from their last checkpoint)')
     return EXIT_FAULT if counts.get('failed') or counts.get('interrupted') else 0

@@ -29,34 +29,11 @@ if __package__ in (None, ''):
 
 from benchmarks import REPO_ROOT  # noqa: E402
 from benchmarks.learning import alf_gin_params, suite_runs  # noqa: E402
+from benchmarks.random_buffer import random_replay_buffer  # noqa: E402
 
 # One row in this many of the random buffer is LAST (and the next FIRST).
 EPISODE_LENGTH = 10
 BUFFER_ROWS = 10_000
-
-
-def _random_buffer(num_envs: int, obs_dim: int, act_dim: int, device):
-    from alf_lite.data import StepType
-    from alf_lite.replay_buffer import ReplayBuffer
-
-    rows = BUFFER_ROWS // num_envs
-    step_type = torch.full((num_envs, rows), int(StepType.MID), dtype=torch.uint8)
-    step_type[:, ::EPISODE_LENGTH] = int(StepType.FIRST)
-    step_type[:, EPISODE_LENGTH - 1 :: EPISODE_LENGTH] = int(StepType.LAST)
-    discount = torch.ones(num_envs, rows)
-    discount[:, EPISODE_LENGTH - 1 :: EPISODE_LENGTH] = 0.0  # terminations
-    rb = ReplayBuffer(num_envs, rows, obs_dim, act_dim, training_device=device)
-    rb.load_state_dict(
-        {
-            'step_type': step_type,
-            'observation': torch.randn(num_envs, rows, obs_dim),
-            'action': torch.rand(num_envs, rows, act_dim) * 2 - 1,
-            'reward': torch.randn(num_envs, rows),
-            'discount': discount,
-            'total_added': num_envs * rows,
-        }
-    )
-    return rb
 
 
 def _setting_runner(run, obs_dim: int, act_dim: int):
@@ -75,7 +52,9 @@ def _setting_runner(run, obs_dim: int, act_dim: int):
     device = resolve_device(config.device)
     torch.manual_seed(0)
     algorithm = config.algorithm_ctor(observation_dim=obs_dim, action_dim=act_dim).to(device)
-    rb = _random_buffer(num_envs, obs_dim, act_dim, device)
+    rb = random_replay_buffer(
+        num_envs, BUFFER_ROWS // num_envs, obs_dim, act_dim, device, EPISODE_LENGTH
+    )
     mask = config.mask_out_loss_for_last_step
     runner = UpdateRunner(
         algorithm,

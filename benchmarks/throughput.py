@@ -21,6 +21,7 @@ ceilings alone (no env runs)::
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -28,7 +29,11 @@ import gymnasium
 import numpy as np
 import torch
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _CHECKOUT not in sys.path:  # run as a script: import this checkout's benchmarks
+    sys.path.insert(0, _CHECKOUT)
+
+EXAMPLES = os.path.join(_CHECKOUT, 'examples')
 
 ALF_PARAMS = {
     'sac': ['actor/Adam.lr = 3e-4', 'critic/Adam.lr = 3e-4', 'alpha/Adam.lr = 3e-4'],
@@ -148,9 +153,9 @@ def alf_lite_device_ceiling(args, env, updates):
     from alf_lite.algorithms.off_policy_algorithm import loss_mask
     from alf_lite.device import resolve_device, use_deterministic_algorithms
     from alf_lite.precision import set_network_precision
-    from alf_lite.replay_buffer import ReplayBuffer
     from alf_lite.trainer import TrainerConfig
     from alf_lite.update import UpdateRunner
+    from benchmarks.random_buffer import random_replay_buffer
 
     device = resolve_device(args.device)
     use_deterministic_algorithms(device)  # as the trainer runs
@@ -159,18 +164,7 @@ def alf_lite_device_ceiling(args, env, updates):
         TrainerConfig().algorithm_ctor(observation_dim=obs_dim, action_dim=act_dim).to(device)
     )
     set_network_precision(algorithm, args.precision)
-    n = 10_000
-    rb = ReplayBuffer(1, n, obs_dim, act_dim, training_device=device)
-    rb.load_state_dict(
-        {
-            'step_type': torch.ones(1, n, dtype=torch.uint8),
-            'observation': torch.randn(1, n, obs_dim),
-            'action': torch.rand(1, n, act_dim) * 2 - 1,
-            'reward': torch.randn(1, n),
-            'discount': torch.ones(1, n),
-            'total_added': n,
-        }
-    )
+    rb = random_replay_buffer(1, 10_000, obs_dim, act_dim, device)
     runner = UpdateRunner(
         algorithm,
         rb,
