@@ -91,6 +91,28 @@ def test_play_records_gif_without_reading_the_replay_buffer(trained_run, tmp_pat
     frames = iio.imread(gif, index=None)
     assert frames.shape == (2 * (EPISODE_STEPS + 1), 48, 64, 3), frames.shape
     assert frames.std() > 0, 'blank frames'
+    # In real time by default: Pendulum-v1 renders at 30 frames per second.
+    from PIL import Image
+
+    with Image.open(gif) as image:
+        assert image.info['duration'] == pytest.approx(1000 / 30, abs=5)
+
+
+@pytest.mark.parametrize('fps, kept', [(100, 6), (40, 12)])
+def test_a_gif_faster_than_players_show_keeps_every_kth_frame(trained_run, tmp_path, fps, kept):
+    import imageio.v3 as iio
+    from PIL import Image
+
+    gif = tmp_path / 'fast.gif'
+    result = run_play(
+        trained_run, '--num_episodes', '2', '--record_file', str(gif), '--fps', str(fps)
+    )
+    assert_ok(result)
+    # 12 frames; at 100 fps every 2nd is kept, each shown 20 ms: still real time.
+    assert f'{kept} frames written' in result.stdout
+    assert iio.imread(gif, index=None).shape[0] == kept
+    with Image.open(gif) as image:
+        assert image.info['duration'] == pytest.approx(1000 * (12 // kept) / fps, abs=5)
 
 
 def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):

@@ -9,17 +9,28 @@ policy acts in one in-process env; each episode's return and length are
 printed, then their means.
 
 A video holds one frame per step plus the reset frame of each episode, the
-episodes one after another: ``sum(length + 1)`` frames. ``.mp4`` is written
-with imageio-ffmpeg, ``.gif`` with pillow. Rendering is headless: MuJoCo
+episodes one after another: ``sum(length + 1)`` frames, played at the env's
+``render_fps`` (real time) unless ``--fps`` says otherwise. ``.mp4`` is
+written with imageio-ffmpeg, ``.gif`` with pillow; a GIF above 50 frames per
+second (MuJoCo's 125, say) keeps every k-th frame, k = ceil(fps / 50), since
+GIF players cannot show frames faster. Rendering is headless: MuJoCo
 through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
 """
 
+import math
 import os
 
 from absl import app, flags
 
 from alf_lite.bin.cli import fail
 from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
+
+# Frames per second of a video when neither --fps nor the env says.
+DEFAULT_FPS = 30
+# GIF frame delays are whole hundredths of a second, and browsers draw delays
+# under 2 of them as 10: a faster GIF keeps every k-th frame to play at about
+# the requested speed.
+MAX_GIF_FPS = 50
 
 flags.DEFINE_string(
     'root_dir', None, 'Directory of a train run: its config.gin and checkpoints are read.'
@@ -43,7 +54,12 @@ flags.DEFINE_string(
     "Video frame size: 'W,H' or one number for a square; "
     "frames are scaled and centre-cropped to it. Default: the env's own size.",
 )
-flags.DEFINE_integer('fps', 30, 'Frames per second of the video.')
+flags.DEFINE_float(
+    'fps',
+    None,
+    "Frames per second of the video. Default: the env's metadata['render_fps'], "
+    f'which plays it in real time, or {DEFAULT_FPS} when the env has none.',
+)
 flags.DEFINE_multi_string(
     'gin_param',
     [],
@@ -124,14 +140,19 @@ def load_policy(path: str, observation_dim: int, action_dim: int):
 class VideoWriter:
     """Frames to ``path`` (.mp4 via imageio-ffmpeg, .gif via pillow), resized to ``size``."""
 
-    def __init__(self, path: str, fps: int, size=None):
+    def __init__(self, path: str, fps: float, size=None):
         import imageio
 
         self._size = size
         self.num_frames = 0
+        # Every how many frames one is written (a fast GIF keeps every k-th).
+        self._every, self._seen = 1, 0
         if path.lower().endswith('.gif'):
+            self._every = math.ceil(fps / MAX_GIF_FPS)
             # loop=0: repeat forever; duration is per frame, in milliseconds.
-            self._writer = imageio.get_writer(path, mode='I', duration=1000 / fps, loop=0)
+            self._writer = imageio.get_writer(
+                path, mode='I', duration=1000 * self._every / fps, loop=0
+            )
         else:
             # macro_block_size=2: H.264 needs even sizes; other sizes are kept.
             self._writer = imageio.get_writer(
@@ -142,6 +163,9 @@ class VideoWriter:
         import numpy as np
         from PIL import Image, ImageOps
 
+        self._seen += 1
+        if (self._seen - 1) % self._every:
+            return
         frame = np.asarray(frame)[:, :, :3]
         if self._size is not None and frame.shape[1::-1] != self._size:
             frame = np.asarray(
@@ -187,7 +211,7 @@ def main(argv):
     config_file = RunDir(root_dir).config_file
     if not os.path.isfile(config_file):
         fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.')
-    if FLAGS.num_episodes <= 0 or FLAGS.fps <= 0:
+    if FLAGS.num_episodes <= 0 or (FLAGS.fps is not None and FLAGS.fps <= 0):
         fail('--num_episodes and --fps must be positive.')
     record_file = FLAGS.record_file
     if record_file is not None and not record_file.lower().endswith(VIDEO_FORMATS):
@@ -236,7 +260,8 @@ def main(argv):
         torch.manual_seed(FLAGS.random_seed)
         if record_file is not None:
             os.makedirs(os.path.dirname(os.path.abspath(record_file)), exist_ok=True)
-            video = VideoWriter(record_file, FLAGS.fps, size)
+            fps = FLAGS.fps or env.render_fps or DEFAULT_FPS
+            video = VideoWriter(record_file, fps, size)
         play_episodes(env, algorithm, FLAGS.num_episodes, video)
     finally:
         env.close()

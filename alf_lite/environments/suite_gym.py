@@ -335,6 +335,12 @@ class BatchedEnvironment:
             env_id=self._env_id,
         )
 
+    @property
+    def render_fps(self) -> Optional[float]:
+        """The env's ``metadata['render_fps']``: its steps per simulated second; None if unset."""
+        fps = (self._env.metadata or {}).get('render_fps')
+        return float(fps) if fps else None
+
     def render(self) -> tuple:
         """One frame per env, as the envs' render mode gives it (e.g. HxWx3 uint8 arrays)."""
         return tuple(self._call(self._env.render))
