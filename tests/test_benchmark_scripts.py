@@ -1,4 +1,4 @@
-"""Speed benchmark scripts run as a user runs them: a script path, from another directory."""
+"""Benchmark scripts run as a user runs them: a script path, from another directory."""
 
 import os
 import re
@@ -7,7 +7,16 @@ import sys
 
 import pytest
 
-from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S
+from cli_helpers import (
+    EXAMPLES,
+    REPO_ROOT,
+    RUN_TIMEOUT_S,
+    TINY,
+    assert_ok,
+    run_train,
+    train_command,
+    train_env,
+)
 
 
 def test_throughput_ceilings_run_as_a_script_from_another_directory(tmp_path):
@@ -35,3 +44,46 @@ def test_throughput_ceilings_run_as_a_script_from_another_directory(tmp_path):
         result.stdout,
     )
     assert found and float(found[1]) > 0 and float(found[2]) > 0, result.stdout
+
+
+def test_icub_gait_plays_the_policy_and_both_baselines_on_the_runs_eval_seeds(tmp_path):
+    root_dir = tmp_path / 'icub'
+    params = TINY + [
+        'create_environment.num_parallel_environments=1',
+        'TrainerConfig.initial_collect_steps=1',
+        'TrainerConfig.num_env_steps=2',
+        'TrainerConfig.num_eval_episodes=1',
+    ]
+    assert_ok(run_train(train_command(root_dir, [EXAMPLES / 'sac_icub_walking.gin'], params)))
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py')]
+        + ['--root_dir', str(root_dir), '--num_episodes', '1'],
+        cwd=tmp_path,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # (PyBullet writes 'argv[0]=' lines to stdout.)
+    lines = [line for line in result.stdout.splitlines() if not line.startswith('argv')]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == {'policy', 'zero', 'random'}, result.stdout
+    # The zero action holds the standing pose until the 200-step limit (10 s at 20 Hz);
+    # random actions fall.
+    assert 'length  200.0 steps (10.00 s)  fell 0/1' in rows['zero'], rows['zero']
+    assert 'fell 1/1' in rows['random'], rows['random']
+    assert lines[0].startswith(f'{root_dir}/checkpoints/ckpt-2, 1 episodes'), lines[0]
+
+    other = tmp_path / 'pendulum'
+    other.mkdir()
+    (other / 'config.gin').write_text("create_environment.env_name = 'Pendulum-v1'\n")
+    refused = subprocess.run(
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py'), '--root_dir', str(other)],
+        cwd=tmp_path,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert refused.returncode == 2 and 'trained on Pendulum-v1, not ICubWalk-v0' in refused.stderr

@@ -1,0 +1,111 @@
+r"""What an ICubWalk-v0 policy does: how long it stays up, how far and how fast it goes.
+
+    python benchmarks/icub_gait.py --root_dir benchmarks/results/learning/icub_walk/icub_walk/seed0
+
+Plays the deterministic policy of a run's checkpoint (the latest, or
+``--checkpoint_step``) for ``--num_episodes`` episodes, seeded as the
+trainer's eval envs, and two baselines on the same seeds: the zero action
+(with the default 'position_residual' control it holds the standing pose) and
+uniform random actions. Prints, for each, the mean return, the episode length
+in steps and seconds, how many episodes ended in a fall (termination) rather
+than the time limit, the forward distance covered (the env's
+``forward_velocity`` times the control period, summed) and the mean forward
+speed. One env in this process, one torch thread.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+import numpy as np
+
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _CHECKOUT not in sys.path:  # run as a script: import this checkout's alf_lite
+    sys.path.insert(0, _CHECKOUT)
+
+
+def play(env, act, seeds):
+    """Per episode ``(return, steps, fell, distance)`` of ``act(observation) -> action``."""
+    episodes = []
+    for seed in seeds:
+        observation, _ = env.reset(seed=seed)
+        total, steps, distance = 0.0, 0, 0.0
+        while True:
+            observation, reward, terminated, truncated, info = env.step(act(observation))
+            total += reward
+            steps += 1
+            distance += info['forward_velocity'] * env.unwrapped.control_dt
+            if terminated or truncated:
+                episodes.append((total, steps, terminated, distance))
+                break
+    return episodes
+
+
+def summary(name, episodes, control_dt):
+    returns, steps, fell, distance = zip(*episodes)
+    seconds = [n * control_dt for n in steps]
+    speed = sum(distance) / sum(seconds)
+    return (
+        f'{name:<8} return {statistics.mean(returns):7.1f}  length {statistics.mean(steps):6.1f} '
+        f'steps ({statistics.mean(seconds):5.2f} s)  fell {sum(fell)}/{len(episodes)}  '
+        f'forward {statistics.mean(distance):+.2f} m  speed {speed:+.2f} m/s'
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0].strip())
+    parser.add_argument('--root_dir', required=True, help='A train run of ICubWalk-v0.')
+    parser.add_argument('--checkpoint_step', type=int, default=None)
+    parser.add_argument('--num_episodes', type=int, default=10)
+    parser.add_argument('--random_seed', type=int, default=0, help="Seeds as the run's eval envs.")
+    args = parser.parse_args(argv)
+
+    import gin
+    import gymnasium
+    import torch
+
+    import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.bin.play import checkpoint_path, load_policy
+    from alf_lite.config import parse_config
+    from alf_lite.run_dir import RunDir
+    from alf_lite.seeding import eval_env_seeds
+
+    torch.set_num_threads(1)
+    root_dir = os.path.abspath(args.root_dir)
+    config_file = RunDir(root_dir).config_file
+    if not os.path.isfile(config_file):
+        parser.error(f'{root_dir} holds no config.gin: it is not the root_dir of a train run')
+    parse_config([config_file], [])
+    env_name = gin.query_parameter('create_environment.env_name')
+    if env_name != 'ICubWalk-v0':
+        parser.error(f'{root_dir} trained on {env_name}, not ICubWalk-v0')
+    env = gymnasium.make('ICubWalk-v0')
+    low, high = env.action_space.low, env.action_space.high
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    path = checkpoint_path(root_dir, args.checkpoint_step)
+    algorithm = load_policy(path, obs_dim, act_dim)
+    seeds = eval_env_seeds(args.random_seed, args.num_episodes)
+    rng = np.random.default_rng(args.random_seed)
+
+    def policy(observation):
+        with torch.no_grad():
+            action = algorithm.predict_step(torch.as_tensor(observation[None], dtype=torch.float32))
+        return low + (action[0].numpy().astype(np.float64) + 1) / 2 * (high - low)
+
+    dt = env.unwrapped.control_dt
+    print(f'{path}, {args.num_episodes} episodes, control period {dt:.3f} s')
+    try:
+        for name, act in (
+            ('policy', policy),
+            ('zero', lambda observation: np.zeros(act_dim)),
+            ('random', lambda observation: rng.uniform(low, high)),
+        ):
+            print(summary(name, play(env, act, seeds), dt), flush=True)
+    finally:
+        env.close()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
