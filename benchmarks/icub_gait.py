@@ -6,7 +6,9 @@ Plays the deterministic policy of a run's checkpoint (the latest, or
 ``--checkpoint_step``) for ``--num_episodes`` episodes, seeded as the
 trainer's eval envs, and two baselines on the same seeds: the zero action
 (with the default 'position_residual' control it holds the standing pose) and
-uniform random actions. Prints, for each, the mean return, the episode length
+uniform random actions, and with ``--noise_std`` the zero action plus
+Gaussian noise of each given standard deviation (how robust standing is to
+exploration noise such as SAC's). Prints, for each, the mean return, the episode length
 in steps and seconds, how many episodes ended in a fall (termination) rather
 than the time limit, the forward distance covered (the env's
 ``forward_velocity`` times the control period, summed) and the mean forward
@@ -42,13 +44,14 @@ def play(env, act, seeds):
     return episodes
 
 
-def summary(name, episodes, control_dt):
+def summary(name, episodes, control_dt, width=8):
     returns, steps, fell, distance = zip(*episodes)
     seconds = [n * control_dt for n in steps]
     speed = sum(distance) / sum(seconds)
     return (
-        f'{name:<8} return {statistics.mean(returns):7.1f}  length {statistics.mean(steps):6.1f} '
-        f'steps ({statistics.mean(seconds):5.2f} s)  fell {sum(fell)}/{len(episodes)}  '
+        f'{name:<{width}} return {statistics.mean(returns):7.1f}  '
+        f'length {statistics.mean(steps):6.1f} steps ({statistics.mean(seconds):5.2f} s)  '
+        f'fell {sum(fell)}/{len(episodes)}  '
         f'forward {statistics.mean(distance):+.2f} m  speed {speed:+.2f} m/s'
     )
 
@@ -59,6 +62,14 @@ def main(argv=None) -> int:
     parser.add_argument('--checkpoint_step', type=int, default=None)
     parser.add_argument('--num_episodes', type=int, default=10)
     parser.add_argument('--random_seed', type=int, default=0, help="Seeds as the run's eval envs.")
+    parser.add_argument(
+        '--noise_std',
+        type=float,
+        nargs='*',
+        default=[],
+        help='Also play the zero action plus Gaussian noise of these standard deviations '
+        '(in the [-1, 1] action units, clipped there).',
+    )
     args = parser.parse_args(argv)
 
     import gin
@@ -95,13 +106,24 @@ def main(argv=None) -> int:
 
     dt = env.unwrapped.control_dt
     print(f'{path}, {args.num_episodes} episodes, control period {dt:.3f} s')
+
+    def noisy_zero(std):
+        def act(observation):
+            noise = np.clip(rng.normal(0.0, std, act_dim), -1.0, 1.0)
+            return low + (noise + 1) / 2 * (high - low)
+
+        return act
+
+    players = [
+        ('policy', policy),
+        ('zero', lambda observation: np.zeros(act_dim)),
+        ('random', lambda observation: rng.uniform(low, high)),
+    ]
+    players += [(f'zero+N(0,{std:g})', noisy_zero(std)) for std in args.noise_std]
+    width = max(len(name) for name, _ in players)
     try:
-        for name, act in (
-            ('policy', policy),
-            ('zero', lambda observation: np.zeros(act_dim)),
-            ('random', lambda observation: rng.uniform(low, high)),
-        ):
-            print(summary(name, play(env, act, seeds), dt), flush=True)
+        for name, act in players:
+            print(summary(name, play(env, act, seeds), dt, width), flush=True)
     finally:
         env.close()
     return 0

@@ -57,7 +57,7 @@ def test_icub_gait_plays_the_policy_and_both_baselines_on_the_runs_eval_seeds(tm
     assert_ok(run_train(train_command(root_dir, [EXAMPLES / 'sac_icub_walking.gin'], params)))
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py')]
-        + ['--root_dir', str(root_dir), '--num_episodes', '1'],
+        + ['--root_dir', str(root_dir), '--num_episodes', '1', '--noise_std', '0.5'],
         cwd=tmp_path,
         env=train_env(),
         capture_output=True,
@@ -68,11 +68,12 @@ def test_icub_gait_plays_the_policy_and_both_baselines_on_the_runs_eval_seeds(tm
     # (PyBullet writes 'argv[0]=' lines to stdout.)
     lines = [line for line in result.stdout.splitlines() if not line.startswith('argv')]
     rows = {line.split()[0]: line for line in lines[1:]}
-    assert set(rows) == {'policy', 'zero', 'random'}, result.stdout
+    assert set(rows) == {'policy', 'zero', 'random', 'zero+N(0,0.5)'}, result.stdout
     # The zero action holds the standing pose until the 200-step limit (10 s at 20 Hz);
     # random actions fall.
     assert 'length  200.0 steps (10.00 s)  fell 0/1' in rows['zero'], rows['zero']
     assert 'fell 1/1' in rows['random'], rows['random']
+    assert 'fell 1/1' in rows['zero+N(0,0.5)'], rows['zero+N(0,0.5)']
     assert lines[0].startswith(f'{root_dir}/checkpoints/ckpt-2, 1 episodes'), lines[0]
 
     other = tmp_path / 'pendulum'
