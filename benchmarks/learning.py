@@ -482,8 +482,12 @@ def _mib(nbytes: float) -> str:
     return f'{nbytes / 2**20:.1f} MiB'
 
 
-def report_suite(suite: str, out: str, docs_dir: str) -> bool:
-    """Plots the suite's runs and prints its table; False when it has no runs yet."""
+def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = False) -> bool:
+    """Plots the suite's runs and prints its table; False when it has no runs yet.
+
+    Args:
+        finished_only: leave out the runs without ``done.json`` (still training).
+    """
     import numpy as np
 
     from alf_lite.bin.plot import BOOTSTRAP_SEED, CONFIDENCE, NUM_BOOTSTRAP, band
@@ -492,6 +496,8 @@ def report_suite(suite: str, out: str, docs_dir: str) -> bool:
     for run in suite_runs(suite, seeds=[0]):
         specs.setdefault(run.name, run)
     found = {name: _seed_dirs(out, suite, name) for name in specs}
+    if finished_only:
+        found = {name: [d for d in dirs if read_done(d)] for name, dirs in found.items()}
     found = {
         name: dirs
         for name, dirs in found.items()
@@ -692,6 +698,11 @@ def parse_args(argv=None):
         help='Plot the runs into --docs_dir and print the tables; trains nothing.',
     )
     parser.add_argument(
+        '--finished_only',
+        action='store_true',
+        help='With --report: only the runs that finished (the ones still training are left out).',
+    )
+    parser.add_argument(
         '--docs_dir',
         default=os.path.join(REPO_ROOT, 'docs'),
         help='Where --report writes its PNGs (and plot.py its curve CSVs).',
@@ -752,7 +763,9 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args, runs = parse_args(argv)
     if args.report:
-        found = [report_suite(suite, args.out, args.docs_dir) for suite in args.suite]
+        found = [
+            report_suite(suite, args.out, args.docs_dir, args.finished_only) for suite in args.suite
+        ]
         return 0 if any(found) else EXIT_FAULT
     for run in runs:
         if run.learning_starts != run.task.learning_starts:

@@ -248,6 +248,18 @@ def test_alf_lite_run_is_done_then_skipped_and_reported(tmp_path):
     assert cells[7] == f'{1000 * done["wall_time_s"] / TINY_STEPS:.1f}'  # ms per env step
     assert cells[8] == '2.4 MiB'  # 100k rows of 25 bytes
 
+    # A run still training shows as unfinished, or not at all with --finished_only.
+    unfinished = out / 'pendulum' / 'alf_sac' / 'seed1'
+    unfinished.mkdir()
+    (unfinished / 'progress.csv').write_text('env_steps,eval/AverageReturn\n0,-1500\n')
+    (unfinished / 'config.gin').write_text((run_dir / 'config.gin').read_text())
+    for extra, seeds in (([], '2 (1 unfinished)'), (['--finished_only'], '1')):
+        report = _ok(
+            run_script('--suite', 'pendulum', '--report', '--out', out, '--docs_dir', docs, *extra)
+        )
+        row = next(line for line in report.stdout.splitlines() if line.startswith('| Pendulum-v1'))
+        assert [c.strip() for c in row.strip('|').split('|')][4] == seeds
+
 
 def test_sb3_run_writes_what_plot_reads(tmp_path):
     pytest.importorskip('stable_baselines3')
