@@ -15,7 +15,6 @@ from cli_helpers import (
     assert_ok,
     run_train,
     train_command,
-    train_env,
 )
 
 
@@ -55,14 +54,10 @@ def test_icub_gait_plays_the_policy_and_both_baselines_on_the_runs_eval_seeds(tm
         'TrainerConfig.num_eval_episodes=1',
     ]
     assert_ok(run_train(train_command(root_dir, [EXAMPLES / 'sac_icub_walking.gin'], params)))
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py')]
-        + ['--root_dir', str(root_dir), '--num_episodes', '1', '--noise_std', '0.5'],
+    gait = [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py')]
+    result = run_train(
+        gait + ['--root_dir', str(root_dir), '--num_episodes', '1', '--noise_std', '0.5'],
         cwd=tmp_path,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     # (PyBullet writes 'argv[0]=' lines to stdout.)
@@ -79,12 +74,5 @@ def test_icub_gait_plays_the_policy_and_both_baselines_on_the_runs_eval_seeds(tm
     other = tmp_path / 'pendulum'
     other.mkdir()
     (other / 'config.gin').write_text("create_environment.env_name = 'Pendulum-v1'\n")
-    refused = subprocess.run(
-        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py'), '--root_dir', str(other)],
-        cwd=tmp_path,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
+    refused = run_train(gait + ['--root_dir', str(other)], cwd=tmp_path)
     assert refused.returncode == 2 and 'trained on Pendulum-v1, not ICubWalk-v0' in refused.stderr

@@ -10,7 +10,7 @@ import gin
 import pytest
 
 from benchmarks import launcher, learning, sb3_runner
-from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S, train_env
+from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S, run_train, train_env
 
 SCRIPT = REPO_ROOT / 'benchmarks' / 'learning.py'
 TINY_STEPS = 1200  # above Pendulum's 1000 random steps: 200 updates
@@ -325,14 +325,7 @@ def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp
     first = _progress(run_dir)
     assert all(int(r['env_steps']) <= stopped_at for r in first)
 
-    resumed = subprocess.run(
-        command,
-        cwd=REPO_ROOT,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
+    resumed = run_train(command)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f'resuming from {run_dir}/checkpoints/sb3 at {stopped_at} env steps' in resumed.stdout
     rows = _progress(run_dir)
