@@ -365,10 +365,14 @@ class Trainer:
         cfg = self._config
         self._collector.reset(reset_seed)
         throughput = Throughput(self._env_steps, self._num_updates)
+
+        def stop_here() -> bool:
+            return stop_when is not None and stop_when(self.last_eval)
+
         stopped = False
         if self._env_steps == 0:
             self._evaluate_and_write(summary, {})
-            stopped = stop_when is not None and stop_when(self.last_eval)
+            stopped = stop_here()
             if stopped:
                 self._save()
         while not stopped and self._env_steps < cfg.num_env_steps:
@@ -378,7 +382,6 @@ class Trainer:
             if self._num_updates > 0 and not self._wrote_operative_config:
                 self._write_operative_config()
             done = after >= cfg.num_env_steps
-            evaluating = _crossed(before, after, cfg.eval_interval) or done
             summarising = _crossed(before, after, cfg.summary_interval) or done
             stopping = self._stop_signals.received is not None
             saving = _crossed(before, after, cfg.checkpoint_interval) or done or stopping
@@ -387,9 +390,9 @@ class Trainer:
             scalars = {}
             if summarising:
                 scalars = self._train_scalars(*throughput.rates(after, self._num_updates))
-            if evaluating:
+            if _crossed(before, after, cfg.eval_interval) or done:
                 self._evaluate_and_write(summary, scalars)
-                stopped = stop_when is not None and stop_when(self.last_eval)
+                stopped = stop_here()
                 if stopped and not (summarising or saving):
                     # Checked before any checkpoint, as at the intervals.
                     self._stop_on_deferred_non_finite_loss()

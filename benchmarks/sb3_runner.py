@@ -23,6 +23,7 @@ run as one never stopped, as an alf_lite run would be.
 
 import argparse
 import csv
+import io
 import os
 import random
 import shutil
@@ -37,6 +38,7 @@ import torch
 
 import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids)
 from alf_lite.bin.cli import EXIT_SIGNAL_BASE
+from alf_lite.config import write_text_atomically
 from alf_lite.data import StepType, TimeStep
 from alf_lite.episode_stats import TRAIN_METRIC_WINDOW
 from alf_lite.evaluation import evaluate
@@ -210,8 +212,8 @@ def checkpoint_env_steps(run_dir: str) -> Optional[int]:
 def _complete_checkpoint(run_dir: str) -> Optional[str]:
     """The checkpoint directory with all its files, or the one it was replacing."""
     path = checkpoint_path(run_dir)
+    names = (_MODEL_FILE, _REPLAY_FILE, _STATE_FILE)
     for candidate in (path, path + '.old'):
-        names = (_MODEL_FILE, _REPLAY_FILE, _STATE_FILE)
         if all(os.path.isfile(os.path.join(candidate, n)) for n in names):
             return candidate
     return None
@@ -244,12 +246,11 @@ def _keep_rows_up_to(progress_file: str, env_steps: int) -> None:
     """Drops the progress.csv rows written after ``env_steps``."""
     with open(progress_file, newline='') as f:
         rows = list(csv.DictReader(f))
-    kept = [r for r in rows if int(float(r[ENV_STEPS])) <= env_steps]
-    with open(progress_file + '.tmp', 'w', newline='') as f:
-        writer = csv.DictWriter(f, SB3_COLUMNS)
-        writer.writeheader()
-        writer.writerows(kept)
-    os.replace(progress_file + '.tmp', progress_file)
+    text = io.StringIO(newline='')
+    writer = csv.DictWriter(text, SB3_COLUMNS)
+    writer.writeheader()
+    writer.writerows(r for r in rows if int(float(r[ENV_STEPS])) <= env_steps)
+    write_text_atomically(progress_file, text.getvalue())
 
 
 def train(run: BenchmarkRun, out: str) -> int:
