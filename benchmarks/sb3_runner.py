@@ -59,6 +59,7 @@ from alf_lite.signals import STOP_SIGNALS
 from alf_lite.summary import MIN_INTERVAL_S
 from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
 from benchmarks.memory import sb3_buffer_bytes
+from benchmarks.sb3_common import mute_logger
 
 SB3_COLUMNS = [
     ENV_STEPS,
@@ -298,6 +299,7 @@ def train(run: BenchmarkRun, out: str) -> int:
             kwargs['action_noise'] = NormalActionNoise(np.zeros(dim), sigma * np.ones(dim))
         model = algorithm('MlpPolicy', env, seed=run.seed, device='cpu', verbose=0, **kwargs)
         steps = 0
+    mute_logger(model)
     eval_envs = _EvalEnvs(run.task.env, run.seed, model)
     progress = open(run_dir.progress_file, 'a', newline='')
     writer = csv.DictWriter(progress, SB3_COLUMNS)

@@ -192,6 +192,8 @@ def sb3_run(args, seed):
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
 
+    from benchmarks.sb3_common import mute_logger
+
     class Clock(BaseCallback):
         def _on_step(self):
             if self.num_timesteps == args.learning_starts:
@@ -219,6 +221,7 @@ def sb3_run(args, seed):
     model = {'sac': sb3.SAC, 'td3': sb3.TD3, 'ddpg': sb3.DDPG}[args.algo](
         'MlpPolicy', env, **common
     )
+    mute_logger(model)
     clock = Clock()
     if args.ceiling_only:  # random steps only: a filled buffer for the ceiling
         model.learn(args.learning_starts + 1)

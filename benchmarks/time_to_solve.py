@@ -74,6 +74,7 @@ def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
     import stable_baselines3 as sb3
     import torch
     from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
+    from stable_baselines3.common.logger import Logger
 
     torch.set_num_threads(threads)
     start = time.perf_counter()
@@ -106,6 +107,8 @@ def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
         deterministic=True,
         verbose=0,
     )
+    # A silent logger: SB3's default leaves an SB3-<time> folder in the temp dir.
+    model.set_logger(Logger(folder=None, output_formats=[]))
     model.learn(max_steps, callback=evaluation)
     seconds = time.perf_counter() - start
     solved = evaluation.best_mean_reward >= threshold

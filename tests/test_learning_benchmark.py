@@ -299,10 +299,14 @@ def test_sb3_run_writes_what_plot_reads(tmp_path):
     )
 
 
-def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp_path):
+def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp_path, monkeypatch):
     pytest.importorskip('stable_baselines3')
     import signal
 
+    # SB3's default logger would leave an SB3-<time> folder here on each learn().
+    temp = tmp_path / 'temp'
+    temp.mkdir()
+    monkeypatch.setenv('TMPDIR', str(temp))
     out = tmp_path / 'runs'
     command = [sys.executable, '-m', 'benchmarks.sb3_runner', '--suite', 'pendulum']
     command += ['--run', 'sb3_td3', '--seed', '1', '--out', str(out), '--steps', '1200']
@@ -335,6 +339,7 @@ def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp
     assert rows[: len(first)] == first
     assert [int(r['env_steps']) for r in rows] == [0, 1000, 1200]
     assert [int(r['num_updates']) for r in rows] == [0, 0, 200]
+    assert [p.name for p in temp.iterdir() if p.name.startswith('SB3-')] == []
 
 
 def test_deadline_parses_minutes_clock_times_and_iso_times():
