@@ -2,7 +2,7 @@
 
 
 def mute_logger(model):
-    """Give ``model`` a logger that writes nothing and returns the model.
+    """Give ``model`` a logger that writes nothing.
 
     Without one, each ``learn`` call makes a fresh ``SB3-<time>`` folder in
     the system's temporary directory and leaves it there.
@@ -10,4 +10,3 @@ def mute_logger(model):
     from stable_baselines3.common.logger import Logger
 
     model.set_logger(Logger(folder=None, output_formats=[]))
-    return model

@@ -25,6 +25,8 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:  # run as a script: import this checkout's benchmarks
+    sys.path.insert(0, REPO)
 GIN_FILE = os.path.join(REPO, 'examples', 'sac_pendulum.gin')
 
 
@@ -74,7 +76,8 @@ def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
     import stable_baselines3 as sb3
     import torch
     from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
-    from stable_baselines3.common.logger import Logger
+
+    from benchmarks.sb3_common import mute_logger
 
     torch.set_num_threads(threads)
     start = time.perf_counter()
@@ -107,8 +110,7 @@ def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
         deterministic=True,
         verbose=0,
     )
-    # A silent logger: SB3's default leaves an SB3-<time> folder in the temp dir.
-    model.set_logger(Logger(folder=None, output_formats=[]))
+    mute_logger(model)
     model.learn(max_steps, callback=evaluation)
     seconds = time.perf_counter() - start
     solved = evaluation.best_mean_reward >= threshold
