@@ -9,8 +9,12 @@
 
 Code reaches these paths through ``RunDir`` and the checkpoint names through
 ``checkpoint_name`` and ``list_checkpoints``; nothing else spells them.
+
+One process at a time trains in a root_dir: it holds ``RunDirLock``, an
+advisory lock on the directory itself (no file is added to the run).
 """
 
+import fcntl
 import os
 import re
 from typing import List, Optional
@@ -118,3 +122,71 @@ class RunDir:
         return os.path.isfile(self.progress_file) or any(
             os.path.isdir(self.events_dir(mode)) for mode in SUMMARY_MODES
         )
+
+
+class RunDirInUseError(RuntimeError):
+    """Another process trains in the root_dir (it holds the directory's ``RunDirLock``)."""
+
+
+class RunDirLock:
+    """An exclusive lock on a run's root_dir, held by the one process that trains in it.
+
+    It is ``flock`` on the directory: the kernel drops it when its holder
+    ends, however it ends (a kill included), so no stale lock is ever left.
+    Two holders in one process exclude each other as two processes do.
+
+    Args:
+        root: the run's root_dir; ``acquire`` creates it when missing.
+    """
+
+    def __init__(self, root: str):
+        self.root = root
+        self._fd: Optional[int] = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Create root if missing and lock it; raises ``RunDirInUseError`` if another holds it."""
+        if self._fd is not None:
+            return
+        os.makedirs(self.root, exist_ok=True)
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunDirInUseError(
+                f'{self.root} is in use: another process is training in it. Wait for '
+                'it to end, or choose another root_dir.'
+            ) from None
+        self._fd = fd
+
+    def release(self) -> None:
+        """Unlock (closing the descriptor drops the lock); nothing when not held."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> 'RunDirLock':
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.release()
+
+
+def run_dir_in_use(root: str) -> bool:
+    """Whether a process holds ``root``'s ``RunDirLock`` now (False when root does not exist)."""
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

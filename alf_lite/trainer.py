@@ -2,7 +2,6 @@
 summarises and checkpoints, each done by its own module."""
 
 import functools
-import os
 import time
 from typing import Callable, List, Optional
 
@@ -21,7 +20,7 @@ from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import TerminationValues, evaluate
 from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
 from alf_lite.replay_buffer import ReplayBuffer
-from alf_lite.run_dir import RunDir, last_good_name
+from alf_lite.run_dir import RunDir, RunDirLock, last_good_name
 from alf_lite.runs import (
     ENV_STEPS_PER_SEC,
     EVAL_EPISODE_LENGTH,
@@ -218,7 +217,9 @@ class Trainer:
 
     The constructor builds everything (envs, algorithm, replay buffer) and
     writes nothing, so a bad setting fails before ``root_dir`` is touched;
-    ``train()`` then resumes or starts and owns the files. Close the trainer
+    ``train()`` then resumes or starts and owns the files: it holds the
+    directory's ``RunDirLock`` while it trains, so a second trainer (in this
+    process or another) cannot write into the same run. Close the trainer
     (or use it as a context manager) to stop the env processes.
 
     Args:
@@ -229,6 +230,7 @@ class Trainer:
     def __init__(self, config: TrainerConfig, root_dir: str):
         self._config = cfg = config
         self._run_dir = RunDir(root_dir)
+        self._lock = RunDirLock(root_dir)
         self._env = self._eval_env = None
         self._device = device = resolve_device(cfg.device)
         seed_everything(cfg.random_seed, cfg.torch_num_threads)
@@ -285,10 +287,27 @@ class Trainer:
         self._wrote_operative_config = False
 
     def close(self) -> None:
-        """Stop the env processes; the trainer cannot train afterwards."""
+        """Stop the env processes and unlock root_dir; the trainer cannot train afterwards."""
+        self._lock.release()
         for env in (self._env, self._eval_env):
             if env is not None:
                 env.close()
+
+    def lock_root_dir(self) -> None:
+        """Create root_dir if missing and lock it for this trainer (``train`` does it too).
+
+        Held until ``train`` returns, ``unlock_root_dir`` or ``close``; a caller
+        locks first to write into root_dir before training (train's CLI writes
+        config.gin).
+
+        Raises:
+            RunDirInUseError: another trainer holds the lock; nothing was written.
+        """
+        self._lock.acquire()
+
+    def unlock_root_dir(self) -> None:
+        """Release root_dir's lock (nothing when not held)."""
+        self._lock.release()
 
     def __enter__(self) -> 'Trainer':
         return self
@@ -330,8 +349,15 @@ class Trainer:
                 (and stops the env processes), so a hung env cannot hold the run.
             TrainingError: on a non-finite loss or parameter, or a failed checkpoint write.
             CheckpointError: when checkpoints exist but none of them can be loaded.
+            RunDirInUseError: another trainer trains in root_dir; nothing was written.
         """
-        os.makedirs(self._run_dir.root, exist_ok=True)
+        self.lock_root_dir()
+        try:
+            return self._train(stop_when)
+        finally:
+            self.unlock_root_dir()
+
+    def _train(self, stop_when: Optional[Callable[[dict], bool]]) -> dict:
         description = describe_device(self._device)
         logging.info('device: %s', description)
         write_text_atomically(self._run_dir.device_file, description + '\n')

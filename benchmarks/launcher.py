@@ -2,7 +2,8 @@
 
 Each run trains in its run directory with its output appended to its log. A
 finished run gets ``done.json`` (wall time summed over attempts, env steps,
-final eval return, mean load, code version) and is skipped from then on; every
+final eval return, mean load, code version) and is skipped from then on, as is
+a run another process is training (another call of the launcher); every
 attempt is kept in ``<log>.attempts.json``; ``<out>/plan.json`` holds every
 requested run's state. With a deadline, a run starts only if its estimated
 time fits (or, with ``partial_minutes``, a resumable run also when at least
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tupl
 
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE
 from alf_lite.config import write_text_atomically
-from alf_lite.run_dir import RunDir
+from alf_lite.run_dir import RunDir, run_dir_in_use
 from alf_lite.runs import ENV_STEPS, EVAL_RETURN, log_error_line, read_scalar_if_any, subprocess_env
 from alf_lite.signals import STOP_SIGNALS
 from benchmarks import REPO_ROOT
@@ -141,6 +142,10 @@ class Launcher:
             return dict(run=run, status='skipped', detail='already done', done=done)
         if self.stopping:
             return dict(run=run, status='not started', detail='stopped')
+        if run_dir_in_use(run_dir):
+            return dict(
+                run=run, status='in use', detail=f'another process is training in {run_dir}'
+            )
         partial = ''
         if self._deadline is not None:
             seconds, source = estimate_seconds(run, out)

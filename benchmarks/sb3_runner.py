@@ -37,12 +37,12 @@ import numpy as np
 import torch
 
 import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids)
-from alf_lite.bin.cli import EXIT_SIGNAL_BASE
+from alf_lite.bin.cli import EXIT_BAD_INPUT, EXIT_SIGNAL_BASE
 from alf_lite.config import write_text_atomically
 from alf_lite.data import StepType, TimeStep
 from alf_lite.episode_stats import TRAIN_METRIC_WINDOW
 from alf_lite.evaluation import evaluate
-from alf_lite.run_dir import RunDir
+from alf_lite.run_dir import RunDir, RunDirInUseError, RunDirLock
 from alf_lite.runs import (
     ENV_STEPS,
     ENV_STEPS_PER_SEC,
@@ -257,6 +257,8 @@ def _keep_rows_up_to(progress_file: str, env_steps: int) -> None:
 def train(run: BenchmarkRun, out: str) -> int:
     """Train one SB3 run into its run directory, from its checkpoint when it has one.
 
+    The caller holds the run directory's ``RunDirLock`` (``main`` does).
+
     Returns:
         0 when the run finished; 128 + the signal number when SIGINT or
         SIGTERM stopped it (after saving a checkpoint).
@@ -284,9 +286,13 @@ def train(run: BenchmarkRun, out: str) -> int:
         _keep_rows_up_to(run_dir.progress_file, steps)
         print(f'resuming from {resume_from} at {steps} env steps', flush=True)
     else:
-        if os.path.exists(run_dir.root):
-            shutil.rmtree(run_dir.root)
-        os.makedirs(run_dir.root)
+        # Emptied, not removed: the directory is the one this process holds locked.
+        for name in os.listdir(run_dir.root):
+            path = os.path.join(run_dir.root, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
         settings = sb3_settings(run)
         with open(run_dir.config_file, 'w') as f:
             f.write(sb3_config_text(run, settings))
@@ -422,7 +428,13 @@ def main(argv=None) -> int:
             f'{args.suite} has no SB3 run {args.run!r}; its SB3 runs are: '
             f'{", ".join(runs) or "none"}'
         )
-    return train(runs[args.run], os.path.abspath(args.out))
+    run, out = runs[args.run], os.path.abspath(args.out)
+    try:
+        with RunDirLock(run.run_dir(out)):
+            return train(run, out)
+    except RunDirInUseError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == '__main__':

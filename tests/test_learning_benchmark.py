@@ -9,6 +9,7 @@ import sys
 import gin
 import pytest
 
+from alf_lite.run_dir import RunDirLock
 from benchmarks import launcher, learning, sb3_runner
 from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S, run_train, train_env
 
@@ -340,6 +341,48 @@ def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp
     assert [int(r['env_steps']) for r in rows] == [0, 1000, 1200]
     assert [int(r['num_updates']) for r in rows] == [0, 0, 200]
     assert [p.name for p in temp.iterdir() if p.name.startswith('SB3-')] == []
+
+
+def test_runs_another_process_trains_are_left_to_it(tmp_path):
+    pytest.importorskip('stable_baselines3')
+    out = tmp_path / 'runs'
+    held = [out / 'pendulum' / name / 'seed0' for name in ('alf_sac', 'sb3_sac')]
+    for run_dir in held:
+        run_dir.mkdir(parents=True)
+        (run_dir / 'progress.csv').write_text('env_steps\n0\n')
+    with RunDirLock(str(held[0])), RunDirLock(str(held[1])):
+        # The launcher starts neither run; the SB3 runner started by hand refuses
+        # the run and leaves its files (a fresh SB3 start empties the directory).
+        result = _ok(
+            run_script(
+                '--suite',
+                'pendulum',
+                '--runs',
+                '*_sac',
+                '--seeds',
+                0,
+                '--steps',
+                TINY_STEPS,
+                '--out',
+                out,
+            )
+        )
+        in_use = [line for line in result.stdout.splitlines() if ' in use ' in line]
+        assert len(in_use) == 2 and all('another process is training in' in x for x in in_use)
+        assert (
+            sb3_runner.main(
+                ['--suite', 'pendulum', '--run', 'sb3_sac', '--seed', '0', '--out', str(out)]
+                + ['--steps', str(TINY_STEPS)]
+            )
+            == 2
+        )
+    for run_dir in held:
+        assert sorted(p.name for p in run_dir.iterdir()) == ['progress.csv']
+    plan = json.loads((out / 'plan.json').read_text())
+    assert {k: v['status'] for k, v in plan.items()} == {
+        'pendulum/alf_sac/seed0': 'in use',
+        'pendulum/sb3_sac/seed0': 'in use',
+    }
 
 
 def test_deadline_parses_minutes_clock_times_and_iso_times():

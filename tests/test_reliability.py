@@ -23,7 +23,7 @@ from alf_lite.config import parse_config
 from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import EnvironmentHungError
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
-from alf_lite.run_dir import latest_checkpoint
+from alf_lite.run_dir import RunDirLock, latest_checkpoint
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from cli_helpers import (
     EXAMPLES,
@@ -159,6 +159,22 @@ def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(fini
     moved = [p for p in os.listdir(finished_run.parent) if p.startswith('run.old-')]
     assert len(moved) == 1 and tree_digest(finished_run.parent / moved[0]) == before
     assert 'DdpgAlgorithm' in (finished_run / 'config.gin').read_text()
+
+
+def test_root_dir_in_use_by_another_train_is_refused_and_left_as_it_is(tmp_path):
+    root_dir = tmp_path / 'run'
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
+    before = tree_digest(root_dir)
+    longer = train_command(root_dir, [PENDULUM], SHORT + ['TrainerConfig.num_env_steps=600'])
+    with RunDirLock(str(root_dir)):  # as a train running in root_dir holds it
+        for command in (longer, longer + ['--start_over']):
+            result = run_train(command)
+            assert result.returncode == 2 and 'is in use' in result.stderr, result.stderr
+            assert str(root_dir) in result.stderr
+            assert tree_digest(root_dir) == before
+        assert os.listdir(tmp_path) == ['run']  # --start_over moved nothing aside
+    assert_ok(run_train(longer))
+    assert checkpoint_steps(root_dir)[-1] == 600
 
 
 def test_same_gin_file_with_a_longer_run_resumes(tmp_path):

@@ -11,7 +11,7 @@ from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
 from alf_lite.data import Experience, StepType
-from alf_lite.run_dir import latest_checkpoint
+from alf_lite.run_dir import RunDirInUseError, latest_checkpoint
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.trainer import Trainer, TrainerConfig
 
@@ -200,6 +200,22 @@ def test_cpu_and_auto_devices_give_the_same_progress_csv_and_record_the_device(t
     if not torch.cuda.is_available():  # 'auto' is the CPU here
         assert (tmp_path / 'default' / 'device.txt').read_text().startswith('cpu')
     assert (tmp_path / 'cpu' / 'device.txt').read_text().startswith('cpu')
+
+
+def test_a_second_trainer_in_the_same_root_dir_is_refused_until_the_first_closes(tmp_path):
+    params = ['TrainerConfig.num_env_steps = 400']
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + params)
+    with Trainer(TrainerConfig(), str(tmp_path / 'run')) as first:
+        first.lock_root_dir()
+        with Trainer(TrainerConfig(), str(tmp_path / 'run')) as second:
+            with pytest.raises(RunDirInUseError, match='is in use'):
+                second.train()
+            assert os.listdir(tmp_path / 'run') == []
+            first.train()
+            assert (tmp_path / 'run' / 'progress.csv').is_file()
+            # train() unlocks when it returns: the second trainer resumes the finished run.
+            second.train()
+            assert second.env_steps == 400
 
 
 def test_cuda_graph_on_the_cpu_is_refused_before_anything_is_written(tmp_path):

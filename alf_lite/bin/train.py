@@ -6,6 +6,9 @@ r"""Train an off-policy algorithm from gin files.
 Re-running with the same ``--root_dir`` resumes from its latest complete
 checkpoint; without ``--gin_file`` the config is read from ``root_dir/config.gin``.
 
+Only one train at a time runs in a root_dir: a second one exits with code 2
+before writing anything (``alf_lite.run_dir.RunDirLock``).
+
 Exit codes: 0 done; 2 bad input (nothing was written); 1 a fault during
 training (the message says what was kept), an env process that did not answer
 within ``create_environment.step_timeout`` included; 3 an in-process env call
@@ -21,7 +24,7 @@ import sys
 from absl import app, flags, logging
 
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail
-from alf_lite.run_dir import CONFIG_FILE, RunDir
+from alf_lite.run_dir import CONFIG_FILE, RunDir, RunDirInUseError
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
 flags.DEFINE_multi_string(
@@ -123,6 +126,14 @@ def fail_on_env_error(error: Exception) -> None:
     fail(str(error), exit_code=EXIT_FAULT)
 
 
+def lock_or_fail(trainer) -> None:
+    """Lock the trainer's root_dir; exit with ``EXIT_BAD_INPUT`` if another train holds it."""
+    try:
+        trainer.lock_root_dir()
+    except RunDirInUseError as e:
+        fail(str(e))
+
+
 def main(argv):
     if len(argv) > 1:
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -153,11 +164,15 @@ def main(argv):
     from alf_lite.trainer import TrainingError
 
     with trainer:
-        if FLAGS.start_over and os.path.exists(root_dir):
+        existed = os.path.exists(root_dir)
+        # Before anything is written or moved: another train may be in root_dir.
+        lock_or_fail(trainer)
+        if FLAGS.start_over and existed:
             aside = f'{root_dir}.old-{datetime.datetime.now():%Y%m%d-%H%M%S}'
             os.rename(root_dir, aside)
             logging.warning('moved the previous experiment to %s', aside)
-        os.makedirs(root_dir, exist_ok=True)
+            trainer.unlock_root_dir()
+            lock_or_fail(trainer)
         write_text_atomically(config_file, gin.config_str())
         logging.info('config written to %s', config_file)
         try:
