@@ -143,10 +143,6 @@ class RunDirLock:
         self.root = root
         self._fd: Optional[int] = None
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def acquire(self) -> None:
         """Create root if missing and lock it; raises ``RunDirInUseError`` if another holds it."""
         if self._fd is not None:
@@ -179,14 +175,10 @@ class RunDirLock:
 
 def run_dir_in_use(root: str) -> bool:
     """Whether a process holds ``root``'s ``RunDirLock`` now (False when root does not exist)."""
-    try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
+    if not os.path.isdir(root):
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        with RunDirLock(root):
+            return False
+    except RunDirInUseError:
         return True
-    finally:
-        os.close(fd)
-    return False
