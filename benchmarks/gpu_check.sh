@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, as one run on the GPU machine: install the wheels of .wheels/,
-# run tests/test_cuda.py, then benchmarks/throughput.py on the GPU against
-# Stable-Baselines3 on the same GPU (ratios printed), and alf_lite's update in
-# bfloat16. Ends within 8 minutes:
+# run benchmarks/throughput.py on the GPU against
+# Stable-Baselines3 on the same GPU (ratios printed), tests/test_cuda.py, and
+# alf_lite's update in bfloat16. Ends within 8 minutes (GPU_CHECK_SECONDS, 480 by default):
 # each step has a time budget, cut to what is left of GPU_CHECK_SECONDS.
 #
 #     bash benchmarks/gpu_check.sh          # from the repository root
@@ -24,7 +24,7 @@ set -u
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-DEADLINE=${GPU_CHECK_SECONDS:-450}
+DEADLINE=${GPU_CHECK_SECONDS:-480}
 SITE=${TMPDIR:-/tmp}/alf_lite_gpu_check_site
 export CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1
 
@@ -66,23 +66,23 @@ else
     RUNS=(--ceiling_only)
 fi
 
-step "tests/test_cuda.py" 200 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py \
-    -k 'not compiled'
-step "tests/test_cuda.py, compiled" 60 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
-    tests/test_cuda.py -k compiled
-
-BENCH=(benchmarks/throughput.py --device cuda --steps 1500 --learning_starts 500 --pairs 1
+# The figures first (they are what a cut-short run must not lose), then the tests.
+BENCH=(benchmarks/throughput.py --device cuda --steps 3000 --learning_starts 500 --pairs 1
        --ceiling_updates 500 --threads 1 --sb3_threads 1)
+step "SAC HalfCheetah-v5, CUDA graph" 70 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo sac \
+    --env HalfCheetah-v5 --cuda_graph
+step "TD3 HalfCheetah-v5, CUDA graph" 60 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo td3 \
+    --env HalfCheetah-v5 --cuda_graph
+step "SAC Humanoid-v5, CUDA graph" 70 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo sac \
+    --env Humanoid-v5 --cuda_graph
+step "tests/test_cuda.py" 170 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py \
+    -k 'not compiled'
 step "SAC HalfCheetah-v5, eager" 60 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo sac \
     --env HalfCheetah-v5
-step "SAC HalfCheetah-v5, CUDA graph" 50 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo sac \
-    --env HalfCheetah-v5 --cuda_graph
-step "TD3 HalfCheetah-v5, CUDA graph" 50 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo td3 \
-    --env HalfCheetah-v5 --cuda_graph
-step "SAC Humanoid-v5, CUDA graph" 60 "$PYTHON" "${BENCH[@]}" ${RUNS[@]+"${RUNS[@]}"} --algo sac \
-    --env Humanoid-v5 --cuda_graph
-step "SAC HalfCheetah-v5 update ceiling, CUDA graph, bfloat16" 40 "$PYTHON" "${BENCH[@]}" \
+step "SAC HalfCheetah-v5 update ceiling, CUDA graph, bfloat16" 30 "$PYTHON" "${BENCH[@]}" \
     --ceiling_only --algo sac --env HalfCheetah-v5 --cuda_graph --precision bfloat16
+step "tests/test_cuda.py, compiled" 50 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
+    tests/test_cuda.py -k compiled
 step "SAC HalfCheetah-v5 update ceiling, CUDA graph + compile" 50 "$PYTHON" "${BENCH[@]}" \
     --ceiling_only --algo sac --env HalfCheetah-v5 --cuda_graph --compile
 echo "=== done in ${SECONDS} s"
