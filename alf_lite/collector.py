@@ -1,6 +1,13 @@
-"""Collection: the training envs step with the exploration policy into the replay buffer."""
+"""Collection: the training envs step with the exploration policy into the replay buffer.
 
-from typing import List
+On a GPU with ``cuda_graph`` the policy's step (and, when the replay buffer
+is on the GPU too, the write of the row into it) is captured as one CUDA
+graph and replayed at every env step: a step of collection then costs one
+copy up, one graph launch and one copy down, instead of some forty small
+kernel launches.
+"""
+
+from typing import List, Optional
 
 import torch
 
@@ -9,9 +16,11 @@ from alf_lite.data import Experience
 from alf_lite.environments import BatchedEnvironment
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.replay_buffer import ReplayBuffer
-from alf_lite.transfer import time_step_to_device
+from alf_lite.transfer import pack_time_step, packed_width, time_step_to_device, unpack_time_step
 
 CPU = torch.device('cpu')
+# Eager rollout steps before the policy's step is captured.
+WARMUP_ROLLOUT_STEPS = 3
 
 
 class Collector:
@@ -30,6 +39,11 @@ class Collector:
         episode_stats: counts every step the envs take.
         device: the algorithm's device: each step's observation goes there in
             one copy and its action comes back in one.
+        cuda_graph: replay the policy's step (and the row's write into a
+            buffer on the GPU) as a CUDA graph (GPU only).
+
+    Raises:
+        ValueError: ``cuda_graph`` on a device that is not a GPU.
     """
 
     def __init__(
@@ -40,7 +54,10 @@ class Collector:
         initial_collect_steps: int,
         episode_stats: EpisodeStats,
         device: torch.device = CPU,
+        cuda_graph: bool = False,
     ):
+        if cuda_graph and device.type != 'cuda':
+            raise ValueError(f'Collector: cuda_graph=True needs a CUDA device, got {device}')
         self._env = env
         self._algorithm = algorithm
         self._replay_buffer = replay_buffer
@@ -48,6 +65,11 @@ class Collector:
         self._episode_stats = episode_stats
         self._device = device
         self._time_step = None
+        self._captured = (
+            CapturedRollout(algorithm, replay_buffer, env.num_envs, env.observation_dim, device)
+            if cuda_graph
+            else None
+        )
 
     def reset(self, seed: List[int]) -> None:
         """Start every env's episode afresh, seeding env ``i`` with ``seed[i]``."""
@@ -61,6 +83,21 @@ class Collector:
                 uniform random actions).
         """
         time_step = self._time_step
+        if self._captured is not None and env_steps >= self._initial_collect_steps:
+            action = self._captured.step(time_step)
+            host_action = action.cpu()
+            if not self._captured.writes_rows:
+                self._replay_buffer.add_batch(
+                    Experience(
+                        time_step.step_type,
+                        time_step.observation,
+                        host_action,
+                        time_step.reward,
+                        time_step.discount,
+                    )
+                )
+            self._env.step_async(host_action)
+            return
         on_device = time_step_to_device(time_step, self._device)  # itself on the CPU
         if env_steps < self._initial_collect_steps:
             action = torch.rand(self._env.num_envs, self._env.action_dim) * 2 - 1
@@ -87,3 +124,100 @@ class Collector:
         self._time_step = self._env.step_wait()
         self._episode_stats.update(self._time_step)
         return self._env.num_envs
+
+
+class CapturedRollout:
+    """The policy's step on a GPU, replayed from a CUDA graph.
+
+    Its input is a packed time step (``alf_lite.transfer``) copied into a
+    static device tensor; the graph unpacks it, runs ``rollout_step`` (in eval
+    mode, as captured) and, when the replay buffer lives on the same GPU,
+    writes the row with ``ReplayBuffer.add_batch_on_device``. The first
+    ``WARMUP_ROLLOUT_STEPS`` calls run eagerly on a side stream (they create
+    the state the graph reuses, e.g. the OU noise's), then the graph is
+    captured once. The policy's randomness comes from the GPU's global
+    generator, which a replayed graph advances as an eager step would.
+
+    Args:
+        algorithm: on ``device``.
+        replay_buffer: the run's buffer.
+        num_envs: rows per step.
+        observation_dim: size of an observation.
+        device: the CUDA device.
+    """
+
+    def __init__(
+        self,
+        algorithm: OffPolicyAlgorithm,
+        replay_buffer: ReplayBuffer,
+        num_envs: int,
+        observation_dim: int,
+        device: torch.device,
+    ):
+        self._algorithm = algorithm
+        self._buffer = replay_buffer
+        self._device = device
+        self.writes_rows = replay_buffer.device == device
+        width = packed_width(observation_dim)
+        self._pinned = torch.empty(num_envs, width, pin_memory=True)
+        self._packed = torch.zeros(num_envs, width, device=device)
+        self._copied = torch.cuda.Event()
+        self._eager_steps = 0
+        self._graph: Optional[torch.cuda.CUDAGraph] = None
+        self._action: Optional[torch.Tensor] = None
+        self._side_stream = None
+
+    def step(self, time_step) -> torch.Tensor:
+        """The action for ``time_step`` (on the CPU), on the device; the row is written if
+        ``writes_rows``. The returned tensor is overwritten by the next call."""
+        # The pinned block is rewritten only once the last copy from it is done
+        # (waiting for that copy alone, not for the update queued after it).
+        self._copied.synchronize()
+        pack_time_step(time_step, out=self._pinned)
+        self._packed.copy_(self._pinned, non_blocking=True)
+        self._copied.record()
+        if self._graph is None:
+            if self._algorithm.training:
+                self._algorithm.train(False)
+            if self._eager_steps < WARMUP_ROLLOUT_STEPS:
+                self._eager_steps += 1
+                action = self._on_side_stream()
+            else:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    self._action = self._step()
+                self._graph = graph
+                graph.replay()
+                action = self._action
+        else:
+            self._graph.replay()
+            action = self._action
+        if self.writes_rows:
+            self._buffer.count_row_added()
+        return action
+
+    @torch.no_grad()
+    def _step(self) -> torch.Tensor:
+        """Unpack, act, write the row: the work the graph captures."""
+        time_step = unpack_time_step(self._packed)
+        action = self._algorithm.rollout_step(time_step)
+        if self.writes_rows:
+            self._buffer.add_batch_on_device(
+                Experience(
+                    time_step.step_type,
+                    time_step.observation,
+                    action,
+                    time_step.reward,
+                    time_step.discount,
+                )
+            )
+        return action
+
+    def _on_side_stream(self) -> torch.Tensor:
+        if self._side_stream is None:
+            self._side_stream = torch.cuda.Stream()
+        self._side_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._side_stream):
+            action = self._step()
+        torch.cuda.current_stream().wait_stream(self._side_stream)
+        return action

@@ -264,6 +264,26 @@ class ReplayBuffer:
         self._total_added += 1
         self._total_added_tensor.fill_(self._total_added)
 
+    def add_batch_on_device(self, exp: Experience) -> None:
+        """``add_batch``'s writes, at the write head the device counter gives.
+
+        Reads no host counter, so a CUDA graph can capture it: every replay
+        writes the next row. It advances the device counter only; call
+        ``count_row_added`` once after each call or replay.
+
+        Args:
+            exp: as for ``add_batch``, on the buffer's device.
+        """
+        head = (self._total_added_tensor % self._length).view(1)
+        for name, value in zip(Experience._fields, exp):
+            target = self._storage[name]
+            target.index_copy_(1, head, value.unsqueeze(1).to(target.dtype))
+        self._total_added_tensor.add_(1)
+
+    def count_row_added(self) -> None:
+        """Advance the host counter for a row ``add_batch_on_device`` wrote."""
+        self._total_added += 1
+
     def sample(self, batch_size: int, batch_length: int) -> Experience:
         """Sample windows of consecutive rows, each from one env, on the training device.
 

@@ -278,6 +278,7 @@ class Trainer:
             cfg.initial_collect_steps,
             self._episode_stats,
             device,
+            cuda_graph=cfg.cuda_graph,
         )
         self._stop_signals = StopSignals(lambda: self._env.busy or self._eval_env.busy)
         self._env_steps = 0

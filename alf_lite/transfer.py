@@ -16,6 +16,11 @@ from alf_lite.data import TimeStep
 _STEP_TYPE, _REWARD, _DISCOUNT, _ENV_ID, _OBSERVATION = range(5)
 
 
+def packed_width(observation_dim: int) -> int:
+    """Columns of a packed time step with observations of ``observation_dim``."""
+    return _OBSERVATION + observation_dim
+
+
 def pack_time_step(time_step: TimeStep, out: torch.Tensor = None) -> torch.Tensor:
     """``[N, 4 + obs_dim]`` float32: step type, reward, discount, env id, then the observation.
 
@@ -49,7 +54,7 @@ def time_step_to_device(time_step: TimeStep, device: torch.device) -> TimeStep:
     if device.type == 'cpu':
         return time_step
     n, obs_dim = time_step.observation.shape
-    pinned = torch.empty(n, _OBSERVATION + obs_dim, pin_memory=True)
+    pinned = torch.empty(n, packed_width(obs_dim), pin_memory=True)
     # Pinned blocks come from torch's caching host allocator, which reuses one
     # only after the copies that read it have finished.
     pack_time_step(time_step, out=pinned)

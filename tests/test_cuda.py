@@ -16,7 +16,8 @@ import torch
 
 from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms.off_policy_algorithm import loss_mask
-from alf_lite.data import Experience, StepType
+from alf_lite.collector import CapturedRollout
+from alf_lite.data import Experience, StepType, TimeStep
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.transfer import time_step_to_device
@@ -83,11 +84,12 @@ def train(rb, runner, updates, first=1, add_every=3):
 
 
 def max_difference(a, b):
+    """Largest difference of two algorithms' states, optimizer states included, on any device."""
     flat_a, flat_b = _tensors(ckpt.algorithm_state(a)), _tensors(ckpt.algorithm_state(b))
     assert flat_a.keys() == flat_b.keys()
     return max(
         (
-            (x.double() - y.double()).abs().max().item()
+            (x.double().cpu() - y.double().cpu()).abs().max().item()
             for x, y in zip(flat_a.values(), flat_b.values())
             if x.is_floating_point() and torch.isfinite(x).all()
         ),
@@ -250,6 +252,57 @@ def run_example(root_dir, example, *params):
             {k: v for k, v in row.items() if not k.endswith(NONDETERMINISTIC)}
             for row in csv.DictReader(f)
         ]
+
+
+def rollout_time_step(t):
+    """The CPU time step of env step ``t``: episodes of 6 steps (OU noise restarts at FIRST)."""
+    g = torch.Generator().manual_seed(100 + t)
+    step_type = StepType.FIRST if t % 6 == 0 else StepType.LAST if t % 6 == 5 else StepType.MID
+    return TimeStep(
+        step_type=torch.full((NUM_ENVS,), step_type, dtype=torch.uint8),
+        observation=torch.randn(NUM_ENVS, OBS_DIM, generator=g),
+        reward=torch.randn(NUM_ENVS, generator=g),
+        discount=torch.full((NUM_ENVS,), 0.0 if t % 6 == 5 else 1.0),
+        env_id=torch.arange(NUM_ENVS),
+    )
+
+
+@pytest.mark.parametrize('buffer_device', [None, 'cpu'], ids=['gpu_buffer', 'cpu_buffer'])
+@pytest.mark.parametrize('name', ['sac', 'td3', 'ddpg_batch_norm'])
+def test_captured_rollout_acts_as_the_eager_step_and_writes_its_rows(name, buffer_device):
+    steps, length = 14, 8
+    host_steps = [rollout_time_step(t) for t in range(steps)]
+    eager = make(name, seed=0).to(CUDA).train(False)
+    torch.cuda.manual_seed(7)
+    expected = [eager.rollout_step(time_step_to_device(ts, CUDA)).cpu() for ts in host_steps]
+
+    algorithm = make(name, seed=0).to(CUDA)
+    rb = ReplayBuffer(
+        NUM_ENVS, length, OBS_DIM, ACTION_DIM, device=buffer_device, training_device=CUDA
+    )
+    captured = CapturedRollout(algorithm, rb, NUM_ENVS, OBS_DIM, CUDA)
+    assert captured.writes_rows == (buffer_device is None)
+    torch.cuda.manual_seed(7)
+    actions = []
+    for ts in host_steps:
+        action = captured.step(ts).cpu()
+        if not captured.writes_rows:
+            rb.add_batch(Experience(ts.step_type, ts.observation, action, ts.reward, ts.discount))
+        actions.append(action)
+    assert captured._graph is not None  # the later steps were replays
+    # Same generator, same numbers: the noise (and OU's state across steps) as eager.
+    for t, (action, want) in enumerate(zip(actions, expected)):
+        torch.testing.assert_close(action, want, rtol=0, atol=1e-6, msg=f'env step {t}')
+    assert rb.total_added == steps
+    state = rb.state_dict()
+    assert int(rb._total_added_tensor) == steps
+    for t in range(steps - length, steps):
+        ts, pos = host_steps[t], t % length
+        assert torch.equal(state['step_type'][:, pos].cpu(), ts.step_type)
+        assert torch.equal(state['observation'][:, pos].cpu(), ts.observation)
+        assert torch.equal(state['action'][:, pos].cpu(), actions[t])
+        assert torch.equal(state['reward'][:, pos].cpu(), ts.reward)
+        assert torch.equal(state['discount'][:, pos].cpu(), ts.discount)
 
 
 EXAMPLE_RUNS = [

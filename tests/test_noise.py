@@ -114,3 +114,20 @@ def test_gaussian_noise_has_std_sigma_and_no_memory():
 def test_ou_refuses_parameters_that_do_not_revert(bad):
     with pytest.raises(ValueError):
         OUNoise(**bad)
+
+
+def test_ou_state_is_updated_in_place():
+    """A CUDA graph captures the state's address: every step must read and write the same tensor."""
+    torch.manual_seed(0)
+    noise = OUNoise(theta=0.15, sigma=0.2, dt=1.0)
+    action = torch.zeros(2, 3)
+    first = noise(torch.full((2,), F, dtype=torch.uint8), action)
+    state = noise._state
+    second = noise(torch.full((2,), M, dtype=torch.uint8), action)
+    assert noise._state is state
+    assert torch.equal(state, second)
+    # The returned noise is not the state itself: the next step does not change it.
+    kept = second.clone()
+    noise(torch.full((2,), M, dtype=torch.uint8), action)
+    assert torch.equal(second, kept)
+    assert not torch.equal(first, second)

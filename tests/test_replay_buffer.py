@@ -377,3 +377,26 @@ def test_explicit_gpu_buffer_without_a_gpu_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     with pytest.raises(DeviceUnavailableError, match="device 'cuda' was asked for"):
         ReplayBuffer(2, 10, 3, 2, device='cuda')
+
+
+def test_device_side_add_writes_the_rows_add_batch_writes():
+    """add_batch_on_device + count_row_added = add_batch, across the wrap of the write head."""
+    length, num_envs, rows = 5, 3, 12
+    host = _filled(num_envs, length, rows)
+    device_side = ReplayBuffer(num_envs, length, observation_dim=2, action_dim=2)
+    for t in range(rows):
+        device_side.add_batch_on_device(_step(num_envs, t))
+        # The device counter moves on its own; the host one only when told.
+        assert device_side.total_added == t
+        device_side.count_row_added()
+    assert device_side.total_added == host.total_added == rows
+    state, expected = device_side.state_dict(), host.state_dict()
+    assert state.keys() == expected.keys()
+    for name in Experience._fields:
+        assert state[name].dtype == expected[name].dtype
+        assert torch.equal(state[name], expected[name]), name
+    torch.manual_seed(0)
+    a = device_side.sample_on_device(8, 2)
+    torch.manual_seed(0)
+    b = host.sample_on_device(8, 2)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))

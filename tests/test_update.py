@@ -113,3 +113,10 @@ def test_the_work_a_graph_captures_reads_nothing_back_to_the_host(name):
         with HostSyncs() as syncs:
             run._step(None)
         assert syncs.count == 0
+
+
+def test_captured_rollout_on_the_cpu_is_refused():
+    from alf_lite.collector import Collector
+
+    with pytest.raises(ValueError, match='cuda_graph=True needs a CUDA device'):
+        Collector(None, None, None, 0, None, torch.device('cpu'), cuda_graph=True)

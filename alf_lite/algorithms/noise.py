@@ -94,9 +94,12 @@ class OUNoise:
             torch.full_like(action, self.mu),
             self._state,
         )
-        self._state = (
+        new = (
             x
             + self.theta * (self.mu - x) * self.dt
             + self.sigma * math.sqrt(self.dt) * torch.randn_like(action)
         )
-        return self._state
+        # In place: a CUDA graph that captured this call reads and writes the
+        # same state tensor at every replay.
+        self._state.copy_(new)
+        return new
