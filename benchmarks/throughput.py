@@ -99,7 +99,11 @@ def parse_alf_lite_config(args, seed, trainer_device=True):
 
 
 def alf_lite_run(args, seed):
-    """Env steps/s after learning starts, and the algorithm for the update ceiling."""
+    """Env steps/s after learning starts, the same once warm, and the algorithm for the ceiling.
+
+    Warm: after the first ``learning_starts`` training steps, which hold the
+    one-time costs (the captures of a CUDA graph, the GPU's first kernels).
+    """
     import csv
 
     from alf_lite.run_dir import RunDir
@@ -115,12 +119,12 @@ def alf_lite_run(args, seed):
             rows = [r for r in csv.DictReader(f) if r.get(ENV_STEPS_PER_SEC)]
     # Summaries every learning_starts steps: the rows after it cover exactly the
     # training window (each row's speed is measured before any evaluation).
-    seconds = sum(
-        args.learning_starts / float(r[ENV_STEPS_PER_SEC])
-        for r in rows
-        if int(r[ENV_STEPS]) > args.learning_starts
-    )
-    return args.steps / seconds, algorithm
+    def rate(after):
+        timed = [r for r in rows if int(r[ENV_STEPS]) > after]
+        seconds = sum(args.learning_starts / float(r[ENV_STEPS_PER_SEC]) for r in timed)
+        return len(timed) * args.learning_starts / seconds if timed else None
+
+    return rate(args.learning_starts), rate(2 * args.learning_starts), algorithm
 
 
 def alf_lite_ceiling(algorithm, env, updates):
@@ -187,7 +191,7 @@ def alf_lite_device_ceiling(args, env, updates):
 
 
 def sb3_run(args, seed):
-    """Env steps/s after learning starts, and the model for the update ceiling."""
+    """Env steps/s after learning starts, the same once warm (as alf_lite_run), and the model."""
     import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
@@ -198,6 +202,8 @@ def sb3_run(args, seed):
         def _on_step(self):
             if self.num_timesteps == args.learning_starts:
                 self.start = time.perf_counter()
+            if self.num_timesteps == 2 * args.learning_starts:
+                self.warm = time.perf_counter()
             return True
 
     env = gymnasium.make(args.env)
@@ -225,9 +231,12 @@ def sb3_run(args, seed):
     clock = Clock()
     if args.ceiling_only:  # random steps only: a filled buffer for the ceiling
         model.learn(args.learning_starts + 1)
-        return None, model
+        return None, None, model
     model.learn(args.learning_starts + args.steps, callback=clock)
-    return args.steps / (time.perf_counter() - clock.start), model
+    end = time.perf_counter()
+    warm_steps = args.steps - args.learning_starts
+    warm = warm_steps / (end - clock.warm) if warm_steps > 0 else None
+    return args.steps / (end - clock.start), warm, model
 
 
 def sb3_ceiling(model, updates):
@@ -281,17 +290,22 @@ def main():
     if args.ceiling_only:
         print_ceilings(args, *ceilings(args, None))
         return
-    ratios, alf_sps, sb3_sps = [], [], []
+    figures = {name: [] for name in ('alf', 'sb3', 'ratio', 'alf_warm', 'sb3_warm', 'ratio_warm')}
     for pair in range(args.pairs):
-        a, algorithm = alf_lite_run(args, seed=pair)
+        a, a_warm, algorithm = alf_lite_run(args, seed=pair)
+        print(f'pair {pair}: alf_lite {a:.1f} env steps/s', flush=True)
         torch.set_num_threads(args.sb3_threads)
-        b, model = sb3_run(args, seed=pair)
-        alf_sps.append(a)
-        sb3_sps.append(b)
-        ratios.append(a / b)
+        b, b_warm, model = sb3_run(args, seed=pair)
+        figures['alf'].append(a)
+        figures['sb3'].append(b)
+        figures['ratio'].append(a / b)
         print(
             f'pair {pair}: alf_lite {a:.1f} env steps/s, SB3 {b:.1f}, ratio {a / b:.2f}', flush=True
         )
+        if a_warm is not None:
+            figures['alf_warm'].append(a_warm)
+            figures['sb3_warm'].append(b_warm)
+            figures['ratio_warm'].append(a_warm / b_warm)
     alf_ceiling, sb3_top = ceilings(args, algorithm, model)
 
     print(
@@ -303,12 +317,24 @@ def main():
         f'{args.pairs} pair(s)'
     )
     print(f'{"":24s} {"median":>8s} {"min":>8s} {"max":>8s}')
-    for name, values in (
-        ('alf_lite env steps/s', alf_sps),
-        ('SB3 env steps/s', sb3_sps),
-        ('ratio alf_lite / SB3', ratios),
+    for name, key in (
+        ('alf_lite env steps/s', 'alf'),
+        ('SB3 env steps/s', 'sb3'),
+        ('ratio alf_lite / SB3', 'ratio'),
+        (f'after {args.learning_starts} updates:', None),
+        ('alf_lite env steps/s', 'alf_warm'),
+        ('SB3 env steps/s', 'sb3_warm'),
+        ('ratio alf_lite / SB3', 'ratio_warm'),
     ):
-        print(f'{name:24s} {statistics.median(values):8.2f} {min(values):8.2f} {max(values):8.2f}')
+        values = figures.get(key)
+        if key is None:
+            if figures['alf_warm']:
+                print(name)
+        elif values:
+            print(
+                f'{name:24s} {statistics.median(values):8.2f} {min(values):8.2f} '
+                f'{max(values):8.2f}'
+            )
     print_ceilings(args, alf_ceiling, sb3_top)
 
 
@@ -323,7 +349,7 @@ def ceilings(args, algorithm, model=None):
         alf_ceiling = alf_lite_device_ceiling(args, env, args.ceiling_updates)
     torch.set_num_threads(args.sb3_threads)
     if model is None:
-        _, model = sb3_run(args, seed=0)
+        _, _, model = sb3_run(args, seed=0)
     return alf_ceiling, sb3_ceiling(model, args.ceiling_updates)
 
 
