@@ -14,10 +14,12 @@ def section(title):
     return README[start : end if end > 0 else len(README)]
 
 
-def speed_rows():
-    """``(threads alf_lite, threads SB3, ratio)`` of every env-steps/s row comparing the two."""
+def speed_rows(gpu=False):
+    """``(threads alf_lite, threads SB3, ratio)`` of every env-steps/s row comparing the two,
+    on the CPU (the Performance section up to ``### On a GPU``) or on the GPU (after it)."""
+    cpu_part, gpu_part = section('Performance').split('\n### On a GPU\n')
     rows = []
-    for line in section('Performance').splitlines():
+    for line in (gpu_part if gpu else cpu_part).splitlines():
         match = re.match(r'\| [^|]+ \| (\d+) / (\d+) \| [\d.]+ \| [\d.]+ \| \**([\d.]+)\**', line)
         if match:
             rows.append((int(match[1]), int(match[2]), float(match[3])))
@@ -35,7 +37,8 @@ def test_headline_speed_is_the_ratio_measured_at_equal_resources():
 def test_every_speed_ratio_against_sb3_names_the_thread_counts_of_both():
     performance = section('Performance')
     compared = [line for line in performance.splitlines() if re.match(r'\| (SAC|TD3|DDPG), ', line)]
-    assert len(compared) == len(speed_rows()) >= 5
+    assert len(compared) == len(speed_rows()) + len(speed_rows(gpu=True))
+    assert len(speed_rows()) >= 5 and len(speed_rows(gpu=True)) >= 3
     # Time to solve: each library's row says its thread count.
     assert re.search(r'\| alf_lite \(\d+ threads?\) \|', performance)
     assert re.search(r'\| SB3 \(\d+ threads?\) \|', performance)
