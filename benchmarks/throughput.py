@@ -12,7 +12,7 @@ its update in a loop with no environment.
 
 On a GPU both libraries train on ``--device``; ``--cuda_graph`` replays
 alf_lite's update as a CUDA graph (``TrainerConfig.cuda_graph``), ``--compile``
-compiles its networks for the ceiling, and ``--ceiling_only`` measures the
+compiles its networks (``TrainerConfig.compile``), and ``--ceiling_only`` measures the
 ceilings alone (no env runs)::
 
     python benchmarks/throughput.py --device cuda --cuda_graph --algo sac
@@ -66,7 +66,7 @@ NETWORKS = {
 def parse_alf_lite_config(args, seed, trainer_device=True):
     """Parse the benchmark's gin config for alf_lite (common/<algo>.gin plus the shared settings).
 
-    ``trainer_device``: bind ``--device`` and ``--cuda_graph`` for the trainer.
+    ``trainer_device``: bind ``--device``, ``--cuda_graph`` and ``--compile`` for the trainer.
     """
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.config import parse_config
@@ -95,6 +95,8 @@ def parse_alf_lite_config(args, seed, trainer_device=True):
             f"TrainerConfig.device = '{args.device}'",
             f'TrainerConfig.cuda_graph = {args.cuda_graph}',
         ]
+    if trainer_device and args.compile:
+        params.append('TrainerConfig.compile = True')
     parse_config([os.path.join(EXAMPLES, 'common', f'{args.algo}.gin')], params)
 
 
@@ -117,6 +119,7 @@ def alf_lite_run(args, seed):
             algorithm = trainer.algorithm
         with open(RunDir(root_dir).progress_file, newline='') as f:
             rows = [r for r in csv.DictReader(f) if r.get(ENV_STEPS_PER_SEC)]
+
     # Summaries every learning_starts steps: the rows after it cover exactly the
     # training window (each row's speed is measured before any evaluation).
     def rate(after):
@@ -275,7 +278,7 @@ def main():
     parser.add_argument(
         '--compile',
         action='store_true',
-        help="torch.compile alf_lite's networks in its update ceiling",
+        help="torch.compile alf_lite's networks (TrainerConfig.compile), in its runs and ceiling",
     )
     parser.add_argument(
         '--ceiling_only', action='store_true', help='only the pure-update ceilings: no env runs'
@@ -310,7 +313,8 @@ def main():
 
     print(
         f'\n{args.algo.upper()} {args.env} on {args.device}'
-        f'{" (alf_lite: CUDA graph)" if args.cuda_graph else ""}, alf_lite in '
+        f'{" (alf_lite: CUDA graph)" if args.cuda_graph else ""}'
+        f'{" (alf_lite: compiled)" if args.compile else ""}, alf_lite in '
         f'{args.precision}, {args.steps} timed steps '
         f'after {args.learning_starts} random ones, torch threads: alf_lite {args.threads}, '
         f'SB3 {args.sb3_threads}, '
@@ -332,8 +336,7 @@ def main():
                 print(name)
         elif values:
             print(
-                f'{name:24s} {statistics.median(values):8.2f} {min(values):8.2f} '
-                f'{max(values):8.2f}'
+                f'{name:24s} {statistics.median(values):8.2f} {min(values):8.2f} {max(values):8.2f}'
             )
     print_ceilings(args, alf_ceiling, sb3_top)
 

@@ -331,6 +331,16 @@ def test_short_run_of_each_example_on_the_gpu_is_reproducible(tmp_path, example,
     )
 
 
+def test_compiled_networks_in_captured_graphs_train_and_resume_without_compile(tmp_path):
+    params = ["TrainerConfig.device = 'cuda'", 'TrainerConfig.cuda_graph = True']
+    rows = run_example(tmp_path, 'sac_pendulum.gin', *params, 'TrainerConfig.compile = True')
+    assert [int(r['env_steps']) for r in rows][-1] == 600
+    assert all(math.isfinite(float(r['train/critic_loss'])) for r in rows if r['train/critic_loss'])
+    # The checkpoint names the parameters as an uncompiled network does.
+    rows = run_example(tmp_path, 'sac_pendulum.gin', *params, 'TrainerConfig.num_env_steps = 800')
+    assert [int(r['env_steps']) for r in rows][-1] == 800
+
+
 def test_auto_device_trains_on_the_gpu_and_resumes_on_the_cpu(tmp_path):
     run_example(tmp_path, 'sac_pendulum.gin', "TrainerConfig.device = 'auto'")
     # The same root_dir, carried on as on a machine without a GPU.

@@ -152,7 +152,12 @@ def test_resumed_run_restores_networks_and_counters(tmp_path):
 
 
 @pytest.mark.parametrize(
-    'bad', ['TrainerConfig.mini_batch_length = 1', 'TrainerConfig.replay_buffer_length = 0']
+    'bad',
+    [
+        'TrainerConfig.mini_batch_length = 1',
+        'TrainerConfig.replay_buffer_length = 0',
+        "TrainerConfig.compile = 'yes'",
+    ],
 )
 def test_nonsensical_sizes_are_refused(bad):
     parse_config([os.path.join(EXAMPLES, 'sac_pendulum.gin')], [bad])
