@@ -17,6 +17,7 @@ from alf_lite.environments import BatchedEnvironment
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.transfer import pack_time_step, packed_width, time_step_to_device, unpack_time_step
+from alf_lite.update import on_side_stream
 
 CPU = torch.device('cpu')
 # Eager rollout steps before the policy's step is captured.
@@ -83,40 +84,32 @@ class Collector:
                 uniform random actions).
         """
         time_step = self._time_step
-        if self._captured is not None and env_steps >= self._initial_collect_steps:
-            action = self._captured.step(time_step)
-            host_action = action.cpu()
-            if not self._captured.writes_rows:
-                self._replay_buffer.add_batch(
-                    Experience(
-                        time_step.step_type,
-                        time_step.observation,
-                        host_action,
-                        time_step.reward,
-                        time_step.discount,
-                    )
-                )
-            self._env.step_async(host_action)
-            return
-        on_device = time_step_to_device(time_step, self._device)  # itself on the CPU
-        if env_steps < self._initial_collect_steps:
-            action = torch.rand(self._env.num_envs, self._env.action_dim) * 2 - 1
+        captured = self._captured is not None and env_steps >= self._initial_collect_steps
+        if captured:
+            action = self._captured.step(time_step)  # the row is written if writes_rows
+            # Only a CPU buffer is left to fill, from the host's time step.
+            on_device = time_step
         else:
-            if self._algorithm.training:
-                self._algorithm.train(False)
-            action = self._algorithm.rollout_step(on_device)
+            on_device = time_step_to_device(time_step, self._device)  # itself on the CPU
+            if env_steps < self._initial_collect_steps:
+                action = torch.rand(self._env.num_envs, self._env.action_dim) * 2 - 1
+            else:
+                if self._algorithm.training:
+                    self._algorithm.train(False)
+                action = self._algorithm.rollout_step(on_device)
         host_action = action.cpu()
-        # Rows go to the buffer from wherever they already are on its device.
-        stored = on_device if self._replay_buffer.device == self._device else time_step
-        self._replay_buffer.add_batch(
-            Experience(
-                stored.step_type,
-                stored.observation,
-                action if action.device == self._replay_buffer.device else host_action,
-                stored.reward,
-                stored.discount,
+        if not (captured and self._captured.writes_rows):
+            # Rows go to the buffer from wherever they already are on its device.
+            stored = on_device if self._replay_buffer.device == self._device else time_step
+            self._replay_buffer.add_batch(
+                Experience(
+                    stored.step_type,
+                    stored.observation,
+                    action if action.device == self._replay_buffer.device else host_action,
+                    stored.reward,
+                    stored.discount,
+                )
             )
-        )
         self._env.step_async(host_action)
 
     def receive(self) -> int:
@@ -156,7 +149,6 @@ class CapturedRollout:
     ):
         self._algorithm = algorithm
         self._buffer = replay_buffer
-        self._device = device
         self.writes_rows = replay_buffer.device == device
         width = packed_width(observation_dim)
         self._pinned = torch.empty(num_envs, width, pin_memory=True)
@@ -181,7 +173,9 @@ class CapturedRollout:
                 self._algorithm.train(False)
             if self._eager_steps < WARMUP_ROLLOUT_STEPS:
                 self._eager_steps += 1
-                action = self._on_side_stream()
+                if self._side_stream is None:
+                    self._side_stream = torch.cuda.Stream()
+                action = on_side_stream(self._side_stream, self._step)
             else:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
@@ -211,13 +205,4 @@ class CapturedRollout:
                     time_step.discount,
                 )
             )
-        return action
-
-    def _on_side_stream(self) -> torch.Tensor:
-        if self._side_stream is None:
-            self._side_stream = torch.cuda.Stream()
-        self._side_stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self._side_stream):
-            action = self._step()
-        torch.cuda.current_stream().wait_stream(self._side_stream)
         return action

@@ -138,7 +138,9 @@ class UpdateRunner:
         phase = self._algorithm.num_train_steps % self._algorithm.train_step_cycle
         if self._eager_updates < WARMUP_UPDATES_PER_PHASE * self._algorithm.train_step_cycle:
             self._eager_updates += 1
-            return self._on_side_stream(self._host_batch())
+            if self._side_stream is None:
+                self._side_stream = torch.cuda.Stream()
+            return on_side_stream(self._side_stream, self._step, self._host_batch())
         if not self._sample_in_graph:
             for static, value in zip(self._static_batch, self._host_batch()):
                 static.copy_(value)
@@ -167,16 +169,6 @@ class UpdateRunner:
             batch = self._buffer.sample_on_device(self._batch_size, self._batch_length)
         return self._algorithm.train_step(batch, self._loss_mask_fn(batch))
 
-    def _on_side_stream(self, batch: Optional[Experience]) -> Dict[str, torch.Tensor]:
-        """An eager ``_step`` on a side stream, as the updates before a capture must run."""
-        if self._side_stream is None:
-            self._side_stream = torch.cuda.Stream()
-        self._side_stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self._side_stream):
-            out = self._step(batch)
-        torch.cuda.current_stream().wait_stream(self._side_stream)
-        return out
-
     def _capture(self, phase: int) -> None:
         """Capture the update of ``phase``; capturing records the work without doing it."""
         num_train_steps = self._algorithm.num_train_steps
@@ -185,3 +177,16 @@ class UpdateRunner:
             self._graph_outputs[phase] = self._step(self._static_batch)
         self._algorithm.num_train_steps = num_train_steps
         self._graphs[phase] = graph
+
+
+def on_side_stream(stream: torch.cuda.Stream, fn: Callable, *args):
+    """``fn(*args)`` on ``stream``, ordered after and before the current stream's work.
+
+    The eager calls before a CUDA graph's capture must run off the default
+    stream, as ``torch.cuda.graph`` captures on a side stream of its own.
+    """
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = fn(*args)
+    torch.cuda.current_stream().wait_stream(stream)
+    return out

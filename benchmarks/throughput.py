@@ -321,20 +321,17 @@ def main():
         f'{args.pairs} pair(s)'
     )
     print(f'{"":24s} {"median":>8s} {"min":>8s} {"max":>8s}')
-    for name, key in (
-        ('alf_lite env steps/s', 'alf'),
-        ('SB3 env steps/s', 'sb3'),
-        ('ratio alf_lite / SB3', 'ratio'),
-        (f'after {args.learning_starts} updates:', None),
-        ('alf_lite env steps/s', 'alf_warm'),
-        ('SB3 env steps/s', 'sb3_warm'),
-        ('ratio alf_lite / SB3', 'ratio_warm'),
-    ):
-        values = figures.get(key)
-        if key is None:
-            if figures['alf_warm']:
-                print(name)
-        elif values:
+    for suffix in ('', '_warm'):
+        if not figures['alf' + suffix]:
+            continue
+        if suffix:
+            print(f'after {args.learning_starts} updates:')
+        for name, key in (
+            ('alf_lite env steps/s', 'alf'),
+            ('SB3 env steps/s', 'sb3'),
+            ('ratio alf_lite / SB3', 'ratio'),
+        ):
+            values = figures[key + suffix]
             print(
                 f'{name:24s} {statistics.median(values):8.2f} {min(values):8.2f} {max(values):8.2f}'
             )
