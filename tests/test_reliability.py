@@ -6,6 +6,7 @@ import math
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -45,6 +46,13 @@ SHORT = TINY + [
     'TrainerConfig.checkpoint_interval=200',
     'TrainerConfig.num_eval_episodes=1',
 ]
+
+
+def copy_run(root_dir, tmp_path):
+    """A copy of the experiment in ``root_dir`` at ``tmp_path / 'run'``."""
+    copy = tmp_path / 'run'
+    shutil.copytree(root_dir, copy)
+    return copy
 
 
 def tree_digest(root):
@@ -144,6 +152,8 @@ def test_missing_gin_file_and_syntax_error_are_named(tmp_path):
 
 
 def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(finished_run, tmp_path):
+    # --start_over moves the run aside: work on a copy, the fixture is shared.
+    finished_run = copy_run(finished_run, tmp_path)
     before = tree_digest(finished_run)
     ddpg = train_command(
         finished_run,
@@ -159,6 +169,21 @@ def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(fini
     moved = [p for p in os.listdir(finished_run.parent) if p.startswith('run.old-')]
     assert len(moved) == 1 and tree_digest(finished_run.parent / moved[0]) == before
     assert 'DdpgAlgorithm' in (finished_run / 'config.gin').read_text()
+
+
+def test_same_gin_file_resumes_with_other_device_settings(finished_run, tmp_path):
+    """Where and how a run computes is no part of the experiment: a run started with
+    one device setting resumes under another with its gin file given again."""
+    root_dir = copy_run(finished_run, tmp_path)
+    longer = SHORT + [
+        'TrainerConfig.num_env_steps=600',
+        "TrainerConfig.device='cpu'",
+        'TrainerConfig.defer_non_finite_checks=True',
+        "ReplayBuffer.device='cpu'",
+    ]
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], longer)))
+    assert checkpoint_steps(root_dir)[-1] == 600
+    assert "TrainerConfig.device = 'cpu'" in (root_dir / 'config.gin').read_text()
 
 
 def test_root_dir_in_use_by_another_train_is_refused_and_left_as_it_is(tmp_path):

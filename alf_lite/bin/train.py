@@ -44,8 +44,9 @@ flags.DEFINE_bool(
 flags.mark_flag_as_required('root_dir')
 FLAGS = flags.FLAGS
 
-# Bindings that may change when a run is resumed: they set how long it runs and
-# how often it reports, not what it learns.
+# Bindings that may change when a run is resumed: they set how long it runs, how
+# often it reports, and where and how fast it computes (a checkpoint loads on any
+# device), not what it learns.
 RESUME_SAFE_PARAMETERS = (
     'TrainerConfig.num_env_steps',
     'TrainerConfig.summary_interval',
@@ -53,6 +54,11 @@ RESUME_SAFE_PARAMETERS = (
     'TrainerConfig.checkpoint_interval',
     'TrainerConfig.num_eval_episodes',
     'TrainerConfig.torch_num_threads',
+    'TrainerConfig.device',
+    'TrainerConfig.cuda_graph',
+    'TrainerConfig.compile',
+    'TrainerConfig.defer_non_finite_checks',
+    'ReplayBuffer.device',
 )
 
 
