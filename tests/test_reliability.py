@@ -369,7 +369,7 @@ def test_non_finite_parameters_are_never_checkpointed(tmp_path):
 
 # --- killed at random moments ---------------------------------------------------------------
 
-KILL_STEPS = 6000
+KILL_STEPS = 4000
 KILL_PARAMS = TINY + [
     f'TrainerConfig.num_env_steps={KILL_STEPS}',
     'TrainerConfig.summary_interval=100',
@@ -384,7 +384,7 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
     root_dir = tmp_path / 'run'
     command = train_command(root_dir, [PENDULUM], KILL_PARAMS)
     rng = random.Random(0)
-    cycles = 10
+    cycles = 8
     latest = []
     for _ in range(cycles):
         process = subprocess.Popen(
