@@ -17,7 +17,7 @@ from alf_lite.environments import BatchedEnvironment
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.transfer import pack_time_step, packed_width, time_step_to_device, unpack_time_step
-from alf_lite.update import on_side_stream
+from alf_lite.update import SideStream
 
 CPU = torch.device('cpu')
 # Eager rollout steps before the policy's step is captured.
@@ -157,7 +157,7 @@ class CapturedRollout:
         self._eager_steps = 0
         self._graph: Optional[torch.cuda.CUDAGraph] = None
         self._action: Optional[torch.Tensor] = None
-        self._side_stream = None
+        self._side_stream = SideStream()
 
     def step(self, time_step) -> torch.Tensor:
         """The action for ``time_step`` (on the CPU), on the device; the row is written if
@@ -173,9 +173,7 @@ class CapturedRollout:
                 self._algorithm.train(False)
             if self._eager_steps < WARMUP_ROLLOUT_STEPS:
                 self._eager_steps += 1
-                if self._side_stream is None:
-                    self._side_stream = torch.cuda.Stream()
-                action = on_side_stream(self._side_stream, self._step)
+                action = self._side_stream.run(self._step)
             else:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):

@@ -105,7 +105,7 @@ class UpdateRunner:
         self._graphs: Dict[int, torch.cuda.CUDAGraph] = {}
         self._graph_outputs: Dict[int, Dict[str, torch.Tensor]] = {}
         self._eager_updates = 0
-        self._side_stream = None
+        self._side_stream = SideStream()
 
     @property
     def guard_enabled(self) -> bool:
@@ -138,9 +138,7 @@ class UpdateRunner:
         phase = self._algorithm.num_train_steps % self._algorithm.train_step_cycle
         if self._eager_updates < WARMUP_UPDATES_PER_PHASE * self._algorithm.train_step_cycle:
             self._eager_updates += 1
-            if self._side_stream is None:
-                self._side_stream = torch.cuda.Stream()
-            return on_side_stream(self._side_stream, self._step, self._host_batch())
+            return self._side_stream.run(self._step, self._host_batch())
         if not self._sample_in_graph:
             for static, value in zip(self._static_batch, self._host_batch()):
                 static.copy_(value)
@@ -179,14 +177,20 @@ class UpdateRunner:
         self._graphs[phase] = graph
 
 
-def on_side_stream(stream: torch.cuda.Stream, fn: Callable, *args):
-    """``fn(*args)`` on ``stream``, ordered after and before the current stream's work.
+class SideStream:
+    """Runs the eager calls before a CUDA graph's capture off the default stream,
+    as ``torch.cuda.graph`` captures on a side stream of its own. The stream is
+    made at the first call, so holding one costs nothing on the CPU."""
 
-    The eager calls before a CUDA graph's capture must run off the default
-    stream, as ``torch.cuda.graph`` captures on a side stream of its own.
-    """
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        out = fn(*args)
-    torch.cuda.current_stream().wait_stream(stream)
-    return out
+    def __init__(self):
+        self._stream: Optional[torch.cuda.Stream] = None
+
+    def run(self, fn: Callable, *args):
+        """``fn(*args)`` on the side stream, ordered after and before the current stream's work."""
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        self._stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._stream):
+            out = fn(*args)
+        torch.cuda.current_stream().wait_stream(self._stream)
+        return out
