@@ -390,8 +390,36 @@ def _seed_dirs(out: str, suite: str, name: str) -> List[str]:
     return [d for _, d in sorted(dirs) if os.path.isfile(RunDir(d).progress_file)]
 
 
+def _legend_labels(run_dirs: List[str], group_by: str, specs: dict) -> List[str]:
+    """plot.py's ``--label NAME=GROUP`` for each group of ``run_dirs``: the runs' settings.
+
+    A run's directory is ``<suite>/<config name>/seed<k>``; a suite run by both
+    frameworks names each curve by framework and algorithm (``SB3 SAC``).
+    """
+    from alf_lite.bin.plot import group_runs
+
+    both = any(spec.framework == 'sb3' for spec in specs.values())
+    labels = []
+    for group, dirs in group_runs(run_dirs, group_by):
+        names = dict.fromkeys(os.path.basename(os.path.dirname(d)) for d in dirs)
+        legend = ' / '.join(
+            f'{_framework(specs[n])} {specs[n].label}' if both else specs[n].label for n in names
+        )
+        labels.append(f'{legend}={group}')
+    return labels
+
+
+def _framework(spec: RunConfig) -> str:
+    return 'alf_lite' if spec.framework == 'alf_lite' else 'SB3'
+
+
 def _plot(
-    run_dirs: List[str], group_by: str, y: str, png: str, y_minus: Optional[str] = None
+    run_dirs: List[str],
+    group_by: str,
+    y: str,
+    png: str,
+    y_minus: Optional[str] = None,
+    labels: Sequence[str] = (),
 ) -> None:
     command = [
         sys.executable,
@@ -409,6 +437,7 @@ def _plot(
         '--out',
         png,
     ] + (['--y_minus', y_minus] if y_minus else [])
+    command += [f'--label={label}' for label in labels]
     result = subprocess.run(
         command, cwd=REPO_ROOT, env=subprocess_env(1), capture_output=True, text=True
     )
@@ -524,7 +553,8 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                 having = [d for d in plotted if len(read_scalar_if_any(d, y)[1])]
                 if having:
                     png = os.path.join(docs_dir, f'{name}{suffix}.png')
-                    _plot(having, by, y, png, *minus)
+                    labels = _legend_labels(having, by, specs)
+                    _plot(having, by, y, png, *minus, labels=labels)
         for name in names:
             spec = specs[name]
             finals, steps, walls, replay, loads, unfinished = [], [], [], [], [], 0
@@ -557,7 +587,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                 if len(nbytes):
                     replay.append(float(nbytes[-1]))
             mean, lower, upper = band(finals, 'ci', rng, NUM_BOOTSTRAP)
-            framework = 'alf_lite' if spec.framework == 'alf_lite' else 'SB3'
+            framework = _framework(spec)
             stats[(task.env, spec.label, framework)] = (
                 mean,
                 lower,

@@ -241,6 +241,9 @@ def test_alf_lite_run_is_done_then_skipped_and_reported(tmp_path):
     docs = tmp_path / 'docs'
     report = _ok(run_script('--suite', 'pendulum', '--report', '--out', out, '--docs_dir', docs))
     assert (docs / 'pendulum.png').stat().st_size > 0
+    # The curves are named by framework and algorithm, not by the gin binding.
+    with open(docs / 'pendulum.csv', newline='') as f:
+        assert {r['group'] for r in csv.DictReader(f)} == {'alf_lite SAC'}
     row = next(line for line in report.stdout.splitlines() if line.startswith('| Pendulum-v1'))
     cells = [c.strip() for c in row.strip('|').split('|')]
     assert cells[:3] == ['Pendulum-v1', 'alf_lite', 'SAC']
@@ -576,6 +579,8 @@ def test_sac_study_table_has_q_and_return_near_termination_per_setting(tmp_path)
     assert cells['Q - return [95% CI]'] == '1.0 [1.0, 1.0]'
     assert (docs / 'study_sac_icub_mask_q_above_return.png').stat().st_size > 0
     assert (docs / 'study_sac_icub_mask_q_near_termination.png').stat().st_size > 0
+    with open(docs / 'study_sac_icub_mask.csv', newline='') as f:
+        assert {r['group'] for r in csv.DictReader(f)} == {'default'}
 
 
 def test_report_says_whether_alf_lite_is_inside_above_or_below_sb3s_interval():

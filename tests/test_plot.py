@@ -186,3 +186,39 @@ def test_y_minus_plots_the_difference_where_a_run_has_both(grid, tmp_path):
     assert final_table(result.stdout) == {'all runs': (3, 5.5, 2.5, 8.5)}, result.stdout
     missing = run_plot(paths + ['--y_minus', 'train/nothing', '--out', 'x.png'], tmp_path)
     assert missing.returncode == 2 and "no column 'train/nothing'" in missing.stderr
+
+
+def test_label_renames_a_group_in_the_legend_csv_and_table(grid, tmp_path):
+    a, b = f'actor/Adam.lr={LR_A}', f'actor/Adam.lr={LR_B}'
+    # A name may hold '=' too: the label ends in the group's name.
+    result = run_plot([str(grid), '--label', f'lr=fast={a}', '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert {g for g, _ in read_curves(tmp_path / 'curves.csv')} == {'lr=fast', b}
+    table = final_table(result.stdout)
+    assert set(table) == {'lr=fast', b} and table['lr=fast'][:2] == (3, 6.0)
+
+
+@pytest.mark.parametrize(
+    'label, message',
+    [
+        ('fast', "--label 'fast' is not NAME=GROUP"),
+        (
+            'fast=actor/Adam.lr=0.1',
+            "--label 'fast=actor/Adam.lr=0.1' ends in no group's name; the groups are: "
+            f"'actor/Adam.lr={LR_B}', 'actor/Adam.lr={LR_A}'",
+        ),
+        (f'actor/Adam.lr={LR_B}', f'is a group; name it as NAME=actor/Adam.lr={LR_B}'),
+    ],
+)
+def test_label_for_no_group_names_the_groups_and_writes_nothing(grid, tmp_path, label, message):
+    result = run_plot([str(grid), '--label', label, '--out', 'curves.png'], tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not (tmp_path / 'curves.png').exists() and not (tmp_path / 'curves.csv').exists()
+
+
+def test_two_groups_given_one_name_is_refused(grid, tmp_path):
+    labels = [f'same=actor/Adam.lr={lr}' for lr in (LR_A, LR_B)]
+    result = run_plot([str(grid), '--label', labels[0], '--label', labels[1]], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "--label gives two groups the name 'same'" in result.stderr

@@ -7,7 +7,10 @@ Each argument is a run's root_dir, or a directory searched for runs (other
 paths are skipped with a note). A run is read from its ``progress.csv``, or
 from its TensorBoard events when it has none. ``--group_by config`` puts runs
 whose ``config.gin`` differ only in ``TrainerConfig.random_seed`` in one group
-and names each group by the gin parameters that differ between them.
+and names each group by the gin parameters that differ between them;
+``--label NAME=GROUP`` gives a group a name of your own (e.g.
+``--label 10K=TrainerConfig.replay_buffer_length=833``), used in the legend,
+the CSV and the table.
 
 Aggregation, per group and per x: the runs that have a point at that x give
 the mean and the band: ``ci``, the 2.5 and 97.5 percentiles of the mean over
@@ -68,6 +71,13 @@ flags.DEFINE_string(
     'config',
     "'config': runs that differ only by seed; 'none': "
     'each run alone; or comma-separated gin parameters, e.g. actor/Adam.lr.',
+)
+flags.DEFINE_multi_string(
+    'label',
+    [],
+    "A group's name in the legend, the CSV and the table, as NAME=GROUP, GROUP "
+    'being the name the group has without it (e.g. '
+    '10K=TrainerConfig.replay_buffer_length=833); repeat it for each group to rename.',
 )
 flags.DEFINE_enum(
     'band',
@@ -132,6 +142,40 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
         (', '.join(f'{n}={v}' for n, v in zip(names, key)) or 'all runs', runs)
         for key, runs in groups.items()
     ]
+
+
+def rename_groups(
+    groups: List[Tuple[str, List[str]]], labels: List[str]
+) -> List[Tuple[str, List[str]]]:
+    """``groups`` with each ``NAME=GROUP`` of ``labels`` applied; raises ValueError.
+
+    Group names hold ``=`` (``parameter=value``) and so may names, so a label is
+    read as the name of the longest group it ends with, after a ``=``.
+    """
+    known = [label for label, _ in groups]
+    names, unknown = {}, []
+    for label in labels:
+        if label in known:
+            raise ValueError(f'--label {label!r} is a group; name it as NAME={label}')
+        if '=' not in label.strip('='):
+            raise ValueError(f'--label {label!r} is not NAME=GROUP')
+        ends = [g for g in known if label.endswith('=' + g) and label[: -len(g) - 1].strip()]
+        if not ends:
+            unknown.append(label)
+            continue
+        group = max(ends, key=len)
+        names[group] = label[: -len(group) - 1].strip()
+    if unknown:
+        raise ValueError(
+            f"--label {', '.join(map(repr, unknown))} ends in no group's name; the groups "
+            'are: ' + ', '.join(map(repr, known))
+        )
+    renamed = [(names.get(label, label), runs) for label, runs in groups]
+    seen = [label for label, _ in renamed]
+    twice = sorted({label for label in seen if seen.count(label) > 1})
+    if twice:
+        raise ValueError(f'--label gives two groups the name {", ".join(map(repr, twice))}')
+    return renamed
 
 
 def read_difference(run_dir: str, y: str, y_minus, x: str):
@@ -214,7 +258,7 @@ def main(argv):
     import numpy as np
 
     try:
-        groups = group_runs(run_dirs, FLAGS.group_by)
+        groups = rename_groups(group_runs(run_dirs, FLAGS.group_by), FLAGS.label)
         raw = {
             run: read_difference(run, FLAGS.y, FLAGS.y_minus, FLAGS.x)
             for _, runs in groups
