@@ -6,6 +6,8 @@ GIN ?= examples/ddpg_pendulum.gin
 ROOT_DIR ?= runs/$(basename $(notdir $(GIN)))
 # Two cores: one torch thread per process keeps parallel tests from oversubscribing.
 export OMP_NUM_THREADS ?= 1
+# pytest processes; each takes whole test files, so a file's shared fixtures are built once.
+TEST_WORKERS ?= 2
 
 .PHONY: venv install train test format bench clean
 
@@ -26,7 +28,7 @@ train: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 format: $(VENV)/.installed
 	$(PY) -m ruff format .
