@@ -247,6 +247,41 @@ def test_action_mapping_with_asymmetric_bounds():
     assert torch.equal(received, expected)
 
 
+class Float64BoundsEnv(gymnasium.Env):
+    """Bounds no float32 holds exactly; records each action and whether it was in them."""
+
+    received = []  # of the env in this process
+
+    def __init__(self):
+        self.action_space = spaces.Box(
+            np.array([-0.3, 0.1]), np.array([0.1, 0.7]), dtype=np.float64
+        )
+        self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        self.received.append((action.copy(), self.action_space.contains(action)))
+        return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
+
+
+def test_float64_bounds_are_met_exactly_at_the_ends():
+    received = Float64BoundsEnv.received
+    received.clear()
+    env = BatchedEnvironment([Float64BoundsEnv], seed=0)
+    try:
+        env.reset()
+        for a in ([-1.0, -1.0], [1.0, 1.0], [7.0, -3.0]):
+            env.step(torch.tensor([a]))
+    finally:
+        env.close()
+    assert all(inside for _, inside in received), received
+    assert [a.dtype for a, _ in received] == [np.float64] * 3
+    assert [a.tolist() for a, _ in received] == [[-0.3, 0.1], [0.1, 0.7], [0.1, 0.1]]
+
+
 def test_mujoco_timestep_dtypes():
     with create_environment('HalfCheetah-v5', num_parallel_environments=2) as env:
         assert (env.observation_dim, env.action_dim) == (17, 6)

@@ -217,8 +217,13 @@ class BatchedEnvironment:
         self.action_dim = int(act_space.shape[0])
         self.action_low = act_space.low.astype(np.float32)
         self.action_high = act_space.high.astype(np.float32)
-        self._action_half_range = 0.5 * (self.action_high - self.action_low)
         self._action_dtype = act_space.dtype
+        # The mapping runs in the space's own float type against its own bounds:
+        # float64 bounds rounded to float32 can lie outside the space.
+        dtype = act_space.dtype if np.issubdtype(act_space.dtype, np.floating) else np.float64
+        self._space_low = act_space.low.astype(dtype)
+        self._space_high = act_space.high.astype(dtype)
+        self._action_half_range = 0.5 * (self._space_high - self._space_low)
 
     def _observation(self, obs: np.ndarray) -> torch.Tensor:
         # np.array always copies (the vector env reuses its buffer) and casts
@@ -295,10 +300,12 @@ class BatchedEnvironment:
             )
         if self._pending is not None:
             raise RuntimeError('step_async called while a step is pending; call step_wait first.')
-        a = np.clip(action.detach().cpu().numpy(), -1.0, 1.0)
-        env_action = self.action_low + (a + 1.0) * self._action_half_range
+        a = np.clip(action.detach().cpu().numpy(), -1.0, 1.0).astype(
+            self._space_low.dtype, copy=False
+        )
+        env_action = self._space_low + (a + 1.0) * self._action_half_range
         # Rounding can land a hair outside [low, high]; some envs assert bounds.
-        np.clip(env_action, self.action_low, self.action_high, out=env_action)
+        np.clip(env_action, self._space_low, self._space_high, out=env_action)
         env_action = env_action.astype(self._action_dtype, copy=False)
         if self.use_subprocesses:
             self._call(self._env.step_async, env_action)
