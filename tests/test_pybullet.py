@@ -117,6 +117,22 @@ def test_half_cheetah_never_terminates_and_is_truncated_at_1000(make):
     assert truncated and t == 1000
 
 
+def test_a_state_that_blew_up_terminates_although_the_observation_is_clipped(make):
+    env = make('HalfCheetahBullet-v0')  # never terminates otherwise
+    env.reset(seed=0)
+    u = env.unwrapped
+    pose_and_velocity = u._torso_pose_and_velocity
+
+    def infinite_velocity():
+        pos, euler, _ = pose_and_velocity()
+        return pos, euler, np.array([0.0, 0.0, np.inf])  # up: no other term uses it
+
+    u._torso_pose_and_velocity = infinite_velocity
+    obs, _, terminated, truncated, _ = env.step(np.zeros(6))
+    assert terminated and not truncated
+    assert np.isfinite(obs).all() and obs.max() == 5.0
+
+
 def test_render_rgb_array_headless(make):
     env = make('HumanoidBullet-v0', render_mode='rgb_array')
     env.reset(seed=0)

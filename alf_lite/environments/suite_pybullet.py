@@ -319,8 +319,10 @@ class LocomotionBulletEnv(gymnasium.Env):
             pitch,
         ]
         joints = np.stack([relative, self._joint_speed], axis=1).ravel()
-        obs = np.clip(np.concatenate([more, joints, self._feet_contact]), -5, 5)
-        return obs.astype(np.float32), pos[2], pitch, xy
+        state = np.concatenate([more, joints, self._feet_contact])
+        # Checked before the clip, which turns an infinite value into a finite 5.
+        self._state_is_finite = bool(np.isfinite(state).all())
+        return np.clip(state, -5, 5).astype(np.float32), pos[2], pitch, xy
 
     def reset(self, *, seed=None, options=None):
         """Restore the initial state, then draw joint positions from U[-0.1, 0.1].
@@ -366,7 +368,7 @@ class LocomotionBulletEnv(gymnasium.Env):
         )
         joints_at_limit = JOINTS_AT_LIMIT_COST * self._joints_at_limit
         reward = alive + progress + electricity + joints_at_limit
-        terminated = bool((self._robot.terminates and alive < 0) or not np.isfinite(obs).all())
+        terminated = bool((self._robot.terminates and alive < 0) or not self._state_is_finite)
         info = {
             'alive': alive,
             'progress': progress,
