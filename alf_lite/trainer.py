@@ -73,8 +73,8 @@ class TrainerConfig:
             (and always at the end).
         torch_num_threads: torch intra-op threads; 1 is usually fastest for
             small networks when anything else runs on the machine.
-        mask_out_loss_for_last_step: drop windows whose first row is LAST (their
-            next row is another episode's FIRST). False trains on them, as
+        mask_out_loss_for_last_step: drop the loss of each transition from a
+            LAST row (its next row is another episode's FIRST). False trains on them, as
             tf-agents does; for study only. Either way, the pair across the
             restart of a resumed run is never trained on.
         checkpoint_replay_buffer: save the replay buffer with the checkpoint so
