@@ -212,11 +212,24 @@ def test_same_gin_file_with_a_longer_run_resumes(tmp_path):
     assert steps_in_csv(root_dir) == list(range(0, 601, 100))
 
 
-def test_non_alf_lite_directory_is_refused(tmp_path):
-    (tmp_path / 'notes.txt').write_text('mine')
-    result = run_train(train_command(tmp_path, [PENDULUM], SHORT))
+@pytest.mark.parametrize('extra', [[], ['--start_over']], ids=['resume', 'start_over'])
+def test_non_alf_lite_directory_is_refused(tmp_path, extra):
+    mine = tmp_path / 'mine'
+    mine.mkdir()
+    (mine / 'notes.txt').write_text('mine')
+    result = run_train(train_command(mine, [PENDULUM], SHORT) + extra)
     assert result.returncode == 2 and 'not an alf_lite experiment' in result.stderr
-    assert os.listdir(tmp_path) == ['notes.txt']
+    assert os.listdir(tmp_path) == ['mine'] and os.listdir(mine) == ['notes.txt']
+
+
+def test_root_dir_that_is_a_file_or_cannot_be_created_is_refused(tmp_path):
+    (tmp_path / 'afile').write_text('mine')
+    result = run_train(train_command(tmp_path / 'afile', [PENDULUM], SHORT))
+    assert result.returncode == 2 and 'is a file, not a directory' in result.stderr
+    assert (tmp_path / 'afile').read_text() == 'mine'
+    result = run_train(train_command(tmp_path / 'afile' / 'run', [PENDULUM], SHORT))
+    assert result.returncode == 2 and 'cannot create or lock the root_dir' in result.stderr
+    assert 'Traceback' not in result.stderr
 
 
 # --- checkpoints: corrupt, truncated, disk full -------------------------------------------

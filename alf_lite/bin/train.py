@@ -23,7 +23,7 @@ import sys
 
 from absl import app, flags, logging
 
-from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail
+from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, parse_flags
 from alf_lite.run_dir import CONFIG_FILE, RunDir, RunDirInUseError
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
@@ -138,6 +138,8 @@ def lock_or_fail(trainer) -> None:
         trainer.lock_root_dir()
     except RunDirInUseError as e:
         fail(str(e))
+    except OSError as e:
+        fail(f'cannot create or lock the root_dir: {e}')
 
 
 def main(argv):
@@ -145,7 +147,16 @@ def main(argv):
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
     root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
     config_file = RunDir(root_dir).config_file
+    if os.path.exists(root_dir) and not os.path.isdir(root_dir):
+        fail(f'--root_dir {root_dir} is a file, not a directory.')
     gin_files = FLAGS.gin_file
+    if FLAGS.start_over and os.path.isdir(root_dir) and os.listdir(root_dir):
+        if not os.path.exists(config_file):
+            fail(
+                f'{root_dir} is not empty and holds no {CONFIG_FILE}: it is not an alf_lite '
+                'experiment, and --start_over moves aside only an experiment. Choose '
+                'another --root_dir.'
+            )
     if not gin_files:
         if FLAGS.start_over:
             fail('--start_over needs the --gin_file of the experiment to start.')
@@ -201,4 +212,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
