@@ -1,6 +1,7 @@
 """What the command-line tools share: telling the user what went wrong."""
 
 import sys
+from typing import List
 
 # Exit codes of the tools.
 EXIT_FAULT = 1  # something failed while running (train: training; grid_search: a run)
@@ -21,3 +22,27 @@ def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
     """Print ``message`` for the user and exit, by default with ``EXIT_BAD_INPUT``."""
     print(f'error: {user_message(message)}', file=sys.stderr)
     sys.exit(exit_code)
+
+
+# Asking for help is no error: usage on stdout, exit 0 (absl exits 1).
+_HELP_ARGS = {'-h', '-?', '--help', '--helpshort'}
+_HELP_FULL_ARGS = {'--helpfull'}
+
+
+def parse_flags(argv: List[str]) -> List[str]:
+    """absl's flag parsing for ``app.run(main, flags_parser=parse_flags)``.
+
+    An unknown flag, a bad value or a missing required flag is bad input
+    (``EXIT_BAD_INPUT``, one line naming it); ``-h``/``--help`` print the usage
+    and exit 0. Returns the arguments left after the flags, program name first.
+    """
+    from absl import app, flags
+
+    asked = set(argv[1:])
+    if asked & (_HELP_ARGS | _HELP_FULL_ARGS):
+        app.usage(shorthelp=not asked & _HELP_FULL_ARGS, writeto_stdout=True)
+        sys.exit(0)
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        fail(f'{e} (--help lists the flags)')

@@ -22,7 +22,7 @@ import os
 
 from absl import app, flags
 
-from alf_lite.bin.cli import fail
+from alf_lite.bin.cli import fail, parse_flags
 from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
 
 # Frames per second of a video when neither --fps nor the env says.
@@ -272,4 +272,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

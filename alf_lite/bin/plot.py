@@ -29,7 +29,7 @@ from typing import Dict, List, Tuple
 
 from absl import app, flags
 
-from alf_lite.bin.cli import fail
+from alf_lite.bin.cli import fail, parse_flags
 from alf_lite.run_dir import CONFIG_FILE, PROGRESS_FILE, RunDir
 from alf_lite.runs import (
     ENV_STEPS,
@@ -330,4 +330,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
