@@ -222,3 +222,33 @@ def test_two_groups_given_one_name_is_refused(grid, tmp_path):
     result = run_plot([str(grid), '--label', labels[0], '--label', labels[1]], tmp_path)
     assert result.returncode == 2, result.stderr
     assert "--label gives two groups the name 'same'" in result.stderr
+
+
+def test_out_that_would_overwrite_a_file_plot_did_not_write_is_refused(grid, tmp_path):
+    run = grid / f'lr={LR_A},seed=0'
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    # The CSV goes next to --out: here it would be the run's own progress.csv.
+    result = run_plot([str(run), '--out', str(run / 'progress.png')], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f'would overwrite {run / "progress.csv"}, which holds no curves' in result.stderr
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    (tmp_path / 'notes.png').write_text('not a picture')
+    result = run_plot([str(run), '--out', 'notes.png'], tmp_path)
+    assert result.returncode == 2 and 'notes.png exists and is not a PNG' in result.stderr
+    assert (tmp_path / 'notes.png').read_text() == 'not a picture'
+    # Plotting again to the same --out replaces plot's own files.
+    for _ in range(2):
+        assert_ok(run_plot([str(run), '--out', 'again.png'], tmp_path))
+
+
+def test_out_where_nothing_can_be_written_is_a_clear_error(grid, tmp_path):
+    (tmp_path / 'afile').write_text('mine')
+    (tmp_path / 'adir.png').mkdir()
+    for out, message in (
+        ('afile/curves.png', 'cannot write --out afile/curves.png: '),
+        ('adir.png', '--out adir.png: adir.png is a directory'),
+    ):
+        result = run_plot([str(grid), '--out', out], tmp_path)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert 'Traceback' not in result.stderr
+    assert (tmp_path / 'afile').read_text() == 'mine'

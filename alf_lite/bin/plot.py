@@ -51,6 +51,9 @@ BAND_ALPHA = 0.2
 GRID_ALPHA = 0.3
 # Scalar names longer than this go on a title line of their own.
 TITLE_NAME_CHARS = 40
+# The curves CSV: group, the x column, then these.
+CURVE_COLUMNS = ('mean', 'lower', 'upper', 'num_runs')
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 
 flags.DEFINE_string(
     'x',
@@ -95,6 +98,31 @@ flags.DEFINE_string(
     'out', 'curves.png', 'PNG to write; the aggregated curves go to the same path with .csv.'
 )
 FLAGS = flags.FLAGS
+
+
+def check_outputs(png: str, csv_path: str) -> None:
+    """Refuse outputs that would replace what plot did not write; raises ValueError.
+
+    The CSV's path is derived from ``--out``: without this check ``--out
+    run/progress.png`` would overwrite the run's ``progress.csv``.
+    """
+    if os.path.isdir(png) or os.path.isdir(csv_path):
+        raise ValueError(f'--out {png}: {png if os.path.isdir(png) else csv_path} is a directory')
+    if os.path.exists(png):
+        with open(png, 'rb') as f:
+            if f.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
+                raise ValueError(f'--out {png} exists and is not a PNG: choose another --out')
+    if os.path.exists(csv_path):
+        try:
+            with open(csv_path, newline='', errors='replace') as f:
+                header = next(csv.reader(f), [])
+        except csv.Error:
+            header = []
+        if header[:1] != ['group'] or header[2:] != list(CURVE_COLUMNS):
+            raise ValueError(
+                f'--out {png} would overwrite {csv_path}, which holds no curves that plot '
+                'wrote: choose another --out'
+            )
 
 
 def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
@@ -247,6 +275,11 @@ def main(argv):
         fail('--smoothing, --last_n and --num_bootstrap must be positive')
     if not FLAGS.out.lower().endswith('.png'):
         fail(f'--out must end in .png, got {FLAGS.out!r}')
+    csv_path = os.path.splitext(FLAGS.out)[0] + '.csv'
+    try:
+        check_outputs(FLAGS.out, csv_path)
+    except ValueError as e:
+        fail(str(e))
     run_dirs, skipped = find_runs(paths)
     for path in skipped:
         print(f'skipping {path}: no run there', file=sys.stderr)
@@ -302,17 +335,18 @@ def main(argv):
     ax.grid(alpha=GRID_ALPHA)
     ax.legend(fontsize='small')
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
-    fig.savefig(FLAGS.out)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
+        fig.savefig(FLAGS.out)
+        with open(csv_path, 'w', newline='') as f:
+            writer = csv.writer(f)
+            writer.writerow(['group', FLAGS.x, *CURVE_COLUMNS])
+            for label, _ in groups:
+                for x, mean, lower, upper, n in curves[label]:
+                    writer.writerow([label, _number(x), repr(mean), repr(lower), repr(upper), n])
+    except OSError as e:
+        fail(f'cannot write --out {FLAGS.out}: {e}')
     plt.close(fig)
-
-    csv_path = os.path.splitext(FLAGS.out)[0] + '.csv'
-    with open(csv_path, 'w', newline='') as f:
-        writer = csv.writer(f)
-        writer.writerow(['group', FLAGS.x, 'mean', 'lower', 'upper', 'num_runs'])
-        for label, _ in groups:
-            for x, mean, lower, upper, n in curves[label]:
-                writer.writerow([label, _number(x), repr(mean), repr(lower), repr(upper), n])
     print(f'plot written to {FLAGS.out}, curves to {csv_path}')
 
     print(
