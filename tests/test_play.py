@@ -160,6 +160,24 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
     assert 'Traceback' not in result.stderr, result.stderr
 
 
+def test_unusable_video_settings_are_refused_before_playing(trained_run, tmp_path):
+    (tmp_path / 'afile').write_text('mine')
+    (tmp_path / 'adir.gif').mkdir()
+    for args, message in (
+        (['--fps', 'nan'], '--fps must be a finite number of at least 0.01, got nan'),
+        (['--fps', 'inf'], '--fps must be a finite number of at least 0.01, got inf'),
+        (['--fps', '1e-9'], '--fps must be a finite number of at least 0.01, got 1e-09'),
+        (['--record_file', str(tmp_path / 'adir.gif')], 'adir.gif is a directory'),
+        (['--record_file', str(tmp_path / 'afile' / 'x.gif')], 'cannot write --record_file'),
+        (['--root_dir', str(tmp_path / 'afile')], 'afile is not a directory'),
+        (['--random_seed', '-1'], '--random_seed must be >= 0, got -1'),
+    ):
+        result = run_play(trained_run, *args)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+        assert 'Traceback' not in result.stderr and 'playing' not in result.stdout
+    assert (tmp_path / 'afile').read_text() == 'mine'
+
+
 def test_checkpoint_that_would_run_code_is_refused_and_runs_nothing(trained_run, tmp_path):
     root_dir = tmp_path / 'run'
     shutil.copytree(trained_run, root_dir)

@@ -22,7 +22,7 @@ import os
 
 from absl import app, flags
 
-from alf_lite.bin.cli import fail, parse_flags
+from alf_lite.bin.cli import EXIT_FAULT, fail, parse_flags
 from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
 
 # Frames per second of a video when neither --fps nor the env says.
@@ -31,6 +31,8 @@ DEFAULT_FPS = 30
 # under 2 of them as 10: a faster GIF keeps every k-th frame to play at about
 # the requested speed.
 MAX_GIF_FPS = 50
+# GIF stores a frame's delay in hundredths of a second, up to 65535.
+MIN_FPS = 0.01
 
 flags.DEFINE_string(
     'root_dir', None, 'Directory of a train run: its config.gin and checkpoints are read.'
@@ -207,15 +209,33 @@ def main(argv):
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
     root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
     if not os.path.isdir(root_dir):
-        fail(f'root_dir {root_dir} does not exist.')
+        fail(
+            f'root_dir {root_dir} '
+            + ('is not a directory.' if os.path.exists(root_dir) else 'does not exist.')
+        )
     config_file = RunDir(root_dir).config_file
     if not os.path.isfile(config_file):
         fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.')
     if FLAGS.num_episodes <= 0 or (FLAGS.fps is not None and FLAGS.fps <= 0):
         fail('--num_episodes and --fps must be positive.')
+    if FLAGS.random_seed < 0:
+        fail(f'--random_seed must be >= 0, got {FLAGS.random_seed}')
+    if FLAGS.fps is not None and not MIN_FPS <= FLAGS.fps < math.inf:
+        fail(f'--fps must be a finite number of at least {MIN_FPS}, got {FLAGS.fps}')
     record_file = FLAGS.record_file
-    if record_file is not None and not record_file.lower().endswith(VIDEO_FORMATS):
-        fail(f'--record_file must end in {" or ".join(VIDEO_FORMATS)}, got {record_file!r}')
+    if record_file is not None:
+        if not record_file.lower().endswith(VIDEO_FORMATS):
+            fail(f'--record_file must end in {" or ".join(VIDEO_FORMATS)}, got {record_file!r}')
+        # Before playing: a video that cannot be written would be found out only at the end.
+        if os.path.isdir(record_file):
+            fail(f'--record_file {record_file} is a directory.')
+        directory = os.path.dirname(os.path.abspath(record_file))
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            fail(f'cannot write --record_file {record_file}: {e}')
+        if not os.access(directory, os.W_OK):
+            fail(f'cannot write --record_file {record_file}: {directory} is not writable.')
     try:
         size = parse_render_size(FLAGS.render_size) if FLAGS.render_size else None
     except ValueError as e:
@@ -237,7 +257,7 @@ def main(argv):
 
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
-    from alf_lite.environments import create_environment
+    from alf_lite.environments import EnvironmentCrashedError, create_environment
     from alf_lite.seeding import eval_env_seeds
     from alf_lite.trainer import TrainerConfig
 
@@ -253,16 +273,19 @@ def main(argv):
     except (ConfigError, ValueError, TypeError) as e:
         given = ' with the given --gin_param' if FLAGS.gin_param else ''
         fail(f'{config_file}{given} no longer builds: {e}')
+    except EnvironmentCrashedError as e:
+        fail(str(e), exit_code=EXIT_FAULT)
     print(f'playing {path}', flush=True)
     video = None
     try:
         algorithm = load_policy(path, env.observation_dim, env.action_dim)
         torch.manual_seed(FLAGS.random_seed)
         if record_file is not None:
-            os.makedirs(os.path.dirname(os.path.abspath(record_file)), exist_ok=True)
             fps = FLAGS.fps or env.render_fps or DEFAULT_FPS
             video = VideoWriter(record_file, fps, size)
         play_episodes(env, algorithm, FLAGS.num_episodes, video)
+    except EnvironmentCrashedError as e:
+        fail(str(e), exit_code=EXIT_FAULT)
     finally:
         env.close()
         if video is not None:
