@@ -282,6 +282,25 @@ def test_float64_bounds_are_met_exactly_at_the_ends():
     assert [a.tolist() for a, _ in received] == [[-0.3, 0.1], [0.1, 0.7], [0.1, 0.1]]
 
 
+@pytest.mark.parametrize(
+    'kwargs',
+    [
+        dict(num_parallel_environments=0),
+        dict(num_parallel_environments=-1),
+        dict(num_parallel_environments='x'),
+        dict(num_parallel_environments=2.0),
+        dict(max_episode_steps=0),
+        dict(max_episode_steps=True),
+    ],
+)
+def test_env_counts_that_are_not_positive_integers_are_refused_naming_them(kwargs):
+    ((name, value),) = kwargs.items()
+    with pytest.raises(ValueError) as raised:
+        create_environment('Pendulum-v1', **kwargs)
+    message = f'create_environment.{name} must be a positive integer, got {value!r}.'
+    assert str(raised.value).startswith(message)
+
+
 def test_mujoco_timestep_dtypes():
     with create_environment('HalfCheetah-v5', num_parallel_environments=2) as env:
         assert (env.observation_dim, env.action_dim) == (17, 6)

@@ -482,10 +482,18 @@ def create_environment(
     Returns:
         the ``BatchedEnvironment``; close it (or use it as a context manager).
     Raises:
-        ValueError: for an unknown id (naming the closest registered ids) or
-            unsupported spaces.
+        ValueError: for an unknown id (naming the closest registered ids),
+            unsupported spaces, or a count that is not a positive integer.
         EnvironmentCrashedError: when an env cannot be created.
     """
+    sizes = {'num_parallel_environments': num_parallel_environments}
+    if max_episode_steps is not None:
+        sizes['max_episode_steps'] = max_episode_steps
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(
+                f'create_environment.{name} must be a positive integer, got {value!r}.'
+            )
     env_id = env_name
     if ':' in env_name:
         module, env_id = env_name.split(':', 1)
