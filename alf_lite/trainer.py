@@ -350,13 +350,21 @@ class Trainer:
     def __exit__(self, *exc_info):
         self.close()
 
-    def train(self, stop_when: Optional[Callable[[dict], bool]] = None) -> dict:
+    def train(
+        self,
+        stop_when: Optional[Callable[[dict], bool]] = None,
+        before_writing: Optional[Callable[[], None]] = None,
+    ) -> dict:
         """Train until ``num_env_steps``; returns the last evaluation's scalars.
 
         Args:
             stop_when: called with the scalars of each evaluation (as
                 ``last_eval``); when it returns True, training stops there as at
                 ``num_env_steps``: a checkpoint is written and ``train`` returns.
+            before_writing: called once the latest checkpoint (if any) is
+                restored and before the trainer writes anything, with root_dir
+                locked: files written there (train's CLI writes config.gin)
+                stay as they were when the checkpoint does not fit.
 
         Raises:
             TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written;
@@ -368,14 +376,17 @@ class Trainer:
         """
         self.lock_root_dir()
         try:
-            return self._train(stop_when)
+            return self._train(stop_when, before_writing)
         finally:
             self.unlock_root_dir()
 
-    def _train(self, stop_when: Optional[Callable[[dict], bool]]) -> dict:
-        description = describe_device(self._device)
-        logging.info('device: %s', description)
-        write_text_atomically(self._run_dir.device_file, description + '\n')
+    def _train(
+        self,
+        stop_when: Optional[Callable[[dict], bool]],
+        before_writing: Optional[Callable[[], None]],
+    ) -> dict:
+        # Restored before anything is written: a checkpoint that does not fit
+        # the config leaves root_dir as it was.
         latest = ckpt.load_latest_checkpoint(self._run_dir.checkpoint_dir, self._device)
         reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
         if latest is not None:
@@ -383,6 +394,11 @@ class Trainer:
             reset_seed = resume_env_seeds(
                 self._config.random_seed, self._env_steps, self._env.num_envs
             )
+        if before_writing is not None:
+            before_writing()
+        description = describe_device(self._device)
+        logging.info('device: %s', description)
+        write_text_atomically(self._run_dir.device_file, description + '\n')
         summary = Summary(self._run_dir.root, self._env_steps if latest else -1)
         try:
             with self._stop_signals:

@@ -474,21 +474,30 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     assert gone, [c.pid for c in children if c.is_running()]
 
 
-def test_resume_with_a_changed_number_of_envs_is_refused(tmp_path):
-    root_dir = tmp_path / 'run'
-    assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
-    result = run_train(
-        train_command(
-            root_dir,
-            params=[
-                'TrainerConfig.num_env_steps=600',
-                'create_environment.num_parallel_environments=2',
-            ],
-        )
-    )
+@pytest.mark.parametrize(
+    'param, message',
+    [
+        ('create_environment.num_parallel_environments=2', 'does not fit the configured one'),
+        ('TrainerConfig.replay_buffer_length=2000', 'does not fit the configured one'),
+        (
+            "create_environment.env_name='MountainCarContinuous-v0'",
+            'does not fit the configured algorithm',
+        ),
+    ],
+    ids=['num_envs', 'replay_buffer_length', 'env_name'],
+)
+def test_resume_with_a_config_that_does_not_fit_changes_nothing_and_still_resumes(
+    finished_run, tmp_path, param, message
+):
+    root_dir = copy_run(finished_run, tmp_path)
+    before = tree_digest(root_dir)
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600', param]))
     assert result.returncode == 2, result.stderr[-3000:]
-    assert 'does not fit the configured one' in result.stderr
-    assert 'Traceback' not in result.stderr
+    assert message in result.stderr and 'Traceback' not in result.stderr, result.stderr[-3000:]
+    # config.gin included: the run resumes from it as before.
+    assert tree_digest(root_dir) == before
+    assert_ok(run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])))
+    assert checkpoint_steps(root_dir)[-1] == 600
 
 
 # --- a hung environment ---------------------------------------------------------------------

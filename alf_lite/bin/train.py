@@ -190,10 +190,15 @@ def main(argv):
             logging.warning('moved the previous experiment to %s', aside)
             trainer.unlock_root_dir()
             lock_or_fail(trainer)
-        write_text_atomically(config_file, gin.config_str())
-        logging.info('config written to %s', config_file)
+
+        def write_config():
+            write_text_atomically(config_file, gin.config_str())
+            logging.info('config written to %s', config_file)
+
         try:
-            trainer.train()
+            # Only once the checkpoint was restored: a resume refused for a
+            # config that does not fit it leaves the old config.gin to resume with.
+            trainer.train(before_writing=write_config)
         except CheckpointError as e:
             fail(str(e))
         except TrainingError as e:
