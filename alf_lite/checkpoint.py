@@ -227,6 +227,10 @@ class TrainerState(NamedTuple):
         recent_returns: returns of the latest finished training episodes, oldest first.
         recent_lengths: their lengths.
         last_eval: the latest evaluation's scalars, by progress.csv column.
+        pending_evaluation: the training scalars of the row at ``env_steps``
+            whose evaluation a signal interrupted: on resume the evaluation is
+            run again and the row written. None when every row is written
+            (also in checkpoints that predate this field).
     """
 
     algorithm: dict
@@ -236,6 +240,7 @@ class TrainerState(NamedTuple):
     recent_returns: List[float]
     recent_lengths: List[int]
     last_eval: Dict[str, float]
+    pending_evaluation: Optional[Dict[str, float]] = None
 
 
 def save_trainer_state(

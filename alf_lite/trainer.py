@@ -298,6 +298,9 @@ class Trainer:
         self._env_steps = 0
         self._num_updates = 0
         self._last_eval = {}
+        # The training scalars of the row at ``_env_steps`` that waits for its
+        # evaluation; at a fresh start, the evaluation of the initial policy.
+        self._pending_evaluation: Optional[dict] = {}
         self._latest_train_scalars = {}
         self._wrote_operative_config = False
 
@@ -427,8 +430,8 @@ class Trainer:
             return stop_when is not None and stop_when(self.last_eval)
 
         stopped = False
-        if self._env_steps == 0:
-            self._evaluate_and_write(summary, {})
+        if self._pending_evaluation is not None:
+            self._evaluate_and_write(summary, dict(self._pending_evaluation))
             stopped = stop_here()
             if stopped:
                 self._save()
@@ -543,6 +546,9 @@ class Trainer:
         return scalars
 
     def _evaluate_and_write(self, summary: Summary, scalars: dict) -> None:
+        # Checkpointed if a signal interrupts the evaluation, so that a resume
+        # writes this row rather than skip it.
+        self._pending_evaluation = dict(scalars)
         algorithm, device = self._algorithm, self._device
         algorithm.train(False)
         near_end = TerminationValues(
@@ -563,6 +569,7 @@ class Trainer:
             )
         scalars.update(self._last_eval)
         summary.write(self._env_steps, self._num_updates, time.time(), scalars)
+        self._pending_evaluation = None
         logging.info(
             'env steps %d: eval return %.2f, episode length %.1f',
             self._env_steps,
@@ -588,6 +595,7 @@ class Trainer:
             recent_returns=list(self._episode_stats.recent_returns),
             recent_lengths=list(self._episode_stats.recent_lengths),
             last_eval=self._last_eval,
+            pending_evaluation=self._pending_evaluation,
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
@@ -614,6 +622,7 @@ class Trainer:
         self._num_updates = state.num_updates
         self._episode_stats.load(state.recent_returns, state.recent_lengths)
         self._last_eval = state.last_eval
+        self._pending_evaluation = state.pending_evaluation
         if rb is not None:
             try:
                 self._replay_buffer.load_state_dict(rb)

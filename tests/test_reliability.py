@@ -20,11 +20,13 @@ import torch
 import alf_lite.all_configurables  # noqa: F401
 import hanging_env
 from alf_lite import checkpoint as ckpt
+from alf_lite import trainer as trainer_module
 from alf_lite.config import parse_config
 from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import EnvironmentHungError
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.run_dir import RunDirLock, latest_checkpoint
+from alf_lite.signals import TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from cli_helpers import (
     EXAMPLES,
@@ -472,6 +474,39 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     assert len(steps) == 1 and steps[0] >= steps_in_csv(root_dir)[-1]
     gone = psutil.wait_procs(children, timeout=10)[1] == []
     assert gone, [c.pid for c in children if c.is_running()]
+
+
+def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
+    tmp_path, monkeypatch, read_tensorboard
+):
+    real_evaluate = trainer_module.evaluate
+    evaluations = []
+
+    def evaluate_interrupted_at_200(env, policy, on_step=None):
+        evaluations.append(env)
+        if len(evaluations) == 2:  # the evaluation at env step 200
+            real_step = env._env.step
+
+            def step_then_signal(action):
+                # Arrives while the eval env steps, as a kill from outside would.
+                os.kill(os.getpid(), signal.SIGTERM)
+                return real_step(action)
+
+            monkeypatch.setattr(env._env, 'step', step_then_signal)
+        return real_evaluate(env, policy, on_step)
+
+    monkeypatch.setattr(trainer_module, 'evaluate', evaluate_interrupted_at_200)
+    with pytest.raises(TrainingInterrupted):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert checkpoint_steps(tmp_path) == [100, 200]
+    assert steps_in_csv(tmp_path) == [0, 100]
+    monkeypatch.setattr(trainer_module, 'evaluate', real_evaluate)
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
+    evaluated = read_tensorboard(tmp_path / 'eval')['AverageReturn']
+    assert [e.step for e in evaluated] == [0, 200, 400]
+    trained = read_tensorboard(tmp_path / 'train')['env_steps_per_sec']
+    assert [e.step for e in trained] == [100, 200, 300, 400]
 
 
 @pytest.mark.parametrize(
