@@ -171,9 +171,60 @@ def test_broken_value_fails_its_runs_and_the_others_finish(tmp_path):
     assert rows['lr=-1.0,seed=0']['status'] == 'failed'
     assert 'Invalid learning rate: -1.0' in rows['lr=-1.0,seed=0']['error']
     assert rows['lr=oops,seed=0']['status'] == 'failed'
-    assert "Cannot parse --gin_param 'actor/Adam.lr=oops('" in rows['lr=oops,seed=0']['error']
+    assert (
+        'Cannot parse the search config\'s "parameters" entry '
+        "'actor/Adam.lr,critic/Adam.lr', value `oops(`" in rows['lr=oops,seed=0']['error']
+    )
     assert not (root_dir / 'lr=oops,seed=0').exists()
     assert 'Invalid learning rate' in result.stdout  # the table shows the error too
+
+
+BAD_INPUTS = {
+    'misspelt name': (
+        {'parameters': {'SacAlgorithm.target_update_tauu': [0.005, 0.01]}, 'repeats': 1},
+        [],
+        [
+            '"parameters" entry \'SacAlgorithm.target_update_tauu\', value `0.005`',
+            "Closest valid names: 'target_update_tau'",
+        ],
+    ),
+    'negative seed': (
+        {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': [-1]},
+        [],
+        ['"repeats" in grid.json', 'got [-1]'],
+    ),
+    'run name over the file-name limit': (
+        {
+            'parameters': {'create_environment.env_name': ["'" + 'x' * 300 + "'", "'y'"]},
+            'repeats': 1,
+        },
+        [],
+        ['longest part comes from "parameters" entry \'create_environment.env_name\''],
+    ),
+    'zero workers': (GRID, ['--max_workers', '0'], ['--max_workers', 'must be positive']),
+}
+
+
+@pytest.mark.parametrize('case', BAD_INPUTS)
+def test_bad_input_exits_2_naming_it_before_writing_anything(tmp_path, case):
+    grid, args, expected = BAD_INPUTS[case]
+    write_inputs(tmp_path, grid)
+    root_dir = tmp_path / 'runs'
+    result = run_grid(tmp_path, root_dir, *args)
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr and '--gin_param' not in result.stderr
+    for text in expected:
+        assert text in result.stderr
+    assert not root_dir.exists()
+
+
+def test_root_dir_that_is_a_file_is_refused_and_left_as_it_is(tmp_path):
+    write_inputs(tmp_path, GRID)
+    (tmp_path / 'runs').write_text('mine')
+    result = run_grid(tmp_path, tmp_path / 'runs')
+    assert result.returncode == 2 and 'is a file, not a directory' in result.stderr
+    assert 'Traceback' not in result.stderr
+    assert (tmp_path / 'runs').read_text() == 'mine'
 
 
 # --- Ray ------------------------------------------------------------------------------------
@@ -328,6 +379,32 @@ def test_local_runs_without_gpus_keep_their_environment(tmp_path, monkeypatch):
     monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', training)
     run_local(fake_runs(3, tmp_path), max_workers=2, num_threads=1, report=lambda run, result: None)
     assert list(training.env.values()) == [None] * 3
+
+
+def test_os_error_in_one_run_fails_that_run_and_the_others_train(tmp_path, monkeypatch):
+    import alf_lite.runs
+    from alf_lite.bin.grid_search import run_local
+
+    training = FakeTraining()
+
+    def train_or_fail(root_dir, *args, **kwargs):
+        if root_dir.endswith('run1'):
+            raise OSError(36, 'File name too long')
+        return training(root_dir, *args, **kwargs)
+
+    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', train_or_fail)
+    reported = {}
+    run_local(
+        fake_runs(3, tmp_path),
+        max_workers=2,
+        num_threads=1,
+        report=lambda run, result: reported.update({run.name: result}),
+    )
+    assert sorted(reported) == ['run0', 'run1', 'run2']
+    assert reported['run0']['returncode'] == reported['run2']['returncode'] == 0
+    assert reported['run1']['returncode'] is None
+    assert 'File name too long' in reported['run1']['error']
+    assert reported['run1']['wall_time_s'] >= 0
 
 
 def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):

@@ -13,12 +13,16 @@ with ``grid.json``::
 names sets them all to the same value. A JSON string is gin text as on the
 right of a ``--gin_param`` (``"'Pendulum-v1'"`` is a string, ``"@GaussianNoise()"``
 a reference), a list becomes a tuple, numbers, true, false and null are
-themselves. ``repeats`` is a number of seeds (0, 1, ...) or a list of seeds.
+themselves. ``repeats`` is a number of seeds (0, 1, ...) or a list of seeds >= 0.
 
 Each combination and seed trains in ``root_dir/<name>``, named after the
 parameters that take several values and the seed, e.g. ``tau=0.01,lr=0.001,seed=2``,
 with ``TrainerConfig.random_seed`` set to the seed, as its own
 ``python -m alf_lite.bin.train`` process (its output in ``root_dir/logs/<name>.log``).
+Nothing is written when the base config with the first value of every
+parameter does not parse (a misspelt name), or when a name would not fit in
+a file name: use a gin macro for a long value (``big = (...)`` in a gin file,
+``"%big"`` in the search config, and the run is named ``...=big``).
 A run whose latest checkpoint reached ``num_env_steps`` is skipped and an
 unfinished one resumes, so running the same command again continues a sweep.
 A run that fails never stops the others; the table at the end lists each run
@@ -55,7 +59,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from absl import app, flags
 
-from alf_lite.bin.cli import EXIT_FAULT, fail, user_message
+from alf_lite.bin.cli import EXIT_FAULT, fail, parse_flags, user_message
 from alf_lite.run_dir import RunDir
 from alf_lite.runs import SEED_PARAM, final_value, train_in_subprocess
 
@@ -109,6 +113,8 @@ FLAGS = flags.FLAGS
 THREADS_PARAM = 'TrainerConfig.torch_num_threads'
 SUMMARY_FILE = 'grid_summary.csv'
 LOG_DIR = 'logs'
+LOG_SUFFIX = '.log'
+NAME_MAX = 255  # bytes in a file name on common file systems (ext4, xfs, btrfs, tmpfs)
 
 
 class SearchSpace(NamedTuple):
@@ -177,14 +183,14 @@ def load_search_space(path: str) -> SearchSpace:
     elif (
         isinstance(repeats, list)
         and repeats
-        and all(isinstance(s, int) and not isinstance(s, bool) for s in repeats)
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in repeats)
         and len(set(repeats)) == len(repeats)
     ):
         seeds = repeats
     else:
         raise ValueError(
             f'"repeats" in {path} must be a positive number of seeds or a list of '
-            f'distinct integer seeds, got {repeats!r}'
+            f'distinct integer seeds >= 0, got {repeats!r}'
         )
     return SearchSpace(space, seeds)
 
@@ -218,18 +224,33 @@ def _name_value(text: str) -> str:
 
 
 def expand_grid(space: SearchSpace) -> List[tuple]:
-    """``[(name, seed, [gin bindings])]`` of every run: each combination with each seed."""
+    """``[(name, seed, [gin bindings])]`` of every run: each combination with each seed.
+
+    Raises:
+        ValueError: two runs would share a name, or a name (with its log's
+            suffix) would not fit in a file name.
+    """
     varied = [names for names, values in space.parameters if len(values) > 1]
     labels = _labels(varied)
     runs = []
     for combination in itertools.product(*(values for _, values in space.parameters)):
-        bindings, name_parts = [], []
+        bindings, name_parts = [], {}
         for (names, _), value in zip(space.parameters, combination):
             bindings += [f'{n}={value}' for n in names]
             if names in labels:
-                name_parts.append(f'{labels[names]}={_name_value(value)}')
+                name_parts[names] = f'{labels[names]}={_name_value(value)}'
         for seed in space.seeds:
-            runs.append((','.join(name_parts + [f'seed={seed}']), seed, bindings))
+            name = ','.join(list(name_parts.values()) + [f'seed={seed}'])
+            if len((name + LOG_SUFFIX).encode()) > NAME_MAX:
+                longest = max(name_parts, key=lambda names: len(name_parts[names].encode()))
+                raise ValueError(
+                    f'the run name {name[:40]!r}... is {len(name.encode())} bytes, more than '
+                    f'the {NAME_MAX - len(LOG_SUFFIX)} a file name can hold with {LOG_SUFFIX!r}; '
+                    f'its longest part comes from "parameters" entry {",".join(longest)!r}. Put '
+                    'a long value in a gin macro: `big = (...)` in a gin file, "%big" in the '
+                    'search config.'
+                )
+            runs.append((name, seed, bindings))
     names = [name for name, _, _ in runs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -239,6 +260,21 @@ def expand_grid(space: SearchSpace) -> List[tuple]:
             'directory name cannot hold'
         )
     return runs
+
+
+def search_entry_message(message: str, space: SearchSpace) -> str:
+    """``message`` of a config error, naming a searched binding as its entry in the search config.
+
+    ``parse_config`` names every binding a ``--gin_param``; the user gave these
+    in the search config instead.
+    """
+    for names, values in space.parameters:
+        for name, value in itertools.product(names, values):
+            message = message.replace(
+                f'--gin_param {f"{name}={value}"!r}',
+                f'the search config\'s "parameters" entry {",".join(names)!r}, value `{value}`',
+            )
+    return message
 
 
 def configure_runs(
@@ -275,7 +311,8 @@ def configure_runs(
                     log_path,
                     None,
                     None,
-                    'config: ' + ' '.join(user_message(str(e)).split()),
+                    'config: '
+                    + ' '.join(user_message(search_entry_message(str(e), space)).split()),
                 )
             )
     return runs
@@ -310,7 +347,7 @@ def run_local(
     for gpu in gpu_slots(gpus, runs_per_gpu):
         slots.put(gpu)
 
-    def train(run):
+    def train_one(run):
         if not gpus:
             return train_in_subprocess(run.root_dir, run.config_text, num_threads, run.log_path)
         gpu = slots.get()
@@ -324,6 +361,19 @@ def run_local(
             )
         finally:
             slots.put(gpu)
+
+    def train(run):
+        start = time.time()
+        try:
+            return train_one(run)
+        except OSError as e:
+            # The run's files could not be written (a full disk, say): this run
+            # fails, the sweep goes on.
+            return {
+                'returncode': None,
+                'wall_time_s': time.time() - start,
+                'error': f'{type(e).__name__}: {e}',
+            }
 
     # Threads only wait on the training processes; the work is in the processes.
     with concurrent.futures.ThreadPoolExecutor(max_workers) as pool:
@@ -446,7 +496,7 @@ def main(argv):
     if not FLAGS.gin_file:
         fail('give the base config of the sweep with --gin_file')
     cores = len(os.sched_getaffinity(0))
-    max_workers = FLAGS.max_workers or cores
+    max_workers = cores if FLAGS.max_workers is None else FLAGS.max_workers
     if max_workers <= 0 or FLAGS.num_cpus_per_run <= 0:
         fail('--max_workers and --num_cpus_per_run must be positive')
     if FLAGS.runs_per_gpu < 0 or FLAGS.num_gpus_per_run < 0:
@@ -469,7 +519,7 @@ def main(argv):
         num_threads = max(1, cores // max_workers)
     try:
         space = load_search_space(FLAGS.search_config)
-        expand_grid(space)  # fails here on two runs that would share a directory
+        expand_grid(space)  # fails here on a run name that is taken twice or too long
     except (OSError, ValueError) as e:
         fail(str(e))
 
@@ -481,9 +531,20 @@ def main(argv):
         parse_config(FLAGS.gin_file, FLAGS.gin_param)
     except ConfigError as e:
         fail(str(e))
+    first = [f'{n}={values[0]}' for names, values in space.parameters for n in names]
+    try:
+        # With one combination: a misspelt searched name would fail every run.
+        parse_config(FLAGS.gin_file, FLAGS.gin_param + first)
+    except ConfigError as e:
+        fail(search_entry_message(str(e), space))
     root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
     runs = configure_runs(space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads)
-    os.makedirs(root_dir, exist_ok=True)
+    if os.path.exists(root_dir) and not os.path.isdir(root_dir):
+        fail(f'--root_dir {root_dir} is a file, not a directory.')
+    try:
+        os.makedirs(root_dir, exist_ok=True)
+    except OSError as e:
+        fail(f'cannot create --root_dir: {e}')
 
     results = {}
     for run in runs:
@@ -540,4 +601,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,53 @@
+"""What every command-line tool promises about its flags: a bad one is a usage error."""
+
+import subprocess
+import sys
+
+import pytest
+
+from cli_helpers import RUN_TIMEOUT_S, train_env
+
+TOOLS = ['train', 'play', 'plot', 'grid_search']
+
+
+def run_tool(tool, args, cwd):
+    return subprocess.run(
+        [sys.executable, '-m', f'alf_lite.bin.{tool}', *args],
+        cwd=cwd,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+
+
+# A flag of each tool given a value of the wrong type, and the message's start.
+BAD_VALUE = {
+    'train': (['--start_over=maybe'], 'error: flag --start_over=maybe: '),
+    'play': (['--num_episodes', 'abc'], 'error: flag --num_episodes=abc: '),
+    'plot': (['--last_n', 'abc'], 'error: flag --last_n=abc: '),
+    'grid_search': (['--max_workers', 'abc'], 'error: flag --max_workers=abc: '),
+}
+
+
+@pytest.mark.parametrize('tool', TOOLS)
+def test_bad_flag_exits_2_naming_it_and_writes_nothing(tool, tmp_path):
+    for args, message in (
+        (['--bogus'], "error: Unknown command line flag 'bogus'"),
+        BAD_VALUE[tool],
+    ):
+        result = run_tool(tool, args, tmp_path)
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert message in result.stderr and '--help lists the flags' in result.stderr
+        assert 'Traceback' not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize('tool', TOOLS)
+@pytest.mark.parametrize('flag', ['--help', '-h'])
+def test_help_prints_the_usage_and_exits_0(tool, flag, tmp_path):
+    result = run_tool(tool, [flag], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f'python -m alf_lite.bin.{tool}' in result.stdout
+    assert 'flags:' in result.stdout.lower()
+    assert list(tmp_path.iterdir()) == []
