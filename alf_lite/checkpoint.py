@@ -88,7 +88,14 @@ def save_checkpoint(
 
 def _save_synced(obj, path):
     with open(path, 'wb') as f:
-        torch.save(obj, f)
+        try:
+            torch.save(obj, f)
+        except RuntimeError as e:
+            # torch's zip writer reports a failed write (a full disk, a file
+            # size limit) as a RuntimeError without the OS error.
+            raise OSError(
+                f'writing {path} failed ({e}): the disk is full or a file size limit was hit'
+            ) from e
         f.flush()
         os.fsync(f.fileno())
 

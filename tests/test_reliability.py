@@ -6,6 +6,7 @@ import math
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -321,6 +322,43 @@ def test_disk_full_while_checkpointing_keeps_the_previous_checkpoint(tmp_path, m
     assert os.listdir(tmp_path / 'checkpoints') == ['ckpt-100']
     state, rb = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-100'))
     assert state['env_steps'] == 100 and rb is not None
+
+
+def test_disk_full_in_torchs_zip_writer_stops_with_the_disk_full_message(finished_run, tmp_path):
+    """torch's writer turns a failed write into ``RuntimeError: ... unexpected pos``; a
+    file size limit makes it fail the way a full disk does."""
+    root_dir = copy_run(finished_run, tmp_path)
+    # Above every other file train writes (operative_config.gin, the largest, has
+    # about 3,900 bytes); model.pt reaches it within a tensor record, where torch's
+    # writer raises the RuntimeError (elsewhere, Python's file raises an OSError).
+    limit = 4_000
+    assert all(
+        os.path.getsize(root_dir / 'checkpoints' / f'ckpt-{step}' / 'model.pt') > limit
+        for step in checkpoint_steps(root_dir)
+    )
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        # A write past the limit then fails with EFBIG instead of killing the process.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    result = subprocess.run(
+        train_command(root_dir, params=['TrainerConfig.num_env_steps=600']),
+        cwd=REPO_ROOT,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        preexec_fn=limit_file_size,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    assert 'could not write the checkpoint at env step 600' in result.stderr
+    assert 'unexpected pos' in result.stderr and 'the disk is full' in result.stderr
+    assert 'previous checkpoints are intact' in result.stderr
+    assert sorted(os.listdir(root_dir / 'checkpoints')) == ['ckpt-200', 'ckpt-400']
+    state, rb = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / 'ckpt-400'))
+    assert state['env_steps'] == 400 and rb is not None
 
 
 # --- NaN and inf ----------------------------------------------------------------------------
