@@ -449,3 +449,8 @@ def test_value_step_is_the_mean_of_the_critic_replicas():
     # One replica: Q = 0.5 + s + 2 * a.
     values = ddpg.value_step(torch.tensor([[1.0], [0.0]]), torch.tensor([[0.5], [-1.0]]))
     assert torch.allclose(values, torch.tensor([2.5, -1.5])) and ddpg.gamma == GAMMA
+
+
+def test_policy_update_period_below_1_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r'policy_update_period must be an integer >= 1, got 0'):
+        DdpgAlgorithm(observation_dim=3, action_dim=2, policy_update_period=0)

@@ -1,8 +1,9 @@
 """Networks: batched critic replicas behave as independent MLPs."""
 
+import pytest
 import torch
 
-from alf_lite.networks import CriticNetwork
+from alf_lite.networks import CriticNetwork, DeterministicActorNetwork, TanhNormalActorNetwork
 
 
 def test_batched_critic_replicas_equal_independent_mlps():
@@ -61,3 +62,12 @@ def test_tanh_normal_sample_with_given_noise_is_that_draw():
     assert torch.equal(drawn[0], given[0]) and torch.equal(drawn[1], given[1])
     zero_noise_action, _ = actor.sample(obs, torch.zeros(5, 2))
     assert torch.allclose(zero_noise_action, actor(obs))
+
+
+@pytest.mark.parametrize(
+    'network', [TanhNormalActorNetwork, DeterministicActorNetwork, CriticNetwork]
+)
+@pytest.mark.parametrize('hidden_layers', [(0,), (64, -1), (32.5,)])
+def test_hidden_layer_widths_that_are_not_positive_integers_are_refused(network, hidden_layers):
+    with pytest.raises(ValueError, match='hidden_layers must be positive integer widths'):
+        network(3, 2, hidden_layers=hidden_layers)

@@ -229,3 +229,20 @@ def test_value_step_is_the_mean_of_the_critic_replicas():
     values = sac.value_step(torch.tensor([[1.0], [-2.0]]), torch.zeros(2, 1))
     assert torch.allclose(values, torch.tensor([2.5, -0.5])) and not values.requires_grad
     assert sac.gamma == GAMMA
+
+
+@pytest.mark.parametrize(
+    'kwargs, message',
+    [
+        (dict(gamma=5.0), 'gamma must be in [0, 1], got 5.0'),
+        (dict(gamma='0.99'), "gamma must be in [0, 1], got '0.99'"),
+        (dict(target_update_tau='abc'), "target_update_tau must be in (0, 1], got 'abc'"),
+        (dict(target_update_period=0), 'target_update_period must be an integer >= 1, got 0'),
+        (dict(target_update_period=1.5), 'target_update_period must be an integer >= 1'),
+        (dict(num_critic_replicas=0), 'num_replicas must be an integer >= 1, got 0'),
+    ],
+)
+def test_settings_no_paper_uses_are_refused_naming_them(kwargs, message):
+    with pytest.raises(ValueError) as raised:
+        SacAlgorithm(observation_dim=3, action_dim=2, **kwargs)
+    assert str(raised.value).startswith(message)

@@ -16,6 +16,7 @@ import torch.nn as nn
 from alf_lite.algorithms.noise import OUNoise
 from alf_lite.algorithms.off_policy_algorithm import (
     OffPolicyAlgorithm,
+    check_update_settings,
     frozen,
     masked_mean,
     td_target,
@@ -93,13 +94,12 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         critic_optimizer: Optional[OptimizerCtor] = None,
     ):
         super().__init__(observation_dim, action_dim)
-        if not 0.0 < target_update_tau <= 1.0:
-            raise ValueError(f'target_update_tau must be in (0, 1], got {target_update_tau}')
-        if target_update_period < 1 or policy_update_period < 1:
-            raise ValueError(
-                'target_update_period and policy_update_period must be >= 1, got '
-                f'{target_update_period} and {policy_update_period}'
-            )
+        check_update_settings(
+            gamma,
+            target_update_tau,
+            target_update_period,
+            policy_update_period=policy_update_period,
+        )
         if critic_l2_weight_decay < 0:
             raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
         self._actor = actor_network_ctor(observation_dim, action_dim)

@@ -1,5 +1,6 @@
 """The one interface between the trainer and an off-policy algorithm, and shared TD helpers."""
 
+import numbers
 from typing import Dict, NamedTuple, Optional
 
 import torch
@@ -51,6 +52,31 @@ def loss_mask(batch: Experience, mask_out_loss_for_last_step: bool = True) -> to
     if mask_out_loss_for_last_step:
         return (~(into_first | (first_rows == StepType.LAST))).float()
     return (~(into_first & (first_rows != StepType.LAST))).float()
+
+
+def check_update_settings(
+    gamma: float, target_update_tau: float, target_update_period: int, **periods: int
+) -> None:
+    """Refuse, naming it, a ``gamma`` outside [0, 1], a ``target_update_tau`` outside (0, 1],
+    or a ``target_update_period`` (or other ``periods``) that is not an integer >= 1.
+
+    Raises:
+        ValueError: also for a value that is no number at all, e.g. a string.
+    """
+
+    def real(value):
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+    if not (real(gamma) and 0.0 <= gamma <= 1.0):
+        raise ValueError(f'gamma must be in [0, 1], got {gamma!r}')
+    if not (real(target_update_tau) and 0.0 < target_update_tau <= 1.0):
+        raise ValueError(f'target_update_tau must be in (0, 1], got {target_update_tau!r}')
+    for name, period in dict(target_update_period=target_update_period, **periods).items():
+        if (
+            not (isinstance(period, numbers.Integral) and not isinstance(period, bool))
+            or period < 1
+        ):
+            raise ValueError(f'{name} must be an integer >= 1, got {period!r}')
 
 
 def td_target(

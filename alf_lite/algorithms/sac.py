@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from alf_lite.algorithms.off_policy_algorithm import (
     OffPolicyAlgorithm,
+    check_update_settings,
     frozen,
     masked_mean,
     td_target,
@@ -82,8 +83,7 @@ class SacAlgorithm(OffPolicyAlgorithm):
         alpha_optimizer: Optional[OptimizerCtor] = None,
     ):
         super().__init__(observation_dim, action_dim)
-        if not 0.0 < target_update_tau <= 1.0:
-            raise ValueError(f'target_update_tau must be in (0, 1], got {target_update_tau}')
+        check_update_settings(gamma, target_update_tau, target_update_period)
         self._actor = actor_network_ctor(observation_dim, action_dim)
         self._critic = critic_network_ctor(
             observation_dim, action_dim, num_replicas=num_critic_replicas

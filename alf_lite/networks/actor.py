@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from alf_lite.networks.encoding import mlp
+from alf_lite.networks.encoding import check_hidden_layers, mlp
 from alf_lite.networks.initializers import ddpg_paper_init_
 from alf_lite.precision import full_precision, lower_precision
 
@@ -105,6 +105,7 @@ class DeterministicActorNetwork(nn.Module):
         paper_init: bool = False,
     ):
         super().__init__()
+        check_hidden_layers(hidden_layers)
         sizes = [observation_dim] + list(hidden_layers)
         self._input_norm = nn.BatchNorm1d(observation_dim) if batch_norm else nn.Identity()
         self._hidden = nn.ModuleList(nn.Linear(i, o) for i, o in zip(sizes[:-1], sizes[1:]))

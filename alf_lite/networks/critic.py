@@ -6,6 +6,7 @@ import gin
 import torch
 import torch.nn as nn
 
+from alf_lite.networks.encoding import check_hidden_layers
 from alf_lite.networks.initializers import ddpg_paper_init_
 from alf_lite.networks.layers import BatchedBatchNorm1d, BatchedLinear
 from alf_lite.precision import full_precision, lower_precision
@@ -48,6 +49,9 @@ class CriticNetwork(nn.Module):
         paper_init: bool = False,
     ):
         super().__init__()
+        check_hidden_layers(hidden_layers)
+        if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
+            raise ValueError(f'num_replicas must be an integer >= 1, got {num_replicas!r}')
         if not 0 <= action_input_layer <= len(hidden_layers):
             raise ValueError(
                 f'action_input_layer must be in [0, {len(hidden_layers)}] '

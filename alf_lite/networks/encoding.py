@@ -5,6 +5,14 @@ from typing import Sequence
 import torch.nn as nn
 
 
+def check_hidden_layers(hidden_layers: Sequence[int]) -> None:
+    """Raise ValueError unless every width of ``hidden_layers`` is a positive integer."""
+    if any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in hidden_layers):
+        raise ValueError(
+            f'hidden_layers must be positive integer widths, got {tuple(hidden_layers)!r}'
+        )
+
+
 def mlp(input_dim: int, hidden_layers: Sequence[int]) -> nn.Sequential:
     """Build ``Linear -> ReLU`` for each hidden size; the output has the last hidden size.
 
@@ -13,6 +21,7 @@ def mlp(input_dim: int, hidden_layers: Sequence[int]) -> nn.Sequential:
         hidden_layers: width of each hidden layer, e.g. ``(256, 256)``; empty
             gives the identity.
     """
+    check_hidden_layers(hidden_layers)
     layers = []
     size = input_dim
     for width in hidden_layers:
