@@ -20,6 +20,8 @@ from alf_lite.run_dir import checkpoint_name, list_checkpoints
 
 MODEL_FILE = 'model.pt'
 REPLAY_BUFFER_FILE = 'replay_buffer.pt'
+# Prefix of the directory a checkpoint is written into before its rename.
+_TEMPORARY_PREFIX = '.tmp-'
 
 
 class CheckpointError(RuntimeError):
@@ -60,7 +62,9 @@ def save_checkpoint(
     os.makedirs(checkpoint_dir, exist_ok=True)
     regular = name is None
     final = os.path.join(checkpoint_dir, checkpoint_name(env_steps) if regular else name)
-    tmp = os.path.join(checkpoint_dir, f'.tmp-{os.path.basename(final)}-{os.getpid()}')
+    tmp = os.path.join(
+        checkpoint_dir, f'{_TEMPORARY_PREFIX}{os.path.basename(final)}-{os.getpid()}'
+    )
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         os.makedirs(tmp)
@@ -84,6 +88,24 @@ def save_checkpoint(
             if os.path.exists(rb):
                 os.remove(rb)
     return final
+
+
+def remove_temporary_checkpoints(checkpoint_dir: str) -> List[str]:
+    """Remove what checkpoint writes left unfinished (killed mid-save); returns the paths removed.
+
+    They are never loaded, but one may hold a whole replay buffer. Call it only
+    while holding the run's ``RunDirLock``: a write under way in another
+    process would be removed too.
+    """
+    if not os.path.isdir(checkpoint_dir):
+        return []
+    removed = []
+    for name in sorted(os.listdir(checkpoint_dir)):
+        if name.startswith(_TEMPORARY_PREFIX):
+            path = os.path.join(checkpoint_dir, name)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def _save_synced(obj, path):

@@ -399,6 +399,8 @@ class Trainer:
             )
         if before_writing is not None:
             before_writing()
+        for path in ckpt.remove_temporary_checkpoints(self._run_dir.checkpoint_dir):
+            logging.warning('removed %s, left by a checkpoint write that never completed', path)
         description = describe_device(self._device)
         logging.info('device: %s', description)
         write_text_atomically(self._run_dir.device_file, description + '\n')

@@ -361,6 +361,21 @@ def test_disk_full_in_torchs_zip_writer_stops_with_the_disk_full_message(finishe
     assert state['env_steps'] == 400 and rb is not None
 
 
+def test_resume_removes_what_checkpoint_writes_killed_midway_left(finished_run, tmp_path):
+    root_dir = copy_run(finished_run, tmp_path)
+    checkpoints = root_dir / 'checkpoints'
+    # As a SIGKILL during a save leaves them, each under the pid of its dead writer.
+    left = [checkpoints / '.tmp-ckpt-600-999999', checkpoints / '.tmp-last_good-500-999998']
+    for path in left:
+        path.mkdir()
+        (path / 'replay_buffer.pt').write_bytes(b'partial')
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
+    assert_ok(result)
+    assert sorted(os.listdir(checkpoints)) == ['ckpt-200', 'ckpt-400', 'ckpt-600']
+    for path in left:
+        assert f'removed {path}' in result.stderr, result.stderr[-3000:]
+
+
 # --- NaN and inf ----------------------------------------------------------------------------
 
 
