@@ -126,6 +126,7 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
                 except Exception as e:
                     raise _friendly_error(e, state.failed_files, gin_param=param) from e
         _check_macros_defined()
+        _check_scopes_opened()
     except BaseException:
         gin.clear_config()
         raise
@@ -277,6 +278,33 @@ def _check_macros_defined() -> None:
                         f'with a line `{name} = <value>` in a gin file or --gin_param, or fix '
                         'the name.'
                     )
+
+
+def _check_scopes_opened() -> None:
+    """Fail on a binding in a scope that no ``@scope/name`` reference opens.
+
+    alf_lite opens scopes only through references such as ``@actor/Adam``, so a
+    binding like ``actr/Adam.lr`` (a misspelt scope) would silently never apply.
+    """
+    bindings = gin.config._CONFIG
+    opened = set()
+    for params in bindings.values():
+        for value in params.values():
+            for ref in gin.config.iterate_references(value):
+                opened.update(ref.scopes)
+    for scope, selector in bindings:
+        if not scope or selector == 'gin.macro':
+            continue
+        for part in scope.split('/'):
+            if part not in opened:
+                closest = _closest(part, sorted(opened))
+                hint = f'Closest opened scopes: {_quoted(closest)}. ' if closest else ''
+                raise ConfigError(
+                    f"Scope '{part}' of the bindings of `{scope}/"
+                    f'{selector.rsplit(".", 1)[-1]}` is opened by no reference such as '
+                    f'`@{part}/{selector.rsplit(".", 1)[-1]}()`, so they would never apply. '
+                    f'{hint}Fix the scope name, or refer to the scoped configurable.'
+                )
 
 
 def _configurable_names(num_components: int) -> List[str]:

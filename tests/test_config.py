@@ -183,6 +183,18 @@ def test_undefined_macro_names_closest():
     assert '%lr_' in str(info.value) and "'LR'" in str(info.value)
 
 
+@pytest.mark.parametrize('scope', ['actr', 'actor/actr'])
+def test_binding_in_a_scope_no_reference_opens_names_the_closest_scope(scope):
+    params = ['my_fn.alpha = @actor/Adam', 'actor/Adam.lr = 0.1', f'{scope}/Adam.lr = 0.5']
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([], params)
+    message = str(info.value)
+    assert f"Scope 'actr' of the bindings of `{scope}/Adam` is opened by no reference" in message
+    assert "Closest opened scopes: 'actor'" in message
+    assert gin.config_str().strip() == ''
+    config.parse_config([], params[:2])  # the scope the reference opens is fine
+
+
 def test_failed_parse_leaves_no_bindings(tmp_path):
     gin_file = _write(tmp_path / 'exp.gin', 'my_fn.alpha = 5\nmy_fn.nope = 1\n')
 

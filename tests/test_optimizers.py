@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import alf_lite.optimizers  # noqa: F401  (registers the gin names)
+import alf_lite.all_configurables  # noqa: F401  (registers the gin names)
 from alf_lite import config
 from alf_lite.optimizers import Adam, make_optimizer
 
@@ -14,7 +14,16 @@ def _params():
 
 def test_default_and_gin_adam_are_fused_and_keep_their_type():
     assert make_optimizer(None, _params(), 1e-3).defaults['fused'] is True
-    config.parse_config([], ['actor/Adam.lr = 1e-2', 'critic/AdamW.weight_decay = 0.1'])
+    config.parse_config(
+        [],
+        [
+            'actor/Adam.lr = 1e-2',
+            'critic/AdamW.weight_decay = 0.1',
+            # The references open the scopes, as an algorithm's optimizer bindings do.
+            'SacAlgorithm.actor_optimizer = @actor/Adam',
+            'SacAlgorithm.critic_optimizer = @critic/AdamW',
+        ],
+    )
     import gin
 
     with gin.config_scope('actor'):
