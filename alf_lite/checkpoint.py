@@ -11,7 +11,7 @@ built, which in a pickle means running code, is refused.
 import os
 import pickle
 import shutil
-from typing import Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from absl import logging
@@ -26,6 +26,10 @@ _TEMPORARY_PREFIX = '.tmp-'
 
 class CheckpointError(RuntimeError):
     """No usable checkpoint: all are unreadable, or none fits the configured algorithm."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint's files load, but what they hold is no valid state (e.g. NaN weights)."""
 
 
 class UnsafeCheckpointError(CheckpointError):
@@ -193,7 +197,9 @@ def load_checkpoint(
 
 
 def load_latest_checkpoint(
-    checkpoint_dir: str, map_location: Union[str, torch.device, None] = None
+    checkpoint_dir: str,
+    map_location: Union[str, torch.device, None] = None,
+    check: Optional[Callable[[str, dict], None]] = None,
 ) -> Optional[Tuple[str, dict, Optional[dict]]]:
     """``(path, state, replay_buffer_state)`` of the newest readable checkpoint; None if none exist.
 
@@ -201,7 +207,9 @@ def load_latest_checkpoint(
     the one before it, and once an older one loads, moved aside to
     ``ckpt-<N>.corrupt``: the run continues from the older step, and what it
     writes next must be the newest checkpoint. ``map_location`` is
-    ``load_checkpoint``'s.
+    ``load_checkpoint``'s. ``check(path, state)`` is called on each loaded
+    state: a ``CorruptCheckpointError`` it raises (e.g. from
+    ``check_trainer_state``) counts the checkpoint as corrupt.
 
     Raises:
         CheckpointError: when checkpoints exist but none can be read.
@@ -210,9 +218,12 @@ def load_latest_checkpoint(
     """
     found = list_checkpoints(checkpoint_dir)
     corrupt = []
+    problems = []
     for path in reversed(found):
         try:
             state, rb = load_checkpoint(path, map_location)
+            if check is not None:
+                check(path, state)
         except UnsafeCheckpointError:
             raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
@@ -223,6 +234,7 @@ def load_latest_checkpoint(
                 e,
             )
             corrupt.append(path)
+            problems.append(f'{type(e).__name__}: {e}')
             continue
         for bad in corrupt:
             logging.warning('moved the unreadable checkpoint %s to %s', bad, _move_aside(bad))
@@ -230,7 +242,8 @@ def load_latest_checkpoint(
     if found:
         raise CheckpointError(
             f'none of the {len(found)} checkpoints in {checkpoint_dir} can be read (all corrupt '
-            'or truncated). Move that directory away to start the run over.'
+            f'or truncated; the newest: {problems[0]}). Move that directory away to start the '
+            'run over.'
         )
     return None
 
@@ -294,6 +307,18 @@ def trainer_state(state: dict) -> TrainerState:
         return TrainerState(**state)
     except TypeError as e:
         raise CheckpointError(f'not a trainer checkpoint: its keys are {sorted(state)}') from e
+
+
+def check_trainer_state(path: str, state: dict) -> None:
+    """Raise ``CorruptCheckpointError`` naming checkpoint ``path``'s file and the problem
+    if ``state`` (as loaded from it) is no valid trainer state."""
+    model = os.path.join(path, MODEL_FILE)
+    bad = first_non_finite(trainer_state(state).algorithm)
+    if bad is not None:
+        raise CorruptCheckpointError(
+            f'{model}: parameter {bad} holds NaN or inf; alf_lite never writes a '
+            'checkpoint with non-finite weights, so the file was altered or damaged'
+        )
 
 
 def algorithm_state(algorithm: torch.nn.Module) -> dict:

@@ -390,7 +390,9 @@ class Trainer:
     ) -> dict:
         # Restored before anything is written: a checkpoint that does not fit
         # the config leaves root_dir as it was.
-        latest = ckpt.load_latest_checkpoint(self._run_dir.checkpoint_dir, self._device)
+        latest = ckpt.load_latest_checkpoint(
+            self._run_dir.checkpoint_dir, self._device, check=ckpt.check_trainer_state
+        )
         reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
         if latest is not None:
             self._restore(*latest)

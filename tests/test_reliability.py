@@ -306,6 +306,28 @@ def test_all_checkpoints_corrupt_stops_with_a_clear_error(tmp_path):
     assert 'none of the 2 checkpoints' in result.stderr and 'Traceback' not in result.stderr
 
 
+def test_checkpoint_with_non_finite_weights_is_corrupt_and_the_one_before_is_resumed(
+    finished_run, tmp_path
+):
+    root_dir = copy_run(finished_run, tmp_path)
+    model = root_dir / 'checkpoints' / 'ckpt-400' / 'model.pt'
+    state = torch.load(model, weights_only=True)
+    name = next(k for k in state['algorithm']['module'] if k.startswith('_actor'))
+    state['algorithm']['module'][name].fill_(math.nan)
+    torch.save(state, model)
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
+    assert_ok(result)
+    assert f'{model}: parameter {name} holds NaN or inf' in result.stderr, result.stderr[-3000:]
+    # Resumed from ckpt-200, which wrote ckpt-400 again.
+    assert sorted(os.listdir(root_dir / 'checkpoints')) == [
+        'ckpt-200',
+        'ckpt-400',
+        'ckpt-400.corrupt',
+        'ckpt-600',
+    ]
+    assert steps_in_csv(root_dir) == list(range(0, 601, 100))
+
+
 def test_disk_full_while_checkpointing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     real_save = ckpt._save_synced
     calls = []
