@@ -17,6 +17,7 @@ import torch
 from absl import logging
 
 from alf_lite.run_dir import checkpoint_name, list_checkpoints
+from alf_lite.seeding import global_rng_state, set_global_rng_state
 
 MODEL_FILE = 'model.pt'
 REPLAY_BUFFER_FILE = 'replay_buffer.pt'
@@ -297,23 +298,68 @@ def save_trainer_state(
     )
 
 
-def trainer_state(state: dict) -> TrainerState:
+def trainer_state(state: dict, path: Optional[str] = None) -> TrainerState:
     """The ``TrainerState`` in the state read by ``load_checkpoint`` or ``load_state``.
 
+    Args:
+        state: the loaded state.
+        path: the checkpoint it was read from, named in the error.
     Raises:
         CheckpointError: when the state is not a trainer's.
     """
+    where = '' if path is None else f'{os.path.join(path, MODEL_FILE)}: '
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f'{where}not a trainer checkpoint: it holds a {type(state).__name__}, not a dict'
+        )
     try:
         return TrainerState(**state)
     except TypeError as e:
-        raise CheckpointError(f'not a trainer checkpoint: its keys are {sorted(state)}') from e
+        raise CheckpointError(
+            f'{where}not a trainer checkpoint: its keys are {sorted(map(str, state))}, '
+            f'expected {list(TrainerState._fields)}'
+        ) from e
 
 
 def check_trainer_state(path: str, state: dict) -> None:
     """Raise ``CorruptCheckpointError`` naming checkpoint ``path``'s file and the problem
     if ``state`` (as loaded from it) is no valid trainer state."""
     model = os.path.join(path, MODEL_FILE)
-    bad = first_non_finite(trainer_state(state).algorithm)
+    try:
+        state = trainer_state(state, path)
+    except CheckpointError as e:
+        raise CorruptCheckpointError(str(e)) from None
+    expected_types = {
+        'algorithm': dict,
+        'rng': dict,
+        'env_steps': int,
+        'num_updates': int,
+        'recent_returns': list,
+        'recent_lengths': list,
+        'last_eval': dict,
+        'pending_evaluation': (dict, type(None)),
+    }
+    for field, expected in expected_types.items():
+        value = getattr(state, field)
+        if not isinstance(value, expected) or isinstance(value, bool):
+            raise CorruptCheckpointError(f'{model}: {field} is {value!r:.80}, of the wrong type')
+    if state.env_steps < 0 or state.num_updates < 0:
+        raise CorruptCheckpointError(
+            f'{model}: negative counters {state.env_steps}, {state.num_updates}'
+        )
+    for key in ('module', 'optimizers'):
+        if not isinstance(state.algorithm.get(key), dict):
+            raise CorruptCheckpointError(f'{model}: the algorithm state has no {key!r} dict')
+    current = global_rng_state()
+    try:
+        set_global_rng_state(state.rng)
+    except Exception as e:  # noqa: BLE001  (any malformed RNG state: python, numpy or torch)
+        raise CorruptCheckpointError(
+            f'{model}: its RNG state is invalid ({type(e).__name__}: {e})'
+        ) from None
+    finally:
+        set_global_rng_state(current)
+    bad = first_non_finite(state.algorithm)
     if bad is not None:
         raise CorruptCheckpointError(
             f'{model}: parameter {bad} holds NaN or inf; alf_lite never writes a '

@@ -149,7 +149,9 @@ def write_text_atomically(path: str, text: str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        # An error here (e.g. a read-only file system, where the temp file was
+        # never created) would hide the one that says why the write failed.
+        with contextlib.suppress(OSError):
             os.unlink(tmp_path)
         raise
 

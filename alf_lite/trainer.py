@@ -613,7 +613,7 @@ class Trainer:
         return path
 
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> None:
-        state = ckpt.trainer_state(state)
+        state = ckpt.trainer_state(state, path)
         try:
             ckpt.load_algorithm_state(self._algorithm, state.algorithm)
         except (KeyError, RuntimeError, ValueError) as e:
@@ -630,7 +630,7 @@ class Trainer:
         if rb is not None:
             try:
                 self._replay_buffer.load_state_dict(rb)
-            except ValueError as e:
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
                 raise ckpt.CheckpointError(
                     f'the replay buffer of {path} does not fit the configured one ({e}). '
                     'Resume with the config the run started with.'

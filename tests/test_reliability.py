@@ -22,7 +22,7 @@ import alf_lite.all_configurables  # noqa: F401
 import hanging_env
 from alf_lite import checkpoint as ckpt
 from alf_lite import trainer as trainer_module
-from alf_lite.config import parse_config
+from alf_lite.config import parse_config, write_text_atomically
 from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import EnvironmentHungError
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
@@ -326,6 +326,77 @@ def test_checkpoint_with_non_finite_weights_is_corrupt_and_the_one_before_is_res
         'ckpt-600',
     ]
     assert steps_in_csv(root_dir) == list(range(0, 601, 100))
+
+
+def break_rng(state):
+    state['rng']['python'] = (3, (1, 2), None)
+
+
+def break_env_steps(state):
+    state['env_steps'] = 'abc'
+
+
+def replace_with_foreign_keys(state):
+    state.clear()
+    state['x'] = torch.zeros(1)
+
+
+@pytest.mark.parametrize(
+    'corrupt, problem',
+    [
+        (break_rng, 'its RNG state is invalid'),
+        (break_env_steps, "env_steps is 'abc', of the wrong type"),
+        (replace_with_foreign_keys, "not a trainer checkpoint: its keys are ['x']"),
+    ],
+    ids=['rng', 'env_steps', 'keys'],
+)
+def test_checkpoint_with_bad_contents_is_named_with_its_problem(
+    finished_run, tmp_path, corrupt, problem
+):
+    root_dir = copy_run(finished_run, tmp_path)
+    for step in checkpoint_steps(root_dir):
+        model = root_dir / 'checkpoints' / f'ckpt-{step}' / 'model.pt'
+        state = torch.load(model, weights_only=True)
+        corrupt(state)
+        torch.save(state, model)
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    assert f'{model}: {problem}' in result.stderr, result.stderr[-3000:]
+    assert 'none of the 2 checkpoints' in result.stderr
+
+
+def test_failed_config_write_is_a_clear_error_and_leaves_nothing(tmp_path):
+    root_dir = tmp_path / 'run'
+
+    def limit_file_size():
+        # Below config.gin's size: its write fails with EFBIG, as on a full disk.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+
+    result = subprocess.run(
+        train_command(root_dir, [PENDULUM], SHORT),
+        cwd=REPO_ROOT,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        preexec_fn=limit_file_size,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f'cannot write {root_dir / "config.gin"}: [Errno 27] File too large' in result.stderr
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    assert os.listdir(tmp_path) == []
+
+
+def test_cleanup_of_a_failed_atomic_write_does_not_hide_its_error(tmp_path, monkeypatch):
+    def unlink_on_a_read_only_file_system(path):
+        raise OSError(30, 'Read-only file system', path)
+
+    # As on a read-only file system: the temp file cannot be created, nor removed.
+    monkeypatch.setattr(os, 'unlink', unlink_on_a_read_only_file_system)
+    with pytest.raises(FileNotFoundError) as error:
+        write_text_atomically(str(tmp_path / 'missing' / 'config.gin'), 'x = 1\n')
+    assert error.value.__context__ is None
 
 
 def test_disk_full_while_checkpointing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ checkpoint is left as it was); 128 + signal number after SIGINT or SIGTERM (a
 final checkpoint was written), also while an env call hangs.
 """
 
+import contextlib
 import datetime
 import os
 import sys
@@ -192,7 +193,14 @@ def main(argv):
             lock_or_fail(trainer)
 
         def write_config():
-            write_text_atomically(config_file, gin.config_str())
+            try:
+                write_text_atomically(config_file, gin.config_str())
+            except OSError as e:
+                if not existed:
+                    # Left empty by the lock: the failed run leaves nothing behind.
+                    with contextlib.suppress(OSError):
+                        os.rmdir(root_dir)
+                fail(f'cannot write {config_file}: {e}')
             logging.info('config written to %s', config_file)
 
         try:
