@@ -45,9 +45,16 @@ def train_env():
     return env
 
 
-def run_train(command, cwd=REPO_ROOT):
+def run_train(command, cwd=REPO_ROOT, **kwargs):
+    """Run ``command`` to its end, output captured; ``kwargs`` go to ``subprocess.run``."""
     return subprocess.run(
-        command, cwd=cwd, env=train_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        command,
+        cwd=cwd,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        **kwargs,
     )
 
 

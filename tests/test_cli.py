@@ -1,24 +1,16 @@
 """What every command-line tool promises about its flags: a bad one is a usage error."""
 
-import subprocess
 import sys
 
 import pytest
 
-from cli_helpers import RUN_TIMEOUT_S, train_env
+from cli_helpers import run_train
 
 TOOLS = ['train', 'play', 'plot', 'grid_search']
 
 
 def run_tool(tool, args, cwd):
-    return subprocess.run(
-        [sys.executable, '-m', f'alf_lite.bin.{tool}', *args],
-        cwd=cwd,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
+    return run_train([sys.executable, '-m', f'alf_lite.bin.{tool}', *args], cwd=cwd)
 
 
 # A flag of each tool given a value of the wrong type, and the message's start.

@@ -2,7 +2,6 @@
 
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -11,13 +10,10 @@ import torch
 
 from cli_helpers import (
     PENDULUM,
-    REPO_ROOT,
-    RUN_TIMEOUT_S,
     TINY,
     assert_ok,
     run_train,
     train_command,
-    train_env,
 )
 from test_checkpoint import WritesAFile
 
@@ -48,14 +44,8 @@ def trained_run(tmp_path_factory):
 
 
 def run_play(root_dir, *args):
-    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(root_dir), *args]
-    return subprocess.run(
-        command,
-        cwd=REPO_ROOT,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
+    return run_train(
+        [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(root_dir), *args]
     )
 
 

@@ -366,22 +366,22 @@ def test_checkpoint_with_bad_contents_is_named_with_its_problem(
     assert 'none of the 2 checkpoints' in result.stderr
 
 
-def test_failed_config_write_is_a_clear_error_and_leaves_nothing(tmp_path):
-    root_dir = tmp_path / 'run'
+def run_train_with_file_size_limit(command, limit_bytes):
+    """``run_train(command)`` with no file of the process growing past ``limit_bytes``: a
+    write past it fails with EFBIG, as on a full disk."""
 
     def limit_file_size():
-        # Below config.gin's size: its write fails with EFBIG, as on a full disk.
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+        # Python ignores SIGXFSZ too, but only once it runs; this covers the exec.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
-    result = subprocess.run(
-        train_command(root_dir, [PENDULUM], SHORT),
-        cwd=REPO_ROOT,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        preexec_fn=limit_file_size,
-    )
+    return run_train(command, preexec_fn=limit_file_size)
+
+
+def test_failed_config_write_is_a_clear_error_and_leaves_nothing(tmp_path):
+    root_dir = tmp_path / 'run'
+    # Below config.gin's size.
+    result = run_train_with_file_size_limit(train_command(root_dir, [PENDULUM], SHORT), 1000)
     assert result.returncode == 2, result.stderr[-3000:]
     assert f'cannot write {root_dir / "config.gin"}: [Errno 27] File too large' in result.stderr
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
@@ -429,20 +429,8 @@ def test_disk_full_in_torchs_zip_writer_stops_with_the_disk_full_message(finishe
         os.path.getsize(root_dir / 'checkpoints' / f'ckpt-{step}' / 'model.pt') > limit
         for step in checkpoint_steps(root_dir)
     )
-
-    def limit_file_size():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-        # A write past the limit then fails with EFBIG instead of killing the process.
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-
-    result = subprocess.run(
-        train_command(root_dir, params=['TrainerConfig.num_env_steps=600']),
-        cwd=REPO_ROOT,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        preexec_fn=limit_file_size,
+    result = run_train_with_file_size_limit(
+        train_command(root_dir, params=['TrainerConfig.num_env_steps=600']), limit
     )
     assert result.returncode == 1, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
