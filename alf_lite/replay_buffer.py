@@ -22,7 +22,7 @@ import gin
 import torch
 from absl import logging
 
-from alf_lite.data import Experience
+from alf_lite.data import Experience, StepType
 from alf_lite.device import free_memory_bytes, resolve_device
 
 _GIB = float(1 << 30)
@@ -436,6 +436,11 @@ class ReplayBuffer:
                     'checkpoint was saved with a different num_envs, '
                     'replay_buffer_length or observation/action size'
                 )
+        if bool((state['step_type'] > StepType.LAST).any()):
+            raise ValueError(
+                "ReplayBuffer.load_state_dict: 'step_type' holds values other than "
+                f'FIRST ({StepType.FIRST}), MID ({StepType.MID}) and LAST ({StepType.LAST})'
+            )
         total_added = state['total_added']
         if not isinstance(total_added, int) or total_added < 0:
             raise ValueError(

@@ -268,6 +268,13 @@ def test_load_state_dict_rejects_mismatch():
         ReplayBuffer(3, 5, 2, 2).load_state_dict(
             {k: v for k, v in state.items() if k != 'total_added'}
         )
+    crafted = dict(state, step_type=state['step_type'].clone())
+    crafted['step_type'][1, 0] = 7
+    target = ReplayBuffer(3, 5, 2, 2)
+    before = target.state_dict()['observation'].clone()
+    with pytest.raises(ValueError, match="'step_type' holds values other than FIRST"):
+        target.load_state_dict(crafted)
+    assert torch.equal(target.state_dict()['observation'], before)  # nothing copied
 
 
 def test_same_seed_same_samples():
