@@ -164,6 +164,9 @@ _LOCATION = re.compile(
 _TOKEN_ERROR = re.compile(r"\('(?P<msg>.*)', \((?P<line>\d+), \d+\)\)")
 _UNKNOWN_REFERENCE = re.compile(r"No configurable matching reference '@(?P<name>[^'(]+)(?:\(\))?'")
 _UNKNOWN_CONFIGURABLE = re.compile(r"No configurable matching '(?P<name>[^']+)'")
+_DENYLISTED_PARAMETER = re.compile(
+    r"Configurable '(?P<name>[^']+)' has denylisted kwarg '(?P<param>[^']+)'"
+)
 _UNKNOWN_PARAMETER = re.compile(
     r"Configurable '(?P<name>[^']+)' doesn't "
     r"(?:have a parameter named|include kwarg) '(?P<param>[^']+)'"
@@ -212,6 +215,16 @@ def _friendly_error(
         return ConfigError(
             f"Unknown {kind} '{name}' in {where}. {hint} Fix the name, or import the module "
             'that registers it (an `import` line at the top of the gin file).'
+        )
+    match = _DENYLISTED_PARAMETER.search(head)
+    if match:
+        name, param = match['name'], match['param']
+        return ConfigError(
+            f"'{param}' of '{name}' in {where} is no gin parameter: alf_lite sets it when "
+            'it builds the object (from the environment, TrainerConfig or another setting '
+            'such as num_critic_replicas), so a binding would be ignored. Its configurable '
+            'parameters are: '
+            f'{", ".join(_parameter_names(name)) or "none"}.'
         )
     match = _UNKNOWN_PARAMETER.search(head)
     if match:

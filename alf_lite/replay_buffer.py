@@ -84,7 +84,9 @@ def storage_device(
     return None, available
 
 
-@gin.configurable
+@gin.configurable(
+    denylist=['num_envs', 'length', 'observation_dim', 'action_dim', 'training_device']
+)
 class ReplayBuffer:
     """Preallocated per-env ring buffer of ``Experience`` rows.
 

@@ -195,6 +195,24 @@ def test_binding_in_a_scope_no_reference_opens_names_the_closest_scope(scope):
     config.parse_config([], params[:2])  # the scope the reference opens is fine
 
 
+@pytest.mark.parametrize(
+    'binding, others',
+    [
+        ('SacAlgorithm.observation_dim = 3', 'actor_network_ctor, critic_network_ctor,'),
+        ('ReplayBuffer.length = 5', 'max_memory_fraction, device.'),
+    ],
+)
+def test_parameter_alf_lite_sets_itself_is_refused_as_no_gin_parameter(binding, others):
+    import alf_lite.all_configurables  # noqa: F401
+
+    name, param = binding.split(' ')[0].split('.')
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([], [binding])
+    message = str(info.value)
+    assert f"'{param}' of '{name}' in --gin_param '{binding}' is no gin parameter" in message
+    assert 'a binding would be ignored' in message and others in message
+
+
 def test_failed_parse_leaves_no_bindings(tmp_path):
     gin_file = _write(tmp_path / 'exp.gin', 'my_fn.alpha = 5\nmy_fn.nope = 1\n')
 

@@ -100,6 +100,7 @@ BAD_PARAMS = [
     ('TrainerConfig.num_env_stepz=10', "Closest valid names: 'num_env_steps'"),
     ('TrainerConfg.random_seed=1', "'TrainerConfig'"),
     ('TrainerConfig.random_seed=(1', "Cannot parse --gin_param 'TrainerConfig.random_seed=(1'"),
+    ('CriticNetwork.num_replicas=3', "'num_replicas' of 'CriticNetwork' in --gin_param"),
 ]
 
 

@@ -36,7 +36,7 @@ def sum_of_squared_weights(module: nn.Module) -> torch.Tensor:
     )
 
 
-@gin.configurable
+@gin.configurable(denylist=['observation_dim', 'action_dim'])
 class DdpgAlgorithm(OffPolicyAlgorithm):
     """DDPG: deterministic actor mu(s), critic Q(s, a), exploration noise, slowly tracking targets.
 

@@ -37,7 +37,7 @@ class PolicySamples(NamedTuple):
     alpha_log_prob: torch.Tensor  # log pi(a|s), no gradient: the temperature loss
 
 
-@gin.configurable
+@gin.configurable(denylist=['observation_dim', 'action_dim'])
 class SacAlgorithm(OffPolicyAlgorithm):
     """SAC: tanh-Gaussian actor, clipped double-Q critics, learned temperature alpha.
 

@@ -20,7 +20,7 @@ from alf_lite.networks import CriticNetwork, DeterministicActorNetwork
 from alf_lite.optimizers import Adam, OptimizerCtor
 
 
-@gin.configurable
+@gin.configurable(denylist=['observation_dim', 'action_dim'])
 class Td3Algorithm(DdpgAlgorithm):
     """TD3: two critic replicas (batched), smoothed target actions, delayed actor and targets.
 

@@ -13,7 +13,7 @@ from alf_lite.networks.initializers import ddpg_paper_init_
 from alf_lite.precision import full_precision, lower_precision
 
 
-@gin.configurable
+@gin.configurable(denylist=['observation_dim', 'action_dim'])
 class TanhNormalActorNetwork(nn.Module):
     """Gaussian policy squashed by tanh (SAC): ``a = tanh(u)``, ``u ~ N(mean, std)``.
 
@@ -79,7 +79,7 @@ class TanhNormalActorNetwork(nn.Module):
         return action, log_prob_u - log_det
 
 
-@gin.configurable
+@gin.configurable(denylist=['observation_dim', 'action_dim'])
 class DeterministicActorNetwork(nn.Module):
     """Deterministic policy (DDPG, TD3): ``a = tanh(MLP(s))`` in [-1, 1].
 

@@ -12,7 +12,7 @@ from alf_lite.networks.layers import BatchedBatchNorm1d, BatchedLinear
 from alf_lite.precision import full_precision, lower_precision
 
 
-@gin.configurable
+@gin.configurable(denylist=['observation_dim', 'action_dim', 'num_replicas'])
 class CriticNetwork(nn.Module):
     """``num_replicas`` independent MLP critics ``Q_i(s, a)``, computed in one pass.
 
