@@ -72,13 +72,18 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
     if os.path.isfile(path):
         with open(path, newline='') as f:
             reader = csv.DictReader(f)
-            columns = list(reader.fieldnames or [])
-            for name in (x, y):
-                if name not in columns:
-                    raise ValueError(
-                        f'{path} has no column {name!r}; its columns are: {", ".join(columns)}'
-                    )
-            points = [(float(r[x]), float(r[y])) for r in reader if r[x] and r[y]]
+            try:
+                columns = list(reader.fieldnames or [])
+                missing = [name for name in (x, y) if name not in columns]
+                points = (
+                    [] if missing else [(float(r[x]), float(r[y])) for r in reader if r[x] and r[y]]
+                )
+            except (csv.Error, ValueError) as e:  # a UnicodeDecodeError is a ValueError
+                raise ValueError(f'{path}, line {reader.line_num}: {e}') from None
+        if missing:
+            raise ValueError(
+                f'{path} has no column {missing[0]!r}; its columns are: {", ".join(columns)}'
+            )
     else:
         points = _read_tensorboard_scalar(root_dir, y, x)
     by_x = dict(points)

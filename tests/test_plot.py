@@ -252,3 +252,25 @@ def test_out_where_nothing_can_be_written_is_a_clear_error(grid, tmp_path):
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert 'Traceback' not in result.stderr
     assert (tmp_path / 'afile').read_text() == 'mine'
+
+
+def test_group_by_a_parameter_no_run_binds_names_the_closest(grid, tmp_path):
+    result = run_plot([str(grid), '--group_by', 'actor/Adam.lrr'], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert 'no run binds actor/Adam.lrr in its config.gin; closest bound parameters: ' in (
+        result.stderr
+    )
+    assert 'actor/Adam.lr' in result.stderr
+
+
+def test_progress_csv_that_is_no_table_is_named_with_its_line(grid, tmp_path):
+    run = grid / f'lr={LR_A},seed=0'
+    progress = run / 'progress.csv'
+    progress.write_text(progress.read_text() + '300,30,1e9,oops,\n')
+    result = run_plot([str(run), '--out', 'x.png'], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f"{progress}, line 8: could not convert string to float: 'oops'" in result.stderr
+    progress.write_bytes(b'\xff\xfe\x00binary')
+    result = run_plot([str(run), '--out', 'x.png'], tmp_path)
+    assert result.returncode == 2 and f'{progress}, line ' in result.stderr, result.stderr
+    assert 'Traceback' not in result.stderr

@@ -23,6 +23,7 @@ mean over runs of each run's last ``--last_n`` points, with the same band.
 """
 
 import csv
+import difflib
 import os
 import sys
 from typing import Dict, List, Tuple
@@ -162,7 +163,10 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
         names = [n.strip() for n in group_by.split(',') if n.strip()]
         unbound = [n for n in names if all(n not in b for b in bindings.values())]
         if unbound:
-            raise ValueError(f'no run binds {", ".join(unbound)} in its {CONFIG_FILE}')
+            bound = sorted({k for b in bindings.values() for k in b})
+            closest = difflib.get_close_matches(unbound[0], bound, n=3)
+            hint = f'; closest bound parameters: {", ".join(closest)}' if closest else ''
+            raise ValueError(f'no run binds {", ".join(unbound)} in its {CONFIG_FILE}{hint}')
     groups: Dict[tuple, List[str]] = {}
     for run in run_dirs:
         groups.setdefault(tuple(bindings[run].get(n, '(default)') for n in names), []).append(run)
