@@ -48,6 +48,8 @@ def _open_relative_to_includer(path):
     state = _include_state
     base = os.path.dirname(state.open_files[-1]) if state.open_files else os.getcwd()
     resolved = os.path.normpath(os.path.join(base, path))
+    if os.path.isdir(resolved):
+        raise ConfigError(f'Gin file {path!r} is a directory ({resolved}): give a .gin file.')
     if not os.path.isfile(resolved):
         relative_to = (
             f'the directory of the including file, {base}'

@@ -159,6 +159,10 @@ def test_missing_file(tmp_path, monkeypatch):
     assert str(tmp_path / 'exp' / 'common' / 'missing.gin') in message
     assert f'file {outer}, line 1' in message
 
+    (tmp_path / 'exp' / 'common').mkdir()
+    with pytest.raises(ConfigError, match=r"Gin file 'exp' is a directory \(.*\): give a .gin"):
+        config.parse_config(['exp'])
+
 
 def test_unknown_import_names_module_and_file(tmp_path):
     gin_file = _write(tmp_path / 'exp.gin', 'import no_such_module_xyz\n')

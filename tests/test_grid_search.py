@@ -202,6 +202,11 @@ BAD_INPUTS = {
         ['longest part comes from "parameters" entry \'create_environment.env_name\''],
     ),
     'zero workers': (GRID, ['--max_workers', '0'], ['--max_workers', 'must be positive']),
+    'search config that is a directory': (
+        GRID,
+        ['--search_config', '.'],
+        ['--search_config . is a directory: give its JSON file'],
+    ),
 }
 
 

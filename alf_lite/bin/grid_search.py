@@ -153,6 +153,8 @@ def gin_literal(value) -> str:
 
 def load_search_space(path: str) -> SearchSpace:
     """Read and check the search config JSON; raises ValueError naming what is wrong."""
+    if os.path.isdir(path):
+        raise ValueError(f'--search_config {path} is a directory: give its JSON file')
     with open(path) as f:
         try:
             spec = json.load(f)
