@@ -223,13 +223,18 @@ def test_bad_input_exits_2_naming_it_before_writing_anything(tmp_path, case):
     assert not root_dir.exists()
 
 
-def test_root_dir_that_is_a_file_is_refused_and_left_as_it_is(tmp_path):
+def test_root_dir_that_is_a_file_or_a_train_run_is_refused_and_left_as_it_is(tmp_path):
     write_inputs(tmp_path, GRID)
     (tmp_path / 'runs').write_text('mine')
     result = run_grid(tmp_path, tmp_path / 'runs')
     assert result.returncode == 2 and 'is a file, not a directory' in result.stderr
     assert 'Traceback' not in result.stderr
     assert (tmp_path / 'runs').read_text() == 'mine'
+    (tmp_path / 'run').mkdir()
+    (tmp_path / 'run' / 'config.gin').write_text('TrainerConfig.random_seed = 0\n')
+    result = run_grid(tmp_path, tmp_path / 'run')
+    assert result.returncode == 2 and 'holds a train run (its config.gin)' in result.stderr
+    assert os.listdir(tmp_path / 'run') == ['config.gin']
 
 
 # --- Ray ------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 from absl import app, flags
 
 from alf_lite.bin.cli import EXIT_FAULT, fail, parse_flags, user_message
-from alf_lite.run_dir import RunDir
+from alf_lite.run_dir import CONFIG_FILE, RunDir
 from alf_lite.runs import SEED_PARAM, final_value, train_in_subprocess
 
 flags.DEFINE_string(
@@ -543,6 +543,11 @@ def main(argv):
     runs = configure_runs(space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads)
     if os.path.exists(root_dir) and not os.path.isdir(root_dir):
         fail(f'--root_dir {root_dir} is a file, not a directory.')
+    if os.path.exists(RunDir(root_dir).config_file):
+        fail(
+            f'--root_dir {root_dir} holds a train run (its {CONFIG_FILE}), not a sweep: '
+            'choose another directory.'
+        )
     try:
         os.makedirs(root_dir, exist_ok=True)
     except OSError as e:
