@@ -469,6 +469,11 @@ class Trainer:
                     scalars[ENV_STEPS_PER_SEC],
                     self._last_eval.get(EVAL_RETURN),
                 )
+            if not saving and self._stop_signals.received is not None:
+                # It arrived after ``stopping`` was read (in the evaluation's
+                # policy, say): the stop still comes with a checkpoint.
+                self._stop_on_deferred_non_finite_loss()
+                saving = True
             if saving or stopped:
                 self._save()
             self._stop_signals.raise_if_received()

@@ -644,6 +644,35 @@ def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
     assert [e.step for e in trained] == [100, 200, 300, 400]
 
 
+def test_signal_while_the_evaluation_computes_still_checkpoints_before_stopping(
+    tmp_path, monkeypatch
+):
+    real_evaluate = trainer_module.evaluate
+    evaluations = []
+
+    def evaluate_signalled_at_200(env, policy, on_step=None):
+        evaluations.append(env)
+        if len(evaluations) == 2:  # the evaluation at env step 200
+
+            def policy_then_signal(observation):
+                # In the policy, not in an env step: the evaluation goes on.
+                os.kill(os.getpid(), signal.SIGINT)
+                return policy(observation)
+
+            return real_evaluate(env, policy_then_signal, on_step)
+        return real_evaluate(env, policy, on_step)
+
+    monkeypatch.setattr(trainer_module, 'evaluate', evaluate_signalled_at_200)
+    params = ['TrainerConfig.num_env_steps = 400', 'TrainerConfig.checkpoint_interval = 1000']
+    with pytest.raises(TrainingInterrupted):
+        train_in_process(tmp_path, *params)
+    assert checkpoint_steps(tmp_path) == [200]
+    assert steps_in_csv(tmp_path) == [0, 100, 200]
+    monkeypatch.setattr(trainer_module, 'evaluate', real_evaluate)
+    train_in_process(tmp_path, *params)
+    assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
+
+
 @pytest.mark.parametrize(
     'param, message',
     [
