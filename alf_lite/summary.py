@@ -114,11 +114,11 @@ class Throughput:
     """
 
     def __init__(self, env_steps: int, num_updates: int):
-        self._last = (time.time(), env_steps, num_updates)
+        self._last = (time.monotonic(), env_steps, num_updates)
 
     def rates(self, env_steps: int, num_updates: int) -> Tuple[float, float]:
         """``(env steps / s, updates / s)`` since the previous call; starts the next interval."""
-        now = time.time()
+        now = time.monotonic()
         last_time, last_steps, last_updates = self._last
         seconds = max(now - last_time, MIN_INTERVAL_S)
         self._last = (now, env_steps, num_updates)
