@@ -290,12 +290,15 @@ def test_same_seed_same_samples():
     assert not torch.equal(first.observation, other.observation)
 
 
-def test_gin_configurable():
+def test_gin_configures_what_the_trainer_does_not_pass():
     gin.clear_config()
     try:
-        gin.parse_config(['ReplayBuffer.length = 7', 'ReplayBuffer.max_memory_fraction = 0.5'])
-        rb = ReplayBuffer(num_envs=2, observation_dim=3, action_dim=1)
-        assert rb.length == 7
+        gin.parse_config(['ReplayBuffer.max_memory_fraction = 1e-15'])
+        with pytest.raises(MemoryError):  # the binding applies: no memory is enough
+            ReplayBuffer(num_envs=2, length=7, observation_dim=3, action_dim=1)
+        # The trainer passes the shape: a binding of it would be ignored.
+        with pytest.raises(ValueError, match="denylisted kwarg 'length'"):
+            gin.parse_config(['ReplayBuffer.length = 7'])
     finally:
         gin.clear_config()
 
