@@ -80,9 +80,9 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if os.path.exists(final):
-        # Only when the same step is saved twice (a resume that ends at once).
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+        _replace_files(tmp, final)
+    else:
+        os.rename(tmp, final)
     if regular:
         # Not by step: after a resume past a corrupt newer checkpoint, the one
         # just written is the run's newest state even though its step is lower.
@@ -93,6 +93,23 @@ def save_checkpoint(
             if os.path.exists(rb):
                 os.remove(rb)
     return final
+
+
+def _replace_files(new: str, final: str) -> None:
+    """Make checkpoint ``final`` hold the files of ``new``, one atomic replace at a time.
+
+    Only when the same step is saved twice (a resume that ends at once). A
+    directory cannot be renamed over a full one, and removing ``final`` first
+    would leave no checkpoint of this step to a kill in between; file by file,
+    ``final`` is loadable after each replace (the model first: a replay buffer
+    of the same step holds the same rows).
+    """
+    for name in (MODEL_FILE, REPLAY_BUFFER_FILE):
+        if os.path.exists(os.path.join(new, name)):
+            os.replace(os.path.join(new, name), os.path.join(final, name))
+        elif os.path.exists(os.path.join(final, name)):
+            os.remove(os.path.join(final, name))
+    shutil.rmtree(new)
 
 
 def remove_temporary_checkpoints(checkpoint_dir: str) -> List[str]:

@@ -133,6 +133,26 @@ def test_saving_same_step_twice_leaves_one_loadable_checkpoint_with_newest_conte
     assert_same(rb, make_replay_buffer_state(2))
 
 
+def test_saving_same_step_again_keeps_a_loadable_checkpoint_at_every_moment(tmp_path, monkeypatch):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    real_replace = os.replace
+
+    def replace_then_die(src, dst):  # as a kill right after the model file is replaced
+        real_replace(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, 'replace', replace_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(str(tmp_path), 100, make_state(2), make_replay_buffer_state(2))
+    monkeypatch.setattr(os, 'replace', real_replace)
+    state, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path)))
+    assert_same(state, make_state(2))
+    assert rb is not None
+    # Saved again without a replay buffer: the old one goes, none is left stale.
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(3))
+    assert ckpt.load_checkpoint(latest_checkpoint(str(tmp_path)))[1] is None
+
+
 def test_save_succeeds_over_leftover_temporary_directory_of_same_name(tmp_path):
     # A writer killed mid-save by a process that had the same pid (pids are reused).
     leftover = tmp_path / f'.tmp-ckpt-100-{os.getpid()}'
