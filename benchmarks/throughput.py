@@ -120,12 +120,17 @@ def alf_lite_run(args, seed):
         with open(RunDir(root_dir).progress_file, newline='') as f:
             rows = [r for r in csv.DictReader(f) if r.get(ENV_STEPS_PER_SEC)]
 
-    # Summaries every learning_starts steps: the rows after it cover exactly the
-    # training window (each row's speed is measured before any evaluation).
+    # Each row's speed covers the env steps since the row before it (measured
+    # before any evaluation); the last one may cover fewer than the interval.
+    ends = [int(r[ENV_STEPS]) for r in rows]
+    spans = [
+        (end - start, float(r[ENV_STEPS_PER_SEC])) for start, end, r in zip([0] + ends, ends, rows)
+    ]
+
     def rate(after):
-        timed = [r for r in rows if int(r[ENV_STEPS]) > after]
-        seconds = sum(args.learning_starts / float(r[ENV_STEPS_PER_SEC]) for r in timed)
-        return len(timed) * args.learning_starts / seconds if timed else None
+        timed = [(steps, speed) for (steps, speed), end in zip(spans, ends) if end > after]
+        seconds = sum(steps / speed for steps, speed in timed)
+        return sum(steps for steps, _ in timed) / seconds if timed else None
 
     return rate(args.learning_starts), rate(2 * args.learning_starts), algorithm
 
@@ -225,8 +230,9 @@ def sb3_run(args, seed):
         verbose=0,
     )
     if args.algo != 'sac':
-        half_range = (env.action_space.high - env.action_space.low) / 2
-        common['action_noise'] = NormalActionNoise(np.zeros_like(half_range), 0.1 * half_range)
+        # SB3 adds the noise to the action scaled to [-1, 1], as alf_lite does.
+        dims = env.action_space.shape
+        common['action_noise'] = NormalActionNoise(np.zeros(dims), 0.1 * np.ones(dims))
     model = {'sac': sb3.SAC, 'td3': sb3.TD3, 'ddpg': sb3.DDPG}[args.algo](
         'MlpPolicy', env, **common
     )
@@ -358,8 +364,8 @@ def print_ceilings(args, alf_ceiling, sb3_top):
     print(
         f'pure-update ceiling on {args.device}'
         f'{" (alf_lite: " + ", ".join(options) + ")" if options else ""}: '
-        f'alf_lite {alf_ceiling:.1f} updates/s, SB3 {sb3_top:.1f} updates/s, '
-        f'ratio {alf_ceiling / sb3_top:.2f}'
+        f'alf_lite ({args.threads} torch threads) {alf_ceiling:.1f} updates/s, '
+        f'SB3 ({args.sb3_threads}) {sb3_top:.1f} updates/s, ratio {alf_ceiling / sb3_top:.2f}'
     )
 
 

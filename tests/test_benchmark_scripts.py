@@ -39,7 +39,8 @@ def test_throughput_ceilings_run_as_a_script_from_another_directory(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     found = re.search(
-        r'pure-update ceiling on cpu: alf_lite ([\d.]+) updates/s, SB3 ([\d.]+) updates/s',
+        r'pure-update ceiling on cpu: alf_lite \(1 torch threads\) ([\d.]+) updates/s, '
+        r'SB3 \(1\) ([\d.]+) updates/s',
         result.stdout,
     )
     assert found and float(found[1]) > 0 and float(found[2]) > 0, result.stdout
