@@ -101,7 +101,7 @@ def parse_alf_lite_config(args, seed, trainer_device=True):
 
 
 def alf_lite_run(args, seed):
-    """Env steps/s after learning starts, the same once warm, and the algorithm for the ceiling.
+    """Env steps/s after learning starts, and the same once warm.
 
     Warm: after the first ``learning_starts`` training steps, which hold the
     one-time costs (the captures of a CUDA graph, the GPU's first kernels).
@@ -116,7 +116,6 @@ def alf_lite_run(args, seed):
     with tempfile.TemporaryDirectory() as root_dir:
         with Trainer(TrainerConfig(), root_dir) as trainer:
             trainer.train()
-            algorithm = trainer.algorithm
         with open(RunDir(root_dir).progress_file, newline='') as f:
             rows = [r for r in csv.DictReader(f) if r.get(ENV_STEPS_PER_SEC)]
 
@@ -132,31 +131,10 @@ def alf_lite_run(args, seed):
         seconds = sum(steps / speed for steps, speed in timed)
         return sum(steps for steps, _ in timed) / seconds if timed else None
 
-    return rate(args.learning_starts), rate(2 * args.learning_starts), algorithm
+    return rate(args.learning_starts), rate(2 * args.learning_starts)
 
 
-def alf_lite_ceiling(algorithm, env, updates):
-    from alf_lite.data import Experience
-
-    b = BATCH_SIZE
-    batch = Experience(
-        torch.ones(b, 2, dtype=torch.uint8),
-        torch.randn(b, 2, env.observation_space.shape[0]),
-        torch.rand(b, 2, env.action_space.shape[0]) * 2 - 1,
-        torch.randn(b, 2),
-        torch.ones(b, 2),
-    )
-    mask = torch.ones(b, 1)
-    algorithm.train(True)
-    for _ in range(WARMUP_UPDATES):
-        algorithm.train_step(batch, mask)
-    start = time.perf_counter()
-    for _ in range(updates):
-        algorithm.train_step(batch, mask)
-    return updates / (time.perf_counter() - start)
-
-
-def alf_lite_device_ceiling(args, env, updates):
+def alf_lite_ceiling(args, env, updates):
     """Updates/s of alf_lite's update on ``--device``: a fresh algorithm, a buffer of random rows.
 
     The update is the trainer's (``UpdateRunner``): sampled on the device, losses
@@ -297,11 +275,11 @@ def main():
     )
     args = parser.parse_args()
     if args.ceiling_only:
-        print_ceilings(args, *ceilings(args, None))
+        print_ceilings(args, *ceilings(args))
         return
     figures = {name: [] for name in ('alf', 'sb3', 'ratio', 'alf_warm', 'sb3_warm', 'ratio_warm')}
     for pair in range(args.pairs):
-        a, a_warm, algorithm = alf_lite_run(args, seed=pair)
+        a, a_warm = alf_lite_run(args, seed=pair)
         print(f'pair {pair}: alf_lite {a:.1f} env steps/s', flush=True)
         torch.set_num_threads(args.sb3_threads)
         b, b_warm, model = sb3_run(args, seed=pair)
@@ -315,7 +293,7 @@ def main():
             figures['alf_warm'].append(a_warm)
             figures['sb3_warm'].append(b_warm)
             figures['ratio_warm'].append(a_warm / b_warm)
-    alf_ceiling, sb3_top = ceilings(args, algorithm, model)
+    alf_ceiling, sb3_top = ceilings(args, model)
 
     print(
         f'\n{args.algo.upper()} {args.env} on {args.device}'
@@ -344,15 +322,15 @@ def main():
     print_ceilings(args, alf_ceiling, sb3_top)
 
 
-def ceilings(args, algorithm, model=None):
-    """``(alf_lite, SB3)`` pure-update ceilings in updates/s, each at its thread count."""
+def ceilings(args, model=None):
+    """``(alf_lite, SB3)`` pure-update ceilings in updates/s, each at its thread count.
+
+    Both draw each update's batch from a filled buffer, as in training.
+    """
     env = gymnasium.make(args.env)
     torch.set_num_threads(args.threads)
-    if args.device == 'cpu' and algorithm is not None:
-        alf_ceiling = alf_lite_ceiling(algorithm, env, args.ceiling_updates)
-    else:
-        parse_alf_lite_config(args, seed=0, trainer_device=False)
-        alf_ceiling = alf_lite_device_ceiling(args, env, args.ceiling_updates)
+    parse_alf_lite_config(args, seed=0, trainer_device=False)
+    alf_ceiling = alf_lite_ceiling(args, env, args.ceiling_updates)
     torch.set_num_threads(args.sb3_threads)
     if model is None:
         _, _, model = sb3_run(args, seed=0)
