@@ -413,6 +413,10 @@ class ReplayBuffer:
             state: a dict produced by ``state_dict()`` of a buffer with the same
                 ``num_envs``, ``length``, ``observation_dim`` and ``action_dim``.
         """
+        if not isinstance(state, dict):
+            raise ValueError(
+                f'ReplayBuffer.load_state_dict: got a {type(state).__name__}, not a state dict'
+            )
         expected = set(self._storage) | {'total_added'}
         if set(state) != expected:
             raise ValueError(

@@ -635,7 +635,7 @@ class Trainer:
         if rb is not None:
             try:
                 self._replay_buffer.load_state_dict(rb)
-            except (ValueError, TypeError, KeyError, AttributeError) as e:
+            except ValueError as e:
                 raise ckpt.CheckpointError(
                     f'the replay buffer of {path} does not fit the configured one ({e}). '
                     'Resume with the config the run started with.'

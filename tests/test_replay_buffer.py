@@ -268,6 +268,8 @@ def test_load_state_dict_rejects_mismatch():
         ReplayBuffer(3, 5, 2, 2).load_state_dict(
             {k: v for k, v in state.items() if k != 'total_added'}
         )
+    with pytest.raises(ValueError, match='got a list, not a state dict'):
+        ReplayBuffer(3, 5, 2, 2).load_state_dict([state])
     crafted = dict(state, step_type=state['step_type'].clone())
     crafted['step_type'][1, 0] = 7
     target = ReplayBuffer(3, 5, 2, 2)
