@@ -528,14 +528,10 @@ def main(argv):
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
 
-    try:
-        # The base config on its own: a mistake there would fail every run.
-        parse_config(FLAGS.gin_file, FLAGS.gin_param)
-    except ConfigError as e:
-        fail(str(e))
     first = [f'{n}={values[0]}' for names, values in space.parameters for n in names]
     try:
-        # With one combination: a misspelt searched name would fail every run.
+        # The base config with one combination: a mistake in either, such as
+        # a misspelt searched name, would fail every run.
         parse_config(FLAGS.gin_file, FLAGS.gin_param + first)
     except ConfigError as e:
         fail(search_entry_message(str(e), space))
