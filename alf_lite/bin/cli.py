@@ -1,5 +1,6 @@
 """What the command-line tools share: telling the user what went wrong."""
 
+import os
 import sys
 from typing import List
 
@@ -22,6 +23,14 @@ def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
     """Print ``message`` for the user and exit, by default with ``EXIT_BAD_INPUT``."""
     print(f'error: {user_message(message)}', file=sys.stderr)
     sys.exit(exit_code)
+
+
+def output_root_dir(flag_value: str) -> str:
+    """The absolute path of a ``--root_dir`` to write into; exits naming it when it is a file."""
+    root_dir = os.path.abspath(os.path.expanduser(flag_value))
+    if os.path.exists(root_dir) and not os.path.isdir(root_dir):
+        fail(f'--root_dir {root_dir} is a file, not a directory.')
+    return root_dir
 
 
 # Asking for help is no error: usage on stdout, exit 0 (absl exits 1).

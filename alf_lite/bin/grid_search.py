@@ -59,7 +59,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from absl import app, flags
 
-from alf_lite.bin.cli import EXIT_FAULT, fail, parse_flags, user_message
+from alf_lite.bin.cli import EXIT_FAULT, fail, output_root_dir, parse_flags, user_message
 from alf_lite.run_dir import CONFIG_FILE, RunDir
 from alf_lite.runs import SEED_PARAM, final_value, train_in_subprocess
 
@@ -535,10 +535,8 @@ def main(argv):
         parse_config(FLAGS.gin_file, FLAGS.gin_param + first)
     except ConfigError as e:
         fail(search_entry_message(str(e), space))
-    root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
+    root_dir = output_root_dir(FLAGS.root_dir)
     runs = configure_runs(space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads)
-    if os.path.exists(root_dir) and not os.path.isdir(root_dir):
-        fail(f'--root_dir {root_dir} is a file, not a directory.')
     if os.path.exists(RunDir(root_dir).config_file):
         fail(
             f'--root_dir {root_dir} holds a train run (its {CONFIG_FILE}), not a sweep: '

@@ -24,7 +24,7 @@ import sys
 
 from absl import app, flags, logging
 
-from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, parse_flags
+from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, output_root_dir, parse_flags
 from alf_lite.run_dir import CONFIG_FILE, RunDir, RunDirInUseError
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
@@ -146,10 +146,8 @@ def lock_or_fail(trainer) -> None:
 def main(argv):
     if len(argv) > 1:
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
-    root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
+    root_dir = output_root_dir(FLAGS.root_dir)
     config_file = RunDir(root_dir).config_file
-    if os.path.exists(root_dir) and not os.path.isdir(root_dir):
-        fail(f'--root_dir {root_dir} is a file, not a directory.')
     gin_files = FLAGS.gin_file
     if FLAGS.start_over and os.path.isdir(root_dir) and os.listdir(root_dir):
         if not os.path.exists(config_file):
