@@ -66,7 +66,8 @@ def set_global_rng_state(state: dict) -> None:
 
     A state saved on GPUs restores CUDA's generators on the GPUs there are here
     (as many as both have); on a machine without CUDA it restores the rest, so a
-    GPU run's checkpoint resumes on a CPU.
+    GPU run's checkpoint resumes on a CPU. Its tensors may have been mapped to
+    any device by the checkpoint's load; they are read on the host.
     """
     cuda = state.get('cuda') or []
     if cuda and torch.cuda.is_available():
@@ -77,7 +78,7 @@ def set_global_rng_state(state: dict) -> None:
     np.random.set_state(
         (
             'MT19937',
-            numpy_state['key'].numpy().astype(np.uint32),
+            numpy_state['key'].cpu().numpy().astype(np.uint32),
             numpy_state['pos'],
             numpy_state['has_gauss'],
             numpy_state['gauss'],

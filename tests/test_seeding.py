@@ -113,3 +113,33 @@ def test_a_gpu_runs_rng_state_restores_the_rest_where_there_is_no_gpu(tmp_path):
     state, _ = ckpt.load_checkpoint(path)
     set_global_rng_state(state['rng'])
     assert torch.equal(torch.rand(3), expected)
+
+
+class OnAnotherDevice:
+    """A saved tensor as a checkpoint mapped to a GPU returns it: numpy() refuses, cpu() copies."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self._tensor = tensor
+
+    def numpy(self):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy")
+
+    def cpu(self) -> torch.Tensor:
+        return self._tensor
+
+
+def test_rng_state_mapped_to_a_gpu_restores_on_the_host(tmp_path):
+    np.random.seed(2)
+    torch.manual_seed(3)
+    path = ckpt.save_checkpoint(str(tmp_path), 1, {'rng': global_rng_state()})
+    expected = (np.random.rand(3), torch.rand(3))
+    state, _ = ckpt.load_checkpoint(path)
+    # What loading with map_location='cuda' gives: every tensor of the state on the GPU.
+    state['rng']['numpy']['key'] = OnAnotherDevice(state['rng']['numpy']['key'])
+    state['rng']['torch'] = OnAnotherDevice(state['rng']['torch'])
+    np.random.seed(9)
+    torch.manual_seed(9)
+    set_global_rng_state(state['rng'])
+    assert np.array_equal(np.random.rand(3), expected[0]) and torch.equal(
+        torch.rand(3), expected[1]
+    )
