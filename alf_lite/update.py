@@ -85,14 +85,7 @@ class UpdateRunner:
             algorithm.defer_non_finite_checks() if cuda_graph or defer_non_finite_checks else None
         )
         if cuda_graph:
-            for name, optimizer in algorithm.optimizers.items():
-                for group in optimizer.param_groups:
-                    if 'capturable' not in group:
-                        raise ValueError(
-                            f'the {name} optimizer ({type(optimizer).__name__}) '
-                            'cannot be captured in a CUDA graph; use Adam or AdamW.'
-                        )
-                    group['capturable'] = True
+            self._make_optimizers_capturable()
         if compile:
             for module in algorithm.children():
                 module.compile()
@@ -167,8 +160,26 @@ class UpdateRunner:
             batch = self._buffer.sample_on_device(self._batch_size, self._batch_length)
         return self._algorithm.train_step(batch, self._loss_mask_fn(batch))
 
+    def _make_optimizers_capturable(self) -> None:
+        """Set ``capturable`` on every optimizer, refusing one that has no such setting.
+
+        Raises:
+            ValueError: an optimizer that cannot be captured.
+        """
+        for name, optimizer in self._algorithm.optimizers.items():
+            for group in optimizer.param_groups:
+                if 'capturable' not in group:
+                    raise ValueError(
+                        f'the {name} optimizer ({type(optimizer).__name__}) '
+                        'cannot be captured in a CUDA graph; use Adam or AdamW.'
+                    )
+                group['capturable'] = True
+
     def _capture(self, phase: int) -> None:
         """Capture the update of ``phase``; capturing records the work without doing it."""
+        # Again: restoring a checkpoint written without graphs loads its
+        # optimizers' settings, capturable=False included.
+        self._make_optimizers_capturable()
         num_train_steps = self._algorithm.num_train_steps
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

@@ -332,6 +332,7 @@ def test_short_run_of_each_example_on_the_gpu_is_reproducible(tmp_path, example,
 
 
 def test_compiled_networks_in_captured_graphs_train_and_resume_without_compile(tmp_path):
+    pytest.importorskip('triton', reason='torch.compile on the GPU needs triton')
     params = ["TrainerConfig.device = 'cuda'", 'TrainerConfig.cuda_graph = True']
     rows = run_example(tmp_path, 'sac_pendulum.gin', *params, 'TrainerConfig.compile = True')
     assert [int(r['env_steps']) for r in rows][-1] == 600
@@ -351,6 +352,22 @@ def test_auto_device_trains_on_the_gpu_and_resumes_on_the_cpu(tmp_path):
         'TrainerConfig.num_env_steps = 900',
     )
     assert [int(r['env_steps']) for r in rows][-1] == 900
+
+
+@pytest.mark.parametrize('first_device', ['cpu', 'cuda'])
+def test_a_run_without_graphs_resumes_on_the_gpu_with_them(tmp_path, first_device):
+    # The checkpoint's RNG state is mapped to the GPU on load, and its
+    # optimizers were saved with capturable=False.
+    run_example(tmp_path, 'sac_pendulum.gin', f"TrainerConfig.device = '{first_device}'")
+    rows = run_example(
+        tmp_path,
+        'sac_pendulum.gin',
+        "TrainerConfig.device = 'cuda'",
+        'TrainerConfig.cuda_graph = True',
+        'TrainerConfig.num_env_steps = 800',
+    )
+    assert [int(r['env_steps']) for r in rows][-1] == 800
+    assert all(math.isfinite(float(r['train/critic_loss'])) for r in rows if r['train/critic_loss'])
 
 
 def test_cuda_graph_on_the_cpu_is_refused_before_anything_runs(tmp_path):
