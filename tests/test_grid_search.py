@@ -4,6 +4,7 @@ import collections
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -221,6 +222,22 @@ def test_bad_input_exits_2_naming_it_before_writing_anything(tmp_path, case):
     for text in expected:
         assert text in result.stderr
     assert not root_dir.exists()
+
+
+def test_help_names_a_run_as_its_example_grid_does(tmp_path):
+    from alf_lite.bin import grid_search
+
+    doc = grid_search.__doc__
+    grid = re.search(r'``grid.json``::\n\n(.*?)\n\n', doc, re.S).group(1)
+    (tmp_path / 'grid.json').write_text(grid)
+    names = [
+        name
+        for name, _, _ in grid_search.expand_grid(
+            grid_search.load_search_space(str(tmp_path / 'grid.json'))
+        )
+    ]
+    example = re.search(r'e\.g\.\s+``([^`]*seed=\d+)``', doc).group(1)
+    assert example in names
 
 
 def test_root_dir_that_is_a_file_or_a_train_run_is_refused_and_left_as_it_is(tmp_path):

@@ -5,8 +5,8 @@ r"""Train every combination of gin parameter values, each with several seeds.
 
 with ``grid.json``::
 
-    {"parameters": {"SacAlgorithm.target_update_tau": [0.005, 0.01],
-                    "actor/Adam.lr,critic/Adam.lr,alpha/Adam.lr": [0.001, 0.0003]},
+    {"parameters": {"actor/Adam.lr,critic/Adam.lr,alpha/Adam.lr": [0.001, 0.0003],
+                    "SacAlgorithm.target_update_tau": [0.005, 0.01]},
      "repeats": 3}
 
 ``parameters`` maps a gin name to its values; a key of several comma-separated
@@ -16,9 +16,11 @@ a reference), a list becomes a tuple, numbers, true, false and null are
 themselves. ``repeats`` is a number of seeds (0, 1, ...) or a list of seeds >= 0.
 
 Each combination and seed trains in ``root_dir/<name>``, named after the
-parameters that take several values and the seed, e.g. ``tau=0.01,lr=0.001,seed=2``,
-with ``TrainerConfig.random_seed`` set to the seed, as its own
-``python -m alf_lite.bin.train`` process (its output in ``root_dir/logs/<name>.log``).
+parameters that take several values (in the order of ``parameters``, each by
+the shortest end of its name that tells it apart) and the seed, e.g.
+``lr=0.001,target_update_tau=0.01,seed=2``, with ``TrainerConfig.random_seed``
+set to the seed, as its own ``python -m alf_lite.bin.train`` process (its
+output in ``root_dir/logs/<name>.log``).
 Nothing is written when the base config with the first value of every
 parameter does not parse (a misspelt name), or when a name would not fit in
 a file name: use a gin macro for a long value (``big = (...)`` in a gin file,
