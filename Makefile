@@ -8,14 +8,18 @@ ROOT_DIR ?= runs/$(basename $(notdir $(GIN)))
 export OMP_NUM_THREADS ?= 1
 # pytest processes; each takes whole test files, so a file's shared fixtures are built once.
 TEST_WORKERS ?= 2
+# Where torch comes from when .venv is created. Empty: pip's configured indexes and
+# find-links, and on Linux x86-64 PyPI's torch is the CUDA build (several GB of nvidia-*
+# packages). For the CPU build: make clean install TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?=
 
 .PHONY: venv install train test format bench clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	# Explicit pin first: a looser range would pull a multi-GB CUDA build.
-	$(PY) -m pip install torch==2.13.0
+	# torch first, pinned; the index, not the pin, decides between the CPU and CUDA builds.
+	$(PY) -m pip install torch==2.13.0 $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 	# bench (Stable-Baselines3) too: the tests run benchmarks/learning.py's SB3 path.
 	$(PY) -m pip install -e '.[test,ray,bench]'
 	touch $@

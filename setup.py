@@ -9,8 +9,9 @@ setup(
     packages=find_packages(include=['alf_lite', 'alf_lite.*']),
     python_requires='>=3.10',
     install_requires=[
-        # torch is installed first by the Makefile as torch==2.13.0 (CPU build);
-        # this range must admit it so pip does not fetch another build.
+        # torch is installed first by the Makefile as torch==2.13.0, the build that
+        # pip's configuration or TORCH_INDEX_URL gives; this range must admit it so
+        # pip does not fetch another build.
         'torch>=2.1',
         'gin-config==0.5.0',
         # classic-control: pygame(-ce), which renders Pendulum and the other classic tasks.
