@@ -1,5 +1,6 @@
 """The batched gymnasium environment (step types, parallel envs, crashes) and the point task."""
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -80,6 +81,15 @@ class ImageEnv(gymnasium.Env):
         self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
 
 
+class CannotStartInAProcessEnv(CountdownEnv):
+    """Its constructor raises in an env process (as a simulator without a licence there would)."""
+
+    def __init__(self):
+        if multiprocessing.parent_process() is not None:
+            raise RuntimeError('no licence in this process')
+        super().__init__()
+
+
 class CrashingEnv(gymnasium.Env):
     """The env seeded with ``crash_seed`` raises (or its process exits) at step ``crash_step``.
 
@@ -116,9 +126,16 @@ gymnasium.register(
 )
 gymnasium.register('alf_test/Echo-v0', entry_point=EchoEnv)
 gymnasium.register('alf_test/Image-v0', entry_point=ImageEnv)
+gymnasium.register('alf_test/CannotStartInAProcess-v0', entry_point=CannotStartInAProcessEnv)
 gymnasium.register('alf_test/Raises-v0', entry_point=CrashingEnv, max_episode_steps=10)
 gymnasium.register(
     'alf_test/Dies-v0', entry_point=CrashingEnv, max_episode_steps=10, kwargs=dict(how='exit')
+)
+gymnasium.register(
+    'alf_test/FirstDies-v0',
+    entry_point=CrashingEnv,
+    max_episode_steps=10,
+    kwargs=dict(how='exit', crash_seed=0),
 )
 # The trainer seeds its envs from the seed sequence of TrainerConfig.random_seed (0 here).
 gymnasium.register(
@@ -507,6 +524,34 @@ def test_close_after_an_env_process_died_unseen_does_not_hang():
     children[1].kill()
     children[1].wait(10)
     env.close()
+    assert new_children(before) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('num_envs', [3, 1])
+def test_first_env_process_that_dies_is_named_and_every_process_is_reaped(num_envs):
+    # Env 0's pipe is the first one read: its EOF comes before the healthy envs' replies.
+    before = child_pids()
+    env = create_environment('alf_test/FirstDies-v0', num_envs, use_subprocesses=True)
+    env.reset()
+    with pytest.raises(
+        EnvironmentCrashedError,
+        match=rf"'alf_test/FirstDies-v0': the process of env 0 \(exit code 3\) of {num_envs} died",
+    ):
+        for _ in range(5):
+            env.step_async(torch.zeros(num_envs, 1))
+            for pipe in env._env.parent_pipes:  # every env answered, or died
+                pipe.poll(10)
+            env.step_wait()
+    env.close()
+    assert new_children(before) == []  # neither running nor zombie
+
+
+@pytest.mark.timeout(60)
+def test_env_processes_that_cannot_start_are_reaped():
+    before = child_pids()
+    with pytest.raises(EnvironmentCrashedError, match='an env process died while starting'):
+        create_environment('alf_test/CannotStartInAProcess-v0', 2, use_subprocesses=True)
     assert new_children(before) == []
 
 

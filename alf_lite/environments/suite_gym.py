@@ -32,6 +32,8 @@ _DEAD_WORKER_ERRORS = (EOFError, BrokenPipeError, ConnectionResetError)
 # After a pipe closed, how long to wait for the env process's exit code, and how often to look.
 _EXIT_CODE_WAIT_S = 2.0
 _EXIT_CODE_POLL_S = 0.01
+# How long a terminated env process may take to exit before it is killed.
+_TERMINATE_WAIT_S = 5.0
 
 
 class EnvironmentCrashedError(RuntimeError):
@@ -160,13 +162,19 @@ class BatchedEnvironment:
         self.busy = False
         env_fns = [_NamedEnvFactory(fn, name, i, self.num_envs) for i, fn in enumerate(env_fns)]
         if use_subprocesses:
-            # copy=False: the shared-memory observation is copied into a new
-            # float32 array in _observation() anyway, so one copy suffices.
+            # Made before its __init__ runs, so that the processes it started
+            # can be stopped when it fails half-way.
+            self._env = AsyncVectorEnv.__new__(AsyncVectorEnv)
             try:
-                self._env = AsyncVectorEnv(
+                # copy=False: the shared-memory observation is copied into a new
+                # float32 array in _observation() anyway, so one copy suffices.
+                self._env.__init__(
                     env_fns, shared_memory=True, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
                 )
-            except _DEAD_WORKER_ERRORS as e:
+            except BaseException as e:
+                _stop_env_processes(self._env)
+                if not isinstance(e, _DEAD_WORKER_ERRORS):
+                    raise
                 raise EnvironmentCrashedError(
                     f"Environment '{name}': an env process died while starting; its output "
                     'above may say why.'
@@ -422,7 +430,7 @@ class BatchedEnvironment:
         if not self._closed:
             self._closed = True
             if self.use_subprocesses:
-                self._env.close(terminate=True)
+                _stop_env_processes(self._env)
             else:
                 self._env.close()
 
@@ -442,6 +450,32 @@ class BatchedEnvironment:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def _stop_env_processes(env: AsyncVectorEnv) -> None:
+    """Terminate and reap the env processes of ``env`` and close its pipes, in any state.
+
+    gymnasium's ``close(terminate=True)`` first waits for the pending call,
+    which raises again on the pipe of a process that died, before it
+    terminates anything; nothing is waited for here.
+
+    Args:
+        env: the vector env, possibly one whose ``__init__`` failed half-way.
+    """
+    processes = getattr(env, 'processes', [])
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for pipe in getattr(env, 'parent_pipes', []):
+        if pipe is not None:
+            pipe.close()
+    for process in processes:
+        process.join(_TERMINATE_WAIT_S)
+        if process.is_alive():  # An env that handles SIGTERM and does not exit.
+            process.kill()
+            process.join()
+    # gymnasium's __del__ would otherwise try to close it again.
+    env.closed = True
 
 
 @gin.configurable
