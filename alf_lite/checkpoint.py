@@ -5,7 +5,9 @@ names are ``alf_lite.run_dir``'s). It holds ``model.pt``, the trainer's state
 (``TrainerState``), and optionally ``replay_buffer.pt``. Files hold tensors and
 plain values (numbers, strings, lists, tuples, dicts) only, and are read with
 ``torch.load(weights_only=True)``: a file that would need anything else to be
-built, which in a pickle means running code, is refused.
+built, which in a pickle means running code, is refused. The replay buffer
+file is mapped into memory rather than read (``torch.load(mmap=True)``), so a
+resume holds no second copy of a buffer that may take most of the RAM.
 """
 
 import os
@@ -144,20 +146,31 @@ def _save_synced(obj, path):
         os.fsync(f.fileno())
 
 
-def load_file(path: str, map_location: Union[str, torch.device, None] = None):
+def load_file(path: str, map_location: Union[str, torch.device, None] = None, mmap: bool = False):
     """Read one checkpoint file, allowing tensors and plain values only (``weights_only=True``).
 
     Args:
         path: a file written by ``save_checkpoint``.
         map_location: the device its tensors are loaded to; None keeps the
             saved devices.
+        mmap: map the file and let its CPU tensors point into the mapping
+            (private: writes to them never reach the file), so their pages are
+            read from the file only when used and belong to the page cache,
+            which the kernel can reclaim, instead of being copied into new
+            memory. A file in torch's legacy (not zip) format cannot be
+            mapped; it is read whole.
     Raises:
         UnsafeCheckpointError: when the file names anything else to call or
             build (e.g. ``builtins.exec``); nothing of it is executed.
         Exception: whatever ``torch.load`` raises for a truncated or corrupt file.
     """
     try:
-        return torch.load(path, weights_only=True, map_location=map_location)
+        return torch.load(
+            path,
+            weights_only=True,
+            map_location=map_location,
+            mmap=mmap and _is_zip_file(path),
+        )
     except pickle.UnpicklingError:
         unsafe = _unsafe_globals(path)
         if not unsafe:
@@ -168,6 +181,12 @@ def load_file(path: str, map_location: Union[str, torch.device, None] = None):
         'writes tensors and plain values only, so the file was not written by it (or was '
         'altered) and is not loaded. Move it away if you do not trust it.'
     )
+
+
+def _is_zip_file(path: str) -> bool:
+    """Whether ``path`` starts as a zip archive does, as every file ``torch.save`` writes now."""
+    with open(path, 'rb') as f:
+        return f.read(4) == b'PK\x03\x04'
 
 
 def _unsafe_globals(path: str):
@@ -196,8 +215,12 @@ def load_checkpoint(
         map_location: the device the state's tensors are loaded to (the
             training device), whatever device they were saved from; None
             keeps the saved devices. The replay buffer's tensors always load
-            to the CPU: ``ReplayBuffer.load_state_dict`` copies them to
-            wherever its storage lives.
+            to the CPU, mapped from its file (``load_file``'s ``mmap``):
+            ``ReplayBuffer.load_state_dict`` copies them to wherever its
+            storage lives, and the mapping is gone once the returned dict is
+            dropped. Kept alive, it holds the pages it was copied from in
+            the process's RSS, and the disk space of the file after the next
+            checkpoint deletes it.
     Raises:
         UnsafeCheckpointError: when either file would run code to load.
     """
@@ -206,7 +229,7 @@ def load_checkpoint(
     rb = None
     if os.path.exists(rb_path):
         try:
-            rb = load_file(rb_path, 'cpu')
+            rb = load_file(rb_path, 'cpu', mmap=True)
         except UnsafeCheckpointError:
             raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)

@@ -407,7 +407,9 @@ class ReplayBuffer:
     def load_state_dict(self, state: Dict[str, object]) -> None:
         """Restore storage and counters from ``state_dict()`` output.
 
-        Copies into the existing storage, so no second allocation happens.
+        Copies into the existing storage, so no second allocation happens;
+        ``state`` may be mapped from a file (as ``load_checkpoint`` returns
+        it), whose pages are then read once, by the copy.
 
         Args:
             state: a dict produced by ``state_dict()`` of a buffer with the same
@@ -442,7 +444,9 @@ class ReplayBuffer:
                     'checkpoint was saved with a different num_envs, '
                     'replay_buffer_length or observation/action size'
                 )
-        if bool((state['step_type'] > StepType.LAST).any()):
+        # A reduction, not a comparison: that would allocate a mask as large
+        # as the field before the copy.
+        if int(state['step_type'].max()) > StepType.LAST:
             raise ValueError(
                 "ReplayBuffer.load_state_dict: 'step_type' holds values other than "
                 f'FIRST ({StepType.FIRST}), MID ({StepType.MID}) and LAST ({StepType.LAST})'

@@ -4,6 +4,8 @@ import contextlib
 import os
 import pickle
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -78,6 +80,55 @@ def test_checkpoint_without_replay_buffer_loads_none_for_it(tmp_path):
     state, rb = ckpt.load_checkpoint(path)
     assert rb is None
     assert state['env_steps'] == 100
+
+
+@pytest.mark.skipif(not os.path.exists('/proc/self/status'), reason='reads RssAnon of Linux')
+def test_resumed_replay_buffer_is_copied_from_its_file_without_a_second_copy_in_memory(tmp_path):
+    # A fresh process: in this one, memory freed by earlier tests could be reused.
+    script = f"""
+import torch
+from alf_lite import checkpoint as ckpt
+from alf_lite.replay_buffer import ReplayBuffer
+
+def anonymous_bytes():
+    for line in open('/proc/self/status'):
+        if line.startswith('RssAnon:'):
+            return int(line.split()[1]) * 1024
+
+saved = ReplayBuffer(1, 2_000_000, observation_dim=3, action_dim=1)
+saved.state_dict()['observation'].uniform_()
+path = ckpt.save_checkpoint({str(tmp_path)!r}, 100, {{}}, saved.state_dict())
+restored = ReplayBuffer(1, 2_000_000, observation_dim=3, action_dim=1)
+before = anonymous_bytes()
+_, state = ckpt.load_checkpoint(path)
+restored.load_state_dict(state)
+grown = anonymous_bytes() - before
+assert torch.equal(restored.state_dict()['observation'], saved.state_dict()['observation'])
+print(grown, saved.nbytes)
+"""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, '-c', script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=repo),
+    )
+    grown, nbytes = map(int, out.stdout.split()[-2:])
+    assert nbytes == 50_000_000
+    # Measured while the loaded dict is still alive: its tensors are the
+    # file's pages, not memory of its own.
+    assert grown < nbytes // 10
+
+
+def test_replay_buffer_in_torchs_legacy_format_still_loads(tmp_path):
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    rb = make_replay_buffer_state(1)
+    torch.save(
+        rb, os.path.join(path, ckpt.REPLAY_BUFFER_FILE), _use_new_zipfile_serialization=False
+    )
+    _, loaded_rb = ckpt.load_checkpoint(path)
+    assert_same(loaded_rb, rb)
 
 
 def test_latest_checkpoint_of_missing_or_empty_directory_is_none(tmp_path):
