@@ -7,6 +7,7 @@ from typing import Callable, List, Optional
 
 import gin
 import psutil
+import torch
 from absl import logging
 
 from alf_lite import checkpoint as ckpt
@@ -246,6 +247,9 @@ class Trainer:
         self._lock = RunDirLock(root_dir)
         self._env = self._eval_env = None
         self._device = device = resolve_device(cfg.device)
+        if device.type == 'cuda':
+            # Streams, events and graphs are made on the current GPU.
+            torch.cuda.set_device(device)
         seed_everything(cfg.random_seed, cfg.torch_num_threads)
         use_deterministic_algorithms(device)
         try:
@@ -303,6 +307,9 @@ class Trainer:
         self._pending_evaluation: Optional[dict] = {}
         self._latest_train_scalars = {}
         self._wrote_operative_config = False
+        # Where a fresh start's generators begin: what the process draws
+        # between building and training cannot change the run's numbers.
+        self._initial_rng_state = global_rng_state()
 
     def close(self) -> None:
         """Stop the env processes and unlock root_dir; the trainer cannot train afterwards."""
@@ -393,12 +400,19 @@ class Trainer:
         latest = ckpt.load_latest_checkpoint(
             self._run_dir.checkpoint_dir, self._device, check=ckpt.check_trainer_state
         )
-        reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
-        if latest is not None:
+        # Global settings another trainer of this process may have changed since.
+        torch.set_num_threads(self._config.torch_num_threads)
+        resumed = latest is not None
+        if resumed:
             self._restore(*latest)
+            # Dropped now: the loaded replay buffer is as big as the one it was copied into.
+            latest = None
             reset_seed = resume_env_seeds(
                 self._config.random_seed, self._env_steps, self._env.num_envs
             )
+        else:
+            set_global_rng_state(self._initial_rng_state)
+            reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
         if before_writing is not None:
             before_writing()
         for path in ckpt.remove_temporary_checkpoints(self._run_dir.checkpoint_dir):
@@ -406,7 +420,7 @@ class Trainer:
         description = describe_device(self._device)
         logging.info('device: %s', description)
         write_text_atomically(self._run_dir.device_file, description + '\n')
-        summary = Summary(self._run_dir.root, self._env_steps if latest else -1)
+        summary = Summary(self._run_dir.root, self._env_steps if resumed else -1)
         try:
             with self._stop_signals:
                 try:

@@ -1,8 +1,11 @@
 """The trainer end to end, in process: learning, reproducibility, resume."""
 
 import csv
+import gc
 import os
+import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,6 +67,27 @@ def test_same_seed_same_progress_csv_in_one_process(tmp_path):
     rows_b = read_csv(tmp_path / 'b' / 'progress.csv')
     assert len(rows_a) >= 4 and rows_a == rows_b
     assert rows_a[-1]['train/critic_loss'] != ''
+
+
+def build(root_dir, *params):
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + list(params))
+    return Trainer(TrainerConfig(), str(root_dir))
+
+
+def test_what_the_process_draws_between_building_and_training_changes_no_number(tmp_path):
+    params = ['TrainerConfig.num_env_steps = 600', 'TrainerConfig.random_seed = 7']
+    train(tmp_path / 'reference', *params)
+    with build(tmp_path / 'a', *params) as a:
+        # Another trainer built, with another seed and thread count, and
+        # global generators drawn from, before the first one trains.
+        with build(tmp_path / 'b', *params[:1], 'TrainerConfig.torch_num_threads = 2') as b:
+            random.random(), np.random.rand(), torch.rand(1)
+            a.train()
+            assert torch.get_num_threads() == 1
+            b.train()
+    reference = read_csv(tmp_path / 'reference' / 'progress.csv')
+    assert read_csv(tmp_path / 'a' / 'progress.csv') == reference
+    assert read_csv(tmp_path / 'b' / 'progress.csv') != reference
 
 
 def test_updates_overlapping_subprocess_steps_give_the_in_process_numbers(tmp_path):
@@ -149,6 +173,32 @@ def test_resumed_run_restores_networks_and_counters(tmp_path):
     # Adam's step count continued from the checkpoint instead of restarting at 0.
     step = resumed['algorithm']['optimizers']['critic']['state'][0]['step']
     assert int(step) == 400
+
+
+def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path):
+    params = ['TrainerConfig.replay_buffer_length = 200000']  # 200k x 13 B per row: 2.6 MB a field
+    train(tmp_path, 'TrainerConfig.num_env_steps = 400', *params)
+    held = []
+
+    def count_buffer_sized_tensors(last_eval):
+        own = [t for t in trainer._replay_buffer.state_dict().values() if torch.is_tensor(t)]
+        smallest = min(t.nbytes for t in own if t.dim() > 1)
+        own_memory = {t.untyped_storage().data_ptr() for t in own}
+        gc.collect()  # the first run's trainer, if cyclic garbage still
+        held.append(
+            sum(
+                1
+                for obj in gc.get_objects()
+                if torch.is_tensor(obj)
+                and obj.nbytes >= smallest
+                and obj.untyped_storage().data_ptr() not in own_memory  # views are no copies
+            )
+        )
+        return False
+
+    with build(tmp_path, 'TrainerConfig.num_env_steps = 600', *params) as trainer:
+        trainer.train(stop_when=count_buffer_sized_tensors)
+    assert held == [0, 0]  # only the buffer's own storage: the loaded copy is gone
 
 
 @pytest.mark.parametrize(
