@@ -2,6 +2,7 @@
 
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -20,7 +21,7 @@ from alf_lite.config import parse_config
 from alf_lite.data import StepType
 from alf_lite.environments import BatchedEnvironment, EnvironmentCrashedError, create_environment
 from alf_lite.environments.point_env import POINT_TARGET_ID
-from alf_lite.environments.suite_gym import default_use_subprocesses
+from alf_lite.environments.suite_gym import default_use_subprocesses, env_traceback
 from alf_lite.seeding import train_env_seeds
 from alf_lite.trainer import Trainer, TrainerConfig
 from cli_helpers import train_env
@@ -97,10 +98,11 @@ class CrashingEnv(gymnasium.Env):
     only env ``crash_seed`` crashes.
     """
 
-    def __init__(self, crash_seed=1, crash_step=3, how='raise'):
+    def __init__(self, crash_seed=1, crash_step=3, how='raise', message='simulator diverged'):
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
         self._crash_seed, self._crash_step, self._how = crash_seed, crash_step, how
+        self._message = message
         self._seed = None
         self._t = 0
 
@@ -115,7 +117,7 @@ class CrashingEnv(gymnasium.Env):
         if self._seed == self._crash_seed and self._t >= self._crash_step:
             if self._how == 'exit':
                 os._exit(3)  # Dies without a Python exception, as a segfault would.
-            raise ValueError('simulator diverged')
+            raise ValueError(self._message)
         return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
 
 
@@ -128,6 +130,12 @@ gymnasium.register('alf_test/Echo-v0', entry_point=EchoEnv)
 gymnasium.register('alf_test/Image-v0', entry_point=ImageEnv)
 gymnasium.register('alf_test/CannotStartInAProcess-v0', entry_point=CannotStartInAProcessEnv)
 gymnasium.register('alf_test/Raises-v0', entry_point=CrashingEnv, max_episode_steps=10)
+gymnasium.register(
+    'alf_test/RaisesPercent-v0',
+    entry_point=CrashingEnv,
+    max_episode_steps=10,
+    kwargs=dict(message='torque at 120% of limit'),
+)
 gymnasium.register(
     'alf_test/Dies-v0', entry_point=CrashingEnv, max_episode_steps=10, kwargs=dict(how='exit')
 )
@@ -496,6 +504,28 @@ def test_env_that_raises_is_named_with_its_index(use_subprocesses):
             env.step(torch.zeros(3, 1))
     env.close()
     assert new_children(before) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('use_subprocesses', [True, False])
+def test_env_error_with_a_percent_sign_is_named_with_its_message_and_stack(use_subprocesses):
+    # gymnasium's logger applies % to the stack it logs; '% o' is a conversion.
+    level = gymnasium.logger.min_level
+    with create_environment(
+        'alf_test/RaisesPercent-v0', 3, use_subprocesses=use_subprocesses
+    ) as env:
+        env.reset()
+        with pytest.raises(EnvironmentCrashedError) as raised:
+            for _ in range(5):
+                env.step(torch.zeros(3, 1))
+    assert str(raised.value) == (
+        "Environment 'alf_test/RaisesPercent-v0' (env 1 of 3) raised in step(): "
+        'ValueError: torque at 120% of limit'
+    )
+    stack = env_traceback(raised.value)
+    assert re.search(r'test_environments\.py", line \d+, in step', stack), stack
+    assert stack.endswith('ValueError: torque at 120% of limit'), stack
+    assert gymnasium.logger.min_level == level
 
 
 @pytest.mark.timeout(60)

@@ -1,5 +1,6 @@
 """Gymnasium environments (classic control, MuJoCo, PyBullet, ...) as one batched environment."""
 
+import contextlib
 import difflib
 import functools
 import importlib
@@ -40,22 +41,37 @@ class EnvironmentCrashedError(RuntimeError):
     """An env raised or its process died; the message names the env id and its index.
 
     Attributes:
-        raised_by_env: True when the env itself raised (its exception is the
-            ``__cause__`` while in the process that ran the env).
+        env_stack: when the env itself raised, the stack of what it raised, from
+            its ``reset``/``step`` down, formatted where it was raised (an
+            instance attribute, so it survives the pickling from an env
+            process); None otherwise.
     """
 
-    raised_by_env = False
+    env_stack = None
 
 
 def env_traceback(error: EnvironmentCrashedError) -> Optional[str]:
-    """The stack of what an env raised in this process, from its ``reset``/``step`` down.
+    """The stack of what an env raised, from its ``reset``/``step`` down.
 
-    None for a hang or a dead process (no env stack) and for an env process
-    (gymnasium prints its stack as it passes the error on).
+    None for a hang or a dead process (no env stack).
     """
-    if not error.raised_by_env or error.__cause__ is None:
-        return None
-    return ''.join(traceback.format_exception(error.__cause__)).rstrip()
+    return getattr(error, 'env_stack', None)
+
+
+@contextlib.contextmanager
+def _env_process_errors_unlogged():
+    """Turn off gymnasium's log of what an env process raised; the error raised carries its stack.
+
+    gymnasium logs the stack with ``logger.error(f'{trace}')``, which applies
+    ``%`` to it: an error message with a ``%`` in it ('torque at 120% of
+    limit') became a TypeError that named no env.
+    """
+    level = gymnasium.logger.min_level
+    gymnasium.logger.min_level = gymnasium.logger.ERROR + 1
+    try:
+        yield
+    finally:
+        gymnasium.logger.min_level = level
 
 
 class EnvironmentHungError(EnvironmentCrashedError):
@@ -77,7 +93,7 @@ class _NamedEnv(gymnasium.Wrapper):
         crashed = EnvironmentCrashedError(
             f'{self._where} raised in {call}(): {type(error).__name__}: {error}'
         )
-        crashed.raised_by_env = True
+        crashed.env_stack = ''.join(traceback.format_exception(error)).rstrip()
         return crashed
 
     def reset(self, **kwargs):
@@ -267,7 +283,8 @@ class BatchedEnvironment:
         self._first_reset = False
         if self.use_subprocesses:
             self._call(self._env.reset_async, seed=seeds)
-            obs, _ = self._call(self._env.reset_wait, timeout=self._step_timeout)
+            with _env_process_errors_unlogged():
+                obs, _ = self._call(self._env.reset_wait, timeout=self._step_timeout)
         else:
             obs, _ = self._call(self._env.reset, seed=seeds)
         self._done[:] = False
@@ -331,7 +348,8 @@ class BatchedEnvironment:
                 if self._step_timeout is None
                 else max(0.0, self._step_sent + self._step_timeout - time.monotonic())
             )
-            obs, reward, terminated, truncated, _ = self._call(self._env.step_wait, timeout)
+            with _env_process_errors_unlogged():
+                obs, reward, terminated, truncated, _ = self._call(self._env.step_wait, timeout)
         else:
             obs, reward, terminated, truncated, _ = self._call(self._env.step, env_action)
 
@@ -394,6 +412,12 @@ class BatchedEnvironment:
             message = self._dead_workers_message()
             self._terminate()
             raise EnvironmentCrashedError(message) from e
+        except EnvironmentCrashedError as e:
+            self._terminate()
+            # gymnasium re-raises what an env process raised as type(error)(error).
+            if len(e.args) == 1 and isinstance(e.args[0], EnvironmentCrashedError):
+                raise e.args[0] from None
+            raise
         except BaseException:
             self._terminate()
             raise
