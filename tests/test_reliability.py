@@ -226,6 +226,17 @@ def test_non_alf_lite_directory_is_refused(tmp_path, extra):
     assert os.listdir(tmp_path) == ['mine'] and os.listdir(mine) == ['notes.txt']
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks a machine without CUDA')
+@pytest.mark.parametrize('device', ['cuda', 'cuda:1'])
+def test_a_gpu_asked_for_where_there_is_none_is_refused_in_one_line(tmp_path, device):
+    result = run_train(
+        train_command(tmp_path / 'run', [PENDULUM], SHORT + [f"TrainerConfig.device = '{device}'"])
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert 'Traceback' not in result.stderr and f"device '{device}'" in result.stderr
+    assert not (tmp_path / 'run').exists()
+
+
 def test_root_dir_that_is_a_file_or_cannot_be_created_is_refused(tmp_path):
     (tmp_path / 'afile').write_text('mine')
     result = run_train(train_command(tmp_path / 'afile', [PENDULUM], SHORT))

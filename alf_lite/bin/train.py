@@ -108,6 +108,7 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment):
 
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
+    from alf_lite.device import DeviceUnavailableError
     from alf_lite.environments import EnvironmentCrashedError
     from alf_lite.trainer import Trainer, TrainerConfig
 
@@ -116,7 +117,7 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment):
         if check_experiment:
             check_same_experiment(root_dir, gin.config_str())
         return Trainer(TrainerConfig(), root_dir)
-    except (ConfigError, ValueError, TypeError, MemoryError) as e:
+    except (ConfigError, ValueError, TypeError, MemoryError, DeviceUnavailableError) as e:
         fail(str(e))
     except EnvironmentCrashedError as e:
         fail_on_env_error(e)
