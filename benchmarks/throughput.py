@@ -226,6 +226,14 @@ def sb3_run(args, seed):
     return args.steps / (end - clock.start), warm, model
 
 
+def as_sb3_runs(args):
+    """Torch's global settings as SB3 runs on its own: its thread count, and the
+    nondeterministic algorithms torch defaults to (alf_lite's trainer turned on
+    deterministic ones for the whole process)."""
+    torch.set_num_threads(args.sb3_threads)
+    torch.use_deterministic_algorithms(False)
+
+
 def sb3_ceiling(model, updates):
     model.train(gradient_steps=WARMUP_UPDATES, batch_size=BATCH_SIZE)
     synchronize = torch.cuda.synchronize if model.device.type == 'cuda' else lambda: None
@@ -281,7 +289,7 @@ def main():
     for pair in range(args.pairs):
         a, a_warm = alf_lite_run(args, seed=pair)
         print(f'pair {pair}: alf_lite {a:.1f} env steps/s', flush=True)
-        torch.set_num_threads(args.sb3_threads)
+        as_sb3_runs(args)
         b, b_warm, model = sb3_run(args, seed=pair)
         figures['alf'].append(a)
         figures['sb3'].append(b)
@@ -331,7 +339,7 @@ def ceilings(args, model=None):
     torch.set_num_threads(args.threads)
     parse_alf_lite_config(args, seed=0, trainer_device=False)
     alf_ceiling = alf_lite_ceiling(args, env, args.ceiling_updates)
-    torch.set_num_threads(args.sb3_threads)
+    as_sb3_runs(args)
     if model is None:
         _, _, model = sb3_run(args, seed=0)
     return alf_ceiling, sb3_ceiling(model, args.ceiling_updates)
