@@ -6,7 +6,7 @@ live on the training device (see DESIGN.md, "Devices").
 
 import os
 import re
-from typing import List
+from typing import List, NamedTuple, Optional, Tuple
 
 import psutil
 import torch
@@ -16,6 +16,8 @@ import torch
 CUBLAS_WORKSPACE_CONFIG = ':4096:8'
 _DETERMINISTIC_CUBLAS_CONFIGS = (':4096:8', ':16:8')
 _DEVICE = re.compile(r'^(auto|cpu|cuda(:\d+)?)$')
+# cgroup v1 writes "no limit" as the largest page count in bytes, about 2^63.
+_NO_CGROUP_LIMIT = 1 << 60
 
 
 class DeviceUnavailableError(RuntimeError):
@@ -79,14 +81,145 @@ def describe_device(device: torch.device) -> str:
     return str(device)
 
 
-def free_memory_bytes(device: torch.device) -> int:
-    """Bytes that can still be allocated on ``device``: available RAM, or free GPU memory."""
+class CgroupMemoryLimit(NamedTuple):
+    """A memory limit of a cgroup this process is in, and what the cgroup holds now.
+
+    Args:
+        path: the cgroup's directory, e.g. ``/sys/fs/cgroup/memory/docker/<id>``.
+        limit: its limit in bytes (``memory.max`` in cgroup v2,
+            ``memory.limit_in_bytes`` in v1).
+        usage: bytes charged to it (``memory.current``, v1:
+            ``memory.usage_in_bytes``) less its inactive file cache, which
+            the kernel reclaims before it OOM-kills (the working set, as
+            Kubernetes counts it).
+    """
+
+    path: str
+    limit: int
+    usage: int
+
+    @property
+    def room(self) -> int:
+        """Bytes the cgroup's processes may still allocate before the OOM killer acts."""
+        return max(self.limit - self.usage, 0)
+
+
+def cgroup_memory_limit(root: str = '/') -> Optional[CgroupMemoryLimit]:
+    """The memory limit that leaves this process the least room, over its cgroups; None if none.
+
+    A container (Docker ``--memory``, a Kubernetes pod, a Slurm job) limits
+    its processes' memory through its cgroup, or one above it, while the
+    host's free memory, all ``psutil`` sees, may be far larger. The cgroups
+    are those ``/proc/self/cgroup`` names, in cgroup v2 and in v1's memory
+    hierarchy, and their parents up to the mount point; a path not found
+    under the mount is the mount itself, as a container without a cgroup
+    namespace sees its own cgroup there.
+
+    Args:
+        root: the directory the files are read under, ``/`` itself unless a
+            test points it at a fake tree.
+    """
+    try:
+        with open(os.path.join(root, 'proc/self/cgroup')) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    mount = os.path.join(root, 'sys/fs/cgroup')
+    limits = []
+    for line in lines:
+        fields = line.split(':', 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
+        if controllers == '':
+            v2 = mount
+            if not os.path.exists(os.path.join(mount, 'cgroup.controllers')):
+                v2 = os.path.join(mount, 'unified')  # where a host with both versions mounts v2
+            limits += _cgroup_limits(v2, path, 'memory.max', 'memory.current', 'inactive_file')
+        elif 'memory' in controllers.split(','):
+            limits += _cgroup_limits(
+                os.path.join(mount, 'memory'),
+                path,
+                'memory.limit_in_bytes',
+                'memory.usage_in_bytes',
+                'total_inactive_file',
+            )
+    return min(limits, key=lambda limit: limit.room, default=None)
+
+
+def _cgroup_limits(
+    mount: str, path: str, limit_file: str, usage_file: str, inactive_key: str
+) -> List[CgroupMemoryLimit]:
+    """The limits set on cgroup ``path`` of the hierarchy mounted at ``mount`` and its parents."""
+    mount = os.path.normpath(mount)
+    directory = os.path.normpath(os.path.join(mount, path.lstrip('/')))
+    if not os.path.isdir(directory) or os.path.commonpath([mount, directory]) != mount:
+        directory = mount
+    limits = []
+    while True:
+        limit = _read_bytes(os.path.join(directory, limit_file))
+        usage = _read_bytes(os.path.join(directory, usage_file))
+        if limit is not None and limit < _NO_CGROUP_LIMIT and usage is not None:
+            inactive = _memory_stat(os.path.join(directory, 'memory.stat'), inactive_key)
+            limits.append(CgroupMemoryLimit(directory, limit, max(usage - inactive, 0)))
+        if directory == mount:
+            return limits
+        directory = os.path.dirname(directory)
+
+
+def _read_bytes(path: str) -> Optional[int]:
+    """The number in a cgroup file; None when it is missing, unreadable or ``max`` (no limit)."""
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _memory_stat(path: str, key: str) -> int:
+    """Value of ``key`` in a cgroup's ``memory.stat``; 0 when it is not there."""
+    try:
+        with open(path) as f:
+            for line in f:
+                name, _, value = line.partition(' ')
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def available_cpu_memory(root: str = '/') -> Tuple[int, Optional[CgroupMemoryLimit]]:
+    """``(bytes, bound)``: RAM this process can still allocate, and the cgroup limit bounding it.
+
+    The bytes are the host's available RAM (``psutil``), or the room a
+    cgroup memory limit leaves when that is less; ``bound`` is that limit,
+    None when the host's RAM is what bounds them.
+
+    Args:
+        root: as for ``cgroup_memory_limit``.
+    """
+    host = int(psutil.virtual_memory().available)
+    limit = cgroup_memory_limit(root)
+    if limit is not None and limit.room < host:
+        return limit.room, limit
+    return host, None
+
+
+def free_memory_bytes(device: torch.device, root: str = '/') -> int:
+    """Bytes that can still be allocated on ``device``: free GPU memory, or the CPU's RAM as
+    ``available_cpu_memory`` counts it (bounded by a cgroup memory limit).
+
+    Args:
+        device: a CUDA device or the CPU.
+        root: as for ``cgroup_memory_limit``.
+    """
     device = torch.device(device)
     if device.type == 'cuda':
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
     if device.type == 'cpu':
-        return int(psutil.virtual_memory().available)
+        return available_cpu_memory(root)[0]
     raise ValueError(f'no memory figure for device {device}')
 
 

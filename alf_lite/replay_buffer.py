@@ -23,7 +23,7 @@ import torch
 from absl import logging
 
 from alf_lite.data import Experience, StepType
-from alf_lite.device import free_memory_bytes, resolve_device
+from alf_lite.device import available_cpu_memory, free_memory_bytes, resolve_device
 
 _GIB = float(1 << 30)
 # Indices on the device are ``randint(_INDEX_RANGE) % n``: n varies inside a
@@ -103,8 +103,10 @@ class ReplayBuffer:
         action_dim: size of the flat float32 action.
         max_memory_fraction: refuse to allocate more than this fraction of the
             memory currently available on a device (RAM: ``psutil``'s
-            ``available``; GPU: free memory); the rest is the margin left for
-            networks, optimizer states and other processes.
+            ``available``, or the room left under the process's cgroup
+            memory limit when less, see ``available_cpu_memory``; GPU: free
+            memory); the rest is the margin left for networks, optimizer
+            states and other processes.
         device: where the storage lives: 'cpu', 'cuda' or 'cuda:N'. None: the
             training device when the buffer fits there, else the CPU.
         training_device: where ``sample`` delivers batches (the trainer's
@@ -192,6 +194,13 @@ class ReplayBuffer:
             f'{free} bytes ({free / _GIB:.2f} GiB) on {d}' for d, free in available.items()
         )
         allowed = max_memory_fraction * max(available.values())
+        bound = available_cpu_memory()[1] if torch.device('cpu') in available else None
+        cgroup = (
+            ''
+            if bound is None
+            else f' The CPU figure is what the memory limit of cgroup {bound.path} '
+            f'({bound.limit} bytes, {bound.usage} in use) leaves, less than the host has free.'
+        )
         raise ReplayBufferTooLargeError(
             f'ReplayBuffer of {self._num_envs} envs x {self._length} steps needs '
             f'{self._nbytes} bytes ({self._nbytes / _GIB:.2f} GiB, '
@@ -200,7 +209,7 @@ class ReplayBuffer:
             f'that ({int(allowed)} bytes) may be used. Lower '
             f'replay_buffer_length (at most '
             f'{int(allowed // (self._num_envs * self._raw_bytes_per_step))} fits '
-            f'with {self._num_envs} envs) or use fewer parallel environments.'
+            f'with {self._num_envs} envs) or use fewer parallel environments.{cgroup}'
         )
 
     @property

@@ -7,7 +7,10 @@ import torch
 
 from alf_lite import device as device_module
 from alf_lite.device import (
+    CgroupMemoryLimit,
     DeviceUnavailableError,
+    available_cpu_memory,
+    cgroup_memory_limit,
     describe_device,
     free_memory_bytes,
     resolve_device,
@@ -63,6 +66,133 @@ def test_cpu_free_memory_is_available_ram(monkeypatch):
 
     monkeypatch.setattr(device_module.psutil, 'virtual_memory', FakeMemory)
     assert free_memory_bytes(torch.device('cpu')) == 12345
+
+
+HOST_AVAILABLE = 24_500_000_000
+V1_NO_LIMIT = '9223372036854771712'
+
+
+@pytest.fixture
+def host_has_plenty(monkeypatch):
+    """The host's available RAM, as psutil reports it, is 24.5 GB."""
+
+    class FakeMemory:
+        available = HOST_AVAILABLE
+
+    monkeypatch.setattr(device_module.psutil, 'virtual_memory', FakeMemory)
+
+
+def fake_root(tmp_path, proc_self_cgroup, files):
+    """A file tree holding ``proc/self/cgroup`` and, under ``sys/fs/cgroup``, ``files``."""
+    (tmp_path / 'proc' / 'self').mkdir(parents=True)
+    (tmp_path / 'proc' / 'self' / 'cgroup').write_text(proc_self_cgroup)
+    for name, text in files.items():
+        path = tmp_path / 'sys' / 'fs' / 'cgroup' / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(tmp_path)
+
+
+def test_cgroup_v2_limit_bounds_cpu_memory_below_the_hosts(tmp_path, host_has_plenty):
+    scope = 'system.slice/docker-abc.scope'
+    root = fake_root(
+        tmp_path,
+        f'0::/{scope}\n',
+        {
+            'cgroup.controllers': 'cpu memory pids\n',
+            f'{scope}/memory.max': '1500000000\n',
+            f'{scope}/memory.current': '400000000\n',
+            f'{scope}/memory.stat': 'anon 250000000\ninactive_file 100000000\n',
+        },
+    )
+    # 1.5 GB limit - (400 MB charged - 100 MB reclaimable cache) = 1.2 GB room.
+    limit = CgroupMemoryLimit(str(tmp_path / 'sys/fs/cgroup' / scope), 1_500_000_000, 300_000_000)
+    assert cgroup_memory_limit(root) == limit
+    assert available_cpu_memory(root) == (1_200_000_000, limit)
+    assert free_memory_bytes(torch.device('cpu'), root) == 1_200_000_000
+
+
+def test_cgroup_v1_limit_bounds_cpu_memory_below_the_hosts(tmp_path, host_has_plenty):
+    root = fake_root(
+        tmp_path,
+        '5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n0::/\n',
+        {
+            'memory/docker/abc/memory.limit_in_bytes': '1572864000\n',
+            'memory/docker/abc/memory.usage_in_bytes': '72864000\n',
+            'memory/docker/abc/memory.stat': 'inactive_file 5\ntotal_inactive_file 0\n',
+            'memory/memory.limit_in_bytes': V1_NO_LIMIT,
+            'memory/memory.usage_in_bytes': '9000000000',
+            'unified/cgroup.procs': '',
+        },
+    )
+    assert free_memory_bytes(torch.device('cpu'), root) == 1_500_000_000
+    assert available_cpu_memory(root)[1].path == str(tmp_path / 'sys/fs/cgroup/memory/docker/abc')
+
+
+def test_cgroups_without_a_memory_limit_leave_the_hosts_figure(tmp_path, host_has_plenty):
+    v2 = fake_root(
+        tmp_path / 'v2',
+        '0::/user.slice\n',
+        {
+            'cgroup.controllers': 'memory\n',
+            'user.slice/memory.max': 'max\n',
+            'user.slice/memory.current': '400000000\n',
+        },
+    )
+    v1 = fake_root(
+        tmp_path / 'v1',
+        '4:memory:/user.slice\n',
+        {
+            'memory/user.slice/memory.limit_in_bytes': V1_NO_LIMIT,
+            'memory/user.slice/memory.usage_in_bytes': '400000000',
+        },
+    )
+    for root in (v2, v1, str(tmp_path / 'no cgroup files at all')):
+        assert cgroup_memory_limit(root) is None
+        assert available_cpu_memory(root) == (HOST_AVAILABLE, None)
+
+
+def test_a_limit_on_a_parent_cgroup_bounds_its_children(tmp_path, host_has_plenty):
+    # A Slurm job's limit, on the job's cgroup, above the step the process is in.
+    root = fake_root(
+        tmp_path,
+        '0::/slurm/job_7/step_0\n',
+        {
+            'cgroup.controllers': 'memory\n',
+            'slurm/job_7/memory.max': '2000000000',
+            'slurm/job_7/memory.current': '600000000',
+            'slurm/job_7/step_0/memory.max': 'max',
+            'slurm/job_7/step_0/memory.current': '500000000',
+        },
+    )
+    assert free_memory_bytes(torch.device('cpu'), root) == 1_400_000_000
+
+
+def test_a_container_sees_its_own_cgroup_at_the_mount_point(tmp_path, host_has_plenty):
+    # Without a cgroup namespace, /proc/self/cgroup names the host's path.
+    root = fake_root(
+        tmp_path,
+        '4:memory:/kubepods/pod1/abc\n',
+        {
+            'memory/memory.limit_in_bytes': '1000000000',
+            'memory/memory.usage_in_bytes': '100000000',
+        },
+    )
+    assert free_memory_bytes(torch.device('cpu'), root) == 900_000_000
+
+
+def test_a_cgroup_with_room_to_spare_leaves_the_hosts_figure(tmp_path, host_has_plenty):
+    root = fake_root(
+        tmp_path,
+        '0::/big\n',
+        {
+            'cgroup.controllers': 'memory\n',
+            'big/memory.max': str(64 * 10**9),
+            'big/memory.current': '1000',
+        },
+    )
+    assert cgroup_memory_limit(root).room == 64 * 10**9 - 1000
+    assert available_cpu_memory(root) == (HOST_AVAILABLE, None)
 
 
 def test_deterministic_cuda_sets_the_cublas_workspace(monkeypatch):

@@ -12,6 +12,7 @@ import psutil
 import pytest
 import torch
 
+from alf_lite import device as device_module
 from alf_lite import replay_buffer as rb_module
 from alf_lite.data import Experience, StepType
 from alf_lite.device import DeviceUnavailableError
@@ -218,6 +219,38 @@ def test_memory_limit_boundary(monkeypatch):
     FakeMemory.available = 1159
     with pytest.raises(ReplayBufferTooLargeError, match='needs 580 bytes .* only 1159 bytes'):
         ReplayBuffer(2, 10, 3, 2, max_memory_fraction=0.5)
+
+
+def test_cgroup_memory_limit_refuses_a_buffer_the_host_could_hold_and_is_named(
+    tmp_path, monkeypatch
+):
+    class FakeMemory:
+        available = 10**9
+
+    monkeypatch.setattr(psutil, 'virtual_memory', FakeMemory)
+    # A container's cgroup (v1) of 30 MB, 10 MB of it in use.
+    (tmp_path / 'proc' / 'self').mkdir(parents=True)
+    (tmp_path / 'proc' / 'self' / 'cgroup').write_text('4:memory:/job\n')
+    cgroup = tmp_path / 'sys' / 'fs' / 'cgroup' / 'memory' / 'job'
+    cgroup.mkdir(parents=True)
+    (cgroup / 'memory.limit_in_bytes').write_text('30000000\n')
+    (cgroup / 'memory.usage_in_bytes').write_text('10000000\n')
+    real = device_module.cgroup_memory_limit
+    monkeypatch.setattr(device_module, 'cgroup_memory_limit', lambda root='/': real(str(tmp_path)))
+    # 1 env x 1M steps x 25 bytes = 25 MB: within 0.8 of the host's 1 GB,
+    # not of the 20 MB the cgroup leaves.
+    with pytest.raises(ReplayBufferTooLargeError) as info:
+        ReplayBuffer(1, 1_000_000, 3, 1)
+    message = str(info.value)
+    assert 'needs 25000000 bytes' in message
+    assert 'only 20000000 bytes' in message
+    assert f'memory limit of cgroup {cgroup} (30000000 bytes, 10000000 in use)' in message
+    # Where the host's RAM bounds the figure, no cgroup is named.
+    (cgroup / 'memory.limit_in_bytes').write_text('9223372036854771712\n')
+    FakeMemory.available = 20_000_000
+    with pytest.raises(ReplayBufferTooLargeError) as info:
+        ReplayBuffer(1, 1_000_000, 3, 1)
+    assert 'only 20000000 bytes' in str(info.value) and 'cgroup' not in str(info.value)
 
 
 def test_logs_exact_size(caplog):
