@@ -63,6 +63,21 @@ def test_humanoid_observation_layout_at_reset(make):
     np.testing.assert_array_equal(obs[42:], 0.0)  # Spawned above the ground.
 
 
+@pytest.mark.parametrize('env_id', sorted(CLASSIC_DIMS))
+def test_used_env_resets_to_the_first_observation_of_a_fresh_env(make, env_id):
+    used = make(env_id)
+    used.reset(seed=1)
+    rng = np.random.default_rng(0)
+    num_feet = len(used.unwrapped._feet)
+    for _ in range(200):  # until a foot touches the ground
+        obs, _, _, _, _ = used.step(rng.uniform(-1, 1, used.action_space.shape))
+        if obs[-num_feet:].any():
+            break
+    assert obs[-num_feet:].any()
+    # The foot contacts too: those of the reset pose, not of the last step.
+    np.testing.assert_array_equal(used.reset(seed=5)[0], make(env_id).reset(seed=5)[0])
+
+
 def test_humanoid_without_torques_falls_and_terminates(make):
     env = make('HumanoidBullet-v0')
     env.reset(seed=0)

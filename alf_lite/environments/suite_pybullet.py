@@ -338,6 +338,9 @@ class LocomotionBulletEnv(gymnasium.Env):
         for j in self._joints:
             self._p.resetJointState(self._body, j, self.np_random.uniform(-0.1, 0.1), 0.0)
         self._initial_z = self._robot.initial_z
+        # Contacts are found by a step; without this pass the reset observation
+        # would show the previous episode's last contacts.
+        self._p.performCollisionDetection()
         obs, _, _, xy = self._read_state()
         self._last_potential = self._potential(xy)
         return obs, {}
