@@ -1,10 +1,10 @@
-"""What every command-line tool promises about its flags: a bad one is a usage error."""
+"""What the command-line tools promise about bad input: a flag, or a config value of train."""
 
 import sys
 
 import pytest
 
-from cli_helpers import run_train
+from cli_helpers import EXAMPLES, run_train, train_command
 
 TOOLS = ['train', 'play', 'plot', 'grid_search']
 
@@ -43,3 +43,17 @@ def test_help_prints_the_usage_and_exits_0(tool, flag, tmp_path):
     assert f'python -m alf_lite.bin.{tool}' in result.stdout
     assert 'flags:' in result.stdout.lower()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    'example, algorithm',
+    [('sac', 'SacAlgorithm'), ('td3', 'Td3Algorithm'), ('ddpg', 'DdpgAlgorithm')],
+)
+def test_train_refuses_num_critic_replicas_below_1_naming_it(example, algorithm, tmp_path):
+    root_dir = tmp_path / 'run'
+    binding = f'{algorithm}.num_critic_replicas = 0'
+    result = run_train(train_command(root_dir, [EXAMPLES / f'{example}_pendulum.gin'], [binding]))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert 'num_critic_replicas must be an integer >= 1, got 0' in result.stderr
+    assert 'num_replicas must' not in result.stderr
+    assert not root_dir.exists()
