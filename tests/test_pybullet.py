@@ -4,6 +4,7 @@ import warnings
 
 import gymnasium
 import numpy as np
+import pybullet
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -102,14 +103,16 @@ def test_progress_is_the_body_speed_towards_the_target(make):
     env.reset(seed=0)
     u = env.unwrapped
 
+    p, body = u._p, u._body
+
     def mean_xy():
-        p, body = u._p, u._body
-        links = [p.getBasePositionAndOrientation(body)[0]]
-        links += [p.getLinkState(body, j)[0] for j in range(p.getNumJoints(body))]
+        # Not the MJCF base: a planar robot's base stays at the world origin.
+        links = [p.getLinkState(body, j)[0] for j in range(p.getNumJoints(body))]
         return np.mean(links, axis=0)[:2]
 
     rng = np.random.default_rng(0)
     for _ in range(30):
+        assert p.getBasePositionAndOrientation(body)[0] == (0.0, 0.0, 0.0)
         before = mean_xy()
         _, reward, _, _, info = env.step(rng.uniform(-1, 1, 6))
         after = mean_xy()
@@ -118,6 +121,29 @@ def test_progress_is_the_body_speed_towards_the_target(make):
         assert reward == pytest.approx(
             info['alive'] + info['progress'] + info['electricity'] + info['joints_at_limit']
         )
+
+
+def _move_forward(env, dx):
+    """Move the whole robot ``dx`` metres along +x, towards the target."""
+    p, body = env.unwrapped._p, env.unwrapped._body
+    for j in range(p.getNumJoints(body)):
+        info = p.getJointInfo(body, j)
+        if info[2] == pybullet.JOINT_PRISMATIC and info[13] == (1.0, 0.0, 0.0):
+            # A planar robot: its x is this slider's, its base stays at the origin.
+            p.resetJointState(body, j, p.getJointState(body, j)[0] + dx)
+            return
+    pos, orientation = p.getBasePositionAndOrientation(body)
+    p.resetBasePositionAndOrientation(body, (pos[0] + dx, pos[1], pos[2]), orientation)
+
+
+@pytest.mark.parametrize('env_id', sorted(CLASSIC_DIMS))
+def test_robot_moved_one_metre_forward_makes_one_metre_of_progress(make, env_id):
+    env = make(env_id)
+    env.reset(seed=0)
+    _move_forward(env, 1.0)
+    _, _, _, _, info = env.step(np.zeros(env.action_space.shape))
+    # Plus the few millimetres the robot itself moves in the step.
+    assert info['progress'] * CONTROL_DT == pytest.approx(1.0, abs=0.01)
 
 
 def test_half_cheetah_never_terminates_and_is_truncated_at_1000(make):

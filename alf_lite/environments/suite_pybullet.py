@@ -25,7 +25,8 @@ negative (the torso fell; HalfCheetah never terminates).
 
 Differences from pybullet_envs, on purpose: the ground is ``plane.urdf``
 (friction 0.8, restitution 0.5, as the stadium's); the body position averages
-the robot's links only (pybullet_envs also averaged in the floor); foot
+the robot's moving links only (pybullet_envs also averaged in the floor; the
+planar robots' base, fixed at the world origin, is left out too); foot
 contacts are read before the observation is built, so the observation shows
 this step's contacts, not the previous step's.
 """
@@ -260,7 +261,10 @@ class LocomotionBulletEnv(gymnasium.Env):
         self._joint_half_range = 0.5 * (np.array(upper) - np.array(lower))
         self._torso = links[robot.torso] if robot.torso else -1
         self._feet = [links[f] for f in robot.feet]
-        self._links = [-1] + sorted(links.values())
+        self._links = sorted(links.values())
+        # The planar robots' MJCF base has no mass: PyBullet fixes it at the
+        # world origin, so it would pull the body position back towards 0.
+        self._base_moves = p.getDynamicsInfo(self._body, -1)[0] > 0
         self._initial_state = p.saveState()
 
         n = len(self._joints)
@@ -279,8 +283,11 @@ class LocomotionBulletEnv(gymnasium.Env):
         return np.array(pos), self._p.getEulerFromQuaternion(orn), np.array(vel)
 
     def _body_xy(self) -> np.ndarray:
-        positions = [self._p.getBasePositionAndOrientation(self._body)[0]]
-        positions += [s[0] for s in self._p.getLinkStates(self._body, self._links[1:])]
+        """Mean xy of the links that move with the robot."""
+        positions = []
+        if self._base_moves:
+            positions.append(self._p.getBasePositionAndOrientation(self._body)[0])
+        positions += [s[0] for s in self._p.getLinkStates(self._body, self._links)]
         return np.mean(positions, axis=0)[:2]
 
     def _potential(self, xy) -> float:
