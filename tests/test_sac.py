@@ -239,7 +239,7 @@ def test_value_step_is_the_mean_of_the_critic_replicas():
         (dict(target_update_tau='abc'), "target_update_tau must be in (0, 1], got 'abc'"),
         (dict(target_update_period=0), 'target_update_period must be an integer >= 1, got 0'),
         (dict(target_update_period=1.5), 'target_update_period must be an integer >= 1'),
-        (dict(num_critic_replicas=0), 'num_replicas must be an integer >= 1, got 0'),
+        (dict(num_critic_replicas=0), 'num_critic_replicas must be an integer >= 1, got 0'),
     ],
 )
 def test_settings_no_paper_uses_are_refused_naming_them(kwargs, message):
