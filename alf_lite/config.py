@@ -5,9 +5,12 @@ files in order, then the ``--gin_param`` bindings (later ones win), starting
 from a clean gin state every call. An ``include`` resolves relative to the
 directory of the file that contains it, so a gin file works from any working
 directory. Every failure becomes a ``ConfigError`` whose message names the
-problem, where it is (file and line, or the ``--gin_param``), and the fix.
+problem, where it is (file and line, or the ``--gin_param``), and the fix. A
+literal value is checked against its parameter's type annotation here, before
+anything is built; a reference or macro is not, as its value is known only then.
 """
 
+import collections.abc
 import contextlib
 import difflib
 
@@ -18,10 +21,13 @@ import inspect
 import os
 import re
 import tokenize
+import types
+import typing
 import uuid
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import gin
+from gin import config_parser
 
 
 class ConfigError(ValueError):
@@ -36,6 +42,12 @@ class _IncludeState:
         self.open_files: List[str] = []
         # Resolved paths an exception passed through, innermost first.
         self.failed_files: List[str] = []
+        # The --gin_param being parsed; None while parsing files.
+        self.gin_param: Optional[str] = None
+        # The last statement binding each (scope, selector, parameter), with its --gin_param.
+        self.bindings: Dict[
+            Tuple[str, str, str], Tuple[config_parser.BindingStatement, Optional[str]]
+        ] = {}
 
 
 # Set only while ``parse_config`` runs; gin parses as usual otherwise.
@@ -87,13 +99,34 @@ if not any(reader is _open_relative_to_includer for reader, _ in gin.config._FIL
     )
 
 
+_GinConfigParser = config_parser.ConfigParser
+
+
+class _RecordingParser(_GinConfigParser):
+    """gin's parser, also noting each binding statement (its value and location) in the state."""
+
+    def parse_statement(self):
+        statement = super().parse_statement()
+        state = _include_state
+        if isinstance(statement, config_parser.BindingStatement) and statement.arg_name:
+            configurable = gin.config._REGISTRY.get_match(statement.selector)
+            selector = configurable.selector if configurable else statement.selector
+            key = (statement.scope, selector, statement.arg_name)
+            state.bindings.pop(key, None)  # a later binding moves to the end
+            state.bindings[key] = (statement, state.gin_param)
+        return statement
+
+
 @contextlib.contextmanager
 def _resolving_includes():
     global _include_state
     _include_state = _IncludeState()
+    # gin.parse_config builds its parser as config_parser.ConfigParser(...).
+    config_parser.ConfigParser = _RecordingParser
     try:
         yield _include_state
     finally:
+        config_parser.ConfigParser = _GinConfigParser
         _include_state = None
 
 
@@ -108,9 +141,10 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
             parsed after the files; a later binding overrides an earlier one.
 
     Raises:
-        ConfigError: a file is missing, or a binding does not parse or names an
-            unknown configurable, parameter or macro. The gin config is left
-            empty.
+        ConfigError: a file is missing, or a binding does not parse, names an
+            unknown configurable, parameter or macro, or gives a literal value
+            of a type its parameter's annotation rules out. The gin config is
+            left empty.
     """
     # Bindings of an earlier parse in this process must not leak into this one;
     # clear_config also unlocks a config that gin.finalize locked.
@@ -123,12 +157,14 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
                 except Exception as e:
                     raise _friendly_error(e, state.failed_files, gin_param=None) from e
             for param in gin_params:
+                state.gin_param = param
                 try:
                     gin.parse_config(param)
                 except Exception as e:
                     raise _friendly_error(e, state.failed_files, gin_param=param) from e
         _check_macros_defined()
         _check_scopes_opened()
+        _check_value_types(state.bindings.values())
     except BaseException:
         gin.clear_config()
         raise
@@ -322,6 +358,118 @@ def _check_scopes_opened() -> None:
                     f'`@{part}/{selector.rsplit(".", 1)[-1]}()`, so they would never apply. '
                     f'{hint}Fix the scope name, or refer to the scoped configurable.'
                 )
+
+
+def _check_value_types(bindings) -> None:
+    """Fail now on a literal value its parameter's type annotation rules out.
+
+    ``CriticNetwork.hidden_layers = 256`` would otherwise fail only when the
+    network is built, as ``'int' object is not iterable`` and without its line.
+    A value holding a reference or macro is left alone: what it gives is known
+    only when it is called.
+    """
+    for statement, gin_param in bindings:
+        value = statement.value
+        if any(True for _ in gin.config.iterate_references(value)):
+            continue
+        configurable = gin.config._REGISTRY.get_match(statement.selector)
+        annotation = _annotation(configurable, statement.arg_name) if configurable else None
+        if annotation is None or _fits(value, annotation):
+            continue
+        scope = f'{statement.scope}/' if statement.scope else ''
+        binding = f'{scope}{statement.selector}.{statement.arg_name}'
+        location = statement.location
+        if gin_param is not None:
+            where = f'--gin_param {gin_param!r}'
+        else:
+            where = f'file {location.filename}, line {location.line_num}'
+            if location.line_content and location.line_content.strip():
+                where += f', `{location.line_content.strip()}`'
+        parameter = inspect.signature(configurable.wrapped).parameters.get(statement.arg_name)
+        default = inspect.Parameter.empty if parameter is None else parameter.default
+        example = '' if default is inspect.Parameter.empty else f' (its default is {default!r})'
+        raise ConfigError(
+            f'`{binding}` in {where} is {value!r} ({type(value).__name__}), but '
+            f"'{statement.arg_name}' of '{statement.selector}' takes "
+            f'{_type_text(annotation)}{example}. Fix the value.'
+        )
+
+
+def _annotation(configurable, param: str):
+    """The type annotation of ``param`` of ``configurable``; None when there is none to check."""
+    wrapped = configurable.wrapped
+    try:
+        hints = typing.get_type_hints(wrapped.__init__ if inspect.isclass(wrapped) else wrapped)
+    except Exception:  # an annotation naming what its module cannot resolve
+        hints = {}
+    if param in hints:
+        return hints[param]
+    try:
+        annotation = inspect.signature(wrapped).parameters[param].annotation
+    except (KeyError, TypeError, ValueError):
+        return None
+    if annotation is inspect.Parameter.empty or isinstance(annotation, str):
+        return None
+    return annotation
+
+
+_SEQUENCES = (
+    collections.abc.Sequence,
+    collections.abc.MutableSequence,
+    collections.abc.Collection,
+    collections.abc.Iterable,
+    list,
+)
+
+
+def _fits(value, annotation) -> bool:
+    """Whether a literal gin value can be of type ``annotation``; True where unsure.
+
+    An int fits a float; a bool fits neither an int nor a float; a list or tuple
+    fits a sequence or tuple of its items' type.
+    """
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_fits(item, args[0]) for item in value)
+        if not args:
+            return True
+        return len(value) == len(args) and all(map(_fits, value, args))
+    if origin in _SEQUENCES:
+        if not isinstance(value, (list, tuple)):
+            return False
+        return not args or all(_fits(item, args[0]) for item in value)
+    if origin in (dict, collections.abc.Mapping):
+        return isinstance(value, dict)
+    if origin is collections.abc.Callable:
+        return callable(value)
+    if origin is typing.Literal:
+        return value in args
+    if annotation in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if isinstance(annotation, type) and origin is None:
+        return isinstance(value, annotation)
+    return True
+
+
+def _type_text(annotation) -> str:
+    """``annotation`` as a reader would write it: ``Sequence[int]``, ``float | Tensor``."""
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__name__
+    text = re.sub(r'\b(?:typing|collections\.abc|torch)\.', '', str(annotation))
+    return text.replace('NoneType', 'None')
 
 
 def _configurable_names(num_components: int) -> List[str]:

@@ -45,6 +45,25 @@ def test_help_prints_the_usage_and_exits_0(tool, flag, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+# A binding of the wrong type, and what the message says of it besides the --gin_param.
+WRONG_TYPE = {
+    'CriticNetwork.hidden_layers = 256': "is 256 (int), but 'hidden_layers' of "
+    "'CriticNetwork' takes Sequence[int] (its default is (256, 256))",
+    "actor/Adam.lr = 'fast'": "is 'fast' (str), but 'lr' of 'Adam' takes float | Tensor",
+}
+
+
+@pytest.mark.parametrize('binding', WRONG_TYPE)
+def test_train_names_a_value_of_the_wrong_type_and_its_binding_before_writing(binding, tmp_path):
+    root_dir = tmp_path / 'run'
+    result = run_train(train_command(root_dir, [EXAMPLES / 'sac_pendulum.gin'], [binding]))
+    assert result.returncode == 2, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith('error: ')]
+    assert f'--gin_param {binding!r}' in line and WRONG_TYPE[binding] in line
+    assert 'Traceback' not in result.stderr
+    assert not root_dir.exists()
+
+
 @pytest.mark.parametrize(
     'example, algorithm',
     [('sac', 'SacAlgorithm'), ('td3', 'Td3Algorithm'), ('ddpg', 'DdpgAlgorithm')],

@@ -217,6 +217,43 @@ def test_parameter_alf_lite_sets_itself_is_refused_as_no_gin_parameter(binding, 
     assert 'a binding would be ignored' in message and others in message
 
 
+def test_value_of_the_wrong_type_names_binding_file_line_and_the_type_taken(tmp_path):
+    import alf_lite.all_configurables  # noqa: F401
+
+    gin_file = _write(
+        tmp_path / 'exp.gin', 'CriticNetwork.batch_norm = True\nCriticNetwork.hidden_layers = 256\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(gin_file)])
+    message = str(info.value)
+    assert f'file {gin_file}, line 2, `CriticNetwork.hidden_layers = 256`' in message
+    assert "is 256 (int), but 'hidden_layers' of 'CriticNetwork' takes Sequence[int]" in message
+    assert gin.config_str().strip() == ''
+
+    with pytest.raises(ConfigError, match=r'\(256, 2\.5\) \(tuple\).*takes Sequence\[int\]'):
+        config.parse_config([], ['CriticNetwork.hidden_layers = (256, 2.5)'])
+    with pytest.raises(ConfigError, match=r'takes float \| Tensor'):
+        config.parse_config([], ['my_fn.alpha = @actor/Adam', "actor/Adam.lr = 'fast'"])
+    with pytest.raises(ConfigError, match=r"'random_seed' of 'TrainerConfig' takes int"):
+        config.parse_config([], ['TrainerConfig.random_seed = True'])
+
+
+@pytest.mark.parametrize(
+    'params',
+    [
+        ['SacAlgorithm.gamma = 1'],  # an int is a float
+        ['TanhNormalActorNetwork.log_std_bounds = [-5, 2]'],  # a list is a tuple to gin
+        ['TrainerConfig.num_env_steps = 1.5', 'TrainerConfig.num_env_steps = 2'],  # later wins
+        ['SIZES = 256', 'CriticNetwork.hidden_layers = %SIZES'],  # known only when called
+        ['create_environment.max_episode_steps = None'],
+    ],
+)
+def test_values_that_fit_their_annotation_or_are_references_parse(params):
+    import alf_lite.all_configurables  # noqa: F401
+
+    config.parse_config([], params)
+
+
 def test_failed_parse_leaves_no_bindings(tmp_path):
     gin_file = _write(tmp_path / 'exp.gin', 'my_fn.alpha = 5\nmy_fn.nope = 1\n')
 
