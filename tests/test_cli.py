@@ -76,3 +76,15 @@ def test_train_refuses_num_critic_replicas_below_1_naming_it(example, algorithm,
     assert 'num_critic_replicas must be an integer >= 1, got 0' in result.stderr
     assert 'num_replicas must' not in result.stderr
     assert not root_dir.exists()
+
+
+def test_train_names_hidden_layers_of_the_wrong_type_given_through_a_macro(tmp_path):
+    root_dir = tmp_path / 'run'
+    params = ['SIZES = 256', 'CriticNetwork.hidden_layers = %SIZES']
+    result = run_train(train_command(root_dir, [EXAMPLES / 'sac_pendulum.gin'], params))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert (
+        'error: CriticNetwork: hidden_layers must be positive integer widths, e.g. (256, 256), '
+        'got 256'
+    ) in result.stderr
+    assert not root_dir.exists()

@@ -1,15 +1,18 @@
 """Plain MLP encoders."""
 
+import collections.abc
 from typing import Sequence
 
 import torch.nn as nn
 
 
 def check_hidden_layers(hidden_layers: Sequence[int]) -> None:
-    """Raise ValueError unless every width of ``hidden_layers`` is a positive integer."""
-    if any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in hidden_layers):
+    """Raise ValueError unless ``hidden_layers`` is a sequence of positive integers."""
+    if not isinstance(hidden_layers, collections.abc.Sequence) or any(
+        isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in hidden_layers
+    ):
         raise ValueError(
-            f'hidden_layers must be positive integer widths, got {tuple(hidden_layers)!r}'
+            f'hidden_layers must be positive integer widths, e.g. (256, 256), got {hidden_layers!r}'
         )
 
 
