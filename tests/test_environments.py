@@ -24,7 +24,7 @@ from alf_lite.environments.point_env import POINT_TARGET_ID
 from alf_lite.environments.suite_gym import default_use_subprocesses, env_traceback
 from alf_lite.seeding import train_env_seeds
 from alf_lite.trainer import Trainer, TrainerConfig
-from cli_helpers import train_env
+from cli_helpers import PENDULUM, TINY, run_train, train_command, train_env
 
 SAC_GIN = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples', 'common', 'sac.gin'
@@ -121,14 +121,25 @@ class CrashingEnv(gymnasium.Env):
         return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
 
 
-# Registered before any vector env exists, so forked subprocesses inherit them.
-gymnasium.register('alf_test/Countdown-v0', entry_point=CountdownEnv)
+# Registered before any vector env exists, so forked subprocesses inherit them. An env
+# needs a time limit; 100 steps is beyond any of these tests.
+gymnasium.register('alf_test/Countdown-v0', entry_point=CountdownEnv, max_episode_steps=100)
 gymnasium.register(
-    'alf_test/Countdown3-v0', entry_point=CountdownEnv, kwargs=dict(min_length=3, max_length=3)
+    'alf_test/Countdown3-v0',
+    entry_point=CountdownEnv,
+    max_episode_steps=100,
+    kwargs=dict(min_length=3, max_length=3),
 )
-gymnasium.register('alf_test/Echo-v0', entry_point=EchoEnv)
-gymnasium.register('alf_test/Image-v0', entry_point=ImageEnv)
-gymnasium.register('alf_test/CannotStartInAProcess-v0', entry_point=CannotStartInAProcessEnv)
+gymnasium.register('alf_test/Echo-v0', entry_point=EchoEnv, max_episode_steps=100)
+gymnasium.register('alf_test/Image-v0', entry_point=ImageEnv, max_episode_steps=100)
+gymnasium.register(
+    'alf_test/CannotStartInAProcess-v0', entry_point=CannotStartInAProcessEnv, max_episode_steps=100
+)
+# Never terminates, and has no time limit.
+gymnasium.register(
+    'alf_test/EndlessPendulum-v0',
+    entry_point='gymnasium.envs.classic_control.pendulum:PendulumEnv',
+)
 gymnasium.register('alf_test/Raises-v0', entry_point=CrashingEnv, max_episode_steps=10)
 gymnasium.register(
     'alf_test/RaisesPercent-v0',
@@ -373,6 +384,41 @@ def test_seeding():
     assert torch.equal(reseeded, first[0])
     assert not torch.equal(later_reset, first[0])  # An unseeded reset continues the RNG.
     assert torch.equal(seed_4[0], first[0, 1])  # Env i is seeded with seed + i.
+
+
+def test_env_without_a_time_limit_is_refused_naming_the_setting():
+    # Its first evaluation would wait for an episode end that never comes.
+    with pytest.raises(ValueError) as raised:
+        create_environment('alf_test/EndlessPendulum-v0')
+    assert str(raised.value).startswith(
+        "Environment 'alf_test/EndlessPendulum-v0' has no time limit (it was registered "
+        'without max_episode_steps); set create_environment.max_episode_steps, e.g. to 1000.'
+    )
+    with create_environment('alf_test/EndlessPendulum-v0', max_episode_steps=2) as env:
+        steps = _rollout(env, 2)
+    assert steps[-1].step_type.tolist() == [StepType.LAST]
+
+
+def test_train_refuses_an_env_without_a_time_limit_in_one_line(tmp_path):
+    (tmp_path / 'registers_endless.py').write_text(
+        'import gymnasium\n'
+        "gymnasium.register('alf_test/Endless-v0',\n"
+        "    entry_point='gymnasium.envs.classic_control.pendulum:PendulumEnv')\n"
+    )
+    root_dir = tmp_path / 'run'
+    env_name = 'registers_endless:alf_test/Endless-v0'
+    command = train_command(
+        root_dir, [PENDULUM], [f"create_environment.env_name='{env_name}'"] + TINY
+    )
+    result = run_train(command, cwd=tmp_path)  # which imports registers_endless
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith('error: ') and last.endswith(
+        f"Environment '{env_name}' has no time limit (it was registered without "
+        'max_episode_steps); set create_environment.max_episode_steps, e.g. to 1000.'
+    ), result.stderr[-3000:]
+    assert not root_dir.exists()
 
 
 def test_unknown_env_id_names_close_match():

@@ -528,7 +528,8 @@ def create_environment(
             a subprocess round trip; subprocesses for any other env (e.g.
             ``ICubWalk-v0``) when N > 1.
         max_episode_steps: time limit of an episode (truncation); ``None``
-            keeps the limit the env was registered with.
+            keeps the limit the env was registered with, and is refused for
+            an env registered without one.
         render_mode: gymnasium's render mode, e.g. 'rgb_array' for
             ``BatchedEnvironment.render()``; None renders nothing.
         step_timeout: seconds a ``reset`` or ``step`` may take, far above any
@@ -540,8 +541,9 @@ def create_environment(
     Returns:
         the ``BatchedEnvironment``; close it (or use it as a context manager).
     Raises:
-        ValueError: for an unknown id (naming the closest registered ids),
-            unsupported spaces, or a count that is not a positive integer.
+        ValueError: for an unknown id (naming the closest registered ids), an
+            env without a time limit, unsupported spaces, or a count that is
+            not a positive integer.
         EnvironmentCrashedError: when an env cannot be created.
     """
     sizes = {'num_parallel_environments': num_parallel_environments}
@@ -574,6 +576,13 @@ def create_environment(
             else ('No registered id is close; is the module that registers it imported?')
         )
         raise ValueError(f"Unknown environment id '{env_name}'. {hint}") from e
+    if max_episode_steps is None and spec.max_episode_steps is None:
+        # An episode that never terminates would never end: an evaluation,
+        # which runs each episode to its end, would wait for it forever.
+        raise ValueError(
+            f"Environment '{env_name}' has no time limit (it was registered without "
+            'max_episode_steps); set create_environment.max_episode_steps, e.g. to 1000.'
+        )
     if use_subprocesses is None:
         use_subprocesses = default_use_subprocesses(spec, num_parallel_environments)
     # Envs without rendering may not accept a render_mode argument at all.
