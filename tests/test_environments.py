@@ -82,6 +82,14 @@ class ImageEnv(gymnasium.Env):
         self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
 
 
+class IntegerActionEnv(CountdownEnv):
+    """Has a Box action space of integers, which is no continuous action space."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = spaces.Box(0, 10, shape=(1,), dtype=np.int64)
+
+
 class CannotStartInAProcessEnv(CountdownEnv):
     """Its constructor raises in an env process (as a simulator without a licence there would)."""
 
@@ -132,6 +140,7 @@ gymnasium.register(
 )
 gymnasium.register('alf_test/Echo-v0', entry_point=EchoEnv, max_episode_steps=100)
 gymnasium.register('alf_test/Image-v0', entry_point=ImageEnv, max_episode_steps=100)
+gymnasium.register('alf_test/IntegerAction-v0', entry_point=IntegerActionEnv, max_episode_steps=100)
 gymnasium.register(
     'alf_test/CannotStartInAProcess-v0', entry_point=CannotStartInAProcessEnv, max_episode_steps=100
 )
@@ -453,7 +462,11 @@ def test_module_colon_id_imports_the_module_that_registers_the_id(
 
 @pytest.mark.parametrize(
     'env_name, message',
-    [('CartPole-v1', 'SAC, DDPG and TD3'), ('alf_test/Image-v0', 'flat 1-D Box')],
+    [
+        ('CartPole-v1', 'SAC, DDPG and TD3'),
+        ('alf_test/IntegerAction-v0', 'SAC, DDPG and TD3'),
+        ('alf_test/Image-v0', 'flat 1-D Box'),
+    ],
 )
 def test_unsupported_spaces_are_refused(env_name, message):
     with pytest.raises(ValueError, match=f"'{env_name}'.*{message}"):

@@ -229,24 +229,23 @@ class BatchedEnvironment:
         act_space = self._env.single_action_space
         if not (
             isinstance(act_space, spaces.Box)
+            and np.issubdtype(act_space.dtype, np.floating)
             and len(act_space.shape) == 1
             and np.all(np.isfinite(act_space.low))
             and np.all(np.isfinite(act_space.high))
         ):
             raise ValueError(
                 f"Environment '{name}' has action space {act_space}: SAC, DDPG and TD3 "
-                'need a continuous bounded action space (a 1-D Box with finite bounds).'
+                'need a continuous bounded action space (a 1-D float Box with finite bounds).'
             )
         self.observation_dim = int(obs_space.shape[0])
         self.action_dim = int(act_space.shape[0])
         self.action_low = act_space.low.astype(np.float32)
         self.action_high = act_space.high.astype(np.float32)
-        self._action_dtype = act_space.dtype
         # The mapping runs in the space's own float type against its own bounds:
         # float64 bounds rounded to float32 can lie outside the space.
-        dtype = act_space.dtype if np.issubdtype(act_space.dtype, np.floating) else np.float64
-        self._space_low = act_space.low.astype(dtype)
-        self._space_high = act_space.high.astype(dtype)
+        self._space_low = act_space.low
+        self._space_high = act_space.high
         self._action_half_range = 0.5 * (self._space_high - self._space_low)
 
     def _observation(self, obs: np.ndarray) -> torch.Tensor:
@@ -331,7 +330,6 @@ class BatchedEnvironment:
         env_action = self._space_low + (a + 1.0) * self._action_half_range
         # Rounding can land a hair outside [low, high]; some envs assert bounds.
         np.clip(env_action, self._space_low, self._space_high, out=env_action)
-        env_action = env_action.astype(self._action_dtype, copy=False)
         if self.use_subprocesses:
             self._call(self._env.step_async, env_action)
             self._step_sent = time.monotonic()
