@@ -8,13 +8,13 @@ env, in chronological order, and never span the write head (where the newest
 row sits next to the oldest surviving one).
 
 The storage lives on the training device when it fits there, else in CPU
-memory (pinned when the training device is a GPU, so batches go up with
-non-blocking copies; torch's pinned allocator rounds each field up to a power
-of two, and the fit check and the log count that, see ``pinned_bytes``).
-Windows are drawn where the data lives: a CPU buffer draws its indices from
-torch's global CPU generator, a GPU buffer from the GPU's generator and from
-counters kept on the GPU, so sampling it reads nothing back to the host and
-can be captured in a CUDA graph.
+memory. A GPU learner's batches are gathered from there into small pinned
+blocks and go up with non-blocking copies; the storage itself is not pinned
+(torch's pinned allocator would round each field up to a power of two, and
+nothing copies from it to the GPU directly). Windows are drawn where the data lives: a CPU buffer
+draws its indices from torch's global CPU generator, a GPU buffer from the
+GPU's generator and from counters kept on the GPU, so sampling it reads
+nothing back to the host and can be captured in a CUDA graph.
 """
 
 import math
@@ -41,39 +41,16 @@ class ReplayBufferTooLargeError(MemoryError):
     """
 
 
-def pinned_bytes(nbytes: int) -> int:
-    """Bytes torch's pinned (CUDA host) memory allocator takes for a tensor of ``nbytes``.
-
-    Its caching allocator (``CachingHostAllocator``) rounds every request up
-    to a power of two, so that freed blocks can be reused by size, and
-    page-locks the whole block: 1.1 GiB of a tensor pins 2 GiB. Setting
-    ``pinned_max_round_threshold_mb`` in ``PYTORCH_ALLOC_CONF`` ends the
-    rounding above that size; this figure does not read it and is then an
-    upper bound.
-    """
-    return 0 if nbytes == 0 else 1 << (nbytes - 1).bit_length()
-
-
-def is_pinned(device: torch.device, training_device: torch.device) -> bool:
-    """Whether a buffer stored on ``device`` for a learner on ``training_device`` is pinned.
-
-    A CPU buffer feeding a GPU is: host-to-device copies from pinned memory
-    run asynchronously.
-    """
-    return torch.device(device).type == 'cpu' and torch.device(training_device).type == 'cuda'
-
-
 def storage_device(
     nbytes: int,
     training_device: torch.device,
     device: Optional[str] = None,
     max_memory_fraction: float = 0.8,
-    pinned_nbytes: Optional[int] = None,
 ) -> Tuple[Optional[torch.device], Dict[torch.device, int]]:
     """Where a buffer of ``nbytes`` goes, and the free memory of each device considered.
 
     The candidates are ``device`` alone when given, else the training device
-    and then the CPU; the first one where the buffer takes at most
+    and then the CPU; the first one where ``nbytes`` is at most
     ``max_memory_fraction`` of its free memory wins.
 
     Args:
@@ -82,9 +59,6 @@ def storage_device(
         device: 'cpu', 'cuda' or 'cuda:N' to allow only that device; None for
             the rule above.
         max_memory_fraction: share of a device's free memory the buffer may take.
-        pinned_nbytes: what the storage takes in pinned memory, as it is in
-            CPU memory for a GPU learner (each field's ``pinned_bytes``);
-            None: ``nbytes``.
 
     Returns:
         ``(device, {candidate: free bytes})``; device is None when none fits.
@@ -99,9 +73,7 @@ def storage_device(
     available = {}
     for candidate in candidates:
         available[candidate] = free_memory_bytes(candidate)
-        pinned = is_pinned(candidate, training_device) and pinned_nbytes is not None
-        needed = pinned_nbytes if pinned else nbytes
-        if needed <= max_memory_fraction * available[candidate]:
+        if nbytes <= max_memory_fraction * available[candidate]:
             if candidate != candidates[0]:
                 logging.info(
                     'ReplayBuffer: %d bytes do not fit in %s (%d bytes free); it goes to %s.',
@@ -178,21 +150,17 @@ class ReplayBuffer:
         self._raw_bytes_per_step = sum(
             math.prod(shape) * dtype.itemsize for shape, dtype in self._specs.values()
         )
-        self._nbytes = self._storage_bytes(length, pinned=False)
+        self._nbytes = num_envs * length * self._raw_bytes_per_step
 
         # Check before allocating: a buffer that does not fit should fail now,
         # with a useful message, not hours into training or via the OOM killer.
         self._training_device = torch.device(training_device)
         self._device = self._place(device, max_memory_fraction)
-        pin = is_pinned(self._device, self._training_device)
-        self._memory_bytes = self._storage_bytes(length, pin)
 
         # zeros (not empty) touches every page now, so the memory is really
         # committed up front and RSS reflects the logged figure from the start.
         self._storage: Dict[str, torch.Tensor] = {
-            name: torch.zeros(
-                (num_envs, length) + shape, dtype=dtype, device=self._device, pin_memory=pin
-            )
+            name: torch.zeros((num_envs, length) + shape, dtype=dtype, device=self._device)
             for name, (shape, dtype) in self._specs.items()
         }
         # Rows added per env ever; the write head of every env is
@@ -201,46 +169,20 @@ class ReplayBuffer:
         self._total_added = 0
         self._total_added_tensor = torch.zeros((), dtype=torch.int64, device=self._device)
         logging.info(
-            'ReplayBuffer: allocated %d bytes (%.3f GiB) on %s%s for %d envs x %d '
+            'ReplayBuffer: allocated %d bytes (%.3f GiB) on %s for %d envs x %d '
             'steps, %d bytes per step',
             self._nbytes,
             self._nbytes / _GIB,
             self._device,
-            (
-                f' (pinned: {self._memory_bytes} bytes, {self._memory_bytes / _GIB:.3f} '
-                'GiB, as torch rounds each field up to a power of two)'
-            )
-            if pin
-            else '',
             num_envs,
             length,
             self._raw_bytes_per_step,
         )
 
-    def _storage_bytes(self, length: int, pinned: bool) -> int:
-        """Bytes the storage of ``length`` steps per env takes, pinned or not."""
-        fields = (
-            self._num_envs * length * math.prod(shape) * dtype.itemsize
-            for shape, dtype in self._specs.values()
-        )
-        return sum(pinned_bytes(n) if pinned else n for n in fields)
-
-    def _longest_fitting(self, budget: float, pinned: bool) -> int:
-        """The most steps per env (up to ``length``) whose storage takes at most ``budget``."""
-        low, high = 0, self._length
-        while low < high:
-            middle = (low + high + 1) // 2
-            if self._storage_bytes(middle, pinned) <= budget:
-                low = middle
-            else:
-                high = middle - 1
-        return low
-
     def _place(self, device: Optional[str], max_memory_fraction: float) -> torch.device:
         """Where the storage goes; a clear error when it fits nowhere."""
-        pinned_nbytes = self._storage_bytes(self._length, pinned=True)
         chosen, available = storage_device(
-            self._nbytes, self._training_device, device, max_memory_fraction, pinned_nbytes
+            self._nbytes, self._training_device, device, max_memory_fraction
         )
         if chosen is not None:
             return chosen
@@ -248,16 +190,6 @@ class ReplayBuffer:
             f'{free} bytes ({free / _GIB:.2f} GiB) on {d}' for d, free in available.items()
         )
         allowed = max_memory_fraction * max(available.values())
-        fits = max(
-            self._longest_fitting(max_memory_fraction * free, is_pinned(d, self._training_device))
-            for d, free in available.items()
-        )
-        pinned = (
-            f', {pinned_nbytes} bytes ({pinned_nbytes / _GIB:.2f} GiB) pinned in CPU memory, '
-            'as torch rounds each field up to a power of two'
-            if any(is_pinned(d, self._training_device) for d in available)
-            else ''
-        )
         bound = available_cpu_memory()[1] if torch.device('cpu') in available else None
         cgroup = (
             ''
@@ -268,10 +200,11 @@ class ReplayBuffer:
         raise ReplayBufferTooLargeError(
             f'ReplayBuffer of {self._num_envs} envs x {self._length} steps needs '
             f'{self._nbytes} bytes ({self._nbytes / _GIB:.2f} GiB, '
-            f'{self._raw_bytes_per_step} bytes per step{pinned}), but only {where} '
+            f'{self._raw_bytes_per_step} bytes per step), but only {where} '
             f'are available and at most max_memory_fraction={max_memory_fraction} of '
             f'that ({int(allowed)} bytes) may be used. Lower '
-            f'replay_buffer_length (at most {fits} fits '
+            f'replay_buffer_length (at most '
+            f'{int(allowed // (self._num_envs * self._raw_bytes_per_step))} fits '
             f'with {self._num_envs} envs) or use fewer parallel environments.{cgroup}'
         )
 
@@ -299,11 +232,6 @@ class ReplayBuffer:
     def nbytes(self) -> int:
         """Exact sum of the storage tensors' bytes."""
         return self._nbytes
-
-    @property
-    def memory_bytes(self) -> int:
-        """Bytes the storage takes in memory: ``nbytes``; pinned, the fields' ``pinned_bytes``."""
-        return self._memory_bytes
 
     @property
     def raw_bytes_per_step(self) -> int:

@@ -172,14 +172,17 @@ def test_buffer_goes_to_the_gpu_when_it_fits_and_samples_there():
     assert all(x.device == CUDA for x in batch)
 
 
-def test_pinned_cpu_buffer_gives_a_gpu_learner_the_cpu_samples():
-    pinned = ReplayBuffer(NUM_ENVS, 100, OBS_DIM, ACTION_DIM, device='cpu', training_device=CUDA)
+def test_cpu_buffer_gives_a_gpu_learner_the_cpu_samples_through_pinned_blocks():
+    host = ReplayBuffer(NUM_ENVS, 100, OBS_DIM, ACTION_DIM, device='cpu', training_device=CUDA)
     plain = ReplayBuffer(NUM_ENVS, 100, OBS_DIM, ACTION_DIM)
-    assert pinned.device == torch.device('cpu') and pinned._storage['observation'].is_pinned()
-    for rb in (pinned, plain):
+    # Plain memory (no power-of-two rounding); batches are gathered into pinned blocks.
+    assert host.device == torch.device('cpu') and not host._storage['observation'].is_pinned()
+    rows = torch.arange(6).reshape(2, 3)
+    assert host._gather_pinned('observation', rows).is_pinned()
+    for rb in (host, plain):
         add_rows(rb, 50, seed=0)
     torch.manual_seed(3)
-    on_gpu = pinned.sample(BATCH, 3)
+    on_gpu = host.sample(BATCH, 3)
     torch.manual_seed(3)
     on_cpu = plain.sample(BATCH, 3)
     for x, y in zip(on_gpu, on_cpu):

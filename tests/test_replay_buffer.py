@@ -418,28 +418,6 @@ def test_buffer_that_fits_nowhere_names_each_device(monkeypatch):
         ReplayBuffer(2, 10, 3, 2, training_device=torch.device('cuda', 0))
 
 
-def test_pinned_bytes_are_the_next_power_of_two():
-    sizes = [0, 1, 3, 4096, 4097, 3 * 2**30]
-    assert [rb_module.pinned_bytes(n) for n in sizes] == [0, 1, 4, 4096, 8192, 4 * 2**30]
-
-
-def test_pinned_cpu_buffer_is_checked_at_the_size_torch_pins(monkeypatch):
-    # 2 envs x 10 steps: fields of 20 (uint8), 240, 160, 80 and 80 bytes = 580,
-    # pinned as 32 + 256 + 256 + 128 + 128 = 800.
-    free = {'cuda': 0, 'cpu': 700}
-    monkeypatch.setattr(rb_module, 'free_memory_bytes', lambda d: free[d.type])
-    cuda = torch.device('cuda', 0)
-    with pytest.raises(ReplayBufferTooLargeError) as info:
-        ReplayBuffer(2, 10, 3, 2, max_memory_fraction=1.0, training_device=cuda)
-    message = str(info.value)
-    assert 'needs 580 bytes' in message
-    assert '800 bytes (0.00 GiB) pinned in CPU memory' in message
-    # 8 steps pin 16 + 256 + 128 + 64 + 64 = 528 bytes; 9 would pin 800.
-    assert 'at most 8 fits' in message
-    # A CPU learner's buffer is not pinned: its 580 bytes fit.
-    assert ReplayBuffer(2, 10, 3, 2, max_memory_fraction=1.0).memory_bytes == 580
-
-
 def test_explicit_gpu_buffer_without_a_gpu_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     with pytest.raises(DeviceUnavailableError, match="device 'cuda' was asked for"):
