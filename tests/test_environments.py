@@ -292,6 +292,23 @@ def test_action_mapping_with_asymmetric_bounds():
     assert torch.equal(received, expected)
 
 
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+@pytest.mark.parametrize('bad', [float('nan'), float('inf')])
+def test_action_that_is_not_finite_is_refused_naming_the_env_and_step(use_subprocesses, bad):
+    with create_environment('alf_test/Echo-v0', 2, use_subprocesses=use_subprocesses) as env:
+        env.reset()
+        env.step(torch.zeros(2, 2))
+        with pytest.raises(ValueError) as raised:
+            env.step(torch.tensor([[0.0, 0.0], [0.5, bad]]))
+        assert str(raised.value) == (
+            f"Environment 'alf_test/Echo-v0' (env 1 of 2): the action of step 2 is not "
+            f'finite: [0.5, {bad}].'
+        )
+        # No env took the action: the envs go on as if it was never given.
+        received = env.step(torch.ones(2, 2)).observation
+    assert torch.equal(received, torch.tensor([[3.0, 2.0], [3.0, 2.0]]))
+
+
 class Float64BoundsEnv(gymnasium.Env):
     """Bounds no float32 holds exactly; records each action and whether it was in them."""
 

@@ -209,6 +209,8 @@ class BatchedEnvironment:
         self._done = np.zeros(self.num_envs, dtype=bool)
         # The action of a step started by step_async and not yet waited for.
         self._pending = None
+        # Steps started since the envs were created, to name one in an error.
+        self._num_steps = 0
         self._step_sent = 0.0
         self._env_id = torch.arange(self.num_envs, dtype=torch.int64)
         logging.info(
@@ -302,6 +304,9 @@ class BatchedEnvironment:
             action: ``[N, action_dim]`` float tensor in [-1, 1]; values outside
                 are clipped. Ignored for envs whose previous step was LAST
                 (they reset instead).
+        Raises:
+            ValueError: when an action is not finite (NaN or infinite),
+                naming the env and the step; no env is stepped.
         Returns:
             ``TimeStep``: LAST with discount 0 on termination, LAST with
             discount 1 on truncation only, FIRST (reward 0, discount 1) for the
@@ -324,9 +329,16 @@ class BatchedEnvironment:
             )
         if self._pending is not None:
             raise RuntimeError('step_async called while a step is pending; call step_wait first.')
-        a = np.clip(action.detach().cpu().numpy(), -1.0, 1.0).astype(
-            self._space_low.dtype, copy=False
-        )
+        a = action.detach().cpu().numpy()
+        # np.clip passes NaN on, and an env given NaN torques goes on with a NaN state.
+        finite = np.isfinite(a)
+        if not finite.all():
+            i = int(np.flatnonzero(~finite.all(axis=1))[0])
+            raise ValueError(
+                f"Environment '{self.name}' (env {i} of {self.num_envs}): the action of step "
+                f'{self._num_steps + 1} is not finite: {a[i].tolist()}.'
+            )
+        a = np.clip(a, -1.0, 1.0).astype(self._space_low.dtype, copy=False)
         env_action = self._space_low + (a + 1.0) * self._action_half_range
         # Rounding can land a hair outside [low, high]; some envs assert bounds.
         np.clip(env_action, self._space_low, self._space_high, out=env_action)
@@ -334,6 +346,7 @@ class BatchedEnvironment:
             self._call(self._env.step_async, env_action)
             self._step_sent = time.monotonic()
         self._pending = env_action
+        self._num_steps += 1
 
     def step_wait(self) -> TimeStep:
         """The ``TimeStep`` of the step started by ``step_async`` (see ``step``)."""
