@@ -87,7 +87,10 @@ def finished_run(tmp_path_factory):
 
 
 BAD_PARAMS = [
-    ("TrainerConfig.num_env_steps='many'", 'num_env_steps must be an integer'),
+    (
+        "TrainerConfig.num_env_steps='many'",
+        "is 'many' (str), but 'num_env_steps' of 'TrainerConfig' takes int",
+    ),
     ('TrainerConfig.mini_batch_size=-1', 'mini_batch_size must be positive'),
     ('TrainerConfig.replay_buffer_length=0', 'replay_buffer_length must be positive'),
     ('TrainerConfig.mini_batch_length=1', 'mini_batch_length must be >= 2'),

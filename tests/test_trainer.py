@@ -206,13 +206,18 @@ def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path):
     [
         'TrainerConfig.mini_batch_length = 1',
         'TrainerConfig.replay_buffer_length = 0',
-        "TrainerConfig.compile = 'yes'",
     ],
 )
 def test_nonsensical_sizes_are_refused(bad):
     parse_config([os.path.join(EXAMPLES, 'sac_pendulum.gin')], [bad])
     with pytest.raises(ValueError, match=bad.split('.')[1].split(' ')[0]):
         TrainerConfig()
+
+
+def test_compile_that_is_no_bool_is_refused():
+    # A gin file's 'yes' is refused when parsed (config.py); this is the same from Python.
+    with pytest.raises(ValueError, match='compile'):
+        TrainerConfig(compile='yes')
 
 
 def test_initial_collect_uses_uniform_random_actions(tmp_path):
