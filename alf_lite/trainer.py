@@ -16,7 +16,7 @@ from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_ma
 from alf_lite.collector import Collector
 from alf_lite.config import write_text_atomically
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
-from alf_lite.environments import create_environment
+from alf_lite.environments import NonFiniteActionError, create_environment
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import TerminationValues, evaluate
 from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
@@ -430,6 +430,11 @@ class Trainer:
                     raise TrainingInterrupted(e.signum) from None
                 except NonFiniteLossError as e:
                     self._stop_on_non_finite_loss(e)
+                except NonFiniteActionError as e:
+                    raise TrainingError(
+                        f'{e} The policy acts on the observations: check them for NaN/inf. '
+                        'The checkpoints were left as they were.'
+                    ) from e
         finally:
             summary.close()
         return self._last_eval

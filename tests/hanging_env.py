@@ -91,3 +91,19 @@ gymnasium.register(
     max_episode_steps=20,
     kwargs=dict(hang_seed=train_env_seeds(0, 1)[0], hang_step=150),
 )
+
+
+class NanObservationEnv(HangingEnv):
+    """As ``HangingEnv``, but the chosen env's state turns NaN in that step instead of hanging."""
+
+    def _hang(self):
+        self._x = float('nan')
+
+
+# Train env 0 of a run with random_seed 0.
+gymnasium.register(
+    'alf_lite_tests/NanAfterCheckpoint-v0',
+    entry_point=NanObservationEnv,
+    max_episode_steps=20,
+    kwargs=dict(hang_seed=train_env_seeds(0, 1)[0], hang_step=150),
+)

@@ -796,7 +796,7 @@ def test_env_that_raises_stops_the_run_with_a_message_naming_it(tmp_path, use_su
         f'create_environment.use_subprocesses={use_subprocesses}',
     )
     assert result.returncode == 1, result.stderr[-3000:]
-    # The env's own stack (gymnasium prints it for an env process), and last the
+    # The env's own stack, and last the
     # message naming the env; none of the trainer's frames.
     assert re.search(r'hanging_env\.py", line \d+, in _hang', result.stderr), result.stderr[-3000:]
     assert 'trainer.py", line' not in result.stderr, result.stderr[-3000:]
@@ -806,6 +806,20 @@ def test_env_that_raises_stops_the_run_with_a_message_naming_it(tmp_path, use_su
     ), result.stderr[-3000:]
     # Env 0 raises in its 150th step, after the checkpoints at 100, 200 and 300 env steps.
     assert checkpoint_steps(root_dir) == [100, 200, 300]
+
+
+def test_a_nan_observation_stops_the_run_at_the_nan_action_in_one_line(tmp_path):
+    root_dir = tmp_path / 'run'
+    result = run_hanging(root_dir, 'alf_lite_tests/NanAfterCheckpoint-v0')
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.match(
+        r"error: Environment 'alf_lite_tests/NanAfterCheckpoint-v0' \(env 0 of 1\): the "
+        r'action of step \d+ is not finite: \[nan\]\. .*check them for NaN/inf',
+        last,
+    ), last
+    assert checkpoint_steps(root_dir) == [100]
 
 
 def test_in_process_env_that_never_returns_ends_the_run_with_every_stack(tmp_path):

@@ -14,6 +14,7 @@ from alf_lite.environments.suite_gym import (
     BatchedEnvironment,
     EnvironmentCrashedError,
     EnvironmentHungError,
+    NonFiniteActionError,
     create_environment,
 )
 
@@ -21,6 +22,7 @@ __all__ = [
     'BatchedEnvironment',
     'EnvironmentCrashedError',
     'EnvironmentHungError',
+    'NonFiniteActionError',
     'create_environment',
     'point_env',
 ]

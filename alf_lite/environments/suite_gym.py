@@ -78,6 +78,10 @@ class EnvironmentHungError(EnvironmentCrashedError):
     """An env process did not answer within ``step_timeout``; the message names it and the time."""
 
 
+class NonFiniteActionError(ValueError):
+    """An action given to ``BatchedEnvironment.step`` was NaN or infinite; no env was stepped."""
+
+
 class _NamedEnv(gymnasium.Wrapper):
     """Re-raises what an env raises as ``EnvironmentCrashedError`` naming the env and its index.
 
@@ -305,8 +309,8 @@ class BatchedEnvironment:
                 are clipped. Ignored for envs whose previous step was LAST
                 (they reset instead).
         Raises:
-            ValueError: when an action is not finite (NaN or infinite),
-                naming the env and the step; no env is stepped.
+            NonFiniteActionError: when an action is not finite (NaN or
+                infinite), naming the env and the step; no env is stepped.
         Returns:
             ``TimeStep``: LAST with discount 0 on termination, LAST with
             discount 1 on truncation only, FIRST (reward 0, discount 1) for the
@@ -334,7 +338,7 @@ class BatchedEnvironment:
         finite = np.isfinite(a)
         if not finite.all():
             i = int(np.flatnonzero(~finite.all(axis=1))[0])
-            raise ValueError(
+            raise NonFiniteActionError(
                 f"Environment '{self.name}' (env {i} of {self.num_envs}): the action of step "
                 f'{self._num_steps + 1} is not finite: {a[i].tolist()}.'
             )
