@@ -79,6 +79,22 @@ def check_update_settings(
             raise ValueError(f'{name} must be an integer >= 1, got {period!r}')
 
 
+def check_num_critic_replicas(num_critic_replicas: int) -> None:
+    """Refuse, naming it, a ``num_critic_replicas`` that is not an integer >= 1.
+
+    Checked by the algorithm, as the critic's ``num_replicas`` is set from it
+    and is no gin parameter.
+    """
+    if (
+        isinstance(num_critic_replicas, bool)
+        or not isinstance(num_critic_replicas, int)
+        or num_critic_replicas < 1
+    ):
+        raise ValueError(
+            f'num_critic_replicas must be an integer >= 1, got {num_critic_replicas!r}'
+        )
+
+
 def td_target(
     reward: torch.Tensor, discount: torch.Tensor, gamma: float, next_value: torch.Tensor
 ) -> torch.Tensor:

@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from alf_lite.algorithms.off_policy_algorithm import (
     OffPolicyAlgorithm,
+    check_num_critic_replicas,
     check_update_settings,
     frozen,
     masked_mean,
@@ -84,15 +85,7 @@ class SacAlgorithm(OffPolicyAlgorithm):
     ):
         super().__init__(observation_dim, action_dim)
         check_update_settings(gamma, target_update_tau, target_update_period)
-        # Checked here, as the critic's num_replicas is set from it and is no gin parameter.
-        if (
-            isinstance(num_critic_replicas, bool)
-            or not isinstance(num_critic_replicas, int)
-            or num_critic_replicas < 1
-        ):
-            raise ValueError(
-                f'num_critic_replicas must be an integer >= 1, got {num_critic_replicas!r}'
-            )
+        check_num_critic_replicas(num_critic_replicas)
         self._actor = actor_network_ctor(observation_dim, action_dim)
         self._critic = critic_network_ctor(
             observation_dim, action_dim, num_replicas=num_critic_replicas
