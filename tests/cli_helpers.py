@@ -45,6 +45,13 @@ def train_env():
     return env
 
 
+def python_output(script: str) -> str:
+    """The standard output of ``script`` run in a fresh Python process with this checkout."""
+    return subprocess.run(
+        [sys.executable, '-c', script], capture_output=True, text=True, check=True, env=train_env()
+    ).stdout
+
+
 def run_train(command, cwd=REPO_ROOT, **kwargs):
     """Run ``command`` to its end, output captured; ``kwargs`` go to ``subprocess.run``."""
     return subprocess.run(

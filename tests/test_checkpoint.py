@@ -4,8 +4,6 @@ import contextlib
 import os
 import pickle
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ import torch
 from alf_lite import checkpoint as ckpt
 from alf_lite.run_dir import latest_checkpoint, list_checkpoints
 from alf_lite.seeding import global_rng_state
+from cli_helpers import python_output
 
 
 def make_state(seed):
@@ -106,15 +105,7 @@ grown = anonymous_bytes() - before
 assert torch.equal(restored.state_dict()['observation'], saved.state_dict()['observation'])
 print(grown, saved.nbytes)
 """
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run(
-        [sys.executable, '-c', script],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=dict(os.environ, PYTHONPATH=repo),
-    )
-    grown, nbytes = map(int, out.stdout.split()[-2:])
+    grown, nbytes = map(int, python_output(script).split()[-2:])
     assert nbytes == 50_000_000
     # Measured while the loaded dict is still alive: its tensors are the
     # file's pages, not memory of its own.

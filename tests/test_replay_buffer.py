@@ -2,9 +2,6 @@
 
 import io
 import logging
-import os
-import subprocess
-import sys
 import time
 
 import gin
@@ -17,6 +14,7 @@ from alf_lite import replay_buffer as rb_module
 from alf_lite.data import Experience, StepType
 from alf_lite.device import DeviceUnavailableError
 from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferTooLargeError
+from cli_helpers import python_output
 
 _MB = 1 << 20
 
@@ -175,15 +173,7 @@ def test_resident_memory_matches_nbytes():
         'rb = ReplayBuffer(8, 100_000, 17, 6)\n'
         'print(p.memory_info().rss - before, rb.nbytes)\n'
     )
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run(
-        [sys.executable, '-c', script],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=dict(os.environ, PYTHONPATH=repo),
-    )
-    grown, nbytes = map(int, out.stdout.split()[-2:])
+    grown, nbytes = map(int, python_output(script).split()[-2:])
     assert nbytes == 8 * 100_000 * 101
     assert 0.9 * nbytes < grown < 1.05 * nbytes + 4 * _MB
 
