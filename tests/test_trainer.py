@@ -4,6 +4,7 @@ import csv
 import gc
 import os
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -185,13 +186,15 @@ def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path):
         smallest = min(t.nbytes for t in own if t.dim() > 1)
         own_memory = {t.untyped_storage().data_ptr() for t in own}
         gc.collect()  # the first run's trainer, if cyclic garbage still
+        with warnings.catch_warnings():  # isinstance on torch's deprecated objects warns
+            warnings.simplefilter('ignore', FutureWarning)
+            tensors = [obj for obj in gc.get_objects() if torch.is_tensor(obj)]
         held.append(
             sum(
                 1
-                for obj in gc.get_objects()
-                if torch.is_tensor(obj)
-                and obj.nbytes >= smallest
-                and obj.untyped_storage().data_ptr() not in own_memory  # views are no copies
+                for t in tensors
+                if t.nbytes >= smallest
+                and t.untyped_storage().data_ptr() not in own_memory  # views are no copies
             )
         )
         return False
