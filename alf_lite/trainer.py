@@ -307,6 +307,9 @@ class Trainer:
         self._pending_evaluation: Optional[dict] = {}
         self._latest_train_scalars = {}
         self._wrote_operative_config = False
+        # Everything configurable was built: the bindings it used, taken now,
+        # before another config parsed in this process replaces gin's.
+        self._operative_config = gin.operative_config_str()
         # Where a fresh start's generators begin: what the process draws
         # between building and training cannot change the run's numbers.
         self._initial_rng_state = global_rng_state()
@@ -534,8 +537,8 @@ class Trainer:
             self._num_updates += 1
 
     def _write_operative_config(self) -> None:
-        """The bindings the run uses, defaults included, once its objects were built and used."""
-        write_text_atomically(self._run_dir.operative_config_file, gin.operative_config_str())
+        """The bindings the run uses, defaults included, as taken when its objects were built."""
+        write_text_atomically(self._run_dir.operative_config_file, self._operative_config)
         self._wrote_operative_config = True
 
     def _stop_on_non_finite_loss(self, error: NonFiniteLossError) -> None:

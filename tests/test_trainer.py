@@ -89,6 +89,13 @@ def test_what_the_process_draws_between_building_and_training_changes_no_number(
     reference = read_csv(tmp_path / 'reference' / 'progress.csv')
     assert read_csv(tmp_path / 'a' / 'progress.csv') == reference
     assert read_csv(tmp_path / 'b' / 'progress.csv') != reference
+    # Each one's operative config is its own, not that of the config parsed last.
+    operative = (tmp_path / 'a' / 'operative_config.gin').read_text()
+    assert operative == (tmp_path / 'reference' / 'operative_config.gin').read_text()
+    assert (
+        'TrainerConfig.torch_num_threads = 2'
+        in (tmp_path / 'b' / 'operative_config.gin').read_text()
+    )
 
 
 def test_updates_overlapping_subprocess_steps_give_the_in_process_numbers(tmp_path):
