@@ -11,10 +11,11 @@ The storage lives on the training device when it fits there, else in CPU
 memory. A GPU learner's batches are gathered from there into small pinned
 blocks and go up with non-blocking copies; the storage itself is not pinned
 (torch's pinned allocator would round each field up to a power of two, and
-nothing copies from it to the GPU directly). Windows are drawn where the data lives: a CPU buffer
-draws its indices from torch's global CPU generator, a GPU buffer from the
-GPU's generator and from counters kept on the GPU, so sampling it reads
-nothing back to the host and can be captured in a CUDA graph.
+nothing copies from it to the GPU directly). Windows are drawn where the
+data lives: a CPU buffer draws its indices from torch's global CPU
+generator, a GPU buffer from the GPU's generator and from counters kept on
+the GPU, so sampling it reads nothing back to the host and can be captured
+in a CUDA graph.
 """
 
 import math
