@@ -1,5 +1,6 @@
 """Where training scalars go: TensorBoard (train/ and eval/), progress.csv, the console."""
 
+import contextlib
 import csv
 import math
 import os
@@ -108,6 +109,9 @@ class Summary:
 class Throughput:
     """Env steps and updates per second, each time over the interval since the previous call.
 
+    The time spent inside ``excluded()`` (evaluations, checkpoints) is left out
+    of the interval it falls in, so the rates are those of collecting and training.
+
     Args:
         env_steps: env steps at the start of the first interval.
         num_updates: updates at the start of the first interval.
@@ -115,13 +119,24 @@ class Throughput:
 
     def __init__(self, env_steps: int, num_updates: int):
         self._last = (time.monotonic(), env_steps, num_updates)
+        self._excluded_s = 0.0
+
+    @contextlib.contextmanager
+    def excluded(self):
+        """Context whose time does not count in the current interval."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self._excluded_s += time.monotonic() - start
 
     def rates(self, env_steps: int, num_updates: int) -> Tuple[float, float]:
         """``(env steps / s, updates / s)`` since the previous call; starts the next interval."""
         now = time.monotonic()
         last_time, last_steps, last_updates = self._last
-        seconds = max(now - last_time, MIN_INTERVAL_S)
+        seconds = max(now - last_time - self._excluded_s, MIN_INTERVAL_S)
         self._last = (now, env_steps, num_updates)
+        self._excluded_s = 0.0
         return (env_steps - last_steps) / seconds, (num_updates - last_updates) / seconds
 
 

@@ -457,7 +457,8 @@ class Trainer:
 
         stopped = False
         if self._pending_evaluation is not None:
-            self._evaluate_and_write(summary, dict(self._pending_evaluation))
+            with throughput.excluded():
+                self._evaluate_and_write(summary, dict(self._pending_evaluation))
             stopped = stop_here()
             if stopped:
                 self._save()
@@ -477,7 +478,8 @@ class Trainer:
             if summarising:
                 scalars = self._train_scalars(*throughput.rates(after, self._num_updates))
             if _crossed(before, after, cfg.eval_interval) or done:
-                self._evaluate_and_write(summary, scalars)
+                with throughput.excluded():
+                    self._evaluate_and_write(summary, scalars)
                 stopped = stop_here()
                 if stopped and not (summarising or saving):
                     # Checked before any checkpoint, as at the intervals.
@@ -497,7 +499,8 @@ class Trainer:
                 self._stop_on_deferred_non_finite_loss()
                 saving = True
             if saving or stopped:
-                self._save()
+                with throughput.excluded():
+                    self._save()
             self._stop_signals.raise_if_received()
 
     def _collect_and_train(self) -> None:

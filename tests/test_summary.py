@@ -1,6 +1,7 @@
 """progress.csv and TensorBoard events, read back as a user (or TensorBoard) reads them."""
 
-from alf_lite.summary import ProgressCsv, Summary
+from alf_lite import summary as summary_module
+from alf_lite.summary import ProgressCsv, Summary, Throughput
 
 WALL_TIME = 1_700_000_000.0
 
@@ -153,3 +154,22 @@ def test_summary_resume_keeps_events_up_to_the_checkpoint_and_replaces_later_one
     ]
     _, rows = read_progress(tmp_path / 'progress.csv')
     assert [(int(r['env_steps']), float(r['train/critic_loss'])) for r in rows] == expected_train
+
+
+def test_throughput_leaves_out_the_time_spent_in_excluded_blocks(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(summary_module.time, 'monotonic', lambda: clock[0])
+    throughput = Throughput(env_steps=0, num_updates=0)
+    clock[0] += 3.0  # an evaluation
+    with throughput.excluded():
+        clock[0] += 7.0
+    clock[0] += 2.0
+    # 500 steps in 5 s of collecting and training, not in 12 s.
+    assert throughput.rates(500, 250) == (100.0, 50.0)
+    with throughput.excluded():
+        clock[0] += 1.0
+    clock[0] += 4.0
+    assert throughput.rates(900, 250) == (100.0, 0.0)
+    # Nothing excluded: the whole interval counts.
+    clock[0] += 2.0
+    assert throughput.rates(1100, 350) == (100.0, 50.0)

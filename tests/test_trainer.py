@@ -4,6 +4,7 @@ import csv
 import gc
 import os
 import random
+import time
 import warnings
 
 import numpy as np
@@ -259,6 +260,35 @@ def test_evaluation_between_summaries(tmp_path):
     rows = read_csv(tmp_path / 'progress.csv')
     assert [r['env_steps'] for r in rows] == ['0', '200', '300', '400', '600']
     assert [r['eval/AverageReturn'] != '' for r in rows] == [True, True, False, True, True]
+
+
+def test_env_steps_per_sec_leaves_out_evaluations_and_checkpoints(tmp_path, monkeypatch):
+    import alf_lite.trainer as trainer_module
+
+    def slow(function):
+        def wrapped(*args, **kwargs):
+            time.sleep(0.5)
+            return function(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(trainer_module, 'evaluate', slow(trainer_module.evaluate))
+    monkeypatch.setattr(Trainer, '_save', slow(Trainer._save))
+    # Random steps of the point task only: thousands per second. An evaluation at
+    # 0, 100 and 200 and a checkpoint at 100 and 200 would each cost an interval 0.5 s.
+    train(
+        tmp_path,
+        'TrainerConfig.num_env_steps = 300',
+        'TrainerConfig.initial_collect_steps = 300',
+        'TrainerConfig.summary_interval = 100',
+        'TrainerConfig.eval_interval = 100',
+        'TrainerConfig.checkpoint_interval = 100',
+    )
+    with open(tmp_path / 'progress.csv', newline='') as f:
+        speeds = [
+            float(r['train/env_steps_per_sec']) for r in csv.DictReader(f) if r['env_steps'] != '0'
+        ]
+    assert len(speeds) == 3 and min(speeds) > 400, speeds
 
 
 def test_cpu_and_auto_devices_give_the_same_progress_csv_and_record_the_device(tmp_path):
