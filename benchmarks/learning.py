@@ -211,6 +211,15 @@ class BenchmarkRun:
         return self.setting or self.algo.upper()
 
 
+PRECISION = 'TrainerConfig.precision'
+PRECISION_GROUP_BY = f'TrainerConfig.algorithm_ctor,{PRECISION}'
+# The precision suites: the suite whose float32 runs they are compared with, and its algorithms.
+PRECISION_SUITES = {
+    'precision_pendulum': ('pendulum', ('sac', 'td3')),
+    'precision_hopper': ('hopper', ('sac',)),
+}
+
+
 class Suite(NamedTuple):
     """A suite's defaults, and how its report tells the runs apart."""
 
@@ -226,6 +235,9 @@ SUITES = {
     'study_sac': Suite(100_000, range(3), ''),
     'study_replay': Suite(300_000, range(3), 'TrainerConfig.replay_buffer_length'),
     'icub_walk': Suite(2_000_000, range(1), 'TrainerConfig.random_seed'),
+    # bfloat16 against the float32 runs of the pendulum and hopper suites (up to this length).
+    'precision_pendulum': Suite(20_000, range(5), PRECISION_GROUP_BY),
+    'precision_hopper': Suite(100_000, range(3), PRECISION_GROUP_BY),
 }
 REPLAY_STUDY = (('10k', 10_000), ('100k', 100_000), ('full', None))
 MASK = 'TrainerConfig.mask_out_loss_for_last_step'
@@ -293,9 +305,35 @@ def suite_configs(suite: str) -> List[RunConfig]:
                     replay_capacity=capacity,
                 )
             )
+    elif suite in PRECISION_SUITES:
+        reference, algos = PRECISION_SUITES[suite]
+        task = {'pendulum': PENDULUM, 'hopper': HOPPER}[reference]
+        configs += [
+            RunConfig(
+                f'alf_{a}_bfloat16',
+                'alf_lite',
+                a,
+                task,
+                setting=f'{a.upper()} bfloat16',
+                gin_params=(f"{PRECISION}='bfloat16'",),
+            )
+            for a in algos
+        ]
     else:
         raise ValueError(f'unknown suite {suite!r}; the suites are: {", ".join(SUITES)}')
     return configs
+
+
+def float32_references(suite: str) -> List[RunConfig]:
+    """A precision suite's float32 counterparts: the ``alf_<algo>`` runs of its reference suite."""
+    if suite not in PRECISION_SUITES:
+        return []
+    reference, algos = PRECISION_SUITES[suite]
+    return [
+        config._replace(setting=f'{config.algo.upper()} float32')
+        for config in suite_configs(reference)
+        if config.framework == 'alf_lite' and config.algo in algos
+    ]
 
 
 def suite_runs(
@@ -507,6 +545,37 @@ def compare_with_sb3(stats: dict) -> List[str]:
     return lines
 
 
+def compare_precisions(stats: dict, per_seed: dict) -> List[str]:
+    """One line per task and algorithm: bfloat16's mean and CI against float32's, and each seed.
+
+    Args:
+        stats: as for ``compare_with_sb3``, the labels being ``'<ALGO> bfloat16'``
+            and ``'<ALGO> float32'``.
+        per_seed: ``{label: [final eval return of each run, by seed]}``.
+    """
+
+    def seeds(label):
+        return ', '.join(f'{v:.1f}' for v in per_seed.get(label, []))
+
+    lines = []
+    for (env, label, framework), (mean, lower, upper, n, unfinished) in stats.items():
+        algo, _, precision = label.partition(' ')
+        other = stats.get((env, f'{algo} float32', framework))
+        if precision != 'bfloat16' or other is None:
+            continue
+        f_mean, f_lower, f_upper, f_n, f_unfinished = other
+        overlap = 'overlap' if lower <= f_upper and f_lower <= upper else 'do not overlap'
+        line = (
+            f'- {env} {algo}: bfloat16 {mean:.1f} [{lower:.1f}, {upper:.1f}] ({n} runs: '
+            f'{seeds(label)}), float32 {f_mean:.1f} [{f_lower:.1f}, {f_upper:.1f}] ({f_n} runs: '
+            f'{seeds(f"{algo} float32")}); the intervals {overlap}'
+        )
+        if unfinished or f_unfinished:
+            line += f' ({unfinished + f_unfinished} not finished yet)'
+        lines.append(line + '.')
+    return lines
+
+
 def _mib(nbytes: float) -> str:
     return f'{nbytes / 2**20:.1f} MiB'
 
@@ -524,7 +593,13 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     specs = {}
     for run in suite_runs(suite, seeds=[0]):
         specs.setdefault(run.name, run)
-    found = {name: _seed_dirs(out, suite, name) for name in specs}
+    # A precision suite's float32 runs are another suite's, cut at this suite's length.
+    limit = SUITES[suite].num_env_steps if suite in PRECISION_SUITES else None
+    for config in float32_references(suite):
+        specs[config.name] = BenchmarkRun(
+            PRECISION_SUITES[suite][0], seed=0, num_env_steps=limit, **config._asdict()
+        )
+    found = {name: _seed_dirs(out, spec.suite, name) for name, spec in specs.items()}
     if finished_only:
         found = {name: [d for d in dirs if read_done(d)] for name, dirs in found.items()}
     found = {
@@ -539,7 +614,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     tasks = list(dict.fromkeys(specs[name].task for name in found))
     all_tasks = list(dict.fromkeys(run.task for run in specs.values()))
     os.makedirs(docs_dir, exist_ok=True)
-    rows, codes, stats = [], set(), {}
+    rows, codes, stats, per_seed = [], set(), {}, {}
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     for task in tasks:
         names = [n for n in found if specs[n].task == task]
@@ -561,9 +636,12 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
             per_step, q_end, return_end, q_above = [], [], [], []
             for d in found[name]:
                 xs, ys = read_scalar_if_any(d, EVAL_RETURN)
+                if limit is not None:
+                    xs, ys = xs[xs <= limit], ys[xs <= limit]
                 if not len(ys):
                     continue
                 finals.append(float(ys[-LAST_N:].mean()))
+                per_seed.setdefault(spec.label, []).append(finals[-1])
                 steps.append(int(xs[-1]))
                 done = read_done(d)
                 if done:
@@ -656,6 +734,13 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
             'Q - return: their difference at each evaluation; '
             f"each run's mean over its last {LAST_N} evaluations that have an episode "
             'ending in termination, then mean over runs and CI as above.'
+        )
+    if suite in PRECISION_SUITES:
+        print(
+            f'\nThe float32 rows are the runs of the {PRECISION_SUITES[suite][0]} suite, their '
+            f'evaluations up to {limit} env steps (wall time: the whole run). bfloat16 '
+            "against float32, each run's final eval return by seed:\n\n"
+            + '\n'.join(compare_precisions(stats, per_seed))
         )
     comparisons = compare_with_sb3(stats)
     if comparisons:

@@ -625,3 +625,52 @@ def test_sac_study_cost_times_each_setting_of_a_task():
         assert float(rows[setting][0]) > 0, result.stdout
     assert rows['default'][-1] == '1.00'
     assert 'ICubWalk' not in result.stdout
+
+
+def test_precision_suites_train_bfloat16_and_compare_it_with_the_float32_runs(tmp_path):
+    hopper = learning.suite_runs('precision_hopper')
+    assert {(r.name, r.seed, r.num_env_steps, r.task.env) for r in hopper} == {
+        ('alf_sac_bfloat16', seed, 100_000, 'Hopper-v5') for seed in range(3)
+    }
+    pendulum = learning.suite_runs('precision_pendulum', seeds=[0])
+    assert [r.name for r in pendulum] == ['alf_sac_bfloat16', 'alf_td3_bfloat16']
+    params = learning.alf_gin_params(hopper[0])
+    # The suites pin float32 for every run; the binding after it wins.
+    assert params.index("TrainerConfig.precision='bfloat16'") > params.index(
+        "TrainerConfig.precision='float32'"
+    )
+    assert [(c.name, c.setting) for c in learning.float32_references('precision_pendulum')] == [
+        ('alf_sac', 'SAC float32'),
+        ('alf_td3', 'TD3 float32'),
+    ]
+
+    # The float32 runs go on past the suite's 100k env steps: their later evaluations
+    # are left out of the comparison.
+    out, docs = tmp_path / 'runs', tmp_path / 'docs'
+    finals = {
+        ('precision_hopper', 'alf_sac_bfloat16', 'bfloat16'): [(10.0, 20.0), (30.0, 40.0)],
+        ('hopper', 'alf_sac', 'float32'): [(10.0, 30.0, 999.0), (20.0, 50.0, 999.0)],
+    }
+    for (suite, name, precision), runs in finals.items():
+        for seed, returns in enumerate(runs):
+            run_dir = out / suite / name / f'seed{seed}'
+            run_dir.mkdir(parents=True)
+            rows = [f'{50_000 * (k + 1)},{v}' for k, v in enumerate(returns)]
+            (run_dir / 'progress.csv').write_text(
+                'env_steps,eval/AverageReturn\n' + '\n'.join(rows) + '\n'
+            )
+            (run_dir / 'config.gin').write_text(
+                'TrainerConfig.algorithm_ctor = @SacAlgorithm\n'
+                f"TrainerConfig.precision = '{precision}'\n"
+            )
+    report = _ok(
+        run_script('--suite', 'precision_hopper', '--report', '--out', out, '--docs_dir', docs)
+    )
+    # Each run's final: the mean of its last 3 evaluations up to 100k env steps.
+    assert (
+        '- Hopper-v5 SAC: bfloat16 25.0 [15.0, 35.0] (2 runs: 15.0, 35.0), float32 27.5 '
+        '[20.0, 35.0] (2 runs: 20.0, 35.0); the intervals overlap (4 not finished yet).'
+    ) in report.stdout.splitlines()
+    assert (docs / 'precision_hopper.png').stat().st_size > 0
+    with open(docs / 'precision_hopper.csv', newline='') as f:
+        assert {r['group'] for r in csv.DictReader(f)} == {'SAC bfloat16', 'SAC float32'}
