@@ -9,9 +9,10 @@ entropy -1, a 100k buffer, 1000 uniform random steps before learning, one
 gradient step per env step. Every 1000 env steps each evaluates its
 deterministic policy on 10 episodes; the clock (started before the agent and
 its environments are built) stops at the first evaluation whose mean return
-reaches ``--threshold``. Evaluation time is part of the wall-clock for both
-(alf_lite runs its 10 episodes side by side, SB3's ``EvalCallback`` one after
-another). A run that does not get there within ``--max_steps`` counts as
+reaches ``--threshold``. alf_lite also evaluates the untrained policy at 0 env
+steps, SB3 does not; with a threshold that policy misses, this evaluation only
+adds its time. Evaluation time is part of the wall-clock for both (alf_lite
+runs its 10 episodes side by side, SB3's ``EvalCallback`` one after another). A run that does not get there within ``--max_steps`` counts as
 unsolved. Runs alternate alf_lite / SB3 per seed, each in its own process.
 """
 
@@ -30,7 +31,9 @@ if REPO not in sys.path:  # run as a script: import this checkout's benchmarks
 GIN_FILE = os.path.join(REPO, 'examples', 'sac_pendulum.gin')
 
 
-def run_alf_lite(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
+def run_alf_lite(
+    seed: int, threshold: float, max_steps: int, threads: int, precision: str = 'float32'
+) -> dict:
     """Train until the eval return reaches ``threshold``; time and env steps at that point."""
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.config import parse_config
@@ -55,6 +58,7 @@ def run_alf_lite(seed: int, threshold: float, max_steps: int, threads: int) -> d
             f'TrainerConfig.checkpoint_interval = {10 * max_steps}',
             'TrainerConfig.checkpoint_replay_buffer = False',
             f'TrainerConfig.torch_num_threads = {threads}',
+            f"TrainerConfig.precision = '{precision}'",
         ],
     )
     with tempfile.TemporaryDirectory() as root_dir:
@@ -129,14 +133,24 @@ def main():
     parser.add_argument('--max_steps', type=int, default=20000)
     parser.add_argument('--threads', type=int, default=2, help="alf_lite's torch_num_threads")
     parser.add_argument('--sb3_threads', type=int, default=1, help='torch threads of SB3')
+    parser.add_argument(
+        '--precision',
+        choices=['float32', 'bfloat16'],
+        default='float32',
+        help="alf_lite's TrainerConfig.precision (SB3 trains in float32)",
+    )
     parser.add_argument('--_run', choices=['alf_lite', 'sb3'], help=argparse.SUPPRESS)
     parser.add_argument('--_seed', type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args._run:
-        run = run_alf_lite if args._run == 'alf_lite' else run_sb3
-        threads = args.threads if args._run == 'alf_lite' else args.sb3_threads
-        print(json.dumps(run(args._seed, args.threshold, args.max_steps, threads)))
+        if args._run == 'alf_lite':
+            result = run_alf_lite(
+                args._seed, args.threshold, args.max_steps, args.threads, args.precision
+            )
+        else:
+            result = run_sb3(args._seed, args.threshold, args.max_steps, args.sb3_threads)
+        print(json.dumps(result))
         return
 
     results = {'alf_lite': [], 'sb3': []}
@@ -158,6 +172,8 @@ def main():
                     str(args.threads),
                     '--sb3_threads',
                     str(args.sb3_threads),
+                    '--precision',
+                    args.precision,
                 ],
                 check=True,
                 stdout=subprocess.PIPE,
@@ -178,7 +194,8 @@ def main():
 
     print(
         f'\nSAC Pendulum-v1, eval return >= {args.threshold}, seeds {args.seeds}, '
-        f'torch threads: alf_lite {args.threads}, SB3 {args.sb3_threads}'
+        f'torch threads: alf_lite {args.threads}, SB3 {args.sb3_threads}, '
+        f'alf_lite in {args.precision}'
     )
     print(f'{"":10s} {"median s":>9s} {"median steps":>13s} {"solved":>7s}')
     for name, rs in results.items():

@@ -77,3 +77,27 @@ def test_icub_gait_plays_the_policy_and_both_baselines_on_the_runs_eval_seeds(tm
     (other / 'config.gin').write_text("create_environment.env_name = 'Pendulum-v1'\n")
     refused = run_train(gait + ['--root_dir', str(other)], cwd=tmp_path)
     assert refused.returncode == 2 and 'trained on Pendulum-v1, not ICubWalk-v0' in refused.stderr
+
+
+def test_time_to_solve_runs_both_libraries_and_reports_the_ratio(tmp_path):
+    pytest.importorskip('stable_baselines3')
+    # A threshold any policy reaches: each run stops at its first evaluation, which
+    # for alf_lite is the initial policy's and for SB3's EvalCallback the one after
+    # 1000 steps.
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'time_to_solve.py'), '--seeds', '0']
+        + ['--threshold', '-5000', '--max_steps', '1000', '--precision', 'bfloat16']
+        + ['--threads', '1', '--sb3_threads', '1'],
+        cwd=tmp_path,
+        env={**os.environ, 'OMP_NUM_THREADS': '1'},
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name, steps in (('alf_lite', 0), ('sb3', 1000)):
+        assert re.search(rf'seed 0 {name} *: solved at {steps} env steps', result.stdout), (
+            result.stdout
+        )
+    assert 'torch threads: alf_lite 1, SB3 1, alf_lite in bfloat16' in result.stdout
+    assert re.search(r'ratio alf_lite / SB3 \(median seconds\): [\d.]+', result.stdout)
