@@ -162,6 +162,19 @@ def test_two_critics_are_one_batched_network_and_defaults_are_td3s():
     assert all(o.defaults['lr'] == 3e-4 for o in td3.optimizers.values())
 
 
+def test_default_exploration_noise_takes_the_gaussian_noise_bindings():
+    import gin
+
+    gin.clear_config()
+    try:
+        gin.bind_parameter('GaussianNoise.sigma', 0.3)
+        td3 = Td3Algorithm(observation_dim=3, action_dim=2)
+    finally:
+        gin.clear_config()
+    assert isinstance(td3._exploration_noise, GaussianNoise)
+    assert td3._exploration_noise.sigma == 0.3
+
+
 def test_td3_solves_point_task(tmp_path):
     # Random actions score about -11, the optimal controller about -0.6; with
     # the actor loss's sign flipped (+Q) this run ends at -34 (seeds 0-3 end

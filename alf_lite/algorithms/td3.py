@@ -33,7 +33,8 @@ class Td3Algorithm(DdpgAlgorithm):
 
     Args:
         num_critic_replicas: critics the target takes the minimum of (2).
-        exploration_noise: built noise object; None: ``GaussianNoise(0.1)``.
+        exploration_noise: built noise object; None: ``GaussianNoise()``, whose
+            sigma is 0.1 unless ``GaussianNoise.sigma`` is bound.
         target_update_tau: Polyak factor of the target networks (0.005).
         policy_update_period: d: the actor and both target networks update
             every d train steps, the critics every step (2).
@@ -75,7 +76,7 @@ class Td3Algorithm(DdpgAlgorithm):
             critic_network_ctor=critic_network_ctor,
             num_critic_replicas=num_critic_replicas,
             exploration_noise=(
-                GaussianNoise(0.1) if exploration_noise is None else exploration_noise
+                GaussianNoise() if exploration_noise is None else exploration_noise
             ),
             gamma=gamma,
             target_update_tau=target_update_tau,
