@@ -207,3 +207,19 @@ def test_halfcheetah_example_builds_the_reference_td3():
     assert td3._critic._layers[0].weight.shape == (2, 17 + 6, 256)
     batch = random_batch(b=256, obs_dim=17, act_dim=6)
     assert torch.isfinite(td3.train_step(batch, loss_mask(batch))['critic_loss'])
+
+
+def test_halfcheetah_examples_paper_block_gives_the_papers_settings(tmp_path):
+    # The commented block at the end of the file, uncommented, replaces the
+    # reference implementation's settings.
+    text = open(os.path.join(EXAMPLES, 'td3_halfcheetah.gin')).read()
+    head, block = text.split("# The paper's settings instead of the reference implementation's:\n")
+    gin_file = tmp_path / 'td3_paper.gin'
+    gin_file.write_text(head + ''.join(line[2:] + '\n' for line in block.splitlines()))
+    (tmp_path / 'common').symlink_to(os.path.join(EXAMPLES, 'common'))
+    parse_config([str(gin_file)], [])
+    config = TrainerConfig()
+    assert (config.mini_batch_size, config.initial_collect_steps) == (100, 10000)
+    td3 = config.algorithm_ctor(observation_dim=17, action_dim=6)
+    assert [layer.weight.shape[-1] for layer in td3._critic._layers] == [400, 300, 1]
+    assert [o.defaults['lr'] for o in td3.optimizers.values()] == [1e-3, 1e-3]
