@@ -56,10 +56,13 @@ class SacAlgorithm(OffPolicyAlgorithm):
         target_update_period: update the target critics every this many train steps.
         target_entropy: entropy alpha aims for; None means ``-action_dim``.
         initial_log_alpha: starting ``log(alpha)``; 0 gives alpha = 1.
-        resample_action_per_loss: False: one action sample per state is reused
-            by the actor loss, the alpha loss and (at the next state) the critic
-            target, as ALF does. True: a fresh sample for each loss, as tf-agents
-            does (two more actor passes per update).
+        resample_action_per_loss: False: one action sample per state of a
+            window, reused by the actor loss, the alpha loss and, where the
+            state is also the next state of the row before, the critic target,
+            as ALF does. With 2-row windows no state is both, so only the alpha
+            loss differs between the settings. True: a fresh sample for each
+            loss, as tf-agents does (one more actor pass without gradient per
+            update with 2-row windows, nearly two with long windows).
         actor_optimizer: optimizer ctor taking parameters; None: Adam, lr
             ``DEFAULT_LEARNING_RATE`` (3e-4).
         critic_optimizer: as ``actor_optimizer``, for the critics.
