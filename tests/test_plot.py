@@ -1,9 +1,12 @@
 """``python -m alf_lite.bin.plot`` on runs with known values: the aggregated CSV checked by hand."""
 
+import ast
 import csv
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -16,8 +19,8 @@ RUNS_A = {0: [1, 2, 3], 1: [2, 4, 6], 2: [3, 6, 9]}
 RUNS_B = {0: [0, 10, 5], 1: [0, 10, 6], 2: [0, 10, 7], 3: [4, 10, None]}
 
 
-def write_run(root_dir, lr, seed, returns):
-    """A run as train leaves it: config.gin, and progress.csv with train rows between evals."""
+def write_run(root_dir, lr, seed, returns, extra=''):
+    """A run as train leaves it: config.gin (plus ``extra``), progress.csv with train rows."""
     root_dir.mkdir(parents=True)
     (root_dir / 'config.gin').write_text(
         '# Parameters for actor/Adam:\n'
@@ -25,7 +28,7 @@ def write_run(root_dir, lr, seed, returns):
         f'actor/Adam.lr = {lr}\n\n'
         "create_environment.env_name = 'Pendulum-v1'\n"
         f'TrainerConfig.random_seed = {seed}\n'
-        'TrainerConfig.replay_buffer_length = \\\n    1000\n'
+        'TrainerConfig.replay_buffer_length = \\\n    1000\n' + extra
     )
     with open(root_dir / 'progress.csv', 'w', newline='') as f:
         writer = csv.writer(f)
@@ -76,7 +79,11 @@ def read_curves(path):
 
 def final_table(stdout):
     """``{group: (runs, mean, lower, upper)}`` of the printed final-performance table."""
-    rows = re.findall(r'^(.*?) {2,}(\d+)\s+(-?[\d.]+)\s+\[(-?[\d.]+), (-?[\d.]+)\]$', stdout, re.M)
+    rows = re.findall(
+        r'^(.*?) {2,}(\d+)(?: \(.*?\))? {2,}(-?[\d.]+) {2,}\[(-?[\d.]+), (-?[\d.]+)\]$',
+        stdout,
+        re.M,
+    )
     return {g: (int(n), float(m), float(lo), float(hi)) for g, n, m, lo, hi in rows}
 
 
@@ -274,3 +281,168 @@ def test_progress_csv_that_is_no_table_is_named_with_its_line(grid, tmp_path):
     result = run_plot([str(run), '--out', 'x.png'], tmp_path)
     assert result.returncode == 2 and f'{progress}, line ' in result.stderr, result.stderr
     assert 'Traceback' not in result.stderr
+
+
+def write_progress(root_dir, rows):
+    """A run with only a progress.csv: ``rows`` of (env_steps, wall_time, value), '' for none."""
+    root_dir.mkdir(parents=True)
+    with open(root_dir / 'progress.csv', 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow(['env_steps', 'wall_time', 'train/actor_loss'])
+        writer.writerows(rows)
+
+
+def test_nan_is_no_point_and_spoils_no_later_window(tmp_path):
+    # TD3 logs NaN for its actor loss before the first actor update; inf stays in its windows.
+    values = ['nan', 2, 4, 'inf', 6, 8, 'nan', 10]
+    write_progress(tmp_path / 'td3', [(100 * i, 1e9 + i, v) for i, v in enumerate(values)])
+    args = ['--y', 'train/actor_loss', '--group_by', 'none', '--smoothing', '2', '--last_n', '2']
+    result = run_plot([str(tmp_path / 'td3'), *args, '--out', 'loss.png'], tmp_path)
+    assert_ok(result)
+    curves = read_curves(tmp_path / 'loss.csv')
+    # Points 2, 4, inf, 6, 8, 10 (the NaN rows are none), each averaged with the one before.
+    means = {x: v[0] for (_, x), v in curves.items()}
+    assert means == {100: 2.0, 200: 3.0, 300: float('inf'), 400: float('inf'), 500: 7.0, 700: 9.0}
+    # The last 2 points: 8 and 10.
+    assert final_table(result.stdout) == {'td3': (1, 9.0, 9.0, 9.0)}, result.stdout
+
+
+def test_run_ending_early_is_named_and_the_table_says_so(grid, tmp_path):
+    result = run_plot([str(grid), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    early = grid / f'lr={LR_B},seed=3'
+    assert f'runs ending before its last env_steps 200: {early} (at 100);' in result.stderr
+    b = f'actor/Adam.lr={LR_B}'
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith(b)]
+    assert re.match(rf'{re.escape(b)} +4 \(1 ending at 100\) +7\.00 ', row), row
+    # The final score takes each run's own last points, which the table's title says.
+    assert 'a run that ends early gives its own last points' in result.stdout
+    assert 'ending before' not in run_plot([str(grid / f'lr={LR_A},seed=0')], tmp_path).stderr
+
+
+def test_config_grouping_ignores_the_bindings_a_resume_may_change(tmp_path):
+    # A sweep resumed with another --max_workers: torch_num_threads differs between seeds.
+    runs = tmp_path / 'runs'
+    for lr in (LR_A, LR_B):
+        for seed, threads in ((0, 2), (1, 1)):
+            extra = f'TrainerConfig.torch_num_threads = {threads}\n'
+            extra += f'TrainerConfig.num_env_steps = {200 + 100 * seed}\n'
+            write_run(runs / f'lr={lr},seed={seed}', lr, seed, RUNS_A[seed], extra)
+    result = run_plot([str(runs), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    table = final_table(result.stdout)
+    assert set(table) == {f'actor/Adam.lr={lr}' for lr in (LR_A, LR_B)}, result.stdout
+    assert all(n == 2 for n, *_ in table.values())
+    # Named explicitly, such a parameter still groups.
+    by_threads = run_plot([str(runs), '--group_by', 'TrainerConfig.torch_num_threads'], tmp_path)
+    assert_ok(by_threads)
+    assert set(final_table(by_threads.stdout)) == {
+        f'TrainerConfig.torch_num_threads={n}' for n in (1, 2)
+    }
+
+
+def test_plot_leaves_out_the_parameters_train_lets_a_resume_change():
+    from alf_lite.bin import plot
+
+    # train.py defines its flags on import; read its tuple from the source instead.
+    source = ast.parse(Path(plot.__file__).with_name('train.py').read_text())
+    (value,) = [
+        node.value
+        for node in source.body
+        if isinstance(node, ast.Assign) and node.targets[0].id == 'RESUME_SAFE_PARAMETERS'
+    ]
+    assert plot.RESUME_SAFE_PARAMETERS == ast.literal_eval(value)
+
+
+def test_a_run_moved_aside_or_named_twice_is_not_counted_twice(grid, tmp_path):
+    runs = [grid / f'lr={LR_A},seed={s}' for s in RUNS_A]
+    # train --start_over moved an older seed 0 aside.
+    aside = grid / f'lr={LR_A},seed=0.old-20240101-120000'
+    shutil.copytree(runs[0], aside)
+    result = run_plot([str(grid), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert final_table(result.stdout)[f'actor/Adam.lr={LR_A}'][0] == 3
+    # The same directory given twice, by two paths, is one run.
+    result = run_plot([str(runs[0]), f'runs/{runs[0].name}'], tmp_path)
+    assert_ok(result)
+    assert final_table(result.stdout)['all runs'][0] == 1
+    # Given by name (runs/grid/* names it), it is counted, with a warning.
+    result = run_plot([*map(str, runs), str(aside), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert final_table(result.stdout)['all runs'][0] == 4
+    assert f'{runs[0]} and {aside} have the same TrainerConfig.random_seed (0)' in result.stderr
+
+
+def test_group_by_none_names_runs_by_the_shortest_distinct_path(tmp_path):
+    for sweep in ('A', 'B'):
+        for seed in (0, 1):
+            write_run(tmp_path / sweep / f's{seed}', LR_A, seed, RUNS_A[seed])
+    write_run(tmp_path / 'B' / 'only', LR_A, 2, RUNS_A[2])
+    result = run_plot(['A', 'B', '--group_by', 'none', '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert set(final_table(result.stdout)) == {'A/s0', 'A/s1', 'B/s0', 'B/s1', 'only'}
+
+
+def test_wall_time_is_elapsed_seconds_interpolated_where_runs_differ(tmp_path):
+    # Two seeds started a day apart, with points at different elapsed times.
+    day = 86400
+    write_progress(
+        tmp_path / 'runs' / 'r0', [(0, 1e9, 0), (100, 1e9 + 10, 10), (200, 1e9 + 20, 20)]
+    )
+    write_progress(
+        tmp_path / 'runs' / 'r1',
+        [(0, 1e9 + day, ''), (50, 1e9 + day + 5, 5), (100, 1e9 + day + 15, 25)],
+    )
+    for seed in (0, 1):
+        (tmp_path / 'runs' / f'r{seed}' / 'config.gin').write_text(
+            f'TrainerConfig.random_seed = {seed}\n'
+        )
+    args = [str(tmp_path / 'runs'), '--x', 'wall_time', '--y', 'train/actor_loss', '--band', 'std']
+    assert_ok(run_plot([*args, '--group_by', 'none', '--out', 'each.png'], tmp_path))
+    # Seconds since each run's first row (r1's has no value).
+    assert read_wall_time_curves(tmp_path / 'each.csv') == {
+        ('r0', 0): (0, 1),
+        ('r0', 10): (10, 1),
+        ('r0', 20): (20, 1),
+        ('r1', 5): (5, 1),
+        ('r1', 15): (25, 1),
+    }
+    assert_ok(run_plot([*args, '--out', 'pooled.png'], tmp_path))
+    # Each run counts within its own span of x, interpolated between its points where it has
+    # none: r0 at 5 and 15 gives 5 and 15, r1 at 10 gives (5 + 25) / 2.
+    assert read_wall_time_curves(tmp_path / 'pooled.csv') == {
+        ('all runs', 0): (0, 1),
+        ('all runs', 5): (5, 2),
+        ('all runs', 10): (12.5, 2),
+        ('all runs', 15): (20, 2),
+        ('all runs', 20): (20, 1),
+    }
+
+
+def read_wall_time_curves(path):
+    """``{(group, wall_time): (mean, num_runs)}`` of a curves CSV."""
+    with open(path, newline='') as f:
+        return {
+            (r['group'], float(r['wall_time'])): (float(r['mean']), int(r['num_runs']))
+            for r in csv.DictReader(f)
+        }
+
+
+def write_runs_of_values(root, lr, finals):
+    """One run per value of ``finals``, each evaluated once at step 0 with that return."""
+    for seed, value in enumerate(finals):
+        write_run(root / f'lr={lr},seed={seed}', lr, seed, [value])
+
+
+def test_a_groups_band_does_not_depend_on_the_other_groups_plotted(tmp_path):
+    write_runs_of_values(tmp_path / 'a', LR_A, [0.13, 1.7, 3.1, 7.9, 20.3, 4.4])
+    write_runs_of_values(tmp_path / 'b', LR_B, [1.5, 2.25, 9.0, 0.5])
+    by_lr = ['--group_by', 'actor/Adam.lr']
+    alone = run_plot([str(tmp_path / 'a'), *by_lr, '--out', 'a.png'], tmp_path)
+    # The other group first: its bands were drawn first from a generator both shared.
+    both = run_plot([str(tmp_path / 'b'), str(tmp_path / 'a'), *by_lr, '--out', 'ab.png'], tmp_path)
+    assert_ok(alone)
+    assert_ok(both)
+    a = f'actor/Adam.lr={LR_A}'
+    assert read_curves(tmp_path / 'a.csv')[a, 0] == read_curves(tmp_path / 'ab.csv')[a, 0]
+    assert final_table(alone.stdout)[a] == final_table(both.stdout)[a]

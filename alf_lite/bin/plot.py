@@ -4,27 +4,41 @@ r"""Plot runs grouped over seeds: mean curve with a 95% bootstrap confidence ban
         --group_by config --out curves.png
 
 Each argument is a run's root_dir, or a directory searched for runs (other
-paths are skipped with a note). A run is read from its ``progress.csv``, or
-from its TensorBoard events when it has none. ``--group_by config`` puts runs
-whose ``config.gin`` differ only in ``TrainerConfig.random_seed`` in one group
-and names each group by the gin parameters that differ between them;
-``--label NAME=GROUP`` gives a group a name of your own (e.g.
-``--label 10K=TrainerConfig.replay_buffer_length=833``), used in the legend,
-the CSV and the table.
+paths are skipped with a note); a directory is one run however many paths name
+it. The search skips ``<root_dir>.old-<time>``, where ``train --start_over``
+moves an old run. A run is read from its ``progress.csv``, or from its
+TensorBoard events when it has none; a NaN is no point, as an empty cell is
+(TD3's actor loss before its first actor update). ``--x wall_time`` plots the
+seconds since the run's first row (a pause before a resume included).
 
-Aggregation, per group and per x: the runs that have a point at that x give
-the mean and the band: ``ci``, the 2.5 and 97.5 percentiles of the mean over
-``--num_bootstrap`` resamplings of those runs (with replacement), or ``std``,
-mean +- their standard deviation (ddof 1). ``--smoothing N`` first replaces each
-run's value by the mean of its last N points. Writes the PNG, the aggregated
-curves as a CSV next to it (``curves.csv`` for ``curves.png``: group, x, mean,
-lower, upper, num_runs), and prints the final performance of each group: the
-mean over runs of each run's last ``--last_n`` points, with the same band.
+``--group_by config`` puts runs whose ``config.gin`` differ only in
+``TrainerConfig.random_seed`` and in the bindings a resume may change
+(``RESUME_SAFE_PARAMETERS``) in one group and names each group by the gin
+parameters that differ between them; ``--group_by none`` names each run by the
+shortest end of its path that no other run's path shares. ``--label
+NAME=GROUP`` gives a group a name of your own (e.g. ``--label
+10K=TrainerConfig.replay_buffer_length=833``), used in the legend, the CSV and
+the table. A group holding two runs of one seed and setting is warned about.
+
+Aggregation, per group, at each x where one of its runs has a point: each run
+whose x values span that x gives a value, its own point or else the linear
+interpolation between its points on either side; their mean and band: ``ci``,
+the 2.5 and 97.5 percentiles of the mean over ``--num_bootstrap`` resamplings
+of those runs (with replacement), or ``std``, mean +- their standard deviation
+(ddof 1). A run that ends before the group's last x is named in a warning, and
+the legend and the table count it (``3 runs, 1 ending at 2000``): past its end
+the mean is over fewer runs. ``--smoothing N`` first replaces each run's value
+by the mean of its last N points. Writes the PNG, the aggregated curves as a
+CSV next to it (``curves.csv`` for ``curves.png``: group, x, mean, lower,
+upper, num_runs), and prints the final performance of each group: the mean
+over runs of each run's own last ``--last_n`` points (a run that ends early
+gives those), with the same band.
 """
 
 import csv
 import difflib
 import os
+import re
 import sys
 from typing import Dict, List, Tuple
 
@@ -43,8 +57,27 @@ from alf_lite.runs import (
 
 CONFIDENCE = 0.95
 NUM_BOOTSTRAP = 10_000
-# A fixed seed: the same runs give the same band every time.
+# Each band draws from a generator of its own with this seed: the same values give the
+# same band every time, whatever else is plotted.
 BOOTSTRAP_SEED = 0
+# alf_lite.bin.train.RESUME_SAFE_PARAMETERS, the bindings a resume may change: how long a
+# run goes, how often it reports, where and how fast it computes, not what it learns.
+# (Importing train would define its flags, --root_dir required, in this program.)
+RESUME_SAFE_PARAMETERS = (
+    'TrainerConfig.num_env_steps',
+    'TrainerConfig.summary_interval',
+    'TrainerConfig.eval_interval',
+    'TrainerConfig.checkpoint_interval',
+    'TrainerConfig.num_eval_episodes',
+    'TrainerConfig.torch_num_threads',
+    'TrainerConfig.device',
+    'TrainerConfig.cuda_graph',
+    'TrainerConfig.compile',
+    'TrainerConfig.defer_non_finite_checks',
+    'ReplayBuffer.device',
+)
+# Where ``train --start_over`` moves an old run: ``<root_dir>.old-<%Y%m%d-%H%M%S>``.
+MOVED_ASIDE = re.compile(r'\.old-\d{8}-\d{6}$')
 FIGURE_SIZE_INCHES = (8, 5)
 FIGURE_DPI = 100
 # Opacity of the bands and of the grid lines.
@@ -59,8 +92,10 @@ PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 flags.DEFINE_string(
     'x',
     ENV_STEPS,
-    f'Column along x ({PROGRESS_FILE} column; from '
-    f'TensorBoard events: {ENV_STEPS} or {WALL_TIME}).',
+    f'Column along x ({PROGRESS_FILE} column; from TensorBoard events: {ENV_STEPS} or '
+    f"{WALL_TIME}). {WALL_TIME}: seconds elapsed since the run's first row (a pause "
+    'before a resume included); where runs of a group have points at different x, each '
+    'is interpolated linearly between its own points.',
 )
 flags.DEFINE_string('y', EVAL_RETURN, f'Scalar along y, e.g. {EVAL_RETURN} or train/critic_loss.')
 flags.DEFINE_string(
@@ -73,8 +108,10 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     'group_by',
     'config',
-    "'config': runs that differ only by seed; 'none': "
-    'each run alone; or comma-separated gin parameters, e.g. actor/Adam.lr.',
+    "'config': runs that differ only by seed and by bindings a resume may change (e.g. "
+    "TrainerConfig.torch_num_threads, num_env_steps); 'none': each run alone, named by "
+    'the shortest end of its path that tells it apart; or comma-separated gin parameters, '
+    'e.g. actor/Adam.lr.',
 )
 flags.DEFINE_multi_string(
     'label',
@@ -91,9 +128,17 @@ flags.DEFINE_enum(
     'interval of the mean, or +- one standard deviation.',
 )
 flags.DEFINE_integer(
-    'smoothing', 1, "Moving-average window over each run's last N points; 1: none."
+    'smoothing',
+    1,
+    "Moving-average window over each run's last N points; 1: none. A NaN is no point "
+    '(e.g. an actor loss before the first actor update), as an empty cell is.',
 )
-flags.DEFINE_integer('last_n', 1, 'Final performance: mean of the last N points of each run.')
+flags.DEFINE_integer(
+    'last_n',
+    1,
+    "Final performance: mean of the last N points of each run, a run's own last points "
+    'when it ends before the others.',
+)
 flags.DEFINE_integer('num_bootstrap', NUM_BOOTSTRAP, 'Bootstrap resamplings of the runs.')
 flags.DEFINE_string(
     'out', 'curves.png', 'PNG to write; the aggregated curves go to the same path with .csv.'
@@ -127,7 +172,11 @@ def check_outputs(png: str, csv_path: str) -> None:
 
 
 def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
-    """``(run dirs, skipped paths)``: each path that is a run, and the runs below each directory."""
+    """``(run dirs, skipped paths)``: each path that is a run, and the runs below each directory.
+
+    The search below a directory skips the runs that ``train --start_over`` moved
+    aside (``MOVED_ASIDE``). A directory named by two paths is one run.
+    """
     found, skipped = [], []
     for path in paths:
         below = []
@@ -138,20 +187,45 @@ def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
                 if RunDir(parent).is_run():
                     below.append(parent)
                     dirs.clear()
-                dirs.sort()
+                dirs[:] = sorted(d for d in dirs if not MOVED_ASIDE.search(d))
         (found.extend if below else skipped.append)(below or path)
-    unique = list(dict.fromkeys(os.path.normpath(p) for p in found))
-    return unique, skipped
+    unique: Dict[str, str] = {}
+    for run in found:
+        unique.setdefault(os.path.realpath(run), os.path.normpath(run))
+    return list(unique.values()), skipped
+
+
+def setting(run_dir: str) -> Dict[str, str]:
+    """The bindings of the run's ``config.gin`` that decide what it learns, seed included.
+
+    That is all but ``RESUME_SAFE_PARAMETERS``. Raises FileNotFoundError without config.gin.
+    """
+    bindings = config_bindings(run_dir)
+    return {k: v for k, v in bindings.items() if k not in RESUME_SAFE_PARAMETERS}
+
+
+def distinct_names(run_dirs: List[str]) -> List[str]:
+    """Each run's name: the fewest last components of its path that no other run ends in."""
+    parts = [os.path.normpath(r).split(os.sep) for r in run_dirs]
+    names = []
+    for i, own in enumerate(parts):
+        others = [p for j, p in enumerate(parts) if j != i]
+        k = next(
+            (k for k in range(1, len(own)) if all(p[-k:] != own[-k:] for p in others)),
+            len(own),
+        )
+        names.append(os.sep.join(own[-k:]))
+    return names
 
 
 def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]]:
     """``[(label, run dirs)]`` in the order the groups first appear; raises ValueError."""
     if group_by == 'none':
-        return [(os.path.basename(r) or r, [r]) for r in run_dirs]
+        return [(name, [r]) for name, r in zip(distinct_names(run_dirs), run_dirs)]
     bindings = {}
     for run in run_dirs:
         try:
-            bindings[run] = config_bindings(run)
+            bindings[run] = setting(run) if group_by == 'config' else config_bindings(run)
         except FileNotFoundError:
             raise ValueError(
                 f'{run} has no {CONFIG_FILE} to group by; use --group_by none'
@@ -174,6 +248,18 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
         (', '.join(f'{n}={v}' for n, v in zip(names, key)) or 'all runs', runs)
         for key, runs in groups.items()
     ]
+
+
+def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
+    """The pairs of ``runs`` (each with a config.gin) of one seed and one ``setting``."""
+    first, pairs = {}, []
+    for run in runs:
+        key = tuple(sorted(setting(run).items()))
+        if key in first:
+            pairs.append((first[key], run))
+        else:
+            first[key] = run
+    return pairs
 
 
 def rename_groups(
@@ -211,37 +297,57 @@ def rename_groups(
 
 
 def read_difference(run_dir: str, y: str, y_minus, x: str):
-    """``read_scalar(run_dir, y, x)``, minus ``y_minus`` at the x where both have a value."""
+    """``read_scalar(run_dir, y, x)``, minus ``y_minus`` at the x where both have a value.
+
+    A NaN is no value. With ``x`` ``wall_time``, x is the seconds since the run's
+    first row (without progress.csv: since its first point).
+    """
+    import numpy as np
+
     xs, ys = read_scalar(run_dir, y, x)
-    if y_minus is None:
-        return xs, ys
-    other = dict(zip(*read_scalar(run_dir, y_minus, x)))
-    keep = [i for i, v in enumerate(xs) if v in other]
-    return xs[keep], ys[keep] - [other[xs[i]] for i in keep]
+    if y_minus is not None:
+        other = dict(zip(*read_scalar(run_dir, y_minus, x)))
+        keep = [i for i, v in enumerate(xs) if v in other]
+        xs, ys = xs[keep], ys[keep] - [other[xs[i]] for i in keep]
+    if x == WALL_TIME and len(xs):
+        first_row = os.path.isfile(RunDir(run_dir).progress_file)
+        xs = xs - (read_scalar(run_dir, WALL_TIME, WALL_TIME)[0][0] if first_row else xs[0])
+    keep = ~np.isnan(ys)
+    return xs[keep], ys[keep]
 
 
 def smooth(values, window: int):
-    """Each value replaced by the mean of it and up to ``window - 1`` values before it."""
+    """Each value replaced by the mean of it and up to ``window - 1`` values before it.
+
+    A non-finite value (inf) makes only the means of the windows it is in non-finite.
+    """
     import numpy as np
 
-    cumsum = np.concatenate([[0.0], np.cumsum(values)])
-    i = np.arange(1, len(values) + 1)
-    start = np.maximum(i - window, 0)
-    return (cumsum[i] - cumsum[start]) / (i - start)
+    values = np.asarray(values, dtype=np.float64)
+    # A sum per window, not differences of a running sum: one inf would make all later ones NaN.
+    padded = np.concatenate([np.zeros(window - 1), values])
+    sums = np.lib.stride_tricks.sliding_window_view(padded, window).sum(axis=1)
+    return sums / np.minimum(np.arange(1, len(values) + 1), window)
 
 
-def band(values, kind: str, rng, num_bootstrap: int) -> Tuple[float, float, float]:
+def band(
+    values, kind: str, rng=None, num_bootstrap: int = NUM_BOOTSTRAP
+) -> Tuple[float, float, float]:
     """``(mean, lower, upper)`` of ``values`` (one per run); one value gives a zero-width band.
 
     Args:
         values: one number per run.
         kind: ``'ci'``: the ``CONFIDENCE`` percentile bootstrap interval of the
             mean; ``'std'``: mean +- the standard deviation (ddof 1).
-        rng: ``numpy.random.Generator`` that draws the resamplings.
+        rng: ``numpy.random.Generator`` that draws the resamplings; None: one of
+            its own seeded with ``BOOTSTRAP_SEED``, so that the band depends on
+            ``values`` alone.
         num_bootstrap: number of resamplings of the runs (``'ci'``).
     """
     import numpy as np
 
+    if rng is None:
+        rng = np.random.default_rng(BOOTSTRAP_SEED)
     values = np.asarray(values, dtype=np.float64)
     mean = float(values.mean())
     if len(values) == 1:
@@ -255,17 +361,48 @@ def band(values, kind: str, rng, num_bootstrap: int) -> Tuple[float, float, floa
     return mean, float(lower), float(upper)
 
 
-def aggregate(curves: List[tuple], kind: str, rng, num_bootstrap: int) -> List[tuple]:
-    """``[(x, mean, lower, upper, num_runs)]`` over the union of the runs' x values."""
-    by_x: Dict[float, list] = {}
-    for xs, ys in curves:
-        for x, y in zip(xs, ys):
-            by_x.setdefault(float(x), []).append(y)
-    return [(x, *band(by_x[x], kind, rng, num_bootstrap), len(by_x[x])) for x in sorted(by_x)]
+def aggregate(curves: List[tuple], kind: str, num_bootstrap: int) -> List[tuple]:
+    """``[(x, mean, lower, upper, num_runs)]`` at each x where a run of ``curves`` has a point.
+
+    Args:
+        curves: ``(xs, ys)`` of each run, xs increasing. A run gives a value at
+            each x within ``[xs[0], xs[-1]]``: its point there, or the linear
+            interpolation between its points on either side.
+        kind, num_bootstrap: as for ``band``.
+    """
+    import numpy as np
+
+    grid = np.unique(np.concatenate([xs for xs, _ in curves]))
+    at_grid = np.full((len(curves), len(grid)), np.nan)
+    for row, (xs, ys) in zip(at_grid, curves):
+        spanned = (grid >= xs[0]) & (grid <= xs[-1])
+        row[spanned] = np.interp(grid[spanned], xs, ys)
+    rows = []
+    for x, column in zip(grid, at_grid.T):
+        values = column[~np.isnan(column)]
+        rows.append((float(x), *band(values, kind, None, num_bootstrap), len(values)))
+    return rows
+
+
+def ending_early(curves: Dict[str, tuple]) -> Dict[str, float]:
+    """``{run: its last x}`` of the runs of ``curves`` (``{run: (xs, ys)}``) that end first."""
+    last = max(float(xs[-1]) for xs, _ in curves.values())
+    return {run: float(xs[-1]) for run, (xs, _) in curves.items() if xs[-1] < last}
+
+
+def early_note(early: Dict[str, float]) -> str:
+    """``'1 ending at 2000'`` (``'2 ending at 1000-2000'``) for the runs ``ending_early``."""
+    ends = sorted(early.values())
+    span = _short(ends[0]) + (f'-{_short(ends[-1])}' if ends[-1] > ends[0] else '')
+    return f'{len(early)} ending at {span}'
 
 
 def _number(value: float) -> str:
     return repr(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _short(value: float) -> str:
+    return _number(round(value, 1))
 
 
 def main(argv):
@@ -307,12 +444,28 @@ def main(argv):
     empty = [run for run, (xs, _) in raw.items() if len(xs) == 0]
     if empty:
         fail(f'no {y_name} value yet in {", ".join(empty)}')
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    early = {label: ending_early({r: raw[r] for r in runs}) for label, runs in groups}
+    for label, runs in groups:
+        if early[label]:
+            ends = ', '.join(f'{r} (at {_short(x)})' for r, x in early[label].items())
+            last = max(raw[r][0][-1] for r in runs)
+            print(
+                f'warning: {label}: runs ending before its last {FLAGS.x} {_short(last)}: '
+                f"{ends}; past a run's end the mean is over fewer runs",
+                file=sys.stderr,
+            )
+        if len(runs) > 1:
+            for run, again in same_seed_runs(runs):
+                print(
+                    f'warning: {label}: {run} and {again} have the same {SEED_PARAM} '
+                    f'({setting(run).get(SEED_PARAM, "default")}) and setting: one run twice? '
+                    '(train --start_over moves an old run to <root_dir>.old-<time>)',
+                    file=sys.stderr,
+                )
     curves = {
         label: aggregate(
             [(raw[r][0], smooth(raw[r][1], FLAGS.smoothing)) for r in runs],
             FLAGS.band,
-            rng,
             FLAGS.num_bootstrap,
         )
         for label, runs in groups
@@ -327,7 +480,9 @@ def main(argv):
     fig, ax = plt.subplots(figsize=FIGURE_SIZE_INCHES, dpi=FIGURE_DPI)
     for label, runs in groups:
         x, mean, lower, upper, _ = np.array(curves[label]).T
-        (line,) = ax.plot(x, mean, label=f'{label} ({len(runs)} run{"s" * (len(runs) > 1)})')
+        note = f'{len(runs)} run{"s" * (len(runs) > 1)}'
+        note += f', {early_note(early[label])}' if early[label] else ''
+        (line,) = ax.plot(x, mean, label=f'{label} ({note})')
         ax.fill_between(x, lower, upper, color=line.get_color(), alpha=BAND_ALPHA, linewidth=0)
     ax.set_xlabel(FLAGS.x)
     ax.set_ylabel(y_name)
@@ -354,14 +509,15 @@ def main(argv):
     print(f'plot written to {FLAGS.out}, curves to {csv_path}')
 
     print(
-        f'\nfinal {y_name}: mean over runs of the last {FLAGS.last_n} point(s) of each run, '
-        f'{band_name}'
+        f'\nfinal {y_name}: mean over runs of the last {FLAGS.last_n} point(s) of each run '
+        f'(a run that ends early gives its own last points), {band_name}'
     )
     rows = [('group', 'runs', 'mean', band_name)]
     for label, runs in groups:
         finals = [float(np.mean(raw[r][1][-FLAGS.last_n :])) for r in runs]
-        mean, lower, upper = band(finals, FLAGS.band, rng, FLAGS.num_bootstrap)
-        rows.append((label, str(len(runs)), f'{mean:.2f}', f'[{lower:.2f}, {upper:.2f}]'))
+        mean, lower, upper = band(finals, FLAGS.band, None, FLAGS.num_bootstrap)
+        count = str(len(runs)) + (f' ({early_note(early[label])})' if early[label] else '')
+        rows.append((label, count, f'{mean:.2f}', f'[{lower:.2f}, {upper:.2f}]'))
     widths = [max(len(cell) for cell in column) for column in zip(*rows)]
     for row in rows:
         print('  '.join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
