@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from alf_lite.runs import final_value
 from cli_helpers import (
     PENDULUM,
     TINY,
@@ -18,6 +19,8 @@ from cli_helpers import (
 from test_checkpoint import WritesAFile
 
 EPISODE_STEPS = 5
+# Long enough for bfloat16's rounding of the actions to show in the return.
+LONG_EPISODE_STEPS = 200
 
 
 @pytest.fixture(scope='module')
@@ -36,6 +39,30 @@ def trained_run(tmp_path_factory):
                     'TrainerConfig.checkpoint_interval=1',
                     'TrainerConfig.num_eval_episodes=1',
                     f'create_environment.max_episode_steps={EPISODE_STEPS}',
+                ],
+            )
+        )
+    )
+    return root_dir
+
+
+@pytest.fixture(scope='module')
+def bfloat16_run(tmp_path_factory):
+    """A Pendulum run of seed 2 in bfloat16, 2 env steps, evaluated once at the end."""
+    root_dir = tmp_path_factory.mktemp('play_bfloat16') / 'run'
+    assert_ok(
+        run_train(
+            train_command(
+                root_dir,
+                [PENDULUM],
+                TINY
+                + [
+                    'TrainerConfig.initial_collect_steps=1',
+                    'TrainerConfig.num_env_steps=2',
+                    'TrainerConfig.num_eval_episodes=1',
+                    "TrainerConfig.precision='bfloat16'",
+                    'TrainerConfig.random_seed=2',
+                    f'create_environment.max_episode_steps={LONG_EPISODE_STEPS}',
                 ],
             )
         )
@@ -103,6 +130,31 @@ def test_a_gif_faster_than_players_show_keeps_every_kth_frame(trained_run, tmp_p
     assert iio.imread(gif, index=None).shape[0] == kept
     with Image.open(gif) as image:
         assert image.info['duration'] == pytest.approx(1000 * (12 // kept) / fps, abs=5)
+
+
+def played_returns(result):
+    """The returns of the episodes ``result`` played."""
+    assert_ok(result)
+    played = episodes(result.stdout)
+    assert played and {n for _, n in played} == {LONG_EPISODE_STEPS}
+    return [r for r, _ in played]
+
+
+def test_play_computes_at_the_runs_precision_and_repeats_its_evaluation(bfloat16_run):
+    played = played_returns(run_play(bfloat16_run, '--num_episodes', '2', '--random_seed', '2'))
+    # The eval env is not reseeded between evaluations: the run's second one
+    # (at 2 env steps, after the one at 0) played its second episode, with the
+    # networks of ckpt-2 in bfloat16. Float32 actions make the return differ.
+    assert played[1] == pytest.approx(final_value(str(bfloat16_run)), abs=0.0051)
+
+
+def test_play_seeds_the_env_with_the_runs_seed_unless_told_otherwise(bfloat16_run):
+    default = run_play(bfloat16_run)
+    assert 'with random_seed 2' in default.stdout
+    told = run_play(bfloat16_run, '--random_seed', '0')
+    assert 'with random_seed 0' in told.stdout
+    assert played_returns(default) == played_returns(run_play(bfloat16_run, '--random_seed', '2'))
+    assert played_returns(told) != played_returns(default)
 
 
 def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):

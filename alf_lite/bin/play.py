@@ -4,9 +4,12 @@ r"""Play a trained policy: returns per episode, optionally a video.
 
 Rebuilds the env and the algorithm from ``root_dir/config.gin`` (plus
 ``--gin_param`` overrides) and loads the networks of the latest checkpoint (or
-``--checkpoint_step``): no optimizer state, no replay buffer. The deterministic
-policy acts in one in-process env; each episode's return and length are
-printed, then their means.
+``--checkpoint_step``): no optimizer state, no replay buffer. The networks
+compute at the run's ``TrainerConfig.precision``, and the env is seeded as the
+trainer seeds its first eval env for the run's ``TrainerConfig.random_seed``
+(or ``--random_seed``): episode k starts as that env's k-th evaluation
+episode did, the one at env step 0 first. The deterministic policy acts in one
+in-process env; each episode's return and length are printed, then their means.
 
 A video holds one frame per step plus the reset frame of each episode, the
 episodes one after another: ``sum(length + 1)`` frames, played at the env's
@@ -43,9 +46,9 @@ flags.DEFINE_integer(
 flags.DEFINE_integer('num_episodes', 1, 'Episodes to play.')
 flags.DEFINE_integer(
     'random_seed',
-    0,
-    'Seeds the env as the trainer seeds its first eval env '
-    'for this random_seed (away from the training envs).',
+    None,
+    'Seeds the env as the trainer seeds its first eval env for this random_seed '
+    "(away from the training envs). Default: the run's own TrainerConfig.random_seed.",
 )
 flags.DEFINE_string(
     'record_file', None, 'Write a video of the episodes: a path ending in .mp4 or .gif.'
@@ -106,18 +109,21 @@ def checkpoint_path(root_dir: str, step) -> str:
     return path
 
 
-def load_policy(path: str, observation_dim: int, action_dim: int):
-    """The configured algorithm with the networks of checkpoint ``path``, in eval mode.
+def load_policy(path: str, config, observation_dim: int, action_dim: int):
+    """The algorithm of ``config`` (a ``TrainerConfig``) with the networks of checkpoint ``path``.
 
+    In eval mode, at the run's compute precision, as the trainer evaluates it.
     Reads only the trainer's state, and of it only the networks: no optimizer
     state, no replay buffer.
     """
-    from alf_lite import checkpoint as ckpt
-    from alf_lite.trainer import TrainerConfig
+    import torch
 
-    algorithm = TrainerConfig().algorithm_ctor(
-        observation_dim=observation_dim, action_dim=action_dim
-    )
+    from alf_lite import checkpoint as ckpt
+    from alf_lite.precision import set_network_precision, warn_if_emulated
+
+    algorithm = config.algorithm_ctor(observation_dim=observation_dim, action_dim=action_dim)
+    set_network_precision(algorithm, config.precision)
+    warn_if_emulated(config.precision, torch.device('cpu'))
     try:
         # play runs on the CPU, wherever the checkpoint was trained.
         state = ckpt.trainer_state(ckpt.load_state(path, map_location='cpu'))
@@ -218,7 +224,7 @@ def main(argv):
         fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.')
     if FLAGS.num_episodes <= 0 or (FLAGS.fps is not None and FLAGS.fps <= 0):
         fail('--num_episodes and --fps must be positive.')
-    if FLAGS.random_seed < 0:
+    if FLAGS.random_seed is not None and FLAGS.random_seed < 0:
         fail(f'--random_seed must be >= 0, got {FLAGS.random_seed}')
     if FLAGS.fps is not None and not MIN_FPS <= FLAGS.fps < math.inf:
         fail(f'--fps must be a finite number of at least {MIN_FPS}, got {FLAGS.fps}')
@@ -263,11 +269,13 @@ def main(argv):
 
     try:
         parse_config([config_file], FLAGS.gin_param)
-        torch.set_num_threads(TrainerConfig().torch_num_threads)
+        config = TrainerConfig()
+        torch.set_num_threads(config.torch_num_threads)
+        seed = config.random_seed if FLAGS.random_seed is None else FLAGS.random_seed
         env = create_environment(
             num_parallel_environments=1,
             use_subprocesses=False,
-            seed=eval_env_seeds(FLAGS.random_seed, 1),
+            seed=eval_env_seeds(seed, 1),
             render_mode='rgb_array' if record_file else None,
         )
     except (ConfigError, ValueError, TypeError) as e:
@@ -275,11 +283,11 @@ def main(argv):
         fail(f'{config_file}{given} no longer builds: {e}')
     except EnvironmentCrashedError as e:
         fail(str(e), exit_code=EXIT_FAULT)
-    print(f'playing {path}', flush=True)
+    print(f'playing {path} with random_seed {seed}', flush=True)
     video = None
     try:
-        algorithm = load_policy(path, env.observation_dim, env.action_dim)
-        torch.manual_seed(FLAGS.random_seed)
+        algorithm = load_policy(path, config, env.observation_dim, env.action_dim)
+        torch.manual_seed(seed)
         if record_file is not None:
             fps = FLAGS.fps or env.render_fps or DEFAULT_FPS
             video = VideoWriter(record_file, fps, size)
