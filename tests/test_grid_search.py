@@ -155,6 +155,34 @@ def test_unfinished_run_resumes(tmp_path):
     assert [int(r['env_steps']) for r in deterministic_progress(run_dir)] == [0, 10, 20]
 
 
+def test_finished_run_of_another_config_fails_naming_the_differing_binding(tmp_path):
+    write_inputs(
+        tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
+    )
+    root_dir = tmp_path / 'runs'
+    first = run_grid(tmp_path, root_dir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = root_dir / 'seed=0'
+    progress = (run_dir / 'progress.csv').read_text()
+
+    # A setting a resume may change leaves it the same experiment.
+    same = run_grid(tmp_path, root_dir, '--gin_param', 'TrainerConfig.num_eval_episodes=2')
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert summary(root_dir)['seed=0']['status'] == 'skipped (finished before)'
+
+    changed = run_grid(tmp_path, root_dir, '--gin_param', 'actor/Adam.lr=0.002')
+    assert changed.returncode == 1, changed.stderr[-3000:]
+    assert '0 to train' in changed.stdout
+    row = summary(root_dir)['seed=0']
+    assert row['status'] == 'failed', row
+    assert f'{run_dir} holds another experiment' in row['error']
+    assert "'actor/Adam.lr = 0.002'" in row['error'], row['error']
+    # Its numbers are the old config's, not this sweep's.
+    assert row['final_eval_return'] == row['env_steps'] == ''
+    assert 'holds another experiment' in changed.stdout  # the table shows the error too
+    assert (run_dir / 'progress.csv').read_text() == progress
+
+
 def test_broken_value_fails_its_runs_and_the_others_finish(tmp_path):
     # -1.0 fails when the optimizer is built (in the training process);
     # 'oops(' does not parse (caught before any process starts). One key sets two
@@ -375,7 +403,7 @@ class FakeTraining:
 
 
 @pytest.mark.parametrize('runs_per_gpu', [1, 2])
-def test_local_runs_get_one_gpu_each_round_robin_and_share_it_up_to_runs_per_gpu(
+def test_local_runs_get_one_gpu_each_spread_over_the_gpus_and_share_it_up_to_runs_per_gpu(
     tmp_path, monkeypatch, runs_per_gpu
 ):
     import alf_lite.runs
@@ -396,6 +424,31 @@ def test_local_runs_get_one_gpu_each_round_robin_and_share_it_up_to_runs_per_gpu
     assert all(set(env) == {'CUDA_VISIBLE_DEVICES'} for env in training.env.values())
     assert set(training.started) == {'3', '5'} and set(training.started[:2]) == {'3', '5'}
     assert training.most_in_use == {'3': runs_per_gpu, '5': runs_per_gpu}
+
+
+def test_a_new_run_gets_the_gpu_with_the_fewest_runs_the_first_of_a_tie():
+    from alf_lite.bin.grid_search import GpuPool
+
+    pool = GpuPool(['3', '5'], runs_per_gpu=2)
+    assert [pool.acquire(), pool.acquire()] == ['3', '5']
+    pool.release('3')
+    assert pool.acquire() == '3'
+    pool.release('3')
+    # '5' still holds a run and '3' none: the next run goes to '3', not to '5'
+    # after it, as a queue of freed slots would hand them out.
+    assert pool.acquire() == '3'
+    assert pool.acquire() == '3'  # one run on each: the first of the tie
+    assert pool.acquire() == '5'
+
+    # Both full: the next run waits for a GPU that frees.
+    started = []
+    waiting = threading.Thread(target=lambda: started.append(pool.acquire()))
+    waiting.start()
+    time.sleep(0.1)
+    assert started == []
+    pool.release('5')
+    waiting.join(timeout=5)
+    assert started == ['5']
 
 
 def test_local_runs_without_gpus_keep_their_environment(tmp_path, monkeypatch):

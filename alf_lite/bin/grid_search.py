@@ -20,13 +20,19 @@ parameters that take several values (in the order of ``parameters``, each by
 the shortest end of its name that tells it apart) and the seed, e.g.
 ``lr=0.001,target_update_tau=0.01,seed=2``, with ``TrainerConfig.random_seed``
 set to the seed, as its own ``python -m alf_lite.bin.train`` process (its
-output in ``root_dir/logs/<name>.log``).
+output in ``root_dir/logs/<name>.log``). A parameter with one value is no
+part of the names: giving it a second value renames every run, and the sweep
+trains them all afresh under their new names (renaming the old directories
+to the new names keeps them).
 Nothing is written when the base config with the first value of every
 parameter does not parse (a misspelt name), or when a name would not fit in
 a file name: use a gin macro for a long value (``big = (...)`` in a gin file,
 ``"%big"`` in the search config, and the run is named ``...=big``).
 A run whose latest checkpoint reached ``num_env_steps`` is skipped and an
 unfinished one resumes, so running the same command again continues a sweep.
+A run whose saved config.gin differs from the sweep's in more than what a
+resume may change (train's check of a root_dir) is another experiment: it
+fails, naming the differing bindings, whether it finished or not.
 A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
 ``root_dir/grid_summary.csv``); the exit code is 1 when a run failed.
@@ -39,12 +45,13 @@ config is sent as text, but ``--root_dir`` must be storage that every node of
 the cluster sees at the same absolute path.
 
 GPUs: locally, each run gets one of the visible GPUs through its
-``CUDA_VISIBLE_DEVICES``, round-robin, and at most ``--runs_per_gpu`` runs
-share a GPU at a time (the pool holds at most GPUs x runs_per_gpu workers);
-``--runs_per_gpu 0`` hands out no GPU. On Ray each run requests
-``--num_gpus_per_run`` GPUs, which may be a fraction (0.25: four runs per
-GPU); Ray sets their ``CUDA_VISIBLE_DEVICES``. The runs' ``TrainerConfig.device``
-(default 'auto') then picks the GPU they were given.
+``CUDA_VISIBLE_DEVICES``, the one with the fewest runs on it (of those, the
+first), and at most ``--runs_per_gpu`` runs share a GPU at a time (the pool
+holds at most GPUs x runs_per_gpu workers); ``--runs_per_gpu 0`` hands out
+no GPU. On Ray each run requests ``--num_gpus_per_run`` GPUs, which may be a
+fraction (0.25: four runs per GPU); Ray sets their ``CUDA_VISIBLE_DEVICES``.
+The runs' ``TrainerConfig.device`` (default 'auto') then picks the GPU they
+were given.
 """
 
 import concurrent.futures
@@ -53,9 +60,10 @@ import itertools
 import json
 import math
 import os
-import queue
 import re
+import subprocess
 import sys
+import threading
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
@@ -63,7 +71,7 @@ from absl import app, flags
 
 from alf_lite.bin.cli import EXIT_FAULT, fail, output_root_dir, parse_flags, user_message
 from alf_lite.run_dir import CONFIG_FILE, RunDir
-from alf_lite.runs import SEED_PARAM, final_value, train_in_subprocess
+from alf_lite.runs import SEED_PARAM, final_value, subprocess_env, train_in_subprocess
 
 flags.DEFINE_string(
     'search_config',
@@ -117,6 +125,13 @@ SUMMARY_FILE = 'grid_summary.csv'
 LOG_DIR = 'logs'
 LOG_SUFFIX = '.log'
 NAME_MAX = 255  # bytes in a file name on common file systems (ext4, xfs, btrfs, tmpfs)
+# train's check of a root_dir against a config (text on stdin), in a process of its
+# own: train's module defines flags of the same names as this one.
+CHECK_EXPERIMENT = (
+    'import sys\n'
+    'from alf_lite.bin.train import check_same_experiment\n'
+    'check_same_experiment(sys.argv[1], sys.stdin.read())\n'
+)
 
 
 class SearchSpace(NamedTuple):
@@ -327,9 +342,61 @@ def is_finished(run: GridRun) -> bool:
     return steps is not None and steps >= run.num_env_steps
 
 
-def gpu_slots(gpus: Sequence[str], runs_per_gpu: int) -> List[str]:
-    """One entry per run that may hold a GPU at a time, round-robin over ``gpus``."""
-    return [gpu for _ in range(runs_per_gpu) for gpu in gpus]
+def other_experiment(run: GridRun) -> Optional[str]:
+    """Why ``run``'s saved config.gin is another experiment than the sweep's, or None.
+
+    The answer of train's own check (``alf_lite.bin.train.check_same_experiment``),
+    which ignores the bindings a resume may change; a saved config equal to the
+    sweep's needs no check.
+    """
+    try:
+        with open(RunDir(run.root_dir).config_file) as f:
+            if f.read() == run.config_text:
+                return None
+    except OSError:
+        pass  # the check names what is missing
+    checked = subprocess.run(
+        [sys.executable, '-c', CHECK_EXPERIMENT, run.root_dir],
+        input=run.config_text,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(1),
+    )
+    if checked.returncode == 0:
+        return None
+    lines = checked.stderr.strip().splitlines() or [f'exit code {checked.returncode}']
+    return lines[-1].removeprefix('error: ')
+
+
+class GpuPool:
+    """Hands each new run the GPU with the fewest runs on it, at most ``runs_per_gpu`` each.
+
+    Of the GPUs with the fewest runs, the first in ``gpus`` is taken, so that a
+    GPU is shared only when every other one holds as many runs.
+
+    Args:
+        gpus: the GPU ids, as ``CUDA_VISIBLE_DEVICES`` names them.
+        runs_per_gpu: runs one GPU holds at a time (>= 1).
+    """
+
+    def __init__(self, gpus: Sequence[str], runs_per_gpu: int):
+        self._runs = dict.fromkeys(gpus, 0)
+        self._runs_per_gpu = runs_per_gpu
+        self._changed = threading.Condition()
+
+    def acquire(self) -> str:
+        """The GPU for a run that starts now; waits while every GPU is full."""
+        with self._changed:
+            self._changed.wait_for(lambda: min(self._runs.values()) < self._runs_per_gpu)
+            gpu = min(self._runs, key=self._runs.get)
+            self._runs[gpu] += 1
+            return gpu
+
+    def release(self, gpu: str) -> None:
+        """Hand back the GPU of a run that ended."""
+        with self._changed:
+            self._runs[gpu] -= 1
+            self._changed.notify()
 
 
 def run_local(
@@ -342,19 +409,17 @@ def run_local(
 ) -> None:
     """Train ``todo`` in at most ``max_workers`` subprocesses at a time.
 
-    With ``gpus``, each run takes a free slot of ``gpu_slots(gpus, runs_per_gpu)``
-    and sees that GPU alone; runs wait for a slot when all are taken.
+    With ``gpus``, each run takes a GPU of ``GpuPool(gpus, runs_per_gpu)`` and
+    sees that GPU alone; runs wait for one when every GPU is full.
     """
     from alf_lite.runs import train_in_subprocess
 
-    slots = queue.Queue()
-    for gpu in gpu_slots(gpus, runs_per_gpu):
-        slots.put(gpu)
+    gpu_pool = GpuPool(gpus, runs_per_gpu) if gpus else None
 
     def train_one(run):
-        if not gpus:
+        if gpu_pool is None:
             return train_in_subprocess(run.root_dir, run.config_text, num_threads, run.log_path)
-        gpu = slots.get()
+        gpu = gpu_pool.acquire()
         try:
             return train_in_subprocess(
                 run.root_dir,
@@ -364,7 +429,7 @@ def run_local(
                 extra_env={'CUDA_VISIBLE_DEVICES': gpu},
             )
         finally:
-            slots.put(gpu)
+            gpu_pool.release(gpu)
 
     def train(run):
         start = time.time()
@@ -448,13 +513,15 @@ def summary_rows(runs: List[GridRun], results: Dict[str, dict]) -> List[dict]:
     rows = []
     for run in runs:
         result = results[run.name]
+        # The numbers of another experiment are not this sweep's.
+        ours = not result.get('other_experiment')
         rows.append(
             {
                 'run': run.name,
                 'status': result['status'],
                 'seed': run.seed,
-                'final_eval_return': final_value(run.root_dir),
-                'env_steps': RunDir(run.root_dir).latest_checkpoint_env_steps(),
+                'final_eval_return': final_value(run.root_dir) if ours else None,
+                'env_steps': RunDir(run.root_dir).latest_checkpoint_env_steps() if ours else None,
                 'wall_time_s': result.get('wall_time_s'),
                 'error': result.get('error') or '',
             }
@@ -554,7 +621,12 @@ def main(argv):
         if run.error:
             results[run.name] = {'status': 'failed', 'error': run.error}
         elif is_finished(run):
-            results[run.name] = {'status': 'skipped (finished before)'}
+            other = other_experiment(run)
+            results[run.name] = (
+                {'status': 'skipped (finished before)'}
+                if other is None
+                else {'status': 'failed', 'error': other, 'other_experiment': True}
+            )
     todo = [run for run in runs if run.name not in results]
     if FLAGS.ray_address:
         backend = (
@@ -571,7 +643,7 @@ def main(argv):
     print(
         f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
         f'({num_threads} torch thread(s) each), {len(runs) - len(todo)} not started '
-        '(finished before, or a config that does not parse).',
+        '(finished before, possibly with another config, or a config that does not parse).',
         flush=True,
     )
 
