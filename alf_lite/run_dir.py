@@ -12,8 +12,13 @@ Code reaches these paths through ``RunDir`` and the checkpoint names through
 
 One process at a time trains in a root_dir: it holds ``RunDirLock``, an
 advisory lock on the directory itself (no file is added to the run).
+
+Which configs are one experiment (``experiment_difference``, ignoring
+``RESUME_SAFE_PARAMETERS``) and where ``train --start_over`` moves an old run
+(``moved_aside_path``, recognised by ``MOVED_ASIDE``) are decided here too.
 """
 
+import datetime
 import fcntl
 import os
 import re
@@ -30,6 +35,25 @@ CHECKPOINT_DIR = 'checkpoints'
 TRAIN = 'train'
 EVAL = 'eval'
 SUMMARY_MODES = (TRAIN, EVAL)
+
+# Bindings that may change when a run is resumed: they set how long it runs, how
+# often it reports, and where and how fast it computes (a checkpoint loads on any
+# device), not what it learns.
+RESUME_SAFE_PARAMETERS = (
+    'TrainerConfig.num_env_steps',
+    'TrainerConfig.summary_interval',
+    'TrainerConfig.eval_interval',
+    'TrainerConfig.checkpoint_interval',
+    'TrainerConfig.num_eval_episodes',
+    'TrainerConfig.torch_num_threads',
+    'TrainerConfig.device',
+    'TrainerConfig.cuda_graph',
+    'TrainerConfig.compile',
+    'TrainerConfig.defer_non_finite_checks',
+    'ReplayBuffer.device',
+)
+# Where ``train --start_over`` moves an old run: ``<root_dir>.old-<%Y%m%d-%H%M%S>``.
+MOVED_ASIDE = re.compile(r'\.old-\d{8}-\d{6}$')
 
 _CHECKPOINT_PREFIX = 'ckpt-'
 _CHECKPOINT_NAME = re.compile(rf'^{_CHECKPOINT_PREFIX}(\d+)$')
@@ -182,3 +206,48 @@ def run_dir_in_use(root: str) -> bool:
             return False
     except RunDirInUseError:
         return True
+
+
+def moved_aside_path(root_dir: str) -> str:
+    """Where ``train --start_over`` moves the experiment in ``root_dir`` now."""
+    return f'{root_dir}.old-{datetime.datetime.now():%Y%m%d-%H%M%S}'
+
+
+def experiment_bindings(config_text: str) -> List[str]:
+    """The binding lines of a gin config text, without those a resume may change."""
+    lines = [line.strip() for line in config_text.splitlines()]
+    return [
+        line
+        for line in lines
+        if line
+        and not line.startswith('#')
+        and line.split('=')[0].strip() not in RESUME_SAFE_PARAMETERS
+    ]
+
+
+def experiment_difference(root_dir: str, new_config: str) -> Optional[str]:
+    """Why ``root_dir`` holds another experiment than the config text ``new_config``, or None.
+
+    None also for a missing or empty root_dir. The bindings of
+    ``RESUME_SAFE_PARAMETERS`` may differ.
+    """
+    if not os.path.isdir(root_dir) or not os.listdir(root_dir):
+        return None
+    config_file = RunDir(root_dir).config_file
+    if not os.path.exists(config_file):
+        return (
+            f'{root_dir} is not empty and holds no {CONFIG_FILE}: it is not an alf_lite '
+            'experiment. Choose another --root_dir.'
+        )
+    with open(config_file) as f:
+        old = experiment_bindings(f.read())
+    new = experiment_bindings(new_config)
+    if old == new:
+        return None
+    differing = sorted(set(old) ^ set(new))
+    return (
+        f'{root_dir} holds another experiment: its {CONFIG_FILE} differs from the given '
+        f'config in {len(differing)} binding line(s), e.g. {differing[:4]}. Resume it '
+        'with --root_dir alone (plus --gin_param overrides), pick another --root_dir, '
+        'or pass --start_over to move the old one aside and start afresh.'
+    )

@@ -61,7 +61,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -70,8 +69,8 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 from absl import app, flags
 
 from alf_lite.bin.cli import EXIT_FAULT, fail, output_root_dir, parse_flags, user_message
-from alf_lite.run_dir import CONFIG_FILE, RunDir
-from alf_lite.runs import SEED_PARAM, final_value, subprocess_env, train_in_subprocess
+from alf_lite.run_dir import CONFIG_FILE, RunDir, experiment_difference
+from alf_lite.runs import SEED_PARAM, final_value, train_in_subprocess
 
 flags.DEFINE_string(
     'search_config',
@@ -125,13 +124,6 @@ SUMMARY_FILE = 'grid_summary.csv'
 LOG_DIR = 'logs'
 LOG_SUFFIX = '.log'
 NAME_MAX = 255  # bytes in a file name on common file systems (ext4, xfs, btrfs, tmpfs)
-# train's check of a root_dir against a config (text on stdin), in a process of its
-# own: train's module defines flags of the same names as this one.
-CHECK_EXPERIMENT = (
-    'import sys\n'
-    'from alf_lite.bin.train import check_same_experiment\n'
-    'check_same_experiment(sys.argv[1], sys.stdin.read())\n'
-)
 
 
 class SearchSpace(NamedTuple):
@@ -345,27 +337,10 @@ def is_finished(run: GridRun) -> bool:
 def other_experiment(run: GridRun) -> Optional[str]:
     """Why ``run``'s saved config.gin is another experiment than the sweep's, or None.
 
-    The answer of train's own check (``alf_lite.bin.train.check_same_experiment``),
-    which ignores the bindings a resume may change; a saved config equal to the
-    sweep's needs no check.
+    train's own check (``alf_lite.run_dir.experiment_difference``), which ignores
+    the bindings a resume may change.
     """
-    try:
-        with open(RunDir(run.root_dir).config_file) as f:
-            if f.read() == run.config_text:
-                return None
-    except OSError:
-        pass  # the check names what is missing
-    checked = subprocess.run(
-        [sys.executable, '-c', CHECK_EXPERIMENT, run.root_dir],
-        input=run.config_text,
-        capture_output=True,
-        text=True,
-        env=subprocess_env(1),
-    )
-    if checked.returncode == 0:
-        return None
-    lines = checked.stderr.strip().splitlines() or [f'exit code {checked.returncode}']
-    return lines[-1].removeprefix('error: ')
+    return experiment_difference(run.root_dir, run.config_text)
 
 
 class GpuPool:

@@ -38,14 +38,19 @@ gives those), with the same band.
 import csv
 import difflib
 import os
-import re
 import sys
 from typing import Dict, List, Tuple
 
 from absl import app, flags
 
 from alf_lite.bin.cli import fail, parse_flags
-from alf_lite.run_dir import CONFIG_FILE, PROGRESS_FILE, RunDir
+from alf_lite.run_dir import (
+    CONFIG_FILE,
+    MOVED_ASIDE,
+    PROGRESS_FILE,
+    RESUME_SAFE_PARAMETERS,
+    RunDir,
+)
 from alf_lite.runs import (
     ENV_STEPS,
     EVAL_RETURN,
@@ -60,24 +65,6 @@ NUM_BOOTSTRAP = 10_000
 # Each band draws from a generator of its own with this seed: the same values give the
 # same band every time, whatever else is plotted.
 BOOTSTRAP_SEED = 0
-# alf_lite.bin.train.RESUME_SAFE_PARAMETERS, the bindings a resume may change: how long a
-# run goes, how often it reports, where and how fast it computes, not what it learns.
-# (Importing train would define its flags, --root_dir required, in this program.)
-RESUME_SAFE_PARAMETERS = (
-    'TrainerConfig.num_env_steps',
-    'TrainerConfig.summary_interval',
-    'TrainerConfig.eval_interval',
-    'TrainerConfig.checkpoint_interval',
-    'TrainerConfig.num_eval_episodes',
-    'TrainerConfig.torch_num_threads',
-    'TrainerConfig.device',
-    'TrainerConfig.cuda_graph',
-    'TrainerConfig.compile',
-    'TrainerConfig.defer_non_finite_checks',
-    'ReplayBuffer.device',
-)
-# Where ``train --start_over`` moves an old run: ``<root_dir>.old-<%Y%m%d-%H%M%S>``.
-MOVED_ASIDE = re.compile(r'\.old-\d{8}-\d{6}$')
 FIGURE_SIZE_INCHES = (8, 5)
 FIGURE_DPI = 100
 # Opacity of the bands and of the grid lines.

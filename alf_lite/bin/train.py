@@ -18,14 +18,19 @@ final checkpoint was written), also while an env call hangs.
 """
 
 import contextlib
-import datetime
 import os
 import sys
 
 from absl import app, flags, logging
 
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, output_root_dir, parse_flags
-from alf_lite.run_dir import CONFIG_FILE, RunDir, RunDirInUseError
+from alf_lite.run_dir import (
+    CONFIG_FILE,
+    RunDir,
+    RunDirInUseError,
+    experiment_difference,
+    moved_aside_path,
+)
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
 flags.DEFINE_multi_string(
@@ -45,57 +50,12 @@ flags.DEFINE_bool(
 flags.mark_flag_as_required('root_dir')
 FLAGS = flags.FLAGS
 
-# Bindings that may change when a run is resumed: they set how long it runs, how
-# often it reports, and where and how fast it computes (a checkpoint loads on any
-# device), not what it learns.
-RESUME_SAFE_PARAMETERS = (
-    'TrainerConfig.num_env_steps',
-    'TrainerConfig.summary_interval',
-    'TrainerConfig.eval_interval',
-    'TrainerConfig.checkpoint_interval',
-    'TrainerConfig.num_eval_episodes',
-    'TrainerConfig.torch_num_threads',
-    'TrainerConfig.device',
-    'TrainerConfig.cuda_graph',
-    'TrainerConfig.compile',
-    'TrainerConfig.defer_non_finite_checks',
-    'ReplayBuffer.device',
-)
-
-
-def _bindings(config_text: str):
-    """The binding lines of a gin config text, without those a resume may change."""
-    lines = [line.strip() for line in config_text.splitlines()]
-    return [
-        line
-        for line in lines
-        if line
-        and not line.startswith('#')
-        and line.split('=')[0].strip() not in RESUME_SAFE_PARAMETERS
-    ]
-
 
 def check_same_experiment(root_dir: str, new_config: str) -> None:
     """Refuse a root_dir that holds a different experiment than ``new_config``."""
-    config_file = RunDir(root_dir).config_file
-    if not os.path.isdir(root_dir) or not os.listdir(root_dir):
-        return
-    if not os.path.exists(config_file):
-        fail(
-            f'{root_dir} is not empty and holds no {CONFIG_FILE}: it is not an alf_lite '
-            'experiment. Choose another --root_dir.'
-        )
-    with open(config_file) as f:
-        old = _bindings(f.read())
-    new = _bindings(new_config)
-    if old != new:
-        differing = sorted(set(old) ^ set(new))
-        fail(
-            f'{root_dir} holds another experiment: its {CONFIG_FILE} differs from the given '
-            f'config in {len(differing)} binding line(s), e.g. {differing[:4]}. Resume it '
-            'with --root_dir alone (plus --gin_param overrides), pick another --root_dir, '
-            'or pass --start_over to move the old one aside and start afresh.'
-        )
+    difference = experiment_difference(root_dir, new_config)
+    if difference is not None:
+        fail(difference)
 
 
 def build_trainer(gin_files, gin_params, root_dir, check_experiment):
@@ -185,7 +145,7 @@ def main(argv):
         # Before anything is written or moved: another train may be in root_dir.
         lock_or_fail(trainer)
         if FLAGS.start_over and existed:
-            aside = f'{root_dir}.old-{datetime.datetime.now():%Y%m%d-%H%M%S}'
+            aside = moved_aside_path(root_dir)
             os.rename(root_dir, aside)
             logging.warning('moved the previous experiment to %s', aside)
             trainer.unlock_root_dir()
