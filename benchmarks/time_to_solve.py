@@ -2,18 +2,19 @@ r"""Wall-clock time until SAC solves Pendulum-v1: alf_lite vs Stable-Baselines3.
 
     python benchmarks/time_to_solve.py --seeds 0 1 2
 
-Both run SAC with the hyperparameters of ``examples/sac_pendulum.gin``:
-256x256 networks, batch 256, Adam lr 1e-3 (actor, critics, temperature),
-tau 0.005, gamma 0.99, automatic temperature starting at alpha = 1 with target
-entropy -1, a 100k buffer, 1000 uniform random steps before learning, one
-gradient step per env step. Every 1000 env steps each evaluates its
-deterministic policy on 10 episodes; the clock (started before the agent and
-its environments are built) stops at the first evaluation whose mean return
-reaches ``--threshold``. alf_lite also evaluates the untrained policy at 0 env
-steps, SB3 does not; with a threshold that policy misses, this evaluation only
-adds its time. Evaluation time is part of the wall-clock for both (alf_lite
-runs its 10 episodes side by side, SB3's ``EvalCallback`` one after another). A run that does not get there within ``--max_steps`` counts as
-unsolved. Runs alternate alf_lite / SB3 per seed, each in its own process.
+Both run SAC with the hyperparameters of ``examples/sac_pendulum.gin``: 256x256
+networks, batch 256, Adam lr 1e-3 (actor, critics, temperature), tau 0.005,
+gamma 0.99, automatic temperature starting at alpha = 1 with target entropy -1,
+a 100k buffer, 1000 uniform random steps before learning, one gradient step per
+env step. Every 1000 env steps each evaluates its deterministic policy on 10
+episodes; the clock (started before the agent and its environments are built)
+stops at the first evaluation whose mean return reaches ``--threshold``.
+alf_lite also evaluates the untrained policy at 0 env steps, SB3 does not; with
+a threshold that policy misses, this evaluation only adds its time. Evaluation
+time is part of the wall-clock for both (alf_lite runs its 10 episodes side by
+side, SB3's ``EvalCallback`` one after another). A run that does not get there
+within ``--max_steps`` counts as unsolved. Runs alternate alf_lite / SB3 per
+seed, each in its own process.
 """
 
 import argparse
