@@ -222,11 +222,12 @@ def test_label_for_no_group_names_the_groups_and_writes_nothing(grid, tmp_path, 
     assert not (tmp_path / 'curves.png').exists() and not (tmp_path / 'curves.csv').exists()
 
 
-def test_two_groups_given_one_name_is_refused(grid, tmp_path):
+def test_two_groups_given_one_name_are_pooled(grid, tmp_path):
     labels = [f'same=actor/Adam.lr={lr}' for lr in (LR_A, LR_B)]
     result = run_plot([str(grid), '--label', labels[0], '--label', labels[1]], tmp_path)
-    assert result.returncode == 2, result.stderr
-    assert "--label gives two groups the name 'same'" in result.stderr
+    assert_ok(result)
+    assert {g for g, _ in read_curves(tmp_path / 'curves.csv')} == {'same'}
+    assert final_table(result.stdout)['same'][0] == len(RUNS_A) + len(RUNS_B)
 
 
 def test_out_that_would_overwrite_a_file_plot_did_not_write_is_refused(grid, tmp_path):

@@ -255,7 +255,8 @@ def rename_groups(
     """``groups`` with each ``NAME=GROUP`` of ``labels`` applied; raises ValueError.
 
     Group names hold ``=`` (``parameter=value``) and so may names, so a label is
-    read as the name of the longest group it ends with, after a ``=``.
+    read as the name of the longest group it ends with, after a ``=``. Groups
+    given one name are pooled into one, where the first of them was.
     """
     known = [label for label, _ in groups]
     names, unknown = {}, []
@@ -275,12 +276,10 @@ def rename_groups(
             f"--label {', '.join(map(repr, unknown))} ends in no group's name; the groups "
             'are: ' + ', '.join(map(repr, known))
         )
-    renamed = [(names.get(label, label), runs) for label, runs in groups]
-    seen = [label for label, _ in renamed]
-    twice = sorted({label for label in seen if seen.count(label) > 1})
-    if twice:
-        raise ValueError(f'--label gives two groups the name {", ".join(map(repr, twice))}')
-    return renamed
+    pooled: Dict[str, List[str]] = {}
+    for label, runs in groups:
+        pooled.setdefault(names.get(label, label), []).extend(runs)
+    return list(pooled.items())
 
 
 def read_difference(run_dir: str, y: str, y_minus, x: str):
