@@ -23,51 +23,41 @@ EPISODE_STEPS = 5
 LONG_EPISODE_STEPS = 200
 
 
+def tiny_pendulum_run(tmp_path_factory, name, params):
+    """A Pendulum run of 2 env steps (1 random), with ``params`` added."""
+    root_dir = tmp_path_factory.mktemp(name) / 'run'
+    base = ['TrainerConfig.initial_collect_steps=1', 'TrainerConfig.num_env_steps=2']
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], TINY + base + params)))
+    return root_dir
+
+
 @pytest.fixture(scope='module')
 def trained_run(tmp_path_factory):
     """A Pendulum run of 2 env steps with checkpoints at 1 and 2."""
-    root_dir = tmp_path_factory.mktemp('play') / 'run'
-    assert_ok(
-        run_train(
-            train_command(
-                root_dir,
-                [PENDULUM],
-                TINY
-                + [
-                    'TrainerConfig.initial_collect_steps=1',
-                    'TrainerConfig.num_env_steps=2',
-                    'TrainerConfig.checkpoint_interval=1',
-                    'TrainerConfig.num_eval_episodes=1',
-                    f'create_environment.max_episode_steps={EPISODE_STEPS}',
-                ],
-            )
-        )
+    return tiny_pendulum_run(
+        tmp_path_factory,
+        'play',
+        [
+            'TrainerConfig.checkpoint_interval=1',
+            'TrainerConfig.num_eval_episodes=1',
+            f'create_environment.max_episode_steps={EPISODE_STEPS}',
+        ],
     )
-    return root_dir
 
 
 @pytest.fixture(scope='module')
 def bfloat16_run(tmp_path_factory):
     """A Pendulum run of seed 2 in bfloat16, 2 env steps, evaluated once at the end."""
-    root_dir = tmp_path_factory.mktemp('play_bfloat16') / 'run'
-    assert_ok(
-        run_train(
-            train_command(
-                root_dir,
-                [PENDULUM],
-                TINY
-                + [
-                    'TrainerConfig.initial_collect_steps=1',
-                    'TrainerConfig.num_env_steps=2',
-                    'TrainerConfig.num_eval_episodes=1',
-                    "TrainerConfig.precision='bfloat16'",
-                    'TrainerConfig.random_seed=2',
-                    f'create_environment.max_episode_steps={LONG_EPISODE_STEPS}',
-                ],
-            )
-        )
+    return tiny_pendulum_run(
+        tmp_path_factory,
+        'play_bfloat16',
+        [
+            'TrainerConfig.num_eval_episodes=1',
+            "TrainerConfig.precision='bfloat16'",
+            'TrainerConfig.random_seed=2',
+            f'create_environment.max_episode_steps={LONG_EPISODE_STEPS}',
+        ],
     )
-    return root_dir
 
 
 def run_play(root_dir, *args):
