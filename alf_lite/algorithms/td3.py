@@ -75,9 +75,7 @@ class Td3Algorithm(DdpgAlgorithm):
             actor_network_ctor=actor_network_ctor,
             critic_network_ctor=critic_network_ctor,
             num_critic_replicas=num_critic_replicas,
-            exploration_noise=(
-                GaussianNoise() if exploration_noise is None else exploration_noise
-            ),
+            exploration_noise=(GaussianNoise() if exploration_noise is None else exploration_noise),
             gamma=gamma,
             target_update_tau=target_update_tau,
             target_update_period=policy_update_period,
