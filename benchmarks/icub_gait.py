@@ -81,6 +81,7 @@ def main(argv=None) -> int:
     from alf_lite.config import parse_config
     from alf_lite.run_dir import RunDir
     from alf_lite.seeding import eval_env_seeds
+    from alf_lite.trainer import TrainerConfig
 
     torch.set_num_threads(1)
     root_dir = os.path.abspath(args.root_dir)
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
     low, high = env.action_space.low, env.action_space.high
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     path = checkpoint_path(root_dir, args.checkpoint_step)
-    algorithm = load_policy(path, obs_dim, act_dim)
+    algorithm = load_policy(path, TrainerConfig(), obs_dim, act_dim)
     seeds = eval_env_seeds(args.random_seed, args.num_episodes)
     rng = np.random.default_rng(args.random_seed)
 
