@@ -334,15 +334,6 @@ def is_finished(run: GridRun) -> bool:
     return steps is not None and steps >= run.num_env_steps
 
 
-def other_experiment(run: GridRun) -> Optional[str]:
-    """Why ``run``'s saved config.gin is another experiment than the sweep's, or None.
-
-    train's own check (``alf_lite.run_dir.experiment_difference``), which ignores
-    the bindings a resume may change.
-    """
-    return experiment_difference(run.root_dir, run.config_text)
-
-
 class GpuPool:
     """Hands each new run the GPU with the fewest runs on it, at most ``runs_per_gpu`` each.
 
@@ -596,7 +587,8 @@ def main(argv):
         if run.error:
             results[run.name] = {'status': 'failed', 'error': run.error}
         elif is_finished(run):
-            other = other_experiment(run)
+            # train's own check, which ignores the bindings a resume may change.
+            other = experiment_difference(run.root_dir, run.config_text)
             results[run.name] = (
                 {'status': 'skipped (finished before)'}
                 if other is None
