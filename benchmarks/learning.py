@@ -3,8 +3,8 @@ r"""Learning curves of alf_lite, and of Stable-Baselines3 (SB3) with matched set
     python benchmarks/learning.py --suite pendulum              # train (resumes, skips done runs)
     python benchmarks/learning.py --suite pendulum --report     # PNGs in docs/, markdown tables
 
-``--suite`` repeats (pendulum, hopper, halfcheetah, study_sac, study_replay,
-icub_walk). ``--jobs N`` (default 2) trains N runs at a time, ``--seeds 0 1``
+``--suite`` repeats (pendulum, hopper, halfcheetah, study_sac, study_window,
+study_replay, icub_walk, precision_pendulum, precision_hopper). ``--jobs N`` (default 2) trains N runs at a time, ``--seeds 0 1``
 and ``--runs 'sb3_*'`` (a glob on run names) select runs, ``--steps`` shortens
 them (smoke runs; use another ``--out``), ``--deadline`` starts only runs that
 can finish in time, ``--dry_run`` prints the commands, ``--docs_dir`` moves the
@@ -233,6 +233,7 @@ SUITES = {
     'hopper': Suite(150_000, range(3), 'TrainerConfig.algorithm_ctor'),
     'halfcheetah': Suite(150_000, range(3), 'TrainerConfig.algorithm_ctor'),
     'study_sac': Suite(100_000, range(3), ''),
+    'study_window': Suite(100_000, range(3), ''),
     'study_replay': Suite(300_000, range(3), 'TrainerConfig.replay_buffer_length'),
     'icub_walk': Suite(2_000_000, range(1), 'TrainerConfig.random_seed'),
     # bfloat16 against the float32 runs of the pendulum and hopper suites (up to this length).
@@ -249,6 +250,18 @@ SAC_STUDY_COMPARISONS = (
     ('mask', MASK, ('default', 'mask_false')),
     ('resample', RESAMPLE, ('default', 'resample_true')),
 )
+# study_window: resampling again, on windows of WINDOW_LENGTH rows, where every row
+# but the first and the last is both a transition's state and the one before's next
+# state, so that the default shares that sample with the critic target. Fewer windows
+# per update keep the transitions per update at the default's 256.
+WINDOW_LENGTH = 5
+WINDOW_BATCH = 256 // (WINDOW_LENGTH - 1)
+WINDOW_STUDY = (('default', False), ('resample_true', True))
+# The comparisons of each suite whose runs vary one binding at a time.
+STUDY_COMPARISONS = {
+    'study_sac': SAC_STUDY_COMPARISONS,
+    'study_window': (('resample', RESAMPLE, ('default', 'resample_true')),),
+}
 
 
 def suite_configs(suite: str) -> List[RunConfig]:
@@ -284,6 +297,25 @@ def suite_configs(suite: str) -> List[RunConfig]:
                         task,
                         setting=setting,
                         gin_params=(f'{MASK}={mask}', f'{RESAMPLE}={resample}'),
+                    )
+                )
+    elif suite == 'study_window':
+        for task in (ICUB, HOPPER):
+            for name, resample in WINDOW_STUDY:
+                what = 'resample_action_per_loss=True' if resample else 'one sample per state'
+                configs.append(
+                    RunConfig(
+                        f'{task.tag}_{name}',
+                        'alf_lite',
+                        'sac',
+                        task,
+                        setting=f'{WINDOW_LENGTH}-row windows, {what}',
+                        gin_params=(
+                            f'TrainerConfig.mini_batch_length={WINDOW_LENGTH}',
+                            f'TrainerConfig.mini_batch_size={WINDOW_BATCH}',
+                            f'{MASK}=True',
+                            f'{RESAMPLE}={resample}',
+                        ),
                     )
                 )
     elif suite == 'icub_walk':
@@ -498,14 +530,15 @@ FIGURE_SCALARS = {
     ),
     'icub_walk': ((EVAL_RETURN, ''), (EVAL_EPISODE_LENGTH, '_length')),
 }
+FIGURE_SCALARS['study_window'] = FIGURE_SCALARS['study_sac']
 
 
 def _figures(suite: str, stem: str, group_by: str, names: List[str], found: dict):
     """``(png stem, group_by, run dirs)`` of each figure of one task of a suite."""
-    if suite != 'study_sac':
+    if suite not in STUDY_COMPARISONS:
         yield stem, group_by, [d for n in names for d in found[n]]
         return
-    for comparison, by, compared in SAC_STUDY_COMPARISONS:
+    for comparison, by, compared in STUDY_COMPARISONS[suite]:
         dirs = [d for n in names if n.split('_', 1)[1] in compared for d in found[n]]
         if dirs:
             yield f'{stem}_{comparison}', by, dirs
@@ -691,7 +724,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                     f'{statistics.median(loads):.1f}' if loads else '-',
                 )
             )
-            if suite == 'study_sac':
+            if suite in STUDY_COMPARISONS:
                 rows[-1] += tuple(
                     '{:.1f} [{:.1f}, {:.1f}]'.format(*band(v, 'ci', rng, NUM_BOOTSTRAP))
                     if v
@@ -710,7 +743,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
         'replay buffer',
         'load',
     )
-    if suite == 'study_sac':
+    if suite in STUDY_COMPARISONS:
         header += (
             f'Q near termination [{CONFIDENCE:.0%} CI]',
             f'return near termination [{CONFIDENCE:.0%} CI]',
@@ -726,7 +759,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     print('|' + '|'.join('---' for _ in header) + '|')
     for row in rows:
         print('| ' + ' | '.join(row) + ' |')
-    if suite == 'study_sac':
+    if suite in STUDY_COMPARISONS:
         print(
             f"\nQ near termination: the critics' mean Q over the last "
             f"{NEAR_TERMINATION_STEPS} steps before each eval episode's termination; "
