@@ -4,12 +4,13 @@ r"""Learning curves of alf_lite, and of Stable-Baselines3 (SB3) with matched set
     python benchmarks/learning.py --suite pendulum --report     # PNGs in docs/, markdown tables
 
 ``--suite`` repeats (pendulum, hopper, halfcheetah, study_sac, study_window,
-study_replay, icub_walk, precision_pendulum, precision_hopper). ``--jobs N`` (default 2) trains N runs at a time, ``--seeds 0 1``
-and ``--runs 'sb3_*'`` (a glob on run names) select runs, ``--steps`` shortens
-them (smoke runs; use another ``--out``), ``--deadline`` starts only runs that
-can finish in time, ``--dry_run`` prints the commands, ``--docs_dir`` moves the
-report's PNGs. docs/results.md ("How the runs are made") describes the suites,
-the matched settings, the files each run leaves and the report.
+study_replay, icub_walk, precision_pendulum, precision_hopper). ``--jobs N``
+(default 2) trains N runs at a time, ``--seeds 0 1`` and ``--runs 'sb3_*'`` (a
+glob on run names) select runs, ``--steps`` shortens them (smoke runs; use
+another ``--out``), ``--deadline`` starts only runs that can finish in time,
+``--dry_run`` prints the commands, ``--docs_dir`` moves the report's PNGs.
+docs/results.md ("How the runs are made") describes the suites, the matched
+settings, the files each run leaves and the report.
 
 This module defines the suites and the report; ``benchmarks/launcher.py`` runs
 them as subprocesses, an SB3 run being ``python -m benchmarks.sb3_runner``.
