@@ -1,6 +1,6 @@
 """Deterministic evaluation: one episode of a policy on each env of a batch, side by side."""
 
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -29,7 +29,10 @@ class EpisodeResults(NamedTuple):
 
 
 def evaluate(
-    env, policy: Callable[[torch.Tensor], Any], on_step: Optional[Callable[[TimeStep], None]] = None
+    env,
+    policy: Callable[[torch.Tensor], Any],
+    on_step: Optional[Callable[[TimeStep], None]] = None,
+    seed: Optional[Sequence[int]] = None,
 ) -> EpisodeResults:
     """Run one episode on each env of ``env``, side by side, until every one has ended.
 
@@ -38,18 +41,20 @@ def evaluate(
 
     Args:
         env: a ``BatchedEnvironment``, or anything with its ``num_envs``,
-            ``reset()`` and ``step(action)`` returning ``TimeStep``s. It is reset
-            without a seed: its first reset takes the seeds it was made with,
-            later ones continue its envs' generators.
+            ``reset()`` (``reset(seed=...)`` when ``seed`` is given) and
+            ``step(action)`` returning ``TimeStep``s.
         policy: ``policy(observation)``: the action of every env for the
             ``[M, obs_dim]`` observation, passed on to ``env.step``; called
             without gradients.
         on_step: called with each ``TimeStep``, the reset's included (e.g. to
             record a video frame).
+        seed: one seed per env for the reset (``seeding.eval_env_seeds``);
+            None: reset without seeds (an env's first reset then takes the
+            seeds it was made with, later ones continue its generators).
     Returns:
         the return and length of each env's episode.
     """
-    time_step = env.reset()
+    time_step = env.reset() if seed is None else env.reset(seed=seed)
     if on_step is not None:
         on_step(time_step)
     m = env.num_envs

@@ -6,8 +6,9 @@ checkpoint.
 
 A run's ``random_seed`` is the entropy of a ``numpy.random.SeedSequence``; each
 env seed is that sequence at a distinct spawn key ``(purpose, ..., env index)``,
-turned into a 128-bit integer. Train envs, eval envs and the train envs
-reseeded on a resume (a key per resume step) therefore get seeds that differ
+turned into a 128-bit integer. Train envs, eval envs (a key per evaluation's
+env step) and the train envs reseeded on a resume (a key per resume step)
+therefore get seeds that differ
 from each other and from those of every other ``random_seed``, except with
 probability about 2^-128 per pair.
 """
@@ -109,14 +110,22 @@ def train_env_seeds(random_seed: int, num_envs: int) -> List[int]:
     return _seeds(random_seed, (_TRAIN,), num_envs)
 
 
-def eval_env_seeds(random_seed: int, num_envs: int) -> List[int]:
-    """Seeds of the ``num_envs`` evaluation envs (also used by ``play``).
+def eval_env_seeds(random_seed: int, num_envs: int, env_steps: int = 0) -> List[int]:
+    """Seeds of the ``num_envs`` evaluation envs for the evaluation at ``env_steps``.
+
+    Every evaluation resets its envs with these seeds, so an evaluation depends
+    only on the policy, ``random_seed``, ``env_steps`` and ``num_envs``: not on
+    the evaluations before it, and not on whether the run was resumed. ``play``
+    and a run's first evaluation use ``env_steps=0``.
 
     Args:
         random_seed: the run's ``TrainerConfig.random_seed`` (>= 0).
         num_envs: number of eval envs (``num_eval_episodes``).
+        env_steps: env steps of the run when it evaluates (>= 0).
     """
-    return _seeds(random_seed, (_EVAL,), num_envs)
+    if env_steps < 0:
+        raise ValueError(f'env_steps must be non-negative, got {env_steps}.')
+    return _seeds(random_seed, (_EVAL, env_steps), num_envs)
 
 
 def resume_env_seeds(random_seed: int, env_steps: int, num_envs: int) -> List[int]:

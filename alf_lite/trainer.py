@@ -590,7 +590,9 @@ class Trainer:
             lambda obs, action: algorithm.value_step(obs.to(device), action.to(device)).cpu(),
             algorithm.gamma,
         )
-        results = evaluate(self._eval_env, near_end.policy, near_end.on_step)
+        # Seeded by the env step: the same evaluation whether or not the run was resumed.
+        seeds = eval_env_seeds(self._config.random_seed, self._eval_env.num_envs, self._env_steps)
+        results = evaluate(self._eval_env, near_end.policy, near_end.on_step, seeds)
         self._last_eval = {
             EVAL_RETURN: results.average_return,
             EVAL_EPISODE_LENGTH: results.average_length,

@@ -145,7 +145,7 @@ class _EvalEnvs:
     def __init__(self, env_id: str, seed: int, model):
         self._envs = [gymnasium.make(env_id) for _ in range(NUM_EVAL_EPISODES)]
         self.num_envs = len(self._envs)
-        self._seeds = eval_env_seeds(seed, self.num_envs)
+        self._seed = seed
         self._model = model
         self._observation = None
         self._running = np.zeros(self.num_envs, dtype=bool)
@@ -159,8 +159,8 @@ class _EvalEnvs:
             env_id=torch.arange(self.num_envs),
         )
 
-    def reset(self):
-        seeds, self._seeds = self._seeds, [None] * self.num_envs
+    def reset(self, seed=None):
+        seeds = [None] * self.num_envs if seed is None else seed
         self._observation = np.stack([env.reset(seed=s)[0] for env, s in zip(self._envs, seeds)])
         self._running[:] = True
         return self._time_step(
@@ -180,9 +180,13 @@ class _EvalEnvs:
         step_type = np.where(self._running, StepType.MID, StepType.LAST).astype(np.uint8)
         return self._time_step(step_type, reward)
 
-    def evaluate(self) -> Tuple[float, float]:
-        """Mean return and length of one deterministic episode on each env."""
-        results = evaluate(self, self.policy)
+    def evaluate(self, env_steps: int) -> Tuple[float, float]:
+        """Mean return and length of one deterministic episode on each env.
+
+        The envs are reset with the seeds alf_lite's evaluation at ``env_steps`` uses.
+        """
+        seeds = eval_env_seeds(self._seed, self.num_envs, env_steps)
+        results = evaluate(self, self.policy, seed=seeds)
         return results.average_return, results.average_length
 
     def close(self):
@@ -333,10 +337,10 @@ def train(run: BenchmarkRun, out: str) -> int:
 
         def _write(self):
             now = time.time()
-            avg_return, avg_length = eval_envs.evaluate()
+            steps = self.num_timesteps
+            avg_return, avg_length = eval_envs.evaluate(steps)
             # train/AverageReturn over the same number of recent episodes as alf_lite's.
             episodes = list(self.model.ep_info_buffer)[-TRAIN_METRIC_WINDOW:]
-            steps = self.num_timesteps
             row = {
                 ENV_STEPS: steps,
                 NUM_UPDATES: self.model._n_updates,

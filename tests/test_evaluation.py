@@ -118,3 +118,23 @@ def test_no_termination_gives_no_figure():
     values = TerminationValues(lambda obs: torch.zeros(2, 1), lambda o, a: np.zeros(2), 0.99)
     evaluate(Truncated(), values.policy, values.on_step)
     assert values.result() is None
+
+
+def test_an_evaluation_with_seeds_does_not_depend_on_the_evaluations_before_it():
+    from alf_lite.environments import create_environment
+    from alf_lite.seeding import eval_env_seeds
+
+    env = create_environment(
+        'Pendulum-v1', num_parallel_environments=3, seed=[1, 2, 3], use_subprocesses=False
+    )
+    policy = lambda observation: torch.full((3, 1), 0.5)  # noqa: E731
+    try:
+        at_1000 = evaluate(env, policy, seed=eval_env_seeds(0, 3, 1000))
+        at_2000 = evaluate(env, policy, seed=eval_env_seeds(0, 3, 2000))
+        again = evaluate(env, policy, seed=eval_env_seeds(0, 3, 1000))
+        unseeded = evaluate(env, policy)  # continues the envs' generators
+    finally:
+        env.close()
+    assert np.array_equal(again.returns, at_1000.returns)
+    assert not np.array_equal(at_2000.returns, at_1000.returns)
+    assert not np.array_equal(unseeded.returns, at_1000.returns)

@@ -631,7 +631,7 @@ def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
     real_evaluate = trainer_module.evaluate
     evaluations = []
 
-    def evaluate_interrupted_at_200(env, policy, on_step=None):
+    def evaluate_interrupted_at_200(env, policy, on_step=None, seed=None):
         evaluations.append(env)
         if len(evaluations) == 2:  # the evaluation at env step 200
             real_step = env._env.step
@@ -642,7 +642,7 @@ def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
                 return real_step(action)
 
             monkeypatch.setattr(env._env, 'step', step_then_signal)
-        return real_evaluate(env, policy, on_step)
+        return real_evaluate(env, policy, on_step, seed)
 
     monkeypatch.setattr(trainer_module, 'evaluate', evaluate_interrupted_at_200)
     with pytest.raises(TrainingInterrupted):
@@ -664,7 +664,7 @@ def test_signal_while_the_evaluation_computes_still_checkpoints_before_stopping(
     real_evaluate = trainer_module.evaluate
     evaluations = []
 
-    def evaluate_signalled_at_200(env, policy, on_step=None):
+    def evaluate_signalled_at_200(env, policy, on_step=None, seed=None):
         evaluations.append(env)
         if len(evaluations) == 2:  # the evaluation at env step 200
 
@@ -673,8 +673,8 @@ def test_signal_while_the_evaluation_computes_still_checkpoints_before_stopping(
                 os.kill(os.getpid(), signal.SIGINT)
                 return policy(observation)
 
-            return real_evaluate(env, policy_then_signal, on_step)
-        return real_evaluate(env, policy, on_step)
+            return real_evaluate(env, policy_then_signal, on_step, seed)
+        return real_evaluate(env, policy, on_step, seed)
 
     monkeypatch.setattr(trainer_module, 'evaluate', evaluate_signalled_at_200)
     params = ['TrainerConfig.num_env_steps = 400', 'TrainerConfig.checkpoint_interval = 1000']

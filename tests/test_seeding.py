@@ -65,6 +65,7 @@ def test_trainer_seeds_train_eval_and_resumed_envs_from_the_seed_sequence(tmp_pa
     params = POINT_PARAMS + [
         'TrainerConfig.random_seed = 5',
         'TrainerConfig.num_eval_episodes = 3',
+        'TrainerConfig.eval_interval = 100',
         'create_environment.num_parallel_environments = 2',
         'create_environment.use_subprocesses = False',
         'TrainerConfig.initial_collect_steps = 100',
@@ -76,10 +77,21 @@ def test_trainer_seeds_train_eval_and_resumed_envs_from_the_seed_sequence(tmp_pa
         )
         with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
             trainer.train()
-    expected_first = eval_env_seeds(5, 3) + train_env_seeds(5, 2)
-    expected_resume = eval_env_seeds(5, 3) + resume_env_seeds(5, 300, 2)
-    assert sorted(received) == sorted(expected_first + expected_resume)
-    assert len(set(expected_first + resume_env_seeds(5, 300, 2))) == 7
+    # Each evaluation reseeds the eval envs by its env step, also after the resume at 300.
+    evaluations = [seed for k in range(0, 600, 100) for seed in eval_env_seeds(5, 3, k)]
+    expected = evaluations + train_env_seeds(5, 2) + resume_env_seeds(5, 300, 2)
+    assert sorted(received) == sorted(expected)
+    assert len(set(expected)) == len(expected) == 6 * 3 + 2 + 2
+
+
+def test_eval_seeds_differ_between_evaluations_and_from_every_other_purpose():
+    first = eval_env_seeds(0, 10)
+    assert first == eval_env_seeds(0, 10, env_steps=0)
+    later = eval_env_seeds(0, 10, env_steps=5000)
+    assert not set(first) & set(later)
+    assert not set(later) & set(resume_env_seeds(0, 5000, 10) + train_env_seeds(0, 10))
+    with pytest.raises(ValueError, match='non-negative'):
+        eval_env_seeds(0, 10, env_steps=-1)
 
 
 def test_rng_states_saved_in_a_checkpoint_continue_every_generator(tmp_path):
