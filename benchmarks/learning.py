@@ -622,7 +622,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     """
     import numpy as np
 
-    from alf_lite.bin.plot import BOOTSTRAP_SEED, CONFIDENCE, NUM_BOOTSTRAP, band
+    from alf_lite.bin.plot import CONFIDENCE, band
 
     specs = {}
     for run in suite_runs(suite, seeds=[0]):
@@ -649,7 +649,6 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     all_tasks = list(dict.fromkeys(run.task for run in specs.values()))
     os.makedirs(docs_dir, exist_ok=True)
     rows, codes, stats, per_seed = [], set(), {}, {}
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
     for task in tasks:
         names = [n for n in found if specs[n].task == task]
         stem = suite if len(all_tasks) == 1 else f'{suite}_{task.tag}'
@@ -698,7 +697,8 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                 _, nbytes = read_scalar_if_any(d, REPLAY_BUFFER_BYTES)
                 if len(nbytes):
                     replay.append(float(nbytes[-1]))
-            mean, lower, upper = band(finals, 'ci', rng, NUM_BOOTSTRAP)
+            # Each interval draws from a generator of its own: it depends on its runs alone.
+            mean, lower, upper = band(finals, 'ci')
             framework = _framework(spec)
             stats[(task.env, spec.label, framework)] = (
                 mean,
@@ -727,9 +727,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
             )
             if suite in STUDY_COMPARISONS:
                 rows[-1] += tuple(
-                    '{:.1f} [{:.1f}, {:.1f}]'.format(*band(v, 'ci', rng, NUM_BOOTSTRAP))
-                    if v
-                    else '-'
+                    '{:.1f} [{:.1f}, {:.1f}]'.format(*band(v, 'ci')) if v else '-'
                     for v in (q_end, return_end, q_above)
                 )
     header = (

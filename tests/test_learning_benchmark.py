@@ -546,6 +546,34 @@ def test_sac_study_report_compares_each_switch_with_the_shared_default():
     assert figures[1][2] == found['hopper_default'] + found['hopper_resample_true']
 
 
+def test_window_study_shares_samples_with_the_critic_target_at_the_defaults_transitions():
+    runs = learning.suite_runs('study_window')
+    assert len(runs) == 12 and {r.num_env_steps for r in runs} == {100_000}
+    assert {(r.task.env, r.name) for r in runs} == {
+        (env, f'{tag}_{name}')
+        for env, tag in (('Hopper-v5', 'hopper'), ('ICubWalk-v0', 'icub'))
+        for name in ('default', 'resample_true')
+    }
+    for run in runs:
+        gin_params = learning.alf_gin_params(run)
+        # 64 windows of 5 rows: 256 transitions per update, as the 2-row default's.
+        assert 'TrainerConfig.mini_batch_length=5' in gin_params
+        assert 'TrainerConfig.mini_batch_size=64' in gin_params
+        assert 'TrainerConfig.mask_out_loss_for_last_step=True' in gin_params
+        resample = run.name.endswith('resample_true')
+        assert f'SacAlgorithm.resample_action_per_loss={resample}' in gin_params
+    names = ['icub_default', 'icub_resample_true']
+    found = {n: [f'/runs/{n}/seed{k}' for k in range(3)] for n in names}
+    figures = list(learning._figures('study_window', 'study_window_icub', '', names, found))
+    assert figures == [
+        (
+            'study_window_icub_resample',
+            'SacAlgorithm.resample_action_per_loss',
+            found['icub_default'] + found['icub_resample_true'],
+        )
+    ]
+
+
 def test_sac_study_table_has_q_and_return_near_termination_per_setting(tmp_path):
     out, docs = tmp_path / 'runs', tmp_path / 'docs'
     header = 'env_steps,eval/AverageReturn,eval/QNearTermination,eval/ReturnNearTermination\n'
@@ -674,3 +702,32 @@ def test_precision_suites_train_bfloat16_and_compare_it_with_the_float32_runs(tm
     assert (docs / 'precision_hopper.png').stat().st_size > 0
     with open(docs / 'precision_hopper.csv', newline='') as f:
         assert {r['group'] for r in csv.DictReader(f)} == {'SAC bfloat16', 'SAC float32'}
+
+
+def test_a_rows_interval_depends_on_its_runs_alone(tmp_path):
+    out = tmp_path / 'runs'
+
+    def write_runs(name, finals):
+        for seed, final in enumerate(finals):
+            run_dir = out / 'pendulum' / name / f'seed{seed}'
+            run_dir.mkdir(parents=True)
+            (run_dir / 'progress.csv').write_text(
+                'env_steps,eval/AverageReturn\n0,-1500\n' + f'1000,{final}\n'
+            )
+            (run_dir / 'config.gin').write_text(f'TrainerConfig.algorithm_ctor = @{name}\n')
+
+    def td3_row():
+        report = _ok(
+            run_script('--suite', 'pendulum', '--report', '--out', out, '--docs_dir', tmp_path)
+        )
+        return next(line for line in report.stdout.splitlines() if '| TD3 |' in line)
+
+    # Enough irregular runs that the interval's bounds depend on the draws.
+    write_runs(
+        'alf_td3',
+        [-150.0, -170.3, -140.7, -210.1, -155.9, -301.4, -133.3, -187.6, -164.2, -248.8, -121.5],
+    )
+    alone = td3_row()
+    # With one generator for the whole table, the SAC row before it changed its interval.
+    write_runs('alf_sac', [-120.0, -190.2, -160.9, -145.3, -131.7, -222.2])
+    assert td3_row() == alone
