@@ -2,6 +2,7 @@ r"""What each setting of the SAC study costs per update and per env step, on thi
 
     python benchmarks/sac_study_cost.py                  # both tasks, 5 interleaved rounds
     python benchmarks/sac_study_cost.py --task hopper --updates 500
+    python benchmarks/sac_study_cost.py --suite study_sac --suite study_window   # 5-row windows too
 
 The study's learning runs report wall times too, but they train two at a time
 beside other work, so their times carry the machine's load. Here each
@@ -80,9 +81,21 @@ def main(argv=None) -> int:
     parser.add_argument('--task', action='append', choices=['hopper', 'icub'], help='default: both')
     parser.add_argument('--updates', type=int, default=300, help='timed updates per round')
     parser.add_argument('--rounds', type=int, default=5, help='interleaved rounds')
+    parser.add_argument(
+        '--suite',
+        action='append',
+        choices=['study_sac', 'study_window'],
+        help="the settings of these learning.py suites, the first one's first setting being "
+        'the baseline (default: study_sac)',
+    )
     args = parser.parse_args(argv)
     tasks = args.task or ['hopper', 'icub']
-    runs = [r for r in suite_runs('study_sac', seeds=[0]) if r.task.tag in tasks]
+    runs = [
+        r
+        for suite in args.suite or ['study_sac']
+        for r in suite_runs(suite, seeds=[0])
+        if r.task.tag in tasks
+    ]
     print(
         f'{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, torch {torch.__version__}'
     )
@@ -114,11 +127,11 @@ def main(argv=None) -> int:
             f'{share:.3g} of an env step'
         )
         base = statistics.median(next(iter(times.values())))
-        print(f'{"setting":40s} {"ms/update":>10s} {"min":>7s} {"max":>7s} {"vs default":>10s}')
+        print(f'{"setting":48s} {"ms/update":>10s} {"min":>7s} {"max":>7s} {"vs default":>10s}')
         for name, values in times.items():
             median = statistics.median(values)
             print(
-                f'{name:40s} {median:10.2f} {min(values):7.2f} {max(values):7.2f} '
+                f'{name:48s} {median:10.2f} {min(values):7.2f} {max(values):7.2f} '
                 f'{median / base:10.2f}'
             )
         print(

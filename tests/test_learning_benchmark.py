@@ -636,7 +636,8 @@ def test_report_says_whether_alf_lite_is_inside_above_or_below_sb3s_interval():
 def test_sac_study_cost_times_each_setting_of_a_task():
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / 'benchmarks' / 'sac_study_cost.py')]
-        + ['--task', 'hopper', '--updates', '3', '--rounds', '2'],
+        + ['--task', 'hopper', '--updates', '3', '--rounds', '2']
+        + ['--suite', 'study_sac', '--suite', 'study_window'],
         cwd=REPO_ROOT,
         env=train_env(),
         capture_output=True,
@@ -652,6 +653,9 @@ def test_sac_study_cost_times_each_setting_of_a_task():
     for setting in 'default', 'mask_out_loss_for_last_step=False', 'resample_action_per_loss=True':
         assert float(rows[setting][0]) > 0, result.stdout
     assert rows['default'][-1] == '1.00'
+    for setting in 'one sample per state', 'resample_action_per_loss=True':
+        (row,) = [line for line in lines if line.startswith(f'5-row windows, {setting} ')]
+        assert float(row.split()[-4]) > 0, result.stdout
     assert 'ICubWalk' not in result.stdout
 
 
