@@ -17,7 +17,7 @@ from alf_lite.environments import BatchedEnvironment
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.transfer import pack_time_step, packed_width, time_step_to_device, unpack_time_step
-from alf_lite.update import SideStream
+from alf_lite.update import SideStream, capture
 
 CPU = torch.device('cpu')
 # Eager rollout steps before the policy's step is captured.
@@ -176,7 +176,7 @@ class CapturedRollout:
                 action = self._side_stream.run(self._step)
             else:
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
+                with capture(graph):
                     self._action = self._step()
                 self._graph = graph
                 graph.replay()

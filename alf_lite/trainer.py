@@ -255,7 +255,7 @@ class Trainer:
         try:
             with sigint_ignored():
                 self._env = env = create_environment()
-            self._eval_env = create_environment(
+            self._eval_env = eval_env = create_environment(
                 num_parallel_environments=cfg.num_eval_episodes,
                 seed=eval_env_seeds(cfg.random_seed, cfg.num_eval_episodes),
                 use_subprocesses=False,
@@ -298,7 +298,9 @@ class Trainer:
             device,
             cuda_graph=cfg.cuda_graph,
         )
-        self._stop_signals = StopSignals(lambda: self._env.busy or self._eval_env.busy)
+        # Bound to the envs, not to self: a cycle through the trainer would keep a
+        # finished run's buffer and CUDA graphs alive until the cycle collector ran.
+        self._stop_signals = StopSignals(lambda: env.busy or eval_env.busy)
         self._env_steps = 0
         self._num_updates = 0
         self._last_eval = {}
@@ -653,6 +655,8 @@ class Trainer:
                 f'checkpoint {path} does not fit the configured algorithm ({e}). Was the '
                 'config changed? Resume with the config the run started with.'
             ) from e
+        # The optimizers' states are new tensors now, which no captured graph reads.
+        self._runner.drop_graphs()
         set_global_rng_state(state.rng)
         self._env_steps = state.env_steps
         self._num_updates = state.num_updates

@@ -14,7 +14,9 @@ which graph mode turns on) and its Python branches may depend only on
 phase of that cycle (TD3's delayed actor update gives two).
 """
 
-from typing import Callable, Dict, Optional
+import contextlib
+import gc
+from typing import Callable, Dict, Iterator, Optional
 
 import torch
 
@@ -141,6 +143,17 @@ class UpdateRunner:
         self._algorithm.num_train_steps += 1
         return self._graph_outputs[phase]
 
+    def drop_graphs(self) -> None:
+        """Forget the captured graphs: the next updates warm up and capture anew.
+
+        For when tensors a graph reads were replaced rather than copied into:
+        an optimizer's ``load_state_dict`` replaces its state tensors, which a
+        graph captured before would go on reading from freed memory.
+        """
+        self._graphs.clear()
+        self._graph_outputs.clear()
+        self._eager_updates = 0
+
     def non_finite_loss(self) -> Optional[NonFiniteLoss]:
         """The first non-finite loss of deferred checks, or None. Syncs with the device."""
         return None if self._guard is None else self._guard.failure()
@@ -182,10 +195,29 @@ class UpdateRunner:
         self._make_optimizers_capturable()
         num_train_steps = self._algorithm.num_train_steps
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with capture(graph):
             self._graph_outputs[phase] = self._step(self._static_batch)
         self._algorithm.num_train_steps = num_train_steps
         self._graphs[phase] = graph
+
+
+@contextlib.contextmanager
+def capture(graph: 'torch.cuda.CUDAGraph') -> Iterator[None]:
+    """``torch.cuda.graph(graph)`` with Python's cycle collector held off.
+
+    Freeing another CUDA graph while a stream captures is an error that breaks
+    the capture, and since torch 2.9 ``torch.cuda.graph`` no longer collects
+    first: a cycle holding an old run's graphs could be collected mid-capture.
+    """
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph):
+            yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class SideStream:

@@ -120,3 +120,27 @@ def test_captured_rollout_on_the_cpu_is_refused():
 
     with pytest.raises(ValueError, match='cuda_graph=True needs a CUDA device'):
         Collector(None, None, None, 0, None, torch.device('cpu'), cuda_graph=True)
+
+
+def test_a_capture_runs_with_the_cycle_collector_held_off(monkeypatch):
+    import contextlib
+    import gc
+
+    from alf_lite import update
+
+    seen = []
+
+    @contextlib.contextmanager
+    def graph(g):  # stands in for torch.cuda.graph, which needs a GPU
+        seen.append(g)
+        yield
+
+    monkeypatch.setattr(torch.cuda, 'graph', graph)
+    assert gc.isenabled()
+    with update.capture('g'):
+        inside = gc.isenabled()
+    assert (seen, inside, gc.isenabled()) == (['g'], False, True)
+    with pytest.raises(RuntimeError, match='capture failed'):
+        with update.capture('h'):
+            raise RuntimeError('capture failed')
+    assert gc.isenabled()
