@@ -90,22 +90,23 @@ class TerminationValues:
     were transitions lifts its Q there.
 
     Args:
-        policy: the evaluation policy, ``policy(observation) -> action``.
-        value: ``value(observation, action) -> [M]`` Q estimates on the host.
+        act: ``act(observation) -> (action, q)``: the evaluation policy's action
+            and the critics' ``[M]`` estimate of its Q, on the host (computed
+            together, so that a GPU run copies both back at once).
         gamma: the discount factor of the critics' return.
         num_steps: steps before the end that count.
     """
 
-    def __init__(self, policy, value, gamma: float, num_steps: int = NEAR_TERMINATION_STEPS):
-        self._policy, self._value = policy, value
+    def __init__(self, act, gamma: float, num_steps: int = NEAR_TERMINATION_STEPS):
+        self._act = act
         self._gamma, self._num_steps = gamma, num_steps
         self._q, self._rewards, self._done = None, None, None
         self._terminated = []
 
     def policy(self, observation: torch.Tensor):
         """The wrapped policy's action; records each running env's Q of it."""
-        action = self._policy(observation)
-        q = np.asarray(self._value(observation, action), dtype=np.float64)
+        action, q = self._act(observation)
+        q = np.asarray(q, dtype=np.float64)
         if self._q is None:
             m = len(q)
             self._q, self._rewards = [[] for _ in range(m)], [[] for _ in range(m)]

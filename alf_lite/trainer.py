@@ -218,6 +218,20 @@ class TrainerConfig:
         self.defer_non_finite_checks = defer_non_finite_checks
 
 
+@torch.no_grad()
+def act_and_value(algorithm, device: torch.device, observation: torch.Tensor):
+    """The deterministic action for ``observation`` and the critics' Q of it, on the host.
+
+    One copy to ``device`` and one back, whatever the device: the action and
+    its Q travel back together, as float32.
+    """
+    observation = observation.to(device)
+    action = algorithm.predict_step(observation)
+    q = algorithm.value_step(observation, action)
+    both = torch.cat([action.float(), q.float().unsqueeze(-1)], dim=-1).cpu()
+    return both[:, :-1], both[:, -1]
+
+
 def _crossed(before: int, after: int, interval: int) -> bool:
     return after // interval > before // interval
 
@@ -588,9 +602,7 @@ class Trainer:
         algorithm, device = self._algorithm, self._device
         algorithm.train(False)
         near_end = TerminationValues(
-            lambda obs: algorithm.predict_step(obs.to(device)).cpu(),
-            lambda obs, action: algorithm.value_step(obs.to(device), action.to(device)).cpu(),
-            algorithm.gamma,
+            functools.partial(act_and_value, algorithm, device), algorithm.gamma
         )
         # Seeded by the env step: the same evaluation whether or not the run was resumed.
         seeds = eval_env_seeds(self._config.random_seed, self._eval_env.num_envs, self._env_steps)

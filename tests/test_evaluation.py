@@ -99,7 +99,7 @@ class FakeEnvs:
 def test_q_and_received_return_over_the_last_steps_of_terminated_episodes_only():
     # Q(s_t, a) = 10 + t; env 0 is at t = 0, 1, 2 before its termination.
     values = TerminationValues(
-        lambda obs: torch.zeros(2, 1), lambda obs, action: 10 + obs[:, 0], gamma=0.5, num_steps=2
+        lambda obs: (torch.zeros(2, 1), 10 + obs[:, 0]), gamma=0.5, num_steps=2
     )
     results = evaluate(FakeEnvs(), values.policy, values.on_step)
     assert results.returns.tolist() == [3.0, 10.0] and results.lengths.tolist() == [3, 2]
@@ -115,7 +115,7 @@ def test_no_termination_gives_no_figure():
         def _step(self, step_type, reward, discount):
             return super()._step(step_type, reward, [1.0, 1.0])
 
-    values = TerminationValues(lambda obs: torch.zeros(2, 1), lambda o, a: np.zeros(2), 0.99)
+    values = TerminationValues(lambda obs: (torch.zeros(2, 1), np.zeros(2)), 0.99)
     evaluate(Truncated(), values.policy, values.on_step)
     assert values.result() is None
 

@@ -459,3 +459,43 @@ def test_restoring_a_checkpoint_drops_the_captured_update_graphs(tmp_path):
         trainer._runner._eager_updates = 99
         trainer.train()  # restores ckpt-20, then finds nothing left to train
         assert trainer._runner._graphs == {} and trainer._runner._eager_updates == 0
+
+
+def test_an_evaluation_step_copies_to_the_device_once_and_back_once(tmp_path, monkeypatch):
+    """The action and the critics' Q of it come back together: one copy each way per
+    eval step (before: the observation went up twice and the action once more)."""
+    from alf_lite.summary import Summary
+
+    parse_config(
+        [os.path.join(EXAMPLES, 'sac_pendulum.gin')],
+        [
+            'TrainerConfig.num_env_steps = 10',
+            'TrainerConfig.initial_collect_steps = 5',
+            'TrainerConfig.num_eval_episodes = 2',
+            'create_environment.max_episode_steps = 7',
+        ],
+    )
+    calls = {'to': 0, 'cpu': 0}
+    real_to, real_cpu = torch.Tensor.to, torch.Tensor.cpu
+
+    def to(self, *args, **kwargs):
+        if any(isinstance(a, (torch.device, str)) for a in (*args, *kwargs.values())):
+            calls['to'] += 1
+        return real_to(self, *args, **kwargs)
+
+    def cpu(self, *args, **kwargs):
+        calls['cpu'] += 1
+        return real_cpu(self, *args, **kwargs)
+
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        summary = Summary(str(tmp_path), -1)
+        try:
+            with monkeypatch.context() as patched:
+                patched.setattr(torch.Tensor, 'to', to)
+                patched.setattr(torch.Tensor, 'cpu', cpu)
+                trainer._evaluate_and_write(summary, {})
+        finally:
+            summary.close()
+    # 7 steps; the env reads each action on the host once more (.cpu(), a no-op
+    # for an action already there).
+    assert calls == {'to': 7, 'cpu': 2 * 7}
