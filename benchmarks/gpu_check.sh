@@ -45,6 +45,11 @@ step() {
     echo "=== $name: exit code $? after $((SECONDS - start)) s"
 }
 
+if ! compgen -G '.wheels/*.whl' > /dev/null; then
+    echo "=== no wheels in .wheels/: fetch them as above (and pass carry=['.wheels'] to the GPU machine)"
+    exit 2
+fi
+
 echo "=== machine"
 nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader
 "$PYTHON" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
@@ -53,6 +58,11 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv
 step "install .wheels" 90 "$PYTHON" -m pip install --quiet --no-index --no-deps \
     --disable-pip-version-check --target "$SITE" .wheels/*.whl
 export PYTHONPATH="$SITE:$PWD"
+# Every later step needs these: stop here, naming what is missing, rather than fail each step.
+if ! "$PYTHON" -c 'import gymnasium, mujoco, gin, stable_baselines3, absl, psutil, pytest, alf_lite.trainer'; then
+    echo "=== a package the checks need does not import (above); stopping"
+    exit 2
+fi
 
 # The figures first (they are what a cut-short run must not lose), then the tests.
 # throughput.py prints each rate over the whole timed window and once warm
@@ -65,7 +75,11 @@ step "TD3 HalfCheetah-v5, CUDA graph" 60 "$PYTHON" "${BENCH[@]}" --algo td3 --en
     --cuda_graph
 step "SAC Humanoid-v5, CUDA graph" 95 "$PYTHON" "${BENCH[@]}" --algo sac --env Humanoid-v5 \
     --cuda_graph
-step "tests/test_cuda.py" 170 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py
+# The compile tests last: a cold torch.compile takes long, and a cut must not
+# take the whole-run, resume and RNG tests with it.
+TESTS=(-m pytest -q -rs -p no:cacheprovider --durations=10 tests/test_cuda.py)
+step "tests/test_cuda.py without compile" 150 "$PYTHON" "${TESTS[@]}" -k "not compile"
+step "tests/test_cuda.py compile tests" 60 "$PYTHON" "${TESTS[@]}" -k compile
 # Last, as the deadline may cut it: torch.compile on top of the graphs, in whole runs.
 step "SAC HalfCheetah-v5, CUDA graph + compile" 90 "$PYTHON" "${BENCH[@]}" --algo sac \
     --env HalfCheetah-v5 --cuda_graph --compile

@@ -132,6 +132,23 @@ def test_cuda_graph_matches_eager_over_many_updates(name, buffer_device):
         assert graphed_scalars[key].item() == pytest.approx(value.item(), rel=1e-3, abs=1e-5), key
 
 
+@pytest.mark.parametrize('cuda_graph', [False, True], ids=['eager_deferred', 'cuda_graph'])
+@pytest.mark.parametrize('name', ['sac', 'td3'])
+def test_updates_from_a_gpu_buffer_never_wait_for_the_gpu(name, cuda_graph):
+    """No host synchronisation per update: torch raises on any (the CPU tests
+    see only the reads the update's code makes, not those inside torch ops)."""
+    algorithm, rb, runner = setup(name, cuda_graph=cuda_graph, defer_non_finite_checks=True)
+    train(rb, runner, 30)  # warm-up and captures; rows are added (a blocking copy) here only
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        for update in range(31, 61):
+            runner.update(env_steps=update, update=update)
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+    assert runner.non_finite_loss() is None
+
+
 def test_compiled_cuda_graph_stays_close_to_eager():
     pytest.importorskip('triton', reason='torch.compile on the GPU needs triton')
     initial = make('sac').to(CUDA)
@@ -242,6 +259,9 @@ SHORT_RUN = [
 NONDETERMINISTIC = ('wall_time', 'env_steps_per_sec', 'updates_per_sec', 'process_rss_bytes')
 
 
+LAST_RUN = {}
+
+
 def run_example(root_dir, example, *params):
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.config import parse_config
@@ -250,6 +270,10 @@ def run_example(root_dir, example, *params):
     parse_config([os.path.join(EXAMPLES, example)], SHORT_RUN + list(params))
     with Trainer(TrainerConfig(), str(root_dir)) as trainer:
         trainer.train()
+    # What the run captured: its update graphs (one per phase) and its rollout graph.
+    LAST_RUN['update_graphs'] = len(trainer._runner._graphs)
+    rollout = trainer._collector._captured
+    LAST_RUN['rollout_graph'] = rollout is not None and rollout._graph is not None
     with open(os.path.join(root_dir, 'progress.csv'), newline='') as f:
         return [
             {k: v for k, v in row.items() if not k.endswith(NONDETERMINISTIC)}
@@ -323,6 +347,8 @@ def test_short_run_of_each_example_on_the_gpu_is_reproducible(tmp_path, example,
     first = run_example(tmp_path / 'a', example, *params)
     second = run_example(tmp_path / 'b', example, *params)
     assert first == second
+    if cuda_graph:
+        assert LAST_RUN['update_graphs'] >= 1 and LAST_RUN['rollout_graph'], LAST_RUN
     assert [int(r['env_steps']) for r in first][-1] == 600
     state, _ = ckpt.load_checkpoint(
         str(tmp_path / 'a' / 'checkpoints' / 'ckpt-600'), map_location='cpu'
