@@ -265,6 +265,13 @@ STUDY_COMPARISONS = {
 }
 
 
+def _alf_sac(task: Task, name: str, setting: str, gin_params: Tuple[str, ...]) -> RunConfig:
+    """A study's alf_lite SAC configuration ``<task tag>_<name>``."""
+    return RunConfig(
+        f'{task.tag}_{name}', 'alf_lite', 'sac', task, setting=setting, gin_params=gin_params
+    )
+
+
 def suite_configs(suite: str) -> List[RunConfig]:
     """The configurations of a suite, each trained once per seed."""
     configs = []
@@ -290,35 +297,20 @@ def suite_configs(suite: str) -> List[RunConfig]:
                         else f'{RESAMPLE.split(".")[-1]}={resample}'
                     )
                 )
-                configs.append(
-                    RunConfig(
-                        f'{task.tag}_{name}',
-                        'alf_lite',
-                        'sac',
-                        task,
-                        setting=setting,
-                        gin_params=(f'{MASK}={mask}', f'{RESAMPLE}={resample}'),
-                    )
-                )
+                gin_params = (f'{MASK}={mask}', f'{RESAMPLE}={resample}')
+                configs.append(_alf_sac(task, name, setting, gin_params))
     elif suite == 'study_window':
         for task in (ICUB, HOPPER):
             for name, resample in WINDOW_STUDY:
                 what = 'resample_action_per_loss=True' if resample else 'one sample per state'
-                configs.append(
-                    RunConfig(
-                        f'{task.tag}_{name}',
-                        'alf_lite',
-                        'sac',
-                        task,
-                        setting=f'{WINDOW_LENGTH}-row windows, {what}',
-                        gin_params=(
-                            f'TrainerConfig.mini_batch_length={WINDOW_LENGTH}',
-                            f'TrainerConfig.mini_batch_size={WINDOW_BATCH}',
-                            f'{MASK}=True',
-                            f'{RESAMPLE}={resample}',
-                        ),
-                    )
+                gin_params = (
+                    f'TrainerConfig.mini_batch_length={WINDOW_LENGTH}',
+                    f'TrainerConfig.mini_batch_size={WINDOW_BATCH}',
+                    f'{MASK}=True',
+                    f'{RESAMPLE}={resample}',
                 )
+                setting = f'{WINDOW_LENGTH}-row windows, {what}'
+                configs.append(_alf_sac(task, name, setting, gin_params))
     elif suite == 'icub_walk':
         configs.append(
             RunConfig(

@@ -410,6 +410,19 @@ def test_stop_when_ends_training_at_that_evaluation_with_a_checkpoint(tmp_path):
     assert [int(r['env_steps']) for r in rows] == [0, 500]
 
 
+def tiny_sac_pendulum(*params):
+    """Parse examples/sac_pendulum.gin for a run of a few steps: ``params`` say how many."""
+    parse_config(
+        [os.path.join(EXAMPLES, 'sac_pendulum.gin')],
+        [
+            'TrainerConfig.initial_collect_steps = 5',
+            'TrainerConfig.num_eval_episodes = 2',
+            'TrainerConfig.mini_batch_size = 8',
+            *params,
+        ],
+    )
+
+
 def test_a_finished_trainer_is_freed_without_the_cycle_collector(tmp_path):
     """A reference cycle through the trainer kept its buffer (and on a GPU its CUDA
     graphs, which must not be freed while another graph is captured) until the
@@ -418,16 +431,7 @@ def test_a_finished_trainer_is_freed_without_the_cycle_collector(tmp_path):
 
     import torch._inductor.config  # noqa: F401  (imported on a first run: imported first here)
 
-    parse_config(
-        [os.path.join(EXAMPLES, 'sac_pendulum.gin')],
-        [
-            'TrainerConfig.num_env_steps = 40',
-            'TrainerConfig.initial_collect_steps = 5',
-            'TrainerConfig.eval_interval = 20',
-            'TrainerConfig.num_eval_episodes = 2',
-            'TrainerConfig.mini_batch_size = 8',
-        ],
-    )
+    tiny_sac_pendulum('TrainerConfig.num_env_steps = 40', 'TrainerConfig.eval_interval = 20')
     gc.collect()
     gc.disable()
     try:
@@ -443,15 +447,7 @@ def test_a_finished_trainer_is_freed_without_the_cycle_collector(tmp_path):
 def test_restoring_a_checkpoint_drops_the_captured_update_graphs(tmp_path):
     """Loading optimizer states replaces their tensors: a graph captured before
     would read freed memory, so a second train() on one trainer captures anew."""
-    parse_config(
-        [os.path.join(EXAMPLES, 'sac_pendulum.gin')],
-        [
-            'TrainerConfig.num_env_steps = 20',
-            'TrainerConfig.initial_collect_steps = 5',
-            'TrainerConfig.num_eval_episodes = 1',
-            'TrainerConfig.mini_batch_size = 8',
-        ],
-    )
+    tiny_sac_pendulum('TrainerConfig.num_env_steps = 20')
     with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
         trainer.train()
         # As a GPU run holds them after its captures (the CPU never captures).
@@ -466,14 +462,8 @@ def test_an_evaluation_step_copies_to_the_device_once_and_back_once(tmp_path, mo
     eval step (before: the observation went up twice and the action once more)."""
     from alf_lite.summary import Summary
 
-    parse_config(
-        [os.path.join(EXAMPLES, 'sac_pendulum.gin')],
-        [
-            'TrainerConfig.num_env_steps = 10',
-            'TrainerConfig.initial_collect_steps = 5',
-            'TrainerConfig.num_eval_episodes = 2',
-            'create_environment.max_episode_steps = 7',
-        ],
+    tiny_sac_pendulum(
+        'TrainerConfig.num_env_steps = 10', 'create_environment.max_episode_steps = 7'
     )
     calls = {'to': 0, 'cpu': 0}
     real_to, real_cpu = torch.Tensor.to, torch.Tensor.cpu
