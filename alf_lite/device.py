@@ -68,7 +68,10 @@ def resolve_device(device: str = 'auto') -> torch.device:
 
 
 def describe_device(device: torch.device) -> str:
-    """A line for the log and the root_dir: ``'cuda:0 (NVIDIA H200, 139.8 GiB, CUDA 13.0)'``."""
+    """A line for the log and the root_dir.
+
+    E.g. ``'cuda:0 (NVIDIA H200, 139.8 GiB, CUDA 13.0, torch 2.11.0)'``.
+    """
     device = torch.device(device)
     if device.type == 'cuda':
         props = torch.cuda.get_device_properties(device)

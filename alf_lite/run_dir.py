@@ -1,6 +1,7 @@
 """The layout of a run's root_dir: every file and directory that train writes there.
 
     config.gin                   the parsed config, written at the start
+    device.txt                   the training device as resolved at the start
     operative_config.gin         the bindings actually used, written after the first update
     progress.csv                 one row per summary or evaluation (columns: alf_lite.runs)
     train/  eval/                TensorBoard events of the scalars named train/... and eval/...

@@ -115,8 +115,8 @@ def eval_env_seeds(random_seed: int, num_envs: int, env_steps: int = 0) -> List[
 
     Every evaluation resets its envs with these seeds, so an evaluation depends
     only on the policy, ``random_seed``, ``env_steps`` and ``num_envs``: not on
-    the evaluations before it, and not on whether the run was resumed. ``play``
-    and a run's first evaluation use ``env_steps=0``.
+    the evaluations before it, and not on whether the run was resumed. A run's
+    first evaluation uses ``env_steps=0``; ``play`` its checkpoint's env step.
 
     Args:
         random_seed: the run's ``TrainerConfig.random_seed`` (>= 0).

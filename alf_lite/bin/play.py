@@ -6,11 +6,12 @@ Rebuilds the env and the algorithm from ``root_dir/config.gin`` (plus
 ``--gin_param`` overrides) and loads the networks of the latest checkpoint (or
 ``--checkpoint_step``): no optimizer state, no replay buffer. The networks
 compute at the run's ``TrainerConfig.precision``, and the env is seeded as the
-trainer seeds its first eval env at the evaluation at the checkpoint's env step,
-for the run's ``TrainerConfig.random_seed`` (or ``--random_seed``): the first
-episode replays that evaluation's first episode, later ones continue the env's
-generator. The deterministic policy acts in one in-process env; each episode's
-return and length are printed, then their means.
+trainer seeds its first eval env for an evaluation at the checkpoint's env step,
+for the run's ``TrainerConfig.random_seed`` (or ``--random_seed``): where the run
+evaluated at that step (always at its end), the first episode replays that
+evaluation's first episode; later ones continue the env's generator. The
+deterministic policy acts in one in-process env; each episode's return and
+length are printed, then their means.
 
 A video holds one frame per step plus the reset frame of each episode, the
 episodes one after another: ``sum(length + 1)`` frames, played at the env's
@@ -48,8 +49,9 @@ flags.DEFINE_integer('num_episodes', 1, 'Episodes to play.')
 flags.DEFINE_integer(
     'random_seed',
     None,
-    "Seeds the env as the trainer seeds its first eval env at the checkpoint's env step "
-    "for this random_seed. Default: the run's own TrainerConfig.random_seed.",
+    'Seeds the env as the trainer seeds its first eval env for an evaluation at the '
+    "checkpoint's env step, for this random_seed. Default: the run's own "
+    'TrainerConfig.random_seed.',
 )
 flags.DEFINE_string(
     'record_file', None, 'Write a video of the episodes: a path ending in .mp4 or .gif.'
