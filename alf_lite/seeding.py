@@ -8,9 +8,8 @@ A run's ``random_seed`` is the entropy of a ``numpy.random.SeedSequence``; each
 env seed is that sequence at a distinct spawn key ``(purpose, ..., env index)``,
 turned into a 128-bit integer. Train envs, eval envs (a key per evaluation's
 env step) and the train envs reseeded on a resume (a key per resume step)
-therefore get seeds that differ
-from each other and from those of every other ``random_seed``, except with
-probability about 2^-128 per pair.
+therefore get seeds that differ from each other and from those of every other
+``random_seed``, except with probability about 2^-128 per pair.
 """
 
 import random

@@ -513,17 +513,18 @@ def _plot(
 
 # The scalars each suite's report draws, with the suffix of their PNG's name (and a
 # scalar to subtract).
+_STUDY_FIGURES = (
+    (EVAL_RETURN, ''),
+    (EVAL_EPISODE_LENGTH, '_length'),
+    (EVAL_Q_NEAR_TERMINATION, '_q_near_termination'),
+    (EVAL_RETURN_NEAR_TERMINATION, '_return_near_termination'),
+    (EVAL_Q_NEAR_TERMINATION, '_q_above_return', EVAL_RETURN_NEAR_TERMINATION),
+)
 FIGURE_SCALARS = {
-    'study_sac': (
-        (EVAL_RETURN, ''),
-        (EVAL_EPISODE_LENGTH, '_length'),
-        (EVAL_Q_NEAR_TERMINATION, '_q_near_termination'),
-        (EVAL_RETURN_NEAR_TERMINATION, '_return_near_termination'),
-        (EVAL_Q_NEAR_TERMINATION, '_q_above_return', EVAL_RETURN_NEAR_TERMINATION),
-    ),
+    'study_sac': _STUDY_FIGURES,
+    'study_window': _STUDY_FIGURES,
     'icub_walk': ((EVAL_RETURN, ''), (EVAL_EPISODE_LENGTH, '_length')),
 }
-FIGURE_SCALARS['study_window'] = FIGURE_SCALARS['study_sac']
 
 
 def _figures(suite: str, stem: str, group_by: str, names: List[str], found: dict):
