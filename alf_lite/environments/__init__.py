@@ -14,6 +14,7 @@ from alf_lite.environments.suite_gym import (
     BatchedEnvironment,
     EnvironmentCrashedError,
     EnvironmentHungError,
+    EpisodeReplayError,
     NonFiniteActionError,
     create_environment,
 )
@@ -22,6 +23,7 @@ __all__ = [
     'BatchedEnvironment',
     'EnvironmentCrashedError',
     'EnvironmentHungError',
+    'EpisodeReplayError',
     'NonFiniteActionError',
     'create_environment',
     'point_env',

@@ -19,6 +19,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from alf_lite.data import StepType, TimeStep
 from alf_lite.environments import watchdog
+from alf_lite.environments.episode_replay import ReplayableEnv
 
 # Envs whose step costs less than a subprocess round trip, so N of them step
 # faster in one process (benchmarks/env_throughput.py measures it).
@@ -82,6 +83,13 @@ class NonFiniteActionError(ValueError):
     """An action given to ``BatchedEnvironment.step`` was NaN or infinite; no env was stepped."""
 
 
+class EpisodeReplayError(ValueError):
+    """``BatchedEnvironment.replay`` could not rebuild an env's episode; the message names the env.
+
+    The envs are then in no defined state: ``reset`` them.
+    """
+
+
 class _NamedEnv(gymnasium.Wrapper):
     """Re-raises what an env raises as ``EnvironmentCrashedError`` naming the env and its index.
 
@@ -127,7 +135,7 @@ class _NamedEnvFactory:
                 f"Environment '{self._name}' (env {self._index} of {self._num_envs}) could not "
                 f'be created: {type(e).__name__}: {e}'
             ) from e
-        return _NamedEnv(env, self._name, self._index, self._num_envs)
+        return _NamedEnv(ReplayableEnv(env, self._index), self._name, self._index, self._num_envs)
 
 
 class BatchedEnvironment:
@@ -384,6 +392,94 @@ class BatchedEnvironment:
         )
 
     @property
+    def closed(self) -> bool:
+        """Whether the envs were closed (or stopped after a crash)."""
+        return self._closed
+
+    def episode_records(self) -> List[Optional[dict]]:
+        """Each env's running episode as a record ``replay`` rebuilds it from.
+
+        A record holds how the episode was reset (its seed, or the state of the
+        env's ``np_random`` before an unseeded reset), its actions as an
+        ``[steps, action_dim]`` tensor in the env's own units, and whether its
+        last step was LAST (``alf_lite.environments.episode_replay``). None for
+        an env whose episode cannot be replayed (reset with options, or longer
+        than ``episode_replay.MAX_RECORDED_STEPS``).
+
+        Raises:
+            RuntimeError: while a step is pending.
+        """
+        if self._pending is not None:
+            raise RuntimeError('episode_records called while a step is pending.')
+        records = []
+        for record in self._call_envs('alf_lite_episode_record'):
+            if record is not None:
+                record = dict(record, actions=torch.from_numpy(record['actions']))
+            records.append(record)
+        return records
+
+    def replay(self, records: Sequence[dict]) -> TimeStep:
+        """Continue the episodes of ``records`` (``episode_records()``, maybe of another process).
+
+        Each env is reset as its episode was, then steps the episode's actions.
+        A deterministic env is then where the recorded one was, and the next
+        ``step`` goes on from there (resetting an env whose last step was LAST).
+
+        Args:
+            records: one record per env, none of them None.
+        Returns:
+            the ``TimeStep`` each env is at, as ``step`` or ``reset`` returned it.
+        Raises:
+            EpisodeReplayError: naming the env, when a record is malformed or an
+                env could not replay it; ``reset`` the envs then.
+        """
+        if len(records) != self.num_envs:
+            raise EpisodeReplayError(
+                f"Environment '{self.name}': {len(records)} episode records for "
+                f'{self.num_envs} envs.'
+            )
+        plain = []
+        for i, record in enumerate(records):
+            problem = _record_problem(record, self.action_dim)
+            if problem is not None:
+                raise EpisodeReplayError(
+                    f"Environment '{self.name}' (env {i} of {self.num_envs}): the episode record "
+                    f'{problem}.'
+                )
+            plain.append(dict(record, actions=record['actions'].cpu().numpy()))
+        results = self._call_envs('alf_lite_replay_episode', plain)
+        for i, result in enumerate(results):
+            if isinstance(result, str):
+                raise EpisodeReplayError(
+                    f"Environment '{self.name}' (env {i} of {self.num_envs}) could not replay its "
+                    f'episode: {result}'
+                )
+        self._first_reset = False
+        fresh = np.array([len(r['actions']) == 0 for r in plain])
+        obs = np.stack([r[0] for r in results])
+        reward = np.array([r[1] for r in results], dtype=np.float32)
+        terminated = np.array([r[2] for r in results])
+        ended = terminated | np.array([r[3] for r in results])
+        step_type = np.where(ended, StepType.LAST, StepType.MID).astype(np.uint8)
+        step_type[fresh] = StepType.FIRST
+        self._done = ended & ~fresh
+        return TimeStep(
+            step_type=torch.from_numpy(step_type),
+            observation=self._observation(obs),
+            reward=torch.from_numpy(reward),
+            discount=torch.from_numpy(np.where(terminated, 0.0, 1.0).astype(np.float32)),
+            env_id=self._env_id,
+        )
+
+    def _call_envs(self, name: str, *args) -> tuple:
+        """Each env's ``name(*args)`` (an attribute of a wrapper of it), in env order."""
+        if self.use_subprocesses:
+            self._call(self._env.call_async, name, *args)
+            with _env_process_errors_unlogged():
+                return self._call(self._env.call_wait, timeout=self._step_timeout)
+        return self._call(self._env.call, name, *args)
+
+    @property
     def render_fps(self) -> Optional[float]:
         """The env's ``metadata['render_fps']``: its steps per simulated second; None if unset."""
         fps = (self._env.metadata or {}).get('render_fps')
@@ -489,6 +585,19 @@ class BatchedEnvironment:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def _record_problem(record, action_dim: int) -> Optional[str]:
+    """What is wrong with an episode record from a checkpoint, or None."""
+    if not isinstance(record, dict) or set(record) != {'seed', 'rng', 'actions', 'ended'}:
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        return f'is {keys!r:.80}, not a dict of seed, rng, actions and ended'
+    actions = record['actions']
+    if not (torch.is_tensor(actions) and actions.dim() == 2 and actions.shape[1] == action_dim):
+        return f'has actions of shape {getattr(actions, "shape", None)}, not [steps, {action_dim}]'
+    if (record['seed'] is None) == (record['rng'] is None):
+        return 'needs exactly one of a seed and a generator state'
+    return None
 
 
 def _stop_env_processes(env: AsyncVectorEnv) -> None:

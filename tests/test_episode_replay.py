@@ -1,0 +1,135 @@
+"""A training env's running episode, recorded and replayed in a new env: what a resume continues."""
+
+import numpy as np
+import pytest
+import torch
+
+from alf_lite.data import StepType
+from alf_lite.environments import EpisodeReplayError, create_environment, episode_replay
+from test_environments import _rollout  # registers the alf_test/ envs
+
+FIELDS = ('step_type', 'observation', 'reward', 'discount')
+
+
+def _actions(env, num_steps, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        torch.rand(env.num_envs, env.action_dim, generator=generator) * 2 - 1
+        for _ in range(num_steps)
+    ]
+
+
+def _assert_same(a, b, where):
+    for field in FIELDS:
+        assert torch.equal(getattr(a, field), getattr(b, field)), f'{field} at {where}'
+
+
+def _step_until(env, condition, max_steps=200):
+    """Step with random actions until ``condition(time_step)``; return the steps, reset first."""
+    steps = _rollout(env, 0)
+    for action in _actions(env, max_steps, seed=1):
+        steps.append(env.step(action))
+        if condition(steps[-1]):
+            return steps
+    raise AssertionError(f'no step within {max_steps} met the condition')
+
+
+@pytest.mark.parametrize(
+    'env_name, num_envs, use_subprocesses, until',
+    [
+        # Random episode lengths from np_random: one env just ended (LAST, its
+        # reset is due), one just reset (FIRST) after an unseeded reset.
+        (
+            'alf_test/Countdown-v0',
+            3,
+            True,
+            lambda ts: (
+                bool((ts.step_type == StepType.LAST).any())
+                and bool((ts.step_type == StepType.FIRST).any())
+            ),
+        ),
+        # Mid-way through the episode of the seeded first reset.
+        ('Pendulum-v1', 2, False, 150),
+        # MuJoCo with terminations (discount 0): an env just reset, unseeded.
+        ('Hopper-v5', 2, False, lambda ts: (ts.step_type == StepType.FIRST).any()),
+        # PyBullet (its contact cache is state too), in process and in subprocesses.
+        ('HumanoidBullet-v0', 2, False, lambda ts: (ts.step_type == StepType.FIRST).any()),
+        ('ICubWalk-v0', 2, True, lambda ts: (ts.step_type == StepType.FIRST).any()),
+    ],
+    ids=['countdown-subprocesses', 'pendulum-first-episode', 'hopper', 'humanoid-bullet', 'icub'],
+)
+def test_a_replayed_episode_goes_on_as_the_recorded_env_would(
+    env_name, num_envs, use_subprocesses, until
+):
+    with create_environment(env_name, num_envs, seed=3, use_subprocesses=use_subprocesses) as env:
+        steps = _rollout(env, until) if isinstance(until, int) else _step_until(env, until)
+        records = env.episode_records()
+        actions = _actions(env, 60, seed=2)
+        went_on = [env.step(a) for a in actions]
+    # Another seed, so that nothing but the records can make the envs agree.
+    with create_environment(env_name, num_envs, seed=99, use_subprocesses=use_subprocesses) as env:
+        _assert_same(env.replay(records), steps[-1], 'the replayed step')
+        replayed = [env.step(a) for a in actions]
+        # A second record, of the replayed run, is the first one.
+        again = env.episode_records()
+    for t, (a, b) in enumerate(zip(went_on, replayed)):
+        _assert_same(a, b, f'step {t} after the replay')
+    assert any((ts.step_type == StepType.FIRST).any() for ts in went_on[1:]), (
+        'no episode ended after the replay: its resets were never checked'
+    )
+    for record in records:
+        assert isinstance(record['actions'], torch.Tensor)
+        assert (record['seed'] is None) != (record['rng'] is None)
+    if env_name == 'Pendulum-v1':
+        assert all(r['seed'] is not None and len(r['actions']) == 150 for r in records)
+    else:
+        assert any(r['rng'] is not None for r in records)
+    assert len(again) == num_envs
+
+
+def test_a_malformed_record_is_refused_naming_the_env():
+    with create_environment('Pendulum-v1', 2, seed=0) as env:
+        _rollout(env, 5)
+        records = env.episode_records()
+        wrong_shape = [records[0], dict(records[1], actions=torch.zeros(5, 3))]
+        with pytest.raises(EpisodeReplayError, match=r'env 1 of 2.*shape.*\[steps, 1\]'):
+            env.replay(wrong_shape)
+        no_reset = [dict(records[0], seed=None), records[1]]
+        with pytest.raises(EpisodeReplayError, match='env 0 of 2.*exactly one of a seed'):
+            env.replay(no_reset)
+        with pytest.raises(EpisodeReplayError, match='env 1 of 2.*not a dict'):
+            env.replay([records[0], {'seed': 1}])
+        with pytest.raises(EpisodeReplayError, match='1 episode records for 2 envs'):
+            env.replay(records[:1])
+
+
+def test_an_env_that_cannot_replay_its_record_is_named_and_the_envs_still_reset():
+    with create_environment('alf_test/Countdown-v0', 2, seed=0, use_subprocesses=True) as env:
+        _rollout(env, 12)
+        records = env.episode_records()
+        other_generator = np.random.Generator(np.random.MT19937(0)).bit_generator.state
+        records[1] = dict(records[1], seed=None, rng=other_generator)
+        with pytest.raises(EpisodeReplayError, match=r'env 1 of 2.*could not replay.*MT19937'):
+            env.replay(records)
+        # The env processes live on: the caller resets them.
+        assert env.reset(seed=[5, 6]).step_type.tolist() == [StepType.FIRST] * 2
+
+
+def test_an_episode_longer_than_the_limit_has_no_record(monkeypatch):
+    monkeypatch.setattr(episode_replay, 'MAX_RECORDED_STEPS', 5)
+    with create_environment('Pendulum-v1', 1, seed=0) as env:
+        _rollout(env, 5)
+        assert env.episode_records()[0] is not None
+        env.step(torch.zeros(1, 1))
+        assert env.episode_records() == [None]
+        env.reset(seed=1)
+        assert len(env.episode_records()[0]['actions']) == 0
+
+
+def test_records_are_refused_while_a_step_is_pending():
+    with create_environment('Pendulum-v1', 1, seed=0) as env:
+        env.reset()
+        env.step_async(torch.zeros(1, 1))
+        with pytest.raises(RuntimeError, match='pending'):
+            env.episode_records()
+        env.step_wait()
