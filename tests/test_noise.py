@@ -131,3 +131,23 @@ def test_ou_state_is_updated_in_place():
     noise(torch.full((2,), M, dtype=torch.uint8), action)
     assert torch.equal(second, kept)
     assert not torch.equal(first, second)
+
+
+def test_ou_state_saved_and_loaded_continues_the_process_in_place():
+    torch.manual_seed(0)
+    noise = OUNoise(theta=0.15, sigma=0.2, dt=1.0)
+    action = torch.zeros(2, 3)
+    noise(torch.full((2,), F, dtype=torch.uint8), action)
+    saved = {'state': noise.state_dict()['state'].clone()}
+    rng = torch.get_rng_state()
+    expected = noise(torch.full((2,), M, dtype=torch.uint8), action).clone()
+
+    fresh = OUNoise(theta=0.15, sigma=0.2, dt=1.0)
+    assert fresh.state_dict() == {'state': None}
+    fresh.load_state_dict(saved)
+    torch.set_rng_state(rng)
+    assert torch.equal(fresh(torch.full((2,), M, dtype=torch.uint8), action), expected)
+    # Loaded into a state of its shape in place, as a captured CUDA graph needs.
+    state = fresh._state
+    fresh.load_state_dict(saved)
+    assert fresh._state is state and torch.equal(state, saved['state'])

@@ -146,6 +146,14 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         noise = self._exploration_noise(time_step.step_type, action)
         return (action + noise).clamp(-1.0, 1.0)
 
+    def rollout_state(self) -> dict:
+        noise = self._exploration_noise
+        return {'exploration_noise': noise.state_dict()} if hasattr(noise, 'state_dict') else {}
+
+    def load_rollout_state(self, state: dict) -> None:
+        if 'exploration_noise' in state:
+            self._exploration_noise.load_state_dict(state['exploration_noise'])
+
     def _target_action(self, next_observation: torch.Tensor) -> torch.Tensor:
         """The action the critic target evaluates at s': ``mu'(s')`` of the target actor."""
         return self._target_actor(next_observation)

@@ -54,8 +54,8 @@ class OUNoise:
 
     Where ``step_type`` is FIRST the process restarts from ``mu`` before it
     steps, so each episode's noise is independent of the last one. The state
-    is sized lazily on the first call (``[N, A]``) and is not checkpointed: a
-    resumed run restarts every env with a FIRST step, which restarts it.
+    is sized lazily on the first call (``[N, A]``); ``state_dict`` carries it
+    through a checkpoint, so a resumed run continues each env's process.
 
     Args:
         theta: rate of mean reversion, per unit time.
@@ -74,6 +74,19 @@ class OUNoise:
             raise ValueError(f'sigma must be >= 0, got {sigma}')
         self.theta, self.sigma, self.dt, self.mu = theta, sigma, dt, mu
         self._state: Optional[torch.Tensor] = None
+
+    def state_dict(self) -> dict:
+        """The process's state ``[N, A]`` (None before the first call)."""
+        return {'state': self._state}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state_dict()``'s state, written in place where one of its shape exists
+        (a captured CUDA graph reads that tensor)."""
+        value = state['state']
+        if value is None or self._state is None or self._state.shape != value.shape:
+            self._state = None if value is None else value.clone()
+        else:
+            self._state.copy_(value)
 
     def stationary_std(self) -> float:
         """The exact stationary standard deviation of the discrete process."""

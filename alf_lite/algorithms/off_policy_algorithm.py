@@ -215,6 +215,14 @@ class OffPolicyAlgorithm(nn.Module):
         """The exploratory action for collection, ``[N, action_dim]``."""
         raise NotImplementedError
 
+    def rollout_state(self) -> dict:
+        """What ``rollout_step`` carries from one step to the next (e.g. OU noise), for a
+        checkpoint: tensors and plain values. Empty for a policy without such state."""
+        return {}
+
+    def load_rollout_state(self, state: dict) -> None:
+        """Continue collection from ``rollout_state()``'s ``state``."""
+
     @torch.no_grad()
     def value_step(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """The critics' estimate of ``Q(s, a)``, mean over replicas, ``[N]`` (for summaries)."""
