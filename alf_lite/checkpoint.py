@@ -314,6 +314,11 @@ class TrainerState(NamedTuple):
             whose evaluation a signal interrupted: on resume the evaluation is
             run again and the row written. None when every row is written
             (also in checkpoints that predate this field).
+        collection: ``Collector.state()``: the training envs' running episodes
+            (replayed on resume), the time step they are at, and the policy's
+            rollout state. None where the envs could not be kept (a signal
+            ended an env step) and in checkpoints that predate this field: a
+            resume then restarts the envs.
     """
 
     algorithm: dict
@@ -324,6 +329,7 @@ class TrainerState(NamedTuple):
     recent_lengths: List[int]
     last_eval: Dict[str, float]
     pending_evaluation: Optional[Dict[str, float]] = None
+    collection: Optional[dict] = None
 
 
 def save_trainer_state(
@@ -378,6 +384,7 @@ def check_trainer_state(path: str, state: dict) -> None:
         'recent_lengths': list,
         'last_eval': dict,
         'pending_evaluation': (dict, type(None)),
+        'collection': (dict, type(None)),
     }
     for field, expected in expected_types.items():
         value = getattr(state, field)

@@ -13,7 +13,7 @@ import torch
 
 from alf_lite.algorithms.off_policy_algorithm import OffPolicyAlgorithm
 from alf_lite.data import Experience
-from alf_lite.environments import BatchedEnvironment
+from alf_lite.environments import BatchedEnvironment, EpisodeReplayError
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.transfer import pack_time_step, packed_width, time_step_to_device, unpack_time_step
@@ -22,6 +22,10 @@ from alf_lite.update import SideStream, capture
 CPU = torch.device('cpu')
 # Eager rollout steps before the policy's step is captured.
 WARMUP_ROLLOUT_STEPS = 3
+# The fields of a time step that a checkpoint keeps (env_id is always 0..N-1).
+_TIME_STEP_FIELDS = ('step_type', 'observation', 'reward', 'discount')
+# What ``Collector.state`` holds.
+_STATE_KEYS = ('episodes', 'time_step', 'episode_stats', 'rollout')
 
 
 class Collector:
@@ -66,6 +70,10 @@ class Collector:
         self._episode_stats = episode_stats
         self._device = device
         self._time_step = None
+        # True from ``send`` until its step was received.
+        self._pending = False
+        # The state ``restore`` was given: still the state while no step is known.
+        self._restoring: Optional[dict] = None
         self._captured = (
             CapturedRollout(algorithm, replay_buffer, env.num_envs, env.observation_dim, device)
             if cuda_graph
@@ -75,6 +83,69 @@ class Collector:
     def reset(self, seed: List[int]) -> None:
         """Start every env's episode afresh, seeding env ``i`` with ``seed[i]``."""
         self._time_step = self._env.reset(seed=seed)
+        self._episode_stats.restart_running()
+
+    def state(self) -> Optional[dict]:
+        """What collection goes on from, for a checkpoint; None where it cannot be continued.
+
+        That is each env's running episode as a replay record
+        (``BatchedEnvironment.episode_records``), the time step the envs are at
+        (not yet stored), the running episodes' returns and lengths, and the
+        policy's rollout state (e.g. OU noise). None while a step is pending (a
+        signal ended it: the envs are in no known state) and when an env's
+        episode cannot be replayed. Before the envs are at a step, the state
+        being restored, if any (a signal ended the replay, say).
+        """
+        if self._time_step is None:
+            return self._restoring
+        if self._pending or self._env.closed:
+            return None
+        episodes = self._env.episode_records()
+        if any(record is None for record in episodes):
+            return None
+        time_step = self._time_step
+        return {
+            'episodes': episodes,
+            'time_step': {name: getattr(time_step, name) for name in _TIME_STEP_FIELDS},
+            'episode_stats': self._episode_stats.running_state(),
+            'rollout': self._algorithm.rollout_state(),
+        }
+
+    def restore(self, state: dict) -> None:
+        """Continue collection from ``state()``'s ``state``, saved by another process maybe.
+
+        The envs replay their episodes, and must arrive at the saved time step.
+
+        Raises:
+            EpisodeReplayError: when an env could not replay its episode or
+                arrived elsewhere (an env that is not deterministic); the envs
+                are then in no defined state: ``reset`` them.
+        """
+        self._restoring = state
+        if set(state) != set(_STATE_KEYS):
+            raise EpisodeReplayError(
+                f'the collection state holds {sorted(state)}, not {sorted(_STATE_KEYS)}'
+            )
+        time_step = self._env.replay(state['episodes'])
+        saved = state['time_step']
+        num_envs = self._env.num_envs
+        for name in _TIME_STEP_FIELDS:
+            replayed, kept = getattr(time_step, name), saved[name].cpu()
+            if replayed.shape != kept.shape or replayed.dtype != kept.dtype:
+                raise EpisodeReplayError(
+                    f'the saved {name} is a {kept.dtype} tensor of shape {tuple(kept.shape)}, '
+                    f'not {replayed.dtype} {tuple(replayed.shape)}'
+                )
+            differs = (replayed != kept).reshape(num_envs, -1).any(-1).nonzero()
+            if len(differs):
+                raise EpisodeReplayError(
+                    f"Environment '{self._env.name}' (env {int(differs[0, 0])} of {num_envs}) "
+                    f'replayed its episode to another {name} than the saved one: the env is not '
+                    'deterministic given its seed and actions.'
+                )
+        self._episode_stats.load_running_state(state['episode_stats'])
+        self._algorithm.load_rollout_state(state['rollout'])
+        self._time_step = time_step
 
     def send(self, env_steps: int) -> None:
         """Choose the action of the current step, store the step and start the envs stepping.
@@ -111,10 +182,12 @@ class Collector:
                 )
             )
         self._env.step_async(host_action)
+        self._pending = True
 
     def receive(self) -> int:
         """Wait for the step ``send`` started; returns the env steps it took (one per env)."""
         self._time_step = self._env.step_wait()
+        self._pending = False
         self._episode_stats.update(self._time_step)
         return self._env.num_envs
 

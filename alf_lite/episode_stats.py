@@ -4,6 +4,7 @@ import collections
 from typing import Dict, List
 
 import numpy as np
+import torch
 
 from alf_lite.data import StepType, TimeStep
 from alf_lite.runs import TRAIN_EPISODE_LENGTH, TRAIN_RETURN
@@ -48,6 +49,31 @@ class EpisodeStats:
         }
 
     def load(self, recent_returns: List[float], recent_lengths: List[int]) -> None:
-        """Continue with the finished episodes a checkpoint kept (the running ones start afresh)."""
+        """Continue with the finished episodes a checkpoint kept."""
         self.recent_returns.extend(recent_returns)
         self.recent_lengths.extend(recent_lengths)
+
+    def running_state(self) -> Dict[str, torch.Tensor]:
+        """Return and length so far of each env's running episode."""
+        return {
+            'episode_return': torch.from_numpy(self._episode_return.copy()),
+            'episode_length': torch.from_numpy(self._episode_length.copy()),
+        }
+
+    def load_running_state(self, state: Dict[str, torch.Tensor]) -> None:
+        """Continue the running episodes of ``running_state()`` (as the envs continue them)."""
+        episode_return = state['episode_return'].cpu().numpy()
+        episode_length = state['episode_length'].cpu().numpy()
+        shape = self._episode_return.shape
+        if episode_return.shape != shape or episode_length.shape != shape:
+            raise ValueError(
+                f'running episodes of {episode_return.shape} and {episode_length.shape} envs '
+                f'for {shape}'
+            )
+        self._episode_return[:] = episode_return
+        self._episode_length[:] = episode_length
+
+    def restart_running(self) -> None:
+        """The envs start new episodes: nothing of the running ones counts."""
+        self._episode_return[:] = 0.0
+        self._episode_length[:] = 0

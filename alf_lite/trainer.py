@@ -16,7 +16,12 @@ from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_ma
 from alf_lite.collector import Collector
 from alf_lite.config import write_text_atomically
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
-from alf_lite.environments import NonFiniteActionError, create_environment
+from alf_lite.environments import (
+    EnvironmentCrashedError,
+    EpisodeReplayError,
+    NonFiniteActionError,
+    create_environment,
+)
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import TerminationValues, evaluate
 from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
@@ -421,8 +426,9 @@ class Trainer:
         # Global settings another trainer of this process may have changed since.
         torch.set_num_threads(self._config.torch_num_threads)
         resumed = latest is not None
+        collection = None
         if resumed:
-            self._restore(*latest)
+            collection = self._restore(*latest)
             # Dropped now: the loaded replay buffer is as big as the one it was copied into.
             latest = None
             reset_seed = resume_env_seeds(
@@ -442,7 +448,7 @@ class Trainer:
         try:
             with self._stop_signals:
                 try:
-                    self._loop(summary, reset_seed, stop_when)
+                    self._loop(summary, reset_seed, collection, stop_when)
                 except InterruptedInEnvCall as e:
                     self._save()
                     raise TrainingInterrupted(e.signum) from None
@@ -461,10 +467,11 @@ class Trainer:
         self,
         summary: Summary,
         reset_seed: List[int],
+        collection: Optional[dict],
         stop_when: Optional[Callable[[dict], bool]] = None,
     ) -> None:
         cfg = self._config
-        self._collector.reset(reset_seed)
+        self._start_collection(reset_seed, collection)
         throughput = Throughput(self._env_steps, self._num_updates)
 
         def stop_here() -> bool:
@@ -517,6 +524,21 @@ class Trainer:
                 with throughput.excluded():
                     self._save()
             self._stop_signals.raise_if_received()
+
+    def _start_collection(self, reset_seed: List[int], collection: Optional[dict]) -> None:
+        """Continue the checkpoint's episodes where it kept them, else start new ones."""
+        if collection is not None:
+            try:
+                self._collector.restore(collection)
+                logging.info('the training envs continue their episodes from the checkpoint')
+                return
+            except (EpisodeReplayError, KeyError, TypeError, ValueError) as e:
+                logging.warning(
+                    'the training envs cannot continue their episodes (%s); they start new '
+                    'ones, and the pair across the restart is never trained on',
+                    e,
+                )
+        self._collector.reset(reset_seed)
 
     def _collect_and_train(self) -> None:
         """``unroll_length`` env steps; the iteration's updates overlap the last one."""
@@ -636,6 +658,13 @@ class Trainer:
                 'was written, so the last checkpoint still holds finite weights. Lower the '
                 'learning rates or check the rewards and observations for NaN/inf.'
             )
+        try:
+            collection = self._collector.state()
+        except EnvironmentCrashedError as e:
+            logging.warning(
+                'the training envs cannot be checkpointed (%s); a resume restarts them', e
+            )
+            collection = None
         state = ckpt.TrainerState(
             algorithm=algorithm_state,
             rng=global_rng_state(),
@@ -645,6 +674,7 @@ class Trainer:
             recent_lengths=list(self._episode_stats.recent_lengths),
             last_eval=self._last_eval,
             pending_evaluation=self._pending_evaluation,
+            collection=collection,
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
@@ -657,7 +687,8 @@ class Trainer:
         logging.info('checkpoint written: %s', path)
         return path
 
-    def _restore(self, path: str, state: dict, rb: Optional[dict]) -> None:
+    def _restore(self, path: str, state: dict, rb: Optional[dict]) -> Optional[dict]:
+        """Restore the checkpoint at ``path``; returns its collection state (or None)."""
         state = ckpt.trainer_state(state, path)
         try:
             ckpt.load_algorithm_state(self._algorithm, state.algorithm)
@@ -682,8 +713,8 @@ class Trainer:
                     f'the replay buffer of {path} does not fit the configured one ({e}). '
                     'Resume with the config the run started with.'
                 ) from e
-            # The envs restart with a FIRST row after the last stored one; the
-            # loss mask never trains on that pair.
+            # Envs that cannot continue their episodes restart with a FIRST row
+            # after the last stored one; the loss mask never trains on that pair.
         else:
             logging.warning(
                 '%s holds no replay buffer: training continues after %d steps of '
@@ -692,3 +723,4 @@ class Trainer:
                 self._config.initial_collect_steps,
             )
         logging.info('resumed from %s at %d env steps', path, self._env_steps)
+        return state.collection

@@ -78,7 +78,7 @@ step "SAC Humanoid-v5, CUDA graph" 95 "$PYTHON" "${BENCH[@]}" --algo sac --env H
 # The compile tests last: a cold torch.compile takes long, and a cut must not
 # take the whole-run, resume and RNG tests with it.
 TESTS=(-m pytest -q -rs -p no:cacheprovider --durations=10 tests/test_cuda.py)
-step "tests/test_cuda.py without compile" 150 "$PYTHON" "${TESTS[@]}" -k "not compile"
+step "tests/test_cuda.py without compile" 170 "$PYTHON" "${TESTS[@]}" -k "not compile"
 step "tests/test_cuda.py compile tests" 60 "$PYTHON" "${TESTS[@]}" -k compile
 # Last, as the deadline may cut it: torch.compile on top of the graphs, in whole runs.
 step "SAC HalfCheetah-v5, CUDA graph + compile" 90 "$PYTHON" "${BENCH[@]}" --algo sac \

@@ -360,6 +360,25 @@ def test_short_run_of_each_example_on_the_gpu_is_reproducible(tmp_path, example,
     )
 
 
+@pytest.mark.parametrize(
+    'example, cuda_graph',
+    [('sac_pendulum.gin', False), ('ddpg_pendulum.gin', True)],
+    ids=['sac_eager', 'ddpg_ou_cuda_graph'],
+)
+def test_a_stopped_and_resumed_gpu_run_gives_the_numbers_of_a_run_never_stopped(
+    tmp_path, example, cuda_graph
+):
+    # After the resume the update and rollout graphs are captured again, after
+    # eager warm-up steps, and the OU noise continues from the checkpoint.
+    params = ["TrainerConfig.device = 'cuda'", f'TrainerConfig.cuda_graph = {cuda_graph}']
+    expected = run_example(tmp_path / 'a', example, *params)
+    run_example(tmp_path / 'b', example, *params, 'TrainerConfig.num_env_steps = 350')
+    rows = run_example(tmp_path / 'b', example, *params)
+    if cuda_graph:
+        assert LAST_RUN['update_graphs'] >= 1 and LAST_RUN['rollout_graph'], LAST_RUN
+    assert [r for r in rows if r['env_steps'] != '350'] == expected
+
+
 def test_compiled_networks_in_captured_graphs_train_and_resume_without_compile(tmp_path):
     pytest.importorskip('triton', reason='torch.compile on the GPU needs triton')
     params = ["TrainerConfig.device = 'cuda'", 'TrainerConfig.cuda_graph = True']

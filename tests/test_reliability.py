@@ -1,5 +1,6 @@
 """What happens when things go wrong: bad input, kills, signals, NaN, a full disk."""
 
+import csv
 import hashlib
 import logging
 import math
@@ -27,6 +28,7 @@ from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import EnvironmentHungError
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.run_dir import RunDirLock, latest_checkpoint
+from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from cli_helpers import (
@@ -70,8 +72,6 @@ def tree_digest(root):
 
 
 def steps_in_csv(root_dir):
-    import csv
-
     with open(os.path.join(root_dir, 'progress.csv'), newline='') as f:
         return [int(r['env_steps']) for r in csv.DictReader(f)]
 
@@ -356,14 +356,19 @@ def replace_with_foreign_keys(state):
     state['x'] = torch.zeros(1)
 
 
+def break_collection(state):
+    state['collection'] = 'abc'
+
+
 @pytest.mark.parametrize(
     'corrupt, problem',
     [
         (break_rng, 'its RNG state is invalid'),
         (break_env_steps, "env_steps is 'abc', of the wrong type"),
         (replace_with_foreign_keys, "not a trainer checkpoint: its keys are ['x']"),
+        (break_collection, "collection is 'abc', of the wrong type"),
     ],
-    ids=['rng', 'env_steps', 'keys'],
+    ids=['rng', 'env_steps', 'keys', 'collection'],
 )
 def test_checkpoint_with_bad_contents_is_named_with_its_problem(
     finished_run, tmp_path, corrupt, problem
@@ -544,6 +549,13 @@ KILL_PARAMS = TINY + [
 ]
 
 
+def deterministic_rows(root_dir):
+    """``progress.csv`` without the columns that time or memory make differ between runs."""
+    with open(root_dir / 'progress.csv', newline='') as f:
+        rows = list(csv.DictReader(f))
+    return [{k: v for k, v in row.items() if k not in NONDETERMINISTIC_COLUMNS} for row in rows]
+
+
 def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tensorboard):
     root_dir = tmp_path / 'run'
     command = train_command(root_dir, [PENDULUM], KILL_PARAMS)
@@ -579,6 +591,10 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
     train = read_tensorboard(root_dir / 'train')
     assert [e.step for e in train['env_steps_per_sec']] == list(range(100, KILL_STEPS + 1, 100))
     assert len(latest) == cycles
+    # Every resume continued the envs' episodes: the numbers are those of a run never killed.
+    never_killed = tmp_path / 'never_killed'
+    assert_ok(run_train(train_command(never_killed, [PENDULUM], KILL_PARAMS)))
+    assert deterministic_rows(root_dir) == deterministic_rows(never_killed)
 
 
 # --- SIGINT / SIGTERM -----------------------------------------------------------------------
@@ -888,6 +904,10 @@ def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocess
     assert steps[-1] >= 200, steps
     state, _ = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / f'ckpt-{steps[-1]}'))
     assert state['env_steps'] == steps[-1]
+    # The signal ended an env step, so the envs' state is unknown: a resume restarts them.
+    assert state['collection'] is None
+    earlier, _ = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / f'ckpt-{steps[-2]}'))
+    assert earlier['collection'] is not None
     gone = psutil.wait_procs(children, timeout=10)[1] == []
     assert gone, [c.pid for c in children if c.is_running()]
 

@@ -19,7 +19,7 @@ from alf_lite.seeding import (
     train_env_seeds,
 )
 from alf_lite.trainer import Trainer, TrainerConfig
-from tests.test_trainer import EXAMPLES, POINT_PARAMS
+from tests.test_trainer import EXAMPLES, POINT_PARAMS, drop_collection
 
 
 def test_resume_at_a_million_steps_does_not_reuse_an_eval_seed():
@@ -70,18 +70,25 @@ def test_trainer_seeds_train_eval_and_resumed_envs_from_the_seed_sequence(tmp_pa
         'create_environment.use_subprocesses = False',
         'TrainerConfig.initial_collect_steps = 100',
     ]
-    for steps in (300, 500):
+    for steps in (300, 500, 700):
         parse_config(
             [os.path.join(EXAMPLES, 'common', 'sac.gin')],
             params + [f'TrainerConfig.num_env_steps = {steps}'],
         )
         with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
             trainer.train()
-    # Each evaluation reseeds the eval envs by its env step, also after the resume at 300.
-    evaluations = [seed for k in range(0, 600, 100) for seed in eval_env_seeds(5, 3, k)]
-    expected = evaluations + train_env_seeds(5, 2) + resume_env_seeds(5, 300, 2)
+        if steps == 300:
+            # The resume at 300 continues the envs' episodes (no new seeds); the
+            # one at 500 has to restart them.
+            seeds_at_300 = list(received)
+        if steps == 500:
+            drop_collection(tmp_path)
+    # Each evaluation reseeds the eval envs by its env step, also after the resumes.
+    evaluations = [seed for k in range(0, 800, 100) for seed in eval_env_seeds(5, 3, k)]
+    expected = evaluations + train_env_seeds(5, 2) + resume_env_seeds(5, 500, 2)
     assert sorted(received) == sorted(expected)
-    assert len(set(expected)) == len(expected) == 6 * 3 + 2 + 2
+    assert len(set(expected)) == len(expected) == 8 * 3 + 2 + 2
+    assert sorted(seeds_at_300) == sorted(evaluations[:12] + train_env_seeds(5, 2))
 
 
 def test_eval_seeds_differ_between_evaluations_and_from_every_other_purpose():

@@ -4,12 +4,16 @@ import csv
 import gc
 import os
 import random
+import re
+import signal
 import time
 import warnings
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 import alf_lite.all_configurables  # noqa: F401
 from alf_lite import checkpoint as ckpt
@@ -18,6 +22,7 @@ from alf_lite.config import parse_config
 from alf_lite.data import Experience, StepType
 from alf_lite.run_dir import RunDirInUseError, latest_checkpoint
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
+from alf_lite.signals import InterruptedInEnvCall, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
@@ -122,6 +127,177 @@ def test_different_seed_different_progress_csv(tmp_path):
     assert read_csv(tmp_path / 'a' / 'progress.csv') != read_csv(tmp_path / 'b' / 'progress.csv')
 
 
+def drop_collection(root_dir) -> None:
+    """Make the latest checkpoint one whose envs could not be kept (as when a signal ended
+    an env step, or as alf_lite's older checkpoints are): a resume restarts the envs."""
+    path = os.path.join(latest_checkpoint(str(root_dir / 'checkpoints')), ckpt.MODEL_FILE)
+    state = torch.load(path, weights_only=True)
+    assert state['collection'] is not None
+    state['collection'] = None
+    torch.save(state, path)
+
+
+def final_weights(root_dir) -> dict:
+    state, _ = ckpt.load_checkpoint(latest_checkpoint(str(root_dir / 'checkpoints')))
+    return ckpt.policy_state(state['algorithm'])
+
+
+# Runs cut where a training episode is under way, at its last step (the next
+# step resets), mid-way through an episode after a truncation (with OU noise),
+# and in a MuJoCo episode after terminations.
+STOPPED_RUNS = {
+    'sac-point-2-envs-subprocesses-mid-episode': (
+        'sac.gin',
+        POINT_PARAMS
+        + [
+            'create_environment.num_parallel_environments = 2',
+            'create_environment.use_subprocesses = True',
+        ],
+        710,
+        1000,
+    ),
+    'sac-point-at-a-last-step': ('sac.gin', POINT_PARAMS, 419, 700),
+    'ddpg-ou-pendulum-after-a-truncation': (
+        'ddpg.gin',
+        [
+            'DeterministicActorNetwork.hidden_layers = (32, 32)',
+            'CriticNetwork.hidden_layers = (32, 32)',
+            'TrainerConfig.initial_collect_steps = 100',
+            'TrainerConfig.mini_batch_size = 32',
+            'TrainerConfig.summary_interval = 100',
+            'TrainerConfig.eval_interval = 300',
+            'TrainerConfig.num_eval_episodes = 2',
+        ],
+        450,
+        900,
+    ),
+    'td3-hopper-after-terminations': (
+        'td3.gin',
+        [
+            "create_environment.env_name = 'Hopper-v5'",
+            'DeterministicActorNetwork.hidden_layers = (32, 32)',
+            'CriticNetwork.hidden_layers = (32, 32)',
+            'TrainerConfig.initial_collect_steps = 100',
+            'TrainerConfig.mini_batch_size = 32',
+            'TrainerConfig.summary_interval = 100',
+            'TrainerConfig.eval_interval = 200',
+            'TrainerConfig.num_eval_episodes = 2',
+        ],
+        250,
+        500,
+    ),
+}
+
+
+@pytest.mark.parametrize('run', list(STOPPED_RUNS))
+def test_a_stopped_and_resumed_run_gives_the_numbers_of_a_run_never_stopped(tmp_path, run):
+    gin_file, params, stop, end = STOPPED_RUNS[run]
+    params = params + ['TrainerConfig.checkpoint_interval = 10000']
+
+    def run_to(root_dir, num_env_steps):
+        parse_config(
+            [os.path.join(EXAMPLES, 'common', gin_file)],
+            params + [f'TrainerConfig.num_env_steps = {num_env_steps}'],
+        )
+        with Trainer(TrainerConfig(), str(root_dir)) as trainer:
+            trainer.train()
+
+    run_to(tmp_path / 'never_stopped', end)
+    run_to(tmp_path / 'stopped', stop)
+    run_to(tmp_path / 'stopped', end)
+    if run == 'sac-point-at-a-last-step':
+        stopped_at = os.path.join(str(tmp_path / 'stopped' / 'checkpoints'), f'ckpt-{stop}')
+        collection = ckpt.load_checkpoint(stopped_at)[0]['collection']
+        assert collection['time_step']['step_type'].tolist() == [StepType.LAST]
+    expected = read_csv(tmp_path / 'never_stopped' / 'progress.csv')
+    # The stopped run has one row more: that of its first end.
+    rows = read_csv(tmp_path / 'stopped' / 'progress.csv')
+    rows = [r for r in rows if r['env_steps'] != str(stop)]
+    assert len(expected) >= 4 and rows == expected
+    weights, expected_weights = (
+        final_weights(tmp_path / 'stopped'),
+        final_weights(tmp_path / 'never_stopped'),
+    )
+    tensors = [k for k, v in expected_weights.items() if torch.is_tensor(v)]
+    assert len(tensors) > 10
+    assert all(torch.equal(weights[k], expected_weights[k]) for k in tensors)
+
+
+def test_a_signal_during_the_resumes_replay_keeps_the_checkpoints_episodes(tmp_path, monkeypatch):
+    train(tmp_path, 'TrainerConfig.num_env_steps = 310')
+    saved, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
+
+    def interrupted(records):
+        raise InterruptedInEnvCall(signal.SIGINT)
+
+    with build(tmp_path, 'TrainerConfig.num_env_steps = 400') as trainer:
+        monkeypatch.setattr(trainer._env, 'replay', interrupted)
+        with pytest.raises(TrainingInterrupted):
+            trainer.train()
+    # The final checkpoint replaced ckpt-310 and kept its episodes for the next resume.
+    rewritten, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
+    assert rewritten['env_steps'] == 310
+    assert torch.equal(
+        rewritten['collection']['episodes'][0]['actions'],
+        saved['collection']['episodes'][0]['actions'],
+    )
+
+
+class UnreplayableEnv(gymnasium.Env):
+    """Starts each episode where ``os.urandom`` says: no seed or action replays it."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._x = int.from_bytes(os.urandom(2), 'little') / 65535 * 2 - 1
+        return np.array([self._x], dtype=np.float32), {}
+
+    def step(self, action):
+        self._x = float(np.clip(self._x + 0.1 * float(action[0]), -1.0, 1.0))
+        return np.array([self._x], dtype=np.float32), -abs(self._x), False, False, {}
+
+
+gymnasium.register('alf_test/Unreplayable-v0', entry_point=UnreplayableEnv, max_episode_steps=20)
+
+
+def test_envs_that_do_not_replay_to_their_saved_step_start_new_episodes(tmp_path, caplog):
+    params = [
+        "create_environment.env_name = 'alf_test/Unreplayable-v0'",
+        'TrainerConfig.checkpoint_interval = 500',
+    ]
+    train(tmp_path, 'TrainerConfig.num_env_steps = 310', *params)
+    with caplog.at_level('WARNING'):
+        train(tmp_path, 'TrainerConfig.num_env_steps = 400', *params)
+    assert re.search(
+        r"Environment 'alf_test/Unreplayable-v0' \(env 0 of 1\) replayed its episode to another "
+        r'observation.*they start new ones',
+        caplog.text,
+    ), caplog.text
+    _, stored = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
+    # Row 309 is a MID (21-row episodes); the restarted env wrote row 310 as a FIRST.
+    assert stored['step_type'][0, 309].item() == StepType.MID
+    assert stored['step_type'][0, 310].item() == StepType.FIRST
+
+
+def test_a_damaged_collection_state_restarts_the_envs_with_a_warning(tmp_path, caplog):
+    train(tmp_path, 'TrainerConfig.num_env_steps = 310')
+    path = os.path.join(latest_checkpoint(str(tmp_path / 'checkpoints')), ckpt.MODEL_FILE)
+    state = torch.load(path, weights_only=True)
+    del state['collection']['episode_stats']
+    torch.save(state, path)
+    with caplog.at_level('WARNING'):
+        train(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert re.search(
+        r"the collection state holds \['episodes', 'rollout', 'time_step'\], not .*they start "
+        'new ones',
+        caplog.text,
+    ), caplog.text
+    _, stored = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
+    assert stored['step_type'][0, 310].item() == StepType.FIRST
+
+
 @pytest.mark.parametrize('mask_out_loss_for_last_step', [True, False])
 def test_resume_never_trains_on_the_pair_across_the_restart(
     tmp_path, monkeypatch, mask_out_loss_for_last_step
@@ -131,6 +307,7 @@ def test_resume_never_trains_on_the_pair_across_the_restart(
         f'TrainerConfig.mask_out_loss_for_last_step = {mask_out_loss_for_last_step}',
     ]
     train(tmp_path, 'TrainerConfig.num_env_steps = 500', *params)
+    drop_collection(tmp_path)
     parse_config(
         [os.path.join(EXAMPLES, 'common', 'sac.gin')],
         POINT_PARAMS + params + ['TrainerConfig.num_env_steps = 700'],
