@@ -50,6 +50,8 @@ DEADLINE_MARGIN = 1.2
 LOAD_SAMPLE_S = 30
 # An attempt this long or longer measures a run's time per env step.
 MIN_MEASURED_S = 300
+# A run's time is estimated from this many of the latest measurements of its kind.
+RECENT_MEASUREMENTS = 3
 _MINUTE_S = 60
 _HOUR_S = 3600
 ATTEMPTS_SUFFIX = '.attempts.json'
@@ -313,6 +315,14 @@ def _done_runs(out: str) -> Iterable[Tuple[str, dict]]:
             yield os.path.dirname(path), done
 
 
+def _finished_time(done: dict) -> float:
+    """When a run finished (done.json's local time), in seconds since the epoch; 0 if unknown."""
+    try:
+        return time.mktime(time.strptime(done['finished'], '%Y-%m-%d %H:%M:%S'))
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+
+
 def _last_env_steps(run_dir: str) -> int:
     """Env steps of the last row of a run's progress.csv; 0 without one."""
     try:
@@ -326,14 +336,16 @@ def _last_env_steps(run_dir: str) -> int:
 def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
     """Wall seconds ``run`` still needs, and where the rate comes from.
 
-    The rate is the slowest measured wall time per env step of the finished
-    runs and of the attempts of at least ``MIN_MEASURED_S`` under ``out`` with
-    the same framework, algorithm and env (their load included), else the
-    task's assumed rate. A run that will resume needs only its remaining steps.
+    The rate is the slowest of the ``RECENT_MEASUREMENTS`` most recent measured
+    wall times per env step of the finished runs and of the attempts of at
+    least ``MIN_MEASURED_S`` under ``out`` with the same framework, algorithm
+    and env (their load included), else the task's assumed rate: the code and
+    the machine's load change, so old measurements say little. A run that will
+    resume needs only its remaining steps.
     """
     kind = run.kind
-    rates = [
-        done['wall_time_s'] / done['env_steps']
+    measured = [  # (when, seconds per env step)
+        (_finished_time(done), done['wall_time_s'] / done['env_steps'])
         for _, done in _done_runs(out)
         if (done.get('framework'), done.get('algo'), done.get('env')) == kind
         and done.get('env_steps')
@@ -346,9 +358,12 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
                 and steps > 0
                 and attempt['wall_time_s'] >= MIN_MEASURED_S
             ):
-                rates.append(attempt['wall_time_s'] / steps)
-    if rates:
-        rate, source = max(rates), f'measured over {len(rates)} runs or attempts'
+                when = attempt.get('started', 0.0) + attempt['wall_time_s']
+                measured.append((when, attempt['wall_time_s'] / steps))
+    if measured:
+        recent = sorted(measured, key=lambda m: m[0])[-RECENT_MEASUREMENTS:]
+        rate = max(r for _, r in recent)
+        source = f'slowest of the {len(recent)} most recent of {len(measured)} measurements'
     else:
         rate, source = run.task.assumed_seconds_per_step, 'assumed rate'
     steps = run.num_env_steps

@@ -51,6 +51,7 @@ from benchmarks.launcher import (
     DEADLINE_MARGIN,
     DONE_FILE,
     LAST_N,
+    RECENT_MEASUREMENTS,
     format_duration,
     parse_deadline,
     read_done,
@@ -851,9 +852,9 @@ def parse_args(argv=None):
         '--deadline',
         default=None,
         help='Start no run that cannot finish by then (minutes from now, HH:MM '
-        'or an ISO date and time), judged by the measured time per env '
-        'step of finished runs of the same kind (the assumed rate of '
-        'the task before any), with a margin of '
+        'or an ISO date and time), judged by the slowest of the latest '
+        f'{RECENT_MEASUREMENTS} measured times per env step of runs of the same kind '
+        '(the assumed rate of the task before any), with a margin of '
         f'{(DEADLINE_MARGIN - 1) * 100:.0f}%% on that estimate; runs not started are "deferred".',
     )
     parser.add_argument(

@@ -5,6 +5,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 
 import gin
 import pytest
@@ -400,51 +401,51 @@ def test_deadline_parses_minutes_clock_times_and_iso_times():
         launcher.parse_deadline('soon', now)
 
 
-def test_estimate_uses_the_slowest_measured_run_of_the_same_kind(tmp_path):
+def test_estimate_uses_the_slowest_of_the_recent_measurements_of_the_same_kind(tmp_path):
     (run,) = learning.suite_runs('hopper', seeds=[2], steps=150_000)[:1]
     assert run.name == 'alf_sac'
     seconds, source = launcher.estimate_seconds(run, str(tmp_path))
     assert source == 'assumed rate'
     assert seconds == pytest.approx(150_000 * run.task.assumed_seconds_per_step)
-    for seed, wall in ((0, 1500.0), (1, 1800.0)):
+
+    def finished_run(seed, wall, finished, kind=('alf_lite', 'sac', 'Hopper-v5')):
         d = tmp_path / 'study_sac' / 'hopper_default' / f'seed{seed}'
         d.mkdir(parents=True)
-        (d / 'done.json').write_text(
-            json.dumps(
-                dict(
-                    framework='alf_lite',
-                    algo='sac',
-                    env='Hopper-v5',
-                    env_steps=100_000,
-                    wall_time_s=wall,
-                )
-            )
-        )
+        framework, algo, env = kind
+        done = dict(framework=framework, algo=algo, env=env, env_steps=100_000, wall_time_s=wall)
+        (d / 'done.json').write_text(json.dumps(dict(done, finished=finished)))
+
+    finished_run(0, 1500.0, '2026-11-01 10:00:00')
+    finished_run(1, 1800.0, '2026-11-02 10:00:00')
     seconds, source = launcher.estimate_seconds(run, str(tmp_path))
-    assert source == 'measured over 2 runs or attempts' and seconds == pytest.approx(2700.0)
+    assert source == 'slowest of the 2 most recent of 2 measurements'
+    assert seconds == pytest.approx(2700.0)
     # An attempt that stopped early measured a slower rate: it counts too.
     logs = tmp_path / 'hopper' / 'logs'
     logs.mkdir(parents=True)
+    attempt = dict(kind=['alf_lite', 'sac', 'Hopper-v5'], env_steps_from=10_000)
+    started = time.mktime(time.strptime('2026-11-03 10:00:00', '%Y-%m-%d %H:%M:%S'))
     (logs / 'alf_sac.seed1.attempts.json').write_text(
-        json.dumps(
-            [
-                dict(
-                    kind=['alf_lite', 'sac', 'Hopper-v5'],
-                    env_steps_from=10_000,
-                    env_steps_to=30_000,
-                    wall_time_s=600.0,
-                )
-            ]
-        )
+        json.dumps([dict(attempt, env_steps_to=30_000, wall_time_s=600.0, started=started)])
     )
     seconds, source = launcher.estimate_seconds(run, str(tmp_path))
-    assert source == 'measured over 3 runs or attempts' and seconds == pytest.approx(4500.0)
+    assert source == 'slowest of the 3 most recent of 3 measurements'
+    assert seconds == pytest.approx(4500.0)
+    # Newer, faster measurements (and another kind's) push the slow one out.
+    finished_run(3, 1200.0, '2026-11-04 10:00:00')
+    finished_run(4, 1000.0, '2026-11-05 10:00:00')
+    finished_run(5, 900.0, '2026-11-06 10:00:00', kind=('sb3', 'sac', 'Hopper-v5'))
+    finished_run(6, 99_000.0, '2026-11-07 10:00:00', kind=('alf_lite', 'td3', 'Hopper-v5'))
+    finished_run(7, 1100.0, '2026-11-08 10:00:00')
+    seconds, source = launcher.estimate_seconds(run, str(tmp_path))
+    assert source == 'slowest of the 3 most recent of 6 measurements'
+    assert seconds == pytest.approx(150_000 * 0.012)
     (logs / 'alf_sac.seed1.attempts.json').unlink()
     # A run that resumes needs only its remaining steps.
     run_dir = tmp_path / 'hopper' / 'alf_sac' / 'seed2'
     run_dir.mkdir(parents=True)
     (run_dir / 'progress.csv').write_text('env_steps,eval/AverageReturn\n0,1\n50000,2\n')
-    assert launcher.estimate_seconds(run, str(tmp_path))[0] == pytest.approx(1800.0)
+    assert launcher.estimate_seconds(run, str(tmp_path))[0] == pytest.approx(100_000 * 0.012)
 
 
 def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path):
