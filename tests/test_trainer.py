@@ -146,14 +146,16 @@ def final_weights(root_dir) -> dict:
 # step resets), mid-way through an episode after a truncation (with OU noise),
 # and in a MuJoCo episode after terminations.
 STOPPED_RUNS = {
-    'sac-point-2-envs-subprocesses-mid-episode': (
+    'sac-point-2-envs-subprocesses-unroll-2-mid-episode': (
         'sac.gin',
         POINT_PARAMS
         + [
             'create_environment.num_parallel_environments = 2',
             'create_environment.use_subprocesses = True',
+            'TrainerConfig.unroll_length = 2',
+            'TrainerConfig.num_updates_per_train_iter = 2',
         ],
-        710,
+        720,
         1000,
     ),
     'sac-point-at-a-last-step': ('sac.gin', POINT_PARAMS, 419, 700),
@@ -168,8 +170,8 @@ STOPPED_RUNS = {
             'TrainerConfig.eval_interval = 300',
             'TrainerConfig.num_eval_episodes = 2',
         ],
-        450,
-        900,
+        250,
+        500,
     ),
     'td3-hopper-after-terminations': (
         'td3.gin',
@@ -259,7 +261,11 @@ class UnreplayableEnv(gymnasium.Env):
         return np.array([self._x], dtype=np.float32), -abs(self._x), False, False, {}
 
 
-gymnasium.register('alf_test/Unreplayable-v0', entry_point=UnreplayableEnv, max_episode_steps=20)
+# test_seeding imports this module again under another name.
+if 'alf_test/Unreplayable-v0' not in gymnasium.registry:
+    gymnasium.register(
+        'alf_test/Unreplayable-v0', entry_point=UnreplayableEnv, max_episode_steps=20
+    )
 
 
 def test_envs_that_do_not_replay_to_their_saved_step_start_new_episodes(tmp_path, caplog):
