@@ -1,8 +1,12 @@
 """A training env's running episode, recorded and replayed in a new env: what a resume continues."""
 
+import time
+
+import gymnasium
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 from alf_lite.data import StepType
 from alf_lite.environments import EpisodeReplayError, create_environment, episode_replay
@@ -133,3 +137,104 @@ def test_records_are_refused_while_a_step_is_pending():
         with pytest.raises(RuntimeError, match='pending'):
             env.episode_records()
         env.step_wait()
+
+
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_replaying_into_stepped_envs_forgets_the_resets_they_had_pending(use_subprocesses):
+    # Episodes of 3 steps: after 3 steps every env is at LAST and resets at its next step.
+    with create_environment('alf_test/Countdown3-v0', 2, seed=0) as env:
+        _rollout(env, 1)
+        records = env.episode_records()
+        expected = env.step(torch.zeros(2, 1))
+    with create_environment(
+        'alf_test/Countdown3-v0', 2, seed=7, use_subprocesses=use_subprocesses
+    ) as env:
+        steps = _rollout(env, 3)
+        assert steps[-1].step_type.tolist() == [StepType.LAST] * 2
+        env.replay(records)
+        _assert_same(env.step(torch.zeros(2, 1)), expected, 'the step after the replay')
+        assert expected.step_type.tolist() == [StepType.MID] * 2
+
+
+class LegacyGeneratorEnv(gymnasium.Env):
+    """Draws its start from a ``RandomState`` or an MT19937 ``Generator`` in ``np_random``."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def __init__(self, kind='random_state'):
+        self._kind = kind
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self._np_random = (
+                np.random.RandomState(seed % 2**32)
+                if self._kind == 'random_state'
+                else np.random.Generator(np.random.MT19937(seed))
+            )
+        return np.array([self.np_random.uniform(-1, 1)], dtype=np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, dtype=np.float32), 0.0, True, False, {}
+
+
+gymnasium.register('alf_test/RandomState-v0', entry_point=LegacyGeneratorEnv, max_episode_steps=10)
+gymnasium.register(
+    'alf_test/MT19937-v0',
+    entry_point=LegacyGeneratorEnv,
+    max_episode_steps=10,
+    kwargs=dict(kind='mt19937'),
+)
+
+
+@pytest.mark.parametrize('env_name', ['alf_test/RandomState-v0', 'alf_test/MT19937-v0'])
+def test_an_episode_from_a_generator_a_checkpoint_cannot_keep_has_no_record(env_name):
+    with create_environment(env_name, 1, seed=0) as env:
+        env.reset()
+        assert env.episode_records()[0]['seed'] is not None  # seeded: replayable
+        env.step(torch.zeros(1, 1))  # terminates
+        env.step(torch.zeros(1, 1))  # the unseeded reset
+        assert env.episode_records() == [None]
+
+
+def test_a_record_longer_than_any_episode_is_refused_before_it_is_replayed():
+    with create_environment('Pendulum-v1', 1, seed=0) as env:
+        _rollout(env, 2)
+        (record,) = env.episode_records()
+        # A stride-0 tensor: a few bytes in a file, MAX_RECORDED_STEPS + 1 rows.
+        huge = torch.zeros(1, 1).expand(episode_replay.MAX_RECORDED_STEPS + 1, 1)
+        with pytest.raises(EpisodeReplayError, match='more than an episode record holds'):
+            env.replay([dict(record, actions=huge)])
+
+
+class SlowEnv(gymnasium.Env):
+    """Each step takes 10 ms."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        time.sleep(0.01)
+        return np.asarray(action, dtype=np.float32), 0.0, False, False, {}
+
+
+gymnasium.register('alf_test/Slow-v0', entry_point=SlowEnv, max_episode_steps=100)
+
+
+def test_a_replay_may_take_the_step_timeout_for_each_step_it_replays():
+    with create_environment(
+        'alf_test/Slow-v0', 2, seed=0, use_subprocesses=True, step_timeout=0.05
+    ) as env:
+        _rollout(env, 30)
+        records = env.episode_records()
+    with create_environment(
+        'alf_test/Slow-v0', 2, seed=0, use_subprocesses=True, step_timeout=0.05
+    ) as env:
+        start = time.monotonic()
+        at = env.replay(records)  # 30 steps of 10 ms: more than one step's 0.05 s
+        assert time.monotonic() - start > 0.25
+        assert at.step_type.tolist() == [StepType.MID] * 2

@@ -15,7 +15,7 @@ A record is plain values (ints, strings, bools) and one numpy array, which a
 checkpoint turns into a tensor and loads with ``weights_only=True``.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import gymnasium
 import numpy as np
@@ -28,18 +28,24 @@ MAX_RECORDED_STEPS = 100_000
 class ReplayableEnv(gymnasium.Wrapper):
     """Records the running episode of ``env``; ``alf_lite_replay_episode`` rebuilds it elsewhere.
 
+    An unseeded reset is recorded only where ``np_random`` is a numpy
+    ``Generator`` whose state is plain values (numpy's default PCG64, which
+    gymnasium uses); other episodes are not recorded.
+
     Args:
         env: a gymnasium env whose randomness is its ``np_random`` and whose
             ``step`` is deterministic given its state and action.
-        index: the env's index in its batch: ``alf_lite_replay_episode`` picks
-            its own record from a list of all of them.
     """
 
-    def __init__(self, env: gymnasium.Env, index: int):
+    def __init__(self, env: gymnasium.Env):
         super().__init__(env)
-        self._index = index
+        # The record ``alf_lite_replay_episode`` replays; set through the vector
+        # env's ``set_attr``, which gives each env its own.
+        self.alf_lite_replay_record: Optional[dict] = None
         self._record: Optional[dict] = None
-        self._actions: List[np.ndarray] = []
+        # The episode's actions: rows [0, _num_actions) of a buffer that doubles when full.
+        self._actions = np.zeros((0,) + env.action_space.shape, env.action_space.dtype)
+        self._num_actions = 0
         self._ended = False
         # Set by a replay of an episode whose last step was LAST: the next
         # ``step`` resets, as the vector env's next-step autoreset would have.
@@ -47,12 +53,13 @@ class ReplayableEnv(gymnasium.Wrapper):
 
     def reset(self, *, seed=None, options=None):
         self._reset_on_next_step = False
-        self._actions = []
+        self._num_actions = 0
         self._ended = False
         if options is not None:
             self._record = None  # options need not be plain values
         elif seed is None:
-            self._record = {'seed': None, 'rng': _rng_state(self.env)}
+            rng = _rng_state(self.env)
+            self._record = None if rng is None else {'seed': None, 'rng': rng}
         else:
             self._record = {'seed': int(seed), 'rng': None}
         return self.env.reset(seed=seed, options=options)
@@ -63,10 +70,10 @@ class ReplayableEnv(gymnasium.Wrapper):
             return observation, 0.0, False, False, info
         result = self.env.step(action)
         if self._record is not None:
-            if len(self._actions) < MAX_RECORDED_STEPS:
-                self._actions.append(np.array(action, copy=True))
+            if self._num_actions < MAX_RECORDED_STEPS:
+                self._append(action)
             else:
-                self._record, self._actions = None, []
+                self._record = None
         self._ended = bool(result[2] or result[3])
         return result
 
@@ -74,10 +81,12 @@ class ReplayableEnv(gymnasium.Wrapper):
         """The running episode's record; None where it cannot be replayed (MAX_RECORDED_STEPS)."""
         if self._record is None:
             return None
-        return dict(self._record, actions=self._stacked_actions(), ended=self._ended)
+        actions = self._actions[: self._num_actions].copy()
+        return dict(self._record, actions=actions, ended=self._ended)
 
-    def alf_lite_replay_episode(self, records: List[dict]) -> Tuple[Any, float, bool, bool]:
-        """Rebuild the episode of ``records[index]``: reset as recorded, then step its actions.
+    def alf_lite_replay_episode(self) -> Tuple[Any, float, bool, bool]:
+        """Rebuild the episode of ``alf_lite_replay_record``: reset as recorded, then step its
+        actions.
 
         Returns:
             the observation, reward, terminated and truncated of the
@@ -85,8 +94,9 @@ class ReplayableEnv(gymnasium.Wrapper):
             when the env could not replay the record, what it raised, as a
             string (raising would end every env process of the batch).
         """
+        record, self.alf_lite_replay_record = self.alf_lite_replay_record, None
         try:
-            return self._replay(records[self._index])
+            return self._replay(record)
         except Exception as e:  # noqa: BLE001  (reported, and the caller restarts the env)
             return f'{type(e).__name__}: {e}'
 
@@ -102,14 +112,34 @@ class ReplayableEnv(gymnasium.Wrapper):
         self._reset_on_next_step = bool(terminated or truncated)
         return observation, float(reward), bool(terminated), bool(truncated)
 
-    def _stacked_actions(self) -> np.ndarray:
-        if self._actions:
-            return np.stack(self._actions)
-        return np.zeros((0,) + self.action_space.shape, dtype=self.action_space.dtype)
+    def _append(self, action) -> None:
+        action = np.asarray(action)
+        if action.dtype != self._actions.dtype:  # keep each action exactly as given
+            dtype = np.result_type(self._actions.dtype, action.dtype)
+            if dtype != self._actions.dtype:
+                self._actions = self._actions.astype(dtype)
+        if self._num_actions == len(self._actions):
+            grown = np.zeros((max(64, 2 * len(self._actions)),) + self._actions.shape[1:])
+            grown = grown.astype(self._actions.dtype)
+            grown[: self._num_actions] = self._actions[: self._num_actions]
+            self._actions = grown
+        self._actions[self._num_actions] = action
+        self._num_actions += 1
 
 
-def _rng_state(env: gymnasium.Env) -> Dict[str, Any]:
-    return env.unwrapped.np_random.bit_generator.state
+def _rng_state(env: gymnasium.Env) -> Optional[Dict[str, Any]]:
+    """The state of the env's ``np_random``; None where it is no plain values (e.g. a
+    legacy ``RandomState``, or an MT19937 whose state holds an array)."""
+    bit_generator = getattr(env.unwrapped.np_random, 'bit_generator', None)
+    state = getattr(bit_generator, 'state', None)
+    return state if _is_plain(state) else None
+
+
+def _is_plain(value) -> bool:
+    """Whether ``value`` is ints, strings and bools in dicts (what a checkpoint keeps as such)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return isinstance(value, (int, str))
 
 
 def _set_rng_state(env: gymnasium.Env, state: Dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from alf_lite.data import StepType, TimeStep
-from alf_lite.environments import watchdog
+from alf_lite.environments import episode_replay, watchdog
 from alf_lite.environments.episode_replay import ReplayableEnv
 
 # Envs whose step costs less than a subprocess round trip, so N of them step
@@ -135,7 +135,7 @@ class _NamedEnvFactory:
                 f"Environment '{self._name}' (env {self._index} of {self._num_envs}) could not "
                 f'be created: {type(e).__name__}: {e}'
             ) from e
-        return _NamedEnv(ReplayableEnv(env, self._index), self._name, self._index, self._num_envs)
+        return _NamedEnv(ReplayableEnv(env), self._name, self._index, self._num_envs)
 
 
 class BatchedEnvironment:
@@ -294,13 +294,7 @@ class BatchedEnvironment:
         else:
             seeds = None if seed is None else self._env_seeds(seed)
         self._first_reset = False
-        if self.use_subprocesses:
-            self._call(self._env.reset_async, seed=seeds)
-            with _env_process_errors_unlogged():
-                obs, _ = self._call(self._env.reset_wait, timeout=self._step_timeout)
-        else:
-            obs, _ = self._call(self._env.reset, seed=seeds)
-        self._done[:] = False
+        obs = self._reset_envs(seeds)
         return TimeStep(
             step_type=torch.full((self.num_envs,), StepType.FIRST, dtype=torch.uint8),
             observation=self._observation(obs),
@@ -308,6 +302,17 @@ class BatchedEnvironment:
             discount=torch.ones(self.num_envs, dtype=torch.float32),
             env_id=self._env_id,
         )
+
+    def _reset_envs(self, seeds: Optional[List[int]]) -> np.ndarray:
+        """Reset every env (with ``seeds``, or unseeded); returns their observations."""
+        if self.use_subprocesses:
+            self._call(self._env.reset_async, seed=seeds)
+            with _env_process_errors_unlogged():
+                obs, _ = self._call(self._env.reset_wait, timeout=self._step_timeout)
+        else:
+            obs, _ = self._call(self._env.reset, seed=seeds)
+        self._done[:] = False
+        return obs
 
     def step(self, action: torch.Tensor) -> TimeStep:
         """Apply one normalised action per env and return the next steps.
@@ -447,14 +452,19 @@ class BatchedEnvironment:
                     f'{problem}.'
                 )
             plain.append(dict(record, actions=record['actions'].cpu().numpy()))
-        results = self._call_envs('alf_lite_replay_episode', plain)
+        # Clears the vector env's own note of which envs reset at their next step
+        # (unseeded: the replay resets each env as its record says).
+        self._reset_envs(None)
+        # Each env gets its own record only (not all of them).
+        self._call(self._env.set_attr, 'alf_lite_replay_record', plain)
+        longest = max(len(r['actions']) for r in plain)
+        results = self._call_envs('alf_lite_replay_episode', env_calls=longest + 1)
         for i, result in enumerate(results):
             if isinstance(result, str):
                 raise EpisodeReplayError(
                     f"Environment '{self.name}' (env {i} of {self.num_envs}) could not replay its "
                     f'episode: {result}'
                 )
-        self._first_reset = False
         fresh = np.array([len(r['actions']) == 0 for r in plain])
         obs = np.stack([r[0] for r in results])
         reward = np.array([r[1] for r in results], dtype=np.float32)
@@ -471,13 +481,20 @@ class BatchedEnvironment:
             env_id=self._env_id,
         )
 
-    def _call_envs(self, name: str, *args) -> tuple:
-        """Each env's ``name(*args)`` (an attribute of a wrapper of it), in env order."""
+    def _call_envs(self, name: str, env_calls: int = 1) -> tuple:
+        """Each env's ``name()`` (a method of a wrapper of it), in env order.
+
+        Args:
+            env_calls: the resets and steps the method makes in an env, for
+                the timeout (summed over the envs that run one after another).
+        """
         if self.use_subprocesses:
-            self._call(self._env.call_async, name, *args)
+            self._call(self._env.call_async, name)
             with _env_process_errors_unlogged():
-                return self._call(self._env.call_wait, timeout=self._step_timeout)
-        return self._call(self._env.call, name, *args)
+                return self._call(
+                    self._env.call_wait, timeout=self._timeout(env_calls), env_calls=env_calls
+                )
+        return self._call(self._env.call, name, env_calls=env_calls * self.num_envs)
 
     @property
     def render_fps(self) -> Optional[float]:
@@ -489,13 +506,23 @@ class BatchedEnvironment:
         """One frame per env, as the envs' render mode gives it (e.g. HxWx3 uint8 arrays)."""
         return tuple(self._call(self._env.render))
 
-    def _call(self, method, *args, **kwargs):
+    def _timeout(self, env_calls: int = 1) -> Optional[float]:
+        """Seconds a call into the envs that makes ``env_calls`` resets or steps (in one env
+        after another) may take: ``step_timeout`` each."""
+        return None if self._step_timeout is None else self._step_timeout * env_calls
+
+    def _timeout_text(self, env_calls: int) -> str:
+        per_call = f' for each of {env_calls} env calls' if env_calls > 1 else ''
+        return f'{self._timeout(env_calls):g} s (create_environment.step_timeout{per_call})'
+
+    def _call(self, method, *args, env_calls: int = 1, **kwargs):
         """``method(*args, **kwargs)`` of the vector env; after a crash, stop all envs and raise.
 
         gymnasium leaves an AsyncVectorEnv waiting for replies that will never
         come after a worker raised, died or timed out (a plain ``close()`` then
         blocks forever), so the processes are terminated here before raising.
-        In process, the watchdog ends the process if the call never returns.
+        In process, the watchdog ends the process if the call never returns
+        within ``step_timeout`` times ``env_calls``, the resets and steps it makes.
         """
         call = method.__name__.removesuffix('_wait')
         try:
@@ -503,10 +530,10 @@ class BatchedEnvironment:
             token = None
             if self._step_timeout is not None and not self.use_subprocesses:
                 token = watchdog.start(
-                    self._step_timeout,
+                    self._timeout(env_calls),
                     (
                         f"Environment '{self.name}' (in process) did not return from {call}() "
-                        f'within {self._step_timeout:g} s (create_environment.step_timeout)'
+                        f'within {self._timeout_text(env_calls)}'
                     ),
                 )
             try:
@@ -516,7 +543,7 @@ class BatchedEnvironment:
                 if token is not None:
                     watchdog.done(token)
         except multiprocessing.TimeoutError as e:
-            message = self._hung_workers_message(call)
+            message = self._hung_workers_message(call, env_calls)
             self._terminate()
             raise EnvironmentHungError(message) from e
         except _DEAD_WORKER_ERRORS as e:
@@ -551,14 +578,14 @@ class BatchedEnvironment:
             'code); its output above may say why.'
         )
 
-    def _hung_workers_message(self, call: str) -> str:
+    def _hung_workers_message(self, call: str, env_calls: int = 1) -> str:
         # A process that answered has its reply waiting in the pipe.
         late = [i for i, pipe in enumerate(self._env.parent_pipes) if not pipe.poll()]
         which = ', '.join(str(i) for i in late) or 'unknown'
         return (
             f"Environment '{self.name}' (env {which} of {self.num_envs}) did not answer "
-            f'{call}() within {self._step_timeout:g} s (create_environment.step_timeout); '
-            'all env processes were terminated.'
+            f'{call}() within {self._timeout_text(env_calls)}; all env processes were '
+            'terminated.'
         )
 
     def _terminate(self):
@@ -593,10 +620,29 @@ def _record_problem(record, action_dim: int) -> Optional[str]:
         keys = sorted(record) if isinstance(record, dict) else type(record).__name__
         return f'is {keys!r:.80}, not a dict of seed, rng, actions and ended'
     actions = record['actions']
-    if not (torch.is_tensor(actions) and actions.dim() == 2 and actions.shape[1] == action_dim):
-        return f'has actions of shape {getattr(actions, "shape", None)}, not [steps, {action_dim}]'
-    if (record['seed'] is None) == (record['rng'] is None):
+    if not (
+        torch.is_tensor(actions)
+        and actions.is_floating_point()
+        and actions.device.type != 'meta'
+        and actions.dim() == 2
+        and actions.shape[1] == action_dim
+    ):
+        return (
+            f'has actions {getattr(actions, "dtype", type(actions).__name__)} of shape '
+            f'{getattr(actions, "shape", None)}, not floats of shape [steps, {action_dim}]'
+        )
+    if len(actions) > episode_replay.MAX_RECORDED_STEPS:
+        return (
+            f'has {len(actions)} actions, more than an episode record holds '
+            f'({episode_replay.MAX_RECORDED_STEPS})'
+        )
+    seed, rng = record['seed'], record['rng']
+    if (seed is None) == (rng is None):
         return 'needs exactly one of a seed and a generator state'
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        return f'has the seed {seed!r:.80}, not an integer >= 0'
+    if rng is not None and not isinstance(rng, dict):
+        return f'has the generator state {rng!r:.80}, not a dict'
     return None
 
 
