@@ -122,10 +122,9 @@ class Collector:
                 are then in no defined state: ``reset`` them.
         """
         self._restoring = state
-        if set(state) != set(_STATE_KEYS):
-            raise EpisodeReplayError(
-                f'the collection state holds {sorted(state)}, not {sorted(_STATE_KEYS)}'
-            )
+        problem = _state_problem(state)
+        if problem is not None:
+            raise EpisodeReplayError(f'the collection state {problem}')
         time_step = self._env.replay(state['episodes'])
         saved = state['time_step']
         num_envs = self._env.num_envs
@@ -144,7 +143,7 @@ class Collector:
                     'deterministic given its seed and actions.'
                 )
         self._episode_stats.load_running_state(state['episode_stats'])
-        self._algorithm.load_rollout_state(state['rollout'])
+        self._algorithm.load_rollout_state(state['rollout'], num_envs)
         self._time_step = time_step
 
     def send(self, env_steps: int) -> None:
@@ -190,6 +189,31 @@ class Collector:
         self._pending = False
         self._episode_stats.update(self._time_step)
         return self._env.num_envs
+
+
+def _state_problem(state) -> Optional[str]:
+    """What is wrong with the layout of a ``Collector.state()`` from a checkpoint, or None."""
+    if not isinstance(state, dict) or set(state) != set(_STATE_KEYS):
+        keys = sorted(state) if isinstance(state, dict) else type(state).__name__
+        return f'holds {keys}, not {sorted(_STATE_KEYS)}'
+    parts = {
+        'time_step': _TIME_STEP_FIELDS,
+        'episode_stats': ('episode_return', 'episode_length'),
+    }
+    for part, fields in parts.items():
+        value = state[part]
+        if not (
+            isinstance(value, dict)
+            and set(value) == set(fields)
+            and all(torch.is_tensor(v) and v.device.type != 'meta' for v in value.values())
+        ):
+            return (
+                f'has as {part} the {type(value).__name__} {value!r:.80}, not a dict of '
+                f'tensors {fields}'
+            )
+    if not isinstance(state['episodes'], (list, tuple)) or not isinstance(state['rollout'], dict):
+        return 'has episodes that are no list or a rollout state that is no dict'
+    return None
 
 
 class CapturedRollout:

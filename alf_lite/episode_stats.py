@@ -49,7 +49,9 @@ class EpisodeStats:
         }
 
     def load(self, recent_returns: List[float], recent_lengths: List[int]) -> None:
-        """Continue with the finished episodes a checkpoint kept."""
+        """Continue with the finished episodes a checkpoint kept (in place of any counted here)."""
+        self.recent_returns.clear()
+        self.recent_lengths.clear()
         self.recent_returns.extend(recent_returns)
         self.recent_lengths.extend(recent_lengths)
 

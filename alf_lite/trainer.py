@@ -429,6 +429,12 @@ class Trainer:
         collection = None
         if resumed:
             collection = self._restore(*latest)
+            if collection is None:
+                logging.info(
+                    'the checkpoint holds no episodes to continue (a signal ended an env step, '
+                    'an episode was not recorded, or the checkpoint predates them): the '
+                    'training envs start new ones'
+                )
             # Dropped now: the loaded replay buffer is as big as the one it was copied into.
             latest = None
             reset_seed = resume_env_seeds(
@@ -532,11 +538,14 @@ class Trainer:
                 self._collector.restore(collection)
                 logging.info('the training envs continue their episodes from the checkpoint')
                 return
-            except (EpisodeReplayError, KeyError, TypeError, ValueError) as e:
+            except EnvironmentCrashedError:
+                raise
+            except Exception as e:  # noqa: BLE001  (any damage to the optional state: restart)
+                reason = str(e) if isinstance(e, EpisodeReplayError) else f'{type(e).__name__}: {e}'
                 logging.warning(
                     'the training envs cannot continue their episodes (%s); they start new '
                     'ones, and the pair across the restart is never trained on',
-                    e,
+                    reason,
                 )
         self._collector.reset(reset_seed)
 

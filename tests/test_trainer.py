@@ -287,21 +287,98 @@ def test_envs_that_do_not_replay_to_their_saved_step_start_new_episodes(tmp_path
     assert stored['step_type'][0, 310].item() == StepType.FIRST
 
 
-def test_a_damaged_collection_state_restarts_the_envs_with_a_warning(tmp_path, caplog):
-    train(tmp_path, 'TrainerConfig.num_env_steps = 310')
+def drop_episode_stats(collection):
+    del collection['episode_stats']
+
+
+def int_time_step(collection):
+    collection['time_step'] = 3
+
+
+def int_episode_stats(collection):
+    collection['episode_stats']['episode_return'] = 1.5
+
+
+def meta_actions(collection):
+    actions = collection['episodes'][0]['actions']
+    collection['episodes'][0]['actions'] = torch.empty(actions.shape, device='meta')
+
+
+def ou_state_of_another_shape(collection):
+    collection['rollout']['exploration_noise']['state'] = torch.zeros(3, 2)
+
+
+DAMAGES = {
+    'no episode stats': (
+        'sac.gin',
+        drop_episode_stats,
+        r"the collection state holds \['episodes', 'rollout', 'time_step'\], not",
+    ),
+    'time step an int': ('sac.gin', int_time_step, 'has as time_step the int 3, not a dict'),
+    'episode return a float': (
+        'sac.gin',
+        int_episode_stats,
+        'has as episode_stats the dict .*, not a dict of tensors',
+    ),
+    'actions on the meta device': ('sac.gin', meta_actions, 'env 0 of 1.*not floats of shape'),
+    'OU state of another shape': (
+        'ddpg.gin',
+        ou_state_of_another_shape,
+        r'OUNoise: the saved state is torch.float32 of shape torch.Size\(\[3, 2\]\), not a '
+        r'float tensor of shape \(1, 1\)',
+    ),
+}
+
+
+@pytest.mark.parametrize('damage', list(DAMAGES))
+def test_a_damaged_collection_state_restarts_the_envs_with_a_warning(tmp_path, caplog, damage):
+    gin_file, damage_state, message = DAMAGES[damage]
+    params = (
+        POINT_PARAMS
+        if gin_file == 'sac.gin'
+        else STOPPED_RUNS['ddpg-ou-pendulum-after-a-truncation'][1]
+    )
+
+    def run_to(num_env_steps):
+        parse_config(
+            [os.path.join(EXAMPLES, 'common', gin_file)],
+            params + [f'TrainerConfig.num_env_steps = {num_env_steps}'],
+        )
+        with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+            trainer.train()
+
+    run_to(310)
     path = os.path.join(latest_checkpoint(str(tmp_path / 'checkpoints')), ckpt.MODEL_FILE)
     state = torch.load(path, weights_only=True)
-    del state['collection']['episode_stats']
+    damage_state(state['collection'])
     torch.save(state, path)
     with caplog.at_level('WARNING'):
-        train(tmp_path, 'TrainerConfig.num_env_steps = 400')
+        run_to(400)
     assert re.search(
-        r"the collection state holds \['episodes', 'rollout', 'time_step'\], not .*they start "
+        f'the training envs cannot continue their episodes \\(.*{message}.*\\); they start '
         'new ones',
         caplog.text,
     ), caplog.text
     _, stored = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert stored['step_type'][0, 310].item() == StepType.FIRST
+    assert stored['step_type'][0, 309].item() != StepType.LAST
+
+
+def test_training_again_after_stop_when_gives_the_numbers_of_a_run_never_stopped(tmp_path):
+    params = [
+        'TrainerConfig.num_env_steps = 600',
+        'TrainerConfig.eval_interval = 100',
+        'TrainerConfig.summary_interval = 50',
+    ]
+    train(tmp_path / 'never_stopped', *params)
+    with build(tmp_path / 'stopped', *params) as trainer:
+        # Stops at the evaluation at 100 (4 episodes ended, fewer than train/AverageReturn
+        # averages), then trains on from its checkpoint.
+        trainer.train(stop_when=lambda last_eval: trainer.env_steps == 100)
+        assert trainer.env_steps == 100
+        trainer.train()
+    expected = read_csv(tmp_path / 'never_stopped' / 'progress.csv')
+    assert read_csv(tmp_path / 'stopped' / 'progress.csv') == expected
 
 
 @pytest.mark.parametrize('mask_out_loss_for_last_step', [True, False])

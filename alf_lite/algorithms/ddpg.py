@@ -59,8 +59,11 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         exploration_noise: a built noise object (``@OUNoise()`` or
             ``@GaussianNoise()`` in gin; see ``alf_lite/algorithms/noise.py``),
             called as ``noise(step_type, action)``. It is added in the
-            normalised action space and the sum clipped to [-1, 1]. None: the
-            paper's ``OUNoise(theta=0.15, sigma=0.2)`` (with ``dt=1e-2``).
+            normalised action space and the sum clipped to [-1, 1]. A noise
+            with state goes through checkpoints by its ``state_dict`` and
+            ``load_state_dict(state, shape)`` (as ``OUNoise``); one without them
+            restarts its state on resume. None: the paper's
+            ``OUNoise(theta=0.15, sigma=0.2)`` (with ``dt=1e-2``).
         gamma: discount factor of the return.
         target_update_tau: Polyak factor, ``target = tau * online + (1 - tau) * target``,
             for the target actor and critic (paper: 0.001).
@@ -150,9 +153,11 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         noise = self._exploration_noise
         return {'exploration_noise': noise.state_dict()} if hasattr(noise, 'state_dict') else {}
 
-    def load_rollout_state(self, state: dict) -> None:
+    def load_rollout_state(self, state: dict, num_envs: int) -> None:
         if 'exploration_noise' in state:
-            self._exploration_noise.load_state_dict(state['exploration_noise'])
+            self._exploration_noise.load_state_dict(
+                state['exploration_noise'], shape=(num_envs, self.action_dim)
+            )
 
     def _target_action(self, next_observation: torch.Tensor) -> torch.Tensor:
         """The action the critic target evaluates at s': ``mu'(s')`` of the target actor."""

@@ -79,10 +79,27 @@ class OUNoise:
         """The process's state ``[N, A]`` (None before the first call)."""
         return {'state': self._state}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, shape: Optional[tuple] = None) -> None:
         """Continue from ``state_dict()``'s state, written in place where one of its shape exists
-        (a captured CUDA graph reads that tensor)."""
+        (a captured CUDA graph reads that tensor).
+
+        Args:
+            state: what ``state_dict()`` returned.
+            shape: ``(N, A)`` the state must have, if known.
+        Raises:
+            ValueError: when the state is no float tensor (of ``shape``).
+        """
         value = state['state']
+        if value is not None and not (
+            torch.is_tensor(value)
+            and value.is_floating_point()
+            and value.device.type != 'meta'
+            and (shape is None or tuple(value.shape) == tuple(shape))
+        ):
+            raise ValueError(
+                f'OUNoise: the saved state is {getattr(value, "dtype", type(value).__name__)} '
+                f'of shape {getattr(value, "shape", None)}, not a float tensor of shape {shape}'
+            )
         if value is None or self._state is None or self._state.shape != value.shape:
             self._state = None if value is None else value.clone()
         else:

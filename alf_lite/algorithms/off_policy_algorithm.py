@@ -220,8 +220,12 @@ class OffPolicyAlgorithm(nn.Module):
         checkpoint: tensors and plain values. Empty for a policy without such state."""
         return {}
 
-    def load_rollout_state(self, state: dict) -> None:
-        """Continue collection from ``rollout_state()``'s ``state``."""
+    def load_rollout_state(self, state: dict, num_envs: int) -> None:
+        """Continue collection of ``num_envs`` envs from ``rollout_state()``'s ``state``.
+
+        Raises:
+            ValueError: when ``state`` does not fit.
+        """
 
     @torch.no_grad()
     def value_step(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
