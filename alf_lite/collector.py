@@ -70,8 +70,6 @@ class Collector:
         self._episode_stats = episode_stats
         self._device = device
         self._time_step = None
-        # True from ``send`` until its step was received.
-        self._pending = False
         # The state ``restore`` was given: still the state while no step is known.
         self._restoring: Optional[dict] = None
         self._captured = (
@@ -91,14 +89,14 @@ class Collector:
         That is each env's running episode as a replay record
         (``BatchedEnvironment.episode_records``), the time step the envs are at
         (not yet stored), the running episodes' returns and lengths, and the
-        policy's rollout state (e.g. OU noise). None while a step is pending (a
-        signal ended it: the envs are in no known state) and when an env's
-        episode cannot be replayed. Before the envs are at a step, the state
+        policy's rollout state (e.g. OU noise). None once the envs were stopped
+        (a signal that ends an env call stops them: their state is unknown) and
+        when an env's episode cannot be replayed. Before the envs are at a step, the state
         being restored, if any (a signal ended the replay, say).
         """
         if self._time_step is None:
             return self._restoring
-        if self._pending or self._env.closed:
+        if self._env.closed:
             return None
         episodes = self._env.episode_records()
         if any(record is None for record in episodes):
@@ -181,12 +179,10 @@ class Collector:
                 )
             )
         self._env.step_async(host_action)
-        self._pending = True
 
     def receive(self) -> int:
         """Wait for the step ``send`` started; returns the env steps it took (one per env)."""
         self._time_step = self._env.step_wait()
-        self._pending = False
         self._episode_stats.update(self._time_step)
         return self._env.num_envs
 

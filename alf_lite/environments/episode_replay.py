@@ -119,8 +119,8 @@ class ReplayableEnv(gymnasium.Wrapper):
             if dtype != self._actions.dtype:
                 self._actions = self._actions.astype(dtype)
         if self._num_actions == len(self._actions):
-            grown = np.zeros((max(64, 2 * len(self._actions)),) + self._actions.shape[1:])
-            grown = grown.astype(self._actions.dtype)
+            shape = (max(64, 2 * len(self._actions)),) + self._actions.shape[1:]
+            grown = np.zeros(shape, self._actions.dtype)
             grown[: self._num_actions] = self._actions[: self._num_actions]
             self._actions = grown
         self._actions[self._num_actions] = action

@@ -380,14 +380,17 @@ class BatchedEnvironment:
                 obs, reward, terminated, truncated, _ = self._call(self._env.step_wait, timeout)
         else:
             obs, reward, terminated, truncated, _ = self._call(self._env.step, env_action)
+        return self._time_step(obs, reward, terminated, truncated, was_reset=self._done)
 
-        was_done = self._done
+    def _time_step(self, obs, reward, terminated, truncated, was_reset) -> TimeStep:
+        """The ``TimeStep`` of what the envs returned; ``was_reset`` marks the envs whose call
+        was a reset (their step is FIRST). Notes which envs reset at their next step."""
         step_type = np.where(terminated | truncated, StepType.LAST, StepType.MID).astype(np.uint8)
-        step_type[was_done] = StepType.FIRST
-        reward = reward.astype(np.float32)
-        reward[was_done] = 0.0
-        discount = np.where(terminated & ~was_done, 0.0, 1.0).astype(np.float32)
-        self._done = (terminated | truncated) & ~was_done
+        step_type[was_reset] = StepType.FIRST
+        reward = np.array(reward, dtype=np.float32)
+        reward[was_reset] = 0.0
+        discount = np.where(terminated & ~was_reset, 0.0, 1.0).astype(np.float32)
+        self._done = (terminated | truncated) & ~was_reset
         return TimeStep(
             step_type=torch.from_numpy(step_type),
             observation=self._observation(obs),
@@ -465,21 +468,9 @@ class BatchedEnvironment:
                     f"Environment '{self.name}' (env {i} of {self.num_envs}) could not replay its "
                     f'episode: {result}'
                 )
-        fresh = np.array([len(r['actions']) == 0 for r in plain])
-        obs = np.stack([r[0] for r in results])
-        reward = np.array([r[1] for r in results], dtype=np.float32)
-        terminated = np.array([r[2] for r in results])
-        ended = terminated | np.array([r[3] for r in results])
-        step_type = np.where(ended, StepType.LAST, StepType.MID).astype(np.uint8)
-        step_type[fresh] = StepType.FIRST
-        self._done = ended & ~fresh
-        return TimeStep(
-            step_type=torch.from_numpy(step_type),
-            observation=self._observation(obs),
-            reward=torch.from_numpy(reward),
-            discount=torch.from_numpy(np.where(terminated, 0.0, 1.0).astype(np.float32)),
-            env_id=self._env_id,
-        )
+        obs, reward, terminated, truncated = (np.array(column) for column in zip(*results))
+        just_reset = np.array([len(r['actions']) == 0 for r in plain])
+        return self._time_step(obs, reward, terminated, truncated, was_reset=just_reset)
 
     def _call_envs(self, name: str, env_calls: int = 1) -> tuple:
         """Each env's ``name()`` (a method of a wrapper of it), in env order.
