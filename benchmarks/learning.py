@@ -19,6 +19,7 @@ them as subprocesses, an SB3 run being ``python -m benchmarks.sb3_runner``.
 import argparse
 import fnmatch
 import functools
+import itertools
 import math
 import os
 import re
@@ -604,6 +605,74 @@ def compare_precisions(stats: dict, per_seed: dict) -> List[str]:
     return lines
 
 
+def _as_far(value: float, observed: float) -> bool:
+    """``|value| >= |observed|``, allowing for the rounding of sums taken in another order."""
+    return abs(value) >= abs(observed) - 1e-9 * max(1.0, abs(observed))
+
+
+def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided exact permutation p-value of the difference of the means of ``a`` and ``b``.
+
+    The share of all ways to split the pooled values into groups of ``len(a)`` and
+    ``len(b)`` whose difference of means is at least as far from zero as the
+    observed one (the observed split included, so never below
+    ``1 / C(len(a) + len(b), len(a))`` times the splits' symmetry).
+    """
+    pooled = list(a) + list(b)
+    n, total = len(a), sum(pooled)
+    observed = sum(a) / n - sum(b) / len(b)
+    splits = as_far = 0
+    for group in itertools.combinations(pooled, n):
+        splits += 1
+        as_far += _as_far(sum(group) / n - (total - sum(group)) / len(b), observed)
+    return as_far / splits
+
+
+def sign_flip_p(differences: Sequence[float]) -> float:
+    """Two-sided exact sign-flip p-value of the mean of paired ``differences``.
+
+    The share of the ``2**n`` ways to flip the differences' signs whose mean is at
+    least as far from zero as the observed one: with every pair on one side, ``2 / 2**n``.
+    """
+    observed = sum(differences)
+    signs = itertools.product((1, -1), repeat=len(differences))
+    flips = [sum(s * d for s, d in zip(sign, differences)) for sign in signs]
+    return sum(_as_far(f, observed) for f in flips) / len(flips)
+
+
+def compare_settings(task_env: str, comparison: str, settings, by_seed: dict) -> List[str]:
+    """Lines testing one study comparison of one task: each figure, setting against setting.
+
+    Args:
+        settings: ``(name of the first setting's runs, of the second's)``.
+        by_seed: ``{(run name, figure): {seed: value}}``, figure ``'return'``
+            (final eval return) or ``'q_above'`` (Q - return near termination).
+    """
+    lines = []
+    for figure, what in (('return', 'final eval return'), ('q_above', 'Q - return')):
+        first, second = (by_seed.get((name, figure), {}) for name in settings)
+        if len(first) < 2 or len(second) < 2:
+            continue
+        a, b = list(first.values()), list(second.values())
+        names = [name.split('_', 1)[1] for name in settings]
+        line = (
+            f'- {task_env}, {comparison}, {what}: {names[0]} {statistics.mean(a):.1f} '
+            f'({len(a)} runs) against {names[1]} {statistics.mean(b):.1f} ({len(b)} runs); '
+            f'exact permutation p = {permutation_p(a, b):.3f} (two-sided, '
+            f'{math.comb(len(a) + len(b), len(a))} splits)'
+        )
+        paired = sorted(set(first) & set(second))
+        if len(paired) >= 2:
+            differences = [first[s] - second[s] for s in paired]
+            above = sum(d > 0 for d in differences)
+            line += (
+                f'; paired by seed ({len(paired)} seeds, {names[0]} higher in {above}): '
+                f'sign-flip p = {sign_flip_p(differences):.3f} (two-sided)'
+            )
+        lines.append(line + '.')
+    return lines
+
+
 def _mib(nbytes: float) -> str:
     return f'{nbytes / 2**20:.1f} MiB'
 
@@ -643,6 +712,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     all_tasks = list(dict.fromkeys(run.task for run in specs.values()))
     os.makedirs(docs_dir, exist_ok=True)
     rows, codes, stats, per_seed = [], set(), {}, {}
+    by_seed, tests = {}, []  # the study comparisons' figures by seed, and their tests
     for task in tasks:
         names = [n for n in found if specs[n].task == task]
         stem = suite if len(all_tasks) == 1 else f'{suite}_{task.tag}'
@@ -669,6 +739,8 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                     continue
                 finals.append(float(ys[-LAST_N:].mean()))
                 per_seed.setdefault(spec.label, []).append(finals[-1])
+                seed = int(_SEED_DIR.match(os.path.basename(d))[1])
+                by_seed.setdefault((name, 'return'), {})[seed] = finals[-1]
                 steps.append(int(xs[-1]))
                 done = read_done(d)
                 if done:
@@ -688,6 +760,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                     received = dict(zip(r_xs, r_ys))
                     both = [q - received[x] for x, q in zip(q_xs, q_ys) if x in received]
                     q_above.append(float(np.mean(both[-LAST_N:])))
+                    by_seed.setdefault((name, 'q_above'), {})[seed] = q_above[-1]
                 _, nbytes = read_scalar_if_any(d, REPLAY_BUFFER_BYTES)
                 if len(nbytes):
                     replay.append(float(nbytes[-1]))
@@ -724,6 +797,9 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                     '{:.1f} [{:.1f}, {:.1f}]'.format(*band(v, 'ci')) if v else '-'
                     for v in (q_end, return_end, q_above)
                 )
+        for comparison, _, compared in STUDY_COMPARISONS.get(suite, ()):
+            settings = tuple(f'{task.tag}_{setting}' for setting in compared)
+            tests += compare_settings(task.env, comparison, settings, by_seed)
     header = (
         'task',
         'framework',
@@ -760,6 +836,13 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
             'Q - return: their difference at each evaluation; '
             f"each run's mean over its last {LAST_N} evaluations that have an episode "
             'ending in termination, then mean over runs and CI as above.'
+        )
+    if tests:
+        print(
+            '\nEach comparison of two settings: an exact permutation test of the two '
+            'groups of runs, and a sign-flip test of the differences between the runs of '
+            'one seed (a seed gives both runs the same initial networks and the same '
+            'random steps):\n\n' + '\n'.join(tests)
         )
     if suite in PRECISION_SUITES:
         print(

@@ -612,6 +612,53 @@ def test_sac_study_table_has_q_and_return_near_termination_per_setting(tmp_path)
         assert {r['group'] for r in csv.DictReader(f)} == {'default'}
 
 
+def test_exact_tests_count_every_split_and_every_sign_flip():
+    # Groups that do not overlap: only the observed split and its mirror are as extreme.
+    assert learning.permutation_p([4, 5, 6], [1, 2, 3]) == pytest.approx(2 / 20)
+    assert learning.permutation_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
+    # Unequal groups, by hand: of the 4 splits 1 + 3, only the observed one (10 - 2 = 8)
+    # is as far from zero; the others give -4, -2.67 and -1.33.
+    assert learning.permutation_p([10], [1, 2, 3]) == pytest.approx(1 / 4)
+    assert learning.permutation_p([1, 2], [2, 1]) == 1.0  # no difference: every split counts
+    assert learning.sign_flip_p([1, 2, 3]) == pytest.approx(2 / 8)
+    # Sums of +-3 +-1 +-2 as far from zero as 3 - 1 + 2 = 4: 6, 4, -4, -6.
+    assert learning.sign_flip_p([3, -1, 2]) == pytest.approx(4 / 8)
+    # Sums taken in another order may round differently: the observed split still counts.
+    assert learning.permutation_p([0.1, 0.2], [0.3, 0.0]) == 1.0
+
+
+def test_study_report_tests_each_comparison_between_the_runs_of_each_setting(tmp_path):
+    out, docs = tmp_path / 'runs', tmp_path / 'docs'
+    header = 'env_steps,eval/AverageReturn,eval/QNearTermination,eval/ReturnNearTermination\n'
+    finals = {'default': (40.0, 50.0, 60.0), 'mask_false': (30.0, 35.0, 45.0)}
+    for setting, values in finals.items():
+        for seed, final in enumerate(values):
+            run_dir = out / 'study_sac' / f'icub_{setting}' / f'seed{seed}'
+            run_dir.mkdir(parents=True)
+            # Q above the return received by 1 (default) or 3 (mask_false), seed 1 by 2.
+            above = 2.0 if seed == 1 else 1.0 if setting == 'default' else 3.0
+            rows = [f'{1000 * k},{final},{above},0' for k in range(3)]
+            (run_dir / 'progress.csv').write_text(header + '\n'.join(rows) + '\n')
+            (run_dir / 'config.gin').write_text(
+                f'TrainerConfig.mask_out_loss_for_last_step = {setting == "default"}\n'
+                'SacAlgorithm.resample_action_per_loss = False\n'
+            )
+    report = _ok(run_script('--suite', 'study_sac', '--report', '--out', out, '--docs_dir', docs))
+    lines = report.stdout.splitlines()
+    assert (
+        '- ICubWalk-v0, mask, final eval return: default 50.0 (3 runs) against mask_false '
+        '36.7 (3 runs); exact permutation p = 0.200 (two-sided, 20 splits); paired by seed '
+        '(3 seeds, default higher in 3): sign-flip p = 0.250 (two-sided).'
+    ) in lines
+    assert (
+        '- ICubWalk-v0, mask, Q - return: default 1.3 (3 runs) against mask_false 2.7 '
+        '(3 runs); exact permutation p = 0.200 (two-sided, 20 splits); paired by seed '
+        '(3 seeds, default higher in 0): sign-flip p = 0.500 (two-sided).'
+    ) in lines
+    # The resample comparison has one setting's runs only: nothing to test.
+    assert not [line for line in lines if line.startswith('- ICubWalk-v0, resample')]
+
+
 def test_report_says_whether_alf_lite_is_inside_above_or_below_sb3s_interval():
     stats = {
         ('Hopper-v5', 'SAC', 'alf_lite'): (1500.0, 1200.0, 1800.0, 3, 0),
