@@ -53,13 +53,13 @@ def make_sac(**kwargs):
     return SacAlgorithm(**args)
 
 
-def windows(rows):
+def windows(rows, action_dim=1):
     """``[B, 2]`` windows from ``[(step_type, obs, reward, discount), ...]`` pairs."""
     st = torch.tensor([[r[0] for r in w] for w in rows], dtype=torch.uint8)
     obs = torch.tensor([[[r[1]] for r in w] for w in rows])
     reward = torch.tensor([[r[2] for r in w] for w in rows])
     discount = torch.tensor([[r[3] for r in w] for w in rows])
-    return Experience(st, obs, torch.zeros(*st.shape, 1), reward, discount)
+    return Experience(st, obs, torch.zeros(*st.shape, action_dim), reward, discount)
 
 
 def test_td_target_matches_hand_computation():
@@ -87,6 +87,36 @@ def test_critic_loss_on_hand_computed_three_step_batch():
     ys, ss = [3.7, 3.0, 4.4], [0.5, 1.0, 2.0]
     expected = sum(0.5 * ((1 + s - y) ** 2 + (2 + s - y) ** 2) for s, y in zip(ss, ys)) / 3
     assert out['critic_loss'].item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_every_loss_on_a_hand_computed_batch_at_alpha_two():
+    # alpha = 2 (initial_log_alpha = log 2) and a 2-d action: the default target
+    # entropy is -2. The online critics are shifted by 10, so a target computed
+    # from them instead of the target critics (c = (1, 2)) would show.
+    batch = windows([[(F, 0.5, 0.0, 1.0), (M, 1.0, 1.0, 1.0)]], action_dim=2)
+    sac = make_sac(action_dim=2, initial_log_alpha=math.log(2.0))
+    with torch.no_grad():
+        sac._critic.c += 10.0
+    out = sac.train_step(batch, loss_mask(batch))
+    assert out['alpha'].item() == pytest.approx(2.0)
+    # y = r + 0.9 * (min_i c'_i + s' - alpha * log pi) = 1 + 0.9 * (1 + 1 + 2) = 4.6;
+    # Q = (11.5, 12.5).
+    expected_critic = 0.5 * ((11.5 - 4.6) ** 2 + (12.5 - 4.6) ** 2)
+    assert out['critic_loss'].item() == pytest.approx(expected_critic, rel=1e-6)
+    # Actor: alpha * log pi - min_i Q_i(s, a), with the critics the critic step left.
+    q_pi = sac._critic.c.min().item() + 0.5
+    assert sac._critic.c[0].item() != 11.0  # the critic step came first
+    assert out['actor_loss'].item() == pytest.approx(2.0 * -1.0 - q_pi, rel=1e-6)
+    # Alpha: -log(alpha) * (log pi + target entropy) = -log 2 * (-1 - 2).
+    assert out['alpha_loss'].item() == pytest.approx(3.0 * math.log(2.0), rel=1e-6)
+    assert out['entropy'].item() == pytest.approx(1.0)
+
+
+def test_default_target_entropy_is_minus_the_action_dimension():
+    assert SacAlgorithm(observation_dim=3, action_dim=4)._target_entropy == -4.0
+    assert (
+        SacAlgorithm(observation_dim=3, action_dim=4, target_entropy=-1.5)._target_entropy == -1.5
+    )
 
 
 def test_truncated_episode_still_bootstraps():
@@ -134,13 +164,13 @@ def test_mask_removes_only_the_last_to_first_window():
     )
 
 
-def random_batch(b=8, obs_dim=3, act_dim=2):
+def random_batch(b=8, obs_dim=3, act_dim=2, length=2):
     return Experience(
-        torch.full((b, 2), M, dtype=torch.uint8),
-        torch.randn(b, 2, obs_dim),
-        torch.rand(b, 2, act_dim) * 2 - 1,
-        torch.randn(b, 2),
-        torch.ones(b, 2),
+        torch.full((b, length), M, dtype=torch.uint8),
+        torch.randn(b, length, obs_dim),
+        torch.rand(b, length, act_dim) * 2 - 1,
+        torch.randn(b, length),
+        torch.ones(b, length),
     )
 
 
@@ -168,23 +198,31 @@ def test_target_update_period_skips_updates():
     assert not all(torch.equal(a, b) for a, b in zip(initial, sac._target_critic.parameters()))
 
 
-def test_actor_loss_leaves_critic_gradients_alone():
+@pytest.mark.parametrize('length', [2, 3])
+def test_actor_loss_leaves_critic_gradients_alone(length):
     import copy
 
     torch.manual_seed(0)
     sac = SacAlgorithm(observation_dim=3, action_dim=2, gamma=GAMMA)
     reference = copy.deepcopy(sac)
-    batch = random_batch()
+    batch = random_batch(length=length)
     torch.manual_seed(1)
     sac.train_step(batch, loss_mask(batch))
-    # The critic gradient of the critic loss alone, computed from the same samples.
+    # The critic gradient of the critic loss alone, computed from the same samples:
+    # one per row, the one at row t + 1 also serving the target of transition t.
     torch.manual_seed(1)
-    action, log_prob = reference._actor.sample(batch.observation.reshape(16, 3))
-    next_a, next_lp = action.reshape(8, 2, 2)[:, 1], log_prob.reshape(8, 2)[:, 1]
+    action, log_prob = reference._actor.sample(batch.observation.reshape(8 * length, 3))
+    next_a = action.reshape(8, length, 2)[:, 1:].reshape(-1, 2)
+    next_lp = log_prob.reshape(8, length)[:, 1:].reshape(-1)
     with torch.no_grad():
-        next_q = reference._target_critic(batch.observation[:, 1], next_a).min(-1).values
-        y = batch.reward[:, 1] + GAMMA * batch.discount[:, 1] * (next_q - next_lp)
-    q = reference._critic(batch.observation[:, 0], batch.action[:, 0])
+        next_obs = batch.observation[:, 1:].reshape(-1, 3)
+        next_q = reference._target_critic(next_obs, next_a).min(-1).values
+        y = batch.reward[:, 1:].reshape(-1) + GAMMA * batch.discount[:, 1:].reshape(-1) * (
+            next_q - next_lp
+        )
+    q = reference._critic(
+        batch.observation[:, :-1].reshape(-1, 3), batch.action[:, :-1].reshape(-1, 2)
+    )
     (0.5 * (q - y.unsqueeze(-1)).square().sum(-1)).mean().backward()
     for p, r in zip(sac._critic.parameters(), reference._critic.parameters()):
         assert torch.allclose(p.grad, r.grad, atol=1e-6)
@@ -206,11 +244,65 @@ def test_resample_action_per_loss_draws_fresh_samples(resample):
     assert calls == ([(8, True), (8, False), (8, False)] if resample else [(8, True), (8, False)])
 
 
-def test_tanh_normal_log_prob_matches_change_of_variables():
+@pytest.mark.parametrize('resample', [False, True])
+def test_each_sample_is_drawn_at_its_own_states_and_the_alpha_loss_uses_its_own(resample):
+    torch.manual_seed(0)
+    sac = SacAlgorithm(
+        observation_dim=3, action_dim=2, initial_log_alpha=0.5, resample_action_per_loss=resample
+    )
+    calls = []
+    sample = sac._actor.sample
+
+    def recorded_sample(obs, noise=None):
+        action, log_prob = sample(obs, noise)
+        calls.append((obs.clone(), log_prob.detach().clone()))
+        return action, log_prob
+
+    sac._actor.sample = recorded_sample
+    batch = random_batch(b=8)
+    out = sac.train_step(batch, loss_mask(batch))
+    states, next_states = batch.observation[:, 0], batch.observation[:, 1]
+    assert torch.equal(calls[0][0], states) and torch.equal(calls[1][0], next_states)
+    # The alpha loss: -log(alpha) * (log pi + target entropy), log(alpha) = 0.5, entropy -2.
+    alpha_log_prob = calls[2][1] if resample else calls[0][1]
+    expected = (-0.5 * (alpha_log_prob + -2.0)).mean()
+    assert out['alpha_loss'].item() == pytest.approx(expected.item(), rel=1e-6)
+    if resample:  # a fresh draw at the same states
+        assert torch.equal(calls[2][0], states)
+        assert not torch.allclose(calls[2][1], calls[0][1])
+
+
+def test_the_deterministic_action_is_tanh_of_the_mean():
     from alf_lite.networks import TanhNormalActorNetwork
 
     torch.manual_seed(0)
-    actor = TanhNormalActorNetwork(2, 1, hidden_layers=(8,))
+    actor = TanhNormalActorNetwork(3, 2, hidden_layers=(8,))
+    obs = torch.randn(5, 3)
+    mean, _ = actor._mean_and_log_std(obs)
+    assert torch.equal(actor(obs), torch.tanh(mean))
+    assert torch.equal(actor(obs), actor(obs))
+    assert torch.allclose(actor.sample(obs, torch.zeros(5, 2))[0], actor(obs))
+
+
+def test_log_std_maps_the_heads_output_into_its_bounds():
+    from alf_lite.networks import TanhNormalActorNetwork
+
+    actor = TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=(-5.0, 2.0))
+    obs = torch.randn(4, 3)
+    with torch.no_grad():
+        actor._head.weight.zero_()
+        for raw, expected in ((0.0, -1.5), (100.0, 2.0), (-100.0, -5.0)):
+            actor._head.bias[2:] = raw  # the log-std half of the head
+            _, log_std = actor._mean_and_log_std(obs)
+            assert torch.allclose(log_std, torch.full((4, 2), expected))
+
+
+@pytest.mark.parametrize('action_dim', [1, 3])
+def test_tanh_normal_log_prob_matches_change_of_variables(action_dim):
+    from alf_lite.networks import TanhNormalActorNetwork
+
+    torch.manual_seed(0)
+    actor = TanhNormalActorNetwork(2, action_dim, hidden_layers=(8,))
     obs = torch.randn(4000, 2)
     obs[:] = obs[0]
     action, log_prob = actor.sample(obs)
@@ -218,7 +310,7 @@ def test_tanh_normal_log_prob_matches_change_of_variables():
     u = torch.atanh(action.clamp(-0.999999, 0.999999))
     normal = torch.distributions.Normal(mean, log_std.exp())
     expected = normal.log_prob(u).sum(-1) - torch.log(1 - action.square()).sum(-1)
-    ok = action.abs().squeeze(-1) < 0.999
+    ok = action.abs().amax(-1) < 0.999
     assert torch.allclose(log_prob[ok], expected[ok], atol=1e-3)
     assert math.isfinite(log_prob.sum().item())
 
