@@ -239,19 +239,34 @@ def test_value_of_the_wrong_type_names_binding_file_line_and_the_type_taken(tmp_
 
 
 @pytest.mark.parametrize(
-    'params',
+    'params, binding, value',
     [
-        ['SacAlgorithm.gamma = 1'],  # an int is a float
-        ['TanhNormalActorNetwork.log_std_bounds = [-5, 2]'],  # a list is a tuple to gin
-        ['TrainerConfig.num_env_steps = 1.5', 'TrainerConfig.num_env_steps = 2'],  # later wins
-        ['SIZES = 256', 'CriticNetwork.hidden_layers = %SIZES'],  # known only when called
-        ['create_environment.max_episode_steps = None'],
+        (['SacAlgorithm.gamma = 1'], 'SacAlgorithm.gamma', 1),  # an int is a float
+        # A list is a tuple to gin.
+        (
+            ['TanhNormalActorNetwork.log_std_bounds = [-5, 2]'],
+            'TanhNormalActorNetwork.log_std_bounds',
+            [-5, 2],
+        ),
+        (
+            ['TrainerConfig.num_env_steps = 1.5', 'TrainerConfig.num_env_steps = 2'],
+            'TrainerConfig.num_env_steps',
+            2,  # the later binding wins, and only it is checked
+        ),
+        (['SIZES = 256', 'CriticNetwork.hidden_layers = %SIZES'], None, None),  # known when called
+        (
+            ['create_environment.max_episode_steps = None'],
+            'create_environment.max_episode_steps',
+            None,
+        ),
     ],
 )
-def test_values_that_fit_their_annotation_or_are_references_parse(params):
+def test_values_that_fit_their_annotation_or_are_references_parse(params, binding, value):
     import alf_lite.all_configurables  # noqa: F401
 
     config.parse_config([], params)
+    if binding is not None:
+        assert gin.query_parameter(binding) == value
 
 
 def test_failed_parse_leaves_no_bindings(tmp_path):

@@ -365,6 +365,38 @@ def test_rollout_adds_noise_in_normalised_space_then_clips():
     assert torch.equal(ddpg.predict_step(step.observation), torch.full((1000, 2), 0.9))
 
 
+def test_rollout_restarts_an_envs_ou_process_at_its_first_step_only():
+    ddpg = DdpgAlgorithm(
+        observation_dim=1,
+        action_dim=1,
+        actor_network_ctor=ConstantActor,
+        exploration_noise=OUNoise(theta=0.15, sigma=0.3, dt=0.5),
+    )
+    torch.manual_seed(0)
+    # Two envs: both start, step twice, then env 0 starts a new episode.
+    step_types = [(F, F), (M, M), (M, M), (F, M)]
+    actions = []
+    for types in step_types:
+        step = TimeStep(
+            torch.tensor(types, dtype=torch.uint8),
+            torch.zeros(2, 1),
+            torch.zeros(2),
+            torch.ones(2),
+            torch.zeros(2),
+        )
+        actions.append(ddpg.rollout_step(step)[:, 0])
+    torch.manual_seed(0)
+    z = [torch.randn(2) for _ in step_types]
+    # x' = x + theta * (0 - x) * dt + sigma * sqrt(dt) * z, from x = 0 at a FIRST step.
+    step = 0.3 * math.sqrt(0.5)
+    x = step * z[0]
+    for k in (1, 2):
+        x = x - 0.15 * x * 0.5 + step * z[k]
+        assert torch.allclose(actions[k], x)
+    assert torch.allclose(actions[3][0], step * z[3][0])  # restarted
+    assert torch.allclose(actions[3][1], x[1] - 0.15 * x[1] * 0.5 + step * z[3][1])
+
+
 def test_default_exploration_is_the_papers_ou_process():
     noise = DdpgAlgorithm(observation_dim=1, action_dim=1)._exploration_noise
     assert isinstance(noise, OUNoise)

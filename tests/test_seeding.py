@@ -15,11 +15,25 @@ from alf_lite.seeding import (
     eval_env_seeds,
     global_rng_state,
     resume_env_seeds,
+    seed_everything,
     set_global_rng_state,
     train_env_seeds,
 )
 from alf_lite.trainer import Trainer, TrainerConfig
 from tests.test_trainer import EXAMPLES, POINT_PARAMS, drop_collection
+
+
+def test_seed_everything_seeds_python_numpy_and_torch_with_the_seed():
+    threads = torch.get_num_threads()
+    draws = {}
+    try:
+        for seed in (1, 2, 1):
+            seed_everything(seed, threads)
+            draws.setdefault(seed, []).append((random.random(), np.random.rand(), torch.rand(1)))
+    finally:
+        torch.set_num_threads(threads)
+    assert draws[1][0] == draws[1][1]
+    assert all(one != two for one, two in zip(draws[1][0], draws[2][0]))
 
 
 def test_resume_at_a_million_steps_does_not_reuse_an_eval_seed():

@@ -432,6 +432,32 @@ def test_loss_mask_never_keeps_a_first_that_follows_a_non_last_row(mask_out_loss
     assert torch.equal(loss_mask(batch, mask_out_loss_for_last_step), expected)
 
 
+@pytest.mark.parametrize('mask_out_loss_for_last_step', [True, False])
+def test_the_trainer_trains_on_the_last_to_first_pair_only_when_told_to(
+    tmp_path, monkeypatch, mask_out_loss_for_last_step
+):
+    trained = []
+    with build(
+        tmp_path,
+        'TrainerConfig.num_env_steps = 300',
+        f'TrainerConfig.mask_out_loss_for_last_step = {mask_out_loss_for_last_step}',
+    ) as trainer:
+        train_step = trainer._algorithm.train_step
+
+        def recorded_train_step(batch, loss_mask):
+            trained.append((batch.step_type, loss_mask))
+            return train_step(batch, loss_mask)
+
+        monkeypatch.setattr(trainer._algorithm, 'train_step', recorded_train_step)
+        trainer.train()
+    L, F = StepType.LAST, StepType.FIRST
+    across = torch.cat(
+        [mask[(step_type[:, 0] == L) & (step_type[:, 1] == F), 0] for step_type, mask in trained]
+    )
+    assert len(across) > 0, 'no LAST -> FIRST pair was sampled: the test proves nothing'
+    assert torch.all(across == (0.0 if mask_out_loss_for_last_step else 1.0))
+
+
 def test_resumed_run_restores_networks_and_counters(tmp_path):
     train(tmp_path, 'TrainerConfig.num_env_steps = 400')
     state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
