@@ -202,6 +202,8 @@ _LOCATION = re.compile(
 _TOKEN_ERROR = re.compile(r"\('(?P<msg>.*)', \((?P<line>\d+), \d+\)\)")
 _UNKNOWN_REFERENCE = re.compile(r"No configurable matching reference '@(?P<name>[^'(]+)(?:\(\))?'")
 _UNKNOWN_CONFIGURABLE = re.compile(r"No configurable matching '(?P<name>[^']+)'")
+# The setting that gives a denylisted parameter its value, where there is one to name.
+_SET_FROM = {('create_environment', 'seed'): 'TrainerConfig.random_seed'}
 _DENYLISTED_PARAMETER = re.compile(
     r"Configurable '(?P<name>[^']+)' has denylisted kwarg '(?P<param>[^']+)'"
 )
@@ -257,11 +259,13 @@ def _friendly_error(
     match = _DENYLISTED_PARAMETER.search(head)
     if match:
         name, param = match['name'], match['param']
+        instead = _SET_FROM.get((name.rsplit('.', 1)[-1], param))
         return ConfigError(
             f"'{param}' of '{name}' in {where} is no gin parameter: alf_lite sets it when "
             'it builds the object (from the environment, TrainerConfig or another setting '
-            'such as num_critic_replicas), so a binding would be ignored. Its configurable '
-            'parameters are: '
+            'such as num_critic_replicas), so a binding would be ignored. '
+            + (f'Set {instead} instead. ' if instead else '')
+            + 'Its configurable parameters are: '
             f'{", ".join(_parameter_names(name)) or "none"}.'
         )
     match = _UNKNOWN_PARAMETER.search(head)

@@ -204,6 +204,7 @@ def test_binding_in_a_scope_no_reference_opens_names_the_closest_scope(scope):
     [
         ('SacAlgorithm.observation_dim = 3', 'actor_network_ctor, critic_network_ctor,'),
         ('ReplayBuffer.length = 5', 'max_memory_fraction, device.'),
+        ('create_environment.seed = 12345', 'Set TrainerConfig.random_seed instead.'),
     ],
 )
 def test_parameter_alf_lite_sets_itself_is_refused_as_no_gin_parameter(binding, others):

@@ -663,7 +663,9 @@ def _stop_env_processes(env: AsyncVectorEnv) -> None:
     env.closed = True
 
 
-@gin.configurable
+# ``seed`` is the trainer's (train_env_seeds of TrainerConfig.random_seed): a gin
+# binding would be overridden at the first reset.
+@gin.configurable(denylist=['seed'])
 def create_environment(
     env_name: str = 'Pendulum-v1',
     num_parallel_environments: int = 1,
