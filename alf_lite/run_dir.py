@@ -113,6 +113,10 @@ class RunDir:
     def config_file(self) -> str:
         return os.path.join(self.root, CONFIG_FILE)
 
+    def superseded_config_file(self, env_steps: int) -> str:
+        """Where a resume that changed the experiment keeps the config the run had until then."""
+        return os.path.join(self.root, f'config-until-{env_steps}.gin')
+
     @property
     def operative_config_file(self) -> str:
         return os.path.join(self.root, OPERATIVE_CONFIG_FILE)
@@ -226,6 +230,11 @@ def experiment_bindings(config_text: str) -> List[str]:
     ]
 
 
+def changed_bindings(old_config: str, new_config: str) -> List[str]:
+    """The binding lines of the experiment that only one of two config texts has."""
+    return sorted(set(experiment_bindings(old_config)) ^ set(experiment_bindings(new_config)))
+
+
 def experiment_difference(root_dir: str, new_config: str) -> Optional[str]:
     """Why ``root_dir`` holds another experiment than the config text ``new_config``, or None.
 
@@ -241,11 +250,10 @@ def experiment_difference(root_dir: str, new_config: str) -> Optional[str]:
             'experiment. Choose another --root_dir.'
         )
     with open(config_file) as f:
-        old = experiment_bindings(f.read())
-    new = experiment_bindings(new_config)
-    if old == new:
+        old = f.read()
+    if experiment_bindings(old) == experiment_bindings(new_config):
         return None
-    differing = sorted(set(old) ^ set(new))
+    differing = changed_bindings(old, new_config)
     return (
         f'{root_dir} holds another experiment: its {CONFIG_FILE} differs from the given '
         f'config in {len(differing)} binding line(s), e.g. {differing[:4]}. Resume it '

@@ -178,6 +178,29 @@ def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(fini
     assert 'DdpgAlgorithm' in (finished_run / 'config.gin').read_text()
 
 
+def test_a_resume_that_changes_the_experiment_keeps_the_config_it_trained_with(
+    finished_run, tmp_path
+):
+    root_dir = copy_run(finished_run, tmp_path)
+    trained_with = (root_dir / 'config.gin').read_text()
+    assert 'SacAlgorithm.target_update_tau = 0.005' in trained_with
+    changed = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.5']
+    result = run_train(train_command(root_dir, params=changed))
+    assert_ok(result)
+    assert (root_dir / 'config-until-400.gin').read_text() == trained_with
+    assert 'SacAlgorithm.target_update_tau = 0.5' in (root_dir / 'config.gin').read_text()
+    assert 'the experiment changes at env step 400' in result.stderr
+    assert 'SacAlgorithm.target_update_tau = 0.5' in result.stderr
+    # A resume that changes only the run length keeps nothing more.
+    assert_ok(run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=800'])))
+    assert sorted(p.name for p in root_dir.glob('*.gin')) == [
+        'config-until-400.gin',
+        'config.gin',
+        'operative_config.gin',
+    ]
+    assert checkpoint_steps(root_dir)[-1] == 800
+
+
 def test_same_gin_file_resumes_with_other_device_settings(finished_run, tmp_path):
     """Where and how a run computes is no part of the experiment: a run started with
     one device setting resumes under another with its gin file given again."""
