@@ -136,7 +136,7 @@ class Collector:
             differs = (replayed != kept).reshape(num_envs, -1).any(-1).nonzero()
             if len(differs):
                 raise EpisodeReplayError(
-                    f"Environment '{self._env.name}' (env {int(differs[0, 0])} of {num_envs}) "
+                    f'{self._env.which(int(differs[0, 0]))} '
                     f'replayed its episode to another {name} than the saved one: the env is not '
                     'deterministic given its seed and actions.'
                 )

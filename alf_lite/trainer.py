@@ -276,7 +276,9 @@ class Trainer:
                 self._env = env = create_environment()
             # Unseeded here: every evaluation resets it with the seeds of its env step.
             self._eval_env = eval_env = create_environment(
-                num_parallel_environments=cfg.num_eval_episodes, use_subprocesses=False
+                num_parallel_environments=cfg.num_eval_episodes,
+                use_subprocesses=False,
+                label='eval env',
             )
             self._algorithm = cfg.algorithm_ctor(
                 observation_dim=env.observation_dim, action_dim=env.action_dim

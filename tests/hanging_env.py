@@ -93,6 +93,26 @@ gymnasium.register(
 )
 
 
+class CrashesWhenEvaluatedEnv(CrashingEnv):
+    """Raises in its first step after a reset with a seed that no train env of a run with
+    random_seed 0 (up to 4 envs) gets: an evaluation's."""
+
+    _TRAIN_SEEDS = train_env_seeds(0, 4)
+
+    def step(self, action):
+        if self._seed is not None and self._seed not in self._TRAIN_SEEDS:
+            self._hang()
+        return super().step(action)
+
+
+gymnasium.register(
+    'alf_lite_tests/CrashesWhenEvaluated-v0',
+    entry_point=CrashesWhenEvaluatedEnv,
+    max_episode_steps=20,
+    kwargs=dict(hang_seed=None),
+)
+
+
 class NanObservationEnv(HangingEnv):
     """As ``HangingEnv``, but the chosen env's state turns NaN in that step instead of hanging."""
 

@@ -567,13 +567,15 @@ def test_default_is_what_create_environment_uses():
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize('use_subprocesses', [True, False])
-def test_env_that_raises_is_named_with_its_index(use_subprocesses):
+@pytest.mark.parametrize('label', [None, 'eval env'])
+def test_env_that_raises_is_named_with_its_index(use_subprocesses, label):
     before = child_pids()
-    env = create_environment('alf_test/Raises-v0', 3, use_subprocesses=use_subprocesses)
+    labelled = {} if label is None else {'label': label}
+    env = create_environment('alf_test/Raises-v0', 3, use_subprocesses=use_subprocesses, **labelled)
     env.reset()
     with pytest.raises(
         EnvironmentCrashedError,
-        match=r"'alf_test/Raises-v0' \(env 1 of 3\) raised in step\(\): "
+        match=rf"'alf_test/Raises-v0' \({label or 'env'} 1 of 3\) raised in step\(\): "
         'ValueError: simulator diverged',
     ):
         for _ in range(5):

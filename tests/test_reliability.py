@@ -847,6 +847,21 @@ def test_env_that_raises_stops_the_run_with_a_message_naming_it(tmp_path, use_su
     assert checkpoint_steps(root_dir) == [100, 200, 300]
 
 
+def test_an_eval_env_that_raises_is_named_as_an_eval_env(tmp_path):
+    result = run_hanging(
+        tmp_path / 'run',
+        'alf_lite_tests/CrashesWhenEvaluated-v0',
+        'create_environment.num_parallel_environments=2',
+        'TrainerConfig.eval_interval=200',
+        'TrainerConfig.num_eval_episodes=3',
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: Environment 'alf_lite_tests/CrashesWhenEvaluated-v0' (eval env 0 of 3) "
+        'raised in step(): RuntimeError: the simulator exploded'
+    ), result.stderr[-3000:]
+
+
 def test_a_nan_observation_stops_the_run_at_the_nan_action_in_one_line(tmp_path):
     root_dir = tmp_path / 'run'
     result = run_hanging(root_dir, 'alf_lite_tests/NanAfterCheckpoint-v0')

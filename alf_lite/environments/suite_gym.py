@@ -97,9 +97,9 @@ class _NamedEnv(gymnasium.Wrapper):
     without saying which env it came from; this wrapper runs in the worker.
     """
 
-    def __init__(self, env: gymnasium.Env, name: str, index: int, num_envs: int):
+    def __init__(self, env: gymnasium.Env, name: str, index: int, num_envs: int, label: str):
         super().__init__(env)
-        self._where = f"Environment '{name}' (env {index} of {num_envs})"
+        self._where = f"Environment '{name}' ({label} {index} of {num_envs})"
 
     def _crashed(self, call: str, error: Exception) -> EnvironmentCrashedError:
         crashed = EnvironmentCrashedError(
@@ -124,18 +124,26 @@ class _NamedEnv(gymnasium.Wrapper):
 class _NamedEnvFactory:
     """``env_fn`` whose env is wrapped in ``_NamedEnv`` (a class, so it pickles)."""
 
-    def __init__(self, env_fn: Callable[[], gymnasium.Env], name: str, index: int, num_envs: int):
-        self._env_fn, self._name, self._index, self._num_envs = env_fn, name, index, num_envs
+    def __init__(
+        self,
+        env_fn: Callable[[], gymnasium.Env],
+        name: str,
+        index: int,
+        num_envs: int,
+        label: str,
+    ):
+        self._env_fn, self._name, self._index = env_fn, name, index
+        self._num_envs, self._label = num_envs, label
 
     def __call__(self) -> gymnasium.Env:
         try:
             env = self._env_fn()
         except Exception as e:
             raise EnvironmentCrashedError(
-                f"Environment '{self._name}' (env {self._index} of {self._num_envs}) could not "
-                f'be created: {type(e).__name__}: {e}'
+                f"Environment '{self._name}' ({self._label} {self._index} of {self._num_envs}) "
+                f'could not be created: {type(e).__name__}: {e}'
             ) from e
-        return _NamedEnv(ReplayableEnv(env), self._name, self._index, self._num_envs)
+        return _NamedEnv(ReplayableEnv(env), self._name, self._index, self._num_envs, self._label)
 
 
 class BatchedEnvironment:
@@ -158,6 +166,8 @@ class BatchedEnvironment:
             ``EnvironmentHungError`` (measured from when the step was sent). An
             in-process call that does not return in time ends the process
             (``watchdog.HUNG_ENV_EXIT_CODE``) with the stacks of all threads.
+        label: what errors call one of these envs, before its index: 'env'
+            (``(env 3 of 12)``), or e.g. 'eval env' for the envs of evaluations.
     Raises:
         ValueError: when the observation or action space is not supported.
         EnvironmentCrashedError: from any method, when an env raised, its
@@ -173,6 +183,7 @@ class BatchedEnvironment:
         use_subprocesses: Optional[bool] = None,
         name: str = 'environment',
         step_timeout: Optional[float] = None,
+        label: str = 'env',
     ):
         if step_timeout is not None and not step_timeout > 0:
             raise ValueError(
@@ -182,13 +193,16 @@ class BatchedEnvironment:
         if use_subprocesses is None:
             use_subprocesses = self.num_envs > 1
         self.name = name
+        self.label = label
         self.use_subprocesses = use_subprocesses
         self._seed = self._env_seeds(seed)
         self._step_timeout = step_timeout
         # True while a call into the envs is under way, so a signal handler can
         # tell that the caller may be stuck in it.
         self.busy = False
-        env_fns = [_NamedEnvFactory(fn, name, i, self.num_envs) for i, fn in enumerate(env_fns)]
+        env_fns = [
+            _NamedEnvFactory(fn, name, i, self.num_envs, label) for i, fn in enumerate(env_fns)
+        ]
         if use_subprocesses:
             # Made before its __init__ runs, so that the processes it started
             # can be stopped when it fails half-way.
@@ -352,7 +366,7 @@ class BatchedEnvironment:
         if not finite.all():
             i = int(np.flatnonzero(~finite.all(axis=1))[0])
             raise NonFiniteActionError(
-                f"Environment '{self.name}' (env {i} of {self.num_envs}): the action of step "
+                f'{self.which(i)}: the action of step '
                 f'{self._num_steps + 1} is not finite: {a[i].tolist()}.'
             )
         a = np.clip(a, -1.0, 1.0).astype(self._space_low.dtype, copy=False)
@@ -450,10 +464,7 @@ class BatchedEnvironment:
         for i, record in enumerate(records):
             problem = _record_problem(record, self.action_dim)
             if problem is not None:
-                raise EpisodeReplayError(
-                    f"Environment '{self.name}' (env {i} of {self.num_envs}): the episode record "
-                    f'{problem}.'
-                )
+                raise EpisodeReplayError(f'{self.which(i)}: the episode record {problem}.')
             plain.append(dict(record, actions=record['actions'].cpu().numpy()))
         # Clears the vector env's own note of which envs reset at their next step
         # (unseeded: the replay resets each env as its record says).
@@ -464,10 +475,7 @@ class BatchedEnvironment:
         results = self._call_envs('alf_lite_replay_episode', env_calls=longest + 1)
         for i, result in enumerate(results):
             if isinstance(result, str):
-                raise EpisodeReplayError(
-                    f"Environment '{self.name}' (env {i} of {self.num_envs}) could not replay its "
-                    f'episode: {result}'
-                )
+                raise EpisodeReplayError(f'{self.which(i)} could not replay its episode: {result}')
         obs, reward, terminated, truncated = (np.array(column) for column in zip(*results))
         just_reset = np.array([len(r['actions']) == 0 for r in plain])
         return self._time_step(obs, reward, terminated, truncated, was_reset=just_reset)
@@ -523,7 +531,8 @@ class BatchedEnvironment:
                 token = watchdog.start(
                     self._timeout(env_calls),
                     (
-                        f"Environment '{self.name}' (in process) did not return from {call}() "
+                        f"Environment '{self.name}' ({self._in_process}) did not return from "
+                        f'{call}() '
                         f'within {self._timeout_text(env_calls)}'
                     ),
                 )
@@ -562,19 +571,27 @@ class BatchedEnvironment:
             time.sleep(_EXIT_CODE_POLL_S)
         if not dead:
             return f"Environment '{self.name}': lost the connection to an env process."
-        which = ', '.join(f'env {i} (exit code {code})' for i, code in dead)
+        which = ', '.join(f'{self.label} {i} (exit code {code})' for i, code in dead)
         return (
             f"Environment '{self.name}': the process of {which} of {self.num_envs} died "
             'without raising a Python exception (killed, os._exit, or a crash in native '
             'code); its output above may say why.'
         )
 
+    def which(self, index) -> str:
+        """How errors name the env of ``index`` (or indices): ``Environment 'X' (env 3 of 12)``."""
+        return f"Environment '{self.name}' ({self.label} {index} of {self.num_envs})"
+
+    @property
+    def _in_process(self) -> str:
+        return 'in process' if self.label == 'env' else f'{self.label}s, in process'
+
     def _hung_workers_message(self, call: str, env_calls: int = 1) -> str:
         # A process that answered has its reply waiting in the pipe.
         late = [i for i, pipe in enumerate(self._env.parent_pipes) if not pipe.poll()]
         which = ', '.join(str(i) for i in late) or 'unknown'
         return (
-            f"Environment '{self.name}' (env {which} of {self.num_envs}) did not answer "
+            f'{self.which(which)} did not answer '
             f'{call}() within {self._timeout_text(env_calls)}; all env processes were '
             'terminated.'
         )
@@ -664,8 +681,8 @@ def _stop_env_processes(env: AsyncVectorEnv) -> None:
 
 
 # ``seed`` is the trainer's (train_env_seeds of TrainerConfig.random_seed): a gin
-# binding would be overridden at the first reset.
-@gin.configurable(denylist=['seed'])
+# binding would be overridden at the first reset. ``label`` tells its two kinds apart.
+@gin.configurable(denylist=['seed', 'label'])
 def create_environment(
     env_name: str = 'Pendulum-v1',
     num_parallel_environments: int = 1,
@@ -674,6 +691,7 @@ def create_environment(
     max_episode_steps: Optional[int] = None,
     render_mode: Optional[str] = None,
     step_timeout: Optional[float] = 60.0,
+    label: str = 'env',
 ) -> BatchedEnvironment:
     """Create ``num_parallel_environments`` copies of a registered gymnasium env.
 
@@ -701,6 +719,8 @@ def create_environment(
             timeout; an in-process env that takes longer ends the process with
             exit code 3 after printing every thread's stack. None waits forever
             (e.g. to debug an env in pdb).
+        label: what errors call one of these envs (``BatchedEnvironment``);
+            the trainer's evaluation envs are 'eval env'.
     Returns:
         the ``BatchedEnvironment``; close it (or use it as a context manager).
     Raises:
@@ -759,6 +779,7 @@ def create_environment(
         use_subprocesses=use_subprocesses,
         name=env_name,
         step_timeout=step_timeout,
+        label=label,
     )
 
 
