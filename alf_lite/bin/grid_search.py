@@ -607,10 +607,16 @@ def main(argv):
             if gpus
             else ''
         )
+    skipped = len(runs) - len(todo)
     print(
         f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
-        f'({num_threads} torch thread(s) each), {len(runs) - len(todo)} not started '
-        '(finished before, possibly with another config, or a config that does not parse).',
+        f'({num_threads} torch thread(s) each)'
+        + (
+            f', {skipped} not started (finished before, possibly with another config, or a '
+            'config that does not parse).'
+            if skipped
+            else '.'
+        ),
         flush=True,
     )
 
