@@ -178,6 +178,26 @@ def test_unknown_column_names_the_columns_there_are(grid, tmp_path):
     assert 'Traceback' not in result.stderr
 
 
+def test_runs_without_a_value_yet_are_left_out_named_and_the_rest_plotted(grid, tmp_path):
+    # One run failed before its first row (its event directories only), one has
+    # written the header of its progress.csv and no row.
+    crashed, started = grid / f'lr={LR_A},seed=8', grid / f'lr={LR_A},seed=9'
+    write_run(crashed, LR_A, 8, [])
+    (crashed / 'progress.csv').unlink()
+    (crashed / 'eval').mkdir()
+    write_run(started, LR_A, 9, [])
+    result = run_plot([str(grid), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert f'warning: left out: {crashed} has no progress.csv' in result.stderr
+    assert f'warning: left out: no eval/AverageReturn value yet in {started}' in result.stderr
+    a = f'actor/Adam.lr={LR_A}'
+    assert final_table(result.stdout)[a][:2] == (3, 6.0)  # the 3 runs with values
+    # With no run that has a value, there is nothing to plot.
+    result = run_plot([str(crashed), str(started), '--out', 'none.png'], tmp_path)
+    assert result.returncode == 2 and 'no eval/AverageReturn value yet' in result.stderr
+    assert not (tmp_path / 'none.png').exists()
+
+
 def test_y_minus_plots_the_difference_where_a_run_has_both(grid, tmp_path):
     paths = [str(grid / f'lr={LR_A},seed={s}') for s in RUNS_A]
     args = ['--y', 'eval/AverageReturn', '--y_minus', 'train/critic_loss', '--out', 'diff.png']

@@ -419,17 +419,29 @@ def main(argv):
 
     try:
         groups = rename_groups(group_runs(run_dirs, FLAGS.group_by), FLAGS.label)
-        raw = {
-            run: read_difference(run, FLAGS.y, FLAGS.y_minus, FLAGS.x)
-            for _, runs in groups
-            for run in runs
-        }
     except ValueError as e:
         fail(str(e))
     y_name = FLAGS.y if FLAGS.y_minus is None else f'{FLAGS.y} - {FLAGS.y_minus}'
-    empty = [run for run, (xs, _) in raw.items() if len(xs) == 0]
-    if empty:
-        fail(f'no {y_name} value yet in {", ".join(empty)}')
+    # A run with no value of y yet (one that failed before its first row, say) is
+    # left out, named; only when no run has one is there nothing to plot.
+    raw, missing = {}, {}
+    for _, runs in groups:
+        for run in runs:
+            try:
+                xs, ys = read_difference(run, FLAGS.y, FLAGS.y_minus, FLAGS.x)
+            except ValueError as e:
+                missing[run] = str(e)
+                continue
+            if len(xs):
+                raw[run] = (xs, ys)
+            else:
+                missing[run] = f'no {y_name} value yet in {run}'
+    if not raw:
+        fail('; '.join(missing.values()))
+    for why in missing.values():
+        print(f'warning: left out: {why}', file=sys.stderr)
+    groups = [(label, [r for r in runs if r in raw]) for label, runs in groups]
+    groups = [(label, runs) for label, runs in groups if runs]
     early = {label: ending_early({r: raw[r] for r in runs}) for label, runs in groups}
     for label, runs in groups:
         if early[label]:
