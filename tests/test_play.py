@@ -135,6 +135,20 @@ def test_a_gif_faster_than_players_show_keeps_every_kth_frame(trained_run, tmp_p
         assert image.info['duration'] == pytest.approx(1000 * (12 // kept) / fps, abs=5)
 
 
+def test_a_gifs_delays_add_up_to_real_time(trained_run, tmp_path):
+    from PIL import Image, ImageSequence
+
+    gif = tmp_path / 'mujoco_rate.gif'
+    # At 125 fps (MuJoCo's) every 3rd of the 12 frames is kept, each for 24 ms, which
+    # a GIF cannot store (its delays are whole centiseconds): 20, 30, 20, 30 ms.
+    result = run_play(trained_run, '--num_episodes', '2', '--record_file', str(gif), '--fps', '125')
+    assert_ok(result)
+    assert '4 frames written' in result.stdout
+    with Image.open(gif) as image:
+        delays = [frame.info['duration'] for frame in ImageSequence.Iterator(image)]
+    assert sum(delays) == 100  # 4 x 24 ms = 96 ms, to the centisecond
+
+
 def played_returns(result):
     """The returns of the episodes ``result`` played."""
     assert_ok(result)

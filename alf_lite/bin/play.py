@@ -18,7 +18,8 @@ episodes one after another: ``sum(length + 1)`` frames, played at the env's
 ``render_fps`` (real time) unless ``--fps`` says otherwise. ``.mp4`` is
 written with imageio-ffmpeg, ``.gif`` with pillow; a GIF above 50 frames per
 second (MuJoCo's 125, say) keeps every k-th frame, k = ceil(fps / 50), since
-GIF players cannot show frames faster. Rendering is headless: MuJoCo
+GIF players cannot show frames faster; its delays, whole centiseconds, add up to
+real time. Rendering is headless: MuJoCo
 through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
 """
 
@@ -158,12 +159,13 @@ class VideoWriter:
         self.num_frames = 0
         # Every how many frames one is written (a fast GIF keeps every k-th).
         self._every, self._seen = 1, 0
+        self._gif = None
         if path.lower().endswith('.gif'):
             self._every = math.ceil(fps / MAX_GIF_FPS)
-            # loop=0: repeat forever; duration is per frame, in milliseconds.
-            self._writer = imageio.get_writer(
-                path, mode='I', duration=1000 * self._every / fps, loop=0
-            )
+            self._frame_seconds = self._every / fps
+            # Opened now, so that a path that cannot be written fails before the
+            # episodes; the frames are written at close, each with its own delay.
+            self._gif, self._frames = open(path, 'wb'), []
         else:
             # macro_block_size=2: H.264 needs even sizes; other sizes are kept.
             self._writer = imageio.get_writer(
@@ -182,11 +184,35 @@ class VideoWriter:
             frame = np.asarray(
                 ImageOps.fit(Image.fromarray(frame), self._size, Image.Resampling.LANCZOS)
             )
-        self._writer.append_data(frame)
+        if self._gif is None:
+            self._writer.append_data(frame)
+        else:
+            self._frames.append(frame)
         self.num_frames += 1
 
     def close(self) -> None:
-        self._writer.close()
+        if self._gif is None:
+            self._writer.close()
+            return
+        from PIL import Image
+
+        # A GIF delay is a whole number of centiseconds: frame j is shown from
+        # j * frame_seconds on, rounded to the centisecond, so that the delays
+        # add up to real time (a fixed 24 ms delay would be stored as 20 ms).
+        starts = [round(100 * j * self._frame_seconds) for j in range(len(self._frames) + 1)]
+        delays_ms = [10 * (end - start) for start, end in zip(starts, starts[1:])]
+        with self._gif:
+            if self._frames:
+                images = [Image.fromarray(frame) for frame in self._frames]
+                # loop=0: repeat forever.
+                images[0].save(
+                    self._gif,
+                    format='GIF',
+                    save_all=True,
+                    append_images=images[1:],
+                    duration=delays_ms,
+                    loop=0,
+                )
 
 
 def play_episodes(env, algorithm, num_episodes: int, video=None):
