@@ -246,19 +246,32 @@ def test_a_signal_during_the_resumes_replay_keeps_the_checkpoints_episodes(tmp_p
 
 
 class UnreplayableEnv(gymnasium.Env):
-    """Starts each episode where ``os.urandom`` says: no seed or action replays it."""
+    """Starts each episode where ``os.urandom`` says: no seed or action replays it.
+
+    With ``random_reward``, the episode starts where its seed says and the rewards
+    are what ``os.urandom`` says: only the reward differs when it is replayed.
+    """
 
     observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
     action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
 
+    def __init__(self, random_reward=False):
+        self._random_reward = random_reward
+
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        self._x = int.from_bytes(os.urandom(2), 'little') / 65535 * 2 - 1
+        if self._random_reward:
+            self._x = float(self.np_random.uniform(-1.0, 1.0))
+        else:
+            self._x = int.from_bytes(os.urandom(2), 'little') / 65535 * 2 - 1
         return np.array([self._x], dtype=np.float32), {}
 
     def step(self, action):
         self._x = float(np.clip(self._x + 0.1 * float(action[0]), -1.0, 1.0))
-        return np.array([self._x], dtype=np.float32), -abs(self._x), False, False, {}
+        reward = -abs(self._x)
+        if self._random_reward:
+            reward = int.from_bytes(os.urandom(2), 'little') / 65535
+        return np.array([self._x], dtype=np.float32), reward, False, False, {}
 
 
 # test_seeding imports this module again under another name.
@@ -266,19 +279,31 @@ if 'alf_test/Unreplayable-v0' not in gymnasium.registry:
     gymnasium.register(
         'alf_test/Unreplayable-v0', entry_point=UnreplayableEnv, max_episode_steps=20
     )
+    gymnasium.register(
+        'alf_test/UnreplayableReward-v0',
+        entry_point=UnreplayableEnv,
+        max_episode_steps=20,
+        kwargs=dict(random_reward=True),
+    )
 
 
-def test_envs_that_do_not_replay_to_their_saved_step_start_new_episodes(tmp_path, caplog):
+@pytest.mark.parametrize(
+    'env_id, field',
+    [('alf_test/Unreplayable-v0', 'observation'), ('alf_test/UnreplayableReward-v0', 'reward')],
+)
+def test_envs_that_do_not_replay_to_their_saved_step_start_new_episodes(
+    tmp_path, caplog, env_id, field
+):
     params = [
-        "create_environment.env_name = 'alf_test/Unreplayable-v0'",
+        f"create_environment.env_name = '{env_id}'",
         'TrainerConfig.checkpoint_interval = 500',
     ]
     train(tmp_path, 'TrainerConfig.num_env_steps = 310', *params)
     with caplog.at_level('WARNING'):
         train(tmp_path, 'TrainerConfig.num_env_steps = 400', *params)
     assert re.search(
-        r"Environment 'alf_test/Unreplayable-v0' \(env 0 of 1\) replayed its episode to another "
-        r'observation.*they start new ones',
+        rf"Environment '{env_id}' \(env 0 of 1\) replayed its episode to another "
+        rf'{field}.*they start new ones',
         caplog.text,
     ), caplog.text
     _, stored = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
@@ -430,6 +455,69 @@ def test_loss_mask_never_keeps_a_first_that_follows_a_non_last_row(mask_out_loss
     boundary = 0.0 if mask_out_loss_for_last_step else 1.0
     expected = torch.tensor([[1, 1], [1, boundary], [1, 0], [boundary, 1]])
     assert torch.equal(loss_mask(batch, mask_out_loss_for_last_step), expected)
+
+
+def test_unrolls_updates_random_steps_and_the_last_evaluation_follow_the_config(
+    tmp_path, monkeypatch
+):
+    # 2 envs, 3 env steps per iteration (6 env steps), 2 updates per iteration, random
+    # actions for the first 100 env steps, 300 env steps: 50 iterations.
+    updates_at, policy_at = [], []
+    with build(
+        tmp_path,
+        'create_environment.num_parallel_environments = 2',
+        'create_environment.use_subprocesses = False',
+        'TrainerConfig.unroll_length = 3',
+        'TrainerConfig.num_updates_per_train_iter = 2',
+        'TrainerConfig.initial_collect_steps = 100',
+        'TrainerConfig.num_env_steps = 300',
+        'TrainerConfig.eval_interval = 200',
+        'TrainerConfig.num_eval_episodes = 2',
+    ) as trainer:
+        algorithm, buffer = trainer._algorithm, trainer._replay_buffer
+        train_step, rollout_step = algorithm.train_step, algorithm.rollout_step
+
+        def recorded_train_step(batch, loss_mask):
+            updates_at.append(buffer.total_added)
+            return train_step(batch, loss_mask)
+
+        def recorded_rollout_step(time_step):
+            policy_at.append(trainer.env_steps)
+            return rollout_step(time_step)
+
+        monkeypatch.setattr(algorithm, 'train_step', recorded_train_step)
+        monkeypatch.setattr(algorithm, 'rollout_step', recorded_rollout_step)
+        trainer.train()
+    # Iteration k writes rows 3k - 2 .. 3k of each env; its updates run at its last
+    # step, once more than 100 env steps (2 x 3k > 100: k >= 17) are in the buffer.
+    assert updates_at == [3 * k for k in range(17, 51) for _ in range(2)]
+    # The policy acts from env step 100 on, at each of the 100 steps from there.
+    assert policy_at == list(range(100, 300, 2))
+    rows = read_csv(tmp_path / 'progress.csv')
+    assert rows[-1]['num_updates'] == '68'
+    # Evaluations at 0, at the first step past 200 (iterations end at multiples of 6),
+    # and at the end although 300 is no multiple of 200.
+    evaluated = [r['env_steps'] for r in rows if r['eval/AverageReturn']]
+    assert evaluated == ['0', '204', '300']
+
+
+def test_random_actions_are_uniform_and_independent_per_dimension(tmp_path):
+    params = [
+        "create_environment.env_name = 'Hopper-v5'",  # a 3-d action
+        'TrainerConfig.initial_collect_steps = 2000',
+        'TrainerConfig.num_env_steps = 2000',
+        'TrainerConfig.eval_interval = 100000',
+        'TrainerConfig.num_eval_episodes = 1',
+    ]
+    with build(tmp_path, *params) as trainer:
+        trainer.train()
+        action = trainer._replay_buffer.state_dict()['action'][0, :2000]
+    assert action.min() >= -1 and action.max() <= 1
+    # Uniform on [-1, 1]: mean 0, variance 1/3; independent dimensions: no correlation.
+    assert torch.allclose(action.mean(0), torch.zeros(3), atol=0.05)
+    assert torch.allclose(action.var(0), torch.full((3,), 1 / 3), atol=0.03)
+    correlation = torch.corrcoef(action.T)
+    assert (correlation - torch.eye(3)).abs().max() < 0.1
 
 
 @pytest.mark.parametrize('mask_out_loss_for_last_step', [True, False])
