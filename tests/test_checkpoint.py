@@ -195,6 +195,35 @@ def test_saving_same_step_again_keeps_a_loadable_checkpoint_at_every_moment(tmp_
     assert ckpt.load_checkpoint(latest_checkpoint(str(tmp_path)))[1] is None
 
 
+def test_a_save_that_fails_to_move_its_replay_buffer_in_place_leaves_no_checkpoint_of_its_step(
+    tmp_path, monkeypatch
+):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+
+    def fails_moving_the_replay_buffer(move):  # as a disk error, or a kill, at that moment
+        def moving(src, dst):
+            if os.path.basename(src) == ckpt.REPLAY_BUFFER_FILE or os.path.exists(
+                os.path.join(src, ckpt.REPLAY_BUFFER_FILE)
+            ):
+                raise OSError('cannot move the replay buffer')
+            move(src, dst)
+
+        return moving
+
+    monkeypatch.setattr(os, 'rename', fails_moving_the_replay_buffer(os.rename))
+    monkeypatch.setattr(os, 'replace', fails_moving_the_replay_buffer(os.replace))
+    with pytest.raises(OSError, match='cannot move the replay buffer'):
+        ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), make_replay_buffer_state(2))
+    monkeypatch.undo()
+    # No ckpt-200, not even one holding the model alone, which would load as
+    # the newest without its buffer.
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == ['ckpt-100']
+    path, state, rb = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert path.endswith('ckpt-100')
+    assert_same(state, make_state(1))
+    assert_same(rb, make_replay_buffer_state(1))
+
+
 def test_save_succeeds_over_leftover_temporary_directory_of_same_name(tmp_path):
     # A writer killed mid-save by a process that had the same pid (pids are reused).
     leftover = tmp_path / f'.tmp-ckpt-100-{os.getpid()}'
@@ -250,6 +279,28 @@ def test_save_never_prunes_the_replay_buffer_of_the_checkpoint_it_writes(tmp_pat
     ckpt.save_checkpoint(str(tmp_path), 60, make_state(2), make_replay_buffer_state(2))
     assert (tmp_path / 'ckpt-60' / ckpt.REPLAY_BUFFER_FILE).is_file()
     assert not (tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE).exists()
+
+
+def test_a_last_good_save_keeps_the_replay_buffer_of_the_regular_checkpoints(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    ckpt.save_checkpoint(str(tmp_path), 150, make_state(2), None, name='last_good-150')
+    assert (tmp_path / 'last_good-150' / ckpt.MODEL_FILE).is_file()
+    assert (tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE).is_file()
+    # Resume still picks ckpt-100, with its buffer.
+    _, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path)))
+    assert_same(rb, make_replay_buffer_state(1))
+
+
+def test_corrupt_replay_buffer_of_the_newest_checkpoint_resumes_it_without_the_buffer(tmp_path):
+    for step in (50, 100):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(step), make_replay_buffer_state(step))
+    (tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE).write_bytes(b'garbage')
+    path, state, rb = ckpt.load_latest_checkpoint(str(tmp_path))
+    # Its networks are still worth resuming from; ckpt-50 has no buffer either.
+    assert path.endswith('ckpt-100')
+    assert_same(state, make_state(100))
+    assert rb is None
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-50']  # nothing moved aside
 
 
 class WritesAFile:
@@ -364,3 +415,20 @@ def test_trainer_state_round_trips_and_a_foreign_state_is_refused(tmp_path):
     assert loaded.env_steps == 40 and loaded.recent_lengths == [7]
     with pytest.raises(ckpt.CheckpointError, match='not a trainer checkpoint'):
         ckpt.trainer_state(make_state(1))
+
+
+def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
+    net = torch.nn.Linear(3, 2)
+    net.optimizers = {'net': torch.optim.Adam(net.parameters())}
+    state = ckpt.TrainerState(
+        algorithm=ckpt.algorithm_state(net),
+        rng=global_rng_state(),
+        env_steps=40,
+        num_updates=0,
+        recent_returns=[],
+        recent_lengths=[],
+        last_eval={},
+    )
+    ckpt.check_trainer_state(str(tmp_path), state._asdict())  # valid as it is
+    with pytest.raises(ckpt.CorruptCheckpointError, match='negative counters 40, -1'):
+        ckpt.check_trainer_state(str(tmp_path), state._replace(num_updates=-1)._asdict())

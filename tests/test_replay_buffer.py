@@ -257,6 +257,13 @@ def test_rejects_bad_arguments():
         ReplayBuffer(2, 4, 3, 1, max_memory_fraction=0.0)
 
 
+def test_max_memory_fraction_of_one_is_allowed_and_more_is_not():
+    # The range is (0, 1]. 1 env x 1 step x (4 + 4 + 4 + 4 + 1) = 17 bytes.
+    assert ReplayBuffer(1, 1, 1, 1, max_memory_fraction=1.0).nbytes == 17
+    with pytest.raises(ValueError, match='max_memory_fraction'):
+        ReplayBuffer(1, 1, 1, 1, max_memory_fraction=1.5)
+
+
 def test_state_dict_round_trip():
     rb = _filled(num_envs=3, length=5, num_added=12)
     buffer = io.BytesIO()
@@ -300,6 +307,29 @@ def test_load_state_dict_rejects_mismatch():
     with pytest.raises(ValueError, match="'step_type' holds values other than FIRST"):
         target.load_state_dict(crafted)
     assert torch.equal(target.state_dict()['observation'], before)  # nothing copied
+
+
+def test_load_state_dict_rejects_an_extra_key_naming_it():
+    state = _filled(num_envs=3, length=5, num_added=2).state_dict()
+    with pytest.raises(ValueError, match=r"keys \[.*'extra'.*\] do not match expected"):
+        ReplayBuffer(3, 5, 2, 2).load_state_dict(dict(state, extra=0))
+
+
+def test_load_state_dict_rejects_a_field_of_the_right_shape_but_another_dtype():
+    # The copy would cast float64 to float32 silently.
+    state = _filled(num_envs=3, length=5, num_added=2).state_dict()
+    with pytest.raises(ValueError, match=r"'observation' is .*torch.float64"):
+        ReplayBuffer(3, 5, 2, 2).load_state_dict(
+            dict(state, observation=state['observation'].double())
+        )
+
+
+def test_load_state_dict_rejects_a_negative_total_added():
+    state = _filled(num_envs=3, length=5, num_added=2).state_dict()
+    target = ReplayBuffer(3, 5, 2, 2)
+    with pytest.raises(ValueError, match='total_added must be a non-negative int, got -1'):
+        target.load_state_dict(dict(state, total_added=-1))
+    assert target.total_added == 0
 
 
 def test_same_seed_same_samples():
@@ -406,6 +436,20 @@ def test_buffer_that_fits_nowhere_names_each_device(monkeypatch):
         r'300 bytes \(0.00 GiB\) on cpu are available',
     ):
         ReplayBuffer(2, 10, 3, 2, training_device=torch.device('cuda', 0))
+
+
+def test_refusal_names_the_longest_length_that_fits_on_the_roomiest_device(monkeypatch):
+    free = {'cuda': 300, 'cpu': 100}
+    monkeypatch.setattr(rb_module, 'free_memory_bytes', lambda d: free[d.type])
+    # 2 envs x 10 steps x 29 bytes = 580 bytes fit nowhere. Half of the 300
+    # bytes of the GPU is 150 bytes: 150 // (2 envs x 29 bytes) = 2 steps per
+    # env (not 150 // 29 = 5 steps, which 2 envs would double; not the 0
+    # steps the CPU's 50 bytes hold).
+    with pytest.raises(ReplayBufferTooLargeError) as info:
+        ReplayBuffer(2, 10, 3, 2, max_memory_fraction=0.5, training_device=torch.device('cuda', 0))
+    message = str(info.value)
+    assert 'of that (150 bytes) may be used' in message
+    assert 'at most 2 fits with 2 envs' in message
 
 
 def test_explicit_gpu_buffer_without_a_gpu_is_refused(monkeypatch):
