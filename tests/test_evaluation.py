@@ -138,3 +138,49 @@ def test_an_evaluation_with_seeds_does_not_depend_on_the_evaluations_before_it()
     assert np.array_equal(again.returns, at_1000.returns)
     assert not np.array_equal(at_2000.returns, at_1000.returns)
     assert not np.array_equal(unseeded.returns, at_1000.returns)
+
+
+class TerminatesFirstEnvs(FakeEnvs):
+    """Env 0 terminates after 12 steps (reward 1 each), then is stepped on with reward 100
+    (its next episode) while env 1 runs until it is truncated after 14."""
+
+    def step(self, action):
+        self._t += 1
+        t = self._t
+        step_type = [
+            StepType.LAST if t == 12 else StepType.MID,
+            StepType.LAST if t == 14 else StepType.MID,
+        ]
+        discount = [0.0 if t == 12 else 1.0, 1.0]
+        return self._step(step_type, [1.0 if t <= 12 else 100.0, 5.0], discount)
+
+
+def test_default_counts_the_last_10_steps_of_a_terminated_episode_and_nothing_after_its_end():
+    # Q(s_t, a) = 10 + t, env 0 acts at t = 0 .. 11 before its termination.
+    values = TerminationValues(lambda obs: (torch.zeros(2, 1), 10 + obs[:, 0]), gamma=1.0)
+    results = evaluate(TerminatesFirstEnvs(), values.policy, values.on_step)
+    assert results.lengths.tolist() == [12, 14]
+    q, received = values.result()
+    # The last 10 steps, t = 2 .. 11: Q 12 .. 21, mean 16.5; with gamma 1 the return
+    # received from there is 10, 9, .., 1 (reward 1 a step until the end), mean 5.5.
+    # Env 0's Q or reward at t = 12, 13 would shift them (to Q 14 .. 23, returns with 100s).
+    assert q == pytest.approx(16.5) and received == pytest.approx(5.5)
+
+
+def test_act_and_value_gives_the_q_of_the_action_it_gives():
+    from alf_lite.trainer import act_and_value
+
+    class Doubler:
+        """The action is twice the observation; Q is the sum of observation and action."""
+
+        def predict_step(self, observation):
+            return 2 * observation
+
+        def value_step(self, observation, action):
+            return (observation + action).sum(-1)
+
+    observation = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    action, q = act_and_value(Doubler(), torch.device('cpu'), observation)
+    assert action.tolist() == [[2.0, 4.0], [6.0, 8.0]]
+    # 1 + 2 + 2 + 4 and 3 + 4 + 6 + 8; the Q of a zero action would be 3 and 7.
+    assert q.tolist() == [9.0, 21.0]

@@ -268,6 +268,27 @@ def test_help_names_a_run_as_its_example_grid_does(tmp_path):
     assert example in names
 
 
+@pytest.mark.parametrize(
+    'values',
+    # The same value twice; two strings whose characters other than letters, digits and
+    # '.+-' both become '_': a_b.
+    [[1, 1], ["'a b'", "'a/b'"]],
+)
+def test_two_values_that_give_one_run_name_are_refused(tmp_path, values):
+    from alf_lite.bin import grid_search
+
+    (tmp_path / 'grid.json').write_text(
+        json.dumps(
+            {'parameters': {'create_environment.env_name': values, 'x.y': [1, 2]}, 'repeats': 1}
+        )
+    )
+    space = grid_search.load_search_space(str(tmp_path / 'grid.json'))
+    with pytest.raises(
+        ValueError, match="two runs would share the directory 'env_name=.*,y=1,seed=0'"
+    ):
+        grid_search.expand_grid(space)
+
+
 def test_root_dir_that_is_a_file_or_a_train_run_is_refused_and_left_as_it_is(tmp_path):
     write_inputs(tmp_path, GRID)
     (tmp_path / 'runs').write_text('mine')

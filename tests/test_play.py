@@ -135,6 +135,30 @@ def test_a_gif_faster_than_players_show_keeps_every_kth_frame(trained_run, tmp_p
         assert image.info['duration'] == pytest.approx(1000 * (12 // kept) / fps, abs=5)
 
 
+def test_a_fast_gif_keeps_frames_0_k_2k_the_reset_frame_included(tmp_path):
+    import imageio.v3 as iio
+
+    gif = tmp_path / 'fast.gif'
+    # In a process of its own: play's flags would clash with those of another tool
+    # imported by an earlier test.
+    script = (
+        'import numpy as np\n'
+        'from alf_lite.bin.play import VideoWriter\n'
+        f'video = VideoWriter({str(gif)!r}, fps=100)\n'
+        'for i in range(5):  # frame i is all 10 * i\n'
+        '    video.append(np.full((8, 8, 3), 10 * i, np.uint8))\n'
+        'video.close()\n'
+        'print(video.num_frames)\n'
+    )
+    result = run_train([sys.executable, '-c', script])
+    assert_ok(result)
+    # At 100 fps every 2nd frame is kept: 0, 2, 4 (frame 0, an episode's reset, first).
+    assert result.stdout.split() == ['3']
+    frames = iio.imread(gif, index=None)
+    assert [int(frame.max()) for frame in frames] == [0, 20, 40]
+    assert all(frame.min() == frame.max() for frame in frames)
+
+
 def test_a_gifs_delays_add_up_to_real_time(trained_run, tmp_path):
     from PIL import Image, ImageSequence
 

@@ -148,6 +148,17 @@ def test_std_band_smoothing_and_last_n(grid, tmp_path):
     assert final_table(result.stdout) == {'all runs': (3, 5.0, 2.5, 7.5)}, result.stdout
 
 
+def test_num_bootstrap_sets_the_resamplings_of_the_band(grid, tmp_path):
+    paths = [str(grid / f'lr={LR_A},seed={s}') for s in RUNS_A]
+    result = run_plot(paths + ['--num_bootstrap', '1', '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    curves = read_curves(tmp_path / 'curves.csv')
+    # One resampling gives one mean: both ends of the band are that mean, though the 3
+    # runs differ (1, 2, 3 at step 0) and more resamplings give [min, max].
+    assert set(curves) == {('all runs', x) for x in (0, 100, 200)}
+    assert all(lower == upper for _, lower, upper, _ in curves.values()), curves
+
+
 def test_reads_tensorboard_events_when_there_is_no_progress_csv(tmp_path):
     from alf_lite.summary import Summary
 

@@ -1,0 +1,37 @@
+"""train/AverageReturn and train/AverageEpisodeLength: the last 10 training episodes, by hand."""
+
+import torch
+
+from alf_lite.data import StepType, TimeStep
+from alf_lite.episode_stats import EpisodeStats
+from alf_lite.runs import TRAIN_EPISODE_LENGTH, TRAIN_RETURN
+
+F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
+
+
+def test_scalars_are_the_mean_return_and_length_of_the_last_10_episodes():
+    # As the collector gives them: the steps after the reset (not the reset itself);
+    # an auto-reset env's step after LAST is FIRST, with reward 0.
+    # Env 0: episodes of 1 step (LAST, reward 1), each followed by its FIRST: 12 of them.
+    # Env 1: episodes of 3 steps (MID, MID, LAST, reward 2 each) and a FIRST: 6 of them.
+    env0 = [(L, 1.0), (F, 0.0)] * 12
+    env1 = [(M, 2.0), (M, 2.0), (L, 2.0), (F, 0.0)] * 6
+    stats = EpisodeStats(num_envs=2)
+    for (type0, reward0), (type1, reward1) in zip(env0, env1):
+        stats.update(
+            TimeStep(
+                step_type=torch.tensor([type0, type1], dtype=torch.uint8),
+                observation=torch.zeros(2, 1),
+                reward=torch.tensor([reward0, reward1]),
+                discount=torch.ones(2),
+                env_id=torch.arange(2),
+            )
+        )
+    # Env 0 ends at steps 1, 3, ..., 23; env 1 at steps 3, 7, ..., 23 (after env 0's at
+    # the same step). The last 10: env 0's at 13, 15, ..., 23 (6, return 1, length 1) and
+    # env 1's at 11, 15, 19, 23 (4, return 6, length 3).
+    # All 18 would give 48 / 18 and 30 / 18; the longest, 3.
+    assert stats.scalars() == {
+        TRAIN_RETURN: (6 * 1 + 4 * 6) / 10,
+        TRAIN_EPISODE_LENGTH: (6 * 1 + 4 * 3) / 10,
+    }
