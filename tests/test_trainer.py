@@ -49,6 +49,17 @@ def train(root_dir, *params):
         return trainer.train()
 
 
+def record_each_call(monkeypatch, algorithm, method, record):
+    """Calls ``record`` with the arguments of each call of ``algorithm.<method>`` first."""
+    wrapped = getattr(algorithm, method)
+
+    def recorded(*args):
+        record(*args)
+        return wrapped(*args)
+
+    monkeypatch.setattr(algorithm, method, recorded)
+
+
 def read_csv(path, drop=NONDETERMINISTIC_COLUMNS):
     with open(path, newline='') as f:
         return [{k: v for k, v in row.items() if k not in drop} for row in csv.DictReader(f)]
@@ -422,13 +433,12 @@ def test_resume_never_trains_on_the_pair_across_the_restart(
     )
     trained = []
     with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
-        train_step = trainer._algorithm.train_step
-
-        def recorded_train_step(batch, loss_mask):
-            trained.append((batch.observation, loss_mask))
-            return train_step(batch, loss_mask)
-
-        monkeypatch.setattr(trainer._algorithm, 'train_step', recorded_train_step)
+        record_each_call(
+            monkeypatch,
+            trainer._algorithm,
+            'train_step',
+            lambda batch, loss_mask: trained.append((batch.observation, loss_mask)),
+        )
         trainer.train()
         stored = trainer._replay_buffer.state_dict()
     # 500 rows before the restart; with 21-row episodes row 499 is a MID, and the
@@ -475,18 +485,12 @@ def test_unrolls_updates_random_steps_and_the_last_evaluation_follow_the_config(
         'TrainerConfig.num_eval_episodes = 2',
     ) as trainer:
         algorithm, buffer = trainer._algorithm, trainer._replay_buffer
-        train_step, rollout_step = algorithm.train_step, algorithm.rollout_step
-
-        def recorded_train_step(batch, loss_mask):
-            updates_at.append(buffer.total_added)
-            return train_step(batch, loss_mask)
-
-        def recorded_rollout_step(time_step):
-            policy_at.append(trainer.env_steps)
-            return rollout_step(time_step)
-
-        monkeypatch.setattr(algorithm, 'train_step', recorded_train_step)
-        monkeypatch.setattr(algorithm, 'rollout_step', recorded_rollout_step)
+        record_each_call(
+            monkeypatch, algorithm, 'train_step', lambda *_: updates_at.append(buffer.total_added)
+        )
+        record_each_call(
+            monkeypatch, algorithm, 'rollout_step', lambda _: policy_at.append(trainer.env_steps)
+        )
         trainer.train()
     # Iteration k writes rows 3k - 2 .. 3k of each env; its updates run at its last
     # step, once more than 100 env steps (2 x 3k > 100: k >= 17) are in the buffer.
@@ -530,13 +534,12 @@ def test_the_trainer_trains_on_the_last_to_first_pair_only_when_told_to(
         'TrainerConfig.num_env_steps = 300',
         f'TrainerConfig.mask_out_loss_for_last_step = {mask_out_loss_for_last_step}',
     ) as trainer:
-        train_step = trainer._algorithm.train_step
-
-        def recorded_train_step(batch, loss_mask):
-            trained.append((batch.step_type, loss_mask))
-            return train_step(batch, loss_mask)
-
-        monkeypatch.setattr(trainer._algorithm, 'train_step', recorded_train_step)
+        record_each_call(
+            monkeypatch,
+            trainer._algorithm,
+            'train_step',
+            lambda batch, loss_mask: trained.append((batch.step_type, loss_mask)),
+        )
         trainer.train()
     L, F = StepType.LAST, StepType.FIRST
     across = torch.cat(
