@@ -90,6 +90,11 @@ class EpisodeReplayError(ValueError):
     """
 
 
+def describe_env(name: str, label: str, index, num_envs: int) -> str:
+    """How errors name one env (or several indices): ``Environment 'X' (env 3 of 12)``."""
+    return f"Environment '{name}' ({label} {index} of {num_envs})"
+
+
 class _NamedEnv(gymnasium.Wrapper):
     """Re-raises what an env raises as ``EnvironmentCrashedError`` naming the env and its index.
 
@@ -97,9 +102,9 @@ class _NamedEnv(gymnasium.Wrapper):
     without saying which env it came from; this wrapper runs in the worker.
     """
 
-    def __init__(self, env: gymnasium.Env, name: str, index: int, num_envs: int, label: str):
+    def __init__(self, env: gymnasium.Env, where: str):
         super().__init__(env)
-        self._where = f"Environment '{name}' ({label} {index} of {num_envs})"
+        self._where = where  # describe_env's
 
     def _crashed(self, call: str, error: Exception) -> EnvironmentCrashedError:
         crashed = EnvironmentCrashedError(
@@ -132,18 +137,17 @@ class _NamedEnvFactory:
         num_envs: int,
         label: str,
     ):
-        self._env_fn, self._name, self._index = env_fn, name, index
-        self._num_envs, self._label = num_envs, label
+        self._env_fn = env_fn
+        self._where = describe_env(name, label, index, num_envs)
 
     def __call__(self) -> gymnasium.Env:
         try:
             env = self._env_fn()
         except Exception as e:
             raise EnvironmentCrashedError(
-                f"Environment '{self._name}' ({self._label} {self._index} of {self._num_envs}) "
-                f'could not be created: {type(e).__name__}: {e}'
+                f'{self._where} could not be created: {type(e).__name__}: {e}'
             ) from e
-        return _NamedEnv(ReplayableEnv(env), self._name, self._index, self._num_envs, self._label)
+        return _NamedEnv(ReplayableEnv(env), self._where)
 
 
 class BatchedEnvironment:
@@ -580,7 +584,7 @@ class BatchedEnvironment:
 
     def which(self, index) -> str:
         """How errors name the env of ``index`` (or indices): ``Environment 'X' (env 3 of 12)``."""
-        return f"Environment '{self.name}' ({self.label} {index} of {self.num_envs})"
+        return describe_env(self.name, self.label, index, self.num_envs)
 
     @property
     def _in_process(self) -> str:
