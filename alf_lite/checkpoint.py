@@ -50,8 +50,8 @@ def save_checkpoint(
 
     The other checkpoints keep their model file but lose their replay buffer
     file, so only the one just written holds a (possibly large) replay buffer. If
-    writing fails (e.g. a full disk), the temporary directory is removed and
-    the existing checkpoints are untouched.
+    writing or the rename fails (e.g. a full disk), the temporary directory is
+    removed and the existing checkpoints are untouched.
 
     Args:
         checkpoint_dir: parent directory of all checkpoints.
@@ -78,13 +78,13 @@ def save_checkpoint(
         _save_synced(state, os.path.join(tmp, MODEL_FILE))
         if replay_buffer_state is not None:
             _save_synced(replay_buffer_state, os.path.join(tmp, REPLAY_BUFFER_FILE))
+        if os.path.exists(final):
+            _replace_files(tmp, final)
+        else:
+            os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if os.path.exists(final):
-        _replace_files(tmp, final)
-    else:
-        os.rename(tmp, final)
     if regular:
         # Not by step: after a resume past a corrupt newer checkpoint, the one
         # just written is the run's newest state even though its step is lower.

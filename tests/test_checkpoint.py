@@ -218,6 +218,8 @@ def test_a_save_that_fails_to_move_its_replay_buffer_in_place_leaves_no_checkpoi
     # No ckpt-200, not even one holding the model alone, which would load as
     # the newest without its buffer.
     assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == ['ckpt-100']
+    # Nor the temporary directory, with its replay buffer.
+    assert os.listdir(tmp_path) == ['ckpt-100']
     path, state, rb = ckpt.load_latest_checkpoint(str(tmp_path))
     assert path.endswith('ckpt-100')
     assert_same(state, make_state(1))
