@@ -400,14 +400,32 @@ class ReplayBuffer:
             }
         )
 
-    def state_dict(self) -> Dict[str, object]:
-        """Storage tensors and counters, suitable for ``torch.save``.
+    @property
+    def storage(self) -> Dict[str, torch.Tensor]:
+        """The live storage, one ``[num_envs, length, ...]`` tensor per ``Experience`` field.
 
-        The tensors are the live storage (not copies), to avoid doubling
-        memory while checkpointing.
+        Rows not yet written hold zeros. For inspection: writing to these
+        tensors changes the buffer.
         """
-        state: Dict[str, object] = dict(self._storage)
+        return dict(self._storage)
+
+    def state_dict(self) -> Dict[str, object]:
+        """The rows written so far and the counter, suitable for ``torch.save``.
+
+        Each field is a list of one tensor per env, holding that env's
+        ``num_steps`` written rows at their ring positions (from 0): views of
+        the live storage that own only those bytes, so ``torch.save`` writes
+        what was collected rather than the whole allocation, and nothing is
+        copied. A full buffer's lists hold all of it. ``length`` is the
+        buffer's, which the rows alone do not tell before it is full.
+        """
+        rows = self.num_steps
+        state: Dict[str, object] = {
+            name: [_row_prefix(tensor, env, rows) for env in range(self._num_envs)]
+            for name, tensor in self._storage.items()
+        }
         state['total_added'] = self._total_added
+        state['length'] = self._length
         return state
 
     def load_state_dict(self, state: Dict[str, object]) -> None:
@@ -415,47 +433,33 @@ class ReplayBuffer:
 
         Copies into the existing storage, so no second allocation happens;
         ``state`` may be mapped from a file (as ``load_checkpoint`` returns
-        it), whose pages are then read once, by the copy.
+        it), whose pages are then read once, by the copy. Rows not in
+        ``state`` are zeroed.
 
         Args:
             state: a dict produced by ``state_dict()`` of a buffer with the same
                 ``num_envs``, ``length``, ``observation_dim`` and ``action_dim``.
+                Each field is a list of ``num_envs`` tensors of the written
+                rows, or (as checkpoints before this format hold it) one
+                ``[num_envs, length, ...]`` tensor.
         """
         if not isinstance(state, dict):
             raise ValueError(
                 f'ReplayBuffer.load_state_dict: got a {type(state).__name__}, not a state dict'
             )
-        expected = set(self._storage) | {'total_added'}
-        if set(state) != expected:
+        expected = set(self._storage) | {'total_added', 'length'}
+        # Checkpoints before the per-env lists hold whole tensors and no length.
+        if set(state) not in (expected, expected - {'length'}):
             raise ValueError(
                 'ReplayBuffer.load_state_dict: keys '
                 f'{sorted(state)} do not match expected {sorted(expected)}'
             )
-        for name, target in self._storage.items():
-            value = state[name]
-            if (
-                not isinstance(value, torch.Tensor)
-                or value.shape != target.shape
-                or value.dtype != target.dtype
-            ):
-                got = (
-                    (tuple(value.shape), value.dtype)
-                    if isinstance(value, torch.Tensor)
-                    else type(value).__name__
-                )
-                raise ValueError(
-                    f"ReplayBuffer.load_state_dict: '{name}' is {got}, "
-                    f'expected {(tuple(target.shape), target.dtype)} '
-                    f'({self._num_envs} envs x {self._length} steps); the '
-                    'checkpoint was saved with a different num_envs, '
-                    'replay_buffer_length or observation/action size'
-                )
-        # A reduction, not a comparison: that would allocate a mask as large
-        # as the field before the copy.
-        if int(state['step_type'].max()) > StepType.LAST:
+        length = state.get('length', self._length)
+        if length != self._length:
             raise ValueError(
-                "ReplayBuffer.load_state_dict: 'step_type' holds values other than "
-                f'FIRST ({StepType.FIRST}), MID ({StepType.MID}) and LAST ({StepType.LAST})'
+                f'ReplayBuffer.load_state_dict: the state is of a buffer of {length!r} steps per '
+                f'env, this one has {self._length}; the checkpoint was saved with a different '
+                'replay_buffer_length'
             )
         total_added = state['total_added']
         if not isinstance(total_added, int) or total_added < 0:
@@ -463,7 +467,78 @@ class ReplayBuffer:
                 'ReplayBuffer.load_state_dict: total_added must '
                 f'be a non-negative int, got {total_added!r}'
             )
+        rows = min(total_added, self._length)
+        # Per field, the (source, rows of one env written from it) pairs to copy.
+        copies = {}
         for name, target in self._storage.items():
-            target.copy_(state[name])
+            value = state[name]
+            if isinstance(value, torch.Tensor):
+                self._check_field(name, value, (self._num_envs, self._length), target)
+                copies[name] = [(value, self._length)]
+            elif isinstance(value, (list, tuple)) and len(value) == self._num_envs:
+                for env_rows in value:
+                    self._check_field(name, env_rows, (rows,), target)
+                copies[name] = [(env_rows, rows) for env_rows in value]
+            else:
+                got = f'a {type(value).__name__}' + (
+                    f' of {len(value)}' if isinstance(value, (list, tuple)) else ''
+                )
+                raise ValueError(
+                    f"ReplayBuffer.load_state_dict: '{name}' is {got}, expected a list of "
+                    f'{self._num_envs} tensors, one per env'
+                )
+        # A reduction, not a comparison: that would allocate a mask as large
+        # as the field before the copy.
+        if any(
+            source.numel() and int(source.max()) > StepType.LAST
+            for source, _ in copies['step_type']
+        ):
+            raise ValueError(
+                "ReplayBuffer.load_state_dict: 'step_type' holds values other than "
+                f'FIRST ({StepType.FIRST}), MID ({StepType.MID}) and LAST ({StepType.LAST})'
+            )
+        for name, target in self._storage.items():
+            sources = copies[name]
+            if len(sources) == 1 and sources[0][0].dim() == target.dim():
+                target.copy_(sources[0][0])
+                continue
+            for env, (source, n) in enumerate(sources):
+                target[env, :n].copy_(source)
+                target[env, n:].zero_()
         self._total_added = total_added
         self._total_added_tensor.fill_(total_added)
+
+    def _check_field(
+        self, name: str, value: object, leading: Tuple[int, ...], target: torch.Tensor
+    ) -> None:
+        """Raise ValueError unless ``value`` is a tensor of ``target``'s dtype and row shape."""
+        shape = leading + tuple(target.shape[2:])
+        if isinstance(value, torch.Tensor) and value.shape == shape and value.dtype == target.dtype:
+            return
+        got = (
+            (tuple(value.shape), value.dtype)
+            if isinstance(value, torch.Tensor)
+            else type(value).__name__
+        )
+        raise ValueError(
+            f"ReplayBuffer.load_state_dict: '{name}' is {got}, expected "
+            f'{(shape, target.dtype)} ({self._num_envs} envs x {self._length} steps'
+            + (f', {shape[0]} written' if len(leading) == 1 else '')
+            + '); the checkpoint was saved with a different num_envs, replay_buffer_length '
+            'or observation/action size, or its counter does not match its rows'
+        )
+
+
+def _row_prefix(tensor: torch.Tensor, env: int, rows: int) -> torch.Tensor:
+    """Rows ``[0, rows)`` of env ``env`` of a ``[num_envs, length, ...]`` storage tensor.
+
+    A view on a slice of its memory, not of the whole: ``torch.save`` writes a
+    tensor's entire storage, so a plain ``tensor[env, :rows]`` would write the
+    full allocation.
+    """
+    row_bytes = math.prod(tensor.shape[2:]) * tensor.element_size()
+    start = (env * tensor.shape[1]) * row_bytes
+    memory = tensor.untyped_storage()[start : start + rows * row_bytes]
+    return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+        memory, 0, (rows,) + tuple(tensor.shape[2:])
+    )

@@ -95,14 +95,16 @@ def anonymous_bytes():
             return int(line.split()[1]) * 1024
 
 saved = ReplayBuffer(1, 2_000_000, observation_dim=3, action_dim=1)
-saved.state_dict()['observation'].uniform_()
+saved.storage['observation'].uniform_()
+# Every row counted as written (a whole-tensor state, as older checkpoints hold).
+saved.load_state_dict(dict(saved.storage, total_added=2_000_000))
 path = ckpt.save_checkpoint({str(tmp_path)!r}, 100, {{}}, saved.state_dict())
 restored = ReplayBuffer(1, 2_000_000, observation_dim=3, action_dim=1)
 before = anonymous_bytes()
 _, state = ckpt.load_checkpoint(path)
 restored.load_state_dict(state)
 grown = anonymous_bytes() - before
-assert torch.equal(restored.state_dict()['observation'], saved.state_dict()['observation'])
+assert torch.equal(restored.storage['observation'], saved.storage['observation'])
 print(grown, saved.nbytes)
 """
     grown, nbytes = map(int, python_output(script).split()[-2:])

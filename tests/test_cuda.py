@@ -321,7 +321,7 @@ def test_captured_rollout_acts_as_the_eager_step_and_writes_its_rows(name, buffe
     for t, (action, want) in enumerate(zip(actions, expected)):
         torch.testing.assert_close(action, want, rtol=0, atol=1e-6, msg=f'env step {t}')
     assert rb.total_added == steps
-    state = rb.state_dict()
+    state = rb.storage
     assert int(rb._total_added_tensor) == steps
     for t in range(steps - length, steps):
         ts, pos = host_steps[t], t % length

@@ -159,7 +159,7 @@ def test_bytes_per_step_match_raw_field_sizes():
     for obs_dim, action_dim, raw in ((17, 6, 101), (348, 17, 1469)):
         rb = ReplayBuffer(4, 100, obs_dim, action_dim)
         assert rb.raw_bytes_per_step == raw
-        storage = sum(v.nbytes for k, v in rb.state_dict().items() if isinstance(v, torch.Tensor))
+        storage = sum(v.nbytes for v in rb.storage.values())
         assert rb.nbytes == storage == 4 * 100 * raw
 
 
@@ -283,30 +283,73 @@ def test_state_dict_round_trip():
     # Adding continues at the same head in both.
     rb.add_batch(_step(3, 12))
     restored.add_batch(_step(3, 12))
-    for name, value in rb.state_dict().items():
-        other = restored.state_dict()[name]
-        assert torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other
+    for name, value in rb.storage.items():
+        assert torch.equal(value, restored.storage[name]), name
+    assert restored.total_added == rb.total_added == 13
 
 
 def test_load_state_dict_rejects_mismatch():
     state = _filled(num_envs=3, length=5, num_added=2).state_dict()
-    with pytest.raises(ValueError, match="'step_type' is .*3 envs x 6 steps"):
+    with pytest.raises(ValueError, match='a buffer of 5 steps per env, this one has 6'):
         ReplayBuffer(3, 6, 2, 2).load_state_dict(state)
-    with pytest.raises(ValueError, match="'observation' is"):
+    with pytest.raises(ValueError, match="'step_type' is a list of 3, expected a list of 2"):
+        ReplayBuffer(2, 5, 2, 2).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"'observation' is \(\(2, 2\), .*expected \(\(2, 4\)"):
         ReplayBuffer(3, 5, 4, 2).load_state_dict(state)
+    # The counter says 3 rows per env were written, the lists hold 2.
+    with pytest.raises(ValueError, match=r"'step_type' is \(\(2,\), .*\(\(3,\).*3 written"):
+        ReplayBuffer(3, 5, 2, 2).load_state_dict(dict(state, total_added=3))
     with pytest.raises(ValueError, match='keys'):
         ReplayBuffer(3, 5, 2, 2).load_state_dict(
             {k: v for k, v in state.items() if k != 'total_added'}
         )
     with pytest.raises(ValueError, match='got a list, not a state dict'):
         ReplayBuffer(3, 5, 2, 2).load_state_dict([state])
-    crafted = dict(state, step_type=state['step_type'].clone())
-    crafted['step_type'][1, 0] = 7
+    crafted = dict(state, step_type=[rows.clone() for rows in state['step_type']])
+    crafted['step_type'][1][0] = 7
     target = ReplayBuffer(3, 5, 2, 2)
-    before = target.state_dict()['observation'].clone()
+    before = target.storage['observation'].clone()
     with pytest.raises(ValueError, match="'step_type' holds values other than FIRST"):
         target.load_state_dict(crafted)
-    assert torch.equal(target.state_dict()['observation'], before)  # nothing copied
+    assert torch.equal(target.storage['observation'], before)  # nothing copied
+
+
+def test_load_state_dict_reads_the_whole_tensors_of_older_checkpoints():
+    # Before the per-env lists, a state held each field's whole storage and no length.
+    saved = _filled(num_envs=3, length=5, num_added=7)
+    old = dict(saved.storage, total_added=saved.total_added)
+    restored = ReplayBuffer(3, 5, 2, 2)
+    restored.load_state_dict(old)
+    assert restored.total_added == 7
+    for name, value in saved.storage.items():
+        assert torch.equal(restored.storage[name], value), name
+    with pytest.raises(ValueError, match="'step_type' is .*expected .*3 envs x 6 steps"):
+        ReplayBuffer(3, 6, 2, 2).load_state_dict(old)
+
+
+def test_state_dict_holds_the_written_rows_only_and_saves_their_bytes():
+    rb = _filled(num_envs=3, length=1000, num_added=10)
+    state = rb.state_dict()
+    assert state['length'] == 1000 and state['total_added'] == 10
+    for name, storage in rb.storage.items():
+        assert len(state[name]) == 3
+        for env, rows in enumerate(state[name]):
+            assert torch.equal(rows, storage[env, :10]), name
+            # A view: nothing copied.
+            assert rows.data_ptr() == storage[env].data_ptr()
+    written, whole = io.BytesIO(), io.BytesIO()
+    torch.save(state, written)
+    torch.save(dict(rb.storage), whole)
+    # A row: 2 + 2 floats of observation and action, a reward, a discount, a step type byte.
+    assert rb.raw_bytes_per_step == 25
+    assert len(written.getvalue()) < 3 * 10 * 25 + 20_000 < len(whole.getvalue())
+    assert len(whole.getvalue()) > 3 * 1000 * 25
+    # Rows of a reloaded state that was not written are zero, whatever they held.
+    target = _filled(num_envs=3, length=1000, num_added=900)
+    written.seek(0)
+    target.load_state_dict(torch.load(written, weights_only=True))
+    for name, storage in rb.storage.items():
+        assert torch.equal(target.storage[name], storage), name
 
 
 def test_load_state_dict_rejects_an_extra_key_naming_it():
@@ -320,7 +363,7 @@ def test_load_state_dict_rejects_a_field_of_the_right_shape_but_another_dtype():
     state = _filled(num_envs=3, length=5, num_added=2).state_dict()
     with pytest.raises(ValueError, match=r"'observation' is .*torch.float64"):
         ReplayBuffer(3, 5, 2, 2).load_state_dict(
-            dict(state, observation=state['observation'].double())
+            dict(state, observation=[rows.double() for rows in state['observation']])
         )
 
 
@@ -472,8 +515,10 @@ def test_device_side_add_writes_the_rows_add_batch_writes():
     state, expected = device_side.state_dict(), host.state_dict()
     assert state.keys() == expected.keys()
     for name in Experience._fields:
-        assert state[name].dtype == expected[name].dtype
-        assert torch.equal(state[name], expected[name]), name
+        assert device_side.storage[name].dtype == host.storage[name].dtype
+        assert torch.equal(device_side.storage[name], host.storage[name]), name
+        for env in range(num_envs):
+            assert torch.equal(state[name][env], expected[name][env]), name
     torch.manual_seed(0)
     a = device_side.sample_on_device(8, 2)
     torch.manual_seed(0)

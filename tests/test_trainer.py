@@ -7,7 +7,7 @@ import random
 import re
 import signal
 import time
-import warnings
+import weakref
 
 import gymnasium
 import numpy as np
@@ -319,8 +319,8 @@ def test_envs_that_do_not_replay_to_their_saved_step_start_new_episodes(
     ), caplog.text
     _, stored = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     # Row 309 is a MID (21-row episodes); the restarted env wrote row 310 as a FIRST.
-    assert stored['step_type'][0, 309].item() == StepType.MID
-    assert stored['step_type'][0, 310].item() == StepType.FIRST
+    assert stored['step_type'][0][309].item() == StepType.MID
+    assert stored['step_type'][0][310].item() == StepType.FIRST
 
 
 def drop_episode_stats(collection):
@@ -396,8 +396,8 @@ def test_a_damaged_collection_state_restarts_the_envs_with_a_warning(tmp_path, c
         caplog.text,
     ), caplog.text
     _, stored = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
-    assert stored['step_type'][0, 310].item() == StepType.FIRST
-    assert stored['step_type'][0, 309].item() != StepType.LAST
+    assert stored['step_type'][0][310].item() == StepType.FIRST
+    assert stored['step_type'][0][309].item() != StepType.LAST
 
 
 def test_training_again_after_stop_when_gives_the_numbers_of_a_run_never_stopped(tmp_path):
@@ -440,7 +440,7 @@ def test_resume_never_trains_on_the_pair_across_the_restart(
             lambda batch, loss_mask: trained.append((batch.observation, loss_mask)),
         )
         trainer.train()
-        stored = trainer._replay_buffer.state_dict()
+        stored = trainer._replay_buffer.storage
     # 500 rows before the restart; with 21-row episodes row 499 is a MID, and the
     # resumed run's reset wrote row 500 as a FIRST.
     assert stored['step_type'][0, 499].item() == StepType.MID
@@ -515,7 +515,7 @@ def test_random_actions_are_uniform_and_independent_per_dimension(tmp_path):
     ]
     with build(tmp_path, *params) as trainer:
         trainer.train()
-        action = trainer._replay_buffer.state_dict()['action'][0, :2000]
+        action = trainer._replay_buffer.storage['action'][0, :2000]
     assert action.min() >= -1 and action.max() <= 1
     # Uniform on [-1, 1]: mean 0, variance 1/3; independent dimensions: no correlation.
     assert torch.allclose(action.mean(0), torch.zeros(3), atol=0.05)
@@ -561,32 +561,29 @@ def test_resumed_run_restores_networks_and_counters(tmp_path):
     assert int(step) == 400
 
 
-def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path):
-    params = ['TrainerConfig.replay_buffer_length = 200000']  # 200k x 13 B per row: 2.6 MB a field
-    train(tmp_path, 'TrainerConfig.num_env_steps = 400', *params)
+def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path, monkeypatch):
+    train(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    loaded = []
+    load = ckpt.load_checkpoint
+
+    def load_and_watch(*args, **kwargs):
+        state, rb = load(*args, **kwargs)
+        fields = [rows for rows in rb.values() if isinstance(rows, list)]
+        loaded.extend(weakref.ref(t) for rows in fields for t in rows)
+        return state, rb
+
+    monkeypatch.setattr(ckpt, 'load_checkpoint', load_and_watch)
     held = []
 
-    def count_buffer_sized_tensors(last_eval):
-        own = [t for t in trainer._replay_buffer.state_dict().values() if torch.is_tensor(t)]
-        smallest = min(t.nbytes for t in own if t.dim() > 1)
-        own_memory = {t.untyped_storage().data_ptr() for t in own}
-        gc.collect()  # the first run's trainer, if cyclic garbage still
-        with warnings.catch_warnings():  # isinstance on torch's deprecated objects warns
-            warnings.simplefilter('ignore', FutureWarning)
-            tensors = [obj for obj in gc.get_objects() if torch.is_tensor(obj)]
-        held.append(
-            sum(
-                1
-                for t in tensors
-                if t.nbytes >= smallest
-                and t.untyped_storage().data_ptr() not in own_memory  # views are no copies
-            )
-        )
+    def count_loaded_tensors_alive(last_eval):
+        gc.collect()
+        held.append(sum(ref() is not None for ref in loaded))
         return False
 
-    with build(tmp_path, 'TrainerConfig.num_env_steps = 600', *params) as trainer:
-        trainer.train(stop_when=count_buffer_sized_tensors)
-    assert held == [0, 0]  # only the buffer's own storage: the loaded copy is gone
+    with build(tmp_path, 'TrainerConfig.num_env_steps = 600') as trainer:
+        trainer.train(stop_when=count_loaded_tensors_alive)
+    assert len(loaded) == 5  # a field's rows of the one env
+    assert held == [0, 0]  # copied into the buffer's storage, and the loaded rows dropped
 
 
 @pytest.mark.parametrize(
@@ -616,7 +613,7 @@ def test_initial_collect_uses_uniform_random_actions(tmp_path):
         'TrainerConfig.checkpoint_interval = 400',
     )
     _, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
-    actions = rb['action'][0, :400]
+    actions = rb['action'][0][:400]
     assert actions.min() >= -1 and actions.max() <= 1
     assert abs(actions.mean().item()) < 0.1 and actions.std().item() == pytest.approx(
         (1 / 3) ** 0.5, abs=0.05
