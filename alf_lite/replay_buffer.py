@@ -455,7 +455,7 @@ class ReplayBuffer:
                 f'{sorted(state)} do not match expected {sorted(expected)}'
             )
         length = state.get('length', self._length)
-        if length != self._length:
+        if not isinstance(length, int) or length != self._length:
             raise ValueError(
                 f'ReplayBuffer.load_state_dict: the state is of a buffer of {length!r} steps per '
                 f'env, this one has {self._length}; the checkpoint was saved with a different '

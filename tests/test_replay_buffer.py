@@ -292,6 +292,8 @@ def test_load_state_dict_rejects_mismatch():
     state = _filled(num_envs=3, length=5, num_added=2).state_dict()
     with pytest.raises(ValueError, match='a buffer of 5 steps per env, this one has 6'):
         ReplayBuffer(3, 6, 2, 2).load_state_dict(state)
+    with pytest.raises(ValueError, match=r'a buffer of tensor\(\[5, 5\]\) steps per env'):
+        ReplayBuffer(3, 5, 2, 2).load_state_dict(dict(state, length=torch.tensor([5, 5])))
     with pytest.raises(ValueError, match="'step_type' is a list of 3, expected a list of 2"):
         ReplayBuffer(2, 5, 2, 2).load_state_dict(state)
     with pytest.raises(ValueError, match=r"'observation' is \(\(2, 2\), .*expected \(\(2, 4\)"):
