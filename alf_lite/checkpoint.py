@@ -97,6 +97,15 @@ def save_checkpoint(
     return final
 
 
+def file_sizes(path: str) -> Dict[str, int]:
+    """Bytes on disk of each file of checkpoint directory ``path``, by name (model first)."""
+    return {
+        name: os.path.getsize(os.path.join(path, name))
+        for name in (MODEL_FILE, REPLAY_BUFFER_FILE)
+        if os.path.exists(os.path.join(path, name))
+    }
+
+
 def _replace_files(new: str, final: str) -> None:
     """Make checkpoint ``final`` hold the files of ``new``, one atomic replace at a time.
 

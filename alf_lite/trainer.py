@@ -695,7 +695,8 @@ class Trainer:
                 f'could not write the checkpoint at env step {self._env_steps}: '
                 f'{e}. The previous checkpoints are intact.'
             ) from e
-        logging.info('checkpoint written: %s', path)
+        sizes = ', '.join(f'{name} {n} bytes' for name, n in ckpt.file_sizes(path).items())
+        logging.info('checkpoint written: %s (%s)', path, sizes)
         return path
 
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> Optional[dict]:

@@ -561,6 +561,21 @@ def test_resumed_run_restores_networks_and_counters(tmp_path):
     assert int(step) == 400
 
 
+def test_the_checkpoint_log_line_gives_the_bytes_of_each_file(tmp_path, caplog):
+    with caplog.at_level('INFO'):
+        train(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    path = latest_checkpoint(str(tmp_path / 'checkpoints'))
+    model = os.path.getsize(os.path.join(path, ckpt.MODEL_FILE))
+    rb = os.path.getsize(os.path.join(path, ckpt.REPLAY_BUFFER_FILE))
+    assert (
+        f'checkpoint written: {path} (model.pt {model} bytes, replay_buffer.pt {rb} bytes)'
+        in caplog.text
+    )
+    # 400 rows of 2 + 1 floats of observation and action, a reward, a discount and a
+    # step type (21 bytes), and the zip's records: far from the 100k-row allocation.
+    assert 400 * 21 < rb < 400 * 21 + 20_000 < 100_000 * 21
+
+
 def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path, monkeypatch):
     train(tmp_path, 'TrainerConfig.num_env_steps = 400')
     loaded = []
