@@ -181,6 +181,47 @@ def test_targets_start_as_copies_and_follow_polyak_exactly():
             assert torch.equal(t, o)
 
 
+def test_targets_follow_their_own_period_not_the_actors():
+    # The actor every 2nd train step, both targets every 3rd: the schedule repeats every 6.
+    torch.manual_seed(0)
+    ddpg = DdpgAlgorithm(
+        observation_dim=3,
+        action_dim=2,
+        policy_update_period=2,
+        target_update_period=3,
+        target_update_tau=0.25,
+    )
+    assert ddpg.train_step_cycle == 6
+    batch = random_batch()
+    for step in range(1, 7):
+        actor = [p.detach().clone() for p in ddpg._actor.parameters()]
+        targets = [p.detach().clone() for p in ddpg._target_actor.parameters()]
+        targets += [p.detach().clone() for p in ddpg._target_critic.parameters()]
+        ddpg.train_step(batch, loss_mask(batch))
+        moved = any(not torch.equal(a, p) for a, p in zip(actor, ddpg._actor.parameters()))
+        assert moved == (step % 2 == 0)
+        new = [*ddpg._target_actor.parameters(), *ddpg._target_critic.parameters()]
+        online = [*ddpg._actor.parameters(), *ddpg._critic.parameters()]
+        for old, t, o in zip(targets, new, online):
+            if step % 3 == 0:
+                assert torch.allclose(t, 0.25 * o + 0.75 * old, atol=1e-7)
+            else:
+                assert torch.equal(t, old)
+
+
+def test_defaults_are_the_papers_settings():
+    # Lillicrap et al. 2016, "Experiment details": Adam with lr 1e-4 (actor) and
+    # 1e-3 (critic), L2 weight decay 1e-2 on the critic, gamma 0.99, tau 0.001.
+    ddpg = DdpgAlgorithm(observation_dim=3, action_dim=2)
+    assert ddpg.gamma == 0.99 and ddpg._tau == 0.001
+    assert ddpg._critic_l2_weight_decay == 0.01
+    assert ddpg._critic.num_replicas == 1
+    assert ddpg._policy_update_period == ddpg._target_update_period == 1
+    assert all(type(o) is torch.optim.Adam for o in ddpg.optimizers.values())
+    assert ddpg.optimizers['actor'].defaults['lr'] == 1e-4
+    assert ddpg.optimizers['critic'].defaults['lr'] == 1e-3
+
+
 def test_l2_gradient_is_weight_decay_times_each_critic_weight_matrix_and_nothing_else():
     # Weight decay c means the gradient c * w (the penalty (c / 2) * sum(w^2)), as
     # rllab's DDPG and Baselines' l2_regularizer define it. With every transition
@@ -363,6 +404,22 @@ def test_rollout_adds_noise_in_normalised_space_then_clips():
     assert torch.equal(action, (0.9 + 0.5 * z).clamp(-1, 1))
     assert (action == 1.0).float().mean() > 0.3
     assert torch.equal(ddpg.predict_step(step.observation), torch.full((1000, 2), 0.9))
+
+
+def test_rollout_acts_with_the_online_actor():
+    # Zero noise: the exploratory action is the online actor's mu(s) = tanh(w s).
+    ddpg = hand_ddpg(exploration_noise=GaussianNoise(sigma=0.0))
+    with torch.no_grad():
+        ddpg._actor.w.fill_(2.0)  # the target actor keeps w' = 1
+    obs = torch.tensor([[-0.5], [0.25], [1.0]])
+    step = TimeStep(
+        torch.tensor([F, M, M], dtype=torch.uint8),
+        obs,
+        torch.zeros(3),
+        torch.ones(3),
+        torch.arange(3),
+    )
+    assert torch.allclose(ddpg.rollout_step(step), torch.tanh(2.0 * obs))
 
 
 def test_rollout_restarts_an_envs_ou_process_at_its_first_step_only():

@@ -68,6 +68,31 @@ def test_ou_step_is_the_euler_maruyama_recurrence():
     assert torch.allclose(x2, 0.875 * x1 + 0.0125 + 0.2 * z2)
 
 
+def test_ou_process_starts_at_mu_also_without_a_first_step():
+    # A first call at a MID step (e.g. a resumed run without saved noise state)
+    # steps from mu, not from 0: x1 = mu + 0 + sigma * sqrt(dt) * z1 = 0.3 + 0.2 * z1.
+    noise = OUNoise(theta=0.5, sigma=0.4, dt=0.25, mu=0.3)
+    torch.manual_seed(3)
+    z1 = torch.randn(2, 1)
+    torch.manual_seed(3)
+    x1 = noise(torch.tensor([M, M], dtype=torch.uint8), torch.zeros(2, 1))
+    assert torch.allclose(x1, 0.3 + 0.2 * z1)
+
+
+def test_ou_with_theta_dt_one_is_white_noise_around_mu():
+    # theta * dt = 1, the edge of the allowed range: x[t+1] = mu + sigma * N, no memory.
+    noise = OUNoise(theta=2.0, sigma=0.4, dt=0.5, mu=0.1)
+    torch.manual_seed(0)
+    z1, z2 = torch.randn(3, 2), torch.randn(3, 2)
+    torch.manual_seed(0)
+    x1 = noise(torch.full((3,), F, dtype=torch.uint8), torch.zeros(3, 2))
+    x2 = noise(torch.full((3,), M, dtype=torch.uint8), torch.zeros(3, 2))
+    # sigma * sqrt(dt) = 0.4 * 0.70711 = 0.28284.
+    assert torch.allclose(x1, 0.1 + 0.28284 * z1, atol=1e-5)
+    assert torch.allclose(x2, 0.1 + 0.28284 * z2, atol=1e-5)
+    assert noise.stationary_std() == pytest.approx(0.28284, abs=1e-5)
+
+
 def test_ou_restarts_only_the_envs_at_a_first_step():
     noise = OUNoise(theta=0.15, sigma=0.2, dt=1.0)
     torch.manual_seed(0)
@@ -106,6 +131,21 @@ def test_gaussian_noise_has_std_sigma_and_no_memory():
     second = noise(torch.full((20000,), M, dtype=torch.uint8), torch.zeros(20000, 1))
     assert first.std().item() == pytest.approx(0.3, rel=0.03)
     assert abs((first * second).mean().item()) < 0.005
+
+
+def test_gaussian_noise_draws_every_env_and_dimension_independently():
+    torch.manual_seed(0)
+    z = torch.randn(4, 3)
+    torch.manual_seed(0)
+    assert torch.equal(GaussianNoise(sigma=0.3)(None, torch.zeros(4, 3)), 0.3 * z)
+
+
+def test_zero_sigma_is_allowed_and_adds_nothing():
+    action = torch.zeros(5, 2)
+    assert torch.equal(GaussianNoise(sigma=0.0)(None, action), action)
+    torch.manual_seed(0)
+    x = steps(OUNoise(theta=0.15, sigma=0.0, dt=1.0, mu=0.0), 10, num_envs=5, action_dim=2)
+    assert torch.equal(x, action)
 
 
 @pytest.mark.parametrize(
@@ -151,3 +191,13 @@ def test_ou_state_saved_and_loaded_continues_the_process_in_place():
     state = fresh._state
     fresh.load_state_dict(saved)
     assert fresh._state is state and torch.equal(state, saved['state'])
+
+
+@pytest.mark.parametrize('shape', [(3, 2), (2, 3), (2,), (2, 2, 1)])
+def test_ou_state_of_another_shape_is_refused(shape):
+    noise = OUNoise(theta=0.15, sigma=0.2, dt=1.0)
+    with pytest.raises(ValueError, match='not a float tensor of shape'):
+        noise.load_state_dict({'state': torch.zeros(2, 2)}, shape=shape)
+    assert noise.state_dict() == {'state': None}
+    noise.load_state_dict({'state': torch.ones(2, 2)}, shape=(2, 2))
+    assert torch.equal(noise.state_dict()['state'], torch.ones(2, 2))

@@ -135,6 +135,13 @@ def test_the_first_failure_is_the_one_recorded():
     assert guard.tripped.item() == 1
 
 
+def test_a_failure_of_the_first_named_loss_is_recorded():
+    guard = NonFiniteGuard(['critic', 'actor'], torch.device('cpu'))
+    guard.begin_update(12, 3)
+    guard.check('critic', torch.tensor(math.inf))
+    assert tuple(guard.failure()) == ('critic', math.inf, 12, 3)
+
+
 def test_without_the_guard_a_nan_loss_raises_at_once():
     algorithm = make('sac')
     with pytest.raises(NonFiniteLossError, match='the critic loss is nan'):

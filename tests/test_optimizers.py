@@ -39,6 +39,14 @@ def test_explicit_foreach_is_respected():
     assert not opt.defaults['fused'] and opt.defaults['foreach']
 
 
+def test_fused_none_means_unspecified_and_differentiable_is_not_fused():
+    # None is torch's own default for fused: it still means 'use the fused step'.
+    assert Adam(_params(), lr=1e-3, fused=None).defaults['fused'] is True
+    # The fused kernel cannot differentiate through the step; torch refuses that pair.
+    opt = Adam(_params(), lr=1e-3, differentiable=True)
+    assert opt.defaults['differentiable'] and not opt.defaults['fused']
+
+
 @pytest.mark.parametrize('name', ['Adam', 'AdamW'])
 def test_fused_step_matches_the_foreach_step(name):
     torch.manual_seed(0)

@@ -146,6 +146,18 @@ def test_warns_when_the_cpu_would_emulate_bfloat16(monkeypatch):
     assert precision.native_bfloat16(cpu)
 
 
+def test_native_bfloat16_on_amx_cpus_and_on_ampere_or_newer_gpus(monkeypatch):
+    monkeypatch.setattr(precision, '_cpu_flags', lambda: {'avx2', 'amx_bf16'})
+    assert precision.native_bfloat16(torch.device('cpu'))
+    monkeypatch.setattr(precision, '_cpu_flags', lambda: {'avx2', 'avx512f'})
+    assert not precision.native_bfloat16(torch.device('cpu'))
+    # CUDA compute capability: 8.0 (A100) is the first with bfloat16 units; 7.5 (T4) has none.
+    cuda = torch.device('cuda', 0)
+    for major, native in [(7, False), (8, True), (9, True)]:
+        monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda d, m=major: (m, 0))
+        assert precision.native_bfloat16(cuda) is native
+
+
 def test_copied_networks_keep_their_precision():
     # Target networks are deep copies of the online ones.
     critic = CriticNetwork(OBS, ACT, hidden_layers=(8,))

@@ -81,6 +81,43 @@ def test_critic_target_is_the_minimum_over_replicas_at_the_smoothed_action():
     assert out['critic_loss'].item() == pytest.approx(loss.item(), rel=1e-5)
 
 
+def test_smoothing_noise_is_drawn_independently_per_action_dimension():
+    td3 = hand_td3(
+        action_dim=2,
+        actor_network_ctor=functools.partial(ConstantActor, value=0.1),
+        target_policy_noise=0.3,
+        target_policy_noise_clip=0.5,
+    )
+    torch.manual_seed(0)
+    z = torch.randn(1000, 2)
+    torch.manual_seed(0)
+    action = td3._target_action(torch.zeros(1000, 1))
+    assert torch.equal(action, (0.1 + (0.3 * z).clamp(-0.5, 0.5)).clamp(-1.0, 1.0))
+    # Independent dimensions: the two columns' noise is uncorrelated (|r| < 0.1 here).
+    eps = action - 0.1
+    assert not torch.equal(eps[:, 0], eps[:, 1])
+    assert abs(torch.corrcoef(eps.T)[0, 1].item()) < 0.1
+
+
+def test_critic_target_uses_the_target_actor_and_target_critics():
+    # No smoothing noise, so the target action is mu'(s') exactly.
+    td3 = hand_td3(target_policy_noise=0.0)
+    with torch.no_grad():  # online networks move away from their targets
+        td3._actor.w.fill_(2.0)
+        td3._critic.c.copy_(torch.tensor([1.5, 1.7]))
+    out = td3.train_step(HAND_BATCH, loss_mask(HAND_BATCH))
+    # Targets: w' = 1, c' = (0.5, 0.7), k = (2, 3). Row 0: s' = 1, a' = tanh(1);
+    # min(0.5 + 1 + 2 tanh 1, 0.7 + 1 + 3 tanh 1) is the first. Row 1 terminates.
+    y = [1.0 + GAMMA * (0.5 + 1.0 + 2.0 * math.tanh(1.0)), 3.0]
+    # Online Q_i = c_i + s + k_i * a: row 0 (s 0.5, a 0.2), row 1 (s 1.0, a -0.4).
+    q = [(1.5 + 0.5 + 0.4, 1.7 + 0.5 + 0.6), (1.5 + 1.0 - 0.8, 1.7 + 1.0 - 1.2)]
+    # Summed over the replicas, averaged over the two unmasked rows.
+    expected = sum((qi - yr) ** 2 for qr, yr in zip(q, y) for qi in qr) / 2
+    assert out['critic_loss'].item() == pytest.approx(expected, rel=1e-6)
+    # q_mean: the mean over both replicas and rows, (2.4 + 2.8 + 1.7 + 1.5) / 4.
+    assert out['q_mean'].item() == pytest.approx(2.1, rel=1e-6)
+
+
 def test_actor_follows_critic_replica_zero():
     td3 = hand_td3(actor_optimizer=SGD, policy_update_period=1)
     out = td3.train_step(HAND_BATCH, loss_mask(HAND_BATCH))
