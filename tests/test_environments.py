@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import warnings
 
 import gymnasium
@@ -22,6 +23,7 @@ from alf_lite.data import StepType
 from alf_lite.environments import BatchedEnvironment, EnvironmentCrashedError, create_environment
 from alf_lite.environments.point_env import POINT_TARGET_ID
 from alf_lite.environments.suite_gym import default_use_subprocesses, env_traceback
+from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.seeding import train_env_seeds
 from alf_lite.trainer import Trainer, TrainerConfig
 from cli_helpers import PENDULUM, TINY, run_train, train_command, train_env
@@ -728,3 +730,98 @@ print('ok')
         env=train_env(),
     )
     assert result.returncode == 0 and result.stdout.strip() == 'ok', result.stderr[-3000:]
+
+
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_a_reset_at_last_drops_the_autoreset_that_was_due(use_subprocesses):
+    # Episodes of 3 steps: step 3 is LAST. reset() then starts the next episode
+    # itself, so the step after it is that episode's first real step (MID,
+    # reward 1, t = 1), not a second reset.
+    with create_environment('alf_test/Countdown3-v0', 2, use_subprocesses=use_subprocesses) as env:
+        steps = _rollout(env, 3)
+        assert steps[-1].step_type.tolist() == [StepType.LAST] * 2
+        reset = env.reset()
+        after = env.step(torch.zeros(2, 1))
+    assert reset.step_type.tolist() == [StepType.FIRST] * 2
+    assert after.step_type.tolist() == [StepType.MID] * 2
+    assert after.reward.tolist() == [1.0, 1.0]
+    assert after.observation[:, 0].tolist() == [1.0, 1.0]
+
+
+def test_time_steps_are_those_of_gymnasium_envs_stepped_by_hand():
+    # Hopper terminates when it falls: LAST with discount 0, then the unseeded
+    # reset of the same env as FIRST. Here the raw envs step alongside.
+    num_envs, num_steps = 2, 80
+    generator = torch.Generator().manual_seed(0)
+    actions = [torch.rand(num_envs, 3, generator=generator) * 2 - 1 for _ in range(num_steps)]
+    raw = [gymnasium.make('Hopper-v5') for _ in range(num_envs)]
+    with create_environment('Hopper-v5', num_envs, seed=5) as env:
+        steps = [env.reset()] + [env.step(a) for a in actions]
+    expected = []  # (step_type, observation, reward, discount) per env per step
+    for i, raw_env in enumerate(raw):
+        obs, _ = raw_env.reset(seed=5 + i)
+        rows = [(StepType.FIRST, obs, 0.0, 1.0)]
+        for a in actions:
+            if rows[-1][0] == StepType.LAST:
+                obs, _ = raw_env.reset()
+                rows.append((StepType.FIRST, obs, 0.0, 1.0))
+                continue
+            # Hopper's bounds are [-1, 1]: the action goes in as it is.
+            obs, reward, terminated, truncated, _ = raw_env.step(a[i].numpy())
+            step_type = StepType.LAST if terminated or truncated else StepType.MID
+            rows.append((step_type, obs, reward, 0.0 if terminated else 1.0))
+        raw_env.close()
+        expected.append(rows)
+    num_terminations = 0
+    for t, time_step in enumerate(steps):
+        for i in range(num_envs):
+            step_type, obs, reward, discount = expected[i][t]
+            assert time_step.step_type[i].item() == step_type, (t, i)
+            assert torch.equal(time_step.observation[i], torch.tensor(obs, dtype=torch.float32))
+            assert time_step.reward[i].item() == np.float32(reward)
+            assert time_step.discount[i].item() == discount
+            num_terminations += discount == 0.0
+    assert num_terminations >= 2, 'no episode terminated: the test proves too little'
+
+
+def test_step_types_are_stored_as_the_numbers_0_1_2():
+    # Replay buffers and checkpoints keep these numbers: FIRST 0, MID 1, LAST 2.
+    with create_environment('Pendulum-v1', max_episode_steps=2) as env:
+        steps = _rollout(env, 4)
+    step_type = _column(steps, 'step_type')[:, 0]
+    assert step_type.dtype == torch.uint8
+    assert step_type.tolist() == [0, 1, 2, 0, 1]
+
+
+_TWO_WATCHED_CALLS = """
+import time
+from alf_lite.environments import watchdog
+watchdog.start(0.2, 'the quick call')
+watchdog.start(60.0, 'the slow call')
+print(time.monotonic(), flush=True)
+time.sleep(30)
+"""
+
+
+def test_watchdog_ends_the_process_at_the_earliest_deadline_soon_after_it():
+    # Deadlines 0.2 s and 60 s: the first one passed ends the process, checked
+    # every 0.2 / 4 s, not only every second.
+    process = subprocess.Popen(
+        [sys.executable, '-c', _TWO_WATCHED_CALLS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=train_env(),
+    )
+    try:
+        started = float(process.stdout.readline())
+        _, stderr = process.communicate(timeout=30)
+        ended = time.monotonic()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == HUNG_ENV_EXIT_CODE, stderr[-3000:]
+    assert 'the quick call; the stacks of all threads follow' in stderr, stderr[-3000:]
+    # Ended near 0.2 s; checked only every second, it would end at 1 s.
+    assert ended - started < 0.8

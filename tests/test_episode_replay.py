@@ -238,3 +238,44 @@ def test_a_replay_may_take_the_step_timeout_for_each_step_it_replays():
         at = env.replay(records)  # 30 steps of 10 ms: more than one step's 0.05 s
         assert time.monotonic() - start > 0.25
         assert at.step_type.tolist() == [StepType.MID] * 2
+
+
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_an_episode_replayed_to_its_time_limit_resets_at_the_next_step(use_subprocesses):
+    # Pendulum never terminates: its 3rd step is LAST by truncation (discount 1).
+    with create_environment(
+        'Pendulum-v1', 2, seed=3, use_subprocesses=use_subprocesses, max_episode_steps=3
+    ) as env:
+        steps = _rollout(env, 3)
+        assert steps[-1].step_type.tolist() == [StepType.LAST] * 2
+        assert steps[-1].discount.tolist() == [1.0, 1.0]
+        records = env.episode_records()
+        actions = _actions(env, 4, seed=2)
+        went_on = [env.step(a) for a in actions]
+    with create_environment(
+        'Pendulum-v1', 2, seed=99, use_subprocesses=use_subprocesses, max_episode_steps=3
+    ) as env:
+        _assert_same(env.replay(records), steps[-1], 'the replayed step')
+        replayed = [env.step(a) for a in actions]
+    F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
+    assert [ts.step_type.tolist() for ts in replayed] == [[F, F], [M, M], [M, M], [L, L]]
+    for t, (a, b) in enumerate(zip(went_on, replayed)):
+        _assert_same(a, b, f'step {t} after the replay')
+
+
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_a_reset_after_replaying_an_ended_episode_drops_the_reset_that_was_due(use_subprocesses):
+    # Episodes of 3 steps: the record's last step is LAST, so the replayed env
+    # would reset at its next step; a reset() in between makes that step a real one.
+    with create_environment('alf_test/Countdown3-v0', 2, seed=0) as env:
+        _rollout(env, 3)
+        records = env.episode_records()
+    with create_environment(
+        'alf_test/Countdown3-v0', 2, seed=7, use_subprocesses=use_subprocesses
+    ) as env:
+        assert env.replay(records).step_type.tolist() == [StepType.LAST] * 2
+        env.reset(seed=[5, 6])
+        after = env.step(torch.zeros(2, 1))
+    assert after.step_type.tolist() == [StepType.MID] * 2
+    assert after.reward.tolist() == [1.0, 1.0]
+    assert after.observation[:, 0].tolist() == [1.0, 1.0]  # steps since the reset

@@ -30,6 +30,7 @@ ICUB_MASS_KG = 33.06
 # Frame layout (see icub_walking's docstring).
 ROOT_RPY = slice(6, 9)
 JOINT_POSITIONS = slice(33, 58)
+JOINT_SPEEDS = slice(58, 83)
 CONTACTS = slice(83, 85)
 
 
@@ -280,3 +281,104 @@ def test_two_env_processes_build_the_cleaned_urdf_at_once(tmp_path):
     files = os.listdir(cache_dir)
     assert len(files) == 1 and files[0].endswith('.urdf'), files
     assert total_mass(str(cache_dir / files[0])) == pytest.approx(ICUB_MASS_KG, rel=0.01)
+
+
+@pytest.fixture(scope='module')
+def still_env(cache_dir):
+    """An env without reset noise: each reset(seed=0) starts from the settled standing state."""
+    env = gymnasium.make(ICUB_WALK_ID, joint_noise=0.0, cache_dir=cache_dir)
+    yield env
+    env.close()
+
+
+def link_z(env, name):
+    """World z of link ``name``'s frame, read from PyBullet."""
+    p, body = env.unwrapped._p, env.unwrapped._body
+    (link,) = [
+        j for j in range(p.getNumJoints(body)) if p.getJointInfo(body, j)[12] == name.encode()
+    ]
+    return p.getLinkState(body, link, computeForwardKinematics=1)[4][2]
+
+
+@pytest.mark.parametrize('drop, falls', [(0.09, False), (0.15, True)])
+def test_terminates_when_the_chest_drops_more_than_13_cm(still_env, drop, falls):
+    still_env.reset(seed=0)
+    u = still_env.unwrapped
+    p, body = u._p, u._body
+    standing_chest_z = link_z(still_env, 'chest')
+    # The ground taken away and the robot carried `drop` down: it falls freely
+    # for the step (1.2 cm in 0.05 s) without touching anything.
+    p.resetBasePositionAndOrientation(u._ground, [0, 0, -10], [0, 0, 0, 1])
+    position, orientation = p.getBasePositionAndOrientation(body)
+    p.resetBasePositionAndOrientation(body, np.add(position, [0, 0, -drop]), orientation)
+    try:
+        _, _, terminated, truncated, info = still_env.step(np.zeros(25))
+        dropped = standing_chest_z - link_z(still_env, 'chest')
+    finally:
+        p.resetBasePositionAndOrientation(u._ground, [0, 0, 0], [0, 0, 0, 1])
+    # At least 1 cm from the 13 cm threshold, on the side the case is about.
+    assert (dropped > 0.14) if falls else (0.02 < dropped < 0.12), dropped
+    assert info['chest_z'] == pytest.approx(standing_chest_z - dropped)
+    assert terminated == falls and not truncated
+
+
+def test_position_residual_targets_the_standing_pose_plus_half_the_action(still_env):
+    # 0.4 on both elbows: a target of 0.3 + 0.5 * 0.4 = 0.5 rad; the other
+    # joints hold the standing pose (0, and 0.3 for the shoulders' roll).
+    elbows = [ACTUATED_JOINTS.index('l_elbow'), ACTUATED_JOINTS.index('r_elbow')]
+    shoulders = [ACTUATED_JOINTS.index('l_shoulder_roll'), ACTUATED_JOINTS.index('r_shoulder_roll')]
+    action = np.zeros(25)
+    action[elbows] = 0.4
+    still_env.reset(seed=0)
+    for _ in range(20):  # 1 s
+        obs, _, terminated, _, _ = still_env.step(action)
+        assert not terminated
+    q = obs[JOINT_POSITIONS]
+    np.testing.assert_allclose(q[elbows], 0.5, atol=0.02)
+    np.testing.assert_allclose(q[shoulders], 0.3, atol=0.02)
+
+
+def test_velocity_mode_targets_max_velocity_times_the_action(cache_dir):
+    env = gymnasium.make(
+        ICUB_WALK_ID, control_mode='velocity', joint_noise=0.0, cache_dir=cache_dir
+    )
+    elbows = [ACTUATED_JOINTS.index('l_elbow'), ACTUATED_JOINTS.index('r_elbow')]
+    action = np.zeros(25)
+    action[elbows] = 0.2  # 0.2 x the default max_velocity of 5 rad/s
+    try:
+        env.reset(seed=0)
+        for _ in range(2):
+            obs, *_ = env.step(action)
+    finally:
+        env.close()
+    joint_speeds = obs[JOINT_SPEEDS]
+    np.testing.assert_allclose(joint_speeds[elbows], 1.0, atol=0.05)
+
+
+def test_an_action_beyond_one_acts_and_costs_as_the_clipped_action(still_env):
+    action = np.random.default_rng(0).uniform(-3, 3, 25)
+    clipped = np.clip(action, -1, 1)
+    assert np.abs(action).max() > 2
+    still_env.reset(seed=0)
+    obs, reward, *_ = still_env.step(action)
+    still_env.reset(seed=0)
+    obs_clipped, reward_clipped, *_ = still_env.step(clipped)
+    np.testing.assert_array_equal(obs, obs_clipped)
+    assert reward == reward_clipped
+    forward_velocity = -(obs[0] - obs[FRAME_SIZE]) / 0.05
+    q = obs[JOINT_POSITIONS]
+    expected = 1 + 6 * min(forward_velocity, 1) - (np.mean(clipped**2) + 0.5 * np.mean(np.abs(q)))
+    assert reward == pytest.approx(expected, abs=1e-4)
+
+
+def test_observations_are_clipped_to_plus_minus_100_only(still_env):
+    # The robot carried sideways (+y) before a step: its mean y is observed up
+    # to 100 m, clipped beyond.
+    u = still_env.unwrapped
+    for shift, observed in ((50.0, 50.0), (-70.0, -70.0), (150.0, 100.0)):
+        still_env.reset(seed=0)
+        position, orientation = u._p.getBasePositionAndOrientation(u._body)
+        u._p.resetBasePositionAndOrientation(u._body, np.add(position, [0, shift, 0]), orientation)
+        obs, *_ = still_env.step(np.zeros(25))
+        assert obs[1] == pytest.approx(observed, abs=0.05)
+        assert abs(obs[FRAME_SIZE + 1]) < 0.05  # the previous frame, before the shift

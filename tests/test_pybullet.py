@@ -180,3 +180,181 @@ def test_render_rgb_array_headless(make):
     frame = env.render()
     assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8
     assert frame.std() > 10  # A scene, not a blank image.
+
+
+def _actuated_joints(env):
+    """Index, lower and upper limit of each actuated joint: revolute and not MJCF's 'ignore*'."""
+    p, body = env.unwrapped._p, env.unwrapped._body
+    joints = []
+    for j in range(p.getNumJoints(body)):
+        info = p.getJointInfo(body, j)
+        if info[2] == pybullet.JOINT_REVOLUTE and not info[1].startswith(b'ignore'):
+            joints.append((j, info[8], info[9]))
+    return joints
+
+
+@pytest.mark.parametrize(
+    'env_id, cost_scale', [('HumanoidBullet-v0', 4.25), ('HalfCheetahBullet-v0', 1.0)]
+)
+def test_joint_observations_and_reward_terms_by_hand_from_pybullet(make, env_id, cost_scale):
+    # Electricity: cost_scale x (-2 mean |a x 0.1 joint speed| - 0.1 mean a^2);
+    # joints at limit: -0.1 per joint beyond 99% of its half range from the middle.
+    env = make(env_id)
+    p, body = env.unwrapped._p, env.unwrapped._body
+    joints = _actuated_joints(env)
+    n = len(joints)
+    lower, upper = np.array([j[1] for j in joints]), np.array([j[2] for j in joints])
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    relatives = []
+    for _ in range(60):
+        a = rng.uniform(-1, 1, n)
+        obs, reward, terminated, _, info = env.step(a)
+        states = p.getJointStates(body, [j[0] for j in joints])
+        q, speed = np.array([s[0] for s in states]), np.array([s[1] for s in states])
+        relative = (q - 0.5 * (lower + upper)) / (0.5 * (upper - lower))
+        relatives.append(relative)
+        np.testing.assert_allclose(obs[8 : 8 + 2 * n : 2], np.clip(relative, -5, 5), atol=1e-5)
+        np.testing.assert_allclose(obs[9 : 8 + 2 * n : 2], np.clip(0.1 * speed, -5, 5), atol=1e-5)
+        electricity = cost_scale * (
+            -2.0 * np.mean(np.abs(a * 0.1 * speed)) - 0.1 * np.mean(np.square(a))
+        )
+        assert info['electricity'] == pytest.approx(electricity, rel=1e-6)
+        assert info['joints_at_limit'] == pytest.approx(-0.1 * np.sum(np.abs(relative) > 0.99))
+        if terminated:
+            env.reset(seed=1)
+    relatives = np.abs(np.array(relatives))
+    # Joints were at their limits, and close to them without being at them.
+    assert (relatives > 0.99).any() and ((relatives > 0.9) & (relatives <= 0.99)).any()
+
+
+def test_humanoid_is_alive_while_its_torso_is_above_0_78_m(make):
+    env = make('HumanoidBullet-v0')
+    p, body = env.unwrapped._p, env.unwrapped._body
+    env.reset(seed=0)
+    heights = []
+    for _ in range(200):
+        _, _, terminated, _, info = env.step(np.zeros(17))
+        z = p.getBasePositionAndOrientation(body)[0][2]  # the humanoid's torso is its base
+        heights.append(z)
+        assert info['alive'] == (2.0 if z > 0.78 else -1.0), z
+        assert terminated == (z <= 0.78)
+        if terminated:
+            break
+    assert terminated and 0.7 < heights[-1] <= 0.78
+
+
+def test_torso_velocity_and_target_angle_are_in_the_torsos_yaw_frame(make):
+    env = make('AntBullet-v0')
+    p, body = env.unwrapped._p, env.unwrapped._body
+    env.reset(seed=0)
+    position, _ = p.getBasePositionAndOrientation(body)
+    # Turned 0.5 rad left of the target (1 km along +x), moving along +x.
+    p.resetBasePositionAndOrientation(body, position, p.getQuaternionFromEuler([0, 0, 0.5]))
+    p.resetBaseVelocity(body, [1.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+    obs, *_ = env.step(np.zeros(8))
+    _, orientation = p.getBasePositionAndOrientation(body)
+    velocity, _ = p.getBaseVelocity(body)
+    yaw = p.getEulerFromQuaternion(orientation)[2]
+    assert yaw == pytest.approx(0.5, abs=0.01)
+    np.testing.assert_allclose(obs[1:3], [np.sin(-yaw), np.cos(-yaw)], atol=1e-3)
+    forward = np.cos(yaw) * velocity[0] + np.sin(yaw) * velocity[1]
+    sideways = -np.sin(yaw) * velocity[0] + np.cos(yaw) * velocity[1]
+    np.testing.assert_allclose(
+        obs[3:6], 0.3 * np.array([forward, sideways, velocity[2]]), atol=1e-5
+    )
+    assert obs[3] == pytest.approx(0.3 * np.cos(0.5), abs=0.01)
+    assert obs[4] == pytest.approx(-0.3 * np.sin(0.5), abs=0.01)
+
+
+@pytest.mark.parametrize('env_id', ['HumanoidBullet-v0', 'HopperBullet-v0'])
+def test_reset_draws_each_joint_position_from_minus_to_plus_0_1_rad(make, env_id):
+    env = make(env_id)
+    p, body = env.unwrapped._p, env.unwrapped._body
+    indices = [j[0] for j in _actuated_joints(env)]
+    positions = []
+    for seed in range(20):
+        env.reset(seed=seed)
+        states = p.getJointStates(body, indices)
+        positions.append([s[0] for s in states])
+        assert all(s[1] == 0.0 for s in states)  # at rest
+    positions = np.array(positions)
+    assert np.all(np.abs(positions) <= 0.1)
+    assert positions.min() < -0.08 and positions.max() > 0.08
+    assert abs(positions.mean()) < 0.02
+
+
+def _set_joint(env, name, value):
+    p, body = env.unwrapped._p, env.unwrapped._body
+    for j in range(p.getNumJoints(body)):
+        if p.getJointInfo(body, j)[1] == name.encode():
+            p.resetJointState(body, j, value)
+            return
+    raise AssertionError(f'no joint {name}')
+
+
+@pytest.mark.parametrize('pitch, alive', [(0.5, 1.0), (1.2, -1.0), (-1.2, -1.0)])
+def test_hopper_tilted_more_than_1_rad_falls_however_high_it_is(make, pitch, alive):
+    env = make('HopperBullet-v0')
+    p, body = env.unwrapped._p, env.unwrapped._body
+    torso = [j for j in range(p.getNumJoints(body)) if p.getJointInfo(body, j)[12] == b'torso']
+    env.reset(seed=0)
+    # The planar root: ignore2 slides along z, ignore3 turns about y (the pitch).
+    _set_joint(env, 'ignore3', pitch)
+    _set_joint(env, 'ignore2', 0.0)
+    z = p.getLinkState(body, torso[0])[0][2]
+    _set_joint(env, 'ignore2', 1.5 - z)  # the torso 1.5 m up, well above 0.8 m
+    _, _, terminated, _, info = env.step(np.zeros(3))
+    state = p.getLinkState(body, torso[0])
+    assert state[0][2] > 1.4
+    assert abs(p.getEulerFromQuaternion(state[1])[1]) == pytest.approx(abs(pitch), abs=0.02)
+    assert info['alive'] == alive
+    assert terminated == (alive < 0)
+
+
+def test_half_cheetah_with_a_thigh_or_shin_on_the_ground_has_fallen(make):
+    # Its alive bonus is -1 once a thigh or shin touches the ground (a walk
+    # on the knees) or the torso pitches beyond 1 rad; it never terminates.
+    env = make('HalfCheetahBullet-v0')
+    p, body, ground = env.unwrapped._p, env.unwrapped._body, env.unwrapped._ground
+    links = {p.getJointInfo(body, j)[12].decode(): j for j in range(p.getNumJoints(body))}
+    legs = [links[name] for name in ('fthigh', 'fshin', 'bthigh', 'bshin')]
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    seen = set()
+    for _ in range(300):
+        _, _, terminated, _, info = env.step(rng.uniform(-1, 1, 6))
+        on_knees = any(p.getContactPoints(body, ground, linkIndexA=link) for link in legs)
+        pitch = p.getEulerFromQuaternion(p.getLinkState(body, links['torso'])[1])[1]
+        upright = abs(pitch) < 1.0
+        assert info['alive'] == (1.0 if upright and not on_knees else -1.0)
+        assert not terminated
+        seen.add((upright, on_knees))
+    # Upright on its feet, and upright on its knees, both happened.
+    assert {(True, False), (True, True)} <= seen
+
+
+@pytest.mark.parametrize(
+    'env_id, newton_metres',
+    [
+        # pybullet_envs' power x joint power (100 unless named).
+        ('HopperBullet-v0', [0.75 * 100] * 3),
+        ('HalfCheetahBullet-v0', 0.9 * np.array([120, 90, 60, 140, 60, 30])),
+    ],
+)
+def test_an_action_is_a_torque_of_the_robots_power_per_joint(make, env_id, newton_metres):
+    env = make(env_id)
+    p, body = env.unwrapped._p, env.unwrapped._body
+    indices = [j[0] for j in _actuated_joints(env)]
+    action = np.linspace(-1, 1, len(indices))
+    # The same step by hand: the torques in N·m, then the 4 physics substeps.
+    env.reset(seed=0)
+    torques = np.multiply(newton_metres, action)
+    p.setJointMotorControlArray(body, indices, pybullet.TORQUE_CONTROL, forces=torques)
+    p.stepSimulation()
+    by_hand = [s[:2] for s in p.getJointStates(body, indices)]
+    env.reset(seed=0)
+    env.step(action)
+    stepped = [s[:2] for s in p.getJointStates(body, indices)]
+    np.testing.assert_allclose(stepped, by_hand, rtol=0, atol=1e-9)
+    assert np.abs(np.array(stepped)[:, 1]).max() > 0.1  # The joints did move.

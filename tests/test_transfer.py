@@ -6,7 +6,12 @@ The copy to a GPU is tested in test_cuda.py.
 import torch
 
 from alf_lite.data import StepType, TimeStep
-from alf_lite.transfer import pack_time_step, time_step_to_device, unpack_time_step
+from alf_lite.transfer import (
+    pack_time_step,
+    packed_width,
+    time_step_to_device,
+    unpack_time_step,
+)
 
 
 def time_step(n=3, obs_dim=4):
@@ -37,3 +42,13 @@ def test_pack_then_unpack_gives_every_field_back_exactly():
 def test_the_cpu_gets_the_time_step_itself():
     ts = time_step()
     assert time_step_to_device(ts, torch.device('cpu')) is ts
+
+
+def test_packed_width_is_the_width_pack_time_step_writes():
+    # Collection packs into a pinned block of packed_width columns.
+    for obs_dim in (1, 4, 17):
+        ts = time_step(obs_dim=obs_dim)
+        assert packed_width(obs_dim) == 4 + obs_dim == pack_time_step(ts).shape[1]
+        out = torch.full((3, packed_width(obs_dim)), float('nan'))
+        pack_time_step(ts, out=out)
+        assert_same_time_step(unpack_time_step(out), ts)

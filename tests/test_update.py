@@ -144,3 +144,21 @@ def test_a_capture_runs_with_the_cycle_collector_held_off(monkeypatch):
         with update.capture('h'):
             raise RuntimeError('capture failed')
     assert gc.isenabled()
+
+
+def test_an_update_after_collection_trains_in_training_mode():
+    # The collector leaves the algorithm in eval mode; batch norm trains on
+    # the batch's statistics only in training mode.
+    plain, algorithm = make('ddpg_batch_norm'), make('ddpg_batch_norm')
+    rb = filled_buffer()
+    run = runner(algorithm, rb)
+    algorithm.train(False)
+    torch.manual_seed(5)
+    for _ in range(3):
+        data = rb.sample(16, 2)
+        plain.train_step(data, loss_mask(data))
+    torch.manual_seed(5)
+    for update in range(1, 4):
+        run.update(env_steps=100, update=update)
+    assert algorithm.training
+    assert_same_state(plain, algorithm)

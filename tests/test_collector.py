@@ -1,0 +1,123 @@
+"""The collector on the CPU: the rows it stores, the actions the envs get, episode counts.
+
+Collection with CUDA graphs is tested in test_cuda.py; its state across a
+resume in test_trainer.py.
+"""
+
+import gymnasium
+import numpy as np
+import torch
+
+from alf_lite.collector import Collector
+from alf_lite.data import StepType
+from alf_lite.environments import create_environment
+from alf_lite.episode_stats import EpisodeStats
+from alf_lite.replay_buffer import ReplayBuffer
+from test_environments import EchoEnv  # registers the alf_test/ envs
+
+
+class ListedPolicy(torch.nn.Module):
+    """Acts the given actions one after another; notes its mode and time step at each call."""
+
+    def __init__(self, actions):
+        super().__init__()
+        self._actions = list(actions)
+        self.calls = []  # (training, time step)
+
+    def rollout_step(self, time_step):
+        self.calls.append((self.training, time_step))
+        return self._actions[len(self.calls) - 1].clone()
+
+
+def make_collector(env, policy, initial_collect_steps=0):
+    buffer = ReplayBuffer(env.num_envs, 100, env.observation_dim, env.action_dim)
+    stats = EpisodeStats(env.num_envs)
+    return Collector(env, policy, buffer, initial_collect_steps, stats), buffer, stats
+
+
+def collect(collector, num_steps, env_steps=0):
+    """``num_steps`` steps of collection from ``env_steps``; returns the env steps after them."""
+    for _ in range(num_steps):
+        collector.send(env_steps)
+        env_steps += collector.receive()
+    return env_steps
+
+
+def rows(buffer, num_steps):
+    """The first ``num_steps`` rows of each env: field -> ``[num_envs, num_steps, ...]``."""
+    return {name: field[:, :num_steps] for name, field in buffer.storage.items()}
+
+
+def test_each_row_is_the_step_an_env_reached_and_the_action_taken_there():
+    # Pendulum truncated after 3 steps: LAST (discount 1), then its reset as
+    # FIRST. Raw gymnasium envs step alongside, with the actions mapped from
+    # [-1, 1] to Pendulum's [-2, 2] torque by hand.
+    num_envs, num_steps = 2, 9
+    generator = torch.Generator().manual_seed(0)
+    actions = [torch.rand(num_envs, 1, generator=generator) * 2 - 1 for _ in range(num_steps)]
+    policy = ListedPolicy(actions)
+    with create_environment('Pendulum-v1', num_envs, max_episode_steps=3) as env:
+        collector, buffer, _ = make_collector(env, policy)
+        collector.reset([10, 11])
+        assert collect(collector, num_steps) == num_steps * num_envs
+    stored = rows(buffer, num_steps)
+    assert [training for training, _ in policy.calls] == [False] * num_steps
+    for i in range(num_envs):
+        raw = gymnasium.make('Pendulum-v1', max_episode_steps=3)
+        obs, _ = raw.reset(seed=10 + i)
+        step_type, reward, discount = StepType.FIRST, 0.0, 1.0
+        for t in range(num_steps):
+            assert stored['step_type'][i, t].item() == step_type, (i, t)
+            assert torch.equal(stored['observation'][i, t], torch.tensor(obs, dtype=torch.float32))
+            assert torch.equal(stored['action'][i, t], actions[t][i])
+            assert stored['reward'][i, t].item() == np.float32(reward)
+            assert stored['discount'][i, t].item() == discount
+            if step_type == StepType.LAST:
+                obs, _ = raw.reset()
+                step_type, reward, discount = StepType.FIRST, 0.0, 1.0
+            else:
+                obs, reward, terminated, truncated, _ = raw.step(2.0 * actions[t][i].numpy())
+                assert not terminated
+                step_type = StepType.LAST if truncated else StepType.MID
+        raw.close()
+    assert (stored['step_type'] == StepType.LAST).sum() == 2 * num_envs
+
+
+def test_uniform_random_actions_until_initial_collect_steps_then_the_policys():
+    # 2 envs, initial_collect_steps 4: the steps at 0 and 2 env steps act at
+    # random, those at 4 and 6 as the policy says. Echo observes the action it got.
+    low, high = EchoEnv().action_space.low, EchoEnv().action_space.high
+    policy_action = torch.tensor([[0.5, -0.5], [-1.0, 1.0]])
+    policy = ListedPolicy([policy_action] * 2)
+    with create_environment('alf_test/Echo-v0', 2) as env:
+        collector, buffer, _ = make_collector(env, policy, initial_collect_steps=4)
+        collector.reset([0, 1])
+        collect(collector, 4)
+        last = collector._time_step
+    stored = rows(buffer, 4)
+    action = stored['action']
+    assert torch.equal(action[:, 2], policy_action) and torch.equal(action[:, 3], policy_action)
+    assert len(policy.calls) == 2
+    assert torch.equal(policy.calls[0][1].observation, stored['observation'][:, 2])
+    random = action[:, :2]
+    assert random.min() >= -1 and random.max() <= 1
+    assert not torch.equal(random[:, 0], random[:, 1])
+    # Each step observes the action of the step before, mapped to the env's bounds.
+    received = torch.cat([stored['observation'][:, 1:], last.observation[:, None]], dim=1)
+    expected = low + (action.numpy() + 1) * (high - low) / 2
+    np.testing.assert_allclose(received.numpy(), expected, rtol=1e-6)
+
+
+def test_episodes_counted_after_a_reset_start_at_the_reset():
+    # Episodes of 3 steps, reward 1 each. Two steps into the first episode the
+    # envs are reset: the episode that then ends has return 3 and length 3.
+    policy = ListedPolicy([torch.zeros(2, 1)] * 6)
+    with create_environment('alf_test/Countdown3-v0', 2) as env:
+        collector, _, stats = make_collector(env, policy)
+        collector.reset([0, 1])
+        collect(collector, 2)
+        assert list(stats.recent_returns) == []
+        collector.reset([2, 3])
+        collect(collector, 4)
+    assert list(stats.recent_returns) == [3.0, 3.0]
+    assert list(stats.recent_lengths) == [3, 3]
