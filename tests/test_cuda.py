@@ -181,6 +181,19 @@ def test_nan_loss_in_a_captured_update_freezes_the_state_and_names_the_update():
             assert not value.is_floating_point() or torch.isfinite(value).all(), key
 
 
+def test_a_captured_update_still_refuses_a_buffer_with_fewer_rows_than_a_window():
+    # Replays sample on the device, where nothing can check the counter: the
+    # runner checks the host's before each replay.
+    algorithm, rb, runner = setup('sac', cuda_graph=True)
+    train(rb, runner, 30)
+    assert runner._graphs  # past the eager warm-up: replays now
+    state = rb.state_dict()
+    one_row = {name: [rows[:1] for rows in state[name]] for name in rb.storage}
+    rb.load_state_dict(dict(one_row, total_added=1, length=state['length']))
+    with pytest.raises(ValueError, match='only 1 rows stored per env, fewer than batch_length=2'):
+        runner.update(env_steps=31, update=31)
+
+
 def test_buffer_goes_to_the_gpu_when_it_fits_and_samples_there():
     rb = ReplayBuffer(NUM_ENVS, 100, OBS_DIM, ACTION_DIM, training_device=CUDA)
     assert rb.device == CUDA
