@@ -1,6 +1,7 @@
 """Promises of alf_lite.config: includes, override order, clean slate, errors, round trips."""
 
 import os
+from typing import Tuple
 
 import gin
 import pytest
@@ -23,6 +24,16 @@ class MyModel:
         self.hidden_size = hidden_size
         self.optimizer = optimizer
         self.activation = activation
+
+
+@gin.configurable(module='test_config', denylist=['size'])
+def sized(size=1, scale=2.0, **extra):
+    return size, scale, extra
+
+
+@gin.configurable(module='test_config')
+def widths(layers: Tuple[int, ...] = (4,)):
+    return layers
 
 
 @pytest.fixture(autouse=True)
@@ -336,3 +347,97 @@ def test_write_text_atomically(tmp_path):
         config.write_text_atomically(str(path), None)  # fails mid-write
     assert path.read_text() == 'new text\n'
     assert os.listdir(tmp_path) == ['config.gin']
+
+
+def test_include_cycle_names_only_the_files_in_the_cycle(tmp_path):
+    # main.gin is no part of the cycle a.gin -> b.gin -> a.gin: it only includes it.
+    main = _write(tmp_path / 'main.gin', "include 'a.gin'\n")
+    a = _write(tmp_path / 'a.gin', "include 'b.gin'\n")
+    b = _write(tmp_path / 'b.gin', "include 'a.gin'\n")
+
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(main)])
+
+    message = str(info.value)
+    assert f'in a cycle: {a} -> {b} -> {a}. Remove one' in message
+    assert f'{main} ->' not in message
+
+
+def test_error_three_includes_deep_names_each_includer_once(tmp_path):
+    inner = _write(tmp_path / 'c' / 'inner.gin', 'my_fn.gamma = 1\n')
+    middle = _write(tmp_path / 'c' / 'middle.gin', "include 'inner.gin'\n")
+    outer = _write(tmp_path / 'outer.gin', "include 'c/middle.gin'\n")
+
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(outer)])
+
+    message = str(info.value)
+    assert (
+        f'in file {inner}, line 1, `my_fn.gamma = 1`, included from {middle}, '
+        f'included from {outer}.'
+    ) in message
+    assert f'included from {inner}' not in message
+
+
+def test_misspelt_trainer_config_parameter_names_the_closest_names_as_the_readme_shows():
+    import alf_lite.all_configurables  # noqa: F401
+
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([], ['TrainerConfig.num_env_stepz=10'])
+    # The README's example message, word for word.
+    assert (
+        "Configurable 'TrainerConfig' has no configurable parameter 'num_env_stepz' in "
+        "--gin_param 'TrainerConfig.num_env_stepz=10'. Closest valid names: 'num_env_steps', "
+        "'num_eval_episodes'. Its configurable parameters are: algorithm_ctor, random_seed, "
+    ) in str(info.value)
+
+
+def test_denylisted_parameter_given_by_its_module_path_still_names_the_setting_to_use():
+    import alf_lite.all_configurables  # noqa: F401
+
+    for selector in (
+        'suite_gym.create_environment',
+        'alf_lite.environments.suite_gym.create_environment',
+    ):
+        binding = f'{selector}.seed = 12345'
+        with pytest.raises(ConfigError) as info:
+            config.parse_config([], [binding])
+        message = str(info.value)
+        assert f"'seed' of '{selector}' in --gin_param '{binding}' is no gin parameter" in message
+        assert 'Set TrainerConfig.random_seed instead.' in message
+
+
+def test_parameter_list_of_a_configurable_with_extra_keyword_arguments_leaves_them_out():
+    # ``size`` is denylisted; ``**extra`` is no parameter a binding can name.
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([], ['sized.size = 3'])
+    assert str(info.value).endswith('Its configurable parameters are: scale.')
+    config.parse_config([], ['sized.scale = 0.5', 'sized.anything = 1'])
+    assert sized() == (1, 0.5, {'anything': 1})
+
+
+def test_a_tuple_of_any_length_fits_a_variable_length_tuple_annotation():
+    config.parse_config([], ['widths.layers = (64, 32, 16)'])
+    assert widths() == (64, 32, 16)
+    config.parse_config([], ['widths.layers = []'])
+    assert widths() == []
+    with pytest.raises(ConfigError, match=r"\(64, 'wide'\) \(tuple\).*takes Tuple\[int, \.\.\.\]"):
+        config.parse_config([], ["widths.layers = (64, 'wide')"])
+
+
+def test_missing_file_says_what_a_relative_path_resolves_against(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        config.parse_config(['exp/nope.gin'])
+    assert (
+        f"Gin file 'exp/nope.gin' not found: looked for {tmp_path / 'exp' / 'nope.gin'} (a "
+        f'relative path resolves against the current directory, {tmp_path}).'
+    ) in str(info.value)
+
+    outer = _write(tmp_path / 'exp' / 'outer.gin', "include 'missing.gin'\n")
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(outer)])
+    assert (
+        f"Gin file 'missing.gin' not found: looked for {tmp_path / 'exp' / 'missing.gin'} (a "
+        f'relative path resolves against the directory of the including file, {tmp_path / "exp"}).'
+    ) in str(info.value)

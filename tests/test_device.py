@@ -236,3 +236,88 @@ def test_visible_gpus_are_those_cuda_visible_devices_names(monkeypatch):
     assert visible_gpu_ids() == ['3', '5']
     monkeypatch.setattr(torch.cuda, 'device_count', lambda: 0)
     assert visible_gpu_ids() == []
+
+
+def test_auto_and_cuda_are_the_current_gpu_not_always_the_first(monkeypatch):
+    # torch.cuda.set_device(1) (or a launcher) made GPU 1 the current one.
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
+    monkeypatch.setattr(torch.cuda, 'current_device', lambda: 1)
+    assert resolve_device('auto') == torch.device('cuda', 1)
+    assert resolve_device('cuda') == torch.device('cuda', 1)
+    assert resolve_device('cuda:0') == torch.device('cuda', 0)
+
+
+def test_cpu_description_counts_the_cores_this_process_may_use(monkeypatch):
+    # taskset / docker --cpuset-cpus: 3 of the machine's cores.
+    monkeypatch.setattr(device_module.os, 'sched_getaffinity', lambda pid: {0, 2, 5})
+    assert describe_device(torch.device('cpu')) == (
+        f'cpu (3 usable cores, torch {torch.__version__})'
+    )
+
+
+def test_gpu_description_names_the_gpu_its_memory_in_gib_and_the_cuda_version(monkeypatch):
+    class H200:
+        name = 'NVIDIA H200'
+        total_memory = 150_110_011_392  # 139.8 GiB
+
+    monkeypatch.setattr(torch.cuda, 'get_device_properties', lambda device: H200)
+    monkeypatch.setattr(torch.version, 'cuda', '13.0')
+    assert describe_device(torch.device('cuda', 0)) == (
+        f'cuda:0 (NVIDIA H200, 139.8 GiB, CUDA 13.0, torch {torch.__version__})'
+    )
+
+
+def test_gpu_free_memory_is_the_free_not_the_total(monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'mem_get_info', lambda device: (5_000_000_000, 80_000_000_000))
+    assert free_memory_bytes(torch.device('cuda', 0)) == 5_000_000_000
+
+
+def test_a_cgroup_over_its_limit_leaves_no_room():
+    # The usage can exceed the limit for a moment (or when the limit was lowered).
+    assert CgroupMemoryLimit('/sys/fs/cgroup/x', 1_000_000, 1_500_000).room == 0
+
+
+def test_the_tightest_of_nested_limits_bounds_the_memory(tmp_path, host_has_plenty):
+    # A pod limit of 2 GB with 1.5 GB used, above a container limited to 3 GB with
+    # nothing used: the pod leaves 0.5 GB, whatever the container's limit says.
+    root = fake_root(
+        tmp_path,
+        '0::/kubepods/pod1/ctr\n',
+        {
+            'cgroup.controllers': 'memory\n',
+            'kubepods/pod1/memory.max': '2000000000',
+            'kubepods/pod1/memory.current': '1500000000',
+            'kubepods/pod1/ctr/memory.max': '3000000000',
+            'kubepods/pod1/ctr/memory.current': '0',
+        },
+    )
+    assert cgroup_memory_limit(root) == CgroupMemoryLimit(
+        str(tmp_path / 'sys/fs/cgroup/kubepods/pod1'), 2_000_000_000, 1_500_000_000
+    )
+    assert free_memory_bytes(torch.device('cpu'), root) == 500_000_000
+
+
+def test_cgroup_v2_limit_on_a_host_with_both_versions_is_read_from_unified(
+    tmp_path, host_has_plenty
+):
+    # Hybrid mode: v1 controllers under /sys/fs/cgroup, v2 under /sys/fs/cgroup/unified.
+    root = fake_root(
+        tmp_path,
+        '4:memory:/\n0::/user.slice/job\n',
+        {
+            'memory/memory.limit_in_bytes': V1_NO_LIMIT,
+            'memory/memory.usage_in_bytes': '9000000000',
+            'unified/cgroup.controllers': 'memory\n',
+            'unified/user.slice/job/memory.max': '1000000000',
+            'unified/user.slice/job/memory.current': '250000000',
+        },
+    )
+    assert free_memory_bytes(torch.device('cpu'), root) == 750_000_000
+
+
+def test_visible_gpus_are_at_most_those_torch_sees(monkeypatch):
+    # CUDA_VISIBLE_DEVICES may name a GPU the machine lacks; torch then sees fewer.
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '3,5,7')
+    assert visible_gpu_ids() == ['3', '5']

@@ -176,3 +176,38 @@ def test_rng_state_mapped_to_a_gpu_restores_on_the_host(tmp_path):
     assert np.array_equal(np.random.rand(3), expected[0]) and torch.equal(
         torch.rand(3), expected[1]
     )
+
+
+def test_seed_everything_gives_each_generator_exactly_the_seed():
+    threads = torch.get_num_threads()
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(False)
+        torch.set_num_threads(3)
+        seed_everything(7, 2)
+        drawn = (random.random(), np.random.rand(), torch.rand(2))
+        assert torch.get_num_threads() == 2
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(was)
+    # What generators seeded with 7 on their own give.
+    assert drawn[0] == random.Random(7).random()
+    assert drawn[1] == np.random.RandomState(7).rand()
+    assert torch.equal(drawn[2], torch.rand(2, generator=torch.Generator().manual_seed(7)))
+
+
+def test_a_gpu_runs_rng_state_restores_each_gpu_it_has_on_that_gpu(monkeypatch):
+    # A checkpoint of a 3-GPU run resumed where 2 GPUs are visible.
+    saved = global_rng_state()
+    saved['cuda'] = [torch.full((16,), i, dtype=torch.uint8) for i in range(3)]
+    restored = []
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
+    monkeypatch.setattr(
+        torch.cuda,
+        'set_rng_state',
+        lambda state, device='cuda': restored.append((int(state[0]), device)),
+    )
+    set_global_rng_state(saved)
+    assert restored == [(0, 0), (1, 1)]

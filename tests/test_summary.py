@@ -1,5 +1,9 @@
 """progress.csv and TensorBoard events, read back as a user (or TensorBoard) reads them."""
 
+import math
+
+import pytest
+
 from alf_lite import summary as summary_module
 from alf_lite.summary import ProgressCsv, Summary, Throughput
 
@@ -173,3 +177,68 @@ def test_throughput_leaves_out_the_time_spent_in_excluded_blocks(monkeypatch):
     # Nothing excluded: the whole interval counts.
     clock[0] += 2.0
     assert throughput.rates(1100, 350) == (100.0, 50.0)
+
+
+def test_progress_csv_drops_a_row_cut_short_by_a_kill(tmp_path, read_progress):
+    path = tmp_path / 'progress.csv'
+    # A kill mid-append leaves the last row without its last fields.
+    path.write_text('env_steps,num_updates,train/critic_loss\n100,10,0.5\n200,20,0.25\n300,3')
+    resumed = ProgressCsv(str(path))
+    _, rows = read_progress(path)
+    assert [r['env_steps'] for r in rows] == ['100', '200']
+    resumed.write({'env_steps': 300, 'num_updates': 30, 'train/critic_loss': 0.125})
+    header, rows = read_progress(path)
+    assert header == ['env_steps', 'num_updates', 'train/critic_loss']
+    assert [(r['env_steps'], r['num_updates'], r['train/critic_loss']) for r in rows] == [
+        ('100', '10', '0.5'),
+        ('200', '20', '0.25'),
+        ('300', '30', '0.125'),
+    ]
+
+
+def test_progress_csv_widened_on_a_full_disk_keeps_the_rows_written_before(
+    tmp_path, monkeypatch, read_progress
+):
+    path = tmp_path / 'progress.csv'
+    csv_file = ProgressCsv(str(path))
+    csv_file.write({'env_steps': 0, 'eval/AverageReturn': -2.0})
+    csv_file.write({'env_steps': 100, 'eval/AverageReturn': -1.0})
+    written = path.read_text()
+
+    def disk_full(self, rows):
+        raise OSError(28, 'No space left on device')
+
+    # A new column rewrites the whole file; the disk fills up while it does.
+    monkeypatch.setattr(summary_module.csv.DictWriter, 'writerows', disk_full)
+    with pytest.raises(OSError, match='No space left'):
+        csv_file.write({'env_steps': 200, 'train/alpha': 0.5})
+    assert path.read_text() == written
+    _, rows = read_progress(path)
+    assert [(r['env_steps'], r['eval/AverageReturn']) for r in rows] == [
+        ('0', '-2.0'),
+        ('100', '-1.0'),
+    ]
+
+
+def test_console_progress_line(capsys):
+    summary_module.print_progress(500, 2000, 1234.4, float('nan'))
+    summary_module.print_progress(1000, 2000, 99.6, -153.26)
+    summary_module.print_progress(2100, 2000, 50.0, None)  # past the end: a full bar
+    lines = capsys.readouterr().err.split('\n')
+    # stderr is no terminal here: one line each.
+    assert lines == [
+        '[#####               ] 500/2000 env steps | 1234 SPS | eval return n/a',
+        '[##########          ] 1000/2000 env steps | 100 SPS | eval return -153.3',
+        '[####################] 2100/2000 env steps | 50 SPS | eval return n/a',
+        '',
+    ]
+
+
+def test_throughput_of_an_interval_shorter_than_the_clock_tick_is_finite(monkeypatch):
+    monkeypatch.setattr(summary_module.time, 'monotonic', lambda: 100.0)
+    throughput = Throughput(env_steps=0, num_updates=0)
+    # Two summaries within one tick of the clock: no time passed as far as it can tell.
+    env_steps_per_sec, updates_per_sec = throughput.rates(500, 250)
+    assert math.isfinite(env_steps_per_sec) and env_steps_per_sec > 1e6
+    assert math.isfinite(updates_per_sec) and updates_per_sec > 1e6
+    assert throughput.rates(500, 250) == (0.0, 0.0)

@@ -1,22 +1,37 @@
 """``python -m alf_lite.bin.train`` as a user runs it: real subprocesses, real files read back."""
 
 import glob
+import logging
 import math
 import os
 import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from alf_lite.run_dir import RunDir, run_dir_in_use
+from alf_lite.signals import (
+    STOP_SIGNALS,
+    InterruptedInEnvCall,
+    StopSignals,
+    TrainingInterrupted,
+    sigint_ignored,
+)
 from cli_helpers import (
     EXAMPLES,
     PENDULUM,
+    REPO_ROOT,
+    RUN_TIMEOUT_S,
     TINY,
     assert_ok,
     checkpoint_steps,
     run_train,
     start_and_kill,
     train_command,
+    train_env,
 )
 
 TRAIN_SCALARS = (
@@ -356,3 +371,127 @@ def test_example_trains_and_checkpoints(tmp_path, read_progress, gin_file, extra
     if extra:
         # Two envs are stepped in subprocesses (the default for more than one).
         assert '2 x Pendulum-v1 (subprocesses)' in result.stderr, result.stderr[-4000:]
+
+
+# --- the root_dir across resumes and restarts ---------------------------------------------
+
+
+def test_stray_argument_exits_2_naming_it_and_creates_nothing(tmp_path):
+    root_dir = tmp_path / 'run'
+    params = TINY + ['TrainerConfig.num_env_steps=200', 'TrainerConfig.checkpoint_interval=200']
+    result = run_train(train_command(root_dir, [PENDULUM], params) + ['extra.gin'])
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert 'unexpected arguments: extra.gin' in result.stderr, result.stderr[-4000:]
+    assert not root_dir.exists()
+
+
+def test_start_over_locks_the_new_root_dir_not_the_one_moved_aside(tmp_path):
+    root_dir = tmp_path / 'run'
+    root_dir.mkdir()
+    (root_dir / 'config.gin').write_text("create_environment.env_name = 'Pendulum-v1'\n")
+    (root_dir / 'progress.csv').write_text('env_steps\n0\n')
+    params = TINY + ['TrainerConfig.num_env_steps=1000000', 'TrainerConfig.summary_interval=100']
+    command = train_command(root_dir, [PENDULUM], params) + ['--start_over']
+    with open(tmp_path / 'train.log', 'w') as log:
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=train_env(), stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            deadline = time.time() + RUN_TIMEOUT_S
+            # The new run's first row: it trains in root_dir now.
+            progress = root_dir / 'progress.csv'
+            while not (progress.exists() and progress.read_text().startswith('env_steps,num')):
+                assert process.poll() is None, (tmp_path / 'train.log').read_text()[-4000:]
+                assert time.time() < deadline
+                time.sleep(0.05)
+            aside = [p for p in tmp_path.iterdir() if p.name.startswith('run.old-')]
+            assert len(aside) == 1 and (aside[0] / 'config.gin').is_file()
+            assert run_dir_in_use(str(root_dir))
+            assert not run_dir_in_use(str(aside[0]))
+        finally:
+            process.kill()
+            process.wait()
+    assert not run_dir_in_use(str(root_dir))
+
+
+def test_superseded_config_keeps_the_first_config_of_a_step_and_names_the_changes(tmp_path, caplog):
+    from alf_lite.bin.train import keep_superseded_config
+
+    run_dir = RunDir(str(tmp_path))
+    trained_with = (
+        '# Parameters for SacAlgorithm:\nSacAlgorithm.target_update_tau = 0.005\n'
+        'TrainerConfig.num_env_steps = 400\n'
+    )
+    (tmp_path / 'config.gin').write_text(trained_with)
+    # Only what a resume may change: nothing kept.
+    keep_superseded_config(run_dir, trained_with.replace('400', '800'), 400)
+    assert sorted(os.listdir(tmp_path)) == ['config.gin']
+
+    changed = trained_with.replace('0.005', '0.5')
+    with caplog.at_level(logging.WARNING):
+        keep_superseded_config(run_dir, changed, 400)
+    assert (tmp_path / 'config-until-400.gin').read_text() == trained_with
+    assert 'the experiment changes at env step 400' in caplog.text
+    assert 'SacAlgorithm.target_update_tau = 0.005' in caplog.text
+    assert 'SacAlgorithm.target_update_tau = 0.5' in caplog.text
+
+    # That resume was killed before its next checkpoint and is resumed again from step
+    # 400 with yet another change: the copy still holds what trained until step 400.
+    (tmp_path / 'config.gin').write_text(changed)
+    keep_superseded_config(run_dir, trained_with.replace('0.005', '0.05'), 400)
+    assert (tmp_path / 'config-until-400.gin').read_text() == trained_with
+    assert sorted(os.listdir(tmp_path)) == ['config-until-400.gin', 'config.gin']
+
+
+# --- how SIGINT and SIGTERM reach the training loop (alf_lite.signals) ----------------------
+
+
+@pytest.fixture
+def signals_to_a_list():
+    """SIGINT and SIGTERM appended to a list by their handlers, whatever this process inherited."""
+    received = []
+
+    def handler(signum, frame):
+        received.append(signum)
+
+    original = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield handler, received
+    finally:
+        for s, previous in original.items():
+            signal.signal(s, previous)
+
+
+def test_stop_signals_are_recorded_while_entered_and_the_handlers_restored_after(
+    signals_to_a_list,
+):
+    handler, received = signals_to_a_list
+    in_env_call = [False]
+    with StopSignals(lambda: in_env_call[0]) as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.received == signal.SIGTERM
+        with pytest.raises(TrainingInterrupted) as error:
+            stop.raise_if_received()
+        assert error.value.signum == signal.SIGTERM == 143 - 128
+        in_env_call[0] = True
+        with pytest.raises(InterruptedInEnvCall) as error:
+            os.kill(os.getpid(), signal.SIGINT)
+        assert error.value.signum == signal.SIGINT and stop.received == signal.SIGINT
+    assert received == []
+    assert all(signal.getsignal(s) is handler for s in STOP_SIGNALS)
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert received == [signal.SIGINT, signal.SIGTERM]
+
+
+def test_env_processes_forked_while_sigint_is_ignored_leave_sigint_to_the_trainer_after(
+    signals_to_a_list,
+):
+    handler, received = signals_to_a_list
+    with sigint_ignored():
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)
+    assert received == []
+    assert signal.getsignal(signal.SIGINT) is handler
+    os.kill(os.getpid(), signal.SIGINT)
+    assert received == [signal.SIGINT]
