@@ -218,20 +218,38 @@ def moved_aside_path(root_dir: str) -> str:
     return f'{root_dir}.old-{datetime.datetime.now():%Y%m%d-%H%M%S}'
 
 
+def config_statements(config_text: str) -> List[str]:
+    """The statements of a gin config text (bindings, imports, includes), one string each.
+
+    A value gin continued over several lines (indented, after a trailing
+    backslash) is joined to its binding; whitespace is normalised; comments
+    and blank lines are left out.
+    """
+    statements = []
+    for line in config_text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith('#'):
+            continue
+        if stripped.endswith('\\'):
+            stripped = stripped[:-1]
+        if line[0] in ' \t' and statements:
+            statements[-1] += ' ' + stripped
+        else:
+            statements.append(stripped)
+    return [' '.join(statement.split()) for statement in statements]
+
+
 def experiment_bindings(config_text: str) -> List[str]:
-    """The binding lines of a gin config text, without those a resume may change."""
-    lines = [line.strip() for line in config_text.splitlines()]
+    """The statements of a gin config text, without the bindings a resume may change."""
     return [
-        line
-        for line in lines
-        if line
-        and not line.startswith('#')
-        and line.split('=')[0].strip() not in RESUME_SAFE_PARAMETERS
+        statement
+        for statement in config_statements(config_text)
+        if statement.split('=')[0].strip() not in RESUME_SAFE_PARAMETERS
     ]
 
 
 def changed_bindings(old_config: str, new_config: str) -> List[str]:
-    """The binding lines of the experiment that only one of two config texts has."""
+    """The statements of the experiment that only one of two config texts has."""
     return sorted(set(experiment_bindings(old_config)) ^ set(experiment_bindings(new_config)))
 
 

@@ -19,7 +19,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from alf_lite.run_dir import PROGRESS_FILE, RunDir
+from alf_lite.run_dir import PROGRESS_FILE, RunDir, config_statements
 
 # progress.csv's columns. Its step axis; TensorBoard's step is the same number.
 ENV_STEPS = 'env_steps'
@@ -130,18 +130,14 @@ def config_bindings(root_dir: str) -> Dict[str, str]:
     Raises:
         FileNotFoundError: the run has no config.gin.
     """
-    bindings, name = {}, None
     with open(RunDir(root_dir).config_file) as f:
-        for line in f:
-            if line.startswith((' ', '\t')) and name is not None:
-                bindings[name] += ' ' + line.strip().rstrip('\\')
-                continue
-            name = None
-            match = _BINDING.match(line.rstrip())
-            if match and not line.startswith(('import ', 'include ')):
-                name = match['name']
-                bindings[name] = match['value'].rstrip('\\')
-    return {k: ' '.join(v.split()) for k, v in bindings.items()}
+        statements = config_statements(f.read())
+    bindings = {}
+    for statement in statements:
+        match = _BINDING.match(statement)
+        if match and not statement.startswith(('import ', 'include ')):
+            bindings[match['name']] = match['value']
+    return bindings
 
 
 def final_value(root_dir: str, y: str = EVAL_RETURN) -> Optional[float]:

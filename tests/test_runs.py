@@ -1,6 +1,36 @@
 """alf_lite/runs.py: what the experiment tools read from a run's files and logs."""
 
-from alf_lite.runs import log_error_line, read_scalar_if_any
+import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gin
+import pytest
+
+import alf_lite.all_configurables  # noqa: F401
+from alf_lite.config import parse_config
+from alf_lite.run_dir import (
+    MOVED_ASIDE,
+    RunDir,
+    RunDirInUseError,
+    RunDirLock,
+    changed_bindings,
+    experiment_difference,
+    moved_aside_path,
+    run_dir_in_use,
+)
+from alf_lite.runs import (
+    config_bindings,
+    log_error_line,
+    read_scalar,
+    read_scalar_if_any,
+    subprocess_env,
+)
+from alf_lite.summary import Summary
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_error_line_is_the_exception_not_a_traceback_source_line(tmp_path):
@@ -42,3 +72,237 @@ def test_scalar_of_a_run_without_it_is_empty(tmp_path):
     for y in ('train/replay_buffer_bytes', 'eval/AverageEpisodeLength'):
         assert [len(a) for a in read_scalar_if_any(str(tmp_path), y)] == [0, 0]
     assert [len(a) for a in read_scalar_if_any(str(tmp_path / 'missing'), 'eval/x')] == [0, 0]
+
+
+# --- the root_dir's layout, its lock and which configs are one experiment (alf_lite.run_dir) ---
+
+# The bindings the README lets a resume change: run length, reporting, where and how it computes.
+README_RESUME_SAFE = {
+    'TrainerConfig.num_env_steps': ('1000', '2000'),
+    'TrainerConfig.summary_interval': ('100', '500'),
+    'TrainerConfig.eval_interval': ('100', '500'),
+    'TrainerConfig.checkpoint_interval': ('100', '500'),
+    'TrainerConfig.num_eval_episodes': ('1', '10'),
+    'TrainerConfig.torch_num_threads': ('1', '2'),
+    'TrainerConfig.device': ("'cuda'", "'cpu'"),
+    'TrainerConfig.cuda_graph': ('True', 'False'),
+    'TrainerConfig.compile': ('True', 'False'),
+    'TrainerConfig.defer_non_finite_checks': ('True', 'False'),
+    'ReplayBuffer.device': ("'cuda'", "'cpu'"),
+}
+EXPERIMENT = (
+    "create_environment.env_name = 'Pendulum-v1'\n"
+    'SacAlgorithm.target_update_tau = 0.005\n'
+    'TrainerConfig.random_seed = 0\n'
+)
+
+
+def config_text(*bindings):
+    """A config.gin as gin writes it: a comment block per configurable, then its bindings."""
+    lines = []
+    for binding in (*EXPERIMENT.splitlines(), *bindings):
+        name = binding.split('.')[0]
+        lines += [f'# Parameters for {name}:', '# ' + '=' * 78, binding, '']
+    return '\n'.join(lines)
+
+
+def saved_run(tmp_path, config):
+    root_dir = tmp_path / 'run'
+    root_dir.mkdir()
+    (root_dir / 'config.gin').write_text(config)
+    return str(root_dir)
+
+
+@pytest.mark.parametrize('name', sorted(README_RESUME_SAFE))
+def test_configs_differing_in_what_a_resume_may_change_are_one_experiment(tmp_path, name):
+    old, new = README_RESUME_SAFE[name]
+    trained_with = config_text(f'{name} = {old}')
+    root_dir = saved_run(tmp_path, trained_with)
+    for given in (config_text(f'{name} = {new}'), config_text()):
+        assert experiment_difference(root_dir, given) is None, given
+        assert changed_bindings(trained_with, given) == []
+
+
+def test_configs_differing_in_what_the_run_learns_are_other_experiments(tmp_path):
+    trained_with = config_text('TrainerConfig.num_env_steps = 1000')
+    root_dir = saved_run(tmp_path, trained_with)
+    given = config_text('TrainerConfig.num_env_steps = 2000').replace(
+        'SacAlgorithm.target_update_tau = 0.005', 'SacAlgorithm.target_update_tau = 0.5'
+    ) + ('\n# Parameters for CriticNetwork:\nCriticNetwork.hidden_layers = (32,)\n')
+    # Both sides of each change are named: what the run had and what it would get.
+    assert changed_bindings(trained_with, given) == [
+        'CriticNetwork.hidden_layers = (32,)',
+        'SacAlgorithm.target_update_tau = 0.005',
+        'SacAlgorithm.target_update_tau = 0.5',
+    ]
+    difference = experiment_difference(root_dir, given)
+    assert difference.startswith(f'{root_dir} holds another experiment')
+    assert 'in 3 binding line(s)' in difference and '--start_over' in difference
+
+
+def test_a_value_gin_writes_over_several_lines_is_compared_as_one_binding(tmp_path):
+    # gin breaks a long value after '= \\' into indented lines, one element each.
+    def long_value(*elements):
+        return 'CriticNetwork.hidden_layers = \\\n    (' + ',\n     '.join(elements) + ')'
+
+    first = [str(n) for n in range(100, 140)]
+    swapped = first[:5] + [first[6], first[5]] + first[7:]
+    trained_with = config_text(long_value(*first))
+    root_dir = saved_run(tmp_path, trained_with)
+    # The same lines in another order: another network, though each line is one the run had.
+    given = config_text(long_value(*swapped))
+    assert sorted(trained_with.splitlines()) == sorted(given.splitlines())
+    assert changed_bindings(trained_with, given) == [
+        f'CriticNetwork.hidden_layers = ({", ".join(first)})',
+        f'CriticNetwork.hidden_layers = ({", ".join(swapped)})',
+    ]
+    assert 'in 2 binding line(s)' in experiment_difference(root_dir, given)
+    assert experiment_difference(root_dir, config_text(long_value(*first))) is None
+
+
+def test_an_empty_or_missing_root_dir_holds_no_other_experiment(tmp_path):
+    assert experiment_difference(str(tmp_path / 'missing'), EXPERIMENT) is None
+    (tmp_path / 'empty').mkdir()
+    assert experiment_difference(str(tmp_path / 'empty'), EXPERIMENT) is None
+    (tmp_path / 'empty' / 'notes.txt').write_text('mine')
+    assert 'not an alf_lite experiment' in experiment_difference(
+        str(tmp_path / 'empty'), EXPERIMENT
+    )
+
+
+def test_run_dir_lock_excludes_a_second_holder_until_released(tmp_path):
+    root_dir = str(tmp_path / 'run')
+    assert not run_dir_in_use(root_dir)
+    with RunDirLock(root_dir) as lock:
+        assert os.path.isdir(root_dir)
+        assert run_dir_in_use(root_dir)
+        with pytest.raises(RunDirInUseError, match=f'{root_dir} is in use: another process'):
+            RunDirLock(root_dir).acquire()
+        lock.release()
+        assert not run_dir_in_use(root_dir)
+        other = RunDirLock(root_dir)
+        other.acquire()  # released: another may take it
+        other.release()
+    assert not run_dir_in_use(root_dir)
+    # The lock adds no file to the run.
+    assert os.listdir(root_dir) == []
+
+
+def test_run_dir_lock_held_by_another_process_is_seen_and_dropped_when_it_ends(tmp_path):
+    root_dir = str(tmp_path / 'run')
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            '-c',
+            'import sys; from alf_lite.run_dir import RunDirLock\n'
+            f'lock = RunDirLock({root_dir!r}); lock.acquire(); print("held", flush=True)\n'
+            'sys.stdin.read()',
+        ],
+        env=subprocess_env(1),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == 'held\n'
+        assert run_dir_in_use(root_dir)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not run_dir_in_use(root_dir)
+
+
+def test_a_missing_root_dir_is_not_in_use_and_is_not_created(tmp_path):
+    assert not run_dir_in_use(str(tmp_path / 'missing'))
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_run_is_a_directory_with_progress_csv_or_tensorboard_events(tmp_path):
+    for name, made in [
+        ('csv', ['progress.csv']),
+        ('train', ['train/']),
+        ('eval', ['eval/']),
+        ('none', ['notes.txt']),
+    ]:
+        root = tmp_path / name
+        root.mkdir()
+        for path in made:
+            if path.endswith('/'):
+                (root / path).mkdir()
+            else:
+                (root / path).write_text('x')
+        assert RunDir(str(root)).is_run() == (name != 'none'), name
+
+
+def test_start_over_moves_a_run_to_a_name_with_the_time_of_the_move(tmp_path):
+    root_dir = str(tmp_path / 'run')
+    before = datetime.datetime.now().replace(microsecond=0)
+    aside = moved_aside_path(root_dir)
+    after = datetime.datetime.now()
+    assert aside.startswith(f'{root_dir}.old-') and MOVED_ASIDE.search(aside)
+    moved_at = datetime.datetime.strptime(aside[len(f'{root_dir}.old-') :], '%Y%m%d-%H%M%S')
+    assert before <= moved_at <= after
+    assert not MOVED_ASIDE.search(root_dir)
+
+
+def test_superseded_config_name_holds_the_env_step():
+    assert RunDir('/r').superseded_config_file(400) == '/r/config-until-400.gin'
+    assert RunDir('/r').config_file == '/r/config.gin'
+
+
+# --- reading runs back (alf_lite.runs) ----------------------------------------------------------
+
+
+def test_read_scalar_keeps_the_last_value_written_at_a_step_and_skips_blank_cells(tmp_path):
+    # A resume rewrote step 200; evaluations fill eval/ only in some rows.
+    (tmp_path / 'progress.csv').write_text(
+        'env_steps,train/critic_loss,eval/AverageReturn\n'
+        '0,,-10\n'
+        '100,2.5,\n'
+        '200,1.5,-8\n'
+        '200,1.25,-7\n'
+        '300,0.5,\n'
+    )
+    steps, values = read_scalar(str(tmp_path), 'eval/AverageReturn')
+    assert steps.tolist() == [0, 200] and values.tolist() == [-10, -7]
+    steps, values = read_scalar(str(tmp_path), 'train/critic_loss')
+    assert steps.tolist() == [100, 200, 300] and values.tolist() == [2.5, 1.25, 0.5]
+
+
+def test_read_scalar_of_a_run_without_progress_csv_reads_its_tensorboard_events(tmp_path):
+    summary = Summary(str(tmp_path))
+    summary.write(100, 10, 1_700_000_000.0, {'train/critic_loss': 3.0})
+    summary.write(200, 20, 1_700_000_050.0, {'train/critic_loss': 2.0})
+    summary.close()
+    os.remove(tmp_path / 'progress.csv')
+    steps, values = read_scalar(str(tmp_path), 'train/critic_loss')
+    assert steps.tolist() == [100, 200] and values.tolist() == [3.0, 2.0]
+    times, values = read_scalar(str(tmp_path), 'train/critic_loss', x='wall_time')
+    assert times.tolist() == [1_700_000_000.0, 1_700_000_050.0] and values.tolist() == [3.0, 2.0]
+
+
+def test_config_bindings_of_a_config_gin_with_a_value_over_several_lines(tmp_path):
+    widths = tuple(range(100, 140))  # long enough for gin to break it over lines
+    parse_config([], [f'CriticNetwork.hidden_layers = {widths}', 'TrainerConfig.random_seed = 3'])
+    (tmp_path / 'config.gin').write_text(gin.config_str())
+    assert config_bindings(str(tmp_path)) == {
+        'CriticNetwork.hidden_layers': str(widths),
+        'TrainerConfig.random_seed': '3',
+    }
+
+
+def test_subprocess_env_puts_this_checkout_first_on_pythonpath(monkeypatch):
+    monkeypatch.setenv('PYTHONPATH', '/elsewhere')
+    env = subprocess_env(3)
+    assert env['PYTHONPATH'].split(os.pathsep) == [str(REPO_ROOT), '/elsewhere']
+    assert env['OMP_NUM_THREADS'] == env['MKL_NUM_THREADS'] == '3'
+
+
+def test_error_line_of_an_attempt_is_not_that_of_an_earlier_attempt(tmp_path):
+    log = tmp_path / 'run.log'
+    log.write_text('=== first attempt\nValueError: old\n')
+    offset = len(log.read_bytes())
+    with open(log, 'a') as f:
+        f.write('=== second attempt\nenv steps 100\nenv steps 200\n')
+    assert log_error_line(str(log), offset) == 'env steps 200'
+    assert log_error_line(str(log)) == 'ValueError: old'
