@@ -45,18 +45,27 @@ def runner(algorithm, rb, **kwargs):
     )
 
 
+def update_both(plain, run, rb, updates):
+    """``updates`` train steps of ``plain``, then as many by ``run``, on the same batches.
+
+    Returns the last update's scalars.
+    """
+    torch.manual_seed(5)
+    for _ in range(updates):
+        data = rb.sample(16, 2)
+        plain.train_step(data, loss_mask(data))
+    torch.manual_seed(5)
+    for update in range(1, updates + 1):
+        scalars = run.update(env_steps=100, update=update)
+    return scalars
+
+
 @pytest.mark.parametrize('name', ALGORITHMS)
 def test_eager_update_on_the_cpu_is_the_trainers_update(name):
     plain, algorithm = make(name), make(name)
     rb = filled_buffer()
     run = runner(algorithm, rb)
-    torch.manual_seed(5)
-    for _ in range(5):
-        data = rb.sample(16, 2)
-        plain.train_step(data, loss_mask(data))
-    torch.manual_seed(5)
-    for update in range(1, 6):
-        scalars = run.update(env_steps=100, update=update)
+    scalars = update_both(plain, run, rb, 5)
     assert_same_state(plain, algorithm)
     assert 'critic_loss' in scalars and run.non_finite_loss() is None
 
@@ -153,12 +162,6 @@ def test_an_update_after_collection_trains_in_training_mode():
     rb = filled_buffer()
     run = runner(algorithm, rb)
     algorithm.train(False)
-    torch.manual_seed(5)
-    for _ in range(3):
-        data = rb.sample(16, 2)
-        plain.train_step(data, loss_mask(data))
-    torch.manual_seed(5)
-    for update in range(1, 4):
-        run.update(env_steps=100, update=update)
+    update_both(plain, run, rb, 3)
     assert algorithm.training
     assert_same_state(plain, algorithm)
