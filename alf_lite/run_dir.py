@@ -25,6 +25,8 @@ import os
 import re
 from typing import List, Optional
 
+from absl import logging
+
 CONFIG_FILE = 'config.gin'
 OPERATIVE_CONFIG_FILE = 'operative_config.gin'
 # The training device, as the trainer described it at start.
@@ -277,4 +279,35 @@ def experiment_difference(root_dir: str, new_config: str) -> Optional[str]:
         f'config in {len(differing)} binding line(s), e.g. {differing[:4]}. Resume it '
         'with --root_dir alone (plus --gin_param overrides), pick another --root_dir, '
         'or pass --start_over to move the old one aside and start afresh.'
+    )
+
+
+def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> None:
+    """Before a resume's overrides change the experiment, keep its config until ``env_steps``.
+
+    The old ``config.gin`` is copied to ``config-until-<env_steps>.gin`` (an existing
+    copy of that step is left alone: the config it holds is the one trained with) and
+    a warning names the bindings that changed. A config that differs only in what a
+    resume may change (``RESUME_SAFE_PARAMETERS``) keeps nothing.
+    """
+    from alf_lite.config import write_text_atomically  # config imports gin: only when needed
+
+    if not os.path.exists(run_dir.config_file):
+        return
+    with open(run_dir.config_file) as f:
+        old_config = f.read()
+    changed = changed_bindings(old_config, new_config)
+    if not changed:
+        return
+    kept = run_dir.superseded_config_file(env_steps)
+    if not os.path.exists(kept):
+        write_text_atomically(kept, old_config)
+    logging.warning(
+        'the experiment changes at env step %d: %s differs from the config it was '
+        'trained with until now in %d binding line(s), e.g. %s; that config is kept in %s',
+        env_steps,
+        CONFIG_FILE,
+        len(changed),
+        changed[:4],
+        kept,
     )

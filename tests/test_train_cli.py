@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from alf_lite.run_dir import RunDir, run_dir_in_use
+from alf_lite.run_dir import RunDir, keep_superseded_config, run_dir_in_use
 from alf_lite.signals import (
     STOP_SIGNALS,
     InterruptedInEnvCall,
@@ -415,8 +415,6 @@ def test_start_over_locks_the_new_root_dir_not_the_one_moved_aside(tmp_path):
 
 
 def test_superseded_config_keeps_the_first_config_of_a_step_and_names_the_changes(tmp_path, caplog):
-    from alf_lite.bin.train import keep_superseded_config
-
     run_dir = RunDir(str(tmp_path))
     trained_with = (
         '# Parameters for SacAlgorithm:\nSacAlgorithm.target_update_tau = 0.005\n'

@@ -28,8 +28,8 @@ from alf_lite.run_dir import (
     CONFIG_FILE,
     RunDir,
     RunDirInUseError,
-    changed_bindings,
     experiment_difference,
+    keep_superseded_config,
     moved_aside_path,
 )
 
@@ -82,37 +82,6 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment):
         fail(str(e))
     except EnvironmentCrashedError as e:
         fail_on_env_error(e)
-
-
-def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> None:
-    """Before a resume's overrides change the experiment, keep its config until ``env_steps``.
-
-    The old ``config.gin`` is copied to ``config-until-<env_steps>.gin`` (an existing
-    copy of that step is left alone: the config it holds is the one trained with) and
-    a warning names the bindings that changed. A config that differs only in what a
-    resume may change (``RESUME_SAFE_PARAMETERS``) keeps nothing.
-    """
-    from alf_lite.config import write_text_atomically
-
-    if not os.path.exists(run_dir.config_file):
-        return
-    with open(run_dir.config_file) as f:
-        old_config = f.read()
-    changed = changed_bindings(old_config, new_config)
-    if not changed:
-        return
-    kept = run_dir.superseded_config_file(env_steps)
-    if not os.path.exists(kept):
-        write_text_atomically(kept, old_config)
-    logging.warning(
-        'the experiment changes at env step %d: %s differs from the config it was '
-        'trained with until now in %d binding line(s), e.g. %s; that config is kept in %s',
-        env_steps,
-        CONFIG_FILE,
-        len(changed),
-        changed[:4],
-        kept,
-    )
 
 
 def fail_on_env_error(error: Exception) -> None:
