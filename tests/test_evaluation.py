@@ -71,6 +71,9 @@ class FakeEnvs:
     """Env 0 terminates after 3 steps (reward 1 each), env 1 is truncated after 2 (reward 5)."""
 
     num_envs = 2
+    terminates_at, truncated_at = 3, 2
+    # Env 0's reward once its episode is over (the next episode's, were it stepped on).
+    reward_after_termination = 1.0
 
     def reset(self):
         self._t = 0
@@ -80,11 +83,12 @@ class FakeEnvs:
         self._t += 1
         t = self._t
         step_type = [
-            StepType.LAST if t == 3 else StepType.MID,
-            StepType.LAST if t == 2 else StepType.MID,
+            StepType.LAST if t == self.terminates_at else StepType.MID,
+            StepType.LAST if t == self.truncated_at else StepType.MID,
         ]
-        discount = [0.0 if t == 3 else 1.0, 1.0]
-        return self._step(step_type, [1.0, 5.0], discount)
+        discount = [0.0 if t == self.terminates_at else 1.0, 1.0]
+        reward = 1.0 if t <= self.terminates_at else self.reward_after_termination
+        return self._step(step_type, [reward, 5.0], discount)
 
     def _step(self, step_type, reward, discount):
         return TimeStep(
@@ -144,15 +148,8 @@ class TerminatesFirstEnvs(FakeEnvs):
     """Env 0 terminates after 12 steps (reward 1 each), then is stepped on with reward 100
     (its next episode) while env 1 runs until it is truncated after 14."""
 
-    def step(self, action):
-        self._t += 1
-        t = self._t
-        step_type = [
-            StepType.LAST if t == 12 else StepType.MID,
-            StepType.LAST if t == 14 else StepType.MID,
-        ]
-        discount = [0.0 if t == 12 else 1.0, 1.0]
-        return self._step(step_type, [1.0 if t <= 12 else 100.0, 5.0], discount)
+    terminates_at, truncated_at = 12, 14
+    reward_after_termination = 100.0
 
 
 def test_default_counts_the_last_10_steps_of_a_terminated_episode_and_nothing_after_its_end():
