@@ -468,17 +468,17 @@ class ReplayBuffer:
                 f'be a non-negative int, got {total_added!r}'
             )
         rows = min(total_added, self._length)
-        # Per field, the (source, rows of one env written from it) pairs to copy.
+        # Per field, one tensor per env and the rows each holds from position 0.
         copies = {}
         for name, target in self._storage.items():
             value = state[name]
             if isinstance(value, torch.Tensor):
                 self._check_field(name, value, (self._num_envs, self._length), target)
-                copies[name] = [(value, self._length)]
+                copies[name] = (value.unbind(0), self._length)
             elif isinstance(value, (list, tuple)) and len(value) == self._num_envs:
                 for env_rows in value:
                     self._check_field(name, env_rows, (rows,), target)
-                copies[name] = [(env_rows, rows) for env_rows in value]
+                copies[name] = (value, rows)
             else:
                 got = f'a {type(value).__name__}' + (
                     f' of {len(value)}' if isinstance(value, (list, tuple)) else ''
@@ -491,18 +491,15 @@ class ReplayBuffer:
         # as the field before the copy.
         if any(
             source.numel() and int(source.max()) > StepType.LAST
-            for source, _ in copies['step_type']
+            for source in copies['step_type'][0]
         ):
             raise ValueError(
                 "ReplayBuffer.load_state_dict: 'step_type' holds values other than "
                 f'FIRST ({StepType.FIRST}), MID ({StepType.MID}) and LAST ({StepType.LAST})'
             )
         for name, target in self._storage.items():
-            sources = copies[name]
-            if len(sources) == 1 and sources[0][0].dim() == target.dim():
-                target.copy_(sources[0][0])
-                continue
-            for env, (source, n) in enumerate(sources):
+            sources, n = copies[name]
+            for env, source in enumerate(sources):
                 target[env, :n].copy_(source)
                 target[env, n:].zero_()
         self._total_added = total_added
