@@ -73,6 +73,33 @@ def test_save_then_load_round_trips_state_and_replay_buffer(tmp_path):
     assert_same(loaded_rb, rb)
 
 
+def test_checkpoint_files_are_on_disk_before_the_rename_makes_them_the_checkpoint(
+    tmp_path, monkeypatch
+):
+    # After a power cut the renamed directory must hold whole files, not what was still buffered.
+    events = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd):
+        stat = os.fstat(fd)
+        events.append(('fsync', stat.st_ino, stat.st_size))
+        real_fsync(fd)
+
+    def rename(src, dst):
+        events.append(('rename', dst))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, 'fsync', fsync)
+    monkeypatch.setattr(os, 'rename', rename)
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    model, rb = (os.stat(os.path.join(path, f)) for f in (ckpt.MODEL_FILE, ckpt.REPLAY_BUFFER_FILE))
+    assert events == [
+        ('fsync', model.st_ino, model.st_size),
+        ('fsync', rb.st_ino, rb.st_size),
+        ('rename', path),
+    ]
+
+
 def test_checkpoint_without_replay_buffer_loads_none_for_it(tmp_path):
     path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
     assert not os.path.exists(os.path.join(path, ckpt.REPLAY_BUFFER_FILE))
@@ -189,6 +216,7 @@ def test_saving_same_step_again_keeps_a_loadable_checkpoint_at_every_moment(tmp_
     with pytest.raises(KeyboardInterrupt):
         ckpt.save_checkpoint(str(tmp_path), 100, make_state(2), make_replay_buffer_state(2))
     monkeypatch.setattr(os, 'replace', real_replace)
+    assert os.listdir(tmp_path) == ['ckpt-100']  # the interrupted write left nothing behind
     state, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path)))
     assert_same(state, make_state(2))
     assert rb is not None
@@ -273,8 +301,11 @@ def test_all_checkpoints_corrupt_moves_none_aside(tmp_path):
         path = ckpt.save_checkpoint(str(tmp_path), step, make_state(1), None)
         with open(os.path.join(path, ckpt.MODEL_FILE), 'wb') as f:
             f.write(b'garbage')
-    with pytest.raises(ckpt.CheckpointError, match='none of the 2 checkpoints'):
+    with pytest.raises(ckpt.CheckpointError, match='none of the 2 checkpoints') as error:
         ckpt.load_latest_checkpoint(str(tmp_path))
+    # The problem named is that of the newest, the one a resume would have used.
+    newest = os.path.join(str(tmp_path), 'ckpt-100', ckpt.MODEL_FILE)
+    assert f'the newest: UnpicklingError: {newest} is corrupt' in str(error.value)
     assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-50']
 
 
@@ -421,10 +452,11 @@ def test_trainer_state_round_trips_and_a_foreign_state_is_refused(tmp_path):
         ckpt.trainer_state(make_state(1))
 
 
-def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
+def valid_trainer_state():
+    """A ``TrainerState`` that ``check_trainer_state`` accepts, at 40 env steps and 0 updates."""
     net = torch.nn.Linear(3, 2)
     net.optimizers = {'net': torch.optim.Adam(net.parameters())}
-    state = ckpt.TrainerState(
+    return ckpt.TrainerState(
         algorithm=ckpt.algorithm_state(net),
         rng=global_rng_state(),
         env_steps=40,
@@ -433,6 +465,38 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         recent_lengths=[],
         last_eval={},
     )
+
+
+def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
+    state = valid_trainer_state()
     ckpt.check_trainer_state(str(tmp_path), state._asdict())  # valid as it is
     with pytest.raises(ckpt.CorruptCheckpointError, match='negative counters 40, -1'):
         ckpt.check_trainer_state(str(tmp_path), state._replace(num_updates=-1)._asdict())
+
+
+@pytest.mark.parametrize(
+    'damage, problem',
+    [
+        ({'env_steps': -1}, 'negative counters -1, 0'),
+        ({'env_steps': True}, 'env_steps is True, of the wrong type'),
+        ({'pending_evaluation': [1.0]}, 'pending_evaluation is [1.0], of the wrong type'),
+        ({'algorithm': {'module': {}}}, "the algorithm state has no 'optimizers' dict"),
+    ],
+    ids=['negative_env_steps', 'bool_env_steps', 'pending_evaluation', 'no_optimizers'],
+)
+def test_check_trainer_state_names_the_file_and_its_problem(tmp_path, damage, problem):
+    state = valid_trainer_state()._replace(**damage)
+    with pytest.raises(ckpt.CorruptCheckpointError) as error:
+        ckpt.check_trainer_state(str(tmp_path), state._asdict())
+    assert str(error.value) == f'{tmp_path / ckpt.MODEL_FILE}: {problem}'
+
+
+def test_check_trainer_state_leaves_the_global_rng_as_it_was(tmp_path):
+    state = valid_trainer_state()  # holds the generators' states of now
+    # Draws since then moved every generator away from the state checked.
+    random.random()
+    np.random.rand()
+    torch.rand(1)
+    before = global_rng_state()
+    ckpt.check_trainer_state(str(tmp_path), state._asdict())
+    assert_same(global_rng_state(), before)

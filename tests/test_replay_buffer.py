@@ -144,6 +144,13 @@ def test_sample_refuses_too_few_rows():
         ReplayBuffer(1, 4, 2, 2).sample(batch_size=1, batch_length=1)
 
 
+def test_sample_refuses_a_batch_size_or_length_below_one():
+    rb = _filled(num_envs=2, length=10, num_added=5)
+    for batch_size, batch_length in ((0, 2), (4, 0)):
+        with pytest.raises(ValueError, match=f'positive, got {batch_size} and {batch_length}'):
+            rb.sample(batch_size, batch_length)
+
+
 def test_add_batch_checks_shapes():
     rb = ReplayBuffer(3, 4, observation_dim=2, action_dim=2)
     with pytest.raises(ValueError, match="'observation' has shape"):
@@ -375,6 +382,35 @@ def test_load_state_dict_rejects_a_negative_total_added():
     with pytest.raises(ValueError, match='total_added must be a non-negative int, got -1'):
         target.load_state_dict(dict(state, total_added=-1))
     assert target.total_added == 0
+
+
+def test_load_state_dict_rejects_a_total_added_that_is_no_int():
+    # 2.0 would pass as a count of rows and then index the storage.
+    state = _filled(num_envs=3, length=5, num_added=2).state_dict()
+    target = ReplayBuffer(3, 5, 2, 2)
+    with pytest.raises(ValueError, match='total_added must be a non-negative int, got 2.0'):
+        target.load_state_dict(dict(state, total_added=2.0))
+    assert target.total_added == 0
+
+
+def test_load_state_dict_takes_rows_of_every_step_type():
+    rb = ReplayBuffer(2, 4, observation_dim=2, action_dim=2)
+    for t, step_type in enumerate((StepType.FIRST, StepType.MID, StepType.LAST)):
+        rb.add_batch(_step(2, t, step_type=step_type))
+    restored = ReplayBuffer(2, 4, observation_dim=2, action_dim=2)
+    restored.load_state_dict(rb.state_dict())
+    assert restored.total_added == 3
+    assert restored.storage['step_type'].tolist() == [[0, 1, 2, 0], [0, 1, 2, 0]]
+
+
+def test_state_of_a_buffer_before_its_first_row_loads_as_an_empty_buffer():
+    empty = ReplayBuffer(3, 5, 2, 2).state_dict()
+    assert [len(rows) for rows in empty['step_type']] == [0, 0, 0]
+    target = _filled(num_envs=3, length=5, num_added=7)
+    target.load_state_dict(empty)
+    assert (target.total_added, target.num_steps) == (0, 0)
+    for name, value in target.storage.items():
+        assert not value.any(), name
 
 
 def test_same_seed_same_samples():

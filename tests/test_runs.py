@@ -4,6 +4,7 @@ import datetime
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import gin
@@ -23,10 +24,12 @@ from alf_lite.run_dir import (
 )
 from alf_lite.runs import (
     config_bindings,
+    final_value,
     log_error_line,
     read_scalar,
     read_scalar_if_any,
     subprocess_env,
+    train_in_subprocess,
 )
 from alf_lite.summary import Summary
 
@@ -250,6 +253,14 @@ def test_superseded_config_name_holds_the_env_step():
     assert RunDir('/r').config_file == '/r/config.gin'
 
 
+def test_latest_checkpoint_env_steps_is_read_from_the_newest_complete_checkpoint(tmp_path):
+    run_dir = RunDir(str(tmp_path))
+    assert run_dir.latest_checkpoint_env_steps() is None
+    for name in ('ckpt-900', 'ckpt-1000', 'ckpt-2000.corrupt', 'last_good-3000'):
+        os.makedirs(os.path.join(run_dir.checkpoint_dir, name))
+    assert run_dir.latest_checkpoint_env_steps() == 1000
+
+
 # --- reading runs back (alf_lite.runs) ----------------------------------------------------------
 
 
@@ -267,6 +278,9 @@ def test_read_scalar_keeps_the_last_value_written_at_a_step_and_skips_blank_cell
     assert steps.tolist() == [0, 200] and values.tolist() == [-10, -7]
     steps, values = read_scalar(str(tmp_path), 'train/critic_loss')
     assert steps.tolist() == [100, 200, 300] and values.tolist() == [2.5, 1.25, 0.5]
+    # Along a column that has blank cells too: the rows that have both.
+    xs, values = read_scalar(str(tmp_path), 'train/critic_loss', x='eval/AverageReturn')
+    assert xs.tolist() == [-8, -7] and values.tolist() == [1.5, 1.25]
 
 
 def test_read_scalar_of_a_run_without_progress_csv_reads_its_tensorboard_events(tmp_path):
@@ -279,6 +293,20 @@ def test_read_scalar_of_a_run_without_progress_csv_reads_its_tensorboard_events(
     assert steps.tolist() == [100, 200] and values.tolist() == [3.0, 2.0]
     times, values = read_scalar(str(tmp_path), 'train/critic_loss', x='wall_time')
     assert times.tolist() == [1_700_000_000.0, 1_700_000_050.0] and values.tolist() == [3.0, 2.0]
+    with pytest.raises(ValueError, match="x can only be 'env_steps' or 'wall_time', not 'num_up"):
+        read_scalar(str(tmp_path), 'train/critic_loss', x='num_updates')
+
+
+def test_final_value_is_the_last_one_written_exactly(tmp_path):
+    (tmp_path / 'progress.csv').write_text(
+        'env_steps,eval/AverageReturn,train/replay_buffer_bytes\n'
+        '0,-10,1000\n'
+        '100,-7.5,\n'
+        '200,,1234567891\n'
+    )
+    assert final_value(str(tmp_path)) == -7.5
+    assert final_value(str(tmp_path), 'train/replay_buffer_bytes') == 1234567891
+    assert final_value(str(tmp_path), 'eval/AverageEpisodeLength') is None
 
 
 def test_config_bindings_of_a_config_gin_with_a_value_over_several_lines(tmp_path):
@@ -306,3 +334,52 @@ def test_error_line_of_an_attempt_is_not_that_of_an_earlier_attempt(tmp_path):
         f.write('=== second attempt\nenv steps 100\nenv steps 200\n')
     assert log_error_line(str(log), offset) == 'env steps 200'
     assert log_error_line(str(log)) == 'ValueError: old'
+
+
+def train_with(tmp_path, monkeypatch, script):
+    """``train_in_subprocess`` of a run in tmp_path/run that starts ``script`` (sh) for python.
+
+    The script gets train's arguments: ``-m alf_lite.bin.train --root_dir R --gin_file F``.
+    Returns the result and the log's text.
+    """
+    python = tmp_path / 'python'
+    python.write_text('#!/bin/sh\n' + script)
+    python.chmod(0o755)
+    monkeypatch.setattr(sys, 'executable', str(python))
+    log = tmp_path / 'logs' / 'run.log'
+    result = train_in_subprocess(str(tmp_path / 'run'), 'x = 1\n', 1, str(log))
+    return result, log.read_text()
+
+
+def test_a_training_subprocess_gets_its_config_in_a_file_that_is_removed_afterwards(
+    tmp_path, monkeypatch
+):
+    (tmp_path / 'tmp').mkdir()
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path / 'tmp'))
+    result, log = train_with(tmp_path, monkeypatch, 'pwd\necho "$@"\ncat "$6"\n')
+    assert result['returncode'] == 0 and result['error'] is None
+    header, cwd, args, config = log.strip('\n').splitlines()
+    assert header.startswith('=== ')
+    # In the log's directory, whatever the caller's: python -m puts it first on sys.path.
+    assert cwd == str(tmp_path / 'logs')
+    assert args.split()[:4] == ['-m', 'alf_lite.bin.train', '--root_dir', str(tmp_path / 'run')]
+    assert config == 'x = 1'  # read from the file after --gin_file
+    assert os.listdir(tmp_path / 'tmp') == []
+
+
+def test_a_training_subprocess_killed_by_a_signal_fails_with_its_last_line(tmp_path, monkeypatch):
+    # As the OOM killer ends a run: no exception line, a negative return code.
+    result, _ = train_with(tmp_path, monkeypatch, 'echo env steps 100\nkill -KILL $$\n')
+    assert result['returncode'] == -9
+    assert result['error'] == 'exit code -9: env steps 100'
+
+
+def test_each_training_attempt_is_appended_to_the_log_and_judged_by_its_own_lines(
+    tmp_path, monkeypatch
+):
+    first, _ = train_with(tmp_path, monkeypatch, 'echo "ValueError: bad"\nexit 1\n')
+    second, log = train_with(tmp_path, monkeypatch, 'echo env steps 200\nexit 1\n')
+    assert first['error'] == 'exit code 1: ValueError: bad'
+    assert second['error'] == 'exit code 1: env steps 200'
+    assert log.count('=== ') == 2
+    assert log.index('ValueError: bad') < log.index('env steps 200')
