@@ -78,10 +78,15 @@ def save_checkpoint(
         _save_synced(state, os.path.join(tmp, MODEL_FILE))
         if replay_buffer_state is not None:
             _save_synced(replay_buffer_state, os.path.join(tmp, REPLAY_BUFFER_FILE))
+        _sync_directory(tmp)
         if os.path.exists(final):
             _replace_files(tmp, final)
         else:
             os.rename(tmp, final)
+        # The rename reaches the disk before older buffers are removed: after a
+        # power cut, an unlink kept without the rename would leave the
+        # checkpoint a resume falls back to without its buffer.
+        _sync_directory(checkpoint_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -120,6 +125,7 @@ def _replace_files(new: str, final: str) -> None:
             os.replace(os.path.join(new, name), os.path.join(final, name))
         elif os.path.exists(os.path.join(final, name)):
             os.remove(os.path.join(final, name))
+    _sync_directory(final)
     shutil.rmtree(new)
 
 
@@ -153,6 +159,15 @@ def _save_synced(obj, path):
             ) from e
         f.flush()
         os.fsync(f.fileno())
+
+
+def _sync_directory(path: str) -> None:
+    """Flush a directory's entries (files created, renamed or removed in it) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_file(path: str, map_location: Union[str, torch.device, None] = None, mmap: bool = False):

@@ -4,6 +4,7 @@ import contextlib
 import os
 import pickle
 import random
+import stat
 
 import numpy as np
 import pytest
@@ -73,31 +74,58 @@ def test_save_then_load_round_trips_state_and_replay_buffer(tmp_path):
     assert_same(loaded_rb, rb)
 
 
-def test_checkpoint_files_are_on_disk_before_the_rename_makes_them_the_checkpoint(
+def test_checkpoint_is_on_disk_before_the_rename_and_the_rename_before_old_buffers_go(
     tmp_path, monkeypatch
 ):
-    # After a power cut the renamed directory must hold whole files, not what was still buffered.
+    # After a power cut the renamed directory must hold whole files, and the
+    # checkpoint a resume falls back to must not have lost its buffer while the
+    # new one's rename was lost.
+    older = ckpt.save_checkpoint(str(tmp_path), 50, make_state(1), make_replay_buffer_state(1))
     events = []
-    real_fsync, real_rename = os.fsync, os.rename
+    real_fsync, real_rename, real_remove = os.fsync, os.rename, os.remove
 
     def fsync(fd):
-        stat = os.fstat(fd)
-        events.append(('fsync', stat.st_ino, stat.st_size))
+        info = os.fstat(fd)
+        events.append(('fsync', info.st_ino, None if stat.S_ISDIR(info.st_mode) else info.st_size))
         real_fsync(fd)
 
     def rename(src, dst):
         events.append(('rename', dst))
         real_rename(src, dst)
 
+    def remove(path):
+        events.append(('remove', path))
+        real_remove(path)
+
     monkeypatch.setattr(os, 'fsync', fsync)
     monkeypatch.setattr(os, 'rename', rename)
+    monkeypatch.setattr(os, 'remove', remove)
     path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
     model, rb = (os.stat(os.path.join(path, f)) for f in (ckpt.MODEL_FILE, ckpt.REPLAY_BUFFER_FILE))
     assert events == [
         ('fsync', model.st_ino, model.st_size),
         ('fsync', rb.st_ino, rb.st_size),
+        ('fsync', os.stat(path).st_ino, None),  # the files' entries
         ('rename', path),
+        ('fsync', os.stat(tmp_path).st_ino, None),  # the rename
+        ('remove', os.path.join(older, ckpt.REPLAY_BUFFER_FILE)),
     ]
+
+
+def test_saving_a_step_again_is_on_disk_before_it_returns(tmp_path, monkeypatch):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, 'fsync', fsync)
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(2), None)
+    # The replaces and the removal of the old buffer are in the directory's entries.
+    assert synced[-2:] == [os.stat(path).st_ino, os.stat(tmp_path).st_ino]
+    assert os.listdir(path) == [ckpt.MODEL_FILE]
 
 
 def test_checkpoint_without_replay_buffer_loads_none_for_it(tmp_path):
