@@ -242,12 +242,20 @@ def config_statements(config_text: str) -> List[str]:
 
 
 def experiment_bindings(config_text: str) -> List[str]:
-    """The statements of a gin config text, without the bindings a resume may change."""
-    return [
-        statement
-        for statement in config_statements(config_text)
-        if statement.split('=')[0].strip() not in RESUME_SAFE_PARAMETERS
-    ]
+    """The statements of a gin config text that define its experiment, sorted.
+
+    Left out: the bindings a resume may change, and of a parameter bound more
+    than once all but the last binding, the one gin applies. So two configs
+    holding the same bindings in another order (e.g. a hand-edited config.gin)
+    give the same list.
+    """
+    effective = {}
+    for statement in config_statements(config_text):
+        # A binding is keyed by its parameter; an import or include by itself.
+        key = statement.split('=')[0].strip() if '=' in statement else statement
+        if key not in RESUME_SAFE_PARAMETERS:
+            effective[key] = statement
+    return sorted(effective.values())
 
 
 def changed_bindings(old_config: str, new_config: str) -> List[str]:

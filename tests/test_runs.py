@@ -163,6 +163,26 @@ def test_a_value_gin_writes_over_several_lines_is_compared_as_one_binding(tmp_pa
     assert experiment_difference(root_dir, config_text(long_value(*first))) is None
 
 
+def test_a_config_is_compared_by_the_bindings_gin_applies_not_by_their_order(tmp_path):
+    trained_with = config_text('TrainerConfig.num_env_steps = 1000')
+    root_dir = saved_run(tmp_path, trained_with)
+    # A hand-edited config.gin: the same bindings in reverse order are the same experiment.
+    reordered = '\n'.join(reversed(trained_with.splitlines()))
+    assert experiment_difference(root_dir, reordered) is None
+    assert changed_bindings(trained_with, reordered) == []
+    # Of a parameter bound twice gin applies the last binding; that one is compared.
+    tau_again = 'SacAlgorithm.target_update_tau = 0.5\n'
+    assert experiment_difference(root_dir, trained_with + tau_again) == (
+        experiment_difference(root_dir, trained_with.replace('0.005', '0.5'))
+    )
+    assert changed_bindings(trained_with, trained_with + tau_again) == [
+        'SacAlgorithm.target_update_tau = 0.005',
+        'SacAlgorithm.target_update_tau = 0.5',
+    ]
+    assert 'in 2 binding line(s)' in experiment_difference(root_dir, trained_with + tau_again)
+    assert experiment_difference(root_dir, tau_again + trained_with) is None
+
+
 def test_an_empty_or_missing_root_dir_holds_no_other_experiment(tmp_path):
     assert experiment_difference(str(tmp_path / 'missing'), EXPERIMENT) is None
     (tmp_path / 'empty').mkdir()
