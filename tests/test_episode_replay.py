@@ -28,6 +28,15 @@ def _assert_same(a, b, where):
         assert torch.equal(getattr(a, field), getattr(b, field)), f'{field} at {where}'
 
 
+def _assert_same_records(a, b):
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert {k: v for k, v in x.items() if k != 'actions'} == {
+            k: v for k, v in y.items() if k != 'actions'
+        }, f'env {i}'
+        assert torch.equal(x['actions'], y['actions']), f'actions of env {i}'
+
+
 def _step_until(env, condition, max_steps=200):
     """Step with random actions until ``condition(time_step)``; return the steps, reset first."""
     steps = _rollout(env, 0)
@@ -250,17 +259,22 @@ def test_an_episode_replayed_to_its_time_limit_resets_at_the_next_step(use_subpr
         assert steps[-1].step_type.tolist() == [StepType.LAST] * 2
         assert steps[-1].discount.tolist() == [1.0, 1.0]
         records = env.episode_records()
+        assert [r['ended'] for r in records] == [True, True]
         actions = _actions(env, 4, seed=2)
         went_on = [env.step(a) for a in actions]
+        went_on_records = env.episode_records()
     with create_environment(
         'Pendulum-v1', 2, seed=99, use_subprocesses=use_subprocesses, max_episode_steps=3
     ) as env:
         _assert_same(env.replay(records), steps[-1], 'the replayed step')
         replayed = [env.step(a) for a in actions]
+        replayed_records = env.episode_records()
     F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
     assert [ts.step_type.tolist() for ts in replayed] == [[F, F], [M, M], [M, M], [L, L]]
     for t, (a, b) in enumerate(zip(went_on, replayed)):
         _assert_same(a, b, f'step {t} after the replay')
+    # The episode the reset began is recorded as well: a second resume continues it.
+    _assert_same_records(replayed_records, went_on_records)
 
 
 @pytest.mark.parametrize('use_subprocesses', [False, True])

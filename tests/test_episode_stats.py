@@ -1,5 +1,7 @@
-"""train/AverageReturn and train/AverageEpisodeLength: the last 10 training episodes, by hand."""
+"""train/AverageReturn and train/AverageEpisodeLength: the last 10 training episodes, by hand,
+and what a resume restores of them."""
 
+import pytest
 import torch
 
 from alf_lite.data import StepType, TimeStep
@@ -7,6 +9,18 @@ from alf_lite.episode_stats import EpisodeStats
 from alf_lite.runs import TRAIN_EPISODE_LENGTH, TRAIN_RETURN
 
 F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
+
+
+def time_step(step_types, rewards):
+    """The ``TimeStep`` of one step of ``len(step_types)`` envs."""
+    num_envs = len(step_types)
+    return TimeStep(
+        step_type=torch.tensor(step_types, dtype=torch.uint8),
+        observation=torch.zeros(num_envs, 1),
+        reward=torch.tensor(rewards),
+        discount=torch.ones(num_envs),
+        env_id=torch.arange(num_envs),
+    )
 
 
 def test_scalars_are_the_mean_return_and_length_of_the_last_10_episodes():
@@ -18,15 +32,7 @@ def test_scalars_are_the_mean_return_and_length_of_the_last_10_episodes():
     env1 = [(M, 2.0), (M, 2.0), (L, 2.0), (F, 0.0)] * 6
     stats = EpisodeStats(num_envs=2)
     for (type0, reward0), (type1, reward1) in zip(env0, env1):
-        stats.update(
-            TimeStep(
-                step_type=torch.tensor([type0, type1], dtype=torch.uint8),
-                observation=torch.zeros(2, 1),
-                reward=torch.tensor([reward0, reward1]),
-                discount=torch.ones(2),
-                env_id=torch.arange(2),
-            )
-        )
+        stats.update(time_step([type0, type1], [reward0, reward1]))
     # Env 0 ends at steps 1, 3, ..., 23; env 1 at steps 3, 7, ..., 23 (after env 0's at
     # the same step). The last 10: env 0's at 13, 15, ..., 23 (6, return 1, length 1) and
     # env 1's at 11, 15, 19, 23 (4, return 6, length 3).
@@ -35,3 +41,22 @@ def test_scalars_are_the_mean_return_and_length_of_the_last_10_episodes():
         TRAIN_RETURN: (6 * 1 + 4 * 6) / 10,
         TRAIN_EPISODE_LENGTH: (6 * 1 + 4 * 3) / 10,
     }
+
+
+def test_a_checkpoints_episodes_replace_those_counted_before():
+    stats = EpisodeStats(num_envs=1)
+    stats.update(time_step([L], [5.0]))  # an episode of return 5, length 1
+    stats.load(recent_returns=[1.0, 2.0], recent_lengths=[3, 4])
+    assert stats.scalars() == {TRAIN_RETURN: 1.5, TRAIN_EPISODE_LENGTH: 3.5}
+
+
+def test_running_episodes_of_another_number_of_envs_are_refused():
+    stats = EpisodeStats(num_envs=2)
+    stats.update(time_step([M, M], [1.0, 2.0]))
+    one_env = {'episode_return': torch.tensor([7.0]), 'episode_length': torch.tensor([3])}
+    with pytest.raises(ValueError, match=r'running episodes of \(1,\) and \(1,\) envs for \(2,\)'):
+        stats.load_running_state(one_env)
+    # Nothing of it was taken: each env goes on with its own running episode.
+    state = stats.running_state()
+    assert state['episode_return'].tolist() == [1.0, 2.0]
+    assert state['episode_length'].tolist() == [1, 1]

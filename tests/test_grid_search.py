@@ -124,6 +124,8 @@ def assert_finished_grid(root_dir, result):
 def test_local_grid_trains_each_combination_and_seed_and_rerun_skips_them(local_grid):
     directory, root_dir, result = local_grid
     assert_finished_grid(root_dir, result)
+    # --max_workers 2: each run gets its share of the cores as torch threads.
+    assert f'({max(1, len(os.sched_getaffinity(0)) // 2)} torch thread(s) each)' in result.stdout
     for name in RUN_NAMES:
         assert name in result.stdout  # the summary table
     # Different seeds learn differently: same tau, seeds 0 and 1 differ.
@@ -287,6 +289,111 @@ def test_two_values_that_give_one_run_name_are_refused(tmp_path, values):
         ValueError, match="two runs would share the directory 'env_name=.*,y=1,seed=0'"
     ):
         grid_search.expand_grid(space)
+
+
+def load_space(directory, grid):
+    """``grid`` (the search config's JSON object) as ``load_search_space`` reads it."""
+    from alf_lite.bin import grid_search
+
+    (directory / 'grid.json').write_text(json.dumps(grid))
+    return grid_search.load_search_space(str(directory / 'grid.json'))
+
+
+@pytest.mark.parametrize(
+    'value, text',
+    [
+        ([64], '(64,)'),
+        ([64, 32], '(64, 32)'),
+        ([[0.1, 0.2]], '((0.1, 0.2),)'),
+        (True, 'True'),
+        (None, 'None'),
+        (0.0003, '0.0003'),
+        ("'Pendulum-v1'", "'Pendulum-v1'"),
+        ('@GaussianNoise()', '@GaussianNoise()'),
+    ],
+)
+def test_a_searched_value_is_bound_as_the_gin_value_its_json_spells(tmp_path, value, text):
+    from alf_lite.bin import grid_search
+
+    space = load_space(tmp_path, {'parameters': {'x.y': [value]}, 'repeats': 1})
+    assert grid_search.expand_grid(space) == [('seed=0', 0, [f'x.y={text}'])]
+
+
+@pytest.mark.parametrize(
+    'grid, message',
+    [
+        (
+            {'parameters': {'x.y': [1]}, 'repeats': 1, 'seeds': [3]},
+            'must hold a JSON object with exactly the keys "parameters" and "repeats"',
+        ),
+        (
+            {'parameters': {'x.y,TrainerConfig.random_seed': [1, 2]}, 'repeats': 1},
+            'TrainerConfig.random_seed cannot be searched: the seeds come from "repeats"',
+        ),
+        ({'parameters': {'x.y': []}, 'repeats': 1}, "the values of 'x.y' must be a non-empty list"),
+    ],
+    ids=['unknown key', 'seed searched', 'no value'],
+)
+def test_a_search_config_that_would_not_sweep_as_written_is_refused(tmp_path, grid, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_space(tmp_path, grid)
+
+
+def test_repeats_is_a_number_of_seeds_from_0_or_a_list_of_seeds(tmp_path):
+    assert load_space(tmp_path, {'parameters': {'x.y': [1]}, 'repeats': 3}).seeds == [0, 1, 2]
+    assert load_space(tmp_path, {'parameters': {'x.y': [1]}, 'repeats': [0, 7]}).seeds == [0, 7]
+
+
+def test_a_run_is_named_after_its_parameters_in_the_search_configs_order(tmp_path):
+    from alf_lite.bin import grid_search
+
+    grid = {'parameters': {'z.tau': [0.1, 0.2], 'a.lr': [1, 2]}, 'repeats': 1}
+    names = [name for name, _, _ in grid_search.expand_grid(load_space(tmp_path, grid))]
+    assert names == [
+        'tau=0.1,lr=1,seed=0',
+        'tau=0.1,lr=2,seed=0',
+        'tau=0.2,lr=1,seed=0',
+        'tau=0.2,lr=2,seed=0',
+    ]
+
+
+def test_a_run_name_may_fill_a_file_name_with_its_logs_suffix(tmp_path):
+    from alf_lite.bin import grid_search
+
+    # 'env_name=' + the value + ',seed=0' + '.log': 255 bytes, the most a file name holds.
+    longest = 'x' * (grid_search.NAME_MAX - len('env_name=,seed=0.log'))
+    for value, fits in ((longest, True), (longest + 'x', False)):
+        grid = {'parameters': {'create_environment.env_name': [f"'{value}'", "'y'"]}, 'repeats': 1}
+        space = load_space(tmp_path, grid)
+        if fits:
+            assert grid_search.expand_grid(space)[0][0] == f'env_name={value},seed=0'
+        else:
+            with pytest.raises(ValueError, match='a file name can hold'):
+                grid_search.expand_grid(space)
+
+
+def test_searched_values_win_over_gin_params_which_win_over_the_thread_count(tmp_path):
+    import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
+    from alf_lite.bin import grid_search
+
+    gin_file, grid = write_inputs(tmp_path, GRID)
+    space = grid_search.load_search_space(str(grid))
+
+    def configs(gin_params):
+        runs = grid_search.configure_runs(
+            space, str(tmp_path / 'runs'), [str(gin_file)], gin_params, num_threads=2
+        )
+        assert [run.error for run in runs] == [None] * len(runs)
+        return {run.name: run.config_text for run in runs}
+
+    assert all('TrainerConfig.torch_num_threads = 2\n' in c for c in configs([]).values())
+    given = configs(['SacAlgorithm.target_update_tau=0.5', 'TrainerConfig.torch_num_threads=3'])
+    assert sorted(given) == RUN_NAMES
+    for name, config in given.items():
+        tau = name.split(',')[0].split('=')[1]
+        assert f'SacAlgorithm.target_update_tau = {tau}\n' in config
+        assert 'TrainerConfig.torch_num_threads = 3\n' in config
+        assert f'TrainerConfig.random_seed = {name[-1]}\n' in config
 
 
 def test_root_dir_that_is_a_file_or_a_train_run_is_refused_and_left_as_it_is(tmp_path):

@@ -10,6 +10,7 @@ import torch
 
 from alf_lite.runs import final_value
 from cli_helpers import (
+    EXAMPLES,
     PENDULUM,
     TINY,
     assert_ok,
@@ -60,6 +61,22 @@ def bfloat16_run(tmp_path_factory):
     )
 
 
+@pytest.fixture(scope='module')
+def ddpg_halfcheetah_run(tmp_path_factory):
+    """DDPG of the paper (batch norm) on HalfCheetah-v5, a MuJoCo env: 2 env steps, evaluated."""
+    root_dir = tmp_path_factory.mktemp('play_halfcheetah') / 'run'
+    params = [
+        'DeterministicActorNetwork.hidden_layers=(16, 16)',
+        'CriticNetwork.hidden_layers=(16, 16)',
+        'TrainerConfig.replay_buffer_length=100',
+        'TrainerConfig.num_env_steps=2',
+        'TrainerConfig.num_eval_episodes=1',
+        f'create_environment.max_episode_steps={EPISODE_STEPS}',
+    ]
+    assert_ok(run_train(train_command(root_dir, [EXAMPLES / 'ddpg_halfcheetah.gin'], params)))
+    return root_dir
+
+
 def gif_frames(path, fps):
     """Frames written to the GIF at ``path``, ``fps`` a second.
 
@@ -94,23 +111,26 @@ def test_play_records_gif_without_reading_the_replay_buffer(trained_run, tmp_pat
     (trained_run / 'checkpoints' / 'ckpt-2' / 'replay_buffer.pt').write_bytes(b'corrupt')
     gif = tmp_path / 'out.gif'
     result = run_play(
-        trained_run, '--num_episodes', '2', '--record_file', str(gif), '--render_size', '64,48'
+        trained_run, '--num_episodes', '3', '--record_file', str(gif), '--render_size', '64,48'
     )
     assert_ok(result)
     assert 'ckpt-2' in result.stdout
     played = episodes(result.stdout)
-    assert [n for _, n in played] == [EPISODE_STEPS, EPISODE_STEPS]
+    assert [n for _, n in played] == [EPISODE_STEPS] * 3
     mean = re.search(
-        r'^mean over 2 episode\(s\): return (-?[\d.]+), length ([\d.]+)$', result.stdout, re.M
+        r'^mean over 3 episode\(s\): return (-?[\d.]+), length ([\d.]+)$', result.stdout, re.M
     )
     assert mean, result.stdout
-    assert float(mean[1]) == pytest.approx(np.mean([r for r, _ in played]), abs=0.01)
+    returns = [r for r, _ in played]
+    # The mean of 3 episodes, not their median.
+    assert np.mean(returns) != pytest.approx(np.median(returns), abs=0.01)
+    assert float(mean[1]) == pytest.approx(np.mean(returns), abs=0.01)
     assert float(mean[2]) == EPISODE_STEPS
 
     # One frame per step plus each episode's reset frame; W,H = 64,48.
     frames = iio.imread(gif, index=None)
     assert frames.shape[1:] == (48, 64, 3), frames.shape
-    assert gif_frames(gif, fps=30) == 2 * (EPISODE_STEPS + 1)
+    assert gif_frames(gif, fps=30) == 3 * (EPISODE_STEPS + 1)
     assert frames.std() > 0, 'blank frames'
     # In real time by default: Pendulum-v1 renders at 30 frames per second.
     from PIL import Image
@@ -119,7 +139,8 @@ def test_play_records_gif_without_reading_the_replay_buffer(trained_run, tmp_pat
         assert image.info['duration'] == pytest.approx(1000 / 30, abs=5)
 
 
-@pytest.mark.parametrize('fps, kept', [(100, 6), (40, 12)])
+# 0.01: the slowest a GIF can show, each frame 100 s.
+@pytest.mark.parametrize('fps, kept', [(100, 6), (40, 12), (0.01, 12)])
 def test_a_gif_faster_than_players_show_keeps_every_kth_frame(trained_run, tmp_path, fps, kept):
     from PIL import Image
 
@@ -173,6 +194,25 @@ def test_a_gifs_delays_add_up_to_real_time(trained_run, tmp_path):
     assert sum(delays) == 100  # 4 x 24 ms = 96 ms, to the centisecond
 
 
+def test_play_renders_mujoco_headless_in_real_time_with_batch_norm_as_evaluated(
+    ddpg_halfcheetah_run, tmp_path, monkeypatch
+):
+    from PIL import Image
+
+    # Nothing says how to render: play picks EGL, which needs no display.
+    monkeypatch.delenv('MUJOCO_GL', raising=False)
+    gif = tmp_path / 'cheetah.gif'
+    result = run_play(ddpg_halfcheetah_run, '--record_file', str(gif), '--render_size', '32')
+    assert_ok(result)
+    # Batch norm at its running statistics, as in the run's evaluation, which play repeats.
+    ((episode_return, length),) = episodes(result.stdout)
+    assert episode_return == pytest.approx(final_value(str(ddpg_halfcheetah_run)), abs=0.0051)
+    # HalfCheetah-v5 steps 20 times a simulated second: a frame every 50 ms is real time.
+    assert gif_frames(gif, fps=20) == length + 1
+    with Image.open(gif) as image:
+        assert image.info['duration'] == 50
+
+
 def played_returns(result):
     """The returns of the episodes ``result`` played."""
     assert_ok(result)
@@ -223,13 +263,30 @@ def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
     )
 
 
-@pytest.mark.parametrize('case', ['missing_root_dir', 'no_checkpoint', 'config_no_longer_parses'])
+@pytest.mark.parametrize(
+    'case',
+    [
+        'missing_root_dir',
+        'no_checkpoint',
+        'config_no_longer_parses',
+        'gin_param_out_of_range',
+        'gin_param_that_changes_the_networks',
+    ],
+)
 def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
     root_dir = tmp_path / 'run'
-    expected = {
-        'missing_root_dir': 'does not exist',
-        'no_checkpoint': 'no checkpoint in',
-        'config_no_longer_parses': 'num_env_stepz',
+    expected, args = {
+        'missing_root_dir': ('does not exist', []),
+        'no_checkpoint': ('no checkpoint in', []),
+        'config_no_longer_parses': ('num_env_stepz', []),
+        'gin_param_out_of_range': (
+            'with the given --gin_param no longer builds: TrainerConfig.random_seed must be >= 0',
+            ['--gin_param', 'TrainerConfig.random_seed=-1'],
+        ),
+        'gin_param_that_changes_the_networks': (
+            'does not fit the networks config.gin builds',
+            ['--gin_param', 'CriticNetwork.hidden_layers=(8,)'],
+        ),
     }[case]
     if case == 'no_checkpoint':
         root_dir.mkdir()
@@ -238,19 +295,24 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
         shutil.copytree(trained_run, root_dir)
         config = root_dir / 'config.gin'
         config.write_text(config.read_text().replace('num_env_steps', 'num_env_stepz'))
-    result = run_play(root_dir)
+    elif case.startswith('gin_param'):
+        root_dir = trained_run
+    result = run_play(root_dir, *args)
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr, result.stderr
     assert 'Traceback' not in result.stderr, result.stderr
 
 
-def test_unusable_video_settings_are_refused_before_playing(trained_run, tmp_path):
+def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
     (tmp_path / 'afile').write_text('mine')
     (tmp_path / 'adir.gif').mkdir()
     for args, message in (
         (['--fps', 'nan'], '--fps must be a finite number of at least 0.01, got nan'),
         (['--fps', 'inf'], '--fps must be a finite number of at least 0.01, got inf'),
         (['--fps', '1e-9'], '--fps must be a finite number of at least 0.01, got 1e-09'),
+        (['--num_episodes', '0'], '--num_episodes and --fps must be positive'),
+        (['--render_size', '0'], "--render_size must be 'W,H' or one positive number, got '0'"),
+        (['--record_file', str(tmp_path / 'out.avi')], '--record_file must end in .mp4 or .gif'),
         (['--record_file', str(tmp_path / 'adir.gif')], 'adir.gif is a directory'),
         (['--record_file', str(tmp_path / 'afile' / 'x.gif')], 'cannot write --record_file'),
         (['--root_dir', str(tmp_path / 'afile')], 'afile is not a directory'),

@@ -103,6 +103,7 @@ def test_groups_seeds_and_writes_mean_with_bootstrap_band(grid, tmp_path):
     )
     assert_ok(result)
     assert 'grid_summary.csv: no run there' in result.stderr
+    assert 'one run twice?' not in result.stderr  # the seeds differ
 
     a, b = f'actor/Adam.lr={LR_A}', f'actor/Adam.lr={LR_B}'
     curves = read_curves(tmp_path / 'out' / 'curves.csv')
@@ -146,6 +147,16 @@ def test_std_band_smoothing_and_last_n(grid, tmp_path):
     }
     # Mean of the last 2 raw values per run: 2.5, 5, 7.5.
     assert final_table(result.stdout) == {'all runs': (3, 5.0, 2.5, 7.5)}, result.stdout
+
+
+def test_one_run_alone_has_a_zero_width_std_band(grid, tmp_path):
+    result = run_plot([str(grid / f'lr={LR_A},seed=0'), '--band', 'std'], tmp_path)
+    assert_ok(result)
+    # A standard deviation of one value is undefined: the band is the run's own value.
+    assert read_curves(tmp_path / 'curves.csv') == {
+        ('all runs', x): (value, value, value, 1) for x, value in zip((0, 100, 200), RUNS_A[0])
+    }
+    assert final_table(result.stdout) == {'all runs': (1, 3.0, 3.0, 3.0)}, result.stdout
 
 
 def test_num_bootstrap_sets_the_resamplings_of_the_band(grid, tmp_path):
@@ -298,6 +309,36 @@ def test_group_by_a_parameter_no_run_binds_names_the_closest(grid, tmp_path):
         result.stderr
     )
     assert 'actor/Adam.lr' in result.stderr
+
+
+def test_group_by_a_parameter_some_runs_leave_at_its_default(tmp_path):
+    for seed, returns in RUNS_A.items():
+        extra = 'critic/Adam.lr = 0.01\n' if seed < 2 else ''
+        write_run(tmp_path / 'runs' / f'seed={seed}', LR_A, seed, returns, extra)
+    result = run_plot([str(tmp_path / 'runs'), '--group_by', 'critic/Adam.lr'], tmp_path)
+    assert_ok(result)
+    table = final_table(result.stdout)
+    assert table == {
+        'critic/Adam.lr=0.01': (2, 4.5, 3.0, 6.0),
+        'critic/Adam.lr=(default)': (1, 9.0, 9.0, 9.0),
+    }, result.stdout
+
+
+@pytest.mark.parametrize(
+    'flag, value, message',
+    [
+        ('--smoothing', '0', '--smoothing, --last_n and --num_bootstrap must be positive'),
+        ('--last_n', '0', '--smoothing, --last_n and --num_bootstrap must be positive'),
+        ('--num_bootstrap', '0', '--smoothing, --last_n and --num_bootstrap must be positive'),
+        ('--out', 'curves.jpg', "--out must end in .png, got 'curves.jpg'"),
+    ],
+    ids=['smoothing', 'last_n', 'num_bootstrap', 'out'],
+)
+def test_unusable_flags_are_refused_and_nothing_is_written(grid, tmp_path, flag, value, message):
+    result = run_plot([str(grid), flag, value], tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not list(tmp_path.glob('curves.*'))
 
 
 def test_progress_csv_that_is_no_table_is_named_with_its_line(grid, tmp_path):
