@@ -23,7 +23,7 @@ import datetime
 import fcntl
 import os
 import re
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from absl import logging
 
@@ -241,6 +241,18 @@ def config_statements(config_text: str) -> List[str]:
     return [' '.join(statement.split()) for statement in statements]
 
 
+# A binding statement: ``[scope/]Name.param = value``, or a macro ``NAME = value``.
+_BINDING = re.compile(r'^(?P<name>[A-Za-z_][\w./]*)\s*=\s*(?P<value>.*)$')
+
+
+def split_binding(statement: str) -> Optional[Tuple[str, str]]:
+    """``(name, value text)`` of a binding statement of ``config_statements``; None for others."""
+    if statement.startswith(('import ', 'include ')):
+        return None
+    match = _BINDING.match(statement)
+    return (match['name'], match['value']) if match else None
+
+
 def experiment_bindings(config_text: str) -> List[str]:
     """The statements of a gin config text that define its experiment, sorted.
 
@@ -252,7 +264,8 @@ def experiment_bindings(config_text: str) -> List[str]:
     effective = {}
     for statement in config_statements(config_text):
         # A binding is keyed by its parameter; an import or include by itself.
-        key = statement.split('=')[0].strip() if '=' in statement else statement
+        binding = split_binding(statement)
+        key = statement if binding is None else binding[0]
         if key not in RESUME_SAFE_PARAMETERS:
             effective[key] = statement
     return sorted(effective.values())

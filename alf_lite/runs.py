@@ -19,7 +19,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from alf_lite.run_dir import PROGRESS_FILE, RunDir, config_statements
+from alf_lite.run_dir import PROGRESS_FILE, RunDir, config_statements, split_binding
 
 # progress.csv's columns. Its step axis; TensorBoard's step is the same number.
 ENV_STEPS = 'env_steps'
@@ -42,9 +42,6 @@ PROCESS_RSS_BYTES = 'train/process_rss_bytes'
 NONDETERMINISTIC_COLUMNS = (WALL_TIME, ENV_STEPS_PER_SEC, UPDATES_PER_SEC, PROCESS_RSS_BYTES)
 # The binding of a run's config.gin that only picks its seed.
 SEED_PARAM = 'TrainerConfig.random_seed'
-# A gin binding in config.gin starts at column 0: ``scope/Name.param = value``;
-# gin ends the line with a backslash and indents the rest of a long value.
-_BINDING = re.compile(r'^(?P<name>[A-Za-z_][\w./]*)\s*=\s*(?P<value>.*)$')
 # The line of a log that says why train failed: its usage error or the exception.
 _ERROR_LINE = re.compile(r'^(error: |[\w.]*(Error|Exception|Interrupt)\b)')
 
@@ -132,12 +129,7 @@ def config_bindings(root_dir: str) -> Dict[str, str]:
     """
     with open(RunDir(root_dir).config_file) as f:
         statements = config_statements(f.read())
-    bindings = {}
-    for statement in statements:
-        match = _BINDING.match(statement)
-        if match and not statement.startswith(('import ', 'include ')):
-            bindings[match['name']] = match['value']
-    return bindings
+    return dict(filter(None, map(split_binding, statements)))
 
 
 def final_value(root_dir: str, y: str = EVAL_RETURN) -> Optional[float]:
