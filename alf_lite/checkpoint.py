@@ -18,6 +18,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 import torch
 from absl import logging
 
+from alf_lite.config import sync_directory
 from alf_lite.run_dir import checkpoint_name, list_checkpoints
 from alf_lite.seeding import global_rng_state, set_global_rng_state
 
@@ -78,7 +79,7 @@ def save_checkpoint(
         _save_synced(state, os.path.join(tmp, MODEL_FILE))
         if replay_buffer_state is not None:
             _save_synced(replay_buffer_state, os.path.join(tmp, REPLAY_BUFFER_FILE))
-        _sync_directory(tmp)
+        sync_directory(tmp)
         if os.path.exists(final):
             _replace_files(tmp, final)
         else:
@@ -86,7 +87,7 @@ def save_checkpoint(
         # The rename reaches the disk before older buffers are removed: after a
         # power cut, an unlink kept without the rename would leave the
         # checkpoint a resume falls back to without its buffer.
-        _sync_directory(checkpoint_dir)
+        sync_directory(checkpoint_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -125,7 +126,7 @@ def _replace_files(new: str, final: str) -> None:
             os.replace(os.path.join(new, name), os.path.join(final, name))
         elif os.path.exists(os.path.join(final, name)):
             os.remove(os.path.join(final, name))
-    _sync_directory(final)
+    sync_directory(final)
     shutil.rmtree(new)
 
 
@@ -159,15 +160,6 @@ def _save_synced(obj, path):
             ) from e
         f.flush()
         os.fsync(f.fileno())
-
-
-def _sync_directory(path: str) -> None:
-    """Flush a directory's entries (files created, renamed or removed in it) to the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def load_file(path: str, map_location: Union[str, torch.device, None] = None, mmap: bool = False):

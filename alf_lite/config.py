@@ -173,6 +173,9 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
 def write_text_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a part.
 
+    The file and then its directory entry are flushed to the disk before this
+    returns: after a power cut, too, ``path`` holds the new text.
+
     Args:
         path: destination file; its directory must exist.
         text: the whole content.
@@ -186,12 +189,22 @@ def write_text_atomically(path: str, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
+        sync_directory(os.path.dirname(path) or '.')
     except BaseException:
         # An error here (e.g. a read-only file system, where the temp file was
         # never created) would hide the one that says why the write failed.
         with contextlib.suppress(OSError):
             os.unlink(tmp_path)
         raise
+
+
+def sync_directory(path: str) -> None:
+    """Flush a directory's entries (files created, renamed or removed in it) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # gin appends '\n  In file "<path>", line <n>\n    <line text>' (or 'In bindings

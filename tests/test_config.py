@@ -1,6 +1,7 @@
 """Promises of alf_lite.config: includes, override order, clean slate, errors, round trips."""
 
 import os
+import stat
 from typing import Tuple
 
 import gin
@@ -347,6 +348,35 @@ def test_write_text_atomically(tmp_path):
         config.write_text_atomically(str(path), None)  # fails mid-write
     assert path.read_text() == 'new text\n'
     assert os.listdir(tmp_path) == ['config.gin']
+
+
+def test_write_text_atomically_has_the_file_and_its_name_on_disk_before_it_returns(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / 'config.gin'
+    path.write_text('old')
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        info = os.fstat(fd)
+        events.append(('fsync', info.st_ino, None if stat.S_ISDIR(info.st_mode) else info.st_size))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(('replace', str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, 'fsync', fsync)
+    monkeypatch.setattr(os, 'replace', replace)
+    config.write_text_atomically(str(path), 'new text\n')
+    new = os.stat(path)
+    # The text, then the rename, then the directory entry the rename changed.
+    assert events == [
+        ('fsync', new.st_ino, len('new text\n')),
+        ('replace', str(path)),
+        ('fsync', os.stat(tmp_path).st_ino, None),
+    ]
 
 
 def test_include_cycle_names_only_the_files_in_the_cycle(tmp_path):
