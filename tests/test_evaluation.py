@@ -7,6 +7,8 @@ import torch
 from alf_lite.data import StepType, TimeStep
 from alf_lite.evaluation import TerminationValues, evaluate
 
+M, L, F = StepType.MID, StepType.LAST, StepType.FIRST
+
 
 class CountdownEnvs:
     """Env ``i`` ends its episode after ``lengths[i]`` steps; each step's reward is the action."""
@@ -181,3 +183,77 @@ def test_act_and_value_gives_the_q_of_the_action_it_gives():
     assert action.tolist() == [[2.0, 4.0], [6.0, 8.0]]
     # 1 + 2 + 2 + 4 and 3 + 4 + 6 + 8; the Q of a zero action would be 3 and 7.
     assert q.tolist() == [9.0, 21.0]
+
+
+class ScriptedEnvs:
+    """Env ``i`` plays ``script[i]``, one ``(step_type, reward, discount)`` per step, then
+    goes on with MID steps of reward 100 (a next episode) until the evaluation ends.
+
+    The observation is the step count ``t``, so a critic ``Q = 10 + t`` tells the steps apart.
+    """
+
+    def __init__(self, *script):
+        self.num_envs = len(script)
+        self._script = script
+
+    def reset(self):
+        self._t = 0
+        first = [(StepType.FIRST, 0.0, 1.0)] * self.num_envs
+        return self._time_step(first)
+
+    def step(self, action):
+        self._t += 1
+        return self._time_step(
+            [
+                s[self._t - 1] if self._t <= len(s) else (StepType.MID, 100.0, 1.0)
+                for s in self._script
+            ]
+        )
+
+    def _time_step(self, steps):
+        step_type, reward, discount = zip(*steps)
+        return TimeStep(
+            torch.tensor(step_type, dtype=torch.uint8),
+            torch.full((self.num_envs, 1), float(self._t)),
+            torch.tensor(reward),
+            torch.tensor(discount),
+            torch.arange(self.num_envs),
+        )
+
+
+def q_of_step_count(observation):
+    return torch.zeros(len(observation), 1), 10 + observation[:, 0]
+
+
+def test_the_means_pool_the_counted_steps_of_every_terminated_episode():
+    # Env 0 terminates after 3 steps with rewards 1, 2, 8; env 1 after 1 step with reward 3.
+    values = TerminationValues(q_of_step_count, gamma=0.5, num_steps=2)
+    evaluate(
+        ScriptedEnvs([(M, 1.0, 1.0), (M, 2.0, 1.0), (L, 8.0, 0.0)], [(L, 3.0, 0.0)]),
+        values.policy,
+        values.on_step,
+    )
+    q, received = values.result()
+    # Env 0, t = 1, 2: Q 11, 12; returns 2 + 0.5 * 8 = 6 and 8. Env 1, t = 0: Q 10, return 3.
+    # The mean is over these 3 steps, not over the 2 episodes' means (10.75 and 5).
+    assert q == pytest.approx((11 + 12 + 10) / 3)
+    assert received == pytest.approx((6 + 8 + 3) / 3)
+
+
+def test_an_env_truncated_earlier_is_not_counted_when_its_next_episode_terminates():
+    # Env 1 is truncated at its first step, then (auto-reset) plays a next
+    # episode that terminates at step 4 while env 0 still runs: that episode is
+    # no part of this evaluation. Env 0 terminates after 5 steps of reward 1.
+    values = TerminationValues(q_of_step_count, gamma=1.0, num_steps=2)
+    results = evaluate(
+        ScriptedEnvs(
+            [(M, 1.0, 1.0)] * 4 + [(L, 1.0, 0.0)],
+            [(L, 5.0, 1.0), (F, 0.0, 1.0), (M, 50.0, 1.0), (L, 50.0, 0.0)],
+        ),
+        values.policy,
+        values.on_step,
+    )
+    assert results.lengths.tolist() == [5, 1]
+    q, received = values.result()
+    # Env 0 only, t = 3, 4: Q 13, 14; with gamma 1 the returns received are 2 and 1.
+    assert q == pytest.approx(13.5) and received == pytest.approx(1.5)

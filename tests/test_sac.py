@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import loss_mask, td_target
-from alf_lite.data import Experience, StepType
+from alf_lite.data import Experience, StepType, TimeStep
 
 F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
 GAMMA = 0.9
@@ -39,6 +39,31 @@ class SumCritic(nn.Module):
 
     def forward(self, observation, action):
         return self.c + observation.sum(-1, keepdim=True) + 0 * action.sum(-1, keepdim=True)
+
+
+class StateActor(nn.Module):
+    """Samples the action ``a`` (a parameter, 0.5 at first) with log-probability ``-sum(s)``."""
+
+    def __init__(self, observation_dim, action_dim):
+        super().__init__()
+        self.a = nn.Parameter(torch.full((action_dim,), 0.5))
+
+    def forward(self, observation):
+        return self.a.expand(observation.shape[0], -1)
+
+    def sample(self, observation, noise=None):
+        return self.forward(observation), -observation.sum(-1) + 0 * self.a.sum()
+
+
+class ActionCritic(SumCritic):
+    """``Q_i(s, a) = c_i + sum(s) + w_i * sum(a)`` with ``c = (1, 2)`` and fixed ``w = (1, 3)``."""
+
+    def __init__(self, observation_dim, action_dim, num_replicas):
+        super().__init__(observation_dim, action_dim, num_replicas)
+        self.register_buffer('w', torch.tensor([1.0, 3.0])[:num_replicas])
+
+    def forward(self, observation, action):
+        return self.c + observation.sum(-1, keepdim=True) + self.w * action.sum(-1, keepdim=True)
 
 
 def make_sac(**kwargs):
@@ -162,6 +187,102 @@ def test_mask_removes_only_the_last_to_first_window():
     assert loss_both['critic_loss'].item() == pytest.approx(
         loss_alone['critic_loss'].item(), rel=1e-5
     )
+
+
+def test_the_loss_mask_is_read_window_by_window():
+    # Two 3-row windows, transitions in window order: the first window's second
+    # transition crosses an episode boundary (L -> F, a huge reward), the second
+    # window has none. The mask [[1, 0], [1, 1]] drops that transition and no other.
+    batch = windows(
+        [
+            [(M, 0.5, 0.0, 1.0), (L, 1.0, 2.0, 0.0), (F, -3.0, 1000.0, 1.0)],
+            [(M, 1.0, 0.0, 1.0), (M, 2.0, 1.0, 1.0), (M, 3.0, -1.0, 1.0)],
+        ]
+    )
+    mask = loss_mask(batch)
+    assert mask.tolist() == [[1.0, 0.0], [1.0, 1.0]]
+    out = make_sac().train_step(batch, mask)
+    # y = r + 0.9 * d * (2 + s') as in the three-step batch: 2 (terminated),
+    # 1 + 0.9 * 4 = 4.6 and -1 + 0.9 * 5 = 3.5; Q_i(s) = c_i + s.
+    ys, ss = [2.0, 4.6, 3.5], [0.5, 1.0, 2.0]
+    expected = sum(0.5 * ((1 + s - y) ** 2 + (2 + s - y) ** 2) for s, y in zip(ss, ys)) / 3
+    assert out['critic_loss'].item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_actor_gradient_flows_through_the_sampled_action_into_the_critics():
+    # The buffer's action is 0, the policy's 0.5: the actor loss must take the
+    # critics' Q of the policy's action, and its gradient flows through it.
+    # min_i Q_i(s, a) is replica 0 (1 + s + a against 2 + s + 3a), dQ_0/da = 1;
+    # log pi = -s has no gradient, so with SGD at lr 1 the action rises by 1.
+    batch = windows([[(F, 0.5, 0.0, 1.0), (M, 1.0, 1.0, 1.0)]])
+    sac = make_sac(
+        actor_network_ctor=StateActor,
+        critic_network_ctor=ActionCritic,
+        actor_optimizer=lambda params: torch.optim.SGD(params, lr=1.0),
+    )
+    out = sac.train_step(batch, loss_mask(batch))
+    # alpha * log pi - Q_0(s, a) = -0.5 - (c_0 + 0.5 + 0.5), with c_0 after the critic step.
+    c0 = sac._critic.c[0].item()
+    assert out['actor_loss'].item() == pytest.approx(-0.5 - (c0 + 1.0), rel=1e-6)
+    assert sac._actor.a.item() == pytest.approx(1.5)
+
+
+def test_summaries_cover_only_the_transitions_trained_on():
+    # A kept window at s = 1 and a LAST -> FIRST window at s = 5: log pi = -s, so
+    # the entropy is 1 (5 if the masked one counted, 3 for both); Q is the mean of
+    # the replicas, c_i + s with c = (1, 2) before the critic step: 2.5 (2 for the
+    # minimum, 4.5 for both windows).
+    good = [(M, 1.0, 0.0, 1.0), (M, 2.0, 1.0, 1.0)]
+    bad = [(L, 5.0, 0.0, 0.0), (F, -3.0, 1000.0, 1.0)]
+    batch = windows([good, bad])
+    out = make_sac(actor_network_ctor=StateActor).train_step(batch, loss_mask(batch))
+    assert out['entropy'].item() == pytest.approx(1.0)
+    assert out['q_mean'].item() == pytest.approx(2.5)
+    assert out['alpha'].item() == 1.0
+    # Scalars for the summaries: no graph kept alive through them.
+    for name, value in out.items():
+        assert value.dim() == 0 and not value.requires_grad, name
+
+
+def test_defaults_are_the_papers_hyperparameters():
+    # The paper's hyperparameters: Adam at lr 3e-4 for every loss, gamma 0.99,
+    # tau 0.005, a target update every step, two critics; alpha starts at 1.
+    sac = SacAlgorithm(observation_dim=3, action_dim=2)
+    assert sac.gamma == 0.99 and sac._tau == 0.005 and sac._target_update_period == 1
+    assert sac._critic(torch.zeros(1, 3), torch.zeros(1, 2)).shape == (1, 2)
+    assert sac._log_alpha.item() == 0.0
+    for name in ('actor', 'critic', 'alpha'):
+        optimizer = sac.optimizers[name]
+        assert isinstance(optimizer, torch.optim.Adam)
+        assert [group['lr'] for group in optimizer.param_groups] == [3e-4]
+
+
+def test_the_train_step_cycle_is_the_target_update_period():
+    # A captured update is replayed per phase of this cycle: the target update
+    # happens at one phase in three here.
+    assert (
+        SacAlgorithm(observation_dim=3, action_dim=2, target_update_period=3).train_step_cycle == 3
+    )
+
+
+def test_rollout_actions_are_policy_samples_without_gradient():
+    torch.manual_seed(0)
+    sac = SacAlgorithm(observation_dim=3, action_dim=2)
+    observation = torch.randn(4, 3)
+    time_step = TimeStep(
+        torch.full((4,), M, dtype=torch.uint8),
+        observation,
+        torch.zeros(4),
+        torch.ones(4),
+        torch.arange(4),
+    )
+    torch.manual_seed(1)
+    action = sac.rollout_step(time_step)
+    torch.manual_seed(1)
+    expected, _ = sac._actor.sample(observation)
+    assert torch.equal(action, expected) and not action.requires_grad
+    # Exploration: not the deterministic action evaluation takes.
+    assert not torch.allclose(action, sac.predict_step(observation))
 
 
 def random_batch(b=8, obs_dim=3, act_dim=2, length=2):
