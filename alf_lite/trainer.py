@@ -583,8 +583,12 @@ class Trainer:
             return
         if not algorithm.training:
             algorithm.train(True)
+        # The updates run while the iteration's last env step is pending and count
+        # as after it (step, then train): a non-finite loss names that env step,
+        # as ``_stop_on_non_finite_loss`` does once the step is received.
+        env_steps = self._env_steps + self._env.num_envs
         for _ in range(cfg.num_updates_per_train_iter):
-            self._latest_train_scalars = self._runner.update(self._env_steps, self._num_updates + 1)
+            self._latest_train_scalars = self._runner.update(env_steps, self._num_updates + 1)
             self._num_updates += 1
 
     def _write_operative_config(self) -> None:

@@ -23,7 +23,7 @@ from alf_lite.data import Experience, StepType
 from alf_lite.run_dir import RunDirInUseError, latest_checkpoint
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import InterruptedInEnvCall, TrainingInterrupted
-from alf_lite.trainer import Trainer, TrainerConfig
+from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
 
@@ -136,6 +136,13 @@ def test_different_seed_different_progress_csv(tmp_path):
     train(tmp_path / 'a', 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 1')
     train(tmp_path / 'b', 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 2')
     assert read_csv(tmp_path / 'a' / 'progress.csv') != read_csv(tmp_path / 'b' / 'progress.csv')
+    # The seed seeds torch as well as the envs: the uniform random actions of the
+    # first 200 env steps, drawn from torch's generator, differ too.
+    actions = [
+        ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / run / 'checkpoints')))[1]['action'][0]
+        for run in ('a', 'b')
+    ]
+    assert not torch.equal(actions[0][:200], actions[1][:200])
 
 
 def drop_collection(root_dir) -> None:
@@ -285,6 +292,20 @@ class UnreplayableEnv(gymnasium.Env):
         return np.array([self._x], dtype=np.float32), reward, False, False, {}
 
 
+class NanRewardEnv(gymnasium.Env):
+    """A point that stays at 0 and receives NaN at every step: every critic loss is NaN."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, dtype=np.float32), float('nan'), False, False, {}
+
+
 # test_seeding imports this module again under another name.
 if 'alf_test/Unreplayable-v0' not in gymnasium.registry:
     gymnasium.register(
@@ -295,6 +316,13 @@ if 'alf_test/Unreplayable-v0' not in gymnasium.registry:
         entry_point=UnreplayableEnv,
         max_episode_steps=20,
         kwargs=dict(random_reward=True),
+    )
+    # Without gymnasium's checker, which warns of each NaN reward: they are meant.
+    gymnasium.register(
+        'alf_test/NanReward-v0',
+        entry_point=NanRewardEnv,
+        max_episode_steps=7,
+        disable_env_checker=True,
     )
 
 
@@ -606,12 +634,19 @@ def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path, monke
     [
         'TrainerConfig.mini_batch_length = 1',
         'TrainerConfig.replay_buffer_length = 0',
+        'TrainerConfig.eval_interval = 0',
     ],
 )
 def test_nonsensical_sizes_are_refused(bad):
     parse_config([os.path.join(EXAMPLES, 'sac_pendulum.gin')], [bad])
     with pytest.raises(ValueError, match=bad.split('.')[1].split(' ')[0]):
         TrainerConfig()
+
+
+def test_a_bool_is_refused_as_a_count():
+    # True == 1 in Python, but 'unroll_length = True' is a slip, not one step.
+    with pytest.raises(ValueError, match='unroll_length must be an integer, got True'):
+        TrainerConfig(unroll_length=True)
 
 
 def test_compile_that_is_no_bool_is_refused():
@@ -700,11 +735,12 @@ def test_a_second_trainer_in_the_same_root_dir_is_refused_until_the_first_closes
             with pytest.raises(RunDirInUseError, match='is in use'):
                 second.train()
             assert os.listdir(tmp_path / 'run') == []
-            first.train()
+            result = first.train()
             assert (tmp_path / 'run' / 'progress.csv').is_file()
-            # train() unlocks when it returns: the second trainer resumes the finished run.
-            second.train()
-            assert second.env_steps == 400
+            # train() unlocks when it returns: the second trainer resumes the finished run
+            # and, with nothing left to train, returns the evaluation the run ended with.
+            assert second.train() == result != {}
+            assert second.env_steps == 400 and second.last_eval == result
 
 
 def test_cuda_graph_on_the_cpu_is_refused_before_anything_is_written(tmp_path):
@@ -878,3 +914,73 @@ def test_an_evaluation_step_copies_to_the_device_once_and_back_once(tmp_path, mo
     # 7 steps; the env reads each action on the host once more (.cpu(), a no-op
     # for an action already there).
     assert calls == {'to': 7, 'cpu': 2 * 7}
+
+
+def test_stop_when_at_the_first_evaluation_checkpoints_the_untrained_state(tmp_path):
+    tiny_sac_pendulum(
+        'TrainerConfig.num_env_steps = 20', 'create_environment.max_episode_steps = 7'
+    )
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        result = trainer.train(stop_when=lambda last_eval: True)
+        assert trainer.env_steps == 0 and trainer.num_updates == 0
+        assert result == trainer.last_eval != {}
+    # The evaluation at 0 env steps stopped the run: its checkpoint is the only one.
+    assert os.listdir(tmp_path / 'checkpoints') == ['ckpt-0']
+    assert [r['env_steps'] for r in read_csv(tmp_path / 'progress.csv')] == ['0']
+
+
+def test_training_starts_once_the_buffer_holds_one_window(tmp_path, monkeypatch):
+    # No random steps and a buffer of exactly one window of 3 rows per env: the
+    # updates of iteration k see the k rows stored so far (the row of the step then
+    # under way included), so they start at iteration 3 and run at each one after it.
+    tiny_sac_pendulum(
+        'TrainerConfig.initial_collect_steps = 0',
+        'TrainerConfig.mini_batch_length = 3',
+        'TrainerConfig.replay_buffer_length = 3',
+        'TrainerConfig.num_env_steps = 14',
+        'create_environment.max_episode_steps = 7',
+    )
+    updates_at = []
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        buffer = trainer._replay_buffer
+        record_each_call(
+            monkeypatch,
+            trainer._algorithm,
+            'train_step',
+            lambda *_: updates_at.append(buffer.total_added),
+        )
+        trainer.train()
+        assert trainer.num_updates == 12
+    assert updates_at == list(range(3, 15))
+
+
+@pytest.mark.parametrize('defer', [False, True], ids=['at-once', 'deferred'])
+def test_a_nan_loss_names_the_env_step_of_its_update_in_both_check_modes(tmp_path, defer):
+    # Every reward is NaN, so the critic loss of the first update is NaN: that update
+    # runs with env step 6, the first step after more than initial_collect_steps = 5
+    # were stored. A CPU run checks each loss as it is computed (the default there)
+    # and stops before that optimizer step; a deferred check (a GPU's default) skips
+    # the update and every one after it and stops at the next summary, at 20.
+    # Either way the message names the same env step and update.
+    tiny_sac_pendulum(
+        "create_environment.env_name = 'alf_test/NanReward-v0'",
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 100',
+        'TrainerConfig.summary_interval = 20',
+        *(['TrainerConfig.defer_non_finite_checks = True'] if defer else []),
+    )
+    stopped_at = 20 if defer else 6
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        with pytest.raises(
+            TrainingError,
+            match=r'the critic loss is nan at env step 6 \(update 1\)'
+            + (
+                '; that update and every one after it were skipped'
+                if defer
+                else '; the optimizer step was not taken'
+            ),
+        ):
+            trainer.train()
+        assert trainer.env_steps == stopped_at
+        assert trainer.num_updates == (15 if defer else 0)
+    assert os.listdir(tmp_path / 'checkpoints') == [f'last_good-{stopped_at}']
