@@ -783,3 +783,308 @@ def test_a_rows_interval_depends_on_its_runs_alone(tmp_path):
     # With one generator for the whole table, the SAC row before it changed its interval.
     write_runs('alf_sac', [-120.0, -190.2, -160.9, -145.3, -131.7, -222.2])
     assert td3_row() == alone
+
+
+def test_a_split_or_flip_a_little_closer_to_zero_is_not_as_far():
+    # Pooled 2000, 1, 0, 0 in groups of 2: differences of means 1000.5 (observed), 999.5
+    # (twice), -999.5 (twice) and -1000.5; only the observed split and its mirror count.
+    assert learning.permutation_p([2000.0, 1.0], [0.0, 0.0]) == pytest.approx(2 / 6)
+    # Sums of +-1000 +-1000 +-0.5: only 2000.5 and -2000.5 reach the observed 2000.5,
+    # not 1999.5 and -1999.5.
+    assert learning.sign_flip_p([1000.0, 1000.0, 0.5]) == pytest.approx(2 / 8)
+
+
+def test_settings_of_two_runs_are_compared_and_paired():
+    by_seed = {
+        ('icub_default', 'return'): {0: 5.0, 1: 7.0},
+        ('icub_mask_false', 'return'): {0: 1.0, 1: 2.0},
+        # One run of a setting: nothing to test.
+        ('icub_default', 'q_above'): {0: 1.0, 1: 2.0},
+        ('icub_mask_false', 'q_above'): {1: 3.0},
+    }
+    # Splits of 5, 7, 1, 2 into 2 + 2: differences 4.5 (observed), -4.5, +-1.5, +-0.5.
+    # Differences by seed, 4 and 5: their sign flips give sums 9, 1, -1 and -9.
+    assert learning.compare_settings(
+        'ICubWalk-v0', 'mask', ('icub_default', 'icub_mask_false'), by_seed
+    ) == [
+        '- ICubWalk-v0, mask, final eval return: default 6.0 (2 runs) against mask_false 1.5 '
+        '(2 runs); exact permutation p = 0.333 (two-sided, 6 splits); paired by seed '
+        '(2 seeds, default higher in 2): sign-flip p = 0.500 (two-sided).'
+    ]
+
+
+def test_sb3_comparison_counts_the_bounds_of_an_interval_inside_it():
+    # SB3's interval [900, 1100] is closed: a mean on either bound is inside it, and an
+    # interval ending where it begins overlaps it. SB3's unfinished runs count too.
+    sb3 = (1000.0, 900.0, 1100.0, 3, 0)
+    stats = {
+        ('Hopper-v5', 'SAC', 'alf_lite'): (800.0, 700.0, 900.0, 3, 0),
+        ('Hopper-v5', 'SAC', 'SB3'): sb3,
+        ('Hopper-v5', 'TD3', 'alf_lite'): (1100.0, 1000.0, 1200.0, 3, 0),
+        ('Hopper-v5', 'TD3', 'SB3'): sb3,
+        ('Hopper-v5', 'DDPG', 'alf_lite'): (900.0, 850.0, 950.0, 3, 0),
+        ('Hopper-v5', 'DDPG', 'SB3'): sb3[:4] + (2,),
+    }
+    assert learning.compare_with_sb3(stats) == [
+        "- Hopper-v5 SAC: alf_lite 800.0 [700.0, 900.0] (3 runs) is below SB3's interval, "
+        '1000.0 [900.0, 1100.0] (3 runs); the intervals overlap.',
+        "- Hopper-v5 TD3: alf_lite 1100.0 [1000.0, 1200.0] (3 runs) is inside SB3's interval, "
+        '1000.0 [900.0, 1100.0] (3 runs); the intervals overlap.',
+        "- Hopper-v5 DDPG: alf_lite 900.0 [850.0, 950.0] (3 runs) is inside SB3's interval, "
+        '1000.0 [900.0, 1100.0] (3 runs); the intervals overlap (2 runs not finished yet).',
+    ]
+    # Intervals that touch overlap in the precision comparison too.
+    stats = {
+        ('Pendulum-v1', 'SAC bfloat16', 'alf_lite'): (-150.0, -160.0, -140.0, 2, 0),
+        ('Pendulum-v1', 'SAC float32', 'alf_lite'): (-170.0, -180.0, -160.0, 2, 0),
+    }
+    per_seed = {'SAC bfloat16': [-140.0, -160.0], 'SAC float32': [-180.0, -160.0]}
+    assert learning.compare_precisions(stats, per_seed) == [
+        '- Pendulum-v1 SAC: bfloat16 -150.0 [-160.0, -140.0] (2 runs: -140.0, -160.0), '
+        'float32 -170.0 [-180.0, -160.0] (2 runs: -180.0, -160.0); the intervals overlap.'
+    ]
+
+
+def test_seed_dirs_are_the_runs_with_a_progress_file_by_seed_number(tmp_path):
+    parent = tmp_path / 'study_sac' / 'icub_default'
+    for name in 'seed10', 'seed2', 'seed0', 'seed1', 'seed3.old', 'seedx', 'logs':
+        (parent / name).mkdir(parents=True)
+        if name != 'seed1':  # not started yet
+            (parent / name / 'progress.csv').write_text('env_steps\n0\n')
+    assert learning._seed_dirs(str(tmp_path), 'study_sac', 'icub_default') == [
+        str(parent / name) for name in ('seed0', 'seed2', 'seed10')
+    ]
+    assert learning._seed_dirs(str(tmp_path), 'study_sac', 'icub_mask_false') == []
+
+
+def test_suites_have_the_seeds_and_lengths_docs_results_md_gives():
+    # docs/results.md, "How the runs are made": default seeds in brackets, env steps.
+    assert {
+        s: (list(suite.seeds), suite.num_env_steps) for s, suite in learning.SUITES.items()
+    } == {
+        'pendulum': ([0, 1, 2, 3, 4], 20_000),
+        'hopper': ([0, 1, 2], 150_000),
+        'halfcheetah': ([0, 1, 2], 150_000),
+        'study_sac': ([0, 1, 2], 100_000),
+        'study_window': ([0, 1, 2], 100_000),
+        'study_replay': ([0, 1, 2], 300_000),
+        'icub_walk': ([0], 2_000_000),
+        'precision_pendulum': ([0, 1, 2, 3, 4], 20_000),
+        'precision_hopper': ([0, 1, 2], 100_000),
+    }
+
+
+@pytest.mark.parametrize('suite', sorted(learning.SUITES))
+def test_every_alf_lite_run_pins_its_schedule_device_and_precision(suite):
+    import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.config import parse_config
+    from alf_lite.trainer import TrainerConfig
+
+    for run in learning.suite_runs(suite, seeds=[0]):
+        if run.framework != 'alf_lite':
+            continue
+        gin.clear_config()
+        parse_config([str(REPO_ROOT / run.task.gin_file(run.algo))], learning.alf_gin_params(run))
+        config = TrainerConfig()
+        # The task's intervals, not the gin file's or TrainerConfig's defaults.
+        assert config.checkpoint_interval == run.task.checkpoint_interval
+        assert config.summary_interval == run.task.summary_interval
+        # A machine with an accelerator times the same CPU training.
+        assert config.device == 'cpu'
+        assert config.precision == ('bfloat16' if suite.startswith('precision_') else 'float32')
+
+
+def test_replay_study_draws_one_curve_per_capacity_named_by_its_setting(tmp_path):
+    runs = learning.suite_runs('study_replay', seeds=[0, 1])
+    specs = {r.name: r for r in runs}
+    per_env = {'icub_replay_10k': 833, 'icub_replay_100k': 8333, 'icub_replay_full': 25000}
+    dirs = []
+    for run in runs:
+        run_dir = tmp_path / run.name / f'seed{run.seed}'
+        run_dir.mkdir(parents=True)
+        (run_dir / 'config.gin').write_text(
+            f'TrainerConfig.random_seed = {run.seed}\n'
+            f'TrainerConfig.replay_buffer_length = {per_env[run.name]}\n'
+        )
+        dirs.append(str(run_dir))
+    # The figure tells the capacities apart: each capacity's seeds make one curve.
+    group_by = learning.SUITES['study_replay'].group_by
+    assert learning._legend_labels(dirs, group_by, specs) == [
+        'replay 10k=TrainerConfig.replay_buffer_length=833',
+        'replay 100k=TrainerConfig.replay_buffer_length=8333',
+        'replay full (whole run)=TrainerConfig.replay_buffer_length=25000',
+    ]
+
+
+def _write_run(run_dir, columns, rows, config, done=None):
+    run_dir.mkdir(parents=True)
+    lines = [','.join(columns)] + [','.join('' if v is None else str(v) for v in r) for r in rows]
+    (run_dir / 'progress.csv').write_text('\n'.join(lines) + '\n')
+    (run_dir / 'config.gin').write_text(config)
+    if done is not None:
+        (run_dir / 'done.json').write_text(json.dumps(done))
+
+
+def _report(suite, out, docs, monkeypatch, capsys):
+    """report_suite's printed lines and the labels of each figure (plot.py is not run)."""
+    figures = {}
+
+    def plot(run_dirs, group_by, y, png, y_minus=None, labels=()):
+        figures[png] = list(labels)
+
+    monkeypatch.setattr(learning, '_plot', plot)
+    assert learning.report_suite(suite, str(out), str(docs))
+    return capsys.readouterr().out.splitlines(), figures
+
+
+def _table(lines):
+    """``{(framework, setting): {column: cell}}`` of the report's table."""
+    head = next(line for line in lines if line.startswith('| task'))
+    columns = [c.strip() for c in head.strip('|').split('|')]
+    rows = {}
+    for line in lines:
+        if line.startswith('| ') and not line.startswith('| task'):
+            cells = dict(zip(columns, (c.strip() for c in line.strip('|').split('|'))))
+            rows[(cells['framework'], cells['algorithm / setting'])] = cells
+    return rows
+
+
+def test_study_report_pairs_runs_by_seed_number_and_takes_each_runs_last_evaluations(
+    tmp_path, monkeypatch, capsys
+):
+    out, mib = tmp_path / 'runs', 2**20
+    columns = (
+        'env_steps',
+        'eval/AverageReturn',
+        'eval/QNearTermination',
+        'eval/ReturnNearTermination',
+        'train/replay_buffer_bytes',
+    )
+    # (setting, seed, final return, Q near termination, Q - return, final replay MiB, done)
+    runs = [
+        ('default', 0, 20, 10, 1, 2, dict(wall_time_s=100.0, env_steps=4000, mean_load=1.0)),
+        ('default', 1, 50, 20, 2, 3, dict(wall_time_s=200.0, env_steps=4000, mean_load=2.0)),
+        ('default', 2, 80, 30, 3, 10, dict(wall_time_s=900.0, env_steps=4000, mean_load=6.0)),
+        # Seed 0 of mask_false is missing: seeds 1 and 2 make the pairs; seed 10 is
+        # still training.
+        ('mask_false', 1, 45, 40, 4, 4, dict(wall_time_s=300.0, env_steps=4000)),
+        ('mask_false', 2, 70, 50, 5, 4, dict(wall_time_s=500.0, env_steps=4000)),
+        ('mask_false', 10, 25, 60, 6, 4, None),
+    ]
+    for setting, seed, final, q, above, replay, done in runs:
+        # The last 3 evaluations average to the final return; the first evaluation
+        # has a Q but no return near termination (left out of Q - return), the second
+        # a Q 20 above the return.
+        rows = [
+            (0, 0, 50, None, mib),
+            (1000, 0, 30, 10, mib),
+            (2000, final - 1, q, q - above, mib),
+            (3000, final, q, q - above, mib),
+            (4000, final + 1, q, q - above, replay * mib),
+        ]
+        config = (
+            f'TrainerConfig.mask_out_loss_for_last_step = {setting == "default"}\n'
+            'SacAlgorithm.resample_action_per_loss = False\n'
+        )
+        _write_run(
+            out / 'study_sac' / f'icub_{setting}' / f'seed{seed}', columns, rows, config, done
+        )
+    # A run without an evaluation yet counts nowhere.
+    _write_run(
+        out / 'study_sac' / 'icub_mask_false' / 'seed3',
+        columns,
+        [(0, None, None, None, 100 * mib)],
+        'TrainerConfig.mask_out_loss_for_last_step = False\n',
+    )
+    lines, figures = _report('study_sac', out, tmp_path / 'docs', monkeypatch, capsys)
+    table = _table(lines)
+    # Three runs: the 95% interval is the range of their values (docs/sac_study.md).
+    # Wall time (200 s: 3.3 min), ms per env step, replay buffer (each run's last
+    # value) and load: medians over the runs that have them.
+    assert table[('alf_lite', 'default')] == {
+        'task': 'ICubWalk-v0',
+        'framework': 'alf_lite',
+        'algorithm / setting': 'default',
+        'final eval return, mean [95% CI]': '50.0 [20.0, 80.0]',
+        'seeds': '3',
+        'env steps': '4000',
+        'median wall time': '3.3 min',
+        'ms per env step': '50.0',
+        'replay buffer': '3.0 MiB',
+        'load': '2.0',
+        'Q near termination [95% CI]': '20.0 [10.0, 30.0]',
+        'return near termination [95% CI]': '18.0 [9.0, 27.0]',
+        'Q - return [95% CI]': '2.0 [1.0, 3.0]',
+    }
+    assert table[('alf_lite', 'mask_out_loss_for_last_step=False')] == {
+        'task': 'ICubWalk-v0',
+        'framework': 'alf_lite',
+        'algorithm / setting': 'mask_out_loss_for_last_step=False',
+        'final eval return, mean [95% CI]': '46.7 [25.0, 70.0]',
+        'seeds': '3 (1 unfinished)',
+        'env steps': '4000',
+        'median wall time': '6.7 min',
+        'ms per env step': '100.0',
+        'replay buffer': '4.0 MiB',
+        'load': '-',
+        'Q near termination [95% CI]': '50.0 [40.0, 60.0]',
+        'return near termination [95% CI]': '45.0 [36.0, 54.0]',
+        'Q - return [95% CI]': '5.0 [4.0, 6.0]',
+    }
+    # Splits of 20, 50, 80 | 45, 70, 25: 18 of the 20 have a difference of means at
+    # least 10/3 from zero (all but the two whose first group sums to 145). Pairs:
+    # seed 1 (50 - 45) and seed 2 (80 - 70); flips of 5 and 10: 15, -5, 5, -15.
+    assert (
+        '- ICubWalk-v0, mask, final eval return: default 50.0 (3 runs) against mask_false '
+        '46.7 (3 runs); exact permutation p = 0.900 (two-sided, 20 splits); paired by seed '
+        '(2 seeds, default higher in 2): sign-flip p = 0.500 (two-sided).'
+    ) in lines
+    # Q - return 1, 2, 3 against 4, 5, 6; pairs 2 - 4 and 3 - 5: flips -4, 0, 0, 4.
+    assert (
+        '- ICubWalk-v0, mask, Q - return: default 2.0 (3 runs) against mask_false 5.0 '
+        '(3 runs); exact permutation p = 0.100 (two-sided, 20 splits); paired by seed '
+        '(2 seeds, default higher in 0): sign-flip p = 0.500 (two-sided).'
+    ) in lines
+    docs = tmp_path / 'docs'
+    assert figures[str(docs / 'study_sac_icub_mask.png')] == [
+        'default=TrainerConfig.mask_out_loss_for_last_step=True',
+        'mask_out_loss_for_last_step=False=TrainerConfig.mask_out_loss_for_last_step=False',
+    ]
+
+
+def test_suite_of_both_frameworks_names_curves_and_rows_by_framework(tmp_path, monkeypatch, capsys):
+    out = tmp_path / 'runs'
+    finals = {
+        ('alf_sac', '@SacAlgorithm'): (-150.0, -170.0),
+        ('sb3_sac', '@stable_baselines3.SAC'): (-300.0, -200.0),
+    }
+    for (name, ctor), values in finals.items():
+        for seed, final in enumerate(values):
+            # SB3's seed 1 is still training.
+            done = None if (name, seed) == ('sb3_sac', 1) else dict(wall_time_s=60.0)
+            _write_run(
+                out / 'pendulum' / name / f'seed{seed}',
+                ('env_steps', 'eval/AverageReturn'),
+                [(1000, final)],
+                f'TrainerConfig.algorithm_ctor = {ctor}\n',
+                done,
+            )
+    lines, figures = _report('pendulum', out, tmp_path / 'docs', monkeypatch, capsys)
+    assert figures == {
+        str(tmp_path / 'docs' / 'pendulum.png'): [
+            'alf_lite SAC=TrainerConfig.algorithm_ctor=@SacAlgorithm',
+            'SB3 SAC=TrainerConfig.algorithm_ctor=@stable_baselines3.SAC',
+        ]
+    }
+    table = _table(lines)
+    # Two runs: a resampling's mean is either value or their midpoint, so the 95%
+    # interval runs from one value to the other.
+    assert table[('alf_lite', 'SAC')]['final eval return, mean [95% CI]'] == (
+        '-160.0 [-170.0, -150.0]'
+    )
+    assert table[('SB3', 'SAC')]['seeds'] == '2 (1 unfinished)'
+    assert (
+        "- Pendulum-v1 SAC: alf_lite -160.0 [-170.0, -150.0] (2 runs) is above SB3's "
+        'interval, -250.0 [-300.0, -200.0] (2 runs); the intervals do not overlap '
+        '(1 run not finished yet).'
+    ) in lines
