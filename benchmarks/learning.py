@@ -43,6 +43,7 @@ from alf_lite.runs import (
     EVAL_Q_NEAR_TERMINATION,
     EVAL_RETURN,
     EVAL_RETURN_NEAR_TERMINATION,
+    PROCESS_RSS_BYTES,
     REPLAY_BUFFER_BYTES,
     read_scalar_if_any,
     subprocess_env,
@@ -265,6 +266,15 @@ STUDY_COMPARISONS = {
     'study_sac': SAC_STUDY_COMPARISONS,
     'study_window': (('resample', RESAMPLE, ('default', 'resample_true')),),
 }
+# The settings each study's report tests against each other: (name, (setting, setting)).
+SETTING_TESTS = {
+    suite: tuple((name, compared) for name, _, compared in comparisons)
+    for suite, comparisons in STUDY_COMPARISONS.items()
+}
+SETTING_TESTS['study_replay'] = tuple(
+    ('capacity', (f'replay_{first}', f'replay_{second}'))
+    for first, second in (('100k', 'full'), ('10k', '100k'), ('10k', 'full'))
+)
 
 
 def _alf_sac(task: Task, name: str, setting: str, gin_params: Tuple[str, ...]) -> RunConfig:
@@ -677,6 +687,11 @@ def _mib(nbytes: float) -> str:
     return f'{nbytes / 2**20:.1f} MiB'
 
 
+def _size(nbytes: float) -> str:
+    """``nbytes`` in GiB from 1 GiB up, else in MiB."""
+    return f'{nbytes / 2**30:.2f} GiB' if nbytes >= 2**30 else _mib(nbytes)
+
+
 def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = False) -> bool:
     """Plots the suite's runs and prints its table; False when it has no runs yet.
 
@@ -713,6 +728,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     os.makedirs(docs_dir, exist_ok=True)
     rows, codes, stats, per_seed = [], set(), {}, {}
     by_seed, tests = {}, []  # the study comparisons' figures by seed, and their tests
+    runs_by_seed = []  # a study's lines of each setting's runs, by seed
     for task in tasks:
         names = [n for n in found if specs[n].task == task]
         stem = suite if len(all_tasks) == 1 else f'{suite}_{task.tag}'
@@ -730,6 +746,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
         for name in names:
             spec = specs[name]
             finals, steps, walls, replay, loads, unfinished = [], [], [], [], [], 0
+            rss, ended = [], {}  # each run's last process RSS; final return, episode length
             per_step, q_end, return_end, q_above = [], [], [], []
             for d in found[name]:
                 xs, ys = read_scalar_if_any(d, EVAL_RETURN)
@@ -741,6 +758,8 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                 per_seed.setdefault(spec.label, []).append(finals[-1])
                 seed = int(_SEED_DIR.match(os.path.basename(d))[1])
                 by_seed.setdefault((name, 'return'), {})[seed] = finals[-1]
+                _, lengths = read_scalar_if_any(d, EVAL_EPISODE_LENGTH)
+                ended[seed] = (finals[-1], float(lengths[-1]) if len(lengths) else None)
                 steps.append(int(xs[-1]))
                 done = read_done(d)
                 if done:
@@ -764,6 +783,9 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                 _, nbytes = read_scalar_if_any(d, REPLAY_BUFFER_BYTES)
                 if len(nbytes):
                     replay.append(float(nbytes[-1]))
+                _, nbytes = read_scalar_if_any(d, PROCESS_RSS_BYTES)
+                if len(nbytes):
+                    rss.append(float(nbytes[-1]))
             # Each interval draws from a generator of its own: it depends on its runs alone.
             mean, lower, upper = band(finals, 'ci')
             framework = _framework(spec)
@@ -789,15 +811,25 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                     format_duration(statistics.median(walls)) if walls else '-',
                     f'{1000 * statistics.median(per_step):.1f}' if per_step else '-',
                     _mib(statistics.median(replay)) if replay else '-',
+                    _size(statistics.median(rss)) if rss else '-',
                     f'{statistics.median(loads):.1f}' if loads else '-',
                 )
             )
+            if suite in SETTING_TESTS:
+                runs_by_seed.append(
+                    f'- {task.env}, {spec.label}: '
+                    + ', '.join(
+                        f'seed {seed} {final:.1f}'
+                        + (f' ({length:.1f} steps)' if length is not None else '')
+                        for seed, (final, length) in sorted(ended.items())
+                    )
+                )
             if suite in STUDY_COMPARISONS:
                 rows[-1] += tuple(
                     '{:.1f} [{:.1f}, {:.1f}]'.format(*band(v, 'ci')) if v else '-'
                     for v in (q_end, return_end, q_above)
                 )
-        for comparison, _, compared in STUDY_COMPARISONS.get(suite, ()):
+        for comparison, compared in SETTING_TESTS.get(suite, ()):
             settings = tuple(f'{task.tag}_{setting}' for setting in compared)
             tests += compare_settings(task.env, comparison, settings, by_seed)
     header = (
@@ -810,6 +842,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
         'median wall time',
         'ms per env step',
         'replay buffer',
+        'process RSS',
         'load',
     )
     if suite in STUDY_COMPARISONS:
@@ -837,6 +870,12 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
             f"each run's mean over its last {LAST_N} evaluations that have an episode "
             'ending in termination, then mean over runs and CI as above.'
         )
+    if runs_by_seed:
+        print(
+            "\nEach run's final eval return by seed, and in brackets the length of its "
+            'last eval episodes (their mean over the episodes of that evaluation):\n\n'
+            + '\n'.join(runs_by_seed)
+        )
     if tests:
         print(
             '\nEach comparison of two settings: an exact permutation test of the two '
@@ -857,6 +896,10 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
             f"\nalf_lite's mean final eval return against SB3's {CONFIDENCE:.0%} CI:\n\n"
             + '\n'.join(comparisons)
         )
+    print(
+        "\nprocess RSS: median over runs of the trainer process's resident memory at its "
+        'last summary (torch, the networks, the replay buffer; env processes come on top).'
+    )
     print(
         f'\nload: median over runs of the mean 1-minute load average while each trained '
         f'({os.cpu_count()} CPUs here; above the number of runs at a time means the wall '

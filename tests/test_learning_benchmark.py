@@ -959,28 +959,30 @@ def test_study_report_pairs_runs_by_seed_number_and_takes_each_runs_last_evaluat
         'eval/QNearTermination',
         'eval/ReturnNearTermination',
         'train/replay_buffer_bytes',
+        'train/process_rss_bytes',
     )
-    # (setting, seed, final return, Q near termination, Q - return, final replay MiB, done)
+    # (setting, seed, final return, Q near termination, Q - return, final replay MiB,
+    # final process RSS MiB, done)
     runs = [
-        ('default', 0, 20, 10, 1, 2, dict(wall_time_s=100.0, env_steps=4000, mean_load=1.0)),
-        ('default', 1, 50, 20, 2, 3, dict(wall_time_s=200.0, env_steps=4000, mean_load=2.0)),
-        ('default', 2, 80, 30, 3, 10, dict(wall_time_s=900.0, env_steps=4000, mean_load=6.0)),
+        ('default', 0, 20, 10, 1, 2, 1024, dict(wall_time_s=100.0, env_steps=4000, mean_load=1.0)),
+        ('default', 1, 50, 20, 2, 3, 1536, dict(wall_time_s=200.0, env_steps=4000, mean_load=2.0)),
+        ('default', 2, 80, 30, 3, 10, 4096, dict(wall_time_s=900.0, env_steps=4000, mean_load=6.0)),
         # Seed 0 of mask_false is missing: seeds 1 and 2 make the pairs; seed 10 is
         # still training.
-        ('mask_false', 1, 45, 40, 4, 4, dict(wall_time_s=300.0, env_steps=4000)),
-        ('mask_false', 2, 70, 50, 5, 4, dict(wall_time_s=500.0, env_steps=4000)),
-        ('mask_false', 10, 25, 60, 6, 4, None),
+        ('mask_false', 1, 45, 40, 4, 4, 900, dict(wall_time_s=300.0, env_steps=4000)),
+        ('mask_false', 2, 70, 50, 5, 4, 1000, dict(wall_time_s=500.0, env_steps=4000)),
+        ('mask_false', 10, 25, 60, 6, 4, 950, None),
     ]
-    for setting, seed, final, q, above, replay, done in runs:
+    for setting, seed, final, q, above, replay, rss, done in runs:
         # The last 3 evaluations average to the final return; the first evaluation
         # has a Q but no return near termination (left out of Q - return), the second
-        # a Q 20 above the return.
+        # a Q 20 above the return. RSS before the last summary is larger than at it.
         rows = [
-            (0, 0, 50, None, mib),
-            (1000, 0, 30, 10, mib),
-            (2000, final - 1, q, q - above, mib),
-            (3000, final, q, q - above, mib),
-            (4000, final + 1, q, q - above, replay * mib),
+            (0, 0, 50, None, mib, 8192 * mib),
+            (1000, 0, 30, 10, mib, 8192 * mib),
+            (2000, final - 1, q, q - above, mib, 8192 * mib),
+            (3000, final, q, q - above, mib, 8192 * mib),
+            (4000, final + 1, q, q - above, replay * mib, rss * mib),
         ]
         config = (
             f'TrainerConfig.mask_out_loss_for_last_step = {setting == "default"}\n'
@@ -993,7 +995,7 @@ def test_study_report_pairs_runs_by_seed_number_and_takes_each_runs_last_evaluat
     _write_run(
         out / 'study_sac' / 'icub_mask_false' / 'seed3',
         columns,
-        [(0, None, None, None, 100 * mib)],
+        [(0, None, None, None, 100 * mib, 100 * mib)],
         'TrainerConfig.mask_out_loss_for_last_step = False\n',
     )
     lines, figures = _report('study_sac', out, tmp_path / 'docs', monkeypatch, capsys)
@@ -1011,6 +1013,7 @@ def test_study_report_pairs_runs_by_seed_number_and_takes_each_runs_last_evaluat
         'median wall time': '3.3 min',
         'ms per env step': '50.0',
         'replay buffer': '3.0 MiB',
+        'process RSS': '1.50 GiB',
         'load': '2.0',
         'Q near termination [95% CI]': '20.0 [10.0, 30.0]',
         'return near termination [95% CI]': '18.0 [9.0, 27.0]',
@@ -1026,6 +1029,7 @@ def test_study_report_pairs_runs_by_seed_number_and_takes_each_runs_last_evaluat
         'median wall time': '6.7 min',
         'ms per env step': '100.0',
         'replay buffer': '4.0 MiB',
+        'process RSS': '950.0 MiB',
         'load': '-',
         'Q near termination [95% CI]': '50.0 [40.0, 60.0]',
         'return near termination [95% CI]': '45.0 [36.0, 54.0]',
@@ -1088,3 +1092,66 @@ def test_suite_of_both_frameworks_names_curves_and_rows_by_framework(tmp_path, m
         'interval, -250.0 [-300.0, -200.0] (2 runs); the intervals do not overlap '
         '(1 run not finished yet).'
     ) in lines
+
+
+def test_replay_study_report_lists_each_run_and_tests_each_pair_of_capacities(
+    tmp_path, monkeypatch, capsys
+):
+    out, gib = tmp_path / 'runs', 2**30
+    columns = (
+        'env_steps',
+        'eval/AverageReturn',
+        'eval/AverageEpisodeLength',
+        'train/process_rss_bytes',
+    )
+    per_env = {'10k': 833, '100k': 8333, 'full': 25000}
+    # (capacity, seed, final return, last eval episode length)
+    runs = [('10k', 0, 40, 8), ('10k', 1, 45, 7.5), ('10k', 2, 50, 9)]
+    runs += [('100k', s, f, 10 * s + 10) for s, f in enumerate((100, 200, 300, 400))]
+    runs += [('full', s, f, 10 * s + 5) for s, f in enumerate((90, 150, 310, 350))]
+    for capacity, seed, final, length in runs:
+        rss = {'10k': 1.5, '100k': 1.6, 'full': 1.75}[capacity] * gib
+        rows = [(0, 0, 50, 9 * gib), (6000, final, 20, 9 * gib), (12000, final, length, rss)]
+        _write_run(
+            out / 'study_replay' / f'icub_replay_{capacity}' / f'seed{seed}',
+            columns,
+            rows,
+            f'TrainerConfig.replay_buffer_length = {per_env[capacity]}\n',
+            dict(wall_time_s=60.0, env_steps=12000),
+        )
+    lines, figures = _report('study_replay', out, tmp_path / 'docs', monkeypatch, capsys)
+    assert list(figures) == [str(tmp_path / 'docs' / 'study_replay.png')]
+    table = _table(lines)
+    assert table[('alf_lite', 'replay full (whole run)')]['process RSS'] == '1.75 GiB'
+    # Each run's mean over its last 3 evaluations (0, final, final) and its last length.
+    assert (
+        '- ICubWalk-v0, replay 10k: seed 0 26.7 (8.0 steps), seed 1 30.0 (7.5 steps), '
+        'seed 2 33.3 (9.0 steps)'
+    ) in lines
+    assert (
+        '- ICubWalk-v0, replay 100k: seed 0 66.7 (10.0 steps), seed 1 133.3 (20.0 steps), '
+        'seed 2 200.0 (30.0 steps), seed 3 266.7 (40.0 steps)'
+    ) in lines
+    # 100K against the whole run, 4 pairs: differences 2/3 of 10, 50, -10, 50; of the 16
+    # sign flips, 6 have a sum as far from zero (all + or all -, or one 10 flipped).
+    finals = {c: [2 * f / 3 for cc, _, f, _ in runs if cc == c] for c in per_env}
+    assert (
+        '- ICubWalk-v0, capacity, final eval return: replay_100k 166.7 (4 runs) against '
+        f'replay_full 150.0 (4 runs); exact permutation p = '
+        f'{learning.permutation_p(finals["100k"], finals["full"]):.3f} (two-sided, 70 splits); '
+        'paired by seed (4 seeds, replay_100k higher in 3): sign-flip p = 0.375 (two-sided).'
+    ) in lines
+    # 10K's 3 runs below all 4 of 100K: of the 35 splits, only the observed one and
+    # 100K's top three against the rest are as far apart; 3 pairs on one side: 2 / 8.
+    assert (
+        '- ICubWalk-v0, capacity, final eval return: replay_10k 30.0 (3 runs) against '
+        'replay_100k 166.7 (4 runs); exact permutation p = 0.057 (two-sided, 35 splits); '
+        'paired by seed (3 seeds, replay_10k higher in 0): sign-flip p = 0.250 (two-sided).'
+    ) in lines
+    assert (
+        sum(
+            line.startswith('- ICubWalk-v0, capacity, final eval return: replay_10k')
+            for line in lines
+        )
+        == 2
+    )
