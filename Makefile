@@ -13,7 +13,7 @@ TEST_WORKERS ?= 2
 # packages). For the CPU build: make clean install TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 TORCH_INDEX_URL ?=
 
-.PHONY: venv install train test format bench clean
+.PHONY: venv install train test test-durations format bench clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,12 @@ train: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
+
+# The test files' seconds on this machine (tests/durations.json), which make test's
+# workers take longest first; rerun it on an idle machine when files grow or come.
+test-durations: $(VENV)/.installed
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --store-durations tests
 
 format: $(VENV)/.installed
 	$(PY) -m ruff format .

@@ -1,10 +1,79 @@
-"""Shared fixtures: read back the TensorBoard event files and progress.csv that a run wrote."""
+"""Shared fixtures: read back the TensorBoard event files and progress.csv that a run wrote.
 
+Also the order of the test files: ``make test`` hands whole files to its workers in
+collection order (pytest-xdist ``--dist loadfile --no-loadscope-reorder``), and
+collection puts the files that took longest first (``durations.json``, which
+``make test-durations`` rewrites), so that no long file starts when the other
+worker has little left to do. A file not in ``durations.json`` goes first.
+"""
+
+import collections
 import csv
+import json
+import math
 import os
 
 import gin
 import pytest
+
+DURATIONS_FILE = os.path.join(os.path.dirname(__file__), 'durations.json')
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        '--store-durations',
+        action='store_true',
+        help=f'write the seconds each test file took to {DURATIONS_FILE}',
+    )
+
+
+def _file_of(nodeid):
+    return nodeid.split('::', 1)[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files longest first by ``durations.json``; the tests of a file in their order."""
+    try:
+        with open(DURATIONS_FILE) as f:
+            seconds = json.load(f)
+    except FileNotFoundError:
+        return
+    position = {}
+    for item in items:
+        position.setdefault(_file_of(item.nodeid), len(position))
+    # Stable: each file's tests keep their order, and files of equal time theirs.
+    items.sort(
+        key=lambda item: (
+            -seconds.get(_file_of(item.nodeid), math.inf),
+            position[_file_of(item.nodeid)],
+        )
+    )
+
+
+def pytest_configure(config):
+    # The controller (not an xdist worker) adds up the reports of every worker.
+    if config.getoption('--store-durations') and not hasattr(config, 'workerinput'):
+        config.pluginmanager.register(_DurationRecorder(), 'alf_lite_durations')
+
+
+class _DurationRecorder:
+    """Adds up each test file's setup, call and teardown seconds; writes them at the end."""
+
+    def __init__(self):
+        self.seconds = collections.defaultdict(float)
+
+    def pytest_runtest_logreport(self, report):
+        self.seconds[_file_of(report.nodeid)] += report.duration
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus):
+        if exitstatus != 0:
+            terminalreporter.write_line(f'tests failed: {DURATIONS_FILE} is left as it was')
+            return
+        ordered = sorted(self.seconds.items(), key=lambda kv: -kv[1])
+        with open(DURATIONS_FILE, 'w') as f:
+            json.dump({name: round(s, 1) for name, s in ordered}, f, indent=1)
+            f.write('\n')
+        terminalreporter.write_line(f'wrote {DURATIONS_FILE}')
 
 
 @pytest.fixture(autouse=True)
