@@ -28,7 +28,7 @@ setup(
         'pillow',
     ],
     extras_require={
-        'test': ['pytest', 'pytest-timeout', 'pytest-xdist', 'ruff==0.17.6'],
+        'test': ['pytest', 'pytest-timeout', 'pytest-xdist>=3.8', 'ruff==0.17.6'],
         'bench': ['stable-baselines3'],
         'ray': ['ray'],
     },
