@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import signal
 import subprocess
 import sys
 import time
@@ -1155,3 +1156,568 @@ def test_replay_study_report_lists_each_run_and_tests_each_pair_of_capacities(
         )
         == 2
     )
+
+
+# The launcher and the SB3 runner's parts, run on files in tmp_path: the runs are tiny
+# Python processes that write what a training run writes.
+
+
+def _pendulum_run(steps, framework='alf_lite', seed=0):
+    """alf_lite SAC on Pendulum of ``steps`` env steps; another framework cannot resume."""
+    import dataclasses
+
+    (run,) = [r for r in learning.suite_runs('pendulum', [seed], steps) if r.name == 'alf_sac']
+    return dataclasses.replace(run, framework=framework)
+
+
+def _python(script, *args):
+    """A command running ``script`` in a fresh Python process; ``sys.argv[1:]`` are ``args``."""
+    return [sys.executable, '-c', script, *map(str, args)]
+
+
+# Waits argv[1] seconds, then appends ``env_steps,eval/AverageReturn`` rows (the
+# arguments after the run directory, in pairs) to its progress.csv.
+_APPEND_ROWS = """
+import os, sys, time
+time.sleep(float(sys.argv[1]))
+run_dir, values = sys.argv[2], sys.argv[3:]
+with open(os.path.join(run_dir, 'progress.csv'), 'a') as f:
+    for steps, value in zip(values[::2], values[1::2]):
+        f.write(f'{steps},{value}\\n')
+"""
+
+# A shell that runs until SIGTERM (at most 20 s), then appends the row ($2, $3) to
+# $1/progress.csv and exits with status $4: it reacts at once, with no interpreter
+# to start first.
+_UNTIL_SIGTERM = (
+    'trap \'echo "$2,$3" >> "$1/progress.csv"; kill $!; exit $4\' TERM; '
+    'touch "$1/ready"; sleep 20 & wait'
+)
+
+
+def _until_sigterm(run_dir, steps, value, status):
+    return ['sh', '-c', _UNTIL_SIGTERM, 'sh', str(run_dir), str(steps), str(value), str(status)]
+
+
+def _launcher(out, command, *args):
+    """A ``Launcher`` of the runs in ``out`` that starts every run with ``command``."""
+    return launcher.Launcher(str(out), lambda run: command, *args)
+
+
+def _write_progress(run_dir, rows, config=True):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = ['env_steps,eval/AverageReturn'] + [f'{s},{v}' for s, v in rows]
+    (run_dir / 'progress.csv').write_text('\n'.join(lines) + '\n')
+    if config:
+        (run_dir / 'config.gin').write_text('TrainerConfig.random_seed = 0\n')
+
+
+def _attempts(run, out):
+    with open(run.log_path(str(out), launcher.ATTEMPTS_SUFFIX)) as f:
+        return json.load(f)
+
+
+def test_resumed_run_is_done_with_its_attempts_wall_times_load_and_last_three_evaluations(
+    tmp_path,
+):
+    out = tmp_path / 'runs'
+    # A run that collects several env steps an iteration may end past its length:
+    # this one of 990 env steps ends at 1000.
+    run = _pendulum_run(990)
+    run_dir = tmp_path / 'runs' / 'pendulum' / 'alf_sac' / 'seed0'
+    # The first attempt got to 250 env steps in 40 s at a load of 2.0.
+    _write_progress(run_dir, [(0, -1000), (250, -800)])
+    logs = out / 'pendulum' / 'logs'
+    logs.mkdir(parents=True)
+    first = dict(started=1.0, wall_time_s=40.0, returncode=143, env_steps_from=0)
+    first.update(env_steps_to=250, kind=list(run.kind), mean_load=2.0, code='abc')
+    (logs / 'alf_sac.seed0.attempts.json').write_text(json.dumps([first]))
+    command = _python(_APPEND_ROWS, 0, run_dir, 500, -600, 750, -400, 1000, -300)
+    result = _launcher(out, command).execute(run)
+    assert result['status'] == 'done' and result['detail'] == 'resumed'
+    first_again, second = _attempts(run, out)
+    assert first_again == first
+    assert second['returncode'] == 0 and second['kind'] == list(run.kind)
+    # This attempt resumed at the last row of progress.csv and ended at the run's end.
+    assert (second['env_steps_from'], second['env_steps_to']) == (250, 1000)
+    # It ended before the first load sample: its load is unknown, not zero.
+    assert second['mean_load'] is None
+    done = json.loads((run_dir / 'done.json').read_text())
+    assert done == result['done']
+    assert {k: done[k] for k in ('framework', 'algo', 'env', 'seed', 'setting')} == {
+        'framework': 'alf_lite',
+        'algo': 'sac',
+        'env': 'Pendulum-v1',
+        'seed': 0,
+        'setting': run.setting,
+    }
+    assert (done['target_env_steps'], done['env_steps']) == (990, 1000)
+    assert done['final_eval_return'] == -300
+    assert done['final_eval_return_last3'] == pytest.approx((-600 - 400 - 300) / 3)
+    assert done['attempts'] == 2
+    assert done['wall_time_s'] == pytest.approx(40.0 + second['wall_time_s'])
+    # The attempt without a load does not weigh in.
+    assert done['mean_load'] == 2.0
+    assert done['code'] == sorted({'abc', second['code']})
+
+
+def test_run_ending_without_an_evaluation_or_with_an_error_or_a_signal_is_not_done(tmp_path):
+    out = tmp_path / 'runs'
+    run = _pendulum_run(1000)
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    cases = [
+        # (script, status, words of the detail)
+        ('pass', 'failed', 'no eval/AverageReturn in'),
+        (
+            "print('ValueError: bad value'); raise SystemExit(3)",
+            'failed',
+            'exit code 3: ValueError',
+        ),
+        # Train's own exit status after SIGINT, and a process killed by SIGTERM.
+        ('raise SystemExit(130)', 'interrupted', 'exit code 130'),
+        ('import os, signal; os.kill(os.getpid(), signal.SIGTERM)', 'interrupted', 'exit code -15'),
+    ]
+    for script, status, words in cases:
+        result = _launcher(out, _python(script)).execute(run)
+        assert (result['status'], words in result['detail']) == (status, True), result
+    assert not (run_dir / 'done.json').exists()
+    assert [a['returncode'] for a in _attempts(run, out)] == [0, 3, 130, -15]
+
+
+def test_a_stopped_launcher_starts_no_run_even_when_stopped_while_preparing_it(tmp_path):
+    out = tmp_path / 'runs'
+    run = _pendulum_run(1000)
+    marker = tmp_path / 'started'
+    command = _python('import sys; open(sys.argv[1], "w").close()', marker)
+    stopped = _launcher(out, command)
+    stopped.stop(signal.SIGTERM)
+    assert stopped.execute(run) == dict(run=run, status='not started', detail='stopped')
+    assert not (out / 'pendulum' / 'logs').exists()
+
+    # Stopped between the checks and the start (while its command is made).
+    def command_then_stop(r):
+        preparing.stop(signal.SIGINT)
+        return command
+
+    preparing = launcher.Launcher(str(out), command_then_stop)
+    assert preparing.execute(run)['status'] == 'not started'
+    assert not marker.exists()
+
+
+def test_stop_passes_its_signal_on_to_the_running_runs(tmp_path):
+    import threading
+
+    out = tmp_path / 'runs'
+    run = _pendulum_run(1000)
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    run_dir.mkdir(parents=True)
+    command = _until_sigterm(run_dir, 10, -1, 143)
+    runner = _launcher(out, command)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(runner.execute(run)))
+    thread.start()
+    try:
+        deadline = time.time() + RUN_TIMEOUT_S
+        while not (run_dir / 'ready').exists() and time.time() < deadline:
+            time.sleep(0.01)
+        runner.stop(signal.SIGTERM)
+    finally:
+        thread.join(timeout=RUN_TIMEOUT_S)
+    (result,) = results
+    assert result['status'] == 'interrupted' and 'exit code 143' in result['detail']
+    assert runner.stopping
+
+
+def test_deadline_admits_a_run_whose_estimate_with_its_margin_fits(tmp_path):
+    out = tmp_path / 'runs'
+    # Pendulum's assumed 0.012 s per env step: 100_000 steps need about 1200 s,
+    # 1440 s with the margin of 1.2.
+    run = _pendulum_run(100_000)
+    assert launcher.estimate_seconds(run, str(out)) == (pytest.approx(1200.0), 'assumed rate')
+    for left, status in ((1320, 'deferred'), (1560, 'failed')):
+        result = _launcher(out, _python('pass'), time.time() + left).execute(run)
+        # Admitted, the run starts (and fails: it writes no evaluation).
+        assert result['status'] == status, (left, result)
+        if status == 'deferred':
+            assert result['detail'].startswith(
+                'needs about 20.0 min (assumed rate), which would end after the deadline'
+            )
+
+
+def test_partial_starts_only_resumable_runs_and_only_with_enough_time_left(tmp_path):
+    out = tmp_path / 'runs'
+    # 1200 s needed (see above), 600 s left: a resumable run starts (and fails: it
+    # writes no evaluation) when --partial asks for at most 10 minutes.
+    resumable, other = _pendulum_run(100_000), _pendulum_run(100_000, framework='custom')
+    assert not other.resumable
+    cases = [(resumable, 9.5, 'failed'), (resumable, 10.5, 'deferred'), (other, 1, 'deferred')]
+    for run, partial_minutes, status in cases:
+        result = _launcher(out, _python('pass'), time.time() + 600, partial_minutes).execute(run)
+        assert result['status'] == status, (run.framework, partial_minutes, result)
+        if status == 'deferred':
+            assert 'would end after the deadline' in result['detail']
+
+
+def test_resumable_run_going_at_the_deadline_is_stopped_and_deferred_with_its_steps(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(launcher, 'LOAD_SAMPLE_S', 0.05)
+    out = tmp_path / 'runs'
+    run = _pendulum_run(100_000)
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    _write_progress(run_dir, [(0, -1000)], config=False)
+    # It needs 1200 s; with 1 s left it starts only because --partial allows
+    # 0.06 s, and is stopped at the deadline after it wrote the row of 500 env steps.
+    command = _until_sigterm(run_dir, 500, -100, 143)
+    result = _launcher(out, command, time.time() + 1, 0.001).execute(run)
+    assert result['status'] == 'deferred', result
+    assert result['detail'].startswith('stopped at the deadline at 500 env steps (needs about ')
+    assert 'trains until the deadline' in result['detail']
+    (attempt,) = _attempts(run, out)
+    assert attempt['returncode'] == 143 and attempt['env_steps_to'] == 500
+    # It ran for a few load samples.
+    assert attempt['mean_load'] is not None
+    # A run that finishes as it is stopped is done.
+    _write_progress(run_dir, [(0, -1000)], config=False)
+    command = _until_sigterm(run_dir, 100_000, -50, 0)
+    result = _launcher(out, command, time.time() + 1, 0.001).execute(run)
+    assert result['status'] == 'done', result
+    assert result['done']['env_steps'] == 100_000
+    # Without a config.gin the run started afresh: it did not resume.
+    assert result['detail'] == '' and _attempts(run, out)[1]['env_steps_from'] == 0
+
+
+def test_run_that_cannot_resume_is_not_stopped_at_the_deadline(tmp_path, monkeypatch):
+    monkeypatch.setattr(launcher, 'LOAD_SAMPLE_S', 0.05)
+    out = tmp_path / 'runs'
+    # 10 env steps at 0.012 s (0.144 s with the margin) fit the 1 s left; the run
+    # takes longer and finishes.
+    run = _pendulum_run(10, framework='custom')
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    _write_progress(run_dir, [(0, -1000), (5, -500)])
+    command = _python(_APPEND_ROWS, 1.5, run_dir, 10, -5)
+    result = _launcher(out, command, time.time() + 1).execute(run)
+    assert result['status'] == 'done', result
+    (attempt,) = _attempts(run, out)
+    # Not resumed, even with a config.gin of an earlier attempt: it started over.
+    assert attempt['env_steps_from'] == 0
+    # The load was sampled while it ran, also before the deadline.
+    assert attempt['mean_load'] is not None
+
+
+def test_estimate_counts_long_attempts_by_when_they_ended_and_only_the_steps_left(tmp_path):
+    (run,) = learning.suite_runs('hopper', seeds=[2], steps=150_000)[:1]
+    base = time.mktime(time.strptime('2026-11-10 10:00:00', '%Y-%m-%d %H:%M:%S'))
+
+    def finished_run(seed, minutes, rate, env_steps=100_000):
+        d = tmp_path / 'study_sac' / 'hopper_default' / f'seed{seed}'
+        d.mkdir(parents=True)
+        when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(base + 60 * minutes))
+        done = dict(framework='alf_lite', algo='sac', env='Hopper-v5', env_steps=env_steps)
+        (d / 'done.json').write_text(
+            json.dumps(dict(done, wall_time_s=rate * 100_000, finished=when))
+        )
+
+    for seed, minutes in enumerate((-100, -10, 0, 10)):
+        finished_run(seed, minutes, 0.01)
+    # Without env steps a done.json measures nothing.
+    finished_run(9, 20, 5.0, env_steps=0)
+    logs = tmp_path / 'hopper' / 'logs'
+    logs.mkdir(parents=True)
+    kind = ['alf_lite', 'sac', 'Hopper-v5']
+    attempts = [
+        # Started 20 min before the base time, ended 20 min after it: the most recent.
+        dict(kind=kind, started=base - 1200, wall_time_s=2400.0, env_steps_from=0),
+        # Shorter than MIN_MEASURED_S, or without env steps: they measure nothing.
+        dict(kind=kind, started=base, wall_time_s=299.0, env_steps_from=0),
+        dict(kind=kind, started=base, wall_time_s=900.0, env_steps_from=5000),
+    ]
+    to = [60_000, 100, 5000]  # the first: 0.04 s per env step
+    (logs / 'alf_sac.seed1.attempts.json').write_text(
+        json.dumps([dict(a, env_steps_to=t) for a, t in zip(attempts, to)])
+    )
+    seconds, source = launcher.estimate_seconds(run, str(tmp_path))
+    assert source == 'slowest of the 3 most recent of 5 measurements'
+    assert seconds == pytest.approx(150_000 * 0.04)
+    # A run whose progress.csv got past its length (a longer run before) needs nothing.
+    run_dir = tmp_path / 'hopper' / 'alf_sac' / 'seed2'
+    _write_progress(run_dir, [(0, 1), (200_000, 2)], config=False)
+    assert launcher.estimate_seconds(run, str(tmp_path))[0] == 0
+    # A run that cannot resume needs all its steps, at the assumed rate of its kind
+    # (Hopper's 0.02 s per env step: no measurement is of its framework).
+    import dataclasses
+
+    other = dataclasses.replace(run, framework='custom')
+    assert other.run_dir(str(tmp_path)) == str(run_dir)
+    assert launcher.estimate_seconds(other, str(tmp_path))[0] == pytest.approx(150_000 * 0.02)
+
+
+def test_plan_keeps_other_calls_runs_and_records_each_runs_state(tmp_path):
+    out = tmp_path / 'runs'
+    out.mkdir()
+    (out / 'plan.json').write_text(json.dumps({'hopper/alf_sac/seed0': {'status': 'done'}}))
+    runs = [_pendulum_run(1000, seed=s) for s in range(4)]
+    done = dict(final_eval_return_last3=-150.0, wall_time_s=30.0, mean_load=1.5, code=['abc'])
+    _write_progress(out / 'pendulum' / 'alf_sac' / 'seed0', [(0, -1), (1000, -2)])
+    (out / 'pendulum' / 'alf_sac' / 'seed0' / 'done.json').write_text(json.dumps(done))
+    _write_progress(out / 'pendulum' / 'alf_sac' / 'seed1', [(0, -1), (400, -2)])
+    results = {runs[3].key: dict(status='deferred', detail='needs about 5 s')}
+    launcher.write_plan(str(out), runs, results)
+    plan = json.loads((out / 'plan.json').read_text())
+    assert list(plan) == sorted(plan)
+    assert plan['hopper/alf_sac/seed0'] == {'status': 'done'}
+    common = dict(target_env_steps=1000, framework='alf_lite', algo='sac', env='Pendulum-v1')
+    common['setting'] = runs[0].setting
+    assert plan['pendulum/alf_sac/seed0'] == dict(common, status='done', **done)
+    assert plan['pendulum/alf_sac/seed1'] == dict(
+        common, status='started', env_steps=400, detail=''
+    )
+    assert plan['pendulum/alf_sac/seed2'] == dict(common, status='pending', env_steps=0, detail='')
+    assert plan['pendulum/alf_sac/seed3'] == dict(
+        common, status='deferred', env_steps=0, detail='needs about 5 s'
+    )
+
+
+def test_train_runs_starts_runs_that_cannot_resume_first_and_fails_when_one_is_interrupted(
+    tmp_path, capsys
+):
+    import signal as signals
+
+    out = tmp_path / 'runs'
+    runs = [_pendulum_run(1000, seed=0), _pendulum_run(1000, framework='custom', seed=1)]
+    started, plans = [], []
+
+    def command(run):
+        started.append(run.seed)
+        plans.append(json.loads((out / 'plan.json').read_text()))
+        return _python('raise SystemExit(130)')
+
+    def handler(signum, frame):
+        pass
+
+    previous = signals.signal(signals.SIGTERM, handler)
+    try:
+        assert launcher.train_runs(runs, str(out), 1, command) == 1
+        assert signals.getsignal(signals.SIGTERM) is handler
+    finally:
+        signals.signal(signals.SIGTERM, previous)
+    assert started == [1, 0]
+    # The plan lists every run before the first one starts.
+    assert {k: v['status'] for k, v in plans[0].items()} == {
+        'pendulum/alf_sac/seed0': 'pending',
+        'pendulum/alf_sac/seed1': 'pending',
+    }
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2:] == [
+        '2 interrupted',
+        'run the same command again to continue (runs resume from their last checkpoint)',
+    ]
+
+
+def test_durations_read_in_the_unit_that_gives_at_least_two_of_it():
+    assert launcher.format_duration(119.4) == '119 s'
+    assert launcher.format_duration(120) == '2.0 min'
+    assert launcher.format_duration(7199) == '120.0 min'
+    assert launcher.format_duration(7200) == '2.00 h'
+
+
+def test_deadline_at_the_current_clock_time_is_tomorrow():
+    import datetime
+
+    now = datetime.datetime(2026, 1, 2, 10, 30).timestamp()
+    assert launcher.parse_deadline('10:30', now) == now + 24 * 3600
+
+
+def test_mean_load_weighs_each_attempt_by_its_wall_time_and_counts_a_zero_load():
+    attempts = [
+        dict(mean_load=0.0, wall_time_s=30.0),
+        dict(mean_load=4.0, wall_time_s=10.0),
+        dict(mean_load=None, wall_time_s=500.0),
+    ]
+    assert launcher._mean_load(attempts) == pytest.approx(1.0)  # (0 * 30 + 4 * 10) / 40
+    assert launcher._mean_load(attempts[2:]) is None
+
+
+def test_sb3_config_gives_the_run_in_alf_lites_binding_names(tmp_path):
+    from alf_lite.runs import config_bindings
+
+    # 800 env steps: fewer than Pendulum's 1000 random steps, so half of them are random.
+    (run,) = [r for r in learning.suite_runs('pendulum', [3], 800) if r.name == 'sb3_sac']
+    settings = sb3_runner.sb3_settings(run)
+    (tmp_path / 'config.gin').write_text(sb3_runner.sb3_config_text(run, settings))
+    bindings = config_bindings(str(tmp_path))
+    assert {k: v for k, v in bindings.items() if k.startswith(('Trainer', 'create'))} == {
+        'TrainerConfig.algorithm_ctor': '@stable_baselines3.SAC',
+        'TrainerConfig.random_seed': '3',
+        'TrainerConfig.num_env_steps': '800',
+        'TrainerConfig.initial_collect_steps': '400',
+        'TrainerConfig.mini_batch_size': '256',
+        'TrainerConfig.replay_buffer_length': str(run.replay_length_per_env),
+        'TrainerConfig.eval_interval': '1000',
+        'TrainerConfig.num_eval_episodes': '10',
+        'create_environment.env_name': "'Pendulum-v1'",
+        'create_environment.num_parallel_environments': '1',
+    }
+    # Every SB3 setting under the SB3 class, the network as a gin tuple.
+    sb3 = {k: v for k, v in bindings.items() if k.startswith('stable_baselines3.SAC.')}
+    assert len(sb3) == len(settings)
+    assert sb3['stable_baselines3.SAC.net_arch'] == '(256, 256)'
+    assert sb3['stable_baselines3.SAC.ent_coef'] == "'auto'"
+    assert sb3['stable_baselines3.SAC.learning_starts'] == '400'
+
+
+def test_sb3_settings_refuse_an_algorithm_sb3_does_not_run():
+    (run,) = [r for r in learning.suite_runs('pendulum', [0]) if r.name == 'alf_ddpg']
+    with pytest.raises(ValueError, match="no SB3 settings for 'ddpg'"):
+        sb3_runner.sb3_settings(run)
+
+
+class _FakeSb3Model:
+    """What ``_save_checkpoint`` uses of an SB3 model: its env steps and two files."""
+
+    def __init__(self, num_timesteps):
+        self.num_timesteps = num_timesteps
+
+    def save(self, path):
+        open(path, 'w').write('model')
+
+    def save_replay_buffer(self, path):
+        open(path, 'w').write('buffer')
+
+
+def test_sb3_checkpoint_replaces_the_previous_one_which_counts_until_the_new_one_is_complete(
+    tmp_path,
+):
+    run_dir = str(tmp_path)
+    assert sb3_runner.checkpoint_env_steps(run_dir) is None
+    sb3_runner._save_checkpoint(_FakeSb3Model(100), run_dir)
+    assert sb3_runner.checkpoint_env_steps(run_dir) == 100
+    sb3_runner._save_checkpoint(_FakeSb3Model(200), run_dir)
+    assert sb3_runner.checkpoint_env_steps(run_dir) == 200
+    # Nothing but the checkpoint is left.
+    assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == ['sb3']
+    checkpoint = tmp_path / 'checkpoints' / 'sb3'
+    assert sorted(p.name for p in checkpoint.iterdir()) == [
+        'model.zip',
+        'replay_buffer.pkl',
+        'state.pt',
+    ]
+    # A stop while a new one replaced it: the old one (moved aside) is the checkpoint
+    # until the new one has all its files.
+    checkpoint.rename(tmp_path / 'checkpoints' / 'sb3.old')
+    checkpoint.mkdir()
+    (checkpoint / 'model.zip').write_text('model')
+    assert sb3_runner.checkpoint_env_steps(run_dir) == 200
+    (tmp_path / 'checkpoints' / 'sb3.old' / 'state.pt').unlink()
+    assert sb3_runner.checkpoint_env_steps(run_dir) is None
+
+
+def test_sb3_resume_keeps_the_progress_rows_up_to_its_checkpoint(tmp_path):
+    progress = tmp_path / 'progress.csv'
+    columns = sb3_runner.SB3_COLUMNS
+    rows = [','.join([str(s)] + [''] * (len(columns) - 1)) for s in (0, 500, 1000, 1500)]
+    progress.write_text('\n'.join([','.join(columns)] + rows) + '\n')
+    sb3_runner._keep_rows_up_to(str(progress), 1000)
+    assert [int(r['env_steps']) for r in _progress(tmp_path)] == [0, 500, 1000]
+    assert progress.read_text().splitlines()[0] == ','.join(columns)
+
+
+def test_sb3_runner_refuses_a_run_that_is_not_an_sb3_run(tmp_path, capsys):
+    for name in 'alf_sac', 'sb3_ddpg':
+        with pytest.raises(SystemExit) as e:
+            sb3_runner.main(
+                ['--suite', 'pendulum', '--run', name, '--seed', '0', '--out', str(tmp_path)]
+                + ['--steps', '2']
+            )
+        assert e.value.code == 2
+        assert 'its SB3 runs are: sb3_sac, sb3_td3' in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_sb3_evaluation_resets_its_envs_with_alf_lites_eval_seeds():
+    import gymnasium
+    import numpy as np
+
+    from alf_lite.seeding import eval_env_seeds
+
+    class Still:
+        """A policy that never pushes the pendulum."""
+
+        def predict(self, observation, deterministic):
+            assert deterministic
+            return np.zeros((len(observation), 1), dtype=np.float32), None
+
+    envs = sb3_runner._EvalEnvs('Pendulum-v1', 4, Still())
+    try:
+        average_return, average_length = envs.evaluate(3000)
+    finally:
+        envs.close()
+    # The same episodes, one by one: 200 steps each (Pendulum's time limit).
+    returns = []
+    for seed in eval_env_seeds(4, learning.NUM_EVAL_EPISODES, 3000):
+        env = gymnasium.make('Pendulum-v1')
+        env.reset(seed=seed)
+        total = 0.0
+        for _ in range(200):
+            total += env.step(np.zeros(1, dtype=np.float32))[1]
+        returns.append(total)
+    assert average_length == 200
+    assert average_return == pytest.approx(np.mean(returns))
+
+
+def test_sb3_run_checkpoints_every_interval_and_resumes_from_its_checkpoint_dropping_later_rows(
+    tmp_path, monkeypatch
+):
+    pytest.importorskip('stable_baselines3')
+    import dataclasses
+
+    # SB3's default logger would leave an SB3-<time> folder in the temp directory.
+    monkeypatch.setenv('TMPDIR', str(tmp_path))
+    settings = sb3_runner.sb3_settings
+    # A small network and batch and one eval episode: the run's mechanics, not its
+    # learning, are tested.
+    monkeypatch.setattr(sb3_runner, 'NUM_EVAL_EPISODES', 1)
+    monkeypatch.setattr(
+        sb3_runner, 'sb3_settings', lambda run: dict(settings(run), batch_size=16, net_arch=[8])
+    )
+    (run,) = [r for r in learning.suite_runs('pendulum', [0], 100) if r.name == 'sb3_sac']
+    task = dataclasses.replace(
+        run.task, learning_starts=40, eval_interval=50, checkpoint_interval=50
+    )
+    run = dataclasses.replace(run, task=task)
+    out, run_dir = str(tmp_path / 'runs'), tmp_path / 'runs' / 'pendulum' / 'sb3_sac' / 'seed0'
+    run_dir.mkdir(parents=True)
+    handler = signal.getsignal(signal.SIGTERM)
+    assert sb3_runner.train(run, out) == 0
+    assert signal.getsignal(signal.SIGTERM) is handler
+    # A row at 0, every 50 env steps and none repeated at the end. 40 random steps,
+    # then one update a step; a row is written after its env step, before that step's
+    # update: steps 41 to 49 trained at the row of 50, 41 to 99 at the row of 100.
+    rows = _progress(run_dir)
+    assert [(int(r['env_steps']), int(r['num_updates'])) for r in rows] == [
+        (0, 0),
+        (50, 9),
+        (100, 59),
+    ]
+    # The checkpoint saved at step 100 holds the run before that step's transition.
+    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 99
+    # Longer now: it resumes at 99 env steps, the row of 100 written after the
+    # checkpoint is dropped and written again, and the run goes on to 150.
+    longer = dataclasses.replace(run, num_env_steps=150)
+    assert sb3_runner.train(longer, out) == 0
+    rows = _progress(run_dir)
+    assert [(int(r['env_steps']), int(r['num_updates'])) for r in rows] == [
+        (0, 0),
+        (50, 9),
+        (100, 59),
+        (150, 109),
+    ]
+    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 149
+    # A checkpoint without its progress.csv is not resumed: the run starts afresh.
+    (run_dir / 'progress.csv').unlink()
+    shorter = dataclasses.replace(run, num_env_steps=50)
+    assert sb3_runner.train(shorter, out) == 0
+    rows = _progress(run_dir)
+    assert [(int(r['env_steps']), int(r['num_updates'])) for r in rows] == [(0, 0), (50, 9)]
+    assert 'TrainerConfig.num_env_steps = 50' in (run_dir / 'config.gin').read_text()
+    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 49
