@@ -325,8 +325,11 @@ def train(run: BenchmarkRun, out: str) -> int:
         """Evaluates and writes a progress.csv row at 0, every ``interval`` steps and at the end.
 
         SB3 calls ``_on_step`` after an env step, before it stores that step's
-        transition and trains on it: a checkpoint saved there holds the run
-        after the step before.
+        transition and trains on it; ``_on_rollout_start`` (and
+        ``_on_training_end``) after the update of the step before. The rows and
+        checkpoints due at a step are written there, after its update, as
+        alf_lite writes them; a checkpoint saved at a stop signal in
+        ``_on_step`` holds the run after the step before.
         """
 
         def __init__(self):
@@ -334,6 +337,8 @@ def train(run: BenchmarkRun, out: str) -> int:
             # A resumed run has its rows up to the checkpoint.
             self._last_row = steps if steps else None
             self._last_time = self._last_steps = None
+            # A row and a checkpoint due at the last env step, written after its update.
+            self._row_due = self._checkpoint_due = False
 
         def _write(self):
             now = time.time()
@@ -364,7 +369,7 @@ def train(run: BenchmarkRun, out: str) -> int:
                 flush=True,
             )
 
-        def _save(self):
+        def _save_before_step(self):
             done = self.model.num_timesteps - self.training_env.num_envs
             self.model.num_timesteps = done
             try:
@@ -378,18 +383,28 @@ def train(run: BenchmarkRun, out: str) -> int:
 
         def _on_step(self):
             if stop_signal:
-                self._save()
+                self._save_before_step()
                 stopped.append(self.num_timesteps - self.training_env.num_envs)
                 return False
-            if self.num_timesteps % interval == 0:
-                self._write()
-            if self.num_timesteps % checkpoint_interval == 0:
-                self._save()
+            self._row_due |= self.num_timesteps % interval == 0
+            self._checkpoint_due |= self.num_timesteps % checkpoint_interval == 0
             return True
 
-        def _on_training_end(self):
-            if not stopped and self._last_row != self.num_timesteps:
+        def _write_due(self):
+            if self._row_due:
                 self._write()
+            if self._checkpoint_due:
+                _save_checkpoint(self.model, run_dir.root)
+            self._row_due = self._checkpoint_due = False
+
+        def _on_rollout_start(self):
+            self._write_due()
+
+        def _on_training_end(self):
+            if stopped:
+                return
+            self._row_due |= self._last_row != self.num_timesteps
+            self._write_due()
 
     try:
         model.learn(

@@ -1691,33 +1691,91 @@ def test_sb3_run_checkpoints_every_interval_and_resumes_from_its_checkpoint_drop
     assert sb3_runner.train(run, out) == 0
     assert signal.getsignal(signal.SIGTERM) is handler
     # A row at 0, every 50 env steps and none repeated at the end. 40 random steps,
-    # then one update a step; a row is written after its env step, before that step's
-    # update: steps 41 to 49 trained at the row of 50, 41 to 99 at the row of 100.
+    # then one update a step; a row is written after its env step's update, as
+    # alf_lite writes it: steps 41 to 50 trained at the row of 50, 41 to 100 at the
+    # row of 100.
     rows = _progress(run_dir)
     assert [(int(r['env_steps']), int(r['num_updates'])) for r in rows] == [
         (0, 0),
-        (50, 9),
-        (100, 59),
+        (50, 10),
+        (100, 60),
     ]
-    # The checkpoint saved at step 100 holds the run before that step's transition.
-    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 99
-    # Longer now: it resumes at 99 env steps, the row of 100 written after the
-    # checkpoint is dropped and written again, and the run goes on to 150.
+    # The checkpoint of step 100 holds the run after that step's update.
+    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 100
+    # Longer now: it resumes at 100 env steps, keeps the rows up to there and goes
+    # on to 150, with the updates counted on as in one run.
     longer = dataclasses.replace(run, num_env_steps=150)
     assert sb3_runner.train(longer, out) == 0
     rows = _progress(run_dir)
     assert [(int(r['env_steps']), int(r['num_updates'])) for r in rows] == [
         (0, 0),
-        (50, 9),
-        (100, 59),
-        (150, 109),
+        (50, 10),
+        (100, 60),
+        (150, 110),
     ]
-    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 149
+    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 150
     # A checkpoint without its progress.csv is not resumed: the run starts afresh.
     (run_dir / 'progress.csv').unlink()
     shorter = dataclasses.replace(run, num_env_steps=50)
     assert sb3_runner.train(shorter, out) == 0
     rows = _progress(run_dir)
-    assert [(int(r['env_steps']), int(r['num_updates'])) for r in rows] == [(0, 0), (50, 9)]
+    assert [(int(r['env_steps']), int(r['num_updates'])) for r in rows] == [(0, 0), (50, 10)]
     assert 'TrainerConfig.num_env_steps = 50' in (run_dir / 'config.gin').read_text()
-    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 49
+    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 50
+
+
+def test_sb3_train_return_is_the_mean_of_alf_lites_window_of_episodes_up_to_the_rows_step(
+    tmp_path, monkeypatch
+):
+    pytest.importorskip('stable_baselines3')
+    import dataclasses
+
+    import gymnasium
+
+    monkeypatch.setenv('TMPDIR', str(tmp_path))
+    monkeypatch.setattr(sb3_runner, 'NUM_EVAL_EPISODES', 1)
+    # alf_lite's window (10 episodes) shortened to 3, for a short run.
+    assert sb3_runner.TRAIN_METRIC_WINDOW == 10
+    monkeypatch.setattr(sb3_runner, 'TRAIN_METRIC_WINDOW', 3)
+
+    class Returns(gymnasium.Wrapper):
+        """Records the return of each finished episode."""
+
+        def __init__(self, env):
+            super().__init__(env)
+            self.returns, self._sum = [], 0.0
+
+        def reset(self, **kwargs):
+            self._sum = 0.0
+            return self.env.reset(**kwargs)
+
+        def step(self, action):
+            result = self.env.step(action)
+            self._sum += float(result[1])
+            if result[2] or result[3]:
+                self.returns.append(self._sum)
+            return result
+
+    made, make = [], gymnasium.make
+    monkeypatch.setattr(
+        gymnasium, 'make', lambda *a, **k: made.append(Returns(make(*a, **k))) or made[-1]
+    )
+    (run,) = [r for r in learning.suite_runs('pendulum', [0], 1000) if r.name == 'sb3_sac']
+    # Random steps (a few updates of a small network at the end): 5 Pendulum
+    # episodes of 200 steps, the 5th ending at the row's step.
+    settings = sb3_runner.sb3_settings
+    monkeypatch.setattr(
+        sb3_runner, 'sb3_settings', lambda run: dict(settings(run), batch_size=16, net_arch=[8])
+    )
+    task = dataclasses.replace(run.task, learning_starts=990, eval_interval=1000)
+    run = dataclasses.replace(run, task=task)
+    run_dir = tmp_path / 'runs' / 'pendulum' / 'sb3_sac' / 'seed0'
+    run_dir.mkdir(parents=True)
+    assert sb3_runner.train(run, str(tmp_path / 'runs')) == 0
+    train_env = made[0]
+    assert len(train_env.returns) == 5
+    rows = _progress(run_dir)
+    assert [int(r['env_steps']) for r in rows] == [0, 1000]
+    assert rows[0]['train/AverageReturn'] == ''
+    assert float(rows[1]['train/AverageReturn']) == pytest.approx(sum(train_env.returns[2:]) / 3)
+    assert float(rows[1]['train/AverageEpisodeLength']) == 200
