@@ -174,7 +174,7 @@ class Launcher:
         attempts_path = run.log_path(out, ATTEMPTS_SUFFIX)
         attempts = read_json(attempts_path) or []
         resumed = run.resumable and os.path.isfile(RunDir(run_dir).config_file)
-        start, steps_from = time.time(), _last_env_steps(run_dir) if resumed else 0
+        start, steps_from = time.time(), resume_env_steps(run, run_dir) if resumed else 0
         with open(log_path, 'a') as log:
             log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")}: {shlex.join(command)}\n')
             log.flush()
@@ -333,6 +333,21 @@ def _last_env_steps(run_dir: str) -> int:
         return 0
 
 
+def resume_env_steps(run: 'BenchmarkRun', run_dir: str) -> int:
+    """Env steps a resumed run continues from: those of its checkpoint; 0 without one.
+
+    Rows of progress.csv past the checkpoint (a run killed before it could write
+    one at its stop) are dropped at the resume and trained again.
+    """
+    if run.framework == 'sb3':
+        from benchmarks.sb3_runner import checkpoint_env_steps
+
+        steps = checkpoint_env_steps(run_dir)
+    else:
+        steps = RunDir(run_dir).latest_checkpoint_env_steps()
+    return steps or 0
+
+
 def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
     """Wall seconds ``run`` still needs, and where the rate comes from.
 
@@ -341,7 +356,7 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
     least ``MIN_MEASURED_S`` under ``out`` with the same framework, algorithm
     and env (their load included), else the task's assumed rate: the code and
     the machine's load change, so old measurements say little. A run that will
-    resume needs only its remaining steps.
+    resume needs only the steps after its checkpoint.
     """
     kind = run.kind
     measured = [  # (when, seconds per env step)
@@ -368,7 +383,7 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
         rate, source = run.task.assumed_seconds_per_step, 'assumed rate'
     steps = run.num_env_steps
     if run.resumable:
-        steps -= min(_last_env_steps(run.run_dir(out)), steps)
+        steps -= min(resume_env_steps(run, run.run_dir(out)), steps)
     return rate * steps, source
 
 

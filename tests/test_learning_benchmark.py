@@ -442,11 +442,22 @@ def test_estimate_uses_the_slowest_of_the_recent_measurements_of_the_same_kind(t
     assert source == 'slowest of the 3 most recent of 6 measurements'
     assert seconds == pytest.approx(150_000 * 0.012)
     (logs / 'alf_sac.seed1.attempts.json').unlink()
-    # A run that resumes needs only its remaining steps.
+    # A run that resumes needs only the steps after its checkpoint, also when its
+    # progress.csv got further (it was killed before it could write one at its stop).
     run_dir = tmp_path / 'hopper' / 'alf_sac' / 'seed2'
     run_dir.mkdir(parents=True)
     (run_dir / 'progress.csv').write_text('env_steps,eval/AverageReturn\n0,1\n50000,2\n')
-    assert launcher.estimate_seconds(run, str(tmp_path))[0] == pytest.approx(100_000 * 0.012)
+    assert launcher.estimate_seconds(run, str(tmp_path))[0] == pytest.approx(150_000 * 0.012)
+    (run_dir / 'checkpoints' / 'ckpt-40000').mkdir(parents=True)
+    assert launcher.estimate_seconds(run, str(tmp_path))[0] == pytest.approx(110_000 * 0.012)
+    # An SB3 run's checkpoint gives its env steps in its state file.
+    (sb3,) = [
+        r for r in learning.suite_runs('hopper', seeds=[2], steps=150_000) if r.name == 'sb3_sac'
+    ]
+    sb3_dir = sb3.run_dir(str(tmp_path))
+    assert launcher.resume_env_steps(sb3, sb3_dir) == 0
+    sb3_runner._save_checkpoint(_FakeSb3Model(30_000), sb3_dir)
+    assert launcher.resume_env_steps(sb3, sb3_dir) == 30_000
 
 
 def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path):
@@ -1225,12 +1236,14 @@ def test_resumed_run_is_done_with_its_attempts_wall_times_load_and_last_three_ev
     # this one of 990 env steps ends at 1000.
     run = _pendulum_run(990)
     run_dir = tmp_path / 'runs' / 'pendulum' / 'alf_sac' / 'seed0'
-    # The first attempt got to 250 env steps in 40 s at a load of 2.0.
-    _write_progress(run_dir, [(0, -1000), (250, -800)])
+    # The first attempt got to 300 env steps in 40 s at a load of 2.0 and was
+    # killed; its last checkpoint is of 250 env steps.
+    _write_progress(run_dir, [(0, -1000), (250, -800), (300, -700)])
+    (run_dir / 'checkpoints' / 'ckpt-250').mkdir(parents=True)
     logs = out / 'pendulum' / 'logs'
     logs.mkdir(parents=True)
     first = dict(started=1.0, wall_time_s=40.0, returncode=143, env_steps_from=0)
-    first.update(env_steps_to=250, kind=list(run.kind), mean_load=2.0, code='abc')
+    first.update(env_steps_to=300, kind=list(run.kind), mean_load=2.0, code='abc')
     (logs / 'alf_sac.seed0.attempts.json').write_text(json.dumps([first]))
     command = _python(_APPEND_ROWS, 0, run_dir, 500, -600, 750, -400, 1000, -300)
     result = _launcher(out, command).execute(run)
@@ -1238,7 +1251,7 @@ def test_resumed_run_is_done_with_its_attempts_wall_times_load_and_last_three_ev
     first_again, second = _attempts(run, out)
     assert first_again == first
     assert second['returncode'] == 0 and second['kind'] == list(run.kind)
-    # This attempt resumed at the last row of progress.csv and ended at the run's end.
+    # This attempt resumed at the checkpoint and ended at the run's end.
     assert (second['env_steps_from'], second['env_steps_to']) == (250, 1000)
     # It ended before the first load sample: its load is unknown, not zero.
     assert second['mean_load'] is None
@@ -1439,9 +1452,10 @@ def test_estimate_counts_long_attempts_by_when_they_ended_and_only_the_steps_lef
     seconds, source = launcher.estimate_seconds(run, str(tmp_path))
     assert source == 'slowest of the 3 most recent of 5 measurements'
     assert seconds == pytest.approx(150_000 * 0.04)
-    # A run whose progress.csv got past its length (a longer run before) needs nothing.
+    # A run whose checkpoint got past its length (a longer run before) needs nothing.
     run_dir = tmp_path / 'hopper' / 'alf_sac' / 'seed2'
     _write_progress(run_dir, [(0, 1), (200_000, 2)], config=False)
+    (run_dir / 'checkpoints' / 'ckpt-200000').mkdir(parents=True)
     assert launcher.estimate_seconds(run, str(tmp_path))[0] == 0
     # A run that cannot resume needs all its steps, at the assumed rate of its kind
     # (Hopper's 0.02 s per env step: no measurement is of its framework).
