@@ -1,12 +1,35 @@
-"""Benchmark scripts run as a user runs them: a script path, from another directory."""
+"""Benchmark scripts run as a user runs them (a script path, from another directory), and
+their functions in process with stand-ins for the clock, the envs and the trainer."""
 
+import contextlib
+import json
 import os
 import re
 import subprocess
 import sys
+import types
 
+import gin
+import gymnasium
+import numpy as np
 import pytest
+import torch
 
+import alf_lite.all_configurables  # noqa: F401
+from alf_lite.config import parse_config
+from alf_lite.data import StepType
+from alf_lite.environments import create_environment
+from alf_lite.runs import EVAL_RETURN
+from alf_lite.seeding import eval_env_seeds
+from benchmarks import (
+    env_throughput,
+    icub_gait,
+    memory,
+    random_buffer,
+    sac_study_cost,
+    time_to_solve,
+)
+from benchmarks.learning import suite_runs
 from cli_helpers import (
     EXAMPLES,
     REPO_ROOT,
@@ -101,3 +124,479 @@ def test_time_to_solve_runs_both_libraries_and_reports_the_ratio(tmp_path):
         )
     assert 'torch threads: alf_lite 1, SB3 1, alf_lite in bfloat16' in result.stdout
     assert re.search(r'ratio alf_lite / SB3 \(median seconds\): [\d.]+', result.stdout)
+
+
+@pytest.fixture
+def torch_threads():
+    """The scripts set torch's thread count for the whole process."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+class Clock:
+    """A stand-in for ``time.perf_counter``: reads ``now``, which the test advances."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def table_rows(lines, numbers):
+    """``{name: [its last numbers fields]}`` of table lines whose name may hold spaces."""
+    rows = {}
+    for line in lines:
+        fields = line.split()
+        rows[' '.join(fields[:-numbers])] = fields[-numbers:]
+    return rows
+
+
+def test_alf_lite_replay_buffer_stores_the_raw_minimum_per_step():
+    # float32 observation and action, float32 reward and discount, uint8 step type.
+    assert memory.alf_lite_bytes(17, 6, 100) == 100 * (17 * 4 + 6 * 4 + 4 + 4 + 1)
+
+
+def test_memory_table_gives_bytes_per_step_mib_and_multiple_of_the_raw_minimum(monkeypatch, capsys):
+    pytest.importorskip('stable_baselines3')
+    buffer = 2**16
+    monkeypatch.setattr(
+        sys, 'argv', ['memory.py', '--env', 'HalfCheetah-v5', '--buffer', str(buffer)]
+    )
+    memory.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f'HalfCheetah-v5: observation 17 x float64, action 6; {buffer} steps'
+    raw = 17 * 4 + 6 * 4 + 4 + 4 + 1
+    # SB3: float64 observations (twice unless optimize_memory_usage), float32
+    # actions, float32 reward, done and timeout.
+    sb3 = 2 * 17 * 8 + 6 * 4 + 3 * 4
+    sb3_optimized = 17 * 8 + 6 * 4 + 3 * 4
+    per_step = {
+        'raw minimum': raw,
+        'alf_lite': raw,
+        'SB3 ReplayBuffer (defaults)': sb3,
+        'SB3 optimize_memory_usage=True': sb3_optimized,
+    }
+    assert table_rows(lines[2:], 3) == {
+        name: [f'{n:.1f}', f'{n * buffer / 2**20:.1f}', f'{n / raw:.2f}']
+        for name, n in per_step.items()
+    }
+
+
+def test_random_replay_buffer_ends_an_episode_every_episode_length_rows():
+    rb = random_buffer.random_replay_buffer(2, 12, 3, 2, 'cpu', episode_length=4)
+    assert rb.num_steps == rb.length == 12  # full
+    assert rb.training_device == torch.device('cpu')
+    first, mid, last = StepType.FIRST, StepType.MID, StepType.LAST
+    storage = rb.storage
+    for env in range(2):
+        assert storage['step_type'][env].tolist() == [first, mid, mid, last] * 3
+        assert storage['discount'][env].tolist() == [1.0, 1.0, 1.0, 0.0] * 3
+    actions = storage['action']
+    assert actions.shape == (2, 12, 2)
+    assert actions.min() >= -1 and actions.max() <= 1 and actions.min() < 0 < actions.max()
+
+    endless = random_buffer.random_replay_buffer(1, 5, 3, 2, 'cpu').storage
+    assert endless['step_type'].tolist() == [[mid] * 5]
+    assert endless['discount'].tolist() == [[1.0] * 5]
+
+
+def test_env_steps_per_second_times_the_steps_after_the_warm_up_over_all_envs(monkeypatch):
+    clock = Clock()
+    made, actions = [], []
+
+    @contextlib.contextmanager
+    def timed_environment(env_name, num_envs, seed, use_subprocesses):
+        # Each reset and step takes one second; the envs run in this process.
+        made.append((env_name, num_envs, seed, use_subprocesses))
+        with create_environment(env_name, num_envs, seed=seed, use_subprocesses=False) as env:
+            step, reset = env.step, env.reset
+
+            def timed_step(action):
+                actions.append(action.clone())
+                clock.now += 1.0
+                return step(action)
+
+            def timed_reset():
+                clock.now += 1.0
+                return reset()
+
+            env.step, env.reset = timed_step, timed_reset
+            yield env
+
+    monkeypatch.setattr(env_throughput, 'time', clock)
+    monkeypatch.setattr(env_throughput, 'create_environment', timed_environment)
+    speed = env_throughput.steps_per_second('Pendulum-v1', 2, True, seconds=30, warmup_steps=5)
+    # 30 timed steps of 2 envs in 30 s.
+    assert speed == 2.0
+    assert made == [('Pendulum-v1', 2, 0, True)]
+    assert len(actions) == 5 + 30
+    stacked = torch.stack(actions)
+    assert stacked.shape == (35, 2, 1)
+    # Uniform over the action range, which the env sees as [-1, 1].
+    assert stacked.min() >= -1 and stacked.max() <= 1 and stacked.min() < 0 < stacked.max()
+
+
+def test_env_throughput_table_takes_the_best_run_of_each_way_and_marks_a_slower_default(
+    monkeypatch, capsys, torch_threads
+):
+    # Steps/s of each repeat, by (env, N, in subprocesses).
+    runs = {
+        ('Pendulum-v1', 1, False): [100.0, 300.0, 200.0],
+        ('Pendulum-v1', 2, False): [400.0, 500.0, 450.0],
+        ('Pendulum-v1', 2, True): [100.0, 250.0, 200.0],
+        ('ICubWalk-v0', 1, False): [90.0, 80.0, 70.0],
+        ('ICubWalk-v0', 2, False): [300.0, 200.0, 100.0],
+        ('ICubWalk-v0', 2, True): [150.0, 100.0, 120.0],
+    }
+    calls = []
+
+    def steps_per_second(env_name, num_envs, use_subprocesses, seconds):
+        calls.append((env_name, num_envs, use_subprocesses, seconds, torch.get_num_threads()))
+        repeat = sum(c[:3] == (env_name, num_envs, use_subprocesses) for c in calls) - 1
+        return runs[env_name, num_envs, use_subprocesses][repeat]
+
+    monkeypatch.setattr(env_throughput, 'steps_per_second', steps_per_second)
+    torch.set_num_threads(2)
+    argv = ['--env_names', 'Pendulum-v1,ICubWalk-v0', '--num_envs', '1,2', '--seconds', '0.5']
+    monkeypatch.setattr(sys, 'argv', ['env_throughput.py'] + argv)
+    env_throughput.main()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith('| ')]
+    assert (
+        rows[0] == '| env | N | sync steps/s | subprocess steps/s | subprocess / sync | default |'
+    )
+    assert rows[1:] == [
+        '| Pendulum-v1 | 1 | 300 | - | - | sync |',
+        '| Pendulum-v1 | 2 | 500 | 250 | 0.50 | sync |',
+        '| ICubWalk-v0 | 1 | 90 | - | - | sync |',
+        '| ICubWalk-v0 | 2 | 300 | 150 | 0.50 | subprocess (slower!) |',
+    ]
+    # The ways take turns within each repeat; one torch thread, as the trainer runs.
+    assert [c[:3] for c in calls[3:9]] == [('Pendulum-v1', 2, False), ('Pendulum-v1', 2, True)] * 3
+    assert {c[3:] for c in calls} == {(0.5, 1)}
+
+
+def test_time_to_solve_table_counts_an_unsolved_run_as_infinitely_slow(monkeypatch, capsys):
+    # (seconds, env steps, solved) of each seed's run.
+    runs = {
+        'alf_lite': [(10.0, 4000, True), (30.0, 6000, True), (20.0, 5000, True)],
+        'sb3': [(40.0, 4000, True), (30.0, 9000, False), (35.0, 4000, True)],
+    }
+    commands = []
+
+    def run(command, **kwargs):
+        commands.append(command)
+        options = dict(zip(command[2::2], command[3::2]))
+        seconds, steps, solved = runs[options['--_run']][int(options['--_seed'])]
+        result = dict(seconds=seconds, env_steps=steps, solved=solved, eval_return=-180.0)
+        return types.SimpleNamespace(stdout='a log line\n' + json.dumps(result) + '\n')
+
+    monkeypatch.setattr(
+        time_to_solve, 'subprocess', types.SimpleNamespace(run=run, PIPE=subprocess.PIPE)
+    )
+    argv = ['--seeds', '0', '1', '2', '--threshold', '-150', '--max_steps', '9000']
+    argv += ['--threads', '3', '--sb3_threads', '2', '--precision', 'bfloat16']
+    monkeypatch.setattr(sys, 'argv', ['time_to_solve.py'] + argv)
+    time_to_solve.main()
+    out = capsys.readouterr().out.splitlines()
+
+    # Each run in its own process, alternating per seed, with the script's options.
+    assert [dict(zip(c[2::2], c[3::2])) for c in commands] == [
+        {
+            '--_run': name,
+            '--_seed': str(seed),
+            '--threshold': '-150.0',
+            '--max_steps': '9000',
+            '--threads': '3',
+            '--sb3_threads': '2',
+            '--precision': 'bfloat16',
+        }
+        for seed in range(3)
+        for name in ('alf_lite', 'sb3')
+    ]
+    assert 'seed 1 sb3     : NOT solved at 9000 env steps, 30.0 s (eval return -180.0)' in out
+    header = out.index(f'{"":10s} {"median s":>9s} {"median steps":>13s} {"solved":>7s}')
+    rows = table_rows(out[header + 1 : header + 3], 3)
+    assert rows == {'alf_lite': ['20.0', '5000', '3/3'], 'sb3': ['40.0', '4000', '2/3']}
+    assert out[-1] == f'ratio alf_lite / SB3 (median seconds): {20.0 / 40.0:.2f}'
+
+
+def test_time_to_solve_sb3_run_has_the_settings_of_the_pendulum_gin_file(
+    monkeypatch, torch_threads
+):
+    pytest.importorskip('stable_baselines3')
+    import stable_baselines3
+
+    clock = Clock()
+    seen = {}
+
+    sac = stable_baselines3.SAC
+
+    class RecordingSAC(sac):
+        """Building takes 5 s more, learning 7 s; the evaluation reaches the threshold."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            clock.now += 5.0
+
+        def learn(self, total_timesteps, callback):
+            seen['learn'] = (total_timesteps, torch.get_num_threads(), callback, self)
+            callback.best_mean_reward = callback.last_mean_reward = -150.0
+            self.num_timesteps = 4000
+            clock.now += 7.0
+            return self
+
+    monkeypatch.setattr(stable_baselines3, 'SAC', RecordingSAC)
+    monkeypatch.setattr(time_to_solve, 'time', clock)
+    torch.set_num_threads(2)
+    result = time_to_solve.run_sb3(seed=4, threshold=-150.0, max_steps=9000, threads=1)
+    # The clock includes building the agent; a run at the threshold has solved.
+    assert result == dict(seconds=12.0, env_steps=4000, solved=True, eval_return=-150.0)
+    total, threads, evaluation, model = seen['learn']
+    assert (total, threads) == (9000, 1)
+
+    parse_config([time_to_solve.GIN_FILE])
+    for sb3_value, alf_lite_name in (
+        (model.learning_rate, 'actor/Adam.lr'),
+        (model.learning_rate, 'critic/Adam.lr'),
+        (model.learning_rate, 'alpha/Adam.lr'),
+        (model.buffer_size, 'TrainerConfig.replay_buffer_length'),
+        (model.learning_starts, 'TrainerConfig.initial_collect_steps'),
+        (model.batch_size, 'TrainerConfig.mini_batch_size'),
+        (model.tau, 'SacAlgorithm.target_update_tau'),
+        (model.gamma, 'SacAlgorithm.gamma'),
+    ):
+        assert sb3_value == gin.query_parameter(alf_lite_name), alf_lite_name
+    assert list(model.policy_kwargs['net_arch']) == list(
+        gin.query_parameter('CriticNetwork.hidden_layers')
+    )
+    # alf_lite's SAC starts at alpha = 1 and targets the entropy -|A| = -1.
+    assert model.log_ent_coef.exp().item() == pytest.approx(1.0)
+    assert model.target_entropy == -1.0
+    assert (model.seed, model.train_freq.frequency, model.gradient_steps) == (4, 1, 1)
+    assert evaluation.eval_freq == gin.query_parameter('TrainerConfig.eval_interval')
+    assert evaluation.n_eval_episodes == gin.query_parameter('TrainerConfig.num_eval_episodes')
+    assert evaluation.deterministic is True
+    assert evaluation.callback_on_new_best.reward_threshold == -150.0
+
+
+def test_time_to_solve_alf_lite_run_stops_the_clock_at_the_evaluation_that_reaches_the_threshold(
+    monkeypatch,
+):
+    clock = Clock()
+    seen = {}
+
+    class FakeTrainer:
+        """Evaluates every 10 s; saving its checkpoint at the stop takes 50 s."""
+
+        def __init__(self, config, root_dir):
+            seen['config'] = {
+                name: gin.query_parameter(f'TrainerConfig.{name}')
+                for name in (
+                    'random_seed',
+                    'num_env_steps',
+                    'eval_interval',
+                    'num_eval_episodes',
+                    'torch_num_threads',
+                    'precision',
+                )
+            }
+            self.env_steps = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def train(self, stop_when):
+            for self.env_steps, eval_return in ((0, -1500.0), (1000, -300.0), (2000, -150.0)):
+                clock.now += 10.0
+                last_eval = {EVAL_RETURN: eval_return}
+                if stop_when(last_eval):
+                    break
+            clock.now += 50.0
+            return last_eval
+
+    monkeypatch.setattr('alf_lite.trainer.Trainer', FakeTrainer)
+    monkeypatch.setattr(time_to_solve, 'time', clock)
+    result = time_to_solve.run_alf_lite(
+        seed=2, threshold=-150.0, max_steps=9000, threads=3, precision='bfloat16'
+    )
+    assert result == dict(seconds=30.0, env_steps=2000, solved=True, eval_return=-150.0)
+    assert seen['config'] == dict(
+        random_seed=2,
+        num_env_steps=9000,
+        eval_interval=1000,
+        num_eval_episodes=10,
+        torch_num_threads=3,
+        precision='bfloat16',
+    )
+
+
+class RecordingRunner:
+    """An ``UpdateRunner`` that records how it was made."""
+
+    def __init__(
+        self, algorithm, replay_buffer, mini_batch_size, mini_batch_length, loss_mask_fn, **kwargs
+    ):
+        self.replay_buffer = replay_buffer
+        self.batch = (mini_batch_size, mini_batch_length)
+        self.loss_mask_fn = loss_mask_fn
+
+
+def test_study_cost_runs_each_settings_update_on_episodes_of_ten_rows(monkeypatch):
+    monkeypatch.setattr('alf_lite.update.UpdateRunner', RecordingRunner)
+    runs = {
+        (r.task.tag, r.label): r
+        for s in ('study_sac', 'study_window')
+        for r in suite_runs(s, seeds=[0])
+    }
+    # A LAST -> FIRST pair, which only mask_out_loss_for_last_step=False trains on.
+    boundary = types.SimpleNamespace(step_type=torch.tensor([[StepType.LAST, StepType.FIRST]]))
+    for (tag, label), share, window, trains_across in (
+        (('hopper', 'default'), 1.0, 2, 0.0),
+        (('hopper', 'mask_out_loss_for_last_step=False'), 1.0, 2, 1.0),
+        (('icub', 'default'), 1 / 12, 2, 0.0),
+        (('icub', '5-row windows, one sample per state'), 1 / 12, 5, 0.0),
+    ):
+        runner, update_share, threads = sac_study_cost._setting_runner(runs[tag, label], 11, 3)
+        assert update_share == pytest.approx(share), label
+        assert threads == 1
+        assert runner.batch == (gin.query_parameter('TrainerConfig.mini_batch_size'), window)
+        assert runner.loss_mask_fn(boundary).tolist() == [[trains_across]], label
+        rb = runner.replay_buffer
+        assert rb.num_envs == (1 if tag == 'hopper' else 12)
+        assert rb.length == sac_study_cost.BUFFER_ROWS // rb.num_envs
+        assert rb.num_steps == rb.length
+        assert rb.storage['step_type'][:, 9::10].eq(StepType.LAST).all()
+        assert rb.storage['step_type'].eq(StepType.LAST).sum() == rb.num_envs * (rb.length // 10)
+
+
+def test_study_cost_table_gives_median_ms_per_update_against_the_default(
+    monkeypatch, capsys, torch_threads
+):
+    clock = Clock()
+    updates, rounds = 4, 3
+    # Seconds per update of each setting, in round 1, 2 and 3 (before them, 20 warm-ups).
+    costs = {
+        'default': [0.002, 0.006, 0.004],
+        'mask_out_loss_for_last_step=False': [0.003, 0.009, 0.006],
+        'resample_action_per_loss=True': [0.005, 0.001, 0.003],
+    }
+    threads_seen = set()
+
+    class TimedRunner:
+        def __init__(self, label):
+            self.label, self.calls = label, 0
+
+        def update(self, env_steps, update):
+            threads_seen.add(torch.get_num_threads())
+            self.calls += 1
+            if self.calls > 20:
+                clock.now += costs[self.label][(self.calls - 21) // updates]
+
+    def setting_runner(run, obs_dim, act_dim):
+        assert (obs_dim, act_dim) == (11, 3)
+        return TimedRunner(run.label), 0.5, 1
+
+    monkeypatch.setattr(sac_study_cost, 'time', clock)
+    monkeypatch.setattr(sac_study_cost, '_setting_runner', setting_runner)
+    monkeypatch.setattr(sac_study_cost, '_dims', lambda env_name: (11, 3))
+    torch.set_num_threads(2)
+    args = ['--task', 'hopper', '--updates', str(updates), '--rounds', str(rounds)]
+    assert sac_study_cost.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert threads_seen == {1}
+    assert (
+        'Hopper-v5: 11-d observation, 3-d action, 1 torch thread(s), 3 rounds of 4 updates; '
+        'an update is 0.5 of an env step' in out
+    )
+    start = next(i for i, line in enumerate(out) if line.startswith('setting')) + 1
+    ms = {label: sorted(1000 * c for c in cost) for label, cost in costs.items()}
+    base = ms['default'][1]
+    assert table_rows(out[start : start + 3], 4) == {
+        label: [f'{v[1]:.2f}', f'{v[0]:.2f}', f'{v[2]:.2f}', f'{v[1] / base:.2f}']
+        for label, v in ms.items()
+    }
+    assert out[start + 3] == 'update ms per env step: ' + ', '.join(
+        f'{label} {0.5 * v[1]:.2f}' for label, v in ms.items()
+    )
+
+
+class FakeEpisodes:
+    """An env whose episodes end after ``lengths[i]`` steps, terminated where ``fell[i]``."""
+
+    def __init__(self, lengths, fell, control_dt=0.05):
+        self.lengths, self.fell = lengths, fell
+        self.unwrapped = types.SimpleNamespace(control_dt=control_dt)
+        self.seeds, self.actions = [], []
+
+    def reset(self, seed):
+        self.seeds.append(seed)
+        self.t = 0
+        return np.zeros(3), {}
+
+    def step(self, action):
+        self.actions.append(np.asarray(action, dtype=np.float64))
+        episode = len(self.seeds) - 1
+        self.t += 1
+        end = self.t == self.lengths[episode]
+        terminated = end and self.fell[episode]
+        info = {'forward_velocity': 0.5 * (episode + 1)}
+        return np.zeros(3), 2.0, terminated, end and not terminated, info
+
+
+def test_icub_gait_play_sums_return_and_distance_of_each_episode_until_it_ends():
+    env = FakeEpisodes(lengths=[3, 5], fell=[True, False], control_dt=0.05)
+    episodes = icub_gait.play(env, lambda observation: np.zeros(2), seeds=[7, 8])
+    assert env.seeds == [7, 8]
+    # Distance: forward velocity times the control period, summed over the steps.
+    assert episodes == [
+        (6.0, 3, True, pytest.approx(3 * 0.5 * 0.05)),
+        (10.0, 5, False, pytest.approx(5 * 1.0 * 0.05)),
+    ]
+
+
+def test_icub_gait_summary_gives_mean_length_falls_and_speed_over_all_the_time():
+    episodes = [(10.0, 4, True, 1.0), (20.0, 6, False, 2.0)]
+    line = icub_gait.summary('policy', episodes, control_dt=0.05)
+    # 3 m in 10 steps of 0.05 s.
+    assert line == (
+        'policy   return    15.0  length    5.0 steps ( 0.25 s)  fell 1/2  '
+        'forward +1.50 m  speed +6.00 m/s'
+    )
+
+
+def test_icub_gait_maps_each_players_actions_into_the_action_range(
+    monkeypatch, tmp_path, capsys, torch_threads
+):
+    import alf_lite.bin.play
+
+    (tmp_path / 'config.gin').write_text("create_environment.env_name = 'ICubWalk-v0'\n")
+    low, high = np.array([-2.0, -2.0, 0.0]), np.array([4.0, 2.0, 1.0])
+    env = FakeEpisodes(lengths=[2] * 8, fell=[False] * 8)
+    env.action_space = gymnasium.spaces.Box(low, high, dtype=np.float64)
+    env.observation_space = gymnasium.spaces.Box(-1.0, 1.0, (3,))
+    env.close = lambda: None
+
+    class Policy:
+        def predict_step(self, observation):
+            return torch.tensor([[-1.0, 1.0, 0.0]])  # low, high and the middle
+
+    monkeypatch.setattr(gymnasium, 'make', lambda name: env)
+    monkeypatch.setattr(alf_lite.bin.play, 'checkpoint_path', lambda root, step: 'ckpt-2')
+    monkeypatch.setattr(alf_lite.bin.play, 'load_policy', lambda *args: Policy())
+    argv = ['--root_dir', str(tmp_path), '--num_episodes', '2', '--random_seed', '5']
+    assert icub_gait.main(argv + ['--noise_std', '100']) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ['policy', 'zero', 'random', 'zero+N(0,100)']
+    # Every player plays the run's eval seeds.
+    assert env.seeds == eval_env_seeds(5, 2) * 4
+    policy, zero, uniform, noisy = (np.array(env.actions[i : i + 4]) for i in range(0, 16, 4))
+    assert (policy == [[-2.0, 2.0, 0.5]] * 4).all()
+    assert (zero == 0.0).all()
+    assert ((uniform >= low) & (uniform <= high)).all() and len(np.unique(uniform)) == 12
+    # Noise of std 100 is clipped to [-1, 1]: the bounds of the range.
+    assert ((noisy == low) | (noisy == high)).all()
