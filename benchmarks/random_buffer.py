@@ -45,7 +45,8 @@ def random_replay_buffer(
             'action': torch.rand(num_envs, rows, action_dim) * 2 - 1,
             'reward': torch.randn(num_envs, rows),
             'discount': discount,
-            'total_added': num_envs * rows,
+            # Steps added, each a row of every env.
+            'total_added': rows,
         }
     )
     return buffer

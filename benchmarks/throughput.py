@@ -54,8 +54,11 @@ ALF_PARAMS = {
 }
 # Windows (alf_lite) and transitions (SB3) per update.
 BATCH_SIZE = 256
-# Updates before the pure-update ceiling is timed.
+# Updates before SB3's pure-update ceiling is timed.
 WARMUP_UPDATES = 10
+# Updates before alf_lite's is timed: more, as they hold the CUDA graph's capture
+# (after its side-stream warm-up) and torch.compile's compilation.
+ALF_LITE_WARMUP_UPDATES = 30
 NETWORKS = {
     'sac': 'TanhNormalActorNetwork',
     'td3': 'DeterministicActorNetwork',
@@ -166,11 +169,11 @@ def alf_lite_ceiling(args, env, updates):
         defer_non_finite_checks=True,
     )
     synchronize = torch.cuda.synchronize if device.type == 'cuda' else lambda: None
-    for update in range(1, 31):  # warm-up, the capture and compilation included
+    for update in range(1, ALF_LITE_WARMUP_UPDATES + 1):
         runner.update(0, update)
     synchronize()
     start = time.perf_counter()
-    for update in range(31, 31 + updates):
+    for update in range(ALF_LITE_WARMUP_UPDATES + 1, ALF_LITE_WARMUP_UPDATES + 1 + updates):
         runner.update(0, update)
     synchronize()
     return updates / (time.perf_counter() - start)
@@ -282,6 +285,11 @@ def main():
         help="alf_lite's TrainerConfig.precision (SB3 trains in float32)",
     )
     args = parser.parse_args()
+    for flag in ('steps', 'learning_starts', 'pairs', 'threads', 'sb3_threads', 'ceiling_updates'):
+        if getattr(args, flag) < 1:
+            # A run needs random steps before its first update: its first progress
+            # row (and SB3's first timed step) comes after them.
+            parser.error(f'--{flag} must be at least 1, not {getattr(args, flag)}')
     if args.ceiling_only:
         print_ceilings(args, *ceilings(args))
         return

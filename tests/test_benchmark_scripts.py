@@ -187,6 +187,8 @@ def test_memory_table_gives_bytes_per_step_mib_and_multiple_of_the_raw_minimum(m
 def test_random_replay_buffer_ends_an_episode_every_episode_length_rows():
     rb = random_buffer.random_replay_buffer(2, 12, 3, 2, 'cpu', episode_length=4)
     assert rb.num_steps == rb.length == 12  # full
+    # One step adds a row to every env: 12 steps, the next written at row 0.
+    assert rb.total_added == 12
     assert rb.training_device == torch.device('cpu')
     first, mid, last = StepType.FIRST, StepType.MID, StepType.LAST
     storage = rb.storage

@@ -303,7 +303,7 @@ def test_alf_lite_ceiling_times_the_updates_after_its_warm_up(
     (runner,) = FakeUpdateRunner.made
     # The updates are numbered on from the warm-up's, as in training.
     assert runner.updates == list(range(1, len(runner.updates) + 1))
-    assert len(runner.updates) > 7
+    assert len(runner.updates) == throughput.ALF_LITE_WARMUP_UPDATES + 7
     assert all(runner.deterministic)  # as the trainer runs
     assert runner.batch == (256, gin.query_parameter('TrainerConfig.mini_batch_length'))
     assert runner.kwargs['cuda_graph'] is cuda_graph
@@ -480,3 +480,19 @@ def test_ceiling_only_runs_no_training_and_names_the_ceilings_options(monkeypatc
         'pure-update ceiling on cpu (alf_lite: CUDA graph, compiled): alf_lite (3 torch threads) '
         '300.0 updates/s, SB3 (2) 60.0 updates/s, ratio 5.00\n'
     )
+
+
+@pytest.mark.parametrize(
+    'flag',
+    ['--steps', '--learning_starts', '--pairs', '--threads', '--sb3_threads', '--ceiling_updates'],
+)
+def test_a_count_below_one_is_refused_naming_its_flag(monkeypatch, capsys, flag):
+    def no_run(*args, **kwargs):
+        raise AssertionError('a refused call trains nothing')
+
+    for name in ('alf_lite_run', 'sb3_run', 'ceilings'):
+        monkeypatch.setattr(throughput, name, no_run)
+    with pytest.raises(SystemExit) as e:
+        run_main(monkeypatch, capsys, [flag, '0'])
+    assert e.value.code == 2
+    assert f'{flag} must be at least 1, not 0' in capsys.readouterr().err
