@@ -39,6 +39,7 @@ from cli_helpers import (
     run_train,
     train_command,
 )
+from fake_clock import Clock
 
 
 def test_throughput_ceilings_run_as_a_script_from_another_directory(tmp_path):
@@ -132,16 +133,6 @@ def torch_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
-
-
-class Clock:
-    """A stand-in for ``time.perf_counter``: reads ``now``, which the test advances."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def perf_counter(self):
-        return self.now
 
 
 def table_rows(lines, numbers):

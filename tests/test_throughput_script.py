@@ -14,6 +14,7 @@ import torch
 from alf_lite.run_dir import RunDir
 from alf_lite.runs import ENV_STEPS, ENV_STEPS_PER_SEC
 from benchmarks import throughput
+from fake_clock import Clock
 
 
 def make_args(**overrides):
@@ -44,16 +45,6 @@ def torch_globals():
     yield
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(deterministic)
-
-
-class Clock:
-    """A stand-in for ``time.perf_counter``: reads ``now``, which the test advances."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def perf_counter(self):
-        return self.now
 
 
 @pytest.mark.parametrize('algo', ['sac', 'td3', 'ddpg'])
