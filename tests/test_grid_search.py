@@ -233,6 +233,21 @@ BAD_INPUTS = {
         ['longest part comes from "parameters" entry \'create_environment.env_name\''],
     ),
     'zero workers': (GRID, ['--max_workers', '0'], ['--max_workers', 'must be positive']),
+    'zero CPUs per run': (
+        GRID,
+        ['--num_cpus_per_run', '0'],
+        ['--num_cpus_per_run must be positive'],
+    ),
+    'negative runs per GPU': (
+        GRID,
+        ['--runs_per_gpu', '-1'],
+        ['--runs_per_gpu and --num_gpus_per_run must be >= 0'],
+    ),
+    'negative GPUs per run': (
+        GRID,
+        ['--num_gpus_per_run', '-0.5'],
+        ['--runs_per_gpu and --num_gpus_per_run must be >= 0'],
+    ),
     'search config that is a directory': (
         GRID,
         ['--search_config', '.'],
@@ -508,7 +523,7 @@ def fake_runs(n, tmp_path):
 
 
 class FakeTraining:
-    """Stands in for train_in_subprocess: records each run's environment and the GPUs in use."""
+    """Stands in for train_in_subprocess: records each run's environment, threads and GPU."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -516,17 +531,24 @@ class FakeTraining:
         self.in_use = collections.Counter()
         self.most_in_use = collections.Counter()
         self.started = []
+        self.num_threads = {}
+        self.running = 0
+        self.most_running = 0
 
     def __call__(self, root_dir, config_text, num_threads, log_path, extra_env=None):
         gpu = (extra_env or {}).get('CUDA_VISIBLE_DEVICES')
         with self.lock:
             self.env[os.path.basename(root_dir)] = extra_env
+            self.num_threads[os.path.basename(root_dir)] = num_threads
             self.started.append(gpu)
             self.in_use[gpu] += 1
             self.most_in_use[gpu] = max(self.most_in_use[gpu], self.in_use[gpu])
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
         time.sleep(0.05)
         with self.lock:
             self.in_use[gpu] -= 1
+            self.running -= 1
         return {'returncode': 0, 'wall_time_s': 0.05, 'error': None}
 
 
@@ -637,27 +659,45 @@ def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
 
 
 class FakeRay(types.ModuleType):
-    """The part of the ray module that run_ray uses; tasks run at once and succeed."""
+    """The part of the ray module that run_ray uses; tasks run at once.
 
-    def __init__(self):
+    A task succeeds unless its root_dir is in ``errors``, which maps it to the
+    text of the Ray error its ``get`` raises. ``init_error`` is raised by ``init``.
+    """
+
+    def __init__(self, errors=(), init_error=None):
         super().__init__('ray')
         self.options = None
+        self.init_kwargs = None
+        self.task_args = []
+        self.errors = dict(errors)
+        self.init_error = init_error
+        self.shut_down = False
         self.exceptions = types.SimpleNamespace(RayError=RuntimeError)
 
     def init(self, **kwargs):
-        pass
+        self.init_kwargs = kwargs
+        if self.init_error:
+            raise self.init_error
 
     def shutdown(self):
-        pass
+        self.shut_down = True
 
     def remote(self, **options):
         self.options = options
-        return lambda fn: types.SimpleNamespace(remote=lambda *args: args[0])
+
+        def submit(*args):
+            self.task_args.append(args)
+            return args[0]
+
+        return lambda fn: types.SimpleNamespace(remote=submit)
 
     def wait(self, refs, num_returns):
         return refs[:num_returns], refs[num_returns:]
 
     def get(self, ref):
+        if ref in self.errors:
+            raise RuntimeError(self.errors[ref])
         return {'returncode': 0, 'wall_time_s': 0.0, 'error': None}
 
 
@@ -681,3 +721,287 @@ def test_ray_tasks_request_the_gpus_per_run_fractions_included(
     )
     assert ray.options == dict({'num_cpus': 3, 'max_calls': 1}, **expected)
     assert sorted(reported) == ['run0', 'run1']
+
+
+def test_of_tied_gpus_the_first_in_the_given_order_is_taken():
+    from alf_lite.bin.grid_search import GpuPool
+
+    # The order of CUDA_VISIBLE_DEVICES, not the sorted ids.
+    pool = GpuPool(['5', '3'], runs_per_gpu=1)
+    assert [pool.acquire(), pool.acquire()] == ['5', '3']
+
+
+def test_a_run_that_fails_with_an_os_error_hands_its_gpu_back(tmp_path, monkeypatch):
+    import alf_lite.runs
+    from alf_lite.bin.grid_search import run_local
+
+    training = FakeTraining()
+
+    def train_or_fail(root_dir, *args, **kwargs):
+        if root_dir.endswith('run1'):
+            raise OSError(28, 'No space left on device')
+        return training(root_dir, *args, **kwargs)
+
+    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', train_or_fail)
+    # One worker: the runs start in order, each after the one before ended, so
+    # every run finds both GPUs free and takes '0', the first.
+    run_local(
+        fake_runs(3, tmp_path),
+        max_workers=1,
+        num_threads=1,
+        report=lambda run, result: None,
+        gpus=['0', '1'],
+        runs_per_gpu=1,
+    )
+    assert training.started == ['0', '0']
+
+
+def test_local_runs_get_the_thread_count_and_at_most_max_workers_run_at_a_time(
+    tmp_path, monkeypatch
+):
+    import alf_lite.runs
+    from alf_lite.bin.grid_search import run_local
+
+    # Three GPUs hold three runs at a time: max_workers is the tighter limit.
+    for gpus in ([], ['0', '1', '2']):
+        training = FakeTraining()
+        monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', training)
+        run_local(
+            fake_runs(4, tmp_path),
+            max_workers=2,
+            num_threads=3,
+            report=lambda run, result: None,
+            gpus=gpus,
+        )
+        assert training.num_threads == {f'run{i}': 3 for i in range(4)}
+        assert training.most_running == 2
+
+
+def test_ray_runs_ship_the_package_and_get_their_cpus_as_threads(tmp_path, monkeypatch):
+    import alf_lite
+    from alf_lite.bin.grid_search import run_ray
+
+    ray = FakeRay()
+    monkeypatch.setitem(sys.modules, 'ray', ray)
+    runs = fake_runs(2, tmp_path)
+    run_ray(runs, '10.0.0.1:6379', 3, lambda run, result: None)
+    assert ray.init_kwargs['address'] == '10.0.0.1:6379'
+    assert ray.init_kwargs['runtime_env'] == {
+        'py_modules': [os.path.dirname(os.path.abspath(alf_lite.__file__))]
+    }
+    assert ray.task_args == [(r.root_dir, r.config_text, 3, r.log_path) for r in runs]
+    assert ray.shut_down
+
+
+def test_a_failed_ray_task_fails_its_run_with_the_errors_last_line(tmp_path, monkeypatch):
+    from alf_lite.bin import grid_search
+
+    runs = fake_runs(2, tmp_path)
+    ray = FakeRay(
+        errors={runs[1].root_dir: 'Traceback:\n  frame\n\nOutOfMemoryError: task killed\n'}
+    )
+    monkeypatch.setitem(sys.modules, 'ray', ray)
+    # The clock reads 100.0 when both tasks are submitted and 107.5 when the error comes.
+    clock = iter([100.0, 100.0, 107.5])
+    monkeypatch.setattr(grid_search, 'time', types.SimpleNamespace(time=lambda: next(clock)))
+    reported = {}
+    grid_search.run_ray(runs, 'auto', 1, lambda run, result: reported.update({run.name: result}))
+    assert reported['run0'] == {'returncode': 0, 'wall_time_s': 0.0, 'error': None}
+    assert reported['run1'] == {
+        'returncode': None,
+        'wall_time_s': 7.5,
+        'error': 'Ray task failed: OutOfMemoryError: task killed',
+    }
+
+
+def test_ray_is_shut_down_when_reporting_a_run_raises(tmp_path, monkeypatch):
+    from alf_lite.bin.grid_search import run_ray
+
+    ray = FakeRay()
+    monkeypatch.setitem(sys.modules, 'ray', ray)
+
+    def report(run, result):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_ray(fake_runs(2, tmp_path), 'auto', 1, report)
+    assert ray.shut_down
+
+
+@pytest.mark.parametrize('error', [ConnectionError('refused'), RuntimeError('no cluster')])
+def test_a_ray_cluster_that_cannot_be_reached_exits_2_naming_its_address(
+    tmp_path, monkeypatch, capsys, error
+):
+    from alf_lite.bin.grid_search import run_ray
+
+    monkeypatch.setitem(sys.modules, 'ray', FakeRay(init_error=error))
+    with pytest.raises(SystemExit) as exit_info:
+        run_ray(fake_runs(1, tmp_path), '10.0.0.1:6379', 1, lambda run, result: None)
+    assert exit_info.value.code == 2
+    assert f'cannot connect to the Ray cluster at 10.0.0.1:6379: {error}' in capsys.readouterr().err
+
+
+def run_main(directory, monkeypatch, args, gpus):
+    """``grid_search.main`` on GRID with ``args`` on 8 cores with ``gpus`` visible.
+
+    The backends are replaced by recorders whose runs all finish at once.
+    Returns ``{backend name: its arguments}``.
+    """
+    from absl import flags
+    from absl.testing import flagsaver
+
+    import alf_lite.device
+    from alf_lite.bin import grid_search
+
+    gin_file, grid = write_inputs(directory, GRID)
+    calls = {}
+
+    def finish_all(todo, report):
+        for run in todo:
+            report(run, {'returncode': 0, 'wall_time_s': 1.0, 'error': None})
+
+    def run_local(todo, max_workers, num_threads, report, gpus=(), runs_per_gpu=1):
+        calls['local'] = dict(
+            max_workers=max_workers,
+            num_threads=num_threads,
+            gpus=list(gpus),
+            runs_per_gpu=runs_per_gpu,
+        )
+        finish_all(todo, report)
+
+    def run_ray(todo, address, num_cpus_per_run, report, num_gpus_per_run=0.0):
+        calls['ray'] = dict(
+            address=address,
+            num_cpus_per_run=num_cpus_per_run,
+            num_gpus_per_run=num_gpus_per_run,
+            config_text=todo[0].config_text,
+        )
+        finish_all(todo, report)
+
+    monkeypatch.setattr(grid_search, 'run_local', run_local)
+    monkeypatch.setattr(grid_search, 'run_ray', run_ray)
+    monkeypatch.setattr(alf_lite.device, 'visible_gpu_ids', lambda: list(gpus))
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: set(range(8)))
+    monkeypatch.setitem(sys.modules, 'ray', FakeRay())
+    with flagsaver.flagsaver():
+        flags.FLAGS(
+            ['grid_search', '--search_config', str(grid), '--gin_file', str(gin_file)]
+            + ['--root_dir', str(directory / 'runs'), *args]
+        )
+        grid_search.main(['grid_search'])
+    return calls
+
+
+@pytest.mark.parametrize(
+    'args, gpus, expected, backend',
+    [
+        # Two GPUs of two runs each: four workers share the 8 cores.
+        (
+            ['--runs_per_gpu', '2'],
+            ['3', '5'],
+            dict(max_workers=4, num_threads=2, gpus=['3', '5'], runs_per_gpu=2),
+            '4 local worker(s), GPU(s) 3,5 with at most 2 run(s) each (2 torch thread(s) each)',
+        ),
+        (
+            ['--max_workers', '2'],
+            [],
+            dict(max_workers=2, num_threads=4, gpus=[], runs_per_gpu=1),
+            '2 local worker(s) (4 torch thread(s) each)',
+        ),
+        (
+            ['--runs_per_gpu', '0'],
+            ['3', '5'],
+            dict(max_workers=8, num_threads=1, gpus=[], runs_per_gpu=0),
+            '8 local worker(s) (1 torch thread(s) each)',
+        ),
+    ],
+    ids=['two GPUs', 'no GPU', 'runs_per_gpu 0'],
+)
+def test_local_workers_are_capped_by_the_gpu_slots_and_share_the_cores(
+    tmp_path, monkeypatch, capsys, args, gpus, expected, backend
+):
+    assert run_main(tmp_path, monkeypatch, args, gpus) == {'local': expected}
+    assert f'4 to train on {backend}.' in capsys.readouterr().out
+
+
+def test_ray_runs_get_the_cpus_gpus_and_threads_of_the_flags(tmp_path, monkeypatch, capsys):
+    args = ['--ray_address', 'auto', '--num_cpus_per_run', '3', '--num_gpus_per_run', '0.25']
+    calls = run_main(tmp_path, monkeypatch, args, gpus=['3', '5'])
+    config_text = calls['ray'].pop('config_text')
+    assert calls == {'ray': dict(address='auto', num_cpus_per_run=3, num_gpus_per_run=0.25)}
+    assert 'TrainerConfig.torch_num_threads = 3\n' in config_text
+    assert 'on Ray at auto, 3 CPU(s) and 0.25 GPU(s) per run (3 torch thread(s) each)' in (
+        capsys.readouterr().out
+    )
+
+
+# --- The summary ----------------------------------------------------------------------------
+
+
+def test_summary_row_of_a_run_with_nothing_on_disk_has_no_return_or_steps(tmp_path):
+    from alf_lite.bin.grid_search import summary_rows
+
+    runs = fake_runs(2, tmp_path)  # their directories do not exist
+    results = {
+        'run0': {'returncode': 0, 'wall_time_s': 2.5, 'error': None, 'status': 'finished'},
+        'run1': {'status': 'skipped (finished before)'},
+    }
+    empty = {'final_eval_return': None, 'env_steps': None}
+    assert summary_rows(runs, results) == [
+        dict(run='run0', status='finished', seed=0, **empty, wall_time_s=2.5, error=''),
+        dict(
+            run='run1',
+            status='skipped (finished before)',
+            seed=1,
+            **empty,
+            wall_time_s=None,
+            error='',
+        ),
+    ]
+
+
+SUMMARY_ROWS = [
+    dict(
+        run='a',
+        status='finished',
+        seed=0,
+        final_eval_return=-123.456,
+        env_steps=20,
+        wall_time_s=3.14159,
+        error='',
+    ),
+    dict(
+        run='long_run_name',
+        status='failed',
+        seed=1,
+        final_eval_return=float('nan'),
+        env_steps=None,
+        wall_time_s=None,
+        error='ValueError: x',
+    ),
+]
+
+
+def test_summary_table_aligns_its_columns_and_shows_a_missing_number_as_a_dash(capsys):
+    from alf_lite.bin.grid_search import print_summary
+
+    print_summary(SUMMARY_ROWS)
+    # Floats to one decimal; a column is as wide as its header or its widest cell.
+    assert capsys.readouterr().out.splitlines() == [
+        'run            status    final eval return  env steps  wall time (s)  error',
+        '-------------  --------  -----------------  ---------  -------------  -----',
+        'a              finished  -123.5             20         3.1',
+        'long_run_name  failed    -                  -          -              ValueError: x',
+    ]
+
+
+def test_summary_csv_has_the_rows_columns_in_order_and_a_missing_value_empty(tmp_path):
+    from alf_lite.bin.grid_search import write_summary
+
+    write_summary(str(tmp_path / 'grid_summary.csv'), SUMMARY_ROWS)
+    with open(tmp_path / 'grid_summary.csv', newline='') as f:
+        assert f.read() == (
+            'run,status,seed,final_eval_return,env_steps,wall_time_s,error\r\n'
+            'a,finished,0,-123.456,20,3.14159,\r\n'
+            'long_run_name,failed,1,nan,,,ValueError: x\r\n'
+        )
