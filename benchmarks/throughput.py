@@ -247,7 +247,8 @@ def sb3_ceiling(model, updates):
     return updates / (time.perf_counter() - start)
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
+    """The script's flags and their defaults."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--algo', choices=['sac', 'td3', 'ddpg'], default='sac')
     parser.add_argument('--env', default='HalfCheetah-v5')
@@ -284,6 +285,11 @@ def main():
         default='float32',
         help="alf_lite's TrainerConfig.precision (SB3 trains in float32)",
     )
+    return parser
+
+
+def main():
+    parser = build_parser()
     args = parser.parse_args()
     for flag in ('steps', 'learning_starts', 'pairs', 'threads', 'sb3_threads', 'ceiling_updates'):
         if getattr(args, flag) < 1:

@@ -18,23 +18,9 @@ from fake_clock import Clock
 
 
 def make_args(**overrides):
-    """The script's arguments, at its defaults unless overridden."""
-    args = dict(
-        algo='sac',
-        env='Pendulum-v1',
-        steps=5000,
-        learning_starts=1000,
-        pairs=2,
-        threads=2,
-        sb3_threads=1,
-        ceiling_updates=300,
-        device='cpu',
-        cuda_graph=False,
-        compile=False,
-        ceiling_only=False,
-        precision='float32',
-    )
-    args.update(overrides)
+    """The script's arguments, at its defaults unless overridden; on Pendulum-v1."""
+    args = vars(throughput.build_parser().parse_args([]))
+    args.update(env='Pendulum-v1', **overrides)
     return types.SimpleNamespace(**args)
 
 
