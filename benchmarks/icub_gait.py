@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     import torch
 
     import alf_lite.all_configurables  # noqa: F401
-    from alf_lite.bin.play import checkpoint_path, load_policy
+    from alf_lite.bin.policy import checkpoint_path, load_policy
     from alf_lite.config import parse_config
     from alf_lite.run_dir import RunDir
     from alf_lite.seeding import eval_env_seeds

@@ -565,7 +565,7 @@ def test_icub_gait_summary_gives_mean_length_falls_and_speed_over_all_the_time()
 def test_icub_gait_maps_each_players_actions_into_the_action_range(
     monkeypatch, tmp_path, capsys, torch_threads
 ):
-    import alf_lite.bin.play
+    import alf_lite.bin.policy
 
     (tmp_path / 'config.gin').write_text("create_environment.env_name = 'ICubWalk-v0'\n")
     low, high = np.array([-2.0, -2.0, 0.0]), np.array([4.0, 2.0, 1.0])
@@ -579,8 +579,8 @@ def test_icub_gait_maps_each_players_actions_into_the_action_range(
             return torch.tensor([[-1.0, 1.0, 0.0]])  # low, high and the middle
 
     monkeypatch.setattr(gymnasium, 'make', lambda name: env)
-    monkeypatch.setattr(alf_lite.bin.play, 'checkpoint_path', lambda root, step: 'ckpt-2')
-    monkeypatch.setattr(alf_lite.bin.play, 'load_policy', lambda *args: Policy())
+    monkeypatch.setattr(alf_lite.bin.policy, 'checkpoint_path', lambda root, step: 'ckpt-2')
+    monkeypatch.setattr(alf_lite.bin.policy, 'load_policy', lambda *args: Policy())
     argv = ['--root_dir', str(tmp_path), '--num_episodes', '2', '--random_seed', '5']
     assert icub_gait.main(argv + ['--noise_std', '100']) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -14,6 +14,7 @@ from cli_helpers import (
     PENDULUM,
     TINY,
     assert_ok,
+    python_output,
     run_train,
     train_command,
 )
@@ -334,3 +335,16 @@ def test_checkpoint_that_would_run_code_is_refused_and_runs_nothing(trained_run,
     assert result.returncode == 2, result.stderr
     assert str(model) in result.stderr and 'builtins.exec' in result.stderr, result.stderr
     assert not marker.exists()
+
+
+def test_the_policy_loader_defines_no_flags_so_any_tool_can_import_it():
+    # absl flags are global: a second tool's module defining --root_dir again
+    # fails to import (benchmarks/icub_gait.py, or a notebook beside grid_search).
+    script = (
+        'from absl import flags\n'
+        'import alf_lite.bin.grid_search\n'
+        'before = set(flags.FLAGS)\n'
+        'import alf_lite.bin.policy\n'
+        'print(sorted(set(flags.FLAGS) - before))\n'
+    )
+    assert python_output(script).strip() == '[]'

@@ -29,7 +29,8 @@ import os
 from absl import app, flags
 
 from alf_lite.bin.cli import EXIT_FAULT, fail, parse_flags
-from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
+from alf_lite.bin.policy import checkpoint_path, load_policy
+from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps
 
 # Frames per second of a video when neither --fps nor the env says.
 DEFAULT_FPS = 30
@@ -93,60 +94,6 @@ def parse_render_size(text: str):
     if len(size) != 2 or min(size) <= 0:
         raise ValueError(f"--render_size must be 'W,H' or one positive number, got {text!r}")
     return size
-
-
-def checkpoint_path(root_dir: str, step) -> str:
-    """The checkpoint of ``step`` env steps in ``root_dir``, or its latest; fails when missing."""
-    run_dir = RunDir(root_dir)
-    found = list_checkpoints(run_dir.checkpoint_dir)
-    if not found:
-        fail(
-            f'no checkpoint in {run_dir.checkpoint_dir}: train writes one every '
-            'TrainerConfig.checkpoint_interval env steps and at the end.'
-        )
-    if step is None:
-        return found[-1]
-    path = run_dir.checkpoint(step)
-    if path not in found:
-        steps = ', '.join(str(checkpoint_env_steps(p)) for p in found)
-        fail(f'no checkpoint at {step} env steps in {run_dir.checkpoint_dir}; there are: {steps}')
-    return path
-
-
-def load_policy(path: str, config, observation_dim: int, action_dim: int):
-    """The algorithm of ``config`` (a ``TrainerConfig``) with the networks of checkpoint ``path``.
-
-    In eval mode, at the run's compute precision, as the trainer evaluates it.
-    Reads only the trainer's state, and of it only the networks: no optimizer
-    state, no replay buffer.
-    """
-    import torch
-
-    from alf_lite import checkpoint as ckpt
-    from alf_lite.precision import set_network_precision, warn_if_emulated
-
-    algorithm = config.algorithm_ctor(observation_dim=observation_dim, action_dim=action_dim)
-    set_network_precision(algorithm, config.precision)
-    warn_if_emulated(config.precision, torch.device('cpu'))
-    try:
-        # play runs on the CPU, wherever the checkpoint was trained.
-        state = ckpt.trainer_state(ckpt.load_state(path, map_location='cpu'))
-    except ckpt.UnsafeCheckpointError as e:
-        fail(str(e))
-    except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
-        fail(
-            f'cannot read the checkpoint {path} ({type(e).__name__}: {e}); pick another with '
-            '--checkpoint_step.'
-        )
-    try:
-        algorithm.load_state_dict(ckpt.policy_state(state.algorithm))
-    except RuntimeError as e:
-        fail(
-            f'the checkpoint {path} does not fit the networks {CONFIG_FILE} builds (was the '
-            f'config changed, or a --gin_param given that changes them?): {e}'
-        )
-    algorithm.train(False)
-    return algorithm
 
 
 class VideoWriter:
