@@ -4,10 +4,15 @@ import contextlib
 import csv
 import math
 import os
+import socket
 import sys
+import tempfile
 import time
 from typing import Dict, List, Optional, Tuple
 
+from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
 from alf_lite.run_dir import SUMMARY_MODES, RunDir
@@ -17,6 +22,10 @@ from alf_lite.runs import ENV_STEPS, NUM_UPDATES, WALL_TIME
 MIN_INTERVAL_S = 1e-9
 # Characters of the console progress bar.
 _BAR_WIDTH = 20
+# Prefixes of event files being merged (``keep_events_until``): one being written,
+# one complete. Without "tfevents" in their names, TensorBoard does not read them.
+_PARTIAL_PREFIX = '.merging-'
+_MERGED_PREFIX = '.merged-'
 
 
 class ProgressCsv:
@@ -70,6 +79,83 @@ class ProgressCsv:
         os.replace(tmp, self._path)
 
 
+def keep_events_until(events_dir: str, env_steps: int) -> None:
+    """Merge the TensorBoard event files in ``events_dir`` into one, without the events after
+    ``env_steps``, named to come before any file written from now on.
+
+    TensorBoard reads a directory's files in name order (creation time in
+    seconds, host, process id, a counter), and a step lower than the one before
+    hides the later ones. A resumed writer's file must therefore come last and
+    the old files must not hold the steps it writes again. Neither is true by
+    itself for a file from a machine whose clock was ahead, or one from the same
+    process in the same second (a counter of 10 sorts before 9). The old files
+    are read in TensorBoard's order, a restart's purge applied (a ``START``
+    session log hides the steps from its own on), and what is kept is written to
+    one file whose time is a second before now. Cut short at any point, the next
+    call completes or redoes it: the merged file is complete before any old file
+    is removed.
+    """
+    if not os.path.isdir(events_dir):
+        return
+    for name in os.listdir(events_dir):
+        if name.startswith(_PARTIAL_PREFIX):
+            os.remove(os.path.join(events_dir, name))
+    _finish_merge(events_dir)
+    files = sorted(name for name in os.listdir(events_dir) if 'tfevents' in name)
+    if not files:
+        return
+    header, kept = None, []
+    for name in files:
+        # A record cut short by a kill ends its file: what follows is dropped.
+        for record in RawEventFileLoader(os.path.join(events_dir, name)).Load():
+            event = Event.FromString(record)
+            if event.HasField('file_version'):
+                header = header or record
+            elif event.HasField('session_log') and event.session_log.status == SessionLog.START:
+                kept = [(step, r) for step, r in kept if step < event.step]
+            elif event.step <= env_steps:
+                kept.append((event.step, record))
+    if not kept:
+        for name in files:
+            os.remove(os.path.join(events_dir, name))
+        return
+    created = files[0].split('.')[3] if files[0].startswith('events.out.tfevents.') else ''
+    seconds = int(time.time()) - 1
+    if created.isdigit():
+        seconds = min(seconds, int(created))
+    merged = f'events.out.tfevents.{seconds:010d}.{socket.gethostname()}.kept-{env_steps}'
+    fd, partial = tempfile.mkstemp(prefix=_PARTIAL_PREFIX, dir=events_dir)
+    with os.fdopen(fd, 'wb') as f:
+        writer = RecordWriter(f)
+        for record in [header] if header else []:
+            writer.write(record)
+        # Python's sort is stable: the events of one step keep their order.
+        for _, record in sorted(kept, key=lambda step_record: step_record[0]):
+            writer.write(record)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, os.path.join(events_dir, _MERGED_PREFIX + _hidden(merged)))
+    _finish_merge(events_dir)
+
+
+def _hidden(name: str) -> str:
+    """``name`` without "tfevents", so that TensorBoard does not read the file."""
+    return name.replace('tfevents', 'tf-events')
+
+
+def _finish_merge(events_dir: str) -> None:
+    """Replace the old event files by a complete merged file, if there is one."""
+    merged = [name for name in os.listdir(events_dir) if name.startswith(_MERGED_PREFIX)]
+    if not merged:
+        return
+    (name,) = merged
+    for old in os.listdir(events_dir):
+        if 'tfevents' in old:
+            os.remove(os.path.join(events_dir, old))
+    final = name[len(_MERGED_PREFIX) :].replace('tf-events', 'tfevents')
+    os.replace(os.path.join(events_dir, name), os.path.join(events_dir, final))
+
+
 class Summary:
     """Writes scalars named ``train/<name>`` or ``eval/<name>`` to all three sinks.
 
@@ -84,6 +170,8 @@ class Summary:
 
     def __init__(self, root_dir: str, keep_until_env_steps: int = -1):
         run_dir = RunDir(root_dir)
+        for mode in SUMMARY_MODES:
+            keep_events_until(run_dir.events_dir(mode), keep_until_env_steps)
         self._writers = {
             mode: SummaryWriter(run_dir.events_dir(mode), purge_step=keep_until_env_steps + 1)
             for mode in SUMMARY_MODES

@@ -1,6 +1,7 @@
 """progress.csv and TensorBoard events, read back as a user (or TensorBoard) reads them."""
 
 import math
+import os
 
 import pytest
 
@@ -158,6 +159,133 @@ def test_summary_resume_keeps_events_up_to_the_checkpoint_and_replaces_later_one
     ]
     _, rows = read_progress(tmp_path / 'progress.csv')
     assert [(int(r['env_steps']), float(r['train/critic_loss'])) for r in rows] == expected_train
+
+
+def write_killed_run(root_dir, last_step=400):
+    """Summaries every 100 env steps up to ``last_step``, as a run killed there left them."""
+    killed_run = Summary(str(root_dir))
+    for step in range(0, last_step + 1, 100):
+        killed_run.write(step, step // 2, WALL_TIME + step, {'train/critic_loss': float(step)})
+    killed_run.close()
+
+
+def event_files(log_dir):
+    return sorted(p.name for p in log_dir.iterdir())
+
+
+def resume(root_dir, keep_until, last_step=400):
+    """A run resumed at ``keep_until`` writing again up to ``last_step``, values ``step + 0.5``."""
+    resumed = Summary(str(root_dir), keep_until_env_steps=keep_until)
+    for step in range(keep_until + 100, last_step + 1, 100):
+        resumed.write(step, step // 2, WALL_TIME + 1000 + step, {'train/critic_loss': step + 0.5})
+    resumed.close()
+
+
+def critic_losses(read_tensorboard, root_dir):
+    return [(e.step, e.value) for e in read_tensorboard(root_dir / 'train')['critic_loss']]
+
+
+def test_resume_replaces_later_events_also_when_the_old_file_sorts_after_the_new_one(
+    tmp_path, monkeypatch, read_tensorboard
+):
+    # The killed run's files were made on a machine whose clock was an hour
+    # ahead: TensorBoard reads files in name (creation time) order, so it would
+    # read them after the resumed run's, and their steps 0-400 after the new 300
+    # and 400 would hide those.
+    from tensorboard.summary.writer import event_file_writer
+
+    now = summary_module.time.time
+    monkeypatch.setattr(event_file_writer.time, 'time', lambda: now() + 3600)
+    write_killed_run(tmp_path)
+    monkeypatch.undo()
+    resume(tmp_path, keep_until=200)
+
+    assert critic_losses(read_tensorboard, tmp_path) == [
+        (0, 0.0),
+        (100, 100.0),
+        (200, 200.0),
+        (300, 300.5),
+        (400, 400.5),
+    ]
+    assert len(event_files(tmp_path / 'train')) == 2  # what was kept, then the resumed run
+
+
+def test_a_second_resume_keeps_what_the_first_one_wrote_up_to_its_checkpoint(
+    tmp_path, read_tensorboard
+):
+    write_killed_run(tmp_path)
+    resume(tmp_path, keep_until=100, last_step=300)
+    resume(tmp_path, keep_until=200)
+    assert critic_losses(read_tensorboard, tmp_path) == [
+        (0, 0.0),
+        (100, 100.0),
+        (200, 200.5),
+        (300, 300.5),
+        (400, 400.5),
+    ]
+    assert len(event_files(tmp_path / 'train')) == 2
+
+
+def test_files_of_an_earlier_layout_are_merged_with_their_restarts_purges_applied(
+    tmp_path, read_tensorboard
+):
+    # As a resume left them before merging: the killed run's file with steps
+    # 0-400, then the resumed run's: a START at 201 (TensorBoard drops the
+    # steps from 201 read before it), 300.5 and 400.5.
+    from torch.utils.tensorboard import SummaryWriter
+
+    write_killed_run(tmp_path)
+    later = SummaryWriter(str(tmp_path / 'train'), purge_step=201)
+    for step in (300, 400):
+        later.add_scalar('critic_loss', step + 0.5, step, walltime=WALL_TIME + 1000 + step)
+    later.close()
+    before = critic_losses(read_tensorboard, tmp_path)
+    assert before == [(0, 0.0), (100, 100.0), (200, 200.0), (300, 300.5), (400, 400.5)]
+
+    summary_module.keep_events_until(str(tmp_path / 'train'), 300)
+    assert critic_losses(read_tensorboard, tmp_path) == before[:4]
+    (name,) = event_files(tmp_path / 'train')
+    assert name.endswith('.kept-300')
+
+
+def test_keeping_events_drops_a_record_cut_short_and_a_fresh_start_removes_the_files(
+    tmp_path, read_tensorboard
+):
+    write_killed_run(tmp_path)
+    log_dir = tmp_path / 'train'
+    (name,) = event_files(log_dir)
+    # A kill while writing: half a record at the end of the file.
+    with open(log_dir / name, 'ab') as f:
+        f.write(b'\x30\x00\x00\x00\x00\x00\x00\x00\x01\x02')
+    (log_dir / '.merging-x1').write_bytes(b'a merge cut short')
+
+    summary_module.keep_events_until(str(log_dir), 200)
+    (merged,) = event_files(log_dir)
+    assert critic_losses(read_tensorboard, tmp_path) == [(0, 0.0), (100, 100.0), (200, 200.0)]
+    content = (log_dir / merged).read_bytes()
+    summary_module.keep_events_until(str(log_dir), 200)  # nothing to drop
+    assert event_files(log_dir) == [merged] and (log_dir / merged).read_bytes() == content
+
+    summary_module.keep_events_until(str(log_dir), -1)  # a fresh start
+    assert event_files(log_dir) == []
+    summary_module.keep_events_until(str(tmp_path / 'missing'), 0)
+
+
+def test_a_merge_cut_short_after_its_file_was_complete_is_finished(tmp_path, read_tensorboard):
+    write_killed_run(tmp_path)
+    log_dir = tmp_path / 'train'
+    (old,) = event_files(log_dir)
+    # The merged file of an earlier resume at 100, complete; the old file still there.
+    other = tmp_path / 'other'
+    write_killed_run(other, last_step=100)
+    (kept,) = event_files(other / 'train')
+    hidden = '.merged-' + kept.replace('tfevents', 'tf-events')
+    os.rename(other / 'train' / kept, log_dir / hidden)
+
+    summary_module.keep_events_until(str(log_dir), 100)
+    (name,) = event_files(log_dir)  # the old file is gone
+    assert name != old and not name.startswith('.')
+    assert critic_losses(read_tensorboard, tmp_path) == [(0, 0.0), (100, 100.0)]
 
 
 def test_throughput_leaves_out_the_time_spent_in_excluded_blocks(monkeypatch):
