@@ -1,9 +1,14 @@
 """Running ``python -m alf_lite.bin.train`` from tests: commands, environment, kills."""
 
+import atexit
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -52,8 +57,103 @@ def python_output(script: str) -> str:
     ).stdout
 
 
-def run_train(command, cwd=REPO_ROOT, **kwargs):
-    """Run ``command`` to its end, output captured; ``kwargs`` go to ``subprocess.run``."""
+# Set to run every command in a fresh interpreter instead of a child of train_server.py.
+FRESH_INTERPRETERS_VARIABLE = 'ALF_LITE_TESTS_FRESH_INTERPRETERS'
+
+
+class TrainServer:
+    """This test process's ``train_server.py``: started at its first use, one run at a time."""
+
+    def __init__(self):
+        self._process = None
+        self._pending = b''
+        self._lock = threading.Lock()
+
+    def _start(self):
+        self._log = tempfile.TemporaryFile()
+        read_end, write_end = os.pipe()
+        self._process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name('train_server.py')), str(write_end)],
+            cwd=REPO_ROOT,
+            env=train_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            pass_fds=(write_end,),
+            bufsize=0,
+        )
+        os.close(write_end)
+        self._answers = read_end
+        self._pending = b''
+        atexit.register(self._process.stdin.close)
+
+    def _answer(self, word, timeout):
+        """The value of the server's next line, which starts with ``word``; None on timeout."""
+        deadline = time.monotonic() + timeout
+        fd = self._answers
+        while b'\n' not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                self._log.seek(0)
+                raise RuntimeError(
+                    f'train_server.py ended (exit {self._process.wait()}):\n'
+                    + self._log.read().decode(errors='replace')[-4000:]
+                )
+            self._pending += chunk
+        line, self._pending = self._pending.split(b'\n', 1)
+        key, value = line.decode().split()
+        assert key == word, line
+        return int(value)
+
+    def run(self, command, cwd, timeout):
+        """``subprocess.run(command, capture_output=True, text=True)`` in a forked child."""
+        with self._lock, tempfile.TemporaryDirectory() as tmp:
+            if self._process is None or self._process.poll() is not None:
+                if self._process is not None:
+                    os.close(self._answers)
+                self._start()
+            out, err = os.path.join(tmp, 'stdout'), os.path.join(tmp, 'stderr')
+            request = dict(
+                module=command[2],
+                args=command[3:],
+                cwd=os.path.abspath(cwd),
+                env=train_env(),
+                stdout=out,
+                stderr=err,
+            )
+            self._process.stdin.write((json.dumps(request) + '\n').encode())
+            pid = self._answer('pid', RUN_TIMEOUT_S)
+            returncode = self._answer('exit', timeout)
+            if returncode is None:
+                os.kill(pid, signal.SIGKILL)
+                self._answer('exit', RUN_TIMEOUT_S)
+            with open(out) as f_out, open(err) as f_err:
+                stdout, stderr = f_out.read(), f_err.read()
+            if returncode is None:
+                raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
+            return subprocess.CompletedProcess(command, returncode, stdout, stderr)
+
+
+train_server = TrainServer()
+
+
+def run_train(command, cwd=REPO_ROOT, fresh_interpreter=False, **kwargs):
+    """Run ``command`` to its end, output captured; ``kwargs`` go to ``subprocess.run``.
+
+    ``python -m alf_lite.bin.<tool>`` runs as a child forked by ``train_server.py``,
+    which imported the dependencies once (see there), unless ``fresh_interpreter``
+    (for a test comparing the numbers of two runs: children share the hash seed),
+    ``kwargs`` are given or ``ALF_LITE_TESTS_FRESH_INTERPRETERS`` is set.
+    """
+    if (
+        command[:2] == [sys.executable, '-m']
+        and command[2].startswith('alf_lite.bin.')
+        and not (fresh_interpreter or kwargs or os.environ.get(FRESH_INTERPRETERS_VARIABLE))
+    ):
+        return train_server.run(command, cwd, RUN_TIMEOUT_S)
     return subprocess.run(
         command,
         cwd=cwd,

@@ -616,7 +616,9 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
     assert len(latest) == cycles
     # Every resume continued the envs' episodes: the numbers are those of a run never killed.
     never_killed = tmp_path / 'never_killed'
-    assert_ok(run_train(train_command(never_killed, [PENDULUM], KILL_PARAMS)))
+    assert_ok(
+        run_train(train_command(never_killed, [PENDULUM], KILL_PARAMS), fresh_interpreter=True)
+    )
     assert deterministic_rows(root_dir) == deterministic_rows(never_killed)
 
 
