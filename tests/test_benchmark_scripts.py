@@ -175,6 +175,23 @@ def test_memory_table_gives_bytes_per_step_mib_and_multiple_of_the_raw_minimum(m
     }
 
 
+def test_random_replay_buffer_samples_on_the_training_device(monkeypatch):
+    import alf_lite.replay_buffer
+
+    made = []
+
+    class Recorded(alf_lite.replay_buffer.ReplayBuffer):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(alf_lite.replay_buffer, 'ReplayBuffer', Recorded)
+    device = torch.device('cpu')
+    rb = random_buffer.random_replay_buffer(2, 12, 3, 2, device)
+    assert [kwargs['training_device'] for kwargs in made] == [device]
+    assert rb.num_steps == 12
+
+
 def test_random_replay_buffer_ends_an_episode_every_episode_length_rows():
     rb = random_buffer.random_replay_buffer(2, 12, 3, 2, 'cpu', episode_length=4)
     assert rb.num_steps == rb.length == 12  # full

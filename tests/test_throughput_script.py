@@ -291,6 +291,51 @@ def test_alf_lite_ceiling_times_the_updates_after_its_warm_up(
     assert runner.replay_buffer.num_steps == runner.replay_buffer.length
 
 
+@pytest.mark.parametrize('algo', ['sac', 'td3', 'ddpg'])
+def test_sb3_trains_on_the_device_given(monkeypatch, algo):
+    sb3 = pytest.importorskip('stable_baselines3')
+    made = []
+
+    class Model:
+        def __init__(self, policy, env, **kwargs):
+            made.append(kwargs)
+
+        def set_logger(self, logger):
+            pass
+
+        def learn(self, total_timesteps, callback=None):
+            pass
+
+    monkeypatch.setattr(sb3, algo.upper(), Model)
+    args = make_args(algo=algo, device='cuda:1', ceiling_only=True)
+    throughput.sb3_run(args, seed=0)
+    assert [kwargs['device'] for kwargs in made] == ['cuda:1']
+
+
+def test_sb3_ceiling_on_a_gpu_waits_for_the_warm_up_before_its_timer_and_for_its_updates(
+    monkeypatch,
+):
+    # A GPU runs the updates after train() returns: only a synchronize waits for them.
+    clock = Clock()
+    monkeypatch.setattr(throughput, 'time', clock)
+    pending = []
+
+    def synchronize():
+        clock.now += sum(pending)
+        pending.clear()
+
+    monkeypatch.setattr(torch.cuda, 'synchronize', synchronize)
+
+    class Model:
+        device = torch.device('cuda')
+
+        def train(self, gradient_steps, batch_size):
+            pending.append(gradient_steps)  # one second an update, on the GPU
+
+    # Timing the 7 updates alone, not the warm-up's: 1 update/s.
+    assert throughput.sb3_ceiling(Model(), 7) == 1.0
+
+
 def test_sb3_ceiling_times_the_updates_after_its_warm_up(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(throughput, 'time', clock)
