@@ -25,6 +25,7 @@ print('to stderr', file=sys.stderr)
 if sys.argv[1:] == ['sleep']:
     import time
 
+    sys.stdout.flush()
     time.sleep(60)
 sys.exit(int(sys.argv[1]) if sys.argv[1:] and sys.argv[1].isdigit() else 0)
 """
