@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from alf_lite.run_dir import RunDir, checkpoint_env_steps, list_checkpoints
 
@@ -146,12 +147,15 @@ def run_train(command, cwd=REPO_ROOT, fresh_interpreter=False, **kwargs):
     ``python -m alf_lite.bin.<tool>`` runs as a child forked by ``train_server.py``,
     which imported the dependencies once (see there), unless ``fresh_interpreter``
     (for a test comparing the numbers of two runs: children share the hash seed),
-    ``kwargs`` are given or ``ALF_LITE_TESTS_FRESH_INTERPRETERS`` is set.
+    ``kwargs`` are given, ``ALF_LITE_TESTS_FRESH_INTERPRETERS`` is set or the machine
+    has CUDA (a process that asked the CUDA driver anything before forking leaves
+    its children a driver they cannot use; nothing checks that the imports never do).
     """
     if (
         command[:2] == [sys.executable, '-m']
         and command[2].startswith('alf_lite.bin.')
         and not (fresh_interpreter or kwargs or os.environ.get(FRESH_INTERPRETERS_VARIABLE))
+        and not torch.cuda.is_available()
     ):
         return train_server.run(command, cwd, RUN_TIMEOUT_S)
     return subprocess.run(

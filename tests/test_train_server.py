@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import cli_helpers
 from cli_helpers import train_env, train_server
@@ -92,8 +93,11 @@ def test_run_train_serves_the_tools_unless_told_to_start_them_afresh(
     else:
         monkeypatch.delenv(cli_helpers.FRESH_INTERPRETERS_VARIABLE, raising=False)
     cli_helpers.run_train([sys.executable, *command], cwd='somewhere', **kwargs)
-    ((how, args),) = calls
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    cli_helpers.run_train([sys.executable, *command], cwd='somewhere', **kwargs)
+    ((how, args), (on_cuda, _)) = calls
     assert how == ('served' if served else 'fresh')
+    assert on_cuda == 'fresh'
     if served:
         assert args == ([sys.executable, *command], 'somewhere', cli_helpers.RUN_TIMEOUT_S)
     else:
