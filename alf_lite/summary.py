@@ -4,6 +4,7 @@ import contextlib
 import csv
 import math
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -125,6 +126,8 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
         seconds = min(seconds, int(created))
     merged = f'events.out.tfevents.{seconds:010d}.{socket.gethostname()}.kept-{env_steps}'
     fd, partial = tempfile.mkstemp(prefix=_PARTIAL_PREFIX, dir=events_dir)
+    # mkstemp's file is private (0600): readable by whoever could read the old one.
+    shutil.copymode(os.path.join(events_dir, files[0]), partial)
     with os.fdopen(fd, 'wb') as f:
         writer = RecordWriter(f)
         for record in [header] if header else []:

@@ -259,8 +259,10 @@ def test_keeping_events_drops_a_record_cut_short_and_a_fresh_start_removes_the_f
         f.write(b'\x30\x00\x00\x00\x00\x00\x00\x00\x01\x02')
     (log_dir / '.merging-x1').write_bytes(b'a merge cut short')
 
+    (log_dir / name).chmod(0o640)
     summary_module.keep_events_until(str(log_dir), 200)
     (merged,) = event_files(log_dir)
+    assert (log_dir / merged).stat().st_mode & 0o777 == 0o640  # as the old file's
     assert critic_losses(read_tensorboard, tmp_path) == [(0, 0.0), (100, 100.0), (200, 200.0)]
     content = (log_dir / merged).read_bytes()
     summary_module.keep_events_until(str(log_dir), 200)  # nothing to drop
