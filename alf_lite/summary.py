@@ -85,16 +85,18 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
     ``env_steps``, named to come before any file written from now on.
 
     TensorBoard reads a directory's files in name order (creation time in
-    seconds, host, process id, a counter), and a step lower than the one before
-    hides the later ones. A resumed writer's file must therefore come last and
-    the old files must not hold the steps it writes again. Neither is true by
-    itself for a file from a machine whose clock was ahead, or one from the same
-    process in the same second (a counter of 10 sorts before 9). The old files
-    are read in TensorBoard's order, a restart's purge applied (a ``START``
-    session log hides the steps from its own on), and what is kept is written to
-    one file whose time is a second before now. Cut short at any point, the next
-    call completes or redoes it: the merged file is complete before any old file
-    is removed.
+    seconds, host, process id, a counter). A resumed writer's file begins with a
+    restart (a ``START`` session log at the checkpoint's step + 1), which hides
+    the later steps of the files read before it; the steps of a file read after
+    it hide the resumed run's instead. ``Summary`` calls this where an old file
+    would come after the resumed one (``events_need_merging``): one from a
+    machine whose clock was ahead, or from the same process in the same second
+    (a counter of 10 sorts before 9). The old files are read in TensorBoard's
+    order, restarts applied, and what is kept is written to one file named with
+    the earlier of the first file's time and a second before now. Cut short at
+    any point, the next call completes or redoes it: the merged file is complete
+    before any old file is removed. A TensorBoard reading the directory while
+    its files are replaced may need a restart to read on.
     """
     if not os.path.isdir(events_dir):
         return
@@ -141,6 +143,21 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
     _finish_merge(events_dir)
 
 
+def events_need_merging(events_dir: str, seconds: int) -> bool:
+    """Whether an event file in ``events_dir`` would not come before a file made at
+    ``seconds`` (since the epoch) in TensorBoard's order, or a merge was cut short."""
+    if not os.path.isdir(events_dir):
+        return False
+    for name in os.listdir(events_dir):
+        if name.startswith((_PARTIAL_PREFIX, _MERGED_PREFIX)):
+            return True
+        if 'tfevents' in name:
+            created = name.split('.')[3] if name.startswith('events.out.tfevents.') else ''
+            if not (len(created) == 10 and created.isdigit() and int(created) < seconds):
+                return True
+    return False
+
+
 def _hidden(name: str) -> str:
     """``name`` without "tfevents", so that TensorBoard does not read the file."""
     return name.replace('tfevents', 'tf-events')
@@ -168,13 +185,19 @@ class Summary:
         keep_until_env_steps: TensorBoard events and CSV rows already in
             ``root_dir`` after this env step are discarded: the env step of the
             checkpoint being resumed, or -1 for a fresh start (discard all, e.g.
-            what a run killed before its first checkpoint wrote).
+            what a run killed before its first checkpoint wrote). The rows are
+            removed; the events are hidden by the restart that begins the new
+            event file, or removed where that would not hide them
+            (``keep_events_until``).
     """
 
     def __init__(self, root_dir: str, keep_until_env_steps: int = -1):
         run_dir = RunDir(root_dir)
+        # The writers' files are named at this second or later.
+        now = int(time.time())
         for mode in SUMMARY_MODES:
-            keep_events_until(run_dir.events_dir(mode), keep_until_env_steps)
+            if events_need_merging(run_dir.events_dir(mode), now):
+                keep_events_until(run_dir.events_dir(mode), keep_until_env_steps)
         self._writers = {
             mode: SummaryWriter(run_dir.events_dir(mode), purge_step=keep_until_env_steps + 1)
             for mode in SUMMARY_MODES

@@ -165,7 +165,8 @@ def write_killed_run(root_dir, last_step=400):
     """Summaries every 100 env steps up to ``last_step``, as a run killed there left them."""
     killed_run = Summary(str(root_dir))
     for step in range(0, last_step + 1, 100):
-        killed_run.write(step, step // 2, WALL_TIME + step, {'train/critic_loss': float(step)})
+        scalars = {'train/critic_loss': float(step), 'eval/AverageReturn': -float(step)}
+        killed_run.write(step, step // 2, WALL_TIME + step, scalars)
     killed_run.close()
 
 
@@ -207,7 +208,39 @@ def test_resume_replaces_later_events_also_when_the_old_file_sorts_after_the_new
         (300, 300.5),
         (400, 400.5),
     ]
-    assert len(event_files(tmp_path / 'train')) == 2  # what was kept, then the resumed run
+    # In each directory: what was kept, merged into one file, then the resumed run's.
+    for mode in ('train', 'eval'):
+        kept, _ = event_files(tmp_path / mode)
+        assert kept.endswith('.kept-200')
+
+
+def test_files_of_earlier_seconds_are_left_as_they_are_and_the_restart_hides_their_later_steps(
+    tmp_path, monkeypatch, read_tensorboard
+):
+    # The usual resume: the killed run's files were made before this second, so
+    # they come first and the resumed file's restart hides their steps past 200.
+    from tensorboard.summary.writer import event_file_writer
+
+    now = summary_module.time.time
+    monkeypatch.setattr(event_file_writer.time, 'time', lambda: now() - 3600)
+    write_killed_run(tmp_path)
+    monkeypatch.undo()
+    before = {
+        m: {n: (tmp_path / m / n).read_bytes() for n in event_files(tmp_path / m)}
+        for m in ('train', 'eval')
+    }
+    resume(tmp_path, keep_until=200)
+    for mode, files in before.items():
+        (old,) = files
+        assert event_files(tmp_path / mode)[0] == old
+        assert (tmp_path / mode / old).read_bytes() == files[old]
+    assert critic_losses(read_tensorboard, tmp_path) == [
+        (0, 0.0),
+        (100, 100.0),
+        (200, 200.0),
+        (300, 300.5),
+        (400, 400.5),
+    ]
 
 
 def test_a_second_resume_keeps_what_the_first_one_wrote_up_to_its_checkpoint(
@@ -223,7 +256,6 @@ def test_a_second_resume_keeps_what_the_first_one_wrote_up_to_its_checkpoint(
         (300, 300.5),
         (400, 400.5),
     ]
-    assert len(event_files(tmp_path / 'train')) == 2
 
 
 def test_files_of_an_earlier_layout_are_merged_with_their_restarts_purges_applied(
@@ -245,7 +277,7 @@ def test_files_of_an_earlier_layout_are_merged_with_their_restarts_purges_applie
     summary_module.keep_events_until(str(tmp_path / 'train'), 300)
     assert critic_losses(read_tensorboard, tmp_path) == before[:4]
     (name,) = event_files(tmp_path / 'train')
-    assert name.endswith('.kept-300')
+    assert name.startswith('events.out.tfevents.') and name.endswith('.kept-300')
 
 
 def test_keeping_events_drops_a_record_cut_short_and_a_fresh_start_removes_the_files(
@@ -286,8 +318,136 @@ def test_a_merge_cut_short_after_its_file_was_complete_is_finished(tmp_path, rea
 
     summary_module.keep_events_until(str(log_dir), 100)
     (name,) = event_files(log_dir)  # the old file is gone
-    assert name != old and not name.startswith('.')
+    assert name != old and name.startswith('events.out.tfevents.')
     assert critic_losses(read_tensorboard, tmp_path) == [(0, 0.0), (100, 100.0)]
+
+
+def test_a_restarts_purge_drops_the_old_events_at_its_own_step(tmp_path, read_tensorboard):
+    # As a resume at 299 left them before merging: the restart's START at 300
+    # hides the killed run's 300 and 400, not only those after 300.
+    from torch.utils.tensorboard import SummaryWriter
+
+    write_killed_run(tmp_path)
+    later = SummaryWriter(str(tmp_path / 'train'), purge_step=300)
+    for step in (300, 400):
+        later.add_scalar('critic_loss', step + 0.5, step, walltime=WALL_TIME + 1000 + step)
+    later.close()
+    expected = [(0, 0.0), (100, 100.0), (200, 200.0), (300, 300.5), (400, 400.5)]
+    assert critic_losses(read_tensorboard, tmp_path) == expected
+
+    summary_module.keep_events_until(str(tmp_path / 'train'), 400)
+    assert critic_losses(read_tensorboard, tmp_path) == expected
+
+
+def test_events_read_out_of_step_order_are_merged_in_step_order_those_of_a_step_as_read(
+    tmp_path, monkeypatch, read_tensorboard
+):
+    # The first file was written on a clock an hour ahead: TensorBoard reads the
+    # second one, with steps 300 (twice) and 400, first.
+    from tensorboard.summary.writer import event_file_writer
+    from torch.utils.tensorboard import SummaryWriter
+
+    log_dir = tmp_path / 'train'
+    now = summary_module.time.time
+    monkeypatch.setattr(event_file_writer.time, 'time', lambda: now() + 3600)
+    first = SummaryWriter(str(log_dir))
+    for step in (0, 100, 200):
+        first.add_scalar('critic_loss', float(step), step, walltime=WALL_TIME)
+    first.close()
+    monkeypatch.undo()
+    second = SummaryWriter(str(log_dir))
+    for step, value in ((300, 1.0), (300, 2.0), (400, 400.0)):
+        second.add_scalar('critic_loss', value, step, walltime=WALL_TIME)
+    second.close()
+    assert [step for step, _ in critic_losses(read_tensorboard, tmp_path)] == [
+        300,
+        300,
+        400,
+        0,
+        100,
+        200,
+    ]
+
+    summary_module.keep_events_until(str(log_dir), 400)
+    assert critic_losses(read_tensorboard, tmp_path) == [
+        (0, 0.0),
+        (100, 100.0),
+        (200, 200.0),
+        (300, 1.0),
+        (300, 2.0),
+        (400, 400.0),
+    ]
+
+
+def first_event_time(log_dir):
+    """The run's start as TensorBoard shows it: the time of the first event it reads."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(log_dir))
+    accumulator.Reload()
+    return accumulator.FirstEventTimestamp()
+
+
+def test_the_merged_file_keeps_the_header_and_creation_time_of_the_runs_first_file(
+    tmp_path, monkeypatch, read_tensorboard
+):
+    # The killed run two hours ago, a first resume an hour ago; its merge left
+    # the events kept under the killed run's time, before the resumed run's file.
+    from tensorboard.summary.writer import event_file_writer
+
+    now = summary_module.time.time
+    log_dir = tmp_path / 'train'
+    monkeypatch.setattr(event_file_writer.time, 'time', lambda: now() - 7200)
+    write_killed_run(tmp_path)
+    monkeypatch.setattr(event_file_writer.time, 'time', lambda: now() - 3600)
+    (killed,) = event_files(log_dir)
+    started = first_event_time(log_dir)
+    assert abs(started - (now() - 7200)) < 60  # the file's header, not a scalar's time
+    resume(tmp_path, keep_until=200)
+    monkeypatch.undo()
+    assert len(event_files(log_dir)) == 2
+
+    summary_module.keep_events_until(str(log_dir), 300)
+    (name,) = event_files(log_dir)
+    assert name.split('.')[3] == killed.split('.')[3]
+    assert first_event_time(log_dir) == started
+    assert critic_losses(read_tensorboard, tmp_path) == [
+        (0, 0.0),
+        (100, 100.0),
+        (200, 200.0),
+        (300, 300.5),
+    ]
+
+
+def test_a_resume_in_the_same_second_as_the_killed_runs_files_is_read_last(
+    tmp_path, monkeypatch, read_tensorboard
+):
+    # Every file made in one second: the merged file must still sort before the
+    # resumed run's, whose name then differs only after the host.
+    frozen = summary_module.time.time()
+    monkeypatch.setattr(summary_module.time, 'time', lambda: frozen)
+    write_killed_run(tmp_path)
+    resume(tmp_path, keep_until=200)
+    assert critic_losses(read_tensorboard, tmp_path) == [
+        (0, 0.0),
+        (100, 100.0),
+        (200, 200.0),
+        (300, 300.5),
+        (400, 400.5),
+    ]
+
+
+def test_files_that_are_not_event_files_are_left_alone(tmp_path, read_tensorboard):
+    write_killed_run(tmp_path)
+    log_dir = tmp_path / 'train'
+    (log_dir / 'projector_config.pbtxt').write_text('embeddings {}\n')
+    (log_dir / 'plugins').mkdir()
+
+    summary_module.keep_events_until(str(log_dir), 200)
+    assert critic_losses(read_tensorboard, tmp_path) == [(0, 0.0), (100, 100.0), (200, 200.0)]
+    summary_module.keep_events_until(str(log_dir), -1)  # a fresh start
+    assert event_files(log_dir) == ['plugins', 'projector_config.pbtxt']
+    assert (log_dir / 'projector_config.pbtxt').read_text() == 'embeddings {}\n'
 
 
 def test_throughput_leaves_out_the_time_spent_in_excluded_blocks(monkeypatch):
