@@ -69,6 +69,15 @@ class TrainServer:
         self._process = None
         self._pending = b''
         self._lock = threading.Lock()
+        # Closing its standard input ends the server.
+        atexit.register(self._stop)
+
+    def _stop(self):
+        if self._process is not None:
+            self._process.stdin.close()
+            self._log.close()
+            os.close(self._answers)
+            self._process = None
 
     def _start(self):
         self._log = tempfile.TemporaryFile()
@@ -86,7 +95,6 @@ class TrainServer:
         os.close(write_end)
         self._answers = read_end
         self._pending = b''
-        atexit.register(self._process.stdin.close)
 
     def _answer(self, word, timeout):
         """The value of the server's next line, which starts with ``word``; None on timeout."""
@@ -113,8 +121,7 @@ class TrainServer:
         """``subprocess.run(command, capture_output=True, text=True)`` in a forked child."""
         with self._lock, tempfile.TemporaryDirectory() as tmp:
             if self._process is None or self._process.poll() is not None:
-                if self._process is not None:
-                    os.close(self._answers)
+                self._stop()
                 self._start()
             out, err = os.path.join(tmp, 'stdout'), os.path.join(tmp, 'stderr')
             request = dict(

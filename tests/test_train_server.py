@@ -3,6 +3,8 @@
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -20,6 +22,7 @@ print('name', __name__)
 print('argv', sys.argv[1:], os.path.basename(sys.argv[0]))
 print('path0', sys.path[0])
 print('cwd', os.getcwd())
+print('environment', sorted(os.environ.items()))
 print('variable', os.environ.get('ALF_LITE_PROBE'))
 print('stdin', repr(sys.stdin.read()))
 print('to stderr', file=sys.stderr)
@@ -46,6 +49,7 @@ def test_a_served_child_runs_the_module_as_python_m_would(tmp_path, probe):
     )
     served = train_server.run(probe + ['3', '--flag'], tmp_path, timeout=60)
     assert served.returncode == fresh.returncode == 3
+    # The environment too: the request's, without what the server's imports set in theirs.
     assert served.stdout == fresh.stdout
     assert served.stderr == fresh.stderr == 'to stderr\n'
     assert f"argv ['3', '--flag'] train_server_probe.py\npath0 {tmp_path}\n" in served.stdout
@@ -68,6 +72,65 @@ def test_a_served_child_ended_by_a_signal_returns_minus_the_signal(tmp_path):
     # The server itself is unharmed: each run is a child of its own.
     assert train_server.run([sys.executable, '-m', 'killed_probe'], tmp_path, 60).returncode == -9
     assert os.path.exists(tmp_path / 'killed_probe.py')
+
+
+def test_a_served_childs_relative_working_directory_is_taken_from_the_tests(
+    tmp_path, monkeypatch, probe
+):
+    monkeypatch.chdir(tmp_path)  # not the server's working directory
+    served = train_server.run(probe, '.', timeout=60)
+    assert served.returncode == 0, served.stderr
+    assert f'cwd {tmp_path}\n' in served.stdout
+
+
+# Ends without the interpreter's shutdown, which takes a second in a child of the server.
+QUICK_PROBE = 'import os, sys\nprint(sys.argv[1:], flush=True)\nos._exit(5)\n'
+
+
+def test_answers_read_together_are_each_taken_in_turn(tmp_path, monkeypatch):
+    (tmp_path / 'quick_probe.py').write_text(QUICK_PROBE)
+    real_read = os.read
+
+    def late_read(fd, size):
+        time.sleep(0.3)  # the child ended meanwhile: its pid and exit status come in one read
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, 'read', late_read)
+    result = train_server.run([sys.executable, '-m', 'quick_probe'], tmp_path, timeout=10)
+    assert result.returncode == 5
+
+
+def test_runs_from_two_threads_take_turns(tmp_path):
+    (tmp_path / 'quick_probe.py').write_text('import time\ntime.sleep(0.2)\n' + QUICK_PROBE)
+    results = {}
+
+    def run(word):
+        command = [sys.executable, '-m', 'quick_probe', word]
+        results[word] = train_server.run(command, tmp_path, timeout=10)
+
+    threads = [threading.Thread(target=run, args=(word,)) for word in ('one', 'two')]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {word: (r.returncode, r.stdout) for word, r in results.items()} == {
+        'one': (5, "['one']\n"),
+        'two': (5, "['two']\n"),
+    }
+
+
+def test_a_server_that_died_is_reported_and_the_next_run_starts_another(tmp_path):
+    (tmp_path / 'server_killer.py').write_text('import os\nos.kill(os.getppid(), 9)\nos._exit(0)\n')
+    (tmp_path / 'quick_probe.py').write_text(QUICK_PROBE)
+    open_files = []
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r'train_server.py ended \(exit -9\)'):
+            train_server.run([sys.executable, '-m', 'server_killer'], tmp_path, timeout=10)
+        result = train_server.run([sys.executable, '-m', 'quick_probe'], tmp_path, timeout=60)
+        assert result.returncode == 5
+        open_files.append(len(os.listdir('/proc/self/fd')))
+    # The dead server's pipes and log were closed: a restart leaves none open.
+    assert open_files[0] == open_files[1]
 
 
 @pytest.mark.parametrize(

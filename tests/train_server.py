@@ -23,7 +23,6 @@ by ``pid <N>`` once the child runs and ``exit <status>`` when it ended
 import json
 import os
 import runpy
-import signal
 import sys
 
 
@@ -55,7 +54,6 @@ def become(request):
         os.dup2(fd, target)
         os.close(fd)
     sys.stdin = open(0, closefd=False)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     # ``python -m`` puts the working directory first on the path.
     sys.path[0] = os.getcwd()
     sys.argv = ['-m', *request['args']]
