@@ -182,6 +182,10 @@ def resume(root_dir, keep_until, last_step=400):
     resumed.close()
 
 
+# The killed run's critic losses up to its checkpoint at 200, then the resumed run's.
+RESUMED_AT_200 = [(0, 0.0), (100, 100.0), (200, 200.0), (300, 300.5), (400, 400.5)]
+
+
 def critic_losses(read_tensorboard, root_dir):
     return [(e.step, e.value) for e in read_tensorboard(root_dir / 'train')['critic_loss']]
 
@@ -201,13 +205,7 @@ def test_resume_replaces_later_events_also_when_the_old_file_sorts_after_the_new
     monkeypatch.undo()
     resume(tmp_path, keep_until=200)
 
-    assert critic_losses(read_tensorboard, tmp_path) == [
-        (0, 0.0),
-        (100, 100.0),
-        (200, 200.0),
-        (300, 300.5),
-        (400, 400.5),
-    ]
+    assert critic_losses(read_tensorboard, tmp_path) == RESUMED_AT_200
     # In each directory: what was kept, merged into one file, then the resumed run's.
     for mode in ('train', 'eval'):
         kept, _ = event_files(tmp_path / mode)
@@ -234,13 +232,7 @@ def test_files_of_earlier_seconds_are_left_as_they_are_and_the_restart_hides_the
         (old,) = files
         assert event_files(tmp_path / mode)[0] == old
         assert (tmp_path / mode / old).read_bytes() == files[old]
-    assert critic_losses(read_tensorboard, tmp_path) == [
-        (0, 0.0),
-        (100, 100.0),
-        (200, 200.0),
-        (300, 300.5),
-        (400, 400.5),
-    ]
+    assert critic_losses(read_tensorboard, tmp_path) == RESUMED_AT_200
 
 
 def test_a_second_resume_keeps_what_the_first_one_wrote_up_to_its_checkpoint(
@@ -272,7 +264,7 @@ def test_files_of_an_earlier_layout_are_merged_with_their_restarts_purges_applie
         later.add_scalar('critic_loss', step + 0.5, step, walltime=WALL_TIME + 1000 + step)
     later.close()
     before = critic_losses(read_tensorboard, tmp_path)
-    assert before == [(0, 0.0), (100, 100.0), (200, 200.0), (300, 300.5), (400, 400.5)]
+    assert before == RESUMED_AT_200
 
     summary_module.keep_events_until(str(tmp_path / 'train'), 300)
     assert critic_losses(read_tensorboard, tmp_path) == before[:4]
@@ -332,7 +324,7 @@ def test_a_restarts_purge_drops_the_old_events_at_its_own_step(tmp_path, read_te
     for step in (300, 400):
         later.add_scalar('critic_loss', step + 0.5, step, walltime=WALL_TIME + 1000 + step)
     later.close()
-    expected = [(0, 0.0), (100, 100.0), (200, 200.0), (300, 300.5), (400, 400.5)]
+    expected = RESUMED_AT_200
     assert critic_losses(read_tensorboard, tmp_path) == expected
 
     summary_module.keep_events_until(str(tmp_path / 'train'), 400)
@@ -428,13 +420,7 @@ def test_a_resume_in_the_same_second_as_the_killed_runs_files_is_read_last(
     monkeypatch.setattr(summary_module.time, 'time', lambda: frozen)
     write_killed_run(tmp_path)
     resume(tmp_path, keep_until=200)
-    assert critic_losses(read_tensorboard, tmp_path) == [
-        (0, 0.0),
-        (100, 100.0),
-        (200, 200.0),
-        (300, 300.5),
-        (400, 400.5),
-    ]
+    assert critic_losses(read_tensorboard, tmp_path) == RESUMED_AT_200
 
 
 def test_files_that_are_not_event_files_are_left_alone(tmp_path, read_tensorboard):
