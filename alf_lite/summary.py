@@ -122,18 +122,18 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
         for name in files:
             os.remove(os.path.join(events_dir, name))
         return
-    created = files[0].split('.')[3] if files[0].startswith('events.out.tfevents.') else ''
     seconds = int(time.time()) - 1
-    if created.isdigit():
-        seconds = min(seconds, int(created))
+    created = _created_second(files[0])
+    if created is not None:
+        seconds = min(seconds, created)
     merged = f'events.out.tfevents.{seconds:010d}.{socket.gethostname()}.kept-{env_steps}'
     fd, partial = tempfile.mkstemp(prefix=_PARTIAL_PREFIX, dir=events_dir)
     # mkstemp's file is private (0600): readable by whoever could read the old one.
     shutil.copymode(os.path.join(events_dir, files[0]), partial)
     with os.fdopen(fd, 'wb') as f:
         writer = RecordWriter(f)
-        for record in [header] if header else []:
-            writer.write(record)
+        if header:
+            writer.write(header)
         # Python's sort is stable: the events of one step keep their order.
         for _, record in sorted(kept, key=lambda step_record: step_record[0]):
             writer.write(record)
@@ -152,10 +152,18 @@ def events_need_merging(events_dir: str, seconds: int) -> bool:
         if name.startswith((_PARTIAL_PREFIX, _MERGED_PREFIX)):
             return True
         if 'tfevents' in name:
-            created = name.split('.')[3] if name.startswith('events.out.tfevents.') else ''
-            if not (len(created) == 10 and created.isdigit() and int(created) < seconds):
+            created = _created_second(name)
+            if created is None or created >= seconds:
                 return True
     return False
+
+
+def _created_second(name: str) -> Optional[int]:
+    """The creation time in ``events.out.tfevents.<10-digit seconds>...``; None for another name."""
+    parts = name.split('.')
+    if name.startswith('events.out.tfevents.') and len(parts[3]) == 10 and parts[3].isdigit():
+        return int(parts[3])
+    return None
 
 
 def _hidden(name: str) -> str:

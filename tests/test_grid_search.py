@@ -611,18 +611,27 @@ def test_local_runs_without_gpus_keep_their_environment(tmp_path, monkeypatch):
     assert list(training.env.values()) == [None] * 3
 
 
+def run1_fails(training, error):
+    """``training`` (a ``FakeTraining``), except that the run named ``run1`` raises ``error``."""
+
+    def train_or_fail(root_dir, *args, **kwargs):
+        if root_dir.endswith('run1'):
+            raise error
+        return training(root_dir, *args, **kwargs)
+
+    return train_or_fail
+
+
 def test_os_error_in_one_run_fails_that_run_and_the_others_train(tmp_path, monkeypatch):
     import alf_lite.runs
     from alf_lite.bin.grid_search import run_local
 
     training = FakeTraining()
-
-    def train_or_fail(root_dir, *args, **kwargs):
-        if root_dir.endswith('run1'):
-            raise OSError(36, 'File name too long')
-        return training(root_dir, *args, **kwargs)
-
-    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', train_or_fail)
+    monkeypatch.setattr(
+        alf_lite.runs,
+        'train_in_subprocess',
+        run1_fails(training, OSError(36, 'File name too long')),
+    )
     reported = {}
     run_local(
         fake_runs(3, tmp_path),
@@ -736,13 +745,11 @@ def test_a_run_that_fails_with_an_os_error_hands_its_gpu_back(tmp_path, monkeypa
     from alf_lite.bin.grid_search import run_local
 
     training = FakeTraining()
-
-    def train_or_fail(root_dir, *args, **kwargs):
-        if root_dir.endswith('run1'):
-            raise OSError(28, 'No space left on device')
-        return training(root_dir, *args, **kwargs)
-
-    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', train_or_fail)
+    monkeypatch.setattr(
+        alf_lite.runs,
+        'train_in_subprocess',
+        run1_fails(training, OSError(28, 'No space left on device')),
+    )
     # One worker: the runs start in order, each after the one before ended, so
     # every run finds both GPUs free and takes '0', the first.
     run_local(
