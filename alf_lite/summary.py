@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+from tensorboard.compat.proto.summary_pb2 import Summary as SummaryProto
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
@@ -95,8 +96,9 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
     order, restarts applied, and what is kept is written to one file named with
     the earlier of the first file's time and a second before now. Cut short at
     any point, the next call completes or redoes it: the merged file is complete
-    before any old file is removed. A TensorBoard reading the directory while
-    its files are replaced may need a restart to read on.
+    before any old file is removed. The Python reader of a TensorBoard open on
+    the directory while its files are replaced (``--load_fast=false``) needs a
+    restart to read on; the default reader reads on.
     """
     if not os.path.isdir(events_dir):
         return
@@ -141,6 +143,39 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
         os.fsync(f.fileno())
     os.replace(partial, os.path.join(events_dir, _MERGED_PREFIX + _hidden(merged)))
     _finish_merge(events_dir)
+
+
+def tags_after(events_dir: str, env_steps: int) -> List[str]:
+    """The tags of the summaries in ``events_dir``'s event files after ``env_steps``, sorted."""
+    tags = set()
+    if os.path.isdir(events_dir):
+        for name in os.listdir(events_dir):
+            if 'tfevents' in name:
+                for record in RawEventFileLoader(os.path.join(events_dir, name)).Load():
+                    event = Event.FromString(record)
+                    if event.step > env_steps:
+                        tags.update(value.tag for value in event.summary.value)
+    return sorted(tags)
+
+
+def hide_events_after(writer: SummaryWriter, env_steps: int, tags: List[str]) -> None:
+    """Hide from both of TensorBoard's readers the points of ``tags`` after
+    ``env_steps`` in the event files read before ``writer``'s.
+
+    The writer's ``purge_step`` began its file with a restart at ``env_steps`` + 1,
+    which the Python reader (``--load_fast=false``) applies to all tags. The
+    default reader (the Rust data server) ignores it: it drops a tag's points
+    from a step on only when it reads a point of that tag at that step, so a
+    point written after the checkpoint by a killed run would stay in view until
+    the resumed run writes the tag at or before its step, or forever where it
+    never does. Here each tag gets a point at ``env_steps`` + 1 that holds no
+    value: the Rust reader drops the tag's later points and does not show it,
+    the Python reader skips it.
+    """
+    if tags:
+        summary = SummaryProto(value=[SummaryProto.Value(tag=tag) for tag in tags])
+        writer.file_writer.add_summary(summary, env_steps + 1)
+        writer.flush()
 
 
 def events_need_merging(events_dir: str, seconds: int) -> bool:
@@ -194,8 +229,8 @@ class Summary:
             ``root_dir`` after this env step are discarded: the env step of the
             checkpoint being resumed, or -1 for a fresh start (discard all, e.g.
             what a run killed before its first checkpoint wrote). The rows are
-            removed; the events are hidden by the restart that begins the new
-            event file, or removed where that would not hide them
+            removed; the events are hidden by what begins the new event file
+            (``hide_events_after``), or removed where that would not hide them
             (``keep_events_until``).
     """
 
@@ -203,13 +238,15 @@ class Summary:
         run_dir = RunDir(root_dir)
         # The writers' files are named at this second or later.
         now = int(time.time())
+        self._writers = {}
         for mode in SUMMARY_MODES:
-            if events_need_merging(run_dir.events_dir(mode), now):
-                keep_events_until(run_dir.events_dir(mode), keep_until_env_steps)
-        self._writers = {
-            mode: SummaryWriter(run_dir.events_dir(mode), purge_step=keep_until_env_steps + 1)
-            for mode in SUMMARY_MODES
-        }
+            events_dir = run_dir.events_dir(mode)
+            # Before a merge removes them: a TensorBoard open on the run still shows them.
+            hidden = tags_after(events_dir, keep_until_env_steps)
+            if events_need_merging(events_dir, now):
+                keep_events_until(events_dir, keep_until_env_steps)
+            self._writers[mode] = SummaryWriter(events_dir, purge_step=keep_until_env_steps + 1)
+            hide_events_after(self._writers[mode], keep_until_env_steps, hidden)
         self._csv = ProgressCsv(run_dir.progress_file, keep_until_env_steps)
 
     def write(
