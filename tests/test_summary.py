@@ -495,8 +495,13 @@ class TensorBoard:
             time.sleep(0.2)
 
     def close(self):
-        self._process.kill()
-        self._process.wait()
+        # SIGTERM: TensorBoard removes its info file and stops its data server.
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
 
 
 def _has_rust_reader():
