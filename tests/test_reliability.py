@@ -21,6 +21,7 @@ import torch
 
 import alf_lite.all_configurables  # noqa: F401
 import hanging_env
+import tensorboard_server
 from alf_lite import checkpoint as ckpt
 from alf_lite import trainer as trainer_module
 from alf_lite.config import parse_config, write_text_atomically
@@ -620,6 +621,36 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
         run_train(train_command(never_killed, [PENDULUM], KILL_PARAMS), fresh_interpreter=True)
     )
     assert deterministic_rows(root_dir) == deterministic_rows(never_killed)
+    # And as TensorBoard shows them, with each reader: the same steps of every
+    # scalar, the same values of those that time and memory do not change.
+    for load_fast in tensorboard_server.readers():
+        log = tmp_path / f'tensorboard-{load_fast}.log'
+        with tensorboard_server.TensorBoard(tmp_path, load_fast, log) as tensorboard:
+            deadline = time.monotonic() + 60
+            while True:
+                killed, whole = (
+                    tensorboard_scalars(tensorboard, run) for run in ('run', 'never_killed')
+                )
+                if (killed == whole and whole) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        assert killed == whole, load_fast
+        steps = [step for step, _ in whole['train/env_steps_per_sec']]
+        assert steps == list(range(100, KILL_STEPS + 1, 100)), load_fast
+
+
+def tensorboard_scalars(tensorboard, run):
+    """``{'mode/tag': [(step, value), ...]}`` of the runs ``run/train`` and ``run/eval`` as
+    ``tensorboard`` shows them, the value None in the columns that time or memory set."""
+    tags = tensorboard.tags() or {}
+    scalars = {}
+    for mode in ('train', 'eval'):
+        for tag in tags.get(f'{run}/{mode}', []):
+            points = tensorboard.points(f'{run}/{mode}', tag) or []
+            if f'{mode}/{tag}' in NONDETERMINISTIC_COLUMNS:
+                points = [(step, None) for step, _ in points]
+            scalars[f'{mode}/{tag}'] = points
+    return scalars
 
 
 # --- SIGINT / SIGTERM -----------------------------------------------------------------------

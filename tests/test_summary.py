@@ -1,20 +1,13 @@
 """progress.csv and TensorBoard events, read back as a user (or TensorBoard) reads them."""
 
-import json
 import math
 import os
-import re
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 
 import pytest
 
 from alf_lite import summary as summary_module
 from alf_lite.summary import ProgressCsv, Summary, Throughput
+from tensorboard_server import READERS, TensorBoard
 
 WALL_TIME = 1_700_000_000.0
 
@@ -444,88 +437,7 @@ def test_files_that_are_not_event_files_are_left_alone(tmp_path, read_tensorboar
     assert (log_dir / 'projector_config.pbtxt').read_text() == 'embeddings {}\n'
 
 
-class TensorBoard:
-    """A TensorBoard server on ``log_dir``, asked for scalars as its web page asks.
-
-    Args:
-        load_fast: 'true' for the Rust data server (TensorBoard's default where
-            it is installed), 'false' for the Python reader.
-    """
-
-    def __init__(self, log_dir, load_fast, log_path):
-        self._log_path = log_path
-        with open(log_path, 'w') as log:
-            self._process = subprocess.Popen(
-                [sys.executable, '-m', 'tensorboard.main', '--logdir', str(log_dir)]
-                + ['--port', '0', f'--load_fast={load_fast}', '--reload_interval', '1'],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self._url = None
-
-    def url(self, timeout_s=60):
-        deadline = time.monotonic() + timeout_s
-        while self._url is None:
-            found = re.search(r'at (http://[^/ ]+)/', open(self._log_path).read())
-            if found:
-                self._url = found.group(1)
-            assert self._process.poll() is None, open(self._log_path).read()
-            assert time.monotonic() < deadline, 'TensorBoard did not start'
-            time.sleep(0.1)
-        return self._url
-
-    def points(self, run, tag):
-        """``[(step, value), ...]`` of ``tag``; None while TensorBoard cannot answer."""
-        query = urllib.parse.urlencode({'run': run, 'tag': tag})
-        try:
-            with urllib.request.urlopen(f'{self.url()}/data/plugin/scalars/scalars?{query}') as r:
-                return [(step, value) for _, step, value in json.load(r)]
-        except urllib.error.HTTPError as e:
-            return [] if e.code == 404 else None  # 404: a tag without points
-        except urllib.error.URLError:
-            return None
-
-    def wait_for(self, run, points_by_tag, timeout_s=60):
-        """Wait until TensorBoard shows ``points_by_tag``; what it shows at the end."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            shown = {tag: self.points(run, tag) for tag in points_by_tag}
-            if shown == points_by_tag or time.monotonic() > deadline:
-                return shown
-            time.sleep(0.2)
-
-    def close(self):
-        # SIGTERM: TensorBoard removes its info file and stops its data server.
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-
-
-def _has_rust_reader():
-    try:
-        from tensorboard_data_server import server_binary
-    except ImportError:
-        return False
-    return server_binary() is not None
-
-
-@pytest.mark.parametrize(
-    'load_fast',
-    [
-        pytest.param('false', id='python-reader'),
-        pytest.param(
-            'true',
-            id='rust-reader',
-            marks=pytest.mark.skipif(
-                not _has_rust_reader(),
-                reason='no TensorBoard data server (tensorboard-data-server) for this platform',
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize('load_fast', READERS)
 @pytest.mark.parametrize('clock_s', [-3600, 3600], ids=['files-left-alone', 'files-merged'])
 def test_both_tensorboard_readers_hide_what_a_killed_run_wrote_after_its_checkpoint(
     tmp_path, monkeypatch, load_fast, clock_s
@@ -558,8 +470,7 @@ def test_both_tensorboard_readers_hide_what_a_killed_run_wrote_after_its_checkpo
     resumed = {'critic_loss': [(0, 0.0), (100, 100.0), (200, 200.0), (400, 400.5)], 'q_value': []}
 
     reads_on = clock_s < 0 or load_fast == 'true'
-    open_before = TensorBoard(tmp_path, load_fast, tmp_path / 'tensorboard_open.log')
-    try:
+    with TensorBoard(tmp_path, load_fast, tmp_path / 'tensorboard_open.log') as open_before:
         assert open_before.wait_for('train', killed) == killed
         resumed_run = Summary(str(tmp_path), keep_until_env_steps=200)
         resumed_run.write(400, 200, WALL_TIME + 1400, {'train/critic_loss': 400.5})
@@ -567,13 +478,8 @@ def test_both_tensorboard_readers_hide_what_a_killed_run_wrote_after_its_checkpo
         assert event_files(tmp_path / 'train')[0].endswith('.kept-200') == (clock_s > 0)
         if reads_on:
             assert open_before.wait_for('train', resumed) == resumed
-    finally:
-        open_before.close()
-    started_after = TensorBoard(tmp_path, load_fast, tmp_path / 'tensorboard_after.log')
-    try:
+    with TensorBoard(tmp_path, load_fast, tmp_path / 'tensorboard_after.log') as started_after:
         assert started_after.wait_for('train', resumed) == resumed
-    finally:
-        started_after.close()
 
 
 def test_throughput_leaves_out_the_time_spent_in_excluded_blocks(monkeypatch):
