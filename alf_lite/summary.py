@@ -9,7 +9,7 @@ import socket
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
@@ -106,20 +106,17 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
         if name.startswith(_PARTIAL_PREFIX):
             os.remove(os.path.join(events_dir, name))
     _finish_merge(events_dir)
-    files = sorted(name for name in os.listdir(events_dir) if 'tfevents' in name)
+    files = _event_files(events_dir)
     if not files:
         return
     header, kept = None, []
-    for name in files:
-        # A record cut short by a kill ends its file: what follows is dropped.
-        for record in RawEventFileLoader(os.path.join(events_dir, name)).Load():
-            event = Event.FromString(record)
-            if event.HasField('file_version'):
-                header = header or record
-            elif event.HasField('session_log') and event.session_log.status == SessionLog.START:
-                kept = [(step, r) for step, r in kept if step < event.step]
-            elif event.step <= env_steps:
-                kept.append((event.step, record))
+    for event, record in _read_events(events_dir, files):
+        if event.HasField('file_version'):
+            header = header or record
+        elif event.HasField('session_log') and event.session_log.status == SessionLog.START:
+            kept = [(step, r) for step, r in kept if step < event.step]
+        elif event.step <= env_steps:
+            kept.append((event.step, record))
     if not kept:
         for name in files:
             os.remove(os.path.join(events_dir, name))
@@ -147,14 +144,12 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
 
 def tags_after(events_dir: str, env_steps: int) -> List[str]:
     """The tags of the summaries in ``events_dir``'s event files after ``env_steps``, sorted."""
+    if not os.path.isdir(events_dir):
+        return []
     tags = set()
-    if os.path.isdir(events_dir):
-        for name in os.listdir(events_dir):
-            if 'tfevents' in name:
-                for record in RawEventFileLoader(os.path.join(events_dir, name)).Load():
-                    event = Event.FromString(record)
-                    if event.step > env_steps:
-                        tags.update(value.tag for value in event.summary.value)
+    for event, _ in _read_events(events_dir, _event_files(events_dir)):
+        if event.step > env_steps:
+            tags.update(value.tag for value in event.summary.value)
     return sorted(tags)
 
 
@@ -201,6 +196,19 @@ def _created_second(name: str) -> Optional[int]:
     return None
 
 
+def _event_files(events_dir: str) -> List[str]:
+    """The names of the event files in ``events_dir``, in TensorBoard's order."""
+    return sorted(name for name in os.listdir(events_dir) if 'tfevents' in name)
+
+
+def _read_events(events_dir: str, names: List[str]) -> Iterator[Tuple[Event, bytes]]:
+    """``(event, record)`` of each record of the files ``names`` in ``events_dir``, in order."""
+    for name in names:
+        # A record cut short by a kill ends its file: what follows is dropped.
+        for record in RawEventFileLoader(os.path.join(events_dir, name)).Load():
+            yield Event.FromString(record), record
+
+
 def _hidden(name: str) -> str:
     """``name`` without "tfevents", so that TensorBoard does not read the file."""
     return name.replace('tfevents', 'tf-events')
@@ -212,9 +220,8 @@ def _finish_merge(events_dir: str) -> None:
     if not merged:
         return
     (name,) = merged
-    for old in os.listdir(events_dir):
-        if 'tfevents' in old:
-            os.remove(os.path.join(events_dir, old))
+    for old in _event_files(events_dir):
+        os.remove(os.path.join(events_dir, old))
     final = name[len(_MERGED_PREFIX) :].replace('tf-events', 'tfevents')
     os.replace(os.path.join(events_dir, name), os.path.join(events_dir, final))
 

@@ -611,27 +611,26 @@ def test_local_runs_without_gpus_keep_their_environment(tmp_path, monkeypatch):
     assert list(training.env.values()) == [None] * 3
 
 
-def run1_fails(training, error):
-    """``training`` (a ``FakeTraining``), except that the run named ``run1`` raises ``error``."""
+def make_run1_fail(monkeypatch, error):
+    """Replace training by a ``FakeTraining``, returned, except that the run named
+    ``run1`` raises ``error``."""
+    import alf_lite.runs
+
+    training = FakeTraining()
 
     def train_or_fail(root_dir, *args, **kwargs):
         if root_dir.endswith('run1'):
             raise error
         return training(root_dir, *args, **kwargs)
 
-    return train_or_fail
+    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', train_or_fail)
+    return training
 
 
 def test_os_error_in_one_run_fails_that_run_and_the_others_train(tmp_path, monkeypatch):
-    import alf_lite.runs
     from alf_lite.bin.grid_search import run_local
 
-    training = FakeTraining()
-    monkeypatch.setattr(
-        alf_lite.runs,
-        'train_in_subprocess',
-        run1_fails(training, OSError(36, 'File name too long')),
-    )
+    make_run1_fail(monkeypatch, OSError(36, 'File name too long'))
     reported = {}
     run_local(
         fake_runs(3, tmp_path),
@@ -741,15 +740,9 @@ def test_of_tied_gpus_the_first_in_the_given_order_is_taken():
 
 
 def test_a_run_that_fails_with_an_os_error_hands_its_gpu_back(tmp_path, monkeypatch):
-    import alf_lite.runs
     from alf_lite.bin.grid_search import run_local
 
-    training = FakeTraining()
-    monkeypatch.setattr(
-        alf_lite.runs,
-        'train_in_subprocess',
-        run1_fails(training, OSError(28, 'No space left on device')),
-    )
+    training = make_run1_fail(monkeypatch, OSError(28, 'No space left on device'))
     # One worker: the runs start in order, each after the one before ended, so
     # every run finds both GPUs free and takes '0', the first.
     run_local(
