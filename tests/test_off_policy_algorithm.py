@@ -1,9 +1,16 @@
-"""What every algorithm inherits: its optimizer steps and the ranges of its update settings."""
+"""What every algorithm inherits: its optimizer steps, its mode switch and the ranges of its
+update settings."""
+
+import functools
 
 import pytest
 import torch
 
+from alf_lite.algorithms.ddpg import DdpgAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import OffPolicyAlgorithm, check_update_settings
+from alf_lite.algorithms.sac import SacAlgorithm
+from alf_lite.algorithms.td3 import Td3Algorithm
+from alf_lite.networks import CriticNetwork, DeterministicActorNetwork
 
 
 class OneWeight(OffPolicyAlgorithm):
@@ -35,3 +42,104 @@ def test_a_bool_is_no_period(name):
     periods = {'target_update_period': 1, 'policy_update_period': 1, name: True}
     with pytest.raises(ValueError, match=f'^{name} must be an integer >= 1, got True$'):
         check_update_settings(0.99, 0.005, **periods)
+
+
+ALGORITHMS = {
+    'sac': SacAlgorithm,
+    'td3': Td3Algorithm,
+    # With batch norm: the mode decides which statistics normalise.
+    'ddpg': functools.partial(
+        DdpgAlgorithm,
+        actor_network_ctor=functools.partial(DeterministicActorNetwork, batch_norm=True),
+        critic_network_ctor=functools.partial(CriticNetwork, batch_norm=True),
+    ),
+}
+
+
+def modes(algorithm):
+    return {name: module.training for name, module in algorithm.named_modules()}
+
+
+@pytest.mark.parametrize('name', sorted(ALGORITHMS))
+def test_train_and_eval_set_every_module_as_nn_module_does(name):
+    algorithm = ALGORITHMS[name](observation_dim=3, action_dim=2)
+    # DDPG and TD3 keep their targets in eval mode (running statistics) in both modes.
+    targets = ('_target_actor', '_target_critic') if name != 'sac' else ()
+    for mode in (False, True, False):
+        assert algorithm.train(mode) is algorithm
+        expected = {module: mode and not module.startswith(targets) for module in modes(algorithm)}
+        assert modes(algorithm) == expected
+    # nn.Module.train over the same tree, then the targets put back as DDPG's train does.
+    for mode in (False, True):
+        algorithm.train(not mode)
+        torch.nn.Module.train(algorithm, mode)
+        for target in targets:
+            torch.nn.Module.train(getattr(algorithm, target), False)
+        reference = modes(algorithm)
+        algorithm.train(not mode)
+        algorithm.train(mode)
+        assert modes(algorithm) == reference
+    assert algorithm.eval() is algorithm and not any(modes(algorithm).values())
+
+
+class KeepsChildInEval(torch.nn.Module):
+    """A submodule whose own ``train`` keeps its child in eval mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.child = torch.nn.BatchNorm1d(2)
+        self.calls = []
+
+    def train(self, mode=True):
+        self.calls.append(mode)
+        super().train(mode)
+        self.child.train(False)
+        return self
+
+
+class Holder(OneWeight):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Sequential(torch.nn.Linear(2, 2), KeepsChildInEval())
+
+
+def test_a_submodule_with_its_own_train_gets_it_called():
+    algorithm = Holder()
+    algorithm.train(True)
+    keeper = algorithm.inner[1]
+    assert keeper.calls == [True]
+    assert algorithm.training and algorithm.inner.training and algorithm.inner[0].training
+    assert keeper.training and not keeper.child.training
+    algorithm.train(False)
+    assert keeper.calls == [True, False] and not any(modes(algorithm).values())
+
+
+class MirroredFlag(torch.nn.Module):
+    """Keeps its mode elsewhere, behind a ``training`` property (as torch.compile's wrapper)."""
+
+    @property
+    def training(self):
+        return self.__dict__['_mode']
+
+    @training.setter
+    def training(self, mode):
+        self.__dict__['_mode'] = mode
+
+
+# torch.compile's first use imports torch.jit, which warns of its own deprecations.
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+def test_a_training_property_is_set_through_its_setter():
+    algorithm = OneWeight()
+    algorithm.mirrored = MirroredFlag()
+    algorithm.compiled = torch.compile(torch.nn.Sequential(torch.nn.BatchNorm1d(2)))
+    for mode in (False, True):
+        algorithm.train(mode)
+        assert algorithm.mirrored.training is mode and algorithm.mirrored._mode is mode
+        assert (
+            algorithm.compiled.training is mode and algorithm.compiled._orig_mod[0].training is mode
+        )
+
+
+def test_a_mode_that_is_no_bool_is_refused():
+    with pytest.raises(ValueError, match='expected to be a bool, got 1'):
+        OneWeight().train(1)

