@@ -25,6 +25,7 @@ from benchmarks import (
     env_throughput,
     icub_gait,
     memory,
+    mode_switch,
     random_buffer,
     sac_study_cost,
     time_to_solve,
@@ -610,3 +611,20 @@ def test_icub_gait_maps_each_players_actions_into_the_action_range(
     assert ((uniform >= low) & (uniform <= high)).all() and len(np.unique(uniform)) == 12
     # Noise of std 100 is clipped to [-1, 1]: the bounds of the range.
     assert ((noisy == low) | (noisy == high)).all()
+
+
+def test_mode_switch_times_each_examples_algorithm_both_ways(capsys):
+    # DDPG as its example config builds it: with batch norm, whose mode matters.
+    ddpg = mode_switch.build_algorithm('ddpg')
+    assert any(isinstance(m, torch.nn.BatchNorm1d) for m in ddpg.modules())
+    mode_switch.main(['--rounds', '2', '--switches', '10'])
+    rows = {}
+    for line in capsys.readouterr().out.splitlines()[2:]:
+        algo, modules, own, _, reference, _, ratio = line.split()
+        rows[algo] = (int(modules), float(own), float(reference), float(ratio))
+    assert sorted(rows) == sorted(mode_switch.ALGOS)
+    for algo, (modules, own, reference, ratio) in rows.items():
+        algorithm = mode_switch.build_algorithm(algo)
+        assert modules == sum(1 for _ in algorithm.modules())
+        assert own > 0 and reference > 0
+        assert ratio == pytest.approx(reference / own, rel=0.06)
