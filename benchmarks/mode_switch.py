@@ -67,6 +67,11 @@ def measure(algo: str, rounds: int, switches: int) -> dict:
     return {'modules': sum(1 for _ in algorithm.modules()), **times}
 
 
+def median_and_range(values) -> str:
+    """``median (min-max)`` to one decimal."""
+    return f'{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})'
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--algo', choices=ALGOS, action='append', help='default: all three')
@@ -81,12 +86,10 @@ def main(argv=None) -> None:
         result = measure(algo, args.rounds, args.switches)
         own, reference = result['own'], result['nn.Module']
 
-        def cell(xs):
-            return f'{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})'
-
         ratio = statistics.median(reference) / statistics.median(own)
+        own_cell, reference_cell = median_and_range(own), median_and_range(reference)
         print(
-            f'{algo:<10} {result["modules"]:>7} {cell(own):>20} {cell(reference):>20} {ratio:>6.1f}'
+            f'{algo:<10} {result["modules"]:>7} {own_cell:>20} {reference_cell:>20} {ratio:>6.1f}'
         )
 
 

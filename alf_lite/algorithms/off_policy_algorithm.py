@@ -234,9 +234,8 @@ class OffPolicyAlgorithm(nn.Module):
         update). ``nn.Module.train`` sets each module's flag through
         ``nn.Module.__setattr__``, which checks the parameter, buffer and module
         tables first: 62 us a switch for TD3's 33 modules, 14 us here
-        (``benchmarks/mode_switch.py``).
-        This sets the same flags directly; a submodule with its own ``train`` still
-        gets it called.
+        (``benchmarks/mode_switch.py``). This sets the same flags directly; a
+        submodule with its own ``train`` still gets it called.
         """
         if not isinstance(mode, bool):
             raise ValueError(f'training mode is expected to be a bool, got {mode!r}')
