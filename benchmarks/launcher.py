@@ -23,7 +23,6 @@ import json
 import os
 import shlex
 import signal
-import statistics
 import subprocess
 import threading
 import time
@@ -191,7 +190,7 @@ class Launcher:
                     stderr=subprocess.STDOUT,
                 )
                 self._processes.add(process)
-            loads, stopped_at_deadline = [], False
+            loads, stopped_at_deadline = LoadSampler(start), False
             try:
                 while True:
                     timeout = LOAD_SAMPLE_S
@@ -201,7 +200,7 @@ class Launcher:
                         returncode = process.wait(timeout=timeout)
                         break
                     except subprocess.TimeoutExpired:
-                        loads.append(os.getloadavg()[0])
+                        loads.sample(time.time(), os.getloadavg()[0])
                     # A resumable run still going at the deadline checkpoints and
                     # stops; the next call resumes it. A run that cannot resume
                     # started only because its estimate fitted.
@@ -225,7 +224,7 @@ class Launcher:
                 env_steps_from=steps_from,
                 env_steps_to=_last_env_steps(run_dir),
                 kind=list(run.kind),
-                mean_load=statistics.mean(loads) if loads else None,
+                mean_load=loads.mean(),
                 code=code_version(),
             )
         )
@@ -296,6 +295,31 @@ def code_version() -> str:
     except (OSError, subprocess.CalledProcessError):
         return 'unknown'
     return commit + ('+dirty' if dirty else '')
+
+
+class LoadSampler:
+    """The time-weighted mean of load averages sampled at uneven intervals.
+
+    Samples come every ``LOAD_SAMPLE_S`` but more often as a deadline nears;
+    each counts for the time since the sample before it (the first, since
+    ``start``), so the last minutes weigh no more than any others.
+    """
+
+    def __init__(self, start: float):
+        self._last = start
+        self._weighted_sum = 0.0
+        self._seconds = 0.0
+
+    def sample(self, now: float, load: float) -> None:
+        """Add ``load``, read at ``now`` (seconds since the epoch)."""
+        seconds = max(0.0, now - self._last)
+        self._weighted_sum += load * seconds
+        self._seconds += seconds
+        self._last = now
+
+    def mean(self) -> Optional[float]:
+        """The mean load over the time sampled; None before any time was."""
+        return self._weighted_sum / self._seconds if self._seconds > 0 else None
 
 
 def _mean_load(attempts: List[dict]) -> Optional[float]:

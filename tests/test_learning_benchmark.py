@@ -1542,6 +1542,21 @@ def test_deadline_at_the_current_clock_time_is_tomorrow():
     assert launcher.parse_deadline('10:30', now) == now + 24 * 3600
 
 
+def test_load_samples_near_a_deadline_weigh_only_the_time_they_cover():
+    # Ten minutes sampled every 30 s at load 1, then samples every second for the
+    # last 20 s before a deadline at load 9: 20 of 600 s, not 20 of 40 samples.
+    sampler = launcher.LoadSampler(start=1000.0)
+    assert sampler.mean() is None
+    for k in range(1, 20):
+        sampler.sample(1000.0 + 30 * k, 1.0)
+    for k in range(1, 21):
+        sampler.sample(1570.0 + k, 9.0)
+    assert sampler.mean() == pytest.approx((1.0 * 570 + 9.0 * 20) / 590)
+    # A sample at the same instant as the one before it adds no time.
+    sampler.sample(1590.0, 100.0)
+    assert sampler.mean() == pytest.approx((1.0 * 570 + 9.0 * 20) / 590)
+
+
 def test_mean_load_weighs_each_attempt_by_its_wall_time_and_counts_a_zero_load():
     attempts = [
         dict(mean_load=0.0, wall_time_s=30.0),
