@@ -16,7 +16,8 @@
 #         gymnasium==1.4.0 mujoco==4.0.0 mujoco-core==4.0.0 gin-config==0.5.0 \
 #         stable-baselines3==2.9.2 cloudpickle==3.1.3 farama-notifications==0.0.6 \
 #         absl-py==2.5.1 psutil==7.2.2 glfw==2.11.0 imageio==2.38.1 packaging==26.4 \
-#         pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 pygments==2.21.0 pytest-timeout==2.4.0
+#         pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 pygments==2.21.0 pytest-timeout==2.4.0 \
+#         pytest-xdist==3.8.0 execnet==2.1.2
 #
 # (13 MB; installed without their dependencies: MuJoCo's viewer packages and
 # pillow are not needed to step the envs.)
@@ -78,7 +79,12 @@ step "SAC Humanoid-v5, CUDA graph" 95 "$PYTHON" "${BENCH[@]}" --algo sac --env H
 # The compile tests last: a cold torch.compile takes long, and a cut must not
 # take the whole-run, resume and RNG tests with it.
 TESTS=(-m pytest -q -rs -p no:cacheprovider --durations=10 tests/test_cuda.py)
-step "tests/test_cuda.py without compile" 170 "$PYTHON" "${TESTS[@]}" -k "not compile"
+# Its tests are bound by Python's dispatch on one core each: four workers (each its
+# own process and CUDA context) share the GPU. Without pytest-xdist, one process.
+WORKERS=()
+"$PYTHON" -c 'import xdist' 2> /dev/null && WORKERS=(-n 4 --dist load)
+step "tests/test_cuda.py without compile" 170 "$PYTHON" "${TESTS[@]}" ${WORKERS[@]+"${WORKERS[@]}"} \
+    -k "not compile"
 step "tests/test_cuda.py compile tests" 60 "$PYTHON" "${TESTS[@]}" -k compile
 # Last, as the deadline may cut it: torch.compile on top of the graphs, in whole runs.
 step "SAC HalfCheetah-v5, CUDA graph + compile" 90 "$PYTHON" "${BENCH[@]}" --algo sac \

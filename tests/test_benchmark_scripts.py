@@ -628,3 +628,17 @@ def test_mode_switch_times_each_examples_algorithm_both_ways(capsys):
         assert modules == sum(1 for _ in algorithm.modules())
         assert own > 0 and reference > 0
         assert ratio == pytest.approx(reference / own, rel=0.06)
+
+
+def test_gpu_check_without_wheels_stops_at_once_and_says_how_to_fetch_them(tmp_path):
+    # The GPU machine has no network: a run without .wheels/ must not spend its time.
+    os.makedirs(tmp_path / 'benchmarks')
+    script = tmp_path / 'benchmarks' / 'gpu_check.sh'
+    with open(os.path.join(REPO_ROOT, 'benchmarks', 'gpu_check.sh')) as f:
+        script.write_text(f.read())
+    result = subprocess.run(
+        ['bash', str(script)], capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert 'no wheels in .wheels/: fetch them as above' in result.stdout
+    assert '=== machine' not in result.stdout
