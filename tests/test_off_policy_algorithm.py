@@ -10,7 +10,7 @@ from alf_lite.algorithms.ddpg import DdpgAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import OffPolicyAlgorithm, check_update_settings
 from alf_lite.algorithms.sac import SacAlgorithm
 from alf_lite.algorithms.td3 import Td3Algorithm
-from alf_lite.networks import CriticNetwork, DeterministicActorNetwork
+from alf_lite.networks import CriticNetwork, DeterministicActorNetwork, TanhNormalActorNetwork
 
 
 class OneWeight(OffPolicyAlgorithm):
@@ -143,3 +143,83 @@ def test_a_training_property_is_set_through_its_setter():
 def test_a_mode_that_is_no_bool_is_refused():
     with pytest.raises(ValueError, match='expected to be a bool, got 1'):
         OneWeight().train(1)
+
+
+class ObservationOnlyCritic(torch.nn.Module):
+    """Built as a critic is (it takes ``num_replicas``), but called with an observation alone."""
+
+    def __init__(self, observation_dim, action_dim, num_replicas):
+        super().__init__()
+        self.layer = torch.nn.Linear(observation_dim, num_replicas)
+
+    def forward(self, observation):
+        return self.layer(observation)
+
+
+@pytest.mark.parametrize(
+    'algorithm, networks, error, message',
+    [
+        (
+            SacAlgorithm,
+            dict(actor_network_ctor=DeterministicActorNetwork),
+            ValueError,
+            'SacAlgorithm.actor_network_ctor built a DeterministicActorNetwork, which has no '
+            'sample(observation)',
+        ),
+        (
+            SacAlgorithm,
+            dict(actor_network_ctor=CriticNetwork),
+            ValueError,
+            'SacAlgorithm.actor_network_ctor built a CriticNetwork, which cannot be called with '
+            'an observation alone',
+        ),
+        (
+            Td3Algorithm,
+            dict(actor_network_ctor=CriticNetwork),
+            ValueError,
+            'Td3Algorithm.actor_network_ctor built a CriticNetwork',
+        ),
+        (
+            DdpgAlgorithm,
+            dict(critic_network_ctor=ObservationOnlyCritic),
+            ValueError,
+            'DdpgAlgorithm.critic_network_ctor built a ObservationOnlyCritic, which cannot be '
+            'called with an observation and an action',
+        ),
+        (
+            Td3Algorithm,
+            dict(critic_network_ctor=TanhNormalActorNetwork),
+            TypeError,
+            'Td3Algorithm.critic_network_ctor: TanhNormalActorNetwork.__init__() got an '
+            "unexpected keyword argument 'num_replicas'",
+        ),
+    ],
+    ids=[
+        'sac_actor_without_sample',
+        'sac_critic_as_actor',
+        'td3_critic_as_actor',
+        'ddpg_critic_without_action',
+        'td3_actor_as_critic',
+    ],
+)
+def test_networks_that_cannot_play_their_part_are_refused_naming_the_parameter(
+    algorithm, networks, error, message
+):
+    with pytest.raises(error) as raised:
+        algorithm(observation_dim=3, action_dim=2, **networks)
+    assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    'algorithm, networks',
+    [
+        (SacAlgorithm, {}),
+        (Td3Algorithm, {}),
+        (DdpgAlgorithm, {}),
+        # A tanh-Gaussian actor's forward is its deterministic action: it serves DDPG too.
+        (DdpgAlgorithm, dict(actor_network_ctor=TanhNormalActorNetwork)),
+    ],
+    ids=['sac', 'td3', 'ddpg', 'ddpg_with_tanh_normal_actor'],
+)
+def test_networks_that_play_their_part_are_accepted(algorithm, networks):
+    algorithm(observation_dim=3, action_dim=2, **networks)

@@ -71,8 +71,20 @@ def assert_close(a, b):
         ('TrainerConfg.random_seed=1', 'TrainerConfg', 'TrainerConfig'),
         ('TrainerConfig.mini_batch_length=1', 'mini_batch_length', None),
         ("create_environment.env_name='Pendulum-v9'", 'Pendulum-v9', 'Pendulum-v1'),
+        # Known only once built, and before the first update would fail on it.
+        (
+            'SacAlgorithm.actor_network_ctor=@DeterministicActorNetwork',
+            'SacAlgorithm.actor_network_ctor built a DeterministicActorNetwork',
+            None,
+        ),
     ],
-    ids=['misspelt_parameter', 'misspelt_configurable', 'bad_value', 'unknown_env_id'],
+    ids=[
+        'misspelt_parameter',
+        'misspelt_configurable',
+        'bad_value',
+        'unknown_env_id',
+        'actor_that_cannot_sample',
+    ],
 )
 def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must_name, closest):
     root_dir = tmp_path / 'experiments' / 'run'

@@ -1,6 +1,7 @@
 """The one interface between the trainer and an off-policy algorithm, and shared TD helpers."""
 
 import functools
+import inspect
 import numbers
 from typing import Dict, NamedTuple, Optional
 
@@ -94,6 +95,68 @@ def check_num_critic_replicas(num_critic_replicas: int) -> None:
         raise ValueError(
             f'num_critic_replicas must be an integer >= 1, got {num_critic_replicas!r}'
         )
+
+
+def build_network(parameter: str, ctor, *args, **kwargs) -> nn.Module:
+    """``ctor(*args, **kwargs)``; a ``TypeError`` it raises names ``parameter``
+    (e.g. ``'Td3Algorithm.critic_network_ctor'``), which gin's message would not."""
+    try:
+        return ctor(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f'{parameter}: {e}') from e
+
+
+def _takes(fn, num_args: int) -> bool:
+    """Whether ``fn`` (a module: its ``forward``) can be called with ``num_args`` arguments."""
+    # A module's own signature is ``__call__``'s, which takes anything.
+    method = fn.forward if isinstance(fn, nn.Module) else fn
+    try:
+        inspect.signature(method).bind(*[None] * num_args)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): let the call decide
+        return True
+    return True
+
+
+def check_networks(algorithm: str, actor: nn.Module, critic: nn.Module, sampling: bool) -> None:
+    """Refuse networks that cannot play their part, naming the parameter that built them.
+
+    An actor is called as ``actor(observation)``, and a ``sampling`` one (SAC's)
+    also as ``actor.sample(observation)``; a critic as ``critic(observation,
+    action)``. Read from their signatures, before anything runs: a wrong
+    ``@reference`` in gin would otherwise fail only at the first update, after
+    the initial collection.
+
+    Args:
+        algorithm: the algorithm's configurable name, e.g. ``'SacAlgorithm'``.
+        actor: what ``actor_network_ctor`` built.
+        critic: what ``critic_network_ctor`` built.
+        sampling: the algorithm samples actions from the actor.
+
+    Raises:
+        ValueError: naming the parameter, the class it built and what is missing.
+    """
+    problems = []
+    if not callable(actor) or not _takes(actor, 1):
+        problems.append(
+            f'{algorithm}.actor_network_ctor built a {type(actor).__name__}, which cannot '
+            'be called with an observation alone: an actor maps observations to actions'
+        )
+    elif sampling and not (callable(getattr(actor, 'sample', None)) and _takes(actor.sample, 1)):
+        problems.append(
+            f'{algorithm}.actor_network_ctor built a {type(actor).__name__}, which has no '
+            'sample(observation): this algorithm samples actions and their log-probabilities '
+            'from its actor (as TanhNormalActorNetwork does)'
+        )
+    if not callable(critic) or not _takes(critic, 2):
+        problems.append(
+            f'{algorithm}.critic_network_ctor built a {type(critic).__name__}, which cannot '
+            'be called with an observation and an action: a critic maps them to Q values '
+            '(as CriticNetwork does)'
+        )
+    if problems:
+        raise ValueError('; '.join(problems) + '.')
 
 
 def td_target(
