@@ -163,7 +163,7 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
                 except Exception as e:
                     raise _friendly_error(e, state.failed_files, gin_param=param) from e
         _check_macros_defined()
-        _check_scopes_opened()
+        _check_scopes_opened(state.bindings)
         _check_value_types(state.bindings.values())
     except BaseException:
         gin.clear_config()
@@ -216,7 +216,15 @@ _TOKEN_ERROR = re.compile(r"\('(?P<msg>.*)', \((?P<line>\d+), \d+\)\)")
 _UNKNOWN_REFERENCE = re.compile(r"No configurable matching reference '@(?P<name>[^'(]+)(?:\(\))?'")
 _UNKNOWN_CONFIGURABLE = re.compile(r"No configurable matching '(?P<name>[^']+)'")
 # The setting that gives a denylisted parameter its value, where there is one to name.
-_SET_FROM = {('create_environment', 'seed'): 'TrainerConfig.random_seed'}
+_SET_FROM = {
+    ('create_environment', 'seed'): 'TrainerConfig.random_seed',
+    ('ReplayBuffer', 'length'): 'TrainerConfig.replay_buffer_length',
+    ('ReplayBuffer', 'num_envs'): 'create_environment.num_parallel_environments',
+    ('ReplayBuffer', 'training_device'): 'TrainerConfig.device',
+    ('CriticNetwork', 'num_replicas'): (
+        "the algorithm's num_critic_replicas (e.g. SacAlgorithm.num_critic_replicas)"
+    ),
+}
 _DENYLISTED_PARAMETER = re.compile(
     r"Configurable '(?P<name>[^']+)' has denylisted kwarg '(?P<param>[^']+)'"
 )
@@ -350,11 +358,15 @@ def _check_macros_defined() -> None:
                     )
 
 
-def _check_scopes_opened() -> None:
+def _check_scopes_opened(recorded) -> None:
     """Fail on a binding in a scope that no ``@scope/name`` reference opens.
 
     alf_lite opens scopes only through references such as ``@actor/Adam``, so a
     binding like ``actr/Adam.lr`` (a misspelt scope) would silently never apply.
+
+    Args:
+        recorded: the parse's binding statements, ``(scope, selector, parameter)``
+            -> ``(statement, gin_param)``, to say where the binding is.
     """
     bindings = gin.config._CONFIG
     opened = set()
@@ -369,9 +381,15 @@ def _check_scopes_opened() -> None:
             if part not in opened:
                 closest = _closest(part, sorted(opened))
                 hint = f'Closest opened scopes: {_quoted(closest)}. ' if closest else ''
+                places = [
+                    _statement_where(statement, gin_param)
+                    for (s, sel, _), (statement, gin_param) in recorded.items()
+                    if (s, sel) == (scope, selector)
+                ]
+                where = f' ({"; ".join(places)})' if places else ''
                 raise ConfigError(
                     f"Scope '{part}' of the bindings of `{scope}/"
-                    f'{selector.rsplit(".", 1)[-1]}` is opened by no reference such as '
+                    f'{selector.rsplit(".", 1)[-1]}`{where} is opened by no reference such as '
                     f'`@{part}/{selector.rsplit(".", 1)[-1]}()`, so they would never apply. '
                     f'{hint}Fix the scope name, or refer to the scoped configurable.'
                 )
@@ -382,11 +400,12 @@ def _check_value_types(bindings) -> None:
 
     ``CriticNetwork.hidden_layers = 256`` would otherwise fail only when the
     network is built, as ``'int' object is not iterable`` and without its line.
-    A value holding a reference or macro is left alone: what it gives is known
-    only when it is called.
+    A ``%macro`` that stands for a literal (directly or through other macros)
+    is checked as that literal. A value holding a reference, or a macro inside
+    a container, is left alone: what it gives is known only when it is called.
     """
     for statement, gin_param in bindings:
-        value = statement.value
+        value, macro = _through_macros(statement.value)
         if any(True for _ in gin.config.iterate_references(value)):
             continue
         configurable = gin.config._REGISTRY.get_match(statement.selector)
@@ -395,21 +414,45 @@ def _check_value_types(bindings) -> None:
             continue
         scope = f'{statement.scope}/' if statement.scope else ''
         binding = f'{scope}{statement.selector}.{statement.arg_name}'
-        location = statement.location
-        if gin_param is not None:
-            where = f'--gin_param {gin_param!r}'
-        else:
-            where = f'file {location.filename}, line {location.line_num}'
-            if location.line_content and location.line_content.strip():
-                where += f', `{location.line_content.strip()}`'
+        where = _statement_where(statement, gin_param)
         parameter = inspect.signature(configurable.wrapped).parameters.get(statement.arg_name)
         default = inspect.Parameter.empty if parameter is None else parameter.default
         example = '' if default is inspect.Parameter.empty else f' (its default is {default!r})'
+        through = '' if macro is None else f', from %{macro}'
         raise ConfigError(
-            f'`{binding}` in {where} is {value!r} ({type(value).__name__}), but '
+            f'`{binding}` in {where} is {value!r} ({type(value).__name__}{through}), but '
             f"'{statement.arg_name}' of '{statement.selector}' takes "
             f'{_type_text(annotation)}{example}. Fix the value.'
         )
+
+
+def _through_macros(value) -> Tuple[object, Optional[str]]:
+    """``(the literal, the macro's name)`` where ``value`` is a ``%macro`` that stands for
+    a literal, directly or through other macros; ``(value, None)`` otherwise."""
+    name, seen = None, set()
+    while (
+        isinstance(value, gin.config.ConfigurableReference)
+        and value.config_key[1] == 'gin.macro'
+        and value.config_key not in seen
+    ):
+        seen.add(value.config_key)
+        name = name or value.config_key[0]
+        defined = gin.config._CONFIG.get(value.config_key, {})
+        if 'value' not in defined:
+            return value, None
+        value = defined['value']
+    return value, name
+
+
+def _statement_where(statement, gin_param: Optional[str]) -> str:
+    """Where a recorded binding statement is: its ``--gin_param``, or its file, line and text."""
+    if gin_param is not None:
+        return f'--gin_param {gin_param!r}'
+    location = statement.location
+    where = f'file {location.filename}, line {location.line_num}'
+    if location.line_content and location.line_content.strip():
+        where += f', `{location.line_content.strip()}`'
+    return where
 
 
 def _annotation(configurable, param: str):

@@ -205,17 +205,33 @@ def test_binding_in_a_scope_no_reference_opens_names_the_closest_scope(scope):
     with pytest.raises(ConfigError) as info:
         config.parse_config([], params)
     message = str(info.value)
-    assert f"Scope 'actr' of the bindings of `{scope}/Adam` is opened by no reference" in message
+    assert (
+        f"Scope 'actr' of the bindings of `{scope}/Adam` (--gin_param '{scope}/Adam.lr = 0.5') "
+        'is opened by no reference'
+    ) in message
     assert "Closest opened scopes: 'actor'" in message
     assert gin.config_str().strip() == ''
     config.parse_config([], params[:2])  # the scope the reference opens is fine
+
+
+def test_binding_in_a_scope_no_reference_opens_names_its_file_and_line(tmp_path):
+    gin_file = tmp_path / 'run.gin'
+    gin_file.write_text('my_fn.alpha = @actor/Adam\n\nactr/Adam.lr = 0.5\n')
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(gin_file)])
+    assert (
+        f'`actr/Adam` (file {gin_file}, line 3, `actr/Adam.lr = 0.5`) is opened by no reference'
+    ) in str(info.value)
 
 
 @pytest.mark.parametrize(
     'binding, others',
     [
         ('SacAlgorithm.observation_dim = 3', 'actor_network_ctor, critic_network_ctor,'),
-        ('ReplayBuffer.length = 5', 'max_memory_fraction, device.'),
+        ('ReplayBuffer.length = 5', 'Set TrainerConfig.replay_buffer_length instead.'),
+        ('ReplayBuffer.num_envs = 2', 'Set create_environment.num_parallel_environments instead.'),
+        ('ReplayBuffer.training_device = "cpu"', 'Set TrainerConfig.device instead.'),
+        ('CriticNetwork.num_replicas = 3', "Set the algorithm's num_critic_replicas (e.g. Sac"),
         ('create_environment.seed = 12345', 'Set TrainerConfig.random_seed instead.'),
     ],
 )
@@ -251,6 +267,35 @@ def test_value_of_the_wrong_type_names_binding_file_line_and_the_type_taken(tmp_
         config.parse_config([], ['TrainerConfig.random_seed = True'])
 
 
+def test_a_macro_standing_for_a_literal_is_checked_as_that_literal(tmp_path):
+    import alf_lite.all_configurables  # noqa: F401
+
+    gin_file = _write(
+        tmp_path / 'exp.gin',
+        'steps = 1e6\nrun_length = %steps\nTrainerConfig.num_env_steps = %run_length\n',
+    )
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(gin_file)])
+    message = str(info.value)
+    assert f'file {gin_file}, line 3, `TrainerConfig.num_env_steps = %run_length`' in message
+    assert "is 1000000.0 (float, from %run_length), but 'num_env_steps' of " in message
+    assert "'TrainerConfig' takes int" in message
+    with pytest.raises(ConfigError, match=r"'fast' \(str, from %lr\).*takes float \| Tensor"):
+        config.parse_config([], ['my_fn.alpha = @actor/Adam', "lr = 'fast'", 'actor/Adam.lr = %lr'])
+    # A macro of the right type, one of a reference and one inside a container pass.
+    config.parse_config(
+        [],
+        [
+            'steps = 1000',
+            'TrainerConfig.num_env_steps = %steps',
+            'net = @CriticNetwork',
+            'SacAlgorithm.critic_network_ctor = %net',
+            'width = 2.5',
+            'CriticNetwork.hidden_layers = (%width, 3)',
+        ],
+    )
+
+
 @pytest.mark.parametrize(
     'params, binding, value',
     [
@@ -266,7 +311,8 @@ def test_value_of_the_wrong_type_names_binding_file_line_and_the_type_taken(tmp_
             'TrainerConfig.num_env_steps',
             2,  # the later binding wins, and only it is checked
         ),
-        (['SIZES = 256', 'CriticNetwork.hidden_layers = %SIZES'], None, None),  # known when called
+        # A macro is checked as the literal it stands for.
+        (['SIZES = (256, 128)', 'CriticNetwork.hidden_layers = %SIZES'], None, None),
         (
             ['create_environment.max_episode_steps = None'],
             'create_environment.max_episode_steps',
