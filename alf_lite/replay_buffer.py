@@ -459,13 +459,21 @@ class ReplayBuffer:
             raise ValueError(
                 f'ReplayBuffer.load_state_dict: the state is of a buffer of {length!r} steps per '
                 f'env, this one has {self._length}; the checkpoint was saved with a different '
-                'replay_buffer_length'
+                'TrainerConfig.replay_buffer_length'
             )
         total_added = state['total_added']
         if not isinstance(total_added, int) or total_added < 0:
             raise ValueError(
                 'ReplayBuffer.load_state_dict: total_added must '
                 f'be a non-negative int, got {total_added!r}'
+            )
+        saved = state['step_type']
+        num_envs = len(saved) if isinstance(saved, (list, tuple, torch.Tensor)) else None
+        if num_envs is not None and num_envs != self._num_envs:
+            raise ValueError(
+                f'ReplayBuffer.load_state_dict: the state is of a buffer of {num_envs} envs, '
+                f'this one has {self._num_envs}; the checkpoint was saved with a different '
+                'create_environment.num_parallel_environments'
             )
         rows = min(total_added, self._length)
         # Per field, one tensor per env and the rows each holds from position 0.

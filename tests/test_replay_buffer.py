@@ -301,8 +301,11 @@ def test_load_state_dict_rejects_mismatch():
         ReplayBuffer(3, 6, 2, 2).load_state_dict(state)
     with pytest.raises(ValueError, match=r'a buffer of tensor\(\[5, 5\]\) steps per env'):
         ReplayBuffer(3, 5, 2, 2).load_state_dict(dict(state, length=torch.tensor([5, 5])))
-    with pytest.raises(ValueError, match="'step_type' is a list of 3, expected a list of 2"):
+    with pytest.raises(ValueError, match='a buffer of 3 envs, this one has 2; .*num_parallel_env'):
         ReplayBuffer(2, 5, 2, 2).load_state_dict(state)
+    one_env_short = dict(state, observation=state['observation'][:2])
+    with pytest.raises(ValueError, match="'observation' is a list of 2, expected a list of 3"):
+        ReplayBuffer(3, 5, 2, 2).load_state_dict(one_env_short)
     with pytest.raises(ValueError, match=r"'observation' is \(\(2, 2\), .*expected \(\(2, 4\)"):
         ReplayBuffer(3, 5, 4, 2).load_state_dict(state)
     # The counter says 3 rows per env were written, the lists hold 2.
