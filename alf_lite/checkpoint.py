@@ -276,7 +276,7 @@ def load_latest_checkpoint(
     found = list_checkpoints(checkpoint_dir)
     corrupt = []
     problems = []
-    for path in reversed(found):
+    for index, path in reversed(list(enumerate(found))):
         try:
             state, rb = load_checkpoint(path, map_location)
             if check is not None:
@@ -285,10 +285,11 @@ def load_latest_checkpoint(
             raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
             logging.warning(
-                'checkpoint %s is unreadable (%s: %s); trying the one before it.',
+                'checkpoint %s is unreadable (%s: %s); %s.',
                 path,
                 type(e).__name__,
                 e,
+                'trying the one before it' if index else 'there is none before it',
             )
             corrupt.append(path)
             problems.append(f'{type(e).__name__}: {e}')
@@ -299,8 +300,8 @@ def load_latest_checkpoint(
     if found:
         raise CheckpointError(
             f'none of the {len(found)} checkpoints in {checkpoint_dir} can be read (all corrupt '
-            f'or truncated; the newest: {problems[0]}). Move that directory away to start the '
-            'run over.'
+            f'or truncated; the newest: {problems[0]}). To start the run over, pass '
+            '--start_over to train (it moves the root_dir aside) or move the root_dir away.'
         )
     return None
 

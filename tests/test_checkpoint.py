@@ -1,6 +1,7 @@
 """Atomic checkpoints: save / load round trip, which checkpoint is picked, what each one keeps."""
 
 import contextlib
+import logging
 import os
 import pickle
 import random
@@ -324,17 +325,24 @@ def test_resuming_past_a_corrupt_checkpoint_moves_it_aside_and_new_ones_keep_the
     ]
 
 
-def test_all_checkpoints_corrupt_moves_none_aside(tmp_path):
+def test_all_checkpoints_corrupt_moves_none_aside(tmp_path, caplog):
     for step in (50, 100):
         path = ckpt.save_checkpoint(str(tmp_path), step, make_state(1), None)
         with open(os.path.join(path, ckpt.MODEL_FILE), 'wb') as f:
             f.write(b'garbage')
-    with pytest.raises(ckpt.CheckpointError, match='none of the 2 checkpoints') as error:
-        ckpt.load_latest_checkpoint(str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(ckpt.CheckpointError, match='none of the 2 checkpoints') as error:
+            ckpt.load_latest_checkpoint(str(tmp_path))
     # The problem named is that of the newest, the one a resume would have used.
     newest = os.path.join(str(tmp_path), 'ckpt-100', ckpt.MODEL_FILE)
     assert f'the newest: UnpicklingError: {newest} is corrupt' in str(error.value)
+    assert 'pass --start_over to train' in str(error.value)
     assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-50']
+    # Each warning says whether an older checkpoint is left to try.
+    warnings = [r.getMessage() for r in caplog.records if 'is unreadable' in r.getMessage()]
+    assert len(warnings) == 2
+    assert 'ckpt-100' in warnings[0] and warnings[0].endswith('trying the one before it.')
+    assert 'ckpt-50' in warnings[1] and warnings[1].endswith('there is none before it.')
 
 
 def test_save_never_prunes_the_replay_buffer_of_the_checkpoint_it_writes(tmp_path):
