@@ -227,6 +227,8 @@ def test_root_dir_in_use_by_another_train_is_refused_and_left_as_it_is(tmp_path)
             result = run_train(command)
             assert result.returncode == 2 and 'is in use' in result.stderr, result.stderr
             assert str(root_dir) in result.stderr
+            # Refused before the envs and the replay buffer were built.
+            assert 'Created ' not in result.stderr and 'allocated' not in result.stderr
             assert tree_digest(root_dir) == before
         assert os.listdir(tmp_path) == ['run']  # --start_over moved nothing aside
     assert_ok(run_train(longer))

@@ -28,6 +28,7 @@ from alf_lite.run_dir import (
     CONFIG_FILE,
     RunDir,
     RunDirInUseError,
+    RunDirLock,
     experiment_difference,
     keep_superseded_config,
     moved_aside_path,
@@ -105,10 +106,25 @@ def lock_or_fail(trainer) -> None:
         fail(f'cannot create or lock the root_dir: {e}')
 
 
+def fail_if_in_use(root_dir: str) -> None:
+    """Exit with ``EXIT_BAD_INPUT`` at once if another train holds ``root_dir``: before the
+    envs and the replay buffer are built (gigabytes for a large buffer). The lock taken
+    after the build still decides (``lock_or_fail``)."""
+    if os.path.isdir(root_dir):
+        try:
+            with RunDirLock(root_dir):
+                pass
+        except RunDirInUseError as e:
+            fail(str(e))
+        except OSError:
+            pass  # not lockable here: lock_or_fail says why once the trainer is built
+
+
 def main(argv):
     if len(argv) > 1:
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
     root_dir = output_root_dir(FLAGS.root_dir)
+    fail_if_in_use(root_dir)
     config_file = RunDir(root_dir).config_file
     gin_files = FLAGS.gin_file
     if FLAGS.start_over and os.path.isdir(root_dir) and os.listdir(root_dir):
