@@ -78,13 +78,14 @@ def test_train_refuses_num_critic_replicas_below_1_naming_it(example, algorithm,
     assert not root_dir.exists()
 
 
-def test_train_names_hidden_layers_of_the_wrong_type_given_through_a_macro(tmp_path):
+def test_train_names_hidden_layers_of_the_wrong_type_given_through_a_macro_in_a_tuple(tmp_path):
+    # Known only when the network is built (a macro standing alone is checked at parse).
     root_dir = tmp_path / 'run'
-    params = ['SIZES = 256', 'CriticNetwork.hidden_layers = %SIZES']
+    params = ['WIDTH = 2.5', 'CriticNetwork.hidden_layers = (%WIDTH, 256)']
     result = run_train(train_command(root_dir, [EXAMPLES / 'sac_pendulum.gin'], params))
     assert result.returncode == 2, result.stderr[-3000:]
     assert (
         'error: CriticNetwork: hidden_layers must be positive integer widths, e.g. (256, 256), '
-        'got 256'
+        'got (2.5, 256)'
     ) in result.stderr
     assert not root_dir.exists()
