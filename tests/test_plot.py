@@ -123,6 +123,15 @@ def test_groups_seeds_and_writes_mean_with_bootstrap_band(grid, tmp_path):
 
     with Image.open(tmp_path / 'out' / 'curves.png') as png:
         assert png.format == 'PNG' and png.size == (800, 500)
+    # The legend goes below the axes; one wider than the figure widens it, and a
+    # long group name is shortened there (200 wide letters would take ~2600 pixels).
+    long_name = 'W' * 200
+    wide = run_plot([str(grid), '--label', f'{long_name}={a}', '--out', 'wide.png'], tmp_path)
+    assert_ok(wide)
+    with Image.open(tmp_path / 'wide.png') as png:
+        assert 800 < png.size[0] < 1600 and png.size[1] == 500
+    with open(tmp_path / 'wide.csv', newline='') as f:
+        assert long_name in {row['group'] for row in csv.DictReader(f)}
     # Last evaluation of each run: A (3, 6, 9); B (5, 6, 7, 10): the unfinished run's last is 10.
     table = final_table(result.stdout)
     assert table[a][:2] == (3, 6.0) and table[a][2:] == (3.0, 9.0)
@@ -170,17 +179,21 @@ def test_num_bootstrap_sets_the_resamplings_of_the_band(grid, tmp_path):
     assert all(lower == upper for _, lower, upper, _ in curves.values()), curves
 
 
-def test_reads_tensorboard_events_when_there_is_no_progress_csv(tmp_path):
+def write_tensorboard_run(root_dir, seed):
+    """A run with TensorBoard events only: eval/AverageReturn ``step + seed`` at steps 0, 100."""
     from alf_lite.summary import Summary
 
+    root_dir.mkdir(parents=True)
+    summary = Summary(str(root_dir))
+    for step in (0, 100):
+        summary.write(step, 0, 1e9 + step, {'eval/AverageReturn': float(step + seed)})
+    summary.close()
+    (root_dir / 'progress.csv').unlink()
+
+
+def test_reads_tensorboard_events_when_there_is_no_progress_csv(tmp_path):
     for seed in (0, 1):
-        root_dir = tmp_path / 'runs' / f'seed={seed}'
-        root_dir.mkdir(parents=True)
-        summary = Summary(str(root_dir))
-        for step in (0, 100):
-            summary.write(step, 0, 1e9 + step, {'eval/AverageReturn': float(step + seed)})
-        summary.close()
-        (root_dir / 'progress.csv').unlink()
+        write_tensorboard_run(tmp_path / 'runs' / f'seed={seed}', seed)
     result = run_plot([str(tmp_path / 'runs'), '--group_by', 'none', '--out', 'tb.png'], tmp_path)
     assert_ok(result)
     curves = read_curves(tmp_path / 'tb.csv')
@@ -190,14 +203,57 @@ def test_reads_tensorboard_events_when_there_is_no_progress_csv(tmp_path):
         ('seed=1', 0): (1.0, 1.0, 1.0, 1),
         ('seed=1', 100): (101.0, 101.0, 101.0, 1),
     }
+    # tensorboard logs "No path found after <events file>" at INFO for each file read.
+    assert 'No path found' not in result.stderr, result.stderr
 
 
-def test_unknown_column_names_the_columns_there_are(grid, tmp_path):
-    result = run_plot([str(grid), '--y', 'eval/AverageRetrun'], tmp_path)
+def test_quiet_tensorboard_hides_only_tensorboards_info_logs(caplog):
+    import logging
+
+    from alf_lite.bin.plot import quiet_tensorboard
+
+    logger = logging.getLogger('tensorboard')
+    with caplog.at_level(logging.INFO):
+        with quiet_tensorboard():
+            logger.info('No path found after x')
+            logger.error('Unable to get size of x')
+            logging.getLogger('alf_lite').info('our own')
+        logger.info('after')
+    assert [r.getMessage() for r in caplog.records] == [
+        'Unable to get size of x',
+        'our own',
+        'after',
+    ]
+
+
+def test_unknown_column_names_the_closest_and_the_columns_once(grid, tmp_path):
+    write_tensorboard_run(grid / 'tb_only', 0)
+    result = run_plot([str(grid), '--y', 'eval/AverageRetrun', '--group_by', 'none'], tmp_path)
     assert result.returncode == 2, result.stderr
-    assert "no column 'eval/AverageRetrun'" in result.stderr
-    assert 'eval/AverageReturn' in result.stderr
     assert 'Traceback' not in result.stderr
+    assert result.stderr.startswith(
+        "error: --y: no column 'eval/AverageRetrun' in the 8 runs; closest: eval/AverageReturn"
+    ), result.stderr
+    # The columns of progress.csv and of the TensorBoard events, each named once.
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.count('train/critic_loss') == 1, result.stderr
+    assert 'eval/AverageReturn' in result.stderr.partition('the columns are:')[2]
+    assert not list(tmp_path.glob('curves.*'))
+
+
+def test_runs_without_the_column_are_left_out_named_once(grid, tmp_path):
+    write_tensorboard_run(grid / 'tb_only', 0)
+    write_progress(grid / 'actor_only', [(0, 1e9, 1.0)])
+    args = ['--y', 'train/critic_loss', '--group_by', 'none', '--out', 'loss.png']
+    result = run_plot([str(grid), *args], tmp_path)
+    assert_ok(result)
+    assert (
+        "warning: left out: 2 runs without column 'train/critic_loss' (--y): "
+        f'{grid / "actor_only"}, {grid / "tb_only"}\n'
+    ) in result.stderr
+    # Their columns are not listed.
+    assert 'train/actor_loss' not in result.stderr, result.stderr
+    assert len(final_table(result.stdout)) == len(RUNS_A) + len(RUNS_B)
 
 
 def test_runs_without_a_value_yet_are_left_out_named_and_the_rest_plotted(grid, tmp_path):

@@ -9,7 +9,10 @@ it. The search skips ``<root_dir>.old-<time>``, where ``train --start_over``
 moves an old run. A run is read from its ``progress.csv``, or from its
 TensorBoard events when it has none; a NaN is no point, as an empty cell is
 (TD3's actor loss before its first actor update). ``--x wall_time`` plots the
-seconds since the run's first row (a pause before a resume included).
+seconds since the run's first row (a pause before a resume included). A run
+without a column asked for (``--x``, ``--y``, ``--y_minus``) is left out, named
+in one warning per column; when no run has it, plot exits naming the closest
+columns there are.
 
 ``--group_by config`` puts runs whose ``config.gin`` differ only in
 ``TrainerConfig.random_seed`` and in the bindings a resume may change
@@ -19,6 +22,9 @@ shortest end of its path that no other run's path shares. ``--label
 NAME=GROUP`` gives a group a name of your own (e.g. ``--label
 10K=TrainerConfig.replay_buffer_length=833``), used in the legend, the CSV and
 the table. A group holding two runs of one seed and setting is warned about.
+The legend goes below the axes, the figure widened if it is wider; a group
+name longer than ``LEGEND_NAME_CHARS`` is shortened there (not in the CSV and
+the table).
 
 Aggregation, per group, at each x where one of its runs has a point: each run
 whose x values span that x gives a value, its own point or else the linear
@@ -35,8 +41,10 @@ over runs of each run's own last ``--last_n`` points (a run that ends early
 gives those), with the same band.
 """
 
+import contextlib
 import csv
 import difflib
+import logging
 import os
 import sys
 from typing import Dict, List, Tuple
@@ -49,6 +57,7 @@ from alf_lite.run_dir import (
     MOVED_ASIDE,
     PROGRESS_FILE,
     RESUME_SAFE_PARAMETERS,
+    SUMMARY_MODES,
     RunDir,
 )
 from alf_lite.runs import (
@@ -75,6 +84,12 @@ TITLE_NAME_CHARS = 40
 # The curves CSV: group, the x column, then these.
 CURVE_COLUMNS = ('mean', 'lower', 'upper', 'num_runs')
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+# A warning names at most this many of the runs it is about, then counts the rest.
+NAMED_RUNS = 10
+# A group's name in the legend is shortened to this many characters.
+LEGEND_NAME_CHARS = 100
+# Room beside a legend wider than the figure, which the figure widens to hold.
+LEGEND_MARGIN_INCHES = 0.2
 
 flags.DEFINE_string(
     'x',
@@ -302,6 +317,68 @@ def read_difference(run_dir: str, y: str, y_minus, x: str):
     return xs[keep], ys[keep]
 
 
+@contextlib.contextmanager
+def quiet_tensorboard():
+    """Within it, tensorboard logs only its warnings and errors.
+
+    Reading each events file makes tensorboard log ``No path found after
+    <file>`` at INFO, which the absl handler prints among plot's own lines.
+    """
+    logger = logging.getLogger('tensorboard')
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def run_columns(run_dir: str) -> List[str]:
+    """The columns ``read_scalar`` can read of a run; [] when it wrote none yet or is unreadable.
+
+    Those are the header of its ``progress.csv``, or without one ``env_steps``,
+    ``wall_time`` and the ``<mode>/<tag>`` of each TensorBoard scalar.
+    """
+    path = RunDir(run_dir).progress_file
+    if os.path.isfile(path):
+        try:
+            with open(path, newline='') as f:
+                return next(csv.reader(f), [])
+        except (OSError, csv.Error, ValueError):  # a UnicodeDecodeError is a ValueError
+            return []
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scalars = []
+    for mode in SUMMARY_MODES:
+        log_dir = RunDir(run_dir).events_dir(mode)
+        if os.path.isdir(log_dir):
+            accumulator = EventAccumulator(log_dir)
+            accumulator.Reload()
+            scalars += [f'{mode}/{tag}' for tag in accumulator.Tags()['scalars']]
+    return [ENV_STEPS, WALL_TIME, *scalars] if scalars else []
+
+
+def name_runs(runs: List[str]) -> str:
+    """``runs`` comma-separated, the first ``NAMED_RUNS`` of them and a count of the rest."""
+    rest = len(runs) - NAMED_RUNS
+    return ', '.join(runs[:NAMED_RUNS]) + (f' and {rest} more' if rest > 0 else '')
+
+
+def unknown_column_message(flag: str, name: str, columns: Dict[str, List[str]]) -> str:
+    """The error for a ``flag`` column ``name`` that none of the runs of ``columns`` has.
+
+    Args:
+        flag: the flag that named the column, e.g. ``'--y'``.
+        name: the column.
+        columns: ``{run: run_columns(run)}``.
+    """
+    known = list(dict.fromkeys(c for cs in columns.values() for c in cs))
+    closest = difflib.get_close_matches(name, known, n=3)
+    hint = f'; closest: {", ".join(closest)}' if closest else ''
+    runs = f'the {len(columns)} runs' if len(columns) > 1 else 'the run'
+    return f'{flag}: no column {name!r} in {runs}{hint}; the columns are: {", ".join(known)}'
+
+
 def smooth(values, window: int):
     """Each value replaced by the mean of it and up to ``window - 1`` values before it.
 
@@ -423,22 +500,38 @@ def main(argv):
         fail(str(e))
     y_name = FLAGS.y if FLAGS.y_minus is None else f'{FLAGS.y} - {FLAGS.y_minus}'
     # A run with no value of y yet (one that failed before its first row, say) is
-    # left out, named; only when no run has one is there nothing to plot.
-    raw, missing = {}, {}
-    for _, runs in groups:
-        for run in runs:
-            try:
-                xs, ys = read_difference(run, FLAGS.y, FLAGS.y_minus, FLAGS.x)
-            except ValueError as e:
-                missing[run] = str(e)
-                continue
-            if len(xs):
-                raw[run] = (xs, ys)
-            else:
-                missing[run] = f'no {y_name} value yet in {run}'
+    # left out, named, as is a run without a column asked for (one of another
+    # algorithm, say); only when no run has a value is there nothing to plot.
+    wanted = [('--x', FLAGS.x), ('--y', FLAGS.y)]
+    wanted += [('--y_minus', FLAGS.y_minus)] if FLAGS.y_minus is not None else []
+    raw, missing, columns = {}, {}, {}
+    with quiet_tensorboard():
+        for _, runs in groups:
+            for run in runs:
+                try:
+                    xs, ys = read_difference(run, FLAGS.y, FLAGS.y_minus, FLAGS.x)
+                except ValueError as e:
+                    # The run's columns tell a column it lacks from a file it cannot read.
+                    columns[run] = run_columns(run)
+                    if not columns[run] or all(n in columns[run] for _, n in wanted):
+                        missing[run] = str(e)
+                    continue
+                if len(xs):
+                    raw[run] = (xs, ys)
+                else:
+                    missing[run] = f'no {y_name} value yet in {run}'
+    columns = {run: names for run, names in columns.items() if names}
+    lacking = []
+    for flag, name in wanted:
+        runs = [run for run, names in columns.items() if name not in names]
+        if runs and not raw and len(runs) == len(columns):
+            fail(unknown_column_message(flag, name, columns))
+        if runs:
+            count = f'{len(runs)} run{"s" * (len(runs) > 1)}'
+            lacking.append(f'{count} without column {name!r} ({flag}): {name_runs(runs)}')
     if not raw:
-        fail('; '.join(missing.values()))
-    for why in missing.values():
+        fail('; '.join([*lacking, *missing.values()]))
+    for why in [*lacking, *missing.values()]:
         print(f'warning: left out: {why}', file=sys.stderr)
     groups = [(label, [r for r in runs if r in raw]) for label, runs in groups]
     groups = [(label, runs) for label, runs in groups if runs]
@@ -475,12 +568,14 @@ def main(argv):
     import matplotlib.pyplot as plt
 
     band_name = f'{CONFIDENCE:.0%} bootstrap CI' if FLAGS.band == 'ci' else '1 std'
-    fig, ax = plt.subplots(figsize=FIGURE_SIZE_INCHES, dpi=FIGURE_DPI)
+    fig, ax = plt.subplots(figsize=FIGURE_SIZE_INCHES, dpi=FIGURE_DPI, layout='constrained')
     for label, runs in groups:
         x, mean, lower, upper, _ = np.array(curves[label]).T
         note = f'{len(runs)} run{"s" * (len(runs) > 1)}'
         note += f', {early_note(early[label])}' if early[label] else ''
-        (line,) = ax.plot(x, mean, label=f'{label} ({note})')
+        # The CSV and the table give a long name whole.
+        name = label if len(label) <= LEGEND_NAME_CHARS else label[: LEGEND_NAME_CHARS - 3] + '...'
+        (line,) = ax.plot(x, mean, label=f'{name} ({note})')
         ax.fill_between(x, lower, upper, color=line.get_color(), alpha=BAND_ALPHA, linewidth=0)
     ax.set_xlabel(FLAGS.x)
     ax.set_ylabel(y_name)
@@ -490,8 +585,14 @@ def main(argv):
         'over runs' + (f', smoothing {FLAGS.smoothing}' if FLAGS.smoothing > 1 else '')
     )
     ax.grid(alpha=GRID_ALPHA)
-    ax.legend(fontsize='small')
-    fig.tight_layout()
+    # Below the axes, where it hides no curve and no axis label however long the
+    # group names; the axes shrink to make room.
+    legend = fig.legend(loc='outside lower center', fontsize='small')
+    legend_width = (
+        legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi + LEGEND_MARGIN_INCHES
+    )
+    if legend_width > fig.get_figwidth():
+        fig.set_figwidth(legend_width)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
         fig.savefig(FLAGS.out)
