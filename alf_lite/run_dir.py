@@ -276,11 +276,27 @@ def changed_bindings(old_config: str, new_config: str) -> List[str]:
     return sorted(set(experiment_bindings(old_config)) ^ set(experiment_bindings(new_config)))
 
 
-def experiment_difference(root_dir: str, new_config: str) -> Optional[str]:
+# What a train user can do about a root_dir that holds another experiment.
+TRAIN_ADVICE = (
+    'Resume it with --root_dir alone (plus --gin_param overrides), pick another --root_dir, '
+    'or pass --start_over to move the old one aside and start afresh.'
+)
+
+
+def experiment_difference(
+    root_dir: str, new_config: str, advice: str = TRAIN_ADVICE
+) -> Optional[str]:
     """Why ``root_dir`` holds another experiment than the config text ``new_config``, or None.
 
     None also for a missing or empty root_dir. The bindings of
     ``RESUME_SAFE_PARAMETERS`` may differ.
+
+    Args:
+        root_dir: the run's root_dir.
+        new_config: the gin config text to train there.
+        advice: the sentence that ends the answer when the configs differ: what
+            the caller's user can do, in the caller's flags (``TRAIN_ADVICE``
+            names train's).
     """
     if not os.path.isdir(root_dir) or not os.listdir(root_dir):
         return None
@@ -297,9 +313,7 @@ def experiment_difference(root_dir: str, new_config: str) -> Optional[str]:
     differing = changed_bindings(old, new_config)
     return (
         f'{root_dir} holds another experiment: its {CONFIG_FILE} differs from the given '
-        f'config in {len(differing)} binding line(s), e.g. {differing[:4]}. Resume it '
-        'with --root_dir alone (plus --gin_param overrides), pick another --root_dir, '
-        'or pass --start_over to move the old one aside and start afresh.'
+        f'config in {len(differing)} binding line(s), e.g. {differing[:4]}. {advice}'
     )
 
 

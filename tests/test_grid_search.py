@@ -182,6 +182,7 @@ def test_finished_run_of_another_config_fails_naming_the_differing_binding(tmp_p
     # Its numbers are the old config's, not this sweep's.
     assert row['final_eval_return'] == row['env_steps'] == ''
     assert 'holds another experiment' in changed.stdout  # the table shows the error too
+    assert '--start_over' not in changed.stdout  # a flag of train, not of grid_search
     assert (run_dir / 'progress.csv').read_text() == progress
 
 
@@ -841,11 +842,11 @@ def test_a_ray_cluster_that_cannot_be_reached_exits_2_naming_its_address(
     assert f'cannot connect to the Ray cluster at 10.0.0.1:6379: {error}' in capsys.readouterr().err
 
 
-def run_main(directory, monkeypatch, args, gpus):
-    """``grid_search.main`` on GRID with ``args`` on 8 cores with ``gpus`` visible.
+def run_main(directory, monkeypatch, args, gpus, grid=GRID, calls=None):
+    """``grid_search.main`` on ``grid`` with ``args`` on 8 cores with ``gpus`` visible.
 
     The backends are replaced by recorders whose runs all finish at once.
-    Returns ``{backend name: its arguments}``.
+    Returns ``calls``, filled as ``{backend name: its arguments}``.
     """
     from absl import flags
     from absl.testing import flagsaver
@@ -853,8 +854,8 @@ def run_main(directory, monkeypatch, args, gpus):
     import alf_lite.device
     from alf_lite.bin import grid_search
 
-    gin_file, grid = write_inputs(directory, GRID)
-    calls = {}
+    gin_file, grid = write_inputs(directory, grid)
+    calls = {} if calls is None else calls
 
     def finish_all(todo, report):
         for run in todo:
@@ -1005,3 +1006,131 @@ def test_summary_csv_has_the_rows_columns_in_order_and_a_missing_value_empty(tmp
             'a,finished,0,-123.456,20,3.14159,\r\n'
             'long_run_name,failed,1,nan,,,ValueError: x\r\n'
         )
+
+
+# --- --gin_param and the searched parameters ---------------------------------------------
+
+LR_GRID = {'parameters': {'actor/Adam.lr,critic/Adam.lr': [0.001, 0.0003]}, 'repeats': 1}
+TAU_ENTRY = "the search config's \"parameters\" entry 'SacAlgorithm.target_update_tau' sweeps"
+LR_ENTRY = "the search config's \"parameters\" entry 'actor/Adam.lr,critic/Adam.lr' sweeps"
+
+
+def tree(root):
+    """Every file under ``root`` with its bytes, and every directory (None)."""
+    return {
+        str(path.relative_to(root)): path.read_bytes() if path.is_file() else None
+        for path in sorted(root.rglob('*'))
+    }
+
+
+@pytest.mark.parametrize(
+    'grid, gin_param, binding, swept',
+    [
+        (GRID, 'SacAlgorithm.target_update_tau=0.5', 'SacAlgorithm.target_update_tau', TAU_ENTRY),
+        # Spaces around '=' do not matter; the binding is named as given.
+        (
+            GRID,
+            'SacAlgorithm.target_update_tau = 0.5',
+            'SacAlgorithm.target_update_tau = 0.5',
+            TAU_ENTRY,
+        ),
+        # gin's full name of the configurable is the same parameter.
+        (
+            GRID,
+            'alf_lite.algorithms.sac.SacAlgorithm.target_update_tau=0.5',
+            'alf_lite.algorithms.sac.SacAlgorithm.target_update_tau',
+            TAU_ENTRY,
+        ),
+        # One --gin_param of several statements.
+        (
+            GRID,
+            'TrainerConfig.num_env_steps=10\nSacAlgorithm.target_update_tau=0.5',
+            'SacAlgorithm.target_update_tau=0.5',
+            TAU_ENTRY,
+        ),
+        # Any name of a key that ties several.
+        (LR_GRID, 'critic/Adam.lr=0.1', 'critic/Adam.lr=0.1', LR_ENTRY),
+        (GRID, 'TrainerConfig.random_seed=3', 'TrainerConfig.random_seed', '"repeats"'),
+    ],
+    ids=['plain', 'spaces', 'full name', 'several statements', 'tied key', 'seed'],
+)
+def test_gin_param_that_the_grid_would_override_exits_2_naming_both_before_anything_starts(
+    tmp_path, monkeypatch, capsys, grid, gin_param, binding, swept
+):
+    from alf_lite.bin import grid_search
+
+    # The audit's case: the same root_dir as a sweep before, which must stay as it was.
+    root_dir = tmp_path / 'runs'
+    (root_dir / RUN_NAMES[0]).mkdir(parents=True)
+    (root_dir / RUN_NAMES[0] / 'config.gin').write_text('SacAlgorithm.target_update_tau = 0.005\n')
+    (root_dir / 'grid_summary.csv').write_text('run,status\n')
+    before = tree(root_dir)
+    calls = {}
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(tmp_path, monkeypatch, ['--gin_param', gin_param], [], grid=grid, calls=calls)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and err.startswith('error: --gin_param '), err
+    for text in (binding, swept, "the grid's values would override it"):
+        assert text in err, err
+    assert calls == {}
+    assert tree(root_dir) == before
+    assert grid_search.GRID_ADVICE not in err
+
+
+@pytest.mark.parametrize(
+    'gin_param, bound',
+    [
+        # Another scope, or none, is another parameter.
+        ('Adam.lr=0.05', 'Adam.lr = 0.05'),
+        ('alpha/Adam.lr=0.05', 'alpha/Adam.lr = 0.05'),
+        # A parameter the grid does not search.
+        ('SacAlgorithm.target_update_tau=0.5', 'SacAlgorithm.target_update_tau = 0.5'),
+    ],
+)
+def test_gin_param_of_a_parameter_the_grid_does_not_search_applies_to_every_run(
+    tmp_path, monkeypatch, capsys, gin_param, bound
+):
+    args = ['--ray_address', 'auto', '--gin_param', gin_param]
+    calls = run_main(tmp_path, monkeypatch, args, [], grid=LR_GRID)
+    config_text = calls['ray']['config_text']
+    assert f'{bound}\n' in config_text
+    assert 'actor/Adam.lr = 0.001\n' in config_text  # the first run's searched value
+    assert '2 to train' in capsys.readouterr().out
+
+
+def test_run_of_another_experiment_fails_with_advice_grid_search_can_follow_and_is_not_started(
+    tmp_path, monkeypatch, capsys
+):
+    from alf_lite.bin import grid_search
+
+    # One run finished and one unfinished, both trained with another tau than their names.
+    root_dir = tmp_path / 'runs'
+    finished, unfinished = root_dir / RUN_NAMES[0], root_dir / RUN_NAMES[1]
+    for run_dir in (finished, unfinished):
+        run_dir.mkdir(parents=True)
+        (run_dir / 'config.gin').write_text('SacAlgorithm.target_update_tau = 0.5\n')
+    (finished / 'checkpoints' / f'ckpt-{NUM_ENV_STEPS}').mkdir(parents=True)
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(tmp_path, monkeypatch, [], [])
+    assert exit_info.value.code == 1
+    rows = summary(root_dir)
+    for run_dir in (finished, unfinished):
+        error = rows[run_dir.name]['error']
+        assert rows[run_dir.name]['status'] == 'failed'
+        assert error.startswith(f'{run_dir} holds another experiment'), error
+        assert error.endswith(grid_search.GRID_ADVICE) and '--start_over' not in error
+    # The others trained: the stand-in backend finished them, and only them.
+    assert {rows[n]['status'] for n in RUN_NAMES[2:]} == {'finished'}
+    assert '2 to train' in capsys.readouterr().out
+    assert not (root_dir / 'logs').exists()
+
+
+def test_grid_search_advice_names_only_flags_grid_search_has():
+    from absl import flags
+
+    from alf_lite.bin import grid_search
+
+    given = set(re.findall(r'--(\w+)', grid_search.GRID_ADVICE))
+    assert given == {'gin_file', 'gin_param', 'root_dir'}
+    assert given <= set(flags.FLAGS)

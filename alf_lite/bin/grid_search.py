@@ -32,7 +32,13 @@ A run whose latest checkpoint reached ``num_env_steps`` is skipped and an
 unfinished one resumes, so running the same command again continues a sweep.
 A run whose saved config.gin differs from the sweep's in more than what a
 resume may change (train's check of a root_dir) is another experiment: it
-fails, naming the differing bindings, whether it finished or not.
+fails, naming the differing bindings, whether it finished or not, and is not
+started; rerun with the old config, use another ``--root_dir``, or move the
+run's directory aside to train it afresh.
+A ``--gin_param`` that binds a searched parameter (as gin compares them: the
+scope counts) or ``TrainerConfig.random_seed`` is refused before anything is
+written: the searched values and the seeds are bound after it and would
+override it.
 A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
 ``root_dir/grid_summary.csv``); the exit code is 1 when a run failed.
@@ -69,7 +75,13 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 from absl import app, flags
 
 from alf_lite.bin.cli import EXIT_FAULT, fail, output_root_dir, parse_flags, user_message
-from alf_lite.run_dir import CONFIG_FILE, RunDir, experiment_difference
+from alf_lite.run_dir import (
+    CONFIG_FILE,
+    RunDir,
+    config_statements,
+    experiment_difference,
+    split_binding,
+)
 from alf_lite.runs import SEED_PARAM, final_value, train_in_subprocess
 
 flags.DEFINE_string(
@@ -83,7 +95,8 @@ flags.DEFINE_multi_string(
     'gin_param',
     [],
     'Gin binding applied to every run, after the files '
-    'and before the searched values; repeat for several.',
+    'and before the searched values; repeat for several. One that binds a searched '
+    'parameter or TrainerConfig.random_seed is refused: the sweep would override it.',
 )
 flags.DEFINE_string(
     'root_dir',
@@ -124,6 +137,13 @@ SUMMARY_FILE = 'grid_summary.csv'
 LOG_DIR = 'logs'
 LOG_SUFFIX = '.log'
 NAME_MAX = 255  # bytes in a file name on common file systems (ext4, xfs, btrfs, tmpfs)
+# What a sweep's user can do about a run directory of another experiment
+# (grid_search has no --start_over: a run is trained afresh when its directory is gone).
+GRID_ADVICE = (
+    'Rerun the sweep with the --gin_file and --gin_param it was started with to continue '
+    "it, give the changed sweep another --root_dir, or move this run's directory aside "
+    '(or delete it) and rerun to train it afresh.'
+)
 
 
 class SearchSpace(NamedTuple):
@@ -286,6 +306,62 @@ def search_entry_message(message: str, space: SearchSpace) -> str:
                 f'the search config\'s "parameters" entry {",".join(names)!r}, value `{value}`',
             )
     return message
+
+
+def _parameter_key(name: str):
+    """``name``'s parameter as gin keys it: scope, configurable and parameter.
+
+    ``Adam.lr`` and ``torch.optim.Adam.lr`` are one parameter, ``actor/Adam.lr``
+    another. A name gin does not know (a macro, a misspelling that parsing the
+    config reports) is its own key.
+    """
+    from gin import config
+
+    try:
+        # (scope, complete selector, parameter): the key's own equality also
+        # compares the selector as given.
+        return config.ParsedBindingKey.parse(name).scope_selector_arg
+    except (ValueError, SyntaxError):
+        return name
+
+
+def gin_param_conflict(gin_params: Sequence[str], space: SearchSpace) -> Optional[str]:
+    """Why a ``--gin_param`` would be lost in the sweep, or None.
+
+    The searched values and the seed are bound after ``--gin_param``, and gin
+    keeps a parameter's last binding: such a ``--gin_param`` would be silently
+    overridden in every run.
+
+    Args:
+        gin_params: the ``--gin_param`` values, each one or more gin statements.
+        space: the search config.
+    """
+    import alf_lite.all_configurables  # noqa: F401  (gin resolves only registered names)
+
+    swept = {}
+    for names, _ in space.parameters:
+        for name in names:
+            swept[_parameter_key(name)] = (
+                name,
+                f'the search config\'s "parameters" entry {",".join(names)!r} sweeps',
+                'remove it from the grid or from --gin_param',
+            )
+    swept[_parameter_key(SEED_PARAM)] = (
+        SEED_PARAM,
+        'the sweep sets to each seed of "repeats"',
+        'give the seeds in "repeats" instead',
+    )
+    for param in gin_params:
+        for statement in config_statements(param):
+            binding = split_binding(statement)
+            overridden = binding and swept.get(_parameter_key(binding[0]))
+            if overridden:
+                name, sweeper, remedy = overridden
+                return (
+                    f"--gin_param {statement!r} binds {name}, which {sweeper}: the grid's "
+                    f'values would override it in every run; {remedy}.'
+                )
+    return None
 
 
 def configure_runs(
@@ -563,6 +639,9 @@ def main(argv):
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
 
+    conflict = gin_param_conflict(FLAGS.gin_param, space)
+    if conflict:
+        fail(conflict)
     first = [f'{n}={values[0]}' for names, values in space.parameters for n in names]
     try:
         # The base config with one combination: a mistake in either, such as
@@ -586,14 +665,15 @@ def main(argv):
     for run in runs:
         if run.error:
             results[run.name] = {'status': 'failed', 'error': run.error}
+            continue
+        # train's own check, which ignores the bindings a resume may change; made
+        # here for unfinished runs too, so that the advice names what grid_search
+        # offers rather than train's flags.
+        other = experiment_difference(run.root_dir, run.config_text, advice=GRID_ADVICE)
+        if other is not None:
+            results[run.name] = {'status': 'failed', 'error': other, 'other_experiment': True}
         elif is_finished(run):
-            # train's own check, which ignores the bindings a resume may change.
-            other = experiment_difference(run.root_dir, run.config_text)
-            results[run.name] = (
-                {'status': 'skipped (finished before)'}
-                if other is None
-                else {'status': 'failed', 'error': other, 'other_experiment': True}
-            )
+            results[run.name] = {'status': 'skipped (finished before)'}
     todo = [run for run in runs if run.name not in results]
     if FLAGS.ray_address:
         backend = (
@@ -612,8 +692,8 @@ def main(argv):
         f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
         f'({num_threads} torch thread(s) each)'
         + (
-            f', {skipped} not started (finished before, possibly with another config, or a '
-            'config that does not parse).'
+            f', {skipped} not started (finished before, another experiment, or a config '
+            'that does not parse).'
             if skipped
             else '.'
         ),
