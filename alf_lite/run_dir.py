@@ -23,7 +23,7 @@ import datetime
 import fcntl
 import os
 import re
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from absl import logging
 
@@ -253,27 +253,39 @@ def split_binding(statement: str) -> Optional[Tuple[str, str]]:
     return (match['name'], match['value']) if match else None
 
 
-def experiment_bindings(config_text: str) -> List[str]:
-    """The statements of a gin config text that define its experiment, sorted.
+def _experiment_statements(config_text: str) -> Dict[str, str]:
+    """The statements of a config text that define its experiment, by what they bind.
 
-    Left out: the bindings a resume may change, and of a parameter bound more
-    than once all but the last binding, the one gin applies. So two configs
-    holding the same bindings in another order (e.g. a hand-edited config.gin)
-    give the same list.
+    A binding is keyed by its parameter (of one bound more than once, the last
+    binding is kept: the one gin applies), an import or include by itself; the
+    bindings a resume may change are left out. So two configs holding the same
+    bindings in another order (e.g. a hand-edited config.gin) give the same.
     """
     effective = {}
     for statement in config_statements(config_text):
-        # A binding is keyed by its parameter; an import or include by itself.
         binding = split_binding(statement)
         key = statement if binding is None else binding[0]
         if key not in RESUME_SAFE_PARAMETERS:
             effective[key] = statement
-    return sorted(effective.values())
+    return effective
+
+
+# How ``changed_bindings`` shows the side of a change where a parameter is not bound.
+NOT_BOUND = '(not bound)'
 
 
 def changed_bindings(old_config: str, new_config: str) -> List[str]:
-    """The statements of the experiment that only one of two config texts has."""
-    return sorted(set(experiment_bindings(old_config)) ^ set(experiment_bindings(new_config)))
+    """Each change of the experiment between two config texts, as ``'old -> new'``, sorted.
+
+    Both sides are whole statements, so a change names what the run had and
+    what it would get; ``NOT_BOUND`` stands for a side without the parameter.
+    """
+    old, new = _experiment_statements(old_config), _experiment_statements(new_config)
+    return sorted(
+        f'{old.get(key, NOT_BOUND)} -> {new.get(key, NOT_BOUND)}'
+        for key in old.keys() | new.keys()
+        if old.get(key) != new.get(key)
+    )
 
 
 # What a train user can do about a root_dir that holds another experiment.
@@ -308,12 +320,12 @@ def experiment_difference(
         )
     with open(config_file) as f:
         old = f.read()
-    if experiment_bindings(old) == experiment_bindings(new_config):
-        return None
     differing = changed_bindings(old, new_config)
+    if not differing:
+        return None
     return (
         f'{root_dir} holds another experiment: its {CONFIG_FILE} differs from the given '
-        f'config in {len(differing)} binding line(s), e.g. {differing[:4]}. {advice}'
+        f'config in {len(differing)} binding(s), e.g. {differing[:4]}. {advice}'
     )
 
 
@@ -339,7 +351,7 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
         write_text_atomically(kept, old_config)
     logging.warning(
         'the experiment changes at env step %d: %s differs from the config it was '
-        'trained with until now in %d binding line(s), e.g. %s; that config is kept in %s',
+        'trained with until now in %d binding(s), e.g. %s; that config is kept in %s',
         env_steps,
         CONFIG_FILE,
         len(changed),

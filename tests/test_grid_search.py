@@ -178,7 +178,7 @@ def test_finished_run_of_another_config_fails_naming_the_differing_binding(tmp_p
     row = summary(root_dir)['seed=0']
     assert row['status'] == 'failed', row
     assert f'{run_dir} holds another experiment' in row['error']
-    assert "'actor/Adam.lr = 0.002'" in row['error'], row['error']
+    assert "'actor/Adam.lr = 0.001 -> actor/Adam.lr = 0.002'" in row['error'], row['error']
     # Its numbers are the old config's, not this sweep's.
     assert row['final_eval_return'] == row['env_steps'] == ''
     assert 'holds another experiment' in changed.stdout  # the table shows the error too

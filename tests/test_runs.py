@@ -134,13 +134,16 @@ def test_configs_differing_in_what_the_run_learns_are_other_experiments(tmp_path
     ) + ('\n# Parameters for CriticNetwork:\nCriticNetwork.hidden_layers = (32,)\n')
     # Both sides of each change are named: what the run had and what it would get.
     assert changed_bindings(trained_with, given) == [
-        'CriticNetwork.hidden_layers = (32,)',
-        'SacAlgorithm.target_update_tau = 0.005',
-        'SacAlgorithm.target_update_tau = 0.5',
+        '(not bound) -> CriticNetwork.hidden_layers = (32,)',
+        'SacAlgorithm.target_update_tau = 0.005 -> SacAlgorithm.target_update_tau = 0.5',
     ]
     difference = experiment_difference(root_dir, given)
     assert difference.startswith(f'{root_dir} holds another experiment')
-    assert 'in 3 binding line(s)' in difference and '--start_over' in difference
+    assert 'in 2 binding(s)' in difference and '--start_over' in difference
+    # And the other way round: a binding the run had that the config lacks.
+    assert changed_bindings(given, trained_with)[0] == (
+        'CriticNetwork.hidden_layers = (32,) -> (not bound)'
+    )
 
 
 def test_a_value_gin_writes_over_several_lines_is_compared_as_one_binding(tmp_path):
@@ -156,10 +159,10 @@ def test_a_value_gin_writes_over_several_lines_is_compared_as_one_binding(tmp_pa
     given = config_text(long_value(*swapped))
     assert sorted(trained_with.splitlines()) == sorted(given.splitlines())
     assert changed_bindings(trained_with, given) == [
-        f'CriticNetwork.hidden_layers = ({", ".join(first)})',
+        f'CriticNetwork.hidden_layers = ({", ".join(first)}) -> '
         f'CriticNetwork.hidden_layers = ({", ".join(swapped)})',
     ]
-    assert 'in 2 binding line(s)' in experiment_difference(root_dir, given)
+    assert 'in 1 binding(s)' in experiment_difference(root_dir, given)
     assert experiment_difference(root_dir, config_text(long_value(*first))) is None
 
 
@@ -176,10 +179,9 @@ def test_a_config_is_compared_by_the_bindings_gin_applies_not_by_their_order(tmp
         experiment_difference(root_dir, trained_with.replace('0.005', '0.5'))
     )
     assert changed_bindings(trained_with, trained_with + tau_again) == [
-        'SacAlgorithm.target_update_tau = 0.005',
-        'SacAlgorithm.target_update_tau = 0.5',
+        'SacAlgorithm.target_update_tau = 0.005 -> SacAlgorithm.target_update_tau = 0.5',
     ]
-    assert 'in 2 binding line(s)' in experiment_difference(root_dir, trained_with + tau_again)
+    assert 'in 1 binding(s)' in experiment_difference(root_dir, trained_with + tau_again)
     assert experiment_difference(root_dir, tau_again + trained_with) is None
 
 
