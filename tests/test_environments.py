@@ -793,6 +793,45 @@ def test_step_types_are_stored_as_the_numbers_0_1_2():
     assert step_type.tolist() == [0, 1, 2, 0, 1]
 
 
+_HANG_BESIDE_AN_ENV_PROCESS = """
+import multiprocessing, time
+from alf_lite.environments import watchdog
+
+def worker(conn, parent_end):
+    # As an env process: serve the pipe until it closes, and fail loudly then.
+    parent_end.close()
+    while True:
+        conn.recv()
+
+if __name__ == '__main__':
+    parent, child = multiprocessing.Pipe()
+    process = multiprocessing.Process(target=worker, args=(child, parent))
+    process.start()
+    child.close()
+    print(process.pid, flush=True)
+    watchdog.start(0.5, 'the hung call')
+    time.sleep(30)
+"""
+
+
+def test_watchdog_stops_the_env_processes_before_they_print_their_closed_pipes(tmp_path):
+    script = tmp_path / 'hang.py'
+    script.write_text(_HANG_BESIDE_AN_ENV_PROCESS)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=30, env=train_env()
+    )
+    assert result.returncode == HUNG_ENV_EXIT_CODE, result.stderr[-3000:]
+    assert 'the hung call; the stacks of all threads follow' in result.stderr
+    # The stacks are faulthandler's ("most recent call first"); no Python traceback
+    # of the worker's EOFError follows them.
+    assert 'EOFError' not in result.stderr and 'Traceback' not in result.stderr, result.stderr
+    pid = int(result.stdout.split()[0])
+    deadline = time.monotonic() + 5
+    while os.path.exists(f'/proc/{pid}') and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f'/proc/{pid}'), 'the env process outlived the watchdog'
+
+
 _TWO_WATCHED_CALLS = """
 import time
 from alf_lite.environments import watchdog

@@ -4,7 +4,7 @@ A hung call blocks the thread that made it (the trainer's main thread) for
 good, so the check runs in a thread of its own: when a watched call outlives its
 timeout, that thread prints what hung and the stack of every thread, and exits
 with ``HUNG_ENV_EXIT_CODE``. Nothing is written on the way out, so the last
-checkpoint stays as it was.
+checkpoint stays as it was; the process's env subprocesses are stopped.
 
 Limits: a call hung in native code that keeps the GIL stops every Python
 thread, this one included (``kill -ABRT`` then prints the stacks where
@@ -14,6 +14,7 @@ stopped (Ctrl-Z, SIGSTOP) during a call counts towards its timeout.
 
 import faulthandler
 import itertools
+import multiprocessing
 import os
 import threading
 import time
@@ -23,6 +24,8 @@ HUNG_ENV_EXIT_CODE = 3
 # The watchdog looks at least this often, so it reports a hang at most this late.
 _MAX_CHECK_PERIOD_S = 1.0
 _STDERR_FD = 2
+# How long the exit waits for each env process it stopped.
+_CHILD_EXIT_S = 1.0
 
 
 class _Watchdog:
@@ -71,6 +74,13 @@ def _exit_hung(description: str) -> None:
         ).encode(),
     )
     faulthandler.dump_traceback(file=_STDERR_FD, all_threads=True)
+    # The processes of other envs would see their pipes close and print that as
+    # tracebacks after the stacks; they are stopped first (SIGTERM: no output).
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(timeout=_CHILD_EXIT_S)
     os._exit(HUNG_ENV_EXIT_CODE)
 
 
