@@ -315,7 +315,16 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
         (['--render_size', '0'], "--render_size must be 'W,H' or one positive number, got '0'"),
         (['--record_file', str(tmp_path / 'out.avi')], '--record_file must end in .mp4 or .gif'),
         (['--record_file', str(tmp_path / 'adir.gif')], 'adir.gif is a directory'),
-        (['--record_file', str(tmp_path / 'afile' / 'x.gif')], 'cannot write --record_file'),
+        (
+            ['--record_file', str(tmp_path / 'afile' / 'x.gif')],
+            f'cannot write --record_file {tmp_path / "afile" / "x.gif"}: '
+            f'{tmp_path / "afile"} is not a directory.',
+        ),
+        # Writable by its permissions for root, yet no file can be made there.
+        (
+            ['--record_file', '/proc/x.gif'],
+            'cannot write --record_file /proc/x.gif: /proc: ',
+        ),
         (['--root_dir', str(tmp_path / 'afile')], 'afile is not a directory'),
         (['--random_seed', '-1'], '--random_seed must be >= 0, got -1'),
     ):

@@ -25,6 +25,7 @@ through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
 
 import math
 import os
+import tempfile
 
 from absl import app, flags
 
@@ -214,10 +215,17 @@ def main(argv):
         directory = os.path.dirname(os.path.abspath(record_file))
         try:
             os.makedirs(directory, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            fail(f'cannot write --record_file {record_file}: {directory} is not a directory.')
         except OSError as e:
             fail(f'cannot write --record_file {record_file}: {e}')
-        if not os.access(directory, os.W_OK):
-            fail(f'cannot write --record_file {record_file}: {directory} is not writable.')
+        # A file made and removed there: permissions alone do not tell (root may
+        # write anywhere by them, yet not in /proc or on a read-only mount).
+        try:
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as e:
+            fail(f'cannot write --record_file {record_file}: {directory}: {e.strerror}.')
     try:
         size = parse_render_size(FLAGS.render_size) if FLAGS.render_size else None
     except ValueError as e:
