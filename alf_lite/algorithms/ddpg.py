@@ -16,9 +16,6 @@ import torch.nn as nn
 from alf_lite.algorithms.noise import OUNoise
 from alf_lite.algorithms.off_policy_algorithm import (
     OffPolicyAlgorithm,
-    build_network,
-    check_networks,
-    check_num_critic_replicas,
     check_update_settings,
     frozen,
     masked_mean,
@@ -109,19 +106,9 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         )
         if critic_l2_weight_decay < 0:
             raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
-        check_num_critic_replicas(num_critic_replicas)
-        name = type(self).__name__
-        self._actor = build_network(
-            f'{name}.actor_network_ctor', actor_network_ctor, observation_dim, action_dim
+        self._build_actor_and_critic(
+            actor_network_ctor, critic_network_ctor, num_critic_replicas, sampling=False
         )
-        self._critic = build_network(
-            f'{name}.critic_network_ctor',
-            critic_network_ctor,
-            observation_dim,
-            action_dim,
-            num_replicas=num_critic_replicas,
-        )
-        check_networks(name, self._actor, self._critic, sampling=False)
         # Targets start as exact copies (Algorithm 1) and always run in eval
         # mode, so their batch norms use the running statistics that
         # polyak_update copies from the online networks.

@@ -281,6 +281,33 @@ class OffPolicyAlgorithm(nn.Module):
         self._num_train_steps = 0
         self._guard: Optional[NonFiniteGuard] = None
 
+    def _build_actor_and_critic(
+        self,
+        actor_network_ctor,
+        critic_network_ctor,
+        num_critic_replicas: int,
+        sampling: bool,
+    ) -> None:
+        """Build ``self._actor`` and ``self._critic`` by the algorithm's ctors, each checked
+        for its part (errors name the parameter, e.g. ``SacAlgorithm.actor_network_ctor``).
+
+        Args:
+            actor_network_ctor: ``ctor(observation_dim, action_dim)``.
+            critic_network_ctor: ``ctor(observation_dim, action_dim, num_replicas=R)``.
+            num_critic_replicas: R, an integer >= 1.
+            sampling: the algorithm samples actions from the actor (``check_networks``).
+        """
+        check_num_critic_replicas(num_critic_replicas)
+        name, dims = type(self).__name__, (self.observation_dim, self.action_dim)
+        self._actor = build_network(f'{name}.actor_network_ctor', actor_network_ctor, *dims)
+        self._critic = build_network(
+            f'{name}.critic_network_ctor',
+            critic_network_ctor,
+            *dims,
+            num_replicas=num_critic_replicas,
+        )
+        check_networks(name, self._actor, self._critic, sampling)
+
     @property
     def num_train_steps(self) -> int:
         """``train_step`` calls so far (replays of a captured update included)."""

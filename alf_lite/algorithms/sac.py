@@ -13,9 +13,6 @@ import torch.nn as nn
 
 from alf_lite.algorithms.off_policy_algorithm import (
     OffPolicyAlgorithm,
-    build_network,
-    check_networks,
-    check_num_critic_replicas,
     check_update_settings,
     frozen,
     masked_mean,
@@ -90,19 +87,9 @@ class SacAlgorithm(OffPolicyAlgorithm):
     ):
         super().__init__(observation_dim, action_dim)
         check_update_settings(gamma, target_update_tau, target_update_period)
-        check_num_critic_replicas(num_critic_replicas)
-        name = type(self).__name__
-        self._actor = build_network(
-            f'{name}.actor_network_ctor', actor_network_ctor, observation_dim, action_dim
+        self._build_actor_and_critic(
+            actor_network_ctor, critic_network_ctor, num_critic_replicas, sampling=True
         )
-        self._critic = build_network(
-            f'{name}.critic_network_ctor',
-            critic_network_ctor,
-            observation_dim,
-            action_dim,
-            num_replicas=num_critic_replicas,
-        )
-        check_networks(name, self._actor, self._critic, sampling=True)
         self._target_critic = copy.deepcopy(self._critic).requires_grad_(False)
         self._frozen_critic = frozen(self._critic)  # reused: its parameter list is built once
         self._log_alpha = nn.Parameter(torch.tensor(float(initial_log_alpha)))
