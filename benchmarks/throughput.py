@@ -296,6 +296,15 @@ def main():
             # A run needs random steps before its first update: its first progress
             # row (and SB3's first timed step) comes after them.
             parser.error(f'--{flag} must be at least 1, not {getattr(args, flag)}')
+    from alf_lite.device import DeviceUnavailableError, resolve_device
+
+    # Before any run: an unusable device would fail in the first one, as a traceback.
+    try:
+        device = resolve_device(args.device)
+    except (DeviceUnavailableError, ValueError) as e:
+        parser.error(f'--device: {e}')
+    if args.cuda_graph and device.type != 'cuda':
+        parser.error(f'--cuda_graph needs a CUDA --device, not {args.device!r}')
     if args.ceiling_only:
         print_ceilings(args, *ceilings(args))
         return

@@ -11,6 +11,7 @@ import gymnasium
 import pytest
 import torch
 
+from alf_lite import device
 from alf_lite.run_dir import RunDir
 from alf_lite.runs import ENV_STEPS, ENV_STEPS_PER_SEC
 from benchmarks import throughput
@@ -492,16 +493,52 @@ def test_ceiling_only_runs_no_training_and_names_the_ceilings_options(monkeypatc
     monkeypatch.setattr(throughput, 'alf_lite_run', no_run)
     monkeypatch.setattr(throughput, 'sb3_run', no_run)
     monkeypatch.setattr(throughput, 'ceilings', ceilings)
+    # As on a machine with a GPU.
+    monkeypatch.setattr(device, 'resolve_device', lambda name: torch.device('cuda', 0))
     out = run_main(
         monkeypatch,
         capsys,
-        ['--ceiling_only', '--cuda_graph', '--compile', '--threads', '3', '--sb3_threads', '2'],
+        ['--ceiling_only', '--device', 'cuda', '--cuda_graph', '--compile']
+        + ['--threads', '3', '--sb3_threads', '2'],
     )
     assert seen == [(None, True, True, True)]
     assert out == (
-        'pure-update ceiling on cpu (alf_lite: CUDA graph, compiled): alf_lite (3 torch threads) '
+        'pure-update ceiling on cuda (alf_lite: CUDA graph, compiled): alf_lite (3 torch threads) '
         '300.0 updates/s, SB3 (2) 60.0 updates/s, ratio 5.00\n'
     )
+
+
+@pytest.mark.parametrize(
+    'args, message',
+    [
+        (['--device', 'tpu'], "--device: device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"),
+        (['--cuda_graph'], "--cuda_graph needs a CUDA --device, not 'cpu'"),
+    ],
+)
+def test_an_unusable_device_is_refused_before_any_run(monkeypatch, capsys, args, message):
+    def no_run(*args, **kwargs):
+        raise AssertionError('a refused call trains nothing')
+
+    for name in ('alf_lite_run', 'sb3_run', 'ceilings'):
+        monkeypatch.setattr(throughput, name, no_run)
+    with pytest.raises(SystemExit) as e:
+        run_main(monkeypatch, capsys, args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and 'Traceback' not in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks the refusal without CUDA')
+def test_cuda_on_a_machine_without_it_is_refused_before_any_run(monkeypatch, capsys):
+    def no_run(*args, **kwargs):
+        raise AssertionError('a refused call trains nothing')
+
+    for name in ('alf_lite_run', 'sb3_run', 'ceilings'):
+        monkeypatch.setattr(throughput, name, no_run)
+    with pytest.raises(SystemExit) as e:
+        run_main(monkeypatch, capsys, ['--device', 'cuda', '--cuda_graph'])
+    assert e.value.code == 2
+    assert "--device: device 'cuda' was asked for" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
