@@ -759,7 +759,11 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                 seed = int(_SEED_DIR.match(os.path.basename(d))[1])
                 by_seed.setdefault((name, 'return'), {})[seed] = finals[-1]
                 _, lengths = read_scalar_if_any(d, EVAL_EPISODE_LENGTH)
-                ended[seed] = (finals[-1], float(lengths[-1]) if len(lengths) else None)
+                # The episode length over the same evaluations as the return.
+                ended[seed] = (
+                    finals[-1],
+                    float(lengths[-LAST_N:].mean()) if len(lengths) else None,
+                )
                 steps.append(int(xs[-1]))
                 done = read_done(d)
                 if done:
@@ -872,8 +876,8 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
         )
     if runs_by_seed:
         print(
-            "\nEach run's final eval return by seed, and in brackets the length of its "
-            'last eval episodes (their mean over the episodes of that evaluation):\n\n'
+            "\nEach run's final eval return by seed, and in brackets its eval episode "
+            f'length, both the mean over its last {LAST_N} evaluations:\n\n'
             + '\n'.join(runs_by_seed)
         )
     if tests:

@@ -1117,7 +1117,7 @@ def test_replay_study_report_lists_each_run_and_tests_each_pair_of_capacities(
         'train/process_rss_bytes',
     )
     per_env = {'10k': 833, '100k': 8333, 'full': 25000}
-    # (capacity, seed, final return, last eval episode length)
+    # (capacity, seed, final return, eval episode length at the last evaluation)
     runs = [('10k', 0, 40, 8), ('10k', 1, 45, 7.5), ('10k', 2, 50, 9)]
     runs += [('100k', s, f, 10 * s + 10) for s, f in enumerate((100, 200, 300, 400))]
     runs += [('full', s, f, 10 * s + 5) for s, f in enumerate((90, 150, 310, 350))]
@@ -1135,14 +1135,15 @@ def test_replay_study_report_lists_each_run_and_tests_each_pair_of_capacities(
     assert list(figures) == [str(tmp_path / 'docs' / 'study_replay.png')]
     table = _table(lines)
     assert table[('alf_lite', 'replay full (whole run)')]['process RSS'] == '1.75 GiB'
-    # Each run's mean over its last 3 evaluations (0, final, final) and its last length.
+    # Each run's mean over its last 3 evaluations: returns (0, final, final), episode
+    # lengths (50, 20, length).
     assert (
-        '- ICubWalk-v0, replay 10k: seed 0 26.7 (8.0 steps), seed 1 30.0 (7.5 steps), '
-        'seed 2 33.3 (9.0 steps)'
+        '- ICubWalk-v0, replay 10k: seed 0 26.7 (26.0 steps), seed 1 30.0 (25.8 steps), '
+        'seed 2 33.3 (26.3 steps)'
     ) in lines
     assert (
-        '- ICubWalk-v0, replay 100k: seed 0 66.7 (10.0 steps), seed 1 133.3 (20.0 steps), '
-        'seed 2 200.0 (30.0 steps), seed 3 266.7 (40.0 steps)'
+        '- ICubWalk-v0, replay 100k: seed 0 66.7 (26.7 steps), seed 1 133.3 (30.0 steps), '
+        'seed 2 200.0 (33.3 steps), seed 3 266.7 (36.7 steps)'
     ) in lines
     # 100K against the whole run, 4 pairs: differences 2/3 of 10, 50, -10, 50; of the 16
     # sign flips, 6 have a sum as far from zero (all + or all -, or one 10 flipped).
