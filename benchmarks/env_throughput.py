@@ -1,4 +1,4 @@
-r"""Env steps per second, in process (sync) vs one subprocess per env, and the default's pick.
+r"""Env steps per second, in process vs one subprocess per env, and the default's pick.
 
     python benchmarks/env_throughput.py     # HalfCheetah-v5, ICubWalk-v0 (PYTHONPATH=. if
                                             # alf_lite is not pip-installed)
@@ -8,8 +8,8 @@ r"""Env steps per second, in process (sync) vs one subprocess per env, and the d
 Random actions through ``create_environment`` (the trainer's path: action
 mapping, TimeStep tensors, float32 observations), after a warm-up. Prints one
 markdown row per (env, N): steps/s of both ways (summed over the N envs), the
-ratio subprocess / sync, and which way ``create_environment`` takes by default.
-Each figure is the best of ``--repeats`` runs, sync and subprocess taking
+ratio subprocesses / in process, and which way ``create_environment`` takes by
+default. Each figure is the best of ``--repeats`` runs, the two ways taking
 turns, so that a burst of other load on the machine hits both ways alike;
 quote the figures with the load averages printed.
 """
@@ -57,7 +57,8 @@ def main():
         f'cores: {os.cpu_count()}, load average at start: '
         + ', '.join(f'{x:.2f}' for x in os.getloadavg())
     )
-    print('| env | N | sync steps/s | subprocess steps/s | subprocess / sync | default |')
+    # The columns of README's table.
+    print('| env | N | in process | subprocesses | ratio | default |')
     print('|---|---|---|---|---|---|')
     for env_name in args.env_names.split(','):
         spec = gymnasium.spec(env_name)
@@ -69,11 +70,11 @@ def main():
                     best[way] = max(best[way], steps_per_second(env_name, n, way, args.seconds))
             sync = best[False]
             if n == 1:
-                print(f'| {env_name} | 1 | {sync:.0f} | - | - | sync |', flush=True)
+                print(f'| {env_name} | 1 | {sync:.0f} | - | - | in process |', flush=True)
                 continue
             subprocess = best[True]
-            default = 'subprocess' if default_use_subprocesses(spec, n) else 'sync'
-            faster = 'subprocess' if subprocess > sync else 'sync'
+            default = 'subprocesses' if default_use_subprocesses(spec, n) else 'in process'
+            faster = 'subprocesses' if subprocess > sync else 'in process'
             mark = '' if default == faster else ' (slower!)'
             print(
                 f'| {env_name} | {n} | {sync:.0f} | {subprocess:.0f} | '

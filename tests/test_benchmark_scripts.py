@@ -274,14 +274,13 @@ def test_env_throughput_table_takes_the_best_run_of_each_way_and_marks_a_slower_
     monkeypatch.setattr(sys, 'argv', ['env_throughput.py'] + argv)
     env_throughput.main()
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith('| ')]
-    assert (
-        rows[0] == '| env | N | sync steps/s | subprocess steps/s | subprocess / sync | default |'
-    )
+    # README's columns: steps/s in process, in subprocesses, their ratio, the default.
+    assert rows[0] == '| env | N | in process | subprocesses | ratio | default |'
     assert rows[1:] == [
-        '| Pendulum-v1 | 1 | 300 | - | - | sync |',
-        '| Pendulum-v1 | 2 | 500 | 250 | 0.50 | sync |',
-        '| ICubWalk-v0 | 1 | 90 | - | - | sync |',
-        '| ICubWalk-v0 | 2 | 300 | 150 | 0.50 | subprocess (slower!) |',
+        '| Pendulum-v1 | 1 | 300 | - | - | in process |',
+        '| Pendulum-v1 | 2 | 500 | 250 | 0.50 | in process |',
+        '| ICubWalk-v0 | 1 | 90 | - | - | in process |',
+        '| ICubWalk-v0 | 2 | 300 | 150 | 0.50 | subprocesses (slower!) |',
     ]
     # The ways take turns within each repeat; one torch thread, as the trainer runs.
     assert [c[:3] for c in calls[3:9]] == [('Pendulum-v1', 2, False), ('Pendulum-v1', 2, True)] * 3
