@@ -40,6 +40,22 @@ REPLAY_BUFFER_BYTES = 'train/replay_buffer_bytes'
 PROCESS_RSS_BYTES = 'train/process_rss_bytes'
 # Columns that depend on the machine and the clock, not on the seed.
 NONDETERMINISTIC_COLUMNS = (WALL_TIME, ENV_STEPS_PER_SEC, UPDATES_PER_SEC, PROCESS_RSS_BYTES)
+# The trainer's columns of progress.csv, in their order; the algorithm's scalars follow.
+PROGRESS_COLUMNS = (
+    ENV_STEPS,
+    NUM_UPDATES,
+    WALL_TIME,
+    EVAL_RETURN,
+    EVAL_EPISODE_LENGTH,
+    EVAL_Q_NEAR_TERMINATION,
+    EVAL_RETURN_NEAR_TERMINATION,
+    TRAIN_RETURN,
+    TRAIN_EPISODE_LENGTH,
+    ENV_STEPS_PER_SEC,
+    UPDATES_PER_SEC,
+    REPLAY_BUFFER_BYTES,
+    PROCESS_RSS_BYTES,
+)
 # The binding of a run's config.gin that only picks its seed.
 SEED_PARAM = 'TrainerConfig.random_seed'
 # The line of a log that says why train failed: its usage error or the exception.

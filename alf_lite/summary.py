@@ -18,7 +18,7 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
 from alf_lite.run_dir import SUMMARY_MODES, RunDir
-from alf_lite.runs import ENV_STEPS, NUM_UPDATES, WALL_TIME
+from alf_lite.runs import ENV_STEPS, NUM_UPDATES, PROGRESS_COLUMNS, WALL_TIME
 
 # The shortest time a rate divides by: two calls within one clock tick.
 MIN_INTERVAL_S = 1e-9
@@ -34,7 +34,11 @@ class ProgressCsv:
     """``progress.csv``: one row per summary or evaluation, one column per scalar.
 
     A scalar seen for the first time widens the header; the file is then
-    rewritten whole (it is small and this happens only in the first rows).
+    rewritten whole (it is small and this happens only in the first rows). The
+    trainer's columns keep the order of ``PROGRESS_COLUMNS`` and the others
+    follow in the order they first came, so the header does not depend on which
+    row first had a scalar (an episode that ends before the first summary in
+    one seed, after it in another).
 
     Args:
         path: file to append to; an existing file is continued.
@@ -66,7 +70,9 @@ class ProgressCsv:
         self._rows.append(row)
         new = [k for k in row if k not in self._columns]
         if new:
-            self._columns += new
+            rank = {name: i for i, name in enumerate(PROGRESS_COLUMNS)}
+            # A stable sort: the other columns keep the order they came in.
+            self._columns = sorted(self._columns + new, key=lambda k: rank.get(k, len(rank)))
             self._rewrite()
         else:
             with open(self._path, 'a', newline='') as f:

@@ -37,6 +37,38 @@ def test_progress_csv_widens_header_when_new_scalars_appear_and_keeps_old_rows(
     assert float(rows[3]['train/alpha']) == 0.9
 
 
+def test_progress_csv_header_does_not_depend_on_which_row_first_had_a_scalar(
+    tmp_path, read_progress
+):
+    # Seed a: an episode ended before the first summary; seed b: only before the second.
+    rates = {'train/env_steps_per_sec': 100.0, 'train/critic_loss': 0.5, 'train/alpha': 0.9}
+    episode = {'train/AverageReturn': -3.0, 'train/AverageEpisodeLength': 20}
+    rows = {'a': [{**episode, **rates}, {**episode, **rates}], 'b': [rates, {**episode, **rates}]}
+    headers = {}
+    for seed, (first, second) in rows.items():
+        path = tmp_path / f'{seed}.csv'
+        csv_file = ProgressCsv(str(path))
+        csv_file.write({'env_steps': 100, 'num_updates': 1, 'wall_time': 1.0, **first})
+        csv_file.write({'env_steps': 200, 'num_updates': 2, 'wall_time': 2.0, **second})
+        headers[seed], written = read_progress(path)
+        assert written[1]['train/AverageReturn'] == '-3.0'
+    assert (
+        headers['a']
+        == headers['b']
+        == [
+            'env_steps',
+            'num_updates',
+            'wall_time',
+            'train/AverageReturn',
+            'train/AverageEpisodeLength',
+            'train/env_steps_per_sec',
+            # The algorithm's scalars after the trainer's, in the order they came.
+            'train/critic_loss',
+            'train/alpha',
+        ]
+    )
+
+
 def test_progress_csv_reopened_continues_the_file(tmp_path, read_progress):
     path = tmp_path / 'progress.csv'
     first = ProgressCsv(str(path))
