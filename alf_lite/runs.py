@@ -15,11 +15,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from alf_lite.run_dir import PROGRESS_FILE, RunDir, config_statements, split_binding
+from alf_lite.run_dir import (
+    PROGRESS_FILE,
+    SUMMARY_MODES,
+    RunDir,
+    config_statements,
+    split_binding,
+)
 
 # progress.csv's columns. Its step axis; TensorBoard's step is the same number.
 ENV_STEPS = 'env_steps'
@@ -116,10 +122,7 @@ def _read_tensorboard_scalar(root_dir, y, x):
         raise ValueError(
             f'{root_dir} has neither {PROGRESS_FILE} nor TensorBoard events in {log_dir}'
         )
-    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
-
-    accumulator = EventAccumulator(log_dir, size_guidance={SCALARS: 0})
-    accumulator.Reload()
+    accumulator = _event_accumulator(log_dir)
     tags = accumulator.Tags()['scalars']
     if tag not in tags:
         raise ValueError(
@@ -127,6 +130,37 @@ def _read_tensorboard_scalar(root_dir, y, x):
             f'in {log_dir}; it has: {", ".join(tags) or "none"}'
         )
     return [(e.step if x == ENV_STEPS else e.wall_time, e.value) for e in accumulator.Scalars(tag)]
+
+
+def _event_accumulator(log_dir: str):
+    """TensorBoard's reader of ``log_dir``'s events, loaded, keeping every scalar point."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    accumulator = EventAccumulator(log_dir, size_guidance={SCALARS: 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def run_columns(root_dir: str) -> List[str]:
+    """The columns ``read_scalar`` can read of a run; [] when it wrote none yet or is unreadable.
+
+    Those are the header of its ``progress.csv``, or without one ``env_steps``,
+    ``wall_time`` and the ``<mode>/<tag>`` of each TensorBoard scalar.
+    """
+    path = RunDir(root_dir).progress_file
+    if os.path.isfile(path):
+        try:
+            with open(path, newline='') as f:
+                return next(csv.reader(f), [])
+        except (OSError, csv.Error, ValueError):  # a UnicodeDecodeError is a ValueError
+            return []
+    scalars = []
+    for mode in SUMMARY_MODES:
+        log_dir = RunDir(root_dir).events_dir(mode)
+        if os.path.isdir(log_dir):
+            tags = _event_accumulator(log_dir).Tags()['scalars']
+            scalars += [f'{mode}/{tag}' for tag in tags]
+    return [ENV_STEPS, WALL_TIME, *scalars] if scalars else []
 
 
 def read_scalar_if_any(root_dir: str, y: str) -> Tuple[np.ndarray, np.ndarray]:

@@ -28,6 +28,8 @@ _BAR_WIDTH = 20
 # one complete. Without "tfevents" in their names, TensorBoard does not read them.
 _PARTIAL_PREFIX = '.merging-'
 _MERGED_PREFIX = '.merged-'
+# Where each of the trainer's columns goes in progress.csv.
+_COLUMN_RANK = {name: i for i, name in enumerate(PROGRESS_COLUMNS)}
 
 
 class ProgressCsv:
@@ -70,9 +72,10 @@ class ProgressCsv:
         self._rows.append(row)
         new = [k for k in row if k not in self._columns]
         if new:
-            rank = {name: i for i, name in enumerate(PROGRESS_COLUMNS)}
             # A stable sort: the other columns keep the order they came in.
-            self._columns = sorted(self._columns + new, key=lambda k: rank.get(k, len(rank)))
+            self._columns = sorted(
+                self._columns + new, key=lambda k: _COLUMN_RANK.get(k, len(_COLUMN_RANK))
+            )
             self._rewrite()
         else:
             with open(self._path, 'a', newline='') as f:

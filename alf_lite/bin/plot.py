@@ -57,7 +57,6 @@ from alf_lite.run_dir import (
     MOVED_ASIDE,
     PROGRESS_FILE,
     RESUME_SAFE_PARAMETERS,
-    SUMMARY_MODES,
     RunDir,
 )
 from alf_lite.runs import (
@@ -67,6 +66,7 @@ from alf_lite.runs import (
     WALL_TIME,
     config_bindings,
     read_scalar,
+    run_columns,
 )
 
 CONFIDENCE = 0.95
@@ -331,31 +331,6 @@ def quiet_tensorboard():
         yield
     finally:
         logger.setLevel(level)
-
-
-def run_columns(run_dir: str) -> List[str]:
-    """The columns ``read_scalar`` can read of a run; [] when it wrote none yet or is unreadable.
-
-    Those are the header of its ``progress.csv``, or without one ``env_steps``,
-    ``wall_time`` and the ``<mode>/<tag>`` of each TensorBoard scalar.
-    """
-    path = RunDir(run_dir).progress_file
-    if os.path.isfile(path):
-        try:
-            with open(path, newline='') as f:
-                return next(csv.reader(f), [])
-        except (OSError, csv.Error, ValueError):  # a UnicodeDecodeError is a ValueError
-            return []
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    scalars = []
-    for mode in SUMMARY_MODES:
-        log_dir = RunDir(run_dir).events_dir(mode)
-        if os.path.isdir(log_dir):
-            accumulator = EventAccumulator(log_dir)
-            accumulator.Reload()
-            scalars += [f'{mode}/{tag}' for tag in accumulator.Tags()['scalars']]
-    return [ENV_STEPS, WALL_TIME, *scalars] if scalars else []
 
 
 def name_runs(runs: List[str]) -> str:
