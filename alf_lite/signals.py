@@ -56,7 +56,7 @@ def sigint_ignored():
 class StopSignals:
     """While entered, SIGINT and SIGTERM are recorded for the training loop to act on.
 
-    The loop checks ``received`` after each iteration. A signal that arrives
+    The loop reads ``received`` after each iteration. A signal that arrives
     during an env call raises ``InterruptedInEnvCall`` at once instead: a hung
     env would never return to the loop.
 
@@ -83,8 +83,3 @@ class StopSignals:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous = {}
-
-    def raise_if_received(self) -> None:
-        """Raise ``TrainingInterrupted`` if a signal arrived."""
-        if self.received is not None:
-            raise TrainingInterrupted(self.received)

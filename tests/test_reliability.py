@@ -30,7 +30,7 @@ from alf_lite.environments.suite_gym import EnvironmentHungError
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.run_dir import RunDirLock, latest_checkpoint
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
-from alf_lite.signals import TrainingInterrupted
+from alf_lite.signals import StopSignals, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from cli_helpers import (
     EXAMPLES,
@@ -759,6 +759,44 @@ def test_signal_while_the_evaluation_computes_still_checkpoints_before_stopping(
     monkeypatch.setattr(trainer_module, 'evaluate', real_evaluate)
     train_in_process(tmp_path, *params)
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
+
+
+class SignalSeenAtRead(StopSignals):
+    """A SIGTERM that is first seen at the ``seen_at``-th read of ``received`` (from 0):
+    it arrived just before that read, wherever the loop reads it."""
+
+    seen_at = 0
+
+    def __init__(self, in_env_call):
+        super().__init__(in_env_call)
+        self.reads = 0
+
+    @property
+    def received(self):
+        self.reads += 1
+        return signal.SIGTERM if self.reads > self.seen_at else None
+
+    @received.setter
+    def received(self, signum):
+        pass
+
+
+@pytest.mark.parametrize('seen_at', range(6))
+def test_a_signal_seen_at_any_read_of_the_stop_flag_stops_with_a_checkpoint(
+    tmp_path, monkeypatch, seen_at
+):
+    # Each read of the flag ends a window in which a signal can arrive: whichever
+    # it arrives in, training stops after a checkpoint of the step it stops at.
+    monkeypatch.setattr(SignalSeenAtRead, 'seen_at', seen_at)
+    monkeypatch.setattr(trainer_module, 'StopSignals', SignalSeenAtRead)
+    params = ['TrainerConfig.num_env_steps = 400', 'TrainerConfig.checkpoint_interval = 1000']
+    with pytest.raises(TrainingInterrupted) as error:
+        train_in_process(tmp_path, *params)
+    assert error.value.signum == signal.SIGTERM
+    steps = checkpoint_steps(tmp_path)
+    assert len(steps) == 1
+    state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / f'ckpt-{steps[0]}'))
+    assert state['env_steps'] == steps[0] >= steps_in_csv(tmp_path)[-1]
 
 
 @pytest.mark.parametrize(
