@@ -137,6 +137,7 @@ def test_local_grid_trains_each_combination_and_seed_and_rerun_skips_them(local_
     rerun = run_grid(directory, root_dir, '--max_workers', '2')
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert '0 to train' in rerun.stdout
+    assert f', {len(RUN_NAMES)} not started ({len(RUN_NAMES)} finished before).' in rerun.stdout
     assert {r['status'] for r in summary(root_dir).values()} == {'skipped (finished before)'}
     assert {n: (root_dir / n / 'progress.csv').read_text() for n in RUN_NAMES} == progress
 
@@ -208,6 +209,8 @@ def test_broken_value_fails_its_runs_and_the_others_finish(tmp_path):
         "'actor/Adam.lr,critic/Adam.lr', value `oops(`" in rows['lr=oops,seed=0']['error']
     )
     assert not (root_dir / 'lr=oops,seed=0').exists()
+    assert '2 to train' in result.stdout
+    assert ', 1 not started (1 with a config that does not parse).' in result.stdout
     assert 'Invalid learning rate' in result.stdout  # the table shows the error too
 
 
@@ -1122,7 +1125,8 @@ def test_run_of_another_experiment_fails_with_advice_grid_search_can_follow_and_
         assert error.endswith(grid_search.GRID_ADVICE) and '--start_over' not in error
     # The others trained: the stand-in backend finished them, and only them.
     assert {rows[n]['status'] for n in RUN_NAMES[2:]} == {'finished'}
-    assert '2 to train' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert '2 to train' in out and ', 2 not started (2 of another experiment).' in out
     assert not (root_dir / 'logs').exists()
 
 

@@ -60,6 +60,7 @@ The runs' ``TrainerConfig.device`` (default 'auto') then picks the GPU they
 were given.
 """
 
+import collections
 import concurrent.futures
 import csv
 import itertools
@@ -603,6 +604,23 @@ def write_summary(path: str, rows: List[dict]) -> None:
         writer.writerows(rows)
 
 
+def not_started_text(results: Dict[str, dict]) -> str:
+    """``, 3 not started (2 finished before, 1 of another experiment)`` for the runs
+    left out before training; empty when there are none."""
+    reasons = collections.Counter(
+        'finished before'
+        if result['status'].startswith('skipped')
+        else 'of another experiment'
+        if result.get('other_experiment')
+        else 'with a config that does not parse'
+        for result in results.values()
+    )
+    if not reasons:
+        return ''
+    parts = ', '.join(f'{n} {reason}' for reason, n in reasons.items())
+    return f', {sum(reasons.values())} not started ({parts})'
+
+
 def main(argv):
     if len(argv) > 1:
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -687,16 +705,9 @@ def main(argv):
             if gpus
             else ''
         )
-    skipped = len(runs) - len(todo)
     print(
         f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
-        f'({num_threads} torch thread(s) each)'
-        + (
-            f', {skipped} not started (finished before, another experiment, or a config '
-            'that does not parse).'
-            if skipped
-            else '.'
-        ),
+        f'({num_threads} torch thread(s) each){not_started_text(results)}.',
         flush=True,
     )
 
