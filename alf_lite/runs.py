@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -228,6 +228,7 @@ def train_in_subprocess(
     num_threads: int,
     log_path: str,
     extra_env: Optional[Dict[str, str]] = None,
+    on_start: Optional[Callable[[subprocess.Popen], None]] = None,
 ) -> dict:
     """Train (or resume) the run in ``root_dir`` with ``python -m alf_lite.bin.train``.
 
@@ -246,6 +247,9 @@ def train_in_subprocess(
             root_dir without its config.gin).
         extra_env: environment variables set for the subprocess, e.g. its
             ``CUDA_VISIBLE_DEVICES``.
+        on_start: given, the process starts in a session of its own, so that
+            signals reach it only as the caller forwards them, and is passed to
+            ``on_start`` once started.
     Returns:
         ``{'returncode', 'wall_time_s', 'error'}``; ``error`` is None on success,
         else the line of the log that says why, with the exit code.
@@ -261,7 +265,7 @@ def train_in_subprocess(
             log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} on {os.uname().nodename}\n')
             log.flush()
             offset = log.tell()
-            returncode = subprocess.run(
+            with subprocess.Popen(
                 [
                     sys.executable,
                     '-m',
@@ -276,7 +280,11 @@ def train_in_subprocess(
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-            ).returncode
+                start_new_session=on_start is not None,
+            ) as process:
+                if on_start is not None:
+                    on_start(process)
+                returncode = process.wait()
     finally:
         os.remove(config_file.name)
     error = None

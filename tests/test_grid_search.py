@@ -1,6 +1,7 @@
 """``python -m alf_lite.bin.grid_search``: a 2 x 2 grid of tiny runs, locally and on Ray."""
 
 import collections
+import contextlib
 import csv
 import json
 import os
@@ -15,6 +16,7 @@ import threading
 import time
 import types
 
+import psutil
 import pytest
 
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
@@ -185,6 +187,107 @@ def test_finished_run_of_another_config_fails_naming_the_differing_binding(tmp_p
     assert 'holds another experiment' in changed.stdout  # the table shows the error too
     assert '--start_over' not in changed.stdout  # a flag of train, not of grid_search
     assert (run_dir / 'progress.csv').read_text() == progress
+
+
+def training_processes(root_dir):
+    return [
+        p
+        for p in psutil.process_iter(['cmdline'])
+        if f'--root_dir {root_dir}/' in ' '.join(p.info['cmdline'] or [])
+    ]
+
+
+def progress_rows(run_dir):
+    try:
+        with open(run_dir / 'progress.csv', newline='') as f:
+            return list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.parametrize('sig, to_group', [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_it(
+    tmp_path, sig, to_group
+):
+    write_inputs(tmp_path, GRID)
+    root_dir = tmp_path / 'runs'
+    command = [
+        sys.executable,
+        '-m',
+        'alf_lite.bin.grid_search',
+        '--search_config',
+        'grid.json',
+        '--gin_file',
+        'tiny.gin',
+        '--root_dir',
+        str(root_dir),
+        '--max_workers',
+        '2',
+    ]
+    # Own session: a Ctrl-C reaches the whole foreground group, as killpg does here.
+    process = subprocess.Popen(
+        command + ['--gin_param', 'TrainerConfig.num_env_steps=100000'],
+        cwd=tmp_path,
+        env=train_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    running = [root_dir / name for name in RUN_NAMES[:2]]
+    try:
+        deadline = time.time() + RUN_TIMEOUT_S
+        while not all(len(progress_rows(run_dir)) >= 2 for run_dir in running):
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        if to_group:
+            os.killpg(process.pid, sig)
+        else:
+            process.send_signal(sig)
+        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        # Whatever failed, no sweep or training process outlives the test.
+        for p in [process] + training_processes(root_dir):
+            with contextlib.suppress(psutil.Error, OSError):
+                p.kill()
+    assert process.returncode == 128 + sig, stderr[-3000:]
+    assert 'Traceback' not in stderr, stderr[-3000:]
+    assert f'{sig.name} stopped the sweep: 2 run(s) stopped' in stderr
+    rows = summary(root_dir)
+    for run_dir in running:
+        # Each stopped at a checkpoint of its last step, written as it stopped.
+        assert rows[run_dir.name]['status'] == 'stopped', rows[run_dir.name]
+        assert rows[run_dir.name]['error'] == ''
+        steps = checkpoint_steps(run_dir)
+        assert (
+            steps[-1]
+            == int(rows[run_dir.name]['env_steps'])
+            >= int(progress_rows(run_dir)[-1]['env_steps'])
+        )
+        assert (
+            'interrupted by ' + sig.name in (root_dir / 'logs' / f'{run_dir.name}.log').read_text()
+        )
+    for name in RUN_NAMES[2:]:
+        assert rows[name]['status'] == 'not started (sweep stopped)'
+        assert not (root_dir / name).exists()
+    assert 'not started (sweep stopped)' in stdout
+    # Every training process ended: none is left behind in its own session.
+    assert training_processes(root_dir) == []
+
+    if to_group:
+        until = max(checkpoint_steps(run_dir)[-1] for run_dir in running) + 10
+        again = subprocess.run(
+            command + ['--gin_param', f'TrainerConfig.num_env_steps={until}'],
+            cwd=tmp_path,
+            env=train_env(),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert {r['status'] for r in summary(root_dir).values()} == {'finished'}
+        for run_dir in running:
+            assert 'resumed from' in (root_dir / 'logs' / f'{run_dir.name}.log').read_text()
 
 
 def test_broken_value_fails_its_runs_and_the_others_finish(tmp_path):
@@ -539,7 +642,7 @@ class FakeTraining:
         self.running = 0
         self.most_running = 0
 
-    def __call__(self, root_dir, config_text, num_threads, log_path, extra_env=None):
+    def __call__(self, root_dir, config_text, num_threads, log_path, extra_env=None, on_start=None):
         gpu = (extra_env or {}).get('CUDA_VISIBLE_DEVICES')
         with self.lock:
             self.env[os.path.basename(root_dir)] = extra_env
@@ -654,11 +757,20 @@ def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake_run(command, **kwargs):
-        seen.update(kwargs['env'])
-        return types.SimpleNamespace(returncode=0)
+    class FakePopen:
+        def __init__(self, command, **kwargs):
+            seen.update(kwargs['env'])
 
-    monkeypatch.setattr(alf_lite.runs.subprocess, 'run', fake_run)
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            pass
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(alf_lite.runs.subprocess, 'Popen', FakePopen)
     result = alf_lite.runs.train_in_subprocess(
         str(tmp_path / 'run'),
         'text',

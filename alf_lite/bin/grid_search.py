@@ -42,6 +42,10 @@ override it.
 A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
 ``root_dir/grid_summary.csv``); the exit code is 1 when a run failed.
+Locally, SIGINT (Ctrl-C) or SIGTERM stops the sweep: each running run gets the
+signal and stops at a checkpoint of its own, no other run starts, the table is
+written, and the exit code is 128 plus the signal's number; running the same
+command again continues the sweep.
 
 Backends: by default a local pool of ``--max_workers`` training processes,
 each with ``cores // max_workers`` torch threads; with ``--ray_address`` each
@@ -62,12 +66,14 @@ were given.
 
 import collections
 import concurrent.futures
+import contextlib
 import csv
 import itertools
 import json
 import math
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -75,7 +81,14 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from absl import app, flags
 
-from alf_lite.bin.cli import EXIT_FAULT, fail, output_root_dir, parse_flags, user_message
+from alf_lite.bin.cli import (
+    EXIT_FAULT,
+    EXIT_SIGNAL_BASE,
+    fail,
+    output_root_dir,
+    parse_flags,
+    user_message,
+)
 from alf_lite.run_dir import (
     CONFIG_FILE,
     RunDir,
@@ -442,6 +455,61 @@ class GpuPool:
             self._changed.notify()
 
 
+NOT_STARTED = {'returncode': None, 'wall_time_s': None, 'error': None, 'not_started': True}
+
+
+class SweepStop:
+    """While entered (in the main thread), SIGINT and SIGTERM stop a local sweep.
+
+    The signal goes on to every training process started (each in a session of
+    its own, so a Ctrl-C reaches them only this way), which writes a checkpoint
+    and exits; runs not started by then are not started.
+    """
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self._processes = []
+        self._lock = threading.Lock()
+        self._previous = {}
+
+    def _forward(self, process) -> None:
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            process.send_signal(self.signum)
+
+    def _handler(self, signum, frame):
+        first = self.signum is None
+        self.signum = signum
+        if first:
+            os.write(
+                sys.stderr.fileno(),
+                f'{signal.Signals(signum).name}: stopping the sweep; each running run writes a '
+                'checkpoint, no other run starts.\n'.encode(),
+            )
+        with self._lock:
+            processes = list(self._processes)
+        for process in processes:
+            self._forward(process)
+
+    def track(self, process) -> None:
+        """``train_in_subprocess``'s ``on_start``: a run started as the signal came stops too."""
+        with self._lock:
+            self._processes.append(process)
+        if self.signum is not None:
+            self._forward(process)
+
+    def __enter__(self) -> 'SweepStop':
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {
+                s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)
+            }
+        return self
+
+    def __exit__(self, *exc_info):
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+
 def run_local(
     todo: List[GridRun],
     max_workers: int,
@@ -449,32 +517,44 @@ def run_local(
     report,
     gpus: Sequence[str] = (),
     runs_per_gpu: int = 1,
-) -> None:
+) -> Optional[int]:
     """Train ``todo`` in at most ``max_workers`` subprocesses at a time.
 
     With ``gpus``, each run takes a GPU of ``GpuPool(gpus, runs_per_gpu)`` and
-    sees that GPU alone; runs wait for one when every GPU is full.
+    sees that GPU alone; runs wait for one when every GPU is full. A run not
+    started because a signal stopped the sweep is reported as ``NOT_STARTED``.
+
+    Returns:
+        the number of the signal that stopped the sweep, or None.
     """
     from alf_lite.runs import train_in_subprocess
 
     gpu_pool = GpuPool(gpus, runs_per_gpu) if gpus else None
+    stop = SweepStop()
 
     def train_one(run):
         if gpu_pool is None:
-            return train_in_subprocess(run.root_dir, run.config_text, num_threads, run.log_path)
+            return train_in_subprocess(
+                run.root_dir, run.config_text, num_threads, run.log_path, on_start=stop.track
+            )
         gpu = gpu_pool.acquire()
         try:
+            if stop.signum is not None:
+                return dict(NOT_STARTED)
             return train_in_subprocess(
                 run.root_dir,
                 run.config_text,
                 num_threads,
                 run.log_path,
                 extra_env={'CUDA_VISIBLE_DEVICES': gpu},
+                on_start=stop.track,
             )
         finally:
             gpu_pool.release(gpu)
 
     def train(run):
+        if stop.signum is not None:
+            return dict(NOT_STARTED)
         start = time.time()
         try:
             return train_one(run)
@@ -488,10 +568,18 @@ def run_local(
             }
 
     # Threads only wait on the training processes; the work is in the processes.
-    with concurrent.futures.ThreadPoolExecutor(max_workers) as pool:
+    with stop, concurrent.futures.ThreadPoolExecutor(max_workers) as pool:
         futures = {pool.submit(train, run): run for run in todo}
         for future in concurrent.futures.as_completed(futures):
-            report(futures[future], future.result())
+            result = future.result()
+            if stop.signum is not None and result['returncode'] != 0:
+                # Ended by the signal (a run that failed meanwhile counts as stopped
+                # too; its error says why).
+                result['stopped'] = True
+                if result['returncode'] == EXIT_SIGNAL_BASE + stop.signum:
+                    result['error'] = None  # train's exit after its checkpoint
+            report(futures[future], result)
+    return stop.signum
 
 
 def ray_task_options(num_cpus_per_run: int, num_gpus_per_run: float) -> dict:
@@ -716,7 +804,15 @@ def main(argv):
     def report(run, result):
         nonlocal num_done
         num_done += 1
-        status = 'finished' if result['returncode'] == 0 else 'failed'
+        if result.get('not_started'):
+            status = 'not started (sweep stopped)'
+            results[run.name] = dict(result, status=status)
+            print(f'[{num_done}/{len(todo)}] {run.name}: {status}', flush=True)
+            return
+        if result['returncode'] == 0:
+            status = 'finished'
+        else:
+            status = 'stopped' if result.get('stopped') else 'failed'
         results[run.name] = dict(result, status=status)
         print(
             f'[{num_done}/{len(todo)}] {run.name}: {status} in '
@@ -724,16 +820,28 @@ def main(argv):
             flush=True,
         )
 
+    signum = None
     if todo:
         if FLAGS.ray_address:
             run_ray(todo, FLAGS.ray_address, FLAGS.num_cpus_per_run, report, FLAGS.num_gpus_per_run)
         else:
-            run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
+            signum = run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
     rows = summary_rows(runs, results)
     print()
     print_summary(rows)
     write_summary(os.path.join(root_dir, SUMMARY_FILE), rows)
     failed = sum(r['status'] == 'failed' for r in rows)
+    if signum is not None:
+        stopped = sum(r['status'] == 'stopped' for r in rows)
+        not_started = sum(r['status'].startswith('not started') for r in rows)
+        print(
+            f'\n{signal.Signals(signum).name} stopped the sweep: {stopped} run(s) stopped at '
+            f'their last checkpoint, {not_started} not started'
+            + (f', {failed} failed' if failed else '')
+            + '; re-run the same command to continue it.',
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_SIGNAL_BASE + signum)
     if failed:
         print(f'\n{failed} of {len(rows)} runs failed.', file=sys.stderr)
         sys.exit(EXIT_FAULT)
