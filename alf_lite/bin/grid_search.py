@@ -480,11 +480,13 @@ class SweepStop:
         first = self.signum is None
         self.signum = signum
         if first:
-            os.write(
-                sys.stderr.fileno(),
-                f'{signal.Signals(signum).name}: stopping the sweep; each running run writes a '
-                'checkpoint, no other run starts.\n'.encode(),
-            )
+            # Not print(): the main thread may be inside a print of its own.
+            with contextlib.suppress(OSError, ValueError):
+                os.write(
+                    sys.stderr.fileno(),
+                    f'{signal.Signals(signum).name}: stopping the sweep; each running run '
+                    'writes a checkpoint, no other run starts.\n'.encode(),
+                )
         with self._lock:
             processes = list(self._processes)
         for process in processes:
