@@ -8,9 +8,11 @@ through this module; ``grid_search`` also starts them with
 ``train_in_subprocess``, which runs on a Ray worker as well as locally.
 """
 
+import contextlib
 import csv
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -222,6 +224,21 @@ def log_error_line(log_path: str, offset: int = 0) -> str:
     return lines[-1] if lines else 'no output'
 
 
+def wait_stopping_on_interrupt(process: subprocess.Popen) -> int:
+    """``process.wait()``; a KeyboardInterrupt meanwhile (``ray.cancel`` of a running
+    task raises one) is passed on to train as SIGINT, and its exit waited for: it
+    writes a checkpoint, and the run is reported as it ended."""
+    try:
+        while True:
+            # In steps: a blocking wait may not see an interrupt raised without a signal.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return process.wait(timeout=1.0)
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError):
+            process.send_signal(signal.SIGINT)
+        return process.wait()
+
+
 def train_in_subprocess(
     root_dir: str,
     config_text: str,
@@ -284,7 +301,7 @@ def train_in_subprocess(
             ) as process:
                 if on_start is not None:
                     on_start(process)
-                returncode = process.wait()
+                returncode = wait_stopping_on_interrupt(process)
     finally:
         os.remove(config_file.name)
     error = None

@@ -68,6 +68,7 @@ class StopSignals:
         self._in_env_call = in_env_call
         self.received: Optional[int] = None
         self._previous = {}
+        self._blocked = set()
 
     def _handler(self, signum, frame):
         self.received = signum
@@ -77,9 +78,14 @@ class StopSignals:
     def __enter__(self) -> 'StopSignals':
         if _in_main_thread():
             self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
+            # A process inherits its blocked signals: one started from a thread that
+            # blocks them (a Ray worker's, say) would otherwise never receive them.
+            self._blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         return self
 
     def __exit__(self, *exc_info):
+        if self._previous:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._blocked)
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous = {}

@@ -615,6 +615,65 @@ def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, 
         assert deterministic_progress(root_dir / name) == deterministic_progress(local_root / name)
 
 
+def test_signal_stops_a_ray_sweep_with_checkpoints(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    write_inputs(tmp_path, GRID)
+    root_dir = tmp_path / 'runs'
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            '-m',
+            'alf_lite.bin.grid_search',
+            '--search_config',
+            'grid.json',
+            '--gin_file',
+            'tiny.gin',
+            '--root_dir',
+            str(root_dir),
+            '--ray_address',
+            address,
+            '--num_cpus_per_run',
+            '1',
+            '--gin_param',
+            'TrainerConfig.num_env_steps=100000',
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        # The cluster's 2 CPUs hold two runs; the other two wait in Ray's queue.
+        deadline = time.time() + RUN_TIMEOUT_S
+        while sum(len(progress_rows(root_dir / n)) >= 2 for n in RUN_NAMES) < 2:
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        for p in [process] + training_processes(root_dir):
+            with contextlib.suppress(psutil.Error, OSError):
+                p.kill()
+    assert process.returncode == 130, stderr[-3000:]
+    assert 'Traceback' not in stderr, stderr[-3000:]
+    rows = summary(root_dir)
+    statuses = collections.Counter(r['status'] for r in rows.values())
+    assert statuses == {'stopped': 2, 'not started (sweep stopped)': 2}, rows
+    for name, row in rows.items():
+        if row['status'] == 'stopped':
+            assert row['error'] == ''
+            assert (
+                checkpoint_steps(root_dir / name)[-1]
+                == int(row['env_steps'])
+                >= int(progress_rows(root_dir / name)[-1]['env_steps'])
+            )
+        else:
+            assert not (root_dir / name).exists()
+    assert training_processes(root_dir) == []
+
+
 # --- GPUs ------------------------------------------------------------------------------------
 
 
@@ -767,7 +826,7 @@ def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
         def __exit__(self, *exc_info):
             pass
 
-        def wait(self):
+        def wait(self, timeout=None):
             return 0
 
     monkeypatch.setattr(alf_lite.runs.subprocess, 'Popen', FakePopen)
@@ -780,6 +839,10 @@ def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
     )
     assert result['returncode'] == 0
     assert seen['CUDA_VISIBLE_DEVICES'] == '7' and seen['OMP_NUM_THREADS'] == '3'
+
+
+class FakeTaskCancelledError(RuntimeError):
+    pass
 
 
 class FakeRay(types.ModuleType):
@@ -797,7 +860,9 @@ class FakeRay(types.ModuleType):
         self.errors = dict(errors)
         self.init_error = init_error
         self.shut_down = False
-        self.exceptions = types.SimpleNamespace(RayError=RuntimeError)
+        self.exceptions = types.SimpleNamespace(
+            RayError=RuntimeError, TaskCancelledError=FakeTaskCancelledError
+        )
 
     def init(self, **kwargs):
         self.init_kwargs = kwargs
@@ -816,7 +881,7 @@ class FakeRay(types.ModuleType):
 
         return lambda fn: types.SimpleNamespace(remote=submit)
 
-    def wait(self, refs, num_returns):
+    def wait(self, refs, num_returns, timeout=None):
         return refs[:num_returns], refs[num_returns:]
 
     def get(self, ref):

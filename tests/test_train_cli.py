@@ -492,6 +492,18 @@ def test_stop_signals_are_recorded_while_entered_and_the_handlers_restored_after
     assert received == [signal.SIGINT, signal.SIGTERM]
 
 
+def test_stop_signals_reach_a_trainer_started_with_them_blocked(signals_to_a_list):
+    # As in a process started from a thread that blocks them (a Ray worker's).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        with StopSignals(lambda: False) as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.received == signal.SIGTERM
+        assert signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def test_env_processes_forked_while_sigint_is_ignored_leave_sigint_to_the_trainer_after(
     signals_to_a_list,
 ):

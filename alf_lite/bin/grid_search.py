@@ -42,10 +42,10 @@ override it.
 A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
 ``root_dir/grid_summary.csv``); the exit code is 1 when a run failed.
-Locally, SIGINT (Ctrl-C) or SIGTERM stops the sweep: each running run gets the
-signal and stops at a checkpoint of its own, no other run starts, the table is
-written, and the exit code is 128 plus the signal's number; running the same
-command again continues the sweep.
+SIGINT (Ctrl-C) or SIGTERM stops the sweep: each running run gets SIGINT or
+SIGTERM (on Ray, a cancelled task passes SIGINT on) and stops at a checkpoint
+of its own, no other run starts, the table is written, and the exit code is 128
+plus the signal's number; running the same command again continues the sweep.
 
 Backends: by default a local pool of ``--max_workers`` training processes,
 each with ``cores // max_workers`` torch threads; with ``--ray_address`` each
@@ -459,11 +459,12 @@ NOT_STARTED = {'returncode': None, 'wall_time_s': None, 'error': None, 'not_star
 
 
 class SweepStop:
-    """While entered (in the main thread), SIGINT and SIGTERM stop a local sweep.
+    """While entered (in the main thread), SIGINT and SIGTERM stop a sweep.
 
-    The signal goes on to every training process started (each in a session of
-    its own, so a Ctrl-C reaches them only this way), which writes a checkpoint
-    and exits; runs not started by then are not started.
+    Locally, the signal goes on to every training process ``track``ed (each in
+    a session of its own, so a Ctrl-C reaches them only this way), which writes
+    a checkpoint and exits; ``run_ray`` cancels its tasks once ``signum`` is set.
+    Runs not started by then are not started.
     """
 
     def __init__(self):
@@ -491,6 +492,15 @@ class SweepStop:
             processes = list(self._processes)
         for process in processes:
             self._forward(process)
+
+    def mark(self, result: dict) -> dict:
+        """``result`` of a run that ended, marked ``stopped`` if it ended by the signal."""
+        if self.signum is not None and result['returncode'] != 0:
+            # A run that failed meanwhile counts as stopped too; its error says why.
+            result['stopped'] = True
+            if result['returncode'] == EXIT_SIGNAL_BASE + self.signum:
+                result['error'] = None  # train's exit after its checkpoint
+        return result
 
     def track(self, process) -> None:
         """``train_in_subprocess``'s ``on_start``: a run started as the signal came stops too."""
@@ -573,14 +583,7 @@ def run_local(
     with stop, concurrent.futures.ThreadPoolExecutor(max_workers) as pool:
         futures = {pool.submit(train, run): run for run in todo}
         for future in concurrent.futures.as_completed(futures):
-            result = future.result()
-            if stop.signum is not None and result['returncode'] != 0:
-                # Ended by the signal (a run that failed meanwhile counts as stopped
-                # too; its error says why).
-                result['stopped'] = True
-                if result['returncode'] == EXIT_SIGNAL_BASE + stop.signum:
-                    result['error'] = None  # train's exit after its checkpoint
-            report(futures[future], result)
+            report(futures[future], stop.mark(future.result()))
     return stop.signum
 
 
@@ -595,10 +598,15 @@ def ray_task_options(num_cpus_per_run: int, num_gpus_per_run: float) -> dict:
 
 def run_ray(
     todo: List[GridRun], address: str, num_cpus_per_run: int, report, num_gpus_per_run: float = 0.0
-) -> None:
+) -> Optional[int]:
     """Train ``todo`` as Ray tasks of ``num_cpus_per_run`` CPUs and ``num_gpus_per_run`` GPUs each.
 
     ``todo``'s root_dirs must be on storage that every node sees at the same path.
+    SIGINT or SIGTERM cancels the tasks: running runs stop at a checkpoint, the
+    others are reported as ``NOT_STARTED``.
+
+    Returns:
+        the number of the signal that stopped the sweep, or None.
     """
     import ray
 
@@ -617,6 +625,7 @@ def run_ray(
         task = ray.remote(**ray_task_options(num_cpus_per_run, num_gpus_per_run))(
             train_in_subprocess
         )
+        stop = SweepStop()
         pending = {
             task.remote(run.root_dir, run.config_text, num_cpus_per_run, run.log_path): (
                 run,
@@ -624,21 +633,35 @@ def run_ray(
             )
             for run in todo
         }
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            run, started = pending.pop(done[0])
-            try:
-                result = ray.get(done[0])
-            except ray.exceptions.RayError as e:
-                lines = [line for line in str(e).splitlines() if line.strip()]
-                result = {
-                    'returncode': None,
-                    'wall_time_s': time.time() - started,
-                    'error': f'Ray task failed: {lines[-1] if lines else type(e).__name__}',
-                }
-            report(run, result)
+        cancelled = False
+        with stop:
+            while pending:
+                if stop.signum is not None and not cancelled:
+                    # A running task gets a KeyboardInterrupt, which its train gets as
+                    # SIGINT (``train_in_subprocess``); a queued one never starts.
+                    for ref in pending:
+                        ray.cancel(ref, recursive=False)
+                    cancelled = True
+                # In steps, so that a signal is acted on while runs go on.
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                if not done:
+                    continue
+                run, started = pending.pop(done[0])
+                try:
+                    result = ray.get(done[0])
+                except ray.exceptions.TaskCancelledError:
+                    result = dict(NOT_STARTED)
+                except ray.exceptions.RayError as e:
+                    lines = [line for line in str(e).splitlines() if line.strip()]
+                    result = {
+                        'returncode': None,
+                        'wall_time_s': time.time() - started,
+                        'error': f'Ray task failed: {lines[-1] if lines else type(e).__name__}',
+                    }
+                report(run, stop.mark(result))
     finally:
         ray.shutdown()
+    return stop.signum
 
 
 def summary_rows(runs: List[GridRun], results: Dict[str, dict]) -> List[dict]:
@@ -825,7 +848,9 @@ def main(argv):
     signum = None
     if todo:
         if FLAGS.ray_address:
-            run_ray(todo, FLAGS.ray_address, FLAGS.num_cpus_per_run, report, FLAGS.num_gpus_per_run)
+            signum = run_ray(
+                todo, FLAGS.ray_address, FLAGS.num_cpus_per_run, report, FLAGS.num_gpus_per_run
+            )
         else:
             signum = run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
     rows = summary_rows(runs, results)
