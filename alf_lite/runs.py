@@ -224,15 +224,21 @@ def log_error_line(log_path: str, offset: int = 0) -> str:
     return lines[-1] if lines else 'no output'
 
 
-def wait_stopping_on_interrupt(process: subprocess.Popen) -> int:
-    """``process.wait()``; a KeyboardInterrupt meanwhile (``ray.cancel`` of a running
-    task raises one) is passed on to train as SIGINT, and its exit waited for: it
-    writes a checkpoint, and the run is reported as it ended."""
+# The result of a run that a stopped sweep did not start.
+NOT_STARTED = {'returncode': None, 'wall_time_s': None, 'error': None, 'not_started': True}
+
+
+def wait_stopping_on_request(process: subprocess.Popen, stop_file: Optional[str] = None) -> int:
+    """``process.wait()``; once ``stop_file`` exists, or on a KeyboardInterrupt meanwhile,
+    train gets SIGINT (it writes a checkpoint and exits) and its exit is waited for."""
+    signalled = False
     try:
         while True:
-            # In steps: a blocking wait may not see an interrupt raised without a signal.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 return process.wait(timeout=1.0)
+            if stop_file is not None and not signalled and os.path.exists(stop_file):
+                process.send_signal(signal.SIGINT)
+                signalled = True
     except KeyboardInterrupt:
         with contextlib.suppress(OSError):
             process.send_signal(signal.SIGINT)
@@ -246,6 +252,7 @@ def train_in_subprocess(
     log_path: str,
     extra_env: Optional[Dict[str, str]] = None,
     on_start: Optional[Callable[[subprocess.Popen], None]] = None,
+    stop_file: Optional[str] = None,
 ) -> dict:
     """Train (or resume) the run in ``root_dir`` with ``python -m alf_lite.bin.train``.
 
@@ -267,10 +274,15 @@ def train_in_subprocess(
         on_start: given, the process starts in a session of its own, so that
             signals reach it only as the caller forwards them, and is passed to
             ``on_start`` once started.
+        stop_file: a path that, once it exists, stops the run: train gets SIGINT
+            (checked each second), or does not start (``not_started`` is True).
+            How a Ray driver reaches its runs on other nodes.
     Returns:
         ``{'returncode', 'wall_time_s', 'error'}``; ``error`` is None on success,
         else the line of the log that says why, with the exit code.
     """
+    if stop_file is not None and os.path.exists(stop_file):
+        return dict(NOT_STARTED)
     env = subprocess_env(num_threads)
     env.update(extra_env or {})
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
@@ -301,7 +313,7 @@ def train_in_subprocess(
             ) as process:
                 if on_start is not None:
                     on_start(process)
-                returncode = wait_stopping_on_interrupt(process)
+                returncode = wait_stopping_on_request(process, stop_file)
     finally:
         os.remove(config_file.name)
     error = None

@@ -53,9 +53,9 @@ def write_inputs(directory, grid):
     return directory / 'tiny.gin', directory / 'grid.json'
 
 
-def run_grid(directory, root_dir, *args, env=None):
-    """Run the grid from ``directory`` (relative paths: the driver resolves them)."""
-    command = [
+def grid_command(root_dir, *args):
+    """grid_search of grid.json and tiny.gin (relative paths: the driver resolves them)."""
+    return [
         sys.executable,
         '-m',
         'alf_lite.bin.grid_search',
@@ -65,11 +65,14 @@ def run_grid(directory, root_dir, *args, env=None):
         'tiny.gin',
         '--root_dir',
         str(root_dir),
-        # One torch thread whatever the backend, so both give the same numbers.
-        '--gin_param',
-        'TrainerConfig.torch_num_threads=1',
         *args,
     ]
+
+
+def run_grid(directory, root_dir, *args, env=None):
+    """Run the grid from ``directory``."""
+    # One torch thread whatever the backend, so both give the same numbers.
+    command = grid_command(root_dir, '--gin_param', 'TrainerConfig.torch_num_threads=1', *args)
     return subprocess.run(
         command,
         cwd=directory,
@@ -205,51 +208,50 @@ def progress_rows(run_dir):
         return []
 
 
+def start_long_grid(directory, root_dir, *args, env=None):
+    """The grid, with runs too long to finish, in a session of its own: a Ctrl-C
+    reaches the whole foreground group, as killpg does."""
+    return subprocess.Popen(
+        grid_command(root_dir, '--gin_param', 'TrainerConfig.num_env_steps=100000', *args),
+        cwd=directory,
+        env=env or train_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def signal_once(process, root_dir, ready, send):
+    """Wait until ``ready()``, ``send()`` the signal and return the grid's output;
+    whatever fails, no sweep or training process outlives it."""
+    try:
+        deadline = time.time() + RUN_TIMEOUT_S
+        while not ready():
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        send()
+        return process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        for p in [process] + training_processes(root_dir):
+            with contextlib.suppress(psutil.Error, OSError):
+                p.kill()
+
+
 @pytest.mark.parametrize('sig, to_group', [(signal.SIGINT, True), (signal.SIGTERM, False)])
 def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_it(
     tmp_path, sig, to_group
 ):
     write_inputs(tmp_path, GRID)
     root_dir = tmp_path / 'runs'
-    command = [
-        sys.executable,
-        '-m',
-        'alf_lite.bin.grid_search',
-        '--search_config',
-        'grid.json',
-        '--gin_file',
-        'tiny.gin',
-        '--root_dir',
-        str(root_dir),
-        '--max_workers',
-        '2',
-    ]
-    # Own session: a Ctrl-C reaches the whole foreground group, as killpg does here.
-    process = subprocess.Popen(
-        command + ['--gin_param', 'TrainerConfig.num_env_steps=100000'],
-        cwd=tmp_path,
-        env=train_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = start_long_grid(tmp_path, root_dir, '--max_workers', '2')
     running = [root_dir / name for name in RUN_NAMES[:2]]
-    try:
-        deadline = time.time() + RUN_TIMEOUT_S
-        while not all(len(progress_rows(run_dir)) >= 2 for run_dir in running):
-            assert process.poll() is None and time.time() < deadline
-            time.sleep(0.05)
-        if to_group:
-            os.killpg(process.pid, sig)
-        else:
-            process.send_signal(sig)
-        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
-    finally:
-        # Whatever failed, no sweep or training process outlives the test.
-        for p in [process] + training_processes(root_dir):
-            with contextlib.suppress(psutil.Error, OSError):
-                p.kill()
+    stdout, stderr = signal_once(
+        process,
+        root_dir,
+        lambda: all(len(progress_rows(run_dir)) >= 2 for run_dir in running),
+        lambda: os.killpg(process.pid, sig) if to_group else process.send_signal(sig),
+    )
     assert process.returncode == 128 + sig, stderr[-3000:]
     assert 'Traceback' not in stderr, stderr[-3000:]
     assert f'{sig.name} stopped the sweep: 2 run(s) stopped' in stderr
@@ -276,13 +278,13 @@ def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_
 
     if to_group:
         until = max(checkpoint_steps(run_dir)[-1] for run_dir in running) + 10
-        again = subprocess.run(
-            command + ['--gin_param', f'TrainerConfig.num_env_steps={until}'],
-            cwd=tmp_path,
-            env=train_env(),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
+        again = run_grid(
+            tmp_path,
+            root_dir,
+            '--max_workers',
+            '2',
+            '--gin_param',
+            f'TrainerConfig.num_env_steps={until}',
         )
         assert again.returncode == 0, again.stderr[-3000:]
         assert {r['status'] for r in summary(root_dir).values()} == {'finished'}
@@ -619,43 +621,16 @@ def test_signal_stops_a_ray_sweep_with_checkpoints(ray_cluster, tmp_path):
     address, env = ray_cluster
     write_inputs(tmp_path, GRID)
     root_dir = tmp_path / 'runs'
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            '-m',
-            'alf_lite.bin.grid_search',
-            '--search_config',
-            'grid.json',
-            '--gin_file',
-            'tiny.gin',
-            '--root_dir',
-            str(root_dir),
-            '--ray_address',
-            address,
-            '--num_cpus_per_run',
-            '1',
-            '--gin_param',
-            'TrainerConfig.num_env_steps=100000',
-        ],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    process = start_long_grid(
+        tmp_path, root_dir, '--ray_address', address, '--num_cpus_per_run', '1', env=env
     )
-    try:
-        # The cluster's 2 CPUs hold two runs; the other two wait in Ray's queue.
-        deadline = time.time() + RUN_TIMEOUT_S
-        while sum(len(progress_rows(root_dir / n)) >= 2 for n in RUN_NAMES) < 2:
-            assert process.poll() is None and time.time() < deadline
-            time.sleep(0.1)
-        os.killpg(process.pid, signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
-    finally:
-        for p in [process] + training_processes(root_dir):
-            with contextlib.suppress(psutil.Error, OSError):
-                p.kill()
+    # The cluster's 2 CPUs hold two runs; the other two wait in Ray's queue.
+    stdout, stderr = signal_once(
+        process,
+        root_dir,
+        lambda: sum(len(progress_rows(root_dir / n)) >= 2 for n in RUN_NAMES) >= 2,
+        lambda: os.killpg(process.pid, signal.SIGINT),
+    )
     assert process.returncode == 130, stderr[-3000:]
     assert 'Traceback' not in stderr, stderr[-3000:]
     rows = summary(root_dir)
@@ -672,6 +647,7 @@ def test_signal_stops_a_ray_sweep_with_checkpoints(ray_cluster, tmp_path):
         else:
             assert not (root_dir / name).exists()
     assert training_processes(root_dir) == []
+    assert not (root_dir / '.grid_search_stop').exists()  # a re-run is not stopped by it
 
 
 # --- GPUs ------------------------------------------------------------------------------------
@@ -841,10 +817,6 @@ def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
     assert seen['CUDA_VISIBLE_DEVICES'] == '7' and seen['OMP_NUM_THREADS'] == '3'
 
 
-class FakeTaskCancelledError(RuntimeError):
-    pass
-
-
 class FakeRay(types.ModuleType):
     """The part of the ray module that run_ray uses; tasks run at once.
 
@@ -860,9 +832,7 @@ class FakeRay(types.ModuleType):
         self.errors = dict(errors)
         self.init_error = init_error
         self.shut_down = False
-        self.exceptions = types.SimpleNamespace(
-            RayError=RuntimeError, TaskCancelledError=FakeTaskCancelledError
-        )
+        self.exceptions = types.SimpleNamespace(RayError=RuntimeError)
 
     def init(self, **kwargs):
         self.init_kwargs = kwargs
@@ -875,7 +845,7 @@ class FakeRay(types.ModuleType):
     def remote(self, **options):
         self.options = options
 
-        def submit(*args):
+        def submit(*args, **kwargs):
             self.task_args.append(args)
             return args[0]
 

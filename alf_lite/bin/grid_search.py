@@ -42,9 +42,9 @@ override it.
 A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
 ``root_dir/grid_summary.csv``); the exit code is 1 when a run failed.
-SIGINT (Ctrl-C) or SIGTERM stops the sweep: each running run gets SIGINT or
-SIGTERM (on Ray, a cancelled task passes SIGINT on) and stops at a checkpoint
-of its own, no other run starts, the table is written, and the exit code is 128
+SIGINT (Ctrl-C) or SIGTERM stops the sweep: each running run gets the signal
+(on Ray, SIGINT from its task, told through a file in ``root_dir``) and stops
+at a checkpoint of its own, no other run starts, the table is written, and the exit code is 128
 plus the signal's number; running the same command again continues the sweep.
 
 Backends: by default a local pool of ``--max_workers`` training processes,
@@ -89,6 +89,7 @@ from alf_lite.bin.cli import (
     parse_flags,
     user_message,
 )
+from alf_lite.config import write_text_atomically
 from alf_lite.run_dir import (
     CONFIG_FILE,
     RunDir,
@@ -96,7 +97,7 @@ from alf_lite.run_dir import (
     experiment_difference,
     split_binding,
 )
-from alf_lite.runs import SEED_PARAM, final_value, train_in_subprocess
+from alf_lite.runs import NOT_STARTED, SEED_PARAM, final_value, train_in_subprocess
 
 flags.DEFINE_string(
     'search_config',
@@ -148,6 +149,8 @@ FLAGS = flags.FLAGS
 
 THREADS_PARAM = 'TrainerConfig.torch_num_threads'
 SUMMARY_FILE = 'grid_summary.csv'
+# Written into the sweep's directory when a signal stops a Ray sweep.
+STOP_FILE = '.grid_search_stop'
 LOG_DIR = 'logs'
 LOG_SUFFIX = '.log'
 NAME_MAX = 255  # bytes in a file name on common file systems (ext4, xfs, btrfs, tmpfs)
@@ -455,15 +458,12 @@ class GpuPool:
             self._changed.notify()
 
 
-NOT_STARTED = {'returncode': None, 'wall_time_s': None, 'error': None, 'not_started': True}
-
-
 class SweepStop:
     """While entered (in the main thread), SIGINT and SIGTERM stop a sweep.
 
     Locally, the signal goes on to every training process ``track``ed (each in
     a session of its own, so a Ctrl-C reaches them only this way), which writes
-    a checkpoint and exits; ``run_ray`` cancels its tasks once ``signum`` is set.
+    a checkpoint and exits; ``run_ray`` stops its tasks once ``signum`` is set.
     Runs not started by then are not started.
     """
 
@@ -602,8 +602,8 @@ def run_ray(
     """Train ``todo`` as Ray tasks of ``num_cpus_per_run`` CPUs and ``num_gpus_per_run`` GPUs each.
 
     ``todo``'s root_dirs must be on storage that every node sees at the same path.
-    SIGINT or SIGTERM cancels the tasks: running runs stop at a checkpoint, the
-    others are reported as ``NOT_STARTED``.
+    After SIGINT or SIGTERM, ``STOP_FILE`` in the sweep's directory stops the
+    tasks: running runs stop at a checkpoint, the others report ``NOT_STARTED``.
 
     Returns:
         the number of the signal that stopped the sweep, or None.
@@ -626,22 +626,25 @@ def run_ray(
             train_in_subprocess
         )
         stop = SweepStop()
+        stop_file = os.path.join(os.path.dirname(todo[0].root_dir), STOP_FILE)
+        # Left by a sweep that was stopped and then killed, it would stop this one.
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(stop_file)
         pending = {
-            task.remote(run.root_dir, run.config_text, num_cpus_per_run, run.log_path): (
+            task.remote(
+                run.root_dir, run.config_text, num_cpus_per_run, run.log_path, stop_file=stop_file
+            ): (
                 run,
                 time.time(),
             )
             for run in todo
         }
-        cancelled = False
         with stop:
             while pending:
-                if stop.signum is not None and not cancelled:
-                    # A running task gets a KeyboardInterrupt, which its train gets as
-                    # SIGINT (``train_in_subprocess``); a queued one never starts.
-                    for ref in pending:
-                        ray.cancel(ref, recursive=False)
-                    cancelled = True
+                if stop.signum is not None and not os.path.exists(stop_file):
+                    # On the shared storage: each running task passes SIGINT on to
+                    # its train, a task that starts after it starts none.
+                    write_text_atomically(stop_file, f'{signal.Signals(stop.signum).name}\n')
                 # In steps, so that a signal is acted on while runs go on.
                 done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
                 if not done:
@@ -649,8 +652,6 @@ def run_ray(
                 run, started = pending.pop(done[0])
                 try:
                     result = ray.get(done[0])
-                except ray.exceptions.TaskCancelledError:
-                    result = dict(NOT_STARTED)
                 except ray.exceptions.RayError as e:
                     lines = [line for line in str(e).splitlines() if line.strip()]
                     result = {
@@ -661,6 +662,8 @@ def run_ray(
                 report(run, stop.mark(result))
     finally:
         ray.shutdown()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(stop_file)
     return stop.signum
 
 
