@@ -626,7 +626,11 @@ def test_mode_switch_times_each_examples_algorithm_both_ways(capsys):
         algorithm = mode_switch.build_algorithm(algo)
         assert modules == sum(1 for _ in algorithm.modules())
         assert own > 0 and reference > 0
-        assert ratio == pytest.approx(reference / own, rel=0.06)
+        # Each figure is printed to one decimal (up to 0.05 off): the printed ratio
+        # lies within what the printed times allow, whatever the load made them.
+        half = 0.05
+        assert (reference - half) / (own + half) - half <= ratio
+        assert ratio <= (reference + half) / max(own - half, 1e-9) + half
 
 
 def test_gpu_check_without_wheels_stops_at_once_and_says_how_to_fetch_them(tmp_path):
