@@ -35,7 +35,7 @@ class InterruptedInEnvCall(BaseException):
         self.signum = signum
 
 
-def _in_main_thread() -> bool:
+def in_main_thread() -> bool:
     # Only the main thread may install signal handlers.
     return threading.current_thread() is threading.main_thread()
 
@@ -43,7 +43,7 @@ def _in_main_thread() -> bool:
 @contextlib.contextmanager
 def sigint_ignored():
     """Env subprocesses forked in this context ignore Ctrl-C: the trainer shuts them down."""
-    if not _in_main_thread():
+    if not in_main_thread():
         yield
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -76,7 +76,7 @@ class StopSignals:
             raise InterruptedInEnvCall(signum)
 
     def __enter__(self) -> 'StopSignals':
-        if _in_main_thread():
+        if in_main_thread():
             self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
             # A process inherits its blocked signals: one started from a thread that
             # blocks them (a Ray worker's, say) would otherwise never receive them.

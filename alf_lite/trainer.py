@@ -523,19 +523,18 @@ class Trainer:
                     scalars[ENV_STEPS_PER_SEC],
                     self._last_eval.get(EVAL_RETURN),
                 )
+            # Read once: a signal seen here stops the run after the checkpoint below,
+            # one that comes later is seen after the next iteration.
+            signum = self._stop_signals.received
+            if signum is not None and not (saving or stopped):
+                # It arrived after ``stopping`` was read (in the evaluation's
+                # policy, say): the stop still comes with a checkpoint.
+                self._stop_on_deferred_non_finite_loss()
+                saving = True
             if saving or stopped:
                 with throughput.excluded():
                     self._save()
-            # Read once: a signal seen here stops the run with a checkpoint, one
-            # that comes later is seen after the next iteration.
-            signum = self._stop_signals.received
             if signum is not None:
-                if not (saving or stopped):
-                    # It arrived after ``stopping`` was read (in the evaluation's
-                    # policy, say): the stop still comes with a checkpoint.
-                    self._stop_on_deferred_non_finite_loss()
-                    with throughput.excluded():
-                        self._save()
                 raise TrainingInterrupted(signum)
 
     def _start_collection(self, reset_seed: List[int], collection: Optional[dict]) -> None:

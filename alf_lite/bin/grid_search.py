@@ -98,6 +98,7 @@ from alf_lite.run_dir import (
     split_binding,
 )
 from alf_lite.runs import NOT_STARTED, SEED_PARAM, final_value, train_in_subprocess
+from alf_lite.signals import STOP_SIGNALS, in_main_thread
 
 flags.DEFINE_string(
     'search_config',
@@ -510,10 +511,8 @@ class SweepStop:
             self._forward(process)
 
     def __enter__(self) -> 'SweepStop':
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {
-                s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)
-            }
+        if in_main_thread():
+            self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc_info):
@@ -612,6 +611,11 @@ def run_ray(
 
     import alf_lite
 
+    stop = SweepStop()
+    stop_file = os.path.join(os.path.dirname(todo[0].root_dir), STOP_FILE)
+    # Left by a sweep that was stopped and then killed, it would stop this one.
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(stop_file)
     try:
         # The package travels with the tasks: a worker node need not have it installed.
         ray.init(
@@ -625,11 +629,6 @@ def run_ray(
         task = ray.remote(**ray_task_options(num_cpus_per_run, num_gpus_per_run))(
             train_in_subprocess
         )
-        stop = SweepStop()
-        stop_file = os.path.join(os.path.dirname(todo[0].root_dir), STOP_FILE)
-        # Left by a sweep that was stopped and then killed, it would stop this one.
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(stop_file)
         pending = {
             task.remote(
                 run.root_dir, run.config_text, num_cpus_per_run, run.log_path, stop_file=stop_file
