@@ -1,7 +1,9 @@
 """How SIGINT and SIGTERM stop training: after the iteration, or inside a hung env call."""
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from typing import Callable, Optional
 
@@ -40,17 +42,138 @@ def in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _restore(handlers: dict) -> None:
+    for s, h in handlers.items():
+        if h is not None:  # None: not installed from Python, nothing to put back
+            signal.signal(s, h)
+
+
 @contextlib.contextmanager
-def sigint_ignored():
-    """Env subprocesses forked in this context ignore Ctrl-C: the trainer shuts them down."""
-    if not in_main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def dropped_silently(dropped: Callable[[BaseException], bool]):
+    """While entered, an exception for which ``dropped`` is True is not printed when
+    Python drops it (``sys.unraisablehook``): it is acted on elsewhere."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if not dropped(unraisable.exc_value):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = previous
+
+
+class InterruptedOutsideTraining(BaseException):
+    """SIGINT or SIGTERM arrived while train started up or shut down, outside the loop.
+
+    No checkpoint is written for it; every file already in root_dir is complete.
+
+    Args:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(
+            f'{signal.Signals(signum).name} arrived outside the training loop (while '
+            'starting up or shutting down): no checkpoint was written for it, and the files '
+            'in the root_dir are complete; re-run the same command to start or resume the run.'
+        )
+        self.signum = signum
+
+
+class OutsideTrainingSignals:
+    """While entered, SIGINT and SIGTERM raise ``InterruptedOutsideTraining`` (train's CLI).
+
+    The training loop's ``StopSignals`` takes them over while it runs. Python
+    prints and drops an exception raised where it cannot propagate (an at-fork
+    callback, a ``__del__``): the signal is kept in ``received`` as well, for
+    ``raise_if_received`` at the next point that checks.
+    """
+
+    def __init__(self):
+        self.received: Optional[int] = None
+        self._previous = {}
+        self._quiet = None
+
+    def _handler(self, signum, frame):
+        self.received = signum
+        raise InterruptedOutsideTraining(signum)
+
+    def raise_if_received(self) -> None:
+        """Raise ``InterruptedOutsideTraining`` if a signal arrived while entered."""
+        if self.received is not None:
+            raise InterruptedOutsideTraining(self.received)
+
+    def __enter__(self) -> 'OutsideTrainingSignals':
+        if in_main_thread():
+            self._quiet = dropped_silently(lambda e: isinstance(e, InterruptedOutsideTraining))
+            self._quiet.__enter__()
+            self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._previous:
+            _restore(self._previous)
+            self._previous = {}
+            self._quiet.__exit__(*exc_info)
+
+
+def set_env_process_signals() -> None:
+    """In an env process: ignore SIGINT and let SIGTERM end it (the kernel's default).
+
+    Ctrl-C reaches the whole process group: the trainer, not each env, acts on
+    it and shuts the envs down; SIGTERM is how a hung env process is stopped.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def env_processes_starting():
+    """While env processes are forked: this process acts on SIGINT and SIGTERM at once, as
+    before; a process forked here ignores SIGINT and dies of SIGTERM until it sets its own
+    dispositions (``set_env_process_signals``, first thing in an env process).
+
+    Ignoring SIGINT here instead would lose a Ctrl-C (or grid_search's SIGINT) that
+    arrives while the envs start.
+    """
+    if not in_main_thread():
+        yield
+        return
+    pid = os.getpid()
+    previous = {}
+    raised = []
+
+    def handler(signum, frame):
+        if os.getpid() != pid:  # a forked env process, before set_env_process_signals
+            if signum == signal.SIGTERM:
+                set_env_process_signals()
+                os.kill(os.getpid(), signum)
+            return
+        act = previous[signum]
+        if callable(act):
+            try:
+                act(signum, frame)
+            except BaseException as e:
+                raised.append((signum, e))
+                raise
+        elif act == signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+
+    previous.update({s: signal.signal(s, handler) for s in STOP_SIGNALS})
+    try:
+        with dropped_silently(lambda e: any(e is r for _, r in raised)):
+            yield
+    finally:
+        _restore(previous)
+    if raised:
+        # The block ended without the exception the handler raised: Python dropped it
+        # (raised in os.fork's at-fork callbacks, as a signal during a fork is). Raised again.
+        signum = raised[0][0]
+        previous[signum](signum, None)
 
 
 class StopSignals:

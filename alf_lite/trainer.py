@@ -46,7 +46,12 @@ from alf_lite.seeding import (
     set_global_rng_state,
     train_env_seeds,
 )
-from alf_lite.signals import InterruptedInEnvCall, StopSignals, TrainingInterrupted, sigint_ignored
+from alf_lite.signals import (
+    InterruptedInEnvCall,
+    StopSignals,
+    TrainingInterrupted,
+    env_processes_starting,
+)
 from alf_lite.summary import Summary, Throughput, print_progress
 from alf_lite.update import UpdateRunner
 
@@ -272,7 +277,7 @@ class Trainer:
         seed_everything(cfg.random_seed, cfg.torch_num_threads)
         use_deterministic_algorithms(device)
         try:
-            with sigint_ignored():
+            with env_processes_starting():
                 self._env = env = create_environment()
             # Unseeded here: every evaluation resets it with the seeds of its env step.
             self._eval_env = eval_env = create_environment(

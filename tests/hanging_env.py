@@ -127,3 +127,25 @@ gymnasium.register(
     max_episode_steps=20,
     kwargs=dict(hang_seed=train_env_seeds(0, 1)[0], hang_step=150),
 )
+
+
+# When set, each env writes a file named by its process id into this directory as it starts.
+START_MARKER_DIR_VARIABLE = 'ALF_LITE_TEST_START_MARKER_DIR'
+
+
+class SlowToStartEnv(HangingEnv):
+    """As ``HangingEnv`` without the hang, but each env takes 3 s to be created, as a
+    simulator that loads its assets does."""
+
+    def __init__(self):
+        super().__init__(hang_seed=None, hang_step=2**62)
+        directory = os.environ.get(START_MARKER_DIR_VARIABLE)
+        if directory:
+            with open(os.path.join(directory, str(os.getpid())), 'w'):
+                pass
+        time.sleep(3.0)
+
+
+gymnasium.register(
+    'alf_lite_tests/SlowToStart-v0', entry_point=SlowToStartEnv, max_episode_steps=20
+)

@@ -3,6 +3,7 @@
 import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -662,6 +663,40 @@ def test_env_processes_that_cannot_start_are_reaped():
     before = child_pids()
     with pytest.raises(EnvironmentCrashedError, match='an env process died while starting'):
         create_environment('alf_test/CannotStartInAProcess-v0', 2, use_subprocesses=True)
+    assert new_children(before) == []
+
+
+def _signal_bits(pid: int, field: str) -> int:
+    """A signal mask of /proc/<pid>/status: ``SigIgn`` (ignored), ``SigCgt`` (handled)."""
+    with open(f'/proc/{pid}/status') as f:
+        line = next(line for line in f if line.startswith(field + ':'))
+    return int(line.split()[1], 16)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not os.path.exists('/proc/self/status'), reason='reads /proc/<pid>/status')
+def test_env_processes_ignore_sigint_and_die_of_sigterm_whatever_their_parent_handles():
+    # Ctrl-C reaches the process group: the trainer shuts the envs down, not the
+    # signal; SIGTERM must end a hung env process even from inside C code.
+    before = child_pids()
+    original = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        env = create_environment('Pendulum-v1', 2, use_subprocesses=True)
+    finally:
+        signal.signal(signal.SIGTERM, original)
+    try:
+        workers = new_children(before)
+        assert len(workers) == 2
+        for worker in workers:
+            assert _signal_bits(worker.pid, 'SigIgn') & (1 << (signal.SIGINT - 1))
+            assert not _signal_bits(worker.pid, 'SigCgt') & (1 << (signal.SIGTERM - 1))
+            worker.send_signal(signal.SIGINT)
+        env.reset()
+        env.step(torch.zeros(2, 1))
+        workers[0].terminate()
+        assert workers[0].wait(10) == -signal.SIGTERM
+    finally:
+        env.close()
     assert new_children(before) == []
 
 

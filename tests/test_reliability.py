@@ -699,6 +699,56 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     assert gone, [c.pid for c in children if c.is_running()]
 
 
+@pytest.mark.parametrize(
+    'num_envs, sig',
+    [(2, signal.SIGINT), (1, signal.SIGINT), (2, signal.SIGTERM)],
+    ids=['SIGINT while env processes start', 'SIGINT while an env starts in train', 'SIGTERM'],
+)
+def test_a_signal_while_the_envs_start_stops_train_at_once_leaving_nothing(tmp_path, num_envs, sig):
+    markers = tmp_path / 'started'
+    markers.mkdir()
+    root_dir = tmp_path / 'run'
+    command, env = hanging_train(
+        root_dir,
+        'alf_lite_tests/SlowToStart-v0',
+        f'create_environment.num_parallel_environments={num_envs}',
+        'TrainerConfig.num_env_steps=200',
+    )
+    env[hanging_env.START_MARKER_DIR_VARIABLE] = str(markers)
+    # Its own session: SIGINT goes to the whole process group, as Ctrl-C does.
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+    def env_starting() -> bool:
+        # Two envs start in env processes; one starts in train's own process.
+        pids = {int(marker.name) for marker in markers.iterdir()}
+        return any((pid != process.pid) == (num_envs > 1) for pid in pids)
+
+    deadline = time.time() + 60
+    while not env_starting():
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    descendants = psutil.Process(process.pid).children(recursive=True)
+    if sig == signal.SIGINT:
+        os.killpg(process.pid, sig)
+    else:
+        process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + sig, stderr[-3000:]
+    assert f'error: {sig.name} arrived outside the training loop' in stderr, stderr[-3000:]
+    assert 'Traceback' not in stderr, stderr[-3000:]
+    assert not root_dir.exists()
+    gone = psutil.wait_procs(descendants, timeout=10)[1] == []
+    assert gone, [p.pid for p in descendants if p.is_running()]
+
+
 def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
     tmp_path, monkeypatch, read_tensorboard
 ):

@@ -1,8 +1,10 @@
 """``python -m alf_lite.bin.train`` as a user runs it: real subprocesses, real files read back."""
 
+import contextlib
 import glob
 import logging
 import math
+import multiprocessing
 import os
 import re
 import signal
@@ -16,9 +18,11 @@ from alf_lite.run_dir import RunDir, keep_superseded_config, run_dir_in_use
 from alf_lite.signals import (
     STOP_SIGNALS,
     InterruptedInEnvCall,
+    InterruptedOutsideTraining,
+    OutsideTrainingSignals,
     StopSignals,
     TrainingInterrupted,
-    sigint_ignored,
+    env_processes_starting,
 )
 from cli_helpers import (
     EXAMPLES,
@@ -504,17 +508,76 @@ def test_stop_signals_reach_a_trainer_started_with_them_blocked(signals_to_a_lis
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def test_env_processes_forked_while_sigint_is_ignored_leave_sigint_to_the_trainer_after(
+def _signal_myself_then_exit_7(signum):
+    os.kill(os.getpid(), signum)
+    time.sleep(0.5)  # time for a Python handler to run
+    os._exit(7)
+
+
+@pytest.mark.parametrize(
+    'signum, forked_exitcode', [(signal.SIGINT, 7), (signal.SIGTERM, -signal.SIGTERM)]
+)
+def test_while_env_processes_start_the_trainer_acts_on_a_signal_and_a_forked_process_does_not(
+    signals_to_a_list, signum, forked_exitcode
+):
+    handler, received = signals_to_a_list
+    # Raising, as the handlers train installs do: a forked process that ran it would exit 1.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    raising = contextlib.nullcontext()
+    if signum == signal.SIGINT:
+        raising = pytest.raises(KeyboardInterrupt)
+    with raising, env_processes_starting():
+        process = multiprocessing.get_context('fork').Process(
+            target=_signal_myself_then_exit_7, args=(signum,)
+        )
+        process.start()
+        process.join(30)
+        os.kill(os.getpid(), signum)
+        time.sleep(0.5)
+        assert signum == signal.SIGTERM, 'SIGINT did not raise KeyboardInterrupt at once'
+        assert received == [signum]
+    # Ctrl-C reaches the env processes too: only the trainer acts on it. SIGTERM ends them.
+    assert process.exitcode == forked_exitcode
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is handler
+
+
+def test_outside_the_training_loop_a_signal_raises_and_the_handlers_are_restored_after(
     signals_to_a_list,
 ):
     handler, received = signals_to_a_list
-    with sigint_ignored():
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        os.kill(os.getpid(), signal.SIGINT)
+    with OutsideTrainingSignals():
+        for signum in STOP_SIGNALS:
+            with pytest.raises(InterruptedOutsideTraining) as raised:
+                os.kill(os.getpid(), signum)
+                time.sleep(0.5)
+            assert raised.value.signum == signum
+            assert signal.Signals(signum).name in str(raised.value)
     assert received == []
-    assert signal.getsignal(signal.SIGINT) is handler
-    os.kill(os.getpid(), signal.SIGINT)
-    assert received == [signal.SIGINT]
+    assert all(signal.getsignal(s) is handler for s in STOP_SIGNALS)
+
+
+class _SignalledWhileDeleted:
+    """Raises SIGINT in its ``__del__``, where Python prints and drops an exception."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+
+
+# An error: the dropped exception is not printed either, it is acted on.
+@pytest.mark.filterwarnings('error::pytest.PytestUnraisableExceptionWarning')
+def test_a_signal_whose_exception_was_dropped_is_raised_at_the_next_check(signals_to_a_list):
+    with OutsideTrainingSignals() as signals:
+        _SignalledWhileDeleted()
+        with pytest.raises(InterruptedOutsideTraining):
+            signals.raise_if_received()
+    # While env processes start, the check is at the end of the block.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with pytest.raises(KeyboardInterrupt):
+        with env_processes_starting():
+            _SignalledWhileDeleted()
+        pytest.fail('the dropped KeyboardInterrupt was not raised again')
 
 
 def test_same_seed_same_progress_csv_in_two_processes_with_other_hash_seeds(

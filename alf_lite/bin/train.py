@@ -14,7 +14,8 @@ training (the message says what was kept), an env process that did not answer
 within ``create_environment.step_timeout`` included; 3 an in-process env call
 that did not return within it (every thread's stack is printed, the last
 checkpoint is left as it was); 128 + signal number after SIGINT or SIGTERM (a
-final checkpoint was written), also while an env call hangs.
+final checkpoint was written), also while an env call hangs, and when the signal
+came while train started up or shut down (no checkpoint is written for it).
 """
 
 import contextlib
@@ -121,6 +122,23 @@ def fail_if_in_use(root_dir: str) -> None:
 
 
 def main(argv):
+    from alf_lite.signals import InterruptedOutsideTraining, OutsideTrainingSignals
+
+    root_dir_existed = os.path.exists(output_root_dir(FLAGS.root_dir))
+    try:
+        with OutsideTrainingSignals() as signals:
+            train(argv, signals)
+    except InterruptedOutsideTraining as e:
+        # The trainer, if built, closed its env processes on the way here.
+        if not root_dir_existed:
+            # Left empty by the lock if the signal came before the config was written.
+            with contextlib.suppress(OSError):
+                os.rmdir(output_root_dir(FLAGS.root_dir))
+        fail(str(e), exit_code=EXIT_SIGNAL_BASE + e.signum)
+
+
+def train(argv, signals) -> None:
+    """Train as the flags say; ``signals``: SIGINT and SIGTERM outside the training loop."""
     if len(argv) > 1:
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
     root_dir = output_root_dir(FLAGS.root_dir)
@@ -169,6 +187,8 @@ def main(argv):
             lock_or_fail(trainer)
 
         def write_config():
+            # A signal whose exception Python dropped stops the run here, before any write.
+            signals.raise_if_received()
             config = gin.config_str()
             try:
                 keep_superseded_config(RunDir(root_dir), config, trainer.env_steps)

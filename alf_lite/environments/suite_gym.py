@@ -5,6 +5,7 @@ import difflib
 import functools
 import importlib
 import multiprocessing
+import os
 import time
 import traceback
 from typing import Callable, List, Optional, Sequence, Union
@@ -20,6 +21,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from alf_lite.data import StepType, TimeStep
 from alf_lite.environments import episode_replay, watchdog
 from alf_lite.environments.episode_replay import ReplayableEnv
+from alf_lite.signals import set_env_process_signals
 
 # Envs whose step costs less than a subprocess round trip, so N of them step
 # faster in one process (benchmarks/env_throughput.py measures it).
@@ -139,8 +141,11 @@ class _NamedEnvFactory:
     ):
         self._env_fn = env_fn
         self._where = describe_env(name, label, index, num_envs)
+        self._creator_pid = os.getpid()
 
     def __call__(self) -> gymnasium.Env:
+        if os.getpid() != self._creator_pid:
+            set_env_process_signals()
         try:
             env = self._env_fn()
         except Exception as e:
