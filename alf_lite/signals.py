@@ -65,50 +65,65 @@ def dropped_silently(dropped: Callable[[BaseException], bool]):
         sys.unraisablehook = previous
 
 
-class InterruptedOutsideTraining(BaseException):
-    """SIGINT or SIGTERM arrived while train started up or shut down, outside the loop.
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived while ``RaisingSignals`` was entered.
 
-    No checkpoint is written for it; every file already in root_dir is complete.
+    A BaseException, like KeyboardInterrupt: code that catches Exception lets it through.
 
     Args:
         signum: the signal's number.
     """
 
     def __init__(self, signum: int):
-        super().__init__(
-            f'{signal.Signals(signum).name} arrived outside the training loop (while '
-            'starting up or shutting down): no checkpoint was written for it, and the files '
-            'in the root_dir are complete; re-run the same command to start or resume the run.'
-        )
+        super().__init__(f'interrupted by {signal.Signals(signum).name}')
         self.signum = signum
 
 
-class OutsideTrainingSignals:
-    """While entered, SIGINT and SIGTERM raise ``InterruptedOutsideTraining`` (train's CLI).
+class InterruptedOutsideTraining(Interrupted):
+    """SIGINT or SIGTERM arrived while train started up or shut down, outside the loop.
 
-    The training loop's ``StopSignals`` takes them over while it runs. Python
-    prints and drops an exception raised where it cannot propagate (an at-fork
-    callback, a ``__del__``): the signal is kept in ``received`` as well, for
-    ``raise_if_received`` at the next point that checks.
+    No checkpoint is written for it; every file already in root_dir is complete.
     """
 
-    def __init__(self):
+    def __str__(self) -> str:
+        return (
+            f'{signal.Signals(self.signum).name} arrived outside the training loop (while '
+            'starting up or shutting down): no checkpoint was written for it, and the files '
+            'in the root_dir are complete; re-run the same command to start or resume the run.'
+        )
+
+
+class RaisingSignals:
+    """While entered, SIGINT and SIGTERM raise ``exception_type(signum)`` at once.
+
+    Train's CLI uses it outside the training loop, whose ``StopSignals`` takes
+    them over while it runs; play uses it throughout. Python prints and drops an
+    exception raised where it cannot propagate (an at-fork callback, a
+    ``__del__``): the signal is kept in ``received`` as well, for
+    ``raise_if_received`` at the next point that checks, and not printed.
+
+    Args:
+        exception_type: an ``Interrupted``, called with the signal's number.
+    """
+
+    def __init__(self, exception_type: Callable[[int], Interrupted] = Interrupted):
+        self._exception_type = exception_type
         self.received: Optional[int] = None
         self._previous = {}
         self._quiet = None
 
     def _handler(self, signum, frame):
         self.received = signum
-        raise InterruptedOutsideTraining(signum)
+        raise self._exception_type(signum)
 
     def raise_if_received(self) -> None:
-        """Raise ``InterruptedOutsideTraining`` if a signal arrived while entered."""
+        """Raise the exception if a signal arrived while entered."""
         if self.received is not None:
-            raise InterruptedOutsideTraining(self.received)
+            raise self._exception_type(self.received)
 
-    def __enter__(self) -> 'OutsideTrainingSignals':
+    def __enter__(self) -> 'RaisingSignals':
         if in_main_thread():
-            self._quiet = dropped_silently(lambda e: isinstance(e, InterruptedOutsideTraining))
+            self._quiet = dropped_silently(lambda e: isinstance(e, Interrupted))
             self._quiet.__enter__()
             self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
         return self

@@ -1,7 +1,10 @@
 """``python -m alf_lite.bin.play`` on a run trained for 2 steps: videos and errors read back."""
 
+import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 
 import numpy as np
@@ -12,11 +15,13 @@ from alf_lite.runs import final_value
 from cli_helpers import (
     EXAMPLES,
     PENDULUM,
+    REPO_ROOT,
     TINY,
     assert_ok,
     python_output,
     run_train,
     train_command,
+    train_env,
 )
 from test_checkpoint import WritesAFile
 
@@ -254,6 +259,42 @@ def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):
         frames = [frame for frame in reader]
     assert len(frames) == EPISODE_STEPS + 1
     assert {frame.shape for frame in frames} == {(32, 32, 3)}
+
+
+@pytest.mark.parametrize(
+    'video_name, sig',
+    [('play.mp4', signal.SIGINT), ('play.gif', signal.SIGTERM)],
+    ids=['mp4, Ctrl-C to the group (ffmpeg too)', 'gif, SIGTERM'],
+)
+def test_a_stopped_play_leaves_the_video_already_there_as_it_was(
+    trained_run, tmp_path, video_name, sig
+):
+    video = tmp_path / video_name
+    video.write_bytes(b'the video of an earlier play')
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
+    process = subprocess.Popen(
+        command + ['--num_episodes', '100000', '--record_file', str(video)],
+        cwd=REPO_ROOT,
+        env=train_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    for line in process.stdout:  # stopped while it records, after its first episode
+        if line.startswith('episode 1:'):
+            break
+    if sig == signal.SIGINT:
+        os.killpg(process.pid, sig)
+    else:
+        process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + sig, stderr[-3000:]
+    expected = f'error: interrupted by {sig.name}. {video} was not written.'
+    assert stderr.strip().endswith(expected), stderr[-3000:]
+    assert 'Traceback' not in stderr, stderr[-3000:]
+    assert video.read_bytes() == b'the video of an earlier play'
+    assert os.listdir(tmp_path) == [video_name]  # no temporary file left
 
 
 def test_missing_checkpoint_step_lists_the_available_ones(trained_run):

@@ -19,7 +19,7 @@ from alf_lite.signals import (
     STOP_SIGNALS,
     InterruptedInEnvCall,
     InterruptedOutsideTraining,
-    OutsideTrainingSignals,
+    RaisingSignals,
     StopSignals,
     TrainingInterrupted,
     env_processes_starting,
@@ -546,7 +546,7 @@ def test_outside_the_training_loop_a_signal_raises_and_the_handlers_are_restored
     signals_to_a_list,
 ):
     handler, received = signals_to_a_list
-    with OutsideTrainingSignals():
+    with RaisingSignals(InterruptedOutsideTraining):
         for signum in STOP_SIGNALS:
             with pytest.raises(InterruptedOutsideTraining) as raised:
                 os.kill(os.getpid(), signum)
@@ -568,7 +568,7 @@ class _SignalledWhileDeleted:
 # An error: the dropped exception is not printed either, it is acted on.
 @pytest.mark.filterwarnings('error::pytest.PytestUnraisableExceptionWarning')
 def test_a_signal_whose_exception_was_dropped_is_raised_at_the_next_check(signals_to_a_list):
-    with OutsideTrainingSignals() as signals:
+    with RaisingSignals(InterruptedOutsideTraining) as signals:
         _SignalledWhileDeleted()
         with pytest.raises(InterruptedOutsideTraining):
             signals.raise_if_received()

@@ -21,17 +21,22 @@ second (MuJoCo's 125, say) keeps every k-th frame, k = ceil(fps / 50), since
 GIF players cannot show frames faster; its delays, whole centiseconds, add up to
 real time. Rendering is headless: MuJoCo
 through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
+The video is written beside ``--record_file`` and moved there once every
+episode was played: a play that fails or is stopped by SIGINT or SIGTERM (exit
+code 128 + the signal number) leaves a file already there as it was.
 """
 
+import contextlib
 import math
 import os
 import tempfile
 
 from absl import app, flags
 
-from alf_lite.bin.cli import EXIT_FAULT, fail, parse_flags
+from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, parse_flags
 from alf_lite.bin.policy import checkpoint_path, load_policy
 from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps
+from alf_lite.signals import Interrupted, RaisingSignals
 
 # Frames per second of a video when neither --fps nor the env says.
 DEFAULT_FPS = 30
@@ -98,11 +103,23 @@ def parse_render_size(text: str):
 
 
 class VideoWriter:
-    """Frames to ``path`` (.mp4 via imageio-ffmpeg, .gif via pillow), resized to ``size``."""
+    """Frames to ``path`` (.mp4 via imageio-ffmpeg, .gif via pillow), resized to ``size``.
+
+    Written to a temporary file beside ``path``: ``close`` moves it to ``path``,
+    ``discard`` removes it, so a play that fails or is interrupted leaves a file
+    already at ``path`` as it was.
+    """
 
     def __init__(self, path: str, fps: float, size=None):
         import imageio
 
+        directory, name = os.path.split(os.path.abspath(path))
+        # The real extension last: imageio picks the format by it.
+        fd, self._tmp = tempfile.mkstemp(
+            dir=directory, prefix=f'.{name}.', suffix='.partial' + os.path.splitext(name)[1]
+        )
+        os.close(fd)
+        self._path = path
         self._size = size
         self.num_frames = 0
         # Every how many frames one is written (a fast GIF keeps every k-th).
@@ -113,11 +130,11 @@ class VideoWriter:
             self._frame_seconds = self._every / fps
             # Opened now, so that a path that cannot be written fails before the
             # episodes; the frames are written at close, each with its own delay.
-            self._gif, self._frames = open(path, 'wb'), []
+            self._gif, self._frames = open(self._tmp, 'wb'), []
         else:
             # macro_block_size=2: H.264 needs even sizes; other sizes are kept.
             self._writer = imageio.get_writer(
-                path, fps=fps, codec='libx264', quality=8, macro_block_size=2
+                self._tmp, fps=fps, codec='libx264', quality=8, macro_block_size=2
             )
 
     def append(self, frame) -> None:
@@ -139,6 +156,25 @@ class VideoWriter:
         self.num_frames += 1
 
     def close(self) -> None:
+        """Finish the video and move it to ``path``."""
+        try:
+            self._finish()
+        except BaseException:
+            self.discard()
+            raise
+        os.replace(self._tmp, self._path)
+
+    def discard(self) -> None:
+        """Stop writing and remove the temporary file: ``path`` is left as it was."""
+        with contextlib.suppress(Exception):
+            if self._gif is None:
+                self._writer.close()
+            else:
+                self._gif.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._tmp)
+
+    def _finish(self) -> None:
         if self._gif is None:
             self._writer.close()
             return
@@ -188,6 +224,15 @@ def play_episodes(env, algorithm, num_episodes: int, video=None):
 
 
 def main(argv):
+    try:
+        with RaisingSignals() as signals:
+            play(argv, signals)
+    except Interrupted as e:
+        fail(f'{e}.', exit_code=EXIT_SIGNAL_BASE + e.signum)
+
+
+def play(argv, signals) -> None:
+    """Play as the flags say; ``signals``: SIGINT and SIGTERM raise ``Interrupted``."""
     if len(argv) > 1:
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
     root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
@@ -269,6 +314,7 @@ def main(argv):
         fail(str(e), exit_code=EXIT_FAULT)
     print(f'playing {path} with random_seed {seed}', flush=True)
     video = None
+    not_written = f' {record_file} was not written.' if record_file is not None else ''
     try:
         algorithm = load_policy(path, config, env.observation_dim, env.action_dim)
         torch.manual_seed(seed)
@@ -276,14 +322,19 @@ def main(argv):
             fps = FLAGS.fps or env.render_fps or DEFAULT_FPS
             video = VideoWriter(record_file, fps, size)
         play_episodes(env, algorithm, FLAGS.num_episodes, video)
+        signals.raise_if_received()
+        if video is not None:
+            video.close()
+            print(f'{video.num_frames} frames written to {record_file}', flush=True)
+            video = None
     except EnvironmentCrashedError as e:
-        fail(str(e), exit_code=EXIT_FAULT)
+        fail(f'{e}{not_written}', exit_code=EXIT_FAULT)
+    except Interrupted as e:
+        fail(f'{e}.{not_written}', exit_code=EXIT_SIGNAL_BASE + e.signum)
     finally:
         env.close()
         if video is not None:
-            video.close()
-    if video is not None:
-        print(f'{video.num_frames} frames written to {record_file}', flush=True)
+            video.discard()
 
 
 if __name__ == '__main__':

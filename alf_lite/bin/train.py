@@ -34,6 +34,7 @@ from alf_lite.run_dir import (
     keep_superseded_config,
     moved_aside_path,
 )
+from alf_lite.signals import InterruptedOutsideTraining, RaisingSignals
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
 flags.DEFINE_multi_string(
@@ -122,11 +123,9 @@ def fail_if_in_use(root_dir: str) -> None:
 
 
 def main(argv):
-    from alf_lite.signals import InterruptedOutsideTraining, OutsideTrainingSignals
-
     root_dir_existed = os.path.exists(output_root_dir(FLAGS.root_dir))
     try:
-        with OutsideTrainingSignals() as signals:
+        with RaisingSignals(InterruptedOutsideTraining) as signals:
             train(argv, signals)
     except InterruptedOutsideTraining as e:
         # The trainer, if built, closed its env processes on the way here.
