@@ -767,6 +767,32 @@ print('ok')
     assert result.returncode == 0 and result.stdout.strip() == 'ok', result.stderr[-3000:]
 
 
+def test_pybullet_loads_only_where_a_pybullet_env_is_built(tmp_path):
+    # It prints its build time on stderr as it loads: no line of it in a MuJoCo run's output.
+    code = """
+import sys
+import gin
+import alf_lite.all_configurables
+gin.parse_config("ICubWalkEnv.control_mode = 'torque'")  # its configurable is registered
+assert 'pybullet' not in sys.modules, 'imported without a PyBullet env'
+print('building a PyBullet env', file=sys.stderr, flush=True)
+from alf_lite.environments import create_environment
+create_environment('HopperBullet-v0', num_parallel_environments=1).close()
+assert 'pybullet' in sys.modules
+"""
+    result = subprocess.run(
+        [sys.executable, '-c', code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=train_env(),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    before, _, after = result.stderr.partition('building a PyBullet env')
+    assert 'pybullet' not in before and 'pybullet build time' in after, result.stderr
+
+
 @pytest.mark.parametrize('use_subprocesses', [False, True])
 def test_a_reset_at_last_drops_the_autoreset_that_was_due(use_subprocesses):
     # Episodes of 3 steps: step 3 is LAST. reset() then starts the next episode

@@ -50,10 +50,9 @@ import gin
 import gymnasium
 import icub_models
 import numpy as np
-import pybullet
 from gymnasium import spaces
 
-from alf_lite.environments.suite_pybullet import connect_direct, render_rgb
+from alf_lite.environments.suite_pybullet import connect_direct, pybullet, render_rgb
 
 ICUB_WALK_ID = 'ICubWalk-v0'
 ICUB_MODEL = 'iCubGazeboV2_5'

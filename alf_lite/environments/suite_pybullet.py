@@ -32,15 +32,32 @@ this step's contacts, not the previous step's.
 """
 
 import dataclasses
+import importlib
 import os
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import gymnasium
 import numpy as np
-import pybullet
-import pybullet_data
 from gymnasium import spaces
-from pybullet_utils import bullet_client
+
+
+class _ImportedOnUse:
+    """The module ``name``, imported at the first use of one of its attributes.
+
+    pybullet prints its build time on stdout as it loads: it loads only in a
+    process that builds a PyBullet env, not in every one that registers them.
+    """
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str):
+        return getattr(importlib.import_module(self._name), attribute)
+
+
+pybullet = _ImportedOnUse('pybullet')
+pybullet_data = _ImportedOnUse('pybullet_data')
+bullet_client = _ImportedOnUse('pybullet_utils.bullet_client')
 
 # Physics of pybullet_envs' stadium scene: 4 substeps of 0.0165 / 4 s per env step.
 CONTROL_DT = 0.0165
@@ -52,7 +69,7 @@ STALL_TORQUE_COST = -0.1  # times mean action^2
 JOINTS_AT_LIMIT_COST = -0.1  # per joint within 1% of a limit
 
 
-def connect_direct() -> bullet_client.BulletClient:
+def connect_direct() -> 'bullet_client.BulletClient':
     """A headless PyBullet client of its own (one per env, so envs never share a world)."""
     client = bullet_client.BulletClient(connection_mode=pybullet.DIRECT)
     client.setAdditionalSearchPath(pybullet_data.getDataPath())
@@ -60,7 +77,7 @@ def connect_direct() -> bullet_client.BulletClient:
 
 
 def render_rgb(
-    client: bullet_client.BulletClient,
+    client: 'bullet_client.BulletClient',
     target: Sequence[float],
     width: int = 320,
     height: int = 240,
