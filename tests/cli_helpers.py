@@ -215,3 +215,25 @@ def start_and_kill(command, tmp_path, until, name):
             process.wait()
     assert process.returncode == -signal.SIGKILL, f'{name} ended by itself before the kill'
     return killed_at
+
+
+def start_in_own_session(command, env=None, stdout=subprocess.DEVNULL, cwd=REPO_ROOT):
+    """Start ``command`` (stderr piped, text) in a session of its own, so that
+    ``send_as_user`` can send SIGINT to its whole process group, as Ctrl-C does."""
+    return subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env or train_env(),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def send_as_user(process, sig):
+    """SIGINT as Ctrl-C sends it (to the process group), SIGTERM as ``kill <pid>`` does."""
+    if sig == signal.SIGINT:
+        os.killpg(process.pid, sig)
+    else:
+        process.send_signal(sig)

@@ -744,6 +744,18 @@ def test_a_sequence_of_seeds_gives_one_seed_per_env():
         create_environment('Pendulum-v1', 2, seed=[1, 2, 3], use_subprocesses=False)
 
 
+def run_python(code: str, cwd) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter in ``cwd``, its output captured."""
+    return subprocess.run(
+        [sys.executable, '-c', code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=train_env(),
+    )
+
+
 def test_alf_lite_runs_where_pybullet_is_not_installed(tmp_path):
     # As on a GPU image without pybullet: the PyBullet tasks are left out, the rest works.
     code = """
@@ -756,14 +768,7 @@ assert not hasattr(envs, 'suite_pybullet') and 'HumanoidBullet-v0' not in gymnas
 envs.create_environment('Pendulum-v1', num_parallel_environments=1).close()
 print('ok')
 """
-    result = subprocess.run(
-        [sys.executable, '-c', code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env=train_env(),
-    )
+    result = run_python(code, tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == 'ok', result.stderr[-3000:]
 
 
@@ -780,14 +785,7 @@ from alf_lite.environments import create_environment
 create_environment('HopperBullet-v0', num_parallel_environments=1).close()
 assert 'pybullet' in sys.modules
 """
-    result = subprocess.run(
-        [sys.executable, '-c', code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env=train_env(),
-    )
+    result = run_python(code, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     before, _, after = result.stderr.partition('building a PyBullet env')
     assert 'pybullet' not in before and 'pybullet build time' in after, result.stderr

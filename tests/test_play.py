@@ -15,13 +15,13 @@ from alf_lite.runs import final_value
 from cli_helpers import (
     EXAMPLES,
     PENDULUM,
-    REPO_ROOT,
     TINY,
     assert_ok,
     python_output,
     run_train,
+    send_as_user,
+    start_in_own_session,
     train_command,
-    train_env,
 )
 from test_checkpoint import WritesAFile
 
@@ -272,22 +272,14 @@ def test_a_stopped_play_leaves_the_video_already_there_as_it_was(
     video = tmp_path / video_name
     video.write_bytes(b'the video of an earlier play')
     command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
-    process = subprocess.Popen(
+    process = start_in_own_session(
         command + ['--num_episodes', '100000', '--record_file', str(video)],
-        cwd=REPO_ROOT,
-        env=train_env(),
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
     )
     for line in process.stdout:  # stopped while it records, after its first episode
         if line.startswith('episode 1:'):
             break
-    if sig == signal.SIGINT:
-        os.killpg(process.pid, sig)
-    else:
-        process.send_signal(sig)
+    send_as_user(process, sig)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + sig, stderr[-3000:]
     expected = f'error: interrupted by {sig.name}. {video} was not written.'

@@ -41,6 +41,8 @@ from cli_helpers import (
     assert_ok,
     checkpoint_steps,
     run_train,
+    send_as_user,
+    start_in_own_session,
     train_command,
     train_env,
 )
@@ -670,26 +672,14 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
         'create_environment.num_parallel_environments=2',
         'create_environment.use_subprocesses=True',
     ]
-    # Its own session: SIGINT goes to the whole process group, as Ctrl-C does.
-    process = subprocess.Popen(
-        train_command(root_dir, [PENDULUM], params),
-        cwd=REPO_ROOT,
-        env=train_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = start_in_own_session(train_command(root_dir, [PENDULUM], params))
     deadline = time.time() + 60
     while not ((root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) >= 3):
         assert process.poll() is None and time.time() < deadline
         time.sleep(0.05)
     children = psutil.Process(process.pid).children(recursive=True)
     assert len(children) >= 2  # the env subprocesses
-    if sig == signal.SIGINT:
-        os.killpg(process.pid, sig)
-    else:
-        process.send_signal(sig)
+    send_as_user(process, sig)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + sig, stderr[-3000:]
     assert 'Traceback' not in stderr, stderr[-3000:]
@@ -715,16 +705,7 @@ def test_a_signal_while_the_envs_start_stops_train_at_once_leaving_nothing(tmp_p
         'TrainerConfig.num_env_steps=200',
     )
     env[hanging_env.START_MARKER_DIR_VARIABLE] = str(markers)
-    # Its own session: SIGINT goes to the whole process group, as Ctrl-C does.
-    process = subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = start_in_own_session(command, env)
 
     def env_starting() -> bool:
         # Two envs start in env processes; one starts in train's own process.
@@ -736,10 +717,7 @@ def test_a_signal_while_the_envs_start_stops_train_at_once_leaving_nothing(tmp_p
         assert process.poll() is None and time.time() < deadline
         time.sleep(0.05)
     descendants = psutil.Process(process.pid).children(recursive=True)
-    if sig == signal.SIGINT:
-        os.killpg(process.pid, sig)
-    else:
-        process.send_signal(sig)
+    send_as_user(process, sig)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + sig, stderr[-3000:]
     assert f'error: {sig.name} arrived outside the training loop' in stderr, stderr[-3000:]
@@ -1034,15 +1012,7 @@ def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocess
         f'create_environment.use_subprocesses={use_subprocesses}',
     )
     env[hanging_env.MARKER_VARIABLE] = str(marker)
-    process = subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = start_in_own_session(command, env)
     try:
         deadline = time.time() + RUN_TIMEOUT_S
         while not marker.exists():
@@ -1050,10 +1020,7 @@ def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocess
             time.sleep(0.05)
         children = psutil.Process(process.pid).children(recursive=True)
         time.sleep(0.5)  # well inside the hung step
-        if sig == signal.SIGINT:
-            os.killpg(process.pid, sig)  # as Ctrl-C does
-        else:
-            process.send_signal(sig)
+        send_as_user(process, sig)
         _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:  # the signal did not end it: leave nothing behind
