@@ -196,7 +196,9 @@ class StopSignals:
 
     The loop reads ``received`` after each iteration. A signal that arrives
     during an env call raises ``InterruptedInEnvCall`` at once instead: a hung
-    env would never return to the loop.
+    env would never return to the loop. Where Python drops that exception (raised
+    in a ``__del__`` run by the env's code), it is not printed: the loop still
+    stops after the iteration.
 
     Args:
         in_env_call: whether an env call is under way.
@@ -207,6 +209,7 @@ class StopSignals:
         self.received: Optional[int] = None
         self._previous = {}
         self._blocked = set()
+        self._quiet = None
 
     def _handler(self, signum, frame):
         self.received = signum
@@ -215,6 +218,8 @@ class StopSignals:
 
     def __enter__(self) -> 'StopSignals':
         if in_main_thread():
+            self._quiet = dropped_silently(lambda e: isinstance(e, InterruptedInEnvCall))
+            self._quiet.__enter__()
             self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
             # A process inherits its blocked signals: one started from a thread that
             # blocks them (a Ray worker's, say) would otherwise never receive them.
@@ -224,6 +229,6 @@ class StopSignals:
     def __exit__(self, *exc_info):
         if self._previous:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._blocked)
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-        self._previous = {}
+            _restore(self._previous)
+            self._previous = {}
+            self._quiet.__exit__(*exc_info)

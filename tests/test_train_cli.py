@@ -572,6 +572,10 @@ def test_a_signal_whose_exception_was_dropped_is_raised_at_the_next_check(signal
         _SignalledWhileDeleted()
         with pytest.raises(InterruptedOutsideTraining):
             signals.raise_if_received()
+    # In an env call, the training loop's flag still stops the run after the iteration.
+    with StopSignals(lambda: True) as stop:
+        _SignalledWhileDeleted()
+        assert stop.received == signal.SIGINT
     # While env processes start, the check is at the end of the block.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with pytest.raises(KeyboardInterrupt):
