@@ -110,6 +110,7 @@ class RaisingSignals:
         self._exception_type = exception_type
         self.received: Optional[int] = None
         self._previous = {}
+        self._blocked = set()
         self._quiet = None
 
     def _handler(self, signum, frame):
@@ -126,10 +127,19 @@ class RaisingSignals:
             self._quiet = dropped_silently(lambda e: isinstance(e, Interrupted))
             self._quiet.__enter__()
             self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
+            self._blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            try:
+                # As in StopSignals. A signal held back until now arrives here, and its
+                # exception leaves __enter__: no __exit__ follows, so undone here.
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
         return self
 
     def __exit__(self, *exc_info):
         if self._previous:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._blocked)
             _restore(self._previous)
             self._previous = {}
             self._quiet.__exit__(*exc_info)

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -504,6 +505,14 @@ def test_stop_signals_reach_a_trainer_started_with_them_blocked(signals_to_a_lis
             os.kill(os.getpid(), signal.SIGTERM)
             assert stop.received == signal.SIGTERM
         assert signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        # Outside the loop too: one that came while blocked is raised on entry. (Sent to
+        # this thread: another thread of the process would take one sent to the process.)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        with pytest.raises(InterruptedOutsideTraining):
+            with RaisingSignals(InterruptedOutsideTraining):
+                time.sleep(0.5)
+        assert signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        assert signal.getsignal(signal.SIGTERM) is signals_to_a_list[0]
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
