@@ -1,4 +1,5 @@
-"""How SIGINT and SIGTERM stop training: after the iteration, or inside a hung env call."""
+"""How SIGINT and SIGTERM stop training: after the iteration, inside a hung env call, or at once
+outside the training loop (train starting up or shutting down, play)."""
 
 import contextlib
 import os
