@@ -6,9 +6,14 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Callable, Optional
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+# Set by ``runs.train_in_subprocess`` (grid_search's runs, locally and on Ray) to its
+# process id: train stops as on SIGTERM once that process ends (``stop_when_parent_ends``).
+PARENT_PID_VARIABLE = 'ALF_LITE_STOP_WITH_PARENT'
 
 
 class TrainingInterrupted(Exception):
@@ -41,6 +46,28 @@ class InterruptedInEnvCall(BaseException):
 def in_main_thread() -> bool:
     # Only the main thread may install signal handlers.
     return threading.current_thread() is threading.main_thread()
+
+
+def stop_when_parent_ends(parent_pid: int, interval_s: float = 1.0) -> threading.Thread:
+    """Send this process SIGTERM once its parent is no longer ``parent_pid`` (checked every
+    ``interval_s`` seconds by a daemon thread): a run whose sweep was killed (SIGKILL, the
+    OOM killer) stops at a checkpoint, as if the sweep had passed its stop on, instead of
+    training on unseen.
+    """
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(interval_s)
+        print(
+            f'the process that started this train (pid {parent_pid}) ended: stopping as on SIGTERM',
+            file=sys.stderr,
+            flush=True,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, name='parent watch', daemon=True)
+    thread.start()
+    return thread
 
 
 def _restore(handlers: dict) -> None:

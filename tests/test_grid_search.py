@@ -292,6 +292,48 @@ def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_
             assert 'resumed from' in (root_dir / 'logs' / f'{run_dir.name}.log').read_text()
 
 
+def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_continues_it(
+    tmp_path,
+):
+    # SIGKILL (or the OOM killer) lets grid_search pass no stop on: the run notices.
+    write_inputs(tmp_path, GRID)
+    root_dir = tmp_path / 'runs'
+    process = start_long_grid(tmp_path, root_dir, '--max_workers', '1')
+    run_dir = root_dir / RUN_NAMES[0]
+    try:
+        deadline = time.time() + RUN_TIMEOUT_S
+        while len(progress_rows(run_dir)) < 2:
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        trains = training_processes(root_dir)
+        process.kill()
+        process.communicate()
+        assert len(trains) == 1
+        # It had 100000 steps to go: it ends within seconds only by noticing.
+        assert psutil.wait_procs(trains, timeout=60)[1] == []
+    finally:
+        for p in [process] + training_processes(root_dir):
+            with contextlib.suppress(psutil.Error, OSError):
+                p.kill()
+    log = (root_dir / 'logs' / f'{RUN_NAMES[0]}.log').read_text()
+    assert f'the process that started this train (pid {process.pid}) ended' in log
+    assert 'interrupted by SIGTERM: checkpoint written' in log
+    assert checkpoint_steps(run_dir)[-1] >= int(progress_rows(run_dir)[-1]['env_steps'])
+
+    stopped_at = checkpoint_steps(run_dir)[-1]
+    again = run_grid(
+        tmp_path,
+        root_dir,
+        '--max_workers',
+        '2',
+        '--gin_param',
+        f'TrainerConfig.num_env_steps={stopped_at + 10}',
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {r['status'] for r in summary(root_dir).values()} == {'finished'}
+    assert 'resumed from' in (root_dir / 'logs' / f'{RUN_NAMES[0]}.log').read_text()
+
+
 def test_broken_value_fails_its_runs_and_the_others_finish(tmp_path):
     # -1.0 fails when the optimizer is built (in the training process);
     # 'oops(' does not parse (caught before any process starts). One key sets two

@@ -17,6 +17,7 @@ import pytest
 
 from alf_lite.run_dir import RunDir, keep_superseded_config, run_dir_in_use
 from alf_lite.signals import (
+    PARENT_PID_VARIABLE,
     STOP_SIGNALS,
     InterruptedInEnvCall,
     InterruptedOutsideTraining,
@@ -591,6 +592,23 @@ def test_a_signal_whose_exception_was_dropped_is_raised_at_the_next_check(signal
         with env_processes_starting():
             _SignalledWhileDeleted()
         pytest.fail('the dropped KeyboardInterrupt was not raised again')
+
+
+def test_a_train_whose_starter_is_gone_stops_without_writing(tmp_path):
+    # Started by a process that ended before train watched it: pid 1 is not its parent.
+    root_dir = tmp_path / 'run'
+    result = subprocess.run(
+        train_command(root_dir, [PENDULUM], TINY),
+        cwd=REPO_ROOT,
+        env=dict(train_env(), **{PARENT_PID_VARIABLE: '1'}),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert 'the process that started this train (pid 1) ended' in result.stderr
+    assert 'error: SIGTERM arrived outside the training loop' in result.stderr
+    assert not root_dir.exists()
 
 
 def test_same_seed_same_progress_csv_in_two_processes_with_other_hash_seeds(

@@ -34,7 +34,12 @@ from alf_lite.run_dir import (
     keep_superseded_config,
     moved_aside_path,
 )
-from alf_lite.signals import InterruptedOutsideTraining, RaisingSignals
+from alf_lite.signals import (
+    PARENT_PID_VARIABLE,
+    InterruptedOutsideTraining,
+    RaisingSignals,
+    stop_when_parent_ends,
+)
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
 flags.DEFINE_multi_string(
@@ -126,6 +131,9 @@ def main(argv):
     root_dir_existed = os.path.exists(output_root_dir(FLAGS.root_dir))
     try:
         with RaisingSignals(InterruptedOutsideTraining) as signals:
+            parent_pid = os.environ.get(PARENT_PID_VARIABLE)
+            if parent_pid:
+                stop_when_parent_ends(int(parent_pid))
             train(argv, signals)
     except InterruptedOutsideTraining as e:
         # The trainer, if built, closed its env processes on the way here.
