@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-# Set by ``runs.train_in_subprocess`` (grid_search's runs, locally and on Ray) to its
+# Set by ``runs.train_in_subprocess`` (grid_search's runs) to its
 # process id: train stops as on SIGTERM once that process ends (``stop_when_parent_ends``).
 PARENT_PID_VARIABLE = 'ALF_LITE_STOP_WITH_PARENT'
 

@@ -292,6 +292,25 @@ def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_
             assert 'resumed from' in (root_dir / 'logs' / f'{run_dir.name}.log').read_text()
 
 
+def kill_the_sweep_alone(process, root_dir, ready):
+    """SIGKILL grid_search alone once ``ready()``; its runs, which had 100000 steps to go,
+    must end within a minute by themselves. Returns them; none outlives the test."""
+    try:
+        deadline = time.time() + RUN_TIMEOUT_S
+        while not ready():
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        trains = training_processes(root_dir)
+        process.kill()
+        process.communicate()
+        assert psutil.wait_procs(trains, timeout=60)[1] == []
+        return trains
+    finally:
+        for p in [process] + training_processes(root_dir):
+            with contextlib.suppress(psutil.Error, OSError):
+                p.kill()
+
+
 def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_continues_it(
     tmp_path,
 ):
@@ -300,21 +319,8 @@ def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_contin
     root_dir = tmp_path / 'runs'
     process = start_long_grid(tmp_path, root_dir, '--max_workers', '1')
     run_dir = root_dir / RUN_NAMES[0]
-    try:
-        deadline = time.time() + RUN_TIMEOUT_S
-        while len(progress_rows(run_dir)) < 2:
-            assert process.poll() is None and time.time() < deadline
-            time.sleep(0.05)
-        trains = training_processes(root_dir)
-        process.kill()
-        process.communicate()
-        assert len(trains) == 1
-        # It had 100000 steps to go: it ends within seconds only by noticing.
-        assert psutil.wait_procs(trains, timeout=60)[1] == []
-    finally:
-        for p in [process] + training_processes(root_dir):
-            with contextlib.suppress(psutil.Error, OSError):
-                p.kill()
+    trains = kill_the_sweep_alone(process, root_dir, lambda: len(progress_rows(run_dir)) >= 2)
+    assert len(trains) == 1
     log = (root_dir / 'logs' / f'{RUN_NAMES[0]}.log').read_text()
     assert f'the process that started this train (pid {process.pid}) ended' in log
     assert 'interrupted by SIGTERM: checkpoint written' in log
