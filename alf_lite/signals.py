@@ -28,19 +28,23 @@ class TrainingInterrupted(Exception):
         self.signum = signum
 
 
-class InterruptedInEnvCall(BaseException):
-    """A signal arrived while the trainer waited on an env, which may never return.
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived, raised at once where it arrived (``RaisingSignals``, and
+    ``StopSignals`` during an env call).
 
-    A BaseException, like KeyboardInterrupt, so that env code catching
-    Exception lets it through.
+    A BaseException, like KeyboardInterrupt: code that catches Exception lets it through.
 
     Args:
         signum: the signal's number.
     """
 
     def __init__(self, signum: int):
-        super().__init__(signum)
+        super().__init__(f'interrupted by {signal.Signals(signum).name}')
         self.signum = signum
+
+
+class InterruptedInEnvCall(Interrupted):
+    """A signal arrived while the trainer waited on an env, which may never return."""
 
 
 def in_main_thread() -> bool:
@@ -91,20 +95,6 @@ def dropped_silently(dropped: Callable[[BaseException], bool]):
         yield
     finally:
         sys.unraisablehook = previous
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived while ``RaisingSignals`` was entered.
-
-    A BaseException, like KeyboardInterrupt: code that catches Exception lets it through.
-
-    Args:
-        signum: the signal's number.
-    """
-
-    def __init__(self, signum: int):
-        super().__init__(f'interrupted by {signal.Signals(signum).name}')
-        self.signum = signum
 
 
 class InterruptedOutsideTraining(Interrupted):

@@ -238,6 +238,24 @@ def signal_once(process, root_dir, ready, send):
                 p.kill()
 
 
+def resume_to_the_end(tmp_path, root_dir, stopped):
+    """Re-run the sweep, 10 steps past the furthest checkpoint of the ``stopped`` run
+    dirs: every run finishes, the stopped ones resumed."""
+    until = max(checkpoint_steps(run_dir)[-1] for run_dir in stopped) + 10
+    again = run_grid(
+        tmp_path,
+        root_dir,
+        '--max_workers',
+        '2',
+        '--gin_param',
+        f'TrainerConfig.num_env_steps={until}',
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {r['status'] for r in summary(root_dir).values()} == {'finished'}
+    for run_dir in stopped:
+        assert 'resumed from' in (root_dir / 'logs' / f'{run_dir.name}.log').read_text()
+
+
 @pytest.mark.parametrize('sig, to_group', [(signal.SIGINT, True), (signal.SIGTERM, False)])
 def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_it(
     tmp_path, sig, to_group
@@ -277,19 +295,7 @@ def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_
     assert training_processes(root_dir) == []
 
     if to_group:
-        until = max(checkpoint_steps(run_dir)[-1] for run_dir in running) + 10
-        again = run_grid(
-            tmp_path,
-            root_dir,
-            '--max_workers',
-            '2',
-            '--gin_param',
-            f'TrainerConfig.num_env_steps={until}',
-        )
-        assert again.returncode == 0, again.stderr[-3000:]
-        assert {r['status'] for r in summary(root_dir).values()} == {'finished'}
-        for run_dir in running:
-            assert 'resumed from' in (root_dir / 'logs' / f'{run_dir.name}.log').read_text()
+        resume_to_the_end(tmp_path, root_dir, running)
 
 
 def kill_the_sweep_alone(process, root_dir, ready):
@@ -326,18 +332,7 @@ def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_contin
     assert 'interrupted by SIGTERM: checkpoint written' in log
     assert checkpoint_steps(run_dir)[-1] >= int(progress_rows(run_dir)[-1]['env_steps'])
 
-    stopped_at = checkpoint_steps(run_dir)[-1]
-    again = run_grid(
-        tmp_path,
-        root_dir,
-        '--max_workers',
-        '2',
-        '--gin_param',
-        f'TrainerConfig.num_env_steps={stopped_at + 10}',
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert {r['status'] for r in summary(root_dir).values()} == {'finished'}
-    assert 'resumed from' in (root_dir / 'logs' / f'{RUN_NAMES[0]}.log').read_text()
+    resume_to_the_end(tmp_path, root_dir, [run_dir])
 
 
 def test_broken_value_fails_its_runs_and_the_others_finish(tmp_path):
