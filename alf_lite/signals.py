@@ -111,7 +111,49 @@ class InterruptedOutsideTraining(Interrupted):
         )
 
 
-class RaisingSignals:
+class _HandledSignals:
+    """While entered, SIGINT and SIGTERM go to ``_handler`` and are unblocked; an exception
+    of ``dropped_type`` that Python drops (raised in a ``__del__`` or an at-fork callback)
+    is not printed, since ``received`` keeps the signal for the code that acts on it.
+    """
+
+    dropped_type = Interrupted
+
+    def __init__(self):
+        self.received: Optional[int] = None
+        self._previous = {}
+        self._blocked = set()
+        self._quiet = None
+
+    def _handler(self, signum, frame):
+        raise NotImplementedError
+
+    def __enter__(self):
+        if in_main_thread():
+            self._quiet = dropped_silently(lambda e: isinstance(e, self.dropped_type))
+            self._quiet.__enter__()
+            self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
+            self._blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            try:
+                # A process inherits its blocked signals: one started from a thread that
+                # blocks them (a Ray worker's, say) would otherwise never receive them.
+                # One held back until now arrives here; should its handler raise, the
+                # exception leaves __enter__ and no __exit__ follows: undone here.
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._previous:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._blocked)
+            _restore(self._previous)
+            self._previous = {}
+            self._quiet.__exit__(*exc_info)
+
+
+class RaisingSignals(_HandledSignals):
     """While entered, SIGINT and SIGTERM raise ``exception_type(signum)`` at once.
 
     Train's CLI uses it outside the training loop, whose ``StopSignals`` takes
@@ -125,11 +167,8 @@ class RaisingSignals:
     """
 
     def __init__(self, exception_type: Callable[[int], Interrupted] = Interrupted):
+        super().__init__()
         self._exception_type = exception_type
-        self.received: Optional[int] = None
-        self._previous = {}
-        self._blocked = set()
-        self._quiet = None
 
     def _handler(self, signum, frame):
         self.received = signum
@@ -139,28 +178,6 @@ class RaisingSignals:
         """Raise the exception if a signal arrived while entered."""
         if self.received is not None:
             raise self._exception_type(self.received)
-
-    def __enter__(self) -> 'RaisingSignals':
-        if in_main_thread():
-            self._quiet = dropped_silently(lambda e: isinstance(e, Interrupted))
-            self._quiet.__enter__()
-            self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
-            self._blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-            try:
-                # As in StopSignals. A signal held back until now arrives here, and its
-                # exception leaves __enter__: no __exit__ follows, so undone here.
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-            except BaseException:
-                self.__exit__(None, None, None)
-                raise
-        return self
-
-    def __exit__(self, *exc_info):
-        if self._previous:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._blocked)
-            _restore(self._previous)
-            self._previous = {}
-            self._quiet.__exit__(*exc_info)
 
 
 def set_env_process_signals() -> None:
@@ -219,7 +236,7 @@ def env_processes_starting():
         previous[signum](signum, None)
 
 
-class StopSignals:
+class StopSignals(_HandledSignals):
     """While entered, SIGINT and SIGTERM are recorded for the training loop to act on.
 
     The loop reads ``received`` after each iteration. A signal that arrives
@@ -232,31 +249,13 @@ class StopSignals:
         in_env_call: whether an env call is under way.
     """
 
+    dropped_type = InterruptedInEnvCall
+
     def __init__(self, in_env_call: Callable[[], bool]):
+        super().__init__()
         self._in_env_call = in_env_call
-        self.received: Optional[int] = None
-        self._previous = {}
-        self._blocked = set()
-        self._quiet = None
 
     def _handler(self, signum, frame):
         self.received = signum
         if self._in_env_call():
             raise InterruptedInEnvCall(signum)
-
-    def __enter__(self) -> 'StopSignals':
-        if in_main_thread():
-            self._quiet = dropped_silently(lambda e: isinstance(e, InterruptedInEnvCall))
-            self._quiet.__enter__()
-            self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
-            # A process inherits its blocked signals: one started from a thread that
-            # blocks them (a Ray worker's, say) would otherwise never receive them.
-            self._blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        return self
-
-    def __exit__(self, *exc_info):
-        if self._previous:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._blocked)
-            _restore(self._previous)
-            self._previous = {}
-            self._quiet.__exit__(*exc_info)
