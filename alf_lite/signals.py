@@ -47,12 +47,26 @@ class InterruptedInEnvCall(Interrupted):
     """A signal arrived while the trainer waited on an env, which may never return."""
 
 
+class InterruptedOutsideTraining(Interrupted):
+    """SIGINT or SIGTERM arrived while train started up or shut down, outside the loop.
+
+    No checkpoint is written for it; every file already in root_dir is complete.
+    """
+
+    def __str__(self) -> str:
+        return (
+            f'{signal.Signals(self.signum).name} arrived outside the training loop (while '
+            'starting up or shutting down): no checkpoint was written for it, and the files '
+            'in the root_dir are complete; re-run the same command to start or resume the run.'
+        )
+
+
 def in_main_thread() -> bool:
     # Only the main thread may install signal handlers.
     return threading.current_thread() is threading.main_thread()
 
 
-def stop_when_parent_ends(parent_pid: int, interval_s: float = 1.0) -> threading.Thread:
+def stop_when_parent_ends(parent_pid: int, interval_s: float = 1.0) -> None:
     """Send this process SIGTERM once its parent is no longer ``parent_pid`` (checked every
     ``interval_s`` seconds by a daemon thread): a run whose sweep was killed (SIGKILL, the
     OOM killer) stops at a checkpoint, as if the sweep had passed its stop on, instead of
@@ -69,9 +83,7 @@ def stop_when_parent_ends(parent_pid: int, interval_s: float = 1.0) -> threading
         )
         os.kill(os.getpid(), signal.SIGTERM)
 
-    thread = threading.Thread(target=watch, name='parent watch', daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=watch, name='parent watch', daemon=True).start()
 
 
 def _restore(handlers: dict) -> None:
@@ -95,20 +107,6 @@ def dropped_silently(dropped: Callable[[BaseException], bool]):
         yield
     finally:
         sys.unraisablehook = previous
-
-
-class InterruptedOutsideTraining(Interrupted):
-    """SIGINT or SIGTERM arrived while train started up or shut down, outside the loop.
-
-    No checkpoint is written for it; every file already in root_dir is complete.
-    """
-
-    def __str__(self) -> str:
-        return (
-            f'{signal.Signals(self.signum).name} arrived outside the training loop (while '
-            'starting up or shutting down): no checkpoint was written for it, and the files '
-            'in the root_dir are complete; re-run the same command to start or resume the run.'
-        )
 
 
 class _HandledSignals:
@@ -157,10 +155,8 @@ class RaisingSignals(_HandledSignals):
     """While entered, SIGINT and SIGTERM raise ``exception_type(signum)`` at once.
 
     Train's CLI uses it outside the training loop, whose ``StopSignals`` takes
-    them over while it runs; play uses it throughout. Python prints and drops an
-    exception raised where it cannot propagate (an at-fork callback, a
-    ``__del__``): the signal is kept in ``received`` as well, for
-    ``raise_if_received`` at the next point that checks, and not printed.
+    them over while it runs; play uses it throughout. Where Python drops the
+    exception, ``raise_if_received`` raises it at the next point that checks.
 
     Args:
         exception_type: an ``Interrupted``, called with the signal's number.

@@ -128,27 +128,28 @@ def fail_if_in_use(root_dir: str) -> None:
 
 
 def main(argv):
-    root_dir_existed = os.path.exists(output_root_dir(FLAGS.root_dir))
+    if len(argv) > 1:
+        fail(f'unexpected arguments: {" ".join(argv[1:])}')
+    root_dir = output_root_dir(FLAGS.root_dir)
+    root_dir_existed = os.path.exists(root_dir)
     try:
         with RaisingSignals(InterruptedOutsideTraining) as signals:
             parent_pid = os.environ.get(PARENT_PID_VARIABLE)
             if parent_pid:
                 stop_when_parent_ends(int(parent_pid))
-            train(argv, signals)
+            train(root_dir, signals)
     except InterruptedOutsideTraining as e:
         # The trainer, if built, closed its env processes on the way here.
         if not root_dir_existed:
             # Left empty by the lock if the signal came before the config was written.
             with contextlib.suppress(OSError):
-                os.rmdir(output_root_dir(FLAGS.root_dir))
+                os.rmdir(root_dir)
         fail(str(e), exit_code=EXIT_SIGNAL_BASE + e.signum)
 
 
-def train(argv, signals) -> None:
-    """Train as the flags say; ``signals``: SIGINT and SIGTERM outside the training loop."""
-    if len(argv) > 1:
-        fail(f'unexpected arguments: {" ".join(argv[1:])}')
-    root_dir = output_root_dir(FLAGS.root_dir)
+def train(root_dir: str, signals) -> None:
+    """Train in ``root_dir`` as the flags say; ``signals``: SIGINT and SIGTERM outside the
+    training loop."""
     fail_if_in_use(root_dir)
     config_file = RunDir(root_dir).config_file
     gin_files = FLAGS.gin_file

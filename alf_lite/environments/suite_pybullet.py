@@ -52,7 +52,11 @@ class _ImportedOnUse:
         self._name = name
 
     def __getattr__(self, attribute: str):
-        return getattr(importlib.import_module(self._name), attribute)
+        # Called only for an attribute not yet looked up: kept here, the next use of it
+        # (the env step's constants) costs a plain attribute read.
+        value = getattr(importlib.import_module(self._name), attribute)
+        setattr(self, attribute, value)
+        return value
 
 
 pybullet = _ImportedOnUse('pybullet')
