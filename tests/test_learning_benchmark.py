@@ -1,5 +1,6 @@
 """benchmarks/{learning,launcher,sb3_runner}.py: suites, matched SB3 settings, runs, report."""
 
+import contextlib
 import csv
 import json
 import math
@@ -13,7 +14,7 @@ import pytest
 
 from alf_lite.run_dir import RunDirLock
 from benchmarks import launcher, learning, sb3_runner
-from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S, run_train, train_env
+from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S, checkpoint_steps, run_train, train_env
 
 SCRIPT = REPO_ROOT / 'benchmarks' / 'learning.py'
 TINY_STEPS = 1200  # above Pendulum's 1000 random steps: 200 updates
@@ -1340,6 +1341,53 @@ def test_stop_passes_its_signal_on_to_the_running_runs(tmp_path):
     (result,) = results
     assert result['status'] == 'interrupted' and 'exit code 143' in result['detail']
     assert runner.stopping
+
+
+def test_runs_of_a_killed_launcher_stop_at_a_checkpoint(tmp_path):
+    # SIGKILL (or the OOM killer) lets learning.py pass no stop on: its runs, alf_lite's
+    # train and the SB3 runner, notice that it ended and stop as on SIGTERM.
+    import psutil
+
+    out = tmp_path / 'runs'
+    args = ['--suite', 'pendulum', '--seeds', 0, '--steps', 100_000, '--out', out]
+    args += ['--runs', 'alf_sac', '--runs', 'sb3_sac', '--jobs', 2]
+    process = subprocess.Popen(
+        [sys.executable, str(SCRIPT), *map(str, args)],
+        cwd=REPO_ROOT,
+        env=train_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    run_dirs = {name: out / 'pendulum' / name / 'seed0' for name in ('alf_sac', 'sb3_sac')}
+    runs = []
+    try:
+        deadline = time.time() + RUN_TIMEOUT_S
+        # Each has trained past its first evaluation (at 1000 env steps).
+        while not all(
+            (d / 'progress.csv').exists() and len(_progress(d)) >= 2 for d in run_dirs.values()
+        ):
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.1)
+        runs = psutil.Process(process.pid).children()
+        assert len(runs) == 2
+        process.kill()
+        process.wait()
+        assert psutil.wait_procs(runs, timeout=60)[1] == []
+    finally:
+        for p in [process, *runs]:
+            with contextlib.suppress(psutil.Error, OSError):
+                p.kill()
+    for name, run_dir in run_dirs.items():
+        log = (out / 'pendulum' / 'logs' / f'{name}.seed0.log').read_text()
+        assert f'the process that started this train (pid {process.pid}) ended' in log, log
+        last_row = int(_progress(run_dir)[-1]['env_steps'])
+        if name == 'sb3_sac':
+            assert 'stopped by signal 15' in log, log
+            assert sb3_runner.checkpoint_env_steps(str(run_dir)) >= last_row
+        else:
+            assert 'interrupted by SIGTERM: checkpoint written' in log, log
+            assert checkpoint_steps(run_dir)[-1] >= last_row
+        assert last_row < 100_000
 
 
 def test_deadline_admits_a_run_whose_estimate_with_its_margin_fits(tmp_path):
