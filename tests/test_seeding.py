@@ -135,17 +135,18 @@ def test_rng_states_saved_in_a_checkpoint_continue_every_generator(tmp_path):
 def test_a_gpu_runs_rng_state_restores_the_rest_where_there_is_no_gpu(tmp_path):
     if torch.cuda.is_available():
         pytest.skip('checks a machine without CUDA (tests/test_cuda.py checks the GPU side)')
-    torch.manual_seed(3)
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
     saved = global_rng_state()
     assert 'cuda' not in saved  # CUDA never initialised here
     # As a GPU run's checkpoint holds it: one state per GPU, loaded back to the CPU.
     saved['cuda'] = [torch.zeros(16, dtype=torch.uint8), torch.ones(16, dtype=torch.uint8)]
     path = ckpt.save_checkpoint(str(tmp_path), 1, {'rng': saved})
-    expected = torch.rand(3)
-    torch.manual_seed(9)
+    expected = random.random(), np.random.rand(), torch.rand(3)
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
     state, _ = ckpt.load_checkpoint(path)
     set_global_rng_state(state['rng'])
-    assert torch.equal(torch.rand(3), expected)
+    assert random.random() == expected[0] and np.random.rand() == expected[1]
+    assert torch.equal(torch.rand(3), expected[2])
 
 
 class OnAnotherDevice:

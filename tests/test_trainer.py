@@ -24,6 +24,7 @@ from alf_lite.run_dir import RunDirInUseError, latest_checkpoint
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import InterruptedInEnvCall, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
+from test_non_finite_guard import _tensors
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
 
@@ -433,11 +434,12 @@ def test_training_again_after_stop_when_gives_the_numbers_of_a_run_never_stopped
         'TrainerConfig.num_env_steps = 600',
         'TrainerConfig.eval_interval = 100',
         'TrainerConfig.summary_interval = 50',
+        'TrainerConfig.initial_collect_steps = 50',
     ]
     train(tmp_path / 'never_stopped', *params)
     with build(tmp_path / 'stopped', *params) as trainer:
         # Stops at the evaluation at 100 (4 episodes ended, fewer than train/AverageReturn
-        # averages), then trains on from its checkpoint.
+        # averages; 50 updates made), then trains on from its checkpoint.
         trainer.train(stop_when=lambda last_eval: trainer.env_steps == 100)
         assert trainer.env_steps == 100
         trainer.train()
@@ -581,6 +583,15 @@ def test_resumed_run_restores_networks_and_counters(tmp_path):
     train(tmp_path, 'TrainerConfig.num_env_steps = 400')
     state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert state['env_steps'] == 400 and state['num_updates'] == 200
+    # Resumed with nothing left to train: the networks are the checkpoint's, bit for bit.
+    with build(tmp_path, 'TrainerConfig.num_env_steps = 400') as trainer:
+        trainer.train()
+        restored = trainer._algorithm.state_dict()
+    saved = _tensors(state['algorithm']['module'])
+    restored = _tensors(restored)
+    assert restored.keys() == saved.keys() and len(saved) > 10
+    for name, value in saved.items():
+        assert torch.equal(restored[name], value), name
     train(tmp_path, 'TrainerConfig.num_env_steps = 600')
     resumed, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert resumed['env_steps'] == 600 and resumed['num_updates'] == 400
@@ -715,15 +726,18 @@ def test_env_steps_per_sec_leaves_out_evaluations_and_checkpoints(tmp_path, monk
     assert len(speeds) == 3 and min(speeds) > 400, speeds
 
 
-def test_cpu_and_auto_devices_give_the_same_progress_csv_and_record_the_device(tmp_path):
+def test_auto_device_is_the_cpu_without_a_gpu_and_each_run_records_its_device(tmp_path):
     params = ['TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 4']
     train(tmp_path / 'default', *params)
     train(tmp_path / 'cpu', *params, "TrainerConfig.device = 'cpu'")
+    assert (tmp_path / 'cpu' / 'device.txt').read_text().startswith('cpu')
+    recorded = (tmp_path / 'default' / 'device.txt').read_text()
+    if torch.cuda.is_available():  # 'auto' is the GPU there: other numbers
+        assert recorded.startswith('cuda'), recorded
+        return
+    assert recorded.startswith('cpu'), recorded
     rows = read_csv(tmp_path / 'default' / 'progress.csv')
     assert len(rows) >= 2 and rows == read_csv(tmp_path / 'cpu' / 'progress.csv')
-    if not torch.cuda.is_available():  # 'auto' is the CPU here
-        assert (tmp_path / 'default' / 'device.txt').read_text().startswith('cpu')
-    assert (tmp_path / 'cpu' / 'device.txt').read_text().startswith('cpu')
 
 
 def test_a_second_trainer_in_the_same_root_dir_is_refused_until_the_first_closes(tmp_path):
@@ -793,7 +807,17 @@ def test_bfloat16_same_seed_same_progress_csv_and_its_checkpoint_resumes(tmp_pat
     assert all(v.dtype == torch.float32 for v in floats if v.is_floating_point())
 
 
-def test_evaluation_compares_q_with_the_return_received_before_falls(tmp_path):
+def test_evaluation_compares_q_with_the_return_received_before_falls(tmp_path, monkeypatch):
+    import alf_lite.trainer
+
+    results = []
+
+    class Recorded(alf_lite.trainer.TerminationValues):
+        def result(self):
+            results.append(super().result())
+            return results[-1]
+
+    monkeypatch.setattr(alf_lite.trainer, 'TerminationValues', Recorded)
     # Hopper's untrained policy falls within tens of steps: terminated episodes.
     train(
         tmp_path,
@@ -808,6 +832,12 @@ def test_evaluation_compares_q_with_the_return_received_before_falls(tmp_path):
     assert len(evals) == 2  # at 0 and 300 env steps
     # Rewards near a fall are about 1 per step: received returns of a few units.
     assert all(0 < float(r['eval/ReturnNearTermination']) < 20 for r in evals)
+    # Each row holds its evaluation's critics' Q and received return.
+    assert len(results) == 2 and None not in results
+    for row, (q, received) in zip(evals, results):
+        assert float(row['eval/QNearTermination']) == pytest.approx(q, rel=1e-6)
+        assert float(row['eval/ReturnNearTermination']) == pytest.approx(received, rel=1e-6)
+    assert results[0][0] != results[1][0]  # Q of the untrained critic, then of a trained one
 
 
 def test_stop_when_ends_training_at_that_evaluation_with_a_checkpoint(tmp_path):
