@@ -123,19 +123,22 @@ def test_critic_loss_uses_target_actor_and_target_critic():
 
 def test_actor_loss_is_minus_q_of_mu_and_only_the_actor_learns_from_it():
     ddpg = hand_ddpg(actor_optimizer=SGD)
+    with torch.no_grad():  # the online critic moves away from its target (c' = 0.5, k' = 2)
+        ddpg._critic.c.fill_(1.5)
+        ddpg._critic.k.fill_(3.0)
     out = ddpg.train_step(HAND_BATCH, loss_mask(HAND_BATCH))
     s = torch.tensor([0.5, 1.0])
-    # Actor loss -mean(c + s + k * tanh(w s)) with c = 0.5, k = 2, w = 1.
+    # Actor loss -mean(c + s + k * tanh(w s)) of the online critic (eq. 6): c = 1.5, k = 3, w = 1.
     assert out['actor_loss'].item() == pytest.approx(
-        -(0.5 + s + 2 * torch.tanh(s)).mean().item(), rel=1e-6
+        -(1.5 + s + 3 * torch.tanh(s)).mean().item(), rel=1e-6
     )
     # d loss / dw = -mean(k * (1 - tanh(w s)^2) * s): SGD with lr 0.1 moves w up by 0.1 * that.
-    grad = -(2 * (1 - torch.tanh(s) ** 2) * s).mean().item()
+    grad = -(3 * (1 - torch.tanh(s) ** 2) * s).mean().item()
     assert ddpg._actor.w.item() == pytest.approx(1.0 - 0.1 * grad, rel=1e-6)
     # The critic's gradient is that of the critic loss alone, 2 * mean(Q - y) for c:
     # the actor loss (d/dc = -1) added nothing.
     y = torch.tensor([1.0 + GAMMA * (0.5 + 1.0 + 2.0 * math.tanh(1.0)), 3.0])
-    q = torch.tensor([0.5 + 0.5 + 0.4, 0.5 + 1.0 - 0.8])
+    q = torch.tensor([1.5 + 0.5 + 0.6, 1.5 + 1.0 - 1.2])
     assert ddpg._critic.c.grad.item() == pytest.approx((2 * (q - y)).mean().item(), rel=1e-6)
 
 
@@ -454,7 +457,9 @@ def test_rollout_restarts_an_envs_ou_process_at_its_first_step_only():
     assert torch.allclose(actions[3][1], x[1] - 0.15 * x[1] * 0.5 + step * z[3][1])
 
 
-def test_default_exploration_is_the_papers_ou_process():
+def test_default_exploration_is_the_papers_ou_process_with_baselines_dt():
+    # The paper's theta 0.15 and sigma 0.2; it gives no time step, and dt 1e-2 is
+    # OpenAI Baselines' and Stable-Baselines3's.
     noise = DdpgAlgorithm(observation_dim=1, action_dim=1)._exploration_noise
     assert isinstance(noise, OUNoise)
     assert (noise.theta, noise.sigma, noise.dt) == (0.15, 0.2, 1e-2)
@@ -528,16 +533,33 @@ def test_halfcheetah_example_builds_the_papers_ddpg():
     ddpg = config.algorithm_ctor(observation_dim=17, action_dim=6)
     assert ddpg._tau == 0.001 and ddpg._critic_l2_weight_decay == 0.01
     assert ddpg._critic._layers[1].weight.shape == (1, 400 + 6, 300)
-    assert isinstance(ddpg._exploration_noise, OUNoise)
+    # Batch norm on the state input and every actor layer; in the critic on the
+    # state input and the first hidden layer, before the action enters.
+    actor, critic = ddpg._actor, ddpg._critic
+    assert [type(n) for n in [actor._input_norm, *actor._hidden_norms]] == [nn.BatchNorm1d] * 3
+    assert [n.num_features for n in [actor._input_norm, *actor._hidden_norms]] == [17, 400, 300]
+    assert all(
+        isinstance(n, BatchedBatchNorm1d) for n in [critic._input_norm, *critic._hidden_norms]
+    )
+    assert [n.num_features for n in [critic._input_norm, *critic._hidden_norms]] == [17, 400]
+    # Final layers uniform in +-3e-3 (the default would be +-1/sqrt(300) = 0.058).
+    for layer in (actor._head, critic._layers[2]):
+        for p in (layer.weight, layer.bias):
+            assert p.abs().max().item() <= 3e-3
+    # Adam with lr 1e-4 (actor) and 1e-3 (critic).
+    assert ddpg.optimizers['actor'].defaults['lr'] == 1e-4
+    assert ddpg.optimizers['critic'].defaults['lr'] == 1e-3
+    noise = ddpg._exploration_noise
+    assert isinstance(noise, OUNoise) and (noise.theta, noise.sigma) == (0.15, 0.2)
     batch = random_batch(b=64, obs_dim=17, act_dim=6)
     assert torch.isfinite(ddpg.train_step(batch, loss_mask(batch))['critic_loss'])
 
 
 def test_value_step_is_the_mean_of_the_critic_replicas():
-    ddpg = hand_ddpg()
-    # One replica: Q = 0.5 + s + 2 * a.
+    ddpg = hand_ddpg(num_critic_replicas=2)
+    # Q_0 = 0.5 + s + 2 * a and Q_1 = 0.7 + s + 3 * a: (2.5, 3.2) and (-1.5, -2.3).
     values = ddpg.value_step(torch.tensor([[1.0], [0.0]]), torch.tensor([[0.5], [-1.0]]))
-    assert torch.allclose(values, torch.tensor([2.5, -1.5])) and ddpg.gamma == GAMMA
+    assert torch.allclose(values, torch.tensor([2.85, -1.9])) and ddpg.gamma == GAMMA
 
 
 def test_policy_update_period_below_1_is_refused_naming_it():

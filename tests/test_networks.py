@@ -48,7 +48,17 @@ def test_critic_computes_only_the_requested_replicas():
         )
         obs, act = torch.randn(6, 3), torch.randn(6, 2)
         full = critic(obs, act)
-        first = critic(obs, act, num_replicas=1)
+        # The first layer's output is [R, B, 8]: without batch norm only replica 0
+        # runs; with it all replicas do (their statistics are one layer).
+        replicas = []
+        hook = critic._layers[0].register_forward_hook(
+            lambda m, i, o, seen=replicas: seen.append(o.shape[0])
+        )
+        try:
+            first = critic(obs, act, num_replicas=1)
+        finally:
+            hook.remove()
+        assert replicas == [2 if batch_norm else 1]
         assert first.shape == (6, 1)
         assert torch.allclose(first[:, 0], full[:, 0], atol=1e-6)
         critic.zero_grad()

@@ -32,6 +32,7 @@ def test_default_and_gin_adam_are_fused_and_keep_their_type():
         opt_w = gin.get_configurable('torch.optim.AdamW')(_params())
     assert type(opt) is torch.optim.Adam and opt.defaults['fused'] and opt.defaults['lr'] == 1e-2
     assert type(opt_w) is torch.optim.AdamW and opt_w.defaults['weight_decay'] == 0.1
+    assert opt_w.defaults['fused'] is True
 
 
 def test_explicit_foreach_is_respected():
@@ -58,6 +59,7 @@ def test_fused_step_matches_the_foreach_step(name):
         cls(fused, lr=1e-2, weight_decay=0.01),
         cls(plain, lr=1e-2, weight_decay=0.01, foreach=True),
     ]
+    assert opts[0].defaults['fused'] is True and not opts[1].defaults['fused']
     for _ in range(5):
         grads = [torch.randn_like(p) for p in fused]
         for ps, opt in zip((fused, plain), opts):

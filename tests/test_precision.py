@@ -1,6 +1,7 @@
 """bfloat16 compute: products in bfloat16, everything whose precision matters in float32."""
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -73,9 +74,14 @@ def test_hidden_products_run_in_bfloat16_and_outputs_stay_float32(batch_norm):
         assert all(o.dtype == torch.float32 for o in outputs)
 
 
-def make(algorithm_class):
+def make(algorithm_class, optimizer=None):
+    """``optimizer``: the ctor of every optimizer of the algorithm; None: its defaults."""
     torch.manual_seed(0)
     actor = TanhNormalActorNetwork if algorithm_class is SacAlgorithm else DeterministicActorNetwork
+    optimizers = {}
+    if optimizer is not None:
+        names = ['actor', 'critic'] + (['alpha'] if algorithm_class is SacAlgorithm else [])
+        optimizers = {f'{name}_optimizer': optimizer for name in names}
     return algorithm_class(
         OBS,
         ACT,
@@ -83,6 +89,7 @@ def make(algorithm_class):
         critic_network_ctor=lambda o, a, num_replicas: CriticNetwork(
             o, a, num_replicas=num_replicas, hidden_layers=(32, 32)
         ),
+        **optimizers,
     )
 
 
@@ -106,18 +113,29 @@ def test_weights_targets_optimizer_states_and_losses_stay_float32(algorithm_clas
 
 @pytest.mark.parametrize('algorithm_class', [SacAlgorithm, Td3Algorithm])
 def test_bfloat16_update_is_close_to_the_float32_update(algorithm_class):
-    full, low = make(algorithm_class), make(algorithm_class)
+    # SGD: each parameter moves by -lr * its gradient (Adam's first step would be
+    # +-lr whatever the gradient's size).
+    sgd = functools.partial(torch.optim.SGD, lr=0.1)
+    full, low = make(algorithm_class, sgd), make(algorithm_class, sgd)
     precision.set_network_precision(low, 'bfloat16')
+    start = [p.detach().clone() for p in full.parameters()]
     mask = torch.ones(B, 1)
-    torch.manual_seed(1)
-    full_scalars = full.train_step(batch(), mask)
-    torch.manual_seed(1)
-    low_scalars = low.train_step(batch(), mask)
-    # bfloat16 keeps 8 bits of mantissa: about 0.4% per product.
-    for name in ('critic_loss', 'q_mean'):
-        assert low_scalars[name] == pytest.approx(full_scalars[name].item(), rel=0.05, abs=1e-3)
-    moved = [(a - b).abs().max() for a, b in zip(full.parameters(), low.parameters())]
-    assert max(moved) < 1e-2
+    # Two train steps: TD3 updates its actor and targets on the second.
+    for i in range(2):
+        torch.manual_seed(1 + i)
+        full_scalars = full.train_step(batch(i), mask)
+        torch.manual_seed(1 + i)
+        low_scalars = low.train_step(batch(i), mask)
+        # bfloat16 keeps 8 bits of mantissa: about 0.4% per product.
+        for name in ('critic_loss', 'q_mean'):
+            assert low_scalars[name] == pytest.approx(full_scalars[name].item(), rel=0.05, abs=1e-3)
+    # Every parameter tensor (targets included) moved, and by the float32 update
+    # to within 25% of its norm (bfloat16 rounding moves some by up to about
+    # 14%); an update of the opposite sign would be 200% off.
+    for (name, f), low_p, s in zip(full.named_parameters(), low.parameters(), start):
+        full_delta, low_delta = f - s, low_p - s
+        assert full_delta.norm() > 0, name
+        assert (low_delta - full_delta).norm() < 0.25 * full_delta.norm(), name
 
 
 def test_float32_is_unchanged_by_the_precision_switch():

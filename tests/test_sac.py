@@ -116,25 +116,35 @@ def test_critic_loss_on_hand_computed_three_step_batch():
 
 def test_every_loss_on_a_hand_computed_batch_at_alpha_two():
     # alpha = 2 (initial_log_alpha = log 2) and a 2-d action: the default target
-    # entropy is -2. The online critics are shifted by 10, so a target computed
-    # from them instead of the target critics (c = (1, 2)) would show.
+    # entropy is -2. The online critics are c = (12, 11) and the target critics
+    # c' = (2, 1): a target computed from the online critics would show, and the
+    # minimum is replica 1 in both, so taking replica 0 instead would show too.
     batch = windows([[(F, 0.5, 0.0, 1.0), (M, 1.0, 1.0, 1.0)]], action_dim=2)
-    sac = make_sac(action_dim=2, initial_log_alpha=math.log(2.0))
+    sac = make_sac(
+        action_dim=2,
+        initial_log_alpha=math.log(2.0),
+        alpha_optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
+    )
     with torch.no_grad():
-        sac._critic.c += 10.0
+        sac._critic.c.copy_(torch.tensor([12.0, 11.0]))
+        sac._target_critic.c.copy_(torch.tensor([2.0, 1.0]))
     out = sac.train_step(batch, loss_mask(batch))
     assert out['alpha'].item() == pytest.approx(2.0)
     # y = r + 0.9 * (min_i c'_i + s' - alpha * log pi) = 1 + 0.9 * (1 + 1 + 2) = 4.6;
-    # Q = (11.5, 12.5).
-    expected_critic = 0.5 * ((11.5 - 4.6) ** 2 + (12.5 - 4.6) ** 2)
+    # Q = (12.5, 11.5).
+    expected_critic = 0.5 * ((12.5 - 4.6) ** 2 + (11.5 - 4.6) ** 2)
     assert out['critic_loss'].item() == pytest.approx(expected_critic, rel=1e-6)
-    # Actor: alpha * log pi - min_i Q_i(s, a), with the critics the critic step left.
-    q_pi = sac._critic.c.min().item() + 0.5
-    assert sac._critic.c[0].item() != 11.0  # the critic step came first
+    # Actor: alpha * log pi - min_i Q_i(s, a), with the critics the critic step left
+    # (about (12, 11): the minimum is replica 1).
+    assert (sac._critic.c != torch.tensor([12.0, 11.0])).all()  # the critic step came first
+    q_pi = sac._critic.c[1].item() + 0.5
     assert out['actor_loss'].item() == pytest.approx(2.0 * -1.0 - q_pi, rel=1e-6)
-    # Alpha: -log(alpha) * (log pi + target entropy) = -log 2 * (-1 - 2).
+    # Alpha: -log(alpha) * (log pi + target entropy) = -log 2 * (-1 - 2) = 3 log 2.
     assert out['alpha_loss'].item() == pytest.approx(3.0 * math.log(2.0), rel=1e-6)
     assert out['entropy'].item() == pytest.approx(1.0)
+    # d(alpha loss)/d(log alpha) = -(log pi + target entropy) = 3: one SGD step at
+    # lr 0.1 moves log(alpha) from log 2 to log 2 - 0.3.
+    assert sac._log_alpha.item() == pytest.approx(math.log(2.0) - 0.3, rel=1e-6)
 
 
 def test_default_target_entropy_is_minus_the_action_dimension():
@@ -209,22 +219,24 @@ def test_the_loss_mask_is_read_window_by_window():
     assert out['critic_loss'].item() == pytest.approx(expected, rel=1e-6)
 
 
-def test_the_actor_gradient_flows_through_the_sampled_action_into_the_critics():
-    # The buffer's action is 0, the policy's 0.5: the actor loss must take the
+def test_the_actor_gradient_flows_through_the_sampled_action_into_the_smaller_critic():
+    # The buffer's action is 0, the policy's -1: the actor loss must take the
     # critics' Q of the policy's action, and its gradient flows through it.
-    # min_i Q_i(s, a) is replica 0 (1 + s + a against 2 + s + 3a), dQ_0/da = 1;
-    # log pi = -s has no gradient, so with SGD at lr 1 the action rises by 1.
+    # min_i Q_i(s, a) is replica 1 there (1 + s - 1 against 2 + s - 3), dQ_1/da = 3;
+    # log pi = -s has no gradient, so with SGD at lr 1 the action rises by 3.
     batch = windows([[(F, 0.5, 0.0, 1.0), (M, 1.0, 1.0, 1.0)]])
     sac = make_sac(
         actor_network_ctor=StateActor,
         critic_network_ctor=ActionCritic,
         actor_optimizer=lambda params: torch.optim.SGD(params, lr=1.0),
     )
+    with torch.no_grad():
+        sac._actor.a.fill_(-1.0)
     out = sac.train_step(batch, loss_mask(batch))
-    # alpha * log pi - Q_0(s, a) = -0.5 - (c_0 + 0.5 + 0.5), with c_0 after the critic step.
-    c0 = sac._critic.c[0].item()
-    assert out['actor_loss'].item() == pytest.approx(-0.5 - (c0 + 1.0), rel=1e-6)
-    assert sac._actor.a.item() == pytest.approx(1.5)
+    # alpha * log pi - Q_1(s, a) = -0.5 - (c_1 + 0.5 - 3), with c_1 after the critic step.
+    c1 = sac._critic.c[1].item()
+    assert out['actor_loss'].item() == pytest.approx(-0.5 - (c1 - 2.5), abs=1e-6)
+    assert sac._actor.a.item() == pytest.approx(2.0)
 
 
 def test_summaries_cover_only_the_transitions_trained_on():
@@ -253,7 +265,8 @@ def test_defaults_are_the_papers_hyperparameters():
     assert sac._log_alpha.item() == 0.0
     for name in ('actor', 'critic', 'alpha'):
         optimizer = sac.optimizers[name]
-        assert isinstance(optimizer, torch.optim.Adam)
+        assert type(optimizer) is torch.optim.Adam  # not a subclass such as AdamW
+        assert optimizer.defaults['weight_decay'] == 0
         assert [group['lr'] for group in optimizer.param_groups] == [3e-4]
 
 

@@ -118,15 +118,20 @@ def test_critic_target_uses_the_target_actor_and_target_critics():
     assert out['q_mean'].item() == pytest.approx(2.1, rel=1e-6)
 
 
-def test_actor_follows_critic_replica_zero():
+def test_actor_follows_the_online_critic_replica_zero():
     td3 = hand_td3(actor_optimizer=SGD, policy_update_period=1)
+    with torch.no_grad():  # the online critics move away from their targets
+        td3._critic.c.copy_(torch.tensor([1.5, -1.0]))
+        td3._critic.k.copy_(torch.tensor([4.0, 3.0]))
     out = td3.train_step(HAND_BATCH, loss_mask(HAND_BATCH))
     s = torch.tensor([0.5, 1.0])
-    # -Q_0(s, tanh(w s)) = -(0.5 + s + 2 tanh(s)); replica 1 (k = 3) plays no part.
+    # Online Q_0 = 1.5 + s + 4 a, Q_1 = -1 + s + 3 a: at a = tanh(s) replica 1 is
+    # the smaller, yet the actor takes replica 0: -Q_0(s, tanh(w s)). The target
+    # critics (c' = (0.5, 0.7), k' = (2, 3)) play no part.
     assert out['actor_loss'].item() == pytest.approx(
-        -(0.5 + s + 2 * torch.tanh(s)).mean().item(), rel=1e-6
+        -(1.5 + s + 4 * torch.tanh(s)).mean().item(), rel=1e-6
     )
-    grad = -(2 * (1 - torch.tanh(s) ** 2) * s).mean().item()
+    grad = -(4 * (1 - torch.tanh(s) ** 2) * s).mean().item()
     assert td3._actor.w.item() == pytest.approx(1.0 - 0.1 * grad, rel=1e-6)
 
 
@@ -196,7 +201,9 @@ def test_two_critics_are_one_batched_network_and_defaults_are_td3s():
     assert (td3._tau, td3._policy_update_period, td3._target_update_period) == (0.005, 2, 2)
     assert (td3._target_policy_noise, td3._target_policy_noise_clip) == (0.2, 0.5)
     assert td3._critic_l2_weight_decay == 0.0
-    assert all(o.defaults['lr'] == 3e-4 for o in td3.optimizers.values())
+    for o in td3.optimizers.values():  # Adam itself, not a subclass such as AdamW
+        assert type(o) is torch.optim.Adam
+        assert o.defaults['lr'] == 3e-4 and o.defaults['weight_decay'] == 0
 
 
 def test_default_exploration_noise_takes_the_gaussian_noise_bindings():

@@ -167,7 +167,10 @@ class SacAlgorithm(OffPolicyAlgorithm):
         actor_loss = masked_mean(alpha * pi.log_prob - q_pi, mask)
         self.optimizer_step('actor', actor_loss)
 
-        # Temperature loss (eq. 18): -log(alpha) * (log pi(a|s) + target_entropy).
+        # Temperature loss: -log(alpha) * (log pi(a|s) + target_entropy), the log-alpha
+        # form of eq. 18's -alpha * (log pi(a|s) + target_entropy), as the authors'
+        # softlearning code and Stable-Baselines3 use: optimising log(alpha) keeps
+        # alpha positive, and the gradient has eq. 18's sign.
         alpha_loss = masked_mean(
             -self._log_alpha * (pi.alpha_log_prob + self._target_entropy), mask
         )
