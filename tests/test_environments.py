@@ -77,6 +77,26 @@ class EchoEnv(gymnasium.Env):
         return np.asarray(action, dtype=np.float32), 0.0, False, False, {}
 
 
+class CountingEchoEnv(EchoEnv):
+    """Observes the action it received and the number of steps since reset."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = spaces.Box(
+            np.array([-1.0, 0.0, 0.0], dtype=np.float32),
+            np.array([3.0, 2.0, 100.0], dtype=np.float32),
+        )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return np.zeros(3, dtype=np.float32), {}
+
+    def step(self, action):
+        self._t += 1
+        return np.append(action, self._t).astype(np.float32), 0.0, False, False, {}
+
+
 class ImageEnv(gymnasium.Env):
     """Has a 2-D observation space, which BatchedEnvironment must refuse."""
 
@@ -142,6 +162,7 @@ gymnasium.register(
     kwargs=dict(min_length=3, max_length=3),
 )
 gymnasium.register('alf_test/Echo-v0', entry_point=EchoEnv, max_episode_steps=100)
+gymnasium.register('alf_test/CountingEcho-v0', entry_point=CountingEchoEnv, max_episode_steps=100)
 gymnasium.register('alf_test/Image-v0', entry_point=ImageEnv, max_episode_steps=100)
 gymnasium.register('alf_test/IntegerAction-v0', entry_point=IntegerActionEnv, max_episode_steps=100)
 gymnasium.register(
@@ -298,18 +319,21 @@ def test_action_mapping_with_asymmetric_bounds():
 @pytest.mark.parametrize('use_subprocesses', [False, True])
 @pytest.mark.parametrize('bad', [float('nan'), float('inf')])
 def test_action_that_is_not_finite_is_refused_naming_the_env_and_step(use_subprocesses, bad):
-    with create_environment('alf_test/Echo-v0', 2, use_subprocesses=use_subprocesses) as env:
+    env_name = 'alf_test/CountingEcho-v0'
+    with create_environment(env_name, 2, use_subprocesses=use_subprocesses) as env:
         env.reset()
-        env.step(torch.zeros(2, 2))
+        first = env.step(torch.zeros(2, 2)).observation
         with pytest.raises(ValueError) as raised:
             env.step(torch.tensor([[0.0, 0.0], [0.5, bad]]))
         assert str(raised.value) == (
-            f"Environment 'alf_test/Echo-v0' (env 1 of 2): the action of step 2 is not "
+            f"Environment '{env_name}' (env 1 of 2): the action of step 2 is not "
             f'finite: [0.5, {bad}].'
         )
-        # No env took the action: the envs go on as if it was never given.
+        # No env took the action: the envs go on as if it was never given, the
+        # next action being the second step of each.
         received = env.step(torch.ones(2, 2)).observation
-    assert torch.equal(received, torch.tensor([[3.0, 2.0], [3.0, 2.0]]))
+    assert torch.equal(first, torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]))
+    assert torch.equal(received, torch.tensor([[3.0, 2.0, 2.0], [3.0, 2.0, 2.0]]))
 
 
 class Float64BoundsEnv(gymnasium.Env):

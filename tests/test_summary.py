@@ -330,20 +330,34 @@ def test_keeping_events_drops_a_record_cut_short_and_a_fresh_start_removes_the_f
     summary_module.keep_events_until(str(tmp_path / 'missing'), 0)
 
 
-def test_a_merge_cut_short_after_its_file_was_complete_is_finished(tmp_path, read_tensorboard):
+def test_a_merge_cut_short_after_its_file_was_complete_is_finished(
+    tmp_path, monkeypatch, read_tensorboard
+):
+    # Two old files: the killed run's (steps 0-400), then a restart's (a START at
+    # 201, steps 300 and 400); the file name counter starts at 0 to keep that order.
+    from tensorboard.summary.writer import event_file_writer
+    from torch.utils.tensorboard import SummaryWriter
+
+    monkeypatch.setattr(event_file_writer, '_global_uid', event_file_writer.AtomicCounter(0))
     write_killed_run(tmp_path)
     log_dir = tmp_path / 'train'
-    (old,) = event_files(log_dir)
-    # The merged file of an earlier resume at 100, complete; the old file still there.
+    later = SummaryWriter(str(log_dir), purge_step=201)
+    for step in (300, 400):
+        later.add_scalar('critic_loss', step + 0.5, step, walltime=WALL_TIME + 1000 + step)
+    later.close()
+    first, second = event_files(log_dir)
+    # The merged file of a resume at 100, complete, and the merge cut short after
+    # it removed the first old file: the steps up to 100 are now only in it.
     other = tmp_path / 'other'
     write_killed_run(other, last_step=100)
     (kept,) = event_files(other / 'train')
     hidden = '.merged-' + kept.replace('tfevents', 'tf-events')
     os.rename(other / 'train' / kept, log_dir / hidden)
+    os.remove(log_dir / first)
 
     summary_module.keep_events_until(str(log_dir), 100)
-    (name,) = event_files(log_dir)  # the old file is gone
-    assert name != old and name.startswith('events.out.tfevents.')
+    (name,) = event_files(log_dir)  # the other old file is gone
+    assert name not in (first, second) and name.startswith('events.out.tfevents.')
     assert critic_losses(read_tensorboard, tmp_path) == [(0, 0.0), (100, 100.0)]
 
 
@@ -448,12 +462,21 @@ def test_a_resume_in_the_same_second_as_the_killed_runs_files_is_read_last(
     tmp_path, monkeypatch, read_tensorboard
 ):
     # Every file made in one second: the merged file must still sort before the
-    # resumed run's, whose name then differs only after the host.
+    # resumed run's, whose name then differs only after the host. The file name
+    # counter (process-wide) starts at 8: the killed run's files get 8 and 9, the
+    # resumed run's 10 and 11, and "10" sorts before "8".
+    from tensorboard.summary.writer import event_file_writer
+
+    monkeypatch.setattr(event_file_writer, '_global_uid', event_file_writer.AtomicCounter(8))
     frozen = summary_module.time.time()
     monkeypatch.setattr(summary_module.time, 'time', lambda: frozen)
     write_killed_run(tmp_path)
+    assert [event_files(tmp_path / m)[0].split('.')[-1] for m in ('train', 'eval')] == ['8', '9']
     resume(tmp_path, keep_until=200)
     assert critic_losses(read_tensorboard, tmp_path) == RESUMED_AT_200
+    for mode in ('train', 'eval'):
+        kept, _ = event_files(tmp_path / mode)
+        assert kept.endswith('.kept-200')
 
 
 def test_files_that_are_not_event_files_are_left_alone(tmp_path, read_tensorboard):
