@@ -16,12 +16,17 @@ import gymnasium
 import numpy as np
 
 
+def alf_lite_buffer_bytes(buffer) -> int:
+    """Bytes of the storage tensors of an alf_lite replay buffer."""
+    return int(sum(t.numel() * t.element_size() for t in buffer.storage.values()))
+
+
 def alf_lite_bytes(obs_dim: int, action_dim: int, length: int) -> int:
     from alf_lite.replay_buffer import ReplayBuffer
 
-    return ReplayBuffer(
-        num_envs=1, length=length, observation_dim=obs_dim, action_dim=action_dim
-    ).nbytes
+    return alf_lite_buffer_bytes(
+        ReplayBuffer(num_envs=1, length=length, observation_dim=obs_dim, action_dim=action_dim)
+    )
 
 
 def sb3_buffer_bytes(buffer) -> int:

@@ -21,6 +21,7 @@ from alf_lite.data import StepType
 from alf_lite.environments import create_environment
 from alf_lite.runs import EVAL_RETURN
 from alf_lite.seeding import eval_env_seeds
+from alf_lite.trainer import TrainerConfig
 from benchmarks import (
     env_throughput,
     icub_gait,
@@ -146,8 +147,14 @@ def table_rows(lines, numbers):
 
 
 def test_alf_lite_replay_buffer_stores_the_raw_minimum_per_step():
+    from alf_lite.replay_buffer import ReplayBuffer
+
     # float32 observation and action, float32 reward and discount, uint8 step type.
-    assert memory.alf_lite_bytes(17, 6, 100) == 100 * (17 * 4 + 6 * 4 + 4 + 4 + 1)
+    raw = 100 * (17 * 4 + 6 * 4 + 4 + 4 + 1)
+    assert memory.alf_lite_bytes(17, 6, 100) == raw
+    # The bytes of the allocated storage are the figure the trainer logs.
+    rb = ReplayBuffer(num_envs=1, length=100, observation_dim=17, action_dim=6)
+    assert memory.alf_lite_buffer_bytes(rb) == rb.nbytes == raw
 
 
 def test_memory_table_gives_bytes_per_step_mib_and_multiple_of_the_raw_minimum(monkeypatch, capsys):
@@ -381,10 +388,20 @@ def test_time_to_solve_sb3_run_has_the_settings_of_the_pendulum_gin_file(
     assert list(model.policy_kwargs['net_arch']) == list(
         gin.query_parameter('CriticNetwork.hidden_layers')
     )
-    # alf_lite's SAC starts at alpha = 1 and targets the entropy -|A| = -1.
-    assert model.log_ent_coef.exp().item() == pytest.approx(1.0)
-    assert model.target_entropy == -1.0
-    assert (model.seed, model.train_freq.frequency, model.gradient_steps) == (4, 1, 1)
+    # The temperature starts at the alpha of the SAC the gin file builds and targets its
+    # entropy; its critics, and one gradient step per env step.
+    config = TrainerConfig()
+    algorithm = config.algorithm_ctor(
+        observation_dim=model.observation_space.shape[0], action_dim=model.action_space.shape[0]
+    )
+    assert model.log_ent_coef.exp().item() == pytest.approx(algorithm._log_alpha.exp().item())
+    assert model.target_entropy == algorithm._target_entropy
+    assert model.critic.n_critics == algorithm._critic.num_replicas
+    assert (model.seed, model.train_freq.frequency, model.gradient_steps) == (
+        4,
+        config.unroll_length,
+        config.num_updates_per_train_iter,
+    )
     assert evaluation.eval_freq == gin.query_parameter('TrainerConfig.eval_interval')
     assert evaluation.n_eval_episodes == gin.query_parameter('TrainerConfig.num_eval_episodes')
     assert evaluation.deterministic is True

@@ -4,6 +4,7 @@ import contextlib
 import csv
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -93,11 +94,34 @@ def test_short_runs_lower_the_random_steps():
     assert 'TrainerConfig.initial_collect_steps=750' in learning.alf_gin_params(run)
 
 
+def _widths(network):
+    """Output sizes of a network's linear layers, in order."""
+    return [m.out_features for m in network.modules() if hasattr(m, 'out_features')]
+
+
 @pytest.mark.parametrize('suite', ['pendulum', 'hopper', 'halfcheetah'])
-def test_sb3_settings_match_the_alf_lite_gin_config(suite):
+def test_sb3_settings_match_the_alf_lite_gin_config(suite, tmp_path, monkeypatch):
     """Each SB3 run gets the values alf_lite's gin config gives its paired run."""
+    pytest.importorskip('stable_baselines3')
+    import stable_baselines3
+    from stable_baselines3.common.noise import NormalActionNoise
+
     import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.algorithms.noise import GaussianNoise
     from alf_lite.config import parse_config
+    from alf_lite.trainer import TrainerConfig
+
+    # The models train() builds, recorded instead of trained.
+    built = []
+
+    def learn(self, *args, **kwargs):
+        built.append(self)
+        return self
+
+    for name in ('SAC', 'TD3'):
+        recording = type(name, (getattr(stable_baselines3, name),), dict(learn=learn))
+        monkeypatch.setattr(stable_baselines3, name, recording)
+    monkeypatch.setattr(sb3_runner, 'NUM_EVAL_EPISODES', 1)
 
     runs = {r.name: r for r in learning.suite_runs(suite, seeds=[3])}
     sb3_runs = [r for r in runs.values() if r.framework == 'sb3']
@@ -114,7 +138,6 @@ def test_sb3_settings_match_the_alf_lite_gin_config(suite):
         if sb3.algo == 'sac':
             lrs.add(q('alpha/Adam.lr'))
             assert q('SacAlgorithm.target_update_period') == s['target_update_interval'] == 1
-            assert s['ent_coef'] == s['target_entropy'] == 'auto'
         else:
             assert q('Td3Algorithm.policy_update_period') == s['policy_delay']
             assert q('Td3Algorithm.target_policy_noise') == s['target_policy_noise']
@@ -135,6 +158,50 @@ def test_sb3_settings_match_the_alf_lite_gin_config(suite):
         assert q('TrainerConfig.random_seed') == sb3.seed == 3
         assert q('TrainerConfig.eval_interval') == sb3.task.eval_interval
         assert q('create_environment.env_name') == sb3.task.env
+
+        # The model train() builds, against the algorithm alf_lite builds from the config.
+        out = str(tmp_path / 'runs')
+        os.makedirs(sb3.run_dir(out))
+        built.clear()
+        assert sb3_runner.train(sb3, out) == 0
+        (model,) = built
+        config = TrainerConfig()
+        action_dim = model.action_space.shape[0]
+        algorithm = config.algorithm_ctor(
+            observation_dim=model.observation_space.shape[0], action_dim=action_dim
+        )
+        assert model.gamma == algorithm._gamma
+        assert model.tau == algorithm._tau
+        assert {model.learning_rate} == {
+            group['lr'] for o in algorithm.optimizers.values() for group in o.param_groups
+        }
+        assert model.batch_size == config.mini_batch_size
+        assert model.buffer_size == config.replay_buffer_length
+        assert model.learning_starts == config.initial_collect_steps
+        assert (model.train_freq.frequency, model.train_freq.unit.value) == (
+            config.unroll_length,
+            'step',
+        )
+        assert model.gradient_steps == config.num_updates_per_train_iter
+        assert list(model.actor.net_arch) == _widths(algorithm._actor)[:-1]
+        assert _widths(model.critic.q_networks[0])[:-1] == _widths(algorithm._critic)[:-1]
+        assert model.critic.n_critics == algorithm._critic.num_replicas
+        if sb3.algo == 'sac':
+            # SB3 resolves 'auto' to the entropy target and initial temperature.
+            assert model.target_entropy == algorithm._target_entropy
+            assert model.log_ent_coef.exp().item() == pytest.approx(
+                algorithm._log_alpha.exp().item()
+            )
+            assert model.target_update_interval == algorithm._target_update_period
+        else:
+            noise = algorithm._exploration_noise
+            assert isinstance(noise, GaussianNoise)
+            assert isinstance(model.action_noise, NormalActionNoise)
+            assert model.action_noise._sigma.tolist() == [noise.sigma] * action_dim
+            assert model.action_noise._mu.tolist() == [0.0] * action_dim
+            assert model.policy_delay == algorithm._policy_update_period
+            assert model.target_policy_noise == algorithm._target_policy_noise
+            assert model.target_noise_clip == algorithm._target_policy_noise_clip
 
 
 @pytest.mark.parametrize('suite', sorted(learning.SUITES))
@@ -1067,6 +1134,42 @@ def test_study_report_pairs_runs_by_seed_number_and_takes_each_runs_last_evaluat
         'default=TrainerConfig.mask_out_loss_for_last_step=True',
         'mask_out_loss_for_last_step=False=TrainerConfig.mask_out_loss_for_last_step=False',
     ]
+
+
+def test_report_intervals_are_the_bootstrap_intervals_of_the_runs(tmp_path, monkeypatch, capsys):
+    from alf_lite.bin.plot import band
+
+    out = tmp_path / 'runs'
+    columns = (
+        'env_steps',
+        'eval/AverageReturn',
+        'eval/QNearTermination',
+        'eval/ReturnNearTermination',
+    )
+    # Seven runs, one far from the others: the 95% bootstrap interval of the mean is
+    # narrower than their range.
+    finals = [10.0, 12.0, 11.0, 13.0, 9.0, 12.0, 80.0]
+    q = [5.0, 6.0, 4.0, 7.0, 5.0, 6.0, 40.0]
+    above = [1.0, 2.0, 1.0, 3.0, 2.0, 1.0, 20.0]
+    for seed, (final, q_end, q_above) in enumerate(zip(finals, q, above)):
+        _write_run(
+            out / 'study_sac' / 'icub_default' / f'seed{seed}',
+            columns,
+            [(1000, final, q_end, q_end - q_above)],
+            'TrainerConfig.mask_out_loss_for_last_step = True\n'
+            'SacAlgorithm.resample_action_per_loss = False\n',
+        )
+    lines, _ = _report('study_sac', out, tmp_path / 'docs', monkeypatch, capsys)
+    row = _table(lines)[('alf_lite', 'default')]
+    for column, values in (
+        ('final eval return, mean [95% CI]', finals),
+        ('Q near termination [95% CI]', q),
+        ('return near termination [95% CI]', [v - a for v, a in zip(q, above)]),
+        ('Q - return [95% CI]', above),
+    ):
+        ci = '{:.1f} [{:.1f}, {:.1f}]'.format(*band(values, 'ci'))
+        span = f'{sum(values) / len(values):.1f} [{min(values):.1f}, {max(values):.1f}]'
+        assert row[column] == ci != span, column
 
 
 def test_suite_of_both_frameworks_names_curves_and_rows_by_framework(tmp_path, monkeypatch, capsys):

@@ -37,6 +37,11 @@ def torch_globals():
 @pytest.mark.parametrize('algo', ['sac', 'td3', 'ddpg'])
 def test_alf_lite_and_sb3_train_with_the_same_hyperparameters(algo):
     pytest.importorskip('stable_baselines3')
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    from alf_lite.algorithms.noise import GaussianNoise
+    from alf_lite.trainer import TrainerConfig
+
     args = make_args(algo=algo, learning_starts=20, steps=30, ceiling_only=True)
     throughput.parse_alf_lite_config(args, seed=3)
     prefix = {'sac': 'SacAlgorithm', 'td3': 'Td3Algorithm', 'ddpg': 'DdpgAlgorithm'}[algo]
@@ -69,12 +74,30 @@ def test_alf_lite_and_sb3_train_with_the_same_hyperparameters(algo):
     net_arch = list(model.policy_kwargs['net_arch'])
     assert list(alf[f'{actor}.hidden_layers']) == net_arch == [256, 256]
     assert list(alf['CriticNetwork.hidden_layers']) == net_arch
+    # One gradient step per env step on both sides (alf_lite: one env).
+    config = TrainerConfig()
+    assert (model.train_freq.frequency, model.train_freq.unit.value) == (1, 'step')
+    assert model.gradient_steps == 1
+    assert config.num_updates_per_train_iter / config.unroll_length == 1
+    # The algorithm alf_lite builds from the config.
+    algorithm = config.algorithm_ctor(
+        observation_dim=model.observation_space.shape[0], action_dim=model.action_space.shape[0]
+    )
+    assert model.critic.n_critics == algorithm._critic.num_replicas
     if algo == 'sac':
         assert gin.query_parameter('alpha/Adam.lr') == 3e-4
         assert model.action_noise is None
+        # SB3's 'auto' entropy target and initial temperature are alf_lite's (each of
+        # its Adam updates, one here, moves log alpha by at most the learning rate).
+        assert model.target_entropy == algorithm._target_entropy
+        assert model.log_ent_coef.item() == pytest.approx(
+            algorithm._log_alpha.item(), abs=model.learning_rate * model._n_updates
+        )
         return
     # SB3's noise is in the action scaled to [-1, 1], as alf_lite's GaussianNoise.
-    assert gin.query_parameter('GaussianNoise.sigma') == 0.1
+    assert isinstance(model.action_noise, NormalActionNoise)
+    assert isinstance(algorithm._exploration_noise, GaussianNoise)
+    assert gin.query_parameter('GaussianNoise.sigma') == algorithm._exploration_noise.sigma == 0.1
     assert model.action_noise._sigma.tolist() == [0.1]
     assert model.action_noise._mu.tolist() == [0.0]
     # SB3's critics take the action at their input, as CriticNetwork with action_input_layer 0.
