@@ -211,6 +211,7 @@ def test_deterministic_cuda_keeps_the_small_workspace_and_refuses_others(monkeyp
     try:
         monkeypatch.setenv('CUBLAS_WORKSPACE_CONFIG', ':16:8')
         use_deterministic_algorithms(torch.device('cuda', 0))
+        assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':16:8'
         monkeypatch.setenv('CUBLAS_WORKSPACE_CONFIG', ':0:0')
         with pytest.raises(ValueError, match="CUBLAS_WORKSPACE_CONFIG=':0:0'"):
             use_deterministic_algorithms(torch.device('cuda', 0))

@@ -1,6 +1,7 @@
 """What happens when things go wrong: bad input, kills, signals, NaN, a full disk."""
 
 import csv
+import datetime
 import hashlib
 import logging
 import math
@@ -28,7 +29,7 @@ from alf_lite.config import parse_config, write_text_atomically
 from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import EnvironmentHungError
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
-from alf_lite.run_dir import RunDirLock, latest_checkpoint
+from alf_lite.run_dir import MOVED_ASIDE, RunDirLock, latest_checkpoint
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import StopSignals, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
@@ -72,6 +73,13 @@ def tree_digest(root):
             with open(path, 'rb') as f:
                 digest[os.path.relpath(path, root)] = hashlib.sha1(f.read()).hexdigest()
     return digest
+
+
+def resumed_from(root_dir, step):
+    """The line train logs when it resumes from ``root_dir``'s checkpoint of ``step``."""
+    return (
+        f'resumed from {os.path.join(root_dir, "checkpoints", f"ckpt-{step}")} at {step} env steps'
+    )
 
 
 def steps_in_csv(root_dir):
@@ -175,9 +183,14 @@ def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(fini
     assert '--start_over' in result.stderr
     assert tree_digest(finished_run) == before
 
+    started = datetime.datetime.now().replace(microsecond=0)
     assert_ok(run_train(ddpg + ['--start_over']))
     moved = [p for p in os.listdir(finished_run.parent) if p.startswith('run.old-')]
     assert len(moved) == 1 and tree_digest(finished_run.parent / moved[0]) == before
+    # Named with the time of the move.
+    assert MOVED_ASIDE.search(moved[0]), moved
+    moved_at = datetime.datetime.strptime(moved[0][len('run.old-') :], '%Y%m%d-%H%M%S')
+    assert started <= moved_at <= datetime.datetime.now()
     assert 'DdpgAlgorithm' in (finished_run / 'config.gin').read_text()
 
 
@@ -214,7 +227,9 @@ def test_same_gin_file_resumes_with_other_device_settings(finished_run, tmp_path
         'TrainerConfig.defer_non_finite_checks=True',
         "ReplayBuffer.device='cpu'",
     ]
-    assert_ok(run_train(train_command(root_dir, [PENDULUM], longer)))
+    result = run_train(train_command(root_dir, [PENDULUM], longer))
+    assert_ok(result)
+    assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
     assert checkpoint_steps(root_dir)[-1] == 600
     assert "TrainerConfig.device = 'cpu'" in (root_dir / 'config.gin').read_text()
 
@@ -240,9 +255,11 @@ def test_root_dir_in_use_by_another_train_is_refused_and_left_as_it_is(tmp_path)
 def test_same_gin_file_with_a_longer_run_resumes(tmp_path):
     root_dir = tmp_path / 'run'
     assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
-    assert_ok(
-        run_train(train_command(root_dir, [PENDULUM], SHORT + ['TrainerConfig.num_env_steps=600']))
+    result = run_train(
+        train_command(root_dir, [PENDULUM], SHORT + ['TrainerConfig.num_env_steps=600'])
     )
+    assert_ok(result)
+    assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
     assert checkpoint_steps(root_dir)[-1] == 600
     assert steps_in_csv(root_dir) == list(range(0, 601, 100))
 
@@ -362,6 +379,7 @@ def test_checkpoint_with_non_finite_weights_is_corrupt_and_the_one_before_is_res
     assert_ok(result)
     assert f'{model}: parameter {name} holds NaN or inf' in result.stderr, result.stderr[-3000:]
     # Resumed from ckpt-200, which wrote ckpt-400 again.
+    assert resumed_from(root_dir, 200) in result.stderr, result.stderr[-3000:]
     assert sorted(os.listdir(root_dir / 'checkpoints')) == [
         'ckpt-200',
         'ckpt-400',
@@ -538,10 +556,15 @@ def test_nan_loss_stops_naming_the_loss_and_step_and_keeps_good_checkpoints(tmp_
             'TrainerConfig.num_env_steps = 2000',
         )
     message = str(error.value)
-    assert 'the critic loss is nan at env step' in message, message
+    found = re.search(r'the critic loss is nan at env step (\d+)', message)
+    assert found, message
     saved = sorted(os.listdir(tmp_path / 'checkpoints'))
     last_good = [s for s in saved if s.startswith('last_good-')]
     assert len(last_good) == 1 and last_good[0] in message
+    # The step named is the one stopped at, after the rewards turned NaN (past 250)
+    # and before the checkpoint at 300.
+    bad_step = int(found.group(1))
+    assert last_good[0] == f'last_good-{bad_step}' and 250 < bad_step <= 300, message
     assert [s for s in saved if s.startswith('ckpt-')] == ['ckpt-100', 'ckpt-200']
     for name in saved:
         state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / name))
@@ -590,14 +613,17 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
     rng = random.Random(0)
     cycles = 8
     latest = []
-    for _ in range(cycles):
-        process = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=train_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    for cycle in range(cycles):
+        before = checkpoint_steps(root_dir)[-1] if checkpoint_steps(root_dir) else None
+        log = tmp_path / f'cycle-{cycle}.log'
+        with open(log, 'w') as output:
+            process = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env=train_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=output,
+            )
         # Wait until it works (the csv grows past where it was), then a random moment.
         started_rows = len(steps_in_csv(root_dir)) if (root_dir / 'progress.csv').exists() else 0
         deadline = time.time() + 60
@@ -608,12 +634,16 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
         time.sleep(rng.uniform(0.0, 1.0))
         process.kill()
         process.wait()
+        # Each run continued from the last checkpoint before it, not from step 0.
+        if before is not None:
+            assert resumed_from(root_dir, before) in log.read_text(), (cycle, before)
         latest.append(checkpoint_steps(root_dir)[-1] if checkpoint_steps(root_dir) else 0)
         if process.returncode == 0:
             break
-    # The step counter never goes back: each run continued from the last checkpoint.
     assert latest == sorted(latest) and latest[-1] > 0, latest
-    assert_ok(run_train(command))
+    result = run_train(command)
+    assert_ok(result)
+    assert resumed_from(root_dir, latest[-1]) in result.stderr, result.stderr[-3000:]
     steps = steps_in_csv(root_dir)
     assert steps == list(range(0, KILL_STEPS + 1, 100)), steps
     train = read_tensorboard(root_dir / 'train')
@@ -728,7 +758,7 @@ def test_a_signal_while_the_envs_start_stops_train_at_once_leaving_nothing(tmp_p
 
 
 def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
-    tmp_path, monkeypatch, read_tensorboard
+    tmp_path, monkeypatch, read_tensorboard, caplog
 ):
     real_evaluate = trainer_module.evaluate
     evaluations = []
@@ -752,7 +782,9 @@ def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
     assert checkpoint_steps(tmp_path) == [100, 200]
     assert steps_in_csv(tmp_path) == [0, 100]
     monkeypatch.setattr(trainer_module, 'evaluate', real_evaluate)
+    caplog.set_level(logging.INFO)
     train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert resumed_from(tmp_path, 200) in caplog.text
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
     evaluated = read_tensorboard(tmp_path / 'eval')['AverageReturn']
     assert [e.step for e in evaluated] == [0, 200, 400]
@@ -844,12 +876,17 @@ def test_resume_with_a_config_that_does_not_fit_changes_nothing_and_still_resume
 ):
     root_dir = copy_run(finished_run, tmp_path)
     before = tree_digest(root_dir)
+    progress = (root_dir / 'progress.csv').read_text()
     result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600', param]))
     assert result.returncode == 2, result.stderr[-3000:]
     assert message in result.stderr and 'Traceback' not in result.stderr, result.stderr[-3000:]
     # config.gin included: the run resumes from it as before.
     assert tree_digest(root_dir) == before
-    assert_ok(run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])))
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
+    assert_ok(result)
+    assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
+    # The rows up to 400 kept as written, wall times included: none was written again.
+    assert (root_dir / 'progress.csv').read_text().startswith(progress)
     assert checkpoint_steps(root_dir)[-1] == 600
 
 
@@ -1049,6 +1086,8 @@ def test_deferred_nan_check_stops_at_the_next_summary_with_finite_checkpoints(tm
             "create_environment.env_name = 'alf_lite_tests/NanReward-v0'",
             'TrainerConfig.num_env_steps = 2000',
             'TrainerConfig.defer_non_finite_checks = True',
+            # No checkpoint before the run ends: only a summary stops it in time.
+            'TrainerConfig.checkpoint_interval = 1000',
         )
     message = str(error.value)
     found = re.search(r'the critic loss is nan at env step (\d+) \(update \d+\)', message)

@@ -259,7 +259,7 @@ def test_a_run_is_a_directory_with_progress_csv_or_tensorboard_events(tmp_path):
         assert RunDir(str(root)).is_run() == (name != 'none'), name
 
 
-def test_start_over_moves_a_run_to_a_name_with_the_time_of_the_move(tmp_path):
+def test_moved_aside_path_holds_the_time_of_the_move(tmp_path):
     root_dir = str(tmp_path / 'run')
     before = datetime.datetime.now().replace(microsecond=0)
     aside = moved_aside_path(root_dir)

@@ -2,6 +2,7 @@
 
 import contextlib
 import glob
+import hashlib
 import logging
 import math
 import multiprocessing
@@ -202,6 +203,15 @@ def test_root_dir_layout_and_tensorboard_scalars(tmp_path, read_tensorboard, rea
     ]
 
 
+def files_digest(root):
+    """``{relative path: sha1}`` of every file under ``root``."""
+    return {
+        str(path.relative_to(root)): hashlib.sha1(path.read_bytes()).hexdigest()
+        for path in sorted(Path(root).rglob('*'))
+        if path.is_file()
+    }
+
+
 def test_rerunning_a_finished_run_changes_nothing(tmp_path, read_tensorboard):
     root_dir = tmp_path / 'run'
     params = TINY + [
@@ -213,18 +223,23 @@ def test_rerunning_a_finished_run_changes_nothing(tmp_path, read_tensorboard):
     ]
     command = train_command(root_dir, [PENDULUM], params)
     assert_ok(run_train(command))
-    progress = (root_dir / 'progress.csv').read_text()
-    steps = {
-        tag: [e.step for e in events]
-        for tag, events in read_tensorboard(root_dir / 'train').items()
-    }
 
+    def outputs():
+        # Every checkpoint file's bytes, config.gin, progress.csv and each
+        # TensorBoard event (wall time, step, value) of train and eval.
+        return {
+            'checkpoints': files_digest(root_dir / 'checkpoints'),
+            'config.gin': (root_dir / 'config.gin').read_text(),
+            'progress.csv': (root_dir / 'progress.csv').read_text(),
+            'train': read_tensorboard(root_dir / 'train'),
+            'eval': read_tensorboard(root_dir / 'eval'),
+        }
+
+    before = outputs()
     assert_ok(run_train(command))
-    assert (root_dir / 'progress.csv').read_text() == progress
-    assert {
-        tag: [e.step for e in events]
-        for tag, events in read_tensorboard(root_dir / 'train').items()
-    } == steps
+    after = outputs()
+    for name, was in before.items():
+        assert after[name] == was, name
     assert checkpoint_steps(root_dir) == [100, 200]
 
 
