@@ -3,6 +3,7 @@
 import collections
 import contextlib
 import csv
+import glob
 import json
 import os
 import re
@@ -15,12 +16,13 @@ import tempfile
 import threading
 import time
 import types
+from pathlib import Path
 
 import psutil
 import pytest
 
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
-from cli_helpers import PENDULUM, RUN_TIMEOUT_S, checkpoint_steps, train_env
+from cli_helpers import PENDULUM, REPO_ROOT, RUN_TIMEOUT_S, checkpoint_steps, train_env
 
 NUM_ENV_STEPS = 20
 # Config, not --gin_param: the grid's runs must get it through their config text.
@@ -129,7 +131,8 @@ def assert_finished_grid(root_dir, result):
 def test_local_grid_trains_each_combination_and_seed_and_rerun_skips_them(local_grid):
     directory, root_dir, result = local_grid
     assert_finished_grid(root_dir, result)
-    # --max_workers 2: each run gets its share of the cores as torch threads.
+    # --max_workers 2: the sweep reports each run's share of the cores as its torch
+    # threads (run_grid's --gin_param sets 1 for the runs themselves).
     assert f'({max(1, len(os.sched_getaffinity(0)) // 2)} torch thread(s) each)' in result.stdout
     for name in RUN_NAMES:
         assert name in result.stdout  # the summary table
@@ -209,10 +212,18 @@ def progress_rows(run_dir):
 
 
 def start_long_grid(directory, root_dir, *args, env=None):
-    """The grid, with runs too long to finish, in a session of its own: a Ctrl-C
-    reaches the whole foreground group, as killpg does."""
+    """The grid, with runs too long to finish and no checkpoint at an interval (only a
+    stop writes one), in a session of its own: a Ctrl-C reaches the whole foreground
+    group, as killpg does."""
     return subprocess.Popen(
-        grid_command(root_dir, '--gin_param', 'TrainerConfig.num_env_steps=100000', *args),
+        grid_command(
+            root_dir,
+            '--gin_param',
+            'TrainerConfig.num_env_steps=100000',
+            '--gin_param',
+            'TrainerConfig.checkpoint_interval=100000',
+            *args,
+        ),
         cwd=directory,
         env=env or train_env(),
         stdout=subprocess.PIPE,
@@ -275,15 +286,12 @@ def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_
     assert f'{sig.name} stopped the sweep: 2 run(s) stopped' in stderr
     rows = summary(root_dir)
     for run_dir in running:
-        # Each stopped at a checkpoint of its last step, written as it stopped.
+        # Each stopped at a checkpoint of its last step, written as it stopped: its only one.
         assert rows[run_dir.name]['status'] == 'stopped', rows[run_dir.name]
         assert rows[run_dir.name]['error'] == ''
         steps = checkpoint_steps(run_dir)
-        assert (
-            steps[-1]
-            == int(rows[run_dir.name]['env_steps'])
-            >= int(progress_rows(run_dir)[-1]['env_steps'])
-        )
+        assert len(steps) == 1 and steps[0] == int(rows[run_dir.name]['env_steps'])
+        assert steps[0] >= int(progress_rows(run_dir)[-1]['env_steps'])
         assert (
             'interrupted by ' + sig.name in (root_dir / 'logs' / f'{run_dir.name}.log').read_text()
         )
@@ -330,7 +338,9 @@ def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_contin
     log = (root_dir / 'logs' / f'{RUN_NAMES[0]}.log').read_text()
     assert f'the process that started this train (pid {process.pid}) ended' in log
     assert 'interrupted by SIGTERM: checkpoint written' in log
-    assert checkpoint_steps(run_dir)[-1] >= int(progress_rows(run_dir)[-1]['env_steps'])
+    # The only checkpoint, written as it stopped, at or past its last progress row.
+    steps = checkpoint_steps(run_dir)
+    assert len(steps) == 1 and steps[0] >= int(progress_rows(run_dir)[-1]['env_steps'])
 
     resume_to_the_end(tmp_path, root_dir, [run_dir])
 
@@ -588,7 +598,8 @@ def free_port():
 
 @pytest.fixture
 def ray_cluster():
-    """A single-node Ray cluster on loopback with 2 CPUs: ``(address, env for its drivers)``."""
+    """A single-node Ray cluster on loopback with 2 CPUs:
+    ``(address, env for its drivers, its temp dir)``."""
     pytest.importorskip('ray', reason='the Ray backend needs the ray extra: pip install .[ray]')
     # Ray advertises the machine's network address unless told to stay on
     # loopback; a fresh cluster needs no token.
@@ -614,8 +625,9 @@ def ray_cluster():
                 temp_dir,
                 '--block',
             ],
-            # The workers neither see this checkout on their path nor share a directory
-            # with the driver: the code must travel with the tasks.
+            # The workers get neither this checkout's PYTHONPATH nor the driver's working
+            # directory; an editable install may still let them import this checkout,
+            # so the tests check that the runs ran the copy shipped with the tasks.
             cwd=temp_dir,
             env={k: v for k, v in dict(os.environ, **ray_env).items() if k != 'PYTHONPATH'},
             stdout=log,
@@ -627,7 +639,7 @@ def ray_cluster():
         while 'Ray runtime started' not in open(log.name).read():
             assert head.poll() is None and time.time() < deadline, open(log.name).read()[-3000:]
             time.sleep(0.2)
-        yield f'127.0.0.1:{port}', dict(train_env(), **ray_env)
+        yield f'127.0.0.1:{port}', dict(train_env(), **ray_env), temp_dir
     finally:
         # --block: ending the start command stops the processes it started; anything
         # left is in its process group, which is this fixture's alone.
@@ -644,8 +656,14 @@ def ray_cluster():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+def shipped_copies(ray_temp_dir):
+    """The ``alf_lite`` directories that Ray unpacked for its workers under its temp dir."""
+    found = glob.glob(os.path.join(ray_temp_dir, '**', 'alf_lite', 'runs.py'), recursive=True)
+    return [os.path.dirname(path) for path in found]
+
+
 def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, tmp_path):
-    address, env = ray_cluster
+    address, env, temp_dir = ray_cluster
     directory, local_root, _ = local_grid
     # Another working directory: the tasks must not depend on the driver's.
     write_inputs(tmp_path / 'driver', GRID)
@@ -653,6 +671,13 @@ def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, 
     result = run_grid(tmp_path / 'driver', root_dir, '--ray_address', address, env=env)
     assert_finished_grid(root_dir, result)
     assert f'Ray at {address}' in result.stdout
+    # This checkout's alf_lite travelled with the tasks: Ray unpacked it for its workers.
+    shipped = shipped_copies(temp_dir)
+    assert shipped, os.listdir(temp_dir)
+    for copy in shipped:
+        assert (Path(copy) / 'runs.py').read_bytes() == (
+            REPO_ROOT / 'alf_lite' / 'runs.py'
+        ).read_bytes()
     for name in RUN_NAMES:
         assert (root_dir / name / 'config.gin').read_text() == (
             local_root / name / 'config.gin'
@@ -661,18 +686,23 @@ def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, 
 
 
 def test_signal_stops_a_ray_sweep_with_checkpoints(ray_cluster, tmp_path):
-    address, env = ray_cluster
+    address, env, temp_dir = ray_cluster
     write_inputs(tmp_path, GRID)
     root_dir = tmp_path / 'runs'
     process = start_long_grid(
         tmp_path, root_dir, '--ray_address', address, '--num_cpus_per_run', '1', env=env
     )
-    # The cluster's 2 CPUs hold two runs; the other two wait in Ray's queue.
+    pythonpaths = []
+
+    def two_running():
+        # The cluster's 2 CPUs hold two runs; the other two wait in Ray's queue.
+        if sum(len(progress_rows(root_dir / n)) >= 2 for n in RUN_NAMES) < 2:
+            return False
+        pythonpaths.extend(p.environ()['PYTHONPATH'] for p in training_processes(root_dir))
+        return True
+
     stdout, stderr = signal_once(
-        process,
-        root_dir,
-        lambda: sum(len(progress_rows(root_dir / n)) >= 2 for n in RUN_NAMES) >= 2,
-        lambda: os.killpg(process.pid, signal.SIGINT),
+        process, root_dir, two_running, lambda: os.killpg(process.pid, signal.SIGINT)
     )
     assert process.returncode == 130, stderr[-3000:]
     assert 'Traceback' not in stderr, stderr[-3000:]
@@ -681,16 +711,20 @@ def test_signal_stops_a_ray_sweep_with_checkpoints(ray_cluster, tmp_path):
     assert statuses == {'stopped': 2, 'not started (sweep stopped)': 2}, rows
     for name, row in rows.items():
         if row['status'] == 'stopped':
+            # Its only checkpoint, written as it stopped, at its last step.
             assert row['error'] == ''
-            assert (
-                checkpoint_steps(root_dir / name)[-1]
-                == int(row['env_steps'])
-                >= int(progress_rows(root_dir / name)[-1]['env_steps'])
-            )
+            steps = checkpoint_steps(root_dir / name)
+            assert len(steps) == 1 and steps[0] == int(row['env_steps'])
+            assert steps[0] >= int(progress_rows(root_dir / name)[-1]['env_steps'])
         else:
             assert not (root_dir / name).exists()
     assert training_processes(root_dir) == []
     assert not (root_dir / '.grid_search_stop').exists()  # a re-run is not stopped by it
+    # Both trains ran the alf_lite shipped with the tasks, which Ray unpacked in its temp dir.
+    shipped = {os.path.realpath(os.path.dirname(copy)) for copy in shipped_copies(temp_dir)}
+    assert len(pythonpaths) == 2
+    for pythonpath in pythonpaths:
+        assert os.path.realpath(pythonpath.split(os.pathsep)[0]) in shipped, pythonpath
 
 
 # --- GPUs ------------------------------------------------------------------------------------

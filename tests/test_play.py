@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from alf_lite.runs import final_value
+from alf_lite.runs import EVAL_RETURN, final_value, read_scalar
 from cli_helpers import (
     EXAMPLES,
     PENDULUM,
@@ -40,12 +40,17 @@ def tiny_pendulum_run(tmp_path_factory, name, params):
 
 @pytest.fixture(scope='module')
 def trained_run(tmp_path_factory):
-    """A Pendulum run of 2 env steps with checkpoints at 1 and 2."""
+    """A Pendulum run of 2 env steps with checkpoints and evaluations at 1 and 2.
+
+    Its actor's one update takes a large step: ckpt-1 and ckpt-2 play apart.
+    """
     return tiny_pendulum_run(
         tmp_path_factory,
         'play',
         [
             'TrainerConfig.checkpoint_interval=1',
+            'TrainerConfig.eval_interval=1',
+            'actor/Adam.lr=0.1',
             'TrainerConfig.num_eval_episodes=1',
             f'create_environment.max_episode_steps={EPISODE_STEPS}',
         ],
@@ -254,7 +259,11 @@ def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):
     )
     assert_ok(result)
     assert 'ckpt-1' in result.stdout
-    assert [n for _, n in episodes(result.stdout)] == [EPISODE_STEPS]
+    ((episode_return, length),) = episodes(result.stdout)
+    assert length == EPISODE_STEPS
+    # The networks of ckpt-1: the episode repeats the run's evaluation at 1 env step.
+    steps, returns = read_scalar(str(trained_run), EVAL_RETURN)
+    assert episode_return == pytest.approx(returns[list(steps).index(1)], abs=0.0051)
     with imageio.get_reader(mp4) as reader:
         frames = [frame for frame in reader]
     assert len(frames) == EPISODE_STEPS + 1

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -123,6 +124,10 @@ def test_groups_seeds_and_writes_mean_with_bootstrap_band(grid, tmp_path):
 
     with Image.open(tmp_path / 'out' / 'curves.png') as png:
         assert png.format == 'PNG' and png.size == (800, 500)
+        pixels = np.asarray(png.convert('RGB'), dtype=np.int16)
+    # The first group's band: matplotlib's C0 at alpha 0.2 over the white axes.
+    c0_band = 0.8 * 255 + 0.2 * np.array([0x1F, 0x77, 0xB4])
+    assert (np.abs(pixels - c0_band).max(axis=-1) <= 2).sum() > 1000
     # The legend goes below the axes; one wider than the figure widens it, and a
     # long group name is shortened there (200 wide letters would take ~2600 pixels).
     long_name = 'W' * 200
@@ -136,7 +141,9 @@ def test_groups_seeds_and_writes_mean_with_bootstrap_band(grid, tmp_path):
     table = final_table(result.stdout)
     assert table[a][:2] == (3, 6.0) and table[a][2:] == (3.0, 9.0)
     assert table[b][:2] == (4, 7.0)
-    assert 5.0 <= table[b][2] < 7.0 < table[b][3] <= 10.0
+    # Four draws all of B's smallest (or all of its largest) come with probability
+    # 1/256 < 2.5%: the interval lies strictly inside [5, 10].
+    assert 5.0 < table[b][2] < 7.0 < table[b][3] < 10.0
 
 
 def test_std_band_smoothing_and_last_n(grid, tmp_path):
@@ -341,8 +348,14 @@ def test_out_that_would_overwrite_a_file_plot_did_not_write_is_refused(grid, tmp
     assert result.returncode == 2 and 'notes.png exists and is not a PNG' in result.stderr
     assert (tmp_path / 'notes.png').read_text() == 'not a picture'
     # Plotting again to the same --out replaces plot's own files.
-    for _ in range(2):
-        assert_ok(run_plot([str(run), '--out', 'again.png'], tmp_path))
+    assert_ok(run_plot([str(run), '--out', 'again.png'], tmp_path))
+    first_png = (tmp_path / 'again.png').read_bytes()
+    other = grid / f'lr={LR_A},seed=1'
+    assert_ok(run_plot([str(other), '--out', 'again.png'], tmp_path))
+    assert read_curves(tmp_path / 'again.csv') == {
+        ('all runs', x): (value, value, value, 1) for x, value in zip((0, 100, 200), RUNS_A[1])
+    }
+    assert (tmp_path / 'again.png').read_bytes() != first_png
 
 
 def test_out_where_nothing_can_be_written_is_a_clear_error(grid, tmp_path):
