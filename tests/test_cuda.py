@@ -295,6 +295,18 @@ def run_example(root_dir, example, *params):
         ]
 
 
+def progress_lines(root_dir):
+    """The lines of ``root_dir``'s progress.csv, wall times included."""
+    return (root_dir / 'progress.csv').read_text().splitlines()
+
+
+def assert_resumed(root_dir, before):
+    """The run in ``root_dir`` resumed: the rows written ``before`` it are still there as
+    they were (a run started over would have rewritten them, with other wall times)."""
+    after = progress_lines(root_dir)
+    assert len(after) > len(before) and after[: len(before)] == before
+
+
 def rollout_time_step(t):
     """The CPU time step of env step ``t``: episodes of 6 steps (OU noise restarts at FIRST)."""
     g = torch.Generator().manual_seed(100 + t)
@@ -395,6 +407,8 @@ def test_a_stopped_and_resumed_gpu_run_gives_the_numbers_of_a_run_never_stopped(
         str(tmp_path / 'b' / 'checkpoints' / 'ckpt-350'), map_location='cpu'
     )
     rows = run_example(tmp_path / 'b', example, *params)
+    # Resumed, not started over: the stopped run's last row is still there.
+    assert '350' in [r['env_steps'] for r in rows]
     rows = [r for r in rows if r['env_steps'] != '350']
     if not cuda_graph:
         assert rows == expected
@@ -434,12 +448,16 @@ def test_compiled_networks_in_captured_graphs_train_and_resume_without_compile(t
     assert [int(r['env_steps']) for r in rows][-1] == 600
     assert all(math.isfinite(float(r['train/critic_loss'])) for r in rows if r['train/critic_loss'])
     # The checkpoint names the parameters as an uncompiled network does.
+    before = progress_lines(tmp_path)
     rows = run_example(tmp_path, 'sac_pendulum.gin', *params, 'TrainerConfig.num_env_steps = 800')
     assert [int(r['env_steps']) for r in rows][-1] == 800
+    assert_resumed(tmp_path, before)
 
 
 def test_auto_device_trains_on_the_gpu_and_resumes_on_the_cpu(tmp_path):
     run_example(tmp_path, 'sac_pendulum.gin', "TrainerConfig.device = 'auto'")
+    assert (tmp_path / 'device.txt').read_text().startswith('cuda')
+    before = progress_lines(tmp_path)
     # The same root_dir, carried on as on a machine without a GPU.
     rows = run_example(
         tmp_path,
@@ -448,6 +466,7 @@ def test_auto_device_trains_on_the_gpu_and_resumes_on_the_cpu(tmp_path):
         'TrainerConfig.num_env_steps = 900',
     )
     assert [int(r['env_steps']) for r in rows][-1] == 900
+    assert_resumed(tmp_path, before)
 
 
 @pytest.mark.parametrize('first_device', ['cpu', 'cuda'])
@@ -455,6 +474,7 @@ def test_a_run_without_graphs_resumes_on_the_gpu_with_them(tmp_path, first_devic
     # The checkpoint's RNG state is mapped to the GPU on load, and its
     # optimizers were saved with capturable=False.
     run_example(tmp_path, 'sac_pendulum.gin', f"TrainerConfig.device = '{first_device}'")
+    before = progress_lines(tmp_path)
     rows = run_example(
         tmp_path,
         'sac_pendulum.gin',
@@ -464,6 +484,8 @@ def test_a_run_without_graphs_resumes_on_the_gpu_with_them(tmp_path, first_devic
     )
     assert [int(r['env_steps']) for r in rows][-1] == 800
     assert all(math.isfinite(float(r['train/critic_loss'])) for r in rows if r['train/critic_loss'])
+    assert_resumed(tmp_path, before)
+    assert LAST_RUN['update_graphs'] >= 1 and LAST_RUN['rollout_graph'], LAST_RUN
 
 
 def test_cuda_graph_on_the_cpu_is_refused_before_anything_runs(tmp_path):

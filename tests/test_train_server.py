@@ -59,8 +59,11 @@ def test_a_served_child_runs_the_module_as_python_m_would(tmp_path, probe):
 
 
 def test_a_served_child_past_its_timeout_is_killed_and_the_server_goes_on(tmp_path, probe):
+    start = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired) as raised:
         train_server.run(probe + ['sleep'], tmp_path, timeout=3)
+    # Killed at its timeout, not waited for to the end of its 60 s sleep.
+    assert time.monotonic() - start < 30
     assert 'cwd' in raised.value.output  # what it printed before
     assert train_server.run(probe, tmp_path, timeout=60).returncode == 0
 

@@ -23,7 +23,8 @@ def time_step(n=3, obs_dim=4):
         observation=torch.randn(n, obs_dim),
         reward=torch.randn(n),
         discount=torch.tensor([1.0, 1.0, 0.0])[:n],
-        env_id=torch.arange(n),
+        # Env ids unlike the step types' values: a swap of the two columns shows.
+        env_id=torch.tensor([5, 3, 9])[:n],
     )
 
 
