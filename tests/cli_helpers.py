@@ -1,6 +1,7 @@
 """Running ``python -m alf_lite.bin.train`` from tests: commands, environment, kills."""
 
 import atexit
+import hashlib
 import json
 import os
 import select
@@ -180,6 +181,17 @@ def assert_ok(result):
     assert result.returncode == 0, (
         f'exit {result.returncode}\n--- stderr (tail) ---\n{result.stderr[-4000:]}'
     )
+
+
+def tree_digest(root):
+    """``{relative path: sha1}`` of every file under ``root``."""
+    digest = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            with open(path, 'rb') as f:
+                digest[os.path.relpath(path, root)] = hashlib.sha1(f.read()).hexdigest()
+    return digest
 
 
 def checkpoint_steps(root_dir):

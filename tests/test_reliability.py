@@ -2,7 +2,6 @@
 
 import csv
 import datetime
-import hashlib
 import logging
 import math
 import os
@@ -46,6 +45,7 @@ from cli_helpers import (
     start_in_own_session,
     train_command,
     train_env,
+    tree_digest,
 )
 
 SHORT = TINY + [
@@ -62,17 +62,6 @@ def copy_run(root_dir, tmp_path):
     copy = tmp_path / 'run'
     shutil.copytree(root_dir, copy)
     return copy
-
-
-def tree_digest(root):
-    """``{relative path: sha1}`` of every file under ``root``."""
-    digest = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            with open(path, 'rb') as f:
-                digest[os.path.relpath(path, root)] = hashlib.sha1(f.read()).hexdigest()
-    return digest
 
 
 def resumed_from(root_dir, step):

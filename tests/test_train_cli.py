@@ -2,7 +2,6 @@
 
 import contextlib
 import glob
-import hashlib
 import logging
 import math
 import multiprocessing
@@ -39,6 +38,7 @@ from cli_helpers import (
     start_and_kill,
     train_command,
     train_env,
+    tree_digest,
 )
 
 TRAIN_SCALARS = (
@@ -203,15 +203,6 @@ def test_root_dir_layout_and_tensorboard_scalars(tmp_path, read_tensorboard, rea
     ]
 
 
-def files_digest(root):
-    """``{relative path: sha1}`` of every file under ``root``."""
-    return {
-        str(path.relative_to(root)): hashlib.sha1(path.read_bytes()).hexdigest()
-        for path in sorted(Path(root).rglob('*'))
-        if path.is_file()
-    }
-
-
 def test_rerunning_a_finished_run_changes_nothing(tmp_path, read_tensorboard):
     root_dir = tmp_path / 'run'
     params = TINY + [
@@ -228,7 +219,7 @@ def test_rerunning_a_finished_run_changes_nothing(tmp_path, read_tensorboard):
         # Every checkpoint file's bytes, config.gin, progress.csv and each
         # TensorBoard event (wall time, step, value) of train and eval.
         return {
-            'checkpoints': files_digest(root_dir / 'checkpoints'),
+            'checkpoints': tree_digest(root_dir / 'checkpoints'),
             'config.gin': (root_dir / 'config.gin').read_text(),
             'progress.csv': (root_dir / 'progress.csv').read_text(),
             'train': read_tensorboard(root_dir / 'train'),
