@@ -28,7 +28,7 @@ from alf_lite.run_dir import (
     config_statements,
     split_binding,
 )
-from alf_lite.signals import PARENT_PID_VARIABLE
+from alf_lite.signals import started_watching_this_process
 
 # progress.csv's columns. Its step axis; TensorBoard's step is the same number.
 ENV_STEPS = 'env_steps'
@@ -284,11 +284,7 @@ def train_in_subprocess(
     """
     if stop_file is not None and os.path.exists(stop_file):
         return dict(NOT_STARTED)
-    env = subprocess_env(num_threads)
-    env.update(extra_env or {})
-    # Killed (SIGKILL, the OOM killer), this process can pass no stop on: train
-    # watches it and stops at a checkpoint once it ends.
-    env[PARENT_PID_VARIABLE] = str(os.getpid())
+    env = started_watching_this_process(dict(subprocess_env(num_threads), **(extra_env or {})))
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with tempfile.NamedTemporaryFile('w', suffix='.gin', delete=False) as config_file:
         config_file.write(config_text)

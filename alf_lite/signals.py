@@ -7,12 +7,13 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-# Set by ``runs.train_in_subprocess`` (grid_search's runs) to its
-# process id: train stops as on SIGTERM once that process ends (``stop_when_parent_ends``).
+# Set by ``started_watching_this_process`` (grid_search's and the learning benchmark's runs)
+# to the starter's process id: the run stops as on SIGTERM once that process ends
+# (``stop_when_starter_ends``).
 PARENT_PID_VARIABLE = 'ALF_LITE_STOP_WITH_PARENT'
 
 
@@ -64,6 +65,21 @@ class InterruptedOutsideTraining(Interrupted):
 def in_main_thread() -> bool:
     # Only the main thread may install signal handlers.
     return threading.current_thread() is threading.main_thread()
+
+
+def started_watching_this_process(env: Dict[str, str]) -> Dict[str, str]:
+    """``env`` for a run that stops at a checkpoint once this process ends, however it
+    ends (SIGKILL, the OOM killer, which let it pass no stop on): see
+    ``stop_when_starter_ends``."""
+    return dict(env, **{PARENT_PID_VARIABLE: str(os.getpid())})
+
+
+def stop_when_starter_ends() -> None:
+    """``stop_when_parent_ends`` of the process that started this one, if it asked for it
+    (``started_watching_this_process``)."""
+    parent_pid = os.environ.get(PARENT_PID_VARIABLE)
+    if parent_pid:
+        stop_when_parent_ends(int(parent_pid))
 
 
 def stop_when_parent_ends(parent_pid: int, interval_s: float = 1.0) -> None:

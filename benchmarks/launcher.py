@@ -32,7 +32,7 @@ from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE
 from alf_lite.config import write_text_atomically
 from alf_lite.run_dir import RunDir, run_dir_in_use
 from alf_lite.runs import ENV_STEPS, EVAL_RETURN, log_error_line, read_scalar_if_any, subprocess_env
-from alf_lite.signals import PARENT_PID_VARIABLE, STOP_SIGNALS
+from alf_lite.signals import STOP_SIGNALS, started_watching_this_process
 from benchmarks import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -181,13 +181,10 @@ class Launcher:
             with self._lock:
                 if self.stopping:
                     return dict(run=run, status='not started', detail='stopped')
-                # Killed (SIGKILL, the OOM killer), the launcher passes no stop
-                # on: its runs watch it and stop at a checkpoint once it ends.
-                env = dict(subprocess_env(1), **{PARENT_PID_VARIABLE: str(os.getpid())})
                 process = subprocess.Popen(
                     command,
                     cwd=REPO_ROOT,
-                    env=env,
+                    env=started_watching_this_process(subprocess_env(1)),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

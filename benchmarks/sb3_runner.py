@@ -55,7 +55,7 @@ from alf_lite.runs import (
     WALL_TIME,
 )
 from alf_lite.seeding import eval_env_seeds
-from alf_lite.signals import PARENT_PID_VARIABLE, STOP_SIGNALS, stop_when_parent_ends
+from alf_lite.signals import STOP_SIGNALS, stop_when_starter_ends
 from alf_lite.summary import MIN_INTERVAL_S
 from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
 from benchmarks.memory import sb3_buffer_bytes
@@ -321,9 +321,7 @@ def train(run: BenchmarkRun, out: str) -> int:
         s: signal.signal(s, lambda signum, frame: stop_signal.append(signum)) for s in STOP_SIGNALS
     }
     # As train does: started by a launcher that was killed, stop at a checkpoint.
-    parent_pid = os.environ.get(PARENT_PID_VARIABLE)
-    if parent_pid:
-        stop_when_parent_ends(int(parent_pid))
+    stop_when_starter_ends()
 
     class Progress(BaseCallback):
         """Evaluates and writes a progress.csv row at 0, every ``interval`` steps and at the end.

@@ -35,10 +35,9 @@ from alf_lite.run_dir import (
     moved_aside_path,
 )
 from alf_lite.signals import (
-    PARENT_PID_VARIABLE,
     InterruptedOutsideTraining,
     RaisingSignals,
-    stop_when_parent_ends,
+    stop_when_starter_ends,
 )
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
@@ -134,9 +133,7 @@ def main(argv):
     root_dir_existed = os.path.exists(root_dir)
     try:
         with RaisingSignals(InterruptedOutsideTraining) as signals:
-            parent_pid = os.environ.get(PARENT_PID_VARIABLE)
-            if parent_pid:
-                stop_when_parent_ends(int(parent_pid))
+            stop_when_starter_ends()
             train(root_dir, signals)
     except InterruptedOutsideTraining as e:
         # The trainer, if built, closed its env processes on the way here.
