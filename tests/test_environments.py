@@ -690,6 +690,49 @@ def test_env_processes_that_cannot_start_are_reaped():
     assert new_children(before) == []
 
 
+class _StartsForever:
+    """An env factory whose env never finishes being created in an env process."""
+
+    def __call__(self):
+        if os.getpid() != parent_pid:
+            time.sleep(3600)
+        return gymnasium.make('Pendulum-v1')
+
+
+parent_pid = os.getpid()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('interrupted', ['after its fork', 'before its start'])
+def test_a_signal_while_env_processes_start_leaves_no_process(monkeypatch, interrupted):
+    # A signal handler that raises (Ctrl-C, train's SIGTERM) can cut the start
+    # of env process 1 short: after its fork, so that the child runs but its
+    # Process has no pid, or before it forked at all.
+    from multiprocessing import popen_fork
+
+    real_launch = popen_fork.Popen._launch
+    launches = []
+
+    def launch_then_signal(self, process_obj):
+        launches.append(process_obj.name)
+        if len(launches) == 2:
+            if interrupted == 'after its fork':
+                real_launch(self, process_obj)
+            raise KeyboardInterrupt
+        real_launch(self, process_obj)
+
+    monkeypatch.setattr(popen_fork.Popen, '_launch', launch_then_signal)
+    before = child_pids()
+    with pytest.raises(KeyboardInterrupt):
+        BatchedEnvironment([_StartsForever(), _StartsForever()], use_subprocesses=True)
+    left = new_children(before)  # neither running nor zombie
+    for process in left:  # A copy of pytest that would hold its output for an hour.
+        process.kill()
+        process.wait(10)
+    assert len(launches) == 2
+    assert left == []
+
+
 def _signal_bits(pid: int, field: str) -> int:
     """A signal mask of /proc/<pid>/status: ``SigIgn`` (ignored), ``SigCgt`` (handled)."""
     with open(f'/proc/{pid}/status') as f:

@@ -13,6 +13,7 @@ from typing import Callable, List, Optional, Sequence, Union
 import gin
 import gymnasium
 import numpy as np
+import psutil
 import torch
 from absl import logging
 from gymnasium import spaces
@@ -216,6 +217,7 @@ class BatchedEnvironment:
             # Made before its __init__ runs, so that the processes it started
             # can be stopped when it fails half-way.
             self._env = AsyncVectorEnv.__new__(AsyncVectorEnv)
+            children_before = _child_pids()
             try:
                 # copy=False: the shared-memory observation is copied into a new
                 # float32 array in _observation() anyway, so one copy suffices.
@@ -223,7 +225,7 @@ class BatchedEnvironment:
                     env_fns, shared_memory=True, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
                 )
             except BaseException as e:
-                _stop_env_processes(self._env)
+                _stop_env_processes(self._env, children_before)
                 if not isinstance(e, _DEAD_WORKER_ERRORS):
                     raise
                 raise EnvironmentCrashedError(
@@ -663,7 +665,40 @@ def _record_problem(record, action_dim: int) -> Optional[str]:
     return None
 
 
-def _stop_env_processes(env: AsyncVectorEnv) -> None:
+def _child_pids() -> set:
+    """Process ids of this process's children, alive or not yet reaped."""
+    return {child.pid for child in psutil.Process().children()}
+
+
+def _unregistered_env_processes(env: AsyncVectorEnv, children_before: set) -> list:
+    """Env processes of ``env`` that were forked but that ``env`` does not know of.
+
+    A signal whose handler raises can arrive while ``Process.start`` forks: the
+    child runs, but the exception leaves the ``Process`` without its pid. Such a
+    child is a child of this process that was not there before ``env`` started
+    its processes, and runs this same program (a forked copy) or
+    ``multiprocessing``'s spawn entry point.
+    """
+    known = children_before | {p.pid for p in getattr(env, 'processes', []) if p.pid is not None}
+    try:
+        own_command = psutil.Process().cmdline()
+    except psutil.Error:
+        return []
+    strays = []
+    for child in psutil.Process().children():
+        if child.pid in known:
+            continue
+        try:
+            command = child.cmdline()
+        except psutil.Error:  # Exited, or a zombie whose command line is gone.
+            command = None
+        spawned = command is not None and 'multiprocessing.spawn' in ' '.join(command)
+        if command is None or command == own_command or spawned:
+            strays.append(child)
+    return strays
+
+
+def _stop_env_processes(env: AsyncVectorEnv, children_before: Optional[set] = None) -> None:
     """Terminate and reap the env processes of ``env`` and close its pipes, in any state.
 
     gymnasium's ``close(terminate=True)`` first waits for the pending call,
@@ -671,9 +706,15 @@ def _stop_env_processes(env: AsyncVectorEnv) -> None:
     terminates anything; nothing is waited for here.
 
     Args:
-        env: the vector env, possibly one whose ``__init__`` failed half-way.
+        env: the vector env, possibly one whose ``__init__`` failed half-way,
+            with processes it never started.
+        children_before: this process's children before ``env`` started its
+            processes; given, a process forked for ``env`` whose start was cut
+            short (see ``_unregistered_env_processes``) is killed too.
     """
-    processes = getattr(env, 'processes', [])
+    # Never started when the exception came between creating and starting it.
+    processes = [p for p in getattr(env, 'processes', []) if p.pid is not None]
+    strays = [] if children_before is None else _unregistered_env_processes(env, children_before)
     for process in processes:
         if process.is_alive():
             process.terminate()
@@ -685,6 +726,11 @@ def _stop_env_processes(env: AsyncVectorEnv) -> None:
         if process.is_alive():  # An env that handles SIGTERM and does not exit.
             process.kill()
             process.join()
+    for stray in strays:
+        # Not a multiprocessing child any more: killed and reaped here.
+        with contextlib.suppress(psutil.Error):
+            stray.kill()
+            stray.wait(_TERMINATE_WAIT_S)
     # gymnasium's __del__ would otherwise try to close it again.
     env.closed = True
 
