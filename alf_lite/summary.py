@@ -124,6 +124,9 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
             header = header or record
         elif event.HasField('session_log') and event.session_log.status == SessionLog.START:
             kept = [(step, r) for step, r in kept if step < event.step]
+        elif _hides(event):
+            # What it hid is gone; kept, it could become its tags' first point.
+            continue
         elif event.step <= env_steps:
             kept.append((event.step, record))
     if not kept:
@@ -162,6 +165,23 @@ def tags_after(events_dir: str, env_steps: int) -> List[str]:
     return sorted(tags)
 
 
+def tags_with_points(events_dir: str) -> List[str]:
+    """The tags of the points in ``events_dir``'s event files that hold a value, sorted."""
+    if not os.path.isdir(events_dir):
+        return []
+    tags = set()
+    for event, _ in _read_events(events_dir, _event_files(events_dir)):
+        if not _hides(event):
+            tags.update(value.tag for value in event.summary.value)
+    return sorted(tags)
+
+
+def _hides(event: Event) -> bool:
+    """Whether ``event`` holds only points without a value (``hide_events_after``'s)."""
+    values = event.summary.value
+    return bool(values) and all(value.WhichOneof('value') is None for value in values)
+
+
 def hide_events_after(writer: SummaryWriter, env_steps: int, tags: List[str]) -> None:
     """Hide from both of TensorBoard's readers the points of ``tags`` after
     ``env_steps`` in the event files read before ``writer``'s.
@@ -175,6 +195,11 @@ def hide_events_after(writer: SummaryWriter, env_steps: int, tags: List[str]) ->
     never does. Here each tag gets a point at ``env_steps`` + 1 that holds no
     value: the Rust reader drops the tag's later points and does not show it,
     the Python reader skips it.
+
+    Both readers take a tag's kind from the first point they read of it: one
+    without a value (or metadata) there would keep the tag out of view for good.
+    So ``tags`` must each have a point with a value in a file read before
+    ``writer``'s, and merges (``keep_events_until``) drop these points.
     """
     if tags:
         summary = SummaryProto(value=[SummaryProto.Value(tag=tag) for tag in tags])
@@ -261,6 +286,9 @@ class Summary:
             hidden = tags_after(events_dir, keep_until_env_steps)
             if events_need_merging(events_dir, now):
                 keep_events_until(events_dir, keep_until_env_steps)
+                # Not a tag the merge left no point of: the hiding point would be its first.
+                kept = tags_with_points(events_dir)
+                hidden = [tag for tag in hidden if tag in kept]
             self._writers[mode] = SummaryWriter(events_dir, purge_step=keep_until_env_steps + 1)
             hide_events_after(self._writers[mode], keep_until_env_steps, hidden)
         self._csv = ProgressCsv(run_dir.progress_file, keep_until_env_steps)

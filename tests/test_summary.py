@@ -504,8 +504,10 @@ def test_both_tensorboard_readers_hide_what_a_killed_run_wrote_after_its_checkpo
     # The Rust reader drops a tag's points only from a point of that tag read
     # later, so it needs more than the restart the Python reader applies. The
     # killed run's files were made by a clock an hour behind (the usual resume)
-    # or ahead (merged into one, which an open Python reader does not read on:
-    # README says to restart it).
+    # or ahead (merged into one, which an open Python reader does not read on and
+    # from which the merge dropped every Q value: the Rust reader open then shows
+    # them until it restarts, as README says, for a point that hid them would be
+    # the first of its tag in the files a TensorBoard started later reads).
     from tensorboard.summary.writer import event_file_writer
 
     now = summary_module.time.time
@@ -524,17 +526,64 @@ def test_both_tensorboard_readers_hide_what_a_killed_run_wrote_after_its_checkpo
     }
     resumed = {'critic_loss': [(0, 0.0), (100, 100.0), (200, 200.0), (400, 400.5)], 'q_value': []}
 
-    reads_on = clock_s < 0 or load_fast == 'true'
+    if clock_s < 0:
+        shown_while_open = resumed
+    elif load_fast == 'true':
+        shown_while_open = dict(resumed, q_value=killed['q_value'])
+    else:
+        shown_while_open = None
     with TensorBoard(tmp_path, load_fast, tmp_path / 'tensorboard_open.log') as open_before:
         assert open_before.wait_for('train', killed) == killed
         resumed_run = Summary(str(tmp_path), keep_until_env_steps=200)
         resumed_run.write(400, 200, WALL_TIME + 1400, {'train/critic_loss': 400.5})
         resumed_run.close()
         assert event_files(tmp_path / 'train')[0].endswith('.kept-200') == (clock_s > 0)
-        if reads_on:
-            assert open_before.wait_for('train', resumed) == resumed
+        if shown_while_open is not None:
+            shown = open_before.wait_for('train', shown_while_open)
+            assert shown == shown_while_open
     with TensorBoard(tmp_path, load_fast, tmp_path / 'tensorboard_after.log') as started_after:
         assert started_after.wait_for('train', resumed) == resumed
+
+
+@pytest.mark.parametrize('load_fast', READERS)
+@pytest.mark.parametrize(
+    'clock_s, merged',
+    [(-60, False), (-60, True), (60, False)],
+    ids=['files-left-alone', 'merged-at-a-later-resume', 'removed-at-the-fresh-start'],
+)
+def test_tags_a_fresh_start_hid_stay_in_view_after_the_hidden_points_are_merged_away(
+    tmp_path, monkeypatch, load_fast, clock_s, merged, read_tensorboard
+):
+    # A run killed after its first evaluation, before any checkpoint; the fresh
+    # start hides that point (a valueless point at step 0 for each tag it wrote)
+    # and evaluates again. A later resume merges the files, dropping the killed
+    # run's point: the hiding point is then the tag's first, and a reader that
+    # takes a tag's kind from its first point must still see a scalar.
+    from tensorboard.summary.writer import event_file_writer
+
+    now = summary_module.time.time
+    # Its files made a minute ago, and left as they are by the fresh start; or by a
+    # clock a minute ahead, and removed by it (they would sort after its own).
+    monkeypatch.setattr(event_file_writer.time, 'time', lambda: now() + clock_s)
+    killed_run = Summary(str(tmp_path))
+    killed_run.write(0, 0, WALL_TIME, {'eval/AverageReturn': -1.0})
+    killed_run.close()
+    monkeypatch.undo()
+    fresh = Summary(str(tmp_path), keep_until_env_steps=-1)
+    for step in (0, 100, 200):
+        fresh.write(step, step, WALL_TIME + 10 + step, {'eval/AverageReturn': step + 0.5})
+    fresh.close()
+    expected = {'AverageReturn': [(0, 0.5), (100, 100.5), (200, 200.5)]}
+    if merged:  # As a resume at 200 does when the old files would sort after its own.
+        summary_module.keep_events_until(str(tmp_path / 'eval'), 200)
+        (name,) = event_files(tmp_path / 'eval')
+        assert name.endswith('.kept-200')
+    else:
+        assert len(event_files(tmp_path / 'eval')) == (2 if clock_s < 0 else 1)
+    evaluation = read_tensorboard(tmp_path / 'eval')
+    assert [(e.step, e.value) for e in evaluation['AverageReturn']] == expected['AverageReturn']
+    with TensorBoard(tmp_path, load_fast, tmp_path / 'tensorboard.log') as tensorboard:
+        assert tensorboard.wait_for('eval', expected, timeout_s=30) == expected
 
 
 def test_throughput_leaves_out_the_time_spent_in_excluded_blocks(monkeypatch):
