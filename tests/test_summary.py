@@ -583,7 +583,7 @@ def test_tags_a_fresh_start_hid_stay_in_view_after_the_hidden_points_are_merged_
     evaluation = read_tensorboard(tmp_path / 'eval')
     assert [(e.step, e.value) for e in evaluation['AverageReturn']] == expected['AverageReturn']
     with TensorBoard(tmp_path, load_fast, tmp_path / 'tensorboard.log') as tensorboard:
-        assert tensorboard.wait_for('eval', expected, timeout_s=30) == expected
+        assert tensorboard.wait_for('eval', expected) == expected
 
 
 def test_throughput_leaves_out_the_time_spent_in_excluded_blocks(monkeypatch):
