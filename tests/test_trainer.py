@@ -267,30 +267,42 @@ def test_a_signal_during_the_resumes_replay_keeps_the_checkpoints_episodes(tmp_p
 class UnreplayableEnv(gymnasium.Env):
     """Starts each episode where ``os.urandom`` says: no seed or action replays it.
 
-    With ``random_reward``, the episode starts where its seed says and the rewards
-    are what ``os.urandom`` says: only the reward differs when it is replayed.
+    The observation is the point and where its episode started: actions that
+    push the point to a bound in both runs would otherwise make a replay arrive
+    at the saved observation after all. With ``random_reward``, the episode
+    starts where its seed says and the rewards are what ``os.urandom`` says:
+    only the reward differs when it is replayed.
     """
 
-    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    observation_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
     action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
 
     def __init__(self, random_reward=False):
         self._random_reward = random_reward
+
+    def _observation(self):
+        return np.array([self._x, self._start], dtype=np.float32)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         if self._random_reward:
             self._x = float(self.np_random.uniform(-1.0, 1.0))
         else:
-            self._x = int.from_bytes(os.urandom(2), 'little') / 65535 * 2 - 1
-        return np.array([self._x], dtype=np.float32), {}
+            self._x = _urandom_fraction() * 2 - 1
+        self._start = self._x
+        return self._observation(), {}
 
     def step(self, action):
         self._x = float(np.clip(self._x + 0.1 * float(action[0]), -1.0, 1.0))
         reward = -abs(self._x)
         if self._random_reward:
-            reward = int.from_bytes(os.urandom(2), 'little') / 65535
-        return np.array([self._x], dtype=np.float32), reward, False, False, {}
+            reward = _urandom_fraction()
+        return self._observation(), reward, False, False, {}
+
+
+def _urandom_fraction() -> float:
+    """A number in [0, 1] from ``os.urandom`` (4 bytes: rarely the same twice)."""
+    return int.from_bytes(os.urandom(4), 'little') / (2**32 - 1)
 
 
 class NanRewardEnv(gymnasium.Env):
