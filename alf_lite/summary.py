@@ -90,7 +90,7 @@ class ProgressCsv:
         os.replace(tmp, self._path)
 
 
-def keep_events_until(events_dir: str, env_steps: int) -> None:
+def keep_events_until(events_dir: str, env_steps: int) -> List[str]:
     """Merge the TensorBoard event files in ``events_dir`` into one, without the events after
     ``env_steps``, named to come before any file written from now on.
 
@@ -108,31 +108,34 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
     before any old file is removed. The Python reader of a TensorBoard open on
     the directory while its files are replaced (``--load_fast=false``) needs a
     restart to read on; the default reader reads on.
+
+    Returns:
+        the tags of the points kept, sorted.
     """
     if not os.path.isdir(events_dir):
-        return
+        return []
     for name in os.listdir(events_dir):
         if name.startswith(_PARTIAL_PREFIX):
             os.remove(os.path.join(events_dir, name))
     _finish_merge(events_dir)
     files = _event_files(events_dir)
     if not files:
-        return
+        return []
     header, kept = None, []
     for event, record in _read_events(events_dir, files):
         if event.HasField('file_version'):
             header = header or record
         elif event.HasField('session_log') and event.session_log.status == SessionLog.START:
-            kept = [(step, r) for step, r in kept if step < event.step]
+            kept = [(step, e, r) for step, e, r in kept if step < event.step]
         elif _hides(event):
             # What it hid is gone; kept, it could become its tags' first point.
             continue
         elif event.step <= env_steps:
-            kept.append((event.step, record))
+            kept.append((event.step, event, record))
     if not kept:
         for name in files:
             os.remove(os.path.join(events_dir, name))
-        return
+        return []
     seconds = int(time.time()) - 1
     created = _created_second(files[0])
     if created is not None:
@@ -146,12 +149,13 @@ def keep_events_until(events_dir: str, env_steps: int) -> None:
         if header:
             writer.write(header)
         # Python's sort is stable: the events of one step keep their order.
-        for _, record in sorted(kept, key=lambda step_record: step_record[0]):
+        for _, _, record in sorted(kept, key=lambda step_event_record: step_event_record[0]):
             writer.write(record)
         f.flush()
         os.fsync(f.fileno())
     os.replace(partial, os.path.join(events_dir, _MERGED_PREFIX + _hidden(merged)))
     _finish_merge(events_dir)
+    return sorted({value.tag for _, event, _ in kept for value in event.summary.value})
 
 
 def tags_after(events_dir: str, env_steps: int) -> List[str]:
@@ -161,17 +165,6 @@ def tags_after(events_dir: str, env_steps: int) -> List[str]:
     tags = set()
     for event, _ in _read_events(events_dir, _event_files(events_dir)):
         if event.step > env_steps:
-            tags.update(value.tag for value in event.summary.value)
-    return sorted(tags)
-
-
-def tags_with_points(events_dir: str) -> List[str]:
-    """The tags of the points in ``events_dir``'s event files that hold a value, sorted."""
-    if not os.path.isdir(events_dir):
-        return []
-    tags = set()
-    for event, _ in _read_events(events_dir, _event_files(events_dir)):
-        if not _hides(event):
             tags.update(value.tag for value in event.summary.value)
     return sorted(tags)
 
@@ -285,9 +278,8 @@ class Summary:
             # Before a merge removes them: a TensorBoard open on the run still shows them.
             hidden = tags_after(events_dir, keep_until_env_steps)
             if events_need_merging(events_dir, now):
-                keep_events_until(events_dir, keep_until_env_steps)
+                kept = keep_events_until(events_dir, keep_until_env_steps)
                 # Not a tag the merge left no point of: the hiding point would be its first.
-                kept = tags_with_points(events_dir)
                 hidden = [tag for tag in hidden if tag in kept]
             self._writers[mode] = SummaryWriter(events_dir, purge_step=keep_until_env_steps + 1)
             hide_events_after(self._writers[mode], keep_until_env_steps, hidden)

@@ -690,6 +690,9 @@ def test_env_processes_that_cannot_start_are_reaped():
     assert new_children(before) == []
 
 
+parent_pid = os.getpid()
+
+
 class _StartsForever:
     """An env factory whose env never finishes being created in an env process."""
 
@@ -697,9 +700,6 @@ class _StartsForever:
         if os.getpid() != parent_pid:
             time.sleep(3600)
         return gymnasium.make('Pendulum-v1')
-
-
-parent_pid = os.getpid()
 
 
 @pytest.mark.timeout(60)
