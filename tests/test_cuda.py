@@ -152,11 +152,16 @@ def test_updates_from_a_gpu_buffer_never_wait_for_the_gpu(name, cuda_graph):
 
 def test_compiled_cuda_graph_stays_close_to_eager():
     pytest.importorskip('triton', reason='torch.compile on the GPU needs triton')
+    from torch._dynamo.utils import counters
+
     initial = make('sac').to(CUDA)
     eager, eager_rb, eager_runner = setup('sac', defer_non_finite_checks=True)
     train(eager_rb, eager_runner, 100)
+    torch._dynamo.reset()  # what other tests compiled is compiled again, and counted
+    graphs = counters['stats']['unique_graphs']
     compiled, compiled_rb, compiled_runner = setup('sac', cuda_graph=True, compile=True)
     train(compiled_rb, compiled_runner, 100)
+    assert counters['stats']['unique_graphs'] > graphs, 'nothing was compiled'
     # Fused kernels round differently: the two stay far closer than either moved.
     moved = max(
         (p - q).abs().max().item() for p, q in zip(initial.parameters(), eager.parameters())
@@ -208,12 +213,21 @@ def test_cpu_buffer_gives_a_gpu_learner_the_cpu_samples_through_pinned_blocks():
     plain = ReplayBuffer(NUM_ENVS, 100, OBS_DIM, ACTION_DIM)
     # Plain memory (no power-of-two rounding); batches are gathered into pinned blocks.
     assert host.device == torch.device('cpu') and not host._storage['observation'].is_pinned()
-    rows = torch.arange(6).reshape(2, 3)
-    assert host._gather_pinned('observation', rows).is_pinned()
+    gathered = []
+    gather = host._gather_pinned
+
+    def spy(name, rows):
+        out = gather(name, rows)
+        gathered.append((name, out.is_pinned()))
+        return out
+
+    host._gather_pinned = spy
     for rb in (host, plain):
         add_rows(rb, 50, seed=0)
     torch.manual_seed(3)
     on_gpu = host.sample(BATCH, 3)
+    # Each field went up from its own pinned block.
+    assert gathered == [(name, True) for name in Experience._fields]
     torch.manual_seed(3)
     on_cpu = plain.sample(BATCH, 3)
     for x, y in zip(on_gpu, on_cpu):
@@ -225,6 +239,11 @@ def test_time_step_goes_to_the_gpu_in_one_copy_every_field_exact():
     on_gpu = time_step_to_device(ts, CUDA)
     assert all(x.device == CUDA for x in on_gpu)
     assert_same_time_step(on_gpu, ts)
+    # One copy: the float fields are views of one device block (step types and
+    # env ids are converted from it on the device).
+    block = on_gpu.observation.untyped_storage().data_ptr()
+    assert on_gpu.reward.untyped_storage().data_ptr() == block
+    assert on_gpu.discount.untyped_storage().data_ptr() == block
 
 
 @pytest.mark.parametrize('name', ['sac', 'td3'])
@@ -336,16 +355,16 @@ def test_captured_rollout_acts_as_the_eager_step_and_writes_its_rows(name, buffe
     captured = CapturedRollout(algorithm, rb, NUM_ENVS, OBS_DIM, CUDA)
     assert captured.writes_rows == (buffer_device is None)
     torch.cuda.manual_seed(7)
-    actions = []
-    for ts in host_steps:
-        action = captured.step(ts).cpu()
-        if not captured.writes_rows:
-            rb.add_batch(Experience(ts.step_type, ts.observation, action, ts.reward, ts.discount))
-        actions.append(action)
+    actions = [captured.step(ts).cpu() for ts in host_steps]
     assert captured._graph is not None  # the later steps were replays
     # Same generator, same numbers: the noise (and OU's state across steps) as eager.
     for t, (action, want) in enumerate(zip(actions, expected)):
         torch.testing.assert_close(action, want, rtol=0, atol=1e-6, msg=f'env step {t}')
+    if not captured.writes_rows:
+        # A CPU buffer is written by the collector after the action came down.
+        assert rb.total_added == 0 and int(rb._total_added_tensor) == 0
+        assert not any(x.any() for x in rb.storage.values())
+        return
     assert rb.total_added == steps
     state = rb.storage
     assert int(rb._total_added_tensor) == steps
