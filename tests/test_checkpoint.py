@@ -410,6 +410,8 @@ def test_replay_buffer_that_would_run_code_is_refused_and_runs_nothing(tmp_path)
     assert not marker.exists()
 
 
+# torch warns that the plain pickle's protocol is not its own: that file is the point here.
+@pytest.mark.filterwarnings('ignore:Detected pickle protocol:UserWarning')
 def test_plain_pickle_in_place_of_a_checkpoint_runs_nothing_and_counts_as_unreadable(tmp_path):
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
     crafted = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
