@@ -189,9 +189,16 @@ class ObservationOnlyCritic(torch.nn.Module):
         (
             Td3Algorithm,
             dict(critic_network_ctor=TanhNormalActorNetwork),
-            TypeError,
-            'Td3Algorithm.critic_network_ctor: TanhNormalActorNetwork.__init__() got an '
-            "unexpected keyword argument 'num_replicas'",
+            ValueError,
+            'Td3Algorithm.critic_network_ctor is TanhNormalActorNetwork, which takes no '
+            'num_replicas and so cannot build a critic',
+        ),
+        (
+            SacAlgorithm,
+            dict(critic_network_ctor=DeterministicActorNetwork),
+            ValueError,
+            'SacAlgorithm.critic_network_ctor is DeterministicActorNetwork, which takes no '
+            'num_replicas',
         ),
     ],
     ids=[
@@ -200,6 +207,7 @@ class ObservationOnlyCritic(torch.nn.Module):
         'td3_critic_as_actor',
         'ddpg_critic_without_action',
         'td3_actor_as_critic',
+        'sac_actor_as_critic',
     ],
 )
 def test_networks_that_cannot_play_their_part_are_refused_naming_the_parameter(

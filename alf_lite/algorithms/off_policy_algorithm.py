@@ -106,6 +106,19 @@ def build_network(parameter: str, ctor, *args, **kwargs) -> nn.Module:
         raise TypeError(f'{parameter}: {e}') from e
 
 
+def _takes_keyword(ctor, keyword: str) -> bool:
+    """Whether ``ctor`` can be called with ``keyword=...`` (True where its signature cannot
+    be read: the call decides)."""
+    try:
+        parameters = inspect.signature(ctor).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(
+        p.kind == p.VAR_KEYWORD or (p.name == keyword and p.kind != p.POSITIONAL_ONLY)
+        for p in parameters
+    )
+
+
 def _takes(fn, num_args: int) -> bool:
     """Whether ``fn`` (a module: its ``forward``) can be called with ``num_args`` arguments."""
     # A module's own signature is ``__call__``'s, which takes anything.
@@ -300,6 +313,15 @@ class OffPolicyAlgorithm(nn.Module):
         check_num_critic_replicas(num_critic_replicas)
         name, dims = type(self).__name__, (self.observation_dim, self.action_dim)
         self._actor = build_network(f'{name}.actor_network_ctor', actor_network_ctor, *dims)
+        if not _takes_keyword(critic_network_ctor, 'num_replicas'):
+            # An actor given as the critic: refused before its constructor fails on num_replicas.
+            raise ValueError(
+                f'{name}.critic_network_ctor is '
+                f'{getattr(critic_network_ctor, "__name__", critic_network_ctor)}, which takes '
+                'no num_replicas and so cannot build a critic: a critic is built as '
+                'ctor(observation_dim, action_dim, num_replicas=R) and maps an observation '
+                'and an action to Q values (as CriticNetwork does).'
+            )
         self._critic = build_network(
             f'{name}.critic_network_ctor',
             critic_network_ctor,
