@@ -170,6 +170,21 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
         raise
 
 
+def new_file_beside(path: str, suffix: str = '') -> str:
+    """Create an empty file in ``path``'s directory, named after it and unique (hidden, then
+    ``suffix``), and return its path: the temporary file of a write that ends in
+    ``os.replace`` onto ``path``.
+
+    Opened with "x", it gets the permissions of any new file (the umask's), where
+    tempfile's are private (0600) and ``path`` would keep that mode.
+    """
+    directory, name = os.path.split(os.path.abspath(path))
+    tmp_path = os.path.join(directory, f'.{name}.{os.getpid()}-{uuid.uuid4().hex}{suffix}')
+    with open(tmp_path, 'x'):
+        pass
+    return tmp_path
+
+
 def write_text_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a part.
 

@@ -4,6 +4,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 
@@ -254,10 +255,16 @@ def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):
     import imageio
 
     mp4 = tmp_path / 'out.mp4'
-    result = run_play(
-        trained_run, '--checkpoint_step', '1', '--record_file', str(mp4), '--render_size', '32'
-    )
+    umask = os.umask(0o022)  # play's process inherits it
+    try:
+        result = run_play(
+            trained_run, '--checkpoint_step', '1', '--record_file', str(mp4), '--render_size', '32'
+        )
+    finally:
+        os.umask(umask)
     assert_ok(result)
+    # The permissions of any new file, not those of a private temporary one (0600).
+    assert stat.S_IMODE(mp4.stat().st_mode) == 0o644
     assert 'ckpt-1' in result.stdout
     ((episode_return, length),) = episodes(result.stdout)
     assert length == EPISODE_STEPS

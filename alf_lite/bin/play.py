@@ -35,6 +35,7 @@ from absl import app, flags
 
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, parse_flags
 from alf_lite.bin.policy import checkpoint_path, load_policy
+from alf_lite.config import new_file_beside
 from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps
 from alf_lite.signals import Interrupted, RaisingSignals
 
@@ -113,12 +114,8 @@ class VideoWriter:
     def __init__(self, path: str, fps: float, size=None):
         import imageio
 
-        directory, name = os.path.split(os.path.abspath(path))
         # The real extension last: imageio picks the format by it.
-        fd, self._tmp = tempfile.mkstemp(
-            dir=directory, prefix=f'.{name}.', suffix='.partial' + os.path.splitext(name)[1]
-        )
-        os.close(fd)
+        self._tmp = new_file_beside(path, '.partial' + os.path.splitext(path)[1])
         self._path = path
         self._size = size
         self.num_frames = 0

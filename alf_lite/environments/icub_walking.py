@@ -41,7 +41,6 @@ Facts about the model that the code handles:
 
 import hashlib
 import os
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Optional
@@ -52,6 +51,7 @@ import icub_models
 import numpy as np
 from gymnasium import spaces
 
+from alf_lite.config import new_file_beside
 from alf_lite.environments.suite_pybullet import connect_direct, pybullet, render_rgb
 
 ICUB_WALK_ID = 'ICubWalk-v0'
@@ -198,9 +198,9 @@ def cleaned_urdf_path(cache_dir: Optional[str] = None) -> str:
     path = directory / f'{ICUB_MODEL}-clean-{digest[:16]}.urdf'
     if not path.exists():
         directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=path.name + '.', suffix='.tmp')
+        tmp = new_file_beside(str(path), '.tmp')
         try:
-            with os.fdopen(fd, 'w') as f:
+            with open(tmp, 'w') as f:
                 f.write(clean_urdf(text, mesh_root))
             os.replace(tmp, path)
         except BaseException:
