@@ -63,13 +63,16 @@ def modes(algorithm):
 @pytest.mark.parametrize('name', sorted(ALGORITHMS))
 def test_train_and_eval_set_every_module_as_nn_module_does(name):
     algorithm = ALGORITHMS[name](observation_dim=3, action_dim=2)
-    # DDPG and TD3 keep their targets in eval mode (running statistics) in both modes.
-    targets = ('_target_actor', '_target_critic') if name != 'sac' else ()
+    # Every algorithm keeps its targets in eval mode (running statistics) in both modes.
+    targets = tuple(n for n in dict(algorithm.named_children()) if n.startswith('_target_'))
+    assert targets == (
+        ('_target_critic',) if name == 'sac' else ('_target_actor', '_target_critic')
+    )
     for mode in (False, True, False):
         assert algorithm.train(mode) is algorithm
         expected = {module: mode and not module.startswith(targets) for module in modes(algorithm)}
         assert modes(algorithm) == expected
-    # nn.Module.train over the same tree, then the targets put back as DDPG's train does.
+    # nn.Module.train over the same tree, then the targets put back in eval mode.
     for mode in (False, True):
         algorithm.train(not mode)
         torch.nn.Module.train(algorithm, mode)

@@ -1,5 +1,6 @@
 """SAC's losses against hand computations on tiny batches."""
 
+import functools
 import math
 
 import pytest
@@ -9,6 +10,7 @@ import torch.nn as nn
 from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import loss_mask, td_target
 from alf_lite.data import Experience, StepType, TimeStep
+from alf_lite.networks import CriticNetwork
 
 F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
 GAMMA = 0.9
@@ -319,6 +321,23 @@ def test_target_starts_as_copy_and_follows_polyak_exactly():
     for old, t, o in zip(old_target, sac._target_critic.parameters(), sac._critic.parameters()):
         assert not torch.equal(o, old)
         assert torch.allclose(t, 0.25 * o + 0.75 * old, atol=1e-7)
+
+
+def test_a_batch_norm_target_critic_scores_each_row_alone():
+    # The target critic runs in eval mode whatever the algorithm's mode: its
+    # batch norms use running statistics, not those of the batch.
+    torch.manual_seed(0)
+    critic = functools.partial(CriticNetwork, hidden_layers=(16, 8), batch_norm=True)
+    sac = SacAlgorithm(observation_dim=3, action_dim=2, critic_network_ctor=critic)
+    batch = random_batch()
+    sac.train(True)
+    sac.train_step(batch, loss_mask(batch))
+    assert sac._critic.training and not sac._target_critic.training
+    observation, action = torch.randn(6, 3), torch.rand(6, 2) * 2 - 1
+    with torch.no_grad():
+        alone = sac._target_critic(observation[:3], action[:3])
+        in_batch = sac._target_critic(observation, action)[:3]
+    torch.testing.assert_close(alone, in_batch, rtol=0, atol=1e-6)  # batch statistics: ~0.1 off
 
 
 def test_target_update_period_skips_updates():

@@ -19,7 +19,6 @@ from alf_lite.algorithms.off_policy_algorithm import (
     check_update_settings,
     frozen,
     masked_mean,
-    set_training,
     td_target,
     transitions,
 )
@@ -110,8 +109,7 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             actor_network_ctor, critic_network_ctor, num_critic_replicas, sampling=False
         )
         # Targets start as exact copies (Algorithm 1) and always run in eval
-        # mode, so their batch norms use the running statistics that
-        # polyak_update copies from the online networks.
+        # mode (OffPolicyAlgorithm.train).
         self._target_actor = copy.deepcopy(self._actor).requires_grad_(False).eval()
         self._target_critic = copy.deepcopy(self._critic).requires_grad_(False).eval()
         self._frozen_critic = frozen(self._critic)  # reused: its parameter list is built once
@@ -128,13 +126,6 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             'actor': make_optimizer(actor_optimizer, self._actor.parameters(), 1e-4),
             'critic': make_optimizer(critic_optimizer, self._critic.parameters(), 1e-3),
         }
-
-    def train(self, mode: bool = True) -> 'DdpgAlgorithm':
-        """Set the online networks' mode (batch norm); the targets stay in eval mode."""
-        super().train(mode)
-        set_training(self._target_actor, False)
-        set_training(self._target_critic, False)
-        return self
 
     @property
     def train_step_cycle(self) -> int:

@@ -348,10 +348,19 @@ class OffPolicyAlgorithm(nn.Module):
         tables first: 62 us a switch for TD3's 33 modules, 14 us here
         (``benchmarks/mode_switch.py``). This sets the same flags directly; a
         submodule with its own ``train`` still gets it called.
+
+        Target networks (submodules named ``_target_*``) stay in eval mode: their
+        batch norms use the running statistics that ``polyak_update`` copies
+        from the online networks, so a row's target does not depend on the
+        other rows of its batch.
         """
         if not isinstance(mode, bool):
             raise ValueError(f'training mode is expected to be a bool, got {mode!r}')
         set_training(self, mode)
+        if mode:
+            for name, child in self._modules.items():
+                if name.startswith('_target_'):
+                    set_training(child, False)
         return self
 
     @property

@@ -90,7 +90,8 @@ class SacAlgorithm(OffPolicyAlgorithm):
         self._build_actor_and_critic(
             actor_network_ctor, critic_network_ctor, num_critic_replicas, sampling=True
         )
-        self._target_critic = copy.deepcopy(self._critic).requires_grad_(False)
+        # Always in eval mode (OffPolicyAlgorithm.train).
+        self._target_critic = copy.deepcopy(self._critic).requires_grad_(False).eval()
         self._frozen_critic = frozen(self._critic)  # reused: its parameter list is built once
         self._log_alpha = nn.Parameter(torch.tensor(float(initial_log_alpha)))
         self._gamma = gamma
