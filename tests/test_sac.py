@@ -468,6 +468,24 @@ def test_tanh_normal_log_prob_matches_change_of_variables(action_dim):
     assert math.isfinite(log_prob.sum().item())
 
 
+def test_tanh_normal_log_prob_stays_exact_where_tanh_saturates():
+    from alf_lite.networks import TanhNormalActorNetwork
+
+    torch.manual_seed(0)
+    actor = TanhNormalActorNetwork(2, 1, hidden_layers=(8,))
+    obs = torch.randn(1, 2).expand(9, 2)
+    mean, log_std = actor._mean_and_log_std(obs[:1])
+    # Pre-tanh values up to +-18, where tanh(u) rounds to +-1 in float32.
+    u = torch.tensor([-18.0, -12.0, -6.0, -1.0, 0.0, 1.0, 6.0, 12.0, 18.0]).unsqueeze(1)
+    noise = (u - mean) / log_std.exp()
+    _, log_prob = actor.sample(obs, noise=noise)
+    # In float64: log(1 - tanh(u)^2) = log 4 - 2 log(e^u + e^-u).
+    u64, mean64, std64 = u.double(), mean.double(), log_std.double().exp()
+    log_det = math.log(4.0) - 2.0 * torch.logaddexp(u64, -u64)
+    expected = torch.distributions.Normal(mean64, std64).log_prob(u64) - log_det
+    torch.testing.assert_close(log_prob.double(), expected.squeeze(1), rtol=1e-5, atol=1e-4)
+
+
 def test_value_step_is_the_mean_of_the_critic_replicas():
     sac = make_sac()
     # Q_i = c_i + sum(s) with c = (1, 2): the mean over replicas is 1.5 + s.
