@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -76,6 +76,23 @@ def train_column(name: str) -> str:
     return f'train/{name}'
 
 
+def complete_lines(f) -> Iterator[str]:
+    """The lines of ``progress.csv`` (``f``, opened with ``newline=''``) that end in a line
+    break. A kill or a full disk mid-append can cut the last row short anywhere, even
+    inside its last field, where no field is missing: only its line break tells."""
+    for line in f:
+        if line.endswith('\n'):
+            yield line
+
+
+def complete_rows(f) -> Tuple[List[str], List[Dict[str, str]]]:
+    """The columns and the complete rows of ``progress.csv`` (``f``, opened with
+    ``newline=''``): a row cut short (``complete_lines``) or without all its fields is left out."""
+    reader = csv.DictReader(complete_lines(f))
+    rows = [r for r in reader if None not in r.values()]
+    return list(reader.fieldnames or []), rows
+
+
 def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, np.ndarray]:
     """The points ``(x, y)`` of one scalar of a run, sorted by x, one per x (the last written).
 
@@ -93,12 +110,18 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
     path = RunDir(root_dir).progress_file
     if os.path.isfile(path):
         with open(path, newline='') as f:
-            reader = csv.DictReader(f)
+            reader = csv.DictReader(complete_lines(f))
             try:
                 columns = list(reader.fieldnames or [])
                 missing = [name for name in (x, y) if name not in columns]
                 points = (
-                    [] if missing else [(float(r[x]), float(r[y])) for r in reader if r[x] and r[y]]
+                    []
+                    if missing
+                    else [
+                        (float(r[x]), float(r[y]))
+                        for r in reader
+                        if r[x] and r[y] and None not in r.values()
+                    ]
                 )
             except (csv.Error, ValueError) as e:  # a UnicodeDecodeError is a ValueError
                 raise ValueError(f'{path}, line {reader.line_num}: {e}') from None

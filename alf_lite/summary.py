@@ -18,7 +18,7 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
 from alf_lite.run_dir import SUMMARY_MODES, RunDir
-from alf_lite.runs import ENV_STEPS, NUM_UPDATES, PROGRESS_COLUMNS, WALL_TIME
+from alf_lite.runs import ENV_STEPS, NUM_UPDATES, PROGRESS_COLUMNS, WALL_TIME, complete_rows
 
 # The shortest time a rate divides by: two calls within one clock tick.
 MIN_INTERVAL_S = 1e-9
@@ -55,15 +55,11 @@ class ProgressCsv:
         self._rows: List[Dict[str, str]] = []
         if os.path.exists(path):
             with open(path, newline='') as f:
-                reader = csv.DictReader(f)
-                self._columns = list(reader.fieldnames or [])
-                # A row cut short by a kill mid-append has missing fields: drop it.
-                self._rows = [
-                    r
-                    for r in reader
-                    if None not in r.values()
-                    and (max_env_steps is None or int(r[ENV_STEPS]) <= max_env_steps)
-                ]
+                # A row cut short by a kill mid-append is dropped.
+                self._columns, rows = complete_rows(f)
+            self._rows = [
+                r for r in rows if max_env_steps is None or int(r[ENV_STEPS]) <= max_env_steps
+            ]
             self._rewrite()
 
     def write(self, row: Dict[str, float]) -> None:

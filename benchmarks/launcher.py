@@ -16,7 +16,6 @@ from the caller as a command.
 """
 
 import concurrent.futures
-import csv
 import datetime
 import glob
 import json
@@ -31,7 +30,14 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tupl
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE
 from alf_lite.config import write_text_atomically
 from alf_lite.run_dir import RunDir, run_dir_in_use
-from alf_lite.runs import ENV_STEPS, EVAL_RETURN, log_error_line, read_scalar_if_any, subprocess_env
+from alf_lite.runs import (
+    ENV_STEPS,
+    EVAL_RETURN,
+    complete_rows,
+    log_error_line,
+    read_scalar_if_any,
+    subprocess_env,
+)
 from alf_lite.signals import STOP_SIGNALS, started_watching_this_process
 from benchmarks import REPO_ROOT
 
@@ -351,7 +357,7 @@ def _last_env_steps(run_dir: str) -> int:
     """Env steps of the last row of a run's progress.csv; 0 without one."""
     try:
         with open(RunDir(run_dir).progress_file, newline='') as f:
-            rows = list(csv.DictReader(f))
+            _, rows = complete_rows(f)
         return int(float(rows[-1][ENV_STEPS])) if rows else 0
     except (OSError, ValueError, KeyError):
         return 0

@@ -53,6 +53,7 @@ from alf_lite.runs import (
     TRAIN_EPISODE_LENGTH,
     TRAIN_RETURN,
     WALL_TIME,
+    complete_rows,
 )
 from alf_lite.seeding import eval_env_seeds
 from alf_lite.signals import STOP_SIGNALS, stop_when_starter_ends
@@ -250,7 +251,7 @@ def _save_checkpoint(model, run_dir: str) -> None:
 def _keep_rows_up_to(progress_file: str, env_steps: int) -> None:
     """Drops the progress.csv rows written after ``env_steps``."""
     with open(progress_file, newline='') as f:
-        rows = list(csv.DictReader(f))
+        _, rows = complete_rows(f)
     text = io.StringIO(newline='')
     writer = csv.DictWriter(text, SB3_COLUMNS)
     writer.writeheader()

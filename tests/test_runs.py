@@ -77,6 +77,20 @@ def test_scalar_of_a_run_without_it_is_empty(tmp_path):
     assert [len(a) for a in read_scalar_if_any(str(tmp_path / 'missing'), 'eval/x')] == [0, 0]
 
 
+@pytest.mark.parametrize(
+    'last_line',
+    ['2000,3,-14', '2000,3', '2000,'],
+    ids=['inside_its_last_field', 'without_its_last_field', 'inside_its_second_field'],
+)
+def test_a_last_row_cut_short_is_not_read_as_a_point(tmp_path, last_line):
+    # A kill or a full disk mid-append: -143.25 written as far as -14.
+    (tmp_path / 'progress.csv').write_text(
+        'env_steps,num_updates,eval/AverageReturn\n0,0,-500\n1000,2,-300.5\n' + last_line
+    )
+    steps, values = read_scalar(str(tmp_path), 'eval/AverageReturn')
+    assert steps.tolist() == [0, 1000] and values.tolist() == [-500, -300.5]
+
+
 # --- the root_dir's layout, its lock and which configs are one experiment (alf_lite.run_dir) ---
 
 # The bindings the README lets a resume change: run length, reporting, where and how it computes.

@@ -605,10 +605,12 @@ def test_throughput_leaves_out_the_time_spent_in_excluded_blocks(monkeypatch):
     assert throughput.rates(1100, 350) == (100.0, 50.0)
 
 
-def test_progress_csv_drops_a_row_cut_short_by_a_kill(tmp_path, read_progress):
+@pytest.mark.parametrize('cut', ['300,3', '300,30,0.12'], ids=['fields_missing', 'in_last_field'])
+def test_progress_csv_drops_a_row_cut_short_by_a_kill(tmp_path, read_progress, cut):
     path = tmp_path / 'progress.csv'
-    # A kill mid-append leaves the last row without its last fields.
-    path.write_text('env_steps,num_updates,train/critic_loss\n100,10,0.5\n200,20,0.25\n300,3')
+    # A kill mid-append leaves the last row without its last fields, or its last
+    # field without its last digits.
+    path.write_text('env_steps,num_updates,train/critic_loss\n100,10,0.5\n200,20,0.25\n' + cut)
     resumed = ProgressCsv(str(path))
     _, rows = read_progress(path)
     assert [r['env_steps'] for r in rows] == ['100', '200']
