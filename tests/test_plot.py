@@ -500,6 +500,20 @@ def test_a_run_moved_aside_or_named_twice_is_not_counted_twice(grid, tmp_path):
     assert f'{runs[0]} and {aside} have the same TrainerConfig.random_seed (0)' in result.stderr
 
 
+def test_a_folder_of_links_to_runs_is_searched_each_run_once(grid, tmp_path):
+    links = tmp_path / 'links'
+    links.mkdir()
+    for seed in RUNS_A:
+        (links / f'a{seed}').symlink_to(grid / f'lr={LR_A},seed={seed}')
+    (links / 'all').symlink_to(grid)  # the same runs again, through the folder
+    (links / 'loop').symlink_to(links)  # a link back up is not walked again
+    result = run_plot([str(links), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    table = final_table(result.stdout)
+    assert table[f'actor/Adam.lr={LR_A}'][0] == len(RUNS_A)
+    assert table[f'actor/Adam.lr={LR_B}'][0] == len(RUNS_B)
+
+
 def test_group_by_none_names_runs_by_the_shortest_distinct_path(tmp_path):
     for sweep in ('A', 'B'):
         for seed in (0, 1):

@@ -177,7 +177,8 @@ def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
     """``(run dirs, skipped paths)``: each path that is a run, and the runs below each directory.
 
     The search below a directory skips the runs that ``train --start_over`` moved
-    aside (``MOVED_ASIDE``). A directory named by two paths is one run.
+    aside (``MOVED_ASIDE``) and follows links to directories (a folder of links to
+    runs), each directory once. A directory named by two paths is one run.
     """
     found, skipped = [], []
     for path in paths:
@@ -185,7 +186,13 @@ def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
         if RunDir(path).is_run():
             below = [path]
         elif os.path.isdir(path):
-            for parent, dirs, _ in os.walk(path):
+            seen = set()  # real paths walked: a link back up is not followed again
+            for parent, dirs, _ in os.walk(path, followlinks=True):
+                real = os.path.realpath(parent)
+                if real in seen:
+                    dirs.clear()
+                    continue
+                seen.add(real)
                 if RunDir(parent).is_run():
                     below.append(parent)
                     dirs.clear()
