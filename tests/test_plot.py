@@ -212,6 +212,13 @@ def test_reads_tensorboard_events_when_there_is_no_progress_csv(tmp_path):
     }
     # tensorboard logs "No path found after <events file>" at INFO for each file read.
     assert 'No path found' not in result.stderr, result.stderr
+    # Pooled into one group: without a config.gin, no seed to compare.
+    labels = ['--label', 'both=seed=0', '--label', 'both=seed=1']
+    result = run_plot(
+        [str(tmp_path / 'runs'), '--group_by', 'none', *labels, '--out', 'tb.png'], tmp_path
+    )
+    assert_ok(result)
+    assert final_table(result.stdout)['both'][0] == 2
 
 
 def test_quiet_tensorboard_hides_only_tensorboards_info_logs(caplog):

@@ -260,9 +260,12 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
 
 
 def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
-    """The pairs of ``runs`` (each with a config.gin) of one seed and one ``setting``."""
+    """The pairs of ``runs`` of one seed and one ``setting``; a run without a config.gin
+    (a copy of its events alone, say) has no setting to compare and is left out."""
     first, pairs = {}, []
     for run in runs:
+        if not os.path.isfile(RunDir(run).config_file):
+            continue
         key = tuple(sorted(setting(run).items()))
         if key in first:
             pairs.append((first[key], run))
