@@ -508,8 +508,13 @@ def test_a_searched_value_is_bound_as_the_gin_value_its_json_spells(tmp_path, va
             'TrainerConfig.random_seed cannot be searched: the seeds come from "repeats"',
         ),
         ({'parameters': {'x.y': []}, 'repeats': 1}, "the values of 'x.y' must be a non-empty list"),
+        (
+            {'parameters': {'x.y,': [1, 2]}, 'repeats': 1},
+            "'x.y,' names an empty parameter (a stray comma?)",
+        ),
+        ({'parameters': {'': [1, 2]}, 'repeats': 1}, "'' names an empty parameter"),
     ],
-    ids=['unknown key', 'seed searched', 'no value'],
+    ids=['unknown key', 'seed searched', 'no value', 'stray comma', 'empty name'],
 )
 def test_a_search_config_that_would_not_sweep_as_written_is_refused(tmp_path, grid, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -1303,6 +1308,38 @@ def test_gin_param_that_the_grid_would_override_exits_2_naming_both_before_anyth
     assert calls == {}
     assert tree(root_dir) == before
     assert grid_search.GRID_ADVICE not in err
+
+
+@pytest.mark.parametrize(
+    'parameters, message',
+    [
+        (
+            {'actor/Adam.lr,critic/Adam.lr': [0.001, 0.0003], 'actor/Adam.lr': [0.01, 0.1]},
+            'actor/Adam.lr is searched by two entries of the search config\'s "parameters", '
+            "'actor/Adam.lr,critic/Adam.lr' and 'actor/Adam.lr'",
+        ),
+        # gin's full name of the configurable is the same parameter.
+        (
+            {
+                'SacAlgorithm.target_update_tau': [0.5, 0.1],
+                'alf_lite.algorithms.sac.SacAlgorithm.target_update_tau': [0.2],
+            },
+            'alf_lite.algorithms.sac.SacAlgorithm.target_update_tau is searched by two entries',
+        ),
+    ],
+    ids=['tied key', 'full name'],
+)
+def test_a_parameter_searched_by_two_entries_exits_2_before_anything_starts(
+    tmp_path, monkeypatch, capsys, parameters, message
+):
+    calls = {}
+    grid = {'parameters': parameters, 'repeats': 1}
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(tmp_path, monkeypatch, [], [], grid=grid, calls=calls)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and message in err and 'search it in one entry' in err, err
+    assert calls == {}
 
 
 @pytest.mark.parametrize(

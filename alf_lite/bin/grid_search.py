@@ -218,6 +218,10 @@ def load_search_space(path: str) -> SearchSpace:
     space = []
     for key, values in parameters.items():
         names = tuple(n.strip() for n in key.split(','))
+        if not all(names):
+            raise ValueError(
+                f'"parameters" in {path}: {key!r} names an empty parameter (a stray comma?)'
+            )
         if SEED_PARAM in names:
             raise ValueError(f'{SEED_PARAM} cannot be searched: the seeds come from "repeats"')
         if not isinstance(values, list) or not values:
@@ -344,7 +348,8 @@ def _parameter_key(name: str):
 
 
 def gin_param_conflict(gin_params: Sequence[str], space: SearchSpace) -> Optional[str]:
-    """Why a ``--gin_param`` would be lost in the sweep, or None.
+    """Why a ``--gin_param``, or an entry of the search config that another entry's
+    parameter is also in, would be lost in the sweep, or None.
 
     The searched values and the seed are bound after ``--gin_param``, and gin
     keeps a parameter's last binding: such a ``--gin_param`` would be silently
@@ -356,12 +361,21 @@ def gin_param_conflict(gin_params: Sequence[str], space: SearchSpace) -> Optiona
     """
     import alf_lite.all_configurables  # noqa: F401  (gin resolves only registered names)
 
-    swept = {}
+    swept, entries = {}, {}
     for names, _ in space.parameters:
+        entry = ','.join(names)
         for name in names:
-            swept[_parameter_key(name)] = (
+            key = _parameter_key(name)
+            if entries.get(key, entry) != entry:
+                return (
+                    f'{name} is searched by two entries of the search config\'s "parameters", '
+                    f'{entries[key]!r} and {entry!r}: the later would override the earlier in '
+                    'every run, while the run names show both values; search it in one entry.'
+                )
+            entries[key] = entry
+            swept[key] = (
                 name,
-                f'the search config\'s "parameters" entry {",".join(names)!r} sweeps',
+                f'the search config\'s "parameters" entry {entry!r} sweeps',
                 'remove it from the grid or from --gin_param',
             )
     swept[_parameter_key(SEED_PARAM)] = (
