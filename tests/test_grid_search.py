@@ -1310,6 +1310,19 @@ def test_gin_param_that_the_grid_would_override_exits_2_naming_both_before_anyth
     assert grid_search.GRID_ADVICE not in err
 
 
+def test_a_trainer_setting_out_of_range_for_every_run_exits_2_before_anything_starts(
+    tmp_path, monkeypatch, capsys
+):
+    calls = {}
+    args = ['--gin_param', 'TrainerConfig.num_env_steps=0']
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(tmp_path, monkeypatch, args, [], calls=calls)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == 'error: TrainerConfig.num_env_steps must be positive, got 0.\n', err
+    assert calls == {} and not (tmp_path / 'runs').exists()
+
+
 @pytest.mark.parametrize(
     'parameters, message',
     [

@@ -785,6 +785,7 @@ def main(argv):
 
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
+    from alf_lite.trainer import TrainerConfig
 
     conflict = gin_param_conflict(FLAGS.gin_param, space)
     if conflict:
@@ -792,10 +793,15 @@ def main(argv):
     first = [f'{n}={values[0]}' for names, values in space.parameters for n in names]
     try:
         # The base config with one combination: a mistake in either, such as
-        # a misspelt searched name, would fail every run.
+        # a misspelt searched name or a TrainerConfig value out of range
+        # (num_env_steps=0), would fail every run.
         parse_config(FLAGS.gin_file, FLAGS.gin_param + first)
     except ConfigError as e:
         fail(search_entry_message(str(e), space))
+    try:
+        TrainerConfig()
+    except (ValueError, TypeError) as e:
+        fail(' '.join(user_message(search_entry_message(str(e), space)).split()))
     root_dir = output_root_dir(FLAGS.root_dir)
     runs = configure_runs(space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads)
     if os.path.exists(RunDir(root_dir).config_file):
