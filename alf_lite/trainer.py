@@ -457,7 +457,12 @@ class Trainer:
         description = describe_device(self._device)
         logging.info('device: %s', description)
         write_text_atomically(self._run_dir.device_file, description + '\n')
-        summary = Summary(self._run_dir.root, self._env_steps if resumed else -1)
+        keep_until = -1
+        if resumed:
+            # The row of an evaluation the checkpoint holds as pending is written by
+            # this resume: one an earlier resume from it wrote goes too.
+            keep_until = self._env_steps - (self._pending_evaluation is not None)
+        summary = Summary(self._run_dir.root, keep_until)
         try:
             with self._stop_signals:
                 try:
@@ -495,7 +500,8 @@ class Trainer:
             with throughput.excluded():
                 self._evaluate_and_write(summary, dict(self._pending_evaluation))
             stopped = stop_here()
-            if stopped:
+            if stopped or self._env_steps >= cfg.num_env_steps:
+                # Its row is written: the checkpoint no longer holds it as pending.
                 self._save()
         while not stopped and self._env_steps < cfg.num_env_steps:
             before = self._env_steps
@@ -725,6 +731,12 @@ class Trainer:
         # The optimizers' states are new tensors now, which no captured graph reads.
         self._runner.drop_graphs()
         set_global_rng_state(state.rng)
+        if state.env_steps > self._config.num_env_steps:
+            raise ckpt.CheckpointError(
+                f'{path} is at {state.env_steps} env steps, past '
+                f'TrainerConfig.num_env_steps = {self._config.num_env_steps}: a run cannot be '
+                f'shortened below its checkpoint. Give num_env_steps >= {state.env_steps}.'
+            )
         self._env_steps = state.env_steps
         self._num_updates = state.num_updates
         self._episode_stats.load(state.recent_returns, state.recent_lengths)

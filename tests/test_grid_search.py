@@ -1404,6 +1404,22 @@ def test_run_of_another_experiment_fails_with_advice_grid_search_can_follow_and_
     assert not (root_dir / 'logs').exists()
 
 
+def test_a_run_is_finished_once_its_last_checkpoint_and_final_evaluation_are_written(tmp_path):
+    from alf_lite.bin.grid_search import GridRun, is_finished
+
+    run = GridRun('seed=0', 0, str(tmp_path), str(tmp_path / 'x.log'), '', 200, None)
+    assert not is_finished(run)
+    (tmp_path / 'checkpoints' / 'ckpt-100').mkdir(parents=True)
+    progress = tmp_path / 'progress.csv'
+    progress.write_text('env_steps,eval/AverageReturn\n0,-5\n100,\n')
+    assert not is_finished(run)
+    # A signal during the final evaluation: its checkpoint, without its row.
+    (tmp_path / 'checkpoints' / 'ckpt-200').mkdir()
+    assert not is_finished(run)
+    progress.write_text(progress.read_text() + '200,-3\n')
+    assert is_finished(run)
+
+
 def test_grid_search_advice_names_only_flags_grid_search_has():
     from absl import flags
 

@@ -776,6 +776,18 @@ def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
     assert checkpoint_steps(tmp_path) == [100, 200]
     assert steps_in_csv(tmp_path) == [0, 100]
     monkeypatch.setattr(trainer_module, 'evaluate', real_evaluate)
+    # A resume killed after it wrote the pending row and the next, before its next
+    # checkpoint: the one after it resumes from the same pending checkpoint.
+    real_save = Trainer._save
+
+    def killed(self, name=None):
+        raise KilledBeforeItsCheckpoint()
+
+    monkeypatch.setattr(Trainer, '_save', killed)
+    with pytest.raises(KilledBeforeItsCheckpoint):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert steps_in_csv(tmp_path) == [0, 100, 200, 300]
+    monkeypatch.setattr(Trainer, '_save', real_save)
     caplog.set_level(logging.INFO)
     train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
     assert resumed_from(tmp_path, 200) in caplog.text
@@ -784,6 +796,57 @@ def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
     assert [e.step for e in evaluated] == [0, 200, 400]
     trained = read_tensorboard(tmp_path / 'train')['env_steps_per_sec']
     assert [e.step for e in trained] == [100, 200, 300, 400]
+
+
+def test_a_resume_with_num_env_steps_below_the_checkpoint_is_refused_changing_nothing(tmp_path):
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+    with pytest.raises(ckpt.CheckpointError, match='past TrainerConfig.num_env_steps = 200'):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
+    assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+    # The run's own length, or a longer one, resumes.
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    assert steps_in_csv(tmp_path) == [0, 100, 200, 300]
+
+
+class KilledBeforeItsCheckpoint(BaseException):
+    """Stands for a SIGKILL: nothing after it runs, no checkpoint included."""
+
+
+def test_signal_during_the_last_evaluation_then_reruns_write_its_row_once(
+    tmp_path, monkeypatch, read_tensorboard
+):
+    real_evaluate = trainer_module.evaluate
+    evaluations = []
+
+    def evaluate_interrupted_at_200(env, policy, on_step=None, seed=None):
+        evaluations.append(env)
+        if len(evaluations) == 2:  # the last evaluation, at env step 200
+            real_step = env._env.step
+
+            def step_then_signal(action):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return real_step(action)
+
+            monkeypatch.setattr(env._env, 'step', step_then_signal)
+        return real_evaluate(env, policy, on_step, seed)
+
+    monkeypatch.setattr(trainer_module, 'evaluate', evaluate_interrupted_at_200)
+    with pytest.raises(TrainingInterrupted):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
+    assert steps_in_csv(tmp_path) == [0, 100]
+    monkeypatch.setattr(trainer_module, 'evaluate', real_evaluate)
+    # The same command again, twice: the first writes the row and checkpoints it as
+    # written; the second has nothing left to do.
+    for _ in range(2):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
+        assert steps_in_csv(tmp_path) == [0, 100, 200]
+        state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-200'))
+        assert state['pending_evaluation'] is None
+    evaluated = read_tensorboard(tmp_path / 'eval')['AverageReturn']
+    assert [e.step for e in evaluated] == [0, 200]
+    trained = read_tensorboard(tmp_path / 'train')['env_steps_per_sec']
+    assert [e.step for e in trained] == [100, 200]
 
 
 def test_signal_while_the_evaluation_computes_still_checkpoints_before_stopping(

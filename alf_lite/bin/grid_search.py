@@ -97,7 +97,14 @@ from alf_lite.run_dir import (
     experiment_difference,
     split_binding,
 )
-from alf_lite.runs import NOT_STARTED, SEED_PARAM, final_value, train_in_subprocess
+from alf_lite.runs import (
+    EVAL_RETURN,
+    NOT_STARTED,
+    SEED_PARAM,
+    final_value,
+    read_scalar_if_any,
+    train_in_subprocess,
+)
 from alf_lite.signals import STOP_SIGNALS, in_main_thread
 
 flags.DEFINE_string(
@@ -438,8 +445,14 @@ def configure_runs(
 
 
 def is_finished(run: GridRun) -> bool:
+    """Whether ``run`` trained to its end and wrote its final evaluation."""
     steps = RunDir(run.root_dir).latest_checkpoint_env_steps()
-    return steps is not None and steps >= run.num_env_steps
+    if steps is None or steps < run.num_env_steps:
+        return False
+    # A signal during the final evaluation leaves the last checkpoint without its
+    # row (the checkpoint holds it as pending, for the resume to write).
+    eval_steps, _ = read_scalar_if_any(run.root_dir, EVAL_RETURN)
+    return steps in eval_steps
 
 
 class GpuPool:
