@@ -54,6 +54,8 @@ RESUME_SAFE_PARAMETERS = (
     'TrainerConfig.compile',
     'TrainerConfig.defer_non_finite_checks',
     'ReplayBuffer.device',
+    # How long an env may take to answer: raised after a run stopped on a slow step.
+    'create_environment.step_timeout',
 )
 # Where ``train --start_over`` moves an old run: ``<root_dir>.old-<%Y%m%d-%H%M%S>``.
 MOVED_ASIDE = re.compile(r'\.old-\d{8}-\d{6}$')

@@ -106,6 +106,7 @@ README_RESUME_SAFE = {
     'TrainerConfig.compile': ('True', 'False'),
     'TrainerConfig.defer_non_finite_checks': ('True', 'False'),
     'ReplayBuffer.device': ("'cuda'", "'cpu'"),
+    'create_environment.step_timeout': ('60.0', '600.0'),
 }
 EXPERIMENT = (
     "create_environment.env_name = 'Pendulum-v1'\n"
