@@ -255,19 +255,20 @@ def split_binding(statement: str) -> Optional[Tuple[str, str]]:
     return (match['name'], match['value']) if match else None
 
 
-def _experiment_statements(config_text: str) -> Dict[str, str]:
+def _experiment_statements(config_text: str, resume_safe: bool = False) -> Dict[str, str]:
     """The statements of a config text that define its experiment, by what they bind.
 
     A binding is keyed by its parameter (of one bound more than once, the last
     binding is kept: the one gin applies), an import or include by itself; the
-    bindings a resume may change are left out. So two configs holding the same
-    bindings in another order (e.g. a hand-edited config.gin) give the same.
+    bindings a resume may change are left out (with ``resume_safe``: only they
+    are kept). So two configs holding the same bindings in another order (e.g.
+    a hand-edited config.gin) give the same.
     """
     effective = {}
     for statement in config_statements(config_text):
         binding = split_binding(statement)
         key = statement if binding is None else binding[0]
-        if key not in RESUME_SAFE_PARAMETERS:
+        if (key in RESUME_SAFE_PARAMETERS) == resume_safe:
             effective[key] = statement
     return effective
 
@@ -276,13 +277,15 @@ def _experiment_statements(config_text: str) -> Dict[str, str]:
 NOT_BOUND = '(not bound)'
 
 
-def changed_bindings(old_config: str, new_config: str) -> List[str]:
-    """Each change of the experiment between two config texts, as ``'old -> new'``, sorted.
+def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False) -> List[str]:
+    """Each change of the experiment between two config texts, as ``'old -> new'``, sorted
+    (with ``resume_safe``: each change of the settings a resume may change instead).
 
     Both sides are whole statements, so a change names what the run had and
     what it would get; ``NOT_BOUND`` stands for a side without the parameter.
     """
-    old, new = _experiment_statements(old_config), _experiment_statements(new_config)
+    old = _experiment_statements(old_config, resume_safe)
+    new = _experiment_statements(new_config, resume_safe)
     return sorted(
         f'{old.get(key, NOT_BOUND)} -> {new.get(key, NOT_BOUND)}'
         for key in old.keys() | new.keys()
@@ -337,7 +340,8 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
     The old ``config.gin`` is copied to ``config-until-<env_steps>.gin`` (an existing
     copy of that step is left alone: the config it holds is the one trained with) and
     a warning names the bindings that changed. A config that differs only in what a
-    resume may change (``RESUME_SAFE_PARAMETERS``) keeps nothing.
+    resume may change (``RESUME_SAFE_PARAMETERS``) keeps nothing; those changes are
+    logged.
     """
     from alf_lite.config import write_text_atomically  # config imports gin: only when needed
 
@@ -345,6 +349,9 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
         return
     with open(run_dir.config_file) as f:
         old_config = f.read()
+    settings = changed_bindings(old_config, new_config, resume_safe=True)
+    if settings:
+        logging.info('the resume changes %s', '; '.join(settings))
     changed = changed_bindings(old_config, new_config)
     if not changed:
         return

@@ -445,9 +445,15 @@ def test_superseded_config_keeps_the_first_config_of_a_step_and_names_the_change
         'TrainerConfig.num_env_steps = 400\n'
     )
     (tmp_path / 'config.gin').write_text(trained_with)
-    # Only what a resume may change: nothing kept.
-    keep_superseded_config(run_dir, trained_with.replace('400', '800'), 400)
+    # Only what a resume may change: nothing kept, the change logged.
+    with caplog.at_level(logging.INFO):
+        keep_superseded_config(run_dir, trained_with.replace('400', '800'), 400)
     assert sorted(os.listdir(tmp_path)) == ['config.gin']
+    assert (
+        'the resume changes TrainerConfig.num_env_steps = 400 -> TrainerConfig.num_env_steps = 800'
+    ) in caplog.text
+    assert 'the experiment changes' not in caplog.text
+    caplog.clear()
 
     changed = trained_with.replace('0.005', '0.5')
     with caplog.at_level(logging.WARNING):
