@@ -760,4 +760,10 @@ class Trainer:
                 self._config.initial_collect_steps,
             )
         logging.info('resumed from %s at %d env steps', path, self._env_steps)
+        if self._env_steps == self._config.num_env_steps:
+            logging.info(
+                'nothing left to train: the checkpoint is at TrainerConfig.num_env_steps = %d%s',
+                self._env_steps,
+                '' if self._pending_evaluation is None else ' (its evaluation is written now)',
+            )
         return state.collection

@@ -798,14 +798,20 @@ def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
     assert [e.step for e in trained] == [100, 200, 300, 400]
 
 
-def test_a_resume_with_num_env_steps_below_the_checkpoint_is_refused_changing_nothing(tmp_path):
+def test_a_resume_with_num_env_steps_below_the_checkpoint_is_refused_changing_nothing(
+    tmp_path, caplog
+):
     train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
     before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
     with pytest.raises(ckpt.CheckpointError, match='past TrainerConfig.num_env_steps = 200'):
         train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
     assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
-    # The run's own length, or a longer one, resumes.
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    # The run's own length resumes, with nothing left to do.
+    with caplog.at_level(logging.INFO):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    assert 'nothing left to train: the checkpoint is at TrainerConfig.num_env_steps = 300\n' in (
+        caplog.text
+    )
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300]
 
 
