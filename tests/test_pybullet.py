@@ -158,20 +158,31 @@ def test_half_cheetah_never_terminates_and_is_truncated_at_1000(make):
     assert truncated and t == 1000
 
 
-def test_a_state_that_blew_up_terminates_although_the_observation_is_clipped(make):
+@pytest.mark.parametrize(
+    'blown_up',
+    [(None, [0.0, 0.0, np.inf]), (None, [0.0, 0.0, np.nan]), ([0.0, 0.0, np.nan], None)],
+    ids=['infinite_velocity', 'nan_velocity', 'nan_position'],
+)
+def test_a_state_that_blew_up_terminates_with_a_finite_observation_and_reward(make, blown_up):
     env = make('HalfCheetahBullet-v0')  # never terminates otherwise
     env.reset(seed=0)
     u = env.unwrapped
     pose_and_velocity = u._torso_pose_and_velocity
+    position, velocity = blown_up
 
-    def infinite_velocity():
-        pos, euler, _ = pose_and_velocity()
-        return pos, euler, np.array([0.0, 0.0, np.inf])  # up: no other term uses it
+    def blown_up_pose_and_velocity():
+        pos, euler, vel = pose_and_velocity()
+        return (
+            pos if position is None else np.array(position),
+            euler,
+            vel if velocity is None else np.array(velocity),
+        )
 
-    u._torso_pose_and_velocity = infinite_velocity
-    obs, _, terminated, truncated, _ = env.step(np.zeros(6))
+    u._torso_pose_and_velocity = blown_up_pose_and_velocity
+    obs, reward, terminated, truncated, _ = env.step(np.zeros(6))
     assert terminated and not truncated
-    assert np.isfinite(obs).all() and obs.max() == 5.0
+    assert np.isfinite(obs).all() and np.abs(obs).max() <= 5.0
+    assert reward == 0.0
 
 
 def test_render_rgb_array_headless(make):

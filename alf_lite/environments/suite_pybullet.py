@@ -348,9 +348,10 @@ class LocomotionBulletEnv(gymnasium.Env):
         ]
         joints = np.stack([relative, self._joint_speed], axis=1).ravel()
         state = np.concatenate([more, joints, self._feet_contact])
-        # Checked before the clip, which turns an infinite value into a finite 5.
+        # Checked before the clip, which turns an infinite value into a finite 5; a NaN
+        # becomes 0: the episode's last observation is finite, for the policy that acts on it.
         self._state_is_finite = bool(np.isfinite(state).all())
-        return np.clip(state, -5, 5).astype(np.float32), pos[2], pitch, xy
+        return np.clip(np.nan_to_num(state, nan=0.0), -5, 5).astype(np.float32), pos[2], pitch, xy
 
     def reset(self, *, seed=None, options=None):
         """Restore the initial state, then draw joint positions from U[-0.1, 0.1].
@@ -399,6 +400,9 @@ class LocomotionBulletEnv(gymnasium.Env):
         )
         joints_at_limit = JOINTS_AT_LIMIT_COST * self._joints_at_limit
         reward = alive + progress + electricity + joints_at_limit
+        if not self._state_is_finite:
+            # The simulation blew up: the episode ends, with no reward from that state.
+            reward = 0.0
         terminated = bool((self._robot.terminates and alive < 0) or not self._state_is_finite)
         info = {
             'alive': alive,
