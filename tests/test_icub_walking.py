@@ -172,6 +172,26 @@ def test_reward_of_a_constructed_step_forward_is_along_minus_x(env):
     assert not terminated
 
 
+@pytest.mark.parametrize('value', [np.nan, np.inf])
+def test_a_state_that_blew_up_terminates_with_a_finite_observation_and_reward(env, value):
+    env.reset(seed=0)
+    u = env.unwrapped
+    frame = u._frame
+
+    def blown_up():
+        state = frame()
+        state[FRAME_SIZE // 2] = value
+        return state
+
+    u._frame = blown_up
+    try:
+        obs, reward, terminated, truncated, _ = env.step(np.zeros(25))
+    finally:
+        del u._frame
+    assert terminated and not truncated
+    assert np.isfinite(obs).all() and reward == 0.0
+
+
 def test_reset_restores_the_standing_state_quickly(env):
     standing_obs, _ = env.reset(seed=19)
     rng = np.random.default_rng(0)

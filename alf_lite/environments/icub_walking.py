@@ -433,6 +433,9 @@ class ICubWalkEnv(gymnasium.Env):
 
     def _observation(self) -> np.ndarray:
         obs = np.concatenate([self._current, self._previous])
+        # A NaN (a simulation that blew up, which ends the episode) becomes 0: the
+        # policy acts on this observation too.
+        obs = np.nan_to_num(obs, nan=0.0)
         return np.clip(obs, -OBSERVATION_BOUND, OBSERVATION_BOUND).astype(np.float32)
 
     # --- gymnasium API -------------------------------------------------------------------
@@ -485,6 +488,9 @@ class ICubWalkEnv(gymnasium.Env):
         reward = icub_walk_reward(forward_velocity, a, joint_positions)
         chest_z = self._chest_z()
         terminated = chest_z < self._fall_z
+        if not (np.isfinite(self._current).all() and np.isfinite(chest_z)):
+            # The simulation blew up: the episode ends, with no reward from that state.
+            terminated, reward = True, 0.0
         info = {'forward_velocity': forward_velocity, 'chest_z': chest_z}
         return self._observation(), reward, terminated, False, info
 
