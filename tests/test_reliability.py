@@ -751,19 +751,18 @@ def test_a_signal_while_the_envs_start_stops_train_at_once_leaving_nothing(tmp_p
     assert gone, [p.pid for p in descendants if p.is_running()]
 
 
-def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
-    tmp_path, monkeypatch, read_tensorboard, caplog
-):
+def sigterm_during_the_second_evaluation(monkeypatch):
+    """Make the run's second evaluation (env step 200 at eval_interval 200) get a SIGTERM
+    while its eval env steps, as a kill from outside would; returns the real ``evaluate``."""
     real_evaluate = trainer_module.evaluate
     evaluations = []
 
     def evaluate_interrupted_at_200(env, policy, on_step=None, seed=None):
         evaluations.append(env)
-        if len(evaluations) == 2:  # the evaluation at env step 200
+        if len(evaluations) == 2:
             real_step = env._env.step
 
             def step_then_signal(action):
-                # Arrives while the eval env steps, as a kill from outside would.
                 os.kill(os.getpid(), signal.SIGTERM)
                 return real_step(action)
 
@@ -771,6 +770,13 @@ def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
         return real_evaluate(env, policy, on_step, seed)
 
     monkeypatch.setattr(trainer_module, 'evaluate', evaluate_interrupted_at_200)
+    return real_evaluate
+
+
+def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
+    tmp_path, monkeypatch, read_tensorboard, caplog
+):
+    real_evaluate = sigterm_during_the_second_evaluation(monkeypatch)
     with pytest.raises(TrainingInterrupted):
         train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
     assert checkpoint_steps(tmp_path) == [100, 200]
@@ -822,22 +828,7 @@ class KilledBeforeItsCheckpoint(BaseException):
 def test_signal_during_the_last_evaluation_then_reruns_write_its_row_once(
     tmp_path, monkeypatch, read_tensorboard
 ):
-    real_evaluate = trainer_module.evaluate
-    evaluations = []
-
-    def evaluate_interrupted_at_200(env, policy, on_step=None, seed=None):
-        evaluations.append(env)
-        if len(evaluations) == 2:  # the last evaluation, at env step 200
-            real_step = env._env.step
-
-            def step_then_signal(action):
-                os.kill(os.getpid(), signal.SIGTERM)
-                return real_step(action)
-
-            monkeypatch.setattr(env._env, 'step', step_then_signal)
-        return real_evaluate(env, policy, on_step, seed)
-
-    monkeypatch.setattr(trainer_module, 'evaluate', evaluate_interrupted_at_200)
+    real_evaluate = sigterm_during_the_second_evaluation(monkeypatch)  # the last, at 200
     with pytest.raises(TrainingInterrupted):
         train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
     assert steps_in_csv(tmp_path) == [0, 100]
