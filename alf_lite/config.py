@@ -195,19 +195,17 @@ def write_text_atomically(path: str, text: str) -> None:
         path: destination file; its directory must exist.
         text: the whole content.
     """
-    # A sibling temp file keeps os.replace on one file system; opening it with
-    # "x" (unlike tempfile's 0600 files) gives it the permissions of any new file.
-    tmp_path = f'{path}.tmp-{os.getpid()}-{uuid.uuid4().hex}'
+    # A sibling temp file keeps os.replace on one file system.
+    tmp_path = new_file_beside(path, '.tmp')
     try:
-        with open(tmp_path, 'x') as f:
+        with open(tmp_path, 'w') as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
         sync_directory(os.path.dirname(path) or '.')
     except BaseException:
-        # An error here (e.g. a read-only file system, where the temp file was
-        # never created) would hide the one that says why the write failed.
+        # An error here would hide the one that says why the write failed.
         with contextlib.suppress(OSError):
             os.unlink(tmp_path)
         raise

@@ -721,6 +721,12 @@ class Trainer:
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> Optional[dict]:
         """Restore the checkpoint at ``path``; returns its collection state (or None)."""
         state = ckpt.trainer_state(state, path)
+        if state.env_steps > self._config.num_env_steps:
+            raise ckpt.CheckpointError(
+                f'{path} is at {state.env_steps} env steps, past '
+                f'TrainerConfig.num_env_steps = {self._config.num_env_steps}: a run cannot be '
+                f'shortened below its checkpoint. Give num_env_steps >= {state.env_steps}.'
+            )
         try:
             ckpt.load_algorithm_state(self._algorithm, state.algorithm)
         except (KeyError, RuntimeError, ValueError) as e:
@@ -731,12 +737,6 @@ class Trainer:
         # The optimizers' states are new tensors now, which no captured graph reads.
         self._runner.drop_graphs()
         set_global_rng_state(state.rng)
-        if state.env_steps > self._config.num_env_steps:
-            raise ckpt.CheckpointError(
-                f'{path} is at {state.env_steps} env steps, past '
-                f'TrainerConfig.num_env_steps = {self._config.num_env_steps}: a run cannot be '
-                f'shortened below its checkpoint. Give num_env_steps >= {state.env_steps}.'
-            )
         self._env_steps = state.env_steps
         self._num_updates = state.num_updates
         self._episode_stats.load(state.recent_returns, state.recent_lengths)
