@@ -142,11 +142,14 @@ def test_local_grid_trains_each_combination_and_seed_and_rerun_skips_them(local_
     )
 
     progress = {n: (root_dir / n / 'progress.csv').read_text() for n in RUN_NAMES}
+    wall_times = {n: r['wall_time_s'] for n, r in summary(root_dir).items()}
     rerun = run_grid(directory, root_dir, '--max_workers', '2')
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert '0 to train' in rerun.stdout
     assert f', {len(RUN_NAMES)} not started ({len(RUN_NAMES)} finished before).' in rerun.stdout
     assert {r['status'] for r in summary(root_dir).values()} == {'skipped (finished before)'}
+    # A skipped run keeps the wall time it trained in.
+    assert {n: r['wall_time_s'] for n, r in summary(root_dir).items()} == wall_times
     assert {n: (root_dir / n / 'progress.csv').read_text() for n in RUN_NAMES} == progress
 
 
@@ -521,6 +524,22 @@ def test_a_search_config_that_would_not_sweep_as_written_is_refused(tmp_path, gr
         load_space(tmp_path, grid)
 
 
+@pytest.mark.parametrize(
+    'text, key',
+    [
+        ('{"parameters": {"x.y": [1, 2], "x.y": [3]}, "repeats": 1}', 'x.y'),
+        ('{"parameters": {"x.y": [1, 2]}, "repeats": 1, "repeats": 2}', 'repeats'),
+    ],
+    ids=['parameter', 'repeats'],
+)
+def test_a_key_given_twice_is_refused_rather_than_its_first_values_dropped(tmp_path, text, key):
+    from alf_lite.bin import grid_search
+
+    (tmp_path / 'grid.json').write_text(text)
+    with pytest.raises(ValueError, match=re.escape(f'has the key {key!r} twice in one object')):
+        grid_search.load_search_space(str(tmp_path / 'grid.json'))
+
+
 def test_repeats_is_a_number_of_seeds_from_0_or_a_list_of_seeds(tmp_path):
     assert load_space(tmp_path, {'parameters': {'x.y': [1]}, 'repeats': 3}).seeds == [0, 1, 2]
     assert load_space(tmp_path, {'parameters': {'x.y': [1]}, 'repeats': [0, 7]}).seeds == [0, 7]
@@ -537,6 +556,34 @@ def test_a_run_is_named_after_its_parameters_in_the_search_configs_order(tmp_pat
         'tau=0.2,lr=1,seed=0',
         'tau=0.2,lr=2,seed=0',
     ]
+
+
+@pytest.mark.parametrize(
+    'parameters, names',
+    [
+        (
+            {'actor/Adam.lr,critic/Adam.lr': [1, 2], 'alpha/Adam.lr': [3, 4]},
+            ['Adam.lr=1,alpha.Adam.lr=3,seed=0', 'Adam.lr=1,alpha.Adam.lr=4,seed=0'],
+        ),
+        (
+            {'a/X.lr,b/X.lr': [1, 2], 'c/X.lr,d/X.lr': [3, 4]},
+            ['a.X.lr+b.X.lr=1,c.X.lr+d.X.lr=3,seed=0', 'a.X.lr+b.X.lr=1,c.X.lr+d.X.lr=4,seed=0'],
+        ),
+        (
+            {'actor/Adam.lr,critic/Adam.lr': [1, 2], 'Adam.lr': [3, 4]},
+            [
+                'actor.Adam.lr+critic.Adam.lr=1,Adam.lr=3,seed=0',
+                'actor.Adam.lr+critic.Adam.lr=1,Adam.lr=4,seed=0',
+            ],
+        ),
+    ],
+    ids=['own ends', 'tied keys alike', 'tied key and its end'],
+)
+def test_no_two_keys_are_named_alike_in_a_run_name(tmp_path, parameters, names):
+    from alf_lite.bin import grid_search
+
+    space = load_space(tmp_path, {'parameters': parameters, 'repeats': 1})
+    assert [name for name, _, _ in grid_search.expand_grid(space)][:2] == names
 
 
 def test_a_run_name_may_fill_a_file_name_with_its_logs_suffix(tmp_path):
@@ -1226,6 +1273,22 @@ def test_summary_table_aligns_its_columns_and_shows_a_missing_number_as_a_dash(c
         'a              finished  -123.5             20         3.1',
         'long_run_name  failed    -                  -          -              ValueError: x',
     ]
+
+
+def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_new_one(tmp_path):
+    from alf_lite.bin.grid_search import earlier_wall_times, summary_rows, write_summary
+
+    path = str(tmp_path / 'grid_summary.csv')
+    assert earlier_wall_times(path) == {}
+    write_summary(path, SUMMARY_ROWS)
+    assert earlier_wall_times(path) == {'a': 3.14159}  # long_run_name has none
+    runs = fake_runs(2, tmp_path)
+    results = {
+        'run0': {'returncode': 0, 'wall_time_s': 2.5, 'error': None, 'status': 'finished'},
+        'run1': {'status': 'skipped (finished before)'},
+    }
+    earlier = {'run0': 9.0, 'run1': 7.0}
+    assert [r['wall_time_s'] for r in summary_rows(runs, results, earlier)] == [2.5, 7.0]
 
 
 def test_summary_csv_has_the_rows_columns_in_order_and_a_missing_value_empty(tmp_path):

@@ -17,7 +17,8 @@ themselves. ``repeats`` is a number of seeds (0, 1, ...) or a list of seeds >= 0
 
 Each combination and seed trains in ``root_dir/<name>``, named after the
 parameters that take several values (in the order of ``parameters``, each by
-the shortest end of its name that tells it apart) and the seed, e.g.
+the shortest end of its name that tells it apart, or by all its names,
+``a.X.lr+b.X.lr``, where no end does) and the seed, e.g.
 ``lr=0.001,target_update_tau=0.01,seed=2``, with ``TrainerConfig.random_seed``
 set to the seed, as its own ``python -m alf_lite.bin.train`` process (its
 output in ``root_dir/logs/<name>.log``). A parameter with one value is no
@@ -41,7 +42,8 @@ written: the searched values and the seeds are bound after it and would
 override it.
 A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
-``root_dir/grid_summary.csv``); the exit code is 1 when a run failed.
+``root_dir/grid_summary.csv``; a run skipped as finished keeps the wall time
+the last table gave it); the exit code is 1 when a run failed.
 SIGINT (Ctrl-C) or SIGTERM stops the sweep: each running run gets the signal
 (on Ray, SIGINT from its task, told through a file in ``root_dir``) and stops
 at a checkpoint of its own, no other run starts, the table is written, and the exit code is 128
@@ -68,6 +70,7 @@ import collections
 import concurrent.futures
 import contextlib
 import csv
+import io
 import itertools
 import json
 import math
@@ -101,6 +104,7 @@ from alf_lite.runs import (
     EVAL_RETURN,
     NOT_STARTED,
     SEED_PARAM,
+    complete_rows,
     final_value,
     read_scalar_if_any,
     train_in_subprocess,
@@ -157,6 +161,7 @@ FLAGS = flags.FLAGS
 
 THREADS_PARAM = 'TrainerConfig.torch_num_threads'
 SUMMARY_FILE = 'grid_summary.csv'
+SKIPPED = 'skipped (finished before)'
 # Written into the sweep's directory when a signal stops a Ray sweep.
 STOP_FILE = '.grid_search_stop'
 LOG_DIR = 'logs'
@@ -205,15 +210,33 @@ def gin_literal(value) -> str:
     )
 
 
+class _RepeatedKey(Exception):
+    pass
+
+
+def _object_without_repeated_keys(pairs) -> dict:
+    keys = [key for key, _ in pairs]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise _RepeatedKey(key)
+    return dict(pairs)
+
+
 def load_search_space(path: str) -> SearchSpace:
     """Read and check the search config JSON; raises ValueError naming what is wrong."""
     if os.path.isdir(path):
         raise ValueError(f'--search_config {path} is a directory: give its JSON file')
     with open(path) as f:
         try:
-            spec = json.load(f)
+            spec = json.load(f, object_pairs_hook=_object_without_repeated_keys)
         except json.JSONDecodeError as e:
             raise ValueError(f'{path} is not valid JSON: {e}') from e
+        except _RepeatedKey as e:
+            # json keeps the last of two equal keys: the first one's values would be lost.
+            raise ValueError(
+                f'{path} has the key {e.args[0]!r} twice in one object: '
+                'give each key once (list all its values under it)'
+            ) from e
     if not isinstance(spec, dict) or set(spec) != {'parameters', 'repeats'}:
         raise ValueError(
             f'{path} must hold a JSON object with exactly the keys "parameters" '
@@ -267,7 +290,13 @@ def _label_parts(names) -> List[str]:
 
 
 def _labels(keys) -> Dict[tuple, str]:
-    """The shortest suffix of each key's components that no other key shares."""
+    """The shortest suffix of each key's components that no other key shares.
+
+    Keys whose every suffix is shared can end up with one label (tied names
+    with another key's common suffix: ``a/X.lr,b/X.lr`` and ``c/X.lr,d/X.lr``
+    are both ``X.lr``); each of those is labelled by all its names instead,
+    ``a.X.lr+b.X.lr``, so no two keys look alike in a run's name.
+    """
     parts = {k: _label_parts(k) for k in keys}
     labels = {}
     for key, own in parts.items():
@@ -276,6 +305,10 @@ def _labels(keys) -> Dict[tuple, str]:
             if all(other[-n:] != suffix for k, other in parts.items() if k != key):
                 break
         labels[key] = '.'.join(suffix)
+    taken = collections.Counter(labels.values())
+    for key, label in labels.items():
+        if taken[label] > 1:
+            labels[key] = '+'.join('.'.join(re.split(r'[/.]', name)) for name in key)
     return labels
 
 
@@ -693,8 +726,15 @@ def run_ray(
     return stop.signum
 
 
-def summary_rows(runs: List[GridRun], results: Dict[str, dict]) -> List[dict]:
-    """One row per run: name, status, seed, final eval return, env steps, wall time, error."""
+def summary_rows(
+    runs: List[GridRun], results: Dict[str, dict], earlier_wall_times: Dict[str, float] = None
+) -> List[dict]:
+    """One row per run: name, status, seed, final eval return, env steps, wall time, error.
+
+    A run skipped as finished before keeps the wall time it has in
+    ``earlier_wall_times`` (the last summary's), if any.
+    """
+    earlier_wall_times = earlier_wall_times or {}
     rows = []
     for run in runs:
         result = results[run.name]
@@ -707,7 +747,9 @@ def summary_rows(runs: List[GridRun], results: Dict[str, dict]) -> List[dict]:
                 'seed': run.seed,
                 'final_eval_return': final_value(run.root_dir) if ours else None,
                 'env_steps': RunDir(run.root_dir).latest_checkpoint_env_steps() if ours else None,
-                'wall_time_s': result.get('wall_time_s'),
+                'wall_time_s': result.get('wall_time_s')
+                if result['status'] != SKIPPED
+                else earlier_wall_times.get(run.name),
                 'error': result.get('error') or '',
             }
         )
@@ -740,10 +782,26 @@ def print_summary(rows: List[dict]) -> None:
 
 
 def write_summary(path: str, rows: List[dict]) -> None:
-    with open(path, 'w', newline='') as f:
-        writer = csv.DictWriter(f, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO(newline='')
+    writer = csv.DictWriter(text, list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    # Replaced whole: a sweep stopped while writing keeps the last summary.
+    write_text_atomically(path, text.getvalue())
+
+
+def earlier_wall_times(path: str) -> Dict[str, float]:
+    """Each run's wall time in the summary at ``path`` (none when there is no such file)."""
+    try:
+        with open(path, newline='') as f:
+            _, rows = complete_rows(f)
+    except FileNotFoundError:
+        return {}
+    times = {}
+    for row in rows:
+        with contextlib.suppress(KeyError, ValueError):
+            times[row['run']] = float(row['wall_time_s'])
+    return times
 
 
 def not_started_text(results: Dict[str, dict]) -> str:
@@ -751,7 +809,7 @@ def not_started_text(results: Dict[str, dict]) -> str:
     left out before training; empty when there are none."""
     reasons = collections.Counter(
         'finished before'
-        if result['status'].startswith('skipped')
+        if result['status'] == SKIPPED
         else 'of another experiment'
         if result.get('other_experiment')
         else 'with a config that does not parse'
@@ -839,7 +897,7 @@ def main(argv):
         if other is not None:
             results[run.name] = {'status': 'failed', 'error': other, 'other_experiment': True}
         elif is_finished(run):
-            results[run.name] = {'status': 'skipped (finished before)'}
+            results[run.name] = {'status': SKIPPED}
     todo = [run for run in runs if run.name not in results]
     if FLAGS.ray_address:
         backend = (
@@ -888,10 +946,11 @@ def main(argv):
             )
         else:
             signum = run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
-    rows = summary_rows(runs, results)
+    summary_file = os.path.join(root_dir, SUMMARY_FILE)
+    rows = summary_rows(runs, results, earlier_wall_times(summary_file))
     print()
     print_summary(rows)
-    write_summary(os.path.join(root_dir, SUMMARY_FILE), rows)
+    write_summary(summary_file, rows)
     failed = sum(r['status'] == 'failed' for r in rows)
     if signum is not None:
         stopped = sum(r['status'] == 'stopped' for r in rows)
