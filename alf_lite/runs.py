@@ -65,8 +65,10 @@ PROGRESS_COLUMNS = (
     REPLAY_BUFFER_BYTES,
     PROCESS_RSS_BYTES,
 )
-# The binding of a run's config.gin that only picks its seed.
+# The binding of a run's config.gin that only picks its seed, and the seed of a run
+# that does not bind it.
 SEED_PARAM = 'TrainerConfig.random_seed'
+DEFAULT_SEED = 0
 # The line of a log that says why train failed: its usage error or the exception.
 _ERROR_LINE = re.compile(r'^(error: |[\w.]*(Error|Exception|Interrupt)\b)')
 

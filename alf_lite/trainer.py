@@ -28,6 +28,7 @@ from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emu
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.run_dir import RunDir, RunDirLock, last_good_name
 from alf_lite.runs import (
+    DEFAULT_SEED,
     ENV_STEPS_PER_SEC,
     EVAL_EPISODE_LENGTH,
     EVAL_Q_NEAR_TERMINATION,
@@ -113,7 +114,7 @@ class TrainerConfig:
     def __init__(
         self,
         algorithm_ctor: Callable = SacAlgorithm,
-        random_seed: int = 0,
+        random_seed: int = DEFAULT_SEED,
         num_env_steps: int = 100_000,
         initial_collect_steps: int = 1000,
         unroll_length: int = 1,

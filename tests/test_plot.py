@@ -454,6 +454,26 @@ def test_nan_is_no_point_and_spoils_no_later_window(tmp_path):
     assert final_table(result.stdout) == {'td3': (1, 9.0, 9.0, 9.0)}, result.stdout
 
 
+def test_a_diverged_run_makes_its_groups_mean_inf_named_in_a_warning_without_numpys(tmp_path):
+    write_run(tmp_path / 'runs' / 'a', LR_A, 0, [1, 2, 3])
+    write_run(tmp_path / 'runs' / 'b', LR_A, 1, [3, 'inf', 5])
+    result = run_plot([str(tmp_path / 'runs'), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    curves = read_curves(tmp_path / 'curves.csv')
+    group = 'all runs'
+    inf = float('inf')
+    assert curves[(group, 100)] == (inf, inf, inf, 2)
+    # Where both are finite the band is the usual one.
+    mean, lower, upper, _ = curves[(group, 200)]
+    assert (mean, lower, upper) != (4.0, 4.0, 4.0) and lower < mean < upper
+    run = tmp_path / 'runs' / 'b'
+    assert (
+        f'warning: {run}: eval/AverageReturn is inf at 1 point(s), the first at env_steps 100'
+        in result.stderr
+    )
+    assert 'RuntimeWarning' not in result.stderr, result.stderr
+
+
 def test_run_ending_early_is_named_and_the_table_says_so(grid, tmp_path):
     result = run_plot([str(grid), '--out', 'curves.png'], tmp_path)
     assert_ok(result)
@@ -504,6 +524,13 @@ def test_a_run_moved_aside_or_named_twice_is_not_counted_twice(grid, tmp_path):
     result = run_plot([*map(str, runs), str(aside), '--out', 'curves.png'], tmp_path)
     assert_ok(result)
     assert final_table(result.stdout)['all runs'][0] == 4
+    assert f'{runs[0]} and {aside} have the same TrainerConfig.random_seed (0)' in result.stderr
+    # A run that leaves the seed at its default is seed 0 too.
+    config = aside / 'config.gin'
+    config.write_text(config.read_text().replace('TrainerConfig.random_seed = 0\n', ''))
+    assert 'random_seed' not in config.read_text()
+    result = run_plot([*map(str, runs), str(aside), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
     assert f'{runs[0]} and {aside} have the same TrainerConfig.random_seed (0)' in result.stderr
 
 

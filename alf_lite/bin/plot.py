@@ -8,11 +8,12 @@ paths are skipped with a note); a directory is one run however many paths name
 it. The search skips ``<root_dir>.old-<time>``, where ``train --start_over``
 moves an old run. A run is read from its ``progress.csv``, or from its
 TensorBoard events when it has none; a NaN is no point, as an empty cell is
-(TD3's actor loss before its first actor update). ``--x wall_time`` plots the
-seconds since the run's first row (a pause before a resume included). A run
-without a column asked for (``--x``, ``--y``, ``--y_minus``) is left out, named
-in one warning per column; when no run has it, plot exits naming the closest
-columns there are.
+(TD3's actor loss before its first actor update). An inf (a run that diverged)
+is kept and named in a warning: its group's mean there is inf, with no band.
+``--x wall_time`` plots the seconds since the run's first row (a pause before
+a resume included). A run without a column asked for (``--x``, ``--y``,
+``--y_minus``) is left out, named in one warning per column; when no run has
+it, plot exits naming the closest columns there are.
 
 ``--group_by config`` puts runs whose ``config.gin`` differ only in
 ``TrainerConfig.random_seed`` and in the bindings a resume may change
@@ -21,7 +22,8 @@ parameters that differ between them; ``--group_by none`` names each run by the
 shortest end of its path that no other run's path shares. ``--label
 NAME=GROUP`` gives a group a name of your own (e.g. ``--label
 10K=TrainerConfig.replay_buffer_length=833``), used in the legend, the CSV and
-the table. A group holding two runs of one seed and setting is warned about.
+the table. A group holding two runs of one seed and setting is warned about
+(a run that binds no seed has the default one, 0).
 The legend goes below the axes, the figure widened if it is wider; a group
 name longer than ``LEGEND_NAME_CHARS`` is shortened there (not in the CSV and
 the table).
@@ -60,6 +62,7 @@ from alf_lite.run_dir import (
     RunDir,
 )
 from alf_lite.runs import (
+    DEFAULT_SEED,
     ENV_STEPS,
     EVAL_RETURN,
     SEED_PARAM,
@@ -259,6 +262,11 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
     ]
 
 
+def seed_of(run_dir: str) -> str:
+    """The seed of the run: its config.gin's ``SEED_PARAM``, or the default it does not bind."""
+    return setting(run_dir).get(SEED_PARAM, str(DEFAULT_SEED))
+
+
 def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
     """The pairs of ``runs`` of one seed and one ``setting``; a run without a config.gin
     (a copy of its events alone, say) has no setting to compare and is left out."""
@@ -266,7 +274,8 @@ def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
     for run in runs:
         if not os.path.isfile(RunDir(run).config_file):
             continue
-        key = tuple(sorted(setting(run).items()))
+        # An unbound seed is the default one: `random_seed = 0` is the same run.
+        key = tuple(sorted({**setting(run), SEED_PARAM: seed_of(run)}.items()))
         if key in first:
             pairs.append((first[key], run))
         else:
@@ -381,7 +390,8 @@ def smooth(values, window: int):
 def band(
     values, kind: str, rng=None, num_bootstrap: int = NUM_BOOTSTRAP
 ) -> Tuple[float, float, float]:
-    """``(mean, lower, upper)`` of ``values`` (one per run); one value gives a zero-width band.
+    """``(mean, lower, upper)`` of ``values`` (one per run); one value gives a zero-width band,
+    and so does an inf among them, whose mean is inf (or NaN for +inf and -inf).
 
     Args:
         values: one number per run.
@@ -397,8 +407,10 @@ def band(
     if rng is None:
         rng = np.random.default_rng(BOOTSTRAP_SEED)
     values = np.asarray(values, dtype=np.float64)
-    mean = float(values.mean())
-    if len(values) == 1:
+    with np.errstate(invalid='ignore'):
+        mean = float(values.mean())  # inf - inf: NaN, no point
+    if len(values) == 1 or not np.isfinite(values).all():
+        # A diverged run: its inf is the mean's, and no spread around an inf is a number.
         return mean, mean, mean
     if kind == 'std':
         std = float(values.std(ddof=1))
@@ -518,6 +530,15 @@ def main(argv):
         fail('; '.join([*lacking, *missing.values()]))
     for why in [*lacking, *missing.values()]:
         print(f'warning: left out: {why}', file=sys.stderr)
+    for run, (xs, ys) in raw.items():
+        infinite = ~np.isfinite(ys)
+        if infinite.any():
+            print(
+                f'warning: {run}: {y_name} is inf at {infinite.sum()} point(s), the first at '
+                f"{FLAGS.x} {_short(xs[infinite][0])}; its group's mean there is inf or NaN "
+                '(no point), and so is each smoothing window holding one',
+                file=sys.stderr,
+            )
     groups = [(label, [r for r in runs if r in raw]) for label, runs in groups]
     groups = [(label, runs) for label, runs in groups if runs]
     early = {label: ending_early({r: raw[r] for r in runs}) for label, runs in groups}
@@ -534,7 +555,7 @@ def main(argv):
             for run, again in same_seed_runs(runs):
                 print(
                     f'warning: {label}: {run} and {again} have the same {SEED_PARAM} '
-                    f'({setting(run).get(SEED_PARAM, "default")}) and setting: one run twice? '
+                    f'({seed_of(run)}) and setting: one run twice? '
                     '(train --start_over moves an old run to <root_dir>.old-<time>)',
                     file=sys.stderr,
                 )
