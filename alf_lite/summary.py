@@ -86,6 +86,29 @@ class ProgressCsv:
         os.replace(tmp, self._path)
 
 
+def unevaluated_row(path: str, env_steps: int, eval_column: str) -> Optional[Dict[str, object]]:
+    """The scalars of ``progress.csv`` (``path``) at ``env_steps`` when none of its rows there
+    has ``eval_column``: ``{}`` without a row there, None when one is evaluated.
+
+    The scalars are the row's filled ``<mode>/<tag>`` columns, as ``Summary.write``
+    takes them: written again, each reads as before.
+    """
+    rows = []
+    if os.path.exists(path):
+        with open(path, newline='') as f:
+            _, rows = complete_rows(f)
+    rows = [r for r in rows if int(r[ENV_STEPS]) == env_steps]
+    if any(r.get(eval_column) for r in rows):
+        return None
+    if not rows:
+        return {}
+    return {
+        k: int(v) if v.lstrip('-').isdigit() else float(v)
+        for k, v in rows[-1].items()
+        if v and '/' in k
+    }
+
+
 def keep_events_until(events_dir: str, env_steps: int) -> List[str]:
     """Merge the TensorBoard event files in ``events_dir`` into one, without the events after
     ``env_steps``, named to come before any file written from now on.

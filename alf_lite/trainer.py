@@ -53,7 +53,7 @@ from alf_lite.signals import (
     TrainingInterrupted,
     env_processes_starting,
 )
-from alf_lite.summary import Summary, Throughput, print_progress
+from alf_lite.summary import Summary, Throughput, print_progress, unevaluated_row
 from alf_lite.update import UpdateRunner
 
 
@@ -761,6 +761,13 @@ class Trainer:
                 self._config.initial_collect_steps,
             )
         logging.info('resumed from %s at %d env steps', path, self._env_steps)
+        if self._pending_evaluation is None and self._env_steps == self._config.num_env_steps:
+            # A run shortened to a checkpoint that was not its last has no final
+            # evaluation there: it is written as the run would have written it, in
+            # the row of that step's training scalars (replaced, so not written twice).
+            self._pending_evaluation = unevaluated_row(
+                self._run_dir.progress_file, self._env_steps, EVAL_RETURN
+            )
         if self._env_steps == self._config.num_env_steps:
             logging.info(
                 'nothing left to train: the checkpoint is at TrainerConfig.num_env_steps = %d%s',

@@ -29,7 +29,7 @@ from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import EnvironmentHungError
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.run_dir import MOVED_ASIDE, RunDirLock, latest_checkpoint
-from alf_lite.runs import NONDETERMINISTIC_COLUMNS
+from alf_lite.runs import EVAL_RETURN, NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import StopSignals, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from cli_helpers import (
@@ -819,6 +819,33 @@ def test_a_resume_with_num_env_steps_below_the_checkpoint_is_refused_changing_no
         caplog.text
     )
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300]
+
+
+def test_a_run_shortened_to_a_checkpoint_before_its_end_gets_the_final_evaluation_there(
+    tmp_path, read_tensorboard, caplog
+):
+    whole, shortened = tmp_path / 'whole', tmp_path / 'shortened'
+    train_in_process(whole, 'TrainerConfig.num_env_steps = 300')
+    # A longer run killed after its checkpoint at 300, then given 300 as its length.
+    train_in_process(shortened, 'TrainerConfig.num_env_steps = 400')
+    shutil.rmtree(shortened / 'checkpoints' / 'ckpt-400')
+    with caplog.at_level(logging.INFO):
+        last_eval = train_in_process(shortened, 'TrainerConfig.num_env_steps = 300')
+    assert 'at TrainerConfig.num_env_steps = 300 (its evaluation is written now)' in caplog.text
+    # The rows of the run that was 300 steps long from the start: the evaluation at 300
+    # in the row of that step's training scalars.
+    rows = {root: deterministic_rows(root) for root in (whole, shortened)}
+    assert [r['env_steps'] for r in rows[shortened]] == ['0', '100', '200', '300']
+    assert rows[shortened] == rows[whole]
+    assert last_eval[EVAL_RETURN] == float(rows[whole][-1][EVAL_RETURN])
+    for root in (whole, shortened):
+        assert [e.step for e in read_tensorboard(root / 'eval')['AverageReturn']] == [0, 200, 300]
+        assert [e.step for e in read_tensorboard(root / 'train')['critic_loss']] == [100, 200, 300]
+    # Written once: the checkpoint no longer holds it as pending, and a rerun writes nothing.
+    state, _ = ckpt.load_checkpoint(str(shortened / 'checkpoints' / 'ckpt-300'))
+    assert state['pending_evaluation'] is None
+    train_in_process(shortened, 'TrainerConfig.num_env_steps = 300')
+    assert deterministic_rows(shortened) == rows[whole]
 
 
 class KilledBeforeItsCheckpoint(BaseException):
