@@ -258,19 +258,32 @@ class ReplayBuffer:
                 ``[num_envs, action_dim]``, the rest ``[num_envs]``). Values
                 are cast to the storage dtypes.
         """
+        self._check_row(exp)
         pos = self._total_added % self._length
         for name, value in zip(Experience._fields, exp):
+            self._storage[name][:, pos] = value
+        self._total_added += 1
+        self._total_added_tensor.fill_(self._total_added)
+
+    def _check_row(self, exp: Experience) -> None:
+        """Raise ValueError for a field of ``exp`` that ``add_batch`` cannot store, before
+        any is written: a row is stored whole or not at all. Reads only metadata, so
+        it costs no host sync."""
+        for name, value in zip(Experience._fields, exp):
             target = self._storage[name]
-            # Shape checks read only metadata, so they cost no host sync.
             if tuple(value.shape) != (self._num_envs,) + target.shape[2:]:
                 raise ValueError(
                     f"ReplayBuffer.add_batch: field '{name}' has shape "
                     f'{tuple(value.shape)}, expected '
                     f'{(self._num_envs,) + tuple(target.shape[2:])}'
                 )
-            target[:, pos] = value
-        self._total_added += 1
-        self._total_added_tensor.fill_(self._total_added)
+        if exp.step_type.dtype != torch.uint8:
+            # A cast would store -1 as 255 and 1.7 as MID: rows the loss mask
+            # trains on and a resume refuses.
+            raise ValueError(
+                f"ReplayBuffer.add_batch: field 'step_type' is {exp.step_type.dtype}, "
+                'expected torch.uint8 (StepType values)'
+            )
 
     def add_batch_on_device(self, exp: Experience) -> None:
         """``add_batch``'s writes, at the write head the device counter gives.
@@ -282,6 +295,7 @@ class ReplayBuffer:
         Args:
             exp: as for ``add_batch``, on the buffer's device.
         """
+        self._check_row(exp)
         head = (self._total_added_tensor % self._length).view(1)
         for name, value in zip(Experience._fields, exp):
             target = self._storage[name]

@@ -2,6 +2,7 @@
 
 import io
 import logging
+import re
 import time
 
 import gin
@@ -158,6 +159,27 @@ def test_add_batch_checks_shapes():
     with pytest.raises(ValueError, match="'step_type' has shape"):
         rb.add_batch(_step(2, 0))
     assert rb.total_added == 0
+
+
+@pytest.mark.parametrize('add', ['add_batch', 'add_batch_on_device'])
+@pytest.mark.parametrize(
+    'field, bad, message',
+    [
+        ('reward', torch.zeros(2, 1), "'reward' has shape (2, 1)"),
+        ('step_type', torch.full((2,), -1), "'step_type' is torch.int64, expected torch.uint8"),
+    ],
+    ids=['shape of a later field', 'step type not uint8'],
+)
+def test_a_row_refused_leaves_a_full_buffer_as_it_was(add, field, bad, message):
+    rb = ReplayBuffer(2, 3, observation_dim=2, action_dim=2)
+    for t in range(4):  # full and wrapped: the write head is at the oldest row
+        rb.add_batch(_step(2, t))
+    before = {name: value.clone() for name, value in rb.storage.items()}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        getattr(rb, add)(_step(2, 99)._replace(**{field: bad}))
+    for name, value in rb.storage.items():
+        assert torch.equal(value, before[name]), name
+    assert rb.total_added == 4
 
 
 def test_bytes_per_step_match_raw_field_sizes():
