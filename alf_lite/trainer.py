@@ -70,7 +70,8 @@ class TrainerConfig:
             get distinct seeds derived from it (``alf_lite.seeding``). >= 0.
         num_env_steps: stop after this many env steps.
         initial_collect_steps: uniform random actions for this many env steps;
-            training starts once more steps than this were collected.
+            training starts once more steps than this were collected (equal to
+            ``num_env_steps``: a run that only collects, with a warning).
         unroll_length: steps collected from every env per iteration.
         mini_batch_size: windows per update.
         mini_batch_length: rows per window; 2 gives one transition per window.
@@ -457,6 +458,12 @@ class Trainer:
             logging.warning('removed %s, left by a checkpoint write that never completed', path)
         description = describe_device(self._device)
         logging.info('device: %s', description)
+        if self._config.initial_collect_steps == self._config.num_env_steps:
+            logging.warning(
+                'TrainerConfig.initial_collect_steps = num_env_steps = %d: this run only '
+                'collects, with uniform random actions, and makes no update',
+                self._config.num_env_steps,
+            )
         write_text_atomically(self._run_dir.device_file, description + '\n')
         keep_until = -1
         if resumed:

@@ -2,6 +2,7 @@
 
 import csv
 import gc
+import logging
 import os
 import random
 import re
@@ -679,13 +680,16 @@ def test_compile_that_is_no_bool_is_refused():
         TrainerConfig(compile='yes')
 
 
-def test_initial_collect_uses_uniform_random_actions(tmp_path):
-    train(
-        tmp_path,
-        'TrainerConfig.num_env_steps = 400',
-        'TrainerConfig.initial_collect_steps = 400',
-        'TrainerConfig.checkpoint_interval = 400',
-    )
+def test_initial_collect_uses_uniform_random_actions(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        train(
+            tmp_path,
+            'TrainerConfig.num_env_steps = 400',
+            'TrainerConfig.initial_collect_steps = 400',
+            'TrainerConfig.checkpoint_interval = 400',
+        )
+    # A run that only collects says so.
+    assert 'initial_collect_steps = num_env_steps = 400: this run only collects' in caplog.text
     _, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     actions = rb['action'][0][:400]
     assert actions.min() >= -1 and actions.max() <= 1
