@@ -336,6 +336,10 @@ class TrainerState(NamedTuple):
             rollout state. None where the envs could not be kept (a signal
             ended an env step) and in checkpoints that predate this field: a
             resume then restarts the envs.
+        iteration_start: the env step at which the iteration (``unroll_length``
+            env steps, then the updates) that a signal cut short began: the
+            resume finishes it. None when the checkpoint is at an iteration's
+            end (also in checkpoints that predate this field).
     """
 
     algorithm: dict
@@ -347,6 +351,7 @@ class TrainerState(NamedTuple):
     last_eval: Dict[str, float]
     pending_evaluation: Optional[Dict[str, float]] = None
     collection: Optional[dict] = None
+    iteration_start: Optional[int] = None
 
 
 def save_trainer_state(
@@ -402,6 +407,7 @@ def check_trainer_state(path: str, state: dict) -> None:
         'last_eval': dict,
         'pending_evaluation': (dict, type(None)),
         'collection': (dict, type(None)),
+        'iteration_start': (int, type(None)),
     }
     for field, expected in expected_types.items():
         value = getattr(state, field)
@@ -410,6 +416,11 @@ def check_trainer_state(path: str, state: dict) -> None:
     if state.env_steps < 0 or state.num_updates < 0:
         raise CorruptCheckpointError(
             f'{model}: negative counters {state.env_steps}, {state.num_updates}'
+        )
+    if state.iteration_start is not None and not 0 <= state.iteration_start <= state.env_steps:
+        raise CorruptCheckpointError(
+            f'{model}: iteration_start {state.iteration_start} is not in '
+            f'[0, env_steps = {state.env_steps}]'
         )
     for key in ('module', 'optimizers'):
         if not isinstance(state.algorithm.get(key), dict):

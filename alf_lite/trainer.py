@@ -334,6 +334,8 @@ class Trainer:
         # The training scalars of the row at ``_env_steps`` that waits for its
         # evaluation; at a fresh start, the evaluation of the initial policy.
         self._pending_evaluation: Optional[dict] = {}
+        # The env step where the iteration under way began; None between iterations.
+        self._iteration_start: Optional[int] = None
         self._latest_train_scalars = {}
         self._wrote_operative_config = False
         # Everything configurable was built: the bindings it used, taken now,
@@ -512,7 +514,9 @@ class Trainer:
                 # Its row is written: the checkpoint no longer holds it as pending.
                 self._save()
         while not stopped and self._env_steps < cfg.num_env_steps:
-            before = self._env_steps
+            # An iteration a signal cut short is finished first, as one begun where it began:
+            # the summaries, evaluations and checkpoints due in it come at its end.
+            before = self._env_steps if self._iteration_start is None else self._iteration_start
             self._collect_and_train()
             after = self._env_steps
             if self._num_updates > 0 and not self._wrote_operative_config:
@@ -575,20 +579,33 @@ class Trainer:
         self._collector.reset(reset_seed)
 
     def _collect_and_train(self) -> None:
-        """``unroll_length`` env steps; the iteration's updates overlap the last one."""
+        """``unroll_length`` env steps; the iteration's updates overlap the last one.
+
+        An iteration that a signal cut short (``_iteration_start`` restored from
+        its checkpoint) collects only the env steps it had left.
+        """
         cfg = self._config
-        for u in range(cfg.unroll_length):
-            self._collector.send(self._env_steps)
-            try:
-                if u == cfg.unroll_length - 1:
-                    # The updates need no row that this env step produces, so
-                    # they run while it is pending: envs in subprocesses step
-                    # meanwhile, and the numbers are those of step-then-train.
-                    self._train_iteration()
-            finally:
-                # Also after a failed update, which stops training once the
-                # envs are done with the step.
-                self._env_steps += self._collector.receive()
+        if self._iteration_start is None:
+            self._iteration_start = self._env_steps
+        done = (self._env_steps - self._iteration_start) // self._env.num_envs
+        try:
+            for u in range(done, cfg.unroll_length):
+                self._collector.send(self._env_steps)
+                try:
+                    if u == cfg.unroll_length - 1:
+                        # The updates need no row that this env step produces, so
+                        # they run while it is pending: envs in subprocesses step
+                        # meanwhile, and the numbers are those of step-then-train.
+                        self._train_iteration()
+                finally:
+                    # Also after a failed update, which stops training once the
+                    # envs are done with the step.
+                    self._env_steps += self._collector.receive()
+        finally:
+            # Kept while env steps are left: a checkpoint written now (a signal
+            # ended an env step) has the resume finish the iteration.
+            if self._env_steps - self._iteration_start >= cfg.unroll_length * self._env.num_envs:
+                self._iteration_start = None
 
     def _train_iteration(self) -> None:
         """The iteration's updates, once enough steps were collected.
@@ -713,6 +730,7 @@ class Trainer:
             last_eval=self._last_eval,
             pending_evaluation=self._pending_evaluation,
             collection=collection,
+            iteration_start=self._iteration_start,
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
@@ -750,6 +768,7 @@ class Trainer:
         self._episode_stats.load(state.recent_returns, state.recent_lengths)
         self._last_eval = state.last_eval
         self._pending_evaluation = state.pending_evaluation
+        self._iteration_start = state.iteration_start
         if rb is not None:
             try:
                 self._replay_buffer.load_state_dict(rb)

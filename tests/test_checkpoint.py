@@ -519,8 +519,17 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         ({'env_steps': True}, 'env_steps is True, of the wrong type'),
         ({'pending_evaluation': [1.0]}, 'pending_evaluation is [1.0], of the wrong type'),
         ({'algorithm': {'module': {}}}, "the algorithm state has no 'optimizers' dict"),
+        ({'iteration_start': 41}, 'iteration_start 41 is not in [0, env_steps = 40]'),
+        ({'iteration_start': 1.5}, 'iteration_start is 1.5, of the wrong type'),
     ],
-    ids=['negative_env_steps', 'bool_env_steps', 'pending_evaluation', 'no_optimizers'],
+    ids=[
+        'negative_env_steps',
+        'bool_env_steps',
+        'pending_evaluation',
+        'no_optimizers',
+        'iteration_start_past_env_steps',
+        'float_iteration_start',
+    ],
 )
 def test_check_trainer_state_names_the_file_and_its_problem(tmp_path, damage, problem):
     state = valid_trainer_state()._replace(**damage)

@@ -1158,6 +1158,50 @@ def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocess
     assert gone, [c.pid for c in children if c.is_running()]
 
 
+def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(tmp_path, monkeypatch):
+    # Iterations of 30 env steps end at 30, 60, 90, 120...: the summary, evaluation and
+    # checkpoint due at 100 come at 120. A SIGTERM during the 105th env step cuts the
+    # iteration that began at 90.
+    unrolled = ['TrainerConfig.unroll_length = 30', 'TrainerConfig.num_env_steps = 300']
+    whole, cut = tmp_path / 'whole', tmp_path / 'cut'
+    train_in_process(whole, *unrolled, 'TrainerConfig.eval_interval = 100')
+    real_create = trainer_module.create_environment
+    made, steps = [], []
+
+    def create_signalling_at_step_105(*args, **kwargs):
+        env = real_create(*args, **kwargs)
+        if not made:  # the training envs, made first
+            real_step = env._env.step
+
+            def step(action):
+                steps.append(action)
+                if len(steps) == 105:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return real_step(action)
+
+            monkeypatch.setattr(env._env, 'step', step)
+        made.append(env)
+        return env
+
+    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling_at_step_105)
+    with pytest.raises(TrainingInterrupted):
+        train_in_process(cut, *unrolled, 'TrainerConfig.eval_interval = 100')
+    state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / 'ckpt-104'))
+    assert state['iteration_start'] == 90 and state['collection'] is None
+    monkeypatch.setattr(trainer_module, 'create_environment', real_create)
+    train_in_process(cut, *unrolled, 'TrainerConfig.eval_interval = 100')
+    # The resume collects the 16 steps the iteration had left: nothing due in it is
+    # skipped, and every later iteration ends where the run never stopped ended its own.
+    rows = {root: deterministic_rows(root) for root in (whole, cut)}
+    assert [(r['env_steps'], r[EVAL_RETURN] != '') for r in rows[cut]] == [
+        (r['env_steps'], r[EVAL_RETURN] != '') for r in rows[whole]
+    ]
+    assert [r['env_steps'] for r in rows[whole]] == ['0', '120', '210', '300']
+    assert checkpoint_steps(cut) == [104, 120, 210, 300]
+    state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / 'ckpt-120'))
+    assert state['iteration_start'] is None
+
+
 def test_deferred_nan_check_stops_at_the_next_summary_with_finite_checkpoints(tmp_path):
     # The check a GPU run makes: no loss is read back per update; updates after
     # the bad one are skipped and the run stops at the next summary.
