@@ -249,27 +249,53 @@ def load_checkpoint(
         except UnsafeCheckpointError:
             raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
+            if _failed_to_read(e):
+                raise
             logging.warning('replay buffer %s is unreadable (%s); resuming without it.', rb_path, e)
     return state, rb
+
+
+class LatestCheckpoint(NamedTuple):
+    """The newest checkpoint that loads (``load_latest_checkpoint``).
+
+    ``unreadable``: the newer ones skipped as corrupt, for ``move_aside`` once
+    the checkpoint is restored: the run then continues from the older step,
+    and what it writes next must be the newest checkpoint.
+    """
+
+    path: str
+    state: dict
+    replay_buffer_state: Optional[dict]
+    unreadable: List[str]
+
+
+def _failed_to_read(error: BaseException) -> bool:
+    """Whether ``error`` is the reader's failure (the disk, permissions, memory), which says
+    nothing about the file; a file missing from a checkpoint is the checkpoint's fault."""
+    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    missing = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+    return isinstance(error, OSError) and not isinstance(error, missing)
 
 
 def load_latest_checkpoint(
     checkpoint_dir: str,
     map_location: Union[str, torch.device, None] = None,
     check: Optional[Callable[[str, dict], None]] = None,
-) -> Optional[Tuple[str, dict, Optional[dict]]]:
-    """``(path, state, replay_buffer_state)`` of the newest readable checkpoint; None if none exist.
+) -> Optional[LatestCheckpoint]:
+    """The newest checkpoint that loads, and the newer ones that do not; None if none exist.
 
     A corrupt or truncated checkpoint is skipped with a warning in favour of
-    the one before it, and once an older one loads, moved aside to
-    ``ckpt-<N>.corrupt``: the run continues from the older step, and what it
-    writes next must be the newest checkpoint. ``map_location`` is
+    the one before it; nothing is moved (``move_aside``). ``map_location`` is
     ``load_checkpoint``'s. ``check(path, state)`` is called on each loaded
     state: a ``CorruptCheckpointError`` it raises (e.g. from
     ``check_trainer_state``) counts the checkpoint as corrupt.
 
     Raises:
-        CheckpointError: when checkpoints exist but none can be read.
+        CheckpointError: when checkpoints exist but none can be read, or when
+            reading one fails for a reason outside it (an I/O error, no
+            permission, no memory): the run stops rather than resume from an
+            older checkpoint past one that may be intact.
         UnsafeCheckpointError: when a file would run code to load: the run
             stops rather than resume from an older checkpoint past it.
     """
@@ -284,6 +310,12 @@ def load_latest_checkpoint(
         except UnsafeCheckpointError:
             raise
         except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
+            if _failed_to_read(e):
+                raise CheckpointError(
+                    f'could not read checkpoint {path} ({type(e).__name__}: {e}). That is no '
+                    'fault of the checkpoint, so it was neither skipped nor moved; resume once '
+                    'it can be read.'
+                ) from e
             logging.warning(
                 'checkpoint %s is unreadable (%s: %s); %s.',
                 path,
@@ -294,9 +326,7 @@ def load_latest_checkpoint(
             corrupt.append(path)
             problems.append(f'{type(e).__name__}: {e}')
             continue
-        for bad in corrupt:
-            logging.warning('moved the unreadable checkpoint %s to %s', bad, _move_aside(bad))
-        return path, state, rb
+        return LatestCheckpoint(path, state, rb, corrupt)
     if found:
         raise CheckpointError(
             f'none of the {len(found)} checkpoints in {checkpoint_dir} can be read (all corrupt '
@@ -304,6 +334,12 @@ def load_latest_checkpoint(
             '--start_over to train (it moves the root_dir aside) or move the root_dir away.'
         )
     return None
+
+
+def move_aside(unreadable: List[str]) -> None:
+    """Move each checkpoint of ``unreadable`` aside, to ``<path>.corrupt``, with a warning."""
+    for path in unreadable:
+        logging.warning('moved the unreadable checkpoint %s to %s', path, _move_aside(path))
 
 
 def _move_aside(path: str) -> str:

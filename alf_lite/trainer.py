@@ -438,8 +438,10 @@ class Trainer:
         torch.set_num_threads(self._config.torch_num_threads)
         resumed = latest is not None
         collection = None
+        unreadable = []
         if resumed:
-            collection = self._restore(*latest)
+            collection = self._restore(latest.path, latest.state, latest.replay_buffer_state)
+            unreadable = latest.unreadable
             if collection is None:
                 logging.info(
                     'the checkpoint holds no episodes to continue (a signal ended an env step, '
@@ -456,6 +458,8 @@ class Trainer:
             reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
         if before_writing is not None:
             before_writing()
+        # Only now: a resume refused above leaves them where they were.
+        ckpt.move_aside(unreadable)
         for path in ckpt.remove_temporary_checkpoints(self._run_dir.checkpoint_dir):
             logging.warning('removed %s, left by a checkpoint write that never completed', path)
         description = describe_device(self._device)

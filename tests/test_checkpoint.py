@@ -1,6 +1,7 @@
 """Atomic checkpoints: save / load round trip, which checkpoint is picked, what each one keeps."""
 
 import contextlib
+import errno
 import logging
 import os
 import pickle
@@ -279,7 +280,7 @@ def test_a_save_that_fails_to_move_its_replay_buffer_in_place_leaves_no_checkpoi
     assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == ['ckpt-100']
     # Nor the temporary directory, with its replay buffer.
     assert os.listdir(tmp_path) == ['ckpt-100']
-    path, state, rb = ckpt.load_latest_checkpoint(str(tmp_path))
+    path, state, rb, _ = ckpt.load_latest_checkpoint(str(tmp_path))
     assert path.endswith('ckpt-100')
     assert_same(state, make_state(1))
     assert_same(rb, make_replay_buffer_state(1))
@@ -308,8 +309,12 @@ def test_resuming_past_a_corrupt_checkpoint_moves_it_aside_and_new_ones_keep_the
     for step in (50, 100):
         ckpt.save_checkpoint(str(tmp_path), step, make_state(step), make_replay_buffer_state(step))
     (tmp_path / 'ckpt-100' / ckpt.MODEL_FILE).write_bytes(b'garbage')
-    path, state, _ = ckpt.load_latest_checkpoint(str(tmp_path))
-    assert path.endswith('ckpt-50') and state['env_steps'] == 5000
+    latest = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert latest.path.endswith('ckpt-50') and latest.state['env_steps'] == 5000
+    # Moved only when the caller says so (once the resume is sure to go on from ckpt-50).
+    assert latest.unreadable == [str(tmp_path / 'ckpt-100')]
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-50']
+    ckpt.move_aside(latest.unreadable)
     assert sorted(os.listdir(tmp_path)) == ['ckpt-100.corrupt', 'ckpt-50']
     # The run goes on from ckpt-50: what it writes next keeps its replay buffer.
     ckpt.save_checkpoint(str(tmp_path), 60, make_state(6), make_replay_buffer_state(6))
@@ -318,7 +323,9 @@ def test_resuming_past_a_corrupt_checkpoint_moves_it_aside_and_new_ones_keep_the
     # A second corrupt checkpoint of the same step does not overwrite the first one set aside.
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
     (tmp_path / 'ckpt-100' / ckpt.MODEL_FILE).write_bytes(b'garbage')
-    assert ckpt.load_latest_checkpoint(str(tmp_path))[0].endswith('ckpt-60')
+    latest = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert latest.path.endswith('ckpt-60')
+    ckpt.move_aside(latest.unreadable)
     assert sorted(n for n in os.listdir(tmp_path) if 'corrupt' in n) == [
         'ckpt-100.corrupt',
         'ckpt-100.corrupt-2',
@@ -345,6 +352,37 @@ def test_all_checkpoints_corrupt_moves_none_aside(tmp_path, caplog):
     assert 'ckpt-50' in warnings[1] and warnings[1].endswith('there is none before it.')
 
 
+@pytest.mark.parametrize(
+    'failure',
+    [
+        OSError(errno.EIO, 'Input/output error'),
+        PermissionError(errno.EACCES, 'denied'),
+        MemoryError(),
+    ],
+    ids=['io_error', 'no_permission', 'no_memory'],
+)
+@pytest.mark.parametrize('file', [ckpt.MODEL_FILE, ckpt.REPLAY_BUFFER_FILE])
+def test_a_checkpoint_that_fails_to_be_read_is_neither_skipped_nor_moved(
+    tmp_path, monkeypatch, failure, file
+):
+    for step in (50, 100):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(step), make_replay_buffer_state(step))
+    unreadable = str(tmp_path / 'ckpt-100' / file)
+    real_load = torch.load
+
+    def load(path, *args, **kwargs):
+        if str(path) == unreadable:
+            raise failure
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, 'load', load)
+    # Not corrupt: resuming from ckpt-50 would drop an intact ckpt-100 (and its buffer).
+    with pytest.raises(ckpt.CheckpointError, match='could not read checkpoint .*ckpt-100') as e:
+        ckpt.load_latest_checkpoint(str(tmp_path))
+    assert type(failure).__name__ in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-50']
+
+
 def test_save_never_prunes_the_replay_buffer_of_the_checkpoint_it_writes(tmp_path):
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
     ckpt.save_checkpoint(str(tmp_path), 60, make_state(2), make_replay_buffer_state(2))
@@ -366,7 +404,7 @@ def test_corrupt_replay_buffer_of_the_newest_checkpoint_resumes_it_without_the_b
     for step in (50, 100):
         ckpt.save_checkpoint(str(tmp_path), step, make_state(step), make_replay_buffer_state(step))
     (tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE).write_bytes(b'garbage')
-    path, state, rb = ckpt.load_latest_checkpoint(str(tmp_path))
+    path, state, rb, _ = ckpt.load_latest_checkpoint(str(tmp_path))
     # Its networks are still worth resuming from; ckpt-50 has no buffer either.
     assert path.endswith('ckpt-100')
     assert_same(state, make_state(100))
@@ -418,7 +456,7 @@ def test_plain_pickle_in_place_of_a_checkpoint_runs_nothing_and_counts_as_unread
     marker = tmp_path / 'ran'
     with open(os.path.join(crafted, ckpt.MODEL_FILE), 'wb') as f:
         pickle.dump(WritesAFile(marker), f)
-    path, state, _ = ckpt.load_latest_checkpoint(str(tmp_path))
+    path, state, _, _ = ckpt.load_latest_checkpoint(str(tmp_path))
     assert not marker.exists()
     assert path.endswith('ckpt-100') and state['env_steps'] == 100
 
@@ -455,7 +493,7 @@ def test_gpu_checkpoint_loads_on_the_cpu_with_map_location(tmp_path):
     loaded_state, loaded_rb = ckpt.load_checkpoint(path, map_location=torch.device('cpu'))
     assert_same(loaded_state, state)
     assert_same(loaded_rb, rb)
-    found, loaded_state, _ = ckpt.load_latest_checkpoint(str(tmp_path), map_location='cpu')
+    found, loaded_state, _, _ = ckpt.load_latest_checkpoint(str(tmp_path), map_location='cpu')
     assert found == path and loaded_state['algorithm']['net']['weight'].device.type == 'cpu'
 
 

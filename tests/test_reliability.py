@@ -321,6 +321,21 @@ def test_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
     assert state['env_steps'] == 400
 
 
+def test_a_refused_resume_past_a_corrupt_checkpoint_leaves_it_where_it_was(tmp_path):
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    model = tmp_path / 'checkpoints' / 'ckpt-300' / 'model.pt'
+    model.write_bytes(model.read_bytes()[:100])
+    before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+    # ckpt-200, the one that loads, is past the run's length: the resume is refused.
+    with pytest.raises(ckpt.CheckpointError, match='past TrainerConfig.num_env_steps = 150'):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 150')
+    assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+    # A resume that goes on from ckpt-200 moves it aside.
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    assert (tmp_path / 'checkpoints' / 'ckpt-300.corrupt' / 'model.pt').is_file()
+    assert checkpoint_steps(tmp_path) == [100, 200, 300]
+
+
 def test_checkpoints_written_after_resuming_past_a_corrupt_one_keep_their_replay_buffer(
     tmp_path, caplog
 ):
