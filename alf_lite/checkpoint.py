@@ -19,7 +19,7 @@ import torch
 from absl import logging
 
 from alf_lite.config import sync_directory
-from alf_lite.run_dir import checkpoint_name, list_checkpoints
+from alf_lite.run_dir import checkpoint_env_steps, checkpoint_name, list_checkpoints
 from alf_lite.seeding import global_rng_state, set_global_rng_state
 
 MODEL_FILE = 'model.pt'
@@ -452,6 +452,13 @@ def check_trainer_state(path: str, state: dict) -> None:
     if state.env_steps < 0 or state.num_updates < 0:
         raise CorruptCheckpointError(
             f'{model}: negative counters {state.env_steps}, {state.num_updates}'
+        )
+    named = checkpoint_env_steps(path)
+    if named is not None and named != state.env_steps:
+        # Picked as the newest by its name: a renamed checkpoint would hide the real newest.
+        raise CorruptCheckpointError(
+            f'{model}: holds the state at {state.env_steps} env steps, but its directory is '
+            f'named for {named}'
         )
     if state.iteration_start is not None and not 0 <= state.iteration_start <= state.env_steps:
         raise CorruptCheckpointError(

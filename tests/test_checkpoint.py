@@ -576,6 +576,14 @@ def test_check_trainer_state_names_the_file_and_its_problem(tmp_path, damage, pr
     assert str(error.value) == f'{tmp_path / ckpt.MODEL_FILE}: {problem}'
 
 
+def test_a_checkpoint_whose_name_is_not_its_step_counts_as_corrupt(tmp_path):
+    state = valid_trainer_state()._asdict()  # at 40 env steps
+    ckpt.check_trainer_state(str(tmp_path / 'ckpt-40'), state)
+    ckpt.check_trainer_state(str(tmp_path / 'last_good-41'), state)  # not picked by its name
+    with pytest.raises(ckpt.CorruptCheckpointError, match='at 40 env steps, but its directory'):
+        ckpt.check_trainer_state(str(tmp_path / 'ckpt-900'), state)
+
+
 def test_check_trainer_state_leaves_the_global_rng_as_it_was(tmp_path):
     state = valid_trainer_state()  # holds the generators' states of now
     # Draws since then moved every generator away from the state checked.
