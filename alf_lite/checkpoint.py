@@ -494,10 +494,22 @@ def algorithm_state(algorithm: torch.nn.Module) -> dict:
 
 
 def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
-    """Restore what ``algorithm_state`` returned into ``algorithm``."""
+    """Restore what ``algorithm_state`` returned into ``algorithm``.
+
+    The optimizers get their saved state (moments, step counts) and keep their
+    own settings (learning rate, betas, weight decay...), as configured.
+    """
     algorithm.load_state_dict(policy_state(state))
     for name, optimizer in algorithm.optimizers.items():
+        configured = [
+            {k: v for k, v in group.items() if k not in ('params', 'param_names')}
+            for group in optimizer.param_groups
+        ]
         optimizer.load_state_dict(state['optimizers'][name])
+        # The checkpoint's groups hold the settings it was trained with: a resume
+        # with another learning rate (which it warns about) trains with the new one.
+        for group, settings in zip(optimizer.param_groups, configured):
+            group.update(settings)
 
 
 def policy_state(algorithm_state: dict) -> dict:

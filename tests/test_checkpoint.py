@@ -507,6 +507,28 @@ def test_replay_buffer_of_a_gpu_run_always_loads_to_the_cpu(tmp_path):
     assert_same(loaded_rb, rb)
 
 
+def test_a_restored_optimizer_keeps_its_moments_from_the_checkpoint_and_its_configured_settings():
+    def net_with(lr, weight_decay):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(3, 2)
+        net.optimizers = {'net': torch.optim.Adam(net.parameters(), lr, weight_decay=weight_decay)}
+        return net
+
+    trained = net_with(0.1, 0.0)
+    trained(torch.ones(4, 3)).square().sum().backward()
+    trained.optimizers['net'].step()
+    saved = ckpt.algorithm_state(trained)
+    resumed = net_with(0.5, 0.01)
+    ckpt.load_algorithm_state(resumed, saved)
+    (group,) = resumed.optimizers['net'].param_groups
+    assert (group['lr'], group['weight_decay']) == (0.5, 0.01)
+    # The moments and step counts are the checkpoint's.
+    assert_same(
+        resumed.optimizers['net'].state_dict()['state'], saved['optimizers']['net']['state']
+    )
+    assert group['params'] == list(resumed.parameters())
+
+
 def test_trainer_state_round_trips_and_a_foreign_state_is_refused(tmp_path):
     net = torch.nn.Linear(3, 2)
     net.optimizers = {'net': torch.optim.Adam(net.parameters())}
