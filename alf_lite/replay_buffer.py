@@ -42,6 +42,11 @@ class ReplayBufferTooLargeError(MemoryError):
     """
 
 
+class ReplayBufferMismatchError(ValueError):
+    """A saved replay buffer is of another size (envs or steps per env) than the configured one:
+    the checkpoint belongs to another config, not a damaged file."""
+
+
 def storage_device(
     nbytes: int,
     training_device: torch.device,
@@ -470,7 +475,7 @@ class ReplayBuffer:
             )
         length = state.get('length', self._length)
         if not isinstance(length, int) or length != self._length:
-            raise ValueError(
+            raise ReplayBufferMismatchError(
                 f'ReplayBuffer.load_state_dict: the state is of a buffer of {length!r} steps per '
                 f'env, this one has {self._length}; the checkpoint was saved with a different '
                 'TrainerConfig.replay_buffer_length'
@@ -484,7 +489,7 @@ class ReplayBuffer:
         saved = state['step_type']
         num_envs = len(saved) if isinstance(saved, (list, tuple, torch.Tensor)) else None
         if num_envs is not None and num_envs != self._num_envs:
-            raise ValueError(
+            raise ReplayBufferMismatchError(
                 f'ReplayBuffer.load_state_dict: the state is of a buffer of {num_envs} envs, '
                 f'this one has {self._num_envs}; the checkpoint was saved with a different '
                 'create_environment.num_parallel_environments'

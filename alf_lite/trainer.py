@@ -25,7 +25,7 @@ from alf_lite.environments import (
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import TerminationValues, evaluate
 from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
-from alf_lite.replay_buffer import ReplayBuffer
+from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferMismatchError
 from alf_lite.run_dir import RunDir, RunDirLock, last_good_name
 from alf_lite.runs import (
     DEFAULT_SEED,
@@ -776,14 +776,20 @@ class Trainer:
         if rb is not None:
             try:
                 self._replay_buffer.load_state_dict(rb)
-            except ValueError as e:
+            except ReplayBufferMismatchError as e:
                 raise ckpt.CheckpointError(
                     f'the replay buffer of {path} does not fit the configured one ({e}). '
                     'Resume with the config the run started with.'
                 ) from e
+            except ValueError as e:
+                # Checked before anything is copied: the buffer is still empty.
+                logging.warning(
+                    'the replay buffer of %s is damaged (%s); resuming without it.', path, e
+                )
+                rb = None
             # Envs that cannot continue their episodes restart with a FIRST row
             # after the last stored one; the loss mask never trains on that pair.
-        else:
+        if rb is None:
             logging.warning(
                 '%s holds no replay buffer: training continues after %d steps of '
                 'the current policy refill it.',

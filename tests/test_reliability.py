@@ -336,6 +336,29 @@ def test_a_refused_resume_past_a_corrupt_checkpoint_leaves_it_where_it_was(tmp_p
     assert checkpoint_steps(tmp_path) == [100, 200, 300]
 
 
+@pytest.mark.parametrize(
+    'damage',
+    [
+        lambda rb: dict(rb, total_added=5),  # a counter that does not match the rows
+        lambda rb: dict(rb, step_type=[rb['step_type'][0].fill_(7)]),  # no StepType
+    ],
+    ids=['counter', 'step_type'],
+)
+def test_a_damaged_replay_buffer_resumes_its_checkpoint_without_it(tmp_path, caplog, damage):
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    rb_file = tmp_path / 'checkpoints' / 'ckpt-300' / 'replay_buffer.pt'
+    rb = {
+        k: [t.clone() for t in v] if isinstance(v, list) else v
+        for k, v in torch.load(rb_file).items()
+    }
+    torch.save(damage(rb), rb_file)
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert f'the replay buffer of {rb_file.parent} is damaged' in caplog.text
+    assert 'ckpt-300 holds no replay buffer: training continues after 50 steps' in caplog.text
+    assert checkpoint_steps(tmp_path) == [100, 200, 300, 400]
+    assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
+
+
 def test_checkpoints_written_after_resuming_past_a_corrupt_one_keep_their_replay_buffer(
     tmp_path, caplog
 ):
