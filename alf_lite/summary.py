@@ -86,6 +86,18 @@ class ProgressCsv:
         os.replace(tmp, self._path)
 
 
+def last_env_steps(path: str) -> Optional[int]:
+    """The env steps of the last complete row of ``progress.csv`` (``path``); None without one."""
+    if not os.path.exists(path):
+        return None
+    with open(path, newline='') as f:
+        _, rows = complete_rows(f)
+    try:
+        return max((int(r[ENV_STEPS]) for r in rows), default=None)
+    except (KeyError, ValueError):  # no table of ours: nothing to keep from it
+        return None
+
+
 def unevaluated_row(path: str, env_steps: int, eval_column: str) -> Optional[Dict[str, object]]:
     """The scalars of ``progress.csv`` (``path``) at ``env_steps`` when none of its rows there
     has ``eval_column``: ``{}`` without a row there, None when one is evaluated.

@@ -53,7 +53,13 @@ from alf_lite.signals import (
     TrainingInterrupted,
     env_processes_starting,
 )
-from alf_lite.summary import Summary, Throughput, print_progress, unevaluated_row
+from alf_lite.summary import (
+    Summary,
+    Throughput,
+    last_env_steps,
+    print_progress,
+    unevaluated_row,
+)
 from alf_lite.update import UpdateRunner
 
 
@@ -454,6 +460,7 @@ class Trainer:
                 self._config.random_seed, self._env_steps, self._env.num_envs
             )
         else:
+            self._refuse_history_without_checkpoints()
             set_global_rng_state(self._initial_rng_state)
             reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
         if before_writing is not None:
@@ -747,6 +754,25 @@ class Trainer:
         sizes = ', '.join(f'{name} {n} bytes' for name, n in ckpt.file_sizes(path).items())
         logging.info('checkpoint written: %s (%s)', path, sizes)
         return path
+
+    def _refuse_history_without_checkpoints(self) -> None:
+        """Raise CheckpointError when ``progress.csv`` goes past the first checkpoint a run
+        writes, yet there is no checkpoint: a fresh start would write over its rows.
+
+        A run killed before its first checkpoint leaves rows up to that checkpoint's step
+        at most, the end of the iteration that crosses ``checkpoint_interval``.
+        """
+        cfg = self._config
+        first_checkpoint = cfg.checkpoint_interval + cfg.unroll_length * self._env.num_envs - 1
+        last = last_env_steps(self._run_dir.progress_file)
+        if last is not None and last > first_checkpoint:
+            raise ckpt.CheckpointError(
+                f'{self._run_dir.progress_file} has rows up to {last} env steps, but there is no '
+                f'checkpoint in {self._run_dir.checkpoint_dir}: were the checkpoints deleted, or '
+                'not copied with the run? Starting over would write over its rows. Bring the '
+                'checkpoints back to resume, or pass --start_over to train (it moves the '
+                'root_dir aside) to train afresh.'
+            )
 
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> Optional[dict]:
         """Restore the checkpoint at ``path``; returns its collection state (or None)."""

@@ -321,6 +321,23 @@ def test_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
     assert state['env_steps'] == 400
 
 
+def test_a_run_without_its_checkpoints_is_refused_rather_than_started_over(tmp_path):
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    shutil.rmtree(tmp_path / 'checkpoints')  # copied without them, say
+    before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+    with pytest.raises(ckpt.CheckpointError, match='has rows up to 300 env steps, but there is no'):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+    # A run killed before its first checkpoint (at 100) left rows up to 100 at most: it
+    # starts over, its rows written again.
+    progress = tmp_path / 'progress.csv'
+    progress.write_text(''.join(progress.read_text().splitlines(True)[:3]))
+    assert steps_in_csv(tmp_path) == [0, 100]
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
+    assert steps_in_csv(tmp_path) == [0, 100, 200]
+    assert checkpoint_steps(tmp_path) == [100, 200]
+
+
 def test_a_refused_resume_past_a_corrupt_checkpoint_leaves_it_where_it_was(tmp_path):
     train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
     model = tmp_path / 'checkpoints' / 'ckpt-300' / 'model.pt'
