@@ -13,6 +13,7 @@ resume holds no second copy of a buffer that may take most of the RAM.
 import os
 import pickle
 import shutil
+import zipfile
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -214,8 +215,27 @@ def _unsafe_globals(path: str):
 
 
 def load_state(path: str, map_location: Union[str, torch.device, None] = None) -> dict:
-    """The state in checkpoint directory ``path``, without its replay buffer (as ``load_file``)."""
-    return load_file(os.path.join(path, MODEL_FILE), map_location)
+    """The state in checkpoint directory ``path``, without its replay buffer (as ``load_file``).
+
+    Raises:
+        zipfile.BadZipFile: a record of the file does not match its checksum (a
+            flipped bit in a weight, which torch would read as a weight).
+    """
+    model = os.path.join(path, MODEL_FILE)
+    _check_checksums(model)
+    return load_file(model, map_location)
+
+
+def _check_checksums(path: str) -> None:
+    """Raise ``zipfile.BadZipFile`` naming the first record of zip file ``path`` whose CRC-32
+    does not match its bytes; a file of another format is left to ``load_file``. Reads the
+    whole file: for the model (megabytes), not the replay buffer."""
+    if not _is_zip_file(path):
+        return
+    with zipfile.ZipFile(path) as archive:
+        bad = archive.testzip()
+    if bad is not None:
+        raise zipfile.BadZipFile(f'{path}: record {bad} does not match its checksum (damaged)')
 
 
 def load_checkpoint(
@@ -483,6 +503,28 @@ def check_trainer_state(path: str, state: dict) -> None:
             f'{model}: parameter {bad} holds NaN or inf; alf_lite never writes a '
             'checkpoint with non-finite weights, so the file was altered or damaged'
         )
+    bad = _first_non_finite_optimizer_state(state.algorithm['optimizers'])
+    if bad is not None:
+        # Adam's moments of finite gradients are finite: every update from them would be NaN.
+        raise CorruptCheckpointError(f'{model}: optimizer state {bad} holds NaN or inf')
+
+
+def _first_non_finite_optimizer_state(optimizers: dict) -> Optional[str]:
+    """``'<optimizer>.<param index>.<key>'`` of the first floating-point optimizer state
+    tensor holding a NaN or inf; None when all are finite (or not of the usual layout)."""
+    for name, optimizer in optimizers.items():
+        per_param = optimizer.get('state') if isinstance(optimizer, dict) else None
+        if not isinstance(per_param, dict):
+            continue
+        for index, values in per_param.items():
+            for key, value in values.items() if isinstance(values, dict) else ():
+                if (
+                    torch.is_tensor(value)
+                    and value.is_floating_point()
+                    and not torch.isfinite(value).all()
+                ):
+                    return f'{name}.{index}.{key}'
+    return None
 
 
 def algorithm_state(algorithm: torch.nn.Module) -> dict:
@@ -510,6 +552,15 @@ def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
         # with another learning rate (which it warns about) trains with the new one.
         for group, settings in zip(optimizer.param_groups, configured):
             group.update(settings)
+        # A state tensor of another shape than its parameter (a file spliced from
+        # another run) would reach the fused kernels unchecked: they do not check.
+        for index, param in enumerate(p for g in optimizer.param_groups for p in g['params']):
+            for key, value in optimizer.state.get(param, {}).items():
+                if torch.is_tensor(value) and value.dim() > 0 and value.shape != param.shape:
+                    raise ValueError(
+                        f'the {name} optimizer state {key!r} of parameter {index} is of shape '
+                        f'{tuple(value.shape)}, the parameter of {tuple(param.shape)}'
+                    )
 
 
 def policy_state(algorithm_state: dict) -> dict:

@@ -7,6 +7,8 @@ import os
 import pickle
 import random
 import stat
+import struct
+import zipfile
 
 import numpy as np
 import pytest
@@ -529,6 +531,18 @@ def test_a_restored_optimizer_keeps_its_moments_from_the_checkpoint_and_its_conf
     assert group['params'] == list(resumed.parameters())
 
 
+def test_optimizer_state_of_another_shape_than_its_parameter_is_refused():
+    net = torch.nn.Linear(3, 2)
+    net.optimizers = {'net': torch.optim.Adam(net.parameters())}
+    net(torch.ones(4, 3)).sum().backward()
+    net.optimizers['net'].step()
+    saved = ckpt.algorithm_state(net)
+    moments = saved['optimizers']['net']['state']
+    moments[0], moments[1] = moments[1], moments[0]  # the bias's moments for the weight's
+    with pytest.raises(ValueError, match=r"state 'exp_avg' of parameter 0 is of shape \(2,\)"):
+        ckpt.load_algorithm_state(net, saved)
+
+
 def test_trainer_state_round_trips_and_a_foreign_state_is_refused(tmp_path):
     net = torch.nn.Linear(3, 2)
     net.optimizers = {'net': torch.optim.Adam(net.parameters())}
@@ -596,6 +610,38 @@ def test_check_trainer_state_names_the_file_and_its_problem(tmp_path, damage, pr
     with pytest.raises(ckpt.CorruptCheckpointError) as error:
         ckpt.check_trainer_state(str(tmp_path), state._asdict())
     assert str(error.value) == f'{tmp_path / ckpt.MODEL_FILE}: {problem}'
+
+
+def test_non_finite_optimizer_state_counts_as_corrupt(tmp_path):
+    state = valid_trainer_state()
+    net = torch.nn.Linear(3, 2)
+    net.optimizers = {'net': torch.optim.Adam(net.parameters())}
+    net(torch.ones(4, 3)).sum().backward()
+    net.optimizers['net'].step()
+    algorithm = ckpt.algorithm_state(net)
+    ckpt.check_trainer_state(str(tmp_path), state._replace(algorithm=algorithm)._asdict())
+    algorithm['optimizers']['net']['state'][1]['exp_avg_sq'][0] = float('nan')
+    with pytest.raises(ckpt.CorruptCheckpointError, match=r'optimizer state net\.1\.exp_avg_sq'):
+        ckpt.check_trainer_state(str(tmp_path), state._replace(algorithm=algorithm)._asdict())
+
+
+def test_a_bit_flipped_in_a_weight_is_caught_by_its_checksum(tmp_path):
+    for step in (50, 100):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(step), None)
+    model = tmp_path / 'ckpt-100' / ckpt.MODEL_FILE
+    with zipfile.ZipFile(model) as archive:
+        record = next(i for i in archive.infolist() if '/data/' in i.filename)
+    data = bytearray(model.read_bytes())
+    # Past the record's local header (30 bytes, then its name and its extra field, whose
+    # lengths the header ends with): a byte of a tensor.
+    start = record.header_offset
+    name_length, extra_length = struct.unpack('<HH', data[start + 26 : start + 30])
+    data[start + 30 + name_length + extra_length] ^= 0x40
+    model.write_bytes(bytes(data))
+    latest = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert latest.path.endswith('ckpt-50') and latest.unreadable == [str(model.parent)]
+    with pytest.raises(zipfile.BadZipFile, match='does not match its checksum'):
+        ckpt.load_state(str(model.parent))
 
 
 def test_a_checkpoint_whose_name_is_not_its_step_counts_as_corrupt(tmp_path):
