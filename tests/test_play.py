@@ -122,8 +122,9 @@ def test_play_records_gif_without_reading_the_replay_buffer(trained_run, tmp_pat
     # play must not touch the replay buffer: a corrupt one changes nothing.
     (trained_run / 'checkpoints' / 'ckpt-2' / 'replay_buffer.pt').write_bytes(b'corrupt')
     gif = tmp_path / 'out.gif'
+    # An odd size: a GIF, unlike an .mp4, keeps it.
     result = run_play(
-        trained_run, '--num_episodes', '3', '--record_file', str(gif), '--render_size', '64,48'
+        trained_run, '--num_episodes', '3', '--record_file', str(gif), '--render_size', '65,49'
     )
     assert_ok(result)
     assert 'ckpt-2' in result.stdout
@@ -139,9 +140,9 @@ def test_play_records_gif_without_reading_the_replay_buffer(trained_run, tmp_pat
     assert float(mean[1]) == pytest.approx(np.mean(returns), abs=0.01)
     assert float(mean[2]) == EPISODE_STEPS
 
-    # One frame per step plus each episode's reset frame; W,H = 64,48.
+    # One frame per step plus each episode's reset frame; W,H = 65,49.
     frames = iio.imread(gif, index=None)
-    assert frames.shape[1:] == (48, 64, 3), frames.shape
+    assert frames.shape[1:] == (49, 65, 3), frames.shape
     assert gif_frames(gif, fps=30) == 3 * (EPISODE_STEPS + 1)
     assert frames.std() > 0, 'blank frames'
     # In real time by default: Pendulum-v1 renders at 30 frames per second.
@@ -190,6 +191,54 @@ def test_a_fast_gif_keeps_frames_0_k_2k_the_reset_frame_included(tmp_path):
     frames = iio.imread(gif, index=None)
     assert [int(frame.max()) for frame in frames] == [0, 20, 40]
     assert all(frame.min() == frame.max() for frame in frames)
+
+
+def test_a_gif_counts_identical_consecutive_frames_as_the_one_it_holds(tmp_path):
+    from PIL import Image, ImageSequence
+
+    gif = tmp_path / 'still.gif'
+    # In a process of its own, as play's flags would clash with those of another tool.
+    script = (
+        'import numpy as np\n'
+        'from alf_lite.bin.play import VideoWriter\n'
+        f'video = VideoWriter({str(gif)!r}, fps=10)\n'
+        'for value in [0, 50, 50, 50, 100, 0, 0]:\n'
+        '    video.append(np.full((8, 8, 3), value, np.uint8))\n'
+        'video.close()\n'
+        'print(video.num_frames, video.frames_in_file)\n'
+    )
+    result = run_train([sys.executable, '-c', script])
+    assert_ok(result)
+    assert result.stdout.split() == ['7', '4']
+    with Image.open(gif) as image:
+        frames = [
+            (int(f.convert('L').getextrema()[1]), f.info['duration'])
+            for f in ImageSequence.Iterator(image)
+        ]
+    # Each run of identical frames is one, shown for the 100 ms of each of them.
+    assert frames == [(0, 100), (50, 300), (100, 100), (0, 200)]
+
+
+def test_play_says_how_many_frames_a_gif_holds_when_identical_ones_merge(trained_run, tmp_path):
+    from PIL import Image, ImageSequence
+
+    gif = tmp_path / 'one_pixel.gif'
+    # Scaled to one pixel, the pendulum's frames are alike: pillow merges them.
+    result = run_play(
+        trained_run, '--num_episodes', '3', '--record_file', str(gif), '--render_size', '1'
+    )
+    assert_ok(result)
+    with Image.open(gif) as image:
+        delays = [frame.info['duration'] for frame in ImageSequence.Iterator(image)]
+    recorded = 3 * (EPISODE_STEPS + 1)
+    assert len(delays) < recorded
+    frames = 'frame' if len(delays) == 1 else 'frames'
+    assert (
+        f'{len(delays)} {frames} written to {gif}: of the {recorded} recorded, identical '
+        'consecutive frames were merged into one, their durations summed'
+    ) in result.stdout, result.stdout
+    # Still real time: Pendulum-v1's 30 frames a second.
+    assert sum(delays) == pytest.approx(1000 * recorded / 30, abs=10)
 
 
 def test_a_gifs_delays_add_up_to_real_time(trained_run, tmp_path):
@@ -362,6 +411,16 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
         (['--fps', '1e-9'], '--fps must be a finite number of at least 0.01, got 1e-09'),
         (['--num_episodes', '0'], '--num_episodes and --fps must be positive'),
         (['--render_size', '0'], "--render_size must be 'W,H' or one positive number, got '0'"),
+        # H.264 in yuv420p has a chroma sample per 2x2 pixels: the encoder would scale
+        # an odd size to the next even one. Refused before the directory is made.
+        *(
+            (
+                ['--record_file', str(tmp_path / 'new' / 'odd.mp4'), '--render_size', size],
+                f'--render_size {shown} cannot be written to an .mp4: H.264 in yuv420p '
+                'needs an even width and height',
+            )
+            for size, shown in (('161,121', '161,121'), ('160,121', '160,121'), ('33', '33,33'))
+        ),
         (['--record_file', str(tmp_path / 'out.avi')], '--record_file must end in .mp4 or .gif'),
         (['--record_file', str(tmp_path / 'adir.gif')], 'adir.gif is a directory'),
         (
@@ -381,6 +440,7 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
         assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
         assert 'Traceback' not in result.stderr and 'playing' not in result.stdout
     assert (tmp_path / 'afile').read_text() == 'mine'
+    assert not (tmp_path / 'new').exists()
 
 
 def test_checkpoint_that_would_run_code_is_refused_and_runs_nothing(trained_run, tmp_path):
@@ -393,6 +453,36 @@ def test_checkpoint_that_would_run_code_is_refused_and_runs_nothing(trained_run,
     assert result.returncode == 2, result.stderr
     assert str(model) in result.stderr and 'builtins.exec' in result.stderr, result.stderr
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    'damage, problem',
+    [
+        (
+            lambda state: [
+                v.fill_(float('nan'))
+                for v in state['algorithm']['module'].values()
+                if torch.is_tensor(v) and v.is_floating_point()
+            ],
+            'holds NaN or inf',
+        ),
+        (lambda state: state['algorithm'].pop('module'), "has no 'module' dict"),
+    ],
+    ids=['nan_weights', 'no_networks'],
+)
+def test_a_checkpoint_with_invalid_contents_is_named_with_its_problem(
+    trained_run, tmp_path, damage, problem
+):
+    root_dir = tmp_path / 'run'
+    shutil.copytree(trained_run, root_dir)
+    model = root_dir / 'checkpoints' / 'ckpt-2' / 'model.pt'
+    state = torch.load(model)
+    damage(state)
+    torch.save(state, model)
+    result = run_play(root_dir)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f'cannot read the checkpoint {model.parent}' in result.stderr, result.stderr[-3000:]
+    assert problem in result.stderr and 'Traceback' not in result.stderr, result.stderr[-3000:]
 
 
 def test_the_policy_loader_defines_no_flags_so_any_tool_can_import_it():

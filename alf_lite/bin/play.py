@@ -19,7 +19,10 @@ episodes one after another: ``sum(length + 1)`` frames, played at the env's
 written with imageio-ffmpeg, ``.gif`` with pillow; a GIF above 50 frames per
 second (MuJoCo's 125, say) keeps every k-th frame, k = ceil(fps / 50), since
 GIF players cannot show frames faster; its delays, whole centiseconds, add up to
-real time. Rendering is headless: MuJoCo
+real time. Pillow stores identical consecutive frames of a GIF (a body at rest)
+as one, shown for their delays together: play prints how many frames the file
+holds. H.264 in yuv420p needs an even width and height: an odd ``--render_size``
+is refused for an ``.mp4``. Rendering is headless: MuJoCo
 through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
 The video is written beside ``--record_file`` and moved there once every
 episode was played: a play that fails or is stopped by SIGINT or SIGTERM (exit
@@ -69,7 +72,8 @@ flags.DEFINE_string(
     'render_size',
     None,
     "Video frame size: 'W,H' or one number for a square; "
-    "frames are scaled and centre-cropped to it. Default: the env's own size.",
+    'frames are scaled and centre-cropped to it (even numbers for an .mp4). '
+    "Default: the env's own size.",
 )
 flags.DEFINE_float(
     'fps',
@@ -118,7 +122,10 @@ class VideoWriter:
         self._tmp = new_file_beside(path, '.partial' + os.path.splitext(path)[1])
         self._path = path
         self._size = size
+        # Frames taken into the video, and those the file holds once closed: fewer
+        # in a GIF where identical consecutive frames were merged.
         self.num_frames = 0
+        self.frames_in_file = None
         # Every how many frames one is written (a fast GIF keeps every k-th).
         self._every, self._seen = 1, 0
         self._gif = None
@@ -129,7 +136,8 @@ class VideoWriter:
             # episodes; the frames are written at close, each with its own delay.
             self._gif, self._frames = open(self._tmp, 'wb'), []
         else:
-            # macro_block_size=2: H.264 needs even sizes; other sizes are kept.
+            # macro_block_size=2: H.264 needs even sizes; an env's own odd size is
+            # scaled to the next even one (an odd --render_size is refused).
             self._writer = imageio.get_writer(
                 self._tmp, fps=fps, codec='libx264', quality=8, macro_block_size=2
             )
@@ -156,6 +164,7 @@ class VideoWriter:
         """Finish the video and move it to ``path``."""
         try:
             self._finish()
+            self.frames_in_file = self._count_frames_in_file()
         except BaseException:
             self.discard()
             raise
@@ -170,6 +179,17 @@ class VideoWriter:
                 self._gif.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._tmp)
+
+    def _count_frames_in_file(self) -> int:
+        if self._gif is None or not self.num_frames:
+            return self.num_frames
+        from PIL import Image
+
+        # Read back: pillow stores identical consecutive frames (after their
+        # reduction to 256 colours) as one, with their delays summed, and has no
+        # setting to keep them apart. n_frames skips through the frames undecoded.
+        with Image.open(self._tmp) as image:
+            return image.n_frames
 
     def _finish(self) -> None:
         if self._gif is None:
@@ -194,6 +214,18 @@ class VideoWriter:
                     duration=delays_ms,
                     loop=0,
                 )
+
+
+def frames_written(video: VideoWriter, record_file: str) -> str:
+    """The line saying how many frames the closed ``video`` holds."""
+    frames = 'frame' if video.frames_in_file == 1 else 'frames'
+    line = f'{video.frames_in_file} {frames} written to {record_file}'
+    if video.frames_in_file < video.num_frames:
+        line += (
+            f': of the {video.num_frames} recorded, identical consecutive frames were '
+            'merged into one, their durations summed'
+        )
+    return line
 
 
 def play_episodes(env, algorithm, num_episodes: int, video=None):
@@ -248,9 +280,24 @@ def play(argv, signals) -> None:
     if FLAGS.fps is not None and not MIN_FPS <= FLAGS.fps < math.inf:
         fail(f'--fps must be a finite number of at least {MIN_FPS}, got {FLAGS.fps}')
     record_file = FLAGS.record_file
+    if record_file is not None and not record_file.lower().endswith(VIDEO_FORMATS):
+        fail(f'--record_file must end in {" or ".join(VIDEO_FORMATS)}, got {record_file!r}')
+    try:
+        size = parse_render_size(FLAGS.render_size) if FLAGS.render_size else None
+    except ValueError as e:
+        fail(str(e))
+    if (
+        size is not None
+        and record_file is not None
+        and record_file.lower().endswith('.mp4')
+        and (size[0] % 2 or size[1] % 2)
+    ):
+        # The writer would scale the frames to the next even size instead.
+        fail(
+            f'--render_size {size[0]},{size[1]} cannot be written to an .mp4: H.264 in '
+            'yuv420p needs an even width and height. Give even numbers, or a .gif.'
+        )
     if record_file is not None:
-        if not record_file.lower().endswith(VIDEO_FORMATS):
-            fail(f'--record_file must end in {" or ".join(VIDEO_FORMATS)}, got {record_file!r}')
         # Before playing: a video that cannot be written would be found out only at the end.
         if os.path.isdir(record_file):
             fail(f'--record_file {record_file} is a directory.')
@@ -268,10 +315,6 @@ def play(argv, signals) -> None:
                 pass
         except OSError as e:
             fail(f'cannot write --record_file {record_file}: {directory}: {e.strerror}.')
-    try:
-        size = parse_render_size(FLAGS.render_size) if FLAGS.render_size else None
-    except ValueError as e:
-        fail(str(e))
     if record_file is not None:
         # Read when MuJoCo first renders; EGL renders without a display.
         os.environ.setdefault('MUJOCO_GL', 'egl')
@@ -322,7 +365,7 @@ def play(argv, signals) -> None:
         signals.raise_if_received()
         if video is not None:
             video.close()
-            print(f'{video.num_frames} frames written to {record_file}', flush=True)
+            print(frames_written(video, record_file), flush=True)
             video = None
     except EnvironmentCrashedError as e:
         fail(f'{e}{not_written}', exit_code=EXIT_FAULT)

@@ -42,7 +42,10 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
     warn_if_emulated(config.precision, torch.device('cpu'))
     try:
         # play runs on the CPU, wherever the checkpoint was trained.
-        state = ckpt.trainer_state(ckpt.load_state(path, map_location='cpu'))
+        raw = ckpt.load_state(path, map_location='cpu')
+        # What a resume checks: NaN weights, keys and counters of the wrong kind.
+        ckpt.check_trainer_state(path, raw)
+        state = ckpt.trainer_state(raw)
     except ckpt.UnsafeCheckpointError as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
@@ -52,7 +55,7 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
         )
     try:
         algorithm.load_state_dict(ckpt.policy_state(state.algorithm))
-    except RuntimeError as e:
+    except (RuntimeError, TypeError, ValueError) as e:
         fail(
             f'the checkpoint {path} does not fit the networks {CONFIG_FILE} builds (was the '
             f'config changed, or a --gin_param given that changes them?): {e}'
