@@ -26,19 +26,28 @@ def time_step(step_types, rewards):
 def test_scalars_are_the_mean_return_and_length_of_the_last_10_episodes():
     # As the collector gives them: the steps after the reset (not the reset itself);
     # an auto-reset env's step after LAST is FIRST, with reward 0.
-    # Env 0: episodes of 1 step (LAST, reward 1), each followed by its FIRST: 12 of them.
-    # Env 1: episodes of 3 steps (MID, MID, LAST, reward 2 each) and a FIRST: 6 of them.
-    env0 = [(L, 1.0), (F, 0.0)] * 12
-    env1 = [(M, 2.0), (M, 2.0), (L, 2.0), (F, 0.0)] * 6
+    # Env 0: episodes of 1 step (LAST), each followed by its FIRST: 12 of them, the
+    # k-th of reward k.
+    # Env 1: episodes of 3 steps (MID, MID, LAST) and a FIRST: 6 of them, the j-th of
+    # reward 10 * j each step.
+    # Every episode's return differs from the others': a window of another size
+    # than 10 gives another mean.
+    env0 = [step for k in range(1, 13) for step in [(L, float(k)), (F, 0.0)]]
+    env1 = [
+        step
+        for j in range(1, 7)
+        for step in [(M, 10.0 * j), (M, 10.0 * j), (L, 10.0 * j), (F, 0.0)]
+    ]
     stats = EpisodeStats(num_envs=2)
     for (type0, reward0), (type1, reward1) in zip(env0, env1):
         stats.update(time_step([type0, type1], [reward0, reward1]))
     # Env 0 ends at steps 1, 3, ..., 23; env 1 at steps 3, 7, ..., 23 (after env 0's at
-    # the same step). The last 10: env 0's at 13, 15, ..., 23 (6, return 1, length 1) and
-    # env 1's at 11, 15, 19, 23 (4, return 6, length 3).
-    # All 18 would give 48 / 18 and 30 / 18; the longest, 3.
+    # the same step). The last 10: env 0's at 13, 15, ..., 23 (its 7th to 12th, length 1)
+    # and env 1's at 11, 15, 19, 23 (its 3rd to 6th, returns 90 to 180, length 3).
+    # The last 9 or 11 would leave out env 1's at 11 or add env 0's 6th; the last 5
+    # give 363 / 5.
     assert stats.scalars() == {
-        TRAIN_RETURN: (6 * 1 + 4 * 6) / 10,
+        TRAIN_RETURN: (7 + 8 + 9 + 10 + 11 + 12 + 90 + 120 + 150 + 180) / 10,
         TRAIN_EPISODE_LENGTH: (6 * 1 + 4 * 3) / 10,
     }
 
