@@ -580,11 +580,13 @@ def test_runs_still_going_at_the_deadline_checkpoint_and_partial_starts_runs_tha
             )
         )
     )
-    args = ['--suite', 'pendulum', '--seeds', 0, '--steps', 20_000, '--out', out]
+    # 45 s: time for three runs that start together on two busy cores to reach their
+    # first steps, and far from the 50k steps of any of them.
+    args = ['--suite', 'pendulum', '--seeds', 0, '--steps', 50_000, '--out', out]
     args += ['--runs', 'alf_sac', '--runs', 'alf_td3', '--runs', 'sb3_sac', '--jobs', 3]
-    refused = run_script(*args, '--deadline', '0.45', '--partial', '0')
+    refused = run_script(*args, '--deadline', '0.75', '--partial', '0')
     assert refused.returncode == 2 and '--partial takes a positive number' in refused.stderr
-    result = run_script(*args, '--deadline', '0.45', '--partial', '0.1')
+    result = run_script(*args, '--deadline', '0.75', '--partial', '0.1')
     assert result.returncode == 0, result.stdout + result.stderr
     lines = {
         line.split()[2].rstrip(':'): line
@@ -604,7 +606,7 @@ def test_runs_still_going_at_the_deadline_checkpoint_and_partial_starts_runs_tha
         (attempt,) = json.loads(attempts.read_text())
         framework = 'sb3' if name == 'sb3_sac' else 'alf_lite'
         assert attempt['kind'] == [framework, name[4:], 'Pendulum-v1']
-        assert attempt['env_steps_from'] == 0 and 0 < attempt['env_steps_to'] < 20_000
+        assert attempt['env_steps_from'] == 0 and 0 < attempt['env_steps_to'] < 50_000
         assert f'stopped at the deadline at {attempt["env_steps_to"]} env steps' in line
         assert plan[f'pendulum/{name}/seed0']['status'] == 'deferred'
         assert plan[f'pendulum/{name}/seed0']['env_steps'] == attempt['env_steps_to']
