@@ -73,8 +73,29 @@ def test_train_refuses_num_critic_replicas_below_1_naming_it(example, algorithm,
     binding = f'{algorithm}.num_critic_replicas = 0'
     result = run_train(train_command(root_dir, [EXAMPLES / f'{example}_pendulum.gin'], [binding]))
     assert result.returncode == 2, result.stderr[-3000:]
-    assert 'num_critic_replicas must be an integer >= 1, got 0' in result.stderr
+    assert f'error: {algorithm}: num_critic_replicas must be an integer >= 1, got 0' in (
+        result.stderr
+    )
     assert 'num_replicas must' not in result.stderr
+    assert not root_dir.exists()
+
+
+@pytest.mark.parametrize(
+    'binding, message',
+    [
+        ('policy_update_period = 0', 'policy_update_period must be an integer >= 1, got 0'),
+        ('gamma = 1.5', 'gamma must be in [0, 1], got 1.5'),
+        ('critic_l2_weight_decay = -1.0', 'critic_l2_weight_decay must be >= 0, got -1.0'),
+    ],
+)
+def test_td3_names_itself_and_the_parameter_given_in_its_errors(binding, message, tmp_path):
+    # TD3 builds on DDPG's constructor, which sets target_update_period from
+    # policy_update_period: an error from there would name DDPG and the wrong parameter.
+    root_dir = tmp_path / 'run'
+    command = train_command(root_dir, [EXAMPLES / 'td3_pendulum.gin'], [f'Td3Algorithm.{binding}'])
+    result = run_train(command)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f'error: Td3Algorithm: {message}' in result.stderr, result.stderr[-3000:]
     assert not root_dir.exists()
 
 

@@ -16,6 +16,10 @@ import torch
 
 from alf_lite.algorithms.ddpg import DdpgAlgorithm
 from alf_lite.algorithms.noise import GaussianNoise
+from alf_lite.algorithms.off_policy_algorithm import (
+    check_num_critic_replicas,
+    check_update_settings,
+)
 from alf_lite.networks import CriticNetwork, DeterministicActorNetwork
 from alf_lite.optimizers import Adam, OptimizerCtor
 
@@ -63,6 +67,14 @@ class Td3Algorithm(DdpgAlgorithm):
         actor_optimizer: Optional[OptimizerCtor] = None,
         critic_optimizer: Optional[OptimizerCtor] = None,
     ):
+        # Checked here too, not only by DdpgAlgorithm's constructor: an error raised
+        # there would name DdpgAlgorithm, and policy_update_period as target_update_period.
+        check_update_settings(
+            gamma, target_update_tau, 1, policy_update_period=policy_update_period
+        )
+        check_num_critic_replicas(num_critic_replicas)
+        if critic_l2_weight_decay < 0:
+            raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
         if target_policy_noise < 0 or target_policy_noise_clip < 0:
             raise ValueError(
                 'target_policy_noise and target_policy_noise_clip must be >= 0, '
