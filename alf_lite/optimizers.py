@@ -36,7 +36,8 @@ def _fused_by_default(cls):
 Adam = _fused_by_default(torch.optim.Adam)
 AdamW = _fused_by_default(torch.optim.AdamW)
 for _ctor in (Adam, AdamW, torch.optim.SGD, torch.optim.RMSprop):
-    gin.external_configurable(_ctor, module='torch.optim')
+    # The algorithm passes the parameters: a binding of them would be ignored.
+    gin.external_configurable(_ctor, module='torch.optim', denylist=['params'])
 
 OptimizerCtor = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 

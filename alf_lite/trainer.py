@@ -40,6 +40,7 @@ from alf_lite.runs import (
     train_column,
 )
 from alf_lite.seeding import (
+    MAX_SEED,
     eval_env_seeds,
     global_rng_state,
     resume_env_seeds,
@@ -73,7 +74,7 @@ class TrainerConfig:
         algorithm_ctor: ``ctor(observation_dim, action_dim)`` of an
             ``OffPolicyAlgorithm``.
         random_seed: seeds python, numpy and torch; the train and eval envs
-            get distinct seeds derived from it (``alf_lite.seeding``). >= 0.
+            get distinct seeds derived from it (``alf_lite.seeding``). In [0, 2**32).
         num_env_steps: stop after this many env steps.
         initial_collect_steps: uniform random actions for this many env steps;
             training starts once more steps than this were collected (equal to
@@ -171,8 +172,8 @@ class TrainerConfig:
                 'TrainerConfig.mini_batch_length must be >= 2: a TD update needs '
                 f'a row and its next row, got {mini_batch_length}.'
             )
-        if random_seed < 0:
-            raise ValueError(f'TrainerConfig.random_seed must be >= 0, got {random_seed}.')
+        if not 0 <= random_seed < MAX_SEED:
+            raise ValueError(f'TrainerConfig.random_seed must be in [0, 2**32), got {random_seed}.')
         if not 0 <= initial_collect_steps <= num_env_steps:
             raise ValueError(
                 f'TrainerConfig.initial_collect_steps must be in [0, num_env_steps '

@@ -50,6 +50,9 @@ WRONG_TYPE = {
     'CriticNetwork.hidden_layers = 256': "is 256 (int), but 'hidden_layers' of "
     "'CriticNetwork' takes Sequence[int] (its default is (256, 256))",
     "actor/Adam.lr = 'fast'": "is 'fast' (str), but 'lr' of 'Adam' takes float | Tensor",
+    # Found before any env process starts, not when one builds the env.
+    "ICubWalkEnv.control_mode = 'bogus'": "is 'bogus' (str), but 'control_mode' of "
+    "'ICubWalkEnv' takes Literal['position_residual', 'velocity', 'torque']",
 }
 
 

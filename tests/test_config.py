@@ -233,6 +233,7 @@ def test_binding_in_a_scope_no_reference_opens_names_its_file_and_line(tmp_path)
         ('ReplayBuffer.training_device = "cpu"', 'Set TrainerConfig.device instead.'),
         ('CriticNetwork.num_replicas = 3', "Set the algorithm's num_critic_replicas (e.g. Sac"),
         ('create_environment.seed = 12345', 'Set TrainerConfig.random_seed instead.'),
+        ('Adam.params = []', 'lr, betas, eps, weight_decay'),
     ],
 )
 def test_parameter_alf_lite_sets_itself_is_refused_as_no_gin_parameter(binding, others):

@@ -379,7 +379,7 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
         'no_checkpoint': ('no checkpoint in', []),
         'config_no_longer_parses': ('num_env_stepz', []),
         'gin_param_out_of_range': (
-            'with the given --gin_param no longer builds: TrainerConfig.random_seed must be >= 0',
+            'with the given --gin_param no longer builds: TrainerConfig.random_seed must be in',
             ['--gin_param', 'TrainerConfig.random_seed=-1'],
         ),
         'gin_param_that_changes_the_networks': (
@@ -434,7 +434,8 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
             'cannot write --record_file /proc/x.gif: /proc: ',
         ),
         (['--root_dir', str(tmp_path / 'afile')], 'afile is not a directory'),
-        (['--random_seed', '-1'], '--random_seed must be >= 0, got -1'),
+        (['--random_seed', '-1'], '--random_seed must be in [0, 2**32), got -1'),
+        (['--random_seed', str(2**32)], f'--random_seed must be in [0, 2**32), got {2**32}'),
     ):
         result = run_play(trained_run, *args)
         assert result.returncode == 2 and message in result.stderr, (args, result.stderr)

@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 
 import numpy as np
 import pytest
@@ -59,9 +60,11 @@ def test_seeds_are_a_pure_function_of_the_random_seed():
     assert train_env_seeds(3, 4) != train_env_seeds(4, 4)
 
 
-def test_negative_random_seed_is_refused():
-    with pytest.raises(ValueError, match='random_seed must be >= 0'):
-        TrainerConfig(random_seed=-1)
+def test_random_seed_out_of_numpys_range_is_refused_naming_it():
+    for seed in (-1, 2**32):
+        with pytest.raises(ValueError, match=re.escape('random_seed must be in [0, 2**32)')):
+            TrainerConfig(random_seed=seed)
+    assert TrainerConfig(random_seed=2**32 - 1).random_seed == 2**32 - 1
     with pytest.raises(ValueError, match='non-negative'):
         train_env_seeds(-1, 1)
 

@@ -275,8 +275,10 @@ def play(argv, signals) -> None:
         fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.')
     if FLAGS.num_episodes <= 0 or (FLAGS.fps is not None and FLAGS.fps <= 0):
         fail('--num_episodes and --fps must be positive.')
-    if FLAGS.random_seed is not None and FLAGS.random_seed < 0:
-        fail(f'--random_seed must be >= 0, got {FLAGS.random_seed}')
+    from alf_lite.seeding import MAX_SEED
+
+    if FLAGS.random_seed is not None and not 0 <= FLAGS.random_seed < MAX_SEED:
+        fail(f'--random_seed must be in [0, 2**32), got {FLAGS.random_seed}')
     if FLAGS.fps is not None and not MIN_FPS <= FLAGS.fps < math.inf:
         fail(f'--fps must be a finite number of at least {MIN_FPS}, got {FLAGS.fps}')
     record_file = FLAGS.record_file

@@ -41,9 +41,10 @@ Facts about the model that the code handles:
 
 import hashlib
 import os
+import typing
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import gin
 import gymnasium
@@ -112,7 +113,8 @@ FRAME_SIZE = 85
 # Observations are clipped to +-this (as SocialBot's bounds): only a blown-up
 # simulation reaches it (a joint spinning at 100 rad/s, 100 m walked).
 OBSERVATION_BOUND = 100.0
-CONTROL_MODES = ('position_residual', 'velocity', 'torque')
+ControlMode = Literal['position_residual', 'velocity', 'torque']
+CONTROL_MODES = typing.get_args(ControlMode)
 
 
 def _default_cache_dir() -> Path:
@@ -260,7 +262,7 @@ class ICubWalkEnv(gymnasium.Env):
 
     def __init__(
         self,
-        control_mode: str = 'position_residual',
+        control_mode: ControlMode = 'position_residual',
         physics_substeps: int = 12,
         time_step: float = 1.0 / 240,
         position_scale: float = 0.5,
