@@ -48,10 +48,14 @@ class _IncludeState:
         self.bindings: Dict[
             Tuple[str, str, str], Tuple[config_parser.BindingStatement, Optional[str]]
         ] = {}
+        # The keys of ``bindings`` whose last statement is in a file another one includes.
+        self.included: set = set()
 
 
 # Set only while ``parse_config`` runs; gin parses as usual otherwise.
 _include_state: Optional[_IncludeState] = None
+# The last ``parse_config``'s ``_IncludeState``: where each binding was written.
+_parsed: Optional[_IncludeState] = None
 
 
 @contextlib.contextmanager
@@ -114,6 +118,7 @@ class _RecordingParser(_GinConfigParser):
             key = (statement.scope, selector, statement.arg_name)
             state.bindings.pop(key, None)  # a later binding moves to the end
             state.bindings[key] = (statement, state.gin_param)
+            (state.included.add if len(state.open_files) > 1 else state.included.discard)(key)
         return statement
 
 
@@ -146,6 +151,7 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
             of a type its parameter's annotation rules out. The gin config is
             left empty.
     """
+    global _parsed
     # Bindings of an earlier parse in this process must not leak into this one;
     # clear_config also unlocks a config that gin.finalize locked.
     gin.clear_config()
@@ -167,7 +173,47 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
         _check_value_types(state.bindings.values())
     except BaseException:
         gin.clear_config()
+        _parsed = None
         raise
+    _parsed = state
+
+
+def unused_bindings(saved_config: Optional[str] = None) -> Tuple[List[str], List[str]]:
+    """The bindings of the gin config that nothing built so far has used, each with where
+    it was written: ``(those of --gin_file files and --gin_params, those of files they
+    include)``, e.g. ``['`critic/AdamW.weight_decay` (--gin_param ...)']``.
+
+    ``saved_config``: a run's ``config.gin``, whose bindings (its gin files' and their
+    includes', in one file) count as included.
+
+    gin applies a binding when its configurable is called in its scope without that
+    parameter; a binding of a configurable that was never called there (another
+    optimizer than the one referenced, say), or whose parameter the caller always
+    passes, is ignored without a word. An included file's binding may be left unused
+    on purpose (a shared file's OU noise settings, where an example picks Gaussian
+    noise). Macros are left out: a reference uses them.
+    """
+    operative = gin.config._OPERATIVE_CONFIG
+    own, included = [], []
+    for (scope, selector), params in gin.config._CONFIG.items():
+        if selector == 'gin.macro':
+            continue
+        for param in params:
+            if param in operative.get((scope, selector), {}):
+                continue
+            name = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
+            key = (scope, selector, param)
+            recorded = None if _parsed is None else _parsed.bindings.get(key)
+            where = '' if recorded is None else f' ({_statement_where(*recorded)})'
+            saved = (
+                recorded is not None
+                and saved_config is not None
+                and recorded[1] is None
+                and os.path.abspath(recorded[0].location.filename) == os.path.abspath(saved_config)
+            )
+            included_here = saved or (_parsed is not None and key in _parsed.included)
+            (included if included_here else own).append(f'`{name}`{where}')
+    return own, included
 
 
 def new_file_beside(path: str, suffix: str = '') -> str:

@@ -14,7 +14,7 @@ from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask
 from alf_lite.collector import Collector
-from alf_lite.config import write_text_atomically
+from alf_lite.config import unused_bindings, write_text_atomically
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
 from alf_lite.environments import (
     EnvironmentCrashedError,
@@ -348,6 +348,18 @@ class Trainer:
         # Everything configurable was built: the bindings it used, taken now,
         # before another config parsed in this process replaces gin's.
         self._operative_config = gin.operative_config_str()
+        own, included = unused_bindings(saved_config=self._run_dir.config_file)
+        if own:
+            logging.warning(
+                'these bindings are used by nothing this run builds, so they change nothing: '
+                '%s. Is the configurable they bind referenced (e.g. the optimizer the '
+                'algorithm is given), or is its parameter one its caller always sets?',
+                '; '.join(own),
+            )
+        if included:
+            logging.info(
+                'bindings of included files this config leaves unused: %s', '; '.join(included)
+            )
         # Where a fresh start's generators begin: what the process draws
         # between building and training cannot change the run's numbers.
         self._initial_rng_state = global_rng_state()

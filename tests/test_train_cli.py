@@ -386,6 +386,8 @@ def test_example_trains_and_checkpoints(tmp_path, read_progress, gin_file, extra
         train_command(root_dir, [gin_file], SMOKE + small_networks(gin_file) + extra)
     )
     assert_ok(result)
+    # Every binding an example writes takes effect (its shared files' may not).
+    assert 'used by nothing this run builds' not in result.stderr, result.stderr[-4000:]
     assert (root_dir / 'checkpoints' / 'ckpt-300' / 'model.pt').is_file()
     _, rows = read_progress(root_dir / 'progress.csv')
     assert int(rows[-1]['env_steps']) == 300

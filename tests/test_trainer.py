@@ -10,6 +10,7 @@ import signal
 import time
 import weakref
 
+import gin
 import gymnasium
 import numpy as np
 import pytest
@@ -678,6 +679,39 @@ def test_compile_that_is_no_bool_is_refused():
     # A gin file's 'yes' is refused when parsed (config.py); this is the same from Python.
     with pytest.raises(ValueError, match='compile'):
         TrainerConfig(compile='yes')
+
+
+def test_a_binding_nothing_uses_is_named_with_where_it_was_written(tmp_path, caplog):
+    ddpg = os.path.join(EXAMPLES, 'ddpg_pendulum.gin')
+    experiment = tmp_path / 'exp.gin'
+    # TD3's settings in a DDPG run: Td3Algorithm is never built.
+    experiment.write_text(f"include '{ddpg}'\nTd3Algorithm.gamma = 0.5\n")
+    # A scope the config opens (@critic/Adam), on an optimizer it never builds there.
+    params = ['critic/AdamW.weight_decay = 0.01', 'TrainerConfig.initial_collect_steps = 100']
+    with caplog.at_level(logging.INFO):
+        parse_config([str(experiment)], params)
+        Trainer(TrainerConfig(), str(tmp_path / 'run')).close()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith('these bindings are used by nothing this run builds')
+    assert f'`Td3Algorithm.gamma` (file {experiment}, line 2, `Td3Algorithm.gamma = 0.5`)' in (
+        warning
+    )
+    assert "`critic/AdamW.weight_decay` (--gin_param 'critic/AdamW.weight_decay = 0.01')" in (
+        warning
+    )
+    # The shared file's OU noise, which this example replaces by Gaussian noise: noted only.
+    assert 'OUNoise' not in warning
+    assert 'bindings of included files this config leaves unused: `OUNoise.theta`' in caplog.text
+    # A resume reads the run's config.gin, its files' bindings in one: only new ones warn.
+    config_file = tmp_path / 'run' / 'config.gin'
+    config_file.parent.mkdir()
+    config_file.write_text(gin.config_str())
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        parse_config([str(config_file)], ['TrainerConfig.num_eval_episodes = 2'])
+        Trainer(TrainerConfig(), str(tmp_path / 'run')).close()
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING], caplog.text
+    assert '`Td3Algorithm.gamma`' in caplog.text and '`OUNoise.theta`' in caplog.text
 
 
 def test_initial_collect_uses_uniform_random_actions(tmp_path, caplog):
