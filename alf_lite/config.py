@@ -168,7 +168,7 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
                     gin.parse_config(param)
                 except Exception as e:
                     raise _friendly_error(e, state.failed_files, gin_param=param) from e
-        _check_macros_defined()
+        _check_macros_defined(state.bindings)
         _check_scopes_opened(state.bindings)
         _check_value_types(state.bindings.values())
     except BaseException:
@@ -397,8 +397,12 @@ def _where(
     return where
 
 
-def _check_macros_defined() -> None:
-    """Fail now on a ``%macro`` that no binding defines, instead of when the object is built."""
+def _check_macros_defined(recorded) -> None:
+    """Fail now on a ``%macro`` that no binding defines, instead of when the object is built.
+
+    Args:
+        recorded: the parse's binding statements, as for ``_check_scopes_opened``.
+    """
     bindings = gin.config._CONFIG
     macro = gin.get_configurable(gin.config.macro)
     defined = sorted(scope for scope, selector in bindings if selector == 'gin.macro')
@@ -410,10 +414,12 @@ def _check_macros_defined() -> None:
                     closest = _closest(name, defined)
                     hint = f'Closest defined macros: {_quoted(closest)}. ' if closest else ''
                     binding = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
+                    statement = recorded.get((scope, selector, param))
+                    where = '' if statement is None else f' ({_statement_where(*statement)})'
                     raise ConfigError(
-                        f'Macro %{name} used in `{binding}` is never defined. {hint}Define it '
-                        f'with a line `{name} = <value>` in a gin file or --gin_param, or fix '
-                        'the name.'
+                        f'Macro %{name} used in `{binding}`{where} is never defined. {hint}'
+                        f'Define it with a line `{name} = <value>` in a gin file or '
+                        '--gin_param, or fix the name.'
                     )
 
 

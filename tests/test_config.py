@@ -193,10 +193,15 @@ def test_include_cycle_is_an_error(tmp_path):
         config.parse_config([str(tmp_path / 'a.gin')])
 
 
-def test_undefined_macro_names_closest():
+def test_undefined_macro_names_closest_and_where_it_is_used(tmp_path):
     with pytest.raises(ConfigError) as info:
         config.parse_config([], ['LR = 0.1', 'my_fn.alpha = %lr_'])
     assert '%lr_' in str(info.value) and "'LR'" in str(info.value)
+    assert "`my_fn.alpha` (--gin_param 'my_fn.alpha = %lr_') is never defined" in str(info.value)
+    gin_file = _write(tmp_path / 'exp.gin', 'my_fn.beta = 1\nmy_fn.alpha = %steps\n')
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(gin_file)])
+    assert f'`my_fn.alpha` (file {gin_file}, line 2, `my_fn.alpha = %steps`)' in str(info.value)
 
 
 @pytest.mark.parametrize('scope', ['actr', 'actor/actr'])
