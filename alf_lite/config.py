@@ -60,7 +60,8 @@ _parsed: Optional[_IncludeState] = None
 
 @contextlib.contextmanager
 def _open_relative_to_includer(path):
-    """Open gin file ``path`` resolved against the directory of the file including it."""
+    """Open gin file ``path`` resolved against the directory of the file including it (where
+    that file really is, if it was reached through a symbolic link)."""
     state = _include_state
     base = os.path.dirname(state.open_files[-1]) if state.open_files else os.getcwd()
     resolved = os.path.normpath(os.path.join(base, path))
@@ -76,6 +77,9 @@ def _open_relative_to_includer(path):
             f'Gin file {path!r} not found: looked for {resolved} (a relative path '
             f'resolves against {relative_to}). Fix the path or the file name.'
         )
+    # A link's includes resolve where the file really is, beside the files it was
+    # written with; a cycle through a linked directory is still a cycle.
+    resolved = os.path.realpath(resolved)
     if resolved in state.open_files:
         cycle = ' -> '.join(state.open_files[state.open_files.index(resolved) :] + [resolved])
         raise ConfigError(

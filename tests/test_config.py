@@ -193,6 +193,23 @@ def test_include_cycle_is_an_error(tmp_path):
         config.parse_config([str(tmp_path / 'a.gin')])
 
 
+def test_a_linked_gin_file_includes_from_where_it_really_is(tmp_path):
+    import alf_lite.all_configurables  # noqa: F401
+
+    examples = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'examples')
+    link = tmp_path / 'mine.gin'
+    link.symlink_to(os.path.join(examples, 'sac_pendulum.gin'))
+    config.parse_config([str(link)])  # includes 'common/sac.gin', beside the real file
+    assert 'SacAlgorithm' in gin.config_str()
+
+
+def test_a_cycle_through_a_linked_directory_is_named_as_a_cycle(tmp_path):
+    (tmp_path / 'self').symlink_to('.')
+    _write(tmp_path / 'a.gin', "include 'self/a.gin'\n")
+    with pytest.raises(ConfigError, match='include each other in a cycle'):
+        config.parse_config([str(tmp_path / 'a.gin')])
+
+
 def test_undefined_macro_names_closest_and_where_it_is_used(tmp_path):
     with pytest.raises(ConfigError) as info:
         config.parse_config([], ['LR = 0.1', 'my_fn.alpha = %lr_'])
