@@ -12,6 +12,7 @@ resume holds no second copy of a buffer that may take most of the RAM.
 
 import os
 import pickle
+import pickletools
 import shutil
 import zipfile
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
@@ -208,10 +209,32 @@ def _is_zip_file(path: str) -> bool:
 
 def _unsafe_globals(path: str):
     """Names in the pickle of ``path`` that ``weights_only`` refuses, read without unpickling."""
+    if not _is_zip_file(path):
+        # torch reads only its zip format's pickle; alf_lite never writes another.
+        return _plain_pickle_globals(path)
     try:
         return torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except Exception:  # noqa: BLE001  (not a zip checkpoint: corrupt, or a plain pickle)
+    except Exception:  # noqa: BLE001  (a damaged zip: corrupt)
         return []
+
+
+def _plain_pickle_globals(path: str) -> List[str]:
+    """``module.name`` of each global a plain pickle file names (what unpickling it would
+    import and may call), read op by op without running any; those read before a damage."""
+    names, strings = [], []
+    with open(path, 'rb') as f:
+        try:
+            for opcode, arg, _ in pickletools.genops(f):
+                if opcode.name in ('GLOBAL', 'INST'):
+                    names.append(arg.replace(' ', '.'))
+                elif opcode.name == 'STACK_GLOBAL':
+                    # Its module and name are the two strings pushed before it.
+                    names.append('.'.join(strings[-2:]))
+                elif isinstance(arg, str):
+                    strings.append(arg)
+        except Exception:  # noqa: BLE001  (no pickle, or a damaged one: what was read)
+            pass
+    return list(dict.fromkeys(names))
 
 
 def load_state(path: str, map_location: Union[str, torch.device, None] = None) -> dict:

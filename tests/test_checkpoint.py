@@ -452,15 +452,27 @@ def test_replay_buffer_that_would_run_code_is_refused_and_runs_nothing(tmp_path)
 
 # torch warns that the plain pickle's protocol is not its own: that file is the point here.
 @pytest.mark.filterwarnings('ignore:Detected pickle protocol:UserWarning')
-def test_plain_pickle_in_place_of_a_checkpoint_runs_nothing_and_counts_as_unreadable(tmp_path):
+@pytest.mark.parametrize('protocol', [0, 2, pickle.HIGHEST_PROTOCOL])
+def test_plain_pickle_that_would_run_code_is_refused_as_a_zip_one_is(tmp_path, protocol):
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
     crafted = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
     marker = tmp_path / 'ran'
     with open(os.path.join(crafted, ckpt.MODEL_FILE), 'wb') as f:
-        pickle.dump(WritesAFile(marker), f)
-    path, state, _, _ = ckpt.load_latest_checkpoint(str(tmp_path))
+        pickle.dump(WritesAFile(marker), f, protocol=protocol)
+    # Protocols 0-2 name the module as Python 2 did.
+    with pytest.raises(ckpt.UnsafeCheckpointError, match=r'(builtins|__builtin__)\.exec'):
+        ckpt.load_latest_checkpoint(str(tmp_path))
     assert not marker.exists()
-    assert path.endswith('ckpt-100') and state['env_steps'] == 100
+    assert os.path.isdir(crafted)  # not skipped for ckpt-100, which would hide it
+
+
+def test_a_file_that_is_no_pickle_at_all_counts_as_corrupt(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    damaged = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
+    with open(os.path.join(damaged, ckpt.MODEL_FILE), 'wb') as f:
+        f.write(bytes(range(256)) * 4)
+    latest = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert latest.path.endswith('ckpt-100') and latest.unreadable == [damaged]
 
 
 @contextlib.contextmanager
