@@ -75,7 +75,9 @@ class TrainerConfig:
             ``OffPolicyAlgorithm``.
         random_seed: seeds python, numpy and torch; the train and eval envs
             get distinct seeds derived from it (``alf_lite.seeding``). In [0, 2**32).
-        num_env_steps: stop after this many env steps.
+        num_env_steps: stop after this many env steps: at the end of the first
+            iteration (``unroll_length`` steps of every env) that reaches it, so
+            past it by less than an iteration where that does not divide it.
         initial_collect_steps: uniform random actions for this many env steps;
             training starts once more steps than this were collected (equal to
             ``num_env_steps``: a run that only collects, with a warning).
