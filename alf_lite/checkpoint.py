@@ -416,9 +416,11 @@ class TrainerState(NamedTuple):
             ended an env step) and in checkpoints that predate this field: a
             resume then restarts the envs.
         iteration_start: the env step at which the iteration (``unroll_length``
-            env steps, then the updates) that a signal cut short began: the
-            resume finishes it. None when the checkpoint is at an iteration's
-            end (also in checkpoints that predate this field).
+            env steps, the updates overlapping the last) that a signal cut short
+            began: the resume finishes it. None when the checkpoint is at an
+            iteration's end (also in checkpoints that predate this field).
+        iteration_trained: whether that iteration's updates were done (the
+            signal ended its last env step): the resume does not do them again.
     """
 
     algorithm: dict
@@ -431,6 +433,7 @@ class TrainerState(NamedTuple):
     pending_evaluation: Optional[Dict[str, float]] = None
     collection: Optional[dict] = None
     iteration_start: Optional[int] = None
+    iteration_trained: bool = False
 
 
 def save_trainer_state(
@@ -487,10 +490,12 @@ def check_trainer_state(path: str, state: dict) -> None:
         'pending_evaluation': (dict, type(None)),
         'collection': (dict, type(None)),
         'iteration_start': (int, type(None)),
+        'iteration_trained': bool,
     }
     for field, expected in expected_types.items():
         value = getattr(state, field)
-        if not isinstance(value, expected) or isinstance(value, bool):
+        # A bool is an int to isinstance: refused where a count is expected.
+        if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
             raise CorruptCheckpointError(f'{model}: {field} is {value!r:.80}, of the wrong type')
     if state.env_steps < 0 or state.num_updates < 0:
         raise CorruptCheckpointError(

@@ -345,6 +345,8 @@ class Trainer:
         self._pending_evaluation: Optional[dict] = {}
         # The env step where the iteration under way began; None between iterations.
         self._iteration_start: Optional[int] = None
+        # Whether the updates of the iteration under way were done.
+        self._iteration_trained = False
         self._latest_train_scalars = {}
         self._wrote_operative_config = False
         # Everything configurable was built: the bindings it used, taken now,
@@ -539,7 +541,10 @@ class Trainer:
             if stopped or self._env_steps >= cfg.num_env_steps:
                 # Its row is written: the checkpoint no longer holds it as pending.
                 self._save()
-        while not stopped and self._env_steps < cfg.num_env_steps:
+        # An iteration a signal cut short is finished, also one that ends past num_env_steps.
+        while not stopped and (
+            self._env_steps < cfg.num_env_steps or self._iteration_start is not None
+        ):
             # An iteration a signal cut short is finished first, as one begun where it began:
             # the summaries, evaluations and checkpoints due in it come at its end.
             before = self._env_steps if self._iteration_start is None else self._iteration_start
@@ -618,11 +623,12 @@ class Trainer:
             for u in range(done, cfg.unroll_length):
                 self._collector.send(self._env_steps)
                 try:
-                    if u == cfg.unroll_length - 1:
+                    if u == cfg.unroll_length - 1 and not self._iteration_trained:
                         # The updates need no row that this env step produces, so
                         # they run while it is pending: envs in subprocesses step
                         # meanwhile, and the numbers are those of step-then-train.
                         self._train_iteration()
+                        self._iteration_trained = True
                 finally:
                     # Also after a failed update, which stops training once the
                     # envs are done with the step.
@@ -632,6 +638,7 @@ class Trainer:
             # ended an env step) has the resume finish the iteration.
             if self._env_steps - self._iteration_start >= cfg.unroll_length * self._env.num_envs:
                 self._iteration_start = None
+                self._iteration_trained = False
 
     def _train_iteration(self) -> None:
         """The iteration's updates, once enough steps were collected.
@@ -757,6 +764,7 @@ class Trainer:
             pending_evaluation=self._pending_evaluation,
             collection=collection,
             iteration_start=self._iteration_start,
+            iteration_trained=self._iteration_trained,
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
@@ -792,11 +800,19 @@ class Trainer:
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> Optional[dict]:
         """Restore the checkpoint at ``path``; returns its collection state (or None)."""
         state = ckpt.trainer_state(state, path)
-        if state.env_steps > self._config.num_env_steps:
+        # A checkpoint inside an iteration (cut short by a signal) belongs to a run of
+        # this length if that iteration began before its end: the last one may end past it.
+        inside = state.iteration_start is not None
+        if (
+            state.iteration_start >= self._config.num_env_steps
+            if inside
+            else state.env_steps > self._config.num_env_steps
+        ):
             raise ckpt.CheckpointError(
                 f'{path} is at {state.env_steps} env steps, past '
                 f'TrainerConfig.num_env_steps = {self._config.num_env_steps}: a run cannot be '
-                f'shortened below its checkpoint. Give num_env_steps >= {state.env_steps}.'
+                'shortened below its checkpoint. Give num_env_steps >= '
+                f'{state.iteration_start + 1 if inside else state.env_steps}.'
             )
         try:
             ckpt.load_algorithm_state(self._algorithm, state.algorithm)
@@ -814,6 +830,7 @@ class Trainer:
         self._last_eval = state.last_eval
         self._pending_evaluation = state.pending_evaluation
         self._iteration_start = state.iteration_start
+        self._iteration_trained = state.iteration_trained
         if rb is not None:
             try:
                 self._replay_buffer.load_state_dict(rb)
@@ -838,14 +855,18 @@ class Trainer:
                 self._config.initial_collect_steps,
             )
         logging.info('resumed from %s at %d env steps', path, self._env_steps)
-        if self._pending_evaluation is None and self._env_steps == self._config.num_env_steps:
+        if (
+            self._pending_evaluation is None
+            and self._iteration_start is None
+            and self._env_steps == self._config.num_env_steps
+        ):
             # A run shortened to a checkpoint that was not its last has no final
             # evaluation there: it is written as the run would have written it, in
             # the row of that step's training scalars (replaced, so not written twice).
             self._pending_evaluation = unevaluated_row(
                 self._run_dir.progress_file, self._env_steps, EVAL_RETURN
             )
-        if self._env_steps == self._config.num_env_steps:
+        if self._iteration_start is None and self._env_steps == self._config.num_env_steps:
             logging.info(
                 'nothing left to train: the checkpoint is at TrainerConfig.num_env_steps = %d%s',
                 self._env_steps,

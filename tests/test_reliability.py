@@ -1213,24 +1213,41 @@ def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocess
     assert gone, [c.pid for c in children if c.is_running()]
 
 
-def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(tmp_path, monkeypatch):
-    # Iterations of 30 env steps end at 30, 60, 90, 120...: the summary, evaluation and
-    # checkpoint due at 100 come at 120. A SIGTERM during the 105th env step cuts the
-    # iteration that began at 90.
-    unrolled = ['TrainerConfig.unroll_length = 30', 'TrainerConfig.num_env_steps = 300']
+@pytest.mark.parametrize(
+    'num_env_steps, signalled_step, rows, checkpoints',
+    [
+        # Mid-iteration: the summary, evaluation and checkpoint due at 100 come at 120.
+        (300, 105, ['0', '120', '210', '300'], [104, 120, 210, 300]),
+        # In its last env step, after its updates: they are not done again.
+        (300, 120, ['0', '120', '210', '300'], [119, 120, 210, 300]),
+        # In the run's last iteration, which ends past num_env_steps, as the run's end does.
+        (100, 105, ['0', '120'], [104, 120]),
+    ],
+    ids=['mid_iteration', 'last_env_step', 'last_iteration'],
+)
+def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(
+    tmp_path, monkeypatch, num_env_steps, signalled_step, rows, checkpoints
+):
+    # Iterations of 30 env steps end at 30, 60, 90, 120...; a SIGTERM during an env step
+    # ends that step, and the checkpoint is of the steps before it.
+    unrolled = [
+        'TrainerConfig.unroll_length = 30',
+        f'TrainerConfig.num_env_steps = {num_env_steps}',
+        'TrainerConfig.eval_interval = 100',
+    ]
     whole, cut = tmp_path / 'whole', tmp_path / 'cut'
-    train_in_process(whole, *unrolled, 'TrainerConfig.eval_interval = 100')
+    train_in_process(whole, *unrolled)
     real_create = trainer_module.create_environment
     made, steps = [], []
 
-    def create_signalling_at_step_105(*args, **kwargs):
+    def create_signalling_at_a_step(*args, **kwargs):
         env = real_create(*args, **kwargs)
         if not made:  # the training envs, made first
             real_step = env._env.step
 
             def step(action):
                 steps.append(action)
-                if len(steps) == 105:
+                if len(steps) == signalled_step:
                     os.kill(os.getpid(), signal.SIGTERM)
                 return real_step(action)
 
@@ -1238,23 +1255,25 @@ def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(tmp_path, mon
         made.append(env)
         return env
 
-    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling_at_step_105)
+    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling_at_a_step)
     with pytest.raises(TrainingInterrupted):
-        train_in_process(cut, *unrolled, 'TrainerConfig.eval_interval = 100')
-    state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / 'ckpt-104'))
+        train_in_process(cut, *unrolled)
+    state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / f'ckpt-{signalled_step - 1}'))
     assert state['iteration_start'] == 90 and state['collection'] is None
+    assert state['iteration_trained'] == (signalled_step == 120)
     monkeypatch.setattr(trainer_module, 'create_environment', real_create)
-    train_in_process(cut, *unrolled, 'TrainerConfig.eval_interval = 100')
-    # The resume collects the 16 steps the iteration had left: nothing due in it is
-    # skipped, and every later iteration ends where the run never stopped ended its own.
-    rows = {root: deterministic_rows(root) for root in (whole, cut)}
-    assert [(r['env_steps'], r[EVAL_RETURN] != '') for r in rows[cut]] == [
-        (r['env_steps'], r[EVAL_RETURN] != '') for r in rows[whole]
+    train_in_process(cut, *unrolled)
+    # The resume collects the steps the iteration had left: nothing due in it is skipped,
+    # no update is done twice, and every later iteration ends where the run never
+    # stopped ended its own.
+    rows_of = {root: deterministic_rows(root) for root in (whole, cut)}
+    assert [r['env_steps'] for r in rows_of[whole]] == rows
+    assert [(r['env_steps'], r['num_updates'], r[EVAL_RETURN] != '') for r in rows_of[cut]] == [
+        (r['env_steps'], r['num_updates'], r[EVAL_RETURN] != '') for r in rows_of[whole]
     ]
-    assert [r['env_steps'] for r in rows[whole]] == ['0', '120', '210', '300']
-    assert checkpoint_steps(cut) == [104, 120, 210, 300]
+    assert checkpoint_steps(cut) == checkpoints
     state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / 'ckpt-120'))
-    assert state['iteration_start'] is None
+    assert state['iteration_start'] is None and not state['iteration_trained']
 
 
 def test_deferred_nan_check_stops_at_the_next_summary_with_finite_checkpoints(tmp_path):
