@@ -563,16 +563,22 @@ def algorithm_state(algorithm: torch.nn.Module) -> dict:
     }
 
 
+# Of an optimizer's group settings, those a resume takes from the checkpoint: the
+# parameters, and how the step runs (which decides where load_state_dict put the state).
+_NOT_CONFIGURED_HERE = ('params', 'param_names', 'fused', 'foreach', 'capturable', 'differentiable')
+
+
 def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
     """Restore what ``algorithm_state`` returned into ``algorithm``.
 
     The optimizers get their saved state (moments, step counts) and keep their
-    own settings (learning rate, betas, weight decay...), as configured.
+    own settings of what a step computes (learning rate, betas, weight decay...),
+    as configured; how it runs (fused, capturable...) is the checkpoint's.
     """
     algorithm.load_state_dict(policy_state(state))
     for name, optimizer in algorithm.optimizers.items():
         configured = [
-            {k: v for k, v in group.items() if k not in ('params', 'param_names')}
+            {k: v for k, v in group.items() if k not in _NOT_CONFIGURED_HERE}
             for group in optimizer.param_groups
         ]
         optimizer.load_state_dict(state['optimizers'][name])

@@ -213,7 +213,9 @@ def unused_bindings(saved_config: Optional[str] = None) -> Tuple[List[str], List
                 recorded is not None
                 and saved_config is not None
                 and recorded[1] is None
-                and os.path.abspath(recorded[0].location.filename) == os.path.abspath(saved_config)
+                # Files are opened by their real path (_open_relative_to_includer).
+                and os.path.realpath(recorded[0].location.filename)
+                == os.path.realpath(saved_config)
             )
             included_here = saved or (_parsed is not None and key in _parsed.included)
             (included if included_here else own).append(f'`{name}`{where}')

@@ -522,20 +522,23 @@ def test_replay_buffer_of_a_gpu_run_always_loads_to_the_cpu(tmp_path):
 
 
 def test_a_restored_optimizer_keeps_its_moments_from_the_checkpoint_and_its_configured_settings():
-    def net_with(lr, weight_decay):
+    def net_with(lr, weight_decay, fused):
         torch.manual_seed(0)
         net = torch.nn.Linear(3, 2)
-        net.optimizers = {'net': torch.optim.Adam(net.parameters(), lr, weight_decay=weight_decay)}
+        adam = torch.optim.Adam(net.parameters(), lr, weight_decay=weight_decay, fused=fused)
+        net.optimizers = {'net': adam}
         return net
 
-    trained = net_with(0.1, 0.0)
+    trained = net_with(0.1, 0.0, fused=False)
     trained(torch.ones(4, 3)).square().sum().backward()
     trained.optimizers['net'].step()
     saved = ckpt.algorithm_state(trained)
-    resumed = net_with(0.5, 0.01)
+    resumed = net_with(0.5, 0.01, fused=True)
     ckpt.load_algorithm_state(resumed, saved)
     (group,) = resumed.optimizers['net'].param_groups
     assert (group['lr'], group['weight_decay']) == (0.5, 0.01)
+    # How the step runs is the checkpoint's: load_state_dict placed the step counts for it.
+    assert group['fused'] is False
     # The moments and step counts are the checkpoint's.
     assert_same(
         resumed.optimizers['net'].state_dict()['state'], saved['optimizers']['net']['state']

@@ -703,13 +703,15 @@ def test_a_binding_nothing_uses_is_named_with_where_it_was_written(tmp_path, cap
     assert 'OUNoise' not in warning
     assert 'bindings of included files this config leaves unused: `OUNoise.theta`' in caplog.text
     # A resume reads the run's config.gin, its files' bindings in one: only new ones warn.
-    config_file = tmp_path / 'run' / 'config.gin'
-    config_file.parent.mkdir()
+    # Also where the root_dir is reached through a link (macOS's /tmp is one).
+    (tmp_path / 'real').mkdir()
+    (tmp_path / 'link').symlink_to(tmp_path / 'real')
+    config_file = tmp_path / 'link' / 'config.gin'
     config_file.write_text(gin.config_str())
     caplog.clear()
     with caplog.at_level(logging.INFO):
         parse_config([str(config_file)], ['TrainerConfig.num_eval_episodes = 2'])
-        Trainer(TrainerConfig(), str(tmp_path / 'run')).close()
+        Trainer(TrainerConfig(), str(tmp_path / 'link')).close()
     assert not [r for r in caplog.records if r.levelno == logging.WARNING], caplog.text
     assert '`Td3Algorithm.gamma`' in caplog.text and '`OUNoise.theta`' in caplog.text
 
