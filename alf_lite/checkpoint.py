@@ -219,22 +219,35 @@ def _unsafe_globals(path: str):
 
 
 def _plain_pickle_globals(path: str) -> List[str]:
-    """``module.name`` of each global a plain pickle file names (what unpickling it would
-    import and may call), read op by op without running any; those read before a damage."""
-    names, strings = [], []
+    """``module.name`` of each global that the pickles of a file not in torch's zip format
+    name (what unpickling would import and may call) and ``weights_only`` does not allow;
+    read op by op, running none, until the end or a damage.
+
+    torch's legacy format is several pickles one after another (a magic number, then
+    the objects), then raw tensor bytes, which end the reading.
+    """
+    from torch._weights_only_unpickler import _get_allowed_globals
+
+    names, strings, memo = [], [], {}
     with open(path, 'rb') as f:
         try:
-            for opcode, arg, _ in pickletools.genops(f):
-                if opcode.name in ('GLOBAL', 'INST'):
-                    names.append(arg.replace(' ', '.'))
-                elif opcode.name == 'STACK_GLOBAL':
-                    # Its module and name are the two strings pushed before it.
-                    names.append('.'.join(strings[-2:]))
-                elif isinstance(arg, str):
-                    strings.append(arg)
-        except Exception:  # noqa: BLE001  (no pickle, or a damaged one: what was read)
+            while f.peek(1):
+                for opcode, arg, _ in pickletools.genops(f):
+                    if opcode.name in ('GLOBAL', 'INST'):
+                        names.append(arg.replace(' ', '.'))
+                    elif opcode.name == 'STACK_GLOBAL':
+                        # Its module and name are the two strings pushed before it.
+                        names.append('.'.join(map(str, strings[-2:])))
+                    elif opcode.name in ('PUT', 'BINPUT', 'LONG_BINPUT', 'MEMOIZE'):
+                        memo[len(memo) if arg is None else arg] = strings[-1] if strings else None
+                    elif opcode.name in ('GET', 'BINGET', 'LONG_BINGET'):
+                        strings.append(memo.get(arg))
+                    elif isinstance(arg, str):
+                        strings.append(arg)
+        except Exception:  # noqa: BLE001  (raw tensor bytes, or a damage: what was read)
             pass
-    return list(dict.fromkeys(names))
+    allowed = _get_allowed_globals()
+    return [name for name in dict.fromkeys(names) if name not in allowed]
 
 
 def load_state(path: str, map_location: Union[str, torch.device, None] = None) -> dict:

@@ -452,18 +452,32 @@ def test_replay_buffer_that_would_run_code_is_refused_and_runs_nothing(tmp_path)
 
 # torch warns that the plain pickle's protocol is not its own: that file is the point here.
 @pytest.mark.filterwarnings('ignore:Detected pickle protocol:UserWarning')
-@pytest.mark.parametrize('protocol', [0, 2, pickle.HIGHEST_PROTOCOL])
+@pytest.mark.parametrize('protocol', [0, 2, pickle.HIGHEST_PROTOCOL, 'torch_legacy'])
 def test_plain_pickle_that_would_run_code_is_refused_as_a_zip_one_is(tmp_path, protocol):
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
     crafted = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
     marker = tmp_path / 'ran'
-    with open(os.path.join(crafted, ckpt.MODEL_FILE), 'wb') as f:
-        pickle.dump(WritesAFile(marker), f, protocol=protocol)
+    model = os.path.join(crafted, ckpt.MODEL_FILE)
+    if protocol == 'torch_legacy':
+        # Several pickles, the harmless magic number first, then the objects.
+        payload = {'env_steps': 200, 'weights': torch.ones(3), 'payload': WritesAFile(marker)}
+        torch.save(payload, model, _use_new_zipfile_serialization=False)
+    else:
+        with open(model, 'wb') as f:
+            pickle.dump(WritesAFile(marker), f, protocol=protocol)
     # Protocols 0-2 name the module as Python 2 did.
     with pytest.raises(ckpt.UnsafeCheckpointError, match=r'(builtins|__builtin__)\.exec'):
         ckpt.load_latest_checkpoint(str(tmp_path))
     assert not marker.exists()
     assert os.path.isdir(crafted)  # not skipped for ckpt-100, which would hide it
+
+
+def test_a_checkpoint_in_torchs_legacy_format_of_tensors_and_values_loads(tmp_path):
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    torch.save(
+        make_state(1), os.path.join(path, ckpt.MODEL_FILE), _use_new_zipfile_serialization=False
+    )
+    assert_same(ckpt.load_latest_checkpoint(str(tmp_path)).state, make_state(1))
 
 
 def test_a_file_that_is_no_pickle_at_all_counts_as_corrupt(tmp_path):
