@@ -109,16 +109,16 @@ def unevaluated_row(path: str, env_steps: int, eval_column: str) -> Optional[Dic
     if os.path.exists(path):
         with open(path, newline='') as f:
             _, rows = complete_rows(f)
-    rows = [r for r in rows if int(r[ENV_STEPS]) == env_steps]
+    rows = [r for r in rows if r.get(ENV_STEPS, '').strip() == str(env_steps)]
     if any(r.get(eval_column) for r in rows):
         return None
-    if not rows:
-        return {}
-    return {
-        k: int(v) if v.lstrip('-').isdigit() else float(v)
-        for k, v in rows[-1].items()
-        if v and '/' in k
-    }
+    scalars = {}
+    for key, text in (rows[-1] if rows else {}).items():
+        if text and '/' in key:
+            # A cell that is no number (an edited file) is left out, not a failed resume.
+            with contextlib.suppress(ValueError):
+                scalars[key] = int(text) if text.lstrip('-').isdigit() else float(text)
+    return scalars
 
 
 def keep_events_until(events_dir: str, env_steps: int) -> List[str]:

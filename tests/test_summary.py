@@ -670,3 +670,25 @@ def test_throughput_of_an_interval_shorter_than_the_clock_tick_is_finite(monkeyp
     assert math.isfinite(env_steps_per_sec) and env_steps_per_sec > 1e6
     assert math.isfinite(updates_per_sec) and updates_per_sec > 1e6
     assert throughput.rates(500, 250) == (0.0, 0.0)
+
+
+def test_unevaluated_row_gives_the_training_scalars_of_a_step_without_an_evaluation(tmp_path):
+    progress = tmp_path / 'progress.csv'
+    assert summary_module.unevaluated_row(str(progress), 100, 'eval/AverageReturn') == {}
+    progress.write_text(
+        'env_steps,num_updates,wall_time,eval/AverageReturn,train/critic_loss,train/bytes\n'
+        '0,0,1.5,-3.25,,\n'
+        '100,10,2.5,,0.125,4096\n'
+        'edited,by,hand,,,\n'
+        '200,20,3.5,-1.0,0.25,4096\n'
+        '300,30,4.5,,oops,4096\n'
+    )
+
+    def row(env_steps):
+        return summary_module.unevaluated_row(str(progress), env_steps, 'eval/AverageReturn')
+
+    # Written again, each value reads as before: an int stays one.
+    assert row(100) == {'train/critic_loss': 0.125, 'train/bytes': 4096}
+    assert row(200) is None and row(0) is None  # evaluated
+    assert row(400) == {}  # no row there
+    assert row(300) == {'train/bytes': 4096}  # a cell that is no number is left out
