@@ -488,10 +488,13 @@ class Trainer:
             logging.warning('removed %s, left by a checkpoint write that never completed', path)
         description = describe_device(self._device)
         logging.info('device: %s', description)
-        if self._config.initial_collect_steps == self._config.num_env_steps:
+        if not self._updates_before_the_end():
             logging.warning(
-                'TrainerConfig.initial_collect_steps = num_env_steps = %d: this run only '
-                'collects, with uniform random actions, and makes no update',
+                'TrainerConfig.initial_collect_steps = %d with num_env_steps = %d: this run '
+                'only collects, with uniform random actions, and makes no update (updates '
+                'start once more steps than initial_collect_steps were collected, by the end '
+                'of the iteration that reaches num_env_steps)',
+                self._config.initial_collect_steps,
                 self._config.num_env_steps,
             )
         write_text_atomically(self._run_dir.device_file, description + '\n')
@@ -777,6 +780,16 @@ class Trainer:
         sizes = ', '.join(f'{name} {n} bytes' for name, n in ckpt.file_sizes(path).items())
         logging.info('checkpoint written: %s (%s)', path, sizes)
         return path
+
+    def _updates_before_the_end(self) -> bool:
+        """Whether a run of this config updates at all: the updates of its last iteration
+        (which ends at num_env_steps or past it) run while that iteration's last env step
+        is pending, its row (observation and action) already in the buffer
+        (``_train_iteration``)."""
+        cfg, num_envs = self._config, self._env.num_envs
+        per_iteration = cfg.unroll_length * num_envs
+        rows = -(-cfg.num_env_steps // per_iteration) * per_iteration
+        return rows > cfg.initial_collect_steps and rows >= cfg.mini_batch_length * num_envs
 
     def _refuse_history_without_checkpoints(self) -> None:
         """Raise CheckpointError when ``progress.csv`` goes past the first checkpoint a run

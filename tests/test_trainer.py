@@ -725,7 +725,9 @@ def test_initial_collect_uses_uniform_random_actions(tmp_path, caplog):
             'TrainerConfig.checkpoint_interval = 400',
         )
     # A run that only collects says so.
-    assert 'initial_collect_steps = num_env_steps = 400: this run only collects' in caplog.text
+    assert 'initial_collect_steps = 400 with num_env_steps = 400: this run only collects' in (
+        caplog.text
+    )
     _, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     actions = rb['action'][0][:400]
     assert actions.min() >= -1 and actions.max() <= 1
@@ -735,6 +737,42 @@ def test_initial_collect_uses_uniform_random_actions(tmp_path, caplog):
     state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
     assert state['num_updates'] == 0
     assert torch.is_tensor(actions)
+
+
+@pytest.mark.parametrize(
+    'num_env_steps, params, updates',
+    [
+        # The run's last iteration ends at its length or past it: updates start once more
+        # than initial_collect_steps steps were collected by then.
+        (400, ['TrainerConfig.initial_collect_steps = 399'], True),
+        (400, ['TrainerConfig.initial_collect_steps = 400'], False),
+        # Its last iteration of 30 steps ends at 420.
+        (
+            400,
+            ['TrainerConfig.unroll_length = 30', 'TrainerConfig.initial_collect_steps = 400'],
+            True,
+        ),
+        # Of 4 envs' steps: it ends at 400.
+        (
+            398,
+            [
+                'create_environment.num_parallel_environments = 4',
+                'create_environment.use_subprocesses = False',
+                'TrainerConfig.initial_collect_steps = 398',
+            ],
+            True,
+        ),
+    ],
+    ids=['one_step_to_train', 'none_to_train', 'unrolled_past_the_end', 'four_envs_past_the_end'],
+)
+def test_the_collect_only_warning_says_whether_the_run_updates(
+    tmp_path, caplog, num_env_steps, params, updates
+):
+    with caplog.at_level(logging.WARNING):
+        train(tmp_path, f'TrainerConfig.num_env_steps = {num_env_steps}', *params)
+    rows = read_csv(tmp_path / 'progress.csv')
+    assert (int(rows[-1]['num_updates']) > 0) == updates
+    assert ('this run only collects' in caplog.text) == (not updates), caplog.text
 
 
 def test_evaluation_between_summaries(tmp_path):
