@@ -69,6 +69,8 @@ PROGRESS_COLUMNS = (
 # that does not bind it.
 SEED_PARAM = 'TrainerConfig.random_seed'
 DEFAULT_SEED = 0
+# A run's seed is below this: numpy's global generator takes no larger one.
+MAX_SEED = 2**32
 # The line of a log that says why train failed: its usage error or the exception.
 _ERROR_LINE = re.compile(r'^(error: |[\w.]*(Error|Exception|Interrupt)\b)')
 

@@ -22,8 +22,6 @@ _TRAIN = 0
 _EVAL = 1
 _RESUME = 2
 _WORDS = 4  # 32-bit words per seed: 128 bits
-# A run's seed is below this: numpy's global generator takes no larger one.
-MAX_SEED = 2**32
 
 
 def seed_everything(seed: int, num_threads: int) -> None:

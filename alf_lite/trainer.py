@@ -34,13 +34,13 @@ from alf_lite.runs import (
     EVAL_Q_NEAR_TERMINATION,
     EVAL_RETURN,
     EVAL_RETURN_NEAR_TERMINATION,
+    MAX_SEED,
     PROCESS_RSS_BYTES,
     REPLAY_BUFFER_BYTES,
     UPDATES_PER_SEC,
     train_column,
 )
 from alf_lite.seeding import (
-    MAX_SEED,
     eval_env_seeds,
     global_rng_state,
     resume_env_seeds,
@@ -79,8 +79,8 @@ class TrainerConfig:
             iteration (``unroll_length`` steps of every env) that reaches it, so
             past it by less than an iteration where that does not divide it.
         initial_collect_steps: uniform random actions for this many env steps;
-            training starts once more steps than this were collected (equal to
-            ``num_env_steps``: a run that only collects, with a warning).
+            training starts once more steps than this were collected (a run
+            that ends first only collects, with a warning).
         unroll_length: steps collected from every env per iteration.
         mini_batch_size: windows per update.
         mini_batch_length: rows per window; 2 gives one transition per window.

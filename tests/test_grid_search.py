@@ -389,6 +389,11 @@ BAD_INPUTS = {
         [],
         ['"repeats" in grid.json', 'got [-1]'],
     ),
+    'seed numpy cannot take': (
+        {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': [0, 2**32]},
+        [],
+        ['"repeats" in grid.json', 'integer seeds in [0, 2**32), got [0, 4294967296]'],
+    ),
     'run name over the file-name limit': (
         {
             'parameters': {'create_environment.env_name': ["'" + 'x' * 300 + "'", "'y'"]},

@@ -102,6 +102,7 @@ from alf_lite.run_dir import (
 )
 from alf_lite.runs import (
     EVAL_RETURN,
+    MAX_SEED,
     NOT_STARTED,
     SEED_PARAM,
     complete_rows,
@@ -266,14 +267,16 @@ def load_search_space(path: str) -> SearchSpace:
     elif (
         isinstance(repeats, list)
         and repeats
-        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in repeats)
+        and all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < MAX_SEED for s in repeats
+        )
         and len(set(repeats)) == len(repeats)
     ):
         seeds = repeats
     else:
         raise ValueError(
             f'"repeats" in {path} must be a positive number of seeds or a list of '
-            f'distinct integer seeds >= 0, got {repeats!r}'
+            f'distinct integer seeds in [0, 2**32), got {repeats!r}'
         )
     return SearchSpace(space, seeds)
 

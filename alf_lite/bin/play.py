@@ -40,6 +40,7 @@ from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, parse_flags
 from alf_lite.bin.policy import checkpoint_path, load_policy
 from alf_lite.config import new_file_beside
 from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps
+from alf_lite.runs import MAX_SEED
 from alf_lite.signals import Interrupted, RaisingSignals
 
 # Frames per second of a video when neither --fps nor the env says.
@@ -275,8 +276,6 @@ def play(argv, signals) -> None:
         fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.')
     if FLAGS.num_episodes <= 0 or (FLAGS.fps is not None and FLAGS.fps <= 0):
         fail('--num_episodes and --fps must be positive.')
-    from alf_lite.seeding import MAX_SEED
-
     if FLAGS.random_seed is not None and not 0 <= FLAGS.random_seed < MAX_SEED:
         fail(f'--random_seed must be in [0, 2**32), got {FLAGS.random_seed}')
     if FLAGS.fps is not None and not MIN_FPS <= FLAGS.fps < math.inf:
