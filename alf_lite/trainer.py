@@ -813,19 +813,20 @@ class Trainer:
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> Optional[dict]:
         """Restore the checkpoint at ``path``; returns its collection state (or None)."""
         state = ckpt.trainer_state(state, path)
-        # A checkpoint inside an iteration (cut short by a signal) belongs to a run of
-        # this length if that iteration began before its end: the last one may end past it.
-        inside = state.iteration_start is not None
-        if (
-            state.iteration_start >= self._config.num_env_steps
-            if inside
-            else state.env_steps > self._config.num_env_steps
-        ):
+        # A checkpoint belongs to a run of this length if the iteration it ends, or that a
+        # signal cut short in, began before the run's end: the last iteration may end past it.
+        cfg = self._config
+        iteration_start = (
+            state.env_steps - cfg.unroll_length * self._env.num_envs
+            if state.iteration_start is None
+            else state.iteration_start
+        )
+        if iteration_start >= cfg.num_env_steps:
             raise ckpt.CheckpointError(
                 f'{path} is at {state.env_steps} env steps, past '
-                f'TrainerConfig.num_env_steps = {self._config.num_env_steps}: a run cannot be '
+                f'TrainerConfig.num_env_steps = {cfg.num_env_steps}: a run cannot be '
                 'shortened below its checkpoint. Give num_env_steps >= '
-                f'{state.iteration_start + 1 if inside else state.env_steps}.'
+                f'{iteration_start + 1}.'
             )
         try:
             ckpt.load_algorithm_state(self._algorithm, state.algorithm)
@@ -868,21 +869,21 @@ class Trainer:
                 self._config.initial_collect_steps,
             )
         logging.info('resumed from %s at %d env steps', path, self._env_steps)
-        if (
-            self._pending_evaluation is None
-            and self._iteration_start is None
-            and self._env_steps == self._config.num_env_steps
-        ):
+        finished = self._iteration_start is None and self._env_steps >= self._config.num_env_steps
+        if self._pending_evaluation is None and finished:
             # A run shortened to a checkpoint that was not its last has no final
             # evaluation there: it is written as the run would have written it, in
             # the row of that step's training scalars (replaced, so not written twice).
             self._pending_evaluation = unevaluated_row(
                 self._run_dir.progress_file, self._env_steps, EVAL_RETURN
             )
-        if self._iteration_start is None and self._env_steps == self._config.num_env_steps:
+        if finished:
             logging.info(
-                'nothing left to train: the checkpoint is at TrainerConfig.num_env_steps = %d%s',
-                self._env_steps,
+                'nothing left to train: the checkpoint is at %s%s',
+                f'TrainerConfig.num_env_steps = {self._env_steps}'
+                if self._env_steps == self._config.num_env_steps
+                else f'{self._env_steps} env steps, the end of the last iteration of a run of '
+                f'TrainerConfig.num_env_steps = {self._config.num_env_steps}',
                 '' if self._pending_evaluation is None else ' (its evaluation is written now)',
             )
         return state.collection

@@ -903,6 +903,27 @@ def test_a_run_shortened_to_a_checkpoint_before_its_end_gets_the_final_evaluatio
     assert deterministic_rows(shortened) == rows[whole]
 
 
+def test_a_run_whose_last_iteration_ends_past_num_env_steps_reruns_with_nothing_to_do(
+    tmp_path, caplog
+):
+    # Iterations of 30 env steps: a run of 100 ends at 120.
+    unrolled = ['TrainerConfig.unroll_length = 30', 'TrainerConfig.num_env_steps = 100']
+    train_in_process(tmp_path, *unrolled)
+    assert checkpoint_steps(tmp_path) == [120]
+    progress = (tmp_path / 'progress.csv').read_text()
+    with caplog.at_level(logging.INFO):
+        train_in_process(tmp_path, *unrolled)
+    assert 'nothing left to train: the checkpoint is at 120 env steps, the end of the last ' in (
+        caplog.text
+    )
+    assert (tmp_path / 'progress.csv').read_text() == progress
+    # A run of 90 would have ended at 90: its iteration to 120 never began.
+    with pytest.raises(ckpt.CheckpointError, match='Give num_env_steps >= 91'):
+        train_in_process(
+            tmp_path, 'TrainerConfig.unroll_length = 30', 'TrainerConfig.num_env_steps = 90'
+        )
+
+
 class KilledBeforeItsCheckpoint(BaseException):
     """Stands for a SIGKILL: nothing after it runs, no checkpoint included."""
 
