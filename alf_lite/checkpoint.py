@@ -576,17 +576,35 @@ def algorithm_state(algorithm: torch.nn.Module) -> dict:
     }
 
 
-# Of an optimizer's group settings, those a resume takes from the checkpoint: the
-# parameters, and how the step runs (which decides where load_state_dict put the state).
-_NOT_CONFIGURED_HERE = ('params', 'param_names', 'fused', 'foreach', 'capturable', 'differentiable')
+# Of an optimizer's group settings, those a resume takes from the checkpoint.
+_NOT_CONFIGURED_HERE = ('params', 'param_names')
+
+
+def place_step_counts(optimizer: torch.optim.Optimizer) -> None:
+    """Put each parameter's ``step`` count where the optimizer's settings expect it, as
+    torch does when it creates the count: a float32 tensor on the parameter's device for
+    a fused or capturable step, on the CPU otherwise. ``load_state_dict`` placed the
+    counts by the checkpoint's settings (a CUDA-graph run's capturable Adam, resumed on
+    a CPU; a run without graphs, resumed with them)."""
+    for group in optimizer.param_groups:
+        on_device = group.get('fused') or group.get('capturable')
+        for param in group['params']:
+            state = optimizer.state.get(param, {})
+            step = state.get('step')
+            if torch.is_tensor(step):
+                state['step'] = (
+                    step.to(dtype=torch.float32, device=param.device)
+                    if on_device
+                    else step.to(device='cpu')
+                )
 
 
 def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
     """Restore what ``algorithm_state`` returned into ``algorithm``.
 
     The optimizers get their saved state (moments, step counts) and keep their
-    own settings of what a step computes (learning rate, betas, weight decay...),
-    as configured; how it runs (fused, capturable...) is the checkpoint's.
+    own settings (learning rate, betas, weight decay, fused, capturable...), as
+    configured.
     """
     algorithm.load_state_dict(policy_state(state))
     for name, optimizer in algorithm.optimizers.items():
@@ -596,9 +614,11 @@ def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
         ]
         optimizer.load_state_dict(state['optimizers'][name])
         # The checkpoint's groups hold the settings it was trained with: a resume
-        # with another learning rate (which it warns about) trains with the new one.
+        # with another learning rate (which it warns about) trains with the new one,
+        # and one on another device steps as configured there.
         for group, settings in zip(optimizer.param_groups, configured):
             group.update(settings)
+        place_step_counts(optimizer)
         # A state tensor of another shape than its parameter (a file spliced from
         # another run) would reach the fused kernels unchecked: they do not check.
         for index, param in enumerate(p for g in optimizer.param_groups for p in g['params']):

@@ -22,6 +22,7 @@ import torch
 
 from alf_lite.algorithms.non_finite_guard import NonFiniteLoss
 from alf_lite.algorithms.off_policy_algorithm import OffPolicyAlgorithm
+from alf_lite.checkpoint import place_step_counts
 from alf_lite.data import Experience
 from alf_lite.replay_buffer import ReplayBuffer
 
@@ -187,6 +188,8 @@ class UpdateRunner:
                         'cannot be captured in a CUDA graph; use Adam or AdamW.'
                     )
                 group['capturable'] = True
+            # A count a non-capturable step kept on the CPU (a checkpoint's) goes to the device.
+            place_step_counts(optimizer)
 
     def _capture(self, phase: int) -> None:
         """Capture the update of ``phase``; capturing records the work without doing it."""

@@ -551,13 +551,58 @@ def test_a_restored_optimizer_keeps_its_moments_from_the_checkpoint_and_its_conf
     ckpt.load_algorithm_state(resumed, saved)
     (group,) = resumed.optimizers['net'].param_groups
     assert (group['lr'], group['weight_decay']) == (0.5, 0.01)
-    # How the step runs is the checkpoint's: load_state_dict placed the step counts for it.
-    assert group['fused'] is False
+    # It steps as configured (fused), its counts placed for that as torch places them.
+    assert group['fused'] is True
+    assert resumed.optimizers['net'].state[resumed.weight]['step'].dtype == torch.float32
     # The moments and step counts are the checkpoint's.
     assert_same(
         resumed.optimizers['net'].state_dict()['state'], saved['optimizers']['net']['state']
     )
     assert group['params'] == list(resumed.parameters())
+
+
+@pytest.mark.parametrize('saved_fused, resumed_fused', [(False, True), (True, False)])
+def test_a_resume_that_steps_otherwise_than_its_checkpoint_steps_as_a_fresh_run(
+    saved_fused, resumed_fused
+):
+    def trained(fused, steps):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(3, 2)
+        net.optimizers = {'net': torch.optim.Adam(net.parameters(), 0.1, fused=fused)}
+        for _ in range(steps):
+            net.optimizers['net'].zero_grad()
+            net(torch.ones(4, 3)).square().sum().backward()
+            net.optimizers['net'].step()
+        return net
+
+    # Fused and per-tensor Adam keep the step count in different places (a CUDA-graph
+    # run's capturable one likewise): the resumed optimizer must find it where it looks.
+    resumed = trained(resumed_fused, 0)
+    ckpt.load_algorithm_state(resumed, ckpt.algorithm_state(trained(saved_fused, 2)))
+    resumed.optimizers['net'].zero_grad()
+    resumed(torch.ones(4, 3)).square().sum().backward()
+    resumed.optimizers['net'].step()
+    uninterrupted = trained(resumed_fused, 3)
+    for a, b in zip(resumed.parameters(), uninterrupted.parameters()):
+        torch.testing.assert_close(a, b)
+    assert resumed.optimizers['net'].state[resumed.weight]['step'].item() == 3
+
+
+def test_step_counts_are_placed_where_the_optimizers_settings_look_for_them():
+    # A device other than the CPU, without a GPU: the meta device.
+    param = torch.nn.Parameter(torch.empty(3, device='meta'))
+    adam = torch.optim.Adam([param], foreach=False)
+    adam.state[param]['step'] = torch.tensor(2.0, dtype=torch.float64)  # as a CPU run keeps it
+    adam.param_groups[0]['capturable'] = True  # as a CUDA-graph run steps
+    ckpt.place_step_counts(adam)
+    step = adam.state[param]['step']
+    assert (step.device.type, step.dtype) == ('meta', torch.float32)
+    # Otherwise on the CPU, as torch keeps it (a meta tensor has no data to move back).
+    adam.state[param]['step'] = torch.tensor(2.0, dtype=torch.float64)
+    adam.param_groups[0]['capturable'] = False
+    ckpt.place_step_counts(adam)
+    step = adam.state[param]['step']
+    assert (step.device.type, step.dtype) == ('cpu', torch.float64)
 
 
 def test_optimizer_state_of_another_shape_than_its_parameter_is_refused():
