@@ -221,33 +221,85 @@ def _unsafe_globals(path: str):
 def _plain_pickle_globals(path: str) -> List[str]:
     """``module.name`` of each global that the pickles of a file not in torch's zip format
     name (what unpickling would import and may call) and ``weights_only`` does not allow;
-    read op by op, running none, until the end or a damage.
+    read op by op, running none, until the end or a damage. A global whose name the
+    reading cannot tell for sure is ``'?'``: unsafe too.
 
     torch's legacy format is several pickles one after another (a magic number, then
     the objects), then raw tensor bytes, which end the reading.
     """
+    import _compat_pickle
+
     from torch._weights_only_unpickler import _get_allowed_globals
 
-    names, strings, memo = [], [], {}
+    def python3_name(module: str, name: str) -> str:
+        # Protocols 0-2 name builtins as Python 2 did (``__builtin__.exec``).
+        module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+        return f'{_compat_pickle.IMPORT_MAPPING.get(module, module)}.{name}'
+
+    names = []
     with open(path, 'rb') as f:
         try:
             while f.peek(1):
-                for opcode, arg, _ in pickletools.genops(f):
-                    if opcode.name in ('GLOBAL', 'INST'):
-                        names.append(arg.replace(' ', '.'))
-                    elif opcode.name == 'STACK_GLOBAL':
-                        # Its module and name are the two strings pushed before it.
-                        names.append('.'.join(map(str, strings[-2:])))
-                    elif opcode.name in ('PUT', 'BINPUT', 'LONG_BINPUT', 'MEMOIZE'):
-                        memo[len(memo) if arg is None else arg] = strings[-1] if strings else None
-                    elif opcode.name in ('GET', 'BINGET', 'LONG_BINGET'):
-                        strings.append(memo.get(arg))
-                    elif isinstance(arg, str):
-                        strings.append(arg)
+                names += _pickle_globals(f, python3_name)
         except Exception:  # noqa: BLE001  (raw tensor bytes, or a damage: what was read)
             pass
     allowed = _get_allowed_globals()
     return [name for name in dict.fromkeys(names) if name not in allowed]
+
+
+# Stands for a MARK on the stack ``_pickle_globals`` keeps; None for a value it does not track.
+_MARK = object()
+
+
+def _pickle_globals(f, python3_name: Callable[[str, str], str]) -> List[str]:
+    """The globals that one pickle read from ``f`` names, by following its stack of
+    values as far as strings (a global's module and name may be pushed, memoised and
+    fetched again before STACK_GLOBAL takes them); '?' where they are not plain strings."""
+    names, stack, memo = [], [], {}
+
+    def pop(count: int) -> list:
+        items = stack[len(stack) - count :] if count else []
+        del stack[len(stack) - count :]
+        return items
+
+    for opcode, arg, _ in pickletools.genops(f):
+        name = opcode.name
+        if name in ('GLOBAL', 'INST'):
+            names.append(python3_name(*arg.split(' ', 1)))
+        if name == 'STACK_GLOBAL':
+            module, attribute = pop(2)
+            known = isinstance(module, str) and isinstance(attribute, str)
+            names.append(python3_name(module, attribute) if known else '?')
+            stack.append(None)
+            continue
+        if name in ('PUT', 'BINPUT', 'LONG_BINPUT', 'MEMOIZE'):
+            memo[len(memo) if name == 'MEMOIZE' else arg] = stack[-1] if stack else None
+            continue
+        if name in ('GET', 'BINGET', 'LONG_BINGET'):
+            stack.append(memo.get(arg))
+            continue
+        before = opcode.stack_before
+        if pickletools.markobject in before:
+            # Everything down to the top MARK, the MARK, then what lies below it.
+            while stack and stack[-1] is not _MARK:
+                stack.pop()
+            if stack:
+                stack.pop()
+            pop(min(before.index(pickletools.markobject), len(stack)))
+        else:
+            pop(min(len(before), len(stack)))
+        for kind in opcode.stack_after:
+            if kind is pickletools.markobject:
+                stack.append(_MARK)
+            else:
+                stack.append(arg if name in _PUSHES_A_STRING else None)
+    return names
+
+
+_PUSHES_A_STRING = frozenset(
+    ['STRING', 'BINSTRING', 'SHORT_BINSTRING', 'UNICODE', 'BINUNICODE', 'SHORT_BINUNICODE']
+    + ['BINUNICODE8']
+)
 
 
 def load_state(path: str, map_location: Union[str, torch.device, None] = None) -> dict:

@@ -5,6 +5,7 @@ import errno
 import logging
 import os
 import pickle
+import pickletools
 import random
 import stat
 import struct
@@ -470,6 +471,26 @@ def test_plain_pickle_that_would_run_code_is_refused_as_a_zip_one_is(tmp_path, p
         ckpt.load_latest_checkpoint(str(tmp_path))
     assert not marker.exists()
     assert os.path.isdir(crafted)  # not skipped for ckpt-100, which would hide it
+
+
+@pytest.mark.filterwarnings('ignore:Detected pickle protocol:UserWarning')
+def test_a_global_whose_name_comes_through_the_memo_is_named(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    crafted = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
+    # builtins.exec('print(1)'), its name memoised under a decoy: push 'exec', push 'set',
+    # pop, memoise 'exec', pop, push 'builtins', fetch 'exec', STACK_GLOBAL, call.
+    crafted_pickle = (
+        b'\x80\x04\x8c\x04exec\x8c\x03set0\x940\x8c\x08builtinsh\x00\x93\x8c\x08print(1)\x85R.'
+    )
+    assert [op.name for op, _, _ in pickletools.genops(crafted_pickle)][-3:] == [
+        'TUPLE1',
+        'REDUCE',
+        'STOP',
+    ]
+    with open(os.path.join(crafted, ckpt.MODEL_FILE), 'wb') as f:
+        f.write(crafted_pickle)
+    with pytest.raises(ckpt.UnsafeCheckpointError, match=r'refers to builtins\.exec,'):
+        ckpt.load_latest_checkpoint(str(tmp_path))
 
 
 def test_a_checkpoint_in_torchs_legacy_format_of_tensors_and_values_loads(tmp_path):
