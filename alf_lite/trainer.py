@@ -509,6 +509,9 @@ class Trainer:
                 try:
                     self._loop(summary, reset_seed, collection, stop_when)
                 except InterruptedInEnvCall as e:
+                    # As at any stop: a loss found non-finite on the device is reported,
+                    # not checkpointed as a good state.
+                    self._stop_on_deferred_non_finite_loss()
                     self._save()
                     raise TrainingInterrupted(e.signum) from None
                 except NonFiniteLossError as e:

@@ -1297,6 +1297,44 @@ def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(
     assert state['iteration_start'] is None and not state['iteration_trained']
 
 
+def test_a_signal_in_an_env_step_after_a_deferred_nan_reports_it(tmp_path, monkeypatch):
+    # The rewards turn NaN after 250 steps; with the check deferred, nothing reads the
+    # losses back before a summary or checkpoint (at 1000). A SIGTERM ends env step 400.
+    real_create = trainer_module.create_environment
+    made = []
+
+    def create_signalling_at_step_400(*args, **kwargs):
+        env = real_create(*args, **kwargs)
+        if not made:
+            real_step, steps = env._env.step, []
+
+            def step(action):
+                steps.append(action)
+                if len(steps) == 400:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return real_step(action)
+
+            monkeypatch.setattr(env._env, 'step', step)
+        made.append(env)
+        return env
+
+    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling_at_step_400)
+    with pytest.raises(TrainingError, match=r'the critic loss is nan at env step \d+'):
+        train_in_process(
+            tmp_path,
+            "create_environment.env_name = 'alf_lite_tests/NanReward-v0'",
+            'TrainerConfig.num_env_steps = 2000',
+            'TrainerConfig.defer_non_finite_checks = True',
+            'TrainerConfig.summary_interval = 1000',
+            'TrainerConfig.checkpoint_interval = 1000',
+        )
+    # The state before the bad update is kept as last-good; no regular checkpoint
+    # holds the state its skipped updates left.
+    saved = sorted(os.listdir(tmp_path / 'checkpoints'))
+    assert [s for s in saved if s.startswith('ckpt-')] == []
+    assert [s for s in saved if s.startswith('last_good-')] == ['last_good-399']
+
+
 def test_deferred_nan_check_stops_at_the_next_summary_with_finite_checkpoints(tmp_path):
     # The check a GPU run makes: no loss is read back per update; updates after
     # the bad one are skipped and the run stops at the next summary.
