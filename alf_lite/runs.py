@@ -91,9 +91,11 @@ def complete_lines(f) -> Iterator[str]:
 
 def complete_rows(f) -> Tuple[List[str], List[Dict[str, str]]]:
     """The columns and the complete rows of ``progress.csv`` (``f``, opened with
-    ``newline=''``): a row cut short (``complete_lines``) or without all its fields is left out."""
+    ``newline=''``): a row cut short (``complete_lines``), without all its fields or with
+    more fields than columns is left out."""
     reader = csv.DictReader(complete_lines(f))
-    rows = [r for r in reader if None not in r.values()]
+    # csv gives a missing field as None, and the extra ones under the key None.
+    rows = [r for r in reader if None not in r.values() and None not in r]
     return list(reader.fieldnames or []), rows
 
 
@@ -124,7 +126,7 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
                     else [
                         (float(r[x]), float(r[y]))
                         for r in reader
-                        if r[x] and r[y] and None not in r.values()
+                        if r[x] and r[y] and None not in r.values() and None not in r
                     ]
                 )
             except (csv.Error, ValueError) as e:  # a UnicodeDecodeError is a ValueError

@@ -23,6 +23,7 @@ from alf_lite.run_dir import (
     run_dir_in_use,
 )
 from alf_lite.runs import (
+    complete_rows,
     config_bindings,
     final_value,
     log_error_line,
@@ -75,6 +76,18 @@ def test_scalar_of_a_run_without_it_is_empty(tmp_path):
     for y in ('train/replay_buffer_bytes', 'eval/AverageEpisodeLength'):
         assert [len(a) for a in read_scalar_if_any(str(tmp_path), y)] == [0, 0]
     assert [len(a) for a in read_scalar_if_any(str(tmp_path / 'missing'), 'eval/x')] == [0, 0]
+
+
+def test_a_row_with_more_fields_than_columns_is_left_out(tmp_path):
+    # Edited by hand, or two rows run together by a writer that lost a line break.
+    (tmp_path / 'progress.csv').write_text(
+        'env_steps,num_updates,eval/AverageReturn\n0,0,-500\n1000,2,-300.5,7\n2000,3,-100\n'
+    )
+    with open(tmp_path / 'progress.csv', newline='') as f:
+        _, rows = complete_rows(f)
+    assert [r['env_steps'] for r in rows] == ['0', '2000']
+    steps, _ = read_scalar(str(tmp_path), 'eval/AverageReturn')
+    assert steps.tolist() == [0, 2000]
 
 
 @pytest.mark.parametrize(
