@@ -389,6 +389,11 @@ BAD_INPUTS = {
         [],
         ['"repeats" in grid.json', 'got [-1]'],
     ),
+    'more seeds than numpy takes': (
+        {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 2**40},
+        [],
+        ['"repeats" in grid.json must be a positive number of seeds', f'got {2**40}'],
+    ),
     'seed numpy cannot take': (
         {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': [0, 2**32]},
         [],

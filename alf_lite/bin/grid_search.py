@@ -262,7 +262,7 @@ def load_search_space(path: str) -> SearchSpace:
             )
         space.append((names, [gin_literal(v) for v in values]))
     repeats = spec['repeats']
-    if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats > 0:
+    if isinstance(repeats, int) and not isinstance(repeats, bool) and 0 < repeats <= MAX_SEED:
         seeds = list(range(repeats))
     elif (
         isinstance(repeats, list)
