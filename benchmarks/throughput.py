@@ -93,7 +93,8 @@ def parse_alf_lite_config(args, seed, trainer_device=True):
     ]
     if args.precision != 'float32':
         params.append(f"TrainerConfig.precision = '{args.precision}'")
-    if trainer_device and (args.device != 'cpu' or args.cuda_graph):
+    if trainer_device:
+        # Always: the default device, 'auto', would take a GPU that SB3 is not given.
         params += [
             f"TrainerConfig.device = '{args.device}'",
             f'TrainerConfig.cuda_graph = {args.cuda_graph}',

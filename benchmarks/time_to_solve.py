@@ -60,6 +60,8 @@ def run_alf_lite(
             'TrainerConfig.checkpoint_replay_buffer = False',
             f'TrainerConfig.torch_num_threads = {threads}',
             f"TrainerConfig.precision = '{precision}'",
+            # SB3 runs on the CPU here; the default device, 'auto', would take a GPU.
+            "TrainerConfig.device = 'cpu'",
         ],
     )
     with tempfile.TemporaryDirectory() as root_dir:

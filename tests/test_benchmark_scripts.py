@@ -427,6 +427,7 @@ def test_time_to_solve_alf_lite_run_stops_the_clock_at_the_evaluation_that_reach
                     'num_eval_episodes',
                     'torch_num_threads',
                     'precision',
+                    'device',
                 )
             }
             self.env_steps = 0
@@ -459,6 +460,7 @@ def test_time_to_solve_alf_lite_run_stops_the_clock_at_the_evaluation_that_reach
         num_eval_episodes=10,
         torch_num_threads=3,
         precision='bfloat16',
+        device='cpu',  # where SB3 runs: the default, 'auto', would take a GPU
     )
 
 

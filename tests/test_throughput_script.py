@@ -148,12 +148,13 @@ def test_device_flags_bind_the_trainer_only_where_it_trains():
         throughput.parse_alf_lite_config(make_args(**flags), seed=0, trainer_device=trainer_device)
         return tuple(bound(f'TrainerConfig.{name}') for name in ('device', 'cuda_graph', 'compile'))
 
-    assert trainer_bindings(True) == (None, None, None)
+    # The CPU too: the trainer's default, 'auto', would train on a GPU that SB3 is not given.
+    assert trainer_bindings(True) == ('cpu', False, None)
     assert trainer_bindings(True, device='cuda') == ('cuda', False, None)
     assert trainer_bindings(True, device='cuda:1', cuda_graph=True) == ('cuda:1', True, None)
-    # On the CPU too: the trainer then refuses the CUDA graph rather than ignore it.
+    # The trainer then refuses the CUDA graph on the CPU rather than ignore it.
     assert trainer_bindings(True, cuda_graph=True) == ('cpu', True, None)
-    assert trainer_bindings(True, compile=True) == (None, None, True)
+    assert trainer_bindings(True, compile=True) == ('cpu', False, True)
     # The ceiling builds the algorithm from the config and places it itself.
     assert trainer_bindings(False, device='cuda', cuda_graph=True, compile=True) == (
         None,
