@@ -16,6 +16,7 @@ quote the figures with the load averages printed.
 
 import argparse
 import os
+import sys
 import time
 
 import gymnasium
@@ -23,6 +24,11 @@ import torch
 
 from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import default_use_subprocesses
+
+if __package__ in (None, ''):  # run as a script: import this checkout's benchmarks
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import at_least  # noqa: E402
 
 
 def steps_per_second(
@@ -47,8 +53,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--env_names', default='HalfCheetah-v5,ICubWalk-v0')
     parser.add_argument('--num_envs', default='1,2,4,12')
-    parser.add_argument('--seconds', type=float, default=3.0, help='timed run per case')
-    parser.add_argument('--repeats', type=int, default=3, help='runs per case; the best counts')
+    parser.add_argument(
+        '--seconds', type=at_least(0.1, float), default=3.0, help='timed run per case'
+    )
+    parser.add_argument(
+        '--repeats', type=at_least(1), default=3, help='runs per case; the best counts'
+    )
     args = parser.parse_args()
     # One torch thread, as the trainer runs: the benchmark measures the envs.
     torch.set_num_threads(1)

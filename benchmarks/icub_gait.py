@@ -26,6 +26,8 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _CHECKOUT not in sys.path:  # run as a script: import this checkout's alf_lite
     sys.path.insert(0, _CHECKOUT)
 
+from benchmarks import at_least  # noqa: E402
+
 
 def play(env, act, seeds):
     """Per episode ``(return, steps, fell, distance)`` of ``act(observation) -> action``."""
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0].strip())
     parser.add_argument('--root_dir', required=True, help='A train run of ICubWalk-v0.')
     parser.add_argument('--checkpoint_step', type=int, default=None)
-    parser.add_argument('--num_episodes', type=int, default=10)
+    parser.add_argument('--num_episodes', type=at_least(1), default=10)
     parser.add_argument('--random_seed', type=int, default=0, help="Seeds as the run's eval envs.")
     parser.add_argument(
         '--noise_std',

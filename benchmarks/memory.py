@@ -11,9 +11,16 @@ drops that copy. Buffers are allocated for real and their arrays' bytes summed.
 """
 
 import argparse
+import os
+import sys
 
 import gymnasium
 import numpy as np
+
+if __package__ in (None, ''):  # run as a script: import this checkout's benchmarks
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import at_least  # noqa: E402
 
 
 def alf_lite_buffer_bytes(buffer) -> int:
@@ -51,10 +58,13 @@ def sb3_bytes(env, length: int, optimize_memory_usage: bool) -> int:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--env', default='Humanoid-v5')
-    parser.add_argument('--buffer', type=int, default=100_000, help='stored steps')
+    parser.add_argument('--buffer', type=at_least(1), default=100_000, help='stored steps')
     args = parser.parse_args()
 
-    env = gymnasium.make(args.env)
+    try:
+        env = gymnasium.make(args.env)
+    except gymnasium.error.Error as e:
+        parser.error(f'--env: {e}')
     obs_dim = int(np.prod(env.observation_space.shape))
     action_dim = int(np.prod(env.action_space.shape))
     raw = obs_dim * 4 + action_dim * 4 + 4 + 4 + 1

@@ -23,7 +23,7 @@ import torch
 if __package__ in (None, ''):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import REPO_ROOT  # noqa: E402
+from benchmarks import REPO_ROOT, at_least  # noqa: E402
 
 ALGOS = ('sac', 'td3', 'ddpg')
 # HalfCheetah-v5's observation and action sizes.
@@ -75,8 +75,10 @@ def median_and_range(values) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--algo', choices=ALGOS, action='append', help='default: all three')
-    parser.add_argument('--rounds', type=int, default=3)
-    parser.add_argument('--switches', type=int, default=4000, help='switches per round')
+    parser.add_argument('--rounds', type=at_least(1), default=3)
+    parser.add_argument(
+        '--switches', type=at_least(2), default=4000, help='switches per round (pairs of them)'
+    )
     args = parser.parse_args(argv)
     print(f'us per switch, median (min-max) of {args.rounds} interleaved rounds')
     print(

@@ -26,6 +26,11 @@ import sys
 import tempfile
 import time
 
+if __package__ in (None, ''):  # run as a script: import this checkout's benchmarks
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import at_least  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:  # run as a script: import this checkout's benchmarks
     sys.path.insert(0, REPO)
@@ -133,9 +138,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     parser.add_argument('--threshold', type=float, default=-200.0)
-    parser.add_argument('--max_steps', type=int, default=20000)
-    parser.add_argument('--threads', type=int, default=2, help="alf_lite's torch_num_threads")
-    parser.add_argument('--sb3_threads', type=int, default=1, help='torch threads of SB3')
+    parser.add_argument('--max_steps', type=at_least(1), default=20000)
+    parser.add_argument(
+        '--threads', type=at_least(1), default=2, help="alf_lite's torch_num_threads"
+    )
+    parser.add_argument('--sb3_threads', type=at_least(1), default=1, help='torch threads of SB3')
     parser.add_argument(
         '--precision',
         choices=['float32', 'bfloat16'],

@@ -44,6 +44,31 @@ from cli_helpers import (
 from fake_clock import Clock
 
 
+@pytest.mark.parametrize(
+    'script, args, message',
+    [
+        ('mode_switch.py', ['--rounds', '0'], 'argument --rounds: must be at least 1, got 0'),
+        ('mode_switch.py', ['--switches', '1'], 'argument --switches: must be at least 2, got 1'),
+        ('memory.py', ['--buffer', '0'], 'argument --buffer: must be at least 1, got 0'),
+        ('memory.py', ['--env', 'Nope-v0'], "--env: Environment `Nope` doesn't exist"),
+        ('env_throughput.py', ['--repeats', '0'], 'argument --repeats: must be at least 1'),
+        ('env_throughput.py', ['--seconds', 'nan'], 'argument --seconds: must be at least 0.1'),
+        ('icub_gait.py', ['--root_dir', 'x', '--num_episodes', '0'], '--num_episodes: must be'),
+        ('time_to_solve.py', ['--sb3_threads', 'two'], "argument --sb3_threads: 'two' is not a"),
+    ],
+)
+def test_a_benchmark_given_an_unusable_number_exits_2_naming_it(tmp_path, script, args, message):
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / script), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+    assert 'Traceback' not in result.stderr
+
+
 def test_throughput_ceilings_run_as_a_script_from_another_directory(tmp_path):
     pytest.importorskip('stable_baselines3')
     # As installed (`pip install -e .`): alf_lite imports from anywhere, the
