@@ -299,8 +299,7 @@ def train(run: BenchmarkRun, out: str) -> int:
             else:
                 os.remove(path)
         settings = sb3_settings(run)
-        with open(run_dir.config_file, 'w') as f:
-            f.write(sb3_config_text(run, settings))
+        write_text_atomically(run_dir.config_file, sb3_config_text(run, settings))
         kwargs = dict(settings)
         kwargs['policy_kwargs'] = dict(net_arch=kwargs.pop('net_arch'))
         if run.algo == 'td3':

@@ -378,6 +378,32 @@ def test_out_where_nothing_can_be_written_is_a_clear_error(grid, tmp_path):
     assert (tmp_path / 'afile').read_text() == 'mine'
 
 
+def test_a_plot_that_fails_while_writing_leaves_the_last_one_whole(grid, tmp_path):
+    assert_ok(run_plot([str(grid), '--out', 'curves.png'], tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    # The disk fills halfway through the PNG.
+    script = (
+        'import sys, runpy\n'
+        'import matplotlib.figure\n'
+        'def savefig(self, path, **kwargs):\n'
+        '    open(path, "wb").write(b"\\x89PNG half")\n'
+        '    raise OSError(28, "No space left on device")\n'
+        'matplotlib.figure.Figure.savefig = savefig\n'
+        f'sys.argv = ["plot", {str(grid)!r}, "--out", "curves.png"]\n'
+        'runpy.run_module("alf_lite.bin.plot", run_name="__main__")\n'
+    )
+    result = subprocess.run(
+        [sys.executable, '-c', script],
+        cwd=tmp_path,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 2 and 'No space left on device' in result.stderr, result.stderr
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
 def test_group_by_a_parameter_no_run_binds_names_the_closest(grid, tmp_path):
     result = run_plot([str(grid), '--group_by', 'actor/Adam.lrr'], tmp_path)
     assert result.returncode == 2, result.stderr
