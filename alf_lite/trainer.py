@@ -872,11 +872,22 @@ class Trainer:
                 self._config.initial_collect_steps,
             )
         logging.info('resumed from %s at %d env steps', path, self._env_steps)
-        finished = self._iteration_start is None and self._env_steps >= self._config.num_env_steps
-        if self._pending_evaluation is None and finished:
-            # A run shortened to a checkpoint that was not its last has no final
-            # evaluation there: it is written as the run would have written it, in
-            # the row of that step's training scalars (replaced, so not written twice).
+        at_iteration_end = self._iteration_start is None
+        finished = at_iteration_end and self._env_steps >= cfg.num_env_steps
+        # An evaluation due at the checkpoint's step may be missing: the run was shortened
+        # to a checkpoint that was not its last, or eval_interval changed so that the
+        # iteration the checkpoint ends now holds one.
+        due = finished or (
+            at_iteration_end
+            and _crossed(
+                self._env_steps - cfg.unroll_length * self._env.num_envs,
+                self._env_steps,
+                cfg.eval_interval,
+            )
+        )
+        if self._pending_evaluation is None and due:
+            # Written as the run would have written it, in the row of that step's
+            # training scalars where there is one (replaced, so not written twice).
             self._pending_evaluation = unevaluated_row(
                 self._run_dir.progress_file, self._env_steps, EVAL_RETURN
             )

@@ -903,6 +903,31 @@ def test_a_run_shortened_to_a_checkpoint_before_its_end_gets_the_final_evaluatio
     assert deterministic_rows(shortened) == rows[whole]
 
 
+def test_a_resume_with_an_eval_interval_that_makes_its_checkpoint_an_evaluation_step_evaluates(
+    tmp_path, read_tensorboard
+):
+    # Evaluations every 200 steps; the run is killed after its checkpoint at 100.
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    for step in (200, 300):
+        shutil.rmtree(tmp_path / 'checkpoints' / f'ckpt-{step}')
+    # Resumed with evaluations every 50: 100 is one, where the first run had none.
+    resumed = ['TrainerConfig.num_env_steps = 200', 'TrainerConfig.eval_interval = 50']
+    train_in_process(tmp_path, *resumed)
+    rows = deterministic_rows(tmp_path)
+    assert [(r['env_steps'], r[EVAL_RETURN] != '') for r in rows] == [
+        ('0', True),
+        ('100', True),  # its training scalars and the evaluation, in one row
+        ('150', True),
+        ('200', True),
+    ]
+    assert rows[1]['train/critic_loss'] != ''
+    evaluated = [0, 100, 150, 200]
+    assert [e.step for e in read_tensorboard(tmp_path / 'eval')['AverageReturn']] == evaluated
+    # Written once: a rerun of the finished run writes nothing more.
+    train_in_process(tmp_path, *resumed)
+    assert deterministic_rows(tmp_path) == rows
+
+
 def test_a_run_whose_last_iteration_ends_past_num_env_steps_reruns_with_nothing_to_do(
     tmp_path, caplog
 ):
