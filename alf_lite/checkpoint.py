@@ -10,12 +10,15 @@ file is mapped into memory rather than read (``torch.load(mmap=True)``), so a
 resume holds no second copy of a buffer that may take most of the RAM.
 """
 
+import contextlib
+import io
 import os
 import pickle
 import pickletools
 import shutil
+import tarfile
 import zipfile
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from absl import logging
@@ -194,8 +197,14 @@ def load_file(path: str, map_location: Union[str, torch.device, None] = None, mm
         if not unsafe:
             # torch's own message advises weights_only=False, which is no advice here.
             raise pickle.UnpicklingError(f'{path} is corrupt or not a checkpoint file') from None
+    except RuntimeError:
+        # torch's oldest format, which weights_only does not read: its pickles would run.
+        if not tarfile.is_tarfile(path):
+            raise
+        unsafe = ['the pickles of a tar archive (torch before 1.6)']
+    named = [name if name != '?' else 'a global this check cannot name' for name in unsafe]
     raise UnsafeCheckpointError(
-        f'{path} refers to {", ".join(unsafe)}, which loading would have to call; alf_lite '
+        f'{path} refers to {", ".join(named)}, which loading would have to call; alf_lite '
         'writes tensors and plain values only, so the file was not written by it (or was '
         'altered) and is not loaded. Move it away if you do not trust it.'
     )
@@ -207,25 +216,39 @@ def _is_zip_file(path: str) -> bool:
         return f.read(4) == b'PK\x03\x04'
 
 
-def _unsafe_globals(path: str):
-    """Names in the pickle of ``path`` that ``weights_only`` refuses, read without unpickling."""
+def _unsafe_globals(path: str) -> List[str]:
+    """Names in the pickle of ``path`` that ``weights_only`` refuses, read without unpickling
+    (``'?'`` for one that cannot be named); empty for a file that is merely damaged."""
     if not _is_zip_file(path):
         # torch reads only its zip format's pickle; alf_lite never writes another.
-        return _plain_pickle_globals(path)
+        with open(path, 'rb') as f:
+            return _unsafe_in_pickles(f, LEGACY_PICKLES)
+    with contextlib.suppress(Exception):  # its scanner reads only some opcodes
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        if unsafe:
+            return unsafe
     try:
-        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except Exception:  # noqa: BLE001  (a damaged zip: corrupt)
+        with zipfile.ZipFile(path) as archive:
+            (name,) = [n for n in archive.namelist() if n.rsplit('/', 1)[-1] == 'data.pkl']
+            data = archive.read(name)
+    except Exception:  # noqa: BLE001  (a damaged zip, or none of torch's: corrupt)
         return []
+    return _unsafe_in_pickles(io.BytesIO(data), 1)
 
 
-def _plain_pickle_globals(path: str) -> List[str]:
-    """``module.name`` of each global that the pickles of a file not in torch's zip format
-    name (what unpickling would import and may call) and ``weights_only`` does not allow;
-    read op by op, running none, until the end or a damage. A global whose name the
-    reading cannot tell for sure is ``'?'``: unsafe too.
+# The pickles before the raw tensor bytes of torch's legacy format: a magic number,
+# the protocol, system information, the objects, the storage keys.
+LEGACY_PICKLES = 5
 
-    torch's legacy format is several pickles one after another (a magic number, then
-    the objects), then raw tensor bytes, which end the reading.
+
+def _unsafe_in_pickles(f, num_pickles: int) -> List[str]:
+    """``module.name`` of each global that the first ``num_pickles`` pickles of ``f``
+    name (what unpickling would import and may call) and ``weights_only`` does not
+    allow, read op by op, running none; ``'?'`` for one the reading cannot name, and
+    where the reading stops before their end on bytes it cannot read as ``pickletools``
+    does (the unpickler may read them otherwise). A file that is no pickle from its
+    first byte, or ends early, is merely damaged. What follows them (torch's raw
+    tensor bytes) is not read.
     """
     import _compat_pickle
 
@@ -236,13 +259,23 @@ def _plain_pickle_globals(path: str) -> List[str]:
         module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
         return f'{_compat_pickle.IMPORT_MAPPING.get(module, module)}.{name}'
 
-    names = []
-    with open(path, 'rb') as f:
+    names, opcodes = [], 0
+    for _ in range(num_pickles):
+        start = f.tell()
+        if not f.read(1):
+            break
+        f.seek(start)
         try:
-            while f.peek(1):
-                names += _pickle_globals(f, python3_name)
-        except Exception:  # noqa: BLE001  (raw tensor bytes, or a damage: what was read)
-            pass
+            for found in _pickle_globals(f, python3_name):
+                if found is None:
+                    opcodes += 1
+                else:
+                    names.append(found)
+        except Exception:  # noqa: BLE001  (where pickletools cannot go on)
+            # Past the file's first opcode, with bytes left: what follows is unknown.
+            if opcodes and f.read(1):
+                names.append('?')
+            break
     allowed = _get_allowed_globals()
     return [name for name in dict.fromkeys(names) if name not in allowed]
 
@@ -251,11 +284,13 @@ def _plain_pickle_globals(path: str) -> List[str]:
 _MARK = object()
 
 
-def _pickle_globals(f, python3_name: Callable[[str, str], str]) -> List[str]:
-    """The globals that one pickle read from ``f`` names, by following its stack of
-    values as far as strings (a global's module and name may be pushed, memoised and
-    fetched again before STACK_GLOBAL takes them); '?' where they are not plain strings."""
-    names, stack, memo = [], [], {}
+def _pickle_globals(f, python3_name: Callable[[str, str], str]) -> Iterator[Optional[str]]:
+    """Read one pickle from ``f`` op by op: yields None for each opcode and, after it, the
+    name of each global it names, found by following the pickle's stack of values as far
+    as strings (a global's module and name may be pushed, memoised and fetched again
+    before STACK_GLOBAL takes them); '?' where they are not plain strings. Raises where
+    ``pickletools`` cannot go on."""
+    stack, memo = [], {}
 
     def pop(count: int) -> list:
         items = stack[len(stack) - count :] if count else []
@@ -263,13 +298,16 @@ def _pickle_globals(f, python3_name: Callable[[str, str], str]) -> List[str]:
         return items
 
     for opcode, arg, _ in pickletools.genops(f):
+        yield None
         name = opcode.name
         if name in ('GLOBAL', 'INST'):
-            names.append(python3_name(*arg.split(' ', 1)))
+            yield python3_name(*arg.split(' ', 1))
+        if name in ('EXT1', 'EXT2', 'EXT4'):  # a global by copyreg's extension registry
+            yield '?'
         if name == 'STACK_GLOBAL':
-            module, attribute = pop(2)
+            module, attribute = ([None, None] + pop(2))[-2:]
             known = isinstance(module, str) and isinstance(attribute, str)
-            names.append(python3_name(module, attribute) if known else '?')
+            yield python3_name(module, attribute) if known else '?'
             stack.append(None)
             continue
         if name in ('PUT', 'BINPUT', 'LONG_BINPUT', 'MEMOIZE'):
@@ -293,7 +331,6 @@ def _pickle_globals(f, python3_name: Callable[[str, str], str]) -> List[str]:
                 stack.append(_MARK)
             else:
                 stack.append(arg if name in _PUSHES_A_STRING else None)
-    return names
 
 
 _PUSHES_A_STRING = frozenset(

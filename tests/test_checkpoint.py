@@ -2,6 +2,7 @@
 
 import contextlib
 import errno
+import io
 import logging
 import os
 import pickle
@@ -9,6 +10,7 @@ import pickletools
 import random
 import stat
 import struct
+import tarfile
 import zipfile
 
 import numpy as np
@@ -491,6 +493,39 @@ def test_a_global_whose_name_comes_through_the_memo_is_named(tmp_path):
         f.write(crafted_pickle)
     with pytest.raises(ckpt.UnsafeCheckpointError, match=r'refers to builtins\.exec,'):
         ckpt.load_latest_checkpoint(str(tmp_path))
+
+
+@pytest.mark.filterwarnings('ignore:Detected pickle protocol:UserWarning')
+@pytest.mark.parametrize(
+    'form',
+    ['zip_protocol_4', 'hex_int_before_a_global', 'tar'],
+)
+def test_a_crafted_file_its_scanners_read_only_in_part_is_refused_as_unsafe(tmp_path, form):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    crafted = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
+    model = os.path.join(crafted, ckpt.MODEL_FILE)
+    payload = pickle.dumps(WritesAFile(tmp_path / 'ran'), protocol=4)
+    if form == 'zip_protocol_4':
+        # torch's own scan of a zip's pickle reads GLOBAL only, not STACK_GLOBAL.
+        with zipfile.ZipFile(model) as archive:
+            records = {n: archive.read(n) for n in archive.namelist()}
+        (name,) = [n for n in records if n.endswith('/data.pkl')]
+        records[name] = payload
+        with zipfile.ZipFile(model, 'w') as archive:
+            for n, data in records.items():
+                archive.writestr(n, data)
+    elif form == 'hex_int_before_a_global':
+        # The unpickler reads 0x10 as an int; pickletools stops there, before the global.
+        with open(model, 'wb') as f:
+            f.write(b'(I0x10\n0cbuiltins\nexec\nX\x03\x00\x00\x00abc\x85R.')
+    else:
+        with tarfile.open(model, 'w') as archive:
+            info = tarfile.TarInfo('pickle')
+            info.size = len(payload)
+            archive.addfile(info, io.BytesIO(payload))
+    with pytest.raises(ckpt.UnsafeCheckpointError, match='which loading would have to call'):
+        ckpt.load_latest_checkpoint(str(tmp_path))
+    assert not (tmp_path / 'ran').exists()
 
 
 def test_a_checkpoint_in_torchs_legacy_format_of_tensors_and_values_loads(tmp_path):
