@@ -523,6 +523,9 @@ class TrainerState(NamedTuple):
             iteration's end (also in checkpoints that predate this field).
         iteration_trained: whether that iteration's updates were done (the
             signal ended its last env step): the resume does not do them again.
+        iteration_length: env steps of the run's iterations (``unroll_length``
+            times its number of envs), which tell where its last one began. None
+            in checkpoints that predate this field.
     """
 
     algorithm: dict
@@ -536,6 +539,7 @@ class TrainerState(NamedTuple):
     collection: Optional[dict] = None
     iteration_start: Optional[int] = None
     iteration_trained: bool = False
+    iteration_length: Optional[int] = None
 
 
 def save_trainer_state(
@@ -593,6 +597,7 @@ def check_trainer_state(path: str, state: dict) -> None:
         'collection': (dict, type(None)),
         'iteration_start': (int, type(None)),
         'iteration_trained': bool,
+        'iteration_length': (int, type(None)),
     }
     for field, expected in expected_types.items():
         value = getattr(state, field)
@@ -603,6 +608,8 @@ def check_trainer_state(path: str, state: dict) -> None:
         raise CorruptCheckpointError(
             f'{model}: negative counters {state.env_steps}, {state.num_updates}'
         )
+    if state.iteration_length is not None and state.iteration_length < 1:
+        raise CorruptCheckpointError(f'{model}: iteration_length {state.iteration_length} < 1')
     named = checkpoint_env_steps(path)
     if named is not None and named != state.env_steps:
         # Picked as the newest by its name: a renamed checkpoint would hide the real newest.

@@ -771,6 +771,7 @@ class Trainer:
             collection=collection,
             iteration_start=self._iteration_start,
             iteration_trained=self._iteration_trained,
+            iteration_length=self._config.unroll_length * self._env.num_envs,
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
@@ -819,8 +820,11 @@ class Trainer:
         # A checkpoint belongs to a run of this length if the iteration it ends, or that a
         # signal cut short in, began before the run's end: the last iteration may end past it.
         cfg = self._config
+        # The run's own iterations: a resume that changes their length (another
+        # experiment, warned about) changes them from here on.
+        iteration_length = state.iteration_length or cfg.unroll_length * self._env.num_envs
         iteration_start = (
-            state.env_steps - cfg.unroll_length * self._env.num_envs
+            state.env_steps - iteration_length
             if state.iteration_start is None
             else state.iteration_start
         )
@@ -879,11 +883,7 @@ class Trainer:
         # iteration the checkpoint ends now holds one.
         due = finished or (
             at_iteration_end
-            and _crossed(
-                self._env_steps - cfg.unroll_length * self._env.num_envs,
-                self._env_steps,
-                cfg.eval_interval,
-            )
+            and _crossed(self._env_steps - iteration_length, self._env_steps, cfg.eval_interval)
         )
         if self._pending_evaluation is None and due:
             # Written as the run would have written it, in the row of that step's

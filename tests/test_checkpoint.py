@@ -726,6 +726,7 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         ({'iteration_start': 41}, 'iteration_start 41 is not in [0, env_steps = 40]'),
         ({'iteration_start': 1.5}, 'iteration_start is 1.5, of the wrong type'),
         ({'iteration_trained': 1}, 'iteration_trained is 1, of the wrong type'),
+        ({'iteration_length': 0}, 'iteration_length 0 < 1'),
     ],
     ids=[
         'negative_env_steps',
@@ -735,6 +736,7 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         'iteration_start_past_env_steps',
         'float_iteration_start',
         'int_iteration_trained',
+        'zero_iteration_length',
     ],
 )
 def test_check_trainer_state_names_the_file_and_its_problem(tmp_path, damage, problem):

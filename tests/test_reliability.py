@@ -947,6 +947,15 @@ def test_a_run_whose_last_iteration_ends_past_num_env_steps_reruns_with_nothing_
         train_in_process(
             tmp_path, 'TrainerConfig.unroll_length = 30', 'TrainerConfig.num_env_steps = 90'
         )
+    # Where its last iteration began is the run's own (30 steps), whatever the resume
+    # sets: without the unroll it still has nothing to do, and 1-step iterations do not
+    # let it be shortened below its checkpoint.
+    state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-120'))
+    assert state['iteration_length'] == 30
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 100')
+    assert (tmp_path / 'progress.csv').read_text() == progress
+    with pytest.raises(ckpt.CheckpointError, match='Give num_env_steps >= 91'):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 90')
 
 
 class KilledBeforeItsCheckpoint(BaseException):
