@@ -381,14 +381,15 @@ def test_out_where_nothing_can_be_written_is_a_clear_error(grid, tmp_path):
 def test_a_plot_that_fails_while_writing_leaves_the_last_one_whole(grid, tmp_path):
     assert_ok(run_plot([str(grid), '--out', 'curves.png'], tmp_path))
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
-    # The disk fills halfway through the PNG.
+    # The disk fills up once the PNG is written, halfway through the CSV.
     script = (
-        'import sys, runpy\n'
-        'import matplotlib.figure\n'
-        'def savefig(self, path, **kwargs):\n'
-        '    open(path, "wb").write(b"\\x89PNG half")\n'
-        '    raise OSError(28, "No space left on device")\n'
-        'matplotlib.figure.Figure.savefig = savefig\n'
+        'import sys, runpy, csv\n'
+        'class Writer:\n'
+        '    def __init__(self, f): self.f = f\n'
+        '    def writerow(self, row):\n'
+        '        self.f.write("group,half")\n'
+        '        raise OSError(28, "No space left on device")\n'
+        'csv.writer = Writer\n'
         f'sys.argv = ["plot", {str(grid)!r}, "--out", "curves.png"]\n'
         'runpy.run_module("alf_lite.bin.plot", run_name="__main__")\n'
     )

@@ -46,7 +46,6 @@ gives those), with the same band.
 import contextlib
 import csv
 import difflib
-import io
 import logging
 import os
 import sys
@@ -55,7 +54,7 @@ from typing import Dict, List, Tuple
 from absl import app, flags
 
 from alf_lite.bin.cli import fail, parse_flags
-from alf_lite.config import new_file_beside, write_text_atomically
+from alf_lite.config import new_file_beside
 from alf_lite.run_dir import (
     CONFIG_FILE,
     MOVED_ASIDE,
@@ -603,21 +602,29 @@ def main(argv):
         fig.set_figwidth(legend_width)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
-        # Each file whole or not at all: a plot stopped while writing leaves the last one.
+        # Both files written beside first, then moved in: a plot stopped or failing
+        # while writing leaves the last pair as it was.
         png = new_file_beside(FLAGS.out, '.tmp')
+        table = new_file_beside(csv_path, '.tmp')
         try:
             fig.savefig(png, format='png')
+            with open(table, 'w', newline='') as f:
+                writer = csv.writer(f)
+                writer.writerow(['group', FLAGS.x, *CURVE_COLUMNS])
+                for label, _ in groups:
+                    for x, mean, lower, upper, n in curves[label]:
+                        writer.writerow(
+                            [label, _number(x), repr(mean), repr(lower), repr(upper), n]
+                        )
+            for path in (png, table):
+                with open(path, 'rb') as f:
+                    os.fsync(f.fileno())
             os.replace(png, FLAGS.out)
+            os.replace(table, csv_path)
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(png)
-        table = io.StringIO(newline='')
-        writer = csv.writer(table)
-        writer.writerow(['group', FLAGS.x, *CURVE_COLUMNS])
-        for label, _ in groups:
-            for x, mean, lower, upper, n in curves[label]:
-                writer.writerow([label, _number(x), repr(mean), repr(lower), repr(upper), n])
-        write_text_atomically(csv_path, table.getvalue())
+            for path in (png, table):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
     except OSError as e:
         fail(f'cannot write --out {FLAGS.out}: {e}')
     plt.close(fig)
