@@ -390,7 +390,8 @@ def test_a_plot_that_fails_while_writing_leaves_the_last_one_whole(grid, tmp_pat
         '        self.f.write("group,half")\n'
         '        raise OSError(28, "No space left on device")\n'
         'csv.writer = Writer\n'
-        f'sys.argv = ["plot", {str(grid)!r}, "--out", "curves.png"]\n'
+        # Another band: a PNG and a CSV that differ from the last ones.
+        f'sys.argv = ["plot", {str(grid)!r}, "--out", "curves.png", "--band", "std"]\n'
         'runpy.run_module("alf_lite.bin.plot", run_name="__main__")\n'
     )
     result = subprocess.run(
