@@ -1,22 +1,35 @@
 """Benchmark scripts; a package so that the learning benchmark's modules import each other."""
 
 import argparse
+import math
 import os
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def at_least(minimum: float, kind=int):
-    """An argparse ``type`` that takes a ``kind`` number >= ``minimum``, naming the bound
-    otherwise (argparse prints it as the flag's error, exit code 2)."""
+    """An argparse ``type`` that takes a finite ``kind`` number >= ``minimum``, naming the
+    bound otherwise (argparse prints it as the flag's error, exit code 2)."""
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f'{text!r} is not a {kind.__name__}') from None
-        if not value >= minimum:  # also refuses NaN
-            raise argparse.ArgumentTypeError(f'must be at least {minimum}, got {text}')
+            what = 'an integer' if kind is int else 'a number'
+            raise argparse.ArgumentTypeError(f'{text!r} is not {what}') from None
+        if not minimum <= value < math.inf:  # also refuses NaN
+            bound = f'at least {minimum}' if kind is int else f'a finite number >= {minimum}'
+            raise argparse.ArgumentTypeError(f'must be {bound}, got {text}')
         return value
+
+    return parse
+
+
+def int_list_at_least(minimum: int):
+    """An argparse ``type`` for comma-separated integers, each >= ``minimum``."""
+    one = at_least(minimum)
+
+    def parse(text: str):
+        return [one(part.strip()) for part in text.split(',')]
 
     return parse

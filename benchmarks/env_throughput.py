@@ -28,7 +28,7 @@ from alf_lite.environments.suite_gym import default_use_subprocesses
 if __package__ in (None, ''):  # run as a script: import this checkout's benchmarks
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import at_least  # noqa: E402
+from benchmarks import at_least, int_list_at_least  # noqa: E402
 
 
 def steps_per_second(
@@ -52,7 +52,7 @@ def steps_per_second(
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--env_names', default='HalfCheetah-v5,ICubWalk-v0')
-    parser.add_argument('--num_envs', default='1,2,4,12')
+    parser.add_argument('--num_envs', type=int_list_at_least(1), default=[1, 2, 4, 12])
     parser.add_argument(
         '--seconds', type=at_least(0.1, float), default=3.0, help='timed run per case'
     )
@@ -72,7 +72,7 @@ def main():
     print('|---|---|---|---|---|---|')
     for env_name in args.env_names.split(','):
         spec = gymnasium.spec(env_name)
-        for n in (int(x) for x in args.num_envs.split(',')):
+        for n in args.num_envs:
             ways = (False,) if n == 1 else (False, True)
             best = {way: 0.0 for way in ways}
             for _ in range(args.repeats):

@@ -48,7 +48,7 @@ from alf_lite.runs import (
     read_scalar_if_any,
     subprocess_env,
 )
-from benchmarks import REPO_ROOT
+from benchmarks import REPO_ROOT, at_least
 from benchmarks.launcher import (
     DEADLINE_MARGIN,
     DONE_FILE,
@@ -938,7 +938,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         '--seeds',
-        type=int,
+        type=at_least(0),
         nargs='+',
         default=None,
         help="Seeds to run instead of the suite's, e.g. --seeds 0 1.",
@@ -957,7 +957,7 @@ def parse_args(argv=None):
         help='Only the runs whose name matches this glob, e.g. alf_sac or '
         "'sb3_*'; repeat for several.",
     )
-    parser.add_argument('--jobs', type=int, default=2, help='Runs at a time.')
+    parser.add_argument('--jobs', type=at_least(1), default=2, help='Runs at a time.')
     parser.add_argument(
         '--dry_run',
         action='store_true',

@@ -28,7 +28,7 @@ import torch
 if __package__ in (None, ''):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import REPO_ROOT  # noqa: E402
+from benchmarks import REPO_ROOT, at_least  # noqa: E402
 from benchmarks.learning import alf_gin_params, suite_runs  # noqa: E402
 from benchmarks.random_buffer import random_replay_buffer  # noqa: E402
 
@@ -79,8 +79,8 @@ def _dims(env_name: str):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--task', action='append', choices=['hopper', 'icub'], help='default: both')
-    parser.add_argument('--updates', type=int, default=300, help='timed updates per round')
-    parser.add_argument('--rounds', type=int, default=5, help='interleaved rounds')
+    parser.add_argument('--updates', type=at_least(1), default=300, help='timed updates per round')
+    parser.add_argument('--rounds', type=at_least(1), default=5, help='interleaved rounds')
     parser.add_argument(
         '--suite',
         action='append',

@@ -136,7 +136,7 @@ def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    parser.add_argument('--seeds', type=at_least(0), nargs='+', default=[0, 1, 2])
     parser.add_argument('--threshold', type=float, default=-200.0)
     parser.add_argument('--max_steps', type=at_least(1), default=20000)
     parser.add_argument(

@@ -52,9 +52,14 @@ from fake_clock import Clock
         ('memory.py', ['--buffer', '0'], 'argument --buffer: must be at least 1, got 0'),
         ('memory.py', ['--env', 'Nope-v0'], "--env: Environment `Nope` doesn't exist"),
         ('env_throughput.py', ['--repeats', '0'], 'argument --repeats: must be at least 1'),
-        ('env_throughput.py', ['--seconds', 'nan'], 'argument --seconds: must be at least 0.1'),
+        ('env_throughput.py', ['--seconds', 'nan'], '--seconds: must be a finite number >= 0.1'),
         ('icub_gait.py', ['--root_dir', 'x', '--num_episodes', '0'], '--num_episodes: must be'),
-        ('time_to_solve.py', ['--sb3_threads', 'two'], "argument --sb3_threads: 'two' is not a"),
+        ('time_to_solve.py', ['--sb3_threads', 'two'], "--sb3_threads: 'two' is not an integer"),
+        ('time_to_solve.py', ['--seeds', '0', '-1'], '--seeds: must be at least 0, got -1'),
+        ('env_throughput.py', ['--seconds', 'inf'], '--seconds: must be a finite number >= 0.1'),
+        ('env_throughput.py', ['--num_envs', '1,0'], '--num_envs: must be at least 1'),
+        ('sac_study_cost.py', ['--updates', '0'], '--updates: must be at least 1'),
+        ('learning.py', ['--jobs', '0'], '--jobs: must be at least 1'),
     ],
 )
 def test_a_benchmark_given_an_unusable_number_exits_2_naming_it(tmp_path, script, args, message):
