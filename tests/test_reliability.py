@@ -806,6 +806,31 @@ def test_a_signal_while_the_envs_start_stops_train_at_once_leaving_nothing(tmp_p
     assert gone, [p.pid for p in descendants if p.is_running()]
 
 
+def sigterm_in_training_env_step(monkeypatch, number):
+    """Make the training envs' env step ``number`` (1-based) get a SIGTERM while it is under
+    way, as a kill from outside would; returns the real ``create_environment``."""
+    real_create = trainer_module.create_environment
+    made, steps = [], []
+
+    def create_signalling(*args, **kwargs):
+        env = real_create(*args, **kwargs)
+        if not made:  # the training envs, made first
+            real_step = env._env.step
+
+            def step(action):
+                steps.append(action)
+                if len(steps) == number:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return real_step(action)
+
+            monkeypatch.setattr(env._env, 'step', step)
+        made.append(env)
+        return env
+
+    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling)
+    return real_create
+
+
 def sigterm_during_the_second_evaluation(monkeypatch):
     """Make the run's second evaluation (env step 200 at eval_interval 200) get a SIGTERM
     while its eval env steps, as a kill from outside would; returns the real ``evaluate``."""
@@ -1292,25 +1317,7 @@ def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(
     ]
     whole, cut = tmp_path / 'whole', tmp_path / 'cut'
     train_in_process(whole, *unrolled)
-    real_create = trainer_module.create_environment
-    made, steps = [], []
-
-    def create_signalling_at_a_step(*args, **kwargs):
-        env = real_create(*args, **kwargs)
-        if not made:  # the training envs, made first
-            real_step = env._env.step
-
-            def step(action):
-                steps.append(action)
-                if len(steps) == signalled_step:
-                    os.kill(os.getpid(), signal.SIGTERM)
-                return real_step(action)
-
-            monkeypatch.setattr(env._env, 'step', step)
-        made.append(env)
-        return env
-
-    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling_at_a_step)
+    real_create = sigterm_in_training_env_step(monkeypatch, signalled_step)
     with pytest.raises(TrainingInterrupted):
         train_in_process(cut, *unrolled)
     state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / f'ckpt-{signalled_step - 1}'))
@@ -1334,25 +1341,7 @@ def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(
 def test_a_signal_in_an_env_step_after_a_deferred_nan_reports_it(tmp_path, monkeypatch):
     # The rewards turn NaN after 250 steps; with the check deferred, nothing reads the
     # losses back before a summary or checkpoint (at 1000). A SIGTERM ends env step 400.
-    real_create = trainer_module.create_environment
-    made = []
-
-    def create_signalling_at_step_400(*args, **kwargs):
-        env = real_create(*args, **kwargs)
-        if not made:
-            real_step, steps = env._env.step, []
-
-            def step(action):
-                steps.append(action)
-                if len(steps) == 400:
-                    os.kill(os.getpid(), signal.SIGTERM)
-                return real_step(action)
-
-            monkeypatch.setattr(env._env, 'step', step)
-        made.append(env)
-        return env
-
-    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling_at_step_400)
+    sigterm_in_training_env_step(monkeypatch, 400)
     with pytest.raises(TrainingError, match=r'the critic loss is nan at env step \d+'):
         train_in_process(
             tmp_path,
