@@ -957,7 +957,7 @@ def parse_args(argv=None):
         help='Only the runs whose name matches this glob, e.g. alf_sac or '
         "'sb3_*'; repeat for several.",
     )
-    parser.add_argument('--jobs', type=at_least(1), default=2, help='Runs at a time.')
+    parser.add_argument('--jobs', type=int, default=2, help='Runs at a time.')
     parser.add_argument(
         '--dry_run',
         action='store_true',

@@ -59,7 +59,7 @@ from fake_clock import Clock
         ('env_throughput.py', ['--seconds', 'inf'], '--seconds: must be a finite number >= 0.1'),
         ('env_throughput.py', ['--num_envs', '1,0'], '--num_envs: must be at least 1'),
         ('sac_study_cost.py', ['--updates', '0'], '--updates: must be at least 1'),
-        ('learning.py', ['--jobs', '0'], '--jobs: must be at least 1'),
+        ('learning.py', ['--seeds', '-1'], '--seeds: must be at least 0'),
     ],
 )
 def test_a_benchmark_given_an_unusable_number_exits_2_naming_it(tmp_path, script, args, message):
