@@ -655,11 +655,7 @@ def _first_non_finite_optimizer_state(optimizers: dict) -> Optional[str]:
             continue
         for index, values in per_param.items():
             for key, value in values.items() if isinstance(values, dict) else ():
-                if (
-                    torch.is_tensor(value)
-                    and value.is_floating_point()
-                    and not torch.isfinite(value).all()
-                ):
+                if _non_finite(value):
                     return f'{name}.{index}.{key}'
     return None
 
@@ -734,6 +730,11 @@ def policy_state(algorithm_state: dict) -> dict:
 def first_non_finite(algorithm_state: dict) -> Optional[str]:
     """The first network tensor of ``algorithm_state`` holding a NaN or inf, by name; or None."""
     for key, value in policy_state(algorithm_state).items():
-        if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all():
+        if _non_finite(value):
             return key
     return None
+
+
+def _non_finite(value) -> bool:
+    """Whether ``value`` is a floating-point tensor holding a NaN or inf."""
+    return torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all()

@@ -94,9 +94,14 @@ def complete_rows(f) -> Tuple[List[str], List[Dict[str, str]]]:
     ``newline=''``): a row cut short (``complete_lines``), without all its fields or with
     more fields than columns is left out."""
     reader = csv.DictReader(complete_lines(f))
-    # csv gives a missing field as None, and the extra ones under the key None.
-    rows = [r for r in reader if None not in r.values() and None not in r]
+    rows = [r for r in reader if has_its_fields(r)]
     return list(reader.fieldnames or []), rows
+
+
+def has_its_fields(row: Dict[str, Optional[str]]) -> bool:
+    """Whether a ``csv.DictReader`` row has one field per column: csv gives a missing
+    field as None, and the extra ones under the key None."""
+    return None not in row.values() and None not in row
 
 
 def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, np.ndarray]:
@@ -126,7 +131,7 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
                     else [
                         (float(r[x]), float(r[y]))
                         for r in reader
-                        if r[x] and r[y] and None not in r.values() and None not in r
+                        if r[x] and r[y] and has_its_fields(r)
                     ]
                 )
             except (csv.Error, ValueError) as e:  # a UnicodeDecodeError is a ValueError

@@ -86,12 +86,17 @@ class ProgressCsv:
         os.replace(tmp, self._path)
 
 
+def _complete_rows_of(path: str) -> List[Dict[str, str]]:
+    """``complete_rows`` of the ``progress.csv`` at ``path``; none when there is no file."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline='') as f:
+        return complete_rows(f)[1]
+
+
 def last_env_steps(path: str) -> Optional[int]:
     """The env steps of the last complete row of ``progress.csv`` (``path``); None without one."""
-    if not os.path.exists(path):
-        return None
-    with open(path, newline='') as f:
-        _, rows = complete_rows(f)
+    rows = _complete_rows_of(path)
     try:
         return max((int(r[ENV_STEPS]) for r in rows), default=None)
     except (KeyError, ValueError):  # no table of ours: nothing to keep from it
@@ -105,11 +110,7 @@ def unevaluated_row(path: str, env_steps: int, eval_column: str) -> Optional[Dic
     The scalars are the row's filled ``<mode>/<tag>`` columns, as ``Summary.write``
     takes them: written again, each reads as before.
     """
-    rows = []
-    if os.path.exists(path):
-        with open(path, newline='') as f:
-            _, rows = complete_rows(f)
-    rows = [r for r in rows if r.get(ENV_STEPS, '').strip() == str(env_steps)]
+    rows = [r for r in _complete_rows_of(path) if r.get(ENV_STEPS, '').strip() == str(env_steps)]
     if any(r.get(eval_column) for r in rows):
         return None
     scalars = {}

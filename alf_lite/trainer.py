@@ -345,6 +345,8 @@ class Trainer:
         self._pending_evaluation: Optional[dict] = {}
         # The env step where the iteration under way began; None between iterations.
         self._iteration_start: Optional[int] = None
+        # Env steps of an iteration: unroll_length steps of every env.
+        self._iteration_length = cfg.unroll_length * self._env.num_envs
         # Whether the updates of the iteration under way were done.
         self._iteration_trained = False
         self._latest_train_scalars = {}
@@ -547,12 +549,12 @@ class Trainer:
             if stopped or self._env_steps >= cfg.num_env_steps:
                 # Its row is written: the checkpoint no longer holds it as pending.
                 self._save()
-        # An iteration a signal cut short is finished, also one that ends past num_env_steps.
+        # An iteration a signal cut short is finished first, also one that ends past
+        # num_env_steps, as one begun where it began: the summaries, evaluations and
+        # checkpoints due in it come at its end.
         while not stopped and (
             self._env_steps < cfg.num_env_steps or self._iteration_start is not None
         ):
-            # An iteration a signal cut short is finished first, as one begun where it began:
-            # the summaries, evaluations and checkpoints due in it come at its end.
             before = self._env_steps if self._iteration_start is None else self._iteration_start
             self._collect_and_train()
             after = self._env_steps
@@ -642,7 +644,7 @@ class Trainer:
         finally:
             # Kept while env steps are left: a checkpoint written now (a signal
             # ended an env step) has the resume finish the iteration.
-            if self._env_steps - self._iteration_start >= cfg.unroll_length * self._env.num_envs:
+            if self._env_steps - self._iteration_start >= self._iteration_length:
                 self._iteration_start = None
                 self._iteration_trained = False
 
@@ -771,7 +773,7 @@ class Trainer:
             collection=collection,
             iteration_start=self._iteration_start,
             iteration_trained=self._iteration_trained,
-            iteration_length=self._config.unroll_length * self._env.num_envs,
+            iteration_length=self._iteration_length,
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
@@ -790,10 +792,11 @@ class Trainer:
         (which ends at num_env_steps or past it) run while that iteration's last env step
         is pending, its row (observation and action) already in the buffer
         (``_train_iteration``)."""
-        cfg, num_envs = self._config, self._env.num_envs
-        per_iteration = cfg.unroll_length * num_envs
-        rows = -(-cfg.num_env_steps // per_iteration) * per_iteration
-        return rows > cfg.initial_collect_steps and rows >= cfg.mini_batch_length * num_envs
+        cfg, length = self._config, self._iteration_length
+        rows = -(-cfg.num_env_steps // length) * length
+        return (
+            rows > cfg.initial_collect_steps and rows >= cfg.mini_batch_length * self._env.num_envs
+        )
 
     def _refuse_history_without_checkpoints(self) -> None:
         """Raise CheckpointError when ``progress.csv`` goes past the first checkpoint a run
@@ -802,8 +805,7 @@ class Trainer:
         A run killed before its first checkpoint leaves rows up to that checkpoint's step
         at most, the end of the iteration that crosses ``checkpoint_interval``.
         """
-        cfg = self._config
-        first_checkpoint = cfg.checkpoint_interval + cfg.unroll_length * self._env.num_envs - 1
+        first_checkpoint = self._config.checkpoint_interval + self._iteration_length - 1
         last = last_env_steps(self._run_dir.progress_file)
         if last is not None and last > first_checkpoint:
             raise ckpt.CheckpointError(
@@ -818,11 +820,11 @@ class Trainer:
         """Restore the checkpoint at ``path``; returns its collection state (or None)."""
         state = ckpt.trainer_state(state, path)
         # A checkpoint belongs to a run of this length if the iteration it ends, or that a
-        # signal cut short in, began before the run's end: the last iteration may end past it.
-        cfg = self._config
-        # The run's own iterations: a resume that changes their length (another
+        # signal cut short in, began before the run's end: the last iteration may end past
+        # it. The run's own iterations count: a resume that changes their length (another
         # experiment, warned about) changes them from here on.
-        iteration_length = state.iteration_length or cfg.unroll_length * self._env.num_envs
+        cfg = self._config
+        iteration_length = state.iteration_length or self._iteration_length
         iteration_start = (
             state.env_steps - iteration_length
             if state.iteration_start is None
