@@ -347,6 +347,9 @@ class Trainer:
         self._iteration_start: Optional[int] = None
         # Env steps of an iteration: unroll_length steps of every env.
         self._iteration_length = cfg.unroll_length * self._env.num_envs
+        # Env steps of the iteration under way, or of the last one: the configured
+        # length, except for one a signal cut short, finished in its own length.
+        self._current_iteration_length = self._iteration_length
         # Whether the updates of the iteration under way were done.
         self._iteration_trained = False
         self._latest_train_scalars = {}
@@ -621,17 +624,18 @@ class Trainer:
         """``unroll_length`` env steps; the iteration's updates overlap the last one.
 
         An iteration that a signal cut short (``_iteration_start`` restored from
-        its checkpoint) collects only the env steps it had left.
+        its checkpoint) collects only the env steps it had left, up to the length
+        it was begun with, whatever ``unroll_length`` and env count the resume has.
         """
-        cfg = self._config
         if self._iteration_start is None:
             self._iteration_start = self._env_steps
-        done = (self._env_steps - self._iteration_start) // self._env.num_envs
+            self._current_iteration_length = self._iteration_length
+        end = self._iteration_start + self._current_iteration_length
         try:
-            for u in range(done, cfg.unroll_length):
+            while self._env_steps < end:
                 self._collector.send(self._env_steps)
                 try:
-                    if u == cfg.unroll_length - 1 and not self._iteration_trained:
+                    if self._env_steps + self._env.num_envs >= end and not self._iteration_trained:
                         # The updates need no row that this env step produces, so
                         # they run while it is pending: envs in subprocesses step
                         # meanwhile, and the numbers are those of step-then-train.
@@ -644,7 +648,7 @@ class Trainer:
         finally:
             # Kept while env steps are left: a checkpoint written now (a signal
             # ended an env step) has the resume finish the iteration.
-            if self._env_steps - self._iteration_start >= self._iteration_length:
+            if self._env_steps >= end:
                 self._iteration_start = None
                 self._iteration_trained = False
 
@@ -773,7 +777,7 @@ class Trainer:
             collection=collection,
             iteration_start=self._iteration_start,
             iteration_trained=self._iteration_trained,
-            iteration_length=self._iteration_length,
+            iteration_length=self._current_iteration_length,
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
@@ -854,6 +858,7 @@ class Trainer:
         self._pending_evaluation = state.pending_evaluation
         self._iteration_start = state.iteration_start
         self._iteration_trained = state.iteration_trained
+        self._current_iteration_length = iteration_length
         if rb is not None:
             try:
                 self._replay_buffer.load_state_dict(rb)

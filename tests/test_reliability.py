@@ -1338,6 +1338,41 @@ def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(
     assert state['iteration_start'] is None and not state['iteration_trained']
 
 
+@pytest.mark.parametrize(
+    'unroll_length, rows', [(10, [0, 120, 200, 300]), (60, [0, 120, 240, 300])]
+)
+def test_a_cut_iteration_resumed_with_another_unroll_length_is_finished_in_its_own(
+    tmp_path, monkeypatch, unroll_length, rows
+):
+    # Iterations of 30 env steps; a SIGTERM ends env step 105, in the one from 90 to 120.
+    # The resume changes unroll_length: the cut iteration still ends at 120 with its
+    # updates, and the new length counts from there.
+    unrolled = [
+        'TrainerConfig.unroll_length = 30',
+        'TrainerConfig.num_env_steps = 300',
+        'TrainerConfig.eval_interval = 100',
+    ]
+    whole, cut = tmp_path / 'whole', tmp_path / 'cut'
+    train_in_process(whole, *unrolled)
+    real_create = sigterm_in_training_env_step(monkeypatch, 105)
+    with pytest.raises(TrainingInterrupted):
+        train_in_process(cut, *unrolled)
+    monkeypatch.setattr(trainer_module, 'create_environment', real_create)
+    train_in_process(cut, *unrolled, f'TrainerConfig.unroll_length = {unroll_length}')
+    resumed = {int(r['env_steps']): int(r['num_updates']) for r in deterministic_rows(cut)}
+    assert sorted(resumed) == rows
+    uncut = {int(r['env_steps']): int(r['num_updates']) for r in deterministic_rows(whole)}
+    assert resumed[120] == uncut[120] > 0
+    # Then one iteration's updates for each iteration of the new length.
+    per_iteration, remainder = divmod(uncut[300] - uncut[210], 3)
+    assert per_iteration > 0 and remainder == 0
+    assert resumed[300] == resumed[120] + (300 - 120) // unroll_length * per_iteration
+    state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / 'ckpt-120'))
+    assert (state['iteration_start'], state['iteration_length']) == (None, 30)
+    state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / 'ckpt-300'))
+    assert (state['iteration_start'], state['iteration_length']) == (None, unroll_length)
+
+
 def test_a_signal_in_an_env_step_after_a_deferred_nan_reports_it(tmp_path, monkeypatch):
     # The rewards turn NaN after 250 steps; with the check deferred, nothing reads the
     # losses back before a summary or checkpoint (at 1000). A SIGTERM ends env step 400.
