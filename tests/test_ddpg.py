@@ -251,6 +251,27 @@ def test_l2_gradient_is_weight_decay_times_each_critic_weight_matrix_and_nothing
     assert all(p.grad is None or not p.grad.any() for p in ddpg._actor.parameters())
 
 
+def test_the_l2_penalty_is_reported_apart_from_the_td_errors_it_is_added_to():
+    # critic_loss holds the penalty; critic_l2_loss is that share alone, so that the
+    # TD errors can be read off (they equal the critic_loss of a run without L2).
+    batch = random_batch()
+    losses = {}
+    for decay in (0.01, 0.0):
+        torch.manual_seed(0)
+        ddpg = paper_networks(
+            critic_l2_weight_decay=decay, critic_optimizer=FROZEN, actor_optimizer=FROZEN
+        )
+        weights = [layer.weight.detach().clone() for layer in ddpg._critic._layers]
+        losses[decay] = ddpg.train_step(batch, torch.ones(8, 1))
+    penalty = 0.5 * 0.01 * sum(w.square().sum().item() for w in weights)
+    assert losses[0.01]['critic_l2_loss'].item() == pytest.approx(penalty, rel=1e-5)
+    assert penalty > 1e-2  # far above the tolerance below
+    assert (losses[0.01]['critic_loss'] - losses[0.01]['critic_l2_loss']).item() == pytest.approx(
+        losses[0.0]['critic_loss'].item(), rel=1e-5
+    )
+    assert 'critic_l2_loss' not in losses[0.0]
+
+
 def test_l2_in_the_loss_and_adamw_are_both_reachable_from_gin():
     common = os.path.join(EXAMPLES, 'common', 'ddpg.gin')
     parse_config([common], [])

@@ -190,6 +190,8 @@ def polyak_update(
 ) -> None:
     """``target = tau * online + (1 - tau) * target`` for every parameter, in one foreach call.
 
+    Buffers (batch norm's running statistics) are copied, not averaged, as SB3 does.
+
     Args:
         skip: a 0-d tensor; where it is 1 the targets stay as they are. Read
             on the device, so it costs no host sync.
