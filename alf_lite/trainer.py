@@ -111,7 +111,10 @@ class TrainerConfig:
         compile: ``torch.compile`` the algorithm's networks. On an H200 it took
             the SAC update as a CUDA graph from 1369 to 1614 updates/s; on a
             CPU it made the update slower (82 against 96 updates/s), and it
-            adds seconds of compilation at the start either way.
+            adds seconds of compilation at the start either way. Compiled code
+            draws its own random numbers (the policy's exploration samples) and
+            rounds differently: a run is as reproducible either way, but one
+            that switches it at a resume goes on otherwise than it would have.
         precision: 'float32', or 'bfloat16' for the networks' hidden-layer
             products (``alf_lite.precision``; slow where the CPU or GPU has no
             native bfloat16).
@@ -694,17 +697,24 @@ class Trainer:
     def _stop_on_deferred_non_finite_loss(self) -> None:
         """Stop, naming the loss and step, if a deferred check found a non-finite loss.
 
-        Every update after it was skipped, so the weights are still those from
-        before it.
+        Its optimizer step and every later one were skipped, so the weights are
+        still those from before that step.
         """
         failure = self._runner.non_finite_loss()
         if failure is None:
             return
-        path = self._save(name=last_good_name(self._env_steps))
+        try:
+            path = self._save(name=last_good_name(self._env_steps))
+        except TrainingError as e:
+            # The state cannot be kept (a non-finite weight of a finite loss's gradient,
+            # a failed write): the loss found first is still the one to report.
+            raise TrainingError(f'{failure}; no last-good state was kept: {e}') from e
         raise TrainingError(
-            f'{failure}; that update and every one after it were skipped, so the weights '
-            f'in {path} are those from before it. The regular checkpoints were left as they '
-            'were. Check the rewards and observations for NaN/inf, or lower the learning rates.'
+            f'{failure}; its optimizer step and every later one were skipped, so {path} '
+            'holds the weights from before that step (an update steps its losses in turn, '
+            'the critic first: for an actor or alpha loss, the steps before it in that '
+            'update were taken). The regular checkpoints were left as they were. Check the '
+            'rewards and observations for NaN/inf, or lower the learning rates.'
         )
 
     def _train_scalars(self, env_steps_per_sec: float, updates_per_sec: float) -> dict:
@@ -754,9 +764,9 @@ class Trainer:
         bad = ckpt.first_non_finite(algorithm_state)
         if bad is not None:
             raise TrainingError(
-                f'parameter {bad} is not finite at env step {self._env_steps}: no checkpoint '
-                'was written, so the last checkpoint still holds finite weights. Lower the '
-                'learning rates or check the rewards and observations for NaN/inf.'
+                f'parameter {bad} is not finite at env step {self._env_steps}, so no '
+                'checkpoint was written (those written before hold finite weights). Lower '
+                'the learning rates or check the rewards and observations for NaN/inf.'
             )
         try:
             collection = self._collector.state()

@@ -1096,7 +1096,7 @@ def test_a_nan_loss_names_the_env_step_of_its_update_in_both_check_modes(tmp_pat
             TrainingError,
             match=r'the critic loss is nan at env step 6 \(update 1\)'
             + (
-                '; that update and every one after it were skipped'
+                '; its optimizer step and every later one were skipped'
                 if defer
                 else '; the optimizer step was not taken'
             ),
@@ -1105,3 +1105,30 @@ def test_a_nan_loss_names_the_env_step_of_its_update_in_both_check_modes(tmp_pat
         assert trainer.env_steps == stopped_at
         assert trainer.num_updates == (15 if defer else 0)
     assert os.listdir(tmp_path / 'checkpoints') == [f'last_good-{stopped_at}']
+
+
+def test_a_deferred_stop_that_cannot_keep_its_state_still_names_the_loss(tmp_path):
+    # A NaN gradient of a finite critic loss (which no loss check sees) makes the
+    # critic's weights NaN; the actor loss computed through them trips the guard. The
+    # last-good state cannot be saved, and the stop says so, naming that loss.
+    tiny_sac_pendulum(
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 100',
+        'TrainerConfig.summary_interval = 20',
+        'TrainerConfig.defer_non_finite_checks = True',
+    )
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        weight = next(trainer._algorithm._critic.parameters())
+        calls = []
+
+        def nan_after_three(grad):
+            calls.append(1)
+            return grad * float('nan') if len(calls) > 3 else grad
+
+        weight.register_hook(nan_after_three)
+        with pytest.raises(TrainingError) as error:
+            trainer.train()
+    message = str(error.value)
+    assert re.search(r'^the actor loss is nan at env step \d+ \(update 4\); no last-good', message)
+    assert 'is not finite at env step 20, so no checkpoint was written' in message
+    assert not (tmp_path / 'checkpoints').exists() or os.listdir(tmp_path / 'checkpoints') == []

@@ -10,12 +10,17 @@ on the device instead:
   update it happened at;
 - the optimizers take the flag as their ``found_inf`` (the mechanism AMP's
   gradient scaler uses): a fused Adam, AdamW or SGD step is then skipped on the
-  device, parameters, moments and step count unchanged;
+  device, parameters, moments and step count unchanged (but for SGD's momentum
+  buffers when its very first step is skipped: torch then keeps them
+  uninitialised);
 - target network updates are skipped with it (``polyak_update(skip=...)``).
 
 The flag stays set, so every later update is a no-op too: the state stays the
 one before the failing optimizer step (but for batch norm's running
-statistics, which follow every batch the networks see). The trainer reads the guard
+statistics, which follow every batch the networks see, and the update
+counters and random draws, which go on). The losses of an update are checked
+in turn, before each one's step: the steps of those before the failing one
+(the critic's, for an actor or alpha loss) were taken. The trainer reads the guard
 (``failure()``, one host sync) at each summary and before each checkpoint,
 and stops there, naming the loss and the env step at which it failed.
 
