@@ -16,6 +16,7 @@ import os
 import pickle
 import pickletools
 import shutil
+import struct
 import tarfile
 import zipfile
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
@@ -182,7 +183,9 @@ def load_file(path: str, map_location: Union[str, torch.device, None] = None, mm
             mapped; it is read whole.
     Raises:
         UnsafeCheckpointError: when the file names anything else to call or
-            build (e.g. ``builtins.exec``); nothing of it is executed.
+            build (e.g. ``builtins.exec``) than what the user allowed
+            ``weights_only`` to (``torch.serialization.add_safe_globals``);
+            nothing of it is executed.
         Exception: whatever ``torch.load`` raises for a truncated or corrupt file.
     """
     try:
@@ -243,21 +246,26 @@ LEGACY_PICKLES = 5
 
 def _unsafe_in_pickles(f, num_pickles: int) -> List[str]:
     """``module.name`` of each global that the first ``num_pickles`` pickles of ``f``
-    name (what unpickling would import and may call) and ``weights_only`` does not
-    allow, read op by op, running none; ``'?'`` for one the reading cannot name, and
-    where the reading stops before their end on bytes it cannot read as ``pickletools``
-    does (the unpickler may read them otherwise). A file that is no pickle from its
-    first byte, or ends early, is merely damaged. What follows them (torch's raw
-    tensor bytes) is not read.
+    name (what unpickling would import and may call) and ``weights_only`` refuses (not
+    in ``_weights_only_allowed_globals``, or of a module torch blocks), read op by op,
+    running none; ``'?'`` for one the reading cannot name, and where the reading stops
+    before their end on bytes it cannot read as ``pickletools`` does (the unpickler may
+    read them otherwise). A file that is no pickle from its first byte, or ends early,
+    is merely damaged. What follows them (torch's raw tensor bytes) is not read.
     """
     import _compat_pickle
 
-    from torch._weights_only_unpickler import _get_allowed_globals
+    from torch._weights_only_unpickler import _blocklisted_modules
+
+    blocked = set()
 
     def python3_name(module: str, name: str) -> str:
         # Protocols 0-2 name builtins as Python 2 did (``__builtin__.exec``).
         module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
-        return f'{_compat_pickle.IMPORT_MAPPING.get(module, module)}.{name}'
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+        if module in _blocklisted_modules:
+            blocked.add(f'{module}.{name}')
+        return f'{module}.{name}'
 
     names, opcodes = [], 0
     for _ in range(num_pickles):
@@ -276,8 +284,26 @@ def _unsafe_in_pickles(f, num_pickles: int) -> List[str]:
             if opcodes and f.read(1):
                 names.append('?')
             break
-    allowed = _get_allowed_globals()
-    return [name for name in dict.fromkeys(names) if name not in allowed]
+    allowed = _weights_only_allowed_globals()
+    return [name for name in dict.fromkeys(names) if name in blocked or name not in allowed]
+
+
+def _weights_only_allowed_globals() -> set:
+    """``module.name`` of each global ``torch.load(weights_only=True)`` allows: torch's own,
+    and those the user allowed (``torch.serialization.add_safe_globals`` or its
+    ``safe_globals`` context), named as torch names them: an entry ``(global, name)`` by
+    ``name``, any other by its module and qualified name. (Torch still refuses a global
+    of the modules it blocks, ``os``, ``sys``..., allowed or not.)"""
+    from torch._weights_only_unpickler import _get_allowed_globals
+
+    allowed = set(_get_allowed_globals())
+    for entry in torch.serialization.get_safe_globals():
+        if not isinstance(entry, tuple):
+            allowed.add(f'{entry.__module__}.{entry.__qualname__}')
+        elif len(entry) == 2 and isinstance(entry[1], str):
+            # Torch loads nothing while an entry is malformed: such a one allows nothing.
+            allowed.add(entry[1])
+    return allowed
 
 
 # Stands for a MARK on the stack ``_pickle_globals`` keeps; None for a value it does not track.
@@ -344,23 +370,126 @@ def load_state(path: str, map_location: Union[str, torch.device, None] = None) -
 
     Raises:
         zipfile.BadZipFile: a record of the file does not match its checksum (a
-            flipped bit in a weight, which torch would read as a weight).
+            flipped bit in a weight, which torch would read as a weight), or the
+            file's table of its records does not match them (``_check_zip_records``).
     """
     model = os.path.join(path, MODEL_FILE)
-    _check_checksums(model)
+    _check_zip_records(model)
     return load_file(model, map_location)
 
 
-def _check_checksums(path: str) -> None:
-    """Raise ``zipfile.BadZipFile`` naming the first record of zip file ``path`` whose CRC-32
-    does not match its bytes; a file of another format is left to ``load_file``. Reads the
-    whole file: for the model (megabytes), not the replay buffer."""
+def _check_zip_records(path: str) -> None:
+    """Raise ``zipfile.BadZipFile`` naming the problem if zip file ``path`` is damaged: a record
+    whose CRC-32 does not match its bytes, or a central directory (the table of the records at
+    the file's end, which no CRC covers) that does not match them (``_central_directory_problem``).
+    A file of another format is left to ``load_file``. Reads the whole file into memory: for the
+    model (megabytes), not the replay buffer."""
     if not _is_zip_file(path):
         return
-    with zipfile.ZipFile(path) as archive:
-        bad = archive.testzip()
-    if bad is not None:
-        raise zipfile.BadZipFile(f'{path}: record {bad} does not match its checksum (damaged)')
+    with open(path, 'rb') as f:
+        data = f.read()
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            problem = _central_directory_problem(data, archive)
+            for info in archive.infolist() if problem is None else ():
+                try:
+                    with archive.open(info) as record:
+                        while record.read(1 << 20):
+                            pass
+                except zipfile.BadZipFile:
+                    problem = f'record {info.filename} does not match its checksum'
+                    break
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001  (read from memory: a failure to parse is the file's)
+        problem = f'{type(e).__name__}: {e}'
+    if problem is not None:
+        raise zipfile.BadZipFile(f'{path}: {problem} (damaged)')
+
+
+# A zip record's local header: signature, version needed, flags, method, time, date, CRC-32,
+# compressed and uncompressed sizes, lengths of the name and of the extra field that follow.
+_LOCAL_HEADER = struct.Struct('<4s5H3I2H')
+# Flag bits: the CRC-32 and sizes are in a descriptor after the data (as torch writes
+# them); the name is UTF-8.
+_DESCRIPTOR_FOLLOWS = 0x08
+_UTF8_NAME = 0x800
+# A data descriptor after its optional signature: the CRC-32 and sizes, of 8 bytes in zip64.
+_DESCRIPTORS = (struct.Struct('<3I'), struct.Struct('<I2Q'))
+# The MS-DOS attribute of a directory: torch reads such a record as empty.
+_DIRECTORY_ATTRIBUTE = 0x10
+
+
+def _central_directory_problem(data: bytes, archive: zipfile.ZipFile) -> Optional[str]:
+    """What of ``archive``'s central directory does not match the records it lists in its
+    bytes ``data``; None when each entry does.
+
+    Torch reads a record where its entry says, as many bytes as it says, and one marked as
+    a directory as zeros, checking none of it against the record: a damaged entry would
+    load a tensor from other bytes. So an entry must name a file, and the local header at
+    its offset must repeat its name, method, CRC-32 and sizes (or leave the last three to
+    the descriptor after the data); the records must lie before the directory, apart.
+    """
+    spans = []
+    for info in archive.infolist():
+        name = info.filename
+        if name.endswith('/') or info.external_attr & _DIRECTORY_ATTRIBUTE:
+            return f'record {name} is marked as a directory'
+        start = info.header_offset
+        if not 0 <= start <= len(data) - _LOCAL_HEADER.size:
+            return f'record {name}: its offset {start} is outside the file'
+        signature, _, flags, method, _, _, crc, compressed, size, name_length, extra_length = (
+            _LOCAL_HEADER.unpack_from(data, start)
+        )
+        name_end = start + _LOCAL_HEADER.size + name_length
+        encoding = 'utf-8' if info.flag_bits & _UTF8_NAME else 'cp437'
+        local_name = data[start + _LOCAL_HEADER.size : name_end]
+        if signature != b'PK\x03\x04' or local_name != info.orig_filename.encode(encoding):
+            return f'record {name}: no local header of that name at offset {start}'
+        if method != info.compress_type:
+            return f'record {name}: its local header names another compression method'
+        expected = (info.CRC, info.compress_size, info.file_size)
+        extra = data[name_end : name_end + extra_length]
+        end = name_end + extra_length + info.compress_size
+        if flags & _DESCRIPTOR_FOLLOWS:
+            end = _descriptor_end(data, end, expected)
+        elif (crc, *_zip64_sizes(extra, compressed, size)) != expected:
+            end = None
+        if end is None:
+            return f'record {name}: its local header holds another CRC-32 or size'
+        spans.append((start, end, name))
+    spans.sort()
+    for (_, end, name), (start, _, _) in zip(spans, spans[1:] + [(archive.start_dir, 0, '')]):
+        if end > start:
+            return f'record {name} overlaps what follows it'
+    return None
+
+
+def _descriptor_end(data: bytes, at: int, expected: Tuple[int, int, int]) -> Optional[int]:
+    """Where the data descriptor at ``at`` ends if it holds the ``expected`` CRC-32 and
+    sizes (``_DESCRIPTORS``); None if it does not."""
+    starts = (at + 4, at) if data[at : at + 4] == b'PK\x07\x08' else (at,)
+    for start in starts:
+        for layout in _DESCRIPTORS:
+            end = start + layout.size
+            if end <= len(data) and layout.unpack_from(data, start) == expected:
+                return end
+    return None
+
+
+def _zip64_sizes(extra: bytes, compressed: int, size: int) -> Tuple[int, int]:
+    """A local header's ``(compressed, size)``, taken from the zip64 field of its ``extra``
+    where the header holds 0xFFFFFFFF (zip64, for a record of 4 GiB or more)."""
+    if 0xFFFFFFFF not in (compressed, size):
+        return compressed, size
+    position = 0
+    while position + 4 <= len(extra):
+        kind, length = struct.unpack_from('<2H', extra, position)
+        if kind == 1 and length >= 16:
+            size, compressed = struct.unpack_from('<2Q', extra, position + 4)
+            break
+        position += 4 + length
+    return compressed, size
 
 
 def load_checkpoint(

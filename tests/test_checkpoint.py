@@ -495,6 +495,18 @@ def test_a_global_whose_name_comes_through_the_memo_is_named(tmp_path):
         ckpt.load_latest_checkpoint(str(tmp_path))
 
 
+def replace_pickle(model, obj):
+    """Make zip file ``model`` hold ``obj`` pickled with protocol 4, whose opcodes (``FRAME``,
+    ``STACK_GLOBAL``) ``weights_only`` does not read: it refuses the file whatever it names."""
+    with zipfile.ZipFile(model) as archive:
+        records = {n: archive.read(n) for n in archive.namelist()}
+    (name,) = [n for n in records if n.endswith('/data.pkl')]
+    records[name] = pickle.dumps(obj, protocol=4)
+    with zipfile.ZipFile(model, 'w') as archive:
+        for n, data in records.items():
+            archive.writestr(n, data)
+
+
 @pytest.mark.filterwarnings('ignore:Detected pickle protocol:UserWarning')
 @pytest.mark.parametrize(
     'form',
@@ -507,13 +519,7 @@ def test_a_crafted_file_its_scanners_read_only_in_part_is_refused_as_unsafe(tmp_
     payload = pickle.dumps(WritesAFile(tmp_path / 'ran'), protocol=4)
     if form == 'zip_protocol_4':
         # torch's own scan of a zip's pickle reads GLOBAL only, not STACK_GLOBAL.
-        with zipfile.ZipFile(model) as archive:
-            records = {n: archive.read(n) for n in archive.namelist()}
-        (name,) = [n for n in records if n.endswith('/data.pkl')]
-        records[name] = payload
-        with zipfile.ZipFile(model, 'w') as archive:
-            for n, data in records.items():
-                archive.writestr(n, data)
+        replace_pickle(model, WritesAFile(tmp_path / 'ran'))
     elif form == 'hex_int_before_a_global':
         # The unpickler reads 0x10 as an int; pickletools stops there, before the global.
         with open(model, 'wb') as f:
@@ -526,6 +532,50 @@ def test_a_crafted_file_its_scanners_read_only_in_part_is_refused_as_unsafe(tmp_
     with pytest.raises(ckpt.UnsafeCheckpointError, match='which loading would have to call'):
         ckpt.load_latest_checkpoint(str(tmp_path))
     assert not (tmp_path / 'ran').exists()
+
+
+class AllowedByTheUser:
+    """A class of the user's, which ``weights_only`` builds once ``add_safe_globals`` allows it."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+@pytest.mark.filterwarnings('ignore:Detected pickle protocol:UserWarning')
+@pytest.mark.parametrize('entry', ['class', 'class_and_its_name'])
+def test_a_class_the_user_allowed_loads_and_makes_no_file_unsafe(tmp_path, entry):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    state = dict(make_state(2), kept=AllowedByTheUser(7))
+    path = ckpt.save_checkpoint(str(tmp_path), 200, state, None)
+    with pytest.raises(ckpt.UnsafeCheckpointError, match=r'refers to \S*AllowedByTheUser,'):
+        ckpt.load_state(path)
+    name = f'{AllowedByTheUser.__module__}.{AllowedByTheUser.__qualname__}'
+    allowed = AllowedByTheUser if entry == 'class' else (AllowedByTheUser, name)
+    with torch.serialization.safe_globals([allowed]):
+        assert ckpt.load_state(path)['kept'].value == 7
+        # Refused by torch for how it is written, not for what it names: corrupt, not unsafe.
+        replace_pickle(os.path.join(path, ckpt.MODEL_FILE), {'kept': AllowedByTheUser(7)})
+        latest = ckpt.load_latest_checkpoint(str(tmp_path))
+        assert latest.path.endswith('ckpt-100') and latest.unreadable == [path]
+    with pytest.raises(ckpt.UnsafeCheckpointError, match=r'refers to \S*AllowedByTheUser,'):
+        ckpt.load_latest_checkpoint(str(tmp_path))
+
+
+class RunsACommand:
+    """Unpickling this calls ``os.system``, of a module ``weights_only`` never loads from."""
+
+    def __reduce__(self):
+        return os.system, ('true',)
+
+
+@pytest.mark.filterwarnings('ignore:Detected pickle protocol:UserWarning')
+def test_a_global_of_a_module_torch_blocks_is_unsafe_even_when_the_user_allowed_it(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    path = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
+    replace_pickle(os.path.join(path, ckpt.MODEL_FILE), {'payload': RunsACommand()})
+    with torch.serialization.safe_globals([os.system]):
+        with pytest.raises(ckpt.UnsafeCheckpointError, match=rf'refers to {os.name}\.system,'):
+            ckpt.load_latest_checkpoint(str(tmp_path))
 
 
 def test_a_checkpoint_in_torchs_legacy_format_of_tensors_and_values_loads(tmp_path):
@@ -776,6 +826,44 @@ def test_a_bit_flipped_in_a_weight_is_caught_by_its_checksum(tmp_path):
     assert latest.path.endswith('ckpt-50') and latest.unreadable == [str(model.parent)]
     with pytest.raises(zipfile.BadZipFile, match='does not match its checksum'):
         ckpt.load_state(str(model.parent))
+
+
+def test_each_bit_flipped_in_the_central_directory_is_refused_or_harmless(tmp_path):
+    # The table of records at a zip file's end, which no CRC covers: torch reads a record
+    # where and as long as it says, and one marked there as a directory as zeros.
+    net = torch.nn.Linear(2, 1, bias=False)
+    optimizer = torch.optim.Adam(net.parameters())
+    net(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    state = {'algorithm': {'net': net.state_dict(), 'opt': optimizer.state_dict()}}
+    path = ckpt.save_checkpoint(str(tmp_path), 100, state, None)
+    model = os.path.join(path, ckpt.MODEL_FILE)
+    with open(model, 'rb') as f:
+        saved = f.read()
+    with zipfile.ZipFile(model) as archive:
+        directory = archive.start_dir
+    loaded_otherwise, not_counted_as_corrupt, harmless = [], [], 0
+    for position in range(directory, len(saved)):
+        for bit in range(8):
+            damaged = bytearray(saved)
+            damaged[position] ^= 1 << bit
+            with open(model, 'wb') as f:
+                f.write(damaged)
+            damage = (position - directory, 1 << bit)
+            try:
+                loaded = ckpt.load_state(path)
+            except Exception as e:  # noqa: BLE001  (what load_latest_checkpoint skips as corrupt)
+                if isinstance(e, ckpt.UnsafeCheckpointError) or ckpt._failed_to_read(e):
+                    not_counted_as_corrupt.append((*damage, repr(e)))
+                continue
+            try:
+                assert_same(loaded, state)
+                harmless += 1
+            except AssertionError:
+                loaded_otherwise.append(damage)
+    # Each damage as (byte of the directory, bit flipped).
+    assert (loaded_otherwise, not_counted_as_corrupt) == ([], [])
+    assert harmless > 0  # e.g. a record's time stamp, which no reader uses
 
 
 def test_a_checkpoint_whose_name_is_not_its_step_counts_as_corrupt(tmp_path):
