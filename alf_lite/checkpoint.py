@@ -769,13 +769,14 @@ def check_trainer_state(path: str, state: dict) -> None:
             f'{model}: parameter {bad} holds NaN or inf; alf_lite never writes a '
             'checkpoint with non-finite weights, so the file was altered or damaged'
         )
-    bad = _first_non_finite_optimizer_state(state.algorithm['optimizers'])
+    bad = first_non_finite_optimizer_state(state.algorithm['optimizers'])
     if bad is not None:
-        # Adam's moments of finite gradients are finite: every update from them would be NaN.
+        # The trainer writes none (``Trainer._save``): every update from them would be NaN,
+        # or leave the weight they belong to where it is.
         raise CorruptCheckpointError(f'{model}: optimizer state {bad} holds NaN or inf')
 
 
-def _first_non_finite_optimizer_state(optimizers: dict) -> Optional[str]:
+def first_non_finite_optimizer_state(optimizers: dict) -> Optional[str]:
     """``'<optimizer>.<param index>.<key>'`` of the first floating-point optimizer state
     tensor holding a NaN or inf; None when all are finite (or not of the usual layout)."""
     for name, optimizer in optimizers.items():

@@ -686,7 +686,13 @@ class Trainer:
 
     def _stop_on_non_finite_loss(self, error: NonFiniteLossError) -> None:
         """Keep the (still finite) state under its own name and stop, naming the loss and step."""
-        path = self._save(name=last_good_name(self._env_steps))
+        try:
+            path = self._save(name=last_good_name(self._env_steps))
+        except TrainingError as e:
+            raise TrainingError(
+                f'{error} at env step {self._env_steps} (update {self._num_updates + 1}); no '
+                f'last-good state was kept: {e}'
+            ) from error
         raise TrainingError(
             f'{error} at env step {self._env_steps} (update {self._num_updates + 1}); the '
             f'optimizer step was not taken. The state before it is saved in {path}; the '
@@ -759,7 +765,8 @@ class Trainer:
         )
 
     def _save(self, name: Optional[str] = None) -> str:
-        """Write a checkpoint (``ckpt-<env_steps>`` unless named); refuse non-finite weights."""
+        """Write a checkpoint (``ckpt-<env_steps>`` unless named); refuse non-finite weights
+        or optimizer state, which a resume would refuse as damaged."""
         algorithm_state = ckpt.algorithm_state(self._algorithm)
         bad = ckpt.first_non_finite(algorithm_state)
         if bad is not None:
@@ -767,6 +774,16 @@ class Trainer:
                 f'parameter {bad} is not finite at env step {self._env_steps}, so no '
                 'checkpoint was written (those written before hold finite weights). Lower '
                 'the learning rates or check the rewards and observations for NaN/inf.'
+            )
+        bad = ckpt.first_non_finite_optimizer_state(algorithm_state['optimizers'])
+        if bad is not None:
+            # Adam's second moment overflows with a gradient above ~6e20 while the weight
+            # stays finite: its step is 0 from then on.
+            raise TrainingError(
+                f'optimizer state {bad} is not finite at env step {self._env_steps} (a '
+                'gradient overflowed; its weight can no longer move), so no checkpoint was '
+                'written (those written before hold finite state). Lower the learning rates '
+                'or check the scale of the rewards and observations.'
             )
         try:
             collection = self._collector.state()
