@@ -1107,15 +1107,17 @@ def test_a_nan_loss_names_the_env_step_of_its_update_in_both_check_modes(tmp_pat
     assert os.listdir(tmp_path / 'checkpoints') == [f'last_good-{stopped_at}']
 
 
-def test_a_deferred_stop_that_cannot_keep_its_state_still_names_the_loss(tmp_path):
+@pytest.mark.parametrize('defer', [False, True], ids=['at-once', 'deferred'])
+def test_a_stop_that_cannot_keep_its_state_still_names_the_loss(tmp_path, defer):
     # A NaN gradient of a finite critic loss (which no loss check sees) makes the
-    # critic's weights NaN; the actor loss computed through them trips the guard. The
-    # last-good state cannot be saved, and the stop says so, naming that loss.
+    # critic's weights NaN at update 4; the actor loss computed through them is NaN. The
+    # last-good state cannot be saved, and the stop says so, naming that loss: at once,
+    # or at the next summary (env step 20) with the check deferred.
     tiny_sac_pendulum(
         "TrainerConfig.device = 'cpu'",
         'TrainerConfig.num_env_steps = 100',
         'TrainerConfig.summary_interval = 20',
-        'TrainerConfig.defer_non_finite_checks = True',
+        f'TrainerConfig.defer_non_finite_checks = {defer}',
     )
     with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
         weight = next(trainer._algorithm._critic.parameters())
@@ -1129,8 +1131,12 @@ def test_a_deferred_stop_that_cannot_keep_its_state_still_names_the_loss(tmp_pat
         with pytest.raises(TrainingError) as error:
             trainer.train()
     message = str(error.value)
-    assert re.search(r'^the actor loss is nan at env step \d+ \(update 4\); no last-good', message)
-    assert 'is not finite at env step 20, so no checkpoint was written' in message
+    found = re.search(
+        r'^the actor loss is nan at env step (\d+) \(update 4\); no last-good', message
+    )
+    assert found, message
+    stopped_at = 20 if defer else int(found.group(1))
+    assert f'is not finite at env step {stopped_at}, so no checkpoint was written' in message
     assert not (tmp_path / 'checkpoints').exists() or os.listdir(tmp_path / 'checkpoints') == []
 
 
