@@ -16,6 +16,7 @@ from alf_lite.environments.suite_gym import (
     EnvironmentHungError,
     EpisodeReplayError,
     NonFiniteActionError,
+    NonFiniteEnvOutputError,
     create_environment,
 )
 
@@ -25,6 +26,7 @@ __all__ = [
     'EnvironmentHungError',
     'EpisodeReplayError',
     'NonFiniteActionError',
+    'NonFiniteEnvOutputError',
     'create_environment',
     'point_env',
 ]

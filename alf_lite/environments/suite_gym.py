@@ -4,6 +4,7 @@ import contextlib
 import difflib
 import functools
 import importlib
+import math
 import multiprocessing
 import os
 import time
@@ -39,6 +40,13 @@ _EXIT_CODE_WAIT_S = 2.0
 _EXIT_CODE_POLL_S = 0.01
 # How long a terminated env process may take to exit before it is killed.
 _TERMINATE_WAIT_S = 5.0
+# The longest wait for the envs: the poll beneath gymnasium's waits takes at most 2**31 ms
+# (24.8 days). A longer timeout (a replay's, step_timeout for each of its steps) waits this long.
+_LONGEST_WAIT_S = 1e6
+# torch dtypes that numpy holds; an action of another (bfloat16) is cast to float32.
+_NUMPY_FLOAT_DTYPES = (torch.float16, torch.float32, torch.float64)
+# The non-finite values of one env that an error lists.
+_MAX_LISTED_VALUES = 5
 
 
 class EnvironmentCrashedError(RuntimeError):
@@ -86,6 +94,15 @@ class NonFiniteActionError(ValueError):
     """An action given to ``BatchedEnvironment.step`` was NaN or infinite; no env was stepped."""
 
 
+class NonFiniteEnvOutputError(EnvironmentCrashedError):
+    """An env returned a NaN or infinite observation or reward (after the cast to float32).
+
+    The message names the env, its index, the step or reset, the field and the
+    values. Unlike the other ``EnvironmentCrashedError``s it leaves the envs
+    running, at the step that returned the value.
+    """
+
+
 class EpisodeReplayError(ValueError):
     """``BatchedEnvironment.replay`` could not rebuild an env's episode; the message names the env.
 
@@ -129,8 +146,52 @@ class _NamedEnv(gymnasium.Wrapper):
             raise self._crashed('step', e) from e
 
 
+class _GinBindings:
+    """The gin bindings of the process that creates env processes, to apply in each of them.
+
+    A forked env process inherits them. One started by spawn (macOS's default)
+    or forkserver (Linux's from Python 3.14) imports alf_lite afresh: without
+    them it would build a gin-configurable env (``ICubWalkEnv``) with its
+    defaults, unlike the in-process eval envs.
+    """
+
+    def __init__(self):
+        self._config = gin.config_str()
+        config = gin.config._CONFIG
+        bound = [gin.config._REGISTRY[selector] for _, selector in config]
+        bound += [reference.configurable for reference in gin.config.iterate_references(config)]
+        # Imported before the bindings are parsed, so that those of configurables
+        # outside alf_lite (a user's env module) are not skipped as unknown.
+        modules = {getattr(configurable.wrapped, '__module__', None) for configurable in bound}
+        self._modules = sorted(modules - {None})
+
+    def apply(self) -> None:
+        """Make this process's gin bindings the creator's, unless it has them (a forked one)."""
+        if gin.config_str() == self._config:
+            return
+        import alf_lite.all_configurables  # noqa: F401  (registers every alf_lite configurable)
+
+        for module in self._modules:
+            try:
+                importlib.import_module(module)
+            except Exception as e:  # noqa: BLE001  (its bindings are skipped, as gin's unknown)
+                logging.warning(
+                    'An env process cannot import %s, so the gin bindings of its '
+                    'configurables are not applied there: %s: %s',
+                    module,
+                    type(e).__name__,
+                    e,
+                )
+        gin.clear_config()
+        gin.parse_config(self._config, skip_unknown=True)
+
+
 class _NamedEnvFactory:
-    """``env_fn`` whose env is wrapped in ``_NamedEnv`` (a class, so it pickles)."""
+    """``env_fn`` whose env is wrapped in ``_NamedEnv`` (a class, so it pickles).
+
+    In another process than the one that made it, the gin bindings it was
+    made with (``gin_bindings``, if any) are applied before the env is built.
+    """
 
     def __init__(
         self,
@@ -139,15 +200,20 @@ class _NamedEnvFactory:
         index: int,
         num_envs: int,
         label: str,
+        gin_bindings: Optional[_GinBindings] = None,
     ):
         self._env_fn = env_fn
         self._where = describe_env(name, label, index, num_envs)
         self._creator_pid = os.getpid()
+        self._gin_bindings = gin_bindings
 
     def __call__(self) -> gymnasium.Env:
-        if os.getpid() != self._creator_pid:
+        in_env_process = os.getpid() != self._creator_pid
+        if in_env_process:
             set_env_process_signals()
         try:
+            if in_env_process and self._gin_bindings is not None:
+                self._gin_bindings.apply()
             env = self._env_fn()
         except Exception as e:
             raise EnvironmentCrashedError(
@@ -171,11 +237,12 @@ class BatchedEnvironment:
         use_subprocesses: step the envs in subprocesses (``AsyncVectorEnv``);
             ``None`` means yes when there is more than one env.
         name: how errors and logs name the env.
-        step_timeout: seconds a ``reset`` or ``step`` of the envs may take;
-            None waits forever. Env processes that do not answer in time raise
-            ``EnvironmentHungError`` (measured from when the step was sent). An
-            in-process call that does not return in time ends the process
-            (``watchdog.HUNG_ENV_EXIT_CODE``) with the stacks of all threads.
+        step_timeout: seconds a ``reset`` or ``step`` of the envs may take, up
+            to ``1e6``; None (or inf) waits forever. Env processes that do not
+            answer in time raise ``EnvironmentHungError`` (measured from when
+            the step was sent). An in-process call that does not return in time
+            ends the process (``watchdog.HUNG_ENV_EXIT_CODE``) with the stacks
+            of all threads.
         label: what errors call one of these envs, before its index: 'env'
             (``(env 3 of 12)``), or e.g. 'eval env' for the envs of evaluations.
     Raises:
@@ -184,6 +251,9 @@ class BatchedEnvironment:
             process died or did not answer within ``step_timeout``; the message
             names ``name`` and the env's index, and all env processes are
             stopped.
+        NonFiniteEnvOutputError: (an ``EnvironmentCrashedError``) from
+            ``reset``, ``step`` and ``replay``, when an env returned a NaN or
+            infinite observation or reward; the envs are left running.
     """
 
     def __init__(
@@ -195,9 +265,13 @@ class BatchedEnvironment:
         step_timeout: Optional[float] = None,
         label: str = 'env',
     ):
-        if step_timeout is not None and not step_timeout > 0:
+        if step_timeout == math.inf:
+            step_timeout = None
+        if step_timeout is not None and not 0 < step_timeout <= _LONGEST_WAIT_S:
             raise ValueError(
-                f'step_timeout must be a positive number of seconds or None, got {step_timeout!r}.'
+                'create_environment.step_timeout must be a positive number of seconds up to '
+                f'{_LONGEST_WAIT_S:g} ({_LONGEST_WAIT_S / 86400:.1f} days), or None (or inf) to '
+                f'wait forever; got {step_timeout!r}.'
             )
         self.num_envs = len(env_fns)
         if use_subprocesses is None:
@@ -210,8 +284,10 @@ class BatchedEnvironment:
         # True while a call into the envs is under way, so a signal handler can
         # tell that the caller may be stuck in it.
         self.busy = False
+        gin_bindings = _GinBindings() if use_subprocesses else None
         env_fns = [
-            _NamedEnvFactory(fn, name, i, self.num_envs, label) for i, fn in enumerate(env_fns)
+            _NamedEnvFactory(fn, name, i, self.num_envs, label, gin_bindings)
+            for i, fn in enumerate(env_fns)
         ]
         if use_subprocesses:
             # Made before its __init__ runs, so that the processes it started
@@ -277,6 +353,18 @@ class BatchedEnvironment:
                 f"Environment '{name}' has action space {act_space}: SAC, DDPG and TD3 "
                 'need a continuous bounded action space (a 1-D float Box with finite bounds).'
             )
+        # The mapping computes high - low in the space's own float type, where a
+        # wider range (the bounds -max and max, a way to write unbounded) is inf.
+        with np.errstate(over='ignore'):
+            action_range = act_space.high.astype(np.float64) - act_space.low.astype(np.float64)
+        largest = np.finfo(act_space.dtype).max
+        if not np.all(action_range <= largest):
+            raise ValueError(
+                f"Environment '{name}' has action space {act_space}: its range high - low "
+                f'({np.max(action_range):.3g}) exceeds the largest {act_space.dtype} '
+                f'({largest:.3g}). SAC, DDPG and TD3 need a continuous bounded action space '
+                '(a 1-D float Box with finite bounds whose range its float type holds).'
+            )
         self.observation_dim = int(obs_space.shape[0])
         self.action_dim = int(act_space.shape[0])
         self.action_low = act_space.low.astype(np.float32)
@@ -287,10 +375,61 @@ class BatchedEnvironment:
         self._space_high = act_space.high
         self._action_half_range = 0.5 * (self._space_high - self._space_low)
 
-    def _observation(self, obs: np.ndarray) -> torch.Tensor:
+    def _observation(
+        self,
+        obs: np.ndarray,
+        what: str,
+        env_reward: Optional[np.ndarray] = None,
+        reward: Optional[np.ndarray] = None,
+        was_reset: Optional[np.ndarray] = None,
+    ) -> torch.Tensor:
+        """The envs' observations as a float32 tensor, checked finite with their float32 rewards.
+
+        Args:
+            obs: the observations the envs returned.
+            what: where they come from, for the error: 'of step 3'.
+            env_reward: the rewards the envs returned; None at a reset.
+            reward: ``env_reward`` as float32, as the ``TimeStep`` has it.
+            was_reset: which envs were reset by the call, for the error.
+        Raises:
+            NonFiniteEnvOutputError: naming the first env with a NaN or infinite value.
+        """
         # np.array always copies (the vector env reuses its buffer) and casts
         # MuJoCo's float64 to float32 in the same pass.
-        return torch.from_numpy(np.array(obs, dtype=np.float32))
+        observation = np.array(obs, dtype=np.float32)
+        # Checked after the casts, which turn a value beyond float32's range into inf.
+        if not (np.isfinite(observation).all() and (reward is None or np.isfinite(reward).all())):
+            raise self._non_finite_error(obs, observation, what, env_reward, reward, was_reset)
+        return torch.from_numpy(observation)
+
+    def _non_finite_error(
+        self, obs, observation, what, env_reward, reward, was_reset
+    ) -> NonFiniteEnvOutputError:
+        """The error naming the first env whose observation or reward is not finite."""
+        bad_obs = ~np.isfinite(observation)
+        bad_reward = np.zeros(self.num_envs, bool) if reward is None else ~np.isfinite(reward)
+        i = int(np.flatnonzero(bad_obs.any(axis=1) | bad_reward)[0])
+        fields, values = [], []
+        if bad_obs[i].any():
+            fields.append('observation')
+            columns = np.flatnonzero(bad_obs[i])
+            values += [
+                f'observation[{j}] = {_value_text(obs[i][j], observation[i, j])}'
+                for j in columns[:_MAX_LISTED_VALUES]
+            ]
+            if len(columns) > _MAX_LISTED_VALUES:
+                values.append(f'and {len(columns) - _MAX_LISTED_VALUES} more')
+        if bad_reward[i]:
+            fields.append('reward')
+            values.append(f'reward = {_value_text(env_reward[i], reward[i])}')
+        if was_reset is not None and was_reset[i]:
+            what += ' (the reset after its episode ended)'
+        return NonFiniteEnvOutputError(
+            f'{self.which(i)}: the {" and the ".join(fields)} {what} '
+            f'{"are" if len(fields) > 1 else "is"} not finite: {", ".join(values)}. An env '
+            'must return finite ones (one whose simulation diverged can end its episode, '
+            'terminated, with a finite observation).'
+        )
 
     def _env_seeds(self, seed: Union[int, Sequence[int]]) -> List[int]:
         """One seed per env: ``seed + i`` for an int, the sequence itself otherwise."""
@@ -313,6 +452,9 @@ class BatchedEnvironment:
                 generators running on (no reseeding).
         Returns:
             all-FIRST ``TimeStep`` with reward 0 and discount 1.
+        Raises:
+            NonFiniteEnvOutputError: when an observation is not finite (NaN,
+                infinite, or beyond float32's range), naming the env.
         """
         if seed is None and self._first_reset:
             seeds = self._seed
@@ -322,7 +464,7 @@ class BatchedEnvironment:
         obs = self._reset_envs(seeds)
         return TimeStep(
             step_type=torch.full((self.num_envs,), StepType.FIRST, dtype=torch.uint8),
-            observation=self._observation(obs),
+            observation=self._observation(obs, 'returned by reset()'),
             reward=torch.zeros(self.num_envs, dtype=torch.float32),
             discount=torch.ones(self.num_envs, dtype=torch.float32),
             env_id=self._env_id,
@@ -349,6 +491,9 @@ class BatchedEnvironment:
         Raises:
             NonFiniteActionError: when an action is not finite (NaN or
                 infinite), naming the env and the step; no env is stepped.
+            NonFiniteEnvOutputError: when an observation or reward the envs
+                returned is not finite (NaN, infinite, or beyond float32's
+                range), naming the env and the step; the envs took the step.
         Returns:
             ``TimeStep``: LAST with discount 0 on termination, LAST with
             discount 1 on truncation only, FIRST (reward 0, discount 1) for the
@@ -371,6 +516,8 @@ class BatchedEnvironment:
             )
         if self._pending is not None:
             raise RuntimeError('step_async called while a step is pending; call step_wait first.')
+        if action.dtype not in _NUMPY_FLOAT_DTYPES:
+            action = action.float()
         a = action.detach().cpu().numpy()
         # np.clip passes NaN on, and an env given NaN torques goes on with a NaN state.
         finite = np.isfinite(a)
@@ -405,20 +552,27 @@ class BatchedEnvironment:
                 obs, reward, terminated, truncated, _ = self._call(self._env.step_wait, timeout)
         else:
             obs, reward, terminated, truncated, _ = self._call(self._env.step, env_action)
-        return self._time_step(obs, reward, terminated, truncated, was_reset=self._done)
+        return self._time_step(
+            obs, reward, terminated, truncated, self._done, f'of step {self._num_steps}'
+        )
 
-    def _time_step(self, obs, reward, terminated, truncated, was_reset) -> TimeStep:
+    def _time_step(self, obs, env_reward, terminated, truncated, was_reset, what) -> TimeStep:
         """The ``TimeStep`` of what the envs returned; ``was_reset`` marks the envs whose call
-        was a reset (their step is FIRST). Notes which envs reset at their next step."""
+        was a reset (their step is FIRST). Notes which envs reset at their next step.
+
+        Raises:
+            NonFiniteEnvOutputError: when an observation or reward is not finite;
+                ``what`` says where it comes from ('of step 3').
+        """
         step_type = np.where(terminated | truncated, StepType.LAST, StepType.MID).astype(np.uint8)
         step_type[was_reset] = StepType.FIRST
-        reward = np.array(reward, dtype=np.float32)
+        reward = np.array(env_reward, dtype=np.float32)
         reward[was_reset] = 0.0
         discount = np.where(terminated & ~was_reset, 0.0, 1.0).astype(np.float32)
         self._done = (terminated | truncated) & ~was_reset
         return TimeStep(
             step_type=torch.from_numpy(step_type),
-            observation=self._observation(obs),
+            observation=self._observation(obs, what, env_reward, reward, was_reset),
             reward=torch.from_numpy(reward),
             discount=torch.from_numpy(discount),
             env_id=self._env_id,
@@ -489,7 +643,9 @@ class BatchedEnvironment:
                 raise EpisodeReplayError(f'{self.which(i)} could not replay its episode: {result}')
         obs, reward, terminated, truncated = (np.array(column) for column in zip(*results))
         just_reset = np.array([len(r['actions']) == 0 for r in plain])
-        return self._time_step(obs, reward, terminated, truncated, was_reset=just_reset)
+        return self._time_step(
+            obs, reward, terminated, truncated, just_reset, 'at the end of its replayed episode'
+        )
 
     def _call_envs(self, name: str, env_calls: int = 1) -> tuple:
         """Each env's ``name()`` (a method of a wrapper of it), in env order.
@@ -518,8 +674,10 @@ class BatchedEnvironment:
 
     def _timeout(self, env_calls: int = 1) -> Optional[float]:
         """Seconds a call into the envs that makes ``env_calls`` resets or steps (in one env
-        after another) may take: ``step_timeout`` each."""
-        return None if self._step_timeout is None else self._step_timeout * env_calls
+        after another) may take: ``step_timeout`` each, at most ``_LONGEST_WAIT_S``."""
+        if self._step_timeout is None:
+            return None
+        return min(self._step_timeout * env_calls, _LONGEST_WAIT_S)
 
     def _timeout_text(self, env_calls: int) -> str:
         per_call = f' for each of {env_calls} env calls' if env_calls > 1 else ''
@@ -631,6 +789,14 @@ class BatchedEnvironment:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def _value_text(env_value, value: np.floating) -> str:
+    """A value that is not finite as float32; for one the env gave finite, that value too."""
+    env_value = np.asarray(env_value)
+    if np.isfinite(env_value):
+        return f'{value} (the env gave {env_value.item():.6g} as {env_value.dtype}, beyond float32)'
+    return str(value)
 
 
 def _record_problem(record, action_dim: int) -> Optional[str]:
@@ -772,8 +938,8 @@ def create_environment(
             simulator's step time. Env processes that take longer are stopped
             with ``EnvironmentHungError`` naming the env, its index and the
             timeout; an in-process env that takes longer ends the process with
-            exit code 3 after printing every thread's stack. None waits forever
-            (e.g. to debug an env in pdb).
+            exit code 3 after printing every thread's stack. At most ``1e6``
+            (11.6 days); None (or inf) waits forever (e.g. to debug an env in pdb).
         label: what errors call one of these envs (``BatchedEnvironment``);
             the trainer's evaluation envs are 'eval env'.
     Returns:
@@ -842,7 +1008,8 @@ def default_use_subprocesses(spec: gymnasium.envs.registration.EnvSpec, num_envs
     """Whether ``num_envs`` copies of the env ``spec`` step faster in subprocesses.
 
     Args:
-        spec: the registered env.
+        spec: the registered env; an entry point that is a ``functools.partial``
+            counts as the callable it wraps.
         num_envs: number of parallel envs.
     Returns:
         False for one env and for the envs of ``IN_PROCESS_ENTRY_POINTS``
@@ -851,6 +1018,10 @@ def default_use_subprocesses(spec: gymnasium.envs.registration.EnvSpec, num_envs
     if num_envs <= 1:
         return False
     entry_point = spec.entry_point
+    while isinstance(entry_point, functools.partial):
+        entry_point = entry_point.func
     if not isinstance(entry_point, str):
-        entry_point = f'{entry_point.__module__}:{entry_point.__qualname__}'
+        # A callable object (not a function or class) is named by its class.
+        named = entry_point if hasattr(entry_point, '__qualname__') else type(entry_point)
+        entry_point = f'{getattr(named, "__module__", None)}:{named.__qualname__}'
     return not entry_point.startswith(IN_PROCESS_ENTRY_POINTS)

@@ -1,0 +1,397 @@
+"""The batched environment at its edges: env processes not forked, non-finite env outputs,
+action ranges beyond their float type, odd entry points, timeouts and action dtypes."""
+
+import fractions
+import functools
+import multiprocessing
+
+import gin
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+import alf_lite.all_configurables  # noqa: F401
+from alf_lite.data import StepType
+from alf_lite.environments import (
+    BatchedEnvironment,
+    EnvironmentCrashedError,
+    NonFiniteEnvOutputError,
+    create_environment,
+)
+from alf_lite.environments.point_env import PointTargetEnv
+from alf_lite.environments.suite_gym import default_use_subprocesses
+from cli_helpers import PENDULUM, TINY, run_train, train_command
+
+
+@gin.configurable
+class GinBoundEnv(gymnasium.Env):
+    """Observes ``[value]``: what gin bound ``value`` to where the env was built."""
+
+    def __init__(self, value=0.25):
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self._value = float(value)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.array([self._value], dtype=np.float32), {}
+
+    def step(self, action):
+        return np.array([self._value], dtype=np.float32), 0.0, False, False, {}
+
+
+class BadValueEnv(gymnasium.Env):
+    """Observes ``[t, 0] * length`` and gets reward ``t`` (t: steps since reset, float64s);
+    terminates at step 3.
+
+    The env seeded ``bad_seed`` returns ``value`` as ``field``
+    (each odd observation entry, or the reward) at step ``at`` (0: the reset) of
+    its ``episode``-th episode.
+    """
+
+    def __init__(self, field='observation', value=np.nan, at=2, bad_seed=1, episode=1, length=1):
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(2 * length,), dtype=np.float64)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self._field, self._value, self._at = field, value, at
+        self._bad_seed, self._bad_episode, self._length = bad_seed, episode, length
+        self._bad_env = False
+        self._episode = self._t = 0
+
+    def _output(self):
+        bad = self._bad_env and self._episode == self._bad_episode and self._t == self._at
+        obs = np.zeros(2 * self._length)
+        obs[::2] = self._t
+        if bad and self._field == 'observation':
+            obs[1::2] = self._value
+        reward = self._value if bad and self._field == 'reward' else float(self._t)
+        return obs, reward
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._bad_env = seed == self._bad_seed
+        self._episode += 1
+        self._t = 0
+        return self._output()[0], {}
+
+    def step(self, action):
+        self._t += 1
+        obs, reward = self._output()
+        return obs, reward, self._t == 3, False, {}
+
+
+class EchoEnv(gymnasium.Env):
+    """Observes the action it received."""
+
+    def __init__(self, low=-1.0, high=3.0, dtype=np.float32):
+        self.action_space = spaces.Box(low, high, shape=(1,), dtype=dtype)
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float64)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1), {}
+
+    def step(self, action):
+        return np.asarray(action, dtype=np.float64), 0.0, False, False, {}
+
+
+# A string entry point: an env process that was not forked imports this module when it
+# builds the env, after the gin bindings were parsed there.
+gymnasium.register(
+    'alf_test/GinBound-v0', entry_point=f'{__name__}:GinBoundEnv', max_episode_steps=9
+)
+gymnasium.register('alf_test/BadValue-v0', entry_point=BadValueEnv, max_episode_steps=9)
+gymnasium.register('alf_test/EchoEdges-v0', entry_point=EchoEnv, max_episode_steps=9)
+gymnasium.register(
+    'alf_test/PartialEntryPoint-v0',
+    entry_point=functools.partial(BadValueEnv, length=2),
+    max_episode_steps=9,
+)
+gymnasium.register(
+    'alf_test/PartialPointTarget-v0',
+    entry_point=functools.partial(PointTargetEnv),
+    max_episode_steps=9,
+)
+
+
+def bad_value_env(num_envs=2, use_subprocesses=False, label='env', **kwargs):
+    """``num_envs`` ``BadValueEnv(**kwargs)``; with seed 0, env 1 returns the bad value."""
+    name = 'alf_test/BadValue-v0'
+    return BatchedEnvironment(
+        [functools.partial(gymnasium.make, name, **kwargs)] * num_envs,
+        use_subprocesses=use_subprocesses,
+        name=name,
+        label=label,
+    )
+
+
+# --- gin bindings in env processes ---------------------------------------------------------
+
+
+@pytest.fixture
+def start_method(request):
+    """Env processes start with ``request.param`` (spawn, forkserver, fork) in this test."""
+    before = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method(request.param, force=True)
+    try:
+        yield request.param
+    finally:
+        multiprocessing.set_start_method(before, force=True)
+        if request.param == 'forkserver':
+            # Its server process would outlive the test.
+            multiprocessing.forkserver._forkserver._stop()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('start_method', ['spawn', 'forkserver', 'fork'], indirect=True)
+def test_gin_bindings_reach_env_processes_whatever_their_start_method(start_method):
+    gin.parse_config(['GinBoundEnv.value = 0.5', 'TrainerConfig.num_env_steps = 7'])
+    with create_environment('alf_test/GinBound-v0', 1, use_subprocesses=True) as env:
+        assert env.reset().observation.tolist() == [[0.5]]
+    with create_environment('alf_test/GinBound-v0', 1, use_subprocesses=False) as env:
+        assert env.reset().observation.tolist() == [[0.5]]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('start_method', ['spawn'], indirect=True)
+def test_bindings_an_env_process_cannot_import_do_not_stop_it(start_method):
+    # As a configurable of a module the env process cannot import.
+    def user_algorithm(size=1):
+        return size
+
+    user_algorithm.__module__ = 'alf_test_module_of_the_parent_only'
+    gin.external_configurable(user_algorithm, 'UserAlgorithm')
+    gin.parse_config(
+        [
+            'GinBoundEnv.value = 0.5',
+            'UserAlgorithm.size = 3',
+            'TrainerConfig.algorithm_ctor = @UserAlgorithm',
+        ]
+    )
+    with create_environment('alf_test/GinBound-v0', 1, use_subprocesses=True) as env:
+        assert env.reset().observation.tolist() == [[0.5]]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('start_method', ['fork'], indirect=True)
+def test_a_forked_env_process_keeps_bindings_gin_cannot_write_out(start_method):
+    # gin.config_str() leaves out a value it cannot write as a literal: a forked process
+    # has its bindings already and must not parse them again.
+    gin.bind_parameter('GinBoundEnv.value', fractions.Fraction(1, 8))
+    assert 'Fraction' not in gin.config_str()
+    with create_environment('alf_test/GinBound-v0', 1, use_subprocesses=True) as env:
+        assert env.reset().observation.tolist() == [[0.125]]
+
+
+# --- non-finite observations and rewards -------------------------------------------------
+
+
+@pytest.mark.filterwarnings('ignore:overflow encountered in cast:RuntimeWarning')
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+@pytest.mark.parametrize(
+    'field, value, shown',
+    [
+        ('observation', np.nan, 'observation[1] = nan'),
+        ('observation', -np.inf, 'observation[1] = -inf'),
+        (
+            'observation',
+            1e39,
+            'observation[1] = inf (the env gave 1e+39 as float64, beyond float32)',
+        ),
+        ('reward', np.nan, 'reward = nan'),
+        ('reward', -1e39, 'reward = -inf (the env gave -1e+39 as float64, beyond float32)'),
+    ],
+)
+def test_a_step_that_returns_a_non_finite_value_names_the_env_step_field_and_value(
+    use_subprocesses, field, value, shown
+):
+    with bad_value_env(use_subprocesses=use_subprocesses, field=field, value=value) as env:
+        env.reset()
+        assert env.step(torch.zeros(2, 1)).observation.tolist() == [[1, 0], [1, 0]]
+        with pytest.raises(NonFiniteEnvOutputError) as raised:
+            env.step(torch.zeros(2, 1))
+        # The envs are left at that step and go on.
+        after = env.step(torch.zeros(2, 1))
+    assert str(raised.value) == (
+        f"Environment 'alf_test/BadValue-v0' (env 1 of 2): the {field} of step 2 is not "
+        f'finite: {shown}. An env must return finite ones (one whose simulation diverged '
+        'can end its episode, terminated, with a finite observation).'
+    )
+    assert isinstance(raised.value, EnvironmentCrashedError)
+    assert after.step_type.tolist() == [StepType.LAST, StepType.LAST]
+    assert after.observation.tolist() == [[3, 0], [3, 0]]
+
+
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_a_reset_that_returns_a_non_finite_observation_names_the_env(use_subprocesses):
+    with bad_value_env(use_subprocesses=use_subprocesses, value=np.inf, at=0) as env:
+        with pytest.raises(
+            NonFiniteEnvOutputError,
+            match=r'^Environment .* \(env 1 of 2\): the '
+            r'observation returned by reset\(\) is not finite: observation\[1\] '
+            r'= inf\. ',
+        ):
+            env.reset()
+
+
+def test_an_automatic_reset_that_returns_a_non_finite_observation_says_so():
+    with bad_value_env(num_envs=3, label='eval env', at=0, episode=2) as env:
+        env.reset()
+        for _ in range(3):
+            env.step(torch.zeros(3, 1))
+        with pytest.raises(NonFiniteEnvOutputError) as raised:
+            env.step(torch.zeros(3, 1))
+    assert str(raised.value).startswith(
+        "Environment 'alf_test/BadValue-v0' (eval env 1 of 3): the observation of step 4 "
+        '(the reset after its episode ended) is not finite: observation[1] = nan.'
+    )
+
+
+def test_an_observation_with_many_non_finite_values_lists_the_first_five():
+    with bad_value_env(length=8) as env:
+        env.reset()
+        env.step(torch.zeros(2, 1))
+        with pytest.raises(
+            NonFiniteEnvOutputError,
+            match=r'observation\[1\] = nan, observation\[3\] = nan, observation\[5\] = nan, '
+            r'observation\[7\] = nan, observation\[9\] = nan, and 3 more\. ',
+        ):
+            env.step(torch.zeros(2, 1))
+
+
+@pytest.mark.parametrize('value', [np.nan, np.inf])
+def test_a_pybullet_simulation_that_blew_up_ends_its_episode_without_an_error(value):
+    pytest.importorskip('pybullet')
+    with create_environment('HalfCheetahBullet-v0', 2, use_subprocesses=False) as env:
+        env.reset()
+        u = env._env.envs[1].unwrapped
+        pose_and_velocity = u._torso_pose_and_velocity
+
+        def blown_up_pose_and_velocity():
+            position, euler, velocity = pose_and_velocity()
+            return position, euler, np.array([0.0, 0.0, value])
+
+        u._torso_pose_and_velocity = blown_up_pose_and_velocity
+        time_step = env.step(torch.zeros(2, 6))
+    assert time_step.step_type.tolist() == [StepType.MID, StepType.LAST]
+    assert time_step.discount.tolist() == [1.0, 0.0] and time_step.reward[1] == 0
+    assert torch.isfinite(time_step.observation).all()
+
+
+@pytest.mark.timeout(240)
+def test_train_stops_at_a_non_finite_observation_naming_the_env_in_one_line(tmp_path):
+    (tmp_path / 'registers_nan.py').write_text(
+        'import gymnasium\n'
+        'import numpy as np\n'
+        '\n'
+        'class NanAtStep2(gymnasium.Env):\n'
+        '    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (1,), np.float64)\n'
+        '    action_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)\n'
+        '    def reset(self, *, seed=None, options=None):\n'
+        '        self.t = 0\n'
+        '        return np.zeros(1), {}\n'
+        '    def step(self, action):\n'
+        '        self.t += 1\n'
+        '        return np.array([np.nan if self.t == 2 else 0.0]), 0.0, False, False, {}\n'
+        '\n'
+        "gymnasium.register('alf_test/NanAtStep2-v0', entry_point=NanAtStep2,\n"
+        '    max_episode_steps=50)\n'
+    )
+    env_name = 'registers_nan:alf_test/NanAtStep2-v0'
+    root_dir = tmp_path / 'run'
+    command = train_command(
+        root_dir,
+        [PENDULUM],
+        [f"create_environment.env_name='{env_name}'", 'TrainerConfig.num_env_steps=200'] + TINY,
+    )
+    result = run_train(command, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    # The evaluation at env step 0 comes first.
+    assert last.startswith(
+        f"error: Environment '{env_name}' (eval env 0 of 10): the observation of step 2 is "
+        'not finite: observation[0] = nan.'
+    ), result.stderr[-3000:]
+
+
+# --- action spaces, entry points, timeouts, action dtypes --------------------------------
+
+
+@pytest.mark.parametrize(
+    'dtype, bound, message',
+    [
+        (np.float32, np.finfo(np.float32).max, r'\(6\.81e\+38\) exceeds the largest float32'),
+        (np.float64, np.finfo(np.float64).max, r'\(inf\) exceeds the largest float64'),
+        (np.float16, 40000.0, r'\(8e\+04\) exceeds the largest float16'),
+    ],
+)
+def test_an_action_range_beyond_its_float_type_is_refused(dtype, bound, message):
+    def make():
+        return EchoEnv(-bound, bound, dtype)
+
+    with pytest.raises(ValueError, match=r"^Environment 'wide' has action space Box\(.*" + message):
+        BatchedEnvironment([make], name='wide')
+
+
+def test_an_action_range_its_float_type_holds_maps_to_its_ends_and_middle():
+    def make():
+        return EchoEnv(-1e38, 1e38, np.float32)
+
+    with BatchedEnvironment([make] * 3, name='wide') as env:
+        env.reset()
+        received = env.step(torch.tensor([[-1.0], [0.0], [1.0]])).observation
+    assert received.tolist() == [[np.float32(-1e38)], [0.0], [np.float32(1e38)]]
+
+
+def test_a_partial_entry_point_counts_as_what_it_wraps():
+    assert default_use_subprocesses(gymnasium.spec('alf_test/PartialEntryPoint-v0'), 2)
+    assert not default_use_subprocesses(gymnasium.spec('alf_test/PartialPointTarget-v0'), 2)
+    with create_environment('alf_test/PartialEntryPoint-v0', 2) as env:
+        assert env.use_subprocesses
+        assert env.reset().observation.shape == (2, 4)
+
+
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_an_infinite_step_timeout_waits_forever(use_subprocesses):
+    with create_environment(
+        'Pendulum-v1', 2, use_subprocesses=use_subprocesses, step_timeout=float('inf')
+    ) as env:
+        env.reset()
+        assert env.step(torch.zeros(2, 1)).step_type.tolist() == [StepType.MID] * 2
+        assert env._timeout(10) is None
+
+
+@pytest.mark.parametrize('step_timeout', [1e300, 1e7, float('nan'), 0.0, -1.0])
+def test_a_step_timeout_that_is_not_a_sensible_number_of_seconds_is_refused(step_timeout):
+    with pytest.raises(ValueError) as raised:
+        create_environment('Pendulum-v1', step_timeout=step_timeout)
+    assert str(raised.value).startswith(
+        'create_environment.step_timeout must be a positive number of seconds up to 1e+06 '
+        f'(11.6 days), or None (or inf) to wait forever; got {step_timeout!r}.'
+    )
+
+
+def test_a_replay_whose_timeout_adds_up_beyond_the_longest_wait_runs():
+    # step_timeout for each of 4 env calls: 4e6 s, beyond the 24.8 days that poll() takes.
+    with create_environment(
+        'alf_test/BadValue-v0', 1, use_subprocesses=True, step_timeout=1e6
+    ) as env:
+        env.reset()
+        for _ in range(2):
+            env.step(torch.zeros(1, 1))
+        records = env.episode_records()
+        replayed = env.replay(records)
+    assert replayed.observation.tolist() == [[2.0, 0.0]]
+
+
+def test_a_bfloat16_action_is_mapped_as_its_float32_value():
+    with create_environment('alf_test/EchoEdges-v0', 3) as env:
+        env.reset()
+        action = torch.tensor([[-1.0], [0.5], [0.375]])
+        as_float32 = env.step(action).observation
+        as_bfloat16 = env.step(action.to(torch.bfloat16)).observation
+    assert as_float32.tolist() == [[-1.0], [2.0], [1.75]]
+    assert torch.equal(as_bfloat16, as_float32)
