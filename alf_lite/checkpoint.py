@@ -255,15 +255,18 @@ def _unsafe_in_pickles(f, num_pickles: int) -> List[str]:
     """
     import _compat_pickle
 
-    from torch._weights_only_unpickler import _blocklisted_modules
+    import torch._weights_only_unpickler as weights_only
 
+    # The modules torch refuses globals of, allowed or not (a private list: these where a
+    # torch has none).
+    blocked_modules = getattr(weights_only, '_blocklisted_modules', ('sys', 'os', 'posix', 'nt'))
     blocked = set()
 
     def python3_name(module: str, name: str) -> str:
         # Protocols 0-2 name builtins as Python 2 did (``__builtin__.exec``).
         module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
-        if module in _blocklisted_modules:
+        if module in blocked_modules:
             blocked.add(f'{module}.{name}')
         return f'{module}.{name}'
 
@@ -297,7 +300,9 @@ def _weights_only_allowed_globals() -> set:
     from torch._weights_only_unpickler import _get_allowed_globals
 
     allowed = set(_get_allowed_globals())
-    for entry in torch.serialization.get_safe_globals():
+    # A torch without a user's list allows its own only.
+    user_allowed = getattr(torch.serialization, 'get_safe_globals', list)
+    for entry in user_allowed():
         if not isinstance(entry, tuple):
             allowed.add(f'{entry.__module__}.{entry.__qualname__}')
         elif len(entry) == 2 and isinstance(entry[1], str):
@@ -428,11 +433,15 @@ def _central_directory_problem(data: bytes, archive: zipfile.ZipFile) -> Optiona
     a directory as zeros, checking none of it against the record: a damaged entry would
     load a tensor from other bytes. So an entry must name a file, and the local header at
     its offset must repeat its name, method, CRC-32 and sizes (or leave the last three to
-    the descriptor after the data); the records must lie before the directory, apart.
+    the descriptor after the data); the records must lie before the directory, apart. An
+    empty entry named as a directory (``archive/``, which ``zip -r`` writes for a
+    checkpoint unzipped and zipped again) is no record torch reads, and is left alone.
     """
     spans = []
     for info in archive.infolist():
         name = info.filename
+        if name.endswith('/') and info.file_size == 0 and info.compress_size == 0:
+            continue
         if name.endswith('/') or info.external_attr & _DIRECTORY_ATTRIBUTE:
             return f'record {name} is marked as a directory'
         start = info.header_offset
@@ -453,9 +462,9 @@ def _central_directory_problem(data: bytes, archive: zipfile.ZipFile) -> Optiona
         end = name_end + extra_length + info.compress_size
         if flags & _DESCRIPTOR_FOLLOWS:
             end = _descriptor_end(data, end, expected)
+            if end is None:
+                return f'record {name}: the descriptor after it holds another CRC-32 or size'
         elif (crc, *_zip64_sizes(extra, compressed, size)) != expected:
-            end = None
-        if end is None:
             return f'record {name}: its local header holds another CRC-32 or size'
         spans.append((start, end, name))
     spans.sort()

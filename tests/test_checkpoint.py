@@ -883,3 +883,27 @@ def test_check_trainer_state_leaves_the_global_rng_as_it_was(tmp_path):
     before = global_rng_state()
     ckpt.check_trainer_state(str(tmp_path), state._asdict())
     assert_same(global_rng_state(), before)
+
+
+def test_a_checkpoint_zipped_again_with_directory_entries_loads(tmp_path):
+    # Unzipped and zipped again (``zip -r`` writes an empty entry for each directory):
+    # torch reads it as before, so it is no damaged file.
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    model = os.path.join(path, ckpt.MODEL_FILE)
+    with zipfile.ZipFile(model) as archive:
+        records = [(info, archive.read(info)) for info in archive.infolist()]
+    os.remove(model)
+    with zipfile.ZipFile(model, 'w', zipfile.ZIP_STORED) as archive:
+        written = set()
+        for info, data in records:
+            parts = info.filename.split('/')[:-1]
+            for depth in range(1, len(parts) + 1):
+                directory = '/'.join(parts[:depth]) + '/'
+                if directory not in written:
+                    archive.writestr(directory, b'')
+                    written.add(directory)
+            archive.writestr(info.filename, data)
+    with zipfile.ZipFile(model) as archive:
+        assert 'archive/' in archive.namelist()
+    assert_same(ckpt.load_state(path), torch.load(model, weights_only=True))
+    assert_same(ckpt.load_state(path)['algorithm'], make_state(1)['algorithm'])
