@@ -686,18 +686,12 @@ class Trainer:
 
     def _stop_on_non_finite_loss(self, error: NonFiniteLossError) -> None:
         """Keep the (still finite) state under its own name and stop, naming the loss and step."""
-        try:
-            path = self._save(name=last_good_name(self._env_steps))
-        except TrainingError as e:
-            raise TrainingError(
-                f'{error} at env step {self._env_steps} (update {self._num_updates + 1}); no '
-                f'last-good state was kept: {e}'
-            ) from error
+        found = f'{error} at env step {self._env_steps} (update {self._num_updates + 1})'
+        path = self._save_last_good(found, error)
         raise TrainingError(
-            f'{error} at env step {self._env_steps} (update {self._num_updates + 1}); the '
-            f'optimizer step was not taken. The state before it is saved in {path}; the '
-            'regular checkpoints were left as they were. Check the rewards and observations '
-            'for NaN/inf, or lower the learning rates.'
+            f'{found}; the optimizer step was not taken. The state before it is saved in '
+            f'{path}; the regular checkpoints were left as they were. Check the rewards and '
+            'observations for NaN/inf, or lower the learning rates.'
         ) from error
 
     def _stop_on_deferred_non_finite_loss(self) -> None:
@@ -709,12 +703,7 @@ class Trainer:
         failure = self._runner.non_finite_loss()
         if failure is None:
             return
-        try:
-            path = self._save(name=last_good_name(self._env_steps))
-        except TrainingError as e:
-            # The state cannot be kept (a non-finite weight of a finite loss's gradient,
-            # a failed write): the loss found first is still the one to report.
-            raise TrainingError(f'{failure}; no last-good state was kept: {e}') from e
+        path = self._save_last_good(str(failure))
         raise TrainingError(
             f'{failure}; its optimizer step and every later one were skipped, so {path} '
             'holds the weights from before that step (an update steps its losses in turn, '
@@ -722,6 +711,18 @@ class Trainer:
             'update were taken). The regular checkpoints were left as they were. Check the '
             'rewards and observations for NaN/inf, or lower the learning rates.'
         )
+
+    def _save_last_good(self, found: str, cause: Optional[BaseException] = None) -> str:
+        """Save the state as ``last_good-<env_steps>``; returns its path.
+
+        Raises:
+            TrainingError: naming what was ``found`` first, when the state cannot be kept
+                (a non-finite weight or optimizer state, a failed write).
+        """
+        try:
+            return self._save(name=last_good_name(self._env_steps))
+        except TrainingError as e:
+            raise TrainingError(f'{found}; no last-good state was kept: {e}') from (cause or e)
 
     def _train_scalars(self, env_steps_per_sec: float, updates_per_sec: float) -> dict:
         scalars = {train_column(k): float(v) for k, v in self._latest_train_scalars.items()}

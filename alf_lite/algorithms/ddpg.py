@@ -198,8 +198,8 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             'q_mean': masked_mean(q.detach().mean(-1), mask),
         }
         if l2_loss is not None:
-            # Its share of critic_loss, which is no TD error alone: about 1.2 at the
-            # start of the paper's settings on HalfCheetah, whatever the errors.
+            # Its share of critic_loss, which is then no TD error alone: the penalty
+            # puts a floor under it whatever the errors.
             scalars['critic_l2_loss'] = l2_loss.detach()
         return scalars
 
