@@ -570,8 +570,9 @@ def test_resume_removes_what_checkpoint_writes_killed_midway_left(finished_run, 
 # --- NaN and inf ----------------------------------------------------------------------------
 
 
-class NanRewardEnv(gymnasium.Env):
-    """A point task whose reward turns NaN after ``nan_after`` steps."""
+class HugeRewardEnv(gymnasium.Env):
+    """A point task whose reward turns huge after ``nan_after`` steps: finite, as an env must
+    return it, but its squared TD errors overflow, so the critic loss is inf."""
 
     def __init__(self, nan_after=250):
         self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
@@ -585,22 +586,22 @@ class NanRewardEnv(gymnasium.Env):
 
     def step(self, action):
         self._steps += 1
-        reward = float('nan') if self._steps > self._nan_after else -abs(float(action[0]))
+        reward = 1e30 if self._steps > self._nan_after else -abs(float(action[0]))
         return np.zeros(2, np.float32), reward, False, False, {}
 
 
-gymnasium.register('alf_lite_tests/NanReward-v0', entry_point=NanRewardEnv, max_episode_steps=20)
+gymnasium.register('alf_lite_tests/HugeReward-v0', entry_point=HugeRewardEnv, max_episode_steps=20)
 
 
 def test_nan_loss_stops_naming_the_loss_and_step_and_keeps_good_checkpoints(tmp_path):
     with pytest.raises(TrainingError) as error:
         train_in_process(
             tmp_path,
-            "create_environment.env_name = 'alf_lite_tests/NanReward-v0'",
+            "create_environment.env_name = 'alf_lite_tests/HugeReward-v0'",
             'TrainerConfig.num_env_steps = 2000',
         )
     message = str(error.value)
-    found = re.search(r'the critic loss is nan at env step (\d+)', message)
+    found = re.search(r'the critic loss is inf at env step (\d+)', message)
     assert found, message
     saved = sorted(os.listdir(tmp_path / 'checkpoints'))
     last_good = [s for s in saved if s.startswith('last_good-')]
@@ -1216,15 +1217,17 @@ def test_an_eval_env_that_raises_is_named_as_an_eval_env(tmp_path):
     ), result.stderr[-3000:]
 
 
-def test_a_nan_observation_stops_the_run_at_the_nan_action_in_one_line(tmp_path):
+def test_a_nan_observation_stops_the_run_naming_it_in_one_line(tmp_path):
     root_dir = tmp_path / 'run'
     result = run_hanging(root_dir, 'alf_lite_tests/NanAfterCheckpoint-v0')
     assert result.returncode == 1, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
+    # Before the policy acts on it: the env, the step and the value are named.
     assert re.match(
         r"error: Environment 'alf_lite_tests/NanAfterCheckpoint-v0' \(env 0 of 1\): the "
-        r'action of step \d+ is not finite: \[nan\]\. .*check them for NaN/inf',
+        r'observation and the reward of step \d+ are not finite: observation\[0\] = nan, '
+        r'reward = nan\. An env must return finite ones',
         last,
     ), last
     assert checkpoint_steps(root_dir) == [100]
@@ -1377,10 +1380,10 @@ def test_a_signal_in_an_env_step_after_a_deferred_nan_reports_it(tmp_path, monke
     # The rewards turn NaN after 250 steps; with the check deferred, nothing reads the
     # losses back before a summary or checkpoint (at 1000). A SIGTERM ends env step 400.
     sigterm_in_training_env_step(monkeypatch, 400)
-    with pytest.raises(TrainingError, match=r'the critic loss is nan at env step \d+'):
+    with pytest.raises(TrainingError, match=r'the critic loss is inf at env step \d+'):
         train_in_process(
             tmp_path,
-            "create_environment.env_name = 'alf_lite_tests/NanReward-v0'",
+            "create_environment.env_name = 'alf_lite_tests/HugeReward-v0'",
             'TrainerConfig.num_env_steps = 2000',
             'TrainerConfig.defer_non_finite_checks = True',
             'TrainerConfig.summary_interval = 1000',
@@ -1399,14 +1402,14 @@ def test_deferred_nan_check_stops_at_the_next_summary_with_finite_checkpoints(tm
     with pytest.raises(TrainingError) as error:
         train_in_process(
             tmp_path,
-            "create_environment.env_name = 'alf_lite_tests/NanReward-v0'",
+            "create_environment.env_name = 'alf_lite_tests/HugeReward-v0'",
             'TrainerConfig.num_env_steps = 2000',
             'TrainerConfig.defer_non_finite_checks = True',
             # No checkpoint before the run ends: only a summary stops it in time.
             'TrainerConfig.checkpoint_interval = 1000',
         )
     message = str(error.value)
-    found = re.search(r'the critic loss is nan at env step (\d+) \(update \d+\)', message)
+    found = re.search(r'the critic loss is inf at env step (\d+) \(update \d+\)', message)
     assert found and 'skipped' in message, message
     bad_step = int(found.group(1))
     saved = sorted(os.listdir(tmp_path / 'checkpoints'))

@@ -307,8 +307,9 @@ def _urandom_fraction() -> float:
     return int.from_bytes(os.urandom(4), 'little') / (2**32 - 1)
 
 
-class NanRewardEnv(gymnasium.Env):
-    """A point that stays at 0 and receives NaN at every step: every critic loss is NaN."""
+class HugeRewardEnv(gymnasium.Env):
+    """A point that stays at 0 and receives a huge reward at every step: finite, as an env
+    must return it, but its squared TD errors overflow, so every critic loss is inf."""
 
     observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
     action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
@@ -318,7 +319,7 @@ class NanRewardEnv(gymnasium.Env):
         return np.zeros(1, dtype=np.float32), {}
 
     def step(self, action):
-        return np.zeros(1, dtype=np.float32), float('nan'), False, False, {}
+        return np.zeros(1, dtype=np.float32), 1e30, False, False, {}
 
 
 # test_seeding imports this module again under another name.
@@ -332,10 +333,9 @@ if 'alf_test/Unreplayable-v0' not in gymnasium.registry:
         max_episode_steps=20,
         kwargs=dict(random_reward=True),
     )
-    # Without gymnasium's checker, which warns of each NaN reward: they are meant.
     gymnasium.register(
-        'alf_test/NanReward-v0',
-        entry_point=NanRewardEnv,
+        'alf_test/HugeReward-v0',
+        entry_point=HugeRewardEnv,
         max_episode_steps=7,
         disable_env_checker=True,
     )
@@ -1076,15 +1076,15 @@ def test_training_starts_once_the_buffer_holds_one_window(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize('defer', [False, True], ids=['at-once', 'deferred'])
-def test_a_nan_loss_names_the_env_step_of_its_update_in_both_check_modes(tmp_path, defer):
-    # Every reward is NaN, so the critic loss of the first update is NaN: that update
+def test_a_non_finite_loss_names_the_env_step_of_its_update_in_both_check_modes(tmp_path, defer):
+    # Every reward is huge, so the critic loss of the first update is inf: that update
     # runs with env step 6, the first step after more than initial_collect_steps = 5
     # were stored. A CPU run checks each loss as it is computed (the default there)
     # and stops before that optimizer step; a deferred check (a GPU's default) skips
     # the update and every one after it and stops at the next summary, at 20.
     # Either way the message names the same env step and update.
     tiny_sac_pendulum(
-        "create_environment.env_name = 'alf_test/NanReward-v0'",
+        "create_environment.env_name = 'alf_test/HugeReward-v0'",
         "TrainerConfig.device = 'cpu'",
         'TrainerConfig.num_env_steps = 100',
         'TrainerConfig.summary_interval = 20',
@@ -1094,7 +1094,7 @@ def test_a_nan_loss_names_the_env_step_of_its_update_in_both_check_modes(tmp_pat
     with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
         with pytest.raises(
             TrainingError,
-            match=r'the critic loss is nan at env step 6 \(update 1\)'
+            match=r'the critic loss is inf at env step 6 \(update 1\)'
             + (
                 '; its optimizer step and every later one were skipped'
                 if defer
