@@ -781,10 +781,10 @@ class Trainer:
             # Adam's second moment overflows with a gradient above ~6e20 while the weight
             # stays finite: its step is 0 from then on.
             raise TrainingError(
-                f'optimizer state {bad} is not finite at env step {self._env_steps} (a '
-                'gradient overflowed; its weight can no longer move), so no checkpoint was '
-                'written (those written before hold finite state). Lower the learning rates '
-                'or check the scale of the rewards and observations.'
+                f'optimizer state {bad} is not finite at env step {self._env_steps} (Adam: a '
+                'gradient overflowed its second moment, and its weight can no longer move), so '
+                'no checkpoint was written (those written before hold finite state). Lower the '
+                'learning rates or check the scale of the rewards and observations.'
             )
         try:
             collection = self._collector.state()

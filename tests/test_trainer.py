@@ -1162,8 +1162,8 @@ def test_optimizer_state_that_is_not_finite_is_never_checkpointed(tmp_path):
         with pytest.raises(TrainingError) as error:
             trainer.train()
     assert re.match(
-        r'optimizer state critic\.1\.exp_avg_sq is not finite at env step 200 \(a gradient '
-        'overflowed',
+        r'optimizer state critic\.1\.exp_avg_sq is not finite at env step 200 \(Adam: a '
+        'gradient overflowed',
         str(error.value),
     )
     assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['ckpt-100']
