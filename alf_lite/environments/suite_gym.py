@@ -4,12 +4,13 @@ import contextlib
 import difflib
 import functools
 import importlib
+import inspect
 import math
 import multiprocessing
 import os
 import time
 import traceback
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import gin
 import gymnasium
@@ -19,7 +20,9 @@ import torch
 from absl import logging
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import concatenate
 
+from alf_lite.config import _closest, _quoted
 from alf_lite.data import StepType, TimeStep
 from alf_lite.environments import episode_replay, watchdog
 from alf_lite.environments.episode_replay import ReplayableEnv
@@ -47,6 +50,8 @@ _LONGEST_WAIT_S = 1e6
 _NUMPY_FLOAT_DTYPES = (torch.float16, torch.float32, torch.float64)
 # The non-finite values of one env that an error lists.
 _MAX_LISTED_VALUES = 5
+# Arguments of the env's construction that create_environment sets: env_kwargs may not.
+_SET_BY_CREATE_ENVIRONMENT = ('max_episode_steps', 'render_mode')
 
 
 class EnvironmentCrashedError(RuntimeError):
@@ -222,6 +227,46 @@ class _NamedEnvFactory:
         return _NamedEnv(ReplayableEnv(env), self._where)
 
 
+class _SyncVectorEnv(SyncVectorEnv):
+    """gymnasium's ``SyncVectorEnv`` (next-step autoreset) that can also step some envs only."""
+
+    def step(self, actions: np.ndarray, active: Optional[np.ndarray] = None):
+        """``SyncVectorEnv.step``; with ``active``, only the envs where it is True are called.
+
+        An env left out is not called: its results repeat those of its latest
+        call, and its next step goes on from where it is (a reset if it ended
+        its episode). The infos are those of the envs called.
+        """
+        if active is None:
+            return super().step(actions)
+        infos = {}
+        for i in np.flatnonzero(active):
+            if self._autoreset_envs[i]:
+                self._env_obs[i], info = self.envs[i].reset()
+                self._rewards[i] = 0.0
+                self._terminations[i] = self._truncations[i] = False
+            else:
+                (
+                    self._env_obs[i],
+                    self._rewards[i],
+                    self._terminations[i],
+                    self._truncations[i],
+                    info,
+                ) = self.envs[i].step(actions[i])
+            infos = self._add_info(infos, info, i)
+        self._observations = concatenate(
+            self.single_observation_space, self._env_obs, self._observations
+        )
+        self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
+        return (
+            self._observations,
+            np.copy(self._rewards),
+            np.copy(self._terminations),
+            np.copy(self._truncations),
+            infos,
+        )
+
+
 class BatchedEnvironment:
     """N copies of a gymnasium env stepped together, speaking ``TimeStep`` tensors.
 
@@ -309,7 +354,7 @@ class BatchedEnvironment:
                     'above may say why.'
                 ) from e
         else:
-            self._env = SyncVectorEnv(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
+            self._env = _SyncVectorEnv(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
         self._closed = False
         try:
             self._check_spaces(name)
@@ -320,8 +365,12 @@ class BatchedEnvironment:
         # Which envs returned LAST at the previous step: their next step is the
         # reset observation that gymnasium's next-step autoreset produces.
         self._done = np.zeros(self.num_envs, dtype=bool)
-        # The action of a step started by step_async and not yet waited for.
+        # The action of a step started by step_async and not yet waited for, and
+        # which envs it steps (None: all).
         self._pending = None
+        self._pending_active = None
+        # The TimeStep the envs are at: an env left out of a step keeps its row.
+        self._latest = None
         # Steps started since the envs were created, to name one in an error.
         self._num_steps = 0
         self._step_sent = 0.0
@@ -462,13 +511,14 @@ class BatchedEnvironment:
             seeds = None if seed is None else self._env_seeds(seed)
         self._first_reset = False
         obs = self._reset_envs(seeds)
-        return TimeStep(
+        self._latest = TimeStep(
             step_type=torch.full((self.num_envs,), StepType.FIRST, dtype=torch.uint8),
             observation=self._observation(obs, 'returned by reset()'),
             reward=torch.zeros(self.num_envs, dtype=torch.float32),
             discount=torch.ones(self.num_envs, dtype=torch.float32),
             env_id=self._env_id,
         )
+        return self._latest
 
     def _reset_envs(self, seeds: Optional[List[int]]) -> np.ndarray:
         """Reset every env (with ``seeds``, or unseeded); returns their observations."""
@@ -481,14 +531,20 @@ class BatchedEnvironment:
         self._done[:] = False
         return obs
 
-    def step(self, action: torch.Tensor) -> TimeStep:
+    def step(self, action: torch.Tensor, active: Optional[np.ndarray] = None) -> TimeStep:
         """Apply one normalised action per env and return the next steps.
 
         Args:
             action: ``[N, action_dim]`` float tensor in [-1, 1]; values outside
                 are clipped. Ignored for envs whose previous step was LAST
                 (they reset instead).
+            active: ``[N]`` bool, the envs to step (e.g. those whose evaluation
+                episode runs); None: all. In process only (gymnasium's
+                AsyncVectorEnv steps every env). An env left out is not called
+                and its action is ignored: its row of the ``TimeStep`` repeats
+                the row it is at, and its next step goes on from there.
         Raises:
+            ValueError: for ``active`` with env processes, or not of shape ``[N]``.
             NonFiniteActionError: when an action is not finite (NaN or
                 infinite), naming the env and the step; no env is stepped.
             NonFiniteEnvOutputError: when an observation or reward the envs
@@ -499,11 +555,11 @@ class BatchedEnvironment:
             discount 1 on truncation only, FIRST (reward 0, discount 1) for the
             reset after a LAST, MID otherwise.
         """
-        self.step_async(action)
+        self.step_async(action, active)
         return self.step_wait()
 
-    def step_async(self, action: torch.Tensor) -> None:
-        """Start ``step(action)``; ``step_wait()`` returns its ``TimeStep``.
+    def step_async(self, action: torch.Tensor, active: Optional[np.ndarray] = None) -> None:
+        """Start ``step(action, active)``; ``step_wait()`` returns its ``TimeStep``.
 
         With subprocesses the envs step while the caller goes on (the trainer
         runs its gradient updates meanwhile); in process the step runs in
@@ -516,9 +572,14 @@ class BatchedEnvironment:
             )
         if self._pending is not None:
             raise RuntimeError('step_async called while a step is pending; call step_wait first.')
+        if active is not None:
+            active = self._checked_active(active)
         if action.dtype not in _NUMPY_FLOAT_DTYPES:
             action = action.float()
         a = action.detach().cpu().numpy()
+        if active is not None:
+            # The actions of the envs left out are ignored, whatever they hold.
+            a = np.where(active[:, None], a, 0.0).astype(a.dtype, copy=False)
         # np.clip passes NaN on, and an env given NaN torques goes on with a NaN state.
         finite = np.isfinite(a)
         if not finite.all():
@@ -535,13 +596,32 @@ class BatchedEnvironment:
             self._call(self._env.step_async, env_action)
             self._step_sent = time.monotonic()
         self._pending = env_action
+        self._pending_active = active
         self._num_steps += 1
+
+    def _checked_active(self, active) -> np.ndarray:
+        """``step``'s ``active`` as a bool array; None when every env is in it."""
+        if self.use_subprocesses:
+            raise ValueError(
+                f"Environment '{self.name}': step(active=...) steps some envs only in process "
+                "(use_subprocesses=False); gymnasium's AsyncVectorEnv steps every env."
+            )
+        active = np.asarray(active, dtype=bool)
+        if active.shape != (self.num_envs,):
+            raise ValueError(
+                f"Environment '{self.name}': step(active=...) needs one bool per env, shape "
+                f'({self.num_envs},); got shape {active.shape}.'
+            )
+        if self._latest is None:
+            raise RuntimeError('step(active=...) called before the first reset.')
+        return None if active.all() else active
 
     def step_wait(self) -> TimeStep:
         """The ``TimeStep`` of the step started by ``step_async`` (see ``step``)."""
         if self._pending is None:
             raise RuntimeError('step_wait called without a pending step_async.')
         env_action, self._pending = self._pending, None
+        active, self._pending_active = self._pending_active, None
         if self.use_subprocesses:
             timeout = (
                 None
@@ -550,15 +630,24 @@ class BatchedEnvironment:
             )
             with _env_process_errors_unlogged():
                 obs, reward, terminated, truncated, _ = self._call(self._env.step_wait, timeout)
-        else:
+        elif active is None:
             obs, reward, terminated, truncated, _ = self._call(self._env.step, env_action)
+        else:
+            obs, reward, terminated, truncated, _ = self._call(
+                self._env.step, env_action, active=active
+            )
         return self._time_step(
-            obs, reward, terminated, truncated, self._done, f'of step {self._num_steps}'
+            obs, reward, terminated, truncated, self._done, f'of step {self._num_steps}', active
         )
 
-    def _time_step(self, obs, env_reward, terminated, truncated, was_reset, what) -> TimeStep:
+    def _time_step(
+        self, obs, env_reward, terminated, truncated, was_reset, what, active=None
+    ) -> TimeStep:
         """The ``TimeStep`` of what the envs returned; ``was_reset`` marks the envs whose call
         was a reset (their step is FIRST). Notes which envs reset at their next step.
+
+        ``active``: the envs that were called (None: all); the rows of the
+        others repeat the ``TimeStep`` they are at.
 
         Raises:
             NonFiniteEnvOutputError: when an observation or reward is not finite;
@@ -569,14 +658,25 @@ class BatchedEnvironment:
         reward = np.array(env_reward, dtype=np.float32)
         reward[was_reset] = 0.0
         discount = np.where(terminated & ~was_reset, 0.0, 1.0).astype(np.float32)
-        self._done = (terminated | truncated) & ~was_reset
-        return TimeStep(
+        done = (terminated | truncated) & ~was_reset
+        # Checks the rows of the envs left out too: their latest results, checked as they came.
+        observation = self._observation(obs, what, env_reward, reward, was_reset)
+        if active is not None:
+            left_out, latest = ~active, self._latest
+            step_type[left_out] = latest.step_type.numpy()[left_out]
+            reward[left_out] = latest.reward.numpy()[left_out]
+            discount[left_out] = latest.discount.numpy()[left_out]
+            observation[torch.from_numpy(left_out)] = latest.observation[left_out]
+            done[left_out] = self._done[left_out]
+        self._done = done
+        self._latest = TimeStep(
             step_type=torch.from_numpy(step_type),
-            observation=self._observation(obs, what, env_reward, reward, was_reset),
+            observation=observation,
             reward=torch.from_numpy(reward),
             discount=torch.from_numpy(discount),
             env_id=self._env_id,
         )
+        return self._latest
 
     @property
     def closed(self) -> bool:
@@ -911,6 +1011,7 @@ def create_environment(
     use_subprocesses: Optional[bool] = None,
     max_episode_steps: Optional[int] = None,
     render_mode: Optional[str] = None,
+    env_kwargs: Optional[Dict[str, Any]] = None,
     step_timeout: Optional[float] = 60.0,
     label: str = 'env',
 ) -> BatchedEnvironment:
@@ -934,6 +1035,15 @@ def create_environment(
             an env registered without one.
         render_mode: gymnasium's render mode, e.g. 'rgb_array' for
             ``BatchedEnvironment.render()``; None renders nothing.
+        env_kwargs: arguments of the env's constructor by name, as
+            ``gymnasium.make(id, **env_kwargs)`` takes them, e.g.
+            ``{'terminate_when_unhealthy': False}`` for 'Hopper-v5'; every env
+            (training, evaluation, play, env processes) is built with them.
+            None: none. A key is refused before any env is built when no
+            constructor argument of the env takes it, when the id's
+            registration sets it (the robot of a PyBullet id: the id stands
+            for it), or when it is ``max_episode_steps`` or ``render_mode``
+            (set those of create_environment).
         step_timeout: seconds a ``reset`` or ``step`` may take, far above any
             simulator's step time. Env processes that take longer are stopped
             with ``EnvironmentHungError`` naming the env, its index and the
@@ -946,8 +1056,9 @@ def create_environment(
         the ``BatchedEnvironment``; close it (or use it as a context manager).
     Raises:
         ValueError: for an unknown id (naming the closest registered ids), an
-            env without a time limit, unsupported spaces, or a count that is
-            not a positive integer.
+            env without a time limit, unsupported spaces, a count that is not a
+            positive integer, or a key of ``env_kwargs`` the env does not take
+            (naming the closest ones).
         EnvironmentCrashedError: when an env cannot be created.
     """
     sizes = {'num_parallel_environments': num_parallel_environments}
@@ -987,12 +1098,14 @@ def create_environment(
             f"Environment '{env_name}' has no time limit (it was registered without "
             'max_episode_steps); set create_environment.max_episode_steps, e.g. to 1000.'
         )
+    env_kwargs = _checked_env_kwargs(env_name, spec, env_kwargs)
     if use_subprocesses is None:
         use_subprocesses = default_use_subprocesses(spec, num_parallel_environments)
     # Envs without rendering may not accept a render_mode argument at all.
     render_kwargs = {} if render_mode is None else {'render_mode': render_mode}
+    # A partial of picklable values: env processes get the same arguments.
     env_fn = functools.partial(
-        gymnasium.make, spec, max_episode_steps=max_episode_steps, **render_kwargs
+        gymnasium.make, spec, max_episode_steps=max_episode_steps, **render_kwargs, **env_kwargs
     )
     return BatchedEnvironment(
         [env_fn] * num_parallel_environments,
@@ -1002,6 +1115,106 @@ def create_environment(
         step_timeout=step_timeout,
         label=label,
     )
+
+
+def _checked_env_kwargs(
+    env_name: str, spec: gymnasium.envs.registration.EnvSpec, env_kwargs: Optional[Dict[str, Any]]
+) -> Dict[str, Any]:
+    """``create_environment.env_kwargs`` as a dict, its keys checked against the env's constructor.
+
+    Raises:
+        ValueError: naming ``create_environment.env_kwargs``, the key and
+            ``env_name``, for a key that create_environment sets, that the
+            id's registration sets, or that no constructor argument of the env
+            takes (with the closest ones).
+    """
+    if env_kwargs is None:
+        return {}
+    if not isinstance(env_kwargs, dict) or not all(isinstance(k, str) for k in env_kwargs):
+        raise ValueError(
+            "create_environment.env_kwargs must be a dict of the env constructor's arguments "
+            f'by name, e.g. {{"ctrl_cost_weight": 0.05}}; got {env_kwargs!r:.200}.'
+        )
+    for key in env_kwargs:
+        if key in _SET_BY_CREATE_ENVIRONMENT:
+            raise ValueError(
+                f"create_environment.env_kwargs sets '{key}' of '{env_name}', which "
+                f'create_environment sets itself: set create_environment.{key} instead.'
+            )
+        if key in spec.kwargs:
+            raise ValueError(
+                f"create_environment.env_kwargs sets '{key}' of '{env_name}', which the id's "
+                f'registration sets ({key}={spec.kwargs[key]!r}): the id stands for that '
+                'value. Use the id registered with the value you want, or register one.'
+            )
+    accepted = _keyword_arguments(_entry_point(env_name, spec))
+    if accepted is not None:
+        settable = [a for a in accepted if a not in _SET_BY_CREATE_ENVIRONMENT + tuple(spec.kwargs)]
+        for key in env_kwargs:
+            if key not in accepted:
+                closest = _closest(key, settable)
+                hint = f'Closest valid keys: {_quoted(closest)}. ' if closest else ''
+                raise ValueError(
+                    f"create_environment.env_kwargs has the key '{key}', which no constructor "
+                    f"argument of '{env_name}' ({spec.entry_point}) takes. {hint}Its keys "
+                    f'env_kwargs may set are: {", ".join(settable) or "none"}.'
+                )
+    return dict(env_kwargs)
+
+
+def _entry_point(env_name: str, spec: gymnasium.envs.registration.EnvSpec) -> Callable:
+    """What ``gymnasium.make`` calls to build the env of ``spec`` (its module imported).
+
+    Raises:
+        ValueError: when it cannot be loaded, naming ``env_name`` and the entry point.
+    """
+    if callable(spec.entry_point):
+        return spec.entry_point
+    try:
+        return gymnasium.envs.registration.load_env_creator(spec.entry_point)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(
+            f"Environment '{env_name}': cannot load its entry point {spec.entry_point!r} to "
+            f'check create_environment.env_kwargs: {type(e).__name__}: {e}'
+        ) from e
+
+
+def _keyword_arguments(creator: Callable) -> Optional[List[str]]:
+    """The arguments an env's entry point takes by name, in signature order; None for any name.
+
+    An ``__init__`` taking ``**kwargs`` is taken to hand them to its base
+    class's (gymnasium's MuJoCo envs hand them to ``MujocoEnv``), whose
+    arguments with a default then count too, and so on down to an ``__init__``
+    without ``**kwargs``. Where that never comes (a function taking
+    ``**kwargs``, ``object.__init__`` reached), any name is taken.
+    """
+    names = []
+    while isinstance(creator, functools.partial):
+        names += list(creator.keywords)
+        creator = creator.func
+    is_class = inspect.isclass(creator)
+    functions = (
+        [vars(c)['__init__'] for c in creator.__mro__ if '__init__' in vars(c)]
+        if is_class
+        else [creator]
+    )
+    for depth, function in enumerate(functions):
+        try:
+            parameters = list(inspect.signature(function).parameters.values())
+        except (TypeError, ValueError):  # a builtin without a signature
+            return None
+        if is_class:
+            parameters = parameters[1:]  # self
+        names += [
+            p.name
+            for p in parameters
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            # A base's arguments without a default are the subclass's to give.
+            and (depth == 0 or p.default is not p.empty)
+        ]
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return list(dict.fromkeys(names))
+    return None
 
 
 def default_use_subprocesses(spec: gymnasium.envs.registration.EnvSpec, num_envs: int) -> bool:
