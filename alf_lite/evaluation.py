@@ -36,18 +36,24 @@ def evaluate(
 ) -> EpisodeResults:
     """Run one episode on each env of ``env``, side by side, until every one has ended.
 
-    An env whose episode ended may go on being stepped until the others end;
-    those steps are not counted.
+    An in-process batch (``use_subprocesses`` False, as the trainer's eval envs
+    and play's env are) steps only the envs whose episode runs: the rows of an
+    env whose episode ended repeat its LAST step. Env processes go on into
+    their next episodes until the last one ends (gymnasium's AsyncVectorEnv
+    steps every env); those steps are not counted.
 
     Args:
         env: a ``BatchedEnvironment``, or anything with its ``num_envs``,
             ``reset()`` (``reset(seed=...)`` when ``seed`` is given) and
-            ``step(action)`` returning ``TimeStep``s.
+            ``step(action)`` returning ``TimeStep``s; with
+            ``use_subprocesses`` False also ``step(action, active=...)``.
         policy: ``policy(observation)``: the action of every env for the
             ``[M, obs_dim]`` observation, passed on to ``env.step``; called
-            without gradients.
+            without gradients, also for the rows of envs whose episode ended
+            (their actions are ignored).
         on_step: called with each ``TimeStep``, the reset's included (e.g. to
-            record a video frame).
+            record a video frame); the rows of an env whose episode ended
+            belong to no counted episode.
         seed: one seed per env for the reset (``seeding.eval_env_seeds``);
             None: reset without seeds (an env's first reset then takes the
             seeds it was made with, later ones continue its generators).
@@ -61,10 +67,11 @@ def evaluate(
     returns = np.zeros(m)
     lengths = np.zeros(m, dtype=np.int64)
     finished = np.zeros(m, dtype=bool)
+    in_process = not getattr(env, 'use_subprocesses', True)
     while not finished.all():
         with torch.no_grad():
             action = policy(time_step.observation)
-        time_step = env.step(action)
+        time_step = env.step(action, active=~finished) if in_process else env.step(action)
         if on_step is not None:
             on_step(time_step)
         running = ~finished
