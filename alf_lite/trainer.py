@@ -525,9 +525,13 @@ class Trainer:
                 except NonFiniteLossError as e:
                     self._stop_on_non_finite_loss(e)
                 except NonFiniteActionError as e:
+                    # The envs' observations were checked finite: the policy's weights went
+                    # non-finite since the last check, or its arithmetic overflowed.
                     raise TrainingError(
-                        f'{e} The policy acts on the observations: check them for NaN/inf. '
-                        'The checkpoints were left as they were.'
+                        f"{e} The observations it acted on were finite: the policy's weights "
+                        'may have turned NaN or inf since the last checkpoint (a non-finite '
+                        'gradient of a finite loss), or observations this large overflow the '
+                        'network. The checkpoints were left as they were.'
                     ) from e
         finally:
             summary.close()

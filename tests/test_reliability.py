@@ -13,14 +13,13 @@ import signal
 import subprocess
 import time
 
-import gymnasium
-import numpy as np
 import psutil
 import pytest
 import torch
 
 import alf_lite.all_configurables  # noqa: F401
 import hanging_env
+import huge_reward_env  # noqa: F401  (registers alf_lite_tests/HugeReward-v0)
 import tensorboard_server
 from alf_lite import checkpoint as ckpt
 from alf_lite import trainer as trainer_module
@@ -570,30 +569,7 @@ def test_resume_removes_what_checkpoint_writes_killed_midway_left(finished_run, 
 # --- NaN and inf ----------------------------------------------------------------------------
 
 
-class HugeRewardEnv(gymnasium.Env):
-    """A point task whose reward turns huge after ``nan_after`` steps: finite, as an env must
-    return it, but its squared TD errors overflow, so the critic loss is inf."""
-
-    def __init__(self, nan_after=250):
-        self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
-        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-        self._steps = 0
-        self._nan_after = nan_after
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        self._steps += 1
-        reward = 1e30 if self._steps > self._nan_after else -abs(float(action[0]))
-        return np.zeros(2, np.float32), reward, False, False, {}
-
-
-gymnasium.register('alf_lite_tests/HugeReward-v0', entry_point=HugeRewardEnv, max_episode_steps=20)
-
-
-def test_nan_loss_stops_naming_the_loss_and_step_and_keeps_good_checkpoints(tmp_path):
+def test_a_non_finite_loss_stops_naming_the_loss_and_step_and_keeps_good_checkpoints(tmp_path):
     with pytest.raises(TrainingError) as error:
         train_in_process(
             tmp_path,
@@ -606,7 +582,7 @@ def test_nan_loss_stops_naming_the_loss_and_step_and_keeps_good_checkpoints(tmp_
     saved = sorted(os.listdir(tmp_path / 'checkpoints'))
     last_good = [s for s in saved if s.startswith('last_good-')]
     assert len(last_good) == 1 and last_good[0] in message
-    # The step named is the one stopped at, after the rewards turned NaN (past 250)
+    # The step named is the one stopped at, after the rewards turned huge (past 250)
     # and before the checkpoint at 300.
     bad_step = int(found.group(1))
     assert last_good[0] == f'last_good-{bad_step}' and 250 < bad_step <= 300, message
@@ -1377,7 +1353,7 @@ def test_a_cut_iteration_resumed_with_another_unroll_length_is_finished_in_its_o
 
 
 def test_a_signal_in_an_env_step_after_a_deferred_nan_reports_it(tmp_path, monkeypatch):
-    # The rewards turn NaN after 250 steps; with the check deferred, nothing reads the
+    # The rewards turn huge after 250 steps; with the check deferred, nothing reads the
     # losses back before a summary or checkpoint (at 1000). A SIGTERM ends env step 400.
     sigterm_in_training_env_step(monkeypatch, 400)
     with pytest.raises(TrainingError, match=r'the critic loss is inf at env step \d+'):

@@ -18,6 +18,7 @@ import torch
 from gymnasium import spaces
 
 import alf_lite.all_configurables  # noqa: F401
+import huge_reward_env  # noqa: F401  (registers alf_test/HugeReward-v0)
 from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
@@ -307,21 +308,6 @@ def _urandom_fraction() -> float:
     return int.from_bytes(os.urandom(4), 'little') / (2**32 - 1)
 
 
-class HugeRewardEnv(gymnasium.Env):
-    """A point that stays at 0 and receives a huge reward at every step: finite, as an env
-    must return it, but its squared TD errors overflow, so every critic loss is inf."""
-
-    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros(1, dtype=np.float32), {}
-
-    def step(self, action):
-        return np.zeros(1, dtype=np.float32), 1e30, False, False, {}
-
-
 # test_seeding imports this module again under another name.
 if 'alf_test/Unreplayable-v0' not in gymnasium.registry:
     gymnasium.register(
@@ -332,12 +318,6 @@ if 'alf_test/Unreplayable-v0' not in gymnasium.registry:
         entry_point=UnreplayableEnv,
         max_episode_steps=20,
         kwargs=dict(random_reward=True),
-    )
-    gymnasium.register(
-        'alf_test/HugeReward-v0',
-        entry_point=HugeRewardEnv,
-        max_episode_steps=7,
-        disable_env_checker=True,
     )
 
 
@@ -1167,3 +1147,29 @@ def test_optimizer_state_that_is_not_finite_is_never_checkpointed(tmp_path):
         str(error.value),
     )
     assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['ckpt-100']
+
+
+def test_a_non_finite_action_stops_the_run_before_any_env_steps_with_it(tmp_path):
+    # The observations are finite (an env's are checked); the policy's action turns NaN
+    # at env step 30 (as after its weights did). No env is stepped with it.
+    tiny_sac_pendulum(
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 100',
+        'TrainerConfig.initial_collect_steps = 0',
+    )
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        rollout_step = trainer._algorithm.rollout_step
+
+        def nan_from_env_step_30(time_step):
+            action = rollout_step(time_step)
+            return action * float('nan') if trainer.env_steps >= 30 else action
+
+        trainer._algorithm.rollout_step = nan_from_env_step_30
+        with pytest.raises(TrainingError) as error:
+            trainer.train()
+        assert trainer.env_steps == 30
+    assert re.match(
+        r"Environment 'Pendulum-v1' \(env 0 of 1\): the action of step \d+ is not finite: "
+        r'\[nan\]\. .*The observations it acted on were finite',
+        str(error.value),
+    ), str(error.value)
