@@ -4,6 +4,7 @@ action ranges beyond their float type, odd entry points, timeouts and action dty
 import fractions
 import functools
 import multiprocessing
+import re
 
 import gin
 import gymnasium
@@ -17,6 +18,7 @@ from alf_lite.data import StepType
 from alf_lite.environments import (
     BatchedEnvironment,
     EnvironmentCrashedError,
+    NonFiniteActionError,
     NonFiniteEnvOutputError,
     create_environment,
 )
@@ -27,12 +29,13 @@ from cli_helpers import PENDULUM, TINY, run_train, train_command
 
 @gin.configurable
 class GinBoundEnv(gymnasium.Env):
-    """Observes ``[value]``: what gin bound ``value`` to where the env was built."""
+    """Observes ``[value]``: what gin bound ``value`` to where the env was built (at most 9,
+    so that an infinite one is observed as 9)."""
 
     def __init__(self, value=0.25):
         self.observation_space = spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-        self._value = float(value)
+        self._value = min(float(value), 9.0)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -154,15 +157,26 @@ def test_gin_bindings_reach_env_processes_whatever_their_start_method(start_meth
         assert env.reset().observation.tolist() == [[0.5]]
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize('start_method', ['spawn'], indirect=True)
-def test_bindings_an_env_process_cannot_import_do_not_stop_it(start_method):
-    # As a configurable of a module the env process cannot import.
+@pytest.fixture
+def parent_only_configurable():
+    """``UserAlgorithm``, a configurable of a module env processes cannot import, registered
+    for this test only: gin refuses to register it again in the same process."""
+
     def user_algorithm(size=1):
         return size
 
     user_algorithm.__module__ = 'alf_test_module_of_the_parent_only'
     gin.external_configurable(user_algorithm, 'UserAlgorithm')
+    yield
+    gin.config._REGISTRY.pop('alf_test_module_of_the_parent_only.UserAlgorithm')
+    gin.config._INVERSE_REGISTRY.pop(user_algorithm)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('start_method', ['spawn', 'forkserver'], indirect=True)
+def test_bindings_an_env_process_cannot_import_do_not_stop_it(
+    start_method, parent_only_configurable
+):
     gin.parse_config(
         [
             'GinBoundEnv.value = 0.5',
@@ -172,6 +186,68 @@ def test_bindings_an_env_process_cannot_import_do_not_stop_it(start_method):
     )
     with create_environment('alf_test/GinBound-v0', 1, use_subprocesses=True) as env:
         assert env.reset().observation.tolist() == [[0.5]]
+
+
+class UnpicklableHalf(float):
+    """0.5, which neither gin can write out (its repr) nor pickle can carry."""
+
+    def __repr__(self):
+        return 'UnpicklableHalf()'
+
+    def __deepcopy__(self, memo):  # as gin copies a bound value for each call
+        return self
+
+    def __reduce__(self):
+        raise TypeError('an UnpicklableHalf stays in its process')
+
+
+def bind_numpy_scalar():
+    gin.bind_parameter('GinBoundEnv.value', np.float32(0.5))
+
+
+def parse_infinity():
+    gin.parse_config('GinBoundEnv.value = 1e999')
+
+
+def parse_infinity_as_macro():
+    # gin writes the macro out as 'VALUE = inf', which does not parse back.
+    gin.parse_config(['VALUE = 1e999', 'GinBoundEnv.value = %VALUE'])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('start_method', ['spawn', 'forkserver'], indirect=True)
+@pytest.mark.parametrize(
+    'bind, observed',
+    [(bind_numpy_scalar, 0.5), (parse_infinity, 9.0), (parse_infinity_as_macro, 9.0)],
+    ids=['numpy-scalar', 'inf', 'inf-macro'],
+)
+def test_bindings_gin_cannot_write_out_reach_env_processes_not_forked(
+    start_method, bind, observed, caplog
+):
+    bind()
+    with create_environment('alf_test/GinBound-v0', 1, use_subprocesses=True) as env:
+        assert env.reset().observation.tolist() == [[observed]]
+    assert 'gin bindings' not in caplog.text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('start_method', ['spawn', 'fork'], indirect=True)
+def test_a_binding_pickle_cannot_carry_either_is_named_where_env_processes_are_not_forked(
+    start_method, caplog
+):
+    gin.bind_parameter('GinBoundEnv.value', UnpicklableHalf(0.5))
+    with caplog.at_level('WARNING'):
+        with create_environment('alf_test/GinBound-v0', 1, use_subprocesses=True) as env:
+            observed = env.reset().observation.tolist()
+    warned = re.findall('gin bindings.*', caplog.text)
+    if start_method == 'fork':
+        assert observed == [[0.5]] and warned == []
+    else:
+        assert observed == [[0.25]]  # the default
+        assert warned == [
+            'gin bindings, whose values gin cannot write out and pickle cannot carry: '
+            'GinBoundEnv.value (TypeError: an UnpicklableHalf stays in its process).'
+        ]
 
 
 @pytest.mark.timeout(60)
@@ -188,7 +264,8 @@ def test_a_forked_env_process_keeps_bindings_gin_cannot_write_out(start_method):
 # --- non-finite observations and rewards -------------------------------------------------
 
 
-@pytest.mark.filterwarnings('ignore:overflow encountered in cast:RuntimeWarning')
+# A value beyond float32's range is reported in the error alone: no numpy warning of the cast.
+@pytest.mark.filterwarnings('error::RuntimeWarning')
 @pytest.mark.parametrize('use_subprocesses', [False, True])
 @pytest.mark.parametrize(
     'field, value, shown',
@@ -249,6 +326,29 @@ def test_an_automatic_reset_that_returns_a_non_finite_observation_says_so():
     )
 
 
+def test_an_eval_env_names_the_step_counted_from_the_latest_reset():
+    # Each evaluation resets its envs: the step is that of the evaluation, not of the run.
+    with bad_value_env(label='eval env', episode=2) as env:
+        env.reset()
+        for _ in range(3):  # the first evaluation: episodes of 3 steps
+            env.step(torch.zeros(2, 1))
+        env.reset()
+        env.step(torch.zeros(2, 1))
+        with pytest.raises(NonFiniteEnvOutputError) as raised:
+            env.step(torch.zeros(2, 1))
+        env.reset()
+        with pytest.raises(NonFiniteActionError) as action_raised:
+            env.step(torch.tensor([[0.0], [float('nan')]]))
+    assert str(raised.value).startswith(
+        "Environment 'alf_test/BadValue-v0' (eval env 1 of 2): the observation of step 2 is "
+        'not finite: observation[1] = nan.'
+    )
+    assert str(action_raised.value) == (
+        "Environment 'alf_test/BadValue-v0' (eval env 1 of 2): the action of step 1 is not "
+        'finite: [nan].'
+    )
+
+
 def test_an_observation_with_many_non_finite_values_lists_the_first_five():
     with bad_value_env(length=8) as env:
         env.reset()
@@ -261,19 +361,25 @@ def test_an_observation_with_many_non_finite_values_lists_the_first_five():
             env.step(torch.zeros(2, 1))
 
 
-@pytest.mark.parametrize('value', [np.nan, np.inf])
-def test_a_pybullet_simulation_that_blew_up_ends_its_episode_without_an_error(value):
+@pytest.mark.parametrize(
+    'method, blown_up',
+    [
+        ('_torso_pose_and_velocity', lambda out: (out[0], out[1], np.array([0, 0, np.nan]))),
+        ('_torso_pose_and_velocity', lambda out: (out[0], out[1], np.array([0, 0, np.inf]))),
+        # Finite as float64, inf as float32 (0.3 times it in the state).
+        ('_torso_pose_and_velocity', lambda out: (out[0], out[1], np.array([0, 0, 1e40]))),
+        # The position: the reward's progress term becomes -6e40.
+        ('_body_xy', lambda out: np.array([1e39, 0.0])),
+    ],
+    ids=['nan-velocity', 'infinite-velocity', 'velocity-beyond-float32', 'xy-beyond-float32'],
+)
+def test_a_pybullet_simulation_that_blew_up_ends_its_episode_without_an_error(method, blown_up):
     pytest.importorskip('pybullet')
     with create_environment('HalfCheetahBullet-v0', 2, use_subprocesses=False) as env:
         env.reset()
         u = env._env.envs[1].unwrapped
-        pose_and_velocity = u._torso_pose_and_velocity
-
-        def blown_up_pose_and_velocity():
-            position, euler, velocity = pose_and_velocity()
-            return position, euler, np.array([0.0, 0.0, value])
-
-        u._torso_pose_and_velocity = blown_up_pose_and_velocity
+        original = getattr(u, method)
+        setattr(u, method, lambda: blown_up(original()))
         time_step = env.step(torch.zeros(2, 6))
     assert time_step.step_type.tolist() == [StepType.MID, StepType.LAST]
     assert time_step.discount.tolist() == [1.0, 0.0] and time_step.reward[1] == 0
@@ -321,19 +427,28 @@ def test_train_stops_at_a_non_finite_observation_naming_the_env_in_one_line(tmp_
 
 
 @pytest.mark.parametrize(
-    'dtype, bound, message',
+    'dtype, low, high',
     [
-        (np.float32, np.finfo(np.float32).max, r'\(6\.81e\+38\) exceeds the largest float32'),
-        (np.float64, np.finfo(np.float64).max, r'\(inf\) exceeds the largest float64'),
-        (np.float16, 40000.0, r'\(8e\+04\) exceeds the largest float16'),
+        (np.float32, -np.finfo(np.float32).max, np.finfo(np.float32).max),
+        (np.float64, -np.finfo(np.float64).max, np.finfo(np.float64).max),
+        (np.float16, -40000.0, 40000.0),
+        (np.float32, -np.inf, 1.0),
+        (np.float64, -1.0, np.inf),
     ],
+    ids=['float32-max', 'float64-max', 'float16-80000', 'infinite-low', 'infinite-high'],
 )
-def test_an_action_range_beyond_its_float_type_is_refused(dtype, bound, message):
+def test_an_action_range_its_float_type_cannot_hold_is_refused_as_unbounded(dtype, low, high):
     def make():
-        return EchoEnv(-bound, bound, dtype)
+        return EchoEnv(low, high, dtype)
 
-    with pytest.raises(ValueError, match=r"^Environment 'wide' has action space Box\(.*" + message):
+    with pytest.raises(ValueError) as raised:
         BatchedEnvironment([make], name='wide')
+    assert re.fullmatch(
+        r"Environment 'wide' has action space Box\(.*\): SAC, DDPG and TD3 need a continuous "
+        r'bounded action space \(a 1-D float Box with finite bounds whose range high - low '
+        r'its float type holds\)\.',
+        str(raised.value),
+    ), str(raised.value)
 
 
 def test_an_action_range_its_float_type_holds_maps_to_its_ends_and_middle():

@@ -1,5 +1,7 @@
 """A training env's running episode, recorded and replayed in a new env: what a resume continues."""
 
+import importlib
+import re
 import time
 
 import gymnasium
@@ -10,6 +12,7 @@ from gymnasium import spaces
 
 from alf_lite.data import StepType
 from alf_lite.environments import EpisodeReplayError, create_environment, episode_replay
+from cli_helpers import PENDULUM, TINY, assert_ok, checkpoint_steps, run_train, train_command
 from test_environments import _rollout  # registers the alf_test/ envs
 
 FIELDS = ('step_type', 'observation', 'reward', 'discount')
@@ -294,3 +297,94 @@ def test_a_reset_after_replaying_an_ended_episode_drops_the_reset_that_was_due(u
     assert after.step_type.tolist() == [StepType.MID] * 2
     assert after.reward.tolist() == [1.0, 1.0]
     assert after.observation[:, 0].tolist() == [1.0, 1.0]  # steps since the reset
+
+
+# A module that registers 'alf_test/Diverging-v0', to write where a train process imports it: a
+# simulator that is not deterministic across processes. In a process where DIVERGING_STEPS is n,
+# the first n steps that its envs take observe NaN; every other step is finite.
+DIVERGING_ENV_MODULE = """
+import os
+
+import gymnasium
+import numpy as np
+
+steps_in_process = 0
+
+
+class DivergingEnv(gymnasium.Env):
+    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float64)
+    action_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = float(self.np_random.uniform(-1, 1))
+        return np.array([self.x, 0.0]), {}
+
+    def step(self, action):
+        global steps_in_process
+        steps_in_process += 1
+        self.x = 0.9 * self.x + 0.1 * float(action[0])
+        diverged = steps_in_process <= int(os.environ.get('DIVERGING_STEPS', 0))
+        return np.array([self.x, np.nan if diverged else 0.0]), -self.x**2, False, False, {}
+
+
+gymnasium.register(
+    'alf_test/Diverging-v0',
+    entry_point=DivergingEnv,
+    max_episode_steps=300,
+    disable_env_checker=True,
+)
+"""
+DIVERGING_ENV = 'diverging_env:alf_test/Diverging-v0'
+
+
+def test_a_replay_that_ends_on_a_non_finite_value_did_not_replay_its_episode(tmp_path, monkeypatch):
+    (tmp_path / 'diverging_env.py').write_text(DIVERGING_ENV_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    diverging_env = importlib.import_module('diverging_env')
+    with create_environment(DIVERGING_ENV, 2, seed=0) as env:
+        _rollout(env, 5)
+        records = env.episode_records()
+    # The replay's 10 steps (5 in each env) observe NaN.
+    monkeypatch.setenv('DIVERGING_STEPS', str(diverging_env.steps_in_process + 10))
+    with create_environment(DIVERGING_ENV, 2, seed=0) as env:
+        with pytest.raises(EpisodeReplayError) as raised:
+            env.replay(records)
+        assert env.reset(seed=[5, 6]).step_type.tolist() == [StepType.FIRST] * 2
+    assert str(raised.value) == (
+        f"Environment '{DIVERGING_ENV}' (env 0 of 2) replayed its episode to values that are "
+        'not finite (observation[1] = nan), unlike the recorded one: the env is not '
+        'deterministic given its seed and actions.'
+    )
+
+
+@pytest.mark.timeout(240)
+def test_a_resume_whose_replay_ends_on_a_non_finite_value_restarts_the_envs_with_a_warning(
+    tmp_path, monkeypatch
+):
+    (tmp_path / 'diverging_env.py').write_text(DIVERGING_ENV_MODULE)
+    root_dir = tmp_path / 'run'
+    params = TINY + [
+        f"create_environment.env_name='{DIVERGING_ENV}'",
+        'TrainerConfig.checkpoint_interval=150',
+        'TrainerConfig.eval_interval=150',
+        'TrainerConfig.num_eval_episodes=1',
+    ]
+    command = train_command(root_dir, [PENDULUM], params + ['TrainerConfig.num_env_steps=150'])
+    assert_ok(run_train(command, cwd=tmp_path))
+    # In the resumed process the replay of the checkpoint's 150 steps ends on NaN.
+    monkeypatch.setenv('DIVERGING_STEPS', '150')
+    result = run_train(
+        train_command(root_dir, params=['TrainerConfig.num_env_steps=200']), cwd=tmp_path
+    )
+    assert_ok(result)
+    assert re.search(
+        r'the training envs cannot continue their episodes \('
+        + re.escape(
+            f"Environment '{DIVERGING_ENV}' (env 0 of 1) replayed its episode to values that "
+            'are not finite (observation[1] = nan)'
+        )
+        + r'.*\); they start new ones',
+        result.stderr,
+    ), result.stderr[-3000:]
+    assert checkpoint_steps(root_dir)[-1] == 200

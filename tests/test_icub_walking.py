@@ -172,15 +172,26 @@ def test_reward_of_a_constructed_step_forward_is_along_minus_x(env):
     assert not terminated
 
 
-@pytest.mark.parametrize('value', [np.nan, np.inf])
-def test_a_state_that_blew_up_terminates_with_a_finite_observation_and_reward(env, value):
+@pytest.mark.parametrize(
+    'index, value',
+    [
+        (FRAME_SIZE // 2, np.nan),
+        (FRAME_SIZE // 2, np.inf),
+        # A joint angle finite as float64, inf as float32.
+        (FRAME_SIZE // 2, 1e39),
+        # The mean x, finite as float32: the forward velocity gives a reward of -3.6e40.
+        (0, 3e38),
+    ],
+    ids=['nan', 'inf', 'beyond-float32', 'reward-beyond-float32'],
+)
+def test_a_state_that_blew_up_terminates_with_a_finite_observation_and_reward(env, index, value):
     env.reset(seed=0)
     u = env.unwrapped
     frame = u._frame
 
     def blown_up():
         state = frame()
-        state[FRAME_SIZE // 2] = value
+        state[index] = value
         return state
 
     u._frame = blown_up

@@ -53,7 +53,12 @@ import numpy as np
 from gymnasium import spaces
 
 from alf_lite.config import new_file_beside
-from alf_lite.environments.suite_pybullet import connect_direct, pybullet, render_rgb
+from alf_lite.environments.suite_pybullet import (
+    connect_direct,
+    finite_as_float32,
+    pybullet,
+    render_rgb,
+)
 
 ICUB_WALK_ID = 'ICubWalk-v0'
 ICUB_MODEL = 'iCubGazeboV2_5'
@@ -490,7 +495,7 @@ class ICubWalkEnv(gymnasium.Env):
         reward = icub_walk_reward(forward_velocity, a, joint_positions)
         chest_z = self._chest_z()
         terminated = chest_z < self._fall_z
-        if not (np.isfinite(self._current).all() and np.isfinite(chest_z)):
+        if not finite_as_float32(self._current, chest_z, reward):
             # The simulation blew up: the episode ends, with no reward from that state.
             terminated, reward = True, 0.0
         info = {'forward_velocity': forward_velocity, 'chest_z': chest_z}

@@ -10,8 +10,9 @@ import multiprocessing
 import os
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+import cloudpickle
 import gin
 import gymnasium
 import numpy as np
@@ -105,6 +106,10 @@ class NonFiniteEnvOutputError(EnvironmentCrashedError):
     The message names the env, its index, the step or reset, the field and the
     values. Unlike the other ``EnvironmentCrashedError``s it leaves the envs
     running, at the step that returned the value.
+
+    Attributes:
+        index: the env's index.
+        values: what is not finite, as the message lists it: 'observation[1] = nan'.
     """
 
 
@@ -157,11 +162,17 @@ class _GinBindings:
     A forked env process inherits them. One started by spawn (macOS's default)
     or forkserver (Linux's from Python 3.14) imports alf_lite afresh: without
     them it would build a gin-configurable env (``ICubWalkEnv``) with its
-    defaults, unlike the in-process eval envs.
+    defaults, unlike the in-process eval envs. The bindings travel as the text
+    gin writes out, and those gin cannot write (see ``_written_config``) as
+    their values, pickled; one that cannot be pickled either is left out, with
+    a warning naming it.
+
+    Args:
+        name: how the warning names the env.
     """
 
-    def __init__(self):
-        self._config = gin.config_str()
+    def __init__(self, name: str):
+        self._config, unwritten = _written_config()
         config = gin.config._CONFIG
         bound = [gin.config._REGISTRY[selector] for _, selector in config]
         bound += [reference.configurable for reference in gin.config.iterate_references(config)]
@@ -169,10 +180,32 @@ class _GinBindings:
         # outside alf_lite (a user's env module) are not skipped as unknown.
         modules = {getattr(configurable.wrapped, '__module__', None) for configurable in bound}
         self._modules = sorted(modules - {None})
+        # A forked process has them all, and nothing of this object is pickled for it.
+        self._unwritten = {}
+        start_method = multiprocessing.get_start_method()
+        if start_method == 'fork':
+            return
+        left_out = []
+        for key, value in unwritten.items():
+            try:
+                cloudpickle.dumps(value)  # as gymnasium sends the env factory to its process
+            except Exception as e:  # noqa: BLE001  (whatever pickling a user's value raises)
+                left_out.append(f'{_binding_name(key)} ({type(e).__name__}: {e})')
+            else:
+                self._unwritten[key] = value
+        if left_out:
+            logging.warning(
+                "Environment '%s': its env processes (started by %s, which imports afresh) are "
+                'built without these gin bindings, whose values gin cannot write out and '
+                'pickle cannot carry: %s.',
+                name,
+                start_method,
+                '; '.join(left_out),
+            )
 
     def apply(self) -> None:
         """Make this process's gin bindings the creator's, unless it has them (a forked one)."""
-        if gin.config_str() == self._config:
+        if _written_config()[0] == self._config:
             return
         import alf_lite.all_configurables  # noqa: F401  (registers every alf_lite configurable)
 
@@ -189,6 +222,53 @@ class _GinBindings:
                 )
         gin.clear_config()
         gin.parse_config(self._config, skip_unknown=True)
+        for key, value in self._unwritten.items():
+            # Skipped where its configurable is unknown, as parse_config skips the others
+            # (its module could not be imported: warned above).
+            with contextlib.suppress(ValueError):
+                gin.bind_parameter(key, value)
+
+
+def _written_config() -> Tuple[str, Dict[Tuple[str, str, str], Any]]:
+    """This process's gin bindings as gin writes them out, and those it cannot write.
+
+    ``gin.config_str()`` leaves out a binding whose value ``repr`` does not
+    write as a gin literal that parses back equal: ``inf`` (a gin file's
+    ``1e999``), ``nan``, numpy scalars, sets, fractions, other objects, and
+    containers holding any of them. A macro of such a value it writes all the
+    same, in a line that does not parse back (``X = inf``): such macros are
+    left out of the text too.
+
+    Returns:
+        the text (``gin.config_str()`` without those macros), and the values of
+        the bindings it lacks by ``(scope, selector, parameter)``, the key
+        ``gin.bind_parameter`` takes (``(name, 'gin.macro', 'value')`` for a macro).
+    """
+    config = gin.config._CONFIG
+    unwritten = {
+        (scope, selector, parameter): value
+        for (scope, selector), parameters in config.items()
+        for parameter, value in parameters.items()
+        if not gin.config._is_literally_representable(value)
+    }
+    written = {
+        (scope, selector): parameters
+        for (scope, selector), parameters in config.items()
+        if not (
+            gin.config._REGISTRY[selector].wrapped is gin.config.macro
+            and (scope, selector, 'value') in unwritten
+        )
+    }
+    return gin.config._config_str(written), unwritten
+
+
+def _binding_name(key: Tuple[str, str, str]) -> str:
+    """How gin spells the binding of ``(scope, selector, parameter)``: ``scope/Name.parameter``."""
+    scope, selector, parameter = key
+    if gin.config._REGISTRY[selector].wrapped is gin.config.macro:
+        return scope
+    name = f'{gin.config._REGISTRY.minimal_selector(selector)}.{parameter}'
+    return f'{scope}/{name}' if scope else name
 
 
 class _NamedEnvFactory:
@@ -297,8 +377,8 @@ class BatchedEnvironment:
             names ``name`` and the env's index, and all env processes are
             stopped.
         NonFiniteEnvOutputError: (an ``EnvironmentCrashedError``) from
-            ``reset``, ``step`` and ``replay``, when an env returned a NaN or
-            infinite observation or reward; the envs are left running.
+            ``reset`` and ``step``, when an env returned a NaN or infinite
+            observation or reward; the envs are left running.
     """
 
     def __init__(
@@ -329,7 +409,7 @@ class BatchedEnvironment:
         # True while a call into the envs is under way, so a signal handler can
         # tell that the caller may be stuck in it.
         self.busy = False
-        gin_bindings = _GinBindings() if use_subprocesses else None
+        gin_bindings = _GinBindings(name) if use_subprocesses else None
         env_fns = [
             _NamedEnvFactory(fn, name, i, self.num_envs, label, gin_bindings)
             for i, fn in enumerate(env_fns)
@@ -341,7 +421,7 @@ class BatchedEnvironment:
             children_before = _child_pids()
             try:
                 # copy=False: the shared-memory observation is copied into a new
-                # float32 array in _observation() anyway, so one copy suffices.
+                # float32 array in _checked_outputs() anyway, so one copy suffices.
                 self._env.__init__(
                     env_fns, shared_memory=True, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
                 )
@@ -371,7 +451,8 @@ class BatchedEnvironment:
         self._pending_active = None
         # The TimeStep the envs are at: an env left out of a step keeps its row.
         self._latest = None
-        # Steps started since the envs were created, to name one in an error.
+        # Steps started since the envs' latest reset (or replay), to name one in an error:
+        # an evaluation's count from its own reset.
         self._num_steps = 0
         self._step_sent = 0.0
         self._env_id = torch.arange(self.num_envs, dtype=torch.int64)
@@ -395,24 +476,12 @@ class BatchedEnvironment:
             isinstance(act_space, spaces.Box)
             and np.issubdtype(act_space.dtype, np.floating)
             and len(act_space.shape) == 1
-            and np.all(np.isfinite(act_space.low))
-            and np.all(np.isfinite(act_space.high))
+            and _range_is_finite(act_space)
         ):
             raise ValueError(
-                f"Environment '{name}' has action space {act_space}: SAC, DDPG and TD3 "
-                'need a continuous bounded action space (a 1-D float Box with finite bounds).'
-            )
-        # The mapping computes high - low in the space's own float type, where a
-        # wider range (the bounds -max and max, a way to write unbounded) is inf.
-        with np.errstate(over='ignore'):
-            action_range = act_space.high.astype(np.float64) - act_space.low.astype(np.float64)
-        largest = np.finfo(act_space.dtype).max
-        if not np.all(action_range <= largest):
-            raise ValueError(
-                f"Environment '{name}' has action space {act_space}: its range high - low "
-                f'({np.max(action_range):.3g}) exceeds the largest {act_space.dtype} '
-                f'({largest:.3g}). SAC, DDPG and TD3 need a continuous bounded action space '
-                '(a 1-D float Box with finite bounds whose range its float type holds).'
+                f"Environment '{name}' has action space {act_space}: SAC, DDPG and TD3 need a "
+                'continuous bounded action space (a 1-D float Box with finite bounds whose '
+                'range high - low its float type holds).'
             )
         self.observation_dim = int(obs_space.shape[0])
         self.action_dim = int(act_space.shape[0])
@@ -424,61 +493,77 @@ class BatchedEnvironment:
         self._space_high = act_space.high
         self._action_half_range = 0.5 * (self._space_high - self._space_low)
 
-    def _observation(
+    def _checked_outputs(
         self,
         obs: np.ndarray,
         what: str,
         env_reward: Optional[np.ndarray] = None,
-        reward: Optional[np.ndarray] = None,
         was_reset: Optional[np.ndarray] = None,
-    ) -> torch.Tensor:
-        """The envs' observations as a float32 tensor, checked finite with their float32 rewards.
+    ) -> Tuple[torch.Tensor, Optional[np.ndarray]]:
+        """The envs' observations as a float32 tensor and their rewards as float32, checked finite.
 
         Args:
             obs: the observations the envs returned.
             what: where they come from, for the error: 'of step 3'.
             env_reward: the rewards the envs returned; None at a reset.
-            reward: ``env_reward`` as float32, as the ``TimeStep`` has it.
-            was_reset: which envs were reset by the call, for the error.
+            was_reset: which envs the call reset (their reward is 0), for a step.
+        Returns:
+            the observations, and the rewards (None without ``env_reward``).
         Raises:
             NonFiniteEnvOutputError: naming the first env with a NaN or infinite value.
         """
-        # np.array always copies (the vector env reuses its buffer) and casts
-        # MuJoCo's float64 to float32 in the same pass.
-        observation = np.array(obs, dtype=np.float32)
-        # Checked after the casts, which turn a value beyond float32's range into inf.
+        # A value beyond float32's range becomes inf, which the error reports with the
+        # env's value: numpy's warning of the overflow would only print ahead of it.
+        with np.errstate(over='ignore'):
+            # np.array always copies (the vector env reuses its buffer) and casts
+            # MuJoCo's float64 to float32 in the same pass.
+            observation = np.array(obs, dtype=np.float32)
+            reward = None if env_reward is None else np.array(env_reward, dtype=np.float32)
+        if reward is not None:
+            reward[was_reset] = 0.0
         if not (np.isfinite(observation).all() and (reward is None or np.isfinite(reward).all())):
-            raise self._non_finite_error(obs, observation, what, env_reward, reward, was_reset)
-        return torch.from_numpy(observation)
+            raise self._non_finite_error(obs, env_reward, observation, reward, what, was_reset)
+        return torch.from_numpy(observation), reward
 
     def _non_finite_error(
-        self, obs, observation, what, env_reward, reward, was_reset
+        self,
+        obs: np.ndarray,
+        env_reward: Optional[np.ndarray],
+        observation: np.ndarray,
+        reward: Optional[np.ndarray],
+        what: str,
+        was_reset: Optional[np.ndarray],
     ) -> NonFiniteEnvOutputError:
-        """The error naming the first env whose observation or reward is not finite."""
-        bad_obs = ~np.isfinite(observation)
-        bad_reward = np.zeros(self.num_envs, bool) if reward is None else ~np.isfinite(reward)
-        i = int(np.flatnonzero(bad_obs.any(axis=1) | bad_reward)[0])
+        """The error naming the first env whose float32 ``observation`` or ``reward`` is not
+        finite, with the values the env returned (``obs``, ``env_reward``)."""
+        width = observation.shape[1]
+        # The reward, if any, as one more column.
+        i, columns = _first_non_finite(
+            observation if reward is None else np.column_stack((observation, reward))
+        )
+        obs_columns = columns[columns < width]
         fields, values = [], []
-        if bad_obs[i].any():
+        if len(obs_columns):
             fields.append('observation')
-            columns = np.flatnonzero(bad_obs[i])
             values += [
                 f'observation[{j}] = {_value_text(obs[i][j], observation[i, j])}'
-                for j in columns[:_MAX_LISTED_VALUES]
+                for j in obs_columns[:_MAX_LISTED_VALUES]
             ]
-            if len(columns) > _MAX_LISTED_VALUES:
-                values.append(f'and {len(columns) - _MAX_LISTED_VALUES} more')
-        if bad_reward[i]:
+            if len(obs_columns) > _MAX_LISTED_VALUES:
+                values.append(f'and {len(obs_columns) - _MAX_LISTED_VALUES} more')
+        if columns[-1] == width:
             fields.append('reward')
             values.append(f'reward = {_value_text(env_reward[i], reward[i])}')
         if was_reset is not None and was_reset[i]:
             what += ' (the reset after its episode ended)'
-        return NonFiniteEnvOutputError(
+        error = NonFiniteEnvOutputError(
             f'{self.which(i)}: the {" and the ".join(fields)} {what} '
             f'{"are" if len(fields) > 1 else "is"} not finite: {", ".join(values)}. An env '
             'must return finite ones (one whose simulation diverged can end its episode, '
             'terminated, with a finite observation).'
         )
+        error.index, error.values = i, ', '.join(values)
+        return error
 
     def _env_seeds(self, seed: Union[int, Sequence[int]]) -> List[int]:
         """One seed per env: ``seed + i`` for an int, the sequence itself otherwise."""
@@ -513,7 +598,7 @@ class BatchedEnvironment:
         obs = self._reset_envs(seeds)
         self._latest = TimeStep(
             step_type=torch.full((self.num_envs,), StepType.FIRST, dtype=torch.uint8),
-            observation=self._observation(obs, 'returned by reset()'),
+            observation=self._checked_outputs(obs, 'returned by reset()')[0],
             reward=torch.zeros(self.num_envs, dtype=torch.float32),
             discount=torch.ones(self.num_envs, dtype=torch.float32),
             env_id=self._env_id,
@@ -529,6 +614,7 @@ class BatchedEnvironment:
         else:
             obs, _ = self._call(self._env.reset, seed=seeds)
         self._done[:] = False
+        self._num_steps = 0
         return obs
 
     def step(self, action: torch.Tensor, active: Optional[np.ndarray] = None) -> TimeStep:
@@ -550,6 +636,7 @@ class BatchedEnvironment:
             NonFiniteEnvOutputError: when an observation or reward the envs
                 returned is not finite (NaN, infinite, or beyond float32's
                 range), naming the env and the step; the envs took the step.
+            Both count the step from the latest ``reset`` (an evaluation's own).
         Returns:
             ``TimeStep``: LAST with discount 0 on termination, LAST with
             discount 1 on truncation only, FIRST (reward 0, discount 1) for the
@@ -581,9 +668,8 @@ class BatchedEnvironment:
             # The actions of the envs left out are ignored, whatever they hold.
             a = np.where(active[:, None], a, 0.0).astype(a.dtype, copy=False)
         # np.clip passes NaN on, and an env given NaN torques goes on with a NaN state.
-        finite = np.isfinite(a)
-        if not finite.all():
-            i = int(np.flatnonzero(~finite.all(axis=1))[0])
+        if not np.isfinite(a).all():
+            i, _ = _first_non_finite(a)
             raise NonFiniteActionError(
                 f'{self.which(i)}: the action of step '
                 f'{self._num_steps + 1} is not finite: {a[i].tolist()}.'
@@ -655,12 +741,10 @@ class BatchedEnvironment:
         """
         step_type = np.where(terminated | truncated, StepType.LAST, StepType.MID).astype(np.uint8)
         step_type[was_reset] = StepType.FIRST
-        reward = np.array(env_reward, dtype=np.float32)
-        reward[was_reset] = 0.0
         discount = np.where(terminated & ~was_reset, 0.0, 1.0).astype(np.float32)
         done = (terminated | truncated) & ~was_reset
         # Checks the rows of the envs left out too: their latest results, checked as they came.
-        observation = self._observation(obs, what, env_reward, reward, was_reset)
+        observation, reward = self._checked_outputs(obs, what, env_reward, was_reset)
         if active is not None:
             left_out, latest = ~active, self._latest
             step_type[left_out] = latest.step_type.numpy()[left_out]
@@ -717,8 +801,10 @@ class BatchedEnvironment:
         Returns:
             the ``TimeStep`` each env is at, as ``step`` or ``reset`` returned it.
         Raises:
-            EpisodeReplayError: naming the env, when a record is malformed or an
-                env could not replay it; ``reset`` the envs then.
+            EpisodeReplayError: naming the env, when a record is malformed, an
+                env could not replay it, or it replayed it to a NaN or infinite
+                observation or reward (not deterministic: the recorded episode was
+                finite); ``reset`` the envs then.
         """
         if len(records) != self.num_envs:
             raise EpisodeReplayError(
@@ -743,9 +829,17 @@ class BatchedEnvironment:
                 raise EpisodeReplayError(f'{self.which(i)} could not replay its episode: {result}')
         obs, reward, terminated, truncated = (np.array(column) for column in zip(*results))
         just_reset = np.array([len(r['actions']) == 0 for r in plain])
-        return self._time_step(
-            obs, reward, terminated, truncated, just_reset, 'at the end of its replayed episode'
-        )
+        try:
+            return self._time_step(
+                obs, reward, terminated, truncated, just_reset, 'at the end of its replayed episode'
+            )
+        except NonFiniteEnvOutputError as e:
+            # Every step of the recorded episode was checked finite as it came.
+            raise EpisodeReplayError(
+                f'{self.which(e.index)} replayed its episode to values that are not finite '
+                f'({e.values}), unlike the recorded one: the env is not deterministic given its '
+                'seed and actions.'
+            ) from None
 
     def _call_envs(self, name: str, env_calls: int = 1) -> tuple:
         """Each env's ``name()`` (a method of a wrapper of it), in env order.
@@ -897,6 +991,22 @@ def _value_text(env_value, value: np.floating) -> str:
     if np.isfinite(env_value):
         return f'{value} (the env gave {env_value.item():.6g} as {env_value.dtype}, beyond float32)'
     return str(value)
+
+
+def _range_is_finite(space: spaces.Box) -> bool:
+    """Whether ``high - low`` of ``space`` is finite in its own float type, where the action
+    mapping computes it: infinite bounds, and the bounds -max and max (a way to write
+    unbounded), give inf."""
+    with np.errstate(over='ignore', invalid='ignore'):
+        return bool(np.isfinite(space.high - space.low).all())
+
+
+def _first_non_finite(values: np.ndarray) -> Tuple[int, np.ndarray]:
+    """The first env (row) of ``[N, D]`` ``values`` with a NaN or infinite value, and the
+    columns of that row that are; ``values`` must have one."""
+    bad = ~np.isfinite(values)
+    i = int(np.flatnonzero(bad.any(axis=1))[0])
+    return i, np.flatnonzero(bad[i])
 
 
 def _record_problem(record, action_dim: int) -> Optional[str]:

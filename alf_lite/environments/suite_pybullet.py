@@ -71,6 +71,21 @@ WALK_TARGET = (1e3, 0.0)  # 1 km ahead along +x.
 ELECTRICITY_COST = -2.0  # times mean |action * 0.1 joint speed|
 STALL_TORQUE_COST = -0.1  # times mean action^2
 JOINTS_AT_LIMIT_COST = -0.1  # per joint within 1% of a limit
+# Beyond this magnitude a value becomes inf as float32, the type of observations and rewards.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def finite_as_float32(*values) -> bool:
+    """Whether every value of ``values`` (arrays or numbers) is finite as float32: neither NaN
+    nor infinite, nor beyond float32's range (a float64 of 1e39 is stored as inf).
+
+    A simulation that blew up can give such values with no NaN or inf among them.
+    """
+    # A NaN fails the comparison (the max of an array holding one is NaN).
+    return all(
+        (np.abs(value).max() if isinstance(value, np.ndarray) else abs(value)) <= _FLOAT32_MAX
+        for value in values
+    )
 
 
 def connect_direct() -> 'bullet_client.BulletClient':
@@ -350,7 +365,7 @@ class LocomotionBulletEnv(gymnasium.Env):
         state = np.concatenate([more, joints, self._feet_contact])
         # Checked before the clip, which turns an infinite value into a finite 5; a NaN
         # becomes 0: the episode's last observation is finite, for the policy that acts on it.
-        self._state_is_finite = bool(np.isfinite(state).all())
+        self._state_is_finite = finite_as_float32(state)
         return np.clip(np.nan_to_num(state, nan=0.0), -5, 5).astype(np.float32), pos[2], pitch, xy
 
     def reset(self, *, seed=None, options=None):
@@ -400,10 +415,12 @@ class LocomotionBulletEnv(gymnasium.Env):
         )
         joints_at_limit = JOINTS_AT_LIMIT_COST * self._joints_at_limit
         reward = alive + progress + electricity + joints_at_limit
-        if not self._state_is_finite:
+        # The reward holds what the observation does not: the progress of the position xy.
+        blew_up = not (self._state_is_finite and finite_as_float32(reward))
+        if blew_up:
             # The simulation blew up: the episode ends, with no reward from that state.
             reward = 0.0
-        terminated = bool((self._robot.terminates and alive < 0) or not self._state_is_finite)
+        terminated = bool((self._robot.terminates and alive < 0) or blew_up)
         info = {
             'alive': alive,
             'progress': progress,
