@@ -18,13 +18,14 @@ import difflib
 # Python 3.11 as soon as a gin file has an ``include``.
 import importlib.util  # noqa: F401
 import inspect
+import math
 import os
 import re
 import tokenize
 import types
 import typing
 import uuid
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import gin
 from gin import config_parser
@@ -175,6 +176,7 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
         _check_macros_defined(state.bindings)
         _check_scopes_opened(state.bindings)
         _check_value_types(state.bindings.values())
+        _check_values_written_back(state.bindings.values())
     except BaseException:
         gin.clear_config()
         _parsed = None
@@ -495,6 +497,50 @@ def _check_value_types(bindings) -> None:
             f"'{statement.arg_name}' of '{statement.selector}' takes "
             f'{_type_text(annotation)}{example}. Fix the value.'
         )
+
+
+def _check_values_written_back(bindings) -> None:
+    """Fail now on a value that a run's ``config.gin`` cannot hold: a float that is not
+    finite (``1e999``), which gin writes out as ``inf``, a name it cannot read back (or
+    leaves out), so that the run's resume would fail or run without it."""
+    for statement, gin_param in bindings:
+        value, macro = _through_macros(statement.value)
+        if not any(_not_finite(v) for v in _literals(value)):
+            continue
+        scope = f'{statement.scope}/' if statement.scope else ''
+        binding = f'{scope}{statement.selector}.{statement.arg_name}'
+        through = '' if macro is None else f' (from %{macro})'
+        raise ConfigError(
+            f'`{binding}` in {_statement_where(statement, gin_param)} is {value!r}{through}, '
+            "which the run's config.gin cannot hold (gin writes it out as a name it cannot "
+            'read back, so a resume would fail or run without it). Give a finite number, or '
+            'None where the parameter takes one (create_environment.step_timeout = None waits '
+            'forever).'
+        )
+    for (name, selector), params in gin.config._CONFIG.items():
+        if selector == 'gin.macro' and any(_not_finite(v) for v in _literals(params['value'])):
+            raise ConfigError(
+                f"macro {name} is {params['value']!r}, which the run's config.gin cannot hold "
+                '(gin writes it out as a name it cannot read back, so a resume would fail). '
+                'Give a finite number.'
+            )
+
+
+def _literals(value) -> Iterator[object]:
+    """The literal values in ``value``, inside lists, tuples and dicts (keys included)."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _literals(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _literals(key)
+            yield from _literals(item)
+    else:
+        yield value
+
+
+def _not_finite(value) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _through_macros(value) -> Tuple[object, Optional[str]]:

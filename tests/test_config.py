@@ -1,6 +1,7 @@
 """Promises of alf_lite.config: includes, override order, clean slate, errors, round trips."""
 
 import os
+import re
 import stat
 from typing import Tuple
 
@@ -540,3 +541,23 @@ def test_missing_file_says_what_a_relative_path_resolves_against(tmp_path, monke
         f"Gin file 'missing.gin' not found: looked for {tmp_path / 'exp' / 'missing.gin'} (a "
         f'relative path resolves against the directory of the including file, {tmp_path / "exp"}).'
     ) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    'params, named',
+    [
+        (['my_fn.alpha = 1e999'], '`my_fn.alpha` in --gin_param'),
+        (['NEVER = -1e999', 'my_fn.alpha = %NEVER'], 'is -inf (from %NEVER)'),
+        (['my_fn.alpha = {"x": [1, 1e999]}'], "is {'x': [1, inf]}"),
+        (['NEVER = 1e999'], 'macro NEVER is inf'),
+    ],
+    ids=['binding', 'through_a_macro', 'in_a_dict', 'unused_macro'],
+)
+def test_a_value_config_gin_cannot_hold_is_refused_at_parse_time(params, named):
+    # gin writes an infinite float out as ``inf``, which it cannot read back: the run's
+    # config.gin would fail its resume, or drop the binding.
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        config.parse_config([], params)
+    assert gin.config_str() == ''
+    config.parse_config([], ['my_fn.alpha = 1e300', 'my_fn.beta = None'])
+    assert my_fn() == (1e300, None)
