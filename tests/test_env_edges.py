@@ -510,3 +510,36 @@ def test_a_bfloat16_action_is_mapped_as_its_float32_value():
         as_bfloat16 = env.step(action.to(torch.bfloat16)).observation
     assert as_float32.tolist() == [[-1.0], [2.0], [1.75]]
     assert torch.equal(as_bfloat16, as_float32)
+
+
+class EndsOnNanReward(gymnasium.Env):
+    """Terminates at its second step, with a NaN reward."""
+
+    observation_space = spaces.Box(-1e3, 1e3, (1,), np.float32)
+    action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return np.array([100.0], np.float32), {}
+
+    def step(self, action):
+        self._t += 1
+        reward = float('nan') if self._t == 2 else 1.0
+        return np.array([self._t], np.float32), reward, self._t == 2, False, {}
+
+
+@pytest.mark.parametrize('use_subprocesses', [False, True], ids=['in_process', 'subprocess'])
+def test_an_env_whose_last_step_raises_resets_at_its_next_one(use_subprocesses):
+    # The error leaves the envs running; the step after an episode's LAST is its reset
+    # (FIRST), never a MID that would join two episodes.
+    with BatchedEnvironment(
+        [EndsOnNanReward], use_subprocesses=use_subprocesses, name='EndsOnNanReward'
+    ) as env:
+        env.reset(seed=0)
+        env.step(torch.zeros(1, 1))
+        with pytest.raises(NonFiniteEnvOutputError, match='the reward of step 2'):
+            env.step(torch.zeros(1, 1))
+        after = env.step(torch.zeros(1, 1))
+    assert int(after.step_type[0]) == StepType.FIRST
+    assert after.observation.tolist() == [[100.0]] and after.reward.tolist() == [0.0]

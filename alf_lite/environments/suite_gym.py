@@ -743,6 +743,11 @@ class BatchedEnvironment:
         step_type[was_reset] = StepType.FIRST
         discount = np.where(terminated & ~was_reset, 0.0, 1.0).astype(np.float32)
         done = (terminated | truncated) & ~was_reset
+        if active is not None:
+            done[~active] = self._done[~active]
+        # Noted before the check: an env that ended its episode in a step that raises
+        # resets at its next one (FIRST), whether or not the caller goes on.
+        self._done = done
         # Checks the rows of the envs left out too: their latest results, checked as they came.
         observation, reward = self._checked_outputs(obs, what, env_reward, was_reset)
         if active is not None:
@@ -751,8 +756,6 @@ class BatchedEnvironment:
             reward[left_out] = latest.reward.numpy()[left_out]
             discount[left_out] = latest.discount.numpy()[left_out]
             observation[torch.from_numpy(left_out)] = latest.observation[left_out]
-            done[left_out] = self._done[left_out]
-        self._done = done
         self._latest = TimeStep(
             step_type=torch.from_numpy(step_type),
             observation=observation,
