@@ -10,6 +10,7 @@ literal value is checked against its parameter's type annotation here, before
 anything is built; a reference or macro is not, as its value is known only then.
 """
 
+import cmath
 import collections.abc
 import contextlib
 import difflib
@@ -18,7 +19,6 @@ import difflib
 # Python 3.11 as soon as a gin file has an ``include``.
 import importlib.util  # noqa: F401
 import inspect
-import math
 import os
 import re
 import tokenize
@@ -513,9 +513,9 @@ def _check_values_written_back(bindings) -> None:
         raise ConfigError(
             f'`{binding}` in {_statement_where(statement, gin_param)} is {value!r}{through}, '
             "which the run's config.gin cannot hold (gin writes it out as a name it cannot "
-            'read back, so a resume would fail or run without it). Give a finite number, or '
-            'None where the parameter takes one (create_environment.step_timeout = None waits '
-            'forever).'
+            'read back, so a resume would fail or run without it). Give a finite number (a '
+            'large one stands for no bound, e.g. 1e30), or None where the parameter takes it '
+            '(create_environment.step_timeout = None waits forever).'
         )
     for (name, selector), params in gin.config._CONFIG.items():
         if selector == 'gin.macro' and any(_not_finite(v) for v in _literals(params['value'])):
@@ -540,7 +540,7 @@ def _literals(value) -> Iterator[object]:
 
 
 def _not_finite(value) -> bool:
-    return isinstance(value, float) and not math.isfinite(value)
+    return isinstance(value, (float, complex)) and not cmath.isfinite(value)
 
 
 def _through_macros(value) -> Tuple[object, Optional[str]]:

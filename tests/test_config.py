@@ -550,8 +550,9 @@ def test_missing_file_says_what_a_relative_path_resolves_against(tmp_path, monke
         (['NEVER = -1e999', 'my_fn.alpha = %NEVER'], 'is -inf (from %NEVER)'),
         (['my_fn.alpha = {"x": [1, 1e999]}'], "is {'x': [1, inf]}"),
         (['NEVER = 1e999'], 'macro NEVER is inf'),
+        (['my_fn.alpha = 1e999j'], 'is infj'),
     ],
-    ids=['binding', 'through_a_macro', 'in_a_dict', 'unused_macro'],
+    ids=['binding', 'through_a_macro', 'in_a_dict', 'unused_macro', 'complex'],
 )
 def test_a_value_config_gin_cannot_hold_is_refused_at_parse_time(params, named):
     # gin writes an infinite float out as ``inf``, which it cannot read back: the run's

@@ -224,3 +224,26 @@ def test_train_refuses_a_key_the_env_does_not_take_in_one_line_and_writes_nothin
         errors[0],
     ), errors[0]
     assert not (tmp_path / 'experiments').exists()
+
+
+def test_an_entry_point_whose_module_fails_to_import_is_named(tmp_path, monkeypatch):
+    # Not only an ImportError: gymnasium raises its own DependencyNotInstalled, say.
+    (tmp_path / 'alf_test_broken_env_module.py').write_text(
+        "raise RuntimeError('a simulator extra is not installed')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gymnasium.register(
+        'alf_test/BrokenModule-v0',
+        entry_point='alf_test_broken_env_module:Env',
+        max_episode_steps=5,
+    )
+    try:
+        with pytest.raises(
+            ValueError,
+            match=r"'alf_test/BrokenModule-v0': cannot load its entry point "
+            r"'alf_test_broken_env_module:Env' to check create_environment\.env_kwargs: "
+            r'RuntimeError: a simulator extra is not installed',
+        ):
+            create_environment('alf_test/BrokenModule-v0', env_kwargs={'x': 1})
+    finally:
+        del gymnasium.registry['alf_test/BrokenModule-v0']

@@ -233,8 +233,8 @@ def _written_config() -> Tuple[str, Dict[Tuple[str, str, str], Any]]:
     """This process's gin bindings as gin writes them out, and those it cannot write.
 
     ``gin.config_str()`` leaves out a binding whose value ``repr`` does not
-    write as a gin literal that parses back equal: ``inf`` (a gin file's
-    ``1e999``), ``nan``, numpy scalars, sets, fractions, other objects, and
+    write as a gin literal that parses back equal: ``inf`` and ``nan`` (bound in
+    Python: a gin file's ``1e999`` is refused), numpy scalars, sets, fractions, other objects, and
     containers holding any of them. A macro of such a value it writes all the
     same, in a line that does not parse back (``X = inf``): such macros are
     left out of the text too.
@@ -636,7 +636,8 @@ class BatchedEnvironment:
             NonFiniteEnvOutputError: when an observation or reward the envs
                 returned is not finite (NaN, infinite, or beyond float32's
                 range), naming the env and the step; the envs took the step.
-            Both count the step from the latest ``reset`` (an evaluation's own).
+                (Both errors count the step from the latest ``reset``, an
+                evaluation's own, or ``replay``.)
         Returns:
             ``TimeStep``: LAST with discount 0 on termination, LAST with
             discount 1 on truncation only, FIRST (reward 0, discount 1) for the
@@ -1285,7 +1286,7 @@ def _entry_point(env_name: str, spec: gymnasium.envs.registration.EnvSpec) -> Ca
         return spec.entry_point
     try:
         return gymnasium.envs.registration.load_env_creator(spec.entry_point)
-    except (ImportError, AttributeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001  (an import may raise anything, e.g. a missing extra)
         raise ValueError(
             f"Environment '{env_name}': cannot load its entry point {spec.entry_point!r} to "
             f'check create_environment.env_kwargs: {type(e).__name__}: {e}'
