@@ -334,9 +334,9 @@ def _friendly_error(
     if match:
         name = match['name']
         kind = 'configurable reference' if match.re is _UNKNOWN_REFERENCE else 'configurable'
-        closest = _closest(name, _configurable_names(name.count('.') + 1))
+        closest = closest_names(name, _configurable_names(name.count('.') + 1))
         hint = (
-            f'Closest registered names: {_quoted(closest)}.'
+            f'Closest registered names: {quoted_names(closest)}.'
             if closest
             else 'No registered configurable has a similar name.'
         )
@@ -360,8 +360,8 @@ def _friendly_error(
     if match:
         name, param = match['name'], match['param']
         valid = _parameter_names(name)
-        closest = _closest(param, valid)
-        hint = f'Closest valid names: {_quoted(closest)}. ' if closest else ''
+        closest = closest_names(param, valid)
+        hint = f'Closest valid names: {quoted_names(closest)}. ' if closest else ''
         return ConfigError(
             f"Configurable '{name}' has no configurable parameter '{param}' in {where}. {hint}"
             f'Its configurable parameters are: {", ".join(valid) or "none"}.'
@@ -419,8 +419,8 @@ def _check_macros_defined(recorded) -> None:
             for ref in gin.config.iterate_references(value, to=macro):
                 if ref.config_key not in bindings:
                     name = '/'.join(ref.scopes)
-                    closest = _closest(name, defined)
-                    hint = f'Closest defined macros: {_quoted(closest)}. ' if closest else ''
+                    closest = closest_names(name, defined)
+                    hint = f'Closest defined macros: {quoted_names(closest)}. ' if closest else ''
                     binding = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
                     statement = recorded.get((scope, selector, param))
                     where = '' if statement is None else f' ({_statement_where(*statement)})'
@@ -452,8 +452,8 @@ def _check_scopes_opened(recorded) -> None:
             continue
         for part in scope.split('/'):
             if part not in opened:
-                closest = _closest(part, sorted(opened))
-                hint = f'Closest opened scopes: {_quoted(closest)}. ' if closest else ''
+                closest = closest_names(part, sorted(opened))
+                hint = f'Closest opened scopes: {quoted_names(closest)}. ' if closest else ''
                 places = [
                     _statement_where(statement, gin_param)
                     for (s, sel, _), (statement, gin_param) in recorded.items()
@@ -675,12 +675,13 @@ def _parameter_names(selector: str) -> List[str]:
     return names
 
 
-def _closest(name: str, candidates: Sequence[str]) -> List[str]:
+def closest_names(name: str, candidates: Sequence[str]) -> List[str]:
     """Up to 3 candidates closest to ``name``, ignoring case (``lr`` vs ``LR`` is a typo too)."""
     by_lower = {c.lower(): c for c in candidates}
     matches = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
     return [by_lower[m] for m in matches]
 
 
-def _quoted(names: Sequence[str]) -> str:
+def quoted_names(names: Sequence[str]) -> str:
+    """``'a', 'b'``: names as the error messages list them."""
     return ', '.join(f"'{n}'" for n in names)

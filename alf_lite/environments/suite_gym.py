@@ -23,7 +23,7 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import concatenate
 
-from alf_lite.config import _closest, _quoted
+from alf_lite.config import closest_names, quoted_names
 from alf_lite.data import StepType, TimeStep
 from alf_lite.environments import episode_replay, watchdog
 from alf_lite.environments.episode_replay import ReplayableEnv
@@ -1266,8 +1266,8 @@ def _checked_env_kwargs(
         settable = [a for a in accepted if a not in _SET_BY_CREATE_ENVIRONMENT + tuple(spec.kwargs)]
         for key in env_kwargs:
             if key not in accepted:
-                closest = _closest(key, settable)
-                hint = f'Closest valid keys: {_quoted(closest)}. ' if closest else ''
+                closest = closest_names(key, settable)
+                hint = f'Closest valid keys: {quoted_names(closest)}. ' if closest else ''
                 raise ValueError(
                     f"create_environment.env_kwargs has the key '{key}', which no constructor "
                     f"argument of '{env_name}' ({spec.entry_point}) takes. {hint}Its keys "
