@@ -23,7 +23,7 @@ import datetime
 import fcntl
 import os
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from absl import logging
 
@@ -255,22 +255,52 @@ def split_binding(statement: str) -> Optional[Tuple[str, str]]:
     return (match['name'], match['value']) if match else None
 
 
+# A macro reference in a binding's value: ``%NAME`` (gin's macros may be scoped).
+_MACRO_REFERENCE = re.compile(r'%([A-Za-z_][\w./]*)')
+
+
+def resume_safe_names(bindings: Dict[str, str]) -> Set[str]:
+    """The names among ``bindings`` (``{name: value text}``) that a resume may change.
+
+    Those of ``RESUME_SAFE_PARAMETERS``, and each macro that only they use,
+    directly or through other such macros: ``STEPS = 5000`` with
+    ``TrainerConfig.num_env_steps = %STEPS`` sets how long the run is, as the
+    parameter does. A macro no binding uses, or one any other binding uses
+    (``ReplayBuffer.capacity = %STEPS``), is part of the experiment.
+    """
+    safe = {name for name in bindings if name in RESUME_SAFE_PARAMETERS}
+    users: Dict[str, Set[str]] = {}
+    for name, value in bindings.items():
+        for macro in _MACRO_REFERENCE.findall(value):
+            users.setdefault(macro, set()).add(name)
+    changed = True
+    while changed:
+        changed = False
+        for macro, used_by in users.items():
+            if macro in bindings and macro not in safe and used_by <= safe:
+                safe.add(macro)
+                changed = True
+    return safe
+
+
 def _experiment_statements(config_text: str, resume_safe: bool = False) -> Dict[str, str]:
     """The statements of a config text that define its experiment, by what they bind.
 
     A binding is keyed by its parameter (of one bound more than once, the last
     binding is kept: the one gin applies), an import or include by itself; the
-    bindings a resume may change are left out (with ``resume_safe``: only they
-    are kept). So two configs holding the same bindings in another order (e.g.
-    a hand-edited config.gin) give the same.
+    bindings a resume may change (``resume_safe_names``) are left out (with
+    ``resume_safe``: only they are kept). So two configs holding the same
+    bindings in another order (e.g. a hand-edited config.gin) give the same.
     """
-    effective = {}
+    statements, values = {}, {}
     for statement in config_statements(config_text):
         binding = split_binding(statement)
         key = statement if binding is None else binding[0]
-        if (key in RESUME_SAFE_PARAMETERS) == resume_safe:
-            effective[key] = statement
-    return effective
+        statements[key] = statement
+        if binding is not None:
+            values[key] = binding[1]
+    safe = resume_safe_names(values)
+    return {key: s for key, s in statements.items() if (key in safe) == resume_safe}
 
 
 # How ``changed_bindings`` shows the side of a change where a parameter is not bound.

@@ -139,7 +139,7 @@ def config_text(*bindings):
 
 def saved_run(tmp_path, config):
     root_dir = tmp_path / 'run'
-    root_dir.mkdir()
+    root_dir.mkdir(parents=True)
     (root_dir / 'config.gin').write_text(config)
     return str(root_dir)
 
@@ -152,6 +152,29 @@ def test_configs_differing_in_what_a_resume_may_change_are_one_experiment(tmp_pa
     for given in (config_text(f'{name} = {new}'), config_text()):
         assert experiment_difference(root_dir, given) is None, given
         assert changed_bindings(trained_with, given) == []
+
+
+def test_a_macro_only_resume_safe_bindings_use_may_change_too(tmp_path):
+    run_length = 'TrainerConfig.num_env_steps = %STEPS'
+    trained_with = config_text('STEPS = 1000', run_length)
+    root_dir = saved_run(tmp_path, trained_with)
+    longer = config_text('STEPS = 2000', run_length)
+    assert experiment_difference(root_dir, longer) is None
+    assert changed_bindings(trained_with, longer) == []
+    assert changed_bindings(trained_with, longer, resume_safe=True) == [
+        'STEPS = 1000 -> STEPS = 2000'
+    ]
+    # Through another macro that only the run length uses, too.
+    chained = config_text('STEPS = %BASE', 'BASE = 2000', run_length)
+    assert experiment_difference(root_dir, chained) is None
+    # A macro that also sets what the run learns is part of the experiment.
+    shared = 'ReplayBuffer.capacity = %STEPS'
+    root_dir = saved_run(tmp_path / 'shared', config_text('STEPS = 1000', run_length, shared))
+    difference = experiment_difference(root_dir, config_text('STEPS = 2000', run_length, shared))
+    assert "in 1 binding(s), e.g. ['STEPS = 1000 -> STEPS = 2000']" in difference
+    # So is one that nothing uses.
+    root_dir = saved_run(tmp_path / 'unused', config_text('STEPS = 1000'))
+    assert 'in 1 binding(s)' in experiment_difference(root_dir, config_text('STEPS = 2000'))
 
 
 def test_configs_differing_in_what_the_run_learns_are_other_experiments(tmp_path):

@@ -17,7 +17,7 @@ it, plot exits naming the closest columns there are.
 
 ``--group_by config`` puts runs whose ``config.gin`` differ only in
 ``TrainerConfig.random_seed`` and in the bindings a resume may change
-(``RESUME_SAFE_PARAMETERS``) in one group and names each group by the gin
+(``resume_safe_names``) in one group and names each group by the gin
 parameters that differ between them; ``--group_by none`` names each run by the
 shortest end of its path that no other run's path shares. ``--label
 NAME=GROUP`` gives a group a name of your own (e.g. ``--label
@@ -59,8 +59,8 @@ from alf_lite.run_dir import (
     CONFIG_FILE,
     MOVED_ASIDE,
     PROGRESS_FILE,
-    RESUME_SAFE_PARAMETERS,
     RunDir,
+    resume_safe_names,
 )
 from alf_lite.runs import (
     DEFAULT_SEED,
@@ -211,10 +211,12 @@ def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
 def setting(run_dir: str) -> Dict[str, str]:
     """The bindings of the run's ``config.gin`` that decide what it learns, seed included.
 
-    That is all but ``RESUME_SAFE_PARAMETERS``. Raises FileNotFoundError without config.gin.
+    That is all but those a resume may change (``resume_safe_names``). Raises
+    FileNotFoundError without config.gin.
     """
     bindings = config_bindings(run_dir)
-    return {k: v for k, v in bindings.items() if k not in RESUME_SAFE_PARAMETERS}
+    safe = resume_safe_names(bindings)
+    return {k: v for k, v in bindings.items() if k not in safe}
 
 
 def distinct_names(run_dirs: List[str]) -> List[str]:
