@@ -3,7 +3,10 @@
 # run benchmarks/throughput.py on the GPU against
 # Stable-Baselines3 on the same GPU (ratios printed), tests/test_cuda.py, and
 # throughput.py with torch.compile. Ends within 8 minutes (GPU_CHECK_SECONDS, 480 by default):
-# each step has a time budget, cut to what is left of GPU_CHECK_SECONDS.
+# each step has a time budget, cut to what is left of GPU_CHECK_SECONDS. The budgets
+# are caps and add up to more than the deadline: steps that end early leave their
+# time to the later ones, and the last (compile on top of the graphs) is the one a
+# slow machine skips.
 #
 #     bash benchmarks/gpu_check.sh          # from the repository root
 #
