@@ -13,7 +13,7 @@ TEST_WORKERS ?= 2
 # packages). For the CPU build: make clean install TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 TORCH_INDEX_URL ?=
 
-.PHONY: venv install train test test-durations format bench clean
+.PHONY: venv install train test test-durations format bench gpu-wheels clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,16 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/throughput.py --algo sac --env Humanoid-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS) --threads 2 --sb3_threads 1
 	$(PY) benchmarks/time_to_solve.py --seeds 0 1 2 --threads 2 --sb3_threads 1
 	$(PY) benchmarks/mode_switch.py
+
+# The wheels benchmarks/gpu_check.sh installs on the GPU machine (Python 3.12, no
+# network), fetched here into .wheels/ (git-ignored, about 13 MB).
+GPU_WHEELS := gymnasium==1.4.0 mujoco==4.0.0 mujoco-core==4.0.0 gin-config==0.5.0 \
+	stable-baselines3==2.9.2 cloudpickle==3.1.3 farama-notifications==0.0.6 absl-py==2.5.1 \
+	psutil==7.2.2 glfw==2.11.0 imageio==2.38.1 packaging==26.4 pytest==9.2.0 pluggy==1.7.0 \
+	iniconfig==2.3.1 pygments==2.21.0 pytest-timeout==2.4.0 pytest-xdist==3.8.0 execnet==2.1.2
+gpu-wheels: $(VENV)/.installed
+	$(PY) -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .wheels $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) *.egg-info

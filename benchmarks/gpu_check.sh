@@ -10,20 +10,18 @@
 #
 #     bash benchmarks/gpu_check.sh          # from the repository root
 #
+# Through the device tool, keep the whole log (its reply holds only the output's tail):
+#
+#     mkdir -p $OUT; bash benchmarks/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log
+#
 # The machine has Python 3.12 and torch with CUDA but no network and none of
 # gymnasium, MuJoCo, gin-config, Stable-Baselines3 (tensorboard is there). Their
-# wheels come in .wheels/ (git-ignored), fetched on a machine with network:
+# wheels come in .wheels/ (git-ignored), fetched on a machine with network by
 #
-#     pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .wheels \
-#         gymnasium==1.4.0 mujoco==4.0.0 mujoco-core==4.0.0 gin-config==0.5.0 \
-#         stable-baselines3==2.9.2 cloudpickle==3.1.3 farama-notifications==0.0.6 \
-#         absl-py==2.5.1 psutil==7.2.2 glfw==2.11.0 imageio==2.38.1 packaging==26.4 \
-#         pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 pygments==2.21.0 pytest-timeout==2.4.0 \
-#         pytest-xdist==3.8.0 execnet==2.1.2
+#     make gpu-wheels
 #
-# (13 MB; installed without their dependencies: MuJoCo's viewer packages and
-# pillow are not needed to step the envs.)
+# (19 wheels, 13 MB, listed in the Makefile's GPU_WHEELS; installed without their
+# dependencies: MuJoCo's viewer packages and pillow are not needed to step the envs.)
 set -u
 cd "$(dirname "$0")/.."
 
@@ -50,7 +48,7 @@ step() {
 }
 
 if ! compgen -G '.wheels/*.whl' > /dev/null; then
-    echo "=== no wheels in .wheels/: fetch them as above (and pass carry=['.wheels'] to the GPU machine)"
+    echo "=== no wheels in .wheels/: fetch them as above, with make gpu-wheels (and pass carry=['.wheels'] to the GPU machine)"
     exit 2
 fi
 
@@ -59,7 +57,9 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv
 "$PYTHON" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
 "CUDA", torch.version.cuda, "available", torch.cuda.is_available())'
 
-step "install .wheels" 90 "$PYTHON" -m pip install --quiet --no-index --no-deps \
+# Afresh: pip --target leaves a package folder that is already there as it was.
+rm -rf "$SITE"
+step "install .wheels" 60 "$PYTHON" -m pip install --quiet --no-index --no-deps \
     --disable-pip-version-check --target "$SITE" .wheels/*.whl
 export PYTHONPATH="$SITE:$PWD"
 # Every later step needs these: stop here, naming what is missing, rather than fail each step.
@@ -73,11 +73,11 @@ fi
 # (after the first --learning_starts updates, which hold the graph captures).
 BENCH=(benchmarks/throughput.py --device cuda --steps 2000 --learning_starts 500 --pairs 1
        --ceiling_updates 500 --threads 1 --sb3_threads 1)
-step "SAC HalfCheetah-v5, CUDA graph" 90 "$PYTHON" "${BENCH[@]}" --algo sac --env HalfCheetah-v5 \
+step "SAC HalfCheetah-v5, CUDA graph" 85 "$PYTHON" "${BENCH[@]}" --algo sac --env HalfCheetah-v5 \
     --cuda_graph
-step "TD3 HalfCheetah-v5, CUDA graph" 60 "$PYTHON" "${BENCH[@]}" --algo td3 --env HalfCheetah-v5 \
+step "TD3 HalfCheetah-v5, CUDA graph" 55 "$PYTHON" "${BENCH[@]}" --algo td3 --env HalfCheetah-v5 \
     --cuda_graph
-step "SAC Humanoid-v5, CUDA graph" 95 "$PYTHON" "${BENCH[@]}" --algo sac --env Humanoid-v5 \
+step "SAC Humanoid-v5, CUDA graph" 90 "$PYTHON" "${BENCH[@]}" --algo sac --env Humanoid-v5 \
     --cuda_graph
 # The compile tests last: a cold torch.compile takes long, and a cut must not
 # take the whole-run, resume and RNG tests with it.
@@ -86,10 +86,12 @@ TESTS=(-m pytest -q -rs -p no:cacheprovider --durations=10 tests/test_cuda.py)
 # own process and CUDA context) share the GPU. Without pytest-xdist, one process.
 WORKERS=()
 "$PYTHON" -c 'import xdist' 2> /dev/null && WORKERS=(-n 4 --dist load)
-step "tests/test_cuda.py without compile" 170 "$PYTHON" "${TESTS[@]}" ${WORKERS[@]+"${WORKERS[@]}"} \
+step "tests/test_cuda.py without compile" 150 "$PYTHON" "${TESTS[@]}" ${WORKERS[@]+"${WORKERS[@]}"} \
     -k "not compile"
-step "tests/test_cuda.py compile tests" 60 "$PYTHON" "${TESTS[@]}" -k compile
-# Last, as the deadline may cut it: torch.compile on top of the graphs, in whole runs.
-step "SAC HalfCheetah-v5, CUDA graph + compile" 90 "$PYTHON" "${BENCH[@]}" --algo sac \
-    --env HalfCheetah-v5 --cuda_graph --compile
+step "tests/test_cuda.py compile tests" 90 "$PYTHON" "${TESTS[@]}" -k compile
+# Last, as the deadline may cut it: torch.compile on top of the graphs, in whole runs,
+# shorter (a cold compile comes first).
+step "SAC HalfCheetah-v5, CUDA graph + compile" 60 "$PYTHON" "${BENCH[@]}" --algo sac \
+    --env HalfCheetah-v5 --cuda_graph --compile --steps 1000 --learning_starts 250 \
+    --ceiling_updates 300
 echo "=== done in ${SECONDS} s"
