@@ -203,16 +203,13 @@ def test_a_state_that_blew_up_terminates_with_a_finite_observation_and_reward(en
     assert np.isfinite(obs).all() and reward == 0.0
 
 
-def test_reset_restores_the_standing_state_quickly(env):
+def test_reset_restores_the_standing_state(env):
     standing_obs, _ = env.reset(seed=19)
     rng = np.random.default_rng(0)
     for _ in range(30):
         env.step(rng.uniform(-1, 1, 25))  # Knock it over.
-    start = time.perf_counter()
     for seed in range(20):
         obs, _ = env.reset(seed=seed)
-    reset_ms = (time.perf_counter() - start) / 20 * 1000
-    assert reset_ms < 20, f'{reset_ms:.1f} ms a reset'  # ~0.3 ms; generous for busy machines.
     # Back at the standing pose, up to the 0.02 rad of joint noise.
     standing_q = np.zeros(25)
     for name in ('l_shoulder_roll', 'r_shoulder_roll', 'l_elbow', 'r_elbow'):

@@ -3,7 +3,6 @@
 import io
 import logging
 import re
-import time
 
 import gin
 import psutil
@@ -210,10 +209,8 @@ def test_resident_memory_matches_nbytes():
 def test_refuses_buffer_larger_than_memory():
     process = psutil.Process()
     before = process.memory_info().rss
-    start = time.perf_counter()
     with pytest.raises(ReplayBufferTooLargeError) as info:
         ReplayBuffer(4, 10**12, 17, 6)
-    elapsed = time.perf_counter() - start
     message = str(info.value)
     needed = 4 * 10**12 * 101
     assert f'needs {needed} bytes' in message
@@ -221,8 +218,7 @@ def test_refuses_buffer_larger_than_memory():
     assert 'bytes (' in message.split('only ')[1]  # bytes available
     assert '4 envs x 1000000000000 steps' in message
     assert 'replay_buffer_length' in message
-    # Refused before allocating: no time spent, no memory touched.
-    assert elapsed < 0.5
+    # Refused before allocating: no memory touched.
     assert process.memory_info().rss - before < 16 * _MB
     assert isinstance(info.value, MemoryError)
 
