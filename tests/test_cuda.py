@@ -507,17 +507,6 @@ def test_a_run_without_graphs_resumes_on_the_gpu_with_them(tmp_path, first_devic
     assert LAST_RUN['update_graphs'] >= 1 and LAST_RUN['rollout_graph'], LAST_RUN
 
 
-def test_cuda_graph_on_the_cpu_is_refused_before_anything_runs(tmp_path):
-    with pytest.raises(ValueError, match='cuda_graph'):
-        run_example(
-            tmp_path,
-            'sac_pendulum.gin',
-            "TrainerConfig.device = 'cpu'",
-            'TrainerConfig.cuda_graph = True',
-        )
-    assert not (tmp_path / 'checkpoints').exists()
-
-
 def test_checkpointed_rng_state_continues_the_gpu_generator(tmp_path):
     torch.manual_seed(3)
     torch.rand(2, device=CUDA)  # CUDA initialised: its state is part of the RNG state

@@ -374,7 +374,6 @@ def test_an_observation_with_many_non_finite_values_lists_the_first_five():
     ids=['nan-velocity', 'infinite-velocity', 'velocity-beyond-float32', 'xy-beyond-float32'],
 )
 def test_a_pybullet_simulation_that_blew_up_ends_its_episode_without_an_error(method, blown_up):
-    pytest.importorskip('pybullet')
     with create_environment('HalfCheetahBullet-v0', 2, use_subprocesses=False) as env:
         env.reset()
         u = env._env.envs[1].unwrapped

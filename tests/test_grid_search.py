@@ -806,8 +806,11 @@ def fake_runs(n, tmp_path):
 class FakeTraining:
     """Stands in for train_in_subprocess: records each run's environment, threads and GPU."""
 
-    def __init__(self):
+    def __init__(self, meet: int = 0):
         self.lock = threading.Lock()
+        # The first ``meet`` runs wait (up to 10 s) until all of them run, so a pool that
+        # can run that many at once is seen to, however loaded the machine.
+        self.meeting = threading.Barrier(meet, timeout=10) if meet else None
         self.env = {}
         self.in_use = collections.Counter()
         self.most_in_use = collections.Counter()
@@ -826,6 +829,12 @@ class FakeTraining:
             self.most_in_use[gpu] = max(self.most_in_use[gpu], self.in_use[gpu])
             self.running += 1
             self.most_running = max(self.most_running, self.running)
+            meet = self.meeting is not None and len(self.started) <= self.meeting.parties
+        if meet:
+            try:
+                self.meeting.wait()
+            except threading.BrokenBarrierError:
+                pass  # fewer ran at once: the test's counts say so
         time.sleep(0.05)
         with self.lock:
             self.in_use[gpu] -= 1
@@ -840,7 +849,7 @@ def test_local_runs_get_one_gpu_each_spread_over_the_gpus_and_share_it_up_to_run
     import alf_lite.runs
     from alf_lite.bin.grid_search import run_local
 
-    training = FakeTraining()
+    training = FakeTraining(meet=2 * runs_per_gpu)
     monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', training)
     reported = []
     run_local(
