@@ -370,6 +370,7 @@ def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
         'config_no_longer_parses',
         'gin_param_out_of_range',
         'gin_param_that_changes_the_networks',
+        'checkpoint_of_another_algorithm',
     ],
 )
 def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
@@ -386,6 +387,12 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
             'does not fit the networks config.gin builds',
             ['--gin_param', 'CriticNetwork.hidden_layers=(8,)'],
         ),
+        # A SAC run's checkpoints where a TD3 run's config is: TD3 keeps a state SAC has not.
+        'checkpoint_of_another_algorithm': (
+            'does not fit the networks config.gin builds (was the config changed, or a '
+            "--gin_param given that changes them?): it holds no 'actor_loss'",
+            [],
+        ),
     }[case]
     if case == 'no_checkpoint':
         root_dir.mkdir()
@@ -396,6 +403,10 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
         config.write_text(config.read_text().replace('num_env_steps', 'num_env_stepz'))
     elif case.startswith('gin_param'):
         root_dir = trained_run
+    elif case == 'checkpoint_of_another_algorithm':
+        root_dir.mkdir()
+        (root_dir / 'config.gin').write_text(f"include '{EXAMPLES / 'td3_pendulum.gin'}'\n")
+        shutil.copytree(trained_run / 'checkpoints', root_dir / 'checkpoints')
     result = run_play(root_dir, *args)
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr, result.stderr

@@ -55,10 +55,12 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
         )
     try:
         algorithm.load_state_dict(ckpt.policy_state(state.algorithm))
-    except (RuntimeError, TypeError, ValueError) as e:
+    except (KeyError, RuntimeError, TypeError, ValueError) as e:
+        # A KeyError: the checkpoint lacks a state the algorithm keeps (another algorithm's).
         fail(
             f'the checkpoint {path} does not fit the networks {CONFIG_FILE} builds (was the '
-            f'config changed, or a --gin_param given that changes them?): {e}'
+            f'config changed, or a --gin_param given that changes them?): '
+            f'{f"it holds no {e}" if isinstance(e, KeyError) else e}'
         )
     algorithm.train(False)
     return algorithm
