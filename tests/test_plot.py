@@ -354,9 +354,20 @@ def test_out_that_would_overwrite_a_file_plot_did_not_write_is_refused(grid, tmp
     result = run_plot([str(run), '--out', 'notes.png'], tmp_path)
     assert result.returncode == 2 and 'notes.png exists and is not a PNG' in result.stderr
     assert (tmp_path / 'notes.png').read_text() == 'not a picture'
-    # Plotting again to the same --out replaces plot's own files.
+    # A picture of the user's own (a PNG that plot did not mark, with no curves beside it).
+    photo = b'\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR' + bytes(100)
+    (tmp_path / 'photo.png').write_bytes(photo)
+    result = run_plot([str(run), '--out', 'photo.png'], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert 'photo.png exists and is not a plot that plot wrote' in result.stderr
+    assert (tmp_path / 'photo.png').read_bytes() == photo
+    assert not (tmp_path / 'photo.csv').exists()
+    # Plotting again to the same --out replaces plot's own files, also when the
+    # CSV was deleted: the PNG says plot wrote it.
     assert_ok(run_plot([str(run), '--out', 'again.png'], tmp_path))
     first_png = (tmp_path / 'again.png').read_bytes()
+    (tmp_path / 'again.csv').unlink()
+    assert_ok(run_plot([str(run), '--out', 'again.png'], tmp_path))
     other = grid / f'lr={LR_A},seed=1'
     assert_ok(run_plot([str(other), '--out', 'again.png'], tmp_path))
     assert read_curves(tmp_path / 'again.csv') == {

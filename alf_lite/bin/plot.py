@@ -88,6 +88,11 @@ TITLE_NAME_CHARS = 40
 # The curves CSV: group, the x column, then these.
 CURVE_COLUMNS = ('mean', 'lower', 'upper', 'num_runs')
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+# The PNG's 'Software' text, by which plot knows a PNG it wrote (the chunk comes
+# before the image data, in the file's first bytes).
+PNG_SOFTWARE = 'alf_lite.bin.plot'
+_PNG_MARK = b'Software\x00' + PNG_SOFTWARE.encode()
+_PNG_MARK_WITHIN = 4096
 # A warning names at most this many of the runs it is about, then counts the rest.
 NAMED_RUNS = 10
 # A group's name in the legend is shortened to this many characters.
@@ -160,10 +165,7 @@ def check_outputs(png: str, csv_path: str) -> None:
     """
     if os.path.isdir(png) or os.path.isdir(csv_path):
         raise ValueError(f'--out {png}: {png if os.path.isdir(png) else csv_path} is a directory')
-    if os.path.exists(png):
-        with open(png, 'rb') as f:
-            if f.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
-                raise ValueError(f'--out {png} exists and is not a PNG: choose another --out')
+    curves_csv = False
     if os.path.exists(csv_path):
         try:
             with open(csv_path, newline='', errors='replace') as f:
@@ -174,6 +176,18 @@ def check_outputs(png: str, csv_path: str) -> None:
             raise ValueError(
                 f'--out {png} would overwrite {csv_path}, which holds no curves that plot '
                 'wrote: choose another --out'
+            )
+        curves_csv = True
+    if os.path.exists(png):
+        with open(png, 'rb') as f:
+            start = f.read(_PNG_MARK_WITHIN)
+        if not start.startswith(PNG_SIGNATURE):
+            raise ValueError(f'--out {png} exists and is not a PNG: choose another --out')
+        # Marked by plot, or (written before plot marked its PNGs) beside plot's CSV.
+        if _PNG_MARK not in start and not curves_csv:
+            raise ValueError(
+                f'--out {png} exists and is not a plot that plot wrote (no {csv_path} of '
+                'its curves beside it): choose another --out'
             )
 
 
@@ -609,7 +623,7 @@ def main(argv):
         png = new_file_beside(FLAGS.out, '.tmp')
         table = new_file_beside(csv_path, '.tmp')
         try:
-            fig.savefig(png, format='png')
+            fig.savefig(png, format='png', metadata={'Software': PNG_SOFTWARE})
             with open(table, 'w', newline='') as f:
                 writer = csv.writer(f)
                 writer.writerow(['group', FLAGS.x, *CURVE_COLUMNS])
