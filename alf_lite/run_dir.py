@@ -60,6 +60,7 @@ RESUME_SAFE_PARAMETERS = (
 # Where ``train --start_over`` moves an old run: ``<root_dir>.old-<%Y%m%d-%H%M%S>``.
 MOVED_ASIDE = re.compile(r'\.old-\d{8}-\d{6}$')
 
+_SUPERSEDED_CONFIG = re.compile(r'^config-until-(\d+)\.gin$')
 _CHECKPOINT_PREFIX = 'ckpt-'
 _CHECKPOINT_NAME = re.compile(rf'^{_CHECKPOINT_PREFIX}(\d+)$')
 _LAST_GOOD_PREFIX = 'last_good-'
@@ -120,6 +121,16 @@ class RunDir:
     def superseded_config_file(self, env_steps: int) -> str:
         """Where a resume that changed the experiment keeps the config the run had until then."""
         return os.path.join(self.root, f'config-until-{env_steps}.gin')
+
+    def superseded_config_steps(self) -> List[int]:
+        """The env steps of the ``superseded_config_file``s there are, in order."""
+        if not os.path.isdir(self.root):
+            return []
+        return sorted(
+            int(match.group(1))
+            for match in map(_SUPERSEDED_CONFIG.match, os.listdir(self.root))
+            if match
+        )
 
     @property
     def operative_config_file(self) -> str:

@@ -548,6 +548,25 @@ def test_config_grouping_ignores_the_bindings_a_resume_may_change(tmp_path):
     }
 
 
+def test_a_run_whose_experiment_changed_at_a_resume_is_named_in_a_warning(tmp_path):
+    runs = tmp_path / 'runs'
+    for seed in (0, 1):
+        write_run(runs / f'seed={seed}', LR_B, seed, RUNS_A[seed])
+    # Seed 1 trained at LR_A until step 100, then was resumed with LR_B.
+    changed = runs / 'seed=1'
+    (changed / 'config-until-100.gin').write_text(
+        (changed / 'config.gin').read_text().replace(str(LR_B), str(LR_A))
+    )
+    result = run_plot([str(runs), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert final_table(result.stdout)['all runs'][0] == 2
+    assert (
+        f'{changed} changed its experiment at a resume, at env step(s) 100 '
+        '(config-until-<step>.gin holds'
+    ) in result.stderr
+    assert str(runs / 'seed=0') not in result.stderr
+
+
 def test_a_run_moved_aside_or_named_twice_is_not_counted_twice(grid, tmp_path):
     runs = [grid / f'lr={LR_A},seed={s}' for s in RUNS_A]
     # train --start_over moved an older seed 0 aside.

@@ -568,6 +568,16 @@ def main(argv):
                 f"{ends}; past a run's end the mean is over fewer runs",
                 file=sys.stderr,
             )
+        for run in runs:
+            changed_at = RunDir(run).superseded_config_steps()
+            if changed_at:
+                print(
+                    f'warning: {label}: {run} changed its experiment at a resume, at env '
+                    f'step(s) {", ".join(map(str, changed_at))} (config-until-<step>.gin '
+                    'holds what it trained with before): it is grouped by its config.gin, '
+                    'which holds the last setting only',
+                    file=sys.stderr,
+                )
         if len(runs) > 1:
             for run, again in same_seed_runs(runs):
                 print(
