@@ -244,6 +244,18 @@ def subprocess_env(num_threads: int) -> Dict[str, str]:
     return env
 
 
+def exit_description(returncode: int) -> str:
+    """How a process ended, for a message: ``'exit code 1'``, or the signal that killed it
+    (``'killed by SIGKILL (exit code -9)'``, as the OOM killer ends a run)."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f'signal {-returncode}'
+        return f'killed by {name} (exit code {returncode})'
+    return f'exit code {returncode}'
+
+
 def log_error_line(log_path: str, offset: int = 0) -> str:
     """The line of a log, from ``offset`` on, that says why a process failed.
 
@@ -352,5 +364,5 @@ def train_in_subprocess(
         os.remove(config_file.name)
     error = None
     if returncode != 0:
-        error = f'exit code {returncode}: {log_error_line(log_path, offset)}'
+        error = f'{exit_description(returncode)}: {log_error_line(log_path, offset)}'
     return {'returncode': returncode, 'wall_time_s': time.time() - start, 'error': error}

@@ -34,6 +34,7 @@ from alf_lite.runs import (
     ENV_STEPS,
     EVAL_RETURN,
     complete_rows,
+    exit_description,
     log_error_line,
     read_scalar_if_any,
     subprocess_env,
@@ -250,7 +251,7 @@ class Launcher:
                 run=run,
                 status=status,
                 wall_time_s=wall,
-                detail=f'exit code {returncode}: {log_error_line(log_path, offset)} '
+                detail=f'{exit_description(returncode)}: {log_error_line(log_path, offset)} '
                 f'(log: {log_path})',
             )
         steps, returns = read_scalar_if_any(run_dir, EVAL_RETURN)

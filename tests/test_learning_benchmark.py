@@ -1395,7 +1395,11 @@ def test_run_ending_without_an_evaluation_or_with_an_error_or_a_signal_is_not_do
         ),
         # Train's own exit status after SIGINT, and a process killed by SIGTERM.
         ('raise SystemExit(130)', 'interrupted', 'exit code 130'),
-        ('import os, signal; os.kill(os.getpid(), signal.SIGTERM)', 'interrupted', 'exit code -15'),
+        (
+            'import os, signal; os.kill(os.getpid(), signal.SIGTERM)',
+            'interrupted',
+            'killed by SIGTERM (exit code -15)',
+        ),
     ]
     for script, status, words in cases:
         result = _launcher(out, _python(script)).execute(run)

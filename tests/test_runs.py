@@ -444,7 +444,7 @@ def test_a_training_subprocess_killed_by_a_signal_fails_with_its_last_line(tmp_p
     # As the OOM killer ends a run: no exception line, a negative return code.
     result, _ = train_with(tmp_path, monkeypatch, 'echo env steps 100\nkill -KILL $$\n')
     assert result['returncode'] == -9
-    assert result['error'] == 'exit code -9: env steps 100'
+    assert result['error'] == 'killed by SIGKILL (exit code -9): env steps 100'
 
 
 def test_each_training_attempt_is_appended_to_the_log_and_judged_by_its_own_lines(
