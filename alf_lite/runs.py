@@ -136,6 +136,8 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
                 )
             except (csv.Error, ValueError) as e:  # a UnicodeDecodeError is a ValueError
                 raise ValueError(f'{path}, line {reader.line_num}: {e}') from None
+        if not columns:
+            raise ValueError(f'{path} is empty: the run wrote no row yet')
         if missing:
             raise ValueError(
                 f'{path} has no column {missing[0]!r}; its columns are: {", ".join(columns)}'

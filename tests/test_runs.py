@@ -356,6 +356,15 @@ def test_read_scalar_keeps_the_last_value_written_at_a_step_and_skips_blank_cell
     assert xs.tolist() == [-8, -7] and values.tolist() == [1.5, 1.25]
 
 
+def test_read_scalar_of_an_empty_progress_csv_says_it_is_empty(tmp_path):
+    (tmp_path / 'progress.csv').write_text('')
+    with pytest.raises(ValueError, match=r'progress.csv is empty: the run wrote no row yet$'):
+        read_scalar(str(tmp_path), 'eval/AverageReturn')
+    (tmp_path / 'progress.csv').write_text('env_steps,train/critic_loss\n')
+    with pytest.raises(ValueError, match="has no column 'eval/AverageReturn'; its columns are"):
+        read_scalar(str(tmp_path), 'eval/AverageReturn')
+
+
 def test_read_scalar_of_a_run_without_progress_csv_reads_its_tensorboard_events(tmp_path):
     summary = Summary(str(tmp_path))
     summary.write(100, 10, 1_700_000_000.0, {'train/critic_loss': 3.0})
