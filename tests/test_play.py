@@ -439,6 +439,15 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
             f'cannot write --record_file {tmp_path / "afile" / "x.gif"}: '
             f'{tmp_path / "afile"} is not a directory.',
         ),
+        (
+            ['--record_file', str(tmp_path / 'afile' / 'deeper' / 'x.gif')],
+            f'{tmp_path / "afile"} is not a directory.',
+        ),
+        # A play that fails before playing makes none of the video's directories.
+        (
+            ['--record_file', str(tmp_path / 'new' / 'deeper' / 'x.gif'), '--checkpoint_step', '7'],
+            'no checkpoint at 7 env steps',
+        ),
         # Writable by its permissions for root, yet no file can be made there.
         (
             ['--record_file', '/proc/x.gif'],

@@ -302,20 +302,20 @@ def play(argv, signals) -> None:
         # Before playing: a video that cannot be written would be found out only at the end.
         if os.path.isdir(record_file):
             fail(f'--record_file {record_file} is a directory.')
-        directory = os.path.dirname(os.path.abspath(record_file))
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            fail(f'cannot write --record_file {record_file}: {directory} is not a directory.')
-        except OSError as e:
-            fail(f'cannot write --record_file {record_file}: {e}')
+        # Its missing directories are made only once the policy is loaded (a play that
+        # fails before leaves none); the nearest existing one must take a file.
+        existing = os.path.dirname(os.path.abspath(record_file))
+        while not os.path.lexists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            fail(f'cannot write --record_file {record_file}: {existing} is not a directory.')
         # A file made and removed there: permissions alone do not tell (root may
         # write anywhere by them, yet not in /proc or on a read-only mount).
         try:
-            with tempfile.TemporaryFile(dir=directory):
+            with tempfile.TemporaryFile(dir=existing):
                 pass
         except OSError as e:
-            fail(f'cannot write --record_file {record_file}: {directory}: {e.strerror}.')
+            fail(f'cannot write --record_file {record_file}: {existing}: {e.strerror}.')
     if record_file is not None:
         # Read when MuJoCo first renders; EGL renders without a display.
         os.environ.setdefault('MUJOCO_GL', 'egl')
@@ -361,6 +361,10 @@ def play(argv, signals) -> None:
         torch.manual_seed(seed)
         if record_file is not None:
             fps = FLAGS.fps or env.render_fps or DEFAULT_FPS
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(record_file)), exist_ok=True)
+            except OSError as e:
+                fail(f'cannot write --record_file {record_file}: {e}')
             video = VideoWriter(record_file, fps, size)
         play_episodes(env, algorithm, FLAGS.num_episodes, video)
         signals.raise_if_received()
