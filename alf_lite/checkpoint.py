@@ -407,7 +407,8 @@ def _check_zip_records(path: str) -> None:
     except MemoryError:
         raise
     except Exception as e:  # noqa: BLE001  (read from memory: a failure to parse is the file's)
-        problem = f'{type(e).__name__}: {e}'
+        # The exception's type is named where a BadZipFile is reported: not twice.
+        problem = str(e) if isinstance(e, zipfile.BadZipFile) else f'{type(e).__name__}: {e}'
     if problem is not None:
         raise zipfile.BadZipFile(f'{path}: {problem} (damaged)')
 

@@ -357,6 +357,19 @@ def test_all_checkpoints_corrupt_moves_none_aside(tmp_path, caplog):
     assert 'ckpt-50' in warnings[1] and warnings[1].endswith('there is none before it.')
 
 
+def test_a_truncated_model_file_is_named_once_as_a_damaged_zip(tmp_path):
+    path = ckpt.save_checkpoint(str(tmp_path), 50, make_state(1), None)
+    model = os.path.join(path, ckpt.MODEL_FILE)
+    with open(model, 'rb') as f:
+        start = f.read(1000)
+    with open(model, 'wb') as f:
+        f.write(start)
+    with pytest.raises(ckpt.CheckpointError) as error:
+        ckpt.load_latest_checkpoint(str(tmp_path))
+    assert f'BadZipFile: {model}: File is not a zip file (damaged)' in str(error.value)
+    assert str(error.value).count('BadZipFile') == 1, str(error.value)
+
+
 @pytest.mark.parametrize(
     'failure',
     [
