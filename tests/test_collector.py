@@ -121,3 +121,34 @@ def test_episodes_counted_after_a_reset_start_at_the_reset():
         collect(collector, 4)
     assert list(stats.recent_returns) == [3.0, 3.0]
     assert list(stats.recent_lengths) == [3, 3]
+
+
+def test_rows_keep_each_steps_discount_and_the_policy_gets_the_step_types_stored():
+    # Countdown episodes of 2 to 4 steps cut at 3: the observation [t, length]
+    # tells a termination (t == length: LAST, discount 0) from a truncation
+    # (t == 3 < length: LAST, discount 1). The policy must get each env's real
+    # step type, FIRST included (it restarts its OU noise there), both after a
+    # LAST and after the reset midway, which cuts episodes short.
+    num_envs, num_steps, reset_at = 2, 16, 7
+    policy = ListedPolicy([torch.zeros(num_envs, 1)] * num_steps)
+    countdown = dict(min_length=2, max_length=4)
+    with create_environment(
+        'alf_test/Countdown-v0', num_envs, max_episode_steps=3, env_kwargs=countdown
+    ) as env:
+        collector, buffer, _ = make_collector(env, policy)
+        collector.reset([0, 1])
+        collect(collector, reset_at)
+        collector.reset([2, 3])
+        collect(collector, num_steps - reset_at)
+    stored = rows(buffer, num_steps)
+    t, length = stored['observation'][..., 0], stored['observation'][..., 1]
+    terminated, truncated = t == length, (t == 3) & (length > 3)
+    assert terminated.any() and truncated.any()
+    step_type = torch.full_like(stored['step_type'], StepType.MID)
+    step_type[t == 0] = StepType.FIRST
+    step_type[terminated | truncated] = StepType.LAST
+    assert torch.equal(stored['step_type'], step_type)
+    assert (step_type[:, reset_at - 1] == StepType.MID).any()  # a reset cut an episode short
+    assert torch.equal(stored['discount'], (~terminated).float())
+    given = torch.stack([time_step.step_type for _, time_step in policy.calls], dim=1)
+    assert torch.equal(given, stored['step_type'])

@@ -152,6 +152,38 @@ def test_last_to_first_window_trains_nothing():
     assert all(torch.equal(b, p) for b, p in zip(before, ddpg.parameters()))
 
 
+# Two 3-row windows, transitions in window order: the first window's second
+# transition crosses an episode boundary (L -> F, a huge reward), the second
+# window has none. The mask [[1, 0], [1, 1]] drops that transition and no other.
+THREE_ROW_BATCH = windows(
+    [
+        [(M, 0.5, 0.2, 0.0, 1.0), (L, 1.5, -0.4, 2.0, 0.0), (F, -3.0, 0.0, 1000.0, 1.0)],
+        [(M, 1.0, 0.0, 0.0, 1.0), (M, 2.0, 0.1, 1.0, 1.0), (M, 3.0, 0.0, -1.0, 1.0)],
+    ]
+)
+# The kept transitions' s and a, and their targets y = r + 0.9 * d * Q'(s', mu'(s')) with
+# Q' = 0.5 + s' + 2 * tanh(s') (for TD3 too: its second replica is the larger there).
+THREE_ROW_S, THREE_ROW_A = torch.tensor([0.5, 1.0, 2.0]), torch.tensor([0.2, 0.0, 0.1])
+THREE_ROW_Y = torch.tensor(
+    [2.0, 1.0 + GAMMA * (2.5 + 2 * math.tanh(2.0)), -1.0 + GAMMA * (3.5 + 2 * math.tanh(3.0))]
+)
+
+
+def test_the_loss_mask_is_read_window_by_window():
+    mask = loss_mask(THREE_ROW_BATCH)
+    assert mask.tolist() == [[1.0, 0.0], [1.0, 1.0]]
+    out = hand_ddpg().train_step(THREE_ROW_BATCH, mask)
+    # Q = 0.5 + s + 2 * a; the actor loss is -Q(s, tanh(s)), all at the kept rows alone.
+    s, a = THREE_ROW_S, THREE_ROW_A
+    q = 0.5 + s + 2 * a
+    assert out['critic_loss'].item() == pytest.approx(
+        (q - THREE_ROW_Y).square().mean().item(), rel=1e-6
+    )
+    assert out['actor_loss'].item() == pytest.approx(
+        -(0.5 + s + 2 * torch.tanh(s)).mean().item(), rel=1e-6
+    )
+
+
 def paper_networks(**kwargs):
     args = dict(
         actor_network_ctor=functools.partial(
@@ -529,22 +561,6 @@ def test_ddpg_solves_point_task(tmp_path):
         'CriticNetwork.batch_norm = False',
     )
     assert result['eval/AverageReturn'] > -2.0
-
-
-def test_pendulum_example_trains(tmp_path):
-    parse_config(
-        [os.path.join(EXAMPLES, 'ddpg_pendulum.gin')],
-        [
-            'TrainerConfig.num_env_steps = 300',
-            'TrainerConfig.initial_collect_steps = 200',
-            'TrainerConfig.num_eval_episodes = 1',
-            'TrainerConfig.checkpoint_interval = 300',
-        ],
-    )
-    assert TrainerConfig().mini_batch_size == 256
-    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
-        trainer.train()
-    assert os.path.exists(tmp_path / 'operative_config.gin')
 
 
 def test_halfcheetah_example_builds_the_papers_ddpg():

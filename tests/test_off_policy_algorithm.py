@@ -7,10 +7,16 @@ import pytest
 import torch
 
 from alf_lite.algorithms.ddpg import DdpgAlgorithm
-from alf_lite.algorithms.off_policy_algorithm import OffPolicyAlgorithm, check_update_settings
+from alf_lite.algorithms.off_policy_algorithm import (
+    OffPolicyAlgorithm,
+    check_update_settings,
+    loss_mask,
+)
 from alf_lite.algorithms.sac import SacAlgorithm
 from alf_lite.algorithms.td3 import Td3Algorithm
+from alf_lite.data import StepType, TimeStep
 from alf_lite.networks import CriticNetwork, DeterministicActorNetwork, TanhNormalActorNetwork
+from test_ddpg import random_batch
 
 
 class OneWeight(OffPolicyAlgorithm):
@@ -233,4 +239,25 @@ def test_networks_that_cannot_play_their_part_are_refused_naming_the_parameter(
     ids=['sac', 'td3', 'ddpg', 'ddpg_with_tanh_normal_actor'],
 )
 def test_networks_that_play_their_part_are_accepted(algorithm, networks):
-    algorithm(observation_dim=3, action_dim=2, **networks)
+    torch.manual_seed(0)
+    algorithm = algorithm(observation_dim=3, action_dim=2, **networks)
+    before = {name: p.detach().clone() for name, p in algorithm.named_parameters()}
+    batch = random_batch()
+    # One cycle of train steps: TD3 updates its actor only at the second.
+    for _ in range(algorithm.train_step_cycle):
+        out = algorithm.train_step(batch, loss_mask(batch))
+    assert all(torch.isfinite(value) for value in out.values()), out
+    # Both networks are trained, every tensor of them.
+    for network in ('_actor', '_critic'):
+        for name, p in getattr(algorithm, network).named_parameters():
+            assert not torch.equal(before[f'{network}.{name}'], p), f'{network}.{name}'
+    observation = torch.randn(4, 3)
+    step = TimeStep(
+        torch.full((4,), StepType.FIRST, dtype=torch.uint8),
+        observation,
+        torch.zeros(4),
+        torch.ones(4),
+        torch.arange(4),
+    )
+    for action in (algorithm.rollout_step(step), algorithm.predict_step(observation)):
+        assert action.shape == (4, 2) and action.abs().max() <= 1

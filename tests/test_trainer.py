@@ -485,10 +485,14 @@ def test_resume_never_trains_on_the_pair_across_the_restart(
 def test_loss_mask_never_keeps_a_first_that_follows_a_non_last_row(mask_out_loss_for_last_step):
     F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
     # Windows of 3 rows: a restart (M -> F) next to an episode boundary (L -> F).
-    step_type = torch.tensor([[F, M, M], [M, L, F], [M, M, F], [L, F, M]], dtype=torch.uint8)
-    batch = Experience(step_type, *(torch.zeros(4, 3) for _ in range(4)))
+    # The last window's LAST is followed by no FIRST (collection never writes
+    # that): the mask drops the pair for the LAST alone.
+    step_type = torch.tensor(
+        [[F, M, M], [M, L, F], [M, M, F], [L, F, M], [M, L, M]], dtype=torch.uint8
+    )
+    batch = Experience(step_type, *(torch.zeros(5, 3) for _ in range(4)))
     boundary = 0.0 if mask_out_loss_for_last_step else 1.0
-    expected = torch.tensor([[1, 1], [1, boundary], [1, 0], [boundary, 1]])
+    expected = torch.tensor([[1, 1], [1, boundary], [1, 0], [boundary, 1], [1, boundary]])
     assert torch.equal(loss_mask(batch, mask_out_loss_for_last_step), expected)
 
 
