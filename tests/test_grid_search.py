@@ -649,6 +649,40 @@ def test_root_dir_that_is_a_file_or_a_train_run_is_refused_and_left_as_it_is(tmp
     assert os.listdir(tmp_path / 'run') == ['config.gin']
 
 
+def test_a_sweep_holds_its_root_dir_and_a_second_one_there_exits_2_before_writing_anything(
+    tmp_path, monkeypatch, capsys
+):
+    from alf_lite.run_dir import RunDirLock, run_dir_in_use
+
+    # A sweep that ran before, whose runs and table the second one must leave alone.
+    root_dir = tmp_path / 'runs'
+    (root_dir / RUN_NAMES[0]).mkdir(parents=True)
+    (root_dir / 'grid_summary.csv').write_text('run,status\n')
+    before = tree(root_dir)
+    calls = {}
+    with RunDirLock(str(root_dir)):  # as the sweep running there holds it
+        with pytest.raises(SystemExit) as exit_info:
+            run_main(tmp_path, monkeypatch, [], [], calls=calls)
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    # It names the process that holds the lock: this one, here.
+    assert err == (
+        f'error: --root_dir {root_dir} is in use: another grid_search is sweeping in it (pid '
+        f"{os.getpid()} holds the directory's lock). Wait for that sweep to end or stop it, or "
+        'choose another --root_dir.\n'
+    )
+    assert out == '' and calls == {} and tree(root_dir) == before
+
+    # A sweep holds it while its runs train (each train locks its own directory) and
+    # lets it go at the end.
+    locked = []
+    run_main(
+        tmp_path, monkeypatch, [], [], on_train=lambda: locked.append(run_dir_in_use(root_dir))
+    )
+    assert locked == [True] and not run_dir_in_use(root_dir)
+    assert {r['status'] for r in summary(root_dir).values()} == {'finished'}
+
+
 # --- Ray ------------------------------------------------------------------------------------
 
 
@@ -730,6 +764,15 @@ def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, 
     # Another working directory: the tasks must not depend on the driver's.
     write_inputs(tmp_path / 'driver', GRID)
     root_dir = tmp_path / 'shared' / 'runs'
+    # Runs of more CPUs than any node has would wait forever: refused, nothing written.
+    args = ['--ray_address', address, '--num_cpus_per_run', '4']
+    refused = run_grid(tmp_path / 'driver', root_dir, *args, env=env)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert (
+        f'error: no node of the Ray cluster at {address} can ever run a run: each asks for '
+        '4 CPU(s), and its alive nodes are: 1 with 2 CPU(s) and 0 GPU(s);' in refused.stderr
+    )
+    assert refused.stdout == '' and not root_dir.exists()
     result = run_grid(tmp_path / 'driver', root_dir, '--ray_address', address, env=env)
     assert_finished_grid(root_dir, result)
     assert f'Ray at {address}' in result.stdout
@@ -966,19 +1009,24 @@ def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
 
 
 class FakeRay(types.ModuleType):
-    """The part of the ray module that run_ray uses; tasks run at once.
+    """The part of the ray module that grid_search uses; tasks run at once.
 
     A task succeeds unless its root_dir is in ``errors``, which maps it to the
     text of the Ray error its ``get`` raises. ``init_error`` is raised by ``init``.
+    ``nodes`` are those ``nodes()`` gives.
     """
 
-    def __init__(self, errors=(), init_error=None):
+    def __init__(
+        self, errors=(), init_error=None, nodes=({'Alive': True, 'Resources': {'CPU': 8.0}},)
+    ):
         super().__init__('ray')
         self.options = None
         self.init_kwargs = None
         self.task_args = []
         self.errors = dict(errors)
         self.init_error = init_error
+        self.node_list = list(nodes)
+        self.cancelled = []
         self.shut_down = False
         self.exceptions = types.SimpleNamespace(RayError=RuntimeError)
 
@@ -987,25 +1035,33 @@ class FakeRay(types.ModuleType):
         if self.init_error:
             raise self.init_error
 
+    def nodes(self):
+        return self.node_list
+
     def shutdown(self):
         self.shut_down = True
 
     def remote(self, **options):
-        self.options = options
+        def wrap(fn):
+            self.options = options
+            return types.SimpleNamespace(remote=lambda *args: self.submit(fn, *args))
 
-        def submit(*args, **kwargs):
-            self.task_args.append(args)
-            return args[0]
+        return wrap
 
-        return lambda fn: types.SimpleNamespace(remote=submit)
+    def submit(self, fn, name, root_dir, config_text, num_threads, log_path, stop_file):
+        self.task_args.append((root_dir, config_text, num_threads, log_path))
+        return root_dir  # the task's reference
 
     def wait(self, refs, num_returns, timeout=None):
         return refs[:num_returns], refs[num_returns:]
 
-    def get(self, ref):
+    def get(self, ref, timeout=None):
         if ref in self.errors:
             raise RuntimeError(self.errors[ref])
         return {'returncode': 0, 'wall_time_s': 0.0, 'error': None}
+
+    def cancel(self, ref):
+        self.cancelled.append(ref)
 
 
 @pytest.mark.parametrize(
@@ -1021,7 +1077,6 @@ def test_ray_tasks_request_the_gpus_per_run_fractions_included(
     reported = []
     run_ray(
         fake_runs(2, tmp_path),
-        'auto',
         3,
         lambda run, result: reported.append(run.name),
         num_gpus_per_run=num_gpus,
@@ -1076,18 +1131,29 @@ def test_local_runs_get_the_thread_count_and_at_most_max_workers_run_at_a_time(
         assert training.most_running == 2
 
 
-def test_ray_runs_ship_the_package_and_get_their_cpus_as_threads(tmp_path, monkeypatch):
+@pytest.fixture
+def listening_address():
+    """``127.0.0.1:<port>`` where a socket listens (and accepts nothing): a TCP connect
+    succeeds, also at the node address Ray may look at instead of 127.0.0.1."""
+    with socket.create_server(('', 0)) as server:
+        yield f'127.0.0.1:{server.getsockname()[1]}'
+
+
+def test_ray_runs_ship_the_package_and_get_their_cpus_as_threads(
+    tmp_path, monkeypatch, listening_address
+):
     import alf_lite
-    from alf_lite.bin.grid_search import run_ray
+    from alf_lite.bin.grid_search import connect_ray, run_ray
 
     ray = FakeRay()
     monkeypatch.setitem(sys.modules, 'ray', ray)
     runs = fake_runs(2, tmp_path)
-    run_ray(runs, '10.0.0.1:6379', 3, lambda run, result: None)
-    assert ray.init_kwargs['address'] == '10.0.0.1:6379'
+    connect_ray(listening_address, 3, 0.0)
+    assert ray.init_kwargs['address'] == listening_address
     assert ray.init_kwargs['runtime_env'] == {
         'py_modules': [os.path.dirname(os.path.abspath(alf_lite.__file__))]
     }
+    run_ray(runs, 3, lambda run, result: None)
     assert ray.task_args == [(r.root_dir, r.config_text, 3, r.log_path) for r in runs]
     assert ray.shut_down
 
@@ -1104,7 +1170,7 @@ def test_a_failed_ray_task_fails_its_run_with_the_errors_last_line(tmp_path, mon
     clock = iter([100.0, 100.0, 107.5])
     monkeypatch.setattr(grid_search, 'time', types.SimpleNamespace(time=lambda: next(clock)))
     reported = {}
-    grid_search.run_ray(runs, 'auto', 1, lambda run, result: reported.update({run.name: result}))
+    grid_search.run_ray(runs, 1, lambda run, result: reported.update({run.name: result}))
     assert reported['run0'] == {'returncode': 0, 'wall_time_s': 0.0, 'error': None}
     assert reported['run1'] == {
         'returncode': None,
@@ -1123,27 +1189,225 @@ def test_ray_is_shut_down_when_reporting_a_run_raises(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_ray(fake_runs(2, tmp_path), 'auto', 1, report)
+        run_ray(fake_runs(2, tmp_path), 1, report)
     assert ray.shut_down
 
 
 @pytest.mark.parametrize('error', [ConnectionError('refused'), RuntimeError('no cluster')])
 def test_a_ray_cluster_that_cannot_be_reached_exits_2_naming_its_address(
-    tmp_path, monkeypatch, capsys, error
+    monkeypatch, capsys, listening_address, error
 ):
+    from alf_lite.bin.grid_search import connect_ray
+
+    ray = FakeRay(init_error=error)
+    monkeypatch.setitem(sys.modules, 'ray', ray)
+    with pytest.raises(SystemExit) as exit_info:
+        connect_ray(listening_address, 1, 0.0)
+    assert exit_info.value.code == 2
+    assert f'cannot connect to the Ray cluster at {listening_address}: {error}' in (
+        capsys.readouterr().err
+    )
+    assert ray.shut_down
+
+
+TWO_CPUS = {'Alive': True, 'Resources': {'CPU': 2.0, 'memory': 1e10}}
+GPU_NODE = {'Alive': True, 'Resources': {'CPU': 8.0, 'GPU': 1.0}}
+
+
+@pytest.mark.parametrize(
+    'nodes, cpus, gpus, node_types, problem',
+    [
+        (
+            [TWO_CPUS],
+            4,
+            0.0,
+            [],
+            'each asks for 4 CPU(s), and its alive nodes are: 1 with 2 CPU(s) and 0 GPU(s);',
+        ),
+        # A dead node's resources are not there.
+        (
+            [TWO_CPUS, TWO_CPUS, dict(GPU_NODE, Alive=False)],
+            1,
+            0.25,
+            [],
+            'each asks for 1 CPU(s) and 0.25 GPU(s), and its alive nodes are: 2 with 2 CPU(s) '
+            'and 0 GPU(s);',
+        ),
+        # A node type the autoscaler may start counts only when it fits.
+        (
+            [TWO_CPUS],
+            4,
+            0.0,
+            [{'CPU': 3.0}],
+            'nodes are: 1 with 2 CPU(s) and 0 GPU(s), nor may its autoscaler start such a node;',
+        ),
+        # One node holds all a run asks for, or the autoscaler may start one.
+        ([TWO_CPUS, GPU_NODE], 4, 0.5, [], None),
+        ([TWO_CPUS], 4, 0.0, [{'CPU': 2.0}, {'CPU': 4.0}], None),
+    ],
+    ids=['cpus', 'gpus', 'node type too small', 'one node fits', 'node type fits'],
+)
+def test_ray_runs_that_no_node_can_hold_exit_2_naming_the_nodes(
+    monkeypatch, capsys, listening_address, nodes, cpus, gpus, node_types, problem
+):
+    from alf_lite.bin import grid_search
+
+    ray = FakeRay(nodes=nodes)
+    monkeypatch.setitem(sys.modules, 'ray', ray)
+    monkeypatch.setattr(grid_search, '_node_types_ray_may_start', lambda: node_types)
+    if problem is None:
+        grid_search.connect_ray(listening_address, cpus, gpus)
+        assert not ray.shut_down
+        return
+    with pytest.raises(SystemExit) as exit_info:
+        grid_search.connect_ray(listening_address, cpus, gpus)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f'error: no node of the Ray cluster at {listening_address} can ever run')
+    assert problem in err and 'Lower --num_cpus_per_run or --num_gpus_per_run' in err, err
+    assert ray.shut_down
+
+
+class StoppedRay(FakeRay):
+    """A cluster where the first task begins and the others never do (another job holds
+    the nodes): SIGINT comes while the sweep waits, the first task ends once the stop file
+    is there, and the sweep must not wait for the others."""
+
+    def __init__(self):
+        super().__init__()
+        self.refs = []
+        self.results = {}
+        self.stop_file = None
+        self.waits_after_stop = 0
+
+    def submit(self, fn, name, root_dir, *args):
+        if not self.refs:  # the first task begins: its train stops on SIGINT
+            self.results[root_dir] = fn(name, root_dir, *args)
+        self.refs.append(root_dir)
+        self.stop_file = args[-1]
+        return root_dir
+
+    def wait(self, refs, num_returns, timeout=None):
+        if not os.path.exists(self.stop_file):
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, while the runs go on
+        elif self.refs[0] in refs:
+            return [self.refs[0]], [r for r in refs if r != self.refs[0]]
+        else:
+            self.waits_after_stop += 1
+            assert self.waits_after_stop < 20, 'the sweep waits for tasks that never begin'
+        return [], refs
+
+    def get(self, ref, timeout=None):
+        return self.results[ref]
+
+
+def test_ray_tasks_not_begun_when_a_signal_stops_the_sweep_are_cancelled_and_not_started(
+    tmp_path, monkeypatch, capfd
+):
+    import alf_lite.runs
     from alf_lite.bin.grid_search import run_ray
 
-    monkeypatch.setitem(sys.modules, 'ray', FakeRay(init_error=error))
+    def train_in_subprocess(root_dir, config_text, num_threads, log_path, stop_file):
+        return {'returncode': 130, 'wall_time_s': 1.0, 'error': None}
+
+    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', train_in_subprocess)
+    ray = StoppedRay()
+    monkeypatch.setitem(sys.modules, 'ray', ray)
+    runs = fake_runs(3, tmp_path)
+    reported = {}
+    signum = run_ray(runs, 1, lambda run, result: reported.update({run.name: result}))
+    assert signum == signal.SIGINT
+    assert reported['run0']['returncode'] == 130 and reported['run0']['stopped']
+    assert reported['run1']['not_started'] and reported['run2']['not_started']
+    assert ray.cancelled == [runs[1].root_dir, runs[2].root_dir]
+    assert 'SIGINT: stopping the sweep' in capfd.readouterr().err
+    # Neither the stop file nor the marks of the runs begun are left to a re-run.
+    assert os.listdir(tmp_path) == []
+
+
+class SignalledRay(FakeRay):
+    """A cluster whose ray.init the signal ``signum`` interrupts. As Ray's, it first puts
+    in place a SIGTERM handler that exits with the signal's number."""
+
+    def __init__(self, signum):
+        super().__init__()
+        self.signum = signum
+
+    def init(self, **kwargs):
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        os.kill(os.getpid(), self.signum)
+        time.sleep(5)  # Ray waiting for its cluster
+
+
+class SignalReachedTheTest(Exception):
+    pass
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
+def test_a_signal_while_connecting_to_ray_exits_with_128_plus_it_before_anything_is_written(
+    tmp_path, monkeypatch, capsys, listening_address, sig
+):
+    def reached_the_test(signum, frame):
+        raise SignalReachedTheTest(signum)
+
+    # Were the signal not handled while connecting, it would reach this handler
+    # rather than end pytest.
+    previous = signal.signal(sig, reached_the_test)
+    ray = SignalledRay(sig)
+    calls = {}
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            args = ['--ray_address', listening_address]
+            run_main(tmp_path, monkeypatch, args, [], calls=calls, ray=ray)
+    finally:
+        signal.signal(sig, previous)
+    assert exit_info.value.code == 128 + sig
+    out, err = capsys.readouterr()
+    assert err == (
+        f'error: {sig.name} while connecting to the Ray cluster at {listening_address}: '
+        'nothing was started.\n'
+    )
+    assert out == '' and calls == {} and not (tmp_path / 'runs').exists()
+    assert ray.shut_down
+
+
+@pytest.mark.parametrize(
+    'address, problem',
+    [
+        ('127.0.0.1:{free_port}', 'nothing listens at '),
+        ('127.0.0.1:63a', "--ray_address 127.0.0.1:63a: '63a' is not a port number"),
+    ],
+    ids=['no cluster', 'not a port'],
+)
+def test_a_ray_address_where_nothing_listens_exits_2_at_once_before_anything_is_written(
+    tmp_path, monkeypatch, capsys, address, problem
+):
+    address = address.format(free_port=free_port())
+    ray = FakeRay()
+    calls = {}
+    start = time.monotonic()
     with pytest.raises(SystemExit) as exit_info:
-        run_ray(fake_runs(1, tmp_path), '10.0.0.1:6379', 1, lambda run, result: None)
-    assert exit_info.value.code == 2
-    assert f'cannot connect to the Ray cluster at 10.0.0.1:6379: {error}' in capsys.readouterr().err
+        run_main(tmp_path, monkeypatch, ['--ray_address', address], [], calls=calls, ray=ray)
+    assert exit_info.value.code == 2 and time.monotonic() - start < 10
+    out, err = capsys.readouterr()
+    assert err.startswith('error: ') and err.count('\n') == 1 and problem in err, err
+    if problem.startswith('nothing'):
+        assert f'cannot connect to the Ray cluster at {address}: ' in err
+        assert err.endswith(
+            '(Connection refused). Start the cluster (`ray start --head --port '
+            f'{address.split(":")[1]}` on its head) or fix --ray_address.\n'
+        )
+    # Ray was not asked: it would try for minutes. Nothing was printed or written.
+    assert ray.init_kwargs is None and out == '' and calls == {}
+    assert not (tmp_path / 'runs').exists()
 
 
-def run_main(directory, monkeypatch, args, gpus, grid=GRID, calls=None):
+def run_main(directory, monkeypatch, args, gpus, grid=GRID, calls=None, ray=None, on_train=None):
     """``grid_search.main`` on ``grid`` with ``args`` on 8 cores with ``gpus`` visible.
 
-    The backends are replaced by recorders whose runs all finish at once.
+    The backends are replaced by recorders whose runs all finish at once (after
+    calling ``on_train()``, if given), and the connection to Ray by one, unless
+    a ``FakeRay`` is given as ``ray``.
     Returns ``calls``, filled as ``{backend name: its arguments}``.
     """
     from absl import flags
@@ -1156,6 +1420,8 @@ def run_main(directory, monkeypatch, args, gpus, grid=GRID, calls=None):
     calls = {} if calls is None else calls
 
     def finish_all(todo, report):
+        if on_train is not None:
+            on_train()
         for run in todo:
             report(run, {'returncode': 0, 'wall_time_s': 1.0, 'error': None})
 
@@ -1168,20 +1434,22 @@ def run_main(directory, monkeypatch, args, gpus, grid=GRID, calls=None):
         )
         finish_all(todo, report)
 
-    def run_ray(todo, address, num_cpus_per_run, report, num_gpus_per_run=0.0):
+    def connect_ray(address, num_cpus_per_run, num_gpus_per_run):
         calls['ray'] = dict(
-            address=address,
-            num_cpus_per_run=num_cpus_per_run,
-            num_gpus_per_run=num_gpus_per_run,
-            config_text=todo[0].config_text,
+            address=address, num_cpus_per_run=num_cpus_per_run, num_gpus_per_run=num_gpus_per_run
         )
+
+    def run_ray(todo, num_cpus_per_run, report, num_gpus_per_run=0.0):
+        calls.setdefault('ray', {})['config_text'] = todo[0].config_text
         finish_all(todo, report)
 
     monkeypatch.setattr(grid_search, 'run_local', run_local)
+    if ray is None:
+        monkeypatch.setattr(grid_search, 'connect_ray', connect_ray)
     monkeypatch.setattr(grid_search, 'run_ray', run_ray)
     monkeypatch.setattr(alf_lite.device, 'visible_gpu_ids', lambda: list(gpus))
     monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: set(range(8)))
-    monkeypatch.setitem(sys.modules, 'ray', FakeRay())
+    monkeypatch.setitem(sys.modules, 'ray', ray or FakeRay())
     with flagsaver.flagsaver():
         flags.FLAGS(
             ['grid_search', '--search_config', str(grid), '--gin_file', str(gin_file)]
@@ -1435,6 +1703,70 @@ def test_a_parameter_searched_by_two_entries_exits_2_before_anything_starts(
     err = capsys.readouterr().err
     assert err.count('\n') == 1 and message in err and 'search it in one entry' in err, err
     assert calls == {}
+
+
+def pendulum_line(text):
+    """``file <sac_pendulum.gin>, line <n>, `<text>``` as a config error names the line."""
+    lines = PENDULUM.read_text().splitlines()
+    return f'file {PENDULUM}, line {lines.index(text) + 1}, `{text}`'
+
+
+@pytest.mark.parametrize(
+    'parameters, gin_param, winners, remedy',
+    [
+        # The audit's case: the example binds the lr of each of SAC's three optimizers.
+        (
+            {'Adam.lr': [0.001, 0.1]},
+            [],
+            [
+                f'`actor/Adam.lr` ({pendulum_line("actor/Adam.lr = 1e-3")})',
+                f'`critic/Adam.lr` ({pendulum_line("critic/Adam.lr = 1e-3")})',
+                f'`alpha/Adam.lr` ({pendulum_line("alpha/Adam.lr = 1e-3")})',
+            ],
+            'Search actor/Adam.lr, critic/Adam.lr, alpha/Adam.lr instead of Adam.lr (one entry '
+            '"actor/Adam.lr,critic/Adam.lr,alpha/Adam.lr" sets them all to one value).',
+        ),
+        # A --gin_param in a scope, and another entry of the search config; gin's full name.
+        (
+            {'torch.optim.Adam.lr': [0.001, 0.1], 'critic/Adam.lr': [0.5]},
+            ['--gin_param', 'actor/Adam.lr=0.2'],
+            [
+                "`actor/Adam.lr` (--gin_param 'actor/Adam.lr=0.2')",
+                "`critic/Adam.lr` (the search config's \"parameters\" entry 'critic/Adam.lr', "
+                'value `0.5`)',
+            ],
+            'instead of torch.optim.Adam.lr (one entry "actor/Adam.lr,critic/Adam.lr,'
+            'alpha/Adam.lr" sets them all to one value), or leave out that --gin_param.',
+        ),
+    ],
+    ids=['gin file', 'gin_param and search config'],
+)
+def test_a_searched_parameter_a_more_specific_scope_overrides_exits_2_naming_the_winners(
+    tmp_path, monkeypatch, capsys, parameters, gin_param, winners, remedy
+):
+    calls = {}
+    grid = {'parameters': parameters, 'repeats': 1}
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(tmp_path, monkeypatch, gin_param, [], grid=grid, calls=calls)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'of the search config\'s "parameters" entry' in err, err
+    assert 'is overridden by a binding of it in a more specific scope, ' + '; '.join(winners) in (
+        err
+    ), err
+    assert err.endswith(remedy + '\n'), err
+    assert calls == {} and not (tmp_path / 'runs').exists()
+
+
+def test_a_binding_overrides_a_searched_one_where_its_scope_begins_with_the_searched_scope():
+    from alf_lite.bin.grid_search import _more_specific
+
+    assert _more_specific('', 'actor') and _more_specific('actor', 'actor/target')
+    # The same scope is the same parameter (gin_param_conflict's case); gin applies
+    # critic/actor's binding where the scope begins with critic, where actor's never applies.
+    assert not _more_specific('actor', 'actor')
+    assert not _more_specific('actor', '') and not _more_specific('actor', 'critic/actor')
+    assert not _more_specific('actor', 'actors/x')
 
 
 @pytest.mark.parametrize(

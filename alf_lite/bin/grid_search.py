@@ -39,14 +39,22 @@ run's directory aside to train it afresh.
 A ``--gin_param`` that binds a searched parameter (as gin compares them: the
 scope counts) or ``TrainerConfig.random_seed`` is refused before anything is
 written: the searched values and the seeds are bound after it and would
-override it.
+override it. So is a searched parameter that a binding of it in a more
+specific scope overrides, from a gin file, a ``--gin_param`` or the search
+config (``Adam.lr`` where ``actor/Adam.lr`` is bound: gin applies the binding
+of the longest scope that the call's scope begins with), naming those
+bindings: search them instead.
+One sweep at a time runs in a ``root_dir``: it holds the directory's
+``flock`` (as train holds its run's), and a second sweep there exits with
+status 2 before writing anything, naming the holder's pid where it can.
 A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
 ``root_dir/grid_summary.csv``; a run skipped as finished keeps the wall time
 the last table gave it); the exit code is 1 when a run failed.
 SIGINT (Ctrl-C) or SIGTERM stops the sweep: each running run gets the signal
 (on Ray, SIGINT from its task, told through a file in ``root_dir``) and stops
-at a checkpoint of its own, no other run starts, the table is written, and the exit code is 128
+at a checkpoint of its own, no other run starts (a Ray task not begun is
+cancelled), the table is written, and the exit code is 128
 plus the signal's number; running the same command again continues the sweep.
 
 Backends: by default a local pool of ``--max_workers`` training processes,
@@ -54,7 +62,12 @@ each with ``cores // max_workers`` torch threads; with ``--ray_address`` each
 run is a Ray task (``pip install .[ray]``) that needs ``--num_cpus_per_run``
 CPUs and gets as many torch threads. The code ships with the tasks and the
 config is sent as text, but ``--root_dir`` must be storage that every node of
-the cluster sees at the same absolute path.
+the cluster sees at the same absolute path. The sweep connects before it
+writes or prints anything: an address where nothing takes a TCP connection
+within 10 s (where Ray would look: this machine's node address for
+localhost), or a cluster where no alive node has the CPUs and GPUs of one run
+(nor a node type that its autoscaler may start, where Ray's state describes
+one), exits with status 2; a signal meanwhile exits with 128 plus its number.
 
 GPUs: locally, each run gets one of the visible GPUs through its
 ``CUDA_VISIBLE_DEVICES``, the one with the fewest runs on it (of those, the
@@ -76,7 +89,9 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -96,6 +111,8 @@ from alf_lite.config import write_text_atomically
 from alf_lite.run_dir import (
     CONFIG_FILE,
     RunDir,
+    RunDirInUseError,
+    RunDirLock,
     config_statements,
     experiment_difference,
     split_binding,
@@ -108,7 +125,6 @@ from alf_lite.runs import (
     complete_rows,
     final_value,
     read_scalar_if_any,
-    train_in_subprocess,
 )
 from alf_lite.signals import STOP_SIGNALS, in_main_thread
 
@@ -165,6 +181,8 @@ SUMMARY_FILE = 'grid_summary.csv'
 SKIPPED = 'skipped (finished before)'
 # Written into the sweep's directory when a signal stops a Ray sweep.
 STOP_FILE = '.grid_search_stop'
+# In the sweep's directory, a file named after each run whose Ray task has begun.
+STARTED_DIR = '.grid_search_started'
 LOG_DIR = 'logs'
 LOG_SUFFIX = '.log'
 NAME_MAX = 255  # bytes in a file name on common file systems (ext4, xfs, btrfs, tmpfs)
@@ -439,6 +457,69 @@ def gin_param_conflict(gin_params: Sequence[str], space: SearchSpace) -> Optiona
     return None
 
 
+def _more_specific(scope: str, other: str) -> bool:
+    """Whether a binding in scope ``other`` wins over one in ``scope`` wherever it applies.
+
+    gin applies a configurable's bindings of each scope that begins the scope it
+    is called in, the longest last: ``actor/Adam.lr`` wins over ``Adam.lr`` in
+    ``actor`` (and ``actor/...``). A scope that ``scope`` does not begin
+    (``critic/actor`` for ``actor``) applies only where ``scope`` does not.
+    """
+    return other != scope and (not scope or other.startswith(scope + '/'))
+
+
+def overridden_search(space: SearchSpace) -> Optional[str]:
+    """Why a searched parameter would not get its values where a binding of it in a more
+    specific scope applies (one of the gin files, a ``--gin_param`` or another entry of the
+    search config), or None.
+
+    Call once the sweep's config is parsed with one combination (the values do
+    not change which parameters are bound). The search config's ``Adam.lr`` would
+    be overridden by ``actor/Adam.lr`` in the actor's scope: runs of different
+    values of it could train the same and differ in their names only.
+    """
+    from gin import config as gin_config
+
+    from alf_lite import config
+
+    # Where each binding was written; parse_config keeps it for its messages.
+    recorded = config._parsed.bindings if config._parsed is not None else {}
+    for names, _ in space.parameters:
+        for name in names:
+            key = _parameter_key(name)
+            if not isinstance(key, tuple) or key[1] == 'gin.macro':
+                continue  # a macro: no scope of a configurable
+            scope, selector, param = key
+            winners = [
+                (other, selector, param)
+                for (other, found), params in gin_config._CONFIG.items()
+                if found == selector and param in params and _more_specific(scope, other)
+            ]
+            if not winners:
+                continue
+            short = selector.rsplit('.', 1)[-1]
+            bound = [f'{other}/{short}.{param}' for other, _, _ in winners]
+            places = []
+            for binding, winner in zip(bound, winners):
+                where = recorded.get(winner)
+                places.append(
+                    f'`{binding}`' + (f' ({config._statement_where(*where)})' if where else '')
+                )
+            message = search_entry_message(
+                f'{name} of the search config\'s "parameters" entry {",".join(names)!r} is '
+                f'overridden by a binding of it in a more specific scope, {"; ".join(places)}: '
+                'gin applies the binding of the most specific scope, so the runs would not get '
+                'the searched values there and could differ in their names only. Search '
+                f'{", ".join(bound)} instead of {name} (one entry "{",".join(bound)}" sets '
+                'them all to one value)',
+                space,
+            )
+            if '--gin_param' in message:  # one the user gave, not a searched value
+                message += ', or leave out that --gin_param'
+            return message + '.'
+    return None
+
+
 def configure_runs(
     space: SearchSpace, root_dir: str, gin_files, gin_params, num_threads: int
 ) -> List[GridRun]:
@@ -658,27 +739,141 @@ def ray_task_options(num_cpus_per_run: int, num_gpus_per_run: float) -> dict:
     return options
 
 
-def run_ray(
-    todo: List[GridRun], address: str, num_cpus_per_run: int, report, num_gpus_per_run: float = 0.0
-) -> Optional[int]:
-    """Train ``todo`` as Ray tasks of ``num_cpus_per_run`` CPUs and ``num_gpus_per_run`` GPUs each.
+# How long a TCP connection to the Ray cluster's address may take before it counts as absent.
+RAY_PROBE_TIMEOUT_S = 10.0
 
-    ``todo``'s root_dirs must be on storage that every node sees at the same path.
-    After SIGINT or SIGTERM, ``STOP_FILE`` in the sweep's directory stops the
-    tasks: running runs stop at a checkpoint, the others report ``NOT_STARTED``.
 
-    Returns:
-        the number of the signal that stopped the sweep, or None.
+def ray_endpoint(address: str) -> Optional[tuple]:
+    """``(host, port)`` that ray.init connects to for ``--ray_address`` (``host:port``,
+    ``ray://host:port``, ``[::1]:port``, ``auto``), or None where Ray finds no cluster
+    itself (ray.init then says so at once).
+
+    Ray reaches this machine's own cluster at its node address, not at localhost,
+    and ``auto`` at the cluster ``ray start`` last started here (or ``RAY_ADDRESS``).
+
+    Raises:
+        ValueError: the port is not a port number.
+    """
+    target = address
+    if '://' not in address:
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+
+            target = canonicalize_bootstrap_address(address) or ''
+        except Exception:  # a private API of Ray's, or no cluster found for 'auto'
+            pass
+    host, sep, port = target.split('://', 1)[-1].rpartition(':')
+    if not sep or not host:
+        return None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f'--ray_address {address}: {port!r} is not a port number')
+    return host.strip('[]'), int(port)
+
+
+def ray_address_problem(address: str, timeout_s: float = RAY_PROBE_TIMEOUT_S) -> Optional[str]:
+    """Why nothing can be the Ray cluster at ``address``, found by a TCP connection to the
+    host and port ray.init would try (for minutes, before it gave up), or None."""
+    try:
+        endpoint = ray_endpoint(address)
+    except ValueError as e:
+        return f"{e}: give 'auto' or the host:port of the cluster's head"
+    if endpoint is None:
+        return None
+    try:
+        with socket.create_connection(endpoint, timeout=timeout_s):
+            return None
+    except TimeoutError:
+        reason = f'no answer within {timeout_s:g} s'
+    except OSError as e:
+        reason = e.strerror or str(e)
+    where = f'{endpoint[0]}:{endpoint[1]}'
+    return (
+        f'cannot connect to the Ray cluster at {address}: nothing listens at {where}'
+        + ('' if address.endswith(where) else ', where Ray looks for it')
+        + f' ({reason}). Start the cluster (`ray start --head --port {endpoint[1]}` on its '
+        'head) or fix --ray_address.'
+    )
+
+
+def _node_types_ray_may_start() -> List[dict]:
+    """The resources of each node type the connected cluster's autoscaler may start; none
+    when the cluster has no autoscaler config in Ray's state (a cluster of nodes started
+    by hand, or an autoscaler Ray's state does not describe)."""
+    try:
+        # Ray's own Data library asks so too; a private API another Ray may lack.
+        from ray._private.state import state
+
+        config = state.get_cluster_config()
+    except Exception:
+        return []
+    if config is None:
+        return []
+    return [dict(group.resources) for group in config.node_group_configs if group.max_count != 0]
+
+
+def ray_resources_problem(address: str, num_cpus_per_run: int, num_gpus_per_run: float):
+    """Why no node of the connected Ray cluster can ever run one run, or None.
+
+    A run's task waits, however long, for a node with its CPUs and GPUs free:
+    one that no alive node has in all (and no node type the autoscaler may start,
+    where Ray describes one) would wait forever.
     """
     import ray
 
-    import alf_lite
+    need = {'CPU': num_cpus_per_run}
+    if num_gpus_per_run > 0:
+        need['GPU'] = num_gpus_per_run
 
-    stop = SweepStop()
-    stop_file = os.path.join(os.path.dirname(todo[0].root_dir), STOP_FILE)
-    # Left by a sweep that was stopped and then killed, it would stop this one.
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(stop_file)
+    def fits(resources):
+        return all(resources.get(name, 0) >= amount for name, amount in need.items())
+
+    nodes = [node['Resources'] for node in ray.nodes() if node.get('Alive')]
+    node_types = _node_types_ray_may_start()
+    if any(map(fits, nodes + node_types)):
+        return None
+    shapes = collections.Counter((r.get('CPU', 0), r.get('GPU', 0)) for r in nodes)
+    have = '; '.join(
+        f'{n} with {cpu:g} CPU(s) and {gpu:g} GPU(s)' for (cpu, gpu), n in sorted(shapes.items())
+    )
+    return (
+        f'no node of the Ray cluster at {address} can ever run a run: each asks for '
+        + ' and '.join(f'{amount:g} {name}(s)' for name, amount in need.items())
+        + f', and its alive nodes are: {have or "none"}'
+        + (', nor may its autoscaler start such a node' if node_types else '')
+        + '; the runs would wait forever. Lower --num_cpus_per_run or --num_gpus_per_run, '
+        'or add a node that has them.'
+    )
+
+
+def connect_ray(address: str, num_cpus_per_run: int, num_gpus_per_run: float) -> None:
+    """Connect this process to the Ray cluster at ``address``, which must have a node that
+    fits one run; otherwise exit (``fail``) naming the problem, disconnected. SIGINT or
+    SIGTERM meanwhile exits with 128 plus its number."""
+    import ray
+
+    from alf_lite.signals import Interrupted, RaisingSignals
+
+    try:
+        with RaisingSignals():
+            _connect_ray(address, num_cpus_per_run, num_gpus_per_run)
+    except Interrupted as e:
+        ray.shutdown()
+        fail(
+            f'{signal.Signals(e.signum).name} while connecting to the Ray cluster at {address}: '
+            'nothing was started.',
+            EXIT_SIGNAL_BASE + e.signum,
+        )
+
+
+def _connect_ray(address: str, num_cpus_per_run: int, num_gpus_per_run: float) -> None:
+    import ray
+
+    import alf_lite
+    from alf_lite.signals import Interrupted
+
+    problem = ray_address_problem(address)
+    if problem:
+        fail(problem)
     try:
         # The package travels with the tasks: a worker node need not have it installed.
         ray.init(
@@ -687,18 +882,93 @@ def run_ray(
             runtime_env={'py_modules': [os.path.dirname(os.path.abspath(alf_lite.__file__))]},
         )
     except (ConnectionError, RuntimeError) as e:
+        ray.shutdown()
         fail(f'cannot connect to the Ray cluster at {address}: {e}')
+    except SystemExit as e:
+        # ray.init's first step is a SIGTERM handler of its own, which exits so.
+        if e.code == signal.SIGTERM:
+            raise Interrupted(signal.SIGTERM) from None
+        raise
     try:
-        task = ray.remote(**ray_task_options(num_cpus_per_run, num_gpus_per_run))(
-            train_in_subprocess
-        )
+        problem = ray_resources_problem(address, num_cpus_per_run, num_gpus_per_run)
+    except BaseException:
+        ray.shutdown()
+        raise
+    if problem:
+        ray.shutdown()
+        fail(problem)
+
+
+def _train_on_ray(name, root_dir, config_text, num_threads, log_path, stop_file) -> dict:
+    """The Ray task of the run ``name``: ``train_in_subprocess``, once it has marked the
+    run as begun (``STARTED_DIR``) for the driver."""
+    from alf_lite.runs import train_in_subprocess
+
+    # Before train_in_subprocess looks for the stop file: a task whose mark the
+    # driver does not find once that file is written will start no train.
+    started = os.path.join(os.path.dirname(stop_file), STARTED_DIR)
+    os.makedirs(started, exist_ok=True)
+    with open(os.path.join(started, name), 'w'):
+        pass
+    return train_in_subprocess(root_dir, config_text, num_threads, log_path, stop_file=stop_file)
+
+
+def _cancel_not_begun(pending: dict, started_dir: str) -> List:
+    """Cancel the tasks among ``pending`` (Ray reference -> (run, start time)) that have not
+    marked their run as begun in ``started_dir``; returns their references.
+
+    Call once the stop file is written: such a task, if it begins after all,
+    starts no train. Cancelled, it is not left to wait for room on the cluster
+    (forever, where none frees).
+    """
+    import ray
+
+    cancelled = [
+        ref
+        for ref, (run, _) in pending.items()
+        if not os.path.exists(os.path.join(started_dir, run.name))
+    ]
+    for ref in cancelled:
+        ray.cancel(ref)
+    return cancelled
+
+
+def run_ray(
+    todo: List[GridRun], num_cpus_per_run: int, report, num_gpus_per_run: float = 0.0
+) -> Optional[int]:
+    """Train ``todo`` as Ray tasks of ``num_cpus_per_run`` CPUs and ``num_gpus_per_run`` GPUs
+    each, on the cluster ``connect_ray`` connected to; disconnects at the end.
+
+    ``todo``'s root_dirs must be on storage that every node sees at the same path.
+    After SIGINT or SIGTERM, ``STOP_FILE`` in the sweep's directory stops the
+    running tasks at a checkpoint, and the tasks that have not begun are
+    cancelled and reported ``NOT_STARTED`` at once (rather than when the cluster
+    has room for them).
+
+    Returns:
+        the number of the signal that stopped the sweep, or None.
+    """
+    import ray
+
+    stop = SweepStop()
+    stop_file = os.path.join(os.path.dirname(todo[0].root_dir), STOP_FILE)
+    started_dir = os.path.join(os.path.dirname(todo[0].root_dir), STARTED_DIR)
+    # Left by a sweep that was stopped and then killed, they would stop this one, or
+    # mark its runs as begun.
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(stop_file)
+    shutil.rmtree(started_dir, ignore_errors=True)
+    try:
+        task = ray.remote(**ray_task_options(num_cpus_per_run, num_gpus_per_run))(_train_on_ray)
         pending = {
             task.remote(
-                run.root_dir, run.config_text, num_cpus_per_run, run.log_path, stop_file=stop_file
-            ): (
-                run,
-                time.time(),
-            )
+                run.name,
+                run.root_dir,
+                run.config_text,
+                num_cpus_per_run,
+                run.log_path,
+                stop_file,
+            ): (run, time.time())
             for run in todo
         }
         with stop:
@@ -707,6 +977,9 @@ def run_ray(
                     # On the shared storage: each running task passes SIGINT on to
                     # its train, a task that starts after it starts none.
                     write_text_atomically(stop_file, f'{signal.Signals(stop.signum).name}\n')
+                    for ref in _cancel_not_begun(pending, started_dir):
+                        report(pending.pop(ref)[0], stop.mark(dict(NOT_STARTED)))
+                    continue
                 # In steps, so that a signal is acted on while runs go on.
                 done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
                 if not done:
@@ -726,6 +999,7 @@ def run_ray(
         ray.shutdown()
         with contextlib.suppress(FileNotFoundError):
             os.remove(stop_file)
+        shutil.rmtree(started_dir, ignore_errors=True)
     return stop.signum
 
 
@@ -872,6 +1146,9 @@ def main(argv):
         parse_config(FLAGS.gin_file, FLAGS.gin_param + first)
     except ConfigError as e:
         fail(search_entry_message(str(e), space))
+    overridden = overridden_search(space)
+    if overridden:
+        fail(overridden)
     try:
         TrainerConfig()
     except (ValueError, TypeError) as e:
@@ -883,11 +1160,64 @@ def main(argv):
             f'--root_dir {root_dir} holds a train run (its {CONFIG_FILE}), not a sweep: '
             'choose another directory.'
         )
+    lock = RunDirLock(root_dir)
     try:
-        os.makedirs(root_dir, exist_ok=True)
-    except OSError as e:
-        fail(f'cannot create --root_dir: {e}')
+        _sweep(runs, root_dir, lock, max_workers, num_threads, gpus)
+    finally:
+        lock.release()
+        if FLAGS.ray_address:
+            import ray
 
+            ray.shutdown()
+
+
+def lock_holders(path: str) -> List[int]:
+    """The processes on this machine that hold a ``flock`` on ``path``, as /proc/locks
+    lists them; none where it does not (another OS, a holder on another node of a shared
+    file system)."""
+    try:
+        st = os.stat(path)
+        with open('/proc/locks') as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    # e.g. '1: FLOCK  ADVISORY  WRITE 27835 fe:00:2163713 0 EOF': the pid, then the
+    # device (major:minor, in hex) and inode of the file.
+    where = f'{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}'
+    return [
+        int(fields[4])
+        for fields in map(str.split, lines)
+        if len(fields) > 5
+        and fields[1] == 'FLOCK'
+        and fields[5] == where
+        and fields[4].isdigit()
+        and int(fields[4]) > 0  # none: a holder this process cannot see (a pid namespace)
+    ]
+
+
+def lock_root_dir(lock: RunDirLock) -> None:
+    """Take the sweep's lock on its root_dir, creating the directory if missing; exit
+    (status 2) when another process holds it or the directory cannot be created."""
+    try:
+        lock.acquire()
+    except RunDirInUseError:
+        holders = lock_holders(lock.root)
+        fail(
+            f'--root_dir {lock.root} is in use: another grid_search is sweeping in it ('
+            + (f'pid {", ".join(map(str, holders))} holds' if holders else 'a process holds')
+            + " the directory's lock). Wait for that sweep to end or stop it, or choose "
+            'another --root_dir.'
+        )
+    except OSError as e:
+        fail(f'cannot create or lock --root_dir {lock.root}: {e}')
+
+
+def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus):
+    """``main`` from the runs on: train them and report; ``lock``, the root_dir's, is
+    taken here and released by the caller."""
+    if os.path.isdir(root_dir):
+        # Before reading the runs: a sweep running in root_dir holds the lock.
+        lock_root_dir(lock)
     results = {}
     for run in runs:
         if run.error:
@@ -902,6 +1232,11 @@ def main(argv):
         elif is_finished(run):
             results[run.name] = {'status': SKIPPED}
     todo = [run for run in runs if run.name not in results]
+    if FLAGS.ray_address and todo:
+        # Before anything is written: a cluster that is not there or cannot run a run
+        # exits with status 2.
+        connect_ray(FLAGS.ray_address, FLAGS.num_cpus_per_run, FLAGS.num_gpus_per_run)
+    lock_root_dir(lock)  # creates root_dir
     if FLAGS.ray_address:
         backend = (
             f'Ray at {FLAGS.ray_address}, {FLAGS.num_cpus_per_run} CPU(s)'
@@ -944,9 +1279,7 @@ def main(argv):
     signum = None
     if todo:
         if FLAGS.ray_address:
-            signum = run_ray(
-                todo, FLAGS.ray_address, FLAGS.num_cpus_per_run, report, FLAGS.num_gpus_per_run
-            )
+            signum = run_ray(todo, FLAGS.num_cpus_per_run, report, FLAGS.num_gpus_per_run)
         else:
             signum = run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
     summary_file = os.path.join(root_dir, SUMMARY_FILE)
