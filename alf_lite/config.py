@@ -210,7 +210,8 @@ def unused_bindings(saved_config: Optional[str] = None) -> Tuple[List[str], List
             name = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
             key = (scope, selector, param)
             recorded = None if _parsed is None else _parsed.bindings.get(key)
-            where = '' if recorded is None else f' ({_statement_where(*recorded)})'
+            location = binding_location(key)
+            where = '' if location is None else f' ({location})'
             saved = (
                 recorded is not None
                 and saved_config is not None
@@ -559,6 +560,25 @@ def _through_macros(value) -> Tuple[object, Optional[str]]:
             return value, None
         value = defined['value']
     return value, name
+
+
+def binding_location(key: Tuple[str, str, str]) -> Optional[str]:
+    """Where the last :func:`parse_config` wrote the binding ``key``, ``(scope,
+    selector, parameter)`` with the configurable's full selector as gin keys it: its
+    ``--gin_param``, or its file, line and text; None for a binding it did not write.
+    """
+    recorded = None if _parsed is None else _parsed.bindings.get(key)
+    return None if recorded is None else _statement_where(*recorded)
+
+
+def bound_scopes(selector: str, param: str) -> List[str]:
+    """The scopes (``''`` for none) in which the gin config binds ``param`` of the
+    configurable with full selector ``selector``."""
+    return [
+        scope
+        for (scope, found), params in gin.config._CONFIG.items()
+        if found == selector and param in params
+    ]
 
 
 def _statement_where(statement, gin_param: Optional[str]) -> str:

@@ -97,6 +97,32 @@ def test_parse_starts_clean(tmp_path):
     assert MyModel().hidden_size == 8
 
 
+def test_binding_location_and_bound_scopes_name_where_and_in_which_scopes(tmp_path):
+    base = _write(tmp_path / 'base.gin', 'my_fn.alpha = 1\n\nouter/my_fn.alpha = 2\n')
+    main = _write(
+        tmp_path / 'main.gin',
+        f"include '{base}'\ninner/my_fn.alpha = 3\n"
+        'MyModel.optimizer = @outer/my_fn\nMyModel.activation = @inner/my_fn\n',
+    )
+
+    config.parse_config([str(main)], ['outer/my_fn.alpha = 4'])
+
+    selector = 'test_config.my_fn'
+    assert sorted(config.bound_scopes(selector, 'alpha')) == ['', 'inner', 'outer']
+    assert config.bound_scopes(selector, 'beta') == []
+    assert config.binding_location(('', selector, 'alpha')) == (
+        f'file {base}, line 1, `my_fn.alpha = 1`'
+    )
+    assert config.binding_location(('inner', selector, 'alpha')) == (
+        f'file {main}, line 2, `inner/my_fn.alpha = 3`'
+    )
+    # The later --gin_param replaced the file's binding of that scope.
+    assert config.binding_location(('outer', selector, 'alpha')) == (
+        "--gin_param 'outer/my_fn.alpha = 4'"
+    )
+    assert config.binding_location(('', selector, 'beta')) is None
+
+
 def test_misspelt_parameter_names_closest_valid(tmp_path):
     gin_file = _write(tmp_path / 'exp.gin', 'my_fn.alpha = 1\n\nmy_fn.alpah = 3\n')
 

@@ -478,12 +478,8 @@ def overridden_search(space: SearchSpace) -> Optional[str]:
     be overridden by ``actor/Adam.lr`` in the actor's scope: runs of different
     values of it could train the same and differ in their names only.
     """
-    from gin import config as gin_config
-
     from alf_lite import config
 
-    # Where each binding was written; parse_config keeps it for its messages.
-    recorded = config._parsed.bindings if config._parsed is not None else {}
     for names, _ in space.parameters:
         for name in names:
             key = _parameter_key(name)
@@ -492,8 +488,8 @@ def overridden_search(space: SearchSpace) -> Optional[str]:
             scope, selector, param = key
             winners = [
                 (other, selector, param)
-                for (other, found), params in gin_config._CONFIG.items()
-                if found == selector and param in params and _more_specific(scope, other)
+                for other in config.bound_scopes(selector, param)
+                if _more_specific(scope, other)
             ]
             if not winners:
                 continue
@@ -501,10 +497,8 @@ def overridden_search(space: SearchSpace) -> Optional[str]:
             bound = [f'{other}/{short}.{param}' for other, _, _ in winners]
             places = []
             for binding, winner in zip(bound, winners):
-                where = recorded.get(winner)
-                places.append(
-                    f'`{binding}`' + (f' ({config._statement_where(*where)})' if where else '')
-                )
+                where = config.binding_location(winner)
+                places.append(f'`{binding}`' + (f' ({where})' if where else ''))
             message = search_entry_message(
                 f'{name} of the search config\'s "parameters" entry {",".join(names)!r} is '
                 f'overridden by a binding of it in a more specific scope, {"; ".join(places)}: '
