@@ -162,11 +162,20 @@ def test_unfinished_run_resumes(tmp_path):
     assert short.returncode == 0, short.stderr[-3000:]
     run_dir = root_dir / 'seed=0'
     assert checkpoint_steps(run_dir) == [10]
+    # The first sweep's time, made long enough to tell from the second's.
+    table = root_dir / 'grid_summary.csv'
+    first_s = float(summary(root_dir)['seed=0']['wall_time_s'])
+    table.write_text(table.read_text().replace(f',{first_s},', ',1000.0,'))
     longer = run_grid(tmp_path, root_dir)
     assert longer.returncode == 0, longer.stderr[-3000:]
     assert checkpoint_steps(run_dir) == [10, 20]
     assert 'resumed from' in (root_dir / 'logs' / 'seed=0.log').read_text()
     assert [int(r['env_steps']) for r in deterministic_progress(run_dir)] == [0, 10, 20]
+    # The resumed run's wall time covers both sweeps.
+    second_s = float(re.search(r'seed=0: finished in (\d+) s', longer.stdout).group(1))
+    assert float(summary(root_dir)['seed=0']['wall_time_s']) == pytest.approx(
+        1000 + second_s, abs=1
+    )
 
 
 def test_finished_run_of_another_config_fails_naming_the_differing_binding(tmp_path):
@@ -1564,6 +1573,7 @@ def test_summary_table_aligns_its_columns_and_shows_a_missing_number_as_a_dash(c
 
 def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_new_one(tmp_path):
     from alf_lite.bin.grid_search import earlier_wall_times, summary_rows, write_summary
+    from alf_lite.runs import NOT_STARTED
 
     path = str(tmp_path / 'grid_summary.csv')
     assert earlier_wall_times(path) == {}
@@ -1576,6 +1586,13 @@ def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_ne
     }
     earlier = {'run0': 9.0, 'run1': 7.0}
     assert [r['wall_time_s'] for r in summary_rows(runs, results, earlier)] == [2.5, 7.0]
+    # run0 went on from its checkpoint: both sweeps' times.
+    rows = summary_rows(runs, results, earlier, resumed={'run0'})
+    assert [r['wall_time_s'] for r in rows] == [11.5, 7.0]
+    # A run this sweep did not start keeps its time.
+    results['run0'] = dict(NOT_STARTED, status='not started (sweep stopped)')
+    rows = summary_rows(runs, results, earlier, resumed={'run0'})
+    assert [r['wall_time_s'] for r in rows] == [9.0, 7.0]
 
 
 def test_summary_csv_has_the_rows_columns_in_order_and_a_missing_value_empty(tmp_path):

@@ -95,7 +95,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Collection, Dict, List, NamedTuple, Optional, Sequence
 
 from absl import app, flags
 
@@ -998,12 +998,17 @@ def run_ray(
 
 
 def summary_rows(
-    runs: List[GridRun], results: Dict[str, dict], earlier_wall_times: Dict[str, float] = None
+    runs: List[GridRun],
+    results: Dict[str, dict],
+    earlier_wall_times: Dict[str, float] = None,
+    resumed: Collection[str] = (),
 ) -> List[dict]:
     """One row per run: name, status, seed, final eval return, env steps, wall time, error.
 
     A run skipped as finished before keeps the wall time it has in
-    ``earlier_wall_times`` (the last summary's), if any.
+    ``earlier_wall_times`` (the last summary's), if any; so does one that did not
+    start. A run in ``resumed`` (which went on from a checkpoint of an earlier sweep)
+    adds this sweep's time to that one: its wall time covers all its sweeps.
     """
     earlier_wall_times = earlier_wall_times or {}
     rows = []
@@ -1011,6 +1016,12 @@ def summary_rows(
         result = results[run.name]
         # The numbers of another experiment are not this sweep's.
         ours = not result.get('other_experiment')
+        wall_time = result.get('wall_time_s')
+        earlier = earlier_wall_times.get(run.name) if ours else None
+        if result['status'] == SKIPPED or result.get('not_started'):
+            wall_time = earlier
+        elif run.name in resumed and earlier is not None:
+            wall_time += earlier
         rows.append(
             {
                 'run': run.name,
@@ -1018,9 +1029,7 @@ def summary_rows(
                 'seed': run.seed,
                 'final_eval_return': final_value(run.root_dir) if ours else None,
                 'env_steps': RunDir(run.root_dir).latest_checkpoint_env_steps() if ours else None,
-                'wall_time_s': result.get('wall_time_s')
-                if result['status'] != SKIPPED
-                else earlier_wall_times.get(run.name),
+                'wall_time_s': wall_time,
                 'error': result.get('error') or '',
             }
         )
@@ -1226,6 +1235,10 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus):
         elif is_finished(run):
             results[run.name] = {'status': SKIPPED}
     todo = [run for run in runs if run.name not in results]
+    # Those that go on from an earlier sweep's checkpoint: their wall time adds up.
+    resumed = {
+        run.name for run in todo if RunDir(run.root_dir).latest_checkpoint_env_steps() is not None
+    }
     if FLAGS.ray_address and todo:
         # Before anything is written: a cluster that is not there or cannot run a run
         # exits with status 2.
@@ -1277,7 +1290,7 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus):
         else:
             signum = run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
     summary_file = os.path.join(root_dir, SUMMARY_FILE)
-    rows = summary_rows(runs, results, earlier_wall_times(summary_file))
+    rows = summary_rows(runs, results, earlier_wall_times(summary_file), resumed)
     print()
     print_summary(rows)
     write_summary(summary_file, rows)
