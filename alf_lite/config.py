@@ -17,10 +17,14 @@ import difflib
 
 # gin 0.5 uses ``importlib.util`` without importing it, which crashes on
 # Python 3.11 as soon as a gin file has an ``include``.
+import importlib.machinery
 import importlib.util  # noqa: F401
 import inspect
 import os
 import re
+import site
+import sys
+import sysconfig
 import tokenize
 import types
 import typing
@@ -33,6 +37,16 @@ from gin import config_parser
 
 class ConfigError(ValueError):
     """A gin file or parameter that cannot be used; the message is one paragraph for the user."""
+
+
+class UntrustedCodeError(ConfigError):
+    """A gin file parsed with ``trust_imports=False`` would run code from outside the
+    installed packages: an ``import`` of such a module, gin's dynamic registration, or an
+    env id that names such a module."""
+
+
+# The flag of train and play that parses a run's config.gin trusting its imports.
+TRUST_IMPORTS_FLAG = '--trust_imports'
 
 
 class _IncludeState:
@@ -51,6 +65,8 @@ class _IncludeState:
         ] = {}
         # The keys of ``bindings`` whose last statement is in a file another one includes.
         self.included: set = set()
+        # Whether the files' imports may run code from outside the installed packages.
+        self.trust_imports = True
 
 
 # Set only while ``parse_config`` runs; gin parses as usual otherwise.
@@ -117,6 +133,13 @@ class _RecordingParser(_GinConfigParser):
     def parse_statement(self):
         statement = super().parse_statement()
         state = _include_state
+        if (
+            isinstance(statement, config_parser.ImportStatement)
+            and not state.trust_imports
+            and state.gin_param is None
+        ):
+            # Before gin imports it.
+            _check_import_trusted(statement)
         if isinstance(statement, config_parser.BindingStatement) and statement.arg_name:
             configurable = gin.config._REGISTRY.get_match(statement.selector)
             selector = configurable.selector if configurable else statement.selector
@@ -140,7 +163,9 @@ def _resolving_includes():
         _include_state = None
 
 
-def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> None:
+def parse_config(
+    gin_files: Sequence[str], gin_params: Sequence[str] = (), trust_imports: bool = True
+) -> None:
     """Replace the gin config with the bindings of ``gin_files`` then ``gin_params``.
 
     Args:
@@ -149,12 +174,20 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
             against that file's directory.
         gin_params: binding strings such as ``'TrainerConfig.num_env_steps=5000'``,
             parsed after the files; a later binding overrides an earlier one.
+        trust_imports: False for files someone else may have written (a run
+            directory's ``config.gin``): their imports may then only run code of
+            the installed packages (see :func:`code_outside_installed`), gin's
+            dynamic registration (which can call any function) is refused, and
+            so is an ``env_name = 'module:Id'`` whose module is not installed.
+            The ``gin_params`` are the user's and always trusted.
 
     Raises:
         ConfigError: a file is missing, or a binding does not parse, names an
             unknown configurable, parameter or macro, or gives a literal value
             of a type its parameter's annotation rules out. The gin config is
             left empty.
+        UntrustedCodeError: with ``trust_imports=False``, a file would run code
+            from outside the installed packages; nothing of it was imported.
     """
     global _parsed
     # Bindings of an earlier parse in this process must not leak into this one;
@@ -162,6 +195,7 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
     gin.clear_config()
     try:
         with _resolving_includes() as state:
+            state.trust_imports = trust_imports
             for path in gin_files:
                 try:
                     gin.parse_config_file(path)
@@ -173,6 +207,8 @@ def parse_config(gin_files: Sequence[str], gin_params: Sequence[str] = ()) -> No
                     gin.parse_config(param)
                 except Exception as e:
                     raise _friendly_error(e, state.failed_files, gin_param=param) from e
+        if not trust_imports:
+            _check_env_modules_trusted(state.bindings)
         _check_macros_defined(state.bindings)
         _check_scopes_opened(state.bindings)
         _check_value_types(state.bindings.values())
@@ -324,6 +360,8 @@ def _friendly_error(
             "(number, 'string', list, tuple, dict, True, False, None), a @configurable "
             'reference or a %macro, with brackets and quotes closed.'
         )
+    if isinstance(error, UntrustedCodeError):
+        return error  # names its file and line
     if isinstance(error, ConfigError):
         return ConfigError(head if where is None else f'{head} In {where}.')
     if isinstance(error, ImportError):
@@ -560,6 +598,111 @@ def _through_macros(value) -> Tuple[object, Optional[str]]:
             return value, None
         value = defined['value']
     return value, name
+
+
+def _trusted_dirs() -> List[str]:
+    """The directories whose code runs without a word when a gin file imports it: the
+    standard library, site-packages and alf_lite's own package."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[name] for name in ('stdlib', 'platstdlib', 'purelib', 'platlib') if name in paths}
+    dirs.update(site.getsitepackages())
+    dirs.add(os.path.dirname(os.path.abspath(__file__)))
+    return sorted({os.path.realpath(d) for d in dirs})
+
+
+def code_outside_installed(module: str) -> Optional[str]:
+    """The file or directory outside the installed packages (the standard library,
+    site-packages, alf_lite) whose code importing ``module`` would run, or None when it
+    would run none from there: ``module`` is imported already, built in, installed, or
+    not found (the import fails). Nothing is imported to find out.
+
+    ``import mymodule`` in a gin file runs ``mymodule.py`` from wherever Python finds
+    it first, the working directory included: a run directory unpacked there could
+    bring its own.
+    """
+    trusted = _trusted_dirs()
+
+    def inside(path):
+        real = os.path.realpath(path)
+        return any(real == d or real.startswith(d + os.sep) for d in trusted)
+
+    parts = module.split('.')
+    search = None  # where the next part is looked for: its package's __path__
+    for i in range(len(parts)):
+        name = '.'.join(parts[: i + 1])
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            search = getattr(loaded, '__path__', None)
+            continue
+        try:
+            if i == 0:
+                # A top-level name: finding it runs no package's __init__.
+                spec = importlib.util.find_spec(name)
+            elif search is None:
+                return None  # an attribute of a module, not a module of its own
+            else:
+                spec = importlib.machinery.PathFinder.find_spec(name, list(search))
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        places = [spec.origin] if spec.has_location and spec.origin else []
+        places += list(spec.submodule_search_locations or [])
+        for place in places:
+            if not inside(place):
+                return place
+        search = spec.submodule_search_locations
+    return None
+
+
+_TRUST_ADVICE = (
+    "a run directory from someone else could run anything this way, so a run's "
+    'config.gin may only import the installed packages. Read that code; if you trust it, '
+    f'pass {TRUST_IMPORTS_FLAG} (or install it as a package).'
+)
+
+
+def _file_line(statement) -> str:
+    return f'file {statement.location.filename}, line {statement.location.line_num}'
+
+
+def _check_import_trusted(statement) -> None:
+    """Raise UntrustedCodeError if the gin ``import`` ``statement`` would run code from
+    outside the installed packages or turn on gin's dynamic registration."""
+    if statement.module.split('.')[0] == '__gin__':
+        raise UntrustedCodeError(
+            f'`{statement.format()}` ({_file_line(statement)}) lets the gin file '
+            'call any function of any module it imports (os.system among them): a run '
+            'directory from someone else could run anything this way. If you trust this '
+            f'file, pass {TRUST_IMPORTS_FLAG}.'
+        )
+    place = code_outside_installed(statement.module)
+    if place is not None:
+        raise UntrustedCodeError(
+            f'`{statement.format()}` ({_file_line(statement)}) would run the code '
+            f'of {place}, which is not an installed package: {_TRUST_ADVICE}'
+        )
+
+
+def _check_env_modules_trusted(bindings) -> None:
+    """Raise UntrustedCodeError for a file's ``create_environment.env_name`` of the form
+    ``module:Id`` (which imports ``module``) whose module is not installed."""
+    for (scope, selector, param), (statement, gin_param) in bindings.items():
+        if gin_param is not None or param != 'env_name':
+            continue
+        if selector.rsplit('.', 1)[-1] != 'create_environment':
+            continue
+        value, _ = _through_macros(gin.config._CONFIG.get((scope, selector), {}).get(param))
+        if not isinstance(value, str) or ':' not in value:
+            continue
+        module = value.split(':', 1)[0]
+        place = code_outside_installed(module)
+        if place is not None:
+            raise UntrustedCodeError(
+                f'The env id {value!r} ({_statement_where(statement, None)}) imports {module}, '
+                f'which would run the code of {place}, not an installed package: '
+                f'{_TRUST_ADVICE}'
+            )
 
 
 def binding_location(key: Tuple[str, str, str]) -> Optional[str]:

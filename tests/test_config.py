@@ -3,6 +3,7 @@
 import os
 import re
 import stat
+import sys
 from typing import Tuple
 
 import gin
@@ -121,6 +122,52 @@ def test_binding_location_and_bound_scopes_name_where_and_in_which_scopes(tmp_pa
         "--gin_param 'outer/my_fn.alpha = 4'"
     )
     assert config.binding_location(('', selector, 'beta')) is None
+
+
+def test_code_outside_installed_names_a_module_found_outside_the_installed_packages(
+    tmp_path, monkeypatch
+):
+    (tmp_path / 'loose_module_4d1e.py').write_text('raise SystemExit("imported")\n')
+    (tmp_path / 'loose_dir_4d1e').mkdir()  # a namespace package
+    (tmp_path / 'loose_dir_4d1e' / 'inner.py').write_text('raise SystemExit("imported")\n')
+    (tmp_path / 'json.py').write_text('')  # json is imported already: nothing would run
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    outside = config.code_outside_installed
+    assert outside('loose_module_4d1e') == str(tmp_path / 'loose_module_4d1e.py')
+    assert outside('loose_dir_4d1e.inner') == str(tmp_path / 'loose_dir_4d1e')
+    for installed in ('json', 'os', 'sqlite3', 'numpy.linalg', 'gymnasium.envs.mujoco', 'sys'):
+        assert outside(installed) is None, installed
+    assert outside('alf_lite.environments.icub_walking') is None  # alf_lite's own
+    assert outside('no_such_module_4d1e.sub') is None  # the import fails; nothing runs
+    assert 'loose_module_4d1e' not in sys.modules and 'loose_dir_4d1e' not in sys.modules
+
+
+def test_untrusted_files_may_not_import_from_outside_but_the_users_params_may(
+    tmp_path, monkeypatch
+):
+    (tmp_path / 'loose_module_8b2c.py').write_text('')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, 'loose_module_8b2c', raising=False)
+    gin_file = _write(
+        tmp_path / 'run' / 'config.gin', 'my_fn.alpha = 2\nimport loose_module_8b2c\n'
+    )
+
+    with pytest.raises(config.UntrustedCodeError) as error:
+        config.parse_config([str(gin_file)], trust_imports=False)
+    assert str(error.value).startswith(
+        f'`import loose_module_8b2c` (file {gin_file}, line 2) would run the code of '
+        f'{tmp_path / "loose_module_8b2c.py"}, which is not an installed package'
+    )
+    assert '--trust_imports' in str(error.value)
+    assert 'loose_module_8b2c' not in sys.modules
+    assert my_fn() == (1, 2)  # the config was left empty
+
+    config.parse_config([], ['import loose_module_8b2c'], trust_imports=False)
+    assert 'loose_module_8b2c' in sys.modules
+    monkeypatch.delitem(sys.modules, 'loose_module_8b2c')
+    config.parse_config([str(gin_file)])  # trusted, the default
+    assert 'loose_module_8b2c' in sys.modules
 
 
 def test_misspelt_parameter_names_closest_valid(tmp_path):

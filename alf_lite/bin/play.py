@@ -88,6 +88,13 @@ flags.DEFINE_multi_string(
     'Gin binding applied after config.gin, e.g. '
     "'create_environment.max_episode_steps=100'; repeat for several.",
 )
+flags.DEFINE_bool(
+    'trust_imports',
+    False,
+    "Let root_dir's config.gin import code from outside the installed packages (a module "
+    "beside the run, say) and use gin's dynamic registration. Off: such a config.gin is "
+    'refused, as one from someone else could run anything.',
+)
 flags.mark_flag_as_required('root_dir')
 FLAGS = flags.FLAGS
 
@@ -332,13 +339,13 @@ def play(argv, signals) -> None:
     import torch
 
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
-    from alf_lite.config import ConfigError, parse_config
+    from alf_lite.config import ConfigError, UntrustedCodeError, parse_config
     from alf_lite.environments import EnvironmentCrashedError, create_environment
     from alf_lite.seeding import eval_env_seeds
     from alf_lite.trainer import TrainerConfig
 
     try:
-        parse_config([config_file], FLAGS.gin_param)
+        parse_config([config_file], FLAGS.gin_param, trust_imports=FLAGS.trust_imports)
         config = TrainerConfig()
         torch.set_num_threads(config.torch_num_threads)
         seed = config.random_seed if FLAGS.random_seed is None else FLAGS.random_seed
@@ -348,6 +355,8 @@ def play(argv, signals) -> None:
             seed=eval_env_seeds(seed, 1, checkpoint_env_steps(path)),
             render_mode='rgb_array' if record_file else None,
         )
+    except UntrustedCodeError as e:
+        fail(str(e))
     except (ConfigError, ValueError, TypeError) as e:
         given = ' with the given --gin_param' if FLAGS.gin_param else ''
         fail(f'{config_file}{given} no longer builds: {e}')

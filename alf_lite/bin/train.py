@@ -55,6 +55,14 @@ flags.DEFINE_bool(
     'If root_dir holds an experiment, move it aside to '
     '<root_dir>.old-<time> and start afresh in root_dir.',
 )
+flags.DEFINE_bool(
+    'trust_imports',
+    False,
+    "Resuming from root_dir's config.gin (no --gin_file), let its imports run code from "
+    "outside the installed packages (a module beside the run, say) and use gin's dynamic "
+    'registration. Off: such a config.gin is refused, as one from someone else could run '
+    'anything.',
+)
 flags.mark_flag_as_required('root_dir')
 FLAGS = flags.FLAGS
 
@@ -66,11 +74,12 @@ def check_same_experiment(root_dir: str, new_config: str) -> None:
         fail(difference)
 
 
-def build_trainer(gin_files, gin_params, root_dir, check_experiment):
+def build_trainer(gin_files, gin_params, root_dir, check_experiment, trust_imports=True):
     """Parse the config and build the trainer (envs, algorithm, buffer) before writing anything.
 
     ``check_experiment``: refuse a root_dir whose saved config differs (for
     user-given gin files; a resume from ``config.gin`` may override anything).
+    ``trust_imports``: ``parse_config``'s (False for a run's config.gin).
     """
     import gin
 
@@ -81,7 +90,7 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment):
     from alf_lite.trainer import Trainer, TrainerConfig
 
     try:
-        parse_config(gin_files, gin_params)
+        parse_config(gin_files, gin_params, trust_imports=trust_imports)
         if check_experiment:
             check_same_experiment(root_dir, gin.config_str())
         return Trainer(TrainerConfig(), root_dir)
@@ -170,6 +179,8 @@ def train(root_dir: str, signals) -> None:
         FLAGS.gin_param,
         root_dir,
         check_experiment=bool(gin_files) and not FLAGS.start_over,
+        # The user's own gin files are trusted; a root_dir may come from anyone.
+        trust_imports=bool(gin_files) or FLAGS.trust_imports,
     )
 
     import gin

@@ -1,0 +1,122 @@
+"""A run directory from someone else: resuming or playing it runs none of its code unless
+``--trust_imports`` says so (its checkpoints: test_checkpoint, test_play)."""
+
+import shutil
+import sys
+
+import pytest
+
+from cli_helpers import assert_ok, checkpoint_steps, run_train
+from test_play import tiny_pendulum_run
+
+# A module name nothing else imports, so that no process of the tests has it already.
+PAYLOAD = 'sent_payload_7f3a'
+
+
+@pytest.fixture(scope='module')
+def tiny_run(tmp_path_factory):
+    """A Pendulum run of 2 env steps, one evaluation episode of 5 steps."""
+    return tiny_pendulum_run(
+        tmp_path_factory,
+        'untrusted',
+        ['TrainerConfig.num_eval_episodes=1', 'create_environment.max_episode_steps=5'],
+    )
+
+
+def sent_run(tiny_run, tmp_path, case):
+    """``(download, run, marker)``: a copy of ``tiny_run`` unpacked in ``download`` (where
+    the user works) with a config.gin changed as ``case`` says, its payload beside it or
+    inside it. The payload writes ``marker`` when it runs."""
+    download = tmp_path / 'download'
+    run = download / 'run'
+    shutil.copytree(tiny_run, run)
+    marker = tmp_path / 'ran'
+    payload = f'import pathlib\npathlib.Path({str(marker)!r}).write_text("ran")\n'
+    (download / f'{PAYLOAD}.py').write_text(payload)
+    (run / 'evil.py').write_text(payload)
+    config = (run / 'config.gin').read_text()
+    if case == 'import_beside':
+        config = f'import {PAYLOAD}\n' + config
+    elif case == 'import_inside':
+        config = 'import run.evil\n' + config
+    elif case == 'dynamic_registration':
+        config = (
+            'from __gin__ import dynamic_registration\nimport os\n'
+            f"os.system.command = 'touch {marker}'\n" + config
+        )
+    else:  # an env id naming a module to import
+        old = "create_environment.env_name = 'Pendulum-v1'"
+        assert old in config
+        config = config.replace(old, f"create_environment.env_name = '{PAYLOAD}:Pendulum-v1'")
+    (run / 'config.gin').write_text(config)
+    return download, run, marker
+
+
+def tool(name, run, download, *args):
+    command = [sys.executable, '-m', f'alf_lite.bin.{name}', '--root_dir', str(run), *args]
+    return run_train(command, cwd=download)
+
+
+CASES = {
+    'import_beside': f'`import {PAYLOAD}` (file ',
+    'import_inside': '`import run.evil` (file ',
+    'dynamic_registration': '`from __gin__ import dynamic_registration` (file ',
+    'env_id_module': f"The env id '{PAYLOAD}:Pendulum-v1' (file ",
+}
+
+
+@pytest.mark.parametrize('case', CASES)
+def test_resuming_or_playing_a_config_gin_that_would_run_code_is_refused_and_runs_none(
+    tiny_run, tmp_path, case
+):
+    download, run, marker = sent_run(tiny_run, tmp_path, case)
+    progress = (run / 'progress.csv').read_text()
+    for name, args in (
+        ('play', []),
+        ('train', ['--gin_param', 'TrainerConfig.num_env_steps=3']),
+    ):
+        result = tool(name, run, download, *args)
+        assert result.returncode == 2, (name, result.stderr[-3000:])
+        assert CASES[case] in result.stderr and '--trust_imports' in result.stderr, (
+            name,
+            result.stderr[-3000:],
+        )
+        assert 'Traceback' not in result.stderr
+        assert not marker.exists(), name
+    if case.startswith('import'):
+        where = download / f'{PAYLOAD}.py' if case == 'import_beside' else run
+        assert f'would run the code of {where},' in result.stderr, result.stderr
+    assert checkpoint_steps(run) == [2]
+    assert (run / 'progress.csv').read_text() == progress
+
+
+def test_trust_imports_lets_a_run_import_its_own_module(tiny_run, tmp_path):
+    download, run, marker = sent_run(tiny_run, tmp_path, 'import_beside')
+    played = tool('play', run, download, '--trust_imports')
+    assert_ok(played)
+    assert marker.read_text() == 'ran'
+    marker.unlink()
+    resumed = tool(
+        'train', run, download, '--trust_imports', '--gin_param', 'TrainerConfig.num_env_steps=3'
+    )
+    assert_ok(resumed)
+    assert marker.read_text() == 'ran'
+    assert checkpoint_steps(run) == [2, 3]
+
+
+def test_train_with_the_gin_file_given_trusts_its_imports(tiny_run, tmp_path):
+    download, run, marker = sent_run(tiny_run, tmp_path, 'import_beside')
+    # The user's own gin file: a resume that gives it imports what it says.
+    gin_file = download / 'mine.gin'
+    shutil.copy(run / 'config.gin', gin_file)
+    result = tool(
+        'train',
+        run,
+        download,
+        '--gin_file',
+        str(gin_file),
+        '--gin_param',
+        'TrainerConfig.num_env_steps=3',
+    )
+    assert_ok(result)
+    assert marker.read_text() == 'ran'
