@@ -374,9 +374,9 @@ def test_a_resume_whose_replay_ends_on_a_non_finite_value_restarts_the_envs_with
     assert_ok(run_train(command, cwd=tmp_path))
     # In the resumed process the replay of the checkpoint's 150 steps ends on NaN.
     monkeypatch.setenv('DIVERGING_STEPS', '150')
-    result = run_train(
-        train_command(root_dir, params=['TrainerConfig.num_env_steps=200']), cwd=tmp_path
-    )
+    # The env's module lies beside the run, outside the installed packages.
+    command = train_command(root_dir, params=['TrainerConfig.num_env_steps=200'])
+    result = run_train(command + ['--trust_imports'], cwd=tmp_path)
     assert_ok(result)
     assert re.search(
         r'the training envs cannot continue their episodes \('

@@ -48,6 +48,13 @@ def test_each_env_counts_its_own_episode_only():
     assert results.average_return == 1.0 and results.average_length == 2.0
 
 
+def test_the_averages_are_means_over_the_episodes_not_medians():
+    # Returns 0.5, 0.5, 2.0 and lengths 1, 1, 4: means 1.0 and 2.0, medians 0.5 and 1.
+    results = evaluate(CountdownEnvs([1, 1, 4]), lambda observation: torch.full((3, 1), 0.5))
+    assert results.average_return == pytest.approx((0.5 + 0.5 + 2.0) / 3)
+    assert results.average_length == pytest.approx((1 + 1 + 4) / 3)
+
+
 def test_on_step_sees_the_reset_and_every_step():
     seen = []
     evaluate(

@@ -357,6 +357,17 @@ def test_load_state_dict_reads_the_whole_tensors_of_older_checkpoints():
         ReplayBuffer(3, 6, 2, 2).load_state_dict(old)
 
 
+def test_an_older_checkpoint_of_a_buffer_not_yet_full_loads_its_rows():
+    # The whole tensors of a buffer that wrapped no row yet: 3 of 5 rows written per env.
+    saved = _filled(num_envs=3, length=5, num_added=3)
+    restored = ReplayBuffer(3, 5, 2, 2)
+    restored.load_state_dict(dict(saved.storage, total_added=3))
+    assert (restored.total_added, restored.num_steps) == (3, 3)
+    for name, value in saved.storage.items():
+        assert torch.equal(restored.storage[name], value), name
+    _check_windows(restored.sample(64, 2), total_added=3, length=5)
+
+
 def test_state_dict_holds_the_written_rows_only_and_saves_their_bytes():
     rb = _filled(num_envs=3, length=1000, num_added=10)
     state = rb.state_dict()

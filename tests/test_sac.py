@@ -272,6 +272,20 @@ def test_defaults_are_the_papers_hyperparameters():
         assert [group['lr'] for group in optimizer.param_groups] == [3e-4]
 
 
+def test_default_networks_are_the_papers_256_by_256():
+    # Without gin the networks are the paper's: two hidden layers of 256 units for
+    # the actor (then a head of mean and log-std per action dim) and each critic.
+    sac = SacAlgorithm(observation_dim=3, action_dim=2)
+    actor_linears = [m for m in sac._actor.modules() if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in actor_linears] == [
+        (3, 256),
+        (256, 256),
+        (256, 4),
+    ]
+    critic = [(m.in_features, m.out_features) for m in sac._critic._layers]
+    assert critic == [(3 + 2, 256), (256, 256), (256, 1)]
+
+
 def test_the_train_step_cycle_is_the_target_update_period():
     # A captured update is replayed per phase of this cycle: the target update
     # happens at one phase in three here.

@@ -54,6 +54,15 @@ def test_seeds_of_all_purposes_runs_and_resumes_are_distinct():
     assert len(set(seeds)) == len(seeds)
 
 
+def test_seeds_are_128_bit_integers():
+    # Collisions between any two seeds have probability about 2^-128 only if the seeds
+    # span 128 bits: of 64 uniform 128-bit seeds, all are below 2^120 with probability
+    # 2^-512.
+    seeds = train_env_seeds(0, 32) + eval_env_seeds(0, 16, 100) + resume_env_seeds(0, 100, 16)
+    assert all(0 <= seed < 2**128 for seed in seeds)
+    assert max(seeds) >= 2**120
+
+
 def test_seeds_are_a_pure_function_of_the_random_seed():
     assert train_env_seeds(3, 4) == train_env_seeds(3, 4)
     assert eval_env_seeds(3, 2) == eval_env_seeds(3, 10)[:2]

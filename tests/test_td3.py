@@ -139,6 +139,25 @@ def test_actor_follows_the_online_critic_replica_zero():
     assert td3._actor.w.item() == pytest.approx(1.0 - 0.1 * grad, rel=1e-6)
 
 
+def test_the_actor_loss_runs_critic_replica_zero_alone():
+    # The actor follows Q_0 only, so its pass through the critics computes replica 0
+    # alone (saving replica 1's forward and backward passes): the first critic layer
+    # sees 2 replicas for the critic loss, then 1 for the actor loss.
+    torch.manual_seed(0)
+    td3 = Td3Algorithm(
+        observation_dim=3,
+        action_dim=2,
+        policy_update_period=1,
+        critic_network_ctor=functools.partial(CriticNetwork, hidden_layers=(8,)),
+    )
+    replicas = []
+    td3._critic._layers[0].register_forward_hook(lambda m, i, o: replicas.append(o.shape[0]))
+    batch = random_batch()
+    out = td3.train_step(batch, loss_mask(batch))
+    assert replicas == [2, 1]
+    assert math.isfinite(out['actor_loss'].item())
+
+
 def test_the_loss_mask_is_read_window_by_window():
     td3 = hand_td3(target_policy_noise=0.0, policy_update_period=1)
     out = td3.train_step(THREE_ROW_BATCH, loss_mask(THREE_ROW_BATCH))
@@ -221,6 +240,20 @@ def test_two_critics_are_one_batched_network_and_defaults_are_td3s():
     for o in td3.optimizers.values():  # Adam itself, not a subclass such as AdamW
         assert type(o) is torch.optim.Adam
         assert o.defaults['lr'] == 3e-4 and o.defaults['weight_decay'] == 0
+
+
+def test_default_networks_are_the_reference_256_by_256():
+    # Without gin: the reference implementation's 256-256 actor and critics, the
+    # action entering each critic with the observation.
+    td3 = Td3Algorithm(observation_dim=3, action_dim=2)
+    actor = [
+        (m.in_features, m.out_features)
+        for m in td3._actor.modules()
+        if isinstance(m, torch.nn.Linear)
+    ]
+    assert actor == [(3, 256), (256, 256), (256, 2)]
+    critic = [(m.in_features, m.out_features) for m in td3._critic._layers]
+    assert critic == [(3 + 2, 256), (256, 256), (256, 1)]
 
 
 def test_default_exploration_noise_takes_the_gaussian_noise_bindings():

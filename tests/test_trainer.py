@@ -6,6 +6,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import signal
 import time
 import weakref
@@ -612,6 +613,64 @@ def test_the_checkpoint_log_line_gives_the_bytes_of_each_file(tmp_path, caplog):
     # 400 rows of 2 + 1 floats of observation and action, a reward, a discount and a
     # step type (21 bytes), and the zip's records: far from the 100k-row allocation.
     assert 400 * 21 < rb < 400 * 21 + 20_000 < 100_000 * 21
+
+
+def test_the_replay_buffer_bytes_column_is_the_whole_allocation(tmp_path):
+    train(
+        tmp_path,
+        'create_environment.num_parallel_environments = 2',
+        'create_environment.use_subprocesses = False',
+        'TrainerConfig.replay_buffer_length = 300',
+        'TrainerConfig.initial_collect_steps = 200',
+        'TrainerConfig.summary_interval = 100',
+        'TrainerConfig.num_env_steps = 200',
+    )
+    # 2 envs x 300 rows of a 2-float observation, a 1-float action, a float reward, a
+    # float discount and a 1-byte step type: allocated whole from the start.
+    expected = 2 * 300 * (2 * 4 + 1 * 4 + 4 + 4 + 1)
+    rows = read_csv(tmp_path / 'progress.csv')
+    values = [r['train/replay_buffer_bytes'] for r in rows if r['train/replay_buffer_bytes']]
+    assert len(values) == 2 and all(float(v) == expected for v in values)
+
+
+def test_without_checkpoint_replay_buffer_no_checkpoint_holds_one_and_the_resume_refills(
+    tmp_path, caplog
+):
+    params = [
+        'TrainerConfig.checkpoint_replay_buffer = False',
+        'TrainerConfig.initial_collect_steps = 200',
+        'TrainerConfig.checkpoint_interval = 100',
+    ]
+    train(tmp_path, 'TrainerConfig.num_env_steps = 200', *params)
+    checkpoints = tmp_path / 'checkpoints'
+    assert sorted(os.listdir(checkpoints)) == ['ckpt-100', 'ckpt-200']
+    for name in ('ckpt-100', 'ckpt-200'):
+        assert (checkpoints / name / ckpt.MODEL_FILE).is_file()
+        assert not (checkpoints / name / ckpt.REPLAY_BUFFER_FILE).exists()
+    with caplog.at_level(logging.WARNING):
+        train(tmp_path, 'TrainerConfig.num_env_steps = 300', *params)
+    assert 'holds no replay buffer' in caplog.text
+
+
+def test_a_run_killed_before_its_first_checkpoint_of_long_iterations_starts_over(tmp_path):
+    # Iterations of 3 env steps end at 99 and 102: the first checkpoint past the
+    # interval of 100 is at 102, so a run killed just before it may have written
+    # its summary row at 102 (and none past it).
+    params = [
+        'TrainerConfig.unroll_length = 3',
+        'TrainerConfig.checkpoint_interval = 100',
+        'TrainerConfig.initial_collect_steps = 6',
+        'TrainerConfig.num_env_steps = 6',
+    ]
+    progress = tmp_path / 'progress.csv'
+    progress.write_text('env_steps,num_updates,wall_time\n0,0,1.0\n102,0,2.0\n')
+    train(tmp_path, *params)
+    assert [r['env_steps'] for r in read_csv(progress)] == ['0', '6']
+    # Rows past the first checkpoint's step with no checkpoint: checkpoints went missing.
+    shutil.rmtree(tmp_path / 'checkpoints')
+    progress.write_text('env_steps,num_updates,wall_time\n0,0,1.0\n105,0,2.0\n')
+    with pytest.raises(ckpt.CheckpointError, match='has rows up to 105 env steps'):
+        train(tmp_path, *params)
 
 
 def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path, monkeypatch):
