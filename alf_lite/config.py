@@ -600,6 +600,28 @@ def _through_macros(value) -> Tuple[object, Optional[str]]:
     return value, name
 
 
+# The sys.path entries ``untrust_working_directory`` took off: where a module a gin file
+# names would otherwise have been found.
+_untrusted_path: List[str] = []
+
+
+def untrust_working_directory() -> None:
+    """Take the working directory off ``sys.path``, where ``python -m`` puts it first (as
+    ``python -P`` would), before parsing a gin file with ``trust_imports=False``.
+
+    The installed packages then import only installed code: an env's entry point that
+    imports an optional dependency (``Box2D``, say) cannot run a ``Box2D.py`` that came
+    with a run unpacked in the working directory. :func:`code_outside_installed` still
+    names a module found there.
+    """
+    cwd = os.getcwd()
+    kept = []
+    for entry in sys.path:
+        (_untrusted_path if os.path.abspath(entry or os.curdir) == cwd else kept).append(entry)
+    sys.path[:] = kept
+    sys.path_importer_cache.clear()
+
+
 def _trusted_dirs() -> List[str]:
     """The directories whose code runs without a word when a gin file imports it: the
     standard library, site-packages and alf_lite's own package."""
@@ -638,6 +660,8 @@ def code_outside_installed(module: str) -> Optional[str]:
             if i == 0:
                 # A top-level name: finding it runs no package's __init__.
                 spec = importlib.util.find_spec(name)
+                if spec is None and _untrusted_path:
+                    spec = importlib.machinery.PathFinder.find_spec(name, _untrusted_path)
             elif search is None:
                 return None  # an attribute of a module, not a module of its own
             else:
