@@ -23,6 +23,7 @@ import datetime
 import fcntl
 import os
 import re
+import stat
 from typing import Dict, List, Optional, Set, Tuple
 
 from absl import logging
@@ -155,6 +156,38 @@ class RunDir:
     def checkpoint(self, env_steps: int) -> str:
         """The regular checkpoint written at ``env_steps`` (whether or not it exists)."""
         return os.path.join(self.checkpoint_dir, checkpoint_name(env_steps))
+
+    def unsafe_entry(self) -> Optional[str]:
+        """Why train may not write into this run, or None: a path it writes, replaces or
+        deletes in is a symbolic link, which would take that to where the link points
+        (outside the run, for a run from someone else), or is not of its kind (a FIFO
+        for progress.csv, which would block). The root_dir itself may be a link."""
+        expected = [(self.progress_file, stat.S_ISREG), (self.checkpoint_dir, stat.S_ISDIR)]
+        expected += [(self.events_dir(mode), stat.S_ISDIR) for mode in SUMMARY_MODES]
+        for path, is_kind in expected:
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(mode):
+                return (
+                    f'{path} is a symbolic link (to {os.readlink(path)}): train writes, '
+                    'replaces and deletes files there, and would do so where it points. '
+                    'Replace it with what it points to, or train in another --root_dir.'
+                )
+            if not is_kind(mode):
+                kind = 'regular file' if is_kind is stat.S_ISREG else 'directory'
+                return f'{path} is not a {kind}. Remove it, or train in another --root_dir.'
+            if is_kind is stat.S_ISDIR:
+                for name in sorted(os.listdir(path)):
+                    entry = os.path.join(path, name)
+                    if os.path.islink(entry):
+                        return (
+                            f'{entry} is a symbolic link (to {os.readlink(entry)}): train '
+                            'writes, replaces and deletes files in this directory, and would '
+                            'do so where it points. Remove it, or train in another --root_dir.'
+                        )
+        return None
 
     def latest_checkpoint_env_steps(self) -> Optional[int]:
         """Env steps of the latest complete checkpoint, read from its name; None without one."""

@@ -246,6 +246,10 @@ def subprocess_env(num_threads: int) -> Dict[str, str]:
     return env
 
 
+def _open_not_following_a_link(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
 def exit_description(returncode: int) -> str:
     """How a process ended, for a message: ``'exit code 1'``, or the signal that killed it
     (``'killed by SIGKILL (exit code -9)'``, as the OOM killer ends a run)."""
@@ -333,12 +337,15 @@ def train_in_subprocess(
     if stop_file is not None and os.path.exists(stop_file):
         return dict(NOT_STARTED)
     env = started_watching_this_process(dict(subprocess_env(num_threads), **(extra_env or {})))
+    # train's working directory (the logs') stays off its sys.path, as with python -P.
+    env['PYTHONSAFEPATH'] = '1'
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with tempfile.NamedTemporaryFile('w', suffix='.gin', delete=False) as config_file:
         config_file.write(config_text)
     start = time.time()
     try:
-        with open(log_path, 'a') as log:
+        # Not through a link (a sweep's root from elsewhere could hold one).
+        with open(log_path, 'a', opener=_open_not_following_a_link) as log:
             log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} on {os.uname().nodename}\n')
             log.flush()
             offset = log.tell()

@@ -78,12 +78,20 @@ class ProgressCsv:
                 csv.DictWriter(f, self._columns).writerow(row)
 
     def _rewrite(self):
-        tmp = self._path + '.tmp'
-        with open(tmp, 'w', newline='') as f:
-            writer = csv.DictWriter(f, self._columns)
-            writer.writeheader()
-            writer.writerows(self._rows)
-        os.replace(tmp, self._path)
+        from alf_lite.config import new_file_beside
+
+        # A new file of its own: a name given in advance could be a link to elsewhere.
+        tmp = new_file_beside(self._path, '.tmp')
+        try:
+            with open(tmp, 'w', newline='') as f:
+                writer = csv.DictWriter(f, self._columns)
+                writer.writeheader()
+                writer.writerows(self._rows)
+            os.replace(tmp, self._path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+            raise
 
 
 def _complete_rows_of(path: str) -> List[Dict[str, str]]:

@@ -1,6 +1,8 @@
 """A run directory from someone else: resuming or playing it runs none of its code unless
 ``--trust_imports`` says so (its checkpoints: test_checkpoint, test_play)."""
 
+import os
+import re
 import shutil
 import sys
 
@@ -127,3 +129,89 @@ def test_train_with_the_gin_file_given_trusts_its_imports(tiny_run, tmp_path):
     )
     assert_ok(result)
     assert marker.read_text() == 'ran'
+
+
+def make_link(run, victim, where):
+    """Put a link to ``victim`` (a directory holding a file) at ``run / where``, or a FIFO."""
+    path = run / where
+    if where == 'progress.csv':  # a FIFO: opening it would block
+        path.unlink()
+        os.mkfifo(path)
+        return
+    if path.is_dir():
+        shutil.rmtree(path)
+    path.symlink_to(victim, target_is_directory=True)
+
+
+@pytest.mark.parametrize(
+    'where',
+    [
+        'checkpoints',
+        'train',
+        'eval',
+        'checkpoints/ckpt-1',
+        'checkpoints/last_good-3',
+        'progress.csv',
+    ],
+)
+def test_train_refuses_a_run_whose_entries_are_links_and_changes_nothing(tiny_run, tmp_path, where):
+    run = tmp_path / 'run'
+    shutil.copytree(tiny_run, run)
+    victim = tmp_path / 'victim'
+    victim.mkdir()
+    for name in ('replay_buffer.pt', 'model.pt', 'events.out.tfevents.1.x', '.tmp-1'):
+        (victim / name).write_text('mine')
+    make_link(run, victim, where)
+    before = sorted(str(p.relative_to(run)) for p in run.rglob('*'))
+    result = run_train(
+        [sys.executable, '-m', 'alf_lite.bin.train', '--root_dir', str(run)]
+        + ['--gin_param', 'TrainerConfig.num_env_steps=3']
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    kind = 'is not a regular file' if where == 'progress.csv' else 'is a symbolic link'
+    assert f'error: {run / where} {kind}' in result.stderr, result.stderr[-3000:]
+    assert sorted(str(p.relative_to(run)) for p in run.rglob('*')) == before
+    assert {p.name: p.read_text() for p in victim.iterdir()} == {
+        name: 'mine'
+        for name in ('replay_buffer.pt', 'model.pt', 'events.out.tfevents.1.x', '.tmp-1')
+    }
+
+
+def test_a_left_progress_tmp_link_is_not_written_through(tiny_run, tmp_path):
+    run = tmp_path / 'run'
+    shutil.copytree(tiny_run, run)
+    victim = tmp_path / 'victim.txt'
+    victim.write_text('mine')
+    (run / 'progress.csv.tmp').symlink_to(victim)
+    result = run_train(
+        [sys.executable, '-m', 'alf_lite.bin.train', '--root_dir', str(run)]
+        + ['--gin_param', 'TrainerConfig.num_env_steps=3']
+    )
+    assert_ok(result)
+    assert victim.read_text() == 'mine'
+    assert (run / 'progress.csv').is_file() and not (run / 'progress.csv').is_symlink()
+
+
+def test_a_sweep_runs_no_module_of_its_logs_and_writes_through_no_log_link(tmp_path):
+    from test_grid_search import run_grid, write_inputs
+
+    write_inputs(
+        tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 2}
+    )
+    root_dir = tmp_path / 'runs'
+    logs = root_dir / 'logs'
+    logs.mkdir(parents=True)
+    marker = tmp_path / 'ran'
+    # train runs with the logs directory as its working directory.
+    (logs / 'gin.py').write_text(f'import pathlib\npathlib.Path({str(marker)!r}).write_text("x")\n')
+    victim = tmp_path / 'victim.txt'
+    victim.write_text('mine')
+    (logs / 'seed=1.log').symlink_to(victim)
+    result = run_grid(tmp_path, root_dir)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert not marker.exists()
+    assert victim.read_text() == 'mine'
+    assert 'seed=0: finished' in result.stdout, result.stdout
+    assert re.search(
+        r'seed=1: failed in \d+ s \(OSError: .*Too many levels of symbolic links', result.stdout
+    ), result.stdout

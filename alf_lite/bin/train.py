@@ -160,6 +160,10 @@ def train(root_dir: str, signals) -> None:
     training loop."""
     fail_if_in_use(root_dir)
     config_file = RunDir(root_dir).config_file
+    if os.path.isdir(root_dir) and not FLAGS.start_over:
+        unsafe = RunDir(root_dir).unsafe_entry()
+        if unsafe is not None:
+            fail(unsafe)
     gin_files = FLAGS.gin_file
     if FLAGS.start_over and os.path.isdir(root_dir) and os.listdir(root_dir):
         if not os.path.exists(config_file):
