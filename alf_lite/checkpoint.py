@@ -25,6 +25,7 @@ import torch
 from absl import logging
 
 from alf_lite.config import sync_directory
+from alf_lite.device import available_cpu_memory
 from alf_lite.run_dir import checkpoint_env_steps, checkpoint_name, list_checkpoints
 from alf_lite.seeding import global_rng_state, set_global_rng_state
 
@@ -396,6 +397,15 @@ def _check_zip_records(path: str) -> None:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             problem = _central_directory_problem(data, archive)
+            # torch.load allocates each record whole: a deflated one (which torch.save never
+            # writes, a zip tool may) could unpack to more than there is room for.
+            unpacked = sum(info.file_size for info in archive.infolist())
+            room, _ = available_cpu_memory()
+            if problem is None and unpacked > room:
+                raise MemoryError(
+                    f'{path} unpacks to {unpacked} bytes, more than the {room} bytes of '
+                    'memory available'
+                )
             for info in archive.infolist() if problem is None else ():
                 try:
                     with archive.open(info) as record:

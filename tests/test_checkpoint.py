@@ -920,3 +920,24 @@ def test_a_checkpoint_zipped_again_with_directory_entries_loads(tmp_path):
         assert 'archive/' in archive.namelist()
     assert_same(ckpt.load_state(path), torch.load(model, weights_only=True))
     assert_same(ckpt.load_state(path)['algorithm'], make_state(1)['algorithm'])
+
+
+def test_a_model_file_that_unpacks_past_the_memory_left_is_refused_before_loading(
+    tmp_path, monkeypatch
+):
+    # Zipped again with deflate, as a zip tool may: torch.load would unpack each record
+    # whole, so the sizes its records declare are weighed against the room left first.
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    model = os.path.join(path, ckpt.MODEL_FILE)
+    with zipfile.ZipFile(model) as archive:
+        records = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    os.remove(model)
+    with zipfile.ZipFile(model, 'w', zipfile.ZIP_DEFLATED) as archive:
+        for name, data in records:
+            archive.writestr(name, data)
+    unpacked = sum(len(data) for _, data in records)
+    assert os.path.getsize(model) < unpacked  # deflated
+    assert_same(ckpt.load_state(path)['algorithm'], make_state(1)['algorithm'])
+    monkeypatch.setattr(ckpt, 'available_cpu_memory', lambda: (unpacked - 1, None))
+    with pytest.raises(MemoryError, match=f'unpacks to {unpacked} bytes, more than the'):
+        ckpt.load_state(path)
