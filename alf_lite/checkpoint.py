@@ -400,8 +400,8 @@ def _check_zip_records(path: str) -> None:
             # torch.load allocates each record whole: a deflated one (which torch.save never
             # writes, a zip tool may) could unpack to more than there is room for.
             unpacked = sum(info.file_size for info in archive.infolist())
-            room, _ = available_cpu_memory()
-            if problem is None and unpacked > room:
+            room = available_cpu_memory()[0] if problem is None else unpacked
+            if unpacked > room:
                 raise MemoryError(
                     f'{path} unpacks to {unpacked} bytes, more than the {room} bytes of '
                     'memory available'

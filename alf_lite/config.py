@@ -179,6 +179,8 @@ def parse_config(
             the installed packages (see :func:`code_outside_installed`), gin's
             dynamic registration (which can call any function) is refused, and
             so is an ``env_name = 'module:Id'`` whose module is not installed.
+            The working directory is taken off ``sys.path`` for good, so that
+            the installed packages' own imports cannot run a module found there.
             The ``gin_params`` are the user's and always trusted.
 
     Raises:
@@ -193,6 +195,8 @@ def parse_config(
     # Bindings of an earlier parse in this process must not leak into this one;
     # clear_config also unlocks a config that gin.finalize locked.
     gin.clear_config()
+    if not trust_imports:
+        _untrust_working_directory()
     try:
         with _resolving_includes() as state:
             state.trust_imports = trust_imports
@@ -600,14 +604,14 @@ def _through_macros(value) -> Tuple[object, Optional[str]]:
     return value, name
 
 
-# The sys.path entries ``untrust_working_directory`` took off: where a module a gin file
+# The sys.path entries ``_untrust_working_directory`` took off: where a module a gin file
 # names would otherwise have been found.
 _untrusted_path: List[str] = []
 
 
-def untrust_working_directory() -> None:
+def _untrust_working_directory() -> None:
     """Take the working directory off ``sys.path``, where ``python -m`` puts it first (as
-    ``python -P`` would), before parsing a gin file with ``trust_imports=False``.
+    ``python -P`` would), before parsing gin files with ``trust_imports=False``.
 
     The installed packages then import only installed code: an env's entry point that
     imports an optional dependency (``Box2D``, say) cannot run a ``Box2D.py`` that came

@@ -339,18 +339,11 @@ def play(argv, signals) -> None:
     import torch
 
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
-    from alf_lite.config import (
-        ConfigError,
-        UntrustedCodeError,
-        parse_config,
-        untrust_working_directory,
-    )
+    from alf_lite.config import ConfigError, UntrustedCodeError, parse_config
     from alf_lite.environments import EnvironmentCrashedError, create_environment
     from alf_lite.seeding import eval_env_seeds
     from alf_lite.trainer import TrainerConfig
 
-    if not FLAGS.trust_imports:
-        untrust_working_directory()
     try:
         parse_config([config_file], FLAGS.gin_param, trust_imports=FLAGS.trust_imports)
         config = TrainerConfig()

@@ -84,14 +84,12 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment, trust_impor
     import gin
 
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
-    from alf_lite.config import ConfigError, parse_config, untrust_working_directory
+    from alf_lite.config import ConfigError, parse_config
     from alf_lite.device import DeviceUnavailableError
     from alf_lite.environments import EnvironmentCrashedError
     from alf_lite.trainer import Trainer, TrainerConfig
 
     try:
-        if not trust_imports:
-            untrust_working_directory()
         parse_config(gin_files, gin_params, trust_imports=trust_imports)
         if check_experiment:
             check_same_experiment(root_dir, gin.config_str())
