@@ -24,6 +24,7 @@ from alf_lite.environments import (
 )
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import TerminationValues, evaluate
+from alf_lite.model_memory import check_model_fits
 from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
 from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferMismatchError
 from alf_lite.run_dir import RunDir, RunDirLock, last_good_name
@@ -299,9 +300,11 @@ class Trainer:
                 use_subprocesses=False,
                 label='eval env',
             )
-            self._algorithm = cfg.algorithm_ctor(
-                observation_dim=env.observation_dim, action_dim=env.action_dim
-            ).to(device)
+            dims = dict(observation_dim=env.observation_dim, action_dim=env.action_dim)
+            estimate = check_model_fits(cfg.algorithm_ctor, device, **dims)
+            if estimate is not None:
+                logging.info('networks: %s', estimate.describe())
+            self._algorithm = cfg.algorithm_ctor(**dims).to(device)
             set_network_precision(self._algorithm, cfg.precision)
             warn_if_emulated(cfg.precision, device)
             self._replay_buffer = ReplayBuffer(

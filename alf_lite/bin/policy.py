@@ -35,9 +35,15 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
     import torch
 
     from alf_lite import checkpoint as ckpt
+    from alf_lite.model_memory import ModelTooLargeError, check_model_fits
     from alf_lite.precision import set_network_precision, warn_if_emulated
 
-    algorithm = config.algorithm_ctor(observation_dim=observation_dim, action_dim=action_dim)
+    dims = dict(observation_dim=observation_dim, action_dim=action_dim)
+    try:
+        check_model_fits(config.algorithm_ctor, torch.device('cpu'), training=False, **dims)
+    except ModelTooLargeError as e:
+        fail(str(e))
+    algorithm = config.algorithm_ctor(**dims)
     set_network_precision(algorithm, config.precision)
     warn_if_emulated(config.precision, torch.device('cpu'))
     try:

@@ -1,0 +1,142 @@
+"""The memory an algorithm's networks take, known before any of it is allocated.
+
+The algorithm is first built on torch's ``meta`` device, where tensors have a
+shape and no storage: its parameters, buffers and optimizers cost nothing and
+draw no random numbers. From them, ``ModelBytes`` counts what the real build
+will hold: every parameter and buffer (target networks included), and for
+training a gradient and the optimizer's state tensors per optimized
+parameter. A config whose networks cannot fit (``hidden_layers=(100000,
+100000)`` asks for 40 GB per layer) is refused naming the sizes, instead of
+failing inside torch's allocator or being killed by the kernel's OOM killer.
+"""
+
+import dataclasses
+from typing import Callable, Optional
+
+import torch
+from absl import logging
+
+from alf_lite.device import free_memory_bytes
+
+_GIB = float(1 << 30)
+_WITH_STATE = ' with their gradients and optimizer state'
+
+
+class ModelTooLargeError(MemoryError):
+    """Raised before building an algorithm whose networks would not fit in available memory."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelBytes:
+    """Bytes of an algorithm's tensors.
+
+    Attributes:
+        parameters: bytes of the parameters and buffers of all its networks (targets too).
+        training: ``parameters`` plus a gradient and the optimizer state of every
+            parameter an optimizer steps (Adam: two moments); what training holds
+            once every optimizer has stepped.
+        num_parameters: number of parameter elements.
+    """
+
+    parameters: int
+    training: int
+    num_parameters: int
+
+    def describe(self) -> str:
+        return (
+            f'{self.num_parameters} parameters, {self.parameters} bytes '
+            f'({self.parameters / _GIB:.3f} GiB); {self.training} bytes '
+            f'({self.training / _GIB:.3f} GiB){_WITH_STATE}'
+        )
+
+
+def _state_tensors_per_parameter(optimizer: torch.optim.Optimizer) -> int:
+    """Tensors the size of a parameter that ``optimizer`` keeps for it (Adam: two moments)."""
+    defaults = optimizer.defaults
+    if isinstance(optimizer, torch.optim.SGD):
+        return int(defaults.get('momentum', 0) != 0)
+    if isinstance(optimizer, torch.optim.RMSprop):
+        return 1 + int(defaults.get('momentum', 0) != 0) + int(bool(defaults.get('centered')))
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return 2 + int(bool(defaults.get('amsgrad')))
+    return 2  # another optimizer: counted as Adam-like
+
+
+def model_bytes(algorithm: torch.nn.Module) -> ModelBytes:
+    """The bytes of ``algorithm``'s parameters and buffers, and of training them.
+
+    ``algorithm`` may live on any device, ``meta`` included. Its optimizers are
+    those registered in ``algorithm.optimizers`` (a dict), if any.
+    """
+
+    def nbytes(tensor):
+        return tensor.numel() * tensor.element_size()
+
+    parameters = list(algorithm.parameters())
+    held = sum(map(nbytes, parameters)) + sum(map(nbytes, algorithm.buffers()))
+    extra = 0
+    seen = set()
+    for optimizer in getattr(algorithm, 'optimizers', {}).values():
+        per_parameter = 1 + _state_tensors_per_parameter(optimizer)  # its gradient and state
+        for group in optimizer.param_groups:
+            for p in group['params']:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    extra += per_parameter * nbytes(p)
+    return ModelBytes(held, held + extra, sum(p.numel() for p in parameters))
+
+
+def estimate_model_bytes(ctor: Callable[..., torch.nn.Module], **kwargs) -> Optional[ModelBytes]:
+    """``model_bytes`` of ``ctor(**kwargs)`` built on the ``meta`` device, allocating nothing.
+
+    None when the algorithm cannot be built there (one whose constructor reads a
+    tensor's value, say): the real build then goes ahead unchecked, and raises
+    any error of the config itself.
+    """
+    try:
+        with torch.device('meta'):
+            algorithm = ctor(**kwargs)
+    except Exception as e:  # noqa: BLE001  (the real build raises the config's own errors)
+        logging.info("the networks' memory is not known in advance: %s: %s", type(e).__name__, e)
+        return None
+    return model_bytes(algorithm)
+
+
+def check_model_fits(
+    ctor: Callable[..., torch.nn.Module],
+    device: torch.device,
+    training: bool = True,
+    **kwargs,
+) -> Optional[ModelBytes]:
+    """Estimate ``ctor(**kwargs)``'s memory and raise if it cannot fit.
+
+    The networks are built in CPU memory and then moved to ``device``: the CPU
+    must hold their parameters, and ``device`` what using them holds
+    (``training``: with gradients and optimizer state).
+
+    Returns:
+        The estimate, None when there is none (``estimate_model_bytes``).
+
+    Raises:
+        ModelTooLargeError: it needs more than the free memory of the CPU or ``device``.
+    """
+    estimate = estimate_model_bytes(ctor, **kwargs)
+    if estimate is None:
+        return None
+    device = torch.device(device)
+    needed = estimate.training if training else estimate.parameters
+    needs = [(device, needed)]
+    if device.type != 'cpu':
+        needs.insert(0, (torch.device('cpu'), estimate.parameters))
+    for where, nbytes in needs:
+        free = free_memory_bytes(where)
+        if nbytes > free:
+            need = 'training them needs' if training else 'they need'
+            raise ModelTooLargeError(
+                f'the networks do not fit in {where} memory: they have '
+                f'{estimate.num_parameters} parameters ({estimate.parameters} bytes); {need} '
+                f'{nbytes} bytes ({nbytes / _GIB:.2f} GiB){_WITH_STATE if training else ""}, '
+                f'and {free} bytes ({free / _GIB:.2f} GiB) are free. Make the networks smaller '
+                '(their hidden_layers).'
+            )
+    return estimate

@@ -1,0 +1,183 @@
+"""The networks' memory known before it is spent: estimated on the meta device, checked, logged."""
+
+import re
+import sys
+
+import gin
+import pytest
+import torch
+
+import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
+from alf_lite import model_memory
+from alf_lite.algorithms.ddpg import DdpgAlgorithm
+from alf_lite.algorithms.sac import SacAlgorithm
+from alf_lite.algorithms.td3 import Td3Algorithm
+from alf_lite.config import parse_config
+from alf_lite.model_memory import (
+    ModelTooLargeError,
+    check_model_fits,
+    estimate_model_bytes,
+    model_bytes,
+)
+from cli_helpers import PENDULUM, TINY, run_train, train_command
+
+DIMS = dict(observation_dim=5, action_dim=3)
+
+
+@pytest.fixture(autouse=True)
+def clear_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+def nbytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def bytes_after_a_step(algorithm):
+    """What ``algorithm`` holds once every optimizer stepped: parameters, buffers, gradients and
+    the optimizer's state tensors the size of a parameter (not Adam's scalar step count)."""
+    for optimizer in algorithm.optimizers.values():
+        params = [p for group in optimizer.param_groups for p in group['params']]
+        optimizer.zero_grad()
+        sum((p * p).sum() for p in params).backward()
+        optimizer.step()
+    state = [
+        value
+        for optimizer in algorithm.optimizers.values()
+        for per_param in optimizer.state.values()
+        for key, value in per_param.items()
+        if torch.is_tensor(value) and key != 'step'
+    ]
+    grads = [p.grad for p in algorithm.parameters() if p.grad is not None]
+    return nbytes(algorithm.parameters()) + nbytes(algorithm.buffers()) + nbytes(grads + state)
+
+
+@pytest.mark.parametrize('ctor', [SacAlgorithm, DdpgAlgorithm, Td3Algorithm])
+def test_the_estimate_is_what_the_built_algorithm_holds_once_trained(ctor):
+    estimate = estimate_model_bytes(ctor, **DIMS)
+    algorithm = ctor(**DIMS)
+    parameters = nbytes(algorithm.parameters()) + nbytes(algorithm.buffers())
+    assert estimate.parameters == parameters
+    assert estimate.num_parameters == sum(p.numel() for p in algorithm.parameters())
+    assert estimate.training == bytes_after_a_step(algorithm) > 2 * parameters
+    assert model_bytes(algorithm) == estimate
+
+
+@pytest.mark.parametrize(
+    'optimizer, per_parameter',
+    [
+        ('@torch.optim.SGD', 1),
+        ('@torch.optim.RMSprop', 2),
+        ('@torch.optim.Adam', 3),
+    ],
+)
+def test_the_estimate_counts_the_state_each_optimizer_keeps(optimizer, per_parameter):
+    gin.parse_config(
+        [
+            f'SacAlgorithm.actor_optimizer = {optimizer}',
+            f'SacAlgorithm.critic_optimizer = {optimizer}',
+            f'SacAlgorithm.alpha_optimizer = {optimizer}',
+            'torch.optim.SGD.lr = 0.1',
+            'torch.optim.RMSprop.lr = 0.1',
+        ]
+    )
+    estimate = estimate_model_bytes(SacAlgorithm, **DIMS)
+    algorithm = SacAlgorithm(**DIMS)
+    assert estimate.training == bytes_after_a_step(algorithm)
+    trained = nbytes(
+        p for o in algorithm.optimizers.values() for g in o.param_groups for p in g['params']
+    )
+    assert estimate.training - estimate.parameters == per_parameter * trained
+
+
+def test_building_on_the_meta_device_draws_no_random_numbers():
+    torch.manual_seed(3)
+    before = torch.random.get_rng_state()
+    estimate_model_bytes(SacAlgorithm, **DIMS)
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
+def test_an_algorithm_that_cannot_be_built_on_the_meta_device_has_no_estimate():
+    def reads_a_value(observation_dim, action_dim):
+        torch.zeros(observation_dim).sum().item()
+        return SacAlgorithm(observation_dim=observation_dim, action_dim=action_dim)
+
+    assert estimate_model_bytes(reads_a_value, **DIMS) is None
+    assert check_model_fits(reads_a_value, torch.device('cpu'), **DIMS) is None
+
+
+def fake_free_memory(monkeypatch, free):
+    asked = []
+
+    def free_memory_bytes(device):
+        asked.append(device)
+        return free[device.type]
+
+    monkeypatch.setattr(model_memory, 'free_memory_bytes', free_memory_bytes)
+    return asked
+
+
+def test_training_on_the_cpu_needs_room_for_gradients_and_optimizer_state(monkeypatch):
+    estimate = estimate_model_bytes(SacAlgorithm, **DIMS)
+    fake_free_memory(monkeypatch, {'cpu': estimate.training})
+    assert check_model_fits(SacAlgorithm, torch.device('cpu'), **DIMS) == estimate
+    fake_free_memory(monkeypatch, {'cpu': estimate.training - 1})
+    with pytest.raises(ModelTooLargeError, match='training them needs'):
+        check_model_fits(SacAlgorithm, torch.device('cpu'), **DIMS)
+    # Playing holds the parameters only.
+    check_model_fits(SacAlgorithm, torch.device('cpu'), training=False, **DIMS)
+    fake_free_memory(monkeypatch, {'cpu': estimate.parameters - 1})
+    with pytest.raises(ModelTooLargeError, match='they need'):
+        check_model_fits(SacAlgorithm, torch.device('cpu'), training=False, **DIMS)
+
+
+def test_a_gpu_learner_needs_the_parameters_in_cpu_memory_and_the_rest_on_the_gpu(monkeypatch):
+    estimate = estimate_model_bytes(SacAlgorithm, **DIMS)
+    gpu = torch.device('cuda:0')
+    asked = fake_free_memory(monkeypatch, {'cpu': estimate.parameters, 'cuda': estimate.training})
+    assert check_model_fits(SacAlgorithm, gpu, **DIMS) == estimate
+    assert asked == [torch.device('cpu'), gpu]
+    fake_free_memory(monkeypatch, {'cpu': estimate.parameters - 1, 'cuda': 1 << 50})
+    with pytest.raises(ModelTooLargeError, match='in cpu memory'):
+        check_model_fits(SacAlgorithm, gpu, **DIMS)
+    fake_free_memory(monkeypatch, {'cpu': 1 << 50, 'cuda': estimate.training - 1})
+    with pytest.raises(ModelTooLargeError, match='in cuda:0 memory'):
+        check_model_fits(SacAlgorithm, gpu, **DIMS)
+
+
+def test_train_refuses_networks_that_cannot_fit_before_writing_anything(tmp_path):
+    root_dir = tmp_path / 'run'
+    huge = 'CriticNetwork.hidden_layers=(100000, 100000)'
+    result = run_train(train_command(root_dir, [PENDULUM], TINY + [huge]))
+    assert result.returncode == 2, result.stderr
+    # 2 replicas x 1e10 weights, and as many in the target: 160 GB of float32.
+    assert re.search(
+        r'the networks do not fit in cpu memory: they have 4000\d{7} param', result.stderr
+    )
+    assert 'Make the networks smaller (their hidden_layers).' in result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not root_dir.exists()
+
+
+def test_train_logs_the_networks_bytes_at_start(tmp_path):
+    root_dir = tmp_path / 'run'
+    params = TINY + ['TrainerConfig.num_env_steps=2', 'TrainerConfig.initial_collect_steps=1']
+    result = run_train(train_command(root_dir, [PENDULUM], params))
+    assert result.returncode == 0, result.stderr
+    parse_config([str(PENDULUM)], TINY)
+    estimate = estimate_model_bytes(SacAlgorithm, observation_dim=3, action_dim=1)
+    assert f'networks: {estimate.describe()}' in result.stderr
+
+
+def test_play_refuses_networks_that_cannot_fit(tmp_path):
+    root_dir = tmp_path / 'run'
+    params = TINY + ['TrainerConfig.num_env_steps=2', 'TrainerConfig.initial_collect_steps=1']
+    assert run_train(train_command(root_dir, [PENDULUM], params)).returncode == 0
+    huge = 'TanhNormalActorNetwork.hidden_layers=(200000, 200000)'
+    play = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(root_dir)]
+    result = run_train(play + ['--gin_param', huge])
+    assert result.returncode == 2, result.stderr
+    assert 'the networks do not fit in cpu memory' in result.stderr
+    assert 'they need' in result.stderr and 'Traceback' not in result.stderr
