@@ -6,14 +6,16 @@ import math
 import os
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+from absl import logging
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary as SummaryProto
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
@@ -28,6 +30,11 @@ _BAR_WIDTH = 20
 # one complete. Without "tfevents" in their names, TensorBoard does not read them.
 _PARTIAL_PREFIX = '.merging-'
 _MERGED_PREFIX = '.merged-'
+# A TFRecord's length and the length's masked CRC-32C; the data's masked CRC-32C.
+_RECORD_HEADER = struct.Struct('<QI')
+_RECORD_CRC = struct.Struct('<I')
+# Longer than any event train writes (a few scalars: about a hundred bytes).
+_MAX_RECORD_BYTES = 1 << 20
 # Where each of the trainer's columns goes in progress.csv.
 _COLUMN_RANK = {name: i for i, name in enumerate(PROGRESS_COLUMNS)}
 
@@ -271,9 +278,50 @@ def _event_files(events_dir: str) -> List[str]:
 def _read_events(events_dir: str, names: List[str]) -> Iterator[Tuple[Event, bytes]]:
     """``(event, record)`` of each record of the files ``names`` in ``events_dir``, in order."""
     for name in names:
-        # A record cut short by a kill ends its file: what follows is dropped.
-        for record in RawEventFileLoader(os.path.join(events_dir, name)).Load():
+        for record in _records(os.path.join(events_dir, name)):
             yield Event.FromString(record), record
+
+
+def _records(path: str) -> Iterator[bytes]:
+    """The records of TFRecord file ``path`` up to the first one cut short or damaged.
+
+    A record is its length (8 bytes), the length's masked CRC-32C, the data and
+    the data's masked CRC-32C. One cut short by a kill ends its file: it and
+    what follows are dropped, as TensorBoard does. So is a damaged one, with a
+    warning; and one whose length is longer than the bytes left in the file or
+    than any event train writes is not read at all, so that a file whose header
+    claims gigabytes costs no memory or time.
+    """
+    with open(path, 'rb') as f:
+        size = os.fstat(f.fileno()).st_size
+        while True:
+            start = f.tell()
+            header = f.read(_RECORD_HEADER.size)
+            if len(header) < _RECORD_HEADER.size:
+                return
+            length, length_crc = _RECORD_HEADER.unpack(header)
+            problem = None
+            if masked_crc32c(header[:8]) != length_crc:
+                problem = 'its length does not match its checksum'
+            elif start + _RECORD_HEADER.size + length + _RECORD_CRC.size > size:
+                return
+            elif length > _MAX_RECORD_BYTES:
+                problem = f'its length of {length} bytes is more than any event train writes'
+            else:
+                data = f.read(length)
+                (data_crc,) = _RECORD_CRC.unpack(f.read(_RECORD_CRC.size))
+                if masked_crc32c(data) == data_crc:
+                    yield data
+                    continue
+                problem = 'its data does not match its checksum'
+            logging.warning(
+                'event file %s: the record at byte %d is damaged (%s); it and the rest of '
+                'the file are dropped',
+                path,
+                start,
+                problem,
+            )
+            return
 
 
 def _hidden(name: str) -> str:

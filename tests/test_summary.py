@@ -2,8 +2,11 @@
 
 import math
 import os
+import struct
 
 import pytest
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
 from alf_lite import summary as summary_module
 from alf_lite.summary import ProgressCsv, Summary, Throughput
@@ -328,6 +331,82 @@ def test_keeping_events_drops_a_record_cut_short_and_a_fresh_start_removes_the_f
     summary_module.keep_events_until(str(log_dir), -1)  # a fresh start
     assert event_files(log_dir) == []
     summary_module.keep_events_until(str(tmp_path / 'missing'), 0)
+
+
+def record_header(length, length_crc=None):
+    """A TFRecord's length and its masked CRC-32C (``length_crc`` when given)."""
+    header = struct.pack('<Q', length)
+    crc = masked_crc32c(header) if length_crc is None else length_crc
+    return header + struct.pack('<I', crc)
+
+
+def checksummed_bytes(monkeypatch):
+    """The lengths of the data ``summary`` computes a CRC-32C of, from now on."""
+    lengths = []
+
+    def counting(data):
+        lengths.append(len(data))
+        assert len(data) < 1 << 20, 'a checksum of more than any event train writes'
+        return masked_crc32c(data)
+
+    monkeypatch.setattr(summary_module, 'masked_crc32c', counting)
+    return lengths
+
+
+@pytest.mark.parametrize(
+    'length, tail, warned',
+    [(100, 50, False), (2 << 30, 0, False), (2 << 30, (2 << 30) + 4, True)],
+    ids=['cut_short', 'cut_short_claiming_gigabytes', 'claiming_gigabytes_of_holes'],
+)
+def test_a_record_cut_short_or_claiming_gigabytes_is_not_read(
+    tmp_path, monkeypatch, caplog, read_tensorboard, length, tail, warned
+):
+    write_killed_run(tmp_path)
+    log_dir = tmp_path / 'train'
+    (name,) = event_files(log_dir)
+    # A record header, its own checksum valid, and ``tail`` bytes after it: fewer than it
+    # claims, a kill's truncation; or 2 GiB of holes (no disk space), not a record train
+    # writes.
+    with open(log_dir / name, 'ab') as f:
+        f.write(record_header(length))
+        f.truncate(f.tell() + tail)
+    lengths = checksummed_bytes(monkeypatch)
+    with caplog.at_level('WARNING'):
+        assert summary_module.tags_after(str(log_dir), 300) == ['critic_loss']
+        summary_module.keep_events_until(str(log_dir), 400)
+    assert max(lengths) < 1000
+    assert critic_losses(read_tensorboard, tmp_path) == [(s, float(s)) for s in range(0, 401, 100)]
+    assert ('more than any event train writes' in caplog.text) == warned, caplog.text
+
+
+@pytest.mark.parametrize('damage', ['length', 'data'])
+def test_a_damaged_record_and_the_rest_of_its_file_are_dropped_with_a_warning(
+    tmp_path, caplog, read_tensorboard, damage
+):
+    write_killed_run(tmp_path)
+    log_dir = tmp_path / 'train'
+    (name,) = event_files(log_dir)
+    path = log_dir / name
+    content = path.read_bytes()
+    # Where each record starts, and the step of its event.
+    starts, steps, at = [], [], 0
+    while at < len(content):
+        length = struct.unpack_from('<Q', content, at)[0]
+        starts.append(at)
+        steps.append(Event.FromString(content[at + 12 : at + 12 + length]).step)
+        at += 16 + length
+    assert at == len(content) and steps[-5:] == [0, 100, 200, 300, 400], steps
+    at_200 = starts[steps.index(200)]
+    damaged = bytearray(content)
+    # A bit of the length, or of the data, of the record at step 200.
+    damaged[at_200 + (0 if damage == 'length' else 20)] ^= 1
+    path.write_bytes(bytes(damaged))
+    with caplog.at_level('WARNING'):
+        summary_module.keep_events_until(str(log_dir), 400)
+    assert critic_losses(read_tensorboard, tmp_path) == [(0, 0.0), (100, 100.0)]
+    problem = 'length does not match' if damage == 'length' else 'data does not match'
+    message = f'the record at byte {at_200} is damaged (its {problem} its checksum)'
+    assert message in caplog.text and str(path) in caplog.text
 
 
 def test_a_merge_cut_short_after_its_file_was_complete_is_finished(
