@@ -72,6 +72,13 @@ def main(argv=None) -> int:
         help='Also play the zero action plus Gaussian noise of these standard deviations '
         '(in the [-1, 1] action units, clipped there).',
     )
+    parser.add_argument(
+        '--trust_imports',
+        action='store_true',
+        help="Let the run's config.gin import code from outside the installed packages "
+        "(a module beside the run, say) and use gin's dynamic registration. Off: such a "
+        'config.gin is refused, as one from someone else could run anything.',
+    )
     args = parser.parse_args(argv)
 
     import gin
@@ -80,7 +87,7 @@ def main(argv=None) -> int:
 
     import alf_lite.all_configurables  # noqa: F401
     from alf_lite.bin.policy import checkpoint_path, load_policy
-    from alf_lite.config import parse_config
+    from alf_lite.config import UntrustedCodeError, parse_config
     from alf_lite.run_dir import RunDir
     from alf_lite.seeding import eval_env_seeds
     from alf_lite.trainer import TrainerConfig
@@ -90,7 +97,10 @@ def main(argv=None) -> int:
     config_file = RunDir(root_dir).config_file
     if not os.path.isfile(config_file):
         parser.error(f'{root_dir} holds no config.gin: it is not the root_dir of a train run')
-    parse_config([config_file], [])
+    try:
+        parse_config([config_file], [], trust_imports=args.trust_imports)
+    except UntrustedCodeError as e:
+        parser.error(str(e))
     env_name = gin.query_parameter('create_environment.env_name')
     if env_name != 'ICubWalk-v0':
         parser.error(f'{root_dir} trained on {env_name}, not ICubWalk-v0')

@@ -40,6 +40,7 @@ from cli_helpers import (
     assert_ok,
     run_train,
     train_command,
+    train_env,
 )
 from fake_clock import Clock
 
@@ -133,6 +134,26 @@ def test_icub_gait_plays_the_policy_and_both_baselines_on_the_runs_eval_seeds(tm
     (other / 'config.gin').write_text("create_environment.env_name = 'Pendulum-v1'\n")
     refused = run_train(gait + ['--root_dir', str(other)], cwd=tmp_path)
     assert refused.returncode == 2 and 'trained on Pendulum-v1, not ICubWalk-v0' in refused.stderr
+
+    # A run from someone else: its config.gin imports a module shipped beside it.
+    marker = tmp_path / 'ran'
+    (tmp_path / 'shipped.py').write_text(f'open({str(marker)!r}, "w").write("ran")\n')
+    config = root_dir / 'config.gin'
+    config.write_text('import shipped\n' + config.read_text())
+    beside = dict(train_env(), PYTHONPATH=f'{tmp_path}{os.pathsep}{REPO_ROOT}')
+
+    def run_beside(command):
+        return subprocess.run(
+            command, cwd=tmp_path, env=beside, capture_output=True, text=True, timeout=240
+        )
+
+    refused = run_beside(gait + ['--root_dir', str(root_dir)])
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert '--trust_imports' in refused.stderr, refused.stderr[-3000:]
+    assert str(tmp_path / 'shipped.py') in refused.stderr and not marker.exists()
+    trusted = gait + ['--root_dir', str(root_dir), '--num_episodes', '1', '--trust_imports']
+    assert_ok(run_beside(trusted))
+    assert marker.read_text() == 'ran'
 
 
 def test_time_to_solve_runs_both_libraries_and_reports_the_ratio(tmp_path):
