@@ -5,6 +5,7 @@ import fractions
 import functools
 import multiprocessing
 import re
+import time
 
 import gin
 import gymnasium
@@ -18,6 +19,7 @@ from alf_lite.data import StepType
 from alf_lite.environments import (
     BatchedEnvironment,
     EnvironmentCrashedError,
+    EnvironmentHungError,
     NonFiniteActionError,
     NonFiniteEnvOutputError,
     create_environment,
@@ -499,6 +501,37 @@ def test_a_replay_whose_timeout_adds_up_beyond_the_longest_wait_runs():
         records = env.episode_records()
         replayed = env.replay(records)
     assert replayed.observation.tolist() == [[2.0, 0.0]]
+
+
+class SlowStepEnv(gymnasium.Env):
+    """Each step takes 0.7 s."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        time.sleep(0.7)
+        return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
+
+
+gymnasium.register('alf_test/SlowStep-v0', entry_point=SlowStepEnv, max_episode_steps=9)
+
+
+def test_the_step_timeout_counts_from_when_the_step_was_sent():
+    # The trainer trains between step_async and step_wait: that time counts. Counted
+    # from step_wait instead, the 0.7 s step would come in within 0.4 + 0.5 s.
+    with create_environment(
+        'alf_test/SlowStep-v0', 2, use_subprocesses=True, step_timeout=0.5
+    ) as env:
+        env.reset()
+        env.step_async(torch.zeros(2, 1))
+        time.sleep(0.4)
+        with pytest.raises(EnvironmentHungError, match=r'did not answer step\(\) within 0.5 s'):
+            env.step_wait()
 
 
 def test_a_bfloat16_action_is_mapped_as_its_float32_value():

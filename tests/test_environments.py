@@ -531,6 +531,25 @@ def test_point_env_passes_check_env():
     env.close()
 
 
+def test_point_env_moves_a_fifth_of_the_clipped_action_and_is_rewarded_where_it_arrives():
+    env = gymnasium.make(POINT_TARGET_ID)
+    starts = [env.reset(seed=seed)[0][0] for seed in range(100)]
+    assert -1 <= min(starts) < -0.9 and 0.9 < max(starts) <= 1
+    obs, _ = env.reset(seed=0)
+    x = float(obs[0])
+    # Actions beyond [-1, 1] count as its ends; x stops at 2 and leaves it again.
+    actions = [0.5, -3.0] + [7.0] * 16 + [-1.0, 0.25]
+    for t, action in enumerate(actions, 1):
+        obs, reward, terminated, truncated, _ = env.step(np.array([action], dtype=np.float32))
+        x = min(max(x + 0.2 * min(max(action, -1.0), 1.0), -2.0), 2.0)
+        # x is float64 in the env, float32 in the observation.
+        assert obs.tolist() == pytest.approx([x, 0.0], abs=1e-6), t
+        assert reward == pytest.approx(-abs(x), abs=1e-6), t
+        assert not terminated and truncated == (t == 20), t
+    assert max(starts) + 0.2 * 15 > 2  # x was held at 2 at some step
+    env.close()
+
+
 def _mean_episode_return(policy, num_envs=32, num_episodes_per_env=3):
     """Mean return of the point env's completed episodes under ``policy(obs)``."""
     returns = []
@@ -751,12 +770,15 @@ def _signal_bits(pid: int, field: str) -> int:
 def test_env_processes_ignore_sigint_and_die_of_sigterm_whatever_their_parent_handles():
     # Ctrl-C reaches the process group: the trainer shuts the envs down, not the
     # signal; SIGTERM must end a hung env process even from inside C code.
+    # A parent that ignores SIGINT (started in the background) would pass it on: it handles it.
     before = child_pids()
     original = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    original_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         env = create_environment('Pendulum-v1', 2, use_subprocesses=True)
     finally:
         signal.signal(signal.SIGTERM, original)
+        signal.signal(signal.SIGINT, original_sigint)
     try:
         workers = new_children(before)
         assert len(workers) == 2
@@ -1002,3 +1024,68 @@ def test_watchdog_ends_the_process_at_the_earliest_deadline():
             process.communicate()
     assert process.returncode == HUNG_ENV_EXIT_CODE, stderr[-3000:]
     assert 'the quick call; the stacks of all threads follow' in stderr, stderr[-3000:]
+
+
+_WATCHED_CALL_IN_A_FORKED_PROCESS = """
+import os, time
+from alf_lite.environments import watchdog
+watchdog.done(watchdog.start(60.0, 'a call of the parent'))  # the parent's watchdog thread runs
+pid = os.fork()
+if pid == 0:  # has the watchdog's state, without its thread
+    watchdog.start(0.2, 'the hung call of the forked process')
+    time.sleep(10)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_watchdog_watches_the_calls_of_a_forked_process_too():
+    result = subprocess.run(
+        [sys.executable, '-c', _WATCHED_CALL_IN_A_FORKED_PROCESS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=train_env(),
+    )
+    assert result.stdout.split() == [str(HUNG_ENV_EXIT_CODE)], result.stderr[-3000:]
+    assert 'the hung call of the forked process; the stacks' in result.stderr
+
+
+class _WatchdogClock:
+    """Replaces the watchdog module's ``time``: ``sleep`` advances ``monotonic`` at once."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+class _Hung(Exception):
+    """Raised where the watchdog would end the process: ``(time, what hung)``."""
+
+
+def test_watchdog_reports_the_hung_call_at_its_deadline_and_forgets_those_that_returned(
+    monkeypatch,
+):
+    clock = _WatchdogClock()
+    monkeypatch.setattr(watchdog, 'time', clock)
+
+    def exit_hung(description):
+        raise _Hung(clock.now, description)
+
+    monkeypatch.setattr(watchdog, '_exit_hung', exit_hung)
+    dog = watchdog._Watchdog()
+    dog._thread = threading.current_thread()  # alive: its loop runs here, on the fake clock
+    dog.done(dog.start(0.2, 'the call that returned'))  # the period is now 0.05 s
+    dog.start(60.0, 'the slow call')
+    dog.start(2.0, 'the hung call')
+    with pytest.raises(_Hung) as hung:
+        dog._run()
+    seconds, description = hung.value.args
+    assert description == 'the hung call'
+    assert 2.0 <= seconds <= 2.0 + 0.05 + 1e-9

@@ -59,13 +59,38 @@ def test_a_checkpoints_episodes_replace_those_counted_before():
     assert stats.scalars() == {TRAIN_RETURN: 1.5, TRAIN_EPISODE_LENGTH: 3.5}
 
 
-def test_running_episodes_of_another_number_of_envs_are_refused():
+@pytest.mark.parametrize(
+    'returns, lengths, shapes',
+    [([7.0], [3], r'\(1,\) and \(1,\)'), ([7.0, 8.0], [3], r'\(2,\) and \(1,\)')],
+    ids=['both', 'lengths_only'],
+)
+def test_running_episodes_of_another_number_of_envs_are_refused(returns, lengths, shapes):
     stats = EpisodeStats(num_envs=2)
     stats.update(time_step([M, M], [1.0, 2.0]))
-    one_env = {'episode_return': torch.tensor([7.0]), 'episode_length': torch.tensor([3])}
-    with pytest.raises(ValueError, match=r'running episodes of \(1,\) and \(1,\) envs for \(2,\)'):
-        stats.load_running_state(one_env)
+    # One env's length would be spread over both by numpy's broadcasting.
+    other = {'episode_return': torch.tensor(returns), 'episode_length': torch.tensor(lengths)}
+    with pytest.raises(ValueError, match=rf'running episodes of {shapes} envs for \(2,\)'):
+        stats.load_running_state(other)
     # Nothing of it was taken: each env goes on with its own running episode.
     state = stats.running_state()
     assert state['episode_return'].tolist() == [1.0, 2.0]
     assert state['episode_length'].tolist() == [1, 1]
+
+
+def test_no_scalars_before_the_first_episode_ends():
+    # A mean over no episode would be NaN in the summaries.
+    stats = EpisodeStats(num_envs=2)
+    assert stats.scalars() == {}
+    stats.update(time_step([F, F], [0.0, 0.0]))
+    stats.update(time_step([M, M], [1.0, 2.0]))
+    assert stats.scalars() == {}
+
+
+def test_running_state_is_a_copy_that_later_steps_leave_as_it_was():
+    stats = EpisodeStats(num_envs=1)
+    stats.update(time_step([M], [1.0]))
+    state = stats.running_state()
+    stats.update(time_step([M], [2.0]))
+    stats.update(time_step([L], [4.0]))
+    assert state['episode_return'].tolist() == [1.0]
+    assert state['episode_length'].tolist() == [1]

@@ -171,6 +171,30 @@ def test_the_row_of_an_env_left_out_repeats_its_last_step_and_its_next_step_goes
         assert after.observation[:, 0].tolist() == [0.0, 3.0] and after.reward[0] == 0
 
 
+@pytest.mark.parametrize('ended_by', ['termination', 'truncation'])
+def test_an_env_stepped_alone_after_its_last_step_resets_once_and_goes_on(ended_by):
+    # Env 0's episodes end at their 2nd step (terminated, or truncated by a time limit);
+    # env 1 is left out of every step.
+    first = (
+        CountingEnv(2)
+        if ended_by == 'termination'
+        else gymnasium.wrappers.TimeLimit(CountingEnv(100), max_episode_steps=2)
+    )
+    envs = [first, CountingEnv(100)]
+    batch = BatchedEnvironment([lambda e=e: e for e in envs], use_subprocesses=False)
+    active = np.array([True, False])
+    with batch:
+        batch.reset(seed=[0, 1])
+        steps = [batch.step(torch.zeros(2, 1), active=active) for _ in range(6)]
+    F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
+    assert [s.step_type[0].item() for s in steps] == [M, L, F, M, L, F]
+    assert [s.observation[0, 0].item() for s in steps] == [1, 2, 0, 1, 2, 0]
+    assert [s.reward[0].item() for s in steps] == [1, 1, 0, 1, 1, 0]
+    end_discount = 0.0 if ended_by == 'termination' else 1.0
+    assert [s.discount[0].item() for s in steps] == [1, end_discount, 1, 1, end_discount, 1]
+    assert envs[0].unwrapped.steps_taken == 4 and envs[1].steps_taken == 0
+
+
 def test_the_action_of_an_env_left_out_is_ignored_even_when_it_is_not_finite():
     envs, batch = counting_envs([3, 3])
     with batch:

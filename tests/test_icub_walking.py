@@ -16,6 +16,7 @@ import pybullet
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from alf_lite.environments import icub_walking
 from alf_lite.environments.icub_walking import (
     ACTUATED_JOINTS,
     FRAME_SIZE,
@@ -257,6 +258,23 @@ def test_render_rgb_array_headless(cache_dir):
         env.close()
     assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8
     assert frame.std() > 10
+
+
+def test_render_fps_is_the_control_rate_so_that_videos_play_in_real_time(cache_dir):
+    # 6 physics steps of 1/240 s per env step: 40 env steps per simulated second.
+    env = ICubWalkEnv(physics_substeps=6, cache_dir=cache_dir)
+    try:
+        assert env.metadata['render_fps'] == 40
+    finally:
+        env.close()
+
+
+def test_a_new_cleaning_version_writes_a_new_cleaned_urdf(cache_dir, monkeypatch):
+    # A cached file of the previous cleaning must not be read as the new one.
+    path = cleaned_urdf_path(cache_dir)
+    monkeypatch.setattr(icub_walking, 'CLEANING_VERSION', icub_walking.CLEANING_VERSION + 1)
+    new_path = cleaned_urdf_path(cache_dir)
+    assert new_path != path and os.path.exists(new_path)
 
 
 # Waits for the go file, then builds the cleaned URDF and an env from an empty cache.

@@ -185,6 +185,18 @@ def test_a_state_that_blew_up_terminates_with_a_finite_observation_and_reward(ma
     assert reward == 0.0
 
 
+def test_an_action_beyond_one_acts_and_costs_as_the_clipped_action(make):
+    env = make('HopperBullet-v0')
+    action = np.array([3.0, -2.0, 0.5])
+    env.reset(seed=0)
+    clipped = env.step(np.clip(action, -1.0, 1.0))
+    env.reset(seed=0)
+    beyond = env.step(action)
+    np.testing.assert_array_equal(beyond[0], clipped[0])
+    assert beyond[1:] == clipped[1:]
+    assert clipped[4]['electricity'] < 0
+
+
 def test_render_rgb_array_headless(make):
     env = make('HumanoidBullet-v0', render_mode='rgb_array')
     env.reset(seed=0)

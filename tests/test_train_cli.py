@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -564,6 +565,51 @@ def test_while_env_processes_start_the_trainer_acts_on_a_signal_and_a_forked_pro
     assert process.exitcode == forked_exitcode
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.getsignal(signal.SIGTERM) is handler
+
+
+_SIGTERM_WHILE_ENV_PROCESSES_START = """
+import os, signal, time
+from alf_lite.signals import env_processes_starting
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+with env_processes_starting():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+print('went on')
+"""
+
+
+def test_while_env_processes_start_a_signal_of_default_action_still_ends_the_trainer():
+    # As for a Trainer built in a program that installed no handler of its own.
+    result = subprocess.run(
+        [sys.executable, '-c', _SIGTERM_WHILE_ENV_PROCESSES_START],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=train_env(),
+    )
+    assert result.returncode == -signal.SIGTERM, result.stderr[-3000:]
+    assert 'went on' not in result.stdout
+
+
+def test_env_processes_start_in_another_thread_than_the_main_one_with_its_handlers(
+    signals_to_a_list,
+):
+    # Only the main thread may install handlers (a Trainer run in a thread of its own).
+    handler, _ = signals_to_a_list
+    errors = []
+
+    def start():
+        try:
+            with env_processes_starting():
+                pass
+        except Exception as e:  # noqa: BLE001  (reported by the assert below)
+            errors.append(e)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    assert errors == []
+    assert all(signal.getsignal(s) is handler for s in STOP_SIGNALS)
 
 
 def test_outside_the_training_loop_a_signal_raises_and_the_handlers_are_restored_after(
