@@ -75,14 +75,16 @@ def model_bytes(algorithm: torch.nn.Module) -> ModelBytes:
     parameters = list(algorithm.parameters())
     held = sum(map(nbytes, parameters)) + sum(map(nbytes, algorithm.buffers()))
     extra = 0
-    seen = set()
+    with_gradient = set()
     for optimizer in getattr(algorithm, 'optimizers', {}).values():
-        per_parameter = 1 + _state_tensors_per_parameter(optimizer)  # its gradient and state
+        # Each optimizer keeps its own state of a parameter; its gradient is one.
+        per_parameter = _state_tensors_per_parameter(optimizer)
         for group in optimizer.param_groups:
             for p in group['params']:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    extra += per_parameter * nbytes(p)
+                extra += per_parameter * nbytes(p)
+                if id(p) not in with_gradient:
+                    with_gradient.add(id(p))
+                    extra += nbytes(p)
     return ModelBytes(held, held + extra, sum(p.numel() for p in parameters))
 
 

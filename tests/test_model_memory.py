@@ -92,6 +92,50 @@ def test_the_estimate_counts_the_state_each_optimizer_keeps(optimizer, per_param
     assert estimate.training - estimate.parameters == per_parameter * trained
 
 
+class OneLayer(torch.nn.Module):
+    """A linear layer and one optimizer of it, in ``optimizers`` as an algorithm keeps them."""
+
+    def __init__(self, make_optimizer):
+        super().__init__()
+        self.layer = torch.nn.Linear(5, 3)
+        self.optimizers = {'layer': make_optimizer(self.parameters())}
+
+
+@pytest.mark.parametrize(
+    'make_optimizer, per_parameter',
+    [
+        (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), 2),
+        (lambda p: torch.optim.RMSprop(p, momentum=0.9, centered=True), 4),
+        (lambda p: torch.optim.Adam(p, amsgrad=True), 4),
+        (lambda p: torch.optim.AdamW(p, amsgrad=True), 4),
+        # Another optimizer is counted as Adam-like, which Adamax is: two state tensors.
+        (lambda p: torch.optim.Adamax(p), 3),
+    ],
+    ids=['SGD momentum', 'RMSprop momentum centered', 'Adam amsgrad', 'AdamW amsgrad', 'Adamax'],
+)
+def test_the_estimate_counts_the_state_each_optimizer_setting_adds(make_optimizer, per_parameter):
+    # A gradient and the state tensors per parameter: 3 x 5 weights and 3 biases of float32.
+    estimate = model_bytes(OneLayer(make_optimizer))
+    assert estimate.parameters == 18 * 4
+    assert estimate.training == (1 + per_parameter) * 18 * 4
+    assert estimate.training == bytes_after_a_step(OneLayer(make_optimizer))
+
+
+def test_a_parameter_two_optimizers_step_has_one_gradient_and_the_state_of_each():
+    module = OneLayer(torch.optim.Adam)
+    module.optimizers['again'] = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9)
+    estimate = model_bytes(module)
+    assert estimate.training == (1 + 1 + 2 + 1) * 18 * 4 == bytes_after_a_step(module)
+
+
+def test_the_estimate_describes_itself_in_bytes_and_gib():
+    gib = model_memory.ModelBytes(parameters=1 << 30, training=3 << 30, num_parameters=5)
+    assert gib.describe() == (
+        '5 parameters, 1073741824 bytes (1.000 GiB); 3221225472 bytes (3.000 GiB) with their '
+        'gradients and optimizer state'
+    )
+
+
 def test_building_on_the_meta_device_draws_no_random_numbers():
     torch.manual_seed(3)
     before = torch.random.get_rng_state()
