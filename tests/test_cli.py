@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from cli_helpers import EXAMPLES, run_train, train_command
+from cli_helpers import EXAMPLES, PENDULUM, run_train, train_command
 
 TOOLS = ['train', 'play', 'plot', 'grid_search']
 
@@ -43,6 +43,44 @@ def test_help_prints_the_usage_and_exits_0(tool, flag, tmp_path):
     assert f'python -m alf_lite.bin.{tool}' in result.stdout
     assert 'flags:' in result.stdout.lower()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize('flag', ['-?', '--helpshort', '--helpfull'])
+def test_every_help_flag_prints_the_usage_and_exits_0(flag, tmp_path):
+    result = run_tool('train', [flag], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'python -m alf_lite.bin.train' in result.stdout and '--root_dir' in result.stdout
+    # The flags of absl's own modules too, for --helpfull only.
+    assert ('absl.logging:' in result.stdout) == (flag == '--helpfull'), result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_root_dir_starting_with_a_tilde_is_in_the_home_directory(tmp_path, monkeypatch):
+    # The shell leaves `--root_dir=~/...` as it is: the tools expand it.
+    home = tmp_path / 'home'
+    home.mkdir()
+    (home / 'afile').write_text('mine')
+    monkeypatch.setenv('HOME', str(home))
+    # A bad binding: a train that missed the file would stop at once all the same.
+    bad = ['--gin_file', str(PENDULUM), '--gin_param', 'TrainerConfig.mini_batch_size=-1']
+    train = run_tool('train', ['--root_dir=~/afile', *bad], tmp_path)
+    assert train.returncode == 2, train.stderr[-3000:]
+    assert f'error: --root_dir {home / "afile"} is a file' in train.stderr, train.stderr[-3000:]
+    play = run_tool('play', ['--root_dir=~/run'], tmp_path)
+    assert play.returncode == 2, play.stderr[-3000:]
+    assert f'error: root_dir {home / "run"} does not exist.' in play.stderr, play.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['home']
+
+
+def test_an_error_that_names_its_configurable_names_it_once(tmp_path):
+    root_dir = tmp_path / 'run'
+    params = ['TrainerConfig.mini_batch_size = -1']
+    result = run_train(train_command(root_dir, [PENDULUM], params))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert 'error: TrainerConfig.mini_batch_size must be positive, got -1.' in (
+        result.stderr.splitlines()
+    ), result.stderr[-3000:]
+    assert not root_dir.exists()
 
 
 # A binding of the wrong type, and what the message says of it besides the --gin_param.

@@ -16,6 +16,8 @@ from alf_lite.runs import EVAL_RETURN, final_value, read_scalar
 from cli_helpers import (
     EXAMPLES,
     PENDULUM,
+    REPO_ROOT,
+    RUN_TIMEOUT_S,
     TINY,
     assert_ok,
     python_output,
@@ -23,6 +25,7 @@ from cli_helpers import (
     send_as_user,
     start_in_own_session,
     train_command,
+    train_env,
 )
 from test_checkpoint import WritesAFile
 
@@ -244,12 +247,13 @@ def test_play_says_how_many_frames_a_gif_holds_when_identical_ones_merge(trained
 def test_a_gifs_delays_add_up_to_real_time(trained_run, tmp_path):
     from PIL import Image, ImageSequence
 
-    gif = tmp_path / 'mujoco_rate.gif'
+    gif = tmp_path / 'mujoco_rate.GIF'  # the extension in any case
     # At 125 fps (MuJoCo's) every 3rd of the 12 frames is kept, each for 24 ms, which
     # a GIF cannot store (its delays are whole centiseconds): 20, 30, 20, 30 ms.
     result = run_play(trained_run, '--num_episodes', '2', '--record_file', str(gif), '--fps', '125')
     assert_ok(result)
-    assert '4 frames written' in result.stdout
+    # The 4 frames kept differ: none merged, and nothing said of merging.
+    assert f'4 frames written to {gif}' in result.stdout.splitlines(), result.stdout
     with Image.open(gif) as image:
         delays = [frame.info['duration'] for frame in ImageSequence.Iterator(image)]
     assert sum(delays) == 100  # 4 x 24 ms = 96 ms, to the centisecond
@@ -303,7 +307,7 @@ def test_play_seeds_the_env_with_the_runs_seed_unless_told_otherwise(bfloat16_ru
 def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):
     import imageio
 
-    mp4 = tmp_path / 'out.mp4'
+    mp4 = tmp_path / 'videos' / 'out.mp4'  # its missing directory is made
     umask = os.umask(0o022)  # play's process inherits it
     try:
         result = run_play(
@@ -354,6 +358,39 @@ def test_a_stopped_play_leaves_the_video_already_there_as_it_was(
     assert os.listdir(tmp_path) == [video_name]  # no temporary file left
 
 
+def test_an_env_that_raises_while_playing_exits_1_naming_it(tmp_path):
+    # hanging_env's ids are registered in the tool's process before it runs.
+    env = train_env()
+    env['PYTHONPATH'] = os.pathsep.join([os.path.dirname(__file__), env['PYTHONPATH']])
+
+    def tool(name, *args):
+        script = (
+            'import runpy, hanging_env\n'
+            f'runpy.run_module("alf_lite.bin.{name}", run_name="__main__")\n'
+        )
+        command = [sys.executable, '-c', script, *args]
+        return subprocess.run(
+            command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        )
+
+    root_dir = tmp_path / 'run'
+    params = TINY + [
+        'TrainerConfig.initial_collect_steps=1',
+        'TrainerConfig.num_env_steps=2',
+        'TrainerConfig.num_eval_episodes=1',
+        "create_environment.env_name='alf_lite_tests/HangsInStep5-v0'",
+    ]
+    assert_ok(tool('train', *train_command(root_dir, [PENDULUM], params)[3:]))
+    # The same spaces; its first step after a reset with an eval env's seed raises.
+    crashes = "create_environment.env_name='alf_lite_tests/CrashesWhenEvaluated-v0'"
+    result = tool('play', '--root_dir', str(root_dir), '--gin_param', crashes)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: Environment 'alf_lite_tests/CrashesWhenEvaluated-v0' (env 0 of 1) raised in "
+        'step(): RuntimeError: the simulator exploded'
+    ), result.stderr[-3000:]
+
+
 def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
     result = run_play(trained_run, '--checkpoint_step', '7')
     assert result.returncode == 2, result.stderr
@@ -366,6 +403,7 @@ def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
     'case',
     [
         'missing_root_dir',
+        'no_config',
         'no_checkpoint',
         'config_no_longer_parses',
         'gin_param_out_of_range',
@@ -377,6 +415,7 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
     root_dir = tmp_path / 'run'
     expected, args = {
         'missing_root_dir': ('does not exist', []),
+        'no_config': ('holds no config.gin: it is not the root_dir of a train run', []),
         'no_checkpoint': ('no checkpoint in', []),
         'config_no_longer_parses': ('num_env_stepz', []),
         'gin_param_out_of_range': (
@@ -394,7 +433,10 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
             [],
         ),
     }[case]
-    if case == 'no_checkpoint':
+    if case == 'no_config':
+        root_dir.mkdir()
+        shutil.copytree(trained_run / 'checkpoints', root_dir / 'checkpoints')
+    elif case == 'no_checkpoint':
         root_dir.mkdir()
         shutil.copy(trained_run / 'config.gin', root_dir / 'config.gin')
     elif case == 'config_no_longer_parses':

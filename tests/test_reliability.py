@@ -783,6 +783,27 @@ def test_a_signal_while_the_envs_start_stops_train_at_once_leaving_nothing(tmp_p
     assert gone, [p.pid for p in descendants if p.is_running()]
 
 
+def test_a_signal_once_train_made_its_root_dir_removes_it(tmp_path):
+    root_dir = tmp_path / 'run'
+    command = train_command(root_dir, [PENDULUM], SHORT)
+    # SIGINT as soon as train made and locked root_dir, before it wrote anything there.
+    command[1:3] = [
+        '-c',
+        'import os, runpy, signal\n'
+        'from alf_lite.trainer import Trainer\n'
+        'lock = Trainer.lock_root_dir\n'
+        'def lock_then_interrupt(self):\n'
+        '    lock(self)\n'
+        '    os.kill(os.getpid(), signal.SIGINT)\n'
+        'Trainer.lock_root_dir = lock_then_interrupt\n'
+        'runpy.run_module("alf_lite.bin.train", run_name="__main__")\n',
+    ]
+    result = run_train(command)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert 'error: SIGINT arrived outside the training loop' in result.stderr, result.stderr[-3000:]
+    assert os.listdir(tmp_path) == []
+
+
 def sigterm_in_training_env_step(monkeypatch, number):
     """Make the training envs' env step ``number`` (1-based) get a SIGTERM while it is under
     way, as a kill from outside would; returns the real ``create_environment``."""

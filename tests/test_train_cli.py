@@ -121,6 +121,19 @@ def test_resume_without_gin_file_and_without_config_exits_2(tmp_path, make_root_
         assert not root_dir.exists()
 
 
+def test_start_over_without_gin_file_exits_2_and_moves_nothing(tmp_path):
+    root_dir = tmp_path / 'run'
+    root_dir.mkdir()
+    # A config that no train builds: a train that went on would stop at once all the same.
+    (root_dir / 'config.gin').write_text(
+        f"include '{PENDULUM}'\nTrainerConfig.mini_batch_size = -1\n"
+    )
+    result = run_train(train_command(root_dir) + ['--start_over'])
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert 'error: --start_over needs the --gin_file of the experiment to start.' in result.stderr
+    assert os.listdir(tmp_path) == ['run'] and os.listdir(root_dir) == ['config.gin']
+
+
 # --- a run and what it leaves in root_dir ---------------------------------------------------
 
 
