@@ -239,13 +239,12 @@ def unused_bindings(saved_config: Optional[str] = None) -> Tuple[List[str], List
     on purpose (a shared file's OU noise settings, where an example picks Gaussian
     noise). Macros are left out: a reference uses them.
     """
-    operative = gin.config._OPERATIVE_CONFIG
     own, included = [], []
     for (scope, selector), params in gin.config._CONFIG.items():
         if selector == 'gin.macro':
             continue
         for param in params:
-            if param in operative.get((scope, selector), {}):
+            if _binding_used(scope, selector, param):
                 continue
             name = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
             key = (scope, selector, param)
@@ -263,6 +262,31 @@ def unused_bindings(saved_config: Optional[str] = None) -> Tuple[List[str], List
             included_here = saved or (_parsed is not None and key in _parsed.included)
             (included if included_here else own).append(f'`{name}`{where}')
     return own, included
+
+
+def _binding_used(scope: str, selector: str, param: str) -> bool:
+    """Whether a call of ``selector`` took ``param`` from its binding in ``scope``.
+
+    gin gives a call in scope ``a/b`` the bindings of scopes ``''``, ``a`` and ``a/b``,
+    the more specific winning, and records the parameters it did not pass by hand
+    under the call's whole scope: ``Adam.eps`` is used by a call of ``@actor/Adam``
+    unless ``actor/Adam.eps`` is bound too.
+    """
+    config = gin.config._CONFIG
+    components = scope.split('/') if scope else []
+    for (called_in, called), used in gin.config._OPERATIVE_CONFIG.items():
+        if called != selector or param not in used:
+            continue
+        call_components = called_in.split('/') if called_in else []
+        if call_components[: len(components)] != components:
+            continue
+        narrower = (
+            '/'.join(call_components[:i])
+            for i in range(len(components) + 1, len(call_components) + 1)
+        )
+        if not any(param in config.get((inner, selector), {}) for inner in narrower):
+            return True
+    return False
 
 
 def new_file_beside(path: str, suffix: str = '') -> str:

@@ -14,6 +14,7 @@ import torch
 import alf_lite.optimizers  # noqa: F401
 from alf_lite import config
 from alf_lite.config import ConfigError
+from cli_helpers import fails_after
 
 
 @gin.configurable(module='test_config')
@@ -124,6 +125,61 @@ def test_binding_location_and_bound_scopes_name_where_and_in_which_scopes(tmp_pa
     assert config.binding_location(('', selector, 'beta')) is None
 
 
+def test_unused_bindings_are_the_users_own_unless_only_an_included_file_wrote_them(tmp_path):
+    base = _write(
+        tmp_path / 'base.gin',
+        'MyModel.activation = @actor/my_fn\nactor/my_fn.alpha = 5\nsized.scale = 1.5\n',
+    )
+    # The experiment overrides two bindings of the file it includes: they are its own now.
+    main = _write(
+        tmp_path / 'main.gin', f"include '{base}'\nactor/my_fn.alpha = 6\nsized.scale = 2.5\n"
+    )
+    config.parse_config([str(main)])
+    with gin.config_scope('actor'):
+        assert my_fn() == (6, 2)  # a scoped binding, used in its scope
+
+    own, included = config.unused_bindings()
+
+    assert own == [f'`sized.scale` (file {main}, line 3, `sized.scale = 2.5`)']
+    assert included == [
+        f'`MyModel.activation` (file {base}, line 1, `MyModel.activation = @actor/my_fn`)'
+    ]
+
+
+def test_a_binding_is_used_by_the_calls_in_its_scope_and_the_scopes_within_it(tmp_path):
+    main = _write(
+        tmp_path / 'main.gin',
+        # Used by the call in actor/: an unscoped binding, where no scoped one overrides it.
+        'my_fn.alpha = 5\n'
+        # Overridden there by actor/'s own: changes nothing.
+        'my_fn.beta = 7\n'
+        'actor/my_fn.beta = 8\n'
+        # A scope nothing calls in, and one the call's scope only ends with.
+        'critic/my_fn.alpha = 3\n'
+        'inner/my_fn.alpha = 4\n'
+        # References opening the scopes (MyModel is not built here).
+        'MyModel.activation = @actor/my_fn\n'
+        'MyModel.optimizer = @critic/my_fn\n'
+        'MyModel.hidden_size = @inner/my_fn\n',
+    )
+    config.parse_config([str(main)])
+    with gin.config_scope('actor'):
+        assert my_fn() == (5, 8)
+        with gin.config_scope('inner'):  # actor/inner: inner/'s bindings do not apply
+            assert my_fn() == (5, 8)
+
+    own, _ = config.unused_bindings()
+
+    assert [entry.split(' ')[0] for entry in own] == [
+        '`my_fn.beta`',
+        '`critic/my_fn.alpha`',
+        '`inner/my_fn.alpha`',
+        '`MyModel.activation`',
+        '`MyModel.optimizer`',
+        '`MyModel.hidden_size`',
+    ]
+
+
 def test_code_outside_installed_names_a_module_found_outside_the_installed_packages(
     tmp_path, monkeypatch
 ):
@@ -168,6 +224,40 @@ def test_untrusted_files_may_not_import_from_outside_but_the_users_params_may(
     monkeypatch.delitem(sys.modules, 'loose_module_8b2c')
     config.parse_config([str(gin_file)])  # trusted, the default
     assert 'loose_module_8b2c' in sys.modules
+
+
+def test_a_directory_whose_name_only_starts_like_an_installed_one_is_outside(tmp_path, monkeypatch):
+    # An editable install puts the checkout on sys.path beside its package: a file
+    # alf_lite_tools.py there is not alf_lite's code.
+    installed = tmp_path / 'alf_lite'
+    _write(installed / 'inside_module_5f3a.py', '')
+    _write(tmp_path / 'alf_lite_tools' / 'sibling_module_5f3a.py', '')
+    monkeypatch.setattr(config, '_trusted_dirs', lambda: [str(installed)])
+    monkeypatch.syspath_prepend(str(installed))
+    monkeypatch.syspath_prepend(str(tmp_path / 'alf_lite_tools'))
+
+    assert config.code_outside_installed('inside_module_5f3a') is None
+    assert config.code_outside_installed('sibling_module_5f3a') == str(
+        tmp_path / 'alf_lite_tools' / 'sibling_module_5f3a.py'
+    )
+
+
+def test_an_env_id_importing_code_from_outside_is_refused_in_a_file_not_in_the_users_params(
+    tmp_path, monkeypatch
+):
+    import alf_lite.all_configurables  # noqa: F401
+
+    (tmp_path / 'loose_env_7c1d.py').write_text('raise SystemExit("imported")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    binding = "create_environment.env_name = 'loose_env_7c1d:Walker-v0'"
+    gin_file = _write(tmp_path / 'run' / 'config.gin', binding + '\n')
+
+    with pytest.raises(config.UntrustedCodeError, match='imports loose_env_7c1d.*--trust_imports'):
+        config.parse_config([str(gin_file)], trust_imports=False)
+    # The user's own --gin_param is trusted, as an import there is.
+    config.parse_config([], [binding], trust_imports=False)
+    assert gin.query_parameter('create_environment.env_name') == 'loose_env_7c1d:Walker-v0'
+    assert 'loose_env_7c1d' not in sys.modules
 
 
 def test_misspelt_parameter_names_closest_valid(tmp_path):
@@ -362,6 +452,15 @@ def test_value_of_the_wrong_type_names_binding_file_line_and_the_type_taken(tmp_
         config.parse_config([], ['my_fn.alpha = @actor/Adam', "actor/Adam.lr = 'fast'"])
     with pytest.raises(ConfigError, match=r"'random_seed' of 'TrainerConfig' takes int"):
         config.parse_config([], ['TrainerConfig.random_seed = True'])
+    # True is 1 to Python, but no fraction: a slip, refused for a float as for an int.
+    with pytest.raises(ConfigError, match=r"is True \(bool\).*'target_update_tau'.*takes float"):
+        config.parse_config([], ['SacAlgorithm.target_update_tau = True'])
+    # A tuple of fixed length takes that many items, not more.
+    with pytest.raises(ConfigError, match=r'\(-5, 2, 3\) \(tuple\).*takes Tuple\[float, float\]'):
+        config.parse_config([], ['TanhNormalActorNetwork.log_std_bounds = (-5, 2, 3)'])
+    # A Literal takes one of its values: a misspelt mode is named now, not when the env starts.
+    with pytest.raises(ConfigError, match=r"is 'torq' \(str\).*'control_mode' of 'ICubWalkEnv'"):
+        config.parse_config([], ["ICubWalkEnv.control_mode = 'torq'"])
 
 
 def test_a_macro_standing_for_a_literal_is_checked_as_that_literal(tmp_path):
@@ -391,6 +490,12 @@ def test_a_macro_standing_for_a_literal_is_checked_as_that_literal(tmp_path):
             'CriticNetwork.hidden_layers = (%width, 3)',
         ],
     )
+
+
+def test_macros_that_stand_for_each_other_do_not_hang_the_parse():
+    # A typo that makes a cycle: no literal to check; gin names it when built.
+    with fails_after(5):
+        config.parse_config([], ['A = %B', 'B = %A', 'my_fn.alpha = %A'])
 
 
 @pytest.mark.parametrize(
