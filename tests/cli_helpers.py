@@ -1,6 +1,7 @@
 """Running ``python -m alf_lite.bin.train`` from tests: commands, environment, kills."""
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -31,6 +32,22 @@ TINY = [
     'TrainerConfig.replay_buffer_length=1000',
     'TrainerConfig.initial_collect_steps=100',
 ]
+
+
+@contextlib.contextmanager
+def fails_after(seconds: int):
+    """Within it, code that would hang raises TimeoutError after ``seconds`` (main thread)."""
+
+    def timed_out(signum, frame):
+        raise TimeoutError(f'still running after {seconds} s')
+
+    previous = signal.signal(signal.SIGALRM, timed_out)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def train_command(root_dir, gin_files=(), params=()):

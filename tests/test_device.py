@@ -17,6 +17,7 @@ from alf_lite.device import (
     use_deterministic_algorithms,
     visible_gpu_ids,
 )
+from cli_helpers import fails_after
 
 
 def test_cpu_resolves_to_cpu():
@@ -181,6 +182,25 @@ def test_a_container_sees_its_own_cgroup_at_the_mount_point(tmp_path, host_has_p
     assert free_memory_bytes(torch.device('cpu'), root) == 900_000_000
 
 
+def test_a_cgroup_path_above_the_mount_point_is_read_at_the_mount_point(tmp_path, host_has_plenty):
+    # In a cgroup namespace, a cgroup outside it is named relative to its root: '/../..'.
+    root = fake_root(
+        tmp_path,
+        '0::/../../escape\n',
+        {
+            'cgroup.controllers': 'memory\n',
+            'memory.max': '1000000000\n',
+            'memory.current': '100000000\n',
+        },
+    )
+    (tmp_path / 'sys' / 'escape').mkdir()  # where the path leads, outside the mount
+    with fails_after(5):  # climbing from outside the mount would never reach it
+        limit = cgroup_memory_limit(root)
+    assert limit == CgroupMemoryLimit(
+        str(tmp_path / 'sys' / 'fs' / 'cgroup'), 1_000_000_000, 100_000_000
+    )
+
+
 def test_a_cgroup_with_room_to_spare_leaves_the_hosts_figure(tmp_path, host_has_plenty):
     root = fake_root(
         tmp_path,
@@ -197,11 +217,14 @@ def test_a_cgroup_with_room_to_spare_leaves_the_hosts_figure(tmp_path, host_has_
 
 def test_deterministic_cuda_sets_the_cublas_workspace(monkeypatch):
     monkeypatch.delenv('CUBLAS_WORKSPACE_CONFIG', raising=False)
+    # cuDNN's autotuner picks its kernels by timing them: another run may pick others.
+    monkeypatch.setattr(torch.backends.cudnn, 'benchmark', True)
     was = torch.are_deterministic_algorithms_enabled()
     try:
         use_deterministic_algorithms(torch.device('cuda', 0))
         assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'
         assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.benchmark is False
     finally:
         torch.use_deterministic_algorithms(was)
 

@@ -318,6 +318,22 @@ def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_
         resume_to_the_end(tmp_path, root_dir, running)
 
 
+def test_a_run_that_fails_while_the_sweep_stops_is_stopped_and_keeps_its_error():
+    from alf_lite.bin.grid_search import SweepStop
+
+    stop = SweepStop()
+    crashed = {'returncode': 1, 'error': 'exit code 1: ValueError: bad'}
+    assert stop.mark(dict(crashed)) == crashed  # no signal: a failure as any other
+    stop.signum = signal.SIGINT
+    # train's exit after its checkpoint (128 + SIGINT) is no error; a crash meanwhile is.
+    assert stop.mark({'returncode': 130, 'error': 'exit code 130: KeyboardInterrupt'}) == {
+        'returncode': 130,
+        'error': None,
+        'stopped': True,
+    }
+    assert stop.mark(dict(crashed)) == dict(crashed, stopped=True)
+
+
 def kill_the_sweep_alone(process, root_dir, ready):
     """SIGKILL grid_search alone once ``ready()``; its runs, which had 100000 steps to go,
     must end within a minute by themselves. Returns them; none outlives the test."""
@@ -1385,8 +1401,9 @@ def test_a_signal_while_connecting_to_ray_exits_with_128_plus_it_before_anything
     [
         ('127.0.0.1:{free_port}', 'nothing listens at '),
         ('127.0.0.1:63a', "--ray_address 127.0.0.1:63a: '63a' is not a port number"),
+        ('127.0.0.1:65536', "--ray_address 127.0.0.1:65536: '65536' is not a port number"),
     ],
-    ids=['no cluster', 'not a port'],
+    ids=['no cluster', 'not a port', 'port out of range'],
 )
 def test_a_ray_address_where_nothing_listens_exits_2_at_once_before_anything_is_written(
     tmp_path, monkeypatch, capsys, address, problem

@@ -74,3 +74,15 @@ def test_fused_step_matches_the_foreach_step(name):
 def test_misspelt_adam_parameter_is_named():
     with pytest.raises(config.ConfigError, match="'lrr'.*Closest valid names: 'lr'"):
         config.parse_config([], ['actor/Adam.lrr = 1e-2'])
+
+
+@pytest.mark.parametrize('name', ['Adam', 'AdamW', 'SGD', 'RMSprop'])
+def test_every_optimizer_the_readme_lists_can_be_named_in_gin(name):
+    config.parse_config(
+        [], [f'SacAlgorithm.actor_optimizer = @actor/{name}', f'actor/{name}.lr = 0.05']
+    )
+    import gin
+
+    with gin.config_scope('actor'):
+        opt = gin.get_configurable(f'torch.optim.{name}')(_params())
+    assert type(opt).__name__ == name and opt.defaults['lr'] == 0.05

@@ -362,6 +362,13 @@ def test_out_that_would_overwrite_a_file_plot_did_not_write_is_refused(grid, tmp
     assert 'photo.png exists and is not a plot that plot wrote' in result.stderr
     assert (tmp_path / 'photo.png').read_bytes() == photo
     assert not (tmp_path / 'photo.csv').exists()
+    # A table of the user's own whose first column happens to be 'group'.
+    table = 'group,seed,return\na,0,-120.5\n'
+    (tmp_path / 'table.csv').write_text(table)
+    result = run_plot([str(run), '--out', 'table.png'], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert 'would overwrite table.csv, which holds no curves' in result.stderr
+    assert (tmp_path / 'table.csv').read_text() == table
     # Plotting again to the same --out replaces plot's own files, also when the
     # CSV was deleted: the PNG says plot wrote it.
     assert_ok(run_plot([str(run), '--out', 'again.png'], tmp_path))
@@ -589,6 +596,10 @@ def test_a_run_moved_aside_or_named_twice_is_not_counted_twice(grid, tmp_path):
     config.write_text(config.read_text().replace('TrainerConfig.random_seed = 0\n', ''))
     assert 'random_seed' not in config.read_text()
     result = run_plot([*map(str, runs), str(aside), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert f'{runs[0]} and {aside} have the same TrainerConfig.random_seed (0)' in result.stderr
+    # Two runs alone are as likely one run twice as two seeds.
+    result = run_plot([str(runs[0]), str(aside), '--out', 'curves.png'], tmp_path)
     assert_ok(result)
     assert f'{runs[0]} and {aside} have the same TrainerConfig.random_seed (0)' in result.stderr
 

@@ -93,6 +93,20 @@ def make(algorithm_class, optimizer=None):
     )
 
 
+@pytest.mark.parametrize('algorithm_class', [SacAlgorithm, Td3Algorithm])
+def test_the_precision_of_an_algorithm_reaches_each_of_its_networks_targets_included(
+    algorithm_class,
+):
+    algorithm = make(algorithm_class)
+    networks = [m for m in algorithm.modules() if hasattr(m, 'compute_dtype')]
+    # The actor, the critic and its target; TD3's target actor too.
+    assert len(networks) == (3 if algorithm_class is SacAlgorithm else 4)
+    precision.set_network_precision(algorithm, 'bfloat16')
+    assert all(m.compute_dtype == torch.bfloat16 for m in networks)
+    precision.set_network_precision(algorithm, 'float32')
+    assert all(m.compute_dtype is None for m in networks)
+
+
 @pytest.mark.parametrize('algorithm_class', [SacAlgorithm, DdpgAlgorithm, Td3Algorithm])
 def test_weights_targets_optimizer_states_and_losses_stay_float32(algorithm_class):
     algorithm = make(algorithm_class)

@@ -29,6 +29,7 @@ from alf_lite.runs import (
     log_error_line,
     read_scalar,
     read_scalar_if_any,
+    run_columns,
     subprocess_env,
     train_in_subprocess,
 )
@@ -60,6 +61,7 @@ def test_error_line_of_a_usage_error_an_interrupt_or_no_error(tmp_path):
     cases = {
         'usage: train\nerror: no --root_dir\n': 'error: no --root_dir',
         'env steps 100\nKeyboardInterrupt\n': 'KeyboardInterrupt',
+        'Traceback (most recent call last):\nKeyboardInterrupt\nenvs closed\n': 'KeyboardInterrupt',
         'env steps 100\nenv steps 200\n': 'env steps 200',
         '': 'no output',
     }
@@ -356,10 +358,21 @@ def test_read_scalar_keeps_the_last_value_written_at_a_step_and_skips_blank_cell
     assert xs.tolist() == [-8, -7] and values.tolist() == [1.5, 1.25]
 
 
+def test_read_scalar_sorts_by_x_the_rows_a_resume_appended_after_later_ones(tmp_path):
+    # Evaluated every 200 steps to 400, resumed at 200 with eval_interval 100: 300 comes
+    # after 400 in the file. A curve's x must increase (plot interpolates along it).
+    (tmp_path / 'progress.csv').write_text(
+        'env_steps,eval/AverageReturn\n0,-10\n200,-8\n400,-6\n300,-5\n400,-4\n'
+    )
+    steps, values = read_scalar(str(tmp_path), 'eval/AverageReturn')
+    assert steps.tolist() == [0, 200, 300, 400] and values.tolist() == [-10, -8, -5, -4]
+
+
 def test_read_scalar_of_an_empty_progress_csv_says_it_is_empty(tmp_path):
     (tmp_path / 'progress.csv').write_text('')
     with pytest.raises(ValueError, match=r'progress.csv is empty: the run wrote no row yet$'):
         read_scalar(str(tmp_path), 'eval/AverageReturn')
+    assert run_columns(str(tmp_path)) == []
     (tmp_path / 'progress.csv').write_text('env_steps,train/critic_loss\n')
     with pytest.raises(ValueError, match="has no column 'eval/AverageReturn'; its columns are"):
         read_scalar(str(tmp_path), 'eval/AverageReturn')
@@ -379,13 +392,28 @@ def test_read_scalar_of_a_run_without_progress_csv_reads_its_tensorboard_events(
         read_scalar(str(tmp_path), 'train/critic_loss', x='num_updates')
 
 
+def test_read_scalar_of_tensorboard_events_keeps_every_point_of_a_long_run(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    # More points than TensorBoard keeps by default (10000, a random sample past that).
+    num_points = 10_001
+    writer = SummaryWriter(RunDir(str(tmp_path)).events_dir('train'))
+    for step in range(num_points):
+        writer.add_scalar('critic_loss', float(step), step)
+    writer.close()
+    steps, values = read_scalar(str(tmp_path), 'train/critic_loss')
+    assert steps.tolist() == list(range(num_points)) and values.tolist() == steps.tolist()
+
+
 def test_final_value_is_the_last_one_written_exactly(tmp_path):
     (tmp_path / 'progress.csv').write_text(
         'env_steps,eval/AverageReturn,train/replay_buffer_bytes\n'
         '0,-10,1000\n'
-        '100,-7.5,\n'
-        '200,,1234567891\n'
+        '100,-2,\n'
+        '200,-7.5,\n'
+        '300,,1234567891\n'
     )
+    # The last, not the best: a run that got worse ends worse.
     assert final_value(str(tmp_path)) == -7.5
     assert final_value(str(tmp_path), 'train/replay_buffer_bytes') == 1234567891
     assert final_value(str(tmp_path), 'eval/AverageEpisodeLength') is None
@@ -447,6 +475,22 @@ def test_a_training_subprocess_gets_its_config_in_a_file_that_is_removed_afterwa
     assert args.split()[:4] == ['-m', 'alf_lite.bin.train', '--root_dir', str(tmp_path / 'run')]
     assert config == 'x = 1'  # read from the file after --gin_file
     assert os.listdir(tmp_path / 'tmp') == []
+
+
+def test_a_training_subprocess_whose_stop_file_exists_is_not_started(tmp_path, monkeypatch):
+    # A Ray task that begins after its sweep was stopped.
+    python = tmp_path / 'python'
+    python.write_text(f'#!/bin/sh\ntouch {tmp_path / "started"}\n')
+    python.chmod(0o755)
+    monkeypatch.setattr(sys, 'executable', str(python))
+    stop_file = tmp_path / 'stop'
+    stop_file.write_text('SIGINT\n')
+    log = tmp_path / 'logs' / 'run.log'
+    result = train_in_subprocess(
+        str(tmp_path / 'run'), 'x = 1\n', 1, str(log), stop_file=str(stop_file)
+    )
+    assert result == {'returncode': None, 'wall_time_s': None, 'error': None, 'not_started': True}
+    assert not (tmp_path / 'started').exists() and not log.exists()
 
 
 def test_a_training_subprocess_killed_by_a_signal_fails_with_its_last_line(tmp_path, monkeypatch):
