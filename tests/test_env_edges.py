@@ -27,6 +27,7 @@ from alf_lite.environments import (
 from alf_lite.environments.point_env import PointTargetEnv
 from alf_lite.environments.suite_gym import default_use_subprocesses
 from cli_helpers import PENDULUM, TINY, run_train, train_command
+from test_episode_replay import SlowEnv
 
 
 @gin.configurable
@@ -503,19 +504,8 @@ def test_a_replay_whose_timeout_adds_up_beyond_the_longest_wait_runs():
     assert replayed.observation.tolist() == [[2.0, 0.0]]
 
 
-class SlowStepEnv(gymnasium.Env):
-    """Each step takes 0.7 s."""
-
-    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros(1, dtype=np.float32), {}
-
-    def step(self, action):
-        time.sleep(0.7)
-        return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
+class SlowStepEnv(SlowEnv):
+    seconds_per_step = 0.7
 
 
 gymnasium.register('alf_test/SlowStep-v0', entry_point=SlowStepEnv, max_episode_steps=9)

@@ -221,8 +221,9 @@ def test_a_record_longer_than_any_episode_is_refused_before_it_is_replayed():
 
 
 class SlowEnv(gymnasium.Env):
-    """Each step takes 10 ms."""
+    """Each step takes ``seconds_per_step`` (10 ms)."""
 
+    seconds_per_step = 0.01
     observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
     action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
 
@@ -231,7 +232,7 @@ class SlowEnv(gymnasium.Env):
         return np.zeros(1, dtype=np.float32), {}
 
     def step(self, action):
-        time.sleep(0.01)
+        time.sleep(self.seconds_per_step)
         return np.asarray(action, dtype=np.float32), 0.0, False, False, {}
 
 
