@@ -52,6 +52,7 @@ def storage_device(
     training_device: torch.device,
     device: Optional[str] = None,
     max_memory_fraction: float = 0.8,
+    reserved_bytes: int = 0,
 ) -> Tuple[Optional[torch.device], Dict[torch.device, int]]:
     """Where a buffer of ``nbytes`` goes, and the free memory of each device considered.
 
@@ -65,6 +66,8 @@ def storage_device(
         device: 'cpu', 'cuda' or 'cuda:N' to allow only that device; None for
             the rule above.
         max_memory_fraction: share of a device's free memory the buffer may take.
+        reserved_bytes: memory of the training device that is not free for the buffer
+            although free now (the optimizer state the first update allocates).
 
     Returns:
         ``(device, {candidate: free bytes})``; device is None when none fits.
@@ -78,7 +81,8 @@ def storage_device(
         candidates = [training_device, torch.device('cpu')]
     available = {}
     for candidate in candidates:
-        available[candidate] = free_memory_bytes(candidate)
+        reserved = reserved_bytes if candidate == training_device else 0
+        available[candidate] = max(free_memory_bytes(candidate) - reserved, 0)
         if nbytes <= max_memory_fraction * available[candidate]:
             if candidate != candidates[0]:
                 logging.info(
@@ -93,7 +97,14 @@ def storage_device(
 
 
 @gin.configurable(
-    denylist=['num_envs', 'length', 'observation_dim', 'action_dim', 'training_device']
+    denylist=[
+        'num_envs',
+        'length',
+        'observation_dim',
+        'action_dim',
+        'training_device',
+        'reserved_bytes',
+    ]
 )
 class ReplayBuffer:
     """Preallocated per-env ring buffer of ``Experience`` rows.
@@ -113,12 +124,16 @@ class ReplayBuffer:
             memory currently available on a device (RAM: ``psutil``'s
             ``available``, or the room left under the process's cgroup
             memory limit when less, see ``available_cpu_memory``; GPU: free
-            memory); the rest is the margin left for networks, optimizer
-            states and other processes.
+            memory, less ``reserved_bytes`` on the training device); the rest
+            is the margin left for the update's own tensors and other
+            processes.
         device: where the storage lives: 'cpu', 'cuda' or 'cuda:N'. None: the
             training device when the buffer fits there, else the CPU.
         training_device: where ``sample`` delivers batches (the trainer's
             device).
+        reserved_bytes: free memory of the training device that the buffer may not
+            count on: the gradients and optimizer state of the networks, which
+            their first update allocates (``model_memory.ModelBytes``).
     """
 
     def __init__(
@@ -130,6 +145,7 @@ class ReplayBuffer:
         max_memory_fraction: float = 0.8,
         device: Optional[str] = None,
         training_device: Union[str, torch.device] = 'cpu',
+        reserved_bytes: int = 0,
     ):
         for name, value in (
             ('num_envs', num_envs),
@@ -161,6 +177,7 @@ class ReplayBuffer:
         # Check before allocating: a buffer that does not fit should fail now,
         # with a useful message, not hours into training or via the OOM killer.
         self._training_device = torch.device(training_device)
+        self._reserved_bytes = reserved_bytes
         self._device = self._place(device, max_memory_fraction)
 
         # zeros (not empty) touches every page now, so the memory is really
@@ -188,7 +205,7 @@ class ReplayBuffer:
     def _place(self, device: Optional[str], max_memory_fraction: float) -> torch.device:
         """Where the storage goes; a clear error when it fits nowhere."""
         chosen, available = storage_device(
-            self._nbytes, self._training_device, device, max_memory_fraction
+            self._nbytes, self._training_device, device, max_memory_fraction, self._reserved_bytes
         )
         if chosen is not None:
             return chosen
@@ -197,12 +214,18 @@ class ReplayBuffer:
         )
         allowed = max_memory_fraction * max(available.values())
         bound = available_cpu_memory()[1] if torch.device('cpu') in available else None
-        cgroup = (
+        notes = (
             ''
             if bound is None
             else f' The CPU figure is what the memory limit of cgroup {bound.path} '
             f'({bound.limit} bytes, {bound.usage} in use) leaves, less than the host has free.'
         )
+        reserved = self._reserved_bytes if self._training_device in available else 0
+        if reserved:
+            notes += (
+                f' The {self._training_device} figure is its free memory less the {reserved} '
+                'bytes of gradients and optimizer state the networks take at their first update.'
+            )
         raise ReplayBufferTooLargeError(
             f'ReplayBuffer of {self._num_envs} envs x {self._length} steps needs '
             f'{self._nbytes} bytes ({self._nbytes / _GIB:.2f} GiB, '
@@ -211,7 +234,7 @@ class ReplayBuffer:
             f'that ({int(allowed)} bytes) may be used. Lower '
             f'replay_buffer_length (at most '
             f'{int(allowed // (self._num_envs * self._raw_bytes_per_step))} fits '
-            f'with {self._num_envs} envs) or use fewer parallel environments.{cgroup}'
+            f'with {self._num_envs} envs) or use fewer parallel environments.{notes}'
         )
 
     @property

@@ -313,6 +313,8 @@ class Trainer:
                 observation_dim=env.observation_dim,
                 action_dim=env.action_dim,
                 training_device=device,
+                # Allocated at the first update, after the buffer.
+                reserved_bytes=0 if estimate is None else estimate.training - estimate.parameters,
             )
             defer = cfg.defer_non_finite_checks
             self._runner = UpdateRunner(

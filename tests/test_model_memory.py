@@ -215,6 +215,25 @@ def test_train_logs_the_networks_bytes_at_start(tmp_path):
     assert f'networks: {estimate.describe()}' in result.stderr
 
 
+def test_the_buffer_may_not_count_on_the_memory_the_first_update_allocates(tmp_path, monkeypatch):
+    import alf_lite.trainer as trainer_module
+    from alf_lite.trainer import Trainer, TrainerConfig
+
+    given = {}
+    real = trainer_module.ReplayBuffer
+
+    def recording(**kwargs):
+        given.update(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(trainer_module, 'ReplayBuffer', recording)
+    parse_config([str(PENDULUM)], TINY)
+    with Trainer(TrainerConfig(), str(tmp_path / 'run')):
+        pass
+    estimate = estimate_model_bytes(SacAlgorithm, observation_dim=3, action_dim=1)
+    assert given['reserved_bytes'] == estimate.training - estimate.parameters > 0
+
+
 def test_play_refuses_networks_that_cannot_fit(tmp_path):
     root_dir = tmp_path / 'run'
     params = TINY + ['TrainerConfig.num_env_steps=2', 'TrainerConfig.initial_collect_steps=1']

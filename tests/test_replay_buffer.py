@@ -540,6 +540,27 @@ def test_storage_goes_to_the_training_device_when_it_fits_else_to_the_cpu(monkey
     assert rb_module.storage_device(800, cuda, device='cpu')[0] == cpu
 
 
+def test_the_training_devices_memory_the_optimizer_state_will_take_is_not_the_buffers(
+    monkeypatch,
+):
+    free = {}
+    monkeypatch.setattr(rb_module, 'free_memory_bytes', lambda d: free[d.type])
+    cuda, cpu = torch.device('cuda', 0), torch.device('cpu')
+    free.update(cuda=1300, cpu=1000)
+    assert rb_module.storage_device(800, cuda, reserved_bytes=300)[0] == cuda
+    # Reserved on the training device only: the buffer moves to the CPU.
+    assert rb_module.storage_device(800, cuda, reserved_bytes=301) == (cpu, {cuda: 999, cpu: 1000})
+    assert rb_module.storage_device(800, cpu, reserved_bytes=201) == (None, {cpu: 799})
+    assert rb_module.storage_device(800, cpu, reserved_bytes=2000) == (None, {cpu: 0})
+    free.update(cpu=1100)
+    with pytest.raises(
+        ReplayBufferTooLargeError,
+        match=r'only 1000 bytes \(0.00 GiB\) on cpu are available.* The cpu figure is its free '
+        r'memory less the 100 bytes of gradients and optimizer state',
+    ):
+        ReplayBuffer(2, 100, 3, 2, max_memory_fraction=0.5, reserved_bytes=100)
+
+
 def test_buffer_that_fits_nowhere_names_each_device(monkeypatch):
     free = {'cuda': 100, 'cpu': 300}
     monkeypatch.setattr(rb_module, 'free_memory_bytes', lambda d: free[d.type])
