@@ -69,11 +69,21 @@ def train_env():
     return env
 
 
+def run_python(script: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+    """``script`` run to its end in a fresh Python process with this checkout, output captured."""
+    return subprocess.run(
+        [sys.executable, '-c', script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=train_env(),
+        **kwargs,
+    )
+
+
 def python_output(script: str) -> str:
     """The standard output of ``script`` run in a fresh Python process with this checkout."""
-    return subprocess.run(
-        [sys.executable, '-c', script], capture_output=True, text=True, check=True, env=train_env()
-    ).stdout
+    return run_python(script, timeout=None, check=True).stdout
 
 
 # Set to run every command in a fresh interpreter instead of a child of train_server.py.

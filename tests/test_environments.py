@@ -33,7 +33,7 @@ from alf_lite.environments.suite_gym import default_use_subprocesses, env_traceb
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.seeding import train_env_seeds
 from alf_lite.trainer import Trainer, TrainerConfig
-from cli_helpers import PENDULUM, TINY, run_train, train_command, train_env
+from cli_helpers import PENDULUM, TINY, run_python, run_train, train_command, train_env
 
 SAC_GIN = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples', 'common', 'sac.gin'
@@ -839,18 +839,6 @@ def test_a_sequence_of_seeds_gives_one_seed_per_env():
         create_environment('Pendulum-v1', 2, seed=[1, 2, 3], use_subprocesses=False)
 
 
-def run_python(code: str, cwd) -> subprocess.CompletedProcess:
-    """``code`` run by a fresh interpreter in ``cwd``, its output captured."""
-    return subprocess.run(
-        [sys.executable, '-c', code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=train_env(),
-    )
-
-
 def test_alf_lite_runs_where_pybullet_is_not_installed(tmp_path):
     # As on a GPU image without pybullet: the PyBullet tasks are left out, the rest works.
     code = """
@@ -863,7 +851,7 @@ assert not hasattr(envs, 'suite_pybullet') and 'HumanoidBullet-v0' not in gymnas
 envs.create_environment('Pendulum-v1', num_parallel_environments=1).close()
 print('ok')
 """
-    result = run_python(code, tmp_path)
+    result = run_python(code, timeout=120, cwd=tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == 'ok', result.stderr[-3000:]
 
 
@@ -880,7 +868,7 @@ from alf_lite.environments import create_environment
 create_environment('HopperBullet-v0', num_parallel_environments=1).close()
 assert 'pybullet' in sys.modules
 """
-    result = run_python(code, tmp_path)
+    result = run_python(code, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     before, _, after = result.stderr.partition('building a PyBullet env')
     assert 'pybullet' not in before and 'pybullet build time' in after, result.stderr
@@ -1041,13 +1029,7 @@ print(os.waitstatus_to_exitcode(status))
 
 
 def test_watchdog_watches_the_calls_of_a_forked_process_too():
-    result = subprocess.run(
-        [sys.executable, '-c', _WATCHED_CALL_IN_A_FORKED_PROCESS],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=train_env(),
-    )
+    result = run_python(_WATCHED_CALL_IN_A_FORKED_PROCESS)
     assert result.stdout.split() == [str(HUNG_ENV_EXIT_CODE)], result.stderr[-3000:]
     assert 'the hung call of the forked process; the stacks' in result.stderr
 

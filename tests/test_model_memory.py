@@ -24,13 +24,6 @@ from cli_helpers import PENDULUM, TINY, run_train, train_command
 DIMS = dict(observation_dim=5, action_dim=3)
 
 
-@pytest.fixture(autouse=True)
-def clear_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-
 def nbytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors)
 

@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from cli_helpers import (
     TINY,
     assert_ok,
     checkpoint_steps,
+    run_python,
     run_train,
     start_and_kill,
     train_command,
@@ -593,13 +593,7 @@ print('went on')
 
 def test_while_env_processes_start_a_signal_of_default_action_still_ends_the_trainer():
     # As for a Trainer built in a program that installed no handler of its own.
-    result = subprocess.run(
-        [sys.executable, '-c', _SIGTERM_WHILE_ENV_PROCESSES_START],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=train_env(),
-    )
+    result = run_python(_SIGTERM_WHILE_ENV_PROCESSES_START)
     assert result.returncode == -signal.SIGTERM, result.stderr[-3000:]
     assert 'went on' not in result.stdout
 
