@@ -2,6 +2,7 @@
 
 import contextlib
 import csv
+import io
 import math
 import os
 import shutil
@@ -85,20 +86,13 @@ class ProgressCsv:
                 csv.DictWriter(f, self._columns).writerow(row)
 
     def _rewrite(self):
-        from alf_lite.config import new_file_beside
+        from alf_lite.config import write_text_atomically
 
-        # A new file of its own: a name given in advance could be a link to elsewhere.
-        tmp = new_file_beside(self._path, '.tmp')
-        try:
-            with open(tmp, 'w', newline='') as f:
-                writer = csv.DictWriter(f, self._columns)
-                writer.writeheader()
-                writer.writerows(self._rows)
-            os.replace(tmp, self._path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(tmp)
-            raise
+        text = io.StringIO(newline='')
+        writer = csv.DictWriter(text, self._columns)
+        writer.writeheader()
+        writer.writerows(self._rows)
+        write_text_atomically(self._path, text.getvalue())
 
 
 def _complete_rows_of(path: str) -> List[Dict[str, str]]:
