@@ -1,6 +1,7 @@
-"""Deterministic evaluation: one episode of a policy on each env of a batch, side by side."""
+"""Deterministic evaluation: one episode of a policy on each env of a batch, side by side, or
+one per seed in rounds of the batch's size."""
 
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -34,13 +35,20 @@ def evaluate(
     on_step: Optional[Callable[[TimeStep], None]] = None,
     seed: Optional[Sequence[int]] = None,
 ) -> EpisodeResults:
-    """Run one episode on each env of ``env``, side by side, until every one has ended.
+    """Run one episode per env of ``env`` side by side until every one has ended; with more
+    seeds than envs, one episode per seed, in rounds of ``env.num_envs`` episodes.
 
     An in-process batch (``use_subprocesses`` False, as the trainer's eval envs
     and play's env are) steps only the envs whose episode runs: the rows of an
     env whose episode ended repeat its LAST step. Env processes go on into
     their next episodes until the last one ends (gymnasium's AsyncVectorEnv
     steps every env); those steps are not counted.
+
+    Each round resets every env with its episodes' seeds, so an episode's
+    result does not depend on the envs it shares a round with. In a last round
+    of fewer episodes than envs, the envs past them (reset with the round's last seed)
+    are never stepped and are no part of the results: this needs an in-process
+    batch.
 
     Args:
         env: a ``BatchedEnvironment``, or anything with its ``num_envs``,
@@ -50,24 +58,50 @@ def evaluate(
         policy: ``policy(observation)``: the action of every env for the
             ``[M, obs_dim]`` observation, passed on to ``env.step``; called
             without gradients, also for the rows of envs whose episode ended
-            (their actions are ignored).
-        on_step: called with each ``TimeStep``, the reset's included (e.g. to
-            record a video frame); the rows of an env whose episode ended
-            belong to no counted episode.
-        seed: one seed per env for the reset (``seeding.eval_env_seeds``);
-            None: reset without seeds (an env's first reset then takes the
-            seeds it was made with, later ones continue its generators).
+            or that take no part in the round (their actions are ignored).
+        on_step: called with each ``TimeStep``, each round's reset included (a
+            reset's is all FIRST; e.g. to record a video frame); the rows of an
+            env whose episode ended belong to no counted episode.
+        seed: one seed per episode (``seeding.eval_env_seeds``); None: one
+            episode per env, reset without seeds (an env's first reset then takes
+            the seeds it was made with, later ones continue its generators).
     Returns:
-        the return and length of each env's episode.
+        the return and length of each episode, in the order of ``seed``.
+    Raises:
+        ValueError: a round of fewer episodes than envs, with env processes.
     """
+    m = env.num_envs
+    if seed is None:
+        return _evaluate_round(env, policy, on_step, None)
+    seed = list(seed)
+    if len(seed) % m and getattr(env, 'use_subprocesses', True):
+        raise ValueError(
+            f'evaluate: {len(seed)} episodes in rounds of {m} env processes leave a round '
+            'short, and the envs past its episodes would play episodes of their own.'
+        )
+    rounds = [
+        _evaluate_round(env, policy, on_step, seed[start : start + m])
+        for start in range(0, len(seed), m)
+    ]
+    return EpisodeResults(
+        np.concatenate([r.returns for r in rounds]), np.concatenate([r.lengths for r in rounds])
+    )
+
+
+def _evaluate_round(env, policy, on_step, seed: Optional[List[int]]) -> EpisodeResults:
+    """``evaluate``'s round: one episode for each seed (each env without seeds)."""
+    m = env.num_envs
+    n = m if seed is None else len(seed)
+    in_process = not getattr(env, 'use_subprocesses', True)
+    if n < m:
+        seed = seed + seed[-1:] * (m - n)
     time_step = env.reset() if seed is None else env.reset(seed=seed)
     if on_step is not None:
         on_step(time_step)
-    m = env.num_envs
     returns = np.zeros(m)
     lengths = np.zeros(m, dtype=np.int64)
-    finished = np.zeros(m, dtype=bool)
-    in_process = not getattr(env, 'use_subprocesses', True)
+    # The envs past the round's episodes are finished from the start.
+    finished = np.arange(m) >= n
     while not finished.all():
         with torch.no_grad():
             action = policy(time_step.observation)
@@ -78,7 +112,7 @@ def evaluate(
         returns[running] += np.asarray(time_step.reward)[running]
         lengths[running] += 1
         finished |= np.asarray(time_step.step_type) == StepType.LAST
-    return EpisodeResults(returns, lengths)
+    return EpisodeResults(returns[:n], lengths[:n])
 
 
 # The steps before an eval episode's termination over which TerminationValues compares Q
@@ -107,8 +141,10 @@ class TerminationValues:
     def __init__(self, act, gamma: float, num_steps: int = NEAR_TERMINATION_STEPS):
         self._act = act
         self._gamma, self._num_steps = gamma, num_steps
+        # The running round's steps of each env, from its reset (None before it acts).
         self._q, self._rewards, self._done = None, None, None
-        self._terminated = []
+        # The counted steps of the episodes that terminated, in the order they did.
+        self._counted_q, self._counted_returns = [], []
 
     def policy(self, observation: torch.Tensor):
         """The wrapped policy's action; records each running env's Q of it."""
@@ -123,31 +159,34 @@ class TerminationValues:
         return action
 
     def on_step(self, time_step: TimeStep) -> None:
-        """Record the rewards; an episode that terminates joins the statistics."""
-        if self._q is None:  # the reset
+        """Record the rewards; an episode that terminates joins the statistics. A step of
+        every env FIRST is a reset: a round of ``evaluate`` starts over."""
+        step_type = np.asarray(time_step.step_type)
+        if self._q is None or (step_type == StepType.FIRST).all():
+            self._q = None
             return
         reward = np.asarray(time_step.reward, dtype=np.float64)
-        last = np.asarray(time_step.step_type) == StepType.LAST
+        last = step_type == StepType.LAST
         discount = np.asarray(time_step.discount)
         for i in np.flatnonzero(~self._done):
             self._rewards[i].append(reward[i])
             if last[i]:
                 self._done[i] = True
                 if discount[i] == 0:
-                    self._terminated.append(i)
+                    self._count(self._q[i], self._rewards[i])
+
+    def _count(self, q: List[float], rewards: List[float]) -> None:
+        """Keep the last ``num_steps`` Qs of a terminated episode and the returns received."""
+        to_go, received = 0.0, []
+        for r in reversed(rewards):
+            to_go = r + self._gamma * to_go
+            received.append(to_go)
+        received.reverse()
+        self._counted_q += q[-self._num_steps :]
+        self._counted_returns += received[-self._num_steps :]
 
     def result(self):
         """``(mean Q, mean return received)`` over the counted steps; None without a termination."""
-        qs, returns = [], []
-        for i in self._terminated:
-            rewards, to_go = self._rewards[i], 0.0
-            received = []
-            for r in reversed(rewards):
-                to_go = r + self._gamma * to_go
-                received.append(to_go)
-            received.reverse()
-            qs += self._q[i][-self._num_steps :]
-            returns += received[-self._num_steps :]
-        if not qs:
+        if not self._counted_q:
             return None
-        return float(np.mean(qs)), float(np.mean(returns))
+        return float(np.mean(self._counted_q)), float(np.mean(self._counted_returns))

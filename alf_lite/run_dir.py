@@ -49,6 +49,7 @@ RESUME_SAFE_PARAMETERS = (
     'TrainerConfig.eval_interval',
     'TrainerConfig.checkpoint_interval',
     'TrainerConfig.num_eval_episodes',
+    'TrainerConfig.num_eval_environments',
     'TrainerConfig.torch_num_threads',
     'TrainerConfig.device',
     'TrainerConfig.cuda_graph',

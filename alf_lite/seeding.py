@@ -110,7 +110,7 @@ def train_env_seeds(random_seed: int, num_envs: int) -> List[int]:
 
 
 def eval_env_seeds(random_seed: int, num_envs: int, env_steps: int = 0) -> List[int]:
-    """Seeds of the ``num_envs`` evaluation envs for the evaluation at ``env_steps``.
+    """Seeds of the ``num_envs`` episodes of the evaluation at ``env_steps``, one each.
 
     Every evaluation resets its envs with these seeds, so an evaluation depends
     only on the policy, ``random_seed``, ``env_steps`` and ``num_envs``: not on
@@ -119,7 +119,7 @@ def eval_env_seeds(random_seed: int, num_envs: int, env_steps: int = 0) -> List[
 
     Args:
         random_seed: the run's ``TrainerConfig.random_seed`` (>= 0).
-        num_envs: number of eval envs (``num_eval_episodes``).
+        num_envs: number of eval episodes (``num_eval_episodes``), one seed each.
         env_steps: env steps of the run when it evaluates (>= 0).
     """
     if env_steps < 0:

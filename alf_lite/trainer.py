@@ -90,8 +90,11 @@ class TrainerConfig:
             number of parallel envs.
         summary_interval: write training scalars every this many env steps.
         eval_interval: evaluate the deterministic policy every this many env steps.
-        num_eval_episodes: episodes per evaluation, run side by side on
-            separate envs.
+        num_eval_episodes: episodes per evaluation, each on its own seed.
+        num_eval_environments: eval envs, which play the episodes side by side
+            in rounds (the last one may be shorter); None: ``num_eval_episodes``,
+            one round. The results do not depend on it; fewer envs hold less
+            memory (an ICubWalk-v0 env takes about 120 MB) and take longer.
         checkpoint_interval: write a checkpoint every this many env steps
             (and always at the end).
         torch_num_threads: torch intra-op threads; 1 is usually fastest for
@@ -139,6 +142,7 @@ class TrainerConfig:
         summary_interval: int = 1000,
         eval_interval: int = 5000,
         num_eval_episodes: int = 10,
+        num_eval_environments: Optional[int] = None,
         checkpoint_interval: int = 10_000,
         torch_num_threads: int = 1,
         mask_out_loss_for_last_step: bool = True,
@@ -201,6 +205,15 @@ class TrainerConfig:
                 raise ValueError(
                     f'TrainerConfig.{name} must be True or False, got {values[name]!r}.'
                 )
+        if num_eval_environments is not None and (
+            isinstance(num_eval_environments, bool)
+            or not isinstance(num_eval_environments, int)
+            or num_eval_environments <= 0
+        ):
+            raise ValueError(
+                'TrainerConfig.num_eval_environments must be a positive integer or None, got '
+                f'{num_eval_environments!r}.'
+            )
         if defer_non_finite_checks is not None and not isinstance(defer_non_finite_checks, bool):
             raise ValueError(
                 'TrainerConfig.defer_non_finite_checks must be True, False or None, got '
@@ -232,6 +245,9 @@ class TrainerConfig:
         self.summary_interval = summary_interval
         self.eval_interval = eval_interval
         self.num_eval_episodes = num_eval_episodes
+        self.num_eval_environments = min(
+            num_eval_environments or num_eval_episodes, num_eval_episodes
+        )
         self.checkpoint_interval = checkpoint_interval
         self.torch_num_threads = torch_num_threads
         self.mask_out_loss_for_last_step = mask_out_loss_for_last_step
@@ -296,7 +312,7 @@ class Trainer:
                 self._env = env = create_environment()
             # Unseeded here: every evaluation resets it with the seeds of its env step.
             self._eval_env = eval_env = create_environment(
-                num_parallel_environments=cfg.num_eval_episodes,
+                num_parallel_environments=cfg.num_eval_environments,
                 use_subprocesses=False,
                 label='eval env',
             )
@@ -752,7 +768,9 @@ class Trainer:
             functools.partial(act_and_value, algorithm, device), algorithm.gamma
         )
         # Seeded by the env step: the same evaluation whether or not the run was resumed.
-        seeds = eval_env_seeds(self._config.random_seed, self._eval_env.num_envs, self._env_steps)
+        seeds = eval_env_seeds(
+            self._config.random_seed, self._config.num_eval_episodes, self._env_steps
+        )
         results = evaluate(self._eval_env, near_end.policy, near_end.on_step, seeds)
         self._last_eval = {
             EVAL_RETURN: results.average_return,

@@ -264,3 +264,69 @@ def test_an_env_truncated_earlier_is_not_counted_when_its_next_episode_terminate
     q, received = values.result()
     # Env 0 only, t = 3, 4: Q 13, 14; with gamma 1 the returns received are 2 and 1.
     assert q == pytest.approx(13.5) and received == pytest.approx(1.5)
+
+
+class SeededEnvs:
+    """In-process envs whose episode, reset with seed ``s``, lasts ``s`` steps of reward 1
+    and ends by termination when ``s`` is even (else by a time limit); the observation is
+    the step count. Records each reset's seeds and each step's active envs."""
+
+    use_subprocesses = False
+
+    def __init__(self, num_envs):
+        self.num_envs = num_envs
+        self.resets, self.steps = [], []
+
+    def reset(self, seed):
+        assert len(seed) == self.num_envs
+        self.resets.append(list(seed))
+        self._length, self._t = np.array(seed), np.zeros(self.num_envs, dtype=np.int64)
+        self._step_type = np.full(self.num_envs, StepType.FIRST, np.uint8)
+        return self._time_step(np.zeros(self.num_envs))
+
+    def step(self, action, active):
+        self.steps.append(active.copy())
+        self._t[active] += 1
+        ends = active & (self._t == self._length)
+        self._step_type[active] = np.where(ends[active], StepType.LAST, StepType.MID)
+        return self._time_step(np.where(active, 1.0, 0.0))
+
+    def _time_step(self, reward):
+        last = self._step_type == StepType.LAST
+        return TimeStep(
+            torch.from_numpy(self._step_type.copy()),
+            torch.from_numpy(self._t.astype(np.float32)[:, None]),
+            torch.tensor(reward, dtype=torch.float32),
+            torch.tensor(np.where(last & (self._length % 2 == 0), 0.0, 1.0), dtype=torch.float32),
+            torch.arange(self.num_envs),
+        )
+
+
+def test_more_seeds_than_envs_play_one_episode_per_seed_in_rounds():
+    seeds = [3, 6, 4, 1, 2]
+    figures = []
+    for num_envs in (5, 2):
+        envs = SeededEnvs(num_envs)
+        values = TerminationValues(q_of_step_count, gamma=0.5, num_steps=2)
+        results = evaluate(envs, values.policy, values.on_step, seeds)
+        # Each seed's episode, in the order of the seeds, whatever the envs it shared a round with.
+        assert results.lengths.tolist() == seeds and results.returns.tolist() == seeds
+        figures.append(values.result())
+    # Rounds of 2: the last one's second env is reset (with the last seed) but never stepped.
+    assert envs.resets == [[3, 6], [4, 1], [2, 2]]
+    assert not any(active[1] for active in envs.steps[-2:]) and envs.steps[-2][0]
+    # The terminated episodes (seeds 6, 4, 2) count in every round, and only they.
+    q, received = figures[0]
+    assert figures[1] == (q, received)
+    # Their last 2 steps: t = 4, 5; 2, 3; 0, 1; returns 1 + 0.5 and 1.
+    assert q == pytest.approx(10 + (4 + 5 + 2 + 3 + 0 + 1) / 6) and received == 1.25
+
+
+def test_a_round_of_fewer_episodes_than_env_processes_is_refused():
+    class Processes(SeededEnvs):
+        use_subprocesses = True
+
+    envs = Processes(2)
+    with pytest.raises(ValueError, match='3 episodes in rounds of 2 env processes'):
+        evaluate(envs, lambda observation: torch.zeros(2, 1), seed=[2, 2, 2])
+    assert envs.resets == []  # refused before any round

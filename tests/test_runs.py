@@ -115,6 +115,7 @@ README_RESUME_SAFE = {
     'TrainerConfig.eval_interval': ('100', '500'),
     'TrainerConfig.checkpoint_interval': ('100', '500'),
     'TrainerConfig.num_eval_episodes': ('1', '10'),
+    'TrainerConfig.num_eval_environments': ('2', 'None'),
     'TrainerConfig.torch_num_threads': ('1', '2'),
     'TrainerConfig.device': ("'cuda'", "'cpu'"),
     'TrainerConfig.cuda_graph': ('True', 'False'),
