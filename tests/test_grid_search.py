@@ -187,6 +187,7 @@ def test_finished_run_of_another_config_fails_naming_the_differing_binding(tmp_p
     assert first.returncode == 0, first.stderr[-3000:]
     run_dir = root_dir / 'seed=0'
     progress = (run_dir / 'progress.csv').read_text()
+    wall_time = summary(root_dir)['seed=0']['wall_time_s']
 
     # A setting a resume may change leaves it the same experiment.
     same = run_grid(tmp_path, root_dir, '--gin_param', 'TrainerConfig.num_eval_episodes=2')
@@ -200,8 +201,10 @@ def test_finished_run_of_another_config_fails_naming_the_differing_binding(tmp_p
     assert row['status'] == 'failed', row
     assert f'{run_dir} holds another experiment' in row['error']
     assert "'actor/Adam.lr = 0.001 -> actor/Adam.lr = 0.002'" in row['error'], row['error']
-    # Its numbers are the old config's, not this sweep's.
+    # Its return and steps are the old config's, not this sweep's; its wall time stays
+    # for the sweep that continues it.
     assert row['final_eval_return'] == row['env_steps'] == ''
+    assert row['wall_time_s'] == wall_time
     assert 'holds another experiment' in changed.stdout  # the table shows the error too
     assert '--start_over' not in changed.stdout  # a flag of train, not of grid_search
     assert (run_dir / 'progress.csv').read_text() == progress
@@ -453,6 +456,21 @@ BAD_INPUTS = {
         ['--search_config', '.'],
         ['--search_config . is a directory: give its JSON file'],
     ),
+    # One value each: nothing else would tell that the later one overrides the earlier.
+    'key given twice, spelt apart by a space': (
+        {
+            'parameters': {
+                'SacAlgorithm.target_update_tau': [0.005],
+                'SacAlgorithm.target_update_tau ': [0.01],
+            },
+            'repeats': 1,
+        },
+        [],
+        [
+            'grid.json has the key \'SacAlgorithm.target_update_tau\' twice in "parameters", as '
+            "'SacAlgorithm.target_update_tau' and 'SacAlgorithm.target_update_tau '"
+        ],
+    ),
 }
 
 
@@ -575,6 +593,21 @@ def test_a_key_given_twice_is_refused_rather_than_its_first_values_dropped(tmp_p
         grid_search.load_search_space(str(tmp_path / 'grid.json'))
 
 
+@pytest.mark.parametrize(
+    'parameters, key',
+    [
+        ({'x.y': [1], ' x.y': [2]}, 'x.y'),
+        ({'a.x,b.y': [1, 2], 'a.x, b.y': [3]}, 'a.x,b.y'),
+    ],
+    ids=['one name', 'tied names'],
+)
+def test_a_key_given_twice_spelt_apart_by_spaces_is_refused(tmp_path, parameters, key):
+    first, second = parameters
+    message = f'has the key {key!r} twice in "parameters", as {first!r} and {second!r}'
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_space(tmp_path, {'parameters': parameters, 'repeats': 1})
+
+
 def test_repeats_is_a_number_of_seeds_from_0_or_a_list_of_seeds(tmp_path):
     assert load_space(tmp_path, {'parameters': {'x.y': [1]}, 'repeats': 3}).seeds == [0, 1, 2]
     assert load_space(tmp_path, {'parameters': {'x.y': [1]}, 'repeats': [0, 7]}).seeds == [0, 7]
@@ -619,6 +652,17 @@ def test_no_two_keys_are_named_alike_in_a_run_name(tmp_path, parameters, names):
 
     space = load_space(tmp_path, {'parameters': parameters, 'repeats': 1})
     assert [name for name, _, _ in grid_search.expand_grid(space)][:2] == names
+
+
+def test_tied_names_without_a_common_end_name_their_key_by_all_of_them(tmp_path):
+    from alf_lite.bin import grid_search
+
+    grid = {'parameters': {'actor/Adam.lr,SacAlgorithm.target_update_tau': [1, 2]}, 'repeats': 1}
+    # Not the names as written: a scope's '/' would nest the run's directory in another.
+    assert [name for name, _, _ in grid_search.expand_grid(load_space(tmp_path, grid))] == [
+        'actor.Adam.lr+SacAlgorithm.target_update_tau=1,seed=0',
+        'actor.Adam.lr+SacAlgorithm.target_update_tau=2,seed=0',
+    ]
 
 
 def test_a_run_name_may_fill_a_file_name_with_its_logs_suffix(tmp_path):
@@ -1610,6 +1654,28 @@ def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_ne
     results['run0'] = dict(NOT_STARTED, status='not started (sweep stopped)')
     rows = summary_rows(runs, results, earlier, resumed={'run0'})
     assert [r['wall_time_s'] for r in rows] == [9.0, 7.0]
+
+
+def test_a_run_not_trained_keeps_its_wall_time_for_a_later_sweep_that_skips_it(tmp_path):
+    from alf_lite.bin.grid_search import SKIPPED, earlier_wall_times, summary_rows, write_summary
+
+    path = str(tmp_path / 'grid_summary.csv')
+    runs = fake_runs(2, tmp_path)
+    finished = {'returncode': 0, 'error': None, 'status': 'finished'}
+    sweeps = [
+        {'run0': dict(finished, wall_time_s=4.0), 'run1': dict(finished, wall_time_s=5.0)},
+        # A changed config: one run holds another experiment, the other's does not parse.
+        {
+            'run0': {'status': 'failed', 'error': 'another experiment', 'other_experiment': True},
+            'run1': {'status': 'failed', 'error': 'does not parse'},
+        },
+        # The sweep's own config again.
+        {'run0': {'status': SKIPPED}, 'run1': {'status': SKIPPED}},
+    ]
+    for results in sweeps:
+        rows = summary_rows(runs, results, earlier_wall_times(path))
+        write_summary(path, rows)
+        assert [r['wall_time_s'] for r in rows] == [4.0, 5.0]
 
 
 def test_summary_csv_has_the_rows_columns_in_order_and_a_missing_value_empty(tmp_path):

@@ -18,7 +18,7 @@ themselves. ``repeats`` is a number of seeds (0, 1, ...) or a list of seeds >= 0
 Each combination and seed trains in ``root_dir/<name>``, named after the
 parameters that take several values (in the order of ``parameters``, each by
 the shortest end of its name that tells it apart, or by all its names,
-``a.X.lr+b.X.lr``, where no end does) and the seed, e.g.
+``a.X.lr+b.X.lr``, where no end does or they share none) and the seed, e.g.
 ``lr=0.001,target_update_tau=0.01,seed=2``, with ``TrainerConfig.random_seed``
 set to the seed, as its own ``python -m alf_lite.bin.train`` process (its
 output in ``root_dir/logs/<name>.log``). A parameter with one value is no
@@ -49,8 +49,8 @@ One sweep at a time runs in a ``root_dir``: it holds the directory's
 status 2 before writing anything, naming the holder's pid where it can.
 A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
-``root_dir/grid_summary.csv``; a run skipped as finished keeps the wall time
-the last table gave it); the exit code is 1 when a run failed.
+``root_dir/grid_summary.csv``; a run not trained in this sweep keeps the
+wall time the last table gave it); the exit code is 1 when a run failed.
 SIGINT (Ctrl-C) or SIGTERM stops the sweep: each running run gets the signal
 (on Ray, SIGINT from its task, told through a file in ``root_dir``) and stops
 at a checkpoint of its own, no other run starts (a Ray task not begun is
@@ -264,13 +264,21 @@ def load_search_space(path: str) -> SearchSpace:
     parameters = spec['parameters']
     if not isinstance(parameters, dict) or not parameters:
         raise ValueError(f'"parameters" in {path} must map gin names to lists of values')
-    space = []
+    space, keys = [], {}
     for key, values in parameters.items():
         names = tuple(n.strip() for n in key.split(','))
         if not all(names):
             raise ValueError(
                 f'"parameters" in {path}: {key!r} names an empty parameter (a stray comma?)'
             )
+        if names in keys:
+            # Spelt apart only by spaces, which json keeps: the later key's values
+            # would override the earlier's in every run.
+            raise ValueError(
+                f'{path} has the key {",".join(names)!r} twice in "parameters", as '
+                f'{keys[names]!r} and {key!r}: give each key once (list all its values under it)'
+            )
+        keys[names] = key
         if SEED_PARAM in names:
             raise ValueError(f'{SEED_PARAM} cannot be searched: the seeds come from "repeats"')
         if not isinstance(values, list) or not values:
@@ -299,15 +307,22 @@ def load_search_space(path: str) -> SearchSpace:
     return SearchSpace(space, seeds)
 
 
+def _all_names(names) -> str:
+    """A key's label made of all its names, e.g. ``a.X.lr+b.X.lr``."""
+    return '+'.join('.'.join(re.split(r'[/.]', name)) for name in names)
+
+
 def _label_parts(names) -> List[str]:
-    """Components of a key, e.g. ['actor', 'Adam', 'lr']; for tied names their common suffix."""
+    """Components of a key, e.g. ['actor', 'Adam', 'lr']; for tied names their common
+    suffix, or all the names as one part where they have none (a name's ``/`` would
+    make a directory of the run's name)."""
     split = [re.split(r'[/.]', n) for n in names]
     common = []
     for parts in zip(*(reversed(s) for s in split)):
         if len(set(parts)) > 1:
             break
         common.insert(0, parts[0])
-    return common or [','.join(names)]
+    return common or [_all_names(names)]
 
 
 def _labels(keys) -> Dict[tuple, str]:
@@ -329,7 +344,7 @@ def _labels(keys) -> Dict[tuple, str]:
     taken = collections.Counter(labels.values())
     for key, label in labels.items():
         if taken[label] > 1:
-            labels[key] = '+'.join('.'.join(re.split(r'[/.]', name)) for name in key)
+            labels[key] = _all_names(key)
     return labels
 
 
@@ -1005,20 +1020,22 @@ def summary_rows(
 ) -> List[dict]:
     """One row per run: name, status, seed, final eval return, env steps, wall time, error.
 
-    A run skipped as finished before keeps the wall time it has in
-    ``earlier_wall_times`` (the last summary's), if any; so does one that did not
-    start. A run in ``resumed`` (which went on from a checkpoint of an earlier sweep)
-    adds this sweep's time to that one: its wall time covers all its sweeps.
+    A run that did not train in this sweep (skipped as finished before, not
+    started, of another experiment) keeps the wall time it has in
+    ``earlier_wall_times`` (the last summary's), if any, so that a later sweep
+    that skips it still has it. A run in ``resumed`` (which went on from a
+    checkpoint of an earlier sweep) adds this sweep's time to that one: its wall
+    time covers all its sweeps.
     """
     earlier_wall_times = earlier_wall_times or {}
     rows = []
     for run in runs:
         result = results[run.name]
-        # The numbers of another experiment are not this sweep's.
+        # The return and steps on disk of another experiment are not this sweep's.
         ours = not result.get('other_experiment')
         wall_time = result.get('wall_time_s')
-        earlier = earlier_wall_times.get(run.name) if ours else None
-        if result['status'] == SKIPPED or result.get('not_started'):
+        earlier = earlier_wall_times.get(run.name)
+        if wall_time is None:
             wall_time = earlier
         elif run.name in resumed and earlier is not None:
             wall_time += earlier
