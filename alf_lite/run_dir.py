@@ -39,6 +39,8 @@ CHECKPOINT_DIR = 'checkpoints'
 TRAIN = 'train'
 EVAL = 'eval'
 SUMMARY_MODES = (TRAIN, EVAL)
+# In the name of each TensorBoard event file: TensorBoard reads no other file.
+EVENT_FILE_MARK = 'tfevents'
 
 # Bindings that may change when a run is resumed: they set how long it runs, how
 # often it reports, and where and how fast it computes (a checkpoint loads on any
@@ -196,10 +198,21 @@ class RunDir:
         return None if latest is None else checkpoint_env_steps(latest)
 
     def is_run(self) -> bool:
-        """Whether the directory holds a run's progress.csv or TensorBoard events."""
-        return os.path.isfile(self.progress_file) or any(
-            os.path.isdir(self.events_dir(mode)) for mode in SUMMARY_MODES
+        """Whether the directory holds a run: its progress.csv, its config.gin (train writes
+        it first) or TensorBoard event files in an ``events_dir``. A ``train/`` or
+        ``eval/`` folder alone, without event files, is no run's."""
+        return (
+            os.path.isfile(self.progress_file)
+            or os.path.isfile(self.config_file)
+            or any(self.has_events(mode) for mode in SUMMARY_MODES)
         )
+
+    def has_events(self, mode: str) -> bool:
+        """Whether ``events_dir(mode)`` holds TensorBoard event files (named ``*tfevents*``)."""
+        try:
+            return any(EVENT_FILE_MARK in name for name in os.listdir(self.events_dir(mode)))
+        except OSError:  # none there, or not a directory
+            return False
 
 
 class RunDirInUseError(RuntimeError):

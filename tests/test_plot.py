@@ -424,6 +424,38 @@ def test_a_plot_that_fails_while_writing_leaves_the_last_one_whole(grid, tmp_pat
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
+def test_a_plot_killed_between_moving_in_its_png_and_csv_leaves_no_older_csv_beside(grid, tmp_path):
+    assert_ok(run_plot([str(grid), '--out', 'curves.png'], tmp_path))
+    old_png = (tmp_path / 'curves.png').read_bytes()
+    # Killed once the first of the two files is moved in.
+    script = (
+        'import os, runpy, sys\n'
+        'replace = os.replace\n'
+        'def replace_then_die(src, dst):\n'
+        '    replace(src, dst)\n'
+        '    if dst.endswith(("curves.png", "curves.csv")):\n'
+        '        os._exit(9)\n'
+        'os.replace = replace_then_die\n'
+        f'sys.argv = ["plot", {str(grid)!r}, "--out", "curves.png", "--band", "std"]\n'
+        'runpy.run_module("alf_lite.bin.plot", run_name="__main__")\n'
+    )
+    result = subprocess.run(
+        [sys.executable, '-c', script],
+        cwd=tmp_path,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 9, result.stderr
+    # The new PNG without a CSV: not beside the curves of the last plot.
+    assert (tmp_path / 'curves.png').read_bytes() != old_png
+    assert not (tmp_path / 'curves.csv').exists()
+    # Plotting again writes the pair.
+    assert_ok(run_plot([str(grid), '--out', 'curves.png', '--band', 'std'], tmp_path))
+    assert read_curves(tmp_path / 'curves.csv')
+
+
 def test_group_by_a_parameter_no_run_binds_names_the_closest(grid, tmp_path):
     result = run_plot([str(grid), '--group_by', 'actor/Adam.lrr'], tmp_path)
     assert result.returncode == 2, result.stderr
@@ -518,6 +550,56 @@ def test_a_diverged_run_makes_its_groups_mean_inf_named_in_a_warning_without_num
         in result.stderr
     )
     assert 'RuntimeWarning' not in result.stderr, result.stderr
+
+
+def test_inf_and_minus_inf_together_give_nan_there_without_numpys_warnings(tmp_path):
+    values = [1, 'inf', '-inf', 2]
+    write_progress(tmp_path / 'run', [(100 * i, 1e9 + i, v) for i, v in enumerate(values)])
+    args = ['--y', 'train/actor_loss', '--group_by', 'none', '--out', 'loss.png']
+    result = run_plot([str(tmp_path / 'run'), *args, '--smoothing', '2', '--last_n', '3'], tmp_path)
+    assert_ok(result)
+    assert 'RuntimeWarning' not in result.stderr, result.stderr
+    assert (
+        f'warning: {tmp_path / "run"}: train/actor_loss is inf or -inf at 2 point(s), the '
+        'first at env_steps 100'
+    ) in result.stderr
+    curves = read_curves(tmp_path / 'loss.csv')
+    inf = float('inf')
+    # The window of inf and -inf is NaN: no point, but the run is still there.
+    assert curves[('run', 100)] == (inf, inf, inf, 1)
+    assert np.isnan(curves[('run', 200)][:3]).all() and curves[('run', 200)][3] == 1
+    assert curves[('run', 300)] == (-inf, -inf, -inf, 1)
+    # The last 3 points hold inf and -inf.
+    assert re.search(r'^run +1 +nan +\[nan, nan\]$', result.stdout, re.M), result.stdout
+
+
+def test_aggregate_bands_each_x_over_the_runs_there_as_resampled_alone():
+    from alf_lite.bin.plot import BOOTSTRAP_SEED, CONFIDENCE, aggregate
+
+    # Runs of different spans and points: 1, 2 or 3 runs at an x, one with an inf.
+    curves = [
+        (np.array([0.0, 10.0, 20.0, 30.0]), np.array([1.0, 5.0, 2.0, 8.0])),
+        (np.array([5.0, 15.0, 25.0]), np.array([3.0, 4.0, 9.0])),
+        (np.array([0.0, 12.0]), np.array([7.0, np.inf])),
+    ]
+    num_bootstrap = 500
+    rows = aggregate(curves, 'ci', num_bootstrap)
+    assert [x for x, *_ in rows] == [0, 5, 10, 12, 15, 20, 25, 30]
+    alpha = (1 - CONFIDENCE) / 2 * 100
+    for x, mean, lower, upper, num_runs in rows:
+        values = [np.interp(x, xs, ys) for xs, ys in curves if xs[0] <= x <= xs[-1]]
+        assert num_runs == len(values)
+        assert mean == np.mean(values)
+        if len(values) == 1 or not np.isfinite(values).all():
+            assert lower == upper == mean
+            continue
+        draws = np.random.default_rng(BOOTSTRAP_SEED).integers(
+            0, len(values), (num_bootstrap, len(values))
+        )
+        means = np.array(values)[draws].mean(axis=1)
+        # To the bit: the band of these values alone, as each x's was drawn.
+        assert [lower, upper] == np.percentile(means, [alpha, 100 - alpha]).tolist()
+        assert lower < upper
 
 
 def test_run_ending_early_is_named_and_the_table_says_so(grid, tmp_path):
@@ -616,6 +698,29 @@ def test_a_folder_of_links_to_runs_is_searched_each_run_once(grid, tmp_path):
     table = final_table(result.stdout)
     assert table[f'actor/Adam.lr={LR_A}'][0] == len(RUNS_A)
     assert table[f'actor/Adam.lr={LR_B}'][0] == len(RUNS_B)
+
+
+def test_a_folder_with_a_train_folder_of_other_things_is_searched_not_taken_for_a_run(
+    grid, tmp_path
+):
+    # A project folder whose train/ and eval/ hold data, not TensorBoard events.
+    project = tmp_path / 'project'
+    (project / 'train').mkdir(parents=True)
+    (project / 'train' / 'episodes.txt').write_text('data')
+    (project / 'eval').mkdir()
+    shutil.move(str(grid), str(project / 'runs'))
+    result = run_plot([str(project), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    table = final_table(result.stdout)
+    assert table[f'actor/Adam.lr={LR_A}'][0] == len(RUNS_A)
+    assert table[f'actor/Adam.lr={LR_B}'][0] == len(RUNS_B)
+    # Alone, it is no run.
+    result = run_plot([str(project / 'train'), str(project / 'eval'), '--out', 'x.png'], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f'skipping {project / "train"}: no run there' in result.stderr
+    assert 'error: no run (a directory with progress.csv, config.gin or TensorBoard event' in (
+        result.stderr
+    )
 
 
 def test_group_by_none_names_runs_by_the_shortest_distinct_path(tmp_path):

@@ -296,12 +296,17 @@ def test_a_missing_root_dir_is_not_in_use_and_is_not_created(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_a_run_is_a_directory_with_progress_csv_or_tensorboard_events(tmp_path):
-    for name, made in [
-        ('csv', ['progress.csv']),
-        ('train', ['train/']),
-        ('eval', ['eval/']),
-        ('none', ['notes.txt']),
+def test_a_run_is_a_directory_with_progress_csv_config_gin_or_tensorboard_events(tmp_path):
+    events = 'events.out.tfevents.1700000000.host.1.0'
+    for name, made, is_run in [
+        ('csv', ['progress.csv'], True),
+        ('config', ['config.gin'], True),
+        ('train', ['train/', f'train/{events}'], True),
+        ('eval', ['eval/', f'eval/{events}'], True),
+        ('none', ['notes.txt'], False),
+        # A folder that merely holds a train/ or eval/ of other things.
+        ('empty_train', ['train/', 'eval/', 'train/notes.txt'], False),
+        ('train_file', ['train'], False),
     ]:
         root = tmp_path / name
         root.mkdir()
@@ -310,7 +315,7 @@ def test_a_run_is_a_directory_with_progress_csv_or_tensorboard_events(tmp_path):
                 (root / path).mkdir()
             else:
                 (root / path).write_text('x')
-        assert RunDir(str(root)).is_run() == (name != 'none'), name
+        assert RunDir(str(root)).is_run() == is_run, name
 
 
 def test_moved_aside_path_holds_the_time_of_the_move(tmp_path):

@@ -5,15 +5,18 @@ r"""Plot runs grouped over seeds: mean curve with a 95% bootstrap confidence ban
 
 Each argument is a run's root_dir, or a directory searched for runs (other
 paths are skipped with a note); a directory is one run however many paths name
-it. The search skips ``<root_dir>.old-<time>``, where ``train --start_over``
-moves an old run. A run is read from its ``progress.csv``, or from its
-TensorBoard events when it has none; a NaN is no point, as an empty cell is
-(TD3's actor loss before its first actor update). An inf (a run that diverged)
-is kept and named in a warning: its group's mean there is inf, with no band.
-``--x wall_time`` plots the seconds since the run's first row (a pause before
-a resume included). A run without a column asked for (``--x``, ``--y``,
-``--y_minus``) is left out, named in one warning per column; when no run has
-it, plot exits naming the closest columns there are.
+it. A run is a directory with ``progress.csv``, ``config.gin`` or TensorBoard
+event files in ``train/`` or ``eval/`` (an empty ``train/`` is no run's). The
+search skips ``<root_dir>.old-<time>``, where ``train --start_over`` moves an
+old run. A run is read from its ``progress.csv``, or from its TensorBoard
+events when it has none; a NaN is no point, as an empty cell is (TD3's actor
+loss before its first actor update). An inf (a run that diverged) is kept and
+named in a warning: its group's mean there is inf, with no band (NaN, no
+point, where +inf and -inf meet). ``--x wall_time`` plots the seconds since
+the run's first row (a pause before a resume included). A run without a column
+asked for (``--x``, ``--y``, ``--y_minus``) is left out, named in one warning
+per column; when no run has it, plot exits naming the closest columns there
+are.
 
 ``--group_by config`` puts runs whose ``config.gin`` differ only in
 ``TrainerConfig.random_seed`` and in the bindings a resume may change
@@ -46,6 +49,7 @@ gives those), with the same band.
 import contextlib
 import csv
 import difflib
+import functools
 import logging
 import os
 import sys
@@ -54,11 +58,13 @@ from typing import Dict, List, Tuple
 from absl import app, flags
 
 from alf_lite.bin.cli import fail, parse_flags
-from alf_lite.config import new_file_beside
+from alf_lite.config import new_file_beside, sync_directory
 from alf_lite.run_dir import (
     CONFIG_FILE,
+    EVAL,
     MOVED_ASIDE,
     PROGRESS_FILE,
+    TRAIN,
     RunDir,
     resume_safe_names,
 )
@@ -75,6 +81,8 @@ from alf_lite.runs import (
 
 CONFIDENCE = 0.95
 NUM_BOOTSTRAP = 10_000
+# The bands whose resampled means are held at once (each num_bootstrap numbers).
+BOOTSTRAP_BLOCK_ROWS = 256
 # Each band draws from a generator of its own with this seed: the same values give the
 # same band every time, whatever else is plotted.
 BOOTSTRAP_SEED = 0
@@ -192,7 +200,8 @@ def check_outputs(png: str, csv_path: str) -> None:
 
 
 def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
-    """``(run dirs, skipped paths)``: each path that is a run, and the runs below each directory.
+    """``(run dirs, skipped paths)``: each path that is a run (``RunDir.is_run``), and the runs
+    below each directory.
 
     The search below a directory skips the runs that ``train --start_over`` moved
     aside (``MOVED_ASIDE``) and follows links to directories (a folder of links to
@@ -393,14 +402,16 @@ def unknown_column_message(flag: str, name: str, columns: Dict[str, List[str]]) 
 def smooth(values, window: int):
     """Each value replaced by the mean of it and up to ``window - 1`` values before it.
 
-    A non-finite value (inf) makes only the means of the windows it is in non-finite.
+    A non-finite value (inf) makes only the means of the windows it is in non-finite
+    (NaN where a window holds both inf and -inf).
     """
     import numpy as np
 
     values = np.asarray(values, dtype=np.float64)
     # A sum per window, not differences of a running sum: one inf would make all later ones NaN.
     padded = np.concatenate([np.zeros(window - 1), values])
-    sums = np.lib.stride_tricks.sliding_window_view(padded, window).sum(axis=1)
+    with np.errstate(invalid='ignore'):  # inf - inf: NaN, no point
+        sums = np.lib.stride_tricks.sliding_window_view(padded, window).sum(axis=1)
     return sums / np.minimum(np.arange(1, len(values) + 1), window)
 
 
@@ -419,23 +430,66 @@ def band(
             ``values`` alone.
         num_bootstrap: number of resamplings of the runs (``'ci'``).
     """
+    mean, lower, upper = bands([values], kind, rng, num_bootstrap)
+    return float(mean[0]), float(lower[0]), float(upper[0])
+
+
+def bands(values, kind: str, rng=None, num_bootstrap: int = NUM_BOOTSTRAP):
+    """``band`` of each row of ``values`` (rows of one number per run, as many runs in each):
+    three arrays, the means, the lower and the upper ends.
+
+    Each row is resampled alike: the draws of ``rng``, or without one those of a
+    generator seeded with ``BOOTSTRAP_SEED`` (``resample_draws``). Each row's
+    band is the one ``band`` of that row alone gives, to the bit.
+    """
     import numpy as np
 
-    if rng is None:
-        rng = np.random.default_rng(BOOTSTRAP_SEED)
     values = np.asarray(values, dtype=np.float64)
+    num_values = values.shape[1]
     with np.errstate(invalid='ignore'):
-        mean = float(values.mean())  # inf - inf: NaN, no point
-    if len(values) == 1 or not np.isfinite(values).all():
-        # A diverged run: its inf is the mean's, and no spread around an inf is a number.
-        return mean, mean, mean
+        mean = values.mean(axis=1)  # inf - inf: NaN, no point
+    lower, upper = mean.copy(), mean.copy()
+    # A diverged run: its inf is the mean's, and no spread around an inf is a number.
+    spread = np.isfinite(values).all(axis=1) & (num_values > 1)
+    if not spread.any():
+        return mean, lower, upper
+    finite = values[spread]
     if kind == 'std':
-        std = float(values.std(ddof=1))
-        return mean, mean - std, mean + std
-    means = values[rng.integers(0, len(values), (num_bootstrap, len(values)))].mean(axis=1)
+        std = finite.std(axis=1, ddof=1)
+        lower[spread], upper[spread] = mean[spread] - std, mean[spread] + std
+        return mean, lower, upper
+    if rng is None:
+        draws = resample_draws(num_values, num_bootstrap)
+    else:
+        draws = rng.integers(0, num_values, (num_bootstrap, num_values))
     alpha = (1 - CONFIDENCE) / 2 * 100
-    lower, upper = np.percentile(means, [alpha, 100 - alpha])
-    return mean, float(lower), float(upper)
+    ends = []
+    # The resampled means of a block of rows at a time: of all rows at once they
+    # would take rows x num_bootstrap numbers. Each row's own: numpy would sum a
+    # row's resampled values in another order within a block's gather, which would
+    # move the ends in their last digits.
+    for start in range(0, len(finite), BOOTSTRAP_BLOCK_ROWS):
+        block = finite[start : start + BOOTSTRAP_BLOCK_ROWS]
+        means = np.stack([row[draws].mean(axis=1) for row in block])
+        ends.append(np.percentile(means, [alpha, 100 - alpha], axis=1))
+    lower[spread], upper[spread] = np.concatenate(ends, axis=1)
+    return mean, lower, upper
+
+
+@functools.cache
+def resample_draws(num_values: int, num_bootstrap: int):
+    """``(num_bootstrap, num_values)``: the indices of the values each resampling draws, by a
+    generator seeded with ``BOOTSTRAP_SEED``.
+
+    The same for every band of as many runs: drawn once, not again at each x.
+    """
+    import numpy as np
+
+    draws = np.random.default_rng(BOOTSTRAP_SEED).integers(
+        0, num_values, (num_bootstrap, num_values)
+    )
+    draws.flags.writeable = False
+    return draws
 
 
 def aggregate(curves: List[tuple], kind: str, num_bootstrap: int) -> List[tuple]:
@@ -450,15 +504,23 @@ def aggregate(curves: List[tuple], kind: str, num_bootstrap: int) -> List[tuple]
     import numpy as np
 
     grid = np.unique(np.concatenate([xs for xs, _ in curves]))
-    at_grid = np.full((len(curves), len(grid)), np.nan)
-    for row, (xs, ys) in zip(at_grid, curves):
-        spanned = (grid >= xs[0]) & (grid <= xs[-1])
-        row[spanned] = np.interp(grid[spanned], xs, ys)
-    rows = []
-    for x, column in zip(grid, at_grid.T):
-        values = column[~np.isnan(column)]
-        rows.append((float(x), *band(values, kind, None, num_bootstrap), len(values)))
-    return rows
+    at_grid = np.zeros((len(grid), len(curves)))
+    # Where each run gives a value: a NaN (inf - inf) is a value too, the mean's there.
+    spanned = np.zeros((len(grid), len(curves)), dtype=bool)
+    for run, (xs, ys) in enumerate(curves):
+        spanned[:, run] = within = (grid >= xs[0]) & (grid <= xs[-1])
+        at_grid[within, run] = np.interp(grid[within], xs, ys)
+    num_runs = spanned.sum(axis=1)
+    mean, lower, upper = (np.zeros(len(grid)) for _ in range(3))
+    # The x of as many runs together: their bands share the resamplings.
+    for n in np.unique(num_runs):
+        rows = num_runs == n
+        values = at_grid[rows][spanned[rows]].reshape(-1, n)
+        mean[rows], lower[rows], upper[rows] = bands(values, kind, None, num_bootstrap)
+    return [
+        (float(x), float(m), float(lo), float(hi), int(n))
+        for x, m, lo, hi, n in zip(grid, mean, lower, upper, num_runs)
+    ]
 
 
 def ending_early(curves: Dict[str, tuple]) -> Dict[str, float]:
@@ -503,7 +565,8 @@ def main(argv):
         print(f'skipping {path}: no run there', file=sys.stderr)
     if not run_dirs:
         fail(
-            f'no run (a directory with {PROGRESS_FILE} or TensorBoard events) in {" ".join(paths)}'
+            f'no run (a directory with {PROGRESS_FILE}, {CONFIG_FILE} or TensorBoard event '
+            f'files in {TRAIN}/ or {EVAL}/) in {" ".join(paths)}'
         )
 
     import numpy as np
@@ -550,8 +613,10 @@ def main(argv):
     for run, (xs, ys) in raw.items():
         infinite = ~np.isfinite(ys)
         if infinite.any():
+            # 'inf', '-inf' or 'inf or -inf'.
+            signs = ' or '.join(sorted({repr(float(v)) for v in ys[infinite]}, key=len))
             print(
-                f'warning: {run}: {y_name} is inf at {infinite.sum()} point(s), the first at '
+                f'warning: {run}: {y_name} is {signs} at {infinite.sum()} point(s), the first at '
                 f"{FLAGS.x} {_short(xs[infinite][0])}; its group's mean there is inf or NaN "
                 '(no point), and so is each smoothing window holding one',
                 file=sys.stderr,
@@ -627,9 +692,12 @@ def main(argv):
     if legend_width > fig.get_figwidth():
         fig.set_figwidth(legend_width)
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
+        directory = os.path.dirname(os.path.abspath(FLAGS.out))
+        os.makedirs(directory, exist_ok=True)
         # Both files written beside first, then moved in: a plot stopped or failing
-        # while writing leaves the last pair as it was.
+        # while writing leaves the last pair as it was. The old CSV goes before the new
+        # PNG comes, and the new CSV last: one stopped between leaves a PNG without a
+        # CSV, never a CSV beside the PNG of other curves.
         png = new_file_beside(FLAGS.out, '.tmp')
         table = new_file_beside(csv_path, '.tmp')
         try:
@@ -645,8 +713,13 @@ def main(argv):
             for path in (png, table):
                 with open(path, 'rb') as f:
                     os.fsync(f.fileno())
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(csv_path)
+            sync_directory(directory)
             os.replace(png, FLAGS.out)
+            sync_directory(directory)
             os.replace(table, csv_path)
+            sync_directory(directory)
         finally:
             for path in (png, table):
                 with contextlib.suppress(FileNotFoundError):
@@ -662,7 +735,8 @@ def main(argv):
     )
     rows = [('group', 'runs', 'mean', band_name)]
     for label, runs in groups:
-        finals = [float(np.mean(raw[r][1][-FLAGS.last_n :])) for r in runs]
+        with np.errstate(invalid='ignore'):  # inf - inf: NaN
+            finals = [float(np.mean(raw[r][1][-FLAGS.last_n :])) for r in runs]
         mean, lower, upper = band(finals, FLAGS.band, None, FLAGS.num_bootstrap)
         count = str(len(runs)) + (f' ({early_note(early[label])})' if early[label] else '')
         rows.append((label, count, f'{mean:.2f}', f'[{lower:.2f}, {upper:.2f}]'))
