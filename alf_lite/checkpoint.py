@@ -388,39 +388,83 @@ def _check_zip_records(path: str) -> None:
     """Raise ``zipfile.BadZipFile`` naming the problem if zip file ``path`` is damaged: a record
     whose CRC-32 does not match its bytes, or a central directory (the table of the records at
     the file's end, which no CRC covers) that does not match them (``_central_directory_problem``).
-    A file of another format is left to ``load_file``. Reads the whole file into memory: for the
-    model (megabytes), not the replay buffer."""
+    A file of another format is left to ``load_file``. The file is read a piece at a time
+    (``_FileBytes``), never whole into memory: one sent by someone else may be of any size."""
     if not _is_zip_file(path):
         return
     with open(path, 'rb') as f:
-        data = f.read()
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            problem = _central_directory_problem(data, archive)
-            # torch.load allocates each record whole: a deflated one (which torch.save never
-            # writes, a zip tool may) could unpack to more than there is room for.
-            unpacked = sum(info.file_size for info in archive.infolist())
-            room = available_cpu_memory()[0] if problem is None else unpacked
-            if unpacked > room:
-                raise MemoryError(
-                    f'{path} unpacks to {unpacked} bytes, more than the {room} bytes of '
-                    'memory available'
-                )
-            for info in archive.infolist() if problem is None else ():
-                try:
-                    with archive.open(info) as record:
-                        while record.read(1 << 20):
-                            pass
-                except zipfile.BadZipFile:
-                    problem = f'record {info.filename} does not match its checksum'
-                    break
-    except MemoryError:
-        raise
-    except Exception as e:  # noqa: BLE001  (read from memory: a failure to parse is the file's)
-        # The exception's type is named where a BadZipFile is reported: not twice.
-        problem = str(e) if isinstance(e, zipfile.BadZipFile) else f'{type(e).__name__}: {e}'
+        data = _FileBytes(f)
+        try:
+            with zipfile.ZipFile(data) as archive:
+                problem = _central_directory_problem(data, archive)
+                # torch.load allocates each record whole: a deflated one (which torch.save
+                # never writes, a zip tool may) could unpack to more than there is room for.
+                unpacked = sum(info.file_size for info in archive.infolist())
+                room = available_cpu_memory()[0] if problem is None else unpacked
+                if unpacked > room:
+                    raise MemoryError(
+                        f'{path} unpacks to {unpacked} bytes, more than the {room} bytes of '
+                        'memory available'
+                    )
+                for info in archive.infolist() if problem is None else ():
+                    try:
+                        with archive.open(info) as record:
+                            while record.read(1 << 20):
+                                pass
+                    except zipfile.BadZipFile:
+                        problem = f'record {info.filename} does not match its checksum'
+                        break
+        except MemoryError:
+            raise
+        except _ReadFailed as e:  # the disk's, not the file's
+            raise e.error from None
+        except Exception as e:  # noqa: BLE001  (the bytes were read: a failure to parse is theirs)
+            # The exception's type is named where a BadZipFile is reported: not twice.
+            problem = str(e) if isinstance(e, zipfile.BadZipFile) else f'{type(e).__name__}: {e}'
     if problem is not None:
         raise zipfile.BadZipFile(f'{path}: {problem} (damaged)')
+
+
+class _ReadFailed(Exception):
+    """An ``OSError`` of reading a file (``error``): the disk's or the reader's, which says
+    nothing of the file's bytes, told apart from a failure to parse them."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error)
+        self.error = error
+
+
+class _FileBytes:
+    """The bytes of open file ``f``, each read when asked for, never all at once: ``len``,
+    a slice (``data[start:end]``), and ``read``, ``seek`` and ``tell`` for ``zipfile``. A
+    failure to read raises ``_ReadFailed``."""
+
+    def __init__(self, f):
+        self._f = f
+        self._size = os.fstat(f.fileno()).st_size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, where: slice) -> bytes:
+        start, stop, _ = where.indices(self._size)
+        self._f.seek(start)
+        return self.read(max(stop - start, 0))
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self._f.read(size)
+        except OSError as e:
+            raise _ReadFailed(e) from e
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def seekable(self) -> bool:
+        return True
 
 
 # A zip record's local header: signature, version needed, flags, method, time, date, CRC-32,
@@ -436,7 +480,7 @@ _DESCRIPTORS = (struct.Struct('<3I'), struct.Struct('<I2Q'))
 _DIRECTORY_ATTRIBUTE = 0x10
 
 
-def _central_directory_problem(data: bytes, archive: zipfile.ZipFile) -> Optional[str]:
+def _central_directory_problem(data: _FileBytes, archive: zipfile.ZipFile) -> Optional[str]:
     """What of ``archive``'s central directory does not match the records it lists in its
     bytes ``data``; None when each entry does.
 
@@ -459,7 +503,7 @@ def _central_directory_problem(data: bytes, archive: zipfile.ZipFile) -> Optiona
         if not 0 <= start <= len(data) - _LOCAL_HEADER.size:
             return f'record {name}: its offset {start} is outside the file'
         signature, _, flags, method, _, _, crc, compressed, size, name_length, extra_length = (
-            _LOCAL_HEADER.unpack_from(data, start)
+            _LOCAL_HEADER.unpack(data[start : start + _LOCAL_HEADER.size])
         )
         name_end = start + _LOCAL_HEADER.size + name_length
         encoding = 'utf-8' if info.flag_bits & _UTF8_NAME else 'cp437'
@@ -485,14 +529,14 @@ def _central_directory_problem(data: bytes, archive: zipfile.ZipFile) -> Optiona
     return None
 
 
-def _descriptor_end(data: bytes, at: int, expected: Tuple[int, int, int]) -> Optional[int]:
+def _descriptor_end(data: _FileBytes, at: int, expected: Tuple[int, int, int]) -> Optional[int]:
     """Where the data descriptor at ``at`` ends if it holds the ``expected`` CRC-32 and
     sizes (``_DESCRIPTORS``); None if it does not."""
     starts = (at + 4, at) if data[at : at + 4] == b'PK\x07\x08' else (at,)
     for start in starts:
         for layout in _DESCRIPTORS:
             end = start + layout.size
-            if end <= len(data) and layout.unpack_from(data, start) == expected:
+            if end <= len(data) and layout.unpack(data[start:end]) == expected:
                 return end
     return None
 

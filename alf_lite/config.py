@@ -34,6 +34,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import gin
 from gin import config_parser
 
+from alf_lite.run_dir import MAX_CONFIG_BYTES, oversized_config
+
 
 class ConfigError(ValueError):
     """A gin file or parameter that cannot be used; the message is one paragraph for the user."""
@@ -94,6 +96,9 @@ def _open_relative_to_includer(path):
             f'Gin file {path!r} not found: looked for {resolved} (a relative path '
             f'resolves against {relative_to}). Fix the path or the file name.'
         )
+    size = os.path.getsize(resolved)
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(oversized_config(resolved, size))
     # A link's includes resolve where the file really is, beside the files it was
     # written with; a cycle through a linked directory is still a cycle.
     resolved = os.path.realpath(resolved)

@@ -30,6 +30,9 @@ from absl import logging
 
 CONFIG_FILE = 'config.gin'
 OPERATIVE_CONFIG_FILE = 'operative_config.gin'
+# The most bytes a gin config file may hold: the config.gin train writes takes kilobytes,
+# so a larger file is none of its, and is refused before it is read into memory.
+MAX_CONFIG_BYTES = 16 * 2**20
 # The training device, as the trainer described it at start.
 DEVICE_FILE = 'device.txt'
 PROGRESS_FILE = 'progress.csv'
@@ -280,6 +283,34 @@ def moved_aside_path(root_dir: str) -> str:
     return f'{root_dir}.old-{datetime.datetime.now():%Y%m%d-%H%M%S}'
 
 
+def oversized_config(path: str, size: Optional[int]) -> str:
+    """Why gin config file ``path`` is not read: it holds ``size`` bytes (None where it tells
+    no size, a device), more than ``MAX_CONFIG_BYTES``."""
+    held = '' if size is None else f'{size} bytes, '
+    return (
+        f'{path} holds {held}more than the {MAX_CONFIG_BYTES} bytes a gin config may hold '
+        f'(the {CONFIG_FILE} train writes takes kilobytes): it is not read.'
+    )
+
+
+def read_config_text(path: str) -> str:
+    """The text of gin config file ``path`` (a run's ``config.gin``).
+
+    Raises:
+        ValueError: it holds more than ``MAX_CONFIG_BYTES`` (``oversized_config``); it is
+            not read into memory.
+    """
+    with open(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ValueError(oversized_config(path, size))
+        # One character past the bound: a file that is no regular one tells no size.
+        text = f.read(MAX_CONFIG_BYTES + 1)
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ValueError(oversized_config(path, None))
+    return text
+
+
 def config_statements(config_text: str) -> List[str]:
     """The statements of a gin config text (bindings, imports, includes), one string each.
 
@@ -402,6 +433,8 @@ def experiment_difference(
         advice: the sentence that ends the answer when the configs differ: what
             the caller's user can do, in the caller's flags (``TRAIN_ADVICE``
             names train's).
+    Raises:
+        ValueError: its config.gin is no text, or holds more than ``MAX_CONFIG_BYTES``.
     """
     if not os.path.isdir(root_dir) or not os.listdir(root_dir):
         return None
@@ -411,8 +444,7 @@ def experiment_difference(
             f'{root_dir} is not empty and holds no {CONFIG_FILE}: it is not an alf_lite '
             'experiment. Choose another --root_dir.'
         )
-    with open(config_file) as f:
-        old = f.read()
+    old = read_config_text(config_file)
     differing = changed_bindings(old, new_config)
     if not differing:
         return None
@@ -429,14 +461,13 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
     copy of that step is left alone: the config it holds is the one trained with) and
     a warning names the bindings that changed. A config that differs only in what a
     resume may change (``RESUME_SAFE_PARAMETERS``) keeps nothing; those changes are
-    logged.
+    logged. An old config.gin of more than ``MAX_CONFIG_BYTES`` raises ValueError.
     """
     from alf_lite.config import write_text_atomically  # config imports gin: only when needed
 
     if not os.path.exists(run_dir.config_file):
         return
-    with open(run_dir.config_file) as f:
-        old_config = f.read()
+    old_config = read_config_text(run_dir.config_file)
     settings = changed_bindings(old_config, new_config, resume_safe=True)
     if settings:
         logging.info('the resume changes %s', '; '.join(settings))

@@ -10,6 +10,7 @@ through this module; ``grid_search`` also starts them with
 
 import contextlib
 import csv
+import itertools
 import os
 import re
 import signal
@@ -26,6 +27,7 @@ from alf_lite.run_dir import (
     SUMMARY_MODES,
     RunDir,
     config_statements,
+    read_config_text,
     split_binding,
 )
 from alf_lite.signals import started_watching_this_process
@@ -71,6 +73,10 @@ SEED_PARAM = 'TrainerConfig.random_seed'
 DEFAULT_SEED = 0
 # A run's seed is below this: numpy's global generator takes no larger one.
 MAX_SEED = 2**32
+# The longest line of a csv file read (progress.csv, grid_search's summary): a row of
+# theirs takes a few hundred characters, and csv refuses a field over 128 KiB anyway
+# (``csv.field_size_limit``). A longer line is refused before it is read whole.
+MAX_LINE_CHARS = 2**20
 # The line of a log that says why train failed: its usage error or the exception.
 _ERROR_LINE = re.compile(r'^(error: |[\w.]*(Error|Exception|Interrupt)\b)')
 
@@ -80,11 +86,36 @@ def train_column(name: str) -> str:
     return f'train/{name}'
 
 
+class LineTooLongError(ValueError):
+    """A line of a csv file longer than ``MAX_LINE_CHARS``; the message names the file and
+    the line."""
+
+
+def bounded_lines(f) -> Iterator[str]:
+    """The lines of csv file ``f`` (opened with ``newline=''``), the last one without its line
+    break where it has none.
+
+    Raises:
+        LineTooLongError: a line is longer than ``MAX_LINE_CHARS``; it is read only that far.
+    """
+    for number in itertools.count(1):
+        line = f.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_CHARS:
+            raise LineTooLongError(
+                f'{getattr(f, "name", "the file")}, line {number}: over {MAX_LINE_CHARS} '
+                'characters long, far more than a row alf_lite writes (not read further)'
+            )
+        yield line
+
+
 def complete_lines(f) -> Iterator[str]:
     """The lines of ``progress.csv`` (``f``, opened with ``newline=''``) that end in a line
     break. A kill or a full disk mid-append can cut the last row short anywhere, even
-    inside its last field, where no field is missing: only its line break tells."""
-    for line in f:
+    inside its last field, where no field is missing: only its line break tells. A line
+    longer than ``MAX_LINE_CHARS`` raises ``LineTooLongError`` (``bounded_lines``)."""
+    for line in bounded_lines(f):
         if line.endswith('\n'):
             yield line
 
@@ -134,6 +165,8 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
                         if r[x] and r[y] and has_its_fields(r)
                     ]
                 )
+            except LineTooLongError:
+                raise  # names its file and line
             except (csv.Error, ValueError) as e:  # a UnicodeDecodeError is a ValueError
                 raise ValueError(f'{path}, line {reader.line_num}: {e}') from None
         if not columns:
@@ -190,7 +223,7 @@ def run_columns(root_dir: str) -> List[str]:
     if os.path.isfile(path):
         try:
             with open(path, newline='') as f:
-                return next(csv.reader(f), [])
+                return next(csv.reader(bounded_lines(f)), [])
         except (OSError, csv.Error, ValueError):  # a UnicodeDecodeError is a ValueError
             return []
     scalars = []
@@ -215,9 +248,9 @@ def config_bindings(root_dir: str) -> Dict[str, str]:
 
     Raises:
         FileNotFoundError: the run has no config.gin.
+        ValueError: it is no text, or holds more than ``MAX_CONFIG_BYTES``.
     """
-    with open(RunDir(root_dir).config_file) as f:
-        statements = config_statements(f.read())
+    statements = config_statements(read_config_text(RunDir(root_dir).config_file))
     return dict(filter(None, map(split_binding, statements)))
 
 

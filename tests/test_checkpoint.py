@@ -11,7 +11,9 @@ import random
 import stat
 import struct
 import tarfile
+import tracemalloc
 import zipfile
+import zlib
 
 import numpy as np
 import pytest
@@ -941,3 +943,61 @@ def test_a_model_file_that_unpacks_past_the_memory_left_is_refused_before_loadin
     monkeypatch.setattr(ckpt, 'available_cpu_memory', lambda: (unpacked - 1, None))
     with pytest.raises(MemoryError, match=f'unpacks to {unpacked} bytes, more than the'):
         ckpt.load_state(path)
+
+
+def write_zip_of_zeros(path, size, crc_error=0):
+    """A zip file of one stored record of ``size`` zero bytes, left as a hole in the file (no
+    disk space, written at once); ``crc_error`` is xor-ed into the CRC-32 it states."""
+    name = b'archive/data/0'
+    crc, zeros = 0, bytes(1 << 20)
+    for start in range(0, size, len(zeros)):
+        crc = zlib.crc32(zeros[: size - start], crc)
+    crc ^= crc_error
+    header = struct.pack('<4s5H3I2H', b'PK\x03\x04', 20, 0, 0, 0, 0, crc, size, size, len(name), 0)
+    entry = struct.pack(
+        '<4s6H3I5H2I', b'PK\x01\x02', 20, 20, 0, 0, 0, 0, crc, size, size, len(name), *[0] * 6
+    )
+    directory_start = len(header) + len(name) + size
+    end = struct.pack(
+        '<4s4H2IH', b'PK\x05\x06', 0, 0, 1, 1, len(entry) + len(name), directory_start, 0
+    )
+    with open(path, 'wb') as f:
+        f.write(header + name)
+        f.seek(directory_start)
+        f.write(entry + name + end)
+
+
+def test_a_large_model_file_is_checked_without_holding_it_in_memory(tmp_path):
+    # Someone else's model.pt may be of any size: its records are read a piece at a time.
+    model = str(tmp_path / ckpt.MODEL_FILE)
+    size = 64 * 2**20
+    damaged = pytest.raises(zipfile.BadZipFile, match='archive/data/0 does not match its checksum')
+    for crc_error in (0, 1):
+        write_zip_of_zeros(model, size, crc_error)
+        tracemalloc.start()
+        try:
+            with damaged if crc_error else contextlib.nullcontext():
+                ckpt._check_zip_records(model)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < size / 8, (crc_error, peak)
+
+
+def test_an_io_error_while_checking_the_model_file_is_no_damage(tmp_path, monkeypatch):
+    # Told apart from a damaged file: a checkpoint is not skipped for the disk's failure.
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+
+    class FailingReads(io.FileIO):
+        """The file, whose reads past its first bytes fail as a failing disk's do."""
+
+        def read(self, size=-1):
+            if self.tell() >= 4:
+                raise OSError(errno.EIO, 'Input/output error')
+            return super().read(size)
+
+    monkeypatch.setattr(ckpt, 'open', lambda file, mode='r': FailingReads(file), raising=False)
+    with pytest.raises(OSError) as error:
+        ckpt.load_state(path)
+    assert error.value.errno == errno.EIO and not isinstance(error.value, zipfile.BadZipFile)
+    assert ckpt._failed_to_read(error.value)

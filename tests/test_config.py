@@ -14,6 +14,7 @@ import torch
 import alf_lite.optimizers  # noqa: F401
 from alf_lite import config
 from alf_lite.config import ConfigError
+from alf_lite.run_dir import MAX_CONFIG_BYTES
 from cli_helpers import fails_after
 
 
@@ -338,6 +339,20 @@ def test_missing_file(tmp_path, monkeypatch):
     (tmp_path / 'exp' / 'common').mkdir()
     with pytest.raises(ConfigError, match=r"Gin file 'exp' is a directory \(.*\): give a .gin"):
         config.parse_config(['exp'])
+
+
+def test_a_gin_file_larger_than_a_config_may_be_is_refused_unread(tmp_path):
+    # A run's config.gin from someone else may be a crafted file of gigabytes.
+    big = tmp_path / 'config.gin'
+    with open(big, 'w') as f:
+        f.truncate(MAX_CONFIG_BYTES + 1)
+    message = re.escape(f'{big} holds {MAX_CONFIG_BYTES + 1} bytes, more than the')
+    with pytest.raises(ConfigError, match=message):
+        config.parse_config([str(big)], trust_imports=False)
+    outer = _write(tmp_path / 'outer.gin', "include 'config.gin'\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        config.parse_config([str(outer)])
+    assert f'file {outer}, line 1' in str(info.value)
 
 
 def test_unknown_import_names_module_and_file(tmp_path):

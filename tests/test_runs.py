@@ -2,9 +2,11 @@
 
 import datetime
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import tracemalloc
 from pathlib import Path
 
 import gin
@@ -13,16 +15,19 @@ import pytest
 import alf_lite.all_configurables  # noqa: F401
 from alf_lite.config import parse_config
 from alf_lite.run_dir import (
+    MAX_CONFIG_BYTES,
     MOVED_ASIDE,
     RunDir,
     RunDirInUseError,
     RunDirLock,
     changed_bindings,
     experiment_difference,
+    keep_superseded_config,
     moved_aside_path,
     run_dir_in_use,
 )
 from alf_lite.runs import (
+    MAX_LINE_CHARS,
     complete_rows,
     config_bindings,
     final_value,
@@ -104,6 +109,29 @@ def test_a_last_row_cut_short_is_not_read_as_a_point(tmp_path, last_line):
     )
     steps, values = read_scalar(str(tmp_path), 'eval/AverageReturn')
     assert steps.tolist() == [0, 1000] and values.tolist() == [-500, -300.5]
+
+
+def test_a_line_longer_than_any_row_is_refused_naming_it_without_reading_it_whole(tmp_path):
+    # A crafted progress.csv, one line of gigabytes: only a bounded piece of it is read.
+    path = tmp_path / 'progress.csv'
+    with open(path, 'w') as f:
+        f.write('env_steps,eval/AverageReturn\n0,-5\n')
+        f.truncate(32 * MAX_LINE_CHARS)
+    message = re.escape(f'{path}, line 3: over {MAX_LINE_CHARS} characters long')
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=message):
+            read_scalar(str(tmp_path), 'eval/AverageReturn')
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * MAX_LINE_CHARS, peak
+    with open(path, newline='') as f, pytest.raises(ValueError, match=message):
+        complete_rows(f)
+    assert [len(a) for a in read_scalar_if_any(str(tmp_path), 'eval/AverageReturn')] == [0, 0]
+    with open(path, 'w') as f:  # the header too
+        f.truncate(32 * MAX_LINE_CHARS)
+    assert run_columns(str(tmp_path)) == []
 
 
 # --- the root_dir's layout, its lock and which configs are one experiment (alf_lite.run_dir) ---
@@ -247,6 +275,22 @@ def test_an_empty_or_missing_root_dir_holds_no_other_experiment(tmp_path):
     assert 'not an alf_lite experiment' in experiment_difference(
         str(tmp_path / 'empty'), EXPERIMENT
     )
+
+
+def test_a_config_gin_larger_than_a_config_may_be_is_refused_unread(tmp_path):
+    # train writes kilobytes: a crafted config.gin of gigabytes is not read into memory.
+    root_dir = saved_run(tmp_path, '')
+    config_file = RunDir(root_dir).config_file
+    with open(config_file, 'w') as f:
+        f.truncate(MAX_CONFIG_BYTES + 1)
+    message = re.escape(f'{config_file} holds {MAX_CONFIG_BYTES + 1} bytes, more than the')
+    with pytest.raises(ValueError, match=message):
+        experiment_difference(root_dir, EXPERIMENT)
+    with pytest.raises(ValueError, match=message):
+        keep_superseded_config(RunDir(root_dir), EXPERIMENT, 100)
+    with pytest.raises(ValueError, match=message):
+        config_bindings(root_dir)
+    assert os.listdir(root_dir) == ['config.gin']
 
 
 def test_run_dir_lock_excludes_a_second_holder_until_released(tmp_path):
