@@ -357,7 +357,15 @@ def resume_safe_names(bindings: Dict[str, str]) -> Set[str]:
     parameter does. A macro no binding uses, or one any other binding uses
     (``ReplayBuffer.capacity = %STEPS``), is part of the experiment.
     """
-    safe = {name for name in bindings if name in RESUME_SAFE_PARAMETERS}
+    return names_and_their_macros(bindings, RESUME_SAFE_PARAMETERS)
+
+
+def names_and_their_macros(bindings: Dict[str, str], names) -> Set[str]:
+    """The names among ``bindings`` (``{name: value text}``) that are in ``names``, and each
+    macro that only they use, directly or through other such macros (``SEED = 3`` with
+    ``TrainerConfig.random_seed = %SEED`` for ``names`` of the seed's parameter).
+    """
+    found = {name for name in bindings if name in names}
     users: Dict[str, Set[str]] = {}
     for name, value in bindings.items():
         for macro in _MACRO_REFERENCE.findall(value):
@@ -366,10 +374,23 @@ def resume_safe_names(bindings: Dict[str, str]) -> Set[str]:
     while changed:
         changed = False
         for macro, used_by in users.items():
-            if macro in bindings and macro not in safe and used_by <= safe:
-                safe.add(macro)
+            if macro in bindings and macro not in found and used_by <= found:
+                found.add(macro)
                 changed = True
-    return safe
+    return found
+
+
+def macro_value(bindings: Dict[str, str], name: str) -> Optional[str]:
+    """The value text of binding ``name`` with each whole-value macro reference followed
+    (``%SEED`` -> ``SEED``'s value); None where it is not bound."""
+    value, seen = bindings.get(name), set()
+    while value is not None:
+        match = re.fullmatch(r'%([A-Za-z_][\w./]*)', value.strip())
+        if match is None or match[1] in seen:
+            break
+        seen.add(match[1])
+        value = bindings.get(match[1])
+    return value
 
 
 def _experiment_statements(config_text: str, resume_safe: bool = False) -> Dict[str, str]:

@@ -796,3 +796,36 @@ def test_a_groups_band_does_not_depend_on_the_other_groups_plotted(tmp_path):
     a = f'actor/Adam.lr={LR_A}'
     assert read_curves(tmp_path / 'a.csv')[a, 0] == read_curves(tmp_path / 'ab.csv')[a, 0]
     assert final_table(alone.stdout)[a] == final_table(both.stdout)[a]
+
+
+def test_a_seed_given_through_a_macro_is_a_seed_not_a_setting(tmp_path):
+    from alf_lite.bin.plot import group_runs, same_seed_runs, seed_of
+
+    runs = [tmp_path / f'seed={seed}' for seed in range(3)]
+    for seed, run in enumerate(runs):
+        write_run(run, LR_A, seed, [1.0])
+        config = run / 'config.gin'
+        config.write_text(
+            config.read_text().replace(
+                f'TrainerConfig.random_seed = {seed}\n',
+                f'SEED = {seed}\nTrainerConfig.random_seed = %SEED\n',
+            )
+        )
+    direct = tmp_path / 'direct'
+    write_run(direct, LR_A, 1, [1.0])
+    other = tmp_path / 'other_lr'
+    write_run(other, LR_B, 1, [1.0])
+    runs = list(map(str, runs))
+    assert [seed_of(run) for run in runs] == ['0', '1', '2']
+    groups = group_runs([*runs, str(direct), str(other)], 'config')
+    assert groups == [
+        (f'actor/Adam.lr={LR_A}', [*runs, str(direct)]),
+        (f'actor/Adam.lr={LR_B}', [str(other)]),
+    ]
+    # Seed 1 through the macro and seed 1 bound directly: one run twice?
+    assert same_seed_runs([*runs, str(direct), str(other)]) == [(runs[1], str(direct))]
+    # A macro that something else uses too is part of the setting.
+    for run in runs:
+        with open(f'{run}/config.gin', 'a') as f:
+            f.write('TrainerConfig.replay_buffer_length = %SEED\n')
+    assert [label for label, _ in group_runs(runs, 'config')] == ['SEED=0', 'SEED=1', 'SEED=2']

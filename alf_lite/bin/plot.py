@@ -19,8 +19,8 @@ per column; when no run has it, plot exits naming the closest columns there
 are.
 
 ``--group_by config`` puts runs whose ``config.gin`` differ only in
-``TrainerConfig.random_seed`` and in the bindings a resume may change
-(``resume_safe_names``) in one group and names each group by the gin
+``TrainerConfig.random_seed`` (or a macro only it uses, ``seed_names``) and in
+the bindings a resume may change (``resume_safe_names``) in one group and names each group by the gin
 parameters that differ between them; ``--group_by none`` names each run by the
 shortest end of its path that no other run's path shares. ``--label
 NAME=GROUP`` gives a group a name of your own (e.g. ``--label
@@ -66,6 +66,8 @@ from alf_lite.run_dir import (
     PROGRESS_FILE,
     TRAIN,
     RunDir,
+    macro_value,
+    names_and_their_macros,
     resume_safe_names,
 )
 from alf_lite.runs import (
@@ -269,7 +271,8 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
                 f'{run} has no {CONFIG_FILE} to group by; use --group_by none'
             ) from None
     if group_by == 'config':
-        names = sorted({k for b in bindings.values() for k in b} - {SEED_PARAM})
+        seeds = set().union(*(seed_names(b) for b in bindings.values()))
+        names = sorted({k for b in bindings.values() for k in b} - seeds)
         names = [n for n in names if len({b.get(n) for b in bindings.values()}) > 1]
     else:
         names = [n.strip() for n in group_by.split(',') if n.strip()]
@@ -288,9 +291,17 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
     ]
 
 
+def seed_names(bindings: Dict[str, str]) -> set:
+    """``SEED_PARAM`` and each macro of ``bindings`` that only it uses (``SEED = 3`` with
+    ``TrainerConfig.random_seed = %SEED``): they tell seeds apart, not settings."""
+    return names_and_their_macros(bindings, {SEED_PARAM})
+
+
 def seed_of(run_dir: str) -> str:
-    """The seed of the run: its config.gin's ``SEED_PARAM``, or the default it does not bind."""
-    return setting(run_dir).get(SEED_PARAM, str(DEFAULT_SEED))
+    """The seed of the run: its config.gin's ``SEED_PARAM`` (a macro's value where it names
+    one), or the default it does not bind."""
+    value = macro_value(setting(run_dir), SEED_PARAM)
+    return str(DEFAULT_SEED) if value is None else value
 
 
 def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
@@ -301,7 +312,9 @@ def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
         if not os.path.isfile(RunDir(run).config_file):
             continue
         # An unbound seed is the default one: `random_seed = 0` is the same run.
-        key = tuple(sorted({**setting(run), SEED_PARAM: seed_of(run)}.items()))
+        bindings = setting(run)
+        not_seed = {k: v for k, v in bindings.items() if k not in seed_names(bindings)}
+        key = tuple(sorted({**not_seed, SEED_PARAM: seed_of(run)}.items()))
         if key in first:
             pairs.append((first[key], run))
         else:
