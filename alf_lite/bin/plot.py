@@ -20,9 +20,9 @@ are.
 
 ``--group_by config`` puts runs whose ``config.gin`` differ only in
 ``TrainerConfig.random_seed`` (or a macro only it uses, ``seed_names``) and in
-the bindings a resume may change (``resume_safe_names``) in one group and names each group by the gin
-parameters that differ between them; ``--group_by none`` names each run by the
-shortest end of its path that no other run's path shares. ``--label
+the bindings a resume may change (``resume_safe_names``) in one group and names
+each group by the gin parameters that differ between them; ``--group_by none``
+names each run by the shortest end of its path that no other run's path shares. ``--label
 NAME=GROUP`` gives a group a name of your own (e.g. ``--label
 10K=TrainerConfig.replay_buffer_length=833``), used in the legend, the CSV and
 the table. A group holding two runs of one seed and setting is warned about
