@@ -719,6 +719,11 @@ class TrainerState(NamedTuple):
         iteration_length: env steps of the run's iterations (``unroll_length``
             times its number of envs), which tell where its last one began. None
             in checkpoints that predate this field.
+        train_scalars: the training scalars of a summary at ``env_steps`` (the
+            summary's own where one was written there): a resume whose
+            ``num_env_steps`` ends the run here writes them with its final
+            evaluation. None where not kept (also in checkpoints that predate this
+            field).
     """
 
     algorithm: dict
@@ -733,6 +738,7 @@ class TrainerState(NamedTuple):
     iteration_start: Optional[int] = None
     iteration_trained: bool = False
     iteration_length: Optional[int] = None
+    train_scalars: Optional[Dict[str, float]] = None
 
 
 def save_trainer_state(
@@ -791,6 +797,7 @@ def check_trainer_state(path: str, state: dict) -> None:
         'iteration_start': (int, type(None)),
         'iteration_trained': bool,
         'iteration_length': (int, type(None)),
+        'train_scalars': (dict, type(None)),
     }
     for field, expected in expected_types.items():
         value = getattr(state, field)

@@ -407,13 +407,15 @@ class Throughput:
         finally:
             self._excluded_s += time.monotonic() - start
 
-    def rates(self, env_steps: int, num_updates: int) -> Tuple[float, float]:
-        """``(env steps / s, updates / s)`` since the previous call; starts the next interval."""
+    def rates(self, env_steps: int, num_updates: int, restart: bool = True) -> Tuple[float, float]:
+        """``(env steps / s, updates / s)`` since the previous call that started an interval;
+        starts the next interval unless ``restart`` is False."""
         now = time.monotonic()
         last_time, last_steps, last_updates = self._last
         seconds = max(now - last_time - self._excluded_s, MIN_INTERVAL_S)
-        self._last = (now, env_steps, num_updates)
-        self._excluded_s = 0.0
+        if restart:
+            self._last = (now, env_steps, num_updates)
+            self._excluded_s = 0.0
         return (env_steps - last_steps) / seconds, (num_updates - last_updates) / seconds
 
 

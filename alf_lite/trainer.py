@@ -600,6 +600,8 @@ class Trainer:
             scalars = {}
             if summarising:
                 scalars = self._train_scalars(*throughput.rates(after, self._num_updates))
+            # Kept with a checkpoint of this step, for a resume that ends the run here.
+            train_scalars = dict(scalars)
             if _crossed(before, after, cfg.eval_interval) or done:
                 with throughput.excluded():
                     self._evaluate_and_write(summary, scalars)
@@ -625,8 +627,13 @@ class Trainer:
                 self._stop_on_deferred_non_finite_loss()
                 saving = True
             if saving or stopped:
+                if not summarising:
+                    # What a summary here would write, the interval's rates so far included.
+                    train_scalars = self._train_scalars(
+                        *throughput.rates(after, self._num_updates, restart=False)
+                    )
                 with throughput.excluded():
-                    self._save()
+                    self._save(train_scalars=train_scalars)
             if signum is not None:
                 raise TrainingInterrupted(signum)
 
@@ -792,9 +799,15 @@ class Trainer:
             results.average_length,
         )
 
-    def _save(self, name: Optional[str] = None) -> str:
+    def _save(self, name: Optional[str] = None, train_scalars: Optional[dict] = None) -> str:
         """Write a checkpoint (``ckpt-<env_steps>`` unless named); refuse non-finite weights
-        or optimizer state, which a resume would refuse as damaged."""
+        or optimizer state, which a resume would refuse as damaged.
+
+        Args:
+            name: the checkpoint's directory name; None: ``ckpt-<env_steps>``.
+            train_scalars: the training scalars of a summary at this step, for a resume
+                that ends the run here to write with its final evaluation.
+        """
         algorithm_state = ckpt.algorithm_state(self._algorithm)
         bad = ckpt.first_non_finite(algorithm_state)
         if bad is not None:
@@ -833,6 +846,7 @@ class Trainer:
             iteration_start=self._iteration_start,
             iteration_trained=self._iteration_trained,
             iteration_length=self._current_iteration_length,
+            train_scalars=train_scalars,
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
@@ -953,6 +967,9 @@ class Trainer:
             self._pending_evaluation = unevaluated_row(
                 self._run_dir.progress_file, self._env_steps, EVAL_RETURN
             )
+            if finished and self._pending_evaluation == {} and state.train_scalars:
+                # No summary was due here, but a run of this length summarises at its end.
+                self._pending_evaluation = dict(state.train_scalars)
         if finished:
             logging.info(
                 'nothing left to train: the checkpoint is at %s%s',

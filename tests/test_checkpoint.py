@@ -792,6 +792,7 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         ({'iteration_start': 1.5}, 'iteration_start is 1.5, of the wrong type'),
         ({'iteration_trained': 1}, 'iteration_trained is 1, of the wrong type'),
         ({'iteration_length': 0}, 'iteration_length 0 < 1'),
+        ({'train_scalars': [1.0]}, 'train_scalars is [1.0], of the wrong type'),
     ],
     ids=[
         'negative_env_steps',
@@ -802,6 +803,7 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         'float_iteration_start',
         'int_iteration_trained',
         'zero_iteration_length',
+        'train_scalars',
     ],
 )
 def test_check_trainer_state_names_the_file_and_its_problem(tmp_path, damage, problem):

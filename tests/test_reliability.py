@@ -864,7 +864,7 @@ def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
     # checkpoint: the one after it resumes from the same pending checkpoint.
     real_save = Trainer._save
 
-    def killed(self, name=None):
+    def killed(self, *args, **kwargs):
         raise KilledBeforeItsCheckpoint()
 
     monkeypatch.setattr(Trainer, '_save', killed)
@@ -924,6 +924,28 @@ def test_a_run_shortened_to_a_checkpoint_before_its_end_gets_the_final_evaluatio
     assert state['pending_evaluation'] is None
     train_in_process(shortened, 'TrainerConfig.num_env_steps = 300')
     assert deterministic_rows(shortened) == rows[whole]
+
+
+def test_a_run_shortened_to_a_checkpoint_between_summaries_writes_its_final_row_in_full(
+    tmp_path, read_tensorboard
+):
+    # Summaries every 200 steps: a run of 300 summarises at its end, and one of 400 does not
+    # summarise at its checkpoint of 300.
+    params = ['TrainerConfig.summary_interval = 200']
+    whole, shortened = tmp_path / 'whole', tmp_path / 'shortened'
+    train_in_process(whole, *params, 'TrainerConfig.num_env_steps = 300')
+    train_in_process(shortened, *params, 'TrainerConfig.num_env_steps = 400')
+    shutil.rmtree(shortened / 'checkpoints' / 'ckpt-400')
+    train_in_process(shortened, *params, 'TrainerConfig.num_env_steps = 300')
+    # The evaluation at 300 with the training scalars that step had, kept by its checkpoint.
+    rows = {root: deterministic_rows(root) for root in (whole, shortened)}
+    assert [r['env_steps'] for r in rows[shortened]] == ['0', '200', '300']
+    assert rows[shortened][-1]['train/critic_loss'] != ''
+    assert rows[shortened] == rows[whole]
+    with open(shortened / 'progress.csv', newline='') as f:
+        assert float(list(csv.DictReader(f))[-1]['train/env_steps_per_sec']) > 0
+    for root in (whole, shortened):
+        assert [e.step for e in read_tensorboard(root / 'train')['critic_loss']] == [200, 300]
 
 
 def test_a_resume_with_an_eval_interval_that_makes_its_checkpoint_an_evaluation_step_evaluates(

@@ -682,6 +682,11 @@ def test_throughput_leaves_out_the_time_spent_in_excluded_blocks(monkeypatch):
     # Nothing excluded: the whole interval counts.
     clock[0] += 2.0
     assert throughput.rates(1100, 350) == (100.0, 50.0)
+    # The rates so far, read without starting the next interval (a checkpoint keeps them).
+    clock[0] += 1.0
+    assert throughput.rates(1200, 400, restart=False) == (100.0, 50.0)
+    clock[0] += 1.0
+    assert throughput.rates(1300, 400) == (100.0, 25.0)
 
 
 @pytest.mark.parametrize('cut', ['300,3', '300,30,0.12'], ids=['fields_missing', 'in_last_field'])
