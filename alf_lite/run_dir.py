@@ -293,19 +293,29 @@ def oversized_config(path: str, size: Optional[int]) -> str:
     )
 
 
+def not_text(path: str, error: UnicodeDecodeError) -> str:
+    """Why file ``path`` cannot be read, where decoding it raised ``error``: that names no
+    file, and a position within the piece decoded rather than within the file."""
+    byte = error.object[error.start : error.start + 1].hex()
+    return f'{path} is not text: {error.encoding} cannot decode its byte 0x{byte}'
+
+
 def read_config_text(path: str) -> str:
     """The text of gin config file ``path`` (a run's ``config.gin``).
 
     Raises:
         ValueError: it holds more than ``MAX_CONFIG_BYTES`` (``oversized_config``); it is
-            not read into memory.
+            not read into memory. Or it is not text (``not_text``).
     """
     with open(path) as f:
         size = os.fstat(f.fileno()).st_size
         if size > MAX_CONFIG_BYTES:
             raise ValueError(oversized_config(path, size))
-        # One character past the bound: a file that is no regular one tells no size.
-        text = f.read(MAX_CONFIG_BYTES + 1)
+        try:
+            # One character past the bound: a file that is no regular one tells no size.
+            text = f.read(MAX_CONFIG_BYTES + 1)
+        except UnicodeDecodeError as e:
+            raise ValueError(not_text(path, e)) from None
     if len(text) > MAX_CONFIG_BYTES:
         raise ValueError(oversized_config(path, None))
     return text

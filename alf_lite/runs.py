@@ -27,6 +27,7 @@ from alf_lite.run_dir import (
     SUMMARY_MODES,
     RunDir,
     config_statements,
+    not_text,
     read_config_text,
     split_binding,
 )
@@ -123,9 +124,22 @@ def complete_lines(f) -> Iterator[str]:
 def complete_rows(f) -> Tuple[List[str], List[Dict[str, str]]]:
     """The columns and the complete rows of ``progress.csv`` (``f``, opened with
     ``newline=''``): a row cut short (``complete_lines``), without all its fields or with
-    more fields than columns is left out."""
+    more fields than columns is left out.
+
+    Raises:
+        ValueError: naming the file: it is not text (``not_text``), a line is longer than
+            ``MAX_LINE_CHARS`` (``LineTooLongError``) or csv cannot read one (a field over
+            ``csv.field_size_limit``; the message names the line).
+    """
     reader = csv.DictReader(complete_lines(f))
-    rows = [r for r in reader if has_its_fields(r)]
+    name = getattr(f, 'name', 'the file')
+    try:
+        rows = [r for r in reader if has_its_fields(r)]
+    except UnicodeDecodeError as e:
+        raise ValueError(not_text(name, e)) from None
+    except csv.Error as e:
+        # The csv reader's count: the DictReader's own is that of the last row it returned.
+        raise ValueError(f'{name}, line {reader.reader.line_num}: {e}') from None
     return list(reader.fieldnames or []), rows
 
 
@@ -168,7 +182,7 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
             except LineTooLongError:
                 raise  # names its file and line
             except (csv.Error, ValueError) as e:  # a UnicodeDecodeError is a ValueError
-                raise ValueError(f'{path}, line {reader.line_num}: {e}') from None
+                raise ValueError(f'{path}, line {reader.reader.line_num}: {e}') from None
         if not columns:
             raise ValueError(f'{path} is empty: the run wrote no row yet')
         if missing:

@@ -54,7 +54,10 @@ class ProgressCsv:
         path: file to append to; an existing file is continued.
         max_env_steps: rows already in the file past this env step (written
             after the checkpoint that is resumed) are dropped so none is
-            duplicated; None keeps all.
+            duplicated; None keeps all. A row whose env step is no number (an
+            edited file) is kept, with a warning.
+    Raises:
+        ProgressCsvError: the existing file cannot be read (``read_progress``).
     """
 
     def __init__(self, path: str, max_env_steps: Optional[int] = None):
@@ -62,12 +65,22 @@ class ProgressCsv:
         self._columns: List[str] = []
         self._rows: List[Dict[str, str]] = []
         if os.path.exists(path):
-            with open(path, newline='') as f:
-                # A row cut short by a kill mid-append is dropped.
-                self._columns, rows = complete_rows(f)
+            # A row cut short by a kill mid-append is dropped.
+            self._columns, rows = read_progress(path)
+            steps = [_env_steps(r) for r in rows]
             self._rows = [
-                r for r in rows if max_env_steps is None or int(r[ENV_STEPS]) <= max_env_steps
+                r
+                for r, step in zip(rows, steps)
+                if max_env_steps is None or step is None or step <= max_env_steps
             ]
+            if None in steps:
+                logging.warning(
+                    '%s: %d row(s) whose %s is no number (the first: %r) are kept as they are',
+                    path,
+                    steps.count(None),
+                    ENV_STEPS,
+                    rows[steps.index(None)].get(ENV_STEPS),
+                )
             self._rewrite()
 
     def write(self, row: Dict[str, float]) -> None:
@@ -95,21 +108,56 @@ class ProgressCsv:
         write_text_atomically(self._path, text.getvalue())
 
 
-def _complete_rows_of(path: str) -> List[Dict[str, str]]:
-    """``complete_rows`` of the ``progress.csv`` at ``path``; none when there is no file."""
+class ProgressCsvError(ValueError):
+    """A ``progress.csv`` that cannot be read as the table train writes; the message names
+    the file and what is wrong with it."""
+
+
+def read_progress(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
+    """The columns and the complete rows (``complete_rows``) of the ``progress.csv`` at
+    ``path``; none when there is no file.
+
+    Raises:
+        ProgressCsvError: it cannot be opened, is not text, or holds a line csv cannot
+            read or one longer than ``MAX_LINE_CHARS``.
+    """
     if not os.path.exists(path):
-        return []
-    with open(path, newline='') as f:
-        return complete_rows(f)[1]
+        return [], []
+    try:
+        with open(path, newline='') as f:
+            columns, rows = complete_rows(f)
+    except OSError as e:
+        raise ProgressCsvError(_damaged(f'cannot read {path}: {e}')) from None
+    except ValueError as e:  # names the file
+        raise ProgressCsvError(_damaged(str(e))) from None
+    return columns, rows
+
+
+def _damaged(problem: str) -> str:
+    """The message of a ``ProgressCsvError``: ``problem`` and what the user can do."""
+    return (
+        f'{problem.rstrip(".")}. train reads it to continue the run, so it stopped and '
+        'left the run as it was: mend the file, or move it aside to go on without its rows.'
+    )
+
+
+def _env_steps(row: Dict[str, str]) -> Optional[int]:
+    """The env step of a ``progress.csv`` row; None where it is no number (an edited file)."""
+    try:
+        return int(row.get(ENV_STEPS, ''))
+    except ValueError:
+        return None
 
 
 def last_env_steps(path: str) -> Optional[int]:
-    """The env steps of the last complete row of ``progress.csv`` (``path``); None without one."""
-    rows = _complete_rows_of(path)
-    try:
-        return max((int(r[ENV_STEPS]) for r in rows), default=None)
-    except (KeyError, ValueError):  # no table of ours: nothing to keep from it
-        return None
+    """The largest env step of the complete rows of ``progress.csv`` (``path``) whose env
+    step is a number; None without one.
+
+    Raises:
+        ProgressCsvError: it cannot be read (``read_progress``).
+    """
+    steps = [_env_steps(r) for r in read_progress(path)[1]]
+    return max((step for step in steps if step is not None), default=None)
 
 
 def unevaluated_row(path: str, env_steps: int, eval_column: str) -> Optional[Dict[str, object]]:
@@ -119,7 +167,7 @@ def unevaluated_row(path: str, env_steps: int, eval_column: str) -> Optional[Dic
     The scalars are the row's filled ``<mode>/<tag>`` columns, as ``Summary.write``
     takes them: written again, each reads as before.
     """
-    rows = [r for r in _complete_rows_of(path) if r.get(ENV_STEPS, '').strip() == str(env_steps)]
+    rows = [r for r in read_progress(path)[1] if r.get(ENV_STEPS, '').strip() == str(env_steps)]
     if any(r.get(eval_column) for r in rows):
         return None
     scalars = {}

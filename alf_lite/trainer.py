@@ -60,6 +60,7 @@ from alf_lite.summary import (
     Throughput,
     last_env_steps,
     print_progress,
+    read_progress,
     unevaluated_row,
 )
 from alf_lite.update import UpdateRunner
@@ -468,6 +469,7 @@ class Trainer:
                 (and stops the env processes), so a hung env cannot hold the run.
             TrainingError: on a non-finite loss or parameter, or a failed checkpoint write.
             CheckpointError: when checkpoints exist but none of them can be loaded.
+            ProgressCsvError: root_dir's progress.csv cannot be read; nothing was written.
             RunDirInUseError: another trainer trains in root_dir; nothing was written.
         """
         self.lock_root_dir()
@@ -481,6 +483,8 @@ class Trainer:
         stop_when: Optional[Callable[[dict], bool]],
         before_writing: Optional[Callable[[], None]],
     ) -> dict:
+        # Read before anything is written: a damaged one leaves root_dir as it was.
+        read_progress(self._run_dir.progress_file)
         # Restored before anything is written: a checkpoint that does not fit
         # the config leaves root_dir as it was.
         latest = ckpt.load_latest_checkpoint(

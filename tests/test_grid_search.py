@@ -21,7 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from alf_lite.runs import NONDETERMINISTIC_COLUMNS
+from alf_lite.run_dir import MAX_CONFIG_BYTES
+from alf_lite.runs import MAX_LINE_CHARS, NONDETERMINISTIC_COLUMNS
 from cli_helpers import PENDULUM, REPO_ROOT, RUN_TIMEOUT_S, checkpoint_steps, train_env
 
 NUM_ENV_STEPS = 20
@@ -1690,6 +1691,49 @@ def test_summary_csv_has_the_rows_columns_in_order_and_a_missing_value_empty(tmp
         )
 
 
+@pytest.mark.parametrize(
+    'old',
+    [
+        b'\xff\xfe\n',
+        b'run,wall_time_s\n"' + b'x' * 200_000 + b'",3\n',
+        b'run,wall_time_s\n' + b'x' * (MAX_LINE_CHARS + 1) + b'\n',
+    ],
+    ids=['not text', 'a field over the csv limit', 'a line over MAX_LINE_CHARS'],
+)
+def test_a_last_summary_that_cannot_be_read_is_moved_aside_before_the_runs_start(
+    tmp_path, monkeypatch, capsys, old
+):
+    table = tmp_path / 'runs' / 'grid_summary.csv'
+    table.parent.mkdir()
+    table.write_bytes(old)
+    there_at_start = []
+    run_main(tmp_path, monkeypatch, [], [], on_train=lambda: there_at_start.append(table.exists()))
+    assert there_at_start == [False]
+    (aside,) = [p for p in table.parent.iterdir() if p.name.startswith('grid_summary.csv.old-')]
+    assert aside.read_bytes() == old
+    err = capsys.readouterr().err
+    assert f'warning: the last summary cannot be read ({table}' in err, err
+    assert f'moved it to {aside}; the runs this sweep does not train' in err, err
+    # The sweep's own summary is written in its place.
+    assert {r['status'] for r in summary(table.parent).values()} == {'finished'}
+    assert sorted(summary(table.parent)) == RUN_NAMES
+
+
+def test_a_directory_in_place_of_the_summary_ends_the_sweep_before_any_run_starts(
+    tmp_path, monkeypatch, capsys
+):
+    table = tmp_path / 'runs' / 'grid_summary.csv'
+    table.mkdir(parents=True)
+    started = []
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(tmp_path, monkeypatch, [], [], on_train=lambda: started.append(True))
+    assert exit_info.value.code == 2 and not started
+    assert f'error: {table} is a directory: the sweep writes its summary there' in (
+        capsys.readouterr().err
+    )
+    assert os.listdir(table.parent) == ['grid_summary.csv'] and os.listdir(table) == []
+
+
 # --- --gin_param and the searched parameters ---------------------------------------------
 
 LR_GRID = {'parameters': {'actor/Adam.lr,critic/Adam.lr': [0.001, 0.0003]}, 'repeats': 1}
@@ -1916,6 +1960,32 @@ def test_run_of_another_experiment_fails_with_advice_grid_search_can_follow_and_
     out = capsys.readouterr().out
     assert '2 to train' in out and ', 2 not started (2 of another experiment).' in out
     assert not (root_dir / 'logs').exists()
+
+
+@pytest.mark.parametrize('content', ['not text', 'oversized'])
+def test_a_run_whose_config_gin_cannot_be_read_fails_naming_it_and_the_others_train(
+    tmp_path, monkeypatch, capsys, content
+):
+    root_dir = tmp_path / 'runs'
+    config = root_dir / RUN_NAMES[0] / 'config.gin'
+    config.parent.mkdir(parents=True)
+    if content == 'not text':
+        config.write_bytes(b'\xff\xfe\n')
+        message = f'{config} is not text: utf-8 cannot decode its byte 0xff.'
+    else:
+        with open(config, 'w') as f:
+            f.truncate(MAX_CONFIG_BYTES + 1)
+        message = f'{config} holds {MAX_CONFIG_BYTES + 1} bytes, more than the'
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(tmp_path, monkeypatch, [], [])
+    assert exit_info.value.code == 1
+    rows = summary(root_dir)
+    assert rows[RUN_NAMES[0]]['status'] == 'failed'
+    assert rows[RUN_NAMES[0]]['error'].startswith(message), rows[RUN_NAMES[0]]['error']
+    assert rows[RUN_NAMES[0]]['error'].endswith('and rerun to train it afresh.')
+    assert {rows[n]['status'] for n in RUN_NAMES[1:]} == {'finished'}
+    assert ', 1 not started (1 with a config.gin that cannot be read).' in capsys.readouterr().out
+    assert os.listdir(config.parent) == ['config.gin']
 
 
 def test_a_run_is_finished_once_its_last_checkpoint_and_final_evaluation_are_written(tmp_path):

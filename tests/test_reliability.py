@@ -28,7 +28,7 @@ from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import EnvironmentHungError
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.run_dir import MOVED_ASIDE, RunDirLock, latest_checkpoint
-from alf_lite.runs import EVAL_RETURN, NONDETERMINISTIC_COLUMNS
+from alf_lite.runs import EVAL_RETURN, MAX_LINE_CHARS, NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import StopSignals, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from cli_helpers import (
@@ -143,6 +143,39 @@ def test_bad_parameter_on_resume_leaves_the_run_untouched(finished_run, param):
     result = run_train(train_command(finished_run, params=[param]))
     assert result.returncode == 2, result.stderr[-3000:]
     assert tree_digest(finished_run) == before
+
+
+# Each appended to a finished run's progress.csv, and what the error then says of the file.
+PROGRESS_DAMAGE = {
+    'not text': (b'400,\xff\xfe\n', 'progress.csv is not text: utf-8 cannot decode its byte 0xff'),
+    'a field over the csv limit': (
+        b'500,"' + b'x' * 200_000 + b'"\n',
+        'progress.csv, line 7: field larger than field limit',
+    ),
+    'a line over MAX_LINE_CHARS': (
+        b'9' * (MAX_LINE_CHARS + 1) + b'\n',
+        f'progress.csv, line 7: over {MAX_LINE_CHARS} characters long',
+    ),
+}
+
+
+@pytest.mark.parametrize('damage', PROGRESS_DAMAGE)
+def test_a_damaged_progress_csv_stops_the_resume_naming_it_and_changes_nothing(
+    finished_run, tmp_path, damage
+):
+    root_dir = copy_run(finished_run, tmp_path)
+    line, message = PROGRESS_DAMAGE[damage]
+    with open(root_dir / 'progress.csv', 'ab') as f:
+        f.write(line)
+    before = tree_digest(root_dir)
+    # No evaluation due at the checkpoint: nothing else reads progress.csv before the
+    # summary that appends to it, once config.gin and the event files are written.
+    params = ['TrainerConfig.num_env_steps=600', 'TrainerConfig.eval_interval=1000']
+    result = run_train(train_command(root_dir, params=params))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f'error: {root_dir / message}' in result.stderr, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr and 'mend the file' in result.stderr
+    assert tree_digest(root_dir) == before
 
 
 def test_missing_gin_file_and_syntax_error_are_named(tmp_path):

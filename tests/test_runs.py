@@ -134,6 +134,21 @@ def test_a_line_longer_than_any_row_is_refused_naming_it_without_reading_it_whol
     assert run_columns(str(tmp_path)) == []
 
 
+def test_a_line_csv_cannot_read_or_a_file_that_is_not_text_is_named_with_its_file(tmp_path):
+    path = tmp_path / 'progress.csv'
+    # The rows end as train writes them: the csv reader counts them as lines too.
+    path.write_text('env_steps,eval/AverageReturn\r\n0,-5\r\n100,"' + 'x' * 200_000 + '"\n')
+    message = re.escape(f'{path}, line 3: field larger than field limit')
+    with open(path, newline='') as f, pytest.raises(ValueError, match=message):
+        complete_rows(f)
+    with pytest.raises(ValueError, match=message):
+        read_scalar(str(tmp_path), 'eval/AverageReturn')
+    path.write_bytes(b'env_steps,eval/AverageReturn\n0,\xff\n')
+    message = re.escape(f'{path} is not text: utf-8 cannot decode its byte 0xff')
+    with open(path, newline='') as f, pytest.raises(ValueError, match=message):
+        complete_rows(f)
+
+
 # --- the root_dir's layout, its lock and which configs are one experiment (alf_lite.run_dir) ---
 
 # The bindings the README lets a resume change: run length, reporting, where and how it computes.
@@ -284,6 +299,21 @@ def test_a_config_gin_larger_than_a_config_may_be_is_refused_unread(tmp_path):
     with open(config_file, 'w') as f:
         f.truncate(MAX_CONFIG_BYTES + 1)
     message = re.escape(f'{config_file} holds {MAX_CONFIG_BYTES + 1} bytes, more than the')
+    with pytest.raises(ValueError, match=message):
+        experiment_difference(root_dir, EXPERIMENT)
+    with pytest.raises(ValueError, match=message):
+        keep_superseded_config(RunDir(root_dir), EXPERIMENT, 100)
+    with pytest.raises(ValueError, match=message):
+        config_bindings(root_dir)
+    assert os.listdir(root_dir) == ['config.gin']
+
+
+def test_a_config_gin_that_is_not_text_is_named(tmp_path):
+    root_dir = saved_run(tmp_path, '')
+    config_file = RunDir(root_dir).config_file
+    with open(config_file, 'wb') as f:
+        f.write(b'TrainerConfig.random_seed = 0\n# \xe9t\xe9 in Latin-1\n')
+    message = re.escape(f'{config_file} is not text: utf-8 cannot decode its byte 0xe9')
     with pytest.raises(ValueError, match=message):
         experiment_difference(root_dir, EXPERIMENT)
     with pytest.raises(ValueError, match=message):

@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 import struct
 
 import pytest
@@ -706,6 +707,40 @@ def test_progress_csv_drops_a_row_cut_short_by_a_kill(tmp_path, read_progress, c
         ('200', '20', '0.25'),
         ('300', '30', '0.125'),
     ]
+
+
+def test_a_row_whose_env_steps_is_no_number_is_kept_by_a_resume_and_counts_no_step(
+    tmp_path, read_progress, caplog
+):
+    path = tmp_path / 'progress.csv'
+    path.write_text(
+        'env_steps,num_updates\n100,10\nedited,by hand\n200,20\n300,30\nnote,\n',
+        newline='',
+    )
+    assert summary_module.last_env_steps(str(path)) == 300
+    # Resumed from the checkpoint at 200: the rows after it go, an edited one stays.
+    ProgressCsv(str(path), max_env_steps=200).write({'env_steps': 300, 'num_updates': 31})
+    _, rows = read_progress(path)
+    assert [(r['env_steps'], r['num_updates']) for r in rows] == [
+        ('100', '10'),
+        ('edited', 'by hand'),
+        ('200', '20'),
+        ('note', ''),
+        ('300', '31'),
+    ]
+    assert "2 row(s) whose env_steps is no number (the first: 'edited') are kept" in caplog.text
+
+
+def test_a_progress_csv_that_cannot_be_read_is_named_and_left_as_it_is(tmp_path):
+    path = tmp_path / 'progress.csv'
+    text = 'env_steps,num_updates\n100,10\n200,"' + 'x' * 200_000 + '"\n'
+    path.write_text(text)
+    message = f'{path}, line 3: field larger than field limit (131072). train reads it'
+    with pytest.raises(summary_module.ProgressCsvError, match=re.escape(message)):
+        summary_module.last_env_steps(str(path))
+    with pytest.raises(summary_module.ProgressCsvError, match=re.escape(message)):
+        ProgressCsv(str(path), max_env_steps=100)
+    assert path.read_text() == text
 
 
 def test_progress_csv_widened_on_a_full_disk_keeps_the_rows_written_before(

@@ -51,6 +51,10 @@ A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
 ``root_dir/grid_summary.csv``; a run not trained in this sweep keeps the
 wall time the last table gave it); the exit code is 1 when a run failed.
+A run whose ``config.gin`` cannot be read fails, naming it, and is not
+started. A last table that cannot be read is moved aside (``.old-<time>``)
+with a warning before any run starts, its wall times lost to the new table;
+a directory in its place ends the sweep with status 2 before any run starts.
 SIGINT (Ctrl-C) or SIGTERM stops the sweep: each running run gets the signal
 (on Ray, SIGINT from its task, told through a file in ``root_dir``) and stops
 at a checkpoint of its own, no other run starts (a Ray task not begun is
@@ -115,6 +119,7 @@ from alf_lite.run_dir import (
     RunDirLock,
     config_statements,
     experiment_difference,
+    moved_aside_path,
     split_binding,
 )
 from alf_lite.runs import (
@@ -1031,8 +1036,9 @@ def summary_rows(
     rows = []
     for run in runs:
         result = results[run.name]
-        # The return and steps on disk of another experiment are not this sweep's.
-        ours = not result.get('other_experiment')
+        # The return and steps on disk of another experiment, or of a run whose config.gin
+        # cannot be read, are not known to be this sweep's.
+        ours = not (result.get('other_experiment') or result.get('unreadable_config'))
         wall_time = result.get('wall_time_s')
         earlier = earlier_wall_times.get(run.name)
         if wall_time is None:
@@ -1088,7 +1094,15 @@ def write_summary(path: str, rows: List[dict]) -> None:
 
 
 def earlier_wall_times(path: str) -> Dict[str, float]:
-    """Each run's wall time in the summary at ``path`` (none when there is no such file)."""
+    """Each run's wall time in the summary at ``path`` (none when there is no such file).
+
+    Raises:
+        OSError, ValueError: it cannot be read (no regular file, no text, a line that csv
+            cannot read or longer than ``MAX_LINE_CHARS``); the message names it.
+    """
+    if os.path.exists(path) and not os.path.isfile(path):
+        # Not opened: a FIFO would block the sweep.
+        raise ValueError(f'{path} is not a regular file')
     try:
         with open(path, newline='') as f:
             _, rows = complete_rows(f)
@@ -1101,6 +1115,37 @@ def earlier_wall_times(path: str) -> Dict[str, float]:
     return times
 
 
+def last_wall_times(path: str) -> Dict[str, float]:
+    """``earlier_wall_times`` of the last sweep's summary at ``path``, read before any run
+    starts.
+
+    A directory there ends the sweep (status 2): no summary could replace it. A
+    summary that cannot be read is moved aside to ``moved_aside_path(path)`` with a
+    warning, so that the new one does not overwrite it.
+    """
+    if os.path.isdir(path):
+        fail(
+            f'{path} is a directory: the sweep writes its summary there. Move it away, or '
+            'choose another --root_dir.'
+        )
+    try:
+        return earlier_wall_times(path)
+    except (OSError, ValueError) as e:
+        problem = e
+    aside = moved_aside_path(path)
+    try:
+        os.rename(path, aside)
+    except OSError as e:
+        fail(f'the last summary cannot be read ({problem}) nor moved aside to {aside}: {e}')
+    print(
+        f'warning: the last summary cannot be read ({problem}): moved it to {aside}; the '
+        'runs this sweep does not train get no wall time from it.',
+        file=sys.stderr,
+        flush=True,
+    )
+    return {}
+
+
 def not_started_text(results: Dict[str, dict]) -> str:
     """``, 3 not started (2 finished before, 1 of another experiment)`` for the runs
     left out before training; empty when there are none."""
@@ -1109,6 +1154,8 @@ def not_started_text(results: Dict[str, dict]) -> str:
         if result['status'] == SKIPPED
         else 'of another experiment'
         if result.get('other_experiment')
+        else f'with a {CONFIG_FILE} that cannot be read'
+        if result.get('unreadable_config')
         else 'with a config that does not parse'
         for result in results.values()
     )
@@ -1246,7 +1293,16 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus):
         # train's own check, which ignores the bindings a resume may change; made
         # here for unfinished runs too, so that the advice names what grid_search
         # offers rather than train's flags.
-        other = experiment_difference(run.root_dir, run.config_text, advice=GRID_ADVICE)
+        try:
+            other = experiment_difference(run.root_dir, run.config_text, advice=GRID_ADVICE)
+        except (OSError, ValueError) as e:  # its config.gin cannot be read; the error names it
+            results[run.name] = {
+                'status': 'failed',
+                'error': f"{str(e).rstrip('.')}. Mend it, or move this run's directory "
+                'aside (or delete it) and rerun to train it afresh.',
+                'unreadable_config': True,
+            }
+            continue
         if other is not None:
             results[run.name] = {'status': 'failed', 'error': other, 'other_experiment': True}
         elif is_finished(run):
@@ -1261,6 +1317,8 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus):
         # exits with status 2.
         connect_ray(FLAGS.ray_address, FLAGS.num_cpus_per_run, FLAGS.num_gpus_per_run)
     lock_root_dir(lock)  # creates root_dir
+    summary_file = os.path.join(root_dir, SUMMARY_FILE)
+    earlier = last_wall_times(summary_file)
     if FLAGS.ray_address:
         backend = (
             f'Ray at {FLAGS.ray_address}, {FLAGS.num_cpus_per_run} CPU(s)'
@@ -1306,8 +1364,7 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus):
             signum = run_ray(todo, FLAGS.num_cpus_per_run, report, FLAGS.num_gpus_per_run)
         else:
             signum = run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
-    summary_file = os.path.join(root_dir, SUMMARY_FILE)
-    rows = summary_rows(runs, results, earlier_wall_times(summary_file), resumed)
+    rows = summary_rows(runs, results, earlier, resumed)
     print()
     print_summary(rows)
     write_summary(summary_file, rows)

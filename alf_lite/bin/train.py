@@ -193,6 +193,7 @@ def train(root_dir: str, signals) -> None:
     from alf_lite.config import write_text_atomically
     from alf_lite.environments import EnvironmentCrashedError
     from alf_lite.signals import TrainingInterrupted
+    from alf_lite.summary import ProgressCsvError
     from alf_lite.trainer import TrainingError
 
     with trainer:
@@ -225,7 +226,7 @@ def train(root_dir: str, signals) -> None:
             # Only once the checkpoint was restored: a resume refused for a
             # config that does not fit it leaves the old config.gin to resume with.
             trainer.train(before_writing=write_config)
-        except CheckpointError as e:
+        except (CheckpointError, ProgressCsvError) as e:
             fail(str(e))
         except TrainingError as e:
             fail(str(e), exit_code=EXIT_FAULT)
