@@ -20,7 +20,7 @@ from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
-from alf_lite.run_dir import SUMMARY_MODES, RunDir
+from alf_lite.run_dir import EVENT_FILE_MARK, SUMMARY_MODES, RunDir
 from alf_lite.runs import ENV_STEPS, NUM_UPDATES, PROGRESS_COLUMNS, WALL_TIME, complete_rows
 
 # The shortest time a rate divides by: two calls within one clock tick.
@@ -297,7 +297,7 @@ def events_need_merging(events_dir: str, seconds: int) -> bool:
     for name in os.listdir(events_dir):
         if name.startswith((_PARTIAL_PREFIX, _MERGED_PREFIX)):
             return True
-        if 'tfevents' in name:
+        if EVENT_FILE_MARK in name:
             created = _created_second(name)
             if created is None or created >= seconds:
                 return True
@@ -314,7 +314,7 @@ def _created_second(name: str) -> Optional[int]:
 
 def _event_files(events_dir: str) -> List[str]:
     """The names of the event files in ``events_dir``, in TensorBoard's order."""
-    return sorted(name for name in os.listdir(events_dir) if 'tfevents' in name)
+    return sorted(name for name in os.listdir(events_dir) if EVENT_FILE_MARK in name)
 
 
 def _read_events(events_dir: str, names: List[str]) -> Iterator[Tuple[Event, bytes]]:
@@ -368,7 +368,7 @@ def _records(path: str) -> Iterator[bytes]:
 
 def _hidden(name: str) -> str:
     """``name`` without "tfevents", so that TensorBoard does not read the file."""
-    return name.replace('tfevents', 'tf-events')
+    return name.replace(EVENT_FILE_MARK, 'tf-events')
 
 
 def _finish_merge(events_dir: str) -> None:
