@@ -76,6 +76,29 @@ def test_error_line_of_a_usage_error_an_interrupt_or_no_error(tmp_path):
         assert log_error_line(str(log)) == line
 
 
+def test_error_line_is_found_in_the_logs_tail_alone(tmp_path, monkeypatch):
+    import alf_lite.runs
+
+    log = tmp_path / 'run.log'
+    with open(log, 'w') as f:
+        f.write('ValueError: an early error\n' + 'env steps 100\n' * 4 * 2**20)
+        f.write('error: the last\n')
+    # A log of 58 MB: its last megabyte is read, not the whole.
+    tracemalloc.start()
+    try:
+        assert log_error_line(str(log)) == 'error: the last'
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * alf_lite.runs.LOG_TAIL_BYTES, peak
+    # A tail that starts within a line leaves that piece out: 'ValueError: an' would
+    # read as the error.
+    log.write_text('x ValueError: an early error\nenv steps 100\n')
+    monkeypatch.setattr(alf_lite.runs, 'LOG_TAIL_BYTES', len('ValueError: an early error\n') + 14)
+    assert log_error_line(str(log)) == 'env steps 100'
+    assert log_error_line(str(log), offset=len('x ')) == 'ValueError: an early error'
+
+
 def test_scalar_of_a_run_without_it_is_empty(tmp_path):
     (tmp_path / 'progress.csv').write_text('env_steps,eval/AverageReturn\n0,-5\n1000,-3\n')
     steps, values = read_scalar_if_any(str(tmp_path), 'eval/AverageReturn')
