@@ -183,7 +183,9 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
                 )
             except LineTooLongError:
                 raise  # names its file and line
-            except (csv.Error, ValueError) as e:  # a UnicodeDecodeError is a ValueError
+            except UnicodeDecodeError as e:
+                raise ValueError(not_text(path, e)) from None
+            except (csv.Error, ValueError) as e:
                 raise ValueError(f'{path}, line {reader.reader.line_num}: {e}') from None
         if not columns:
             raise ValueError(f'{path} is empty: the run wrote no row yet')

@@ -170,6 +170,8 @@ def test_a_line_csv_cannot_read_or_a_file_that_is_not_text_is_named_with_its_fil
     message = re.escape(f'{path} is not text: utf-8 cannot decode its byte 0xff')
     with open(path, newline='') as f, pytest.raises(ValueError, match=message):
         complete_rows(f)
+    with pytest.raises(ValueError, match=message):
+        read_scalar(str(tmp_path), 'eval/AverageReturn')
 
 
 # --- the root_dir's layout, its lock and which configs are one experiment (alf_lite.run_dir) ---
