@@ -330,3 +330,20 @@ def test_a_round_of_fewer_episodes_than_env_processes_is_refused():
     with pytest.raises(ValueError, match='3 episodes in rounds of 2 env processes'):
         evaluate(envs, lambda observation: torch.zeros(2, 1), seed=[2, 2, 2])
     assert envs.resets == []  # refused before any round
+
+
+def test_a_batch_that_does_not_say_it_steps_in_process_is_taken_for_env_processes():
+    class Envs:
+        """``num_envs``, ``reset`` and ``step`` only: its envs may be stepped all together, and
+        one past a short round's episodes would play the round's last episode again."""
+
+        num_envs = 2
+
+        def reset(self, seed):
+            raise AssertionError('reset')
+
+        def step(self, action):
+            raise AssertionError('step')
+
+    with pytest.raises(ValueError, match='3 episodes in rounds of 2 env processes'):
+        evaluate(Envs(), lambda observation: torch.zeros(2, 1), seed=[2, 2, 2])

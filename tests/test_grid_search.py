@@ -645,8 +645,13 @@ def test_a_run_is_named_after_its_parameters_in_the_search_configs_order(tmp_pat
                 'actor.Adam.lr+critic.Adam.lr=1,Adam.lr=4,seed=0',
             ],
         ),
+        (
+            # Their common end is lr, not actor.lr: actor/Adam.lr and actor/SGD.lr do not end so.
+            {'actor/Adam.lr,actor/SGD.lr': [1, 2], 'critic/Adam.lr': [3, 4]},
+            ['lr=1,Adam.lr=3,seed=0', 'lr=1,Adam.lr=4,seed=0'],
+        ),
     ],
-    ids=['own ends', 'tied keys alike', 'tied key and its end'],
+    ids=['own ends', 'tied keys alike', 'tied key and its end', 'tied names of one scope'],
 )
 def test_no_two_keys_are_named_alike_in_a_run_name(tmp_path, parameters, names):
     from alf_lite.bin import grid_search
@@ -1655,6 +1660,10 @@ def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_ne
     results['run0'] = dict(NOT_STARTED, status='not started (sweep stopped)')
     rows = summary_rows(runs, results, earlier, resumed={'run0'})
     assert [r['wall_time_s'] for r in rows] == [9.0, 7.0]
+    # A resumed run whose earlier sweep was killed before its summary: this sweep's time.
+    results['run0'] = {'returncode': 0, 'wall_time_s': 2.5, 'error': None, 'status': 'finished'}
+    rows = summary_rows(runs, results, {'run1': 7.0}, resumed={'run0'})
+    assert [r['wall_time_s'] for r in rows] == [2.5, 7.0]
 
 
 def test_a_run_not_trained_keeps_its_wall_time_for_a_later_sweep_that_skips_it(tmp_path):

@@ -603,6 +603,26 @@ def test_aggregate_bands_each_x_over_the_runs_there_as_resampled_alone():
         assert lower < upper
 
 
+def test_aggregate_of_more_x_than_a_block_of_bands_and_many_runs_bands_each_x_alone():
+    from alf_lite.bin.plot import BOOTSTRAP_BLOCK_ROWS, BOOTSTRAP_SEED, CONFIDENCE, aggregate
+
+    # More points than one block of bands (a long run's rows), and enough runs that the ends
+    # depend on the draws (of 2 or 3 runs they are mostly the least and the largest value).
+    num_points, num_runs, num_bootstrap = BOOTSTRAP_BLOCK_ROWS + 44, 10, 200
+    xs = np.arange(num_points, dtype=np.float64)
+    rng = np.random.default_rng(3)
+    curves = [(xs, rng.normal(size=num_points)) for _ in range(num_runs)]
+    rows = aggregate(curves, 'ci', num_bootstrap)
+    assert len(rows) == num_points
+    draws = np.random.default_rng(BOOTSTRAP_SEED).integers(0, num_runs, (num_bootstrap, num_runs))
+    alpha = (1 - CONFIDENCE) / 2 * 100
+    for (x, mean, lower, upper, n), values in zip(rows, np.stack([ys for _, ys in curves], 1)):
+        assert n == num_runs and mean == np.mean(values), x
+        # To the bit: the band of these values alone.
+        ends = np.percentile(values[draws].mean(axis=1), [alpha, 100 - alpha]).tolist()
+        assert [lower, upper] == ends, x
+
+
 def test_run_ending_early_is_named_and_the_table_says_so(grid, tmp_path):
     result = run_plot([str(grid), '--out', 'curves.png'], tmp_path)
     assert_ok(result)
@@ -830,3 +850,22 @@ def test_a_seed_given_through_a_macro_is_a_seed_not_a_setting(tmp_path):
         with open(f'{run}/config.gin', 'a') as f:
             f.write('TrainerConfig.replay_buffer_length = %SEED\n')
     assert [label for label, _ in group_runs(runs, 'config')] == ['SEED=0', 'SEED=1', 'SEED=2']
+
+
+@pytest.mark.timeout(10)
+def test_a_seed_given_through_macros_that_name_each_other_is_read_to_an_end(tmp_path):
+    from alf_lite.bin.plot import same_seed_runs, seed_of
+
+    runs = [tmp_path / 'cycle', tmp_path / 'again']
+    for run in runs:
+        write_run(run, LR_A, 0, [1.0])
+        config = run / 'config.gin'
+        config.write_text(
+            config.read_text().replace(
+                'TrainerConfig.random_seed = 0\n',
+                'A = %B\nB = %A\nTrainerConfig.random_seed = %A\n',
+            )
+        )
+    # A config.gin from elsewhere whose macros name each other: its seed is read to an end.
+    assert seed_of(str(runs[0])) in ('%A', '%B')
+    assert same_seed_runs(list(map(str, runs))) == [(str(runs[0]), str(runs[1]))]

@@ -24,6 +24,7 @@ from alf_lite.run_dir import (
     experiment_difference,
     keep_superseded_config,
     moved_aside_path,
+    read_config_text,
     run_dir_in_use,
 )
 from alf_lite.runs import (
@@ -140,21 +141,29 @@ def test_a_line_longer_than_any_row_is_refused_naming_it_without_reading_it_whol
     with open(path, 'w') as f:
         f.write('env_steps,eval/AverageReturn\n0,-5\n')
         f.truncate(32 * MAX_LINE_CHARS)
-    message = re.escape(f'{path}, line 3: over {MAX_LINE_CHARS} characters long')
+    named = f'{path}, line 3: over {MAX_LINE_CHARS} characters long'
+    message = re.escape(named)
     tracemalloc.start()
     try:
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(ValueError, match=message) as error:
             read_scalar(str(tmp_path), 'eval/AverageReturn')
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 8 * MAX_LINE_CHARS, peak
+    assert str(error.value).startswith(named), error.value  # its file and line, once
     with open(path, newline='') as f, pytest.raises(ValueError, match=message):
         complete_rows(f)
     assert [len(a) for a in read_scalar_if_any(str(tmp_path), 'eval/AverageReturn')] == [0, 0]
     with open(path, 'w') as f:  # the header too
         f.truncate(32 * MAX_LINE_CHARS)
-    assert run_columns(str(tmp_path)) == []
+    tracemalloc.start()
+    try:
+        assert run_columns(str(tmp_path)) == []
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * MAX_LINE_CHARS, peak
 
 
 def test_a_line_csv_cannot_read_or_a_file_that_is_not_text_is_named_with_its_file(tmp_path):
@@ -346,6 +355,23 @@ def test_a_config_gin_that_is_not_text_is_named(tmp_path):
     with pytest.raises(ValueError, match=message):
         config_bindings(root_dir)
     assert os.listdir(root_dir) == ['config.gin']
+
+
+@pytest.mark.skipif(not os.path.exists('/dev/zero'), reason='reads /dev/zero')
+def test_a_config_gin_that_tells_no_size_is_read_only_as_far_as_a_config_may_hold(tmp_path):
+    # A link to a device tells no size, and would give bytes without end.
+    root_dir = saved_run(tmp_path, '')
+    config_file = RunDir(root_dir).config_file
+    os.remove(config_file)
+    os.symlink('/dev/zero', config_file)
+    message = re.escape(f'{config_file} holds more than the {MAX_CONFIG_BYTES} bytes')
+    with pytest.raises(ValueError, match=message):
+        config_bindings(root_dir)
+    # As many bytes as a config may hold are read.
+    largest = tmp_path / 'largest.gin'
+    with open(largest, 'w') as f:
+        f.truncate(MAX_CONFIG_BYTES)
+    assert len(read_config_text(str(largest))) == MAX_CONFIG_BYTES
 
 
 def test_run_dir_lock_excludes_a_second_holder_until_released(tmp_path):
