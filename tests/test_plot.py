@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cli_helpers import RUN_TIMEOUT_S, assert_ok, train_env
+from cli_helpers import RUN_TIMEOUT_S, assert_ok, run_python, train_env
 
 LR_A, LR_B = '0.001', '0.0003'
 # eval/AverageReturn per seed at env steps 0, 100, 200 (None: not reached yet).
@@ -412,14 +412,7 @@ def test_a_plot_that_fails_while_writing_leaves_the_last_one_whole(grid, tmp_pat
         f'sys.argv = ["plot", {str(grid)!r}, "--out", "curves.png", "--band", "std"]\n'
         'runpy.run_module("alf_lite.bin.plot", run_name="__main__")\n'
     )
-    result = subprocess.run(
-        [sys.executable, '-c', script],
-        cwd=tmp_path,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
+    result = run_python(script, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
     assert result.returncode == 2 and 'No space left on device' in result.stderr, result.stderr
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
@@ -439,14 +432,7 @@ def test_a_plot_killed_between_moving_in_its_png_and_csv_leaves_no_older_csv_bes
         f'sys.argv = ["plot", {str(grid)!r}, "--out", "curves.png", "--band", "std"]\n'
         'runpy.run_module("alf_lite.bin.plot", run_name="__main__")\n'
     )
-    result = subprocess.run(
-        [sys.executable, '-c', script],
-        cwd=tmp_path,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
+    result = run_python(script, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
     assert result.returncode == 9, result.stderr
     # The new PNG without a CSV: not beside the curves of the last plot.
     assert (tmp_path / 'curves.png').read_bytes() != old_png

@@ -326,6 +326,17 @@ def test_an_empty_or_missing_root_dir_holds_no_other_experiment(tmp_path):
     )
 
 
+def assert_each_reader_of_the_config_refuses(root_dir, message):
+    for read in (
+        lambda: experiment_difference(root_dir, EXPERIMENT),
+        lambda: keep_superseded_config(RunDir(root_dir), EXPERIMENT, 100),
+        lambda: config_bindings(root_dir),
+    ):
+        with pytest.raises(ValueError, match=message):
+            read()
+    assert os.listdir(root_dir) == ['config.gin']  # nothing moved or written
+
+
 def test_a_config_gin_larger_than_a_config_may_be_is_refused_unread(tmp_path):
     # train writes kilobytes: a crafted config.gin of gigabytes is not read into memory.
     root_dir = saved_run(tmp_path, '')
@@ -333,13 +344,7 @@ def test_a_config_gin_larger_than_a_config_may_be_is_refused_unread(tmp_path):
     with open(config_file, 'w') as f:
         f.truncate(MAX_CONFIG_BYTES + 1)
     message = re.escape(f'{config_file} holds {MAX_CONFIG_BYTES + 1} bytes, more than the')
-    with pytest.raises(ValueError, match=message):
-        experiment_difference(root_dir, EXPERIMENT)
-    with pytest.raises(ValueError, match=message):
-        keep_superseded_config(RunDir(root_dir), EXPERIMENT, 100)
-    with pytest.raises(ValueError, match=message):
-        config_bindings(root_dir)
-    assert os.listdir(root_dir) == ['config.gin']
+    assert_each_reader_of_the_config_refuses(root_dir, message)
 
 
 def test_a_config_gin_that_is_not_text_is_named(tmp_path):
@@ -348,13 +353,7 @@ def test_a_config_gin_that_is_not_text_is_named(tmp_path):
     with open(config_file, 'wb') as f:
         f.write(b'TrainerConfig.random_seed = 0\n# \xe9t\xe9 in Latin-1\n')
     message = re.escape(f'{config_file} is not text: utf-8 cannot decode its byte 0xe9')
-    with pytest.raises(ValueError, match=message):
-        experiment_difference(root_dir, EXPERIMENT)
-    with pytest.raises(ValueError, match=message):
-        keep_superseded_config(RunDir(root_dir), EXPERIMENT, 100)
-    with pytest.raises(ValueError, match=message):
-        config_bindings(root_dir)
-    assert os.listdir(root_dir) == ['config.gin']
+    assert_each_reader_of_the_config_refuses(root_dir, message)
 
 
 @pytest.mark.skipif(not os.path.exists('/dev/zero'), reason='reads /dev/zero')
