@@ -5,6 +5,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -381,6 +382,25 @@ def test_out_that_would_overwrite_a_file_plot_did_not_write_is_refused(grid, tmp
         ('all runs', x): (value, value, value, 1) for x, value in zip((0, 100, 200), RUNS_A[1])
     }
     assert (tmp_path / 'again.png').read_bytes() != first_png
+
+
+def test_out_beside_a_csv_of_one_huge_line_is_refused_without_reading_it_whole(tmp_path):
+    from alf_lite.bin.plot import check_outputs
+    from alf_lite.runs import MAX_LINE_CHARS
+
+    # A crafted or broken CSV at --out's path: one line, no line break, of 32 MiB.
+    path = tmp_path / 'curves.csv'
+    with open(path, 'w') as f:
+        f.truncate(32 * MAX_LINE_CHARS)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match='which holds no curves that plot wrote'):
+            check_outputs(str(tmp_path / 'curves.png'), str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * MAX_LINE_CHARS, peak
+    assert path.stat().st_size == 32 * MAX_LINE_CHARS
 
 
 def test_out_where_nothing_can_be_written_is_a_clear_error(grid, tmp_path):

@@ -76,6 +76,8 @@ from alf_lite.runs import (
     EVAL_RETURN,
     SEED_PARAM,
     WALL_TIME,
+    LineTooLongError,
+    bounded_lines,
     config_bindings,
     read_scalar,
     run_columns,
@@ -179,8 +181,8 @@ def check_outputs(png: str, csv_path: str) -> None:
     if os.path.exists(csv_path):
         try:
             with open(csv_path, newline='', errors='replace') as f:
-                header = next(csv.reader(f), [])
-        except csv.Error:
+                header = next(csv.reader(bounded_lines(f)), [])
+        except (csv.Error, LineTooLongError):  # a first line far longer than plot's header
             header = []
         if header[:1] != ['group'] or header[2:] != list(CURVE_COLUMNS):
             raise ValueError(
