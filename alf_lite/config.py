@@ -344,6 +344,19 @@ def sync_directory(path: str) -> None:
         os.close(fd)
 
 
+# The most of a gin line or value an error message quotes: a file of up to
+# MAX_CONFIG_BYTES can hold one line of megabytes, which would flood the terminal.
+MAX_QUOTED_CHARS = 500
+
+
+def shortened(text: str) -> str:
+    """``text`` as an error message quotes it: its start alone, saying how much is left out,
+    when it is longer than ``MAX_QUOTED_CHARS``."""
+    if len(text) <= MAX_QUOTED_CHARS:
+        return text
+    return f'{text[:MAX_QUOTED_CHARS]}... ({len(text) - MAX_QUOTED_CHARS} more characters)'
+
+
 # gin appends '\n  In file "<path>", line <n>\n    <line text>' (or 'In bindings
 # string line <n>') to an error once per enclosing statement, innermost first.
 _LOCATION = re.compile(
@@ -469,7 +482,7 @@ def _where(
     if line:
         parts.append(f'line {line}')
     if text and text.strip():
-        parts.append(f'`{text.strip()}`')
+        parts.append(f'`{shortened(text.strip())}`')
     includers = list(failed_files[failed_files.index(file) + 1 :]) if file in failed_files else []
     where = ', '.join(parts + [f'included from {f}' for f in includers])
     if gin_param is not None:
@@ -565,7 +578,8 @@ def _check_value_types(bindings) -> None:
         example = '' if default is inspect.Parameter.empty else f' (its default is {default!r})'
         through = '' if macro is None else f', from %{macro}'
         raise ConfigError(
-            f'`{binding}` in {where} is {value!r} ({type(value).__name__}{through}), but '
+            f'`{binding}` in {where} is {shortened(repr(value))} ({type(value).__name__}'
+            f'{through}), but '
             f"'{statement.arg_name}' of '{statement.selector}' takes "
             f'{_type_text(annotation)}{example}. Fix the value.'
         )
@@ -583,7 +597,8 @@ def _check_values_written_back(bindings) -> None:
         binding = f'{scope}{statement.selector}.{statement.arg_name}'
         through = '' if macro is None else f' (from %{macro})'
         raise ConfigError(
-            f'`{binding}` in {_statement_where(statement, gin_param)} is {value!r}{through}, '
+            f'`{binding}` in {_statement_where(statement, gin_param)} is '
+            f'{shortened(repr(value))}{through}, '
             "which the run's config.gin cannot hold (gin writes it out as a name it cannot "
             'read back, so a resume would fail or run without it). Give a finite number (a '
             'large one stands for no bound, e.g. 1e30), or None where the parameter takes it '
@@ -592,9 +607,9 @@ def _check_values_written_back(bindings) -> None:
     for (name, selector), params in gin.config._CONFIG.items():
         if selector == 'gin.macro' and any(_not_finite(v) for v in _literals(params['value'])):
             raise ConfigError(
-                f"macro {name} is {params['value']!r}, which the run's config.gin cannot hold "
-                '(gin writes it out as a name it cannot read back, so a resume would fail). '
-                'Give a finite number.'
+                f"macro {name} is {shortened(repr(params['value']))}, which the run's "
+                'config.gin cannot hold (gin writes it out as a name it cannot read back, so '
+                'a resume would fail). Give a finite number.'
             )
 
 
@@ -788,7 +803,7 @@ def _statement_where(statement, gin_param: Optional[str]) -> str:
     location = statement.location
     where = f'file {location.filename}, line {location.line_num}'
     if location.line_content and location.line_content.strip():
-        where += f', `{location.line_content.strip()}`'
+        where += f', `{shortened(location.line_content.strip())}`'
     return where
 
 

@@ -314,6 +314,28 @@ def test_syntax_error_names_file_and_line(tmp_path):
     assert str(gin_file) in message and 'line 2' in message and 'my_fn.beta = )' in message
 
 
+@pytest.mark.parametrize(
+    'line, problem',
+    [
+        ("nope.y = '{}'", "Unknown configurable 'nope' in"),
+        ("my_fn.alpha = '{}", 'Cannot parse'),
+        ("widths.layers = '{}'", "(str), but 'layers' of 'widths' takes"),
+    ],
+    ids=['unknown_configurable', 'syntax_error', 'wrong_type'],
+)
+def test_a_line_of_megabytes_is_quoted_by_its_start_alone(tmp_path, line, problem):
+    # A file may hold up to MAX_CONFIG_BYTES: one line of it is not quoted whole.
+    line = line.format('a' * 2**21)
+    gin_file = _write(tmp_path / 'long.gin', f'my_fn.beta = 3\n{line}\n')
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(gin_file)])
+    message = str(info.value)
+    left_out = len(line) - config.MAX_QUOTED_CHARS
+    quoted = f'{line[: config.MAX_QUOTED_CHARS]}... ({left_out} more characters)'
+    assert f'file {gin_file}, line 2, `{quoted}`' in message, message[:2000]
+    assert problem in message and len(message) < 5 * config.MAX_QUOTED_CHARS, message[:5000]
+
+
 def test_unclosed_bracket_names_file(tmp_path):
     gin_file = _write(tmp_path / 'bad.gin', 'my_fn.alpha = [1,\n')
 
