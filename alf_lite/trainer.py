@@ -368,6 +368,9 @@ class Trainer:
         # The training scalars of the row at ``_env_steps`` that waits for its
         # evaluation; at a fresh start, the evaluation of the initial policy.
         self._pending_evaluation: Optional[dict] = {}
+        # The training scalars a checkpoint of the step of the pending evaluation keeps
+        # (``_save``'s ``train_scalars``), also one a signal in that evaluation writes.
+        self._evaluation_train_scalars: Optional[dict] = None
         # The env step where the iteration under way began; None between iterations.
         self._iteration_start: Optional[int] = None
         # Env steps of an iteration: unroll_length steps of every env.
@@ -545,7 +548,8 @@ class Trainer:
                     # As at any stop: a loss found non-finite on the device is reported,
                     # not checkpointed as a good state.
                     self._stop_on_deferred_non_finite_loss()
-                    self._save()
+                    pending = self._pending_evaluation is not None
+                    self._save(train_scalars=self._evaluation_train_scalars if pending else None)
                     raise TrainingInterrupted(e.signum) from None
                 except NonFiniteLossError as e:
                     self._stop_on_non_finite_loss(e)
@@ -607,6 +611,14 @@ class Trainer:
             # Kept with a checkpoint of this step, for a resume that ends the run here.
             train_scalars = dict(scalars)
             if _crossed(before, after, cfg.eval_interval) or done:
+                # Those of the checkpoint below, as a signal in the evaluation may write it.
+                self._evaluation_train_scalars = (
+                    train_scalars
+                    if summarising
+                    else self._train_scalars(
+                        *throughput.rates(after, self._num_updates, restart=False)
+                    )
+                )
                 with throughput.excluded():
                     self._evaluate_and_write(summary, scalars)
                 stopped = stop_here()
@@ -929,6 +941,7 @@ class Trainer:
         self._episode_stats.load(state.recent_returns, state.recent_lengths)
         self._last_eval = state.last_eval
         self._pending_evaluation = state.pending_evaluation
+        self._evaluation_train_scalars = state.train_scalars
         self._iteration_start = state.iteration_start
         self._iteration_trained = state.iteration_trained
         self._current_iteration_length = iteration_length
@@ -971,9 +984,10 @@ class Trainer:
             self._pending_evaluation = unevaluated_row(
                 self._run_dir.progress_file, self._env_steps, EVAL_RETURN
             )
-            if finished and self._pending_evaluation == {} and state.train_scalars:
-                # No summary was due here, but a run of this length summarises at its end.
-                self._pending_evaluation = dict(state.train_scalars)
+        if finished and self._pending_evaluation == {} and state.train_scalars:
+            # No summary was due here (also where a signal interrupted the evaluation), but
+            # a run of this length summarises at its end.
+            self._pending_evaluation = dict(state.train_scalars)
         if finished:
             logging.info(
                 'nothing left to train: the checkpoint is at %s%s',

@@ -981,6 +981,27 @@ def test_a_run_shortened_to_a_checkpoint_between_summaries_writes_its_final_row_
         assert [e.step for e in read_tensorboard(root / 'train')['critic_loss']] == [200, 300]
 
 
+def test_a_run_shortened_to_an_evaluation_a_signal_cut_short_between_summaries_writes_it_in_full(
+    tmp_path, monkeypatch
+):
+    # Evaluations every 100 steps, summaries every 200: a run of 100 summarises at its end,
+    # and one of 300 does not summarise at 100, where a signal interrupts its evaluation.
+    params = ['TrainerConfig.summary_interval = 200', 'TrainerConfig.eval_interval = 100']
+    whole, shortened = tmp_path / 'whole', tmp_path / 'shortened'
+    train_in_process(whole, *params, 'TrainerConfig.num_env_steps = 100')
+    real_evaluate = sigterm_during_the_second_evaluation(monkeypatch)  # the one at 100
+    with pytest.raises(TrainingInterrupted):
+        train_in_process(shortened, *params, 'TrainerConfig.num_env_steps = 300')
+    assert checkpoint_steps(shortened) == [100] and steps_in_csv(shortened) == [0]
+    monkeypatch.setattr(trainer_module, 'evaluate', real_evaluate)
+    train_in_process(shortened, *params, 'TrainerConfig.num_env_steps = 100')
+    # The evaluation at 100 with the training scalars that step had, kept by its checkpoint.
+    rows = {root: deterministic_rows(root) for root in (whole, shortened)}
+    assert [r['env_steps'] for r in rows[shortened]] == ['0', '100']
+    assert rows[shortened][-1]['train/critic_loss'] != ''
+    assert rows[shortened] == rows[whole]
+
+
 def test_a_resume_with_an_eval_interval_that_makes_its_checkpoint_an_evaluation_step_evaluates(
     tmp_path, read_tensorboard
 ):
