@@ -409,10 +409,11 @@ def _friendly_error(
     if isinstance(error, UntrustedCodeError):
         return error  # names its file and line
     if isinstance(error, ConfigError):
+        head = shortened(head)
         return ConfigError(head if where is None else f'{head} In {where}.')
     if isinstance(error, ImportError):
         return ConfigError(
-            f'Cannot import a module in {where}: {head}. Fix the module name in the '
+            f'Cannot import a module in {where}: {shortened(head)}. Fix the module name in the '
             'import line, or install the package that provides it.'
         )
     match = _UNKNOWN_REFERENCE.search(head) or _UNKNOWN_CONFIGURABLE.search(head)
@@ -426,8 +427,8 @@ def _friendly_error(
             else 'No registered configurable has a similar name.'
         )
         return ConfigError(
-            f"Unknown {kind} '{name}' in {where}. {hint} Fix the name, or import the module "
-            'that registers it (an `import` line at the top of the gin file).'
+            f"Unknown {kind} '{shortened(name)}' in {where}. {hint} Fix the name, or import the "
+            'module that registers it (an `import` line at the top of the gin file).'
         )
     match = _DENYLISTED_PARAMETER.search(head)
     if match:
@@ -448,10 +449,11 @@ def _friendly_error(
         closest = closest_names(param, valid)
         hint = f'Closest valid names: {quoted_names(closest)}. ' if closest else ''
         return ConfigError(
-            f"Configurable '{name}' has no configurable parameter '{param}' in {where}. {hint}"
+            f"Configurable '{name}' has no configurable parameter '{shortened(param)}' in {where}. "
+            f'{hint}'
             f'Its configurable parameters are: {", ".join(valid) or "none"}.'
         )
-    return ConfigError(f'Invalid gin config in {where}: {head}')
+    return ConfigError(f'Invalid gin config in {where}: {shortened(head)}')
 
 
 def _where(

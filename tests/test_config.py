@@ -336,6 +336,26 @@ def test_a_line_of_megabytes_is_quoted_by_its_start_alone(tmp_path, line, proble
     assert problem in message and len(message) < 5 * config.MAX_QUOTED_CHARS, message[:5000]
 
 
+@pytest.mark.parametrize(
+    'line, problem',
+    [
+        ('{}.y = 1', "Unknown configurable '{}"),
+        ('my_fn.{} = 1', "Configurable 'my_fn' has no configurable parameter '{}"),
+    ],
+    ids=['configurable', 'parameter'],
+)
+def test_a_name_of_megabytes_is_quoted_by_its_start_alone(tmp_path, line, problem):
+    name = 'a' * 2**21
+    gin_file = _write(tmp_path / 'long.gin', f'my_fn.beta = 3\n{line.format(name)}\n')
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(gin_file)])
+    message = str(info.value)
+    left_out = len(name) - config.MAX_QUOTED_CHARS
+    quoted = f'{name[: config.MAX_QUOTED_CHARS]}... ({left_out} more characters)'
+    assert problem.format(quoted) in message, message[:2000]
+    assert len(message) < 5 * config.MAX_QUOTED_CHARS, message[:5000]
+
+
 def test_unclosed_bracket_names_file(tmp_path):
     gin_file = _write(tmp_path / 'bad.gin', 'my_fn.alpha = [1,\n')
 
