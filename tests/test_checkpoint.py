@@ -1003,3 +1003,25 @@ def test_an_io_error_while_checking_the_model_file_is_no_damage(tmp_path, monkey
         ckpt.load_state(path)
     assert error.value.errno == errno.EIO and not isinstance(error.value, zipfile.BadZipFile)
     assert ckpt._failed_to_read(error.value)
+
+
+def test_an_io_error_reading_a_record_header_is_no_damage(tmp_path, monkeypatch):
+    # The disk fails under the first record's local header, which only the check of the
+    # central directory against the records reads before the records themselves.
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    model = os.path.join(path, ckpt.MODEL_FILE)
+
+    class FailingHeader(io.FileIO):
+        """The file, whose reads of bytes 4 to 30 (past the zip signature) fail."""
+
+        def read(self, size=-1):
+            start = self.tell()
+            end = float('inf') if size < 0 else start + size
+            if start < 30 and end > 4:
+                raise OSError(errno.EIO, 'Input/output error')
+            return super().read(size)
+
+    monkeypatch.setattr(ckpt, 'open', lambda file, mode='r': FailingHeader(file), raising=False)
+    with pytest.raises(OSError) as error:
+        ckpt._check_zip_records(model)
+    assert error.value.errno == errno.EIO and not isinstance(error.value, zipfile.BadZipFile)

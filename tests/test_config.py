@@ -397,6 +397,14 @@ def test_a_gin_file_larger_than_a_config_may_be_is_refused_unread(tmp_path):
     assert f'file {outer}, line 1' in str(info.value)
 
 
+def test_a_gin_file_of_the_largest_size_a_config_may_be_is_read(tmp_path):
+    binding = 'my_fn.alpha = 5\n'
+    largest = _write(tmp_path / 'config.gin', binding + '#' * (MAX_CONFIG_BYTES - len(binding)))
+    assert os.path.getsize(largest) == MAX_CONFIG_BYTES
+    config.parse_config([str(largest)], trust_imports=False)
+    assert my_fn() == (5, 2)
+
+
 def test_unknown_import_names_module_and_file(tmp_path):
     gin_file = _write(tmp_path / 'exp.gin', 'import no_such_module_xyz\n')
 

@@ -1002,6 +1002,52 @@ def test_a_run_shortened_to_an_evaluation_a_signal_cut_short_between_summaries_w
     assert rows[shortened] == rows[whole]
 
 
+def test_a_run_shortened_to_a_summary_checkpoint_without_its_progress_csv_writes_that_summary(
+    tmp_path,
+):
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    with open(tmp_path / 'progress.csv', newline='') as f:
+        written = {r['env_steps']: r for r in csv.DictReader(f)}
+    # A checkpoint keeps the training scalars of its step, not its evaluation's.
+    state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-400'))
+    assert written['400'][EVAL_RETURN] != ''
+    assert state['train_scalars'] == {
+        k: float(v) for k, v in written['400'].items() if k.startswith('train/')
+    }
+    shutil.rmtree(tmp_path / 'checkpoints' / 'ckpt-400')
+    summarised = written['300']
+    # Moved aside (as a damaged one is): the final row at 300 is all there is to write, with
+    # the training scalars of the summary there, rates included, kept by the checkpoint.
+    os.rename(tmp_path / 'progress.csv', tmp_path / 'progress.csv.damaged')
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    with open(tmp_path / 'progress.csv', newline='') as f:
+        rows = list(csv.DictReader(f))
+    assert [(r['env_steps'], r[EVAL_RETURN] != '') for r in rows] == [('300', True)]
+    trained = {k: v for k, v in summarised.items() if k.startswith('train/')}
+    assert 'train/env_steps_per_sec' in trained and trained['train/critic_loss'] != ''
+    assert {k: rows[0][k] for k in trained} == trained
+
+
+def test_a_resume_that_makes_its_checkpoint_between_summaries_an_evaluation_step_adds_no_summary(
+    tmp_path,
+):
+    # Summaries every 200 steps: the run is killed after its checkpoint at 100, between two.
+    params = ['TrainerConfig.summary_interval = 200']
+    train_in_process(tmp_path, *params, 'TrainerConfig.num_env_steps = 300')
+    for step in (200, 300):
+        shutil.rmtree(tmp_path / 'checkpoints' / f'ckpt-{step}')
+    # Resumed with evaluations every 50: 100 is one, but no summary is due there.
+    resumed = ['TrainerConfig.num_env_steps = 200', 'TrainerConfig.eval_interval = 50']
+    train_in_process(tmp_path, *params, *resumed)
+    rows = deterministic_rows(tmp_path)
+    assert [(r['env_steps'], r[EVAL_RETURN] != '', r['train/critic_loss'] != '') for r in rows] == [
+        ('0', True, False),
+        ('100', True, False),
+        ('150', True, False),
+        ('200', True, True),
+    ]
+
+
 def test_a_resume_with_an_eval_interval_that_makes_its_checkpoint_an_evaluation_step_evaluates(
     tmp_path, read_tensorboard
 ):

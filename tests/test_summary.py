@@ -743,6 +743,28 @@ def test_a_progress_csv_that_cannot_be_read_is_named_and_left_as_it_is(tmp_path)
     assert path.read_text() == text
 
 
+def test_a_progress_csv_that_cannot_be_opened_is_named_and_left_as_it_is(tmp_path):
+    path = tmp_path / 'progress.csv'
+    path.mkdir()
+    with pytest.raises(summary_module.ProgressCsvError) as error:
+        summary_module.last_env_steps(str(path))
+    assert str(error.value).startswith(f'cannot read {path}: [Errno 21] Is a directory')
+    assert 'train reads it to continue the run' in str(error.value)
+    with pytest.raises(summary_module.ProgressCsvError, match='Is a directory'):
+        ProgressCsv(str(path), max_env_steps=100)
+    assert path.is_dir() and not os.listdir(path)
+
+
+def test_last_env_steps_counts_a_row_at_step_0_and_none_of_a_table_without_env_steps(
+    tmp_path,
+):
+    path = tmp_path / 'progress.csv'
+    path.write_text('env_steps,eval/AverageReturn\n0,-3.5\n')
+    assert summary_module.last_env_steps(str(path)) == 0
+    path.write_text('step,eval/AverageReturn\n100,-3.5\n')
+    assert summary_module.last_env_steps(str(path)) is None
+
+
 def test_progress_csv_widened_on_a_full_disk_keeps_the_rows_written_before(
     tmp_path, monkeypatch, read_progress
 ):

@@ -870,6 +870,30 @@ def test_env_steps_per_sec_leaves_out_evaluations_and_checkpoints(tmp_path, monk
     assert len(speeds) == 3 and min(speeds) > 10, speeds
 
 
+def test_a_checkpoint_between_summaries_leaves_the_next_summarys_rates_whole(tmp_path):
+    # Updates from 100 env steps on, a checkpoint every 100 and a summary every 200: each
+    # summary's rates cover the 200 env steps since the one before (checkpoint included),
+    # so updates per env step are those num_updates counts over them.
+    train(
+        tmp_path,
+        'TrainerConfig.num_env_steps = 400',
+        'TrainerConfig.initial_collect_steps = 100',
+        'TrainerConfig.summary_interval = 200',
+        'TrainerConfig.eval_interval = 1000',
+        'TrainerConfig.checkpoint_interval = 100',
+        'TrainerConfig.num_eval_episodes = 1',
+    )
+    rows = read_csv(tmp_path / 'progress.csv', drop=())
+    summaries = [r for r in rows if r['train/env_steps_per_sec']]
+    assert [r['env_steps'] for r in summaries] == ['200', '400']
+    before = 0
+    for row in summaries:
+        updates = int(row['num_updates']) - before
+        ratio = float(row['train/updates_per_sec']) / float(row['train/env_steps_per_sec'])
+        assert updates > 0 and ratio == pytest.approx(updates / 200, rel=1e-9), row['env_steps']
+        before = int(row['num_updates'])
+
+
 def test_auto_device_is_the_cpu_without_a_gpu_and_each_run_records_its_device(tmp_path):
     params = ['TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 4']
     train(tmp_path / 'default', *params)
