@@ -586,8 +586,9 @@ class Trainer:
                 self._evaluate_and_write(summary, dict(self._pending_evaluation))
             stopped = stop_here()
             if stopped or self._env_steps >= cfg.num_env_steps:
-                # Its row is written: the checkpoint no longer holds it as pending.
-                self._save()
+                # Its row is written: the checkpoint no longer holds it as pending, and
+                # keeps the training scalars it held.
+                self._save(train_scalars=self._evaluation_train_scalars)
         # An iteration a signal cut short is finished first, also one that ends past
         # num_env_steps, as one begun where it began: the summaries, evaluations and
         # checkpoints due in it come at its end.

@@ -1026,6 +1026,12 @@ def test_a_run_shortened_to_a_summary_checkpoint_without_its_progress_csv_writes
     trained = {k: v for k, v in summarised.items() if k.startswith('train/')}
     assert 'train/env_steps_per_sec' in trained and trained['train/critic_loss'] != ''
     assert {k: rows[0][k] for k in trained} == trained
+    # The checkpoint rewritten with that row keeps them: moved aside once more, the same row.
+    os.rename(tmp_path / 'progress.csv', tmp_path / 'progress.csv.second')
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    with open(tmp_path / 'progress.csv', newline='') as f:
+        again = list(csv.DictReader(f))
+    assert [{k: r[k] for k in trained} for r in again] == [trained]
 
 
 def test_a_resume_that_makes_its_checkpoint_between_summaries_an_evaluation_step_adds_no_summary(
