@@ -26,7 +26,12 @@ from absl import logging
 
 from alf_lite.config import sync_directory
 from alf_lite.device import available_cpu_memory
-from alf_lite.run_dir import checkpoint_env_steps, checkpoint_name, list_checkpoints
+from alf_lite.run_dir import (
+    SUMMARY_MODES,
+    checkpoint_env_steps,
+    checkpoint_name,
+    list_checkpoints,
+)
 from alf_lite.seeding import global_rng_state, set_global_rng_state
 
 MODEL_FILE = 'model.pt'
@@ -804,6 +809,9 @@ def check_trainer_state(path: str, state: dict) -> None:
         # A bool is an int to isinstance: refused where a count is expected.
         if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
             raise CorruptCheckpointError(f'{model}: {field} is {value!r:.80}, of the wrong type')
+    problem = _values_problem(state)
+    if problem is not None:
+        raise CorruptCheckpointError(f'{model}: {problem}')
     if state.env_steps < 0 or state.num_updates < 0:
         raise CorruptCheckpointError(
             f'{model}: negative counters {state.env_steps}, {state.num_updates}'
@@ -845,6 +853,30 @@ def check_trainer_state(path: str, state: dict) -> None:
         # The trainer writes none (``Trainer._save``): every update from them would be NaN,
         # or leave the weight they belong to where it is.
         raise CorruptCheckpointError(f'{model}: optimizer state {bad} holds NaN or inf')
+
+
+def _is_number(value) -> bool:
+    """An int or float (not a bool): what a summary scalar or an episode's figure is."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _values_problem(state: TrainerState) -> Optional[str]:
+    """What of ``state``'s episode figures and summary scalars is not as a trainer writes
+    them (a number each; scalars named ``<mode>/<name>`` for a mode of ``SUMMARY_MODES``),
+    which a resume would write into progress.csv and the event files, or average; None when
+    all are."""
+    for field in ('recent_returns', 'recent_lengths'):
+        for value in getattr(state, field):
+            if not _is_number(value):
+                return f'{field} holds {value!r:.80}, not a number'
+    for field in ('last_eval', 'pending_evaluation', 'train_scalars'):
+        for key, value in (getattr(state, field) or {}).items():
+            mode, _, name = key.partition('/') if isinstance(key, str) else ('', '', '')
+            if mode not in SUMMARY_MODES or not name:
+                return f'{field} holds the key {key!r:.80}, no summary scalar name'
+            if not _is_number(value):
+                return f'{field} holds {value!r:.80} for {key:.80}, not a number'
+    return None
 
 
 def first_non_finite_optimizer_state(optimizers: dict) -> Optional[str]:

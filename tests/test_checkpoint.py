@@ -777,6 +777,13 @@ def valid_trainer_state():
 def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
     state = valid_trainer_state()
     ckpt.check_trainer_state(str(tmp_path), state._asdict())  # valid as it is
+    # As a trainer writes them: byte counts are ints, a figure of no episode NaN.
+    scalars = {'train/replay_buffer_bytes': 2500000, 'train/AverageReturn': float('nan')}
+    written = state._replace(
+        recent_returns=[-3.5, 2], recent_lengths=[200], last_eval={'eval/AverageReturn': -1.0}
+    )
+    for field in ('pending_evaluation', 'train_scalars'):
+        ckpt.check_trainer_state(str(tmp_path), written._replace(**{field: scalars})._asdict())
     with pytest.raises(ckpt.CorruptCheckpointError, match='negative counters 40, -1'):
         ckpt.check_trainer_state(str(tmp_path), state._replace(num_updates=-1)._asdict())
 
@@ -793,6 +800,18 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         ({'iteration_trained': 1}, 'iteration_trained is 1, of the wrong type'),
         ({'iteration_length': 0}, 'iteration_length 0 < 1'),
         ({'train_scalars': [1.0]}, 'train_scalars is [1.0], of the wrong type'),
+        ({'recent_returns': [1.0, 'a']}, "recent_returns holds 'a', not a number"),
+        ({'recent_lengths': [True]}, 'recent_lengths holds True, not a number'),
+        (
+            {'train_scalars': {'train/critic_loss': 'abc'}},
+            "train_scalars holds 'abc' for train/critic_loss, not a number",
+        ),
+        (
+            {'pending_evaluation': {'env_steps': 7}},
+            "pending_evaluation holds the key 'env_steps', no summary scalar name",
+        ),
+        ({'last_eval': {3: 1.0}}, 'last_eval holds the key 3, no summary scalar name'),
+        ({'last_eval': {'eval/': 1.0}}, "last_eval holds the key 'eval/', no summary scalar name"),
     ],
     ids=[
         'negative_env_steps',
@@ -804,6 +823,12 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         'int_iteration_trained',
         'zero_iteration_length',
         'train_scalars',
+        'text_return',
+        'bool_length',
+        'text_scalar',
+        'column_of_its_own',
+        'int_key',
+        'empty_name',
     ],
 )
 def test_check_trainer_state_names_the_file_and_its_problem(tmp_path, damage, problem):
