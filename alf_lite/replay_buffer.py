@@ -547,6 +547,18 @@ class ReplayBuffer:
                 "ReplayBuffer.load_state_dict: 'step_type' holds values other than "
                 f'FIRST ({StepType.FIRST}), MID ({StepType.MID}) and LAST ({StepType.LAST})'
             )
+        # The trainer stores no NaN or inf (the envs' outputs and the actions are checked
+        # finite): one in a loaded buffer would make the losses non-finite. Reductions again.
+        for name, (sources, _) in copies.items():
+            floating = self._storage[name].is_floating_point()  # the sources' dtype, checked
+            for env, source in enumerate(sources if floating else ()):
+                if source.numel() and not (
+                    torch.isfinite(source.max()) and torch.isfinite(source.min())
+                ):
+                    raise ValueError(
+                        f"ReplayBuffer.load_state_dict: '{name}' of env {env} holds NaN or "
+                        'inf, which no collected step has'
+                    )
         for name, target in self._storage.items():
             sources, n = copies[name]
             for env, source in enumerate(sources):

@@ -408,6 +408,23 @@ def test_load_state_dict_rejects_a_field_of_the_right_shape_but_another_dtype():
         )
 
 
+@pytest.mark.parametrize('name', ['observation', 'action', 'reward', 'discount'])
+@pytest.mark.parametrize('value', [float('nan'), float('inf'), -float('inf')])
+def test_load_state_dict_rejects_a_row_no_collected_step_has_naming_its_field(name, value):
+    # The envs' outputs and the actions are checked finite before they are stored.
+    state = _filled(num_envs=3, length=5, num_added=2).state_dict()
+    crafted = dict(state, **{name: [rows.clone() for rows in state[name]]})
+    crafted[name][2][1] = value
+    target = _filled(num_envs=3, length=5, num_added=4)
+    before = {field: stored.clone() for field, stored in target.storage.items()}
+    with pytest.raises(ValueError, match=f"'{name}' of env 2 holds NaN or inf"):
+        target.load_state_dict(crafted)
+    for field, stored in target.storage.items():  # nothing copied
+        assert torch.equal(stored, before[field]), field
+    assert target.total_added == 4
+    ReplayBuffer(3, 5, 2, 2).load_state_dict(state)  # as saved, it loads
+
+
 def test_load_state_dict_rejects_a_negative_total_added():
     state = _filled(num_envs=3, length=5, num_added=2).state_dict()
     target = ReplayBuffer(3, 5, 2, 2)
