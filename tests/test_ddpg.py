@@ -10,10 +10,16 @@ import torch.nn as nn
 
 import alf_lite.all_configurables  # noqa: F401
 from alf_lite.algorithms import DdpgAlgorithm, GaussianNoise, OUNoise
+from alf_lite.algorithms.ddpg import sum_of_squared_weights
 from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
 from alf_lite.data import Experience, StepType, TimeStep
-from alf_lite.networks import BatchedBatchNorm1d, CriticNetwork, DeterministicActorNetwork
+from alf_lite.networks import (
+    BatchedBatchNorm1d,
+    BatchedLinear,
+    CriticNetwork,
+    DeterministicActorNetwork,
+)
 from alf_lite.trainer import Trainer, TrainerConfig
 
 F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
@@ -602,3 +608,43 @@ def test_value_step_is_the_mean_of_the_critic_replicas():
 def test_policy_update_period_below_1_is_refused_naming_it():
     with pytest.raises(ValueError, match=r'policy_update_period must be an integer >= 1, got 0'):
         DdpgAlgorithm(observation_dim=3, action_dim=2, policy_update_period=0)
+
+
+def test_a_negative_l2_weight_decay_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r'critic_l2_weight_decay must be >= 0, got -0.01'):
+        DdpgAlgorithm(observation_dim=3, action_dim=2, critic_l2_weight_decay=-0.01)
+
+
+def test_the_l2_penalty_covers_the_weights_of_plain_and_batched_linear_layers():
+    # A critic of nn.Linear layers is penalised as CriticNetwork's BatchedLinear ones are.
+    plain, batched = nn.Linear(2, 3), BatchedLinear(3, 1, num_replicas=2)
+    critic = nn.Sequential(plain, nn.BatchNorm1d(3), batched)
+    expected = plain.weight.square().sum() + batched.weight.square().sum()
+    assert torch.allclose(sum_of_squared_weights(critic), expected, rtol=1e-6, atol=0)
+
+
+def test_the_ou_state_goes_through_rollout_state_per_env_and_a_misfit_is_refused():
+    def ddpg():
+        return DdpgAlgorithm(
+            observation_dim=1,
+            action_dim=2,
+            actor_network_ctor=ConstantActor,
+            exploration_noise=OUNoise(theta=0.15, sigma=0.3, dt=0.5),
+        )
+
+    def step(step_type):
+        types = torch.full((3,), step_type, dtype=torch.uint8)
+        return TimeStep(types, torch.zeros(3, 1), torch.zeros(3), torch.ones(3), torch.zeros(3))
+
+    saved = ddpg()
+    saved.rollout_step(step(F))
+    saved.rollout_step(step(M))
+    state = saved.rollout_state()
+    resumed = ddpg()
+    resumed.load_rollout_state(state, num_envs=3)
+    torch.manual_seed(0)
+    expected = saved.rollout_step(step(M))
+    torch.manual_seed(0)
+    assert torch.equal(resumed.rollout_step(step(M)), expected)
+    with pytest.raises(ValueError, match='not a float tensor of shape'):
+        ddpg().load_rollout_state(state, num_envs=2)

@@ -42,9 +42,15 @@ def test_critic_replicas_start_different_and_learn_independently():
 
 def test_critic_computes_only_the_requested_replicas():
     torch.manual_seed(0)
-    for batch_norm in (False, True):
+    # With action_input_layer 0 batch norm normalises the observation alone.
+    for batch_norm, action_input_layer in ((False, 1), (True, 1), (True, 0)):
         critic = CriticNetwork(
-            3, 2, num_replicas=2, hidden_layers=(8, 8), action_input_layer=1, batch_norm=batch_norm
+            3,
+            2,
+            num_replicas=2,
+            hidden_layers=(8, 8),
+            action_input_layer=action_input_layer,
+            batch_norm=batch_norm,
         )
         obs, act = torch.randn(6, 3), torch.randn(6, 2)
         full = critic(obs, act)

@@ -2,19 +2,21 @@
 update settings."""
 
 import functools
+import math
 
 import pytest
 import torch
 
 from alf_lite.algorithms.ddpg import DdpgAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import (
+    NonFiniteLossError,
     OffPolicyAlgorithm,
     check_update_settings,
     loss_mask,
 )
 from alf_lite.algorithms.sac import SacAlgorithm
 from alf_lite.algorithms.td3 import Td3Algorithm
-from alf_lite.data import StepType, TimeStep
+from alf_lite.data import Experience, StepType, TimeStep
 from alf_lite.networks import CriticNetwork, DeterministicActorNetwork, TanhNormalActorNetwork
 from test_ddpg import random_batch
 
@@ -41,6 +43,45 @@ def test_the_ends_of_the_ranges_are_accepted(gamma, target_update_tau):
     # gamma 0 learns the immediate reward, gamma 1 the undiscounted return;
     # tau 1 makes each target update a copy.
     check_update_settings(gamma, target_update_tau, target_update_period=1, policy_update_period=1)
+
+
+@pytest.mark.parametrize(
+    'gamma, target_update_tau, message',
+    [
+        (-0.01, 0.5, 'gamma must be in [0, 1], got -0.01'),
+        (1.01, 0.5, 'gamma must be in [0, 1], got 1.01'),
+        (0.99, 0.0, 'target_update_tau must be in (0, 1], got 0.0'),
+        (0.99, 1.01, 'target_update_tau must be in (0, 1], got 1.01'),
+    ],
+)
+def test_values_just_past_the_ends_of_the_ranges_are_refused(gamma, target_update_tau, message):
+    # tau 0 would leave the targets at their initial values for ever.
+    with pytest.raises(ValueError) as raised:
+        check_update_settings(gamma, target_update_tau, target_update_period=1)
+    assert str(raised.value) == message
+
+
+def test_an_infinite_loss_raises_before_its_step():
+    algorithm = OneWeight()
+    with pytest.raises(NonFiniteLossError, match='the w loss is inf'):
+        algorithm.optimizer_step('w', algorithm.w + math.inf)
+    assert algorithm.w.item() == 0.0 and algorithm.w.grad is None
+
+
+@pytest.mark.parametrize('mask_out_loss_for_last_step', [True, False])
+def test_a_first_row_after_any_row_but_last_is_never_trained_into(mask_out_loss_for_last_step):
+    # MID -> FIRST is where a resumed run restarted its envs mid-episode: no
+    # transition, whatever the setting. LAST -> FIRST is the episode boundary the
+    # setting is about.
+    F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
+    step_type = torch.tensor([[F, M, F, M, L, F, M]], dtype=torch.uint8)
+    batch = Experience(
+        step_type, torch.zeros(1, 7, 1), torch.zeros(1, 7, 1), torch.zeros(1, 7), torch.ones(1, 7)
+    )
+    boundary = 0.0 if mask_out_loss_for_last_step else 1.0
+    assert loss_mask(batch, mask_out_loss_for_last_step).tolist() == [
+        [1.0, 0.0, 1.0, 1.0, boundary, 1.0]
+    ]
 
 
 @pytest.mark.parametrize('name', ['target_update_period', 'policy_update_period'])

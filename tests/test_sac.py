@@ -57,6 +57,13 @@ class StateActor(nn.Module):
         return self.forward(observation), -observation.sum(-1) + 0 * self.a.sum()
 
 
+class LogProbActor(FixedActor):
+    """Always samples action 0, with log-probability ``b``: a parameter, 0 at first."""
+
+    def sample(self, observation, noise=None):
+        return self.forward(observation), self.bias.sum().expand(observation.shape[0])
+
+
 class ActionCritic(SumCritic):
     """``Q_i(s, a) = c_i + sum(s) + w_i * sum(a)`` with ``c = (1, 2)`` and fixed ``w = (1, 3)``."""
 
@@ -239,6 +246,21 @@ def test_the_actor_gradient_flows_through_the_sampled_action_into_the_smaller_cr
     c1 = sac._critic.c[1].item()
     assert out['actor_loss'].item() == pytest.approx(-0.5 - (c1 - 2.5), abs=1e-6)
     assert sac._actor.a.item() == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize('resample', [False, True])
+def test_the_actor_loss_descends_the_entropy_term_through_the_log_probability(resample):
+    # alpha * log pi - min_i Q_i with log pi = b and critics that ignore the action:
+    # d(actor loss)/db = alpha = 2, so one SGD step at lr 1 moves b from 0 to -2.
+    batch = windows([[(F, 0.5, 0.0, 1.0), (M, 1.0, 1.0, 1.0)]])
+    sac = make_sac(
+        actor_network_ctor=LogProbActor,
+        initial_log_alpha=math.log(2.0),
+        resample_action_per_loss=resample,
+        actor_optimizer=lambda params: torch.optim.SGD(params, lr=1.0),
+    )
+    sac.train_step(batch, loss_mask(batch))
+    assert sac._actor.bias.item() == pytest.approx(-2.0)
 
 
 def test_summaries_cover_only_the_transitions_trained_on():
@@ -489,8 +511,9 @@ def test_tanh_normal_log_prob_stays_exact_where_tanh_saturates():
     actor = TanhNormalActorNetwork(2, 1, hidden_layers=(8,))
     obs = torch.randn(1, 2).expand(9, 2)
     mean, log_std = actor._mean_and_log_std(obs[:1])
-    # Pre-tanh values up to +-18, where tanh(u) rounds to +-1 in float32.
-    u = torch.tensor([-18.0, -12.0, -6.0, -1.0, 0.0, 1.0, 6.0, 12.0, 18.0]).unsqueeze(1)
+    # Pre-tanh values up to +-18, where tanh(u) rounds to +-1 in float32, and +-50,
+    # where exp(2 |u|) overflows it.
+    u = torch.tensor([-50.0, -18.0, -6.0, -1.0, 0.0, 1.0, 6.0, 18.0, 50.0]).unsqueeze(1)
     noise = (u - mean) / log_std.exp()
     _, log_prob = actor.sample(obs, noise=noise)
     # In float64: log(1 - tanh(u)^2) = log 4 - 2 log(e^u + e^-u).

@@ -47,7 +47,8 @@ def hand_td3(**kwargs):
 
 
 def test_smoothing_noise_is_clipped_and_target_actions_stay_in_range():
-    for value in (0.0, 0.9):
+    # From -0.9 the lower action bound cuts; the last value, 0.9, is counted below.
+    for value in (0.0, -0.9, 0.9):
         td3 = hand_td3(
             actor_network_ctor=functools.partial(ConstantActor, value=value),
             target_policy_noise=1.0,
@@ -59,7 +60,7 @@ def test_smoothing_noise_is_clipped_and_target_actions_stay_in_range():
         torch.manual_seed(0)
         action = td3._target_action(obs)
         assert torch.equal(action, (value + z.clamp(-0.5, 0.5)).clamp(-1.0, 1.0))
-        assert action.min() >= value - 0.5 - 1e-6 and action.max() <= min(value + 0.5, 1.0)
+        assert action.min() >= value - 0.5 - 1e-6 and action.max() <= min(value + 0.5, 1.0) + 1e-6
     # From 0.9: P(z < -0.5) = 0.31 of the noise is cut at -0.5; P(z > 0.1) = 0.46 of
     # the actions at the upper action bound.
     assert (action < 0.4 + 1e-6).float().mean().item() == pytest.approx(0.31, abs=0.02)
@@ -302,3 +303,11 @@ def test_halfcheetah_examples_paper_block_gives_the_papers_settings(tmp_path):
     td3 = config.algorithm_ctor(observation_dim=17, action_dim=6)
     assert [layer.weight.shape[-1] for layer in td3._critic._layers] == [400, 300, 1]
     assert [o.defaults['lr'] for o in td3.optimizers.values()] == [1e-3, 1e-3]
+
+
+@pytest.mark.parametrize(
+    'kwargs', [dict(target_policy_noise=-0.1), dict(target_policy_noise_clip=-0.5)]
+)
+def test_a_negative_smoothing_noise_or_clip_is_refused(kwargs):
+    with pytest.raises(ValueError, match='target_policy_noise and target_policy_noise_clip'):
+        Td3Algorithm(observation_dim=3, action_dim=2, **kwargs)
