@@ -6,11 +6,12 @@ resume in test_trainer.py.
 
 import gymnasium
 import numpy as np
+import pytest
 import torch
 
 from alf_lite.collector import Collector
 from alf_lite.data import StepType
-from alf_lite.environments import create_environment
+from alf_lite.environments import EpisodeReplayError, create_environment, episode_replay
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.replay_buffer import ReplayBuffer
 from test_environments import EchoEnv  # registers the alf_test/ envs
@@ -27,6 +28,12 @@ class ListedPolicy(torch.nn.Module):
     def rollout_step(self, time_step):
         self.calls.append((self.training, time_step))
         return self._actions[len(self.calls) - 1].clone()
+
+    def rollout_state(self):
+        return {}
+
+    def load_rollout_state(self, state, num_envs):
+        pass
 
 
 def make_collector(env, policy, initial_collect_steps=0):
@@ -152,3 +159,78 @@ def test_rows_keep_each_steps_discount_and_the_policy_gets_the_step_types_stored
     assert torch.equal(stored['discount'], (~terminated).float())
     given = torch.stack([time_step.step_type for _, time_step in policy.calls], dim=1)
     assert torch.equal(given, stored['step_type'])
+
+
+def pendulum_collection_state(num_steps=4):
+    """``Collector.state()`` after ``num_steps`` steps of 2 Pendulum envs seeded 10 and 11."""
+    policy = ListedPolicy([torch.full((2, 1), 0.5)] * num_steps)
+    with create_environment('Pendulum-v1', 2) as env:
+        collector, _, _ = make_collector(env, policy)
+        collector.reset([10, 11])
+        collect(collector, num_steps)
+        return collector.state()
+
+
+def one_element_of_one_envs_observation(time_step):
+    time_step['observation'][1, 2] += 1
+
+
+def a_termination_of_env_0(time_step):
+    time_step['discount'][0] = 0.0
+
+
+def reward_as_float64(time_step):
+    time_step['reward'] = time_step['reward'].double()
+
+
+def reward_on_the_meta_device(time_step):
+    time_step['reward'] = torch.empty(2, device='meta')
+
+
+@pytest.mark.parametrize(
+    'damage, message',
+    [
+        (
+            one_element_of_one_envs_observation,
+            r"Environment 'Pendulum-v1' \(env 1 of 2\) replayed its episode to another "
+            'observation than the saved one',
+        ),
+        (
+            a_termination_of_env_0,
+            r"Environment 'Pendulum-v1' \(env 0 of 2\) replayed its episode to another discount",
+        ),
+        (
+            reward_as_float64,
+            r'the saved reward is a torch.float64 tensor of shape \(2,\), not torch.float32',
+        ),
+        (reward_on_the_meta_device, 'the collection state has as time_step the dict'),
+    ],
+    ids=['observation', 'discount', 'dtype', 'meta'],
+)
+def test_a_restore_to_another_time_step_than_the_saved_one_is_refused(damage, message):
+    state = pendulum_collection_state()
+    with create_environment('Pendulum-v1', 2) as env:
+        collector, _, _ = make_collector(env, ListedPolicy([]))
+        collector.restore(pendulum_collection_state())
+        restored = collector.state()['time_step']
+        for name, value in state['time_step'].items():
+            assert torch.equal(restored[name], value), name
+        damage(state['time_step'])
+        with pytest.raises(EpisodeReplayError, match=message):
+            make_collector(env, ListedPolicy([]))[0].restore(state)
+
+
+def test_envs_closed_or_past_what_a_record_holds_leave_no_collection_state(monkeypatch):
+    policy = ListedPolicy([torch.zeros(2, 1)] * 3)
+    with create_environment('Pendulum-v1', 2) as env:
+        collector, _, _ = make_collector(env, policy)
+        collector.reset([10, 11])
+        collect(collector, 2)
+        assert collector.state() is not None
+        monkeypatch.setattr(episode_replay, 'MAX_RECORDED_STEPS', 2)
+        collect(collector, 1)
+        assert collector.state() is None
+        monkeypatch.undo()
+        collector.reset([12, 13])
+        assert collector.state() is not None
+    assert collector.state() is None

@@ -528,6 +528,21 @@ def test_device_sampling_reaches_all_valid_windows_uniformly():
         assert 850 < pairs.count(pair) < 1150, pair
 
 
+def test_device_sampling_draws_each_window_from_the_whole_index_range():
+    # One draw from the device's generator over a range so wide that its
+    # remainder modulo the 15 (env, start) pairs is uniform to within 2^-40.
+    num_envs, length, num_added, batch_length = 3, 7, 20, 3
+    rb = _filled(num_envs, length, num_added)
+    torch.manual_seed(11)
+    batch = rb.sample_on_device(batch_size=64, batch_length=batch_length)
+    torch.manual_seed(11)
+    starts = length - batch_length + 1
+    flat = torch.randint(1 << 62, (64,)) % (num_envs * starts)
+    oldest = num_added - length
+    assert torch.equal(batch.observation[:, 0, 0], (flat // starts).float())
+    assert torch.equal(batch.observation[:, 0, 1], (oldest + flat % starts).float())
+
+
 def test_device_sampling_reads_the_write_head_from_the_device():
     # The counter it reads is a tensor that add_batch and load_state_dict
     # update: the same call (as a captured graph would replay it) sees new rows.
@@ -541,14 +556,16 @@ def test_device_sampling_reads_the_write_head_from_the_device():
     _check_windows(other.sample_on_device(200, 3), total_added=9, length=4)
 
 
-def test_storage_goes_to_the_training_device_when_it_fits_else_to_the_cpu(monkeypatch):
+def test_storage_goes_to_the_training_device_when_it_fits_else_to_the_cpu(monkeypatch, caplog):
     free = {}
     monkeypatch.setattr(rb_module, 'free_memory_bytes', lambda d: free[d.type])
     cuda, cpu = torch.device('cuda', 0), torch.device('cpu')
     free.update(cuda=1000, cpu=1000)
     assert rb_module.storage_device(800, cuda)[0] == cuda
     free.update(cuda=999)
-    assert rb_module.storage_device(800, cuda) == (cpu, {cuda: 999, cpu: 1000})
+    with caplog.at_level(logging.INFO):
+        assert rb_module.storage_device(800, cuda) == (cpu, {cuda: 999, cpu: 1000})
+    assert '800 bytes do not fit in cuda:0 (999 bytes free); it goes to cpu' in caplog.text
     free.update(cpu=999)
     assert rb_module.storage_device(800, cuda)[0] is None
     # A CPU learner keeps its buffer on the CPU; an explicit device is the only candidate.
@@ -601,6 +618,20 @@ def test_refusal_names_the_longest_length_that_fits_on_the_roomiest_device(monke
     message = str(info.value)
     assert 'of that (150 bytes) may be used' in message
     assert 'at most 2 fits with 2 envs' in message
+
+
+def test_a_refusal_names_reserved_memory_only_of_a_device_it_considered(monkeypatch):
+    # A buffer asked for on the CPU of a GPU learner: the GPU's reserved bytes
+    # take nothing from the CPU figure, and the message says nothing of them.
+    free = {'cuda': 10**9, 'cpu': 100}
+    monkeypatch.setattr(rb_module, 'free_memory_bytes', lambda d: free[d.type])
+    with pytest.raises(ReplayBufferTooLargeError) as info:
+        ReplayBuffer(
+            2, 10, 3, 2, device='cpu', training_device=torch.device('cuda', 0), reserved_bytes=50
+        )
+    message = str(info.value)
+    assert 'only 100 bytes (0.00 GiB) on cpu are available' in message
+    assert 'optimizer state' not in message
 
 
 def test_explicit_gpu_buffer_without_a_gpu_is_refused(monkeypatch):

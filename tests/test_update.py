@@ -124,6 +124,45 @@ def test_the_work_a_graph_captures_reads_nothing_back_to_the_host(name):
         assert syncs.count == 0
 
 
+def test_the_work_a_graph_captures_samples_windows_of_the_mini_batch_size_and_length():
+    batches = []
+
+    def mask(batch):
+        batches.append(batch)
+        return loss_mask(batch)
+
+    rb = filled_buffer()
+    run = UpdateRunner(make('sac'), rb, mini_batch_size=5, mini_batch_length=3, loss_mask_fn=mask)
+    run._step(None)
+    (batch,) = batches
+    assert batch.observation.shape == (5, 3, OBS_DIM) and batch.action.shape == (5, 3, ACTION_DIM)
+    for field in (batch.step_type, batch.reward, batch.discount):
+        assert field.shape == (5, 3)
+
+
+def test_a_buffer_that_delivers_batches_to_another_device_is_refused():
+    rb = ReplayBuffer(
+        NUM_ENVS, 40, OBS_DIM, ACTION_DIM, device='cpu', training_device=torch.device('cuda', 0)
+    )
+    with pytest.raises(ValueError, match='delivers batches to cuda:0, the algorithm is on cpu'):
+        runner(make('sac'), rb)
+
+
+def test_an_optimizer_a_graph_cannot_capture_is_refused_naming_it():
+    algorithm = make('sac')
+    run = runner(algorithm, filled_buffer())
+    run._make_optimizers_capturable()
+    assert all(
+        group['capturable']
+        for optimizer in algorithm.optimizers.values()
+        for group in optimizer.param_groups
+    )
+    name = next(iter(algorithm.optimizers))
+    algorithm.optimizers[name] = torch.optim.SGD(algorithm.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match=f'the {name} optimizer \\(SGD\\) cannot be captured'):
+        run._make_optimizers_capturable()
+
+
 def test_captured_rollout_on_the_cpu_is_refused():
     from alf_lite.collector import Collector
 
@@ -165,3 +204,28 @@ def test_an_update_after_collection_trains_in_training_mode():
     update_both(plain, run, rb, 3)
     assert algorithm.training
     assert_same_state(plain, algorithm)
+
+
+def test_a_capture_collects_cycles_first_and_leaves_a_disabled_collector_disabled(monkeypatch):
+    import contextlib
+    import gc
+
+    from alf_lite import update
+
+    events = []
+
+    @contextlib.contextmanager
+    def graph(g):  # stands in for torch.cuda.graph, which needs a GPU
+        events.append('capture')
+        yield
+
+    monkeypatch.setattr(torch.cuda, 'graph', graph)
+    monkeypatch.setattr(gc, 'collect', lambda *args: events.append('collect'))
+    gc.disable()
+    try:
+        with update.capture('g'):
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert events == ['collect', 'capture']
