@@ -1011,19 +1011,26 @@ def test_a_large_model_file_is_checked_without_holding_it_in_memory(tmp_path):
         assert peak < size / 8, (crc_error, peak)
 
 
+def failing_reads(fails):
+    """An ``open`` of files whose reads of bytes ``[start, end)`` fail with EIO where
+    ``fails(start, end)``."""
+
+    class FailingReads(io.FileIO):
+        def read(self, size=-1):
+            start = self.tell()
+            if fails(start, float('inf') if size < 0 else start + size):
+                raise OSError(errno.EIO, 'Input/output error')
+            return super().read(size)
+
+    return lambda file, mode='r': FailingReads(file)
+
+
 def test_an_io_error_while_checking_the_model_file_is_no_damage(tmp_path, monkeypatch):
     # Told apart from a damaged file: a checkpoint is not skipped for the disk's failure.
     path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
 
-    class FailingReads(io.FileIO):
-        """The file, whose reads past its first bytes fail as a failing disk's do."""
-
-        def read(self, size=-1):
-            if self.tell() >= 4:
-                raise OSError(errno.EIO, 'Input/output error')
-            return super().read(size)
-
-    monkeypatch.setattr(ckpt, 'open', lambda file, mode='r': FailingReads(file), raising=False)
+    # Reads past the first bytes fail as a failing disk's do.
+    monkeypatch.setattr(ckpt, 'open', failing_reads(lambda start, end: start >= 4), raising=False)
     with pytest.raises(OSError) as error:
         ckpt.load_state(path)
     assert error.value.errno == errno.EIO and not isinstance(error.value, zipfile.BadZipFile)
@@ -1036,17 +1043,9 @@ def test_an_io_error_reading_a_record_header_is_no_damage(tmp_path, monkeypatch)
     path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
     model = os.path.join(path, ckpt.MODEL_FILE)
 
-    class FailingHeader(io.FileIO):
-        """The file, whose reads of bytes 4 to 30 (past the zip signature) fail."""
-
-        def read(self, size=-1):
-            start = self.tell()
-            end = float('inf') if size < 0 else start + size
-            if start < 30 and end > 4:
-                raise OSError(errno.EIO, 'Input/output error')
-            return super().read(size)
-
-    monkeypatch.setattr(ckpt, 'open', lambda file, mode='r': FailingHeader(file), raising=False)
+    # Reads of bytes 4 to 30 (past the zip signature) fail.
+    header = failing_reads(lambda start, end: start < 30 and end > 4)
+    monkeypatch.setattr(ckpt, 'open', header, raising=False)
     with pytest.raises(OSError) as error:
         ckpt._check_zip_records(model)
     assert error.value.errno == errno.EIO and not isinstance(error.value, zipfile.BadZipFile)

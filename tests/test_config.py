@@ -314,6 +314,20 @@ def test_syntax_error_names_file_and_line(tmp_path):
     assert str(gin_file) in message and 'line 2' in message and 'my_fn.beta = )' in message
 
 
+def _error_of_the_second_line(tmp_path, line):
+    """The gin file whose second line is ``line``, and the ConfigError its parse raises."""
+    gin_file = _write(tmp_path / 'long.gin', f'my_fn.beta = 3\n{line}\n')
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(gin_file)])
+    return gin_file, str(info.value)
+
+
+def _quoted(text):
+    """``text`` of over MAX_QUOTED_CHARS characters as an error message quotes it."""
+    left_out = len(text) - config.MAX_QUOTED_CHARS
+    return f'{text[: config.MAX_QUOTED_CHARS]}... ({left_out} more characters)'
+
+
 @pytest.mark.parametrize(
     'line, problem',
     [
@@ -326,13 +340,8 @@ def test_syntax_error_names_file_and_line(tmp_path):
 def test_a_line_of_megabytes_is_quoted_by_its_start_alone(tmp_path, line, problem):
     # A file may hold up to MAX_CONFIG_BYTES: one line of it is not quoted whole.
     line = line.format('a' * 2**21)
-    gin_file = _write(tmp_path / 'long.gin', f'my_fn.beta = 3\n{line}\n')
-    with pytest.raises(ConfigError) as info:
-        config.parse_config([str(gin_file)])
-    message = str(info.value)
-    left_out = len(line) - config.MAX_QUOTED_CHARS
-    quoted = f'{line[: config.MAX_QUOTED_CHARS]}... ({left_out} more characters)'
-    assert f'file {gin_file}, line 2, `{quoted}`' in message, message[:2000]
+    gin_file, message = _error_of_the_second_line(tmp_path, line)
+    assert f'file {gin_file}, line 2, `{_quoted(line)}`' in message, message[:2000]
     assert problem in message and len(message) < 5 * config.MAX_QUOTED_CHARS, message[:5000]
 
 
@@ -346,13 +355,8 @@ def test_a_line_of_megabytes_is_quoted_by_its_start_alone(tmp_path, line, proble
 )
 def test_a_name_of_megabytes_is_quoted_by_its_start_alone(tmp_path, line, problem):
     name = 'a' * 2**21
-    gin_file = _write(tmp_path / 'long.gin', f'my_fn.beta = 3\n{line.format(name)}\n')
-    with pytest.raises(ConfigError) as info:
-        config.parse_config([str(gin_file)])
-    message = str(info.value)
-    left_out = len(name) - config.MAX_QUOTED_CHARS
-    quoted = f'{name[: config.MAX_QUOTED_CHARS]}... ({left_out} more characters)'
-    assert problem.format(quoted) in message, message[:2000]
+    _, message = _error_of_the_second_line(tmp_path, line.format(name))
+    assert problem.format(_quoted(name)) in message, message[:2000]
     assert len(message) < 5 * config.MAX_QUOTED_CHARS, message[:5000]
 
 
