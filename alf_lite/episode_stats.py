@@ -72,6 +72,14 @@ class EpisodeStats:
                 f'running episodes of {episode_return.shape} and {episode_length.shape} envs '
                 f'for {shape}'
             )
+        # The envs' rewards are checked finite and their steps counted from 0, so
+        # anything else comes from a damaged or crafted file, and would carry into
+        # train/AverageReturn once the episode ends.
+        for env, (ret, length) in enumerate(zip(episode_return, episode_length)):
+            if not np.isfinite(ret):
+                raise ValueError(f'the running episode of env {env} has the return {ret}')
+            if length < 0 or length != np.floor(length):
+                raise ValueError(f'the running episode of env {env} has the length {length}')
         self._episode_return[:] = episode_return
         self._episode_length[:] = episode_length
 

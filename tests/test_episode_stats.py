@@ -77,6 +77,28 @@ def test_running_episodes_of_another_number_of_envs_are_refused(returns, lengths
     assert state['episode_length'].tolist() == [1, 1]
 
 
+@pytest.mark.parametrize(
+    'returns, lengths, message',
+    [
+        ([1.0, float('nan')], [1, 1], 'env 1 has the return nan'),
+        ([float('-inf'), 2.0], [1, 1], 'env 0 has the return -inf'),
+        ([1.0, 2.0], [1, -1], 'env 1 has the length -1'),
+        ([1.0, 2.0], [1.5, 1.0], 'env 0 has the length 1.5'),
+    ],
+    ids=['nan_return', 'inf_return', 'negative_length', 'fractional_length'],
+)
+def test_running_episodes_no_env_could_have_counted_are_refused(returns, lengths, message):
+    stats = EpisodeStats(num_envs=2)
+    stats.update(time_step([M, M], [1.0, 2.0]))
+    other = {'episode_return': torch.tensor(returns), 'episode_length': torch.tensor(lengths)}
+    with pytest.raises(ValueError, match=f'the running episode of {message}$'):
+        stats.load_running_state(other)
+    # Nothing of it was taken.
+    state = stats.running_state()
+    assert state['episode_return'].tolist() == [1.0, 2.0]
+    assert state['episode_length'].tolist() == [1, 1]
+
+
 def test_no_scalars_before_the_first_episode_ends():
     # A mean over no episode would be NaN in the summaries.
     stats = EpisodeStats(num_envs=2)

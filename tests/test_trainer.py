@@ -361,6 +361,10 @@ def int_episode_stats(collection):
     collection['episode_stats']['episode_return'] = 1.5
 
 
+def nan_episode_return(collection):
+    collection['episode_stats']['episode_return'][0] = float('nan')
+
+
 def meta_actions(collection):
     actions = collection['episodes'][0]['actions']
     collection['episodes'][0]['actions'] = torch.empty(actions.shape, device='meta')
@@ -381,6 +385,11 @@ DAMAGES = {
         'sac.gin',
         int_episode_stats,
         'has as episode_stats the dict .*, not a dict of tensors',
+    ),
+    'episode return NaN': (
+        'sac.gin',
+        nan_episode_return,
+        'the running episode of env 0 has the return nan',
     ),
     'actions on the meta device': ('sac.gin', meta_actions, 'env 0 of 1.*not floats of shape'),
     'OU state of another shape': (
