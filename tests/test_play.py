@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import dropped_signal
 from alf_lite.runs import EVAL_RETURN, final_value, read_scalar
 from cli_helpers import (
     EXAMPLES,
@@ -389,6 +390,27 @@ def test_an_env_that_raises_while_playing_exits_1_naming_it(tmp_path):
         "error: Environment 'alf_lite_tests/CrashesWhenEvaluated-v0' (env 0 of 1) raised in "
         'step(): RuntimeError: the simulator exploded'
     ), result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    'module, name',
+    [('alf_lite.bin.policy', 'load_policy'), ('alf_lite.evaluation', 'evaluate')],
+    ids=['while_loading', 'in_the_first_episode'],
+)
+def test_a_signal_whose_exception_was_dropped_stops_play_before_the_video_is_written(
+    trained_run, tmp_path, module, name
+):
+    video = tmp_path / 'video.gif'
+    args = ['--root_dir', str(trained_run), '--num_episodes', '2', '--record_file', str(video)]
+    result = dropped_signal.run_tool('play', args, module, name)
+    # Dropped, the signal let both episodes play; the check after them acts on it.
+    assert 'episode 2:' in result.stdout, result.stdout
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'error: interrupted by SIGINT. {video} was not written.'
+    ), result.stderr[-3000:]
+    assert 'Exception ignored' not in result.stderr, result.stderr[-3000:]
+    assert os.listdir(tmp_path) == []
 
 
 def test_missing_checkpoint_step_lists_the_available_ones(trained_run):

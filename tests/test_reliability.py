@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import alf_lite.all_configurables  # noqa: F401
+import dropped_signal
 import hanging_env
 import huge_reward_env  # noqa: F401  (registers alf_lite_tests/HugeReward-v0)
 import tensorboard_server
@@ -834,6 +835,19 @@ def test_a_signal_once_train_made_its_root_dir_removes_it(tmp_path):
     result = run_train(command)
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     assert 'error: SIGINT arrived outside the training loop' in result.stderr, result.stderr[-3000:]
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_signal_whose_exception_was_dropped_before_the_config_is_written_stops_train(tmp_path):
+    # SIGINT once train locked root_dir, in a __del__ that drops its exception: the
+    # check before the first write stops the run there, as if it had been raised.
+    root_dir = tmp_path / 'run'
+    args = train_command(root_dir, [PENDULUM], SHORT)[3:]
+    result = dropped_signal.run_tool('train', args, 'alf_lite.trainer', 'Trainer.lock_root_dir')
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith('error: SIGINT arrived outside the training loop'), last_line
+    assert 'Exception ignored' not in result.stderr, result.stderr[-3000:]
     assert os.listdir(tmp_path) == []
 
 

@@ -41,6 +41,7 @@ from cli_helpers import (
     train_env,
     tree_digest,
 )
+from dropped_signal import SignalledWhileDeleted
 
 TRAIN_SCALARS = (
     'critic_loss',
@@ -634,30 +635,22 @@ def test_outside_the_training_loop_a_signal_raises_and_the_handlers_are_restored
     assert all(signal.getsignal(s) is handler for s in STOP_SIGNALS)
 
 
-class _SignalledWhileDeleted:
-    """Raises SIGINT in its ``__del__``, where Python prints and drops an exception."""
-
-    def __del__(self):
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.5)
-
-
 # An error: the dropped exception is not printed either, it is acted on.
 @pytest.mark.filterwarnings('error::pytest.PytestUnraisableExceptionWarning')
 def test_a_signal_whose_exception_was_dropped_is_raised_at_the_next_check(signals_to_a_list):
     with RaisingSignals(InterruptedOutsideTraining) as signals:
-        _SignalledWhileDeleted()
+        SignalledWhileDeleted()
         with pytest.raises(InterruptedOutsideTraining):
             signals.raise_if_received()
     # In an env call, the training loop's flag still stops the run after the iteration.
     with StopSignals(lambda: True) as stop:
-        _SignalledWhileDeleted()
+        SignalledWhileDeleted()
         assert stop.received == signal.SIGINT
     # While env processes start, the check is at the end of the block.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with pytest.raises(KeyboardInterrupt):
         with env_processes_starting():
-            _SignalledWhileDeleted()
+            SignalledWhileDeleted()
         pytest.fail('the dropped KeyboardInterrupt was not raised again')
 
 
