@@ -60,40 +60,33 @@ def test_a_checkpoints_episodes_replace_those_counted_before():
 
 
 @pytest.mark.parametrize(
-    'returns, lengths, shapes',
-    [([7.0], [3], r'\(1,\) and \(1,\)'), ([7.0, 8.0], [3], r'\(2,\) and \(1,\)')],
-    ids=['both', 'lengths_only'],
-)
-def test_running_episodes_of_another_number_of_envs_are_refused(returns, lengths, shapes):
-    stats = EpisodeStats(num_envs=2)
-    stats.update(time_step([M, M], [1.0, 2.0]))
-    # One env's length would be spread over both by numpy's broadcasting.
-    other = {'episode_return': torch.tensor(returns), 'episode_length': torch.tensor(lengths)}
-    with pytest.raises(ValueError, match=rf'running episodes of {shapes} envs for \(2,\)'):
-        stats.load_running_state(other)
-    # Nothing of it was taken: each env goes on with its own running episode.
-    state = stats.running_state()
-    assert state['episode_return'].tolist() == [1.0, 2.0]
-    assert state['episode_length'].tolist() == [1, 1]
-
-
-@pytest.mark.parametrize(
     'returns, lengths, message',
     [
-        ([1.0, float('nan')], [1, 1], 'env 1 has the return nan'),
-        ([float('-inf'), 2.0], [1, 1], 'env 0 has the return -inf'),
-        ([1.0, 2.0], [1, -1], 'env 1 has the length -1'),
-        ([1.0, 2.0], [1.5, 1.0], 'env 0 has the length 1.5'),
+        # One env's length would be spread over both by numpy's broadcasting.
+        ([7.0], [3], r'running episodes of \(1,\) and \(1,\) envs for \(2,\)'),
+        ([7.0, 8.0], [3], r'running episodes of \(2,\) and \(1,\) envs for \(2,\)'),
+        # Values no env could have counted (rewards are checked finite).
+        ([1.0, float('nan')], [1, 1], 'the running episode of env 1 has the return nan$'),
+        ([float('-inf'), 2.0], [1, 1], 'the running episode of env 0 has the return -inf$'),
+        ([1.0, 2.0], [1, -1], 'the running episode of env 1 has the length -1$'),
+        ([1.0, 2.0], [1.5, 1.0], 'the running episode of env 0 has the length 1.5$'),
     ],
-    ids=['nan_return', 'inf_return', 'negative_length', 'fractional_length'],
+    ids=[
+        'both_of_another_number_of_envs',
+        'lengths_of_another_number_of_envs',
+        'nan_return',
+        'inf_return',
+        'negative_length',
+        'fractional_length',
+    ],
 )
-def test_running_episodes_no_env_could_have_counted_are_refused(returns, lengths, message):
+def test_running_episodes_that_do_not_fit_the_envs_are_refused(returns, lengths, message):
     stats = EpisodeStats(num_envs=2)
     stats.update(time_step([M, M], [1.0, 2.0]))
     other = {'episode_return': torch.tensor(returns), 'episode_length': torch.tensor(lengths)}
-    with pytest.raises(ValueError, match=f'the running episode of {message}$'):
+    with pytest.raises(ValueError, match=message):
         stats.load_running_state(other)
-    # Nothing of it was taken.
+    # Nothing of it was taken: each env goes on with its own running episode.
     state = stats.running_state()
     assert state['episode_return'].tolist() == [1.0, 2.0]
     assert state['episode_length'].tolist() == [1, 1]
