@@ -12,6 +12,7 @@ resume holds no second copy of a buffer that may take most of the RAM.
 
 import contextlib
 import io
+import math
 import os
 import pickle
 import pickletools
@@ -869,6 +870,14 @@ def _values_problem(state: TrainerState) -> Optional[str]:
         for value in getattr(state, field):
             if not _is_number(value):
                 return f'{field} holds {value!r:.80}, not a number'
+    # Of episodes of finite rewards (the envs' are checked), counted in steps: what
+    # train/AverageReturn and train/AverageEpisodeLength average once a resume summarises.
+    for value in state.recent_returns:
+        if isinstance(value, float) and not math.isfinite(value):
+            return f'recent_returns holds {value!r}, which no episode of finite rewards has'
+    for value in state.recent_lengths:
+        if not isinstance(value, int) or value < 0:
+            return f'recent_lengths holds {value!r:.80}, no count of steps'
     for field in ('last_eval', 'pending_evaluation', 'train_scalars'):
         for key, value in (getattr(state, field) or {}).items():
             mode, _, name = key.partition('/') if isinstance(key, str) else ('', '', '')

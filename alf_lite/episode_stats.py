@@ -78,7 +78,8 @@ class EpisodeStats:
         for env, (ret, length) in enumerate(zip(episode_return, episode_length)):
             if not np.isfinite(ret):
                 raise ValueError(f'the running episode of env {env} has the return {ret}')
-            if length < 0 or length != np.floor(length):
+            # Compared as a float too: a NaN, an inf or a count past int64 is no count.
+            if not (0 <= length < 2**63 and length == np.floor(length)):
                 raise ValueError(f'the running episode of env {env} has the length {length}')
         self._episode_return[:] = episode_return
         self._episode_length[:] = episode_length

@@ -803,6 +803,16 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         ({'recent_returns': [1.0, 'a']}, "recent_returns holds 'a', not a number"),
         ({'recent_lengths': [True]}, 'recent_lengths holds True, not a number'),
         (
+            {'recent_returns': [1.0, float('nan')]},
+            'recent_returns holds nan, which no episode of finite rewards has',
+        ),
+        (
+            {'recent_returns': [float('-inf')]},
+            'recent_returns holds -inf, which no episode of finite rewards has',
+        ),
+        ({'recent_lengths': [20, 2.5]}, 'recent_lengths holds 2.5, no count of steps'),
+        ({'recent_lengths': [-20]}, 'recent_lengths holds -20, no count of steps'),
+        (
             {'train_scalars': {'train/critic_loss': 'abc'}},
             "train_scalars holds 'abc' for train/critic_loss, not a number",
         ),
@@ -825,6 +835,10 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         'train_scalars',
         'text_return',
         'bool_length',
+        'nan_return',
+        'inf_return',
+        'fractional_length',
+        'negative_length',
         'text_scalar',
         'column_of_its_own',
         'int_key',

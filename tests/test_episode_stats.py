@@ -70,6 +70,13 @@ def test_a_checkpoints_episodes_replace_those_counted_before():
         ([float('-inf'), 2.0], [1, 1], 'the running episode of env 0 has the return -inf$'),
         ([1.0, 2.0], [1, -1], 'the running episode of env 1 has the length -1$'),
         ([1.0, 2.0], [1.5, 1.0], 'the running episode of env 0 has the length 1.5$'),
+        ([1.0, 2.0], [1.0, float('inf')], 'the running episode of env 1 has the length inf$'),
+        ([1.0, 2.0], [float('nan'), 1.0], 'the running episode of env 0 has the length nan$'),
+        (
+            [1.0, 2.0],
+            [2.0**64, 1.0],
+            r'the running episode of env 0 has the length 1.8446744073709552e\+19$',
+        ),
     ],
     ids=[
         'both_of_another_number_of_envs',
@@ -78,6 +85,9 @@ def test_a_checkpoints_episodes_replace_those_counted_before():
         'inf_return',
         'negative_length',
         'fractional_length',
+        'inf_length',
+        'nan_length',
+        'length_past_int64',
     ],
 )
 def test_running_episodes_that_do_not_fit_the_envs_are_refused(returns, lengths, message):
