@@ -85,7 +85,10 @@ def _open_relative_to_includer(path):
     base = os.path.dirname(state.open_files[-1]) if state.open_files else os.getcwd()
     resolved = os.path.normpath(os.path.join(base, path))
     if os.path.isdir(resolved):
-        raise ConfigError(f'Gin file {path!r} is a directory ({resolved}): give a .gin file.')
+        raise ConfigError(
+            f'Gin file {shortened(repr(path))} is a directory ({shortened(resolved)}): give a '
+            '.gin file.'
+        )
     if not os.path.isfile(resolved):
         relative_to = (
             f'the directory of the including file, {base}'
@@ -93,8 +96,8 @@ def _open_relative_to_includer(path):
             else f'the current directory, {base}'
         )
         raise ConfigError(
-            f'Gin file {path!r} not found: looked for {resolved} (a relative path '
-            f'resolves against {relative_to}). Fix the path or the file name.'
+            f'Gin file {shortened(repr(path))} not found: looked for {shortened(resolved)} (a '
+            f'relative path resolves against {relative_to}). Fix the path or the file name.'
         )
     size = os.path.getsize(resolved)
     if size > MAX_CONFIG_BYTES:
@@ -409,7 +412,7 @@ def _friendly_error(
     if isinstance(error, UntrustedCodeError):
         return error  # names its file and line
     if isinstance(error, ConfigError):
-        head = shortened(head)
+        # alf_lite's own message, whole: what it quotes that may be long, it quotes shortened.
         return ConfigError(head if where is None else f'{head} In {where}.')
     if isinstance(error, ImportError):
         return ConfigError(
@@ -479,7 +482,7 @@ def _where(
         else:
             file = innermost_file
     if file is None:
-        return None if gin_param is None else f'--gin_param {gin_param!r}'
+        return None if gin_param is None else f'--gin_param {shortened(repr(gin_param))}'
     parts = [f'file {file}']
     if line:
         parts.append(f'line {line}')
@@ -488,7 +491,7 @@ def _where(
     includers = list(failed_files[failed_files.index(file) + 1 :]) if file in failed_files else []
     where = ', '.join(parts + [f'included from {f}' for f in includers])
     if gin_param is not None:
-        where += f' (from --gin_param {gin_param!r})'
+        where += f' (from --gin_param {shortened(repr(gin_param))})'
     return where
 
 
@@ -508,9 +511,12 @@ def _check_macros_defined(recorded) -> None:
                     name = '/'.join(ref.scopes)
                     closest = closest_names(name, defined)
                     hint = f'Closest defined macros: {quoted_names(closest)}. ' if closest else ''
-                    binding = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
+                    binding = shortened(
+                        f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
+                    )
                     statement = recorded.get((scope, selector, param))
                     where = '' if statement is None else f' ({_statement_where(*statement)})'
+                    name = shortened(name)
                     raise ConfigError(
                         f'Macro %{name} used in `{binding}`{where} is never defined. {hint}'
                         f'Define it with a line `{name} = <value>` in a gin file or '
@@ -547,6 +553,7 @@ def _check_scopes_opened(recorded) -> None:
                     if (s, sel) == (scope, selector)
                 ]
                 where = f' ({"; ".join(places)})' if places else ''
+                part, scope = shortened(part), shortened(scope)
                 raise ConfigError(
                     f"Scope '{part}' of the bindings of `{scope}/"
                     f'{selector.rsplit(".", 1)[-1]}`{where} is opened by no reference such as '
@@ -801,7 +808,7 @@ def bound_scopes(selector: str, param: str) -> List[str]:
 def _statement_where(statement, gin_param: Optional[str]) -> str:
     """Where a recorded binding statement is: its ``--gin_param``, or its file, line and text."""
     if gin_param is not None:
-        return f'--gin_param {gin_param!r}'
+        return f'--gin_param {shortened(repr(gin_param))}'
     location = statement.location
     where = f'file {location.filename}, line {location.line_num}'
     if location.line_content and location.line_content.strip():

@@ -350,14 +350,56 @@ def test_a_line_of_megabytes_is_quoted_by_its_start_alone(tmp_path, line, proble
     [
         ('{}.y = 1', "Unknown configurable '{}"),
         ('my_fn.{} = 1', "Configurable 'my_fn' has no configurable parameter '{}"),
+        ('my_fn.alpha = %{}', 'Macro %{} used in `my_fn.alpha`'),
+        ('{}/my_fn.alpha = 1', "Scope '{0}' of the bindings of `{0}/my_fn`"),
     ],
-    ids=['configurable', 'parameter'],
+    ids=['configurable', 'parameter', 'macro', 'scope'],
 )
 def test_a_name_of_megabytes_is_quoted_by_its_start_alone(tmp_path, line, problem):
     name = 'a' * 2**21
     _, message = _error_of_the_second_line(tmp_path, line.format(name))
     assert problem.format(_quoted(name)) in message, message[:2000]
     assert len(message) < 5 * config.MAX_QUOTED_CHARS, message[:5000]
+
+
+def test_a_binding_of_a_scope_of_megabytes_to_an_undefined_macro_is_quoted_by_its_start(
+    tmp_path,
+):
+    binding = f'{"s" * 2**21}/my_fn.alpha'
+    _, message = _error_of_the_second_line(tmp_path, f'{binding} = %m')
+    assert f'Macro %m used in `{_quoted(binding)}`' in message, message[:2000]
+    assert len(message) < 5 * config.MAX_QUOTED_CHARS, message[:5000]
+
+
+def test_a_gin_param_of_megabytes_is_quoted_by_its_start_alone():
+    param = f"my_fn.alpha = '{'a' * 2**21}"
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([], [param])
+    message = str(info.value)
+    assert f'--gin_param {_quoted(repr(param))}' in message, message[:2000]
+    assert len(message) < 5 * config.MAX_QUOTED_CHARS, message[:5000]
+
+
+def test_an_include_of_megabytes_is_quoted_by_its_start_alone(tmp_path):
+    path = 'a' * 2**21
+    _, message = _error_of_the_second_line(tmp_path, f"include '{path}'")
+    assert f'Gin file {_quoted(repr(path))} not found' in message, message[:2000]
+    assert len(message) < 5 * config.MAX_QUOTED_CHARS, message[:5000]
+
+
+def test_an_include_cycle_of_long_paths_is_named_in_full(tmp_path):
+    # alf_lite's own message is not cut short: only what it quotes is.
+    deep = tmp_path.joinpath(*['experiments-with-a-long-directory-name'] * 6)
+    a = _write(deep / 'a.gin', "include 'b.gin'\n")
+    b = _write(deep / 'b.gin', "include 'c.gin'\n")
+    c = _write(deep / 'c.gin', "include 'a.gin'\n")
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(a)])
+    message = str(info.value)
+    assert len(f'{a} -> {b} -> {c} -> {a}') > config.MAX_QUOTED_CHARS
+    assert f'in a cycle: {a} -> {b} -> {c} -> {a}. Remove one of these include statements.' in (
+        message
+    ), message
 
 
 def test_unclosed_bracket_names_file(tmp_path):
