@@ -572,10 +572,16 @@ class ReplayBuffer:
     ) -> None:
         """Raise ValueError unless ``value`` is a tensor of ``target``'s dtype and row shape."""
         shape = leading + tuple(target.shape[2:])
-        if isinstance(value, torch.Tensor) and value.shape == shape and value.dtype == target.dtype:
+        # A meta tensor has a shape and dtype but no values to check or copy.
+        if (
+            isinstance(value, torch.Tensor)
+            and value.shape == shape
+            and value.dtype == target.dtype
+            and value.device.type != 'meta'
+        ):
             return
         got = (
-            (tuple(value.shape), value.dtype)
+            (tuple(value.shape), value.dtype, value.device.type)
             if isinstance(value, torch.Tensor)
             else type(value).__name__
         )

@@ -408,6 +408,17 @@ def test_load_state_dict_rejects_a_field_of_the_right_shape_but_another_dtype():
         )
 
 
+@pytest.mark.parametrize('name', ['step_type', 'observation'])
+def test_load_state_dict_rejects_a_field_without_values_on_the_meta_device(name):
+    # Its shape and dtype fit, but there is nothing to check or copy.
+    state = _filled(num_envs=3, length=5, num_added=2).state_dict()
+    crafted = dict(state, **{name: [rows.to('meta') for rows in state[name]]})
+    target = ReplayBuffer(3, 5, 2, 2)
+    with pytest.raises(ValueError, match=f"'{name}' is .*'meta'\\), expected"):
+        target.load_state_dict(crafted)
+    assert target.total_added == 0
+
+
 @pytest.mark.parametrize('name', ['observation', 'action', 'reward', 'discount'])
 @pytest.mark.parametrize('value', [float('nan'), float('inf'), -float('inf')])
 def test_load_state_dict_rejects_a_row_no_collected_step_has_naming_its_field(name, value):
