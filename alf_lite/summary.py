@@ -14,6 +14,7 @@ import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from absl import logging
+from google.protobuf.message import DecodeError
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary as SummaryProto
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
@@ -318,10 +319,25 @@ def _event_files(events_dir: str) -> List[str]:
 
 
 def _read_events(events_dir: str, names: List[str]) -> Iterator[Tuple[Event, bytes]]:
-    """``(event, record)`` of each record of the files ``names`` in ``events_dir``, in order."""
+    """``(event, record)`` of each record of the files ``names`` in ``events_dir``, in order,
+    up to a record in a file that holds no event (its checksums hold: a file written
+    by something else), which ends that file with a warning."""
     for name in names:
-        for record in _records(os.path.join(events_dir, name)):
-            yield Event.FromString(record), record
+        path = os.path.join(events_dir, name)
+        start = 0
+        for record in _records(path):
+            try:
+                event = Event.FromString(record)
+            except DecodeError:
+                logging.warning(
+                    'event file %s: the record at byte %d holds no event; it and the rest of '
+                    'the file are dropped',
+                    path,
+                    start,
+                )
+                break
+            yield event, record
+            start += _RECORD_HEADER.size + len(record) + _RECORD_CRC.size
 
 
 def _records(path: str) -> Iterator[bytes]:

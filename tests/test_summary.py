@@ -410,6 +410,41 @@ def test_a_damaged_record_and_the_rest_of_its_file_are_dropped_with_a_warning(
     assert message in caplog.text and str(path) in caplog.text
 
 
+def test_a_record_of_no_event_and_the_rest_of_its_file_are_dropped_with_a_warning(
+    tmp_path, caplog, read_tensorboard
+):
+    write_killed_run(tmp_path)
+    log_dir = tmp_path / 'train'
+    (name,) = event_files(log_dir)
+    path = log_dir / name
+    content = path.read_bytes()
+    starts, steps, at = [], [], 0
+    while at < len(content):
+        length = struct.unpack_from('<Q', content, at)[0]
+        starts.append(at)
+        steps.append(Event.FromString(content[at + 12 : at + 12 + length]).step)
+        at += 16 + length
+    at_200 = starts[steps.index(200)]
+    # In place of the record at step 200, one whose checksums hold but whose data no
+    # event parses from (a field of wire type 7).
+    data = b'\x07'
+    header = struct.pack('<Q', len(data))
+    record = (
+        header
+        + struct.pack('<I', summary_module.masked_crc32c(header))
+        + data
+        + struct.pack('<I', summary_module.masked_crc32c(data))
+    )
+    path.write_bytes(content[:at_200] + record + content[starts[steps.index(200) + 1] :])
+    with caplog.at_level('WARNING'):
+        # What a resume reads first, on every resume: the tags written after its step.
+        assert summary_module.tags_after(str(log_dir), 0) == ['critic_loss']
+        summary_module.keep_events_until(str(log_dir), 400)
+    assert critic_losses(read_tensorboard, tmp_path) == [(0, 0.0), (100, 100.0)]
+    message = f'event file {path}: the record at byte {at_200} holds no event'
+    assert message in caplog.text, caplog.text
+
+
 def test_a_merge_cut_short_after_its_file_was_complete_is_finished(
     tmp_path, monkeypatch, read_tensorboard
 ):
