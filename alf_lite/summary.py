@@ -21,7 +21,7 @@ from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
-from alf_lite.run_dir import EVENT_FILE_MARK, SUMMARY_MODES, RunDir
+from alf_lite.run_dir import EVENT_FILE_MARK, SUMMARY_MODES, TRAIN, RunDir
 from alf_lite.runs import ENV_STEPS, NUM_UPDATES, PROGRESS_COLUMNS, WALL_TIME, complete_rows
 
 # The shortest time a rate divides by: two calls within one clock tick.
@@ -178,6 +178,13 @@ def unevaluated_row(path: str, env_steps: int, eval_column: str) -> Optional[Dic
             with contextlib.suppress(ValueError):
                 scalars[key] = int(text) if text.lstrip('-').isdigit() else float(text)
     return scalars
+
+
+def summarised_at(path: str, env_steps: int) -> bool:
+    """Whether a complete row of ``progress.csv`` (``path``) at ``env_steps`` holds training
+    scalars (a filled ``train/<tag>`` column)."""
+    rows = [r for r in read_progress(path)[1] if r.get(ENV_STEPS, '').strip() == str(env_steps)]
+    return any(text and key.startswith(TRAIN + '/') for r in rows for key, text in r.items())
 
 
 def keep_events_until(events_dir: str, env_steps: int) -> List[str]:

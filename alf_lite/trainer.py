@@ -61,6 +61,7 @@ from alf_lite.summary import (
     last_env_steps,
     print_progress,
     read_progress,
+    summarised_at,
     unevaluated_row,
 )
 from alf_lite.update import UpdateRunner
@@ -988,6 +989,16 @@ class Trainer:
         if finished and self._pending_evaluation == {} and state.train_scalars:
             # No summary was due here (also where a signal interrupted the evaluation), but
             # a run of this length summarises at its end.
+            self._pending_evaluation = dict(state.train_scalars)
+        elif (
+            finished
+            and self._pending_evaluation is None
+            and state.train_scalars
+            and not summarised_at(self._run_dir.progress_file, self._env_steps)
+        ):
+            # Evaluated there by a run that went on without a summary: a run of this length
+            # writes its final evaluation with the training scalars, so that row is written
+            # again in full (the evaluation is seeded by the step: the same numbers).
             self._pending_evaluation = dict(state.train_scalars)
         if finished:
             logging.info(

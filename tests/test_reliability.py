@@ -996,6 +996,30 @@ def test_a_run_shortened_to_a_checkpoint_between_summaries_writes_its_final_row_
         assert [e.step for e in read_tensorboard(root / 'train')['critic_loss']] == [200, 300]
 
 
+def test_a_run_shortened_to_an_evaluation_checkpoint_between_summaries_writes_its_row_in_full(
+    tmp_path, read_tensorboard
+):
+    # Evaluations every 100 steps, summaries every 200: a run of 100 summarises at its end,
+    # and one of 300 evaluates at 100 without a summary there.
+    params = ['TrainerConfig.summary_interval = 200', 'TrainerConfig.eval_interval = 100']
+    whole, shortened = tmp_path / 'whole', tmp_path / 'shortened'
+    train_in_process(whole, *params, 'TrainerConfig.num_env_steps = 100')
+    train_in_process(shortened, *params, 'TrainerConfig.num_env_steps = 300')
+    for step in (200, 300):
+        shutil.rmtree(shortened / 'checkpoints' / f'ckpt-{step}')
+    train_in_process(shortened, *params, 'TrainerConfig.num_env_steps = 100')
+    # The evaluation at 100 in one row with the training scalars its checkpoint kept.
+    rows = {root: deterministic_rows(root) for root in (whole, shortened)}
+    assert [r['env_steps'] for r in rows[shortened]] == ['0', '100']
+    assert rows[shortened][-1]['train/critic_loss'] != ''
+    assert rows[shortened] == rows[whole]
+    for root in (whole, shortened):
+        assert [e.step for e in read_tensorboard(root / 'train')['critic_loss']] == [100]
+    # Resumed again, the finished run writes nothing more.
+    train_in_process(shortened, *params, 'TrainerConfig.num_env_steps = 100')
+    assert deterministic_rows(shortened) == rows[whole]
+
+
 def test_a_run_shortened_to_an_evaluation_a_signal_cut_short_between_summaries_writes_it_in_full(
     tmp_path, monkeypatch
 ):
