@@ -858,6 +858,38 @@ def test_a_seed_given_through_a_macro_is_a_seed_not_a_setting(tmp_path):
     assert [label for label, _ in group_runs(runs, 'config')] == ['SEED=0', 'SEED=1', 'SEED=2']
 
 
+def test_a_macro_that_is_one_runs_seed_stays_a_setting_of_the_runs_that_use_it_otherwise(
+    tmp_path,
+):
+    from alf_lite.bin.plot import group_runs
+
+    seeded = tmp_path / 'seeded'
+    write_run(seeded, LR_A, 0, [1.0])
+    config = seeded / 'config.gin'
+    config.write_text(
+        config.read_text().replace(
+            'TrainerConfig.random_seed = 0\n', 'N = 5\nTrainerConfig.random_seed = %N\n'
+        )
+    )
+    sized = [tmp_path / f'size={size}' for size in (1000, 2000)]
+    for size, run in zip((1000, 2000), sized):
+        write_run(run, LR_A, 0, [1.0])
+        config = run / 'config.gin'
+        config.write_text(
+            config.read_text().replace(
+                'TrainerConfig.replay_buffer_length = \\\n    1000\n',
+                f'N = {size}\nTrainerConfig.replay_buffer_length = %N\n',
+            )
+        )
+    sized = list(map(str, sized))
+    # Runs of two buffer sizes are two groups, alone or beside a run whose seed is N.
+    alone = group_runs(sized, 'config')
+    assert alone == [('N=1000', [sized[0]]), ('N=2000', [sized[1]])]
+    groups = group_runs([str(seeded), *sized], 'config')
+    assert [runs for _, runs in groups] == [[str(seeded)], [sized[0]], [sized[1]]]
+    assert [label.split(', ')[0] for label, _ in groups[1:]] == ['N=1000', 'N=2000']
+
+
 @pytest.mark.timeout(10)
 def test_a_seed_given_through_macros_that_name_each_other_is_read_to_an_end(tmp_path):
     from alf_lite.bin.plot import same_seed_runs, seed_of

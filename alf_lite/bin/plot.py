@@ -273,8 +273,12 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
                 f'{run} has no {CONFIG_FILE} to group by; use --group_by none'
             ) from None
     if group_by == 'config':
-        seeds = set().union(*(seed_names(b) for b in bindings.values()))
-        names = sorted({k for b in bindings.values() for k in b} - seeds)
+        # Each run's own seed names: a macro that is one run's seed may be another's setting.
+        bindings = {
+            run: {k: v for k, v in b.items() if k not in seed_names(b)}
+            for run, b in bindings.items()
+        }
+        names = sorted({k for b in bindings.values() for k in b})
         names = [n for n in names if len({b.get(n) for b in bindings.values()}) > 1]
     else:
         names = [n.strip() for n in group_by.split(',') if n.strip()]
