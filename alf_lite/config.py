@@ -689,6 +689,30 @@ def _trusted_dirs() -> List[str]:
     return sorted({os.path.realpath(d) for d in dirs})
 
 
+def _installed_finder_locations(name: str, inside) -> List[str]:
+    """Where top-level module ``name`` is (real paths), when the finder of ``sys.meta_path``
+    that finds it is the code of an installed package (``inside`` its directories): a
+    package installed in development mode (``pip install -e``, whose setuptools finder maps
+    the package's name to where its code was written). Empty otherwise."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, 'find_spec', None)
+        if find_spec is None:
+            continue
+        try:
+            spec = find_spec(name, None)
+        except (ImportError, ValueError):
+            return []
+        if spec is None:
+            continue
+        defined_in = getattr(sys.modules.get(getattr(finder, '__module__', None)), '__file__', None)
+        if finder is importlib.machinery.PathFinder or defined_in is None or not inside(defined_in):
+            return []
+        places = [spec.origin] if spec.has_location and spec.origin else []
+        places += list(spec.submodule_search_locations or [])
+        return [os.path.realpath(place) for place in places]
+    return []
+
+
 def code_outside_installed(module: str) -> Optional[str]:
     """The file or directory outside the installed packages (the standard library,
     site-packages, alf_lite) whose code importing ``module`` would run, or None when it
@@ -697,7 +721,8 @@ def code_outside_installed(module: str) -> Optional[str]:
 
     ``import mymodule`` in a gin file runs ``mymodule.py`` from wherever Python finds
     it first, the working directory included: a run directory unpacked there could
-    bring its own.
+    bring its own. A package installed in development mode (``pip install -e``) is
+    installed: its code is where the installed finder that maps it says.
     """
     trusted = _trusted_dirs()
 
@@ -706,6 +731,7 @@ def code_outside_installed(module: str) -> Optional[str]:
         return any(real == d or real.startswith(d + os.sep) for d in trusted)
 
     parts = module.split('.')
+    trusted += _installed_finder_locations(parts[0], inside)
     search = None  # where the next part is looked for: its package's __path__
     for i in range(len(parts)):
         name = '.'.join(parts[: i + 1])
@@ -767,13 +793,25 @@ def _check_import_trusted(statement) -> None:
 
 def _check_env_modules_trusted(bindings) -> None:
     """Raise UntrustedCodeError for a file's ``create_environment.env_name`` of the form
-    ``module:Id`` (which imports ``module``) whose module is not installed."""
+    ``module:Id`` (which imports ``module``) whose module is not installed, or that a
+    reference makes (``@gin.singleton()``), whose module is known only when it runs."""
     for (scope, selector, param), (statement, gin_param) in bindings.items():
         if gin_param is not None or param != 'env_name':
             continue
         if selector.rsplit('.', 1)[-1] != 'create_environment':
             continue
         value, _ = _through_macros(gin.config._CONFIG.get((scope, selector), {}).get(param))
+        if (
+            isinstance(value, gin.config.ConfigurableReference)
+            and value.config_key[1] != 'gin.macro'  # a macro not defined: a ConfigError
+        ):
+            raise UntrustedCodeError(
+                f'The env id of {_statement_where(statement, None)} is what '
+                f'{shortened(repr(value))} returns when it runs, so whether it imports a '
+                'module from outside the installed packages (an env id `module:Id` does) '
+                'cannot be checked before: give the env id as a string (directly or through '
+                f'a macro). {_TRUST_ADVICE[0].upper()}{_TRUST_ADVICE[1:]}'
+            )
         if not isinstance(value, str) or ':' not in value:
             continue
         module = value.split(':', 1)[0]

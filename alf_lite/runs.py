@@ -10,6 +10,7 @@ through this module; ``grid_search`` also starts them with
 
 import contextlib
 import csv
+import errno
 import itertools
 import os
 import re
@@ -298,7 +299,16 @@ def subprocess_env(num_threads: int) -> Dict[str, str]:
 
 
 def _open_not_following_a_link(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+    """``os.open`` of ``path`` where neither it nor its directory is a link: OSError (ELOOP)
+    for either."""
+    directory, name = os.path.split(path)
+    if os.path.islink(directory):
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), directory)
+    directory_fd = os.open(directory or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW, 0o666, dir_fd=directory_fd)
+    finally:
+        os.close(directory_fd)
 
 
 def exit_description(returncode: int) -> str:

@@ -243,6 +243,88 @@ def test_a_directory_whose_name_only_starts_like_an_installed_one_is_outside(tmp
     )
 
 
+def test_an_env_id_that_a_reference_returns_is_refused_in_a_file_not_in_the_users_params(
+    tmp_path, monkeypatch
+):
+    import alf_lite.all_configurables  # noqa: F401
+
+    (tmp_path / 'loose_env_2e6b.py').write_text('raise SystemExit("imported")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # gin.singleton calls the macro, which returns the id: no string is bound to env_name.
+    through_singleton = (
+        'create_environment.env_name = @env_id/gin.singleton()\n'
+        'env_id/gin.singleton.constructor = @ID/gin.macro\n'
+        "ID = 'loose_env_2e6b:Walker-v0'\n"
+    )
+    gin_file = _write(tmp_path / 'run' / 'config.gin', through_singleton)
+
+    with pytest.raises(config.UntrustedCodeError) as error:
+        config.parse_config([str(gin_file)], trust_imports=False)
+    assert str(error.value).startswith(
+        f'The env id of file {gin_file}, line 1, `create_environment.env_name = '
+        '@env_id/gin.singleton()` is what @env_id/gin.singleton() returns when it runs'
+    )
+    assert '--trust_imports' in str(error.value)
+    config.parse_config([str(gin_file)])  # trusted, the default
+    config.parse_config([], through_singleton.splitlines(), trust_imports=False)
+    assert 'loose_env_2e6b' not in sys.modules
+    # An undefined macro is the config error it always was.
+    undefined = _write(tmp_path / 'undefined.gin', 'create_environment.env_name = %NO_ID\n')
+    with pytest.raises(ConfigError) as error:
+        config.parse_config([str(undefined)], trust_imports=False)
+    assert not isinstance(error.value, config.UntrustedCodeError)
+    assert 'NO_ID' in str(error.value)
+
+
+# A meta path finder as the one of setuptools' development install (pip install -e) maps
+# the package's name to the directory its code was written in.
+_EDITABLE_FINDER = """
+import importlib.util, os
+
+MAPPING = {MAPPING!r}
+
+
+class EditableFinder:
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname not in MAPPING:
+            return None
+        init = os.path.join(MAPPING[fullname], '__init__.py')
+        return importlib.util.spec_from_file_location(
+            fullname, init, submodule_search_locations=[MAPPING[fullname]]
+        )
+"""
+
+
+@pytest.mark.parametrize('finder_installed', [True, False])
+def test_a_package_installed_in_development_mode_is_installed_code(
+    tmp_path, monkeypatch, finder_installed
+):
+    package = tmp_path / 'checkout' / 'dev_pkg_3a9c'
+    _write(package / '__init__.py', 'raise SystemExit("imported")\n')
+    _write(package / 'envs.py', 'raise SystemExit("imported")\n')
+    site_packages = tmp_path / 'site-packages'
+    finder_dir = site_packages if finder_installed else tmp_path / 'checkout'
+    _write(
+        finder_dir / 'dev_finder_3a9c.py',
+        _EDITABLE_FINDER.replace('{MAPPING!r}', repr({'dev_pkg_3a9c': str(package)})),
+    )
+    monkeypatch.setattr(config, '_trusted_dirs', lambda: [str(site_packages)])
+    monkeypatch.syspath_prepend(str(finder_dir))
+    monkeypatch.delitem(sys.modules, 'dev_finder_3a9c', raising=False)
+    import dev_finder_3a9c
+
+    monkeypatch.setattr(sys, 'meta_path', sys.meta_path + [dev_finder_3a9c.EditableFinder])
+
+    if finder_installed:
+        assert config.code_outside_installed('dev_pkg_3a9c') is None
+        assert config.code_outside_installed('dev_pkg_3a9c.envs') is None
+    else:  # a finder of code from outside: its mapping says nothing
+        assert config.code_outside_installed('dev_pkg_3a9c') == str(package / '__init__.py')
+        assert config.code_outside_installed('dev_pkg_3a9c.envs') == str(package / '__init__.py')
+    assert 'dev_pkg_3a9c' not in sys.modules
+
+
 def test_an_env_id_importing_code_from_outside_is_refused_in_a_file_not_in_the_users_params(
     tmp_path, monkeypatch
 ):

@@ -52,6 +52,15 @@ def sent_run(tiny_run, tmp_path, case):
         old = "create_environment.env_name = 'Pendulum-v1'"
         assert old in config
         config = config.replace(old, "create_environment.env_name = 'LunarLanderContinuous-v3'")
+    elif case == 'env_id_through_reference':  # no string bound: gin.singleton returns it
+        old = "create_environment.env_name = 'Pendulum-v1'"
+        assert old in config
+        config = config.replace(
+            old,
+            'create_environment.env_name = @env_id/gin.singleton()\n'
+            'env_id/gin.singleton.constructor = @ID/gin.macro\n'
+            f"ID = '{PAYLOAD}:Pendulum-v1'",
+        )
     else:  # an env id naming a module to import
         old = "create_environment.env_name = 'Pendulum-v1'"
         assert old in config
@@ -70,6 +79,7 @@ CASES = {
     'import_inside': '`import run.evil` (file ',
     'dynamic_registration': '`from __gin__ import dynamic_registration` (file ',
     'env_id_module': f"The env id '{PAYLOAD}:Pendulum-v1' (file ",
+    'env_id_through_reference': 'is what @env_id/gin.singleton() returns when it runs',
     # The working directory is off sys.path: the import fails as if it were not there.
     'installed_env_imports_beside': 'Box2D is not installed',
 }
@@ -216,4 +226,27 @@ def test_a_sweep_runs_no_module_of_its_logs_and_writes_through_no_log_link(tmp_p
     assert 'seed=0: finished' in result.stdout, result.stdout
     assert re.search(
         r'seed=1: failed in \d+ s \(OSError: .*Too many levels of symbolic links', result.stdout
+    ), result.stdout
+
+
+def test_a_sweep_writes_no_log_through_a_logs_directory_that_is_a_link(tmp_path):
+    from test_grid_search import run_grid, write_inputs
+
+    write_inputs(
+        tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
+    )
+    root_dir = tmp_path / 'runs'
+    root_dir.mkdir()
+    victim = tmp_path / 'victim'
+    victim.mkdir()
+    (victim / 'seed=0.log').write_text('mine')
+    (root_dir / 'logs').symlink_to(victim, target_is_directory=True)
+    result = run_grid(tmp_path, root_dir)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert {p.name: p.read_text() for p in victim.iterdir()} == {'seed=0.log': 'mine'}
+    assert not (root_dir / 'seed=0').exists()
+    assert re.search(
+        r'seed=0: failed in \d+ s \(OSError: .*Too many levels of symbolic links: '
+        rf"'{re.escape(str(root_dir / 'logs'))}'\)",
+        result.stdout,
     ), result.stdout
