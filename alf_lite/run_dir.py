@@ -24,7 +24,7 @@ import fcntl
 import os
 import re
 import stat
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Collection, Dict, List, Optional, Set, Tuple
 
 from absl import logging
 
@@ -358,16 +358,16 @@ def split_binding(statement: str) -> Optional[Tuple[str, str]]:
 _MACRO_REFERENCE = re.compile(r'%([A-Za-z_][\w./]*)')
 
 
-def resume_safe_names(bindings: Dict[str, str]) -> Set[str]:
+def resume_safe_names(bindings: Dict[str, str], also: Collection[str] = ()) -> Set[str]:
     """The names among ``bindings`` (``{name: value text}``) that a resume may change.
 
-    Those of ``RESUME_SAFE_PARAMETERS``, and each macro that only they use,
-    directly or through other such macros: ``STEPS = 5000`` with
+    Those of ``RESUME_SAFE_PARAMETERS`` (and of ``also``), and each macro that
+    only they use, directly or through other such macros: ``STEPS = 5000`` with
     ``TrainerConfig.num_env_steps = %STEPS`` sets how long the run is, as the
     parameter does. A macro no binding uses, or one any other binding uses
     (``ReplayBuffer.capacity = %STEPS``), is part of the experiment.
     """
-    return names_and_their_macros(bindings, RESUME_SAFE_PARAMETERS)
+    return names_and_their_macros(bindings, {*RESUME_SAFE_PARAMETERS, *also})
 
 
 def names_and_their_macros(bindings: Dict[str, str], names) -> Set[str]:
@@ -390,6 +390,13 @@ def names_and_their_macros(bindings: Dict[str, str], names) -> Set[str]:
     return found
 
 
+def unused_names(bindings: Dict[str, str]) -> Set[str]:
+    """The names among ``bindings`` (``{name: value text}``) that no binding's value
+    references: each parameter, and each macro that nothing uses."""
+    used = {macro for value in bindings.values() for macro in _MACRO_REFERENCE.findall(value)}
+    return set(bindings) - used
+
+
 def macro_value(bindings: Dict[str, str], name: str) -> Optional[str]:
     """The value text of binding ``name`` with each whole-value macro reference followed
     (``%SEED`` -> ``SEED``'s value); None where it is not bound."""
@@ -403,14 +410,13 @@ def macro_value(bindings: Dict[str, str], name: str) -> Optional[str]:
     return value
 
 
-def _experiment_statements(config_text: str, resume_safe: bool = False) -> Dict[str, str]:
-    """The statements of a config text that define its experiment, by what they bind.
+def _statements_and_values(config_text: str) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """The statements of a config text by what they bind, and the value text of each binding.
 
     A binding is keyed by its parameter (of one bound more than once, the last
-    binding is kept: the one gin applies), an import or include by itself; the
-    bindings a resume may change (``resume_safe_names``) are left out (with
-    ``resume_safe``: only they are kept). So two configs holding the same
-    bindings in another order (e.g. a hand-edited config.gin) give the same.
+    binding is kept: the one gin applies), an import or include by itself. So
+    two configs holding the same bindings in another order (e.g. a hand-edited
+    config.gin) give the same.
     """
     statements, values = {}, {}
     for statement in config_statements(config_text):
@@ -419,8 +425,7 @@ def _experiment_statements(config_text: str, resume_safe: bool = False) -> Dict[
         statements[key] = statement
         if binding is not None:
             values[key] = binding[1]
-    safe = resume_safe_names(values)
-    return {key: s for key, s in statements.items() if (key in safe) == resume_safe}
+    return statements, values
 
 
 # How ``changed_bindings`` shows the side of a change where a parameter is not bound.
@@ -434,8 +439,20 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
     Both sides are whole statements, so a change names what the run had and
     what it would get; ``NOT_BOUND`` stands for a side without the parameter.
     """
-    old = _experiment_statements(old_config, resume_safe)
-    new = _experiment_statements(new_config, resume_safe)
+    old, old_values = _statements_and_values(old_config)
+    new, new_values = _statements_and_values(new_config)
+    # What a resume may change (``resume_safe_names``) is left out (with
+    # ``resume_safe``: only it is kept). So is a macro that one side's resume-safe
+    # bindings use and the other side's bindings do not: where ``STEPS`` set
+    # ``num_env_steps = %STEPS``, a resume's ``--gin_param`` of ``num_env_steps``
+    # itself leaves ``STEPS`` bound and unused.
+    old_safe, new_safe = resume_safe_names(old_values), resume_safe_names(new_values)
+    old_safe, new_safe = (
+        resume_safe_names(old_values, new_safe & unused_names(old_values)),
+        resume_safe_names(new_values, old_safe & unused_names(new_values)),
+    )
+    old = {key: s for key, s in old.items() if (key in old_safe) == resume_safe}
+    new = {key: s for key, s in new.items() if (key in new_safe) == resume_safe}
     return sorted(
         f'{old.get(key, NOT_BOUND)} -> {new.get(key, NOT_BOUND)}'
         for key in old.keys() | new.keys()

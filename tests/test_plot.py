@@ -664,6 +664,29 @@ def test_config_grouping_ignores_the_bindings_a_resume_may_change(tmp_path):
     }
 
 
+def test_a_run_whose_length_was_set_over_its_macro_at_a_resume_keeps_its_setting(tmp_path):
+    from alf_lite.bin.plot import group_runs, same_seed_runs
+
+    runs = tmp_path / 'runs'
+    write_run(
+        runs / 'seed=0', LR_A, 0, RUNS_A[0], 'STEPS = 200\nTrainerConfig.num_env_steps = %STEPS\n'
+    )
+    # Resumed with --gin_param TrainerConfig.num_env_steps=300: STEPS is left unused.
+    write_run(
+        runs / 'seed=1', LR_A, 1, RUNS_A[1], 'STEPS = 200\nTrainerConfig.num_env_steps = 300\n'
+    )
+    result = run_plot([str(runs), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert set(final_table(result.stdout)) == {'all runs'}, result.stdout
+    assert final_table(result.stdout)['all runs'][0] == 2
+    # Of one seed, they are one run twice.
+    again = runs / 'seed=0 again'
+    write_run(again, LR_A, 0, RUNS_A[0], 'STEPS = 200\nTrainerConfig.num_env_steps = 300\n')
+    both = [str(runs / 'seed=0'), str(again)]
+    assert group_runs(both, 'config') == [('all runs', both)]
+    assert same_seed_runs(both) == [tuple(both)]
+
+
 def test_a_run_whose_experiment_changed_at_a_resume_is_named_in_a_warning(tmp_path):
     runs = tmp_path / 'runs'
     for seed in (0, 1):
@@ -681,6 +704,12 @@ def test_a_run_whose_experiment_changed_at_a_resume_is_named_in_a_warning(tmp_pa
         '(config-until-<step>.gin holds'
     ) in result.stderr
     assert str(runs / 'seed=0') not in result.stderr
+    assert 'it is grouped by its config.gin, which holds the last setting only' in result.stderr
+    # Grouped by path, it is not grouped by its config.gin.
+    by_path = run_plot([str(runs), '--group_by', 'none', '--out', 'curves.png'], tmp_path)
+    assert_ok(by_path)
+    assert f'{changed} changed its experiment at a resume, at env step(s) 100' in by_path.stderr
+    assert 'grouped by its config.gin' not in by_path.stderr, by_path.stderr
 
 
 def test_a_run_moved_aside_or_named_twice_is_not_counted_twice(grid, tmp_path):

@@ -257,6 +257,35 @@ def test_a_macro_only_resume_safe_bindings_use_may_change_too(tmp_path):
     assert 'in 1 binding(s)' in experiment_difference(root_dir, config_text('STEPS = 2000'))
 
 
+def test_a_resume_that_sets_the_run_length_its_macro_set_is_the_same_experiment(tmp_path):
+    # `--gin_param TrainerConfig.num_env_steps=3000` on a run whose length was %STEPS:
+    # STEPS stays bound in the new config.gin, used by nothing.
+    trained_with = config_text(
+        'STEPS = %BASE', 'BASE = 1000', 'TrainerConfig.num_env_steps = %STEPS'
+    )
+    root_dir = saved_run(tmp_path, trained_with)
+    longer = config_text('STEPS = %BASE', 'BASE = 1000', 'TrainerConfig.num_env_steps = 3000')
+    assert experiment_difference(root_dir, longer) is None
+    assert changed_bindings(trained_with, longer) == []
+    assert changed_bindings(longer, trained_with) == []
+    assert changed_bindings(trained_with, longer, resume_safe=True) == [
+        'TrainerConfig.num_env_steps = %STEPS -> TrainerConfig.num_env_steps = 3000'
+    ]
+    keep_superseded_config(RunDir(root_dir), longer, 500)
+    assert os.listdir(root_dir) == ['config.gin']  # no config-until-500.gin
+    # Once unused, the macro may take any value; used by what the run learns, it is
+    # part of the experiment again.
+    unused = config_text('STEPS = 7', 'TrainerConfig.num_env_steps = 3000')
+    assert changed_bindings(trained_with, unused) == []
+    shared = config_text(
+        'STEPS = 7', 'TrainerConfig.num_env_steps = 3000', 'ReplayBuffer.capacity = %STEPS'
+    )
+    assert changed_bindings(trained_with, shared) == [
+        '(not bound) -> ReplayBuffer.capacity = %STEPS',
+        '(not bound) -> STEPS = 7',
+    ]
+
+
 def test_configs_differing_in_what_the_run_learns_are_other_experiments(tmp_path):
     trained_with = config_text('TrainerConfig.num_env_steps = 1000')
     root_dir = saved_run(tmp_path, trained_with)

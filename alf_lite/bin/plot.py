@@ -53,7 +53,7 @@ import functools
 import logging
 import os
 import sys
-from typing import Dict, List, Tuple
+from typing import Collection, Dict, List, Set, Tuple
 
 from absl import app, flags
 
@@ -69,6 +69,7 @@ from alf_lite.run_dir import (
     macro_value,
     names_and_their_macros,
     resume_safe_names,
+    unused_names,
 )
 from alf_lite.runs import (
     DEFAULT_SEED,
@@ -235,15 +236,32 @@ def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
     return list(unique.values()), skipped
 
 
-def setting(run_dir: str) -> Dict[str, str]:
+def setting(run_dir: str, safe_elsewhere: Collection[str] = ()) -> Dict[str, str]:
     """The bindings of the run's ``config.gin`` that decide what it learns, seed included.
 
-    That is all but those a resume may change (``resume_safe_names``). Raises
-    FileNotFoundError without config.gin.
+    That is all but those a resume may change (``resume_safe_names``), counting
+    among them each of ``safe_elsewhere`` (``resume_safe_elsewhere``) that this
+    config does not use. Raises FileNotFoundError without config.gin.
     """
     bindings = config_bindings(run_dir)
-    safe = resume_safe_names(bindings)
+    safe = resume_safe_names(bindings, set(safe_elsewhere) & unused_names(bindings))
     return {k: v for k, v in bindings.items() if k not in safe}
+
+
+def resume_safe_elsewhere(run_dirs: List[str]) -> Set[str]:
+    """The names a resume may change in the config.gin of any of ``run_dirs``.
+
+    A run whose ``num_env_steps = %STEPS`` was set to a number at a resume keeps
+    ``STEPS`` bound and unused: it is no setting, as it is not in the runs that
+    still use it for their length.
+    """
+    safe = set()
+    for run in run_dirs:
+        try:
+            safe |= resume_safe_names(config_bindings(run))
+        except (FileNotFoundError, ValueError):  # setting() names the problem
+            continue
+    return safe
 
 
 def distinct_names(run_dirs: List[str]) -> List[str]:
@@ -265,9 +283,10 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
     if group_by == 'none':
         return [(name, [r]) for name, r in zip(distinct_names(run_dirs), run_dirs)]
     bindings = {}
+    safe = resume_safe_elsewhere(run_dirs) if group_by == 'config' else set()
     for run in run_dirs:
         try:
-            bindings[run] = setting(run) if group_by == 'config' else config_bindings(run)
+            bindings[run] = setting(run, safe) if group_by == 'config' else config_bindings(run)
         except FileNotFoundError:
             raise ValueError(
                 f'{run} has no {CONFIG_FILE} to group by; use --group_by none'
@@ -314,11 +333,12 @@ def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
     """The pairs of ``runs`` of one seed and one ``setting``; a run without a config.gin
     (a copy of its events alone, say) has no setting to compare and is left out."""
     first, pairs = {}, []
+    safe = resume_safe_elsewhere(runs)
     for run in runs:
         if not os.path.isfile(RunDir(run).config_file):
             continue
         # An unbound seed is the default one: `random_seed = 0` is the same run.
-        bindings = setting(run)
+        bindings = setting(run, safe)
         not_seed = {k: v for k, v in bindings.items() if k not in seed_names(bindings)}
         key = tuple(sorted({**not_seed, SEED_PARAM: seed_of(run)}.items()))
         if key in first:
@@ -658,8 +678,12 @@ def main(argv):
                 print(
                     f'warning: {label}: {run} changed its experiment at a resume, at env '
                     f'step(s) {", ".join(map(str, changed_at))} (config-until-<step>.gin '
-                    'holds what it trained with before): it is grouped by its config.gin, '
-                    'which holds the last setting only',
+                    'holds what it trained with before): '
+                    + (
+                        'its curve is of every setting it had'
+                        if FLAGS.group_by == 'none'
+                        else 'it is grouped by its config.gin, which holds the last setting only'
+                    ),
                     file=sys.stderr,
                 )
         if len(runs) > 1:
