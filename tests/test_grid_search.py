@@ -1911,6 +1911,30 @@ def test_a_searched_parameter_a_more_specific_scope_overrides_exits_2_naming_the
     assert calls == {} and not (tmp_path / 'runs').exists()
 
 
+def test_a_searched_parameter_overridden_only_by_names_of_its_own_entry_is_searched(
+    tmp_path, monkeypatch, capsys
+):
+    # One entry sets Adam.lr and each scope's lr that overrides it to the same value.
+    names = 'Adam.lr,actor/Adam.lr,critic/Adam.lr,alpha/Adam.lr'
+    grid = {'parameters': {names: [0.001, 0.1]}, 'repeats': 1}
+    calls = run_main(tmp_path, monkeypatch, [], [], grid=grid)
+    assert 'local' in calls
+    assert '2 to train' in capsys.readouterr().out
+    # Names that another entry or the gin file binds still override it.
+    grid = {'parameters': {'Adam.lr,actor/Adam.lr': [0.001, 0.1]}, 'repeats': 1}
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(tmp_path / 'partly', monkeypatch, [], [], grid=grid)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    winners = [
+        f'`critic/Adam.lr` ({pendulum_line("critic/Adam.lr = 1e-3")})',
+        f'`alpha/Adam.lr` ({pendulum_line("alpha/Adam.lr = 1e-3")})',
+    ]
+    assert 'overridden by a binding of it in a more specific scope, ' + '; '.join(
+        winners
+    ) + ':' in (err), err
+
+
 def test_a_binding_overrides_a_searched_one_where_its_scope_begins_with_the_searched_scope():
     from alf_lite.bin.grid_search import _more_specific
 

@@ -501,6 +501,9 @@ def overridden_search(space: SearchSpace) -> Optional[str]:
     from alf_lite import config
 
     for names, _ in space.parameters:
+        # The names of one entry take its values together: one of them gets them where
+        # another of them is overridden.
+        entry = {_parameter_key(name) for name in names}
         for name in names:
             key = _parameter_key(name)
             if not isinstance(key, tuple) or key[1] == 'gin.macro':
@@ -509,7 +512,7 @@ def overridden_search(space: SearchSpace) -> Optional[str]:
             winners = [
                 (other, selector, param)
                 for other in config.bound_scopes(selector, param)
-                if _more_specific(scope, other)
+                if _more_specific(scope, other) and (other, selector, param) not in entry
             ]
             if not winners:
                 continue
