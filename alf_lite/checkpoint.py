@@ -239,11 +239,17 @@ def _unsafe_globals(path: str) -> List[str]:
             return unsafe
     try:
         with zipfile.ZipFile(path) as archive:
-            (name,) = [n for n in archive.namelist() if n.rsplit('/', 1)[-1] == 'data.pkl']
-            data = archive.read(name)
+            # Each record of the pickle's name: a zip may hold one name twice, and which
+            # of them torch reads is its zip reader's choice.
+            pickles = [
+                archive.read(info)
+                for info in archive.infolist()
+                if info.filename.rsplit('/', 1)[-1] == 'data.pkl'
+            ]
     except Exception:  # noqa: BLE001  (a damaged zip, or none of torch's: corrupt)
         return []
-    return _unsafe_in_pickles(io.BytesIO(data), 1)
+    unsafe = [name for data in pickles for name in _unsafe_in_pickles(io.BytesIO(data), 1)]
+    return list(dict.fromkeys(unsafe))
 
 
 # The pickles before the raw tensor bytes of torch's legacy format: a magic number,
@@ -730,6 +736,10 @@ class TrainerState(NamedTuple):
             ``num_env_steps`` ends the run here writes them with its final
             evaluation. None where not kept (also in checkpoints that predate this
             field).
+        update_scalars: the training scalars of the latest update (``train/<name>``), kept
+            where ``iteration_trained``: the summary at the end of the cut iteration
+            holds them, as the run never stopped does. None otherwise (also in
+            checkpoints that predate this field).
     """
 
     algorithm: dict
@@ -745,6 +755,7 @@ class TrainerState(NamedTuple):
     iteration_trained: bool = False
     iteration_length: Optional[int] = None
     train_scalars: Optional[Dict[str, float]] = None
+    update_scalars: Optional[Dict[str, float]] = None
 
 
 def save_trainer_state(
@@ -804,6 +815,7 @@ def check_trainer_state(path: str, state: dict) -> None:
         'iteration_trained': bool,
         'iteration_length': (int, type(None)),
         'train_scalars': (dict, type(None)),
+        'update_scalars': (dict, type(None)),
     }
     for field, expected in expected_types.items():
         value = getattr(state, field)
@@ -878,7 +890,7 @@ def _values_problem(state: TrainerState) -> Optional[str]:
     for value in state.recent_lengths:
         if not isinstance(value, int) or value < 0:
             return f'recent_lengths holds {value!r:.80}, no count of steps'
-    for field in ('last_eval', 'pending_evaluation', 'train_scalars'):
+    for field in ('last_eval', 'pending_evaluation', 'train_scalars', 'update_scalars'):
         for key, value in (getattr(state, field) or {}).items():
             mode, _, name = key.partition('/') if isinstance(key, str) else ('', '', '')
             if mode not in SUMMARY_MODES or not name:

@@ -865,6 +865,11 @@ class Trainer:
             iteration_trained=self._iteration_trained,
             iteration_length=self._current_iteration_length,
             train_scalars=train_scalars,
+            update_scalars=(
+                {train_column(k): float(v) for k, v in self._latest_train_scalars.items()}
+                if self._iteration_trained
+                else None
+            ),
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
@@ -947,6 +952,11 @@ class Trainer:
         self._iteration_start = state.iteration_start
         self._iteration_trained = state.iteration_trained
         self._current_iteration_length = iteration_length
+        if state.iteration_trained and state.update_scalars:
+            # The summary at the end of the cut iteration holds its updates' losses.
+            self._latest_train_scalars = {
+                k.split('/', 1)[1]: v for k, v in state.update_scalars.items()
+            }
         if rb is not None:
             try:
                 self._replay_buffer.load_state_dict(rb)

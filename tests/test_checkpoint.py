@@ -549,6 +549,24 @@ def test_a_crafted_file_its_scanners_read_only_in_part_is_refused_as_unsafe(tmp_
     assert not (tmp_path / 'ran').exists()
 
 
+@pytest.mark.filterwarnings('ignore:Duplicate name:UserWarning')
+@pytest.mark.filterwarnings('ignore:Detected pickle protocol:UserWarning')
+def test_a_zip_holding_its_pickle_twice_is_refused_as_unsafe_not_skipped_as_corrupt(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    crafted = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), None)
+    model = os.path.join(crafted, ckpt.MODEL_FILE)
+    replace_pickle(model, WritesAFile(tmp_path / 'ran'))
+    with zipfile.ZipFile(model) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith('/data.pkl')]
+        data = archive.read(name)
+    with zipfile.ZipFile(model, 'a') as archive:
+        archive.writestr(name, data)
+    with pytest.raises(ckpt.UnsafeCheckpointError, match=r'refers to builtins\.exec,'):
+        ckpt.load_latest_checkpoint(str(tmp_path))
+    assert os.path.isdir(crafted)  # not skipped for ckpt-100, which would hide it
+    assert not (tmp_path / 'ran').exists()
+
+
 class AllowedByTheUser:
     """A class of the user's, which ``weights_only`` builds once ``add_safe_globals`` allows it."""
 
@@ -800,6 +818,7 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         ({'iteration_trained': 1}, 'iteration_trained is 1, of the wrong type'),
         ({'iteration_length': 0}, 'iteration_length 0 < 1'),
         ({'train_scalars': [1.0]}, 'train_scalars is [1.0], of the wrong type'),
+        ({'update_scalars': [1.0]}, 'update_scalars is [1.0], of the wrong type'),
         ({'recent_returns': [1.0, 'a']}, "recent_returns holds 'a', not a number"),
         ({'recent_lengths': [True]}, 'recent_lengths holds True, not a number'),
         (
@@ -833,6 +852,7 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         'int_iteration_trained',
         'zero_iteration_length',
         'train_scalars',
+        'update_scalars',
         'text_return',
         'bool_length',
         'nan_return',

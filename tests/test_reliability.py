@@ -1505,6 +1505,34 @@ def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(
     assert state['iteration_start'] is None and not state['iteration_trained']
 
 
+def test_a_cut_iterations_summary_holds_the_losses_of_its_updates_done_before_the_signal(
+    tmp_path, monkeypatch
+):
+    # Iterations of 30 env steps; a SIGTERM ends env step 120, the last of the iteration from
+    # 90 to 120, after its updates. The resume does not do them again, and the summary at
+    # 120 holds their losses, as that of the run never stopped does.
+    unrolled = [
+        'TrainerConfig.unroll_length = 30',
+        'TrainerConfig.num_env_steps = 150',
+        'TrainerConfig.eval_interval = 100',
+    ]
+    whole, cut = tmp_path / 'whole', tmp_path / 'cut'
+    train_in_process(whole, *unrolled)
+    real_create = sigterm_in_training_env_step(monkeypatch, 120)
+    with pytest.raises(TrainingInterrupted):
+        train_in_process(cut, *unrolled)
+    state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / 'ckpt-119'))
+    assert state['iteration_trained']
+    monkeypatch.setattr(trainer_module, 'create_environment', real_create)
+    train_in_process(cut, *unrolled)
+    rows = {root: {r['env_steps']: r for r in deterministic_rows(root)} for root in (whole, cut)}
+    losses = [column for column in rows[whole]['120'] if column.endswith('_loss')]
+    assert 'train/critic_loss' in losses
+    # The envs restarted: other numbers, but every loss is there.
+    assert all(rows[cut]['120'][column] != '' for column in losses)
+    assert rows[cut]['120']['num_updates'] == rows[whole]['120']['num_updates']
+
+
 @pytest.mark.parametrize(
     'unroll_length, rows', [(10, [0, 120, 200, 300]), (60, [0, 120, 240, 300])]
 )
