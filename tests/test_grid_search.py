@@ -614,6 +614,31 @@ def test_repeats_is_a_number_of_seeds_from_0_or_a_list_of_seeds(tmp_path):
     assert load_space(tmp_path, {'parameters': {'x.y': [1]}, 'repeats': [0, 7]}).seeds == [0, 7]
 
 
+@pytest.mark.parametrize('repeats', [2**32, 50_001], ids=['every_seed', 'one_too_many'])
+def test_a_search_of_more_runs_than_a_sweep_may_have_is_refused_before_listing_them(
+    tmp_path, repeats
+):
+    from alf_lite.bin.grid_search import MAX_RUNS
+
+    assert 2 * 50_000 == MAX_RUNS
+    grid = {'parameters': {'x.y': [1, 2]}, 'repeats': repeats}
+    message = (
+        f'makes {2 * repeats} runs (2 combinations of "parameters" x {repeats} seeds), more '
+        f'than the {MAX_RUNS} one sweep may have'
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_space(tmp_path, grid)
+
+
+def test_a_sweep_of_as_many_runs_as_it_may_have_is_listed_at_once(tmp_path):
+    from alf_lite.bin import grid_search
+
+    space = load_space(tmp_path, {'parameters': {'x.y': [1, 2]}, 'repeats': 50_000})
+    runs = grid_search.expand_grid(space)
+    assert len(runs) == grid_search.MAX_RUNS
+    assert runs[-1] == ('y=2,seed=49999', 49999, ['x.y=2'])
+
+
 def test_a_run_is_named_after_its_parameters_in_the_search_configs_order(tmp_path):
     from alf_lite.bin import grid_search
 

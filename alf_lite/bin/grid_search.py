@@ -191,6 +191,8 @@ STARTED_DIR = '.grid_search_started'
 LOG_DIR = 'logs'
 LOG_SUFFIX = '.log'
 NAME_MAX = 255  # bytes in a file name on common file systems (ext4, xfs, btrfs, tmpfs)
+# Runs in one sweep: each is a directory and a log, and all are listed before any starts.
+MAX_RUNS = 100_000
 # What a sweep's user can do about a run directory of another experiment
 # (grid_search has no --start_over: a run is trained afresh when its directory is gone).
 GRID_ADVICE = (
@@ -294,7 +296,7 @@ def load_search_space(path: str) -> SearchSpace:
         space.append((names, [gin_literal(v) for v in values]))
     repeats = spec['repeats']
     if isinstance(repeats, int) and not isinstance(repeats, bool) and 0 < repeats <= MAX_SEED:
-        seeds = list(range(repeats))
+        num_seeds = repeats
     elif (
         isinstance(repeats, list)
         and repeats
@@ -303,12 +305,21 @@ def load_search_space(path: str) -> SearchSpace:
         )
         and len(set(repeats)) == len(repeats)
     ):
-        seeds = repeats
+        num_seeds = len(repeats)
     else:
         raise ValueError(
             f'"repeats" in {path} must be a positive number of seeds or a list of '
             f'distinct integer seeds in [0, 2**32), got {repeats!r}'
         )
+    # Counted before any list of them is built: 2**32 seeds would take tens of GB.
+    combinations = math.prod(len(values) for _, values in space)
+    if combinations * num_seeds > MAX_RUNS:
+        raise ValueError(
+            f'{path} makes {combinations * num_seeds} runs ({combinations} combinations of '
+            f'"parameters" x {num_seeds} seeds), more than the {MAX_RUNS} one sweep may have: '
+            'search fewer values or seeds, or split the search into several sweeps'
+        )
+    seeds = list(range(repeats)) if isinstance(repeats, int) else repeats
     return SearchSpace(space, seeds)
 
 
@@ -385,8 +396,8 @@ def expand_grid(space: SearchSpace) -> List[tuple]:
                     'search config.'
                 )
             runs.append((name, seed, bindings))
-    names = [name for name, _, _ in runs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    counts = collections.Counter(name for name, _, _ in runs)
+    duplicates = sorted(n for n, count in counts.items() if count > 1)
     if duplicates:
         raise ValueError(
             f'two runs would share the directory {duplicates[0]!r}: a parameter '
