@@ -510,6 +510,22 @@ def test_module_colon_id_imports_the_module_that_registers_the_id(
         create_environment('no_such_module_here:Pendulum-v1')
 
 
+def test_a_module_named_before_the_env_id_that_raises_on_import_is_named(tmp_path, monkeypatch):
+    # Not only an ImportError: gymnasium's DependencyNotInstalled (a missing extra such as
+    # box2d) is none.
+    (tmp_path / 'alf_test_module_raising_on_import.py').write_text(
+        "raise RuntimeError('a simulator extra is not installed')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(
+        ValueError,
+        match=r"^Environment 'alf_test_module_raising_on_import:Env-v0': cannot import module "
+        r"'alf_test_module_raising_on_import', which should register 'Env-v0': "
+        r'RuntimeError: a simulator extra is not installed',
+    ):
+        create_environment('alf_test_module_raising_on_import:Env-v0')
+
+
 @pytest.mark.parametrize(
     'env_name, message',
     [

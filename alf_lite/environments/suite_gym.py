@@ -1169,7 +1169,8 @@ def create_environment(
     Returns:
         the ``BatchedEnvironment``; close it (or use it as a context manager).
     Raises:
-        ValueError: for an unknown id (naming the closest registered ids), an
+        ValueError: for an unknown id (naming the closest registered ids), the
+            ``module`` of ``module:Id`` raising on import (whatever it raises), an
             env without a time limit, unsupported spaces, a count that is not a
             positive integer, or a key of ``env_kwargs`` the env does not take
             (naming the closest ones).
@@ -1188,10 +1189,10 @@ def create_environment(
         module, env_id = env_name.split(':', 1)
         try:
             importlib.import_module(module)
-        except ImportError as e:
+        except Exception as e:  # noqa: BLE001  (an import may raise anything, e.g. a missing extra)
             raise ValueError(
                 f"Environment '{env_name}': cannot import module '{module}', which "
-                f'should register {env_id!r}: {e}'
+                f'should register {env_id!r}: {type(e).__name__}: {e}'
             ) from e
     try:
         # A spec (rather than the id) travels with the env factory, so a
