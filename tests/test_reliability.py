@@ -1505,25 +1505,33 @@ def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(
     assert state['iteration_start'] is None and not state['iteration_trained']
 
 
+def run_whole_and_cut_at(tmp_path, monkeypatch, step, num_env_steps):
+    """Runs of iterations of 30 env steps: ``whole`` to its end, ``cut`` until a SIGTERM
+    ends its env step ``step``; returns both directories and the params (to resume with).
+    """
+    unrolled = [
+        'TrainerConfig.unroll_length = 30',
+        f'TrainerConfig.num_env_steps = {num_env_steps}',
+        'TrainerConfig.eval_interval = 100',
+    ]
+    whole, cut = tmp_path / 'whole', tmp_path / 'cut'
+    train_in_process(whole, *unrolled)
+    real_create = sigterm_in_training_env_step(monkeypatch, step)
+    with pytest.raises(TrainingInterrupted):
+        train_in_process(cut, *unrolled)
+    monkeypatch.setattr(trainer_module, 'create_environment', real_create)
+    return whole, cut, unrolled
+
+
 def test_a_cut_iterations_summary_holds_the_losses_of_its_updates_done_before_the_signal(
     tmp_path, monkeypatch
 ):
     # Iterations of 30 env steps; a SIGTERM ends env step 120, the last of the iteration from
     # 90 to 120, after its updates. The resume does not do them again, and the summary at
     # 120 holds their losses, as that of the run never stopped does.
-    unrolled = [
-        'TrainerConfig.unroll_length = 30',
-        'TrainerConfig.num_env_steps = 150',
-        'TrainerConfig.eval_interval = 100',
-    ]
-    whole, cut = tmp_path / 'whole', tmp_path / 'cut'
-    train_in_process(whole, *unrolled)
-    real_create = sigterm_in_training_env_step(monkeypatch, 120)
-    with pytest.raises(TrainingInterrupted):
-        train_in_process(cut, *unrolled)
+    whole, cut, unrolled = run_whole_and_cut_at(tmp_path, monkeypatch, 120, num_env_steps=150)
     state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / 'ckpt-119'))
     assert state['iteration_trained']
-    monkeypatch.setattr(trainer_module, 'create_environment', real_create)
     train_in_process(cut, *unrolled)
     rows = {root: {r['env_steps']: r for r in deterministic_rows(root)} for root in (whole, cut)}
     losses = [column for column in rows[whole]['120'] if column.endswith('_loss')]
@@ -1542,17 +1550,7 @@ def test_a_cut_iteration_resumed_with_another_unroll_length_is_finished_in_its_o
     # Iterations of 30 env steps; a SIGTERM ends env step 105, in the one from 90 to 120.
     # The resume changes unroll_length: the cut iteration still ends at 120 with its
     # updates, and the new length counts from there.
-    unrolled = [
-        'TrainerConfig.unroll_length = 30',
-        'TrainerConfig.num_env_steps = 300',
-        'TrainerConfig.eval_interval = 100',
-    ]
-    whole, cut = tmp_path / 'whole', tmp_path / 'cut'
-    train_in_process(whole, *unrolled)
-    real_create = sigterm_in_training_env_step(monkeypatch, 105)
-    with pytest.raises(TrainingInterrupted):
-        train_in_process(cut, *unrolled)
-    monkeypatch.setattr(trainer_module, 'create_environment', real_create)
+    whole, cut, unrolled = run_whole_and_cut_at(tmp_path, monkeypatch, 105, num_env_steps=300)
     train_in_process(cut, *unrolled, f'TrainerConfig.unroll_length = {unroll_length}')
     resumed = {int(r['env_steps']): int(r['num_updates']) for r in deterministic_rows(cut)}
     assert sorted(resumed) == rows

@@ -380,16 +380,14 @@ def test_a_record_cut_short_or_claiming_gigabytes_is_not_read(
     assert ('more than any event train writes' in caplog.text) == warned, caplog.text
 
 
-@pytest.mark.parametrize('damage', ['length', 'data'])
-def test_a_damaged_record_and_the_rest_of_its_file_are_dropped_with_a_warning(
-    tmp_path, caplog, read_tensorboard, damage
-):
+def killed_runs_records(tmp_path):
+    """A killed run's train event file: its directory, path and bytes, where each record
+    starts and the step of its event."""
     write_killed_run(tmp_path)
     log_dir = tmp_path / 'train'
     (name,) = event_files(log_dir)
     path = log_dir / name
     content = path.read_bytes()
-    # Where each record starts, and the step of its event.
     starts, steps, at = [], [], 0
     while at < len(content):
         length = struct.unpack_from('<Q', content, at)[0]
@@ -397,6 +395,14 @@ def test_a_damaged_record_and_the_rest_of_its_file_are_dropped_with_a_warning(
         steps.append(Event.FromString(content[at + 12 : at + 12 + length]).step)
         at += 16 + length
     assert at == len(content) and steps[-5:] == [0, 100, 200, 300, 400], steps
+    return log_dir, path, content, starts, steps
+
+
+@pytest.mark.parametrize('damage', ['length', 'data'])
+def test_a_damaged_record_and_the_rest_of_its_file_are_dropped_with_a_warning(
+    tmp_path, caplog, read_tensorboard, damage
+):
+    log_dir, path, content, starts, steps = killed_runs_records(tmp_path)
     at_200 = starts[steps.index(200)]
     damaged = bytearray(content)
     # A bit of the length, or of the data, of the record at step 200.
@@ -413,17 +419,7 @@ def test_a_damaged_record_and_the_rest_of_its_file_are_dropped_with_a_warning(
 def test_a_record_of_no_event_and_the_rest_of_its_file_are_dropped_with_a_warning(
     tmp_path, caplog, read_tensorboard
 ):
-    write_killed_run(tmp_path)
-    log_dir = tmp_path / 'train'
-    (name,) = event_files(log_dir)
-    path = log_dir / name
-    content = path.read_bytes()
-    starts, steps, at = [], [], 0
-    while at < len(content):
-        length = struct.unpack_from('<Q', content, at)[0]
-        starts.append(at)
-        steps.append(Event.FromString(content[at + 12 : at + 12 + length]).step)
-        at += 16 + length
+    log_dir, path, content, starts, steps = killed_runs_records(tmp_path)
     at_200 = starts[steps.index(200)]
     # In place of the record at step 200, one whose checksums hold but whose data no
     # event parses from (a field of wire type 7).
