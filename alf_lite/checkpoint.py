@@ -965,6 +965,23 @@ def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
         for group, settings in zip(optimizer.param_groups, configured):
             group.update(settings)
         place_step_counts(optimizer)
+        # A setting that steps with more state than the checkpoint's did (Adam.amsgrad
+        # turned on at a resume) would fail at its first update with a KeyError.
+        index = 0
+        for group in optimizer.param_groups:
+            keys = None
+            for param in group['params']:
+                saved = optimizer.state.get(param, {})
+                if saved:
+                    keys = _state_keys(optimizer, group, param) if keys is None else keys
+                    missing = sorted(keys - set(saved))
+                    if missing:
+                        raise ValueError(
+                            f'the {name} optimizer state of parameter {index} has no '
+                            f'{missing[0]!r}, which the configured optimizer steps with: one of '
+                            'its settings was changed, e.g. Adam.amsgrad'
+                        )
+                index += 1
         # A state tensor of another shape than its parameter (a file spliced from
         # another run) would reach the fused kernels unchecked: they do not check.
         for index, param in enumerate(p for g in optimizer.param_groups for p in g['params']):
@@ -974,6 +991,21 @@ def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
                         f'the {name} optimizer state {key!r} of parameter {index} is of shape '
                         f'{tuple(value.shape)}, the parameter of {tuple(param.shape)}'
                     )
+
+
+def _state_keys(optimizer: torch.optim.Optimizer, group: dict, param: torch.Tensor) -> set:
+    """The state keys ``optimizer``'s class makes for a parameter like ``param`` with the
+    settings of ``group``, read from one step of a one-element copy; empty where that step
+    cannot be taken (the real step then reports why)."""
+    settings = {k: v for k, v in group.items() if k in optimizer.defaults}
+    probe = torch.zeros(1, dtype=param.dtype, device=param.device, requires_grad=True)
+    probe.grad = torch.zeros_like(probe)
+    try:
+        stepper = type(optimizer)([probe], **settings)
+        stepper.step()
+    except Exception:  # noqa: BLE001  (a setting this device cannot step with: not ours to say)
+        return set()
+    return set(stepper.state[probe])
 
 
 def policy_state(algorithm_state: dict) -> dict:

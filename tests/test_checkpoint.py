@@ -756,6 +756,31 @@ def test_optimizer_state_of_another_shape_than_its_parameter_is_refused():
         ckpt.load_algorithm_state(net, saved)
 
 
+def test_optimizer_settings_that_step_with_state_the_checkpoint_lacks_are_refused():
+    def net_with(amsgrad):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(3, 2)
+        net.optimizers = {'net': torch.optim.Adam(net.parameters(), amsgrad=amsgrad)}
+        return net
+
+    trained = net_with(amsgrad=False)
+    trained(torch.ones(4, 3)).sum().backward()
+    trained.optimizers['net'].step()
+    saved = ckpt.algorithm_state(trained)
+    # Its first step would fail with KeyError: 'max_exp_avg_sq'.
+    with pytest.raises(ValueError, match=r"parameter 0 has no 'max_exp_avg_sq'.*Adam.amsgrad"):
+        ckpt.load_algorithm_state(net_with(amsgrad=True), saved)
+    # Settings that step with less state resume, and step.
+    amsgrad = net_with(amsgrad=True)
+    amsgrad(torch.ones(4, 3)).sum().backward()
+    amsgrad.optimizers['net'].step()
+    resumed = net_with(amsgrad=False)
+    ckpt.load_algorithm_state(resumed, ckpt.algorithm_state(amsgrad))
+    resumed(torch.ones(4, 3)).sum().backward()
+    resumed.optimizers['net'].step()
+    assert resumed.optimizers['net'].state[resumed.weight]['step'].item() == 2
+
+
 def test_trainer_state_round_trips_and_a_foreign_state_is_refused(tmp_path):
     net = torch.nn.Linear(3, 2)
     net.optimizers = {'net': torch.optim.Adam(net.parameters())}
