@@ -343,6 +343,19 @@ def test_two_groups_given_one_name_are_pooled(grid, tmp_path):
     assert final_table(result.stdout)['same'][0] == len(RUNS_A) + len(RUNS_B)
 
 
+def test_runs_pooled_under_one_label_whose_config_gin_is_damaged_are_plotted(grid, tmp_path):
+    # --group_by none reads no config.gin: one that cannot be read leaves its run out of the
+    # same-seed check only, as a run without one is.
+    (grid / f'lr={LR_A},seed=1' / 'config.gin').write_bytes(b'\xff\xfe not text')
+    labels = [f'both=lr={LR_A},seed={seed}' for seed in (0, 1)]
+    result = run_plot(
+        [str(grid), '--group_by', 'none', '--label', labels[0], '--label', labels[1]], tmp_path
+    )
+    assert_ok(result)
+    assert 'Traceback' not in result.stderr
+    assert final_table(result.stdout)['both'][0] == 2
+
+
 def test_out_that_would_overwrite_a_file_plot_did_not_write_is_refused(grid, tmp_path):
     run = grid / f'lr={LR_A},seed=0'
     before = {p.name: p.read_bytes() for p in run.iterdir()}

@@ -331,14 +331,18 @@ def seed_of(run_dir: str) -> str:
 
 def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
     """The pairs of ``runs`` of one seed and one ``setting``; a run without a config.gin
-    (a copy of its events alone, say) has no setting to compare and is left out."""
+    (a copy of its events alone, say) or whose config.gin cannot be read has no setting to
+    compare and is left out."""
     first, pairs = {}, []
     safe = resume_safe_elsewhere(runs)
     for run in runs:
         if not os.path.isfile(RunDir(run).config_file):
             continue
+        try:
+            bindings = setting(run, safe)
+        except (OSError, ValueError):  # not needed to plot it (--group_by none)
+            continue
         # An unbound seed is the default one: `random_seed = 0` is the same run.
-        bindings = setting(run, safe)
         not_seed = {k: v for k, v in bindings.items() if k not in seed_names(bindings)}
         key = tuple(sorted({**not_seed, SEED_PARAM: seed_of(run)}.items()))
         if key in first:
