@@ -325,13 +325,14 @@ def config_statements(config_text: str) -> List[str]:
     """The statements of a gin config text (bindings, imports, includes), one string each.
 
     A value gin continued over several lines (indented, after a trailing
-    backslash) is joined to its binding; whitespace is normalised; comments
-    and blank lines are left out.
+    backslash) is joined to its binding; whitespace outside string literals is
+    normalised; comments (also one after a binding, as gin reads them) and
+    blank lines are left out.
     """
     statements = []
     for line in config_text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith('#'):
+        stripped = _without_comment(line).strip()
+        if not stripped:
             continue
         if stripped.endswith('\\'):
             stripped = stripped[:-1]
@@ -339,7 +340,30 @@ def config_statements(config_text: str) -> List[str]:
             statements[-1] += ' ' + stripped
         else:
             statements.append(stripped)
-    return [' '.join(statement.split()) for statement in statements]
+    return [_normalised(statement) for statement in statements]
+
+
+# A string literal of a gin value (Python's, on one line; one left open runs to the end).
+_STRING_LITERAL = re.compile(r"""('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?)""")
+
+
+def _without_comment(line: str) -> str:
+    """``line`` up to the ``#`` that begins its comment, if any: one outside a string literal."""
+    if '#' not in line:
+        return line
+    # Split around the string literals: the code is at the even indices.
+    parts = _STRING_LITERAL.split(line)
+    for i in range(0, len(parts), 2):
+        if '#' in parts[i]:
+            return ''.join(parts[:i]) + parts[i].split('#', 1)[0]
+    return line
+
+
+def _normalised(statement: str) -> str:
+    """``statement`` with each run of whitespace outside its string literals one space."""
+    parts = _STRING_LITERAL.split(statement)
+    parts[::2] = [re.sub(r'\s+', ' ', code) for code in parts[::2]]
+    return ''.join(parts).strip()
 
 
 # A binding statement: ``[scope/]Name.param = value``, or a macro ``NAME = value``.

@@ -345,6 +345,40 @@ def test_a_config_is_compared_by_the_bindings_gin_applies_not_by_their_order(tmp
     assert experiment_difference(root_dir, tau_again + trained_with) is None
 
 
+def test_a_comment_after_a_binding_is_no_part_of_its_value(tmp_path):
+    trained_with = config_text("create_environment.env_kwargs = {'xml_file': 'a#b.xml'}")
+    root_dir = saved_run(tmp_path, trained_with)
+    # A hand-edited config.gin: gin reads a '#' outside a string as the start of a comment.
+    commented = trained_with.replace(
+        'SacAlgorithm.target_update_tau = 0.005',
+        'SacAlgorithm.target_update_tau = 0.005  # as in the paper',
+    )
+    assert commented != trained_with
+    assert changed_bindings(trained_with, commented) == []
+    assert experiment_difference(root_dir, commented) is None
+    # A '#' in a string is part of the value.
+    other_file = trained_with.replace("'a#b.xml'", "'a#c.xml'")
+    assert changed_bindings(trained_with, other_file) == [
+        "create_environment.env_kwargs = {'xml_file': 'a#b.xml'} -> "
+        "create_environment.env_kwargs = {'xml_file': 'a#c.xml'}"
+    ]
+    (tmp_path / 'config.gin').write_text(commented)
+    assert config_bindings(str(tmp_path))['SacAlgorithm.target_update_tau'] == '0.005'
+
+
+def test_spaces_in_a_string_are_part_of_its_value_those_around_it_are_not(tmp_path):
+    trained_with = config_text("create_environment.env_kwargs = {'xml_file': 'my  hopper.xml'}")
+    root_dir = saved_run(tmp_path, trained_with)
+    other_file = trained_with.replace("'my  hopper.xml'", "'my hopper.xml'")
+    assert changed_bindings(trained_with, other_file) == [
+        "create_environment.env_kwargs = {'xml_file': 'my  hopper.xml'} -> "
+        "create_environment.env_kwargs = {'xml_file': 'my hopper.xml'}"
+    ]
+    assert 'in 1 binding(s)' in experiment_difference(root_dir, other_file)
+    spaced = trained_with.replace("{'xml_file': ", "{'xml_file':   ")
+    assert experiment_difference(root_dir, spaced) is None
+
+
 def test_an_empty_or_missing_root_dir_holds_no_other_experiment(tmp_path):
     assert experiment_difference(str(tmp_path / 'missing'), EXPERIMENT) is None
     (tmp_path / 'empty').mkdir()
