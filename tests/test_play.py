@@ -7,6 +7,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -357,6 +358,29 @@ def test_a_stopped_play_leaves_the_video_already_there_as_it_was(
     assert 'Traceback' not in stderr, stderr[-3000:]
     assert video.read_bytes() == b'the video of an earlier play'
     assert os.listdir(tmp_path) == [video_name]  # no temporary file left
+
+
+def test_a_second_signal_while_a_stopped_play_cleans_up_leaves_no_temporary_video(
+    trained_run, tmp_path
+):
+    # The second SIGTERM comes while the first one's exit closes the env and the
+    # .mp4's encoder (tens of milliseconds for a few hundred frames).
+    video = tmp_path / 'play.mp4'
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
+    process = start_in_own_session(
+        command + ['--num_episodes', '100000', '--record_file', str(video)],
+        stdout=subprocess.PIPE,
+    )
+    for line in process.stdout:  # some hundred frames recorded
+        if line.startswith('episode 100:'):
+            break
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), stderr[-3000:]
+    assert 'Traceback' not in stderr, stderr[-3000:]
+    assert os.listdir(tmp_path) == []  # neither the video nor its temporary file
 
 
 def test_an_env_that_raises_while_playing_exits_1_naming_it(tmp_path):

@@ -780,6 +780,37 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     assert gone, [c.pid for c in children if c.is_running()]
 
 
+@pytest.mark.parametrize('gap_s', [0.02, 0.2])
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_while_train_stops_keeps_its_exit_code_and_message(tmp_path, sig, gap_s):
+    # Ctrl-C pressed twice, or grid_search passing on each signal it gets: the second
+    # comes while the first one's checkpoint is written or the process exits.
+    root_dir = tmp_path / 'run'
+    params = TINY + [
+        'TrainerConfig.num_env_steps=100000',
+        'TrainerConfig.summary_interval=100',
+        'TrainerConfig.eval_interval=100000',
+        'TrainerConfig.checkpoint_interval=100000',
+    ]
+    process = start_in_own_session(train_command(root_dir, [PENDULUM], params))
+    deadline = time.time() + 60
+    while not ((root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) >= 3):
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    process.send_signal(sig)
+    time.sleep(gap_s)
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + sig, stderr[-3000:]
+    assert 'Traceback' not in stderr, stderr[-3000:]
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.endswith(
+        f'interrupted by {sig.name}: checkpoint written, env processes closed; re-run the '
+        'same command to continue.'
+    ), stderr[-3000:]
+    assert len(checkpoint_steps(root_dir)) == 1
+
+
 @pytest.mark.parametrize(
     'num_envs, sig',
     [(2, signal.SIGINT), (1, signal.SIGINT), (2, signal.SIGTERM)],

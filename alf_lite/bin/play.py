@@ -180,13 +180,16 @@ class VideoWriter:
 
     def discard(self) -> None:
         """Stop writing and remove the temporary file: ``path`` is left as it was."""
-        with contextlib.suppress(Exception):
-            if self._gif is None:
-                self._writer.close()
-            else:
-                self._gif.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._tmp)
+        try:
+            with contextlib.suppress(Exception):
+                if self._gif is None:
+                    self._writer.close()
+                else:
+                    self._gif.close()
+        finally:
+            # Also when a second signal interrupts the encoder's close.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
 
     def _count_frames_in_file(self) -> int:
         if self._gif is None or not self.num_frames:
@@ -386,9 +389,12 @@ def play(argv, signals) -> None:
     except Interrupted as e:
         fail(f'{e}.{not_written}', exit_code=EXIT_SIGNAL_BASE + e.signum)
     finally:
-        env.close()
-        if video is not None:
-            video.discard()
+        try:
+            env.close()
+        finally:
+            # Also when a second signal interrupts the env's close.
+            if video is not None:
+                video.discard()
 
 
 if __name__ == '__main__':

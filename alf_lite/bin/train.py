@@ -20,6 +20,7 @@ came while train started up or shut down (no checkpoint is written for it).
 
 import contextlib
 import os
+import signal
 import sys
 
 from absl import app, flags, logging
@@ -35,8 +36,10 @@ from alf_lite.run_dir import (
     moved_aside_path,
 )
 from alf_lite.signals import (
+    STOP_SIGNALS,
     InterruptedOutsideTraining,
     RaisingSignals,
+    TrainingInterrupted,
     stop_when_starter_ends,
 )
 
@@ -144,13 +147,36 @@ def main(argv):
         with RaisingSignals(InterruptedOutsideTraining) as signals:
             stop_when_starter_ends()
             train(root_dir, signals)
-    except InterruptedOutsideTraining as e:
+    except (TrainingInterrupted, InterruptedOutsideTraining) as e:
+        # The run stops for this signal: another one while the process exits (a second
+        # Ctrl-C, each of which grid_search passes on) would end it by that signal, with
+        # no exit code of its own.
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        interrupted = _training_interrupted(e)
+        if interrupted is not None:
+            # Also when the other signal came while the trainer closed, outside the loop.
+            logging.warning(
+                '%s: checkpoint written, env processes closed; re-run the same '
+                'command to continue.',
+                interrupted,
+            )
+            sys.exit(EXIT_SIGNAL_BASE + interrupted.signum)
         # The trainer, if built, closed its env processes on the way here.
         if not root_dir_existed:
             # Left empty by the lock if the signal came before the config was written.
             with contextlib.suppress(OSError):
                 os.rmdir(root_dir)
         fail(str(e), exit_code=EXIT_SIGNAL_BASE + e.signum)
+
+
+def _training_interrupted(error: BaseException):
+    """The ``TrainingInterrupted`` that ``error`` is, or arrived while handling; or None."""
+    while error is not None:
+        if isinstance(error, TrainingInterrupted):
+            return error
+        error = error.__context__
+    return None
 
 
 def train(root_dir: str, signals) -> None:
@@ -192,7 +218,6 @@ def train(root_dir: str, signals) -> None:
     from alf_lite.checkpoint import CheckpointError
     from alf_lite.config import write_text_atomically
     from alf_lite.environments import EnvironmentCrashedError
-    from alf_lite.signals import TrainingInterrupted
     from alf_lite.summary import ProgressCsvError
     from alf_lite.trainer import TrainingError
 
@@ -234,13 +259,6 @@ def train(root_dir: str, signals) -> None:
             # The message names the env that raised, died or hung; leaving the
             # ``with`` block terminates every env process.
             fail_on_env_error(e)
-        except TrainingInterrupted as e:
-            logging.warning(
-                '%s: checkpoint written, env processes closed; re-run the same '
-                'command to continue.',
-                e,
-            )
-            sys.exit(EXIT_SIGNAL_BASE + e.signum)
 
 
 if __name__ == '__main__':
