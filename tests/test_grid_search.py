@@ -322,6 +322,42 @@ def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_
         resume_to_the_end(tmp_path, root_dir, running)
 
 
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_sweep_reads_its_configs_exits_with_128_plus_it_in_one_line(
+    tmp_path, sig
+):
+    write_inputs(tmp_path, GRID)
+    root_dir = tmp_path / 'runs'
+    command = grid_command(root_dir)
+    # The signal comes once the base config was parsed, before the sweep's plan.
+    command[1:3] = [
+        '-c',
+        'import os, runpy\n'
+        'import alf_lite.config as config\n'
+        'parse = config.parse_config\n'
+        'def parse_then_signal(*args, **kwargs):\n'
+        '    result = parse(*args, **kwargs)\n'
+        f'    os.kill(os.getpid(), {int(sig)})\n'
+        '    return result\n'
+        'config.parse_config = parse_then_signal\n'
+        'runpy.run_module("alf_lite.bin.grid_search", run_name="__main__")\n',
+    ]
+    result = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 128 + sig, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    message = f'error: {sig.name} arrived while grid_search started up'
+    assert message in result.stderr, result.stderr[-3000:]
+    assert result.stdout == ''  # stopped before its plan
+    assert not root_dir.exists()
+
+
 def test_a_run_that_fails_while_the_sweep_stops_is_stopped_and_keeps_its_error():
     from alf_lite.bin.grid_search import SweepStop
 

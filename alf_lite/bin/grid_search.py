@@ -1180,6 +1180,22 @@ def not_started_text(results: Dict[str, dict]) -> str:
 
 
 def main(argv):
+    from alf_lite.signals import Interrupted, RaisingSignals
+
+    # Outside the sweep (reading the configs, writing the table): at once, in one line.
+    try:
+        with RaisingSignals():
+            _main(argv)
+    except Interrupted as e:
+        fail(
+            f'{signal.Signals(e.signum).name} arrived while grid_search started up or wrote '
+            'its table, outside the sweep: no run was started or stopped by it; re-run the same '
+            'command to start or continue the sweep.',
+            EXIT_SIGNAL_BASE + e.signum,
+        )
+
+
+def _main(argv):
     if len(argv) > 1:
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
     if not FLAGS.gin_file:
