@@ -434,6 +434,16 @@ def macro_value(bindings: Dict[str, str], name: str) -> Optional[str]:
     return value
 
 
+def config_int(config_text: str, name: str) -> Optional[int]:
+    """The int a config text binds ``name`` to (through whole-value macros); None where it
+    is not bound, or not to an int literal."""
+    value = macro_value(_statements_and_values(config_text)[1], name)
+    try:
+        return None if value is None else int(value.strip())
+    except ValueError:
+        return None
+
+
 def _statements_and_values(config_text: str) -> Tuple[Dict[str, str], Dict[str, str]]:
     """The statements of a config text by what they bind, and the value text of each binding.
 

@@ -2,6 +2,7 @@
 summarises and checkpoints, each done by its own module."""
 
 import functools
+import inspect
 import time
 from typing import Callable, List, Optional
 
@@ -27,7 +28,7 @@ from alf_lite.evaluation import TerminationValues, evaluate
 from alf_lite.model_memory import check_model_fits
 from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
 from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferMismatchError
-from alf_lite.run_dir import RunDir, RunDirLock, last_good_name
+from alf_lite.run_dir import RunDir, RunDirLock, config_int, last_good_name, read_config_text
 from alf_lite.runs import (
     DEFAULT_SEED,
     ENV_STEPS_PER_SEC,
@@ -901,7 +902,10 @@ class Trainer:
         A run killed before its first checkpoint leaves rows up to that checkpoint's step
         at most, the end of the iteration that crosses ``checkpoint_interval``.
         """
-        first_checkpoint = self._config.checkpoint_interval + self._iteration_length - 1
+        first_checkpoint = max(
+            self._config.checkpoint_interval + self._iteration_length - 1,
+            self._earlier_first_checkpoint(),
+        )
         last = last_env_steps(self._run_dir.progress_file)
         if last is not None and last > first_checkpoint:
             raise ckpt.CheckpointError(
@@ -911,6 +915,29 @@ class Trainer:
                 'checkpoints back to resume, or pass --start_over to train (it moves the '
                 'root_dir aside) to train afresh.'
             )
+
+    def _earlier_first_checkpoint(self) -> int:
+        """The step of the first checkpoint of the run that root_dir's ``config.gin`` was
+        written for (-1 without one): a restart may change ``checkpoint_interval``,
+        ``unroll_length`` or the number of envs, which the rows were written under."""
+        try:
+            earlier = read_config_text(self._run_dir.config_file)
+        except (OSError, ValueError):
+            return -1
+
+        def value(name: str, function) -> int:
+            bound = config_int(earlier, name)
+            parameter = name.rsplit('.', 1)[1]
+            return (
+                inspect.signature(function).parameters[parameter].default
+                if bound is None
+                else bound
+            )
+
+        interval = value('TrainerConfig.checkpoint_interval', TrainerConfig.__init__)
+        unroll_length = value('TrainerConfig.unroll_length', TrainerConfig.__init__)
+        num_envs = value('create_environment.num_parallel_environments', create_environment)
+        return interval + unroll_length * num_envs - 1
 
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> Optional[dict]:
         """Restore the checkpoint at ``path``; returns its collection state (or None)."""

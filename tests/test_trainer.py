@@ -683,6 +683,26 @@ def test_a_run_killed_before_its_first_checkpoint_of_long_iterations_starts_over
         train(tmp_path, *params)
 
 
+def test_a_run_killed_before_its_first_checkpoint_restarts_with_a_shorter_interval(tmp_path):
+    # The killed run checkpointed every 1000 steps and wrote rows up to 600; the
+    # restart asks for a checkpoint every 100 (a resume may change the intervals):
+    # the rows are those of a run that never reached its first checkpoint.
+    params = [
+        'TrainerConfig.initial_collect_steps = 6',
+        'TrainerConfig.num_env_steps = 6',
+    ]
+    (tmp_path / 'config.gin').write_text('TrainerConfig.checkpoint_interval = 1000\n')
+    progress = tmp_path / 'progress.csv'
+    progress.write_text('env_steps,num_updates,wall_time\n0,0,1.0\n600,0,2.0\n')
+    train(tmp_path, 'TrainerConfig.checkpoint_interval = 100', *params)
+    assert [r['env_steps'] for r in read_csv(progress)] == ['0', '6']
+    # Rows past the first checkpoint of either interval: checkpoints went missing.
+    shutil.rmtree(tmp_path / 'checkpoints')
+    progress.write_text('env_steps,num_updates,wall_time\n0,0,1.0\n1200,0,2.0\n')
+    with pytest.raises(ckpt.CheckpointError, match='has rows up to 1200 env steps'):
+        train(tmp_path, 'TrainerConfig.checkpoint_interval = 100', *params)
+
+
 def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path, monkeypatch):
     train(tmp_path, 'TrainerConfig.num_env_steps = 400')
     loaded = []
