@@ -55,6 +55,18 @@ def test_every_help_flag_prints_the_usage_and_exits_0(flag, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize('tool', TOOLS)
+@pytest.mark.parametrize('flag', ['-help', '--help=true', '-helpfull', '--helpxml'])
+def test_help_in_any_spelling_absl_reads_exits_0(tool, flag, tmp_path):
+    # absl takes one dash or two, and a boolean's value: each asks for the help as --help.
+    result = run_tool(tool, [flag], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert '--root_dir' in result.stdout or tool == 'plot', result.stdout[-3000:]
+    assert '--out' in result.stdout or tool != 'plot', result.stdout[-3000:]
+    assert 'error' not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_root_dir_starting_with_a_tilde_is_in_the_home_directory(tmp_path, monkeypatch):
     # The shell leaves `--root_dir=~/...` as it is: the tools expand it.
     home = tmp_path / 'home'

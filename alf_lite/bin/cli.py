@@ -55,3 +55,9 @@ def parse_flags(argv: List[str]) -> List[str]:
         return flags.FLAGS(argv)
     except flags.Error as e:
         fail(f'{e} (--help lists the flags)')
+    except SystemExit as e:
+        # absl's help flags in the other spellings it reads (-help, --help=true,
+        # -helpfull, --helpxml) print their help, then exit 1.
+        if e.code == 1:
+            sys.exit(0)
+        raise
