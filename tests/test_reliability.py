@@ -751,23 +751,33 @@ def tensorboard_scalars(tensorboard, run):
 # --- SIGINT / SIGTERM -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
-def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
-    root_dir = tmp_path / 'run'
+def start_long_run(root_dir, *params):
+    """A train of 100,000 env steps with ``params``, started in its own session; returned
+    once its progress.csv holds 3 rows (summaries every 100 env steps, no checkpoint)."""
     params = TINY + [
         'TrainerConfig.num_env_steps=100000',
         'TrainerConfig.summary_interval=100',
         'TrainerConfig.eval_interval=100000',
         'TrainerConfig.checkpoint_interval=100000',
-        'TrainerConfig.num_eval_episodes=1',
-        'create_environment.num_parallel_environments=2',
-        'create_environment.use_subprocesses=True',
+        *params,
     ]
     process = start_in_own_session(train_command(root_dir, [PENDULUM], params))
     deadline = time.time() + 60
     while not ((root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) >= 3):
         assert process.poll() is None and time.time() < deadline
         time.sleep(0.05)
+    return process
+
+
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
+    root_dir = tmp_path / 'run'
+    process = start_long_run(
+        root_dir,
+        'TrainerConfig.num_eval_episodes=1',
+        'create_environment.num_parallel_environments=2',
+        'create_environment.use_subprocesses=True',
+    )
     children = psutil.Process(process.pid).children(recursive=True)
     assert len(children) >= 2  # the env subprocesses
     send_as_user(process, sig)
@@ -786,17 +796,7 @@ def test_a_second_signal_while_train_stops_keeps_its_exit_code_and_message(tmp_p
     # Ctrl-C pressed twice, or grid_search passing on each signal it gets: the second
     # comes while the first one's checkpoint is written or the process exits.
     root_dir = tmp_path / 'run'
-    params = TINY + [
-        'TrainerConfig.num_env_steps=100000',
-        'TrainerConfig.summary_interval=100',
-        'TrainerConfig.eval_interval=100000',
-        'TrainerConfig.checkpoint_interval=100000',
-    ]
-    process = start_in_own_session(train_command(root_dir, [PENDULUM], params))
-    deadline = time.time() + 60
-    while not ((root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) >= 3):
-        assert process.poll() is None and time.time() < deadline
-        time.sleep(0.05)
+    process = start_long_run(root_dir)
     process.send_signal(sig)
     time.sleep(gap_s)
     process.send_signal(sig)
