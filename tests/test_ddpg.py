@@ -598,6 +598,33 @@ def test_halfcheetah_example_builds_the_papers_ddpg():
     assert torch.isfinite(ddpg.train_step(batch, loss_mask(batch))['critic_loss'])
 
 
+def test_halfcheetah_examples_l2_is_a_loss_term_and_the_rest_as_its_comment_says():
+    # The paper's "L2 weight decay 1e-2" is the critic loss's term, not Adam's
+    # weight_decay (nor AdamW); hidden layers +-1/sqrt(fan_in), the action's
+    # columns counted in the critic's second layer; targets start as copies.
+    parse_config([os.path.join(EXAMPLES, 'ddpg_halfcheetah.gin')], [])
+    config = TrainerConfig()
+    assert (config.initial_collect_steps, config.replay_buffer_length) == (0, 1_000_000)
+    ddpg = config.algorithm_ctor(observation_dim=17, action_dim=6)
+    for optimizer in ddpg.optimizers.values():
+        assert type(optimizer) is torch.optim.Adam
+        assert optimizer.defaults['weight_decay'] == 0
+        assert (optimizer.defaults['betas'], optimizer.defaults['eps']) == ((0.9, 0.999), 1e-8)
+    assert ddpg._gamma == 0.99 and ddpg._critic.num_replicas == 1
+    noise = ddpg._exploration_noise
+    assert noise.dt == 0.01
+    hidden = [*ddpg._actor._hidden, *ddpg._critic._layers[:-1]]
+    assert [layer.in_features for layer in hidden] == [17, 400, 17, 406]
+    for layer in hidden:
+        bound = 1 / math.sqrt(layer.in_features)
+        for p in (layer.weight, layer.bias):
+            assert p.abs().max().item() <= bound
+            assert p.abs().max().item() > 0.9 * bound
+    for target, online in ((ddpg._target_actor, ddpg._actor), (ddpg._target_critic, ddpg._critic)):
+        pairs = zip(target.state_dict().values(), online.state_dict().values())
+        assert all(torch.equal(t, o) for t, o in pairs)
+
+
 def test_value_step_is_the_mean_of_the_critic_replicas():
     ddpg = hand_ddpg(num_critic_replicas=2)
     # Q_0 = 0.5 + s + 2 * a and Q_1 = 0.7 + s + 3 * a: (2.5, 3.2) and (-1.5, -2.3).

@@ -2,16 +2,21 @@
 
 import functools
 import math
+import os
 
 import pytest
 import torch
 import torch.nn as nn
 
+import alf_lite.all_configurables  # noqa: F401
 from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import loss_mask, td_target
+from alf_lite.config import parse_config
 from alf_lite.data import Experience, StepType, TimeStep
 from alf_lite.networks import CriticNetwork
+from alf_lite.trainer import TrainerConfig
 
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
 F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
 GAMMA = 0.9
 
@@ -292,6 +297,28 @@ def test_defaults_are_the_papers_hyperparameters():
         assert type(optimizer) is torch.optim.Adam  # not a subclass such as AdamW
         assert optimizer.defaults['weight_decay'] == 0
         assert [group['lr'] for group in optimizer.param_groups] == [3e-4]
+
+
+@pytest.mark.parametrize(
+    'example, dims', [('sac_halfcheetah.gin', (17, 6)), ('sac_humanoid.gin', (348, 17))]
+)
+def test_mujoco_examples_build_the_papers_sac(example, dims):
+    # Haarnoja et al. 2018 (v2), table 1, as the examples' comments claim.
+    parse_config([os.path.join(EXAMPLES, example)], [])
+    config = TrainerConfig()
+    assert (config.mini_batch_size, config.replay_buffer_length) == (256, 1_000_000)
+    assert config.initial_collect_steps == 10000
+    sac = config.algorithm_ctor(observation_dim=dims[0], action_dim=dims[1])
+    assert (sac._gamma, sac._tau, sac._target_update_period) == (0.99, 0.005, 1)
+    assert sac._target_entropy == -dims[1] and sac._log_alpha.item() == 0.0
+    assert sac._critic.num_replicas == 2
+    assert [layer.weight.shape[-1] for layer in sac._critic._layers] == [256, 256, 1]
+    assert sac._critic._layers[0].weight.shape[1] == sum(dims)
+    for optimizer in sac.optimizers.values():
+        assert type(optimizer) is torch.optim.Adam
+        assert (optimizer.defaults['lr'], optimizer.defaults['weight_decay']) == (3e-4, 0)
+    pairs = zip(sac._target_critic.state_dict().values(), sac._critic.state_dict().values())
+    assert all(torch.equal(t, o) for t, o in pairs)
 
 
 def test_default_networks_are_the_papers_256_by_256():
