@@ -576,7 +576,7 @@ def test_halfcheetah_example_builds_the_papers_ddpg():
     ddpg = config.algorithm_ctor(observation_dim=17, action_dim=6)
     assert ddpg._tau == 0.001 and ddpg._critic_l2_weight_decay == 0.01
     assert ddpg._critic._layers[1].weight.shape == (1, 400 + 6, 300)
-    # Batch norm on the state input and every actor layer; in the critic on the
+    # Batch norm on the state input and every actor hidden layer; in the critic on the
     # state input and the first hidden layer, before the action enters.
     actor, critic = ddpg._actor, ddpg._critic
     assert [type(n) for n in [actor._input_norm, *actor._hidden_norms]] == [nn.BatchNorm1d] * 3
