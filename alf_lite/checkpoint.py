@@ -878,16 +878,16 @@ def _values_problem(state: TrainerState) -> Optional[str]:
     them (a number each; scalars named ``<mode>/<name>`` for a mode of ``SUMMARY_MODES``),
     which a resume would write into progress.csv and the event files, or average; None when
     all are."""
-    for field in ('recent_returns', 'recent_lengths'):
-        for value in getattr(state, field):
-            if not _is_number(value):
-                return f'{field} holds {value!r:.80}, not a number'
     # Of episodes of finite rewards (the envs' are checked), counted in steps: what
     # train/AverageReturn and train/AverageEpisodeLength average once a resume summarises.
     for value in state.recent_returns:
-        if isinstance(value, float) and not math.isfinite(value):
+        if not _is_number(value):
+            return f'recent_returns holds {value!r:.80}, not a number'
+        if not math.isfinite(value):
             return f'recent_returns holds {value!r}, which no episode of finite rewards has'
     for value in state.recent_lengths:
+        if not _is_number(value):
+            return f'recent_lengths holds {value!r:.80}, not a number'
         if not isinstance(value, int) or value < 0:
             return f'recent_lengths holds {value!r:.80}, no count of steps'
     for field in ('last_eval', 'pending_evaluation', 'train_scalars', 'update_scalars'):

@@ -382,15 +382,19 @@ def split_binding(statement: str) -> Optional[Tuple[str, str]]:
 _MACRO_REFERENCE = re.compile(r'%([A-Za-z_][\w./]*)')
 
 
-def resume_safe_names(bindings: Dict[str, str], also: Collection[str] = ()) -> Set[str]:
+def resume_safe_names(bindings: Dict[str, str], safe_elsewhere: Collection[str] = ()) -> Set[str]:
     """The names among ``bindings`` (``{name: value text}``) that a resume may change.
 
-    Those of ``RESUME_SAFE_PARAMETERS`` (and of ``also``), and each macro that
-    only they use, directly or through other such macros: ``STEPS = 5000`` with
+    Those of ``RESUME_SAFE_PARAMETERS``, and each macro that only they use,
+    directly or through other such macros: ``STEPS = 5000`` with
     ``TrainerConfig.num_env_steps = %STEPS`` sets how long the run is, as the
     parameter does. A macro no binding uses, or one any other binding uses
-    (``ReplayBuffer.capacity = %STEPS``), is part of the experiment.
+    (``ReplayBuffer.capacity = %STEPS``), is part of the experiment, unless
+    it is among ``safe_elsewhere`` (names a resume may change in another config)
+    and unused here: where ``STEPS`` set ``num_env_steps = %STEPS``, a resume's
+    ``--gin_param`` of ``num_env_steps`` itself leaves ``STEPS`` bound and unused.
     """
+    also = set(safe_elsewhere) & unused_names(bindings)
     return names_and_their_macros(bindings, {*RESUME_SAFE_PARAMETERS, *also})
 
 
@@ -475,15 +479,12 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
     """
     old, old_values = _statements_and_values(old_config)
     new, new_values = _statements_and_values(new_config)
-    # What a resume may change (``resume_safe_names``) is left out (with
-    # ``resume_safe``: only it is kept). So is a macro that one side's resume-safe
-    # bindings use and the other side's bindings do not: where ``STEPS`` set
-    # ``num_env_steps = %STEPS``, a resume's ``--gin_param`` of ``num_env_steps``
-    # itself leaves ``STEPS`` bound and unused.
+    # What a resume may change on either side (``resume_safe_names``) is left out (with
+    # ``resume_safe``: only it is kept).
     old_safe, new_safe = resume_safe_names(old_values), resume_safe_names(new_values)
     old_safe, new_safe = (
-        resume_safe_names(old_values, new_safe & unused_names(old_values)),
-        resume_safe_names(new_values, old_safe & unused_names(new_values)),
+        resume_safe_names(old_values, new_safe),
+        resume_safe_names(new_values, old_safe),
     )
     old = {key: s for key, s in old.items() if (key in old_safe) == resume_safe}
     new = {key: s for key, s in new.items() if (key in new_safe) == resume_safe}

@@ -168,7 +168,7 @@ def unevaluated_row(path: str, env_steps: int, eval_column: str) -> Optional[Dic
     The scalars are the row's filled ``<mode>/<tag>`` columns, as ``Summary.write``
     takes them: written again, each reads as before.
     """
-    rows = [r for r in read_progress(path)[1] if r.get(ENV_STEPS, '').strip() == str(env_steps)]
+    rows = _rows_at(path, env_steps)
     if any(r.get(eval_column) for r in rows):
         return None
     scalars = {}
@@ -183,8 +183,13 @@ def unevaluated_row(path: str, env_steps: int, eval_column: str) -> Optional[Dic
 def summarised_at(path: str, env_steps: int) -> bool:
     """Whether a complete row of ``progress.csv`` (``path``) at ``env_steps`` holds training
     scalars (a filled ``train/<tag>`` column)."""
-    rows = [r for r in read_progress(path)[1] if r.get(ENV_STEPS, '').strip() == str(env_steps)]
+    rows = _rows_at(path, env_steps)
     return any(text and key.startswith(TRAIN + '/') for r in rows for key, text in r.items())
+
+
+def _rows_at(path: str, env_steps: int) -> List[Dict[str, str]]:
+    """The complete rows of ``progress.csv`` (``path``) at ``env_steps``."""
+    return [r for r in read_progress(path)[1] if r.get(ENV_STEPS, '').strip() == str(env_steps)]
 
 
 def keep_events_until(events_dir: str, env_steps: int) -> List[str]:

@@ -69,7 +69,6 @@ from alf_lite.run_dir import (
     macro_value,
     names_and_their_macros,
     resume_safe_names,
-    unused_names,
 )
 from alf_lite.runs import (
     DEFAULT_SEED,
@@ -244,7 +243,7 @@ def setting(run_dir: str, safe_elsewhere: Collection[str] = ()) -> Dict[str, str
     config does not use. Raises FileNotFoundError without config.gin.
     """
     bindings = config_bindings(run_dir)
-    safe = resume_safe_names(bindings, set(safe_elsewhere) & unused_names(bindings))
+    safe = resume_safe_names(bindings, safe_elsewhere)
     return {k: v for k, v in bindings.items() if k not in safe}
 
 
