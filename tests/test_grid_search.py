@@ -23,7 +23,14 @@ import pytest
 
 from alf_lite.run_dir import MAX_CONFIG_BYTES
 from alf_lite.runs import MAX_LINE_CHARS, NONDETERMINISTIC_COLUMNS
-from cli_helpers import PENDULUM, REPO_ROOT, RUN_TIMEOUT_S, checkpoint_steps, train_env
+from cli_helpers import (
+    PENDULUM,
+    REPO_ROOT,
+    RUN_TIMEOUT_S,
+    checkpoint_steps,
+    run_train,
+    train_env,
+)
 
 NUM_ENV_STEPS = 20
 # Config, not --gin_param: the grid's runs must get it through their config text.
@@ -342,14 +349,7 @@ def test_a_signal_while_the_sweep_reads_its_configs_exits_with_128_plus_it_in_on
         'config.parse_config = parse_then_signal\n'
         'runpy.run_module("alf_lite.bin.grid_search", run_name="__main__")\n',
     ]
-    result = subprocess.run(
-        command,
-        cwd=tmp_path,
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
+    result = run_train(command, cwd=tmp_path)
     assert result.returncode == 128 + sig, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
     message = f'error: {sig.name} arrived while grid_search started up'
