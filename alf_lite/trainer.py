@@ -276,6 +276,26 @@ def act_and_value(algorithm, device: torch.device, observation: torch.Tensor):
     return both[:, :-1], both[:, -1]
 
 
+def _check_batch_norm_batch(algorithm, mini_batch_size: int, mini_batch_length: int) -> None:
+    """Refuse updates whose batch norms would see one transition: training mode
+    normalises with the batch's statistics, which one value per channel does not have.
+
+    Raises:
+        ValueError: naming the settings, when a network has batch norm and a
+            mini-batch holds fewer than 2 transitions.
+    """
+    num_transitions = mini_batch_size * (mini_batch_length - 1)
+    if num_transitions >= 2:
+        return
+    if any(isinstance(m, torch.nn.BatchNorm1d) for m in algorithm.modules()):
+        raise ValueError(
+            f'TrainerConfig.mini_batch_size = {mini_batch_size} with mini_batch_length = '
+            f'{mini_batch_length} gives {num_transitions} transition per update, and the '
+            "algorithm's networks have batch norm, which needs at least 2 to normalise "
+            "with the batch's statistics: raise mini_batch_size or turn batch_norm off."
+        )
+
+
 def _crossed(before: int, after: int, interval: int) -> bool:
     return after // interval > before // interval
 
@@ -324,6 +344,7 @@ class Trainer:
             if estimate is not None:
                 logging.info('networks: %s', estimate.describe())
             self._algorithm = cfg.algorithm_ctor(**dims).to(device)
+            _check_batch_norm_batch(self._algorithm, cfg.mini_batch_size, cfg.mini_batch_length)
             set_network_precision(self._algorithm, cfg.precision)
             warn_if_emulated(cfg.precision, device)
             self._replay_buffer = ReplayBuffer(

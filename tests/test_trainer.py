@@ -964,6 +964,36 @@ def test_cuda_graph_on_the_cpu_is_refused_before_anything_is_written(tmp_path):
     assert not (tmp_path / 'run').exists()
 
 
+DDPG_POINT_PARAMS = [
+    "create_environment.env_name = 'alf_lite/PointTarget-v0'",
+    'create_environment.num_parallel_environments = 1',
+    'DeterministicActorNetwork.hidden_layers = (8,)',
+    'CriticNetwork.hidden_layers = (8, 8)',
+    'TrainerConfig.initial_collect_steps = 10',
+    'TrainerConfig.num_env_steps = 20',
+    'TrainerConfig.mini_batch_size = 1',
+    'TrainerConfig.num_eval_episodes = 1',
+]
+
+
+def test_batch_norm_with_one_transition_per_update_is_refused_before_anything_is_written(
+    tmp_path,
+):
+    # Windows of 2 rows hold one transition: batch norm has no batch statistics to use.
+    parse_config([os.path.join(EXAMPLES, 'common', 'ddpg.gin')], DDPG_POINT_PARAMS)
+    with pytest.raises(ValueError, match='1 transition per update.*batch norm'):
+        Trainer(TrainerConfig(), str(tmp_path / 'run'))
+    assert not (tmp_path / 'run').exists()
+    # Windows of 3 rows hold 2: the run trains.
+    parse_config(
+        [os.path.join(EXAMPLES, 'common', 'ddpg.gin')],
+        DDPG_POINT_PARAMS + ['TrainerConfig.mini_batch_length = 3'],
+    )
+    with Trainer(TrainerConfig(), str(tmp_path / 'run')) as trainer:
+        trainer.train()
+        assert trainer.num_updates > 0
+
+
 @pytest.mark.parametrize(
     'param, message',
     [
