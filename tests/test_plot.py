@@ -335,6 +335,14 @@ def test_label_for_no_group_names_the_groups_and_writes_nothing(grid, tmp_path, 
     assert not (tmp_path / 'curves.png').exists() and not (tmp_path / 'curves.csv').exists()
 
 
+def test_one_group_given_two_names_is_refused_naming_both(grid, tmp_path):
+    labels = [f'{name}=actor/Adam.lr={LR_A}' for name in ('fast', 'slow')]
+    result = run_plot([str(grid), '--label', labels[0], '--label', labels[1]], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f"the group 'actor/Adam.lr={LR_A}' two names, 'fast' and 'slow'" in result.stderr
+    assert not (tmp_path / 'curves.png').exists() and not (tmp_path / 'curves.csv').exists()
+
+
 def test_two_groups_given_one_name_are_pooled(grid, tmp_path):
     labels = [f'same=actor/Adam.lr={lr}' for lr in (LR_A, LR_B)]
     result = run_plot([str(grid), '--label', labels[0], '--label', labels[1]], tmp_path)

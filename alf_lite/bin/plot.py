@@ -372,7 +372,11 @@ def rename_groups(
             unknown.append(label)
             continue
         group = max(ends, key=len)
-        names[group] = label[: -len(group) - 1].strip()
+        name = label[: -len(group) - 1].strip()
+        if names.setdefault(group, name) != name:
+            raise ValueError(
+                f'--label gives the group {group!r} two names, {names[group]!r} and {name!r}'
+            )
     if unknown:
         raise ValueError(
             f"--label {', '.join(map(repr, unknown))} ends in no group's name; the groups "
