@@ -122,6 +122,8 @@ class TrainerConfig:
             draws its own random numbers (the policy's exploration samples) and
             rounds differently: a run is as reproducible either way, but one
             that switches it at a resume goes on otherwise than it would have.
+            Where ``torch.compile`` cannot compile (no C++ compiler for the CPU,
+            say), the trainer is refused at its construction (``ValueError``).
         precision: 'float32', or 'bfloat16' for the networks' hidden-layer
             products (``alf_lite.precision``; slow where the CPU or GPU has no
             native bfloat16).

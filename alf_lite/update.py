@@ -51,8 +51,9 @@ class UpdateRunner:
             ``NonFiniteLossError`` at once; always on with ``cuda_graph``.
 
     Raises:
-        ValueError: ``cuda_graph`` on a device that is not a GPU, or a buffer
-            that delivers batches to another device.
+        ValueError: ``cuda_graph`` on a device that is not a GPU, a buffer
+            that delivers batches to another device, or ``compile`` where
+            ``torch.compile`` cannot compile (``check_compiles``).
     """
 
     def __init__(
@@ -90,6 +91,7 @@ class UpdateRunner:
         if cuda_graph:
             self._make_optimizers_capturable()
         if compile:
+            check_compiles(device)
             for module in algorithm.children():
                 module.compile()
                 if hasattr(module, 'sample'):  # SAC's actor samples outside forward
@@ -202,6 +204,27 @@ class UpdateRunner:
             self._graph_outputs[phase] = self._step(self._static_batch)
         self._algorithm.num_train_steps = num_train_steps
         self._graphs[phase] = graph
+
+
+def check_compiles(device: torch.device) -> None:
+    """Compile and run one addition on ``device``, as ``compile`` will the networks.
+
+    ``torch.compile`` compiles at a function's first call, mid-run; what it needs
+    there (a C++ compiler for the CPU, Triton and a C compiler for a GPU) is
+    checked here, before anything is written.
+
+    Raises:
+        ValueError: naming what failed.
+    """
+    try:
+        torch.compile(lambda x: x + 1)(torch.zeros(1, device=device))
+    except Exception as e:  # noqa: BLE001  (whatever the compiler stack raises)
+        problem = (str(e).strip().splitlines() or [''])[0]
+        raise ValueError(
+            f'TrainerConfig.compile = True, but torch.compile cannot compile on {device} '
+            f'here ({type(e).__name__}: {problem}); install what it needs or set '
+            'TrainerConfig.compile = False.'
+        ) from e
 
 
 @contextlib.contextmanager

@@ -107,6 +107,22 @@ def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must
     assert not (tmp_path / 'experiments').exists(), os.listdir(tmp_path / 'experiments')
 
 
+def test_compile_where_torch_compile_cannot_compile_exits_2_and_creates_nothing(
+    tmp_path, monkeypatch
+):
+    # No C++ compiler for torch.compile's CPU code (as in an image without one); a cache
+    # of its own, so that no kernel compiled before is found there.
+    monkeypatch.setenv('CXX', str(tmp_path / 'no-such-compiler'))
+    monkeypatch.setenv('TORCHINDUCTOR_CACHE_DIR', str(tmp_path / 'inductor'))
+    root_dir = tmp_path / 'experiments' / 'run'
+    command = train_command(root_dir, [PENDULUM], TINY + ['TrainerConfig.compile = True'])
+    result = run_train(command, fresh_interpreter=True)
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert 'TrainerConfig.compile' in result.stderr and 'no-such-compiler' in result.stderr
+    assert 'Traceback' not in result.stderr, result.stderr
+    assert not (tmp_path / 'experiments').exists(), os.listdir(tmp_path / 'experiments')
+
+
 @pytest.mark.parametrize('make_root_dir', [False, True], ids=['missing_root_dir', 'empty_root_dir'])
 def test_resume_without_gin_file_and_without_config_exits_2(tmp_path, make_root_dir):
     root_dir = tmp_path / 'run'
