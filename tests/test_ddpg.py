@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import alf_lite.all_configurables  # noqa: F401
-from alf_lite.algorithms import DdpgAlgorithm, GaussianNoise, OUNoise
+from alf_lite.algorithms import DdpgAlgorithm, GaussianNoise, OUNoise, Td3Algorithm
 from alf_lite.algorithms.ddpg import sum_of_squared_weights
 from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
@@ -146,6 +146,35 @@ def test_actor_loss_is_minus_q_of_mu_and_only_the_actor_learns_from_it():
     y = torch.tensor([1.0 + GAMMA * (0.5 + 1.0 + 2.0 * math.tanh(1.0)), 3.0])
     q = torch.tensor([1.5 + 0.5 + 0.6, 1.5 + 1.0 - 1.2])
     assert ddpg._critic.c.grad.item() == pytest.approx((2 * (q - y)).mean().item(), rel=1e-6)
+
+
+class TwoArgumentCritic(LinearCritic):
+    """``LinearCritic`` whose forward takes the observation and the action only."""
+
+    def forward(self, observation, action):
+        return super().forward(observation, action)
+
+
+@pytest.mark.parametrize('algorithm', [DdpgAlgorithm, Td3Algorithm])
+def test_a_critic_whose_forward_takes_no_num_replicas_trains_the_actor_on_replica_0(algorithm):
+    # The critic a ctor builds is called as critic(observation, action), as SAC calls it.
+    two = algorithm(
+        observation_dim=1,
+        action_dim=1,
+        actor_network_ctor=TanhActor,
+        critic_network_ctor=TwoArgumentCritic,
+        num_critic_replicas=2,
+        actor_optimizer=FROZEN,
+        critic_optimizer=FROZEN,
+        critic_l2_weight_decay=0.0,
+        policy_update_period=1,
+    )
+    out = two.train_step(HAND_BATCH, loss_mask(HAND_BATCH))
+    # Replica 0: Q_0 = 0.5 + s + 2 * tanh(s) at the kept rows s = 0.5 and 1.0.
+    s = torch.tensor([0.5, 1.0])
+    assert out['actor_loss'].item() == pytest.approx(
+        -(0.5 + s + 2 * torch.tanh(s)).mean().item(), rel=1e-6
+    )
 
 
 def test_last_to_first_window_trains_nothing():
@@ -640,6 +669,28 @@ def test_policy_update_period_below_1_is_refused_naming_it():
 def test_a_negative_l2_weight_decay_is_refused_naming_it():
     with pytest.raises(ValueError, match=r'critic_l2_weight_decay must be >= 0, got -0.01'):
         DdpgAlgorithm(observation_dim=3, action_dim=2, critic_l2_weight_decay=-0.01)
+
+
+@pytest.mark.parametrize('algorithm', [DdpgAlgorithm, Td3Algorithm])
+def test_an_l2_penalty_on_a_critic_without_linear_layers_is_refused_naming_it(algorithm):
+    # LinearCritic's parameters are no nn.Linear or BatchedLinear weights: the penalty
+    # would be no tensor, and the first update would fail on it.
+    name = algorithm.__name__
+    with pytest.raises(ValueError, match=rf'{name}.critic_l2_weight_decay = 0.01 .* LinearCritic'):
+        algorithm(
+            observation_dim=1,
+            action_dim=1,
+            critic_network_ctor=LinearCritic,
+            critic_l2_weight_decay=0.01,
+        )
+    # Without the penalty it trains.
+    ddpg = algorithm(
+        observation_dim=1,
+        action_dim=1,
+        critic_network_ctor=LinearCritic,
+        critic_l2_weight_decay=0.0,
+    )
+    assert 'critic_l2_loss' not in ddpg.train_step(HAND_BATCH, loss_mask(HAND_BATCH))
 
 
 def test_the_l2_penalty_covers_the_weights_of_plain_and_batched_linear_layers():

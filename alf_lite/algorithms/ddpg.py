@@ -16,6 +16,7 @@ import torch.nn as nn
 from alf_lite.algorithms.noise import OUNoise
 from alf_lite.algorithms.off_policy_algorithm import (
     OffPolicyAlgorithm,
+    _takes_keyword,
     check_update_settings,
     frozen,
     masked_mean,
@@ -50,8 +51,9 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         actor_network_ctor: ``ctor(observation_dim, action_dim)`` of the policy,
             returning actions in [-1, 1].
         critic_network_ctor: ``ctor(observation_dim, action_dim, num_replicas=R)``
-            whose ``forward(observation, action, num_replicas=None)`` returns
-            ``[B, R]`` Q values (only the first ``num_replicas`` when given).
+            whose ``forward(observation, action)`` returns ``[B, R]`` Q values.
+            Where ``forward`` also takes ``num_replicas`` (``CriticNetwork``),
+            the actor loss computes replica 0 alone with ``num_replicas=1``.
         num_critic_replicas: 1 for DDPG. With R > 1 every replica regresses on
             one target that uses the minimum over the target replicas (TD3's
             clipped double-Q), and the actor follows replica 0.
@@ -108,11 +110,26 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         self._build_actor_and_critic(
             actor_network_ctor, critic_network_ctor, num_critic_replicas, sampling=False
         )
+        if critic_l2_weight_decay > 0 and not any(
+            isinstance(m, (nn.Linear, BatchedLinear)) for m in self._critic.modules()
+        ):
+            name = type(self).__name__
+            raise ValueError(
+                f'{name}.critic_l2_weight_decay = {critic_l2_weight_decay} penalises the weights '
+                "of the critic's nn.Linear and BatchedLinear layers, and the "
+                f'{type(self._critic).__name__} that {name}.critic_network_ctor built has none: '
+                f'set {name}.critic_l2_weight_decay = 0.0 (critic/Adam.weight_decay decays '
+                'every parameter).'
+            )
         # Targets start as exact copies (Algorithm 1) and always run in eval
         # mode (OffPolicyAlgorithm.train).
         self._target_actor = copy.deepcopy(self._actor).requires_grad_(False).eval()
         self._target_critic = copy.deepcopy(self._critic).requires_grad_(False).eval()
         self._frozen_critic = frozen(self._critic)  # reused: its parameter list is built once
+        # The actor loss needs replica 0 only: computed alone where the critic can.
+        self._first_replica_only = (
+            {'num_replicas': 1} if _takes_keyword(self._critic.forward, 'num_replicas') else {}
+        )
         self._exploration_noise = OUNoise() if exploration_noise is None else exploration_noise
         self._gamma = gamma
         self._tau = target_update_tau
@@ -181,9 +198,9 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             # norm this pass, like the critic loss's, normalises s with the batch's
             # statistics and updates the running ones: each batch counts twice.)
             with self._frozen_critic:
-                q_mu = self._critic(tr.observation, self._actor(tr.observation), num_replicas=1)[
-                    :, 0
-                ]
+                q_mu = self._critic(
+                    tr.observation, self._actor(tr.observation), **self._first_replica_only
+                )[:, 0]
             actor_loss = masked_mean(-q_mu, mask)
             self.optimizer_step('actor', actor_loss)
             self._actor_loss.copy_(actor_loss.detach())
