@@ -154,6 +154,8 @@ class CrashingEnv(gymnasium.Env):
         if self._seed == self._crash_seed and self._t >= self._crash_step:
             if self._how == 'exit':
                 os._exit(3)  # Dies without a Python exception, as a segfault would.
+            if self._how == 'wrong_shape':
+                return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
             raise ValueError(self._message)
         return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
 
@@ -188,6 +190,12 @@ gymnasium.register(
 )
 gymnasium.register(
     'alf_test/Dies-v0', entry_point=CrashingEnv, max_episode_steps=10, kwargs=dict(how='exit')
+)
+gymnasium.register(
+    'alf_test/WrongShape-v0',
+    entry_point=CrashingEnv,
+    max_episode_steps=10,
+    kwargs=dict(how='wrong_shape'),
 )
 gymnasium.register(
     'alf_test/FirstDies-v0',
@@ -648,6 +656,25 @@ def test_env_that_raises_is_named_with_its_index(use_subprocesses, label):
     ):
         for _ in range(5):
             env.step(torch.zeros(3, 1))
+    env.close()
+    assert new_children(before) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('use_subprocesses', [True, False])
+def test_an_observation_of_another_shape_than_the_space_is_named_with_the_env(use_subprocesses):
+    # The vector env stacks the observations into a buffer of the space's shape, which
+    # failed with a ValueError that named no env.
+    before = child_pids()
+    env = create_environment('alf_test/WrongShape-v0', 3, use_subprocesses=use_subprocesses)
+    env.reset()
+    with pytest.raises(EnvironmentCrashedError) as raised:
+        for _ in range(5):
+            env.step(torch.zeros(3, 1))
+    assert str(raised.value) == (
+        "Environment 'alf_test/WrongShape-v0' (env 1 of 3) returned from step() an observation "
+        'of shape (2,), not (1,), the shape of its observation space'
+    )
     env.close()
     assert new_children(before) == []
 

@@ -143,17 +143,30 @@ class _NamedEnv(gymnasium.Wrapper):
         crashed.env_stack = ''.join(traceback.format_exception(error)).rstrip()
         return crashed
 
+    def _checked(self, call: str, result: tuple) -> tuple:
+        """``result`` of ``call``, refused when its observation does not have the shape of the
+        observation space: the vector env would fail to stack it, naming no env."""
+        space = self.observation_space
+        if isinstance(space, spaces.Box) and np.shape(result[0]) != space.shape:
+            raise EnvironmentCrashedError(
+                f'{self._where} returned from {call}() an observation of shape '
+                f'{np.shape(result[0])}, not {space.shape}, the shape of its observation space'
+            )
+        return result
+
     def reset(self, **kwargs):
         try:
-            return self.env.reset(**kwargs)
+            result = self.env.reset(**kwargs)
         except Exception as e:
             raise self._crashed('reset', e) from e
+        return self._checked('reset', result)
 
     def step(self, action):
         try:
-            return self.env.step(action)
+            result = self.env.step(action)
         except Exception as e:
             raise self._crashed('step', e) from e
+        return self._checked('step', result)
 
 
 class _GinBindings:
