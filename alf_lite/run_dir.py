@@ -268,7 +268,8 @@ class RunDirLock:
 
 
 def run_dir_in_use(root: str) -> bool:
-    """Whether a process holds ``root``'s ``RunDirLock`` now (False when root does not exist)."""
+    """Whether a process holds ``root``'s ``RunDirLock`` now (False when root does not exist
+    or cannot be opened here)."""
     if not os.path.isdir(root):
         return False
     try:
@@ -276,6 +277,8 @@ def run_dir_in_use(root: str) -> bool:
             return False
     except RunDirInUseError:
         return True
+    except OSError:  # not to be opened here (no permission): no holder can be seen
+        return False
 
 
 def moved_aside_path(root_dir: str) -> str:

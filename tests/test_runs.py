@@ -483,6 +483,25 @@ def test_a_missing_root_dir_is_not_in_use_and_is_not_created(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_root_dir_that_cannot_be_opened_here_is_not_seen_in_use():
+    # Another user's run directory, mode 000: it exists, yet cannot be opened to be
+    # locked. Root opens anything, so as root the check runs as user nobody, in a
+    # directory of the temp dir that nobody may enter (pytest's own is closed to others).
+    with tempfile.TemporaryDirectory() as base:
+        os.chmod(base, 0o711)
+        root_dir = os.path.join(base, 'run')
+        os.mkdir(root_dir)
+        os.chmod(root_dir, 0)
+        as_nobody = os.geteuid() == 0
+        if as_nobody:
+            os.seteuid(65534)
+        try:
+            assert not run_dir_in_use(root_dir)
+        finally:
+            if as_nobody:
+                os.seteuid(0)
+
+
 def test_a_run_is_a_directory_with_progress_csv_config_gin_or_tensorboard_events(tmp_path):
     events = 'events.out.tfevents.1700000000.host.1.0'
     for name, made, is_run in [
