@@ -425,9 +425,19 @@ def parse_deadline(text: str, now: Optional[float] = None) -> float:
     """
     now = time.time() if now is None else now
     try:
-        return now + _MINUTE_S * float(text)
+        deadline = now + _MINUTE_S * float(text)
     except ValueError:
-        pass
+        deadline = None
+    if deadline is not None:
+        try:
+            # A local time, as the deferred runs' lines say it: not NaN, inf or out of range.
+            time.localtime(deadline)
+        except (ValueError, OverflowError, OSError):
+            raise ValueError(
+                '--deadline takes a finite number of minutes from now, within the dates this '
+                f'clock can tell, got {text!r}'
+            ) from None
+        return deadline
     try:
         clock = datetime.datetime.strptime(text, '%H:%M').time()
     except ValueError:

@@ -998,7 +998,7 @@ def parse_args(argv=None):
         'sitting, such as icub_walk).',
     )
     args = parser.parse_args(argv)
-    if args.partial is not None and (args.deadline is None or args.partial <= 0):
+    if args.partial is not None and (args.deadline is None or not 0 < args.partial < math.inf):
         parser.error('--partial takes a positive number of minutes and needs --deadline')
     if args.deadline is not None:
         try:

@@ -277,7 +277,9 @@ def train(run: BenchmarkRun, out: str) -> int:
     algorithm = {'sac': SAC, 'td3': TD3}[run.algo]
     env = gymnasium.make(run.task.env)
     resume_from = _complete_checkpoint(run_dir.root)
-    if resume_from is not None and os.path.isfile(run_dir.progress_file):
+    # A checkpoint may be at 0 env steps (a stop during the first evaluation): it resumes too.
+    resumed = resume_from is not None and os.path.isfile(run_dir.progress_file)
+    if resumed:
         state = torch.load(os.path.join(resume_from, _STATE_FILE), weights_only=False)
         steps = int(state['env_steps'])
         model = algorithm.load(os.path.join(resume_from, _MODEL_FILE), env=env, device='cpu')
@@ -313,7 +315,7 @@ def train(run: BenchmarkRun, out: str) -> int:
     eval_envs = _EvalEnvs(run.task.env, run.seed, model)
     progress = open(run_dir.progress_file, 'a', newline='')
     writer = csv.DictWriter(progress, SB3_COLUMNS)
-    if not steps:
+    if not resumed:
         writer.writeheader()
     interval, checkpoint_interval = run.task.eval_interval, run.task.checkpoint_interval
     stop_signal, stopped = [], []
@@ -337,7 +339,7 @@ def train(run: BenchmarkRun, out: str) -> int:
         def __init__(self):
             super().__init__()
             # A resumed run has its rows up to the checkpoint.
-            self._last_row = steps if steps else None
+            self._last_row = steps if resumed else None
             self._last_time = self._last_steps = None
             # A row and a checkpoint due at the last env step, written after its update.
             self._row_due = self._checkpoint_due = False

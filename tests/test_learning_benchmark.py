@@ -15,7 +15,14 @@ import pytest
 
 from alf_lite.run_dir import RunDirLock
 from benchmarks import launcher, learning, sb3_runner
-from cli_helpers import REPO_ROOT, RUN_TIMEOUT_S, checkpoint_steps, run_train, train_env
+from cli_helpers import (
+    REPO_ROOT,
+    RUN_TIMEOUT_S,
+    checkpoint_steps,
+    run_python,
+    run_train,
+    train_env,
+)
 
 SCRIPT = REPO_ROOT / 'benchmarks' / 'learning.py'
 TINY_STEPS = 1200  # above Pendulum's 1000 random steps: 200 updates
@@ -416,6 +423,41 @@ def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp
     assert [p.name for p in temp.iterdir() if p.name.startswith('SB3-')] == []
 
 
+def test_sb3_run_stopped_in_its_first_evaluation_resumes_from_its_checkpoint_at_0(
+    tmp_path, monkeypatch
+):
+    pytest.importorskip('stable_baselines3')
+    temp = tmp_path / 'temp'
+    temp.mkdir()
+    monkeypatch.setenv('TMPDIR', str(temp))
+    out = tmp_path / 'runs'
+    args = ['--suite', 'pendulum', '--run', 'sb3_sac', '--seed', '0', '--out', str(out)]
+    args += ['--steps', '2']
+    # SIGTERM while the evaluation at 0 env steps runs: the checkpoint holds 0 env steps.
+    stopped = run_python(
+        'import os, signal, sys\n'
+        'from benchmarks import sb3_runner\n'
+        'evaluate = sb3_runner._EvalEnvs.evaluate\n'
+        'def stopping(self, env_steps):\n'
+        '    os.kill(os.getpid(), signal.SIGTERM)\n'
+        '    return evaluate(self, env_steps)\n'
+        'sb3_runner._EvalEnvs.evaluate = stopping\n'
+        f'sys.exit(sb3_runner.main({args!r}))\n',
+        timeout=RUN_TIMEOUT_S,
+        cwd=REPO_ROOT,
+    )
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stdout + stopped.stderr
+    run_dir = out / 'pendulum' / 'sb3_sac' / 'seed0'
+    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 0
+    assert sb3_runner.main(args) == 0
+    # One header and one row a step: the row at 0 is the first attempt's.
+    rows = _progress(run_dir)
+    assert [r['env_steps'] for r in rows] == ['0', '2']
+    from alf_lite.runs import EVAL_RETURN, read_scalar_if_any
+
+    assert list(read_scalar_if_any(str(run_dir), EVAL_RETURN)[0]) == [0, 2]
+
+
 def test_runs_another_process_trains_are_left_to_it(tmp_path):
     pytest.importorskip('stable_baselines3')
     out = tmp_path / 'runs'
@@ -468,6 +510,25 @@ def test_deadline_parses_minutes_clock_times_and_iso_times():
     assert launcher.parse_deadline('2026-01-02T12:00', now) == now + 5400
     with pytest.raises(ValueError, match='--deadline takes minutes'):
         launcher.parse_deadline('soon', now)
+
+
+@pytest.mark.parametrize(
+    'flags, error',
+    [
+        (['--deadline', 'nan'], '--deadline takes a finite number of minutes from now'),
+        (['--deadline=-inf'], '--deadline takes a finite number of minutes from now'),
+        (['--deadline', '1e300'], '--deadline takes a finite number of minutes from now'),
+        (['--deadline', '60', '--partial', 'nan'], '--partial takes a positive number'),
+        (['--deadline', '60', '--partial', 'inf'], '--partial takes a positive number'),
+    ],
+)
+def test_a_deadline_or_partial_that_is_no_finite_time_is_refused(flags, error, capsys):
+    # A NaN deadline would be found out only where a deferred run's line names its
+    # clock time, as a traceback in the launcher's worker thread.
+    with pytest.raises(SystemExit) as exit_info:
+        learning.parse_args(['--suite', 'pendulum', *flags])
+    assert exit_info.value.code == 2
+    assert error in capsys.readouterr().err
 
 
 def test_estimate_uses_the_slowest_of_the_recent_measurements_of_the_same_kind(tmp_path):
