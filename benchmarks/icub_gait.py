@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     parser.add_argument('--random_seed', type=int, default=0, help="Seeds as the run's eval envs.")
     parser.add_argument(
         '--noise_std',
-        type=float,
+        type=at_least(0.0, float),
         nargs='*',
         default=[],
         help='Also play the zero action plus Gaussian noise of these standard deviations '
@@ -104,7 +104,12 @@ def main(argv=None) -> int:
     env_name = gin.query_parameter('create_environment.env_name')
     if env_name != 'ICubWalk-v0':
         parser.error(f'{root_dir} trained on {env_name}, not ICubWalk-v0')
-    env = gymnasium.make('ICubWalk-v0')
+    # Built as the run built its envs: its time limit and constructor arguments.
+    bindings = gin.get_bindings('create_environment')
+    kwargs = dict(bindings.get('env_kwargs') or {})
+    if bindings.get('max_episode_steps') is not None:
+        kwargs['max_episode_steps'] = bindings['max_episode_steps']
+    env = gymnasium.make('ICubWalk-v0', **kwargs)
     low, high = env.action_space.low, env.action_space.high
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     path = checkpoint_path(root_dir, args.checkpoint_step)

@@ -55,6 +55,8 @@ from fake_clock import Clock
         ('env_throughput.py', ['--repeats', '0'], 'argument --repeats: must be at least 1'),
         ('env_throughput.py', ['--seconds', 'nan'], '--seconds: must be a finite number >= 0.1'),
         ('icub_gait.py', ['--root_dir', 'x', '--num_episodes', '0'], '--num_episodes: must be'),
+        ('icub_gait.py', ['--root_dir', 'x', '--noise_std', '-0.5'], '--noise_std: must be a'),
+        ('icub_gait.py', ['--root_dir', 'x', '--noise_std', 'nan'], '--noise_std: must be a'),
         ('time_to_solve.py', ['--sb3_threads', 'two'], "--sb3_threads: 'two' is not an integer"),
         ('time_to_solve.py', ['--seeds', '0', '-1'], '--seeds: must be at least 0, got -1'),
         ('env_throughput.py', ['--seconds', 'inf'], '--seconds: must be a finite number >= 0.1'),
@@ -154,6 +156,26 @@ def test_icub_gait_plays_the_policy_and_both_baselines_on_the_runs_eval_seeds(tm
     trusted = gait + ['--root_dir', str(root_dir), '--num_episodes', '1', '--trust_imports']
     assert_ok(run_beside(trusted))
     assert marker.read_text() == 'ran'
+
+
+def test_icub_gait_plays_in_the_env_the_run_was_trained_in(tmp_path):
+    # A time limit of 50 steps and a control period of 6 physics steps of 1/240 s.
+    root_dir = tmp_path / 'icub'
+    params = TINY + [
+        'create_environment.num_parallel_environments=1',
+        'create_environment.max_episode_steps=50',
+        "create_environment.env_kwargs={'physics_substeps': 6}",
+        'TrainerConfig.initial_collect_steps=1',
+        'TrainerConfig.num_env_steps=2',
+        'TrainerConfig.num_eval_episodes=1',
+    ]
+    assert_ok(run_train(train_command(root_dir, [EXAMPLES / 'sac_icub_walking.gin'], params)))
+    gait = [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py')]
+    result = run_train(gait + ['--root_dir', str(root_dir), '--num_episodes', '1'], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'control period 0.025 s' in result.stdout, result.stdout
+    zero = next(line for line in result.stdout.splitlines() if line.startswith('zero'))
+    assert 'length   50.0 steps ( 1.25 s)  fell 0/1' in zero, zero
 
 
 def test_time_to_solve_runs_both_libraries_and_reports_the_ratio(tmp_path):
