@@ -6,6 +6,7 @@ Importable by name, so a train subprocess can use them:
 """
 
 import os
+import sys
 import time
 
 import gymnasium
@@ -88,6 +89,45 @@ class CrashingEnv(HangingEnv):
 gymnasium.register(
     'alf_lite_tests/CrashesAfterCheckpoint-v0',
     entry_point=CrashingEnv,
+    max_episode_steps=20,
+    kwargs=dict(hang_seed=train_env_seeds(0, 1)[0], hang_step=150),
+)
+
+
+class ExitingEnv(HangingEnv):
+    """As ``HangingEnv``, but the chosen env calls ``sys.exit(3)`` in that step."""
+
+    def _hang(self):
+        sys.exit(3)
+
+
+gymnasium.register(
+    'alf_lite_tests/ExitsInStep5-v0',
+    entry_point=ExitingEnv,
+    max_episode_steps=20,
+    kwargs=dict(hang_seed=1, hang_step=5),
+)
+
+
+class CrashingUnclosableEnv(CrashingEnv):
+    """As ``CrashingEnv``, but once it raised its ``close`` raises too, as a simulator that
+    lost its server does (PyBullet's ``disconnect``)."""
+
+    _crashed = False
+
+    def _hang(self):
+        self._crashed = True
+        super()._hang()
+
+    def close(self):
+        if self._crashed:
+            raise RuntimeError('not connected to the simulator')
+        super().close()
+
+
+gymnasium.register(
+    'alf_lite_tests/CrashesAndCannotClose-v0',
+    entry_point=CrashingUnclosableEnv,
     max_episode_steps=20,
     kwargs=dict(hang_seed=train_env_seeds(0, 1)[0], hang_step=150),
 )

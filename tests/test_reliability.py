@@ -26,7 +26,11 @@ from alf_lite import checkpoint as ckpt
 from alf_lite import trainer as trainer_module
 from alf_lite.config import parse_config, write_text_atomically
 from alf_lite.environments import create_environment
-from alf_lite.environments.suite_gym import EnvironmentHungError
+from alf_lite.environments.suite_gym import (
+    EnvironmentCrashedError,
+    EnvironmentHungError,
+    env_traceback,
+)
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.run_dir import MOVED_ASIDE, RunDirLock, latest_checkpoint
 from alf_lite.runs import EVAL_RETURN, MAX_LINE_CHARS, NONDETERMINISTIC_COLUMNS
@@ -1357,6 +1361,24 @@ def test_env_process_that_never_answers_is_named_with_its_index_and_every_proces
     env.close()
 
 
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_an_env_that_calls_sys_exit_is_named_as_one_that_raised(use_subprocesses):
+    env = create_environment(
+        env_name='alf_lite_tests/ExitsInStep5-v0',
+        num_parallel_environments=2,
+        use_subprocesses=use_subprocesses,
+    )
+    with env, pytest.raises(EnvironmentCrashedError) as error:
+        env.reset()
+        for _ in range(10):
+            env.step(torch.zeros(2, 1))
+    message = str(error.value)
+    assert message == (
+        "Environment 'alf_lite_tests/ExitsInStep5-v0' (env 1 of 2) raised in step(): SystemExit: 3"
+    ), message
+    assert re.search(r'hanging_env\.py", line \d+, in _hang', env_traceback(error.value))
+
+
 def test_trainer_stops_on_an_env_process_that_never_answers(tmp_path):
     root_dir = tmp_path / 'run'
     result = run_hanging(
@@ -1394,6 +1416,25 @@ def test_env_that_raises_stops_the_run_with_a_message_naming_it(tmp_path, use_su
         'raised in step(): RuntimeError: the simulator exploded'
     ), result.stderr[-3000:]
     # Env 0 raises in its 150th step, after the checkpoints at 100, 200 and 300 env steps.
+    assert checkpoint_steps(root_dir) == [100, 200, 300]
+
+
+def test_an_in_process_env_whose_close_fails_after_it_raised_is_still_named(tmp_path):
+    root_dir = tmp_path / 'run'
+    result = run_hanging(
+        root_dir,
+        'alf_lite_tests/CrashesAndCannotClose-v0',
+        'create_environment.num_parallel_environments=2',
+        'create_environment.use_subprocesses=False',
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert re.search(r'hanging_env\.py", line \d+, in _hang', result.stderr), result.stderr[-3000:]
+    assert 'trainer.py", line' not in result.stderr, result.stderr[-3000:]
+    assert 'not connected to the simulator' in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: Environment 'alf_lite_tests/CrashesAndCannotClose-v0' (env 0 of 2) "
+        'raised in step(): RuntimeError: the simulator exploded'
+    ), result.stderr[-3000:]
     assert checkpoint_steps(root_dir) == [100, 200, 300]
 
 

@@ -125,6 +125,12 @@ def describe_env(name: str, label: str, index, num_envs: int) -> str:
     return f"Environment '{name}' ({label} {index} of {num_envs})"
 
 
+# What an env's reset or step may raise, for its error to name it: SystemExit too (an env
+# that calls sys.exit() would end train with its exit code and no word of the env, or kill
+# its env process); not KeyboardInterrupt, which a signal raises.
+_RAISED_BY_ENVS = (Exception, SystemExit)
+
+
 class _NamedEnv(gymnasium.Wrapper):
     """Re-raises what an env raises as ``EnvironmentCrashedError`` naming the env and its index.
 
@@ -136,7 +142,7 @@ class _NamedEnv(gymnasium.Wrapper):
         super().__init__(env)
         self._where = where  # describe_env's
 
-    def _crashed(self, call: str, error: Exception) -> EnvironmentCrashedError:
+    def _crashed(self, call: str, error: BaseException) -> EnvironmentCrashedError:
         crashed = EnvironmentCrashedError(
             f'{self._where} raised in {call}(): {type(error).__name__}: {error}'
         )
@@ -157,14 +163,14 @@ class _NamedEnv(gymnasium.Wrapper):
     def reset(self, **kwargs):
         try:
             result = self.env.reset(**kwargs)
-        except Exception as e:
+        except _RAISED_BY_ENVS as e:
             raise self._crashed('reset', e) from e
         return self._checked('reset', result)
 
     def step(self, action):
         try:
             result = self.env.step(action)
-        except Exception as e:
+        except _RAISED_BY_ENVS as e:
             raise self._crashed('step', e) from e
         return self._checked('step', result)
 
@@ -981,8 +987,19 @@ class BatchedEnvironment:
             self._closed = True
             if self.use_subprocesses:
                 _stop_env_processes(self._env)
-            else:
+                return
+            # Called while an error of the envs is raised: an env that error left broken
+            # (a simulator that lost its server) may fail to close as well, which must not
+            # take the place of the error that names the env.
+            try:
                 self._env.close()
+            except Exception as e:  # noqa: BLE001  (whatever a broken env's close raises)
+                logging.warning(
+                    "Environment '%s': closing the envs after their error failed too: %s: %s",
+                    self.name,
+                    type(e).__name__,
+                    e,
+                )
 
     def close(self):
         """Close the envs and end their processes; calling it again does nothing."""
