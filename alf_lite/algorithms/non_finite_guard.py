@@ -92,7 +92,9 @@ class NonFiniteGuard:
             raise ValueError(
                 f'{type(optimizer).__name__} cannot skip a step without a host sync; the '
                 'non-finite guard needs a fused optimizer (Adam, AdamW or SGD with '
-                'fused=True; alf_lite.optimizers.Adam and AdamW are fused by default).'
+                'fused=True; alf_lite.optimizers.Adam and AdamW are fused by default). '
+                'Without a CUDA graph, TrainerConfig.defer_non_finite_checks = False checks '
+                'each loss on the host instead, at a sync per loss.'
             )
         optimizer.found_inf = self.tripped
 
