@@ -15,7 +15,7 @@ import torch
 # deterministic mode on CUDA without one. ':16:8' is the smaller alternative.
 CUBLAS_WORKSPACE_CONFIG = ':4096:8'
 _DETERMINISTIC_CUBLAS_CONFIGS = (':4096:8', ':16:8')
-_DEVICE = re.compile(r'^(auto|cpu|cuda(:\d+)?)$')
+_DEVICE = re.compile(r'auto|cpu|cuda(:\d+)?')
 # cgroup v1 writes "no limit" as the largest page count in bytes, about 2^63.
 _NO_CGROUP_LIMIT = 1 << 60
 
@@ -37,7 +37,7 @@ def resolve_device(device: str = 'auto') -> torch.device:
         DeviceUnavailableError: CUDA was asked for and is not available, or
             device N does not exist.
     """
-    if not isinstance(device, str) or not _DEVICE.match(device):
+    if not isinstance(device, str) or not _DEVICE.fullmatch(device):
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}.")
     if device == 'auto':
         return (

@@ -35,7 +35,9 @@ def test_auto_with_cuda_is_the_current_gpu(monkeypatch):
     assert resolve_device('auto') == torch.device('cuda', 0)
 
 
-@pytest.mark.parametrize('value', ['gpu', 'cuda:', 'cuda:x', 'CPU', '', 'cuda:0 ', 0, None])
+@pytest.mark.parametrize(
+    'value', ['gpu', 'cuda:', 'cuda:x', 'CPU', '', 'cuda:0 ', 'cpu\n', 'cuda\n', 0, None]
+)
 def test_bad_value_names_the_valid_ones(value):
     with pytest.raises(ValueError, match="'auto', 'cpu', 'cuda' or 'cuda:N'"):
         resolve_device(value)
