@@ -189,3 +189,21 @@ class SlowToStartEnv(HangingEnv):
 gymnasium.register(
     'alf_lite_tests/SlowToStart-v0', entry_point=SlowToStartEnv, max_episode_steps=20
 )
+
+
+class HangsInCloseEnv(HangingEnv):
+    """As ``HangingEnv`` without the hang in a step, but once reset, its ``close()`` never
+    returns, as a simulator whose shutdown deadlocks. (Never reset, as the env gymnasium
+    builds in the main process to read the spaces, it closes at once.)"""
+
+    def __init__(self):
+        super().__init__(hang_seed=None, hang_step=2**62)
+
+    def close(self):
+        if self._seed is not None:
+            self._hang()
+
+
+gymnasium.register(
+    'alf_lite_tests/HangsInClose-v0', entry_point=HangsInCloseEnv, max_episode_steps=20
+)

@@ -11,6 +11,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 import psutil
@@ -44,6 +45,7 @@ from cli_helpers import (
     TINY,
     assert_ok,
     checkpoint_steps,
+    run_python,
     run_train,
     send_as_user,
     start_in_own_session,
@@ -1377,6 +1379,47 @@ def test_an_env_that_calls_sys_exit_is_named_as_one_that_raised(use_subprocesses
         "Environment 'alf_lite_tests/ExitsInStep5-v0' (env 1 of 2) raised in step(): SystemExit: 3"
     ), message
     assert re.search(r'hanging_env\.py", line \d+, in _hang', env_traceback(error.value))
+
+
+def test_env_process_whose_close_never_returns_is_terminated_after_step_timeout(caplog):
+    env = create_environment(
+        env_name='alf_lite_tests/HangsInClose-v0',
+        num_parallel_environments=2,
+        use_subprocesses=True,
+        step_timeout=1,
+    )
+    processes = list(env._env.processes)
+    try:
+        env.reset()
+        # In a thread: a close that waits for the processes forever is seen to.
+        closing = threading.Thread(target=env.close, daemon=True)
+        closing.start()
+        closing.join(10)
+        assert not closing.is_alive(), 'close() still waits for the env processes'
+        assert not any(p.is_alive() for p in processes)
+        assert "'alf_lite_tests/HangsInClose-v0' (env 0, 1 of 2) did not return from close()" in (
+            caplog.text
+        ), caplog.text
+    finally:
+        for process in processes:
+            process.kill()
+
+
+def test_in_process_env_whose_close_never_returns_ends_the_process_after_step_timeout():
+    result = run_python(
+        f'import sys; sys.path.insert(0, {str(TESTS_DIR)!r})\n'
+        'import hanging_env\n'
+        'from alf_lite.environments import create_environment\n'
+        "env = create_environment(env_name='alf_lite_tests/HangsInClose-v0', step_timeout=1)\n"
+        'env.reset()\n'
+        'env.close()\n',
+        timeout=30,
+    )
+    assert result.returncode == HUNG_ENV_EXIT_CODE, result.stderr[-3000:]
+    assert (
+        "'alf_lite_tests/HangsInClose-v0' (env 0 of 1) (in process) did not return from close() "
+        'within 1 s (create_environment.step_timeout)'
+    ) in result.stderr, result.stderr[-3000:]
 
 
 def test_trainer_stops_on_an_env_process_that_never_answers(tmp_path):

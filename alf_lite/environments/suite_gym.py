@@ -136,11 +136,16 @@ class _NamedEnv(gymnasium.Wrapper):
 
     gymnasium's AsyncVectorEnv re-raises a worker's exception in the parent
     without saying which env it came from; this wrapper runs in the worker.
+
+    Args:
+        close_timeout: seconds its ``close()`` may take in process (as
+            ``step_timeout``) before the watchdog ends the process; None: no limit.
     """
 
-    def __init__(self, env: gymnasium.Env, where: str):
+    def __init__(self, env: gymnasium.Env, where: str, close_timeout: Optional[float] = None):
         super().__init__(env)
         self._where = where  # describe_env's
+        self._close_timeout = close_timeout
 
     def _crashed(self, call: str, error: BaseException) -> EnvironmentCrashedError:
         crashed = EnvironmentCrashedError(
@@ -173,6 +178,19 @@ class _NamedEnv(gymnasium.Wrapper):
         except _RAISED_BY_ENVS as e:
             raise self._crashed('step', e) from e
         return self._checked('step', result)
+
+    def close(self):
+        if self._close_timeout is None:
+            return self.env.close()
+        token = watchdog.start(
+            self._close_timeout,
+            f'{self._where} (in process) did not return from close() within '
+            f'{self._close_timeout:g} s (create_environment.step_timeout)',
+        )
+        try:
+            return self.env.close()
+        finally:
+            watchdog.done(token)
 
 
 class _GinBindings:
@@ -305,11 +323,13 @@ class _NamedEnvFactory:
         num_envs: int,
         label: str,
         gin_bindings: Optional[_GinBindings] = None,
+        step_timeout: Optional[float] = None,
     ):
         self._env_fn = env_fn
         self._where = describe_env(name, label, index, num_envs)
         self._creator_pid = os.getpid()
         self._gin_bindings = gin_bindings
+        self._step_timeout = step_timeout
 
     def __call__(self) -> gymnasium.Env:
         in_env_process = os.getpid() != self._creator_pid
@@ -323,7 +343,9 @@ class _NamedEnvFactory:
             raise EnvironmentCrashedError(
                 f'{self._where} could not be created: {type(e).__name__}: {e}'
             ) from e
-        return _NamedEnv(ReplayableEnv(env), self._where)
+        # In an env process, the parent limits how long the env's close() may take.
+        close_timeout = None if in_env_process else self._step_timeout
+        return _NamedEnv(ReplayableEnv(env), self._where, close_timeout)
 
 
 class _SyncVectorEnv(SyncVectorEnv):
@@ -381,8 +403,8 @@ class BatchedEnvironment:
         use_subprocesses: step the envs in subprocesses (``AsyncVectorEnv``);
             ``None`` means yes when there is more than one env.
         name: how errors and logs name the env.
-        step_timeout: seconds a ``reset`` or ``step`` of the envs may take, up
-            to ``1e6``; None (or inf) waits forever. Env processes that do not
+        step_timeout: seconds a ``reset``, ``step`` or ``close`` of the envs may
+            take, up to ``1e6``; None (or inf) waits forever. Env processes that do not
             answer in time raise ``EnvironmentHungError`` (measured from when
             the step was sent). An in-process call that does not return in time
             ends the process (``watchdog.HUNG_ENV_EXIT_CODE``) with the stacks
@@ -430,7 +452,7 @@ class BatchedEnvironment:
         self.busy = False
         gin_bindings = _GinBindings(name) if use_subprocesses else None
         env_fns = [
-            _NamedEnvFactory(fn, name, i, self.num_envs, label, gin_bindings)
+            _NamedEnvFactory(fn, name, i, self.num_envs, label, gin_bindings, step_timeout)
             for i, fn in enumerate(env_fns)
         ]
         if use_subprocesses:
@@ -1002,15 +1024,51 @@ class BatchedEnvironment:
                 )
 
     def close(self):
-        """Close the envs and end their processes; calling it again does nothing."""
+        """Close the envs and end their processes; calling it again does nothing.
+
+        An env process whose env's ``close()`` does not return within
+        ``step_timeout`` is terminated, with a warning; in process, the
+        watchdog ends the process, as for a hung ``step()``.
+        """
         if self._closed:
             return
         try:
-            self._env.close()
+            if self.use_subprocesses:
+                self._close_env_processes()
+            else:
+                self._env.close()
             self._closed = True
         except _DEAD_WORKER_ERRORS:
             # A process died since the last step: nobody answers 'close'.
             self._terminate()
+
+    def _close_env_processes(self):
+        """Close every env in its process, waiting ``step_timeout`` for the processes to end.
+
+        An env process answers 'close' before it calls its env's ``close()``, and
+        gymnasium's ``close`` then waits for the process to end without a limit.
+        """
+        env = self._env
+        deadline = None if self._step_timeout is None else time.monotonic() + self._step_timeout
+
+        def left() -> Optional[float]:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        for pipe in env.parent_pipes:
+            pipe.send(('close', None))
+        for pipe in env.parent_pipes:
+            if pipe.poll(left()):
+                pipe.recv()
+        for process in env.processes:
+            process.join(left())
+        late = [i for i, process in enumerate(env.processes) if process.is_alive()]
+        _stop_env_processes(env)
+        if late:
+            logging.warning(
+                '%s did not return from close() within %s; its process was terminated.',
+                self.which(', '.join(str(i) for i in late)),
+                self._timeout_text(1),
+            )
 
     def __enter__(self) -> 'BatchedEnvironment':
         return self
@@ -1188,7 +1246,7 @@ def create_environment(
             registration sets it (the robot of a PyBullet id: the id stands
             for it), or when it is ``max_episode_steps`` or ``render_mode``
             (set those of create_environment).
-        step_timeout: seconds a ``reset`` or ``step`` may take, far above any
+        step_timeout: seconds a ``reset``, ``step`` or ``close`` may take, far above any
             simulator's step time. Env processes that take longer are stopped
             with ``EnvironmentHungError`` naming the env, its index and the
             timeout; an in-process env that takes longer ends the process with
