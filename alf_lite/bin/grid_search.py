@@ -76,9 +76,11 @@ one), exits with status 2; a signal meanwhile exits with 128 plus its number.
 GPUs: locally, each run gets one of the visible GPUs through its
 ``CUDA_VISIBLE_DEVICES``, the one with the fewest runs on it (of those, the
 first), and at most ``--runs_per_gpu`` runs share a GPU at a time (the pool
-holds at most GPUs x runs_per_gpu workers); ``--runs_per_gpu 0`` hands out
-no GPU. On Ray each run requests ``--num_gpus_per_run`` GPUs, which may be a
-fraction (0.25: four runs per GPU); Ray sets their ``CUDA_VISIBLE_DEVICES``.
+holds at most GPUs x runs_per_gpu workers); ``--runs_per_gpu 0`` assigns
+none: each run sees every GPU this process sees (``TrainerConfig.device =
+'cpu'`` keeps runs off the GPUs). On Ray each run requests ``--num_gpus_per_run``
+GPUs, which may be a fraction (0.25: four runs per GPU); Ray sets their
+``CUDA_VISIBLE_DEVICES``.
 The runs' ``TrainerConfig.device`` (default 'auto') then picks the GPU they
 were given.
 """
@@ -171,7 +173,8 @@ flags.DEFINE_integer(
     'runs_per_gpu',
     1,
     'Local backend: runs that share one GPU at a time; each '
-    'run sees only its GPU (CUDA_VISIBLE_DEVICES). 0: give runs no GPU.',
+    'run sees only its GPU (CUDA_VISIBLE_DEVICES). 0: assign none, each run sees '
+    "every GPU this process sees (TrainerConfig.device='cpu' keeps runs off them).",
 )
 flags.DEFINE_float(
     'num_gpus_per_run',
