@@ -133,6 +133,22 @@ gymnasium.register(
 )
 
 
+class UnclosableEnv(HangingEnv):
+    """As ``HangingEnv`` that never hangs, but its ``close`` raises (a simulator whose
+    server went away at the end of a run)."""
+
+    def close(self):
+        raise RuntimeError('not connected to the simulator')
+
+
+gymnasium.register(
+    'alf_lite_tests/CannotClose-v0',
+    entry_point=UnclosableEnv,
+    max_episode_steps=20,
+    kwargs=dict(hang_seed=-1),
+)
+
+
 class CrashesWhenEvaluatedEnv(CrashingEnv):
     """Raises in its first step after a reset with a seed that no train env of a run with
     random_seed 0 (up to 4 envs) gets: an evaluation's."""

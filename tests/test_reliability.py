@@ -1481,6 +1481,30 @@ def test_an_in_process_env_whose_close_fails_after_it_raised_is_still_named(tmp_
     assert checkpoint_steps(root_dir) == [100, 200, 300]
 
 
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_envs_whose_close_raises_at_the_end_of_a_run_are_warnings_naming_them(
+    tmp_path, use_subprocesses
+):
+    root_dir = tmp_path / 'run'
+    result = run_hanging(
+        root_dir,
+        'alf_lite_tests/CannotClose-v0',
+        'create_environment.num_parallel_environments=2',
+        f'create_environment.use_subprocesses={use_subprocesses}',
+        'TrainerConfig.num_env_steps=300',
+    )
+    # The run is done and written: its envs' close is no failure of the run.
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    for where in ('env 0 of 2', 'env 1 of 2', 'eval env 0 of'):
+        assert re.search(
+            rf"Environment 'alf_lite_tests/CannotClose-v0' \({where}.*\) raised in close\(\): "
+            'RuntimeError: not connected to the simulator',
+            result.stderr,
+        ), result.stderr[-3000:]
+    assert checkpoint_steps(root_dir) == [100, 200, 300]
+
+
 def test_an_eval_env_that_raises_is_named_as_an_eval_env(tmp_path):
     result = run_hanging(
         tmp_path / 'run',

@@ -180,17 +180,22 @@ class _NamedEnv(gymnasium.Wrapper):
         return self._checked('step', result)
 
     def close(self):
-        if self._close_timeout is None:
-            return self.env.close()
-        token = watchdog.start(
-            self._close_timeout,
-            f'{self._where} (in process) did not return from close() within '
-            f'{self._close_timeout:g} s (create_environment.step_timeout)',
-        )
+        """Close the env; what its ``close()`` raises is a warning naming it: the run's
+        results are written by then, and the other envs are still to be closed."""
+        token = None
+        if self._close_timeout is not None:
+            token = watchdog.start(
+                self._close_timeout,
+                f'{self._where} (in process) did not return from close() within '
+                f'{self._close_timeout:g} s (create_environment.step_timeout)',
+            )
         try:
-            return self.env.close()
+            self.env.close()
+        except _RAISED_BY_ENVS as e:
+            logging.warning('%s raised in close(): %s: %s', self._where, type(e).__name__, e)
         finally:
-            watchdog.done(token)
+            if token is not None:
+                watchdog.done(token)
 
 
 class _GinBindings:
