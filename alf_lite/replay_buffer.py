@@ -277,6 +277,14 @@ class ReplayBuffer:
         """Rows added per env since creation (not capped)."""
         return self._total_added
 
+    def clear(self) -> None:
+        """Forget every row: the buffer is as allocated, all zeros and nothing added."""
+        for tensor in self._storage.values():
+            tensor.zero_()
+        self._total_added = 0
+        # In place: a captured CUDA graph reads this tensor.
+        self._total_added_tensor.zero_()
+
     def add_batch(self, exp: Experience) -> None:
         """Write one row for every env at the shared write head.
 

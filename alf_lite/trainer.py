@@ -1002,6 +1002,9 @@ class Trainer:
         self._iteration_start = state.iteration_start
         self._iteration_trained = state.iteration_trained
         self._current_iteration_length = iteration_length
+        # Not those of the updates this trainer made before (a train() again after
+        # stop_when): a run resumed in a new process has none.
+        self._latest_train_scalars = {}
         if state.iteration_trained and state.update_scalars:
             # The summary at the end of the cut iteration holds its updates' losses.
             self._latest_train_scalars = {
@@ -1016,7 +1019,7 @@ class Trainer:
                     'Resume with the config the run started with.'
                 ) from e
             except ValueError as e:
-                # Checked before anything is copied: the buffer is still empty.
+                # Checked before anything is copied; emptied below.
                 logging.warning(
                     'the replay buffer of %s is damaged (%s); resuming without it.', path, e
                 )
@@ -1024,6 +1027,10 @@ class Trainer:
             # Envs that cannot continue their episodes restart with a FIRST row
             # after the last stored one; the loss mask never trains on that pair.
         if rb is None:
+            if self._replay_buffer.total_added:
+                # Rows this trainer collected before (a train() again after stop_when or
+                # an error), which a run resumed in a new process does not have.
+                self._replay_buffer.clear()
             logging.warning(
                 '%s holds no replay buffer: training continues after %d steps of '
                 'the current policy refill it.',

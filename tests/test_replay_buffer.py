@@ -86,6 +86,18 @@ def test_counters():
     assert (rb.num_steps, rb.total_added) == (5, 7)
 
 
+def test_clear_forgets_every_row_and_the_next_row_goes_first():
+    rb = _filled(num_envs=2, length=5, num_added=7)
+    rb.clear()
+    assert (rb.num_steps, rb.total_added, int(rb._total_added_tensor)) == (0, 0, 0)
+    assert all(not tensor.any() for tensor in rb.storage.values())
+    with pytest.raises(ValueError, match='only 0 rows stored'):
+        rb.sample(batch_size=1, batch_length=1)
+    rb.add_batch(_step(2, 3))
+    assert rb.storage['observation'][:, 0, 1].tolist() == [3.0, 3.0]
+    assert rb.state_dict()['total_added'] == 1
+
+
 def test_sample_never_crosses_write_head():
     torch.manual_seed(0)
     num_envs, length = 3, 7

@@ -453,6 +453,40 @@ def test_training_again_after_stop_when_gives_the_numbers_of_a_run_never_stopped
     assert read_csv(tmp_path / 'stopped' / 'progress.csv') == expected
 
 
+def test_training_again_from_a_checkpoint_without_replay_buffer_refills_it_as_a_new_trainer(
+    tmp_path,
+):
+    params = [
+        'TrainerConfig.num_env_steps = 400',
+        'TrainerConfig.eval_interval = 100',
+        'TrainerConfig.summary_interval = 50',
+        'TrainerConfig.initial_collect_steps = 100',
+        'TrainerConfig.checkpoint_replay_buffer = False',
+    ]
+
+    def stop_at_200(last_eval):
+        return trainer.env_steps == 200
+
+    # Stopped at 200, then resumed by a new trainer, as by a new process.
+    with build(tmp_path / 'new', *params) as trainer:
+        trainer.train(stop_when=stop_at_200)
+    with build(tmp_path / 'new', *params) as trainer:
+        trainer.train()
+    with build(tmp_path / 'again', *params) as trainer:
+        trainer.train(stop_when=stop_at_200)
+        # The checkpoint at 200 holds no rows: the resume refills the buffer for 100
+        # env steps before it updates, also where this trainer still holds 200 rows.
+        trainer.train()
+    expected = read_csv(tmp_path / 'new' / 'progress.csv')
+    assert [r['num_updates'] for r in expected if r['env_steps'] in ('250', '300', '350')] == [
+        '100',
+        '100',
+        '150',
+    ]
+    assert expected[5]['env_steps'] == '250' and expected[5]['train/critic_loss'] == ''
+    assert read_csv(tmp_path / 'again' / 'progress.csv') == expected
+
+
 @pytest.mark.parametrize('mask_out_loss_for_last_step', [True, False])
 def test_resume_never_trains_on_the_pair_across_the_restart(
     tmp_path, monkeypatch, mask_out_loss_for_last_step
