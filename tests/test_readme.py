@@ -58,3 +58,14 @@ def test_every_relative_link_and_image_of_the_docs_exists():
             assert (document.parent / path).exists(), f'{document.name} links to missing {target}'
             checked += 1
     assert checked >= 10
+
+
+def test_every_plot_command_writes_where_plot_may_write_from_the_repository_root():
+    from alf_lite.bin.plot import check_outputs
+
+    outs = re.findall(r'python -m alf_lite\.bin\.plot .*?--out (\S+)', README)
+    assert len(outs) >= 2
+    for out in outs:
+        png = REPO_ROOT / out
+        # A PNG of the repository that plot did not write would stop the command (exit 2).
+        check_outputs(str(png), str(png.with_suffix('.csv')))
