@@ -441,7 +441,7 @@ class BatchedEnvironment:
         if step_timeout is not None and not 0 < step_timeout <= _LONGEST_WAIT_S:
             raise ValueError(
                 'create_environment.step_timeout must be a positive number of seconds up to '
-                f'{_LONGEST_WAIT_S:g} ({_LONGEST_WAIT_S / 86400:.1f} days), or None (or inf) to '
+                f'{_LONGEST_WAIT_S:g} ({_LONGEST_WAIT_S / 86400:.1f} days), or None to '
                 f'wait forever; got {step_timeout!r}.'
             )
         self.num_envs = len(env_fns)
