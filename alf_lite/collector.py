@@ -138,7 +138,8 @@ class Collector:
                 raise EpisodeReplayError(
                     f'{self._env.which(int(differs[0, 0]))} '
                     f'replayed its episode to another {name} than the saved one: the env is not '
-                    'deterministic given its seed and actions.'
+                    'deterministic given its seed and actions, or not the one the episode was '
+                    'recorded in (an env setting the resume changed).'
                 )
         self._episode_stats.load_running_state(state['episode_stats'])
         self._algorithm.load_rollout_state(state['rollout'], num_envs)

@@ -888,7 +888,8 @@ class BatchedEnvironment:
             raise EpisodeReplayError(
                 f'{self.which(e.index)} replayed its episode to values that are not finite '
                 f'({e.values}), unlike the recorded one: the env is not deterministic given its '
-                'seed and actions.'
+                'seed and actions, or not the one the episode was recorded in (an env setting '
+                'the resume changed).'
             ) from None
 
     def _call_envs(self, name: str, env_calls: int = 1) -> tuple:
