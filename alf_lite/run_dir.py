@@ -19,11 +19,14 @@ Which configs are one experiment (``experiment_difference``, ignoring
 (``moved_aside_path``, recognised by ``MOVED_ASIDE``) are decided here too.
 """
 
+import ast
 import datetime
 import fcntl
 import os
+import pprint
 import re
 import stat
+import sys
 from typing import Collection, Dict, List, Optional, Set, Tuple
 
 from absl import logging
@@ -327,23 +330,51 @@ def read_config_text(path: str) -> str:
 def config_statements(config_text: str) -> List[str]:
     """The statements of a gin config text (bindings, imports, includes), one string each.
 
-    A value gin continued over several lines (indented, after a trailing
-    backslash) is joined to its binding; whitespace outside string literals is
-    normalised; comments (also one after a binding, as gin reads them) and
-    blank lines are left out.
+    As gin reads them: a statement goes on over the next lines while a bracket
+    of its value is open or a line ends in a backslash, and ends at the end of
+    its line otherwise, indented or not. Each binding of a block (``Name:``
+    over indented ``param = value`` lines) is ``Name.param = value``.
+    Whitespace outside string literals is normalised; comments (also one after
+    a binding, as gin reads them) and blank lines are left out.
     """
-    statements = []
+    statements: List[str] = []
+    depth, continued, block = 0, False, None
     for line in config_text.splitlines():
-        stripped = _without_comment(line).strip()
+        code = _without_comment(line)
+        stripped = code.strip()
         if not stripped:
             continue
         if stripped.endswith('\\'):
-            stripped = stripped[:-1]
-        if line[0] in ' \t' and statements:
-            statements[-1] += ' ' + stripped
+            stripped = stripped[:-1].rstrip()
+        if (depth or continued) and statements:
+            joint = (
+                '' if statements[-1].endswith(_OPENING) or stripped.startswith(_CLOSING) else ' '
+            )
+            statements[-1] += joint + stripped
+        elif line[0] in ' \t' and block is not None:
+            statements.append(f'{block}.{stripped}')
         else:
-            statements.append(stripped)
+            header = _BLOCK.match(stripped)
+            block = header and header['name']
+            if not header:
+                statements.append(stripped)
+        depth = max(0, depth + _bracket_change(code))
+        continued = code.rstrip().endswith('\\')
     return [_normalised(statement) for statement in statements]
+
+
+_OPENING, _CLOSING = tuple('([{'), tuple(')]}')
+# The line that opens a block of gin bindings: ``[scope/]Name:``.
+_BLOCK = re.compile(r'^(?P<name>[A-Za-z_][\w./]*)\s*:$')
+
+
+def _bracket_change(code: str) -> int:
+    """How many more brackets ``code`` (a line without its comment) opens than it closes,
+    outside its string literals."""
+    parts = _STRING_LITERAL.split(code)[::2]
+    return sum(part.count(c) for part in parts for c in _OPENING) - sum(
+        part.count(c) for part in parts for c in _CLOSING
+    )
 
 
 # A string literal of a gin value (Python's, on one line; one left open runs to the end).
@@ -379,6 +410,32 @@ def split_binding(statement: str) -> Optional[Tuple[str, str]]:
         return None
     match = _BINDING.match(statement)
     return (match['name'], match['value']) if match else None
+
+
+# A configurable reference (``@[scope/]Name`` or, called, ``@[scope/]Name()``) or a macro
+# (``%[scope/]NAME``) in a binding's value, outside its string literals.
+_REFERENCE = re.compile(r'([@%])\s*([A-Za-z_][\w./]*)(\s*\(\s*\))?')
+
+
+def value_as_read(value: str) -> str:
+    """A form of binding value text ``value`` that two values gin reads as one share.
+
+    Where it is a literal (references and macros in it standing for themselves)
+    that is the value as written out by ``pprint`` on one line, as gin writes
+    values: ``(\\n 256,\\n 256,\\n)`` and ``(256, 256)``, ``1e-3`` and ``0.001``
+    are one, dicts in any key order too; ``1`` and ``1.0`` are not. Otherwise
+    (no literal gin reads) the text, whitespace normalised.
+    """
+    parts = _STRING_LITERAL.split(value)
+    # A character no config holds marks a reference or macro, which stands for itself.
+    parts[::2] = [
+        _REFERENCE.sub(lambda m: repr(f'\0{m[1]}{m[2]}{"()" if m[3] else ""}'), code)
+        for code in parts[::2]
+    ]
+    try:
+        return pprint.pformat(ast.literal_eval(''.join(parts).strip()), width=sys.maxsize)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _normalised(value)
 
 
 # A macro reference in a binding's value: ``%NAME`` (gin's macros may be scoped).
@@ -491,10 +548,15 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
     )
     old = {key: s for key, s in old.items() if (key in old_safe) == resume_safe}
     new = {key: s for key, s in new.items() if (key in new_safe) == resume_safe}
+
+    def as_read(statement: Optional[str], values: Dict[str, str], key: str) -> Optional[str]:
+        # A binding by its value as gin reads it; an import or include by its text.
+        return value_as_read(values[key]) if statement and key in values else statement
+
     return sorted(
         f'{old.get(key, NOT_BOUND)} -> {new.get(key, NOT_BOUND)}'
         for key in old.keys() | new.keys()
-        if old.get(key) != new.get(key)
+        if as_read(old.get(key), old_values, key) != as_read(new.get(key), new_values, key)
     )
 
 

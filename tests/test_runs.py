@@ -379,6 +379,73 @@ def test_spaces_in_a_string_are_part_of_its_value_those_around_it_are_not(tmp_pa
     assert experiment_difference(root_dir, spaced) is None
 
 
+def test_a_binding_written_indented_is_a_statement_of_its_own_as_gin_reads_it(tmp_path):
+    trained_with = config_text('TrainerConfig.mini_batch_size = 64')
+    root_dir = saved_run(tmp_path, trained_with)
+    # A hand-edited config.gin: gin ends a statement at the end of its line, indented or
+    # not, and reads a block (`Name:` over indented `param = value` lines) as Name.param.
+    binding = 'TrainerConfig.mini_batch_size = 64'
+    indented = trained_with.replace(binding, '  ' + binding)
+    block = trained_with.replace(binding, 'TrainerConfig:\n    mini_batch_size = 64')
+    for edited in (indented, block):
+        assert changed_bindings(trained_with, edited) == [], edited
+        assert experiment_difference(root_dir, edited) is None
+        (tmp_path / 'edited.gin').write_text(edited)
+        parse_config([str(tmp_path / 'edited.gin')])
+        assert changed_bindings(gin.config_str(), edited) == []
+        # Another value still counts.
+        assert changed_bindings(trained_with, edited.replace('= 64', '= 32')) == [
+            f'{binding} -> TrainerConfig.mini_batch_size = 32'
+        ]
+    (tmp_path / 'config.gin').write_text(indented)
+    assert config_bindings(str(tmp_path))['TrainerConfig.random_seed'] == '0'
+    keep_superseded_config(RunDir(root_dir), indented, 500)
+    assert os.listdir(root_dir) == ['config.gin']
+
+
+def test_a_value_is_compared_as_gin_reads_it_not_by_its_layout(tmp_path):
+    trained_with = config_text(
+        'CriticNetwork.hidden_layers = (256, 256)',
+        "create_environment.env_kwargs = {'a': 1, 'b': (2, 3)}",
+        'SacAlgorithm.gamma = 0.99',
+    )
+    root_dir = saved_run(tmp_path, trained_with)
+    # A hand-edited config.gin: values over several lines, a trailing comma, another
+    # key order, another spelling of a number.
+    edited = (
+        trained_with.replace('(256, 256)', '(\n    256,\n    256,\n)')
+        .replace("{'a': 1, 'b': (2, 3)}", "{\n    'b': (2, 3),  # kept\n    'a': 1,\n}")
+        .replace('0.99', '9.9e-1')
+    )
+    assert changed_bindings(trained_with, edited) == []
+    assert experiment_difference(root_dir, edited) is None
+    (tmp_path / 'edited.gin').write_text(edited)
+    parse_config([str(tmp_path / 'edited.gin')])
+    assert changed_bindings(gin.config_str(), edited) == []
+    keep_superseded_config(RunDir(root_dir), edited, 500)
+    assert os.listdir(root_dir) == ['config.gin']
+    # Another value over several lines still counts.
+    narrower = edited.replace('    256,\n)', '    128,\n)')
+    assert changed_bindings(trained_with, narrower) == [
+        'CriticNetwork.hidden_layers = (256, 256) -> CriticNetwork.hidden_layers = (256, 128,)'
+    ]
+    assert 'in 1 binding(s)' in experiment_difference(root_dir, narrower)
+    # Values gin reads as one, and values it reads as others (type, element, reference).
+    for old, new in (('@A ()', '@A()'), ('(@A, %B)', '(\n  @A,\n  %B,\n)'), ("'a' 'b'", "'ab'")):
+        assert changed_bindings(config_text(f'X.y = {old}'), config_text(f'X.y = {new}')) == []
+    for old, new in (
+        ('(256,)', '(256)'),
+        ('(256, 256)', '[256, 256]'),
+        ('1', '1.0'),
+        ('1', 'True'),
+        ('@A', '@A()'),
+        ('%A', '%B'),
+        ("'@A'", '@A'),
+        ("{'a': 1}", "{'a': 2}"),
+    ):
+        assert len(changed_bindings(config_text(f'X.y = {old}'), config_text(f'X.y = {new}'))) == 1
+
+
 def test_an_empty_or_missing_root_dir_holds_no_other_experiment(tmp_path):
     assert experiment_difference(str(tmp_path / 'missing'), EXPERIMENT) is None
     (tmp_path / 'empty').mkdir()
