@@ -708,6 +708,30 @@ def test_a_run_whose_length_was_set_over_its_macro_at_a_resume_keeps_its_setting
     assert same_seed_runs(both) == [tuple(both)]
 
 
+def test_config_grouping_compares_values_as_gin_reads_them_not_by_their_layout(tmp_path):
+    from alf_lite.bin.plot import group_runs, same_seed_runs
+
+    runs = tmp_path / 'runs'
+    gins = 'CriticNetwork.hidden_layers = (256, 256)\nSacAlgorithm.gamma = 0.99\n'
+    write_run(runs / 'seed=0', LR_A, 0, RUNS_A[0], gins)
+    # A hand-edited config.gin: the tuple over several lines, a binding indented.
+    edited = 'CriticNetwork.hidden_layers = (\n    256,\n    256,\n)\n  SacAlgorithm.gamma = 0.99\n'
+    write_run(runs / 'seed=1', LR_A, 1, RUNS_A[1], edited)
+    result = run_plot([str(runs), '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert final_table(result.stdout)['all runs'][0] == 2, result.stdout
+    # Another network is another group, named by its value; of one seed, one run twice.
+    write_run(runs / 'narrow', LR_A, 0, RUNS_A[0], edited.replace('256,\n)', '128,\n)'))
+    write_run(runs / 'seed=0 again', LR_A, 0, RUNS_A[0], edited)
+    both = [str(runs / 'seed=0'), str(runs / 'seed=0 again')]
+    assert same_seed_runs(both) == [tuple(both)]
+    groups = group_runs([*both, str(runs / 'narrow')], 'config')
+    assert groups == [
+        ('CriticNetwork.hidden_layers=(256, 256)', both),
+        ('CriticNetwork.hidden_layers=(256, 128,)', [str(runs / 'narrow')]),
+    ]
+
+
 def test_a_run_whose_experiment_changed_at_a_resume_is_named_in_a_warning(tmp_path):
     runs = tmp_path / 'runs'
     for seed in (0, 1):

@@ -69,6 +69,7 @@ from alf_lite.run_dir import (
     macro_value,
     names_and_their_macros,
     resume_safe_names,
+    value_as_read,
 )
 from alf_lite.runs import (
     DEFAULT_SEED,
@@ -297,7 +298,12 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
             for run, b in bindings.items()
         }
         names = sorted({k for b in bindings.values() for k in b})
-        names = [n for n in names if len({b.get(n) for b in bindings.values()}) > 1]
+        # Values compared as gin reads them: `(256, 256)` and the same tuple over lines are one.
+        names = [
+            n
+            for n in names
+            if len({value_as_read(b[n]) if n in b else None for b in bindings.values()}) > 1
+        ]
     else:
         names = [n.strip() for n in group_by.split(',') if n.strip()]
         unbound = [n for n in names if all(n not in b for b in bindings.values())]
@@ -306,12 +312,15 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
             closest = difflib.get_close_matches(unbound[0], bound, n=3)
             hint = f'; closest bound parameters: {", ".join(closest)}' if closest else ''
             raise ValueError(f'no run binds {", ".join(unbound)} in its {CONFIG_FILE}{hint}')
-    groups: Dict[tuple, List[str]] = {}
+    # Each group by the values as gin reads them, named by those of its first run.
+    groups: Dict[tuple, Tuple[tuple, List[str]]] = {}
     for run in run_dirs:
-        groups.setdefault(tuple(bindings[run].get(n, '(default)') for n in names), []).append(run)
+        shown = tuple(bindings[run].get(n, '(default)') for n in names)
+        key = tuple(value_as_read(v) if n in bindings[run] else None for n, v in zip(names, shown))
+        groups.setdefault(key, (shown, []))[1].append(run)
     return [
-        (', '.join(f'{n}={v}' for n, v in zip(names, key)) or 'all runs', runs)
-        for key, runs in groups.items()
+        (', '.join(f'{n}={v}' for n, v in zip(names, shown)) or 'all runs', runs)
+        for shown, runs in groups.values()
     ]
 
 
@@ -343,7 +352,9 @@ def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
             continue
         # An unbound seed is the default one: `random_seed = 0` is the same run.
         not_seed = {k: v for k, v in bindings.items() if k not in seed_names(bindings)}
-        key = tuple(sorted({**not_seed, SEED_PARAM: seed_of(run)}.items()))
+        key = tuple(
+            sorted((k, value_as_read(v)) for k, v in {**not_seed, SEED_PARAM: seed_of(run)}.items())
+        )
         if key in first:
             pairs.append((first[key], run))
         else:
