@@ -167,12 +167,25 @@ def _save_synced(obj, path):
             torch.save(obj, f)
         except RuntimeError as e:
             # torch's zip writer reports a failed write (a full disk, a file
-            # size limit) as a RuntimeError without the OS error.
+            # size limit) as a RuntimeError without the OS error. Any other
+            # RuntimeError (e.g. a CUDA error copying a tensor) is no write's.
+            if not _is_write_failure(e):
+                raise
             raise OSError(
                 f'writing {path} failed ({e}): the disk is full or a file size limit was hit'
             ) from e
         f.flush()
         os.fsync(f.fileno())
+
+
+def _is_write_failure(error: RuntimeError) -> bool:
+    """Whether ``error``, raised by ``torch.save``, is its zip writer's report of a failed write."""
+    message = str(error)
+    return (
+        isinstance(error.__context__, OSError)
+        or 'file write failed' in message
+        or 'unexpected pos' in message
+    )
 
 
 def load_file(path: str, map_location: Union[str, torch.device, None] = None, mmap: bool = False):

@@ -293,6 +293,21 @@ def test_a_save_that_fails_to_move_its_replay_buffer_in_place_leaves_no_checkpoi
     assert_same(rb, make_replay_buffer_state(1))
 
 
+class _FailsToSerialize:
+    """A value whose serialization fails the way a CUDA error copying a tensor does."""
+
+    def __reduce__(self):
+        raise RuntimeError('CUDA error: an illegal memory access was encountered')
+
+
+def test_a_save_failing_for_no_write_is_not_called_a_full_disk(tmp_path):
+    with pytest.raises(RuntimeError, match='illegal memory access') as error:
+        ckpt.save_checkpoint(str(tmp_path), 100, {'x': _FailsToSerialize()})
+    assert not isinstance(error.value, OSError)
+    assert 'disk is full' not in str(error.value)
+    assert os.listdir(tmp_path) == []
+
+
 def test_save_succeeds_over_leftover_temporary_directory_of_same_name(tmp_path):
     # A writer killed mid-save by a process that had the same pid (pids are reused).
     leftover = tmp_path / f'.tmp-ckpt-100-{os.getpid()}'
