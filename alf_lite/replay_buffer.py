@@ -505,7 +505,12 @@ class ReplayBuffer:
                 f'{sorted(state)} do not match expected {sorted(expected)}'
             )
         length = state.get('length', self._length)
-        if not isinstance(length, int) or length != self._length:
+        if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+            # No length a buffer is saved with: a damaged file, not a changed config.
+            raise ValueError(
+                f'ReplayBuffer.load_state_dict: length must be a positive int, got {length!r}'
+            )
+        if length != self._length:
             raise ReplayBufferMismatchError(
                 f'ReplayBuffer.load_state_dict: the state is of a buffer of {length!r} steps per '
                 f'env, this one has {self._length}; the checkpoint was saved with a different '

@@ -398,8 +398,9 @@ def test_a_refused_resume_past_a_corrupt_checkpoint_leaves_it_where_it_was(tmp_p
         lambda rb: dict(rb, total_added=5),  # a counter that does not match the rows
         lambda rb: dict(rb, step_type=[rb['step_type'][0].fill_(7)]),  # no StepType
         lambda rb: dict(rb, reward=[rb['reward'][0].to('meta')]),  # no values
+        lambda rb: dict(rb, length=float(rb['length'])),  # no count: not another length
     ],
-    ids=['counter', 'step_type', 'meta_tensor'],
+    ids=['counter', 'step_type', 'meta_tensor', 'length'],
 )
 def test_a_damaged_replay_buffer_resumes_its_checkpoint_without_it(tmp_path, caplog, damage):
     train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')

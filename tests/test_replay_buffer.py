@@ -13,7 +13,11 @@ from alf_lite import device as device_module
 from alf_lite import replay_buffer as rb_module
 from alf_lite.data import Experience, StepType
 from alf_lite.device import DeviceUnavailableError
-from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferTooLargeError
+from alf_lite.replay_buffer import (
+    ReplayBuffer,
+    ReplayBufferMismatchError,
+    ReplayBufferTooLargeError,
+)
 from cli_helpers import python_output
 
 _MB = 1 << 20
@@ -329,7 +333,7 @@ def test_load_state_dict_rejects_mismatch():
     state = _filled(num_envs=3, length=5, num_added=2).state_dict()
     with pytest.raises(ValueError, match='a buffer of 5 steps per env, this one has 6'):
         ReplayBuffer(3, 6, 2, 2).load_state_dict(state)
-    with pytest.raises(ValueError, match=r'a buffer of tensor\(\[5, 5\]\) steps per env'):
+    with pytest.raises(ValueError, match=r'length must be a positive int, got tensor\(\[5, 5\]\)'):
         ReplayBuffer(3, 5, 2, 2).load_state_dict(dict(state, length=torch.tensor([5, 5])))
     with pytest.raises(ValueError, match='a buffer of 3 envs, this one has 2; .*num_parallel_env'):
         ReplayBuffer(2, 5, 2, 2).load_state_dict(state)
@@ -462,6 +466,18 @@ def test_load_state_dict_rejects_a_total_added_that_is_no_int():
     target = ReplayBuffer(3, 5, 2, 2)
     with pytest.raises(ValueError, match='total_added must be a non-negative int, got 2.0'):
         target.load_state_dict(dict(state, total_added=2.0))
+    assert target.total_added == 0
+
+
+@pytest.mark.parametrize('length', [5.0, '5', None, True, 0])
+def test_load_state_dict_rejects_a_length_that_is_no_count_as_damage(length):
+    # Not a buffer of another TrainerConfig.replay_buffer_length: a damaged file, which a
+    # resume goes on without.
+    state = _filled(num_envs=3, length=5, num_added=2).state_dict()
+    target = ReplayBuffer(3, 5, 2, 2)
+    with pytest.raises(ValueError, match='length must be a positive int') as error:
+        target.load_state_dict(dict(state, length=length))
+    assert not isinstance(error.value, ReplayBufferMismatchError)
     assert target.total_added == 0
 
 
