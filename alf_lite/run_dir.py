@@ -285,8 +285,18 @@ def run_dir_in_use(root: str) -> bool:
 
 
 def moved_aside_path(root_dir: str) -> str:
-    """Where ``train --start_over`` moves the experiment in ``root_dir`` now."""
-    return f'{root_dir}.old-{datetime.datetime.now():%Y%m%d-%H%M%S}'
+    """Where ``train --start_over`` moves the experiment in ``root_dir`` now.
+
+    Named after the time of the move, or the first later second whose name is free
+    (a second move within one second, or after the clock went back): a rename onto a
+    taken name would fail for a directory and replace what was moved aside for a file.
+    """
+    when = datetime.datetime.now()
+    while True:
+        path = f'{root_dir}.old-{when:%Y%m%d-%H%M%S}'
+        if not os.path.lexists(path):
+            return path
+        when += datetime.timedelta(seconds=1)
 
 
 def oversized_config(path: str, size: Optional[int]) -> str:

@@ -7,12 +7,14 @@ import subprocess
 import sys
 import tempfile
 import tracemalloc
+import types
 from pathlib import Path
 
 import gin
 import pytest
 
 import alf_lite.all_configurables  # noqa: F401
+from alf_lite import run_dir as run_dir_module
 from alf_lite.config import parse_config
 from alf_lite.run_dir import (
     MAX_CONFIG_BYTES,
@@ -600,6 +602,32 @@ def test_moved_aside_path_holds_the_time_of_the_move(tmp_path):
     moved_at = datetime.datetime.strptime(aside[len(f'{root_dir}.old-') :], '%Y%m%d-%H%M%S')
     assert before <= moved_at <= after
     assert not MOVED_ASIDE.search(root_dir)
+
+
+def test_moved_aside_path_is_never_one_taken_within_the_same_second(tmp_path, monkeypatch):
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 1, 1, 12, 0, 59)
+
+    frozen = types.SimpleNamespace(datetime=Frozen, timedelta=datetime.timedelta)
+    monkeypatch.setattr(run_dir_module, 'datetime', frozen)
+    root_dir = tmp_path / 'run'
+    moved = []
+    for n in range(3):  # three --start_over within one second, each over a new run
+        root_dir.mkdir()
+        (root_dir / 'config.gin').write_text(f'# run {n}\n')
+        aside = moved_aside_path(str(root_dir))
+        os.rename(root_dir, aside)
+        moved.append(os.path.basename(aside))
+    assert moved == [
+        'run.old-20260101-120059',
+        'run.old-20260101-120100',
+        'run.old-20260101-120101',
+    ]
+    for n, name in enumerate(moved):
+        assert MOVED_ASIDE.search(name)
+        assert (tmp_path / name / 'config.gin').read_text() == f'# run {n}\n'
 
 
 def test_superseded_config_name_holds_the_env_step():
