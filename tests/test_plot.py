@@ -306,6 +306,21 @@ def test_y_minus_plots_the_difference_where_a_run_has_both(grid, tmp_path):
     assert missing.returncode == 2 and "no column 'train/nothing'" in missing.stderr
 
 
+def test_y_minus_where_both_are_inf_is_no_point_without_numpys_warning(tmp_path):
+    (tmp_path / 'run').mkdir()
+    with open(tmp_path / 'run' / 'progress.csv', 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow(['env_steps', 'wall_time', 'train/critic_loss', 'train/actor_loss'])
+        writer.writerows([(0, 1e9, 3, 1), (100, 1e9 + 1, 'inf', 'inf'), (200, 1e9 + 2, 5, 1)])
+    args = ['--y', 'train/critic_loss', '--y_minus', 'train/actor_loss', '--group_by', 'none']
+    result = run_plot([str(tmp_path / 'run'), *args, '--out', 'diff.png'], tmp_path)
+    assert_ok(result)
+    assert 'RuntimeWarning' not in result.stderr, result.stderr
+    # inf - inf is NaN: no point there.
+    curves = read_curves(tmp_path / 'diff.csv')
+    assert {x: v[0] for (_, x), v in curves.items()} == {0: 2.0, 200: 4.0}
+
+
 def test_label_renames_a_group_in_the_legend_csv_and_table(grid, tmp_path):
     a, b = f'actor/Adam.lr={LR_A}', f'actor/Adam.lr={LR_B}'
     # A name may hold '=' too: the label ends in the group's name.
@@ -962,6 +977,8 @@ def test_a_macro_that_is_one_runs_seed_stays_a_setting_of_the_runs_that_use_it_o
     groups = group_runs([str(seeded), *sized], 'config')
     assert [runs for _, runs in groups] == [[str(seeded)], [sized[0]], [sized[1]]]
     assert [label.split(', ')[0] for label, _ in groups[1:]] == ['N=1000', 'N=2000']
+    # The seeded run binds N, as its seed: not the default of a name it leaves unbound.
+    assert groups[0][0].split(', ')[0] == 'N=(seed)'
 
 
 @pytest.mark.timeout(10)

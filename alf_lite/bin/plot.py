@@ -282,7 +282,7 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
     """``[(label, run dirs)]`` in the order the groups first appear; raises ValueError."""
     if group_by == 'none':
         return [(name, [r]) for name, r in zip(distinct_names(run_dirs), run_dirs)]
-    bindings = {}
+    bindings, seeds = {}, {}
     safe = resume_safe_elsewhere(run_dirs) if group_by == 'config' else set()
     for run in run_dirs:
         try:
@@ -293,9 +293,9 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
             ) from None
     if group_by == 'config':
         # Each run's own seed names: a macro that is one run's seed may be another's setting.
+        seeds = {run: seed_names(b) for run, b in bindings.items()}
         bindings = {
-            run: {k: v for k, v in b.items() if k not in seed_names(b)}
-            for run, b in bindings.items()
+            run: {k: v for k, v in b.items() if k not in seeds[run]} for run, b in bindings.items()
         }
         names = sorted({k for b in bindings.values() for k in b})
         # Values compared as gin reads them: `(256, 256)` and the same tuple over lines are one.
@@ -315,8 +315,12 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
     # Each group by the values as gin reads them, named by those of its first run.
     groups: Dict[tuple, Tuple[tuple, List[str]]] = {}
     for run in run_dirs:
-        shown = tuple(bindings[run].get(n, '(default)') for n in names)
-        key = tuple(value_as_read(v) if n in bindings[run] else None for n, v in zip(names, shown))
+        # A name that is this run's seed is bound, to no setting.
+        shown = tuple(
+            bindings[run].get(n, '(seed)' if n in seeds.get(run, ()) else '(default)')
+            for n in names
+        )
+        key = tuple(value_as_read(v) if n in bindings[run] else v for n, v in zip(names, shown))
         groups.setdefault(key, (shown, []))[1].append(run)
     return [
         (', '.join(f'{n}={v}' for n, v in zip(names, shown)) or 'all runs', runs)
@@ -411,7 +415,9 @@ def read_difference(run_dir: str, y: str, y_minus, x: str):
     if y_minus is not None:
         other = dict(zip(*read_scalar(run_dir, y_minus, x)))
         keep = [i for i, v in enumerate(xs) if v in other]
-        xs, ys = xs[keep], ys[keep] - [other[xs[i]] for i in keep]
+        # inf minus inf is NaN, no value, as the docstring says: not numpy's warning.
+        with np.errstate(invalid='ignore'):
+            xs, ys = xs[keep], ys[keep] - [other[xs[i]] for i in keep]
     if x == WALL_TIME and len(xs):
         first_row = os.path.isfile(RunDir(run_dir).progress_file)
         xs = xs - (read_scalar(run_dir, WALL_TIME, WALL_TIME)[0][0] if first_row else xs[0])
