@@ -297,16 +297,24 @@ def _binding_used(scope: str, selector: str, param: str) -> bool:
     return False
 
 
+# Bytes a file's name may take on Linux's file systems (ext4, xfs, btrfs, tmpfs).
+NAME_MAX = 255
+
+
 def new_file_beside(path: str, suffix: str = '') -> str:
     """Create an empty file in ``path``'s directory, named after it and unique (hidden, then
     ``suffix``), and return its path: the temporary file of a write that ends in
     ``os.replace`` onto ``path``.
 
     Opened with "x", it gets the permissions of any new file (the umask's), where
-    tempfile's are private (0600) and ``path`` would keep that mode.
+    tempfile's are private (0600) and ``path`` would keep that mode. Of a name
+    near the file system's limit on a name's bytes, only the start is taken.
     """
     directory, name = os.path.split(os.path.abspath(path))
-    tmp_path = os.path.join(directory, f'.{name}.{os.getpid()}-{uuid.uuid4().hex}{suffix}')
+    unique = f'.{os.getpid()}-{uuid.uuid4().hex}{suffix}'
+    # Cut to bytes: a character cut in two is kept as its bytes (surrogate escapes).
+    name = os.fsdecode(os.fsencode(name)[: NAME_MAX - 1 - len(os.fsencode(unique))])
+    tmp_path = os.path.join(directory, f'.{name}{unique}')
     with open(tmp_path, 'x'):
         pass
     return tmp_path

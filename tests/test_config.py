@@ -791,6 +791,16 @@ def test_write_text_atomically(tmp_path):
     assert os.listdir(tmp_path) == ['config.gin']
 
 
+def test_write_text_atomically_to_a_name_near_the_limit(tmp_path):
+    # 254 bytes, two a character: the temporary file's longer name keeps the start of it
+    # (a character cut in two included).
+    path = tmp_path / ('\u00e9' * 125 + '.gin')
+    assert len(os.fsencode(path.name)) == 254
+    config.write_text_atomically(str(path), 'text')
+    assert path.read_text() == 'text'
+    assert os.listdir(tmp_path) == [path.name]
+
+
 def test_write_text_atomically_has_the_file_and_its_name_on_disk_before_it_returns(
     tmp_path, monkeypatch
 ):
