@@ -157,6 +157,17 @@ def test_play_records_gif_without_reading_the_replay_buffer(trained_run, tmp_pat
         assert image.info['duration'] == pytest.approx(1000 / 30, abs=5)
 
 
+def test_a_video_whose_name_is_near_the_limit_is_written(trained_run, tmp_path):
+    # 252 bytes (two a character): the temporary file beside it, whose name adds to
+    # it, must fit too.
+    gif = tmp_path / ('\u00e9' * 123 + 'ab.gif')
+    assert len(os.fsencode(gif.name)) == 252
+    result = run_play(trained_run, '--record_file', str(gif), '--render_size', '8')
+    assert_ok(result)
+    assert gif_frames(gif, fps=30) == EPISODE_STEPS + 1
+    assert os.listdir(tmp_path) == [gif.name]
+
+
 # 0.01: the slowest a GIF can show, each frame 100 s.
 @pytest.mark.parametrize('fps, kept', [(100, 6), (40, 12), (0.01, 12)])
 def test_a_gif_faster_than_players_show_keeps_every_kth_frame(trained_run, tmp_path, fps, kept):
@@ -330,6 +341,25 @@ def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):
         frames = [frame for frame in reader]
     assert len(frames) == EPISODE_STEPS + 1
     assert {frame.shape for frame in frames} == {(32, 32, 3)}
+
+
+def test_a_checkpoint_before_a_resume_that_changed_the_experiment_plays_its_config(
+    trained_run, tmp_path
+):
+    root_dir = tmp_path / 'run'
+    shutil.copytree(trained_run, root_dir)
+    # The resume at 2 env steps keeps the config trained with until then in config-until-2.gin.
+    params = ['create_environment.max_episode_steps=7', 'TrainerConfig.num_env_steps=3']
+    assert_ok(run_train(train_command(root_dir, params=params)))
+    assert (root_dir / 'config-until-2.gin').is_file()
+    result = run_play(root_dir, '--checkpoint_step', '2')
+    assert_ok(result)
+    assert f'and {root_dir / "config-until-2.gin"}' in result.stdout
+    # Its episodes had EPISODE_STEPS, as its evaluation at 2 env steps, which it repeats.
+    ((episode_return, length),) = episodes(result.stdout)
+    assert length == EPISODE_STEPS
+    steps, returns = read_scalar(str(root_dir), EVAL_RETURN)
+    assert episode_return == pytest.approx(returns[list(steps).index(2)], abs=0.0051)
 
 
 @pytest.mark.parametrize(
@@ -540,6 +570,11 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
         (
             ['--record_file', '/proc/x.gif'],
             'cannot write --record_file /proc/x.gif: /proc: ',
+        ),
+        # A name no file system here takes: refused before the policy is loaded.
+        (
+            ['--record_file', str(tmp_path / 'new' / f'{"v" * 252}.gif')],
+            'its name is longer than the 255 bytes a file name may take.',
         ),
         (['--root_dir', str(tmp_path / 'afile')], 'afile is not a directory'),
         (['--random_seed', '-1'], '--random_seed must be in [0, 2**32), got -1'),

@@ -2,8 +2,10 @@ r"""Play a trained policy: returns per episode, optionally a video.
 
     python -m alf_lite.bin.play --root_dir runs/p1 --num_episodes 3 --record_file p1.mp4
 
-Rebuilds the env and the algorithm from ``root_dir/config.gin`` (plus
-``--gin_param`` overrides) and loads the networks of the latest checkpoint (or
+Rebuilds the env and the algorithm from ``root_dir/config.gin`` (for a
+checkpoint up to the step of a resume that changed the experiment, from the
+``config-until-<step>.gin`` it was trained with; plus ``--gin_param``
+overrides) and loads the networks of the latest checkpoint (or
 ``--checkpoint_step``): no optimizer state, no replay buffer. The networks
 compute at the run's ``TrainerConfig.precision``, and the env is seeded as the
 trainer seeds its first eval env for an evaluation at the checkpoint's env step,
@@ -281,7 +283,8 @@ def play(argv, signals) -> None:
             f'root_dir {root_dir} '
             + ('is not a directory.' if os.path.exists(root_dir) else 'does not exist.')
         )
-    config_file = RunDir(root_dir).config_file
+    run_dir = RunDir(root_dir)
+    config_file = run_dir.config_file
     if not os.path.isfile(config_file):
         fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.')
     if FLAGS.num_episodes <= 0 or (FLAGS.fps is not None and FLAGS.fps <= 0):
@@ -326,6 +329,12 @@ def play(argv, signals) -> None:
                 pass
         except OSError as e:
             fail(f'cannot write --record_file {record_file}: {existing}: {e.strerror}.')
+        name_max = os.pathconf(existing, 'PC_NAME_MAX')
+        if len(os.fsencode(os.path.basename(record_file))) > name_max:
+            fail(
+                f'cannot write --record_file {record_file}: its name is longer than the '
+                f'{name_max} bytes a file name may take.'
+            )
     if record_file is not None:
         # Read when MuJoCo first renders; EGL renders without a display.
         os.environ.setdefault('MUJOCO_GL', 'egl')
@@ -338,6 +347,11 @@ def play(argv, signals) -> None:
         ):
             os.environ.setdefault(name, value)
     path = checkpoint_path(root_dir, FLAGS.checkpoint_step)
+    # A resume that changed the experiment kept the config the run had until its step:
+    # the checkpoints up to that step were trained and evaluated with it.
+    kept_until = [n for n in run_dir.superseded_config_steps() if n >= checkpoint_env_steps(path)]
+    if kept_until:
+        config_file = run_dir.superseded_config_file(kept_until[0])
 
     import torch
 
@@ -365,7 +379,8 @@ def play(argv, signals) -> None:
         fail(f'{config_file}{given} no longer builds: {e}')
     except EnvironmentCrashedError as e:
         fail(str(e), exit_code=EXIT_FAULT)
-    print(f'playing {path} with random_seed {seed}', flush=True)
+    with_config = f' and {config_file}' if kept_until else ''
+    print(f'playing {path} with random_seed {seed}{with_config}', flush=True)
     video = None
     not_written = f' {record_file} was not written.' if record_file is not None else ''
     try:
