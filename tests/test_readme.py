@@ -2,7 +2,7 @@
 
 import re
 
-from cli_helpers import REPO_ROOT
+from cli_helpers import EXAMPLES, REPO_ROOT
 
 README = (REPO_ROOT / 'README.md').read_text()
 
@@ -69,3 +69,46 @@ def test_every_plot_command_writes_where_plot_may_write_from_the_repository_root
         png = REPO_ROOT / out
         # A PNG of the repository that plot did not write would stop the command (exit 2).
         check_outputs(str(png), str(png.with_suffix('.csv')))
+
+
+def example_knobs(gin_file):
+    """The learning rates, tau, batch size and hidden layers that ``gin_file`` builds."""
+    import torch
+
+    from alf_lite.config import parse_config
+    from alf_lite.trainer import TrainerConfig
+
+    parse_config([str(gin_file)], [])
+    config = TrainerConfig()
+    algorithm = config.algorithm_ctor(observation_dim=3, action_dim=1)
+    linears = [m for m in algorithm._actor.modules() if isinstance(m, torch.nn.Linear)]
+    return {
+        'lr': {o.defaults['lr'] for o in algorithm.optimizers.values()},
+        'tau': algorithm._tau,
+        'batch': config.mini_batch_size,
+        'hidden': {
+            tuple(m.out_features for m in linears[:-1]),
+            tuple(layer.weight.shape[-1] for layer in algorithm._critic._layers[:-1]),
+        },
+    }
+
+
+def test_examples_table_lists_every_example_and_what_it_sets_apart_from_its_fragment():
+    # A row that named none of these would pass off its fragment's values as the example's.
+    rows = dict(re.findall(r'^\| `examples/([^`]+\.gin)` \| (.*) \|$', README, re.M))
+    assert sorted(rows) == sorted(p.name for p in EXAMPLES.glob('*.gin'))
+    for name, row in rows.items():
+        fragment = re.search(r"^include '(common/[^']+)'", (EXAMPLES / name).read_text(), re.M)[1]
+        knobs, shared = example_knobs(EXAMPLES / name), example_knobs(EXAMPLES / fragment)
+        claims = []  # each a list of ways to write it
+        if knobs['lr'] != shared['lr']:
+            claims += [[f'lr {lr:.0e}'.replace('e-0', 'e-')] for lr in sorted(knobs['lr'])]
+        if knobs['tau'] != shared['tau']:
+            claims.append([f'tau {knobs["tau"]:g}'])
+        if knobs['batch'] != shared['batch']:
+            claims.append([f'batch {knobs["batch"]}'])
+        if knobs['hidden'] != shared['hidden']:
+            (sizes,) = knobs['hidden']  # the actor's and the critics' are the same here
+            claims.append([str(sizes), 'x'.join(map(str, sizes))])
+        for ways in claims:
+            assert any(way in row for way in ways), f'README row of {name} lacks {ways}: {row}'
