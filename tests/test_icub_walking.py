@@ -258,6 +258,11 @@ def test_render_rgb_array_headless(cache_dir):
         env.close()
     assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8
     assert frame.std() > 10
+    # Closed: closing again does nothing, the rest fails naming the env.
+    env.close()
+    for use in (env.render, env.reset, lambda: env.step(env.action_space.sample())):
+        with pytest.raises(RuntimeError, match=f'this {ICUB_WALK_ID} env was closed'):
+            use()
 
 
 def test_render_fps_is_the_control_rate_so_that_videos_play_in_real_time(cache_dir):

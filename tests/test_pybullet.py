@@ -205,6 +205,23 @@ def test_render_rgb_array_headless(make):
     assert frame.std() > 10  # A scene, not a blank image.
 
 
+@pytest.mark.parametrize('render_mode', ['rgb_array', None])
+def test_a_closed_env_closes_again_and_refuses_the_rest_clearly(make, render_mode):
+    env = make('HopperBullet-v0', render_mode=render_mode)
+    env.reset(seed=0)
+    env.close()
+    env.close()
+    closed = 'this HopperBullet-v0 env was closed: make a new one to use it.'
+    uses = [lambda: env.reset(seed=0), lambda: env.step(env.action_space.sample())]
+    if render_mode is None:
+        assert env.render() is None
+    else:
+        uses.append(env.render)
+    for use in uses:
+        with pytest.raises(RuntimeError, match=closed):
+            use()
+
+
 def _actuated_joints(env):
     """Index, lower and upper limit of each actuated joint: revolute and not MJCF's 'ignore*'."""
     p, body = env.unwrapped._p, env.unwrapped._body

@@ -54,6 +54,7 @@ from gymnasium import spaces
 
 from alf_lite.config import new_file_beside
 from alf_lite.environments.suite_pybullet import (
+    close_client,
     connect_direct,
     finite_as_float32,
     pybullet,
@@ -509,10 +510,9 @@ class ICubWalkEnv(gymnasium.Env):
         return render_rgb(self._p, position, distance=2.0, yaw=-60.0, pitch=-15.0)
 
     def close(self):
-        """Disconnect the PyBullet client; calling it again does nothing."""
-        if self._p is not None:
-            self._p.disconnect()
-            self._p = None
+        """Disconnect the PyBullet client; calling it again does nothing. Once closed,
+        reset, step and an 'rgb_array' render raise a RuntimeError naming the env."""
+        close_client(self)
 
 
 gymnasium.register(

@@ -95,6 +95,25 @@ def connect_direct() -> 'bullet_client.BulletClient':
     return client
 
 
+class ClosedClient:
+    """Stands for the PyBullet client of a closed env: a use of it raises a RuntimeError."""
+
+    def __init__(self, env: gymnasium.Env):
+        self._name = env.spec.id if env.spec is not None else type(env).__name__
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith('__'):  # copy and pickle look for optional methods
+            raise AttributeError(attribute)
+        raise RuntimeError(f'this {self._name} env was closed: make a new one to use it.')
+
+
+def close_client(env: gymnasium.Env) -> None:
+    """Disconnect ``env._p`` and put a ``ClosedClient`` in its place; again, do nothing."""
+    if not isinstance(env._p, ClosedClient):
+        env._p.disconnect()
+        env._p = ClosedClient(env)
+
+
 def render_rgb(
     client: 'bullet_client.BulletClient',
     target: Sequence[float],
@@ -437,10 +456,9 @@ class LocomotionBulletEnv(gymnasium.Env):
         return render_rgb(self._p, pos, yaw=0.0)
 
     def close(self):
-        """Disconnect the PyBullet client; calling it again does nothing."""
-        if self._p is not None:
-            self._p.disconnect()
-            self._p = None
+        """Disconnect the PyBullet client; calling it again does nothing. Once closed,
+        reset, step and an 'rgb_array' render raise a RuntimeError naming the env."""
+        close_client(self)
 
 
 BULLET_IDS = {
