@@ -142,6 +142,17 @@ class RunDir:
             if match
         )
 
+    def config_file_of(self, env_steps: int) -> str:
+        """The config the checkpoint of ``env_steps`` was trained with.
+
+        A resume that changed the experiment kept the config the run had until its
+        step: the checkpoints up to that step were trained and evaluated with it. The
+        ``superseded_config_file`` of the smallest such step at or after ``env_steps``,
+        or ``config_file`` when there is none.
+        """
+        kept_until = [n for n in self.superseded_config_steps() if n >= env_steps]
+        return self.superseded_config_file(kept_until[0]) if kept_until else self.config_file
+
     @property
     def operative_config_file(self) -> str:
         return os.path.join(self.root, OPERATIVE_CONFIG_FILE)

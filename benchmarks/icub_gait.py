@@ -3,7 +3,8 @@ r"""What an ICubWalk-v0 policy does: how long it stays up, how far and how fast 
     python benchmarks/icub_gait.py --root_dir benchmarks/results/learning/icub_walk/icub_walk/seed0
 
 Plays the deterministic policy of a run's checkpoint (the latest, or
-``--checkpoint_step``) for ``--num_episodes`` episodes, seeded as the
+``--checkpoint_step``; before a resume that changed the experiment, in the env of
+the ``config-until-<step>.gin`` it was trained with) for ``--num_episodes`` episodes, seeded as the
 trainer's eval envs, and two baselines on the same seeds: the zero action
 (with the default 'position_residual' control it holds the standing pose) and
 uniform random actions, and with ``--noise_std`` the zero action plus
@@ -94,9 +95,14 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     root_dir = os.path.abspath(args.root_dir)
-    config_file = RunDir(root_dir).config_file
-    if not os.path.isfile(config_file):
+    run_dir = RunDir(root_dir)
+    if not os.path.isfile(run_dir.config_file):
         parser.error(f'{root_dir} holds no config.gin: it is not the root_dir of a train run')
+    # The config the checkpoint was trained with: before a resume that changed the
+    # experiment, its config-until-<step>.gin.
+    step = args.checkpoint_step
+    step = run_dir.latest_checkpoint_env_steps() if step is None else step
+    config_file = run_dir.config_file if step is None else run_dir.config_file_of(step)
     try:
         parse_config([config_file], [], trust_imports=args.trust_imports)
     except UntrustedCodeError as e:

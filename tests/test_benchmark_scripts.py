@@ -177,6 +177,18 @@ def test_icub_gait_plays_in_the_env_the_run_was_trained_in(tmp_path):
     zero = next(line for line in result.stdout.splitlines() if line.startswith('zero'))
     assert 'length   50.0 steps ( 1.25 s)  fell 0/1' in zero, zero
 
+    # A resume at 2 env steps that changed the time limit kept config-until-2.gin: its
+    # checkpoint plays with the limit it was trained with, the later one with the new.
+    params = ['create_environment.max_episode_steps=20', 'TrainerConfig.num_env_steps=3']
+    assert_ok(run_train(train_command(root_dir, params=params)))
+    assert (root_dir / 'config-until-2.gin').is_file()
+    for step, length in ((2, '50.0'), (3, '20.0')):
+        args = ['--root_dir', str(root_dir), '--num_episodes', '1', '--checkpoint_step', str(step)]
+        result = run_train(gait + args, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        zero = next(line for line in result.stdout.splitlines() if line.startswith('zero'))
+        assert f'length {length:>6} steps' in zero, (step, zero)
+
 
 def test_time_to_solve_runs_both_libraries_and_reports_the_ratio(tmp_path):
     pytest.importorskip('stable_baselines3')

@@ -168,6 +168,24 @@ def test_a_video_whose_name_is_near_the_limit_is_written(trained_run, tmp_path):
     assert os.listdir(tmp_path) == [gif.name]
 
 
+def test_a_record_file_under_home_is_written_there_as_root_dir_is_read(
+    trained_run, tmp_path, monkeypatch
+):
+    # '--record_file=~/...' is one word: the shell leaves its ~ to play.
+    home, cwd = tmp_path / 'home', tmp_path / 'cwd'
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv('HOME', str(home))
+    command = [sys.executable, '-m', 'alf_lite.bin.play', f'--root_dir={trained_run}']
+    result = run_train(
+        command + ['--record_file=~/x.gif', '--render_size=8'], cwd=cwd, fresh_interpreter=True
+    )
+    assert_ok(result)
+    assert f'written to {home / "x.gif"}' in result.stdout
+    assert gif_frames(home / 'x.gif', fps=30) == EPISODE_STEPS + 1
+    assert os.listdir(cwd) == []
+
+
 # 0.01: the slowest a GIF can show, each frame 100 s.
 @pytest.mark.parametrize('fps, kept', [(100, 6), (40, 12), (0.01, 12)])
 def test_a_gif_faster_than_players_show_keeps_every_kth_frame(trained_run, tmp_path, fps, kept):
@@ -540,6 +558,12 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
         (['--fps', '1e-9'], '--fps must be a finite number of at least 0.01, got 1e-09'),
         (['--num_episodes', '0'], '--num_episodes and --fps must be positive'),
         (['--render_size', '0'], "--render_size must be 'W,H' or one positive number, got '0'"),
+        # Without a video they would change nothing.
+        (['--render_size', '64'], '--render_size applies only to a video: give --record_file'),
+        (
+            ['--fps', '10', '--render_size', '64,48'],
+            '--render_size and --fps apply only to a video: give --record_file too.',
+        ),
         # H.264 in yuv420p has a chroma sample per 2x2 pixels: the encoder would scale
         # an odd size to the next even one. Refused before the directory is made.
         *(

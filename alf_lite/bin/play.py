@@ -75,13 +75,15 @@ flags.DEFINE_string(
     'render_size',
     None,
     "Video frame size: 'W,H' or one number for a square; "
-    'frames are scaled and centre-cropped to it (even numbers for an .mp4). '
+    'frames are scaled and centre-cropped to it (even numbers for an .mp4); needs '
+    '--record_file. '
     "Default: the env's own size.",
 )
 flags.DEFINE_float(
     'fps',
     None,
-    "Frames per second of the video. Default: the env's metadata['render_fps'], "
+    'Frames per second of the video (needs --record_file). '
+    "Default: the env's metadata['render_fps'], "
     f'which plays it in real time, or {DEFAULT_FPS} when the env has none.',
 )
 flags.DEFINE_multi_string(
@@ -294,12 +296,20 @@ def play(argv, signals) -> None:
     if FLAGS.fps is not None and not MIN_FPS <= FLAGS.fps < math.inf:
         fail(f'--fps must be a finite number of at least {MIN_FPS}, got {FLAGS.fps}')
     record_file = FLAGS.record_file
+    if record_file is not None:
+        # Expanded as --root_dir is: a quoted or '='-joined ~ reaches play unexpanded.
+        record_file = os.path.expanduser(record_file)
     if record_file is not None and not record_file.lower().endswith(VIDEO_FORMATS):
         fail(f'--record_file must end in {" or ".join(VIDEO_FORMATS)}, got {record_file!r}')
     try:
         size = parse_render_size(FLAGS.render_size) if FLAGS.render_size else None
     except ValueError as e:
         fail(str(e))
+    if record_file is None:
+        given = [f'--{name}' for name in ('render_size', 'fps') if FLAGS[name].present]
+        if given:
+            verb = 'applies' if len(given) == 1 else 'apply'
+            fail(f'{" and ".join(given)} {verb} only to a video: give --record_file too.')
     if (
         size is not None
         and record_file is not None
@@ -347,11 +357,7 @@ def play(argv, signals) -> None:
         ):
             os.environ.setdefault(name, value)
     path = checkpoint_path(root_dir, FLAGS.checkpoint_step)
-    # A resume that changed the experiment kept the config the run had until its step:
-    # the checkpoints up to that step were trained and evaluated with it.
-    kept_until = [n for n in run_dir.superseded_config_steps() if n >= checkpoint_env_steps(path)]
-    if kept_until:
-        config_file = run_dir.superseded_config_file(kept_until[0])
+    config_file = run_dir.config_file_of(checkpoint_env_steps(path))
 
     import torch
 
@@ -379,7 +385,7 @@ def play(argv, signals) -> None:
         fail(f'{config_file}{given} no longer builds: {e}')
     except EnvironmentCrashedError as e:
         fail(str(e), exit_code=EXIT_FAULT)
-    with_config = f' and {config_file}' if kept_until else ''
+    with_config = f' and {config_file}' if config_file != run_dir.config_file else ''
     print(f'playing {path} with random_seed {seed}{with_config}', flush=True)
     video = None
     not_written = f' {record_file} was not written.' if record_file is not None else ''
