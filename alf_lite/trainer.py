@@ -541,6 +541,9 @@ class Trainer:
             self._refuse_history_without_checkpoints()
             set_global_rng_state(self._initial_rng_state)
             reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
+        # A non-finite loss an earlier train() of this trainer stopped for belongs to the
+        # state it left, not to the one training goes on from: updates are taken again.
+        self._runner.reset_non_finite_loss()
         if before_writing is not None:
             before_writing()
         # Only now: a resume refused above leaves them where they were.

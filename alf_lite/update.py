@@ -157,6 +157,11 @@ class UpdateRunner:
         self._graph_outputs.clear()
         self._eager_updates = 0
 
+    def reset_non_finite_loss(self) -> None:
+        """Forget the non-finite loss of deferred checks, if any (``NonFiniteGuard.reset``)."""
+        if self._guard is not None:
+            self._guard.reset()
+
     def non_finite_loss(self) -> Optional[NonFiniteLoss]:
         """The first non-finite loss of deferred checks, or None. Syncs with the device."""
         return None if self._guard is None else self._guard.failure()

@@ -1277,6 +1277,48 @@ def test_a_non_finite_loss_names_the_env_step_of_its_update_in_both_check_modes(
     assert os.listdir(tmp_path / 'checkpoints') == [f'last_good-{stopped_at}']
 
 
+def test_train_again_after_a_deferred_non_finite_loss_goes_on_from_the_checkpoint(tmp_path):
+    # One critic loss is inf (at env step 31, update 26): the deferred check stops the run
+    # at the summary at 40. A train() again on the same trainer resumes from ckpt-20, as a
+    # new trainer would, and trains to the end: the failure it stopped for is not reported
+    # again, nor its last-good state written over.
+    tiny_sac_pendulum(
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 60',
+        'TrainerConfig.summary_interval = 20',
+        'TrainerConfig.checkpoint_interval = 20',
+        'TrainerConfig.defer_non_finite_checks = True',
+    )
+    checkpoints = tmp_path / 'checkpoints'
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        algorithm = trainer._algorithm
+        optimizer_step = algorithm.optimizer_step
+        made_inf = []
+
+        def inf_once(name, loss):
+            if name == 'critic' and trainer.env_steps >= 30 and not made_inf:
+                made_inf.append(trainer.num_updates + 1)
+                loss = loss * float('inf')
+            optimizer_step(name, loss)
+
+        algorithm.optimizer_step = inf_once
+        with pytest.raises(TrainingError, match=r'the critic loss is inf at env step 31 '):
+            trainer.train()
+        assert made_inf == [26] and trainer.env_steps == 40
+        last_good = (checkpoints / 'last_good-40' / ckpt.MODEL_FILE).read_bytes()
+        trainer.train()
+        assert trainer.env_steps == 60 and trainer.num_updates == 55
+    assert sorted(os.listdir(checkpoints)) == ['ckpt-20', 'ckpt-40', 'ckpt-60', 'last_good-40']
+    assert (checkpoints / 'last_good-40' / ckpt.MODEL_FILE).read_bytes() == last_good
+    # Its updates were taken: the weights moved on from ckpt-20's.
+    weights = [
+        torch.load(checkpoints / name / ckpt.MODEL_FILE)['algorithm']['module']
+        for name in ('ckpt-20', 'ckpt-60')
+    ]
+    name = '_actor._encoder.0.weight'
+    assert not torch.equal(weights[0][name], weights[1][name])
+
+
 @pytest.mark.parametrize('defer', [False, True], ids=['at-once', 'deferred'])
 def test_a_stop_that_cannot_keep_its_state_still_names_the_loss(tmp_path, defer):
     # A NaN gradient of a finite critic loss (which no loss check sees) makes the

@@ -15,8 +15,8 @@ on the device instead:
   uninitialised);
 - target network updates are skipped with it (``polyak_update(skip=...)``).
 
-The flag stays set, so every later update is a no-op too: the state stays the
-one before the failing optimizer step (but for batch norm's running
+The flag stays set (until ``reset``), so every later update is a no-op too: the state
+stays the one before the failing optimizer step (but for batch norm's running
 statistics, which follow every batch the networks see, and the update
 counters and random draws, which go on). The losses of an update are checked
 in turn, before each one's step: the steps of those before the failing one
@@ -120,6 +120,18 @@ class NonFiniteGuard:
             self._record.copy_(torch.where(first, failure, self._record))
             self._value.copy_(torch.where(first, loss.detach().float(), self._value))
             self.tripped.copy_(torch.maximum(self.tripped, bad.float()))
+
+    def reset(self) -> None:
+        """Forget the failure, if any: the optimizer steps are taken again. No host sync.
+
+        For a state restored from before the failure (the trainer's next ``train()``); the
+        tensors stay the same ones, so a captured CUDA graph reads the reset values.
+        """
+        with torch.no_grad():
+            self.tripped.zero_()
+            self._record.fill_(0)
+            self._record[0].fill_(-1)
+            self._value.zero_()
 
     def failure(self) -> Optional[NonFiniteLoss]:
         """The first non-finite loss, or None. Reads the device: call it at summary time."""
