@@ -700,7 +700,12 @@ def load_latest_checkpoint(
 
 
 def move_aside(unreadable: List[str]) -> None:
-    """Move each checkpoint of ``unreadable`` aside, to ``<path>.corrupt``, with a warning."""
+    """Move each checkpoint of ``unreadable`` aside, to ``<path>.corrupt``, with a warning.
+
+    Raises:
+        CheckpointError: when one cannot be moved (a read-only directory, say), naming it
+            and the OS error; it stays where it was.
+    """
     for path in unreadable:
         logging.warning('moved the unreadable checkpoint %s to %s', path, _move_aside(path))
 
@@ -711,7 +716,14 @@ def _move_aside(path: str) -> str:
     while os.path.exists(aside):
         n += 1
         aside = f'{path}.corrupt-{n}'
-    os.rename(path, aside)
+    try:
+        os.rename(path, aside)
+    except OSError as e:
+        raise CheckpointError(
+            f'could not move the unreadable checkpoint {path} aside to {aside} '
+            f'({type(e).__name__}: {e}); it is left where it was. Resume once it can be moved, '
+            'or move it away yourself.'
+        ) from e
     return aside
 
 

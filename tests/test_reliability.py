@@ -474,6 +474,37 @@ def test_checkpoint_with_non_finite_weights_is_corrupt_and_the_one_before_is_res
     assert steps_in_csv(root_dir) == list(range(0, 601, 100))
 
 
+def test_a_corrupt_checkpoint_that_cannot_be_moved_aside_stops_train_with_one_line(
+    finished_run, tmp_path
+):
+    root_dir = copy_run(finished_run, tmp_path)
+    corrupt = root_dir / 'checkpoints' / 'ckpt-400'
+    (corrupt / 'model.pt').write_bytes(b'garbage')
+    command = train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])
+    # The rename to ckpt-400.corrupt fails, as in a read-only checkpoint directory.
+    command[1:3] = [
+        '-c',
+        'import errno, os, runpy\n'
+        'rename = os.rename\n'
+        'def read_only(src, dst, **kwargs):\n'
+        '    if str(dst).endswith(".corrupt"):\n'
+        '        raise OSError(errno.EROFS, os.strerror(errno.EROFS), src)\n'
+        '    rename(src, dst, **kwargs)\n'
+        'os.rename = read_only\n'
+        'runpy.run_module("alf_lite.bin.train", run_name="__main__", alter_sys=True)\n',
+    ]
+    result = run_train(command)
+    assert result.returncode == 2, result.stderr[-3000:]
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith(
+        f'error: could not move the unreadable checkpoint {corrupt} aside to {corrupt}.corrupt '
+        '(OSError: [Errno 30] Read-only file system'
+    ), last_line
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    assert sorted(os.listdir(root_dir / 'checkpoints')) == ['ckpt-200', 'ckpt-400']
+    assert steps_in_csv(root_dir) == steps_in_csv(finished_run)
+
+
 def break_rng(state):
     state['rng']['python'] = (3, (1, 2), None)
 
@@ -854,6 +885,32 @@ def test_a_signal_while_the_envs_start_stops_train_at_once_leaving_nothing(tmp_p
     assert not root_dir.exists()
     gone = psutil.wait_procs(descendants, timeout=10)[1] == []
     assert gone, [p.pid for p in descendants if p.is_running()]
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_signal_while_train_imports_its_modules_stops_it_with_one_line(tmp_path, sig):
+    # The signal arrives while train's module imports absl, before main runs.
+    root_dir = tmp_path / 'run'
+    command = train_command(root_dir, [PENDULUM], SHORT)
+    command[1:3] = [
+        '-c',
+        'import os, runpy, signal, sys\n'
+        'class SignalOnAbsl:\n'
+        '    def find_spec(self, name, path=None, target=None):\n'
+        '        if name == "absl":\n'
+        '            sys.meta_path.remove(self)\n'
+        f'            os.kill(os.getpid(), {int(sig)})\n'
+        'sys.meta_path.insert(0, SignalOnAbsl())\n'
+        'runpy.run_module("alf_lite.bin.train", run_name="__main__", alter_sys=True)\n',
+    ]
+    result = run_train(command)
+    assert result.returncode == 128 + sig, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        f'error: {sig.name} arrived outside the training loop (while starting up or shutting '
+        'down): no checkpoint was written for it, and the files in the root_dir are complete; '
+        're-run the same command to start or resume the run.'
+    ], result.stderr[-3000:]
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_signal_once_train_made_its_root_dir_removes_it(tmp_path):

@@ -151,6 +151,36 @@ def test_start_over_without_gin_file_exits_2_and_moves_nothing(tmp_path):
     assert os.listdir(tmp_path) == ['run'] and os.listdir(root_dir) == ['config.gin']
 
 
+def test_start_over_that_cannot_move_the_root_dir_aside_exits_2_with_one_line(tmp_path):
+    root_dir = tmp_path / 'run'
+    root_dir.mkdir()
+    (root_dir / 'config.gin').write_text("create_environment.env_name = 'Pendulum-v1'\n")
+    before = tree_digest(tmp_path)
+    command = train_command(root_dir, [PENDULUM], TINY) + ['--start_over']
+    # The rename to run.old-<time> fails, as in a parent directory that is read-only.
+    command[1:3] = [
+        '-c',
+        'import errno, os, runpy\n'
+        'rename = os.rename\n'
+        'def read_only(src, dst, **kwargs):\n'
+        '    if ".old-" in str(dst):\n'
+        '        raise OSError(errno.EROFS, os.strerror(errno.EROFS), src)\n'
+        '    rename(src, dst, **kwargs)\n'
+        'os.rename = read_only\n'
+        'runpy.run_module("alf_lite.bin.train", run_name="__main__", alter_sys=True)\n',
+    ]
+    result = run_train(command)
+    assert result.returncode == 2, result.stderr[-4000:]
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf'error: --start_over could not move {re.escape(str(root_dir))} aside to '
+        rf'{re.escape(str(root_dir))}\.old-\d{{8}}-\d{{6}}: \[Errno 30\] Read-only file system: .*',
+        last_line,
+    ), last_line
+    assert 'Traceback' not in result.stderr, result.stderr[-4000:]
+    assert tree_digest(tmp_path) == before and os.listdir(tmp_path) == ['run']
+
+
 # --- a run and what it leaves in root_dir ---------------------------------------------------
 
 

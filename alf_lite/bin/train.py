@@ -23,10 +23,34 @@ import os
 import signal
 import sys
 
-from absl import app, flags, logging
-
+# These two import the standard library only: the handlers below are installed at once.
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, output_root_dir, parse_flags
-from alf_lite.run_dir import (
+from alf_lite.signals import (
+    STOP_SIGNALS,
+    InterruptedOutsideTraining,
+    RaisingSignals,
+    TrainingInterrupted,
+    stop_when_starter_ends,
+)
+
+
+def _stop_before_main(signum, frame):
+    """SIGINT or SIGTERM before ``main`` handles them (imports, flag parsing) or after: train
+    stops as on one outside the training loop, nothing written for it."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    fail(str(InterruptedOutsideTraining(signum)), exit_code=EXIT_SIGNAL_BASE + signum)
+
+
+if __name__ == '__main__':
+    # Before the imports below, which take a tenth of a second or more: a signal then would
+    # end train with a KeyboardInterrupt's traceback (SIGINT) or no message (SIGTERM).
+    for _s in STOP_SIGNALS:
+        signal.signal(_s, _stop_before_main)
+
+from absl import app, flags, logging  # noqa: E402
+
+from alf_lite.run_dir import (  # noqa: E402
     CONFIG_FILE,
     RunDir,
     RunDirInUseError,
@@ -34,13 +58,6 @@ from alf_lite.run_dir import (
     experiment_difference,
     keep_superseded_config,
     moved_aside_path,
-)
-from alf_lite.signals import (
-    STOP_SIGNALS,
-    InterruptedOutsideTraining,
-    RaisingSignals,
-    TrainingInterrupted,
-    stop_when_starter_ends,
 )
 
 flags.DEFINE_multi_string('gin_file', [], 'Gin config file; repeat for several.')
@@ -227,7 +244,10 @@ def train(root_dir: str, signals) -> None:
         lock_or_fail(trainer)
         if FLAGS.start_over and existed:
             aside = moved_aside_path(root_dir)
-            os.rename(root_dir, aside)
+            try:
+                os.rename(root_dir, aside)
+            except OSError as e:
+                fail(f'--start_over could not move {root_dir} aside to {aside}: {e}')
             logging.warning('moved the previous experiment to %s', aside)
             trainer.unlock_root_dir()
             lock_or_fail(trainer)
