@@ -59,6 +59,22 @@ def train_command(root_dir, gin_files=(), params=()):
     return command
 
 
+def with_read_only_rename(command, target_part: str):
+    """``command`` (a ``train_command``) run so that ``os.rename`` to a path holding
+    ``target_part`` fails with EROFS, as on a read-only file system."""
+    script = (
+        'import errno, os, runpy\n'
+        'rename = os.rename\n'
+        'def read_only(src, dst, **kwargs):\n'
+        f'    if {target_part!r} in str(dst):\n'
+        '        raise OSError(errno.EROFS, os.strerror(errno.EROFS), src)\n'
+        '    rename(src, dst, **kwargs)\n'
+        'os.rename = read_only\n'
+        'runpy.run_module("alf_lite.bin.train", run_name="__main__", alter_sys=True)\n'
+    )
+    return [command[0], '-c', script, *command[3:]]
+
+
 def train_env():
     env = dict(os.environ, OMP_NUM_THREADS='1')
     # alf_lite may not be installed (no `pip install -e`): make this checkout importable

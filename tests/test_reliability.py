@@ -52,6 +52,7 @@ from cli_helpers import (
     train_command,
     train_env,
     tree_digest,
+    with_read_only_rename,
 )
 
 SHORT = TINY + [
@@ -482,17 +483,7 @@ def test_a_corrupt_checkpoint_that_cannot_be_moved_aside_stops_train_with_one_li
     (corrupt / 'model.pt').write_bytes(b'garbage')
     command = train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])
     # The rename to ckpt-400.corrupt fails, as in a read-only checkpoint directory.
-    command[1:3] = [
-        '-c',
-        'import errno, os, runpy\n'
-        'rename = os.rename\n'
-        'def read_only(src, dst, **kwargs):\n'
-        '    if str(dst).endswith(".corrupt"):\n'
-        '        raise OSError(errno.EROFS, os.strerror(errno.EROFS), src)\n'
-        '    rename(src, dst, **kwargs)\n'
-        'os.rename = read_only\n'
-        'runpy.run_module("alf_lite.bin.train", run_name="__main__", alter_sys=True)\n',
-    ]
+    command = with_read_only_rename(command, '.corrupt')
     result = run_train(command)
     assert result.returncode == 2, result.stderr[-3000:]
     last_line = result.stderr.strip().splitlines()[-1]

@@ -40,6 +40,7 @@ from cli_helpers import (
     train_command,
     train_env,
     tree_digest,
+    with_read_only_rename,
 )
 from dropped_signal import SignalledWhileDeleted
 
@@ -158,17 +159,7 @@ def test_start_over_that_cannot_move_the_root_dir_aside_exits_2_with_one_line(tm
     before = tree_digest(tmp_path)
     command = train_command(root_dir, [PENDULUM], TINY) + ['--start_over']
     # The rename to run.old-<time> fails, as in a parent directory that is read-only.
-    command[1:3] = [
-        '-c',
-        'import errno, os, runpy\n'
-        'rename = os.rename\n'
-        'def read_only(src, dst, **kwargs):\n'
-        '    if ".old-" in str(dst):\n'
-        '        raise OSError(errno.EROFS, os.strerror(errno.EROFS), src)\n'
-        '    rename(src, dst, **kwargs)\n'
-        'os.rename = read_only\n'
-        'runpy.run_module("alf_lite.bin.train", run_name="__main__", alter_sys=True)\n',
-    ]
+    command = with_read_only_rename(command, '.old-')
     result = run_train(command)
     assert result.returncode == 2, result.stderr[-4000:]
     last_line = result.stderr.strip().splitlines()[-1]
