@@ -146,6 +146,9 @@ class _NamedEnv(gymnasium.Wrapper):
         super().__init__(env)
         self._where = where  # describe_env's
         self._close_timeout = close_timeout
+        space = env.observation_space
+        # The shape each observation must have; None: not checked (no Box).
+        self._observation_shape = space.shape if isinstance(space, spaces.Box) else None
 
     def _crashed(self, call: str, error: BaseException) -> EnvironmentCrashedError:
         crashed = EnvironmentCrashedError(
@@ -157,11 +160,11 @@ class _NamedEnv(gymnasium.Wrapper):
     def _checked(self, call: str, result: tuple) -> tuple:
         """``result`` of ``call``, refused when its observation does not have the shape of the
         observation space: the vector env would fail to stack it, naming no env."""
-        space = self.observation_space
-        if isinstance(space, spaces.Box) and np.shape(result[0]) != space.shape:
+        shape = self._observation_shape
+        if shape is not None and np.shape(result[0]) != shape:
             raise EnvironmentCrashedError(
                 f'{self._where} returned from {call}() an observation of shape '
-                f'{np.shape(result[0])}, not {space.shape}, the shape of its observation space'
+                f'{np.shape(result[0])}, not {shape}, the shape of its observation space'
             )
         return result
 
@@ -1016,18 +1019,9 @@ class BatchedEnvironment:
             if self.use_subprocesses:
                 _stop_env_processes(self._env)
                 return
-            # Called while an error of the envs is raised: an env that error left broken
-            # (a simulator that lost its server) may fail to close as well, which must not
-            # take the place of the error that names the env.
-            try:
-                self._env.close()
-            except Exception as e:  # noqa: BLE001  (whatever a broken env's close raises)
-                logging.warning(
-                    "Environment '%s': closing the envs after their error failed too: %s: %s",
-                    self.name,
-                    type(e).__name__,
-                    e,
-                )
+            # An env that its error left broken and that fails to close as well only
+            # warns (_NamedEnv.close): the error that names the env stays the one raised.
+            self._env.close()
 
     def close(self):
         """Close the envs and end their processes; calling it again does nothing.
