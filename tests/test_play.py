@@ -227,6 +227,40 @@ def test_a_fast_gif_keeps_frames_0_k_2k_the_reset_frame_included(tmp_path):
     assert all(frame.min() == frame.max() for frame in frames)
 
 
+def test_a_gif_holds_its_frames_compressed_until_it_is_written(tmp_path):
+    import imageio.v3 as iio
+
+    gif = tmp_path / 'long.gif'
+    # 100 rendered frames of 120 KB each, a new array each as an env renders them:
+    # kept as they came, they would hold 12 MB until close.
+    script = (
+        'import tracemalloc\n'
+        'import numpy as np\n'
+        'from alf_lite.bin.play import VideoWriter\n'
+        f'video = VideoWriter({str(gif)!r}, fps=10)\n'
+        'tracemalloc.start()\n'
+        'for i in range(100):  # frame i: row i white\n'
+        '    frame = np.zeros((200, 200, 3), np.uint8)\n'
+        '    frame[i] = 255\n'
+        '    video.append(frame)\n'
+        'held = tracemalloc.get_traced_memory()[0]\n'
+        'video.close()\n'
+        'print(held, video.frames_in_file)\n'
+    )
+    result = run_train([sys.executable, '-c', script])
+    assert_ok(result)
+    held, frames_in_file = map(int, result.stdout.split())
+    assert held < 2_000_000
+    assert frames_in_file == 100
+    frames = iio.imread(gif, index=None)[..., :3]
+    white = [
+        [int(row) for row in np.flatnonzero(frame.min(axis=(1, 2)) == 255)] for frame in frames
+    ]
+    assert white == [[i] for i in range(100)]
+    # And nothing else lit.
+    assert [int((frame.max(axis=2) > 0).sum()) for frame in frames] == [200] * 100
+
+
 def test_a_gif_counts_identical_consecutive_frames_as_the_one_it_holds(tmp_path):
     from PIL import Image, ImageSequence
 

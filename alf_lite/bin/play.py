@@ -35,6 +35,7 @@ import contextlib
 import math
 import os
 import tempfile
+import zlib
 
 from absl import app, flags
 
@@ -146,6 +147,8 @@ class VideoWriter:
             self._frame_seconds = self._every / fps
             # Opened now, so that a path that cannot be written fails before the
             # episodes; the frames are written at close, each with its own delay.
+            # Until then each is kept compressed: a rendered frame, mostly
+            # background, shrinks about tenfold, so a long recording fits in memory.
             self._gif, self._frames = open(self._tmp, 'wb'), []
         else:
             # macro_block_size=2: H.264 needs even sizes; an env's own odd size is
@@ -169,7 +172,8 @@ class VideoWriter:
         if self._gif is None:
             self._writer.append_data(frame)
         else:
-            self._frames.append(frame)
+            frame = np.ascontiguousarray(frame)
+            self._frames.append((frame.shape, zlib.compress(frame, 1)))
         self.num_frames += 1
 
     def close(self) -> None:
@@ -210,8 +214,6 @@ class VideoWriter:
         if self._gif is None:
             self._writer.close()
             return
-        from PIL import Image
-
         # A GIF delay is a whole number of centiseconds: frame j is shown from
         # j * frame_seconds on, rounded to the centisecond, so that the delays
         # add up to real time (a fixed 24 ms delay would be stored as 20 ms).
@@ -219,16 +221,25 @@ class VideoWriter:
         delays_ms = [10 * (end - start) for start, end in zip(starts, starts[1:])]
         with self._gif:
             if self._frames:
-                images = [Image.fromarray(frame) for frame in self._frames]
+                images = (self._image(frame) for frame in self._frames)
                 # loop=0: repeat forever.
-                images[0].save(
+                next(images).save(
                     self._gif,
                     format='GIF',
                     save_all=True,
-                    append_images=images[1:],
+                    # Decompressed one at a time, as pillow writes them.
+                    append_images=images,
                     duration=delays_ms,
                     loop=0,
                 )
+
+    @staticmethod
+    def _image(frame):
+        import numpy as np
+        from PIL import Image
+
+        shape, data = frame
+        return Image.fromarray(np.frombuffer(zlib.decompress(data), np.uint8).reshape(shape))
 
 
 def frames_written(video: VideoWriter, record_file: str) -> str:
