@@ -32,6 +32,8 @@ _GIB = float(1 << 30)
 # Indices on the device are ``randint(_INDEX_RANGE) % n``: n varies inside a
 # CUDA graph, so it cannot be randint's bound; the modulo bias is below 2^-40.
 _INDEX_RANGE = 1 << 62
+# The largest row count the int64 device counter holds.
+_MAX_TOTAL_ADDED = torch.iinfo(torch.int64).max
 
 
 class ReplayBufferTooLargeError(MemoryError):
@@ -521,6 +523,12 @@ class ReplayBuffer:
             raise ValueError(
                 'ReplayBuffer.load_state_dict: total_added must '
                 f'be a non-negative int, got {total_added!r}'
+            )
+        if total_added > _MAX_TOTAL_ADDED:
+            # The device counter is an int64: a count past it is no count the buffer reached.
+            raise ValueError(
+                'ReplayBuffer.load_state_dict: total_added must be at most '
+                f'{_MAX_TOTAL_ADDED}, got {total_added!r}'
             )
         saved = state['step_type']
         num_envs = len(saved) if isinstance(saved, (list, tuple, torch.Tensor)) else None

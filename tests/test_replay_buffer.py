@@ -460,6 +460,19 @@ def test_load_state_dict_rejects_a_negative_total_added():
     assert target.total_added == 0
 
 
+def test_load_state_dict_rejects_a_total_added_past_the_int64_counter_before_any_copy():
+    # A full buffer's rows fit any count from its length on; 2**63 does not fit the
+    # device counter, and a refusal must leave the buffer as it was.
+    state = _filled(num_envs=3, length=5, num_added=7).state_dict()
+    target = _filled(num_envs=3, length=5, num_added=2)
+    before = {name: field.clone() for name, field in target.storage.items()}
+    with pytest.raises(ValueError, match=f'total_added must be at most {2**63 - 1}, got {2**63}'):
+        target.load_state_dict(dict(state, total_added=2**63))
+    assert (target.total_added, int(target._total_added_tensor)) == (2, 2)
+    for name, field in target.storage.items():
+        assert torch.equal(field, before[name]), name
+
+
 def test_load_state_dict_rejects_a_total_added_that_is_no_int():
     # 2.0 would pass as a count of rows and then index the storage.
     state = _filled(num_envs=3, length=5, num_added=2).state_dict()
