@@ -51,8 +51,25 @@ def make_optimizer(
         ctor: optimizer class or factory taking the parameters; None for Adam.
         params: the parameters to optimise.
         default_lr: learning rate of the default Adam.
+
+    Raises:
+        ValueError: ``ctor`` refuses its settings (invalid values, or ones that cannot
+            run together), or it is ``differentiable``: that mode keeps the graph
+            through the step, which cannot update parameters in place as training does.
     """
     params = list(params)
     if ctor is None:
         return Adam(params, lr=default_lr)
-    return ctor(params)
+    try:
+        optimizer = ctor(params)
+    except RuntimeError as e:
+        # torch refuses settings that cannot run together (fused with foreach, fused with
+        # differentiable) as a RuntimeError: they are config errors like its ValueErrors.
+        raise ValueError(str(e)) from e
+    if optimizer.defaults.get('differentiable'):
+        # Else the first update fails on an in-place change of a leaf that requires grad.
+        raise ValueError(
+            f'{type(optimizer).__name__}: differentiable = True cannot train these '
+            'parameters (it differentiates through the step, which updates them in place)'
+        )
+    return optimizer

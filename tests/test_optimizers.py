@@ -5,6 +5,7 @@ import torch
 
 import alf_lite.all_configurables  # noqa: F401  (registers the gin names)
 from alf_lite import config
+from alf_lite.algorithms.sac import SacAlgorithm
 from alf_lite.optimizers import Adam, make_optimizer
 
 
@@ -86,3 +87,27 @@ def test_every_optimizer_the_readme_lists_can_be_named_in_gin(name):
     with gin.config_scope('actor'):
         opt = gin.get_configurable(f'torch.optim.{name}')(_params())
     assert type(opt).__name__ == name and opt.defaults['lr'] == 0.05
+
+
+@pytest.mark.parametrize('name', ['Adam', 'SGD'])
+def test_settings_torch_cannot_run_together_are_a_config_error_naming_them(name):
+    # torch raises a RuntimeError for this pair, where it raises ValueError for a bad value:
+    # the train command exits 2 on the latter only.
+    config.parse_config(
+        [],
+        [
+            f'SacAlgorithm.critic_optimizer = @critic/{name}',
+            f'critic/{name}.fused = True',
+            f'critic/{name}.foreach = True',
+        ],
+    )
+    with pytest.raises(ValueError, match='`fused` and `foreach` cannot be `True` together'):
+        SacAlgorithm(observation_dim=3, action_dim=1)
+
+
+def test_a_differentiable_optimizer_is_a_config_error_not_a_crash_at_the_first_update():
+    config.parse_config(
+        [], ['SacAlgorithm.critic_optimizer = @critic/Adam', 'critic/Adam.differentiable = True']
+    )
+    with pytest.raises(ValueError, match='Adam: differentiable = True cannot train'):
+        SacAlgorithm(observation_dim=3, action_dim=1)
