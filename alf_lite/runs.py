@@ -152,11 +152,23 @@ def has_its_fields(row: Dict[str, Optional[str]]) -> bool:
     return None not in row.values() and None not in row
 
 
+def _has_a_step(row: Dict[str, Optional[str]]) -> bool:
+    """Whether a ``progress.csv`` row's ``env_steps``, where it has one, is a number: train
+    keeps a row whose is not (an edited file), and counts no step of it."""
+    try:
+        float(row.get(ENV_STEPS) or 0)
+    except ValueError:
+        return False
+    return True
+
+
 def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, np.ndarray]:
     """The points ``(x, y)`` of one scalar of a run, sorted by x, one per x (the last written).
 
-    Reads ``progress.csv``; a run without one is read from its TensorBoard
-    events, where x can only be ``env_steps`` (the event step) or ``wall_time``.
+    Reads ``progress.csv``, passing over a row whose ``env_steps`` is no number (an
+    edited file: train keeps it and counts no step of it); a run without one is read
+    from its TensorBoard events, where x can only be ``env_steps`` (the event step) or
+    ``wall_time``.
 
     Args:
         root_dir: the run's directory.
@@ -179,7 +191,7 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
                     else [
                         (float(r[x]), float(r[y]))
                         for r in reader
-                        if r[x] and r[y] and has_its_fields(r)
+                        if r[x] and r[y] and has_its_fields(r) and _has_a_step(r)
                     ]
                 )
             except LineTooLongError:

@@ -675,6 +675,22 @@ def test_read_scalar_sorts_by_x_the_rows_a_resume_appended_after_later_ones(tmp_
     assert steps.tolist() == [0, 200, 300, 400] and values.tolist() == [-10, -8, -5, -4]
 
 
+def test_read_scalar_passes_over_a_row_whose_env_steps_is_no_number(tmp_path):
+    # An edited row, which train keeps and counts no step of; a value that is no number
+    # is still an error naming its line.
+    (tmp_path / 'progress.csv').write_text(
+        'env_steps,wall_time,eval/AverageReturn\n0,1,-10\nten,2,-9\n20,3,-8\n'
+    )
+    for x in ('env_steps', 'wall_time'):
+        xs, values = read_scalar(str(tmp_path), 'eval/AverageReturn', x=x)
+        assert xs.tolist() == ([0, 20] if x == 'env_steps' else [1, 3])
+        assert values.tolist() == [-10, -8]
+    assert final_value(str(tmp_path)) == -8
+    (tmp_path / 'progress.csv').write_text('env_steps,eval/AverageReturn\n0,-10\n10,oops\n')
+    with pytest.raises(ValueError, match="line 3: could not convert string to float: 'oops'"):
+        read_scalar(str(tmp_path), 'eval/AverageReturn')
+
+
 def test_read_scalar_of_an_empty_progress_csv_says_it_is_empty(tmp_path):
     (tmp_path / 'progress.csv').write_text('')
     with pytest.raises(ValueError, match=r'progress.csv is empty: the run wrote no row yet$'):
