@@ -513,6 +513,16 @@ BAD_INPUTS = {
         ['--num_gpus_per_run', '-0.5'],
         ['--runs_per_gpu and --num_gpus_per_run must be >= 0'],
     ),
+    'GPUs per run that are no number': (
+        GRID,
+        ['--num_gpus_per_run', 'nan'],
+        ['--runs_per_gpu and --num_gpus_per_run must be >= 0'],
+    ),
+    'GPUs per run below what Ray reserves': (
+        GRID,
+        ['--num_gpus_per_run', '0.00001'],
+        ['--num_gpus_per_run 1e-05: Ray reserves no less than 0.0001 GPU for a task'],
+    ),
     'search config that is a directory': (
         GRID,
         ['--search_config', '.'],
@@ -637,6 +647,17 @@ def test_a_searched_value_is_bound_as_the_gin_value_its_json_spells(tmp_path, va
 def test_a_search_config_that_would_not_sweep_as_written_is_refused(tmp_path, grid, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         load_space(tmp_path, grid)
+
+
+def test_a_search_config_that_is_not_text_is_refused_naming_it(tmp_path):
+    from alf_lite.bin import grid_search
+
+    path = tmp_path / 'grid.json'
+    path.write_bytes(b'\xff' + json.dumps(GRID).encode())
+    with pytest.raises(
+        ValueError, match=r'grid.json is not text: utf-8 cannot decode its byte 0xff$'
+    ):
+        grid_search.load_search_space(str(path))
 
 
 @pytest.mark.parametrize(

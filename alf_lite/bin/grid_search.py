@@ -122,6 +122,7 @@ from alf_lite.run_dir import (
     config_statements,
     experiment_difference,
     moved_aside_path,
+    not_text,
     split_binding,
 )
 from alf_lite.runs import (
@@ -260,6 +261,8 @@ def load_search_space(path: str) -> SearchSpace:
             spec = json.load(f, object_pairs_hook=_object_without_repeated_keys)
         except json.JSONDecodeError as e:
             raise ValueError(f'{path} is not valid JSON: {e}') from e
+        except UnicodeDecodeError as e:
+            raise ValueError(not_text(path, e)) from None
         except _RepeatedKey as e:
             # json keeps the last of two equal keys: the first one's values would be lost.
             raise ValueError(
@@ -770,6 +773,8 @@ def ray_task_options(num_cpus_per_run: int, num_gpus_per_run: float) -> dict:
     return options
 
 
+# The smallest amount of a resource a Ray task may reserve (fractions are counted in these).
+RAY_RESOURCE_UNIT = 1e-4
 # How long a TCP connection to the Ray cluster's address may take before it counts as absent.
 RAY_PROBE_TIMEOUT_S = 10.0
 
@@ -1207,8 +1212,13 @@ def _main(argv):
     max_workers = cores if FLAGS.max_workers is None else FLAGS.max_workers
     if max_workers <= 0 or FLAGS.num_cpus_per_run <= 0:
         fail('--max_workers and --num_cpus_per_run must be positive')
-    if FLAGS.runs_per_gpu < 0 or FLAGS.num_gpus_per_run < 0:
+    if FLAGS.runs_per_gpu < 0 or not FLAGS.num_gpus_per_run >= 0:  # NaN too
         fail('--runs_per_gpu and --num_gpus_per_run must be >= 0')
+    if 0 < FLAGS.num_gpus_per_run < RAY_RESOURCE_UNIT:
+        fail(
+            f'--num_gpus_per_run {FLAGS.num_gpus_per_run:g}: Ray reserves no less than '
+            f'{RAY_RESOURCE_UNIT:g} GPU for a task; give 0 (no GPU) or at least that'
+        )
     gpus = []
     if not FLAGS.ray_address and FLAGS.runs_per_gpu > 0:
         from alf_lite.device import visible_gpu_ids
