@@ -180,7 +180,8 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
     """
     path = RunDir(root_dir).progress_file
     if os.path.isfile(path):
-        with open(path, newline='') as f:
+        # As train reads it: a byte order mark is not part of the first column.
+        with open(path, newline='', encoding='utf-8-sig') as f:
             reader = csv.DictReader(complete_lines(f))
             try:
                 columns = list(reader.fieldnames or [])
@@ -253,7 +254,7 @@ def run_columns(root_dir: str) -> List[str]:
     path = RunDir(root_dir).progress_file
     if os.path.isfile(path):
         try:
-            with open(path, newline='') as f:
+            with open(path, newline='', encoding='utf-8-sig') as f:
                 return next(csv.reader(bounded_lines(f)), [])
         except (OSError, csv.Error, ValueError):  # a UnicodeDecodeError is a ValueError
             return []

@@ -125,7 +125,8 @@ def read_progress(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
     if not os.path.exists(path):
         return [], []
     try:
-        with open(path, newline='') as f:
+        # A byte order mark (a spreadsheet's "CSV UTF-8") is not part of the first column.
+        with open(path, newline='', encoding='utf-8-sig') as f:
             columns, rows = complete_rows(f)
     except OSError as e:
         raise ProgressCsvError(_damaged(f'cannot read {path}: {e}')) from None

@@ -123,6 +123,16 @@ def test_a_row_with_more_fields_than_columns_is_left_out(tmp_path):
     assert steps.tolist() == [0, 2000]
 
 
+def test_a_progress_csv_with_a_byte_order_mark_is_read_by_its_columns(tmp_path):
+    # Saved by a spreadsheet as "CSV UTF-8".
+    (tmp_path / 'progress.csv').write_bytes(
+        'env_steps,eval/AverageReturn\r\n0,-500\r\n1000,-300.5\r\n'.encode('utf-8-sig')
+    )
+    assert run_columns(str(tmp_path)) == ['env_steps', 'eval/AverageReturn']
+    steps, values = read_scalar(str(tmp_path), 'eval/AverageReturn')
+    assert steps.tolist() == [0, 1000] and values.tolist() == [-500, -300.5]
+
+
 @pytest.mark.parametrize(
     'last_line',
     ['2000,3,-14', '2000,3', '2000,'],

@@ -762,6 +762,27 @@ def test_a_row_whose_env_steps_is_no_number_is_kept_by_a_resume_and_counts_no_st
     assert "2 row(s) whose env_steps is no number (the first: 'edited') are kept" in caplog.text
 
 
+def test_a_progress_csv_saved_by_a_spreadsheet_is_resumed_as_the_table_train_wrote(
+    tmp_path, read_progress, caplog
+):
+    path = tmp_path / 'progress.csv'
+    # "CSV UTF-8" of a spreadsheet: a byte order mark, CRLF line breaks, a blank line.
+    text = 'env_steps,num_updates\r\n100,10\r\n\r\n200,20\r\n300,30\r\n'
+    path.write_bytes(text.encode('utf-8-sig'))
+    assert summary_module.last_env_steps(str(path)) == 300
+    assert summary_module.unevaluated_row(str(path), 200, 'num_updates') is None
+    # Resumed from the checkpoint at 200: the row after it goes.
+    ProgressCsv(str(path), max_env_steps=200).write({'env_steps': 300, 'num_updates': 31})
+    header, rows = read_progress(path)
+    assert header == ['env_steps', 'num_updates']
+    assert [(r['env_steps'], r['num_updates']) for r in rows] == [
+        ('100', '10'),
+        ('200', '20'),
+        ('300', '31'),
+    ]
+    assert 'no number' not in caplog.text
+
+
 def test_a_progress_csv_that_cannot_be_read_is_named_and_left_as_it_is(tmp_path):
     path = tmp_path / 'progress.csv'
     text = 'env_steps,num_updates\n100,10\n200,"' + 'x' * 200_000 + '"\n'
