@@ -85,7 +85,8 @@ class ProgressCsv:
             self._rewrite()
 
     def write(self, row: Dict[str, float]) -> None:
-        """Append one row; values are written with full float precision."""
+        """Append one row, on the disk when this returns; values are written with full float
+        precision."""
         row = {k: repr(float(v)) if isinstance(v, float) else str(v) for k, v in row.items()}
         self._rows.append(row)
         new = [k for k in row if k not in self._columns]
@@ -98,6 +99,10 @@ class ProgressCsv:
         else:
             with open(self._path, 'a', newline='') as f:
                 csv.DictWriter(f, self._columns).writerow(row)
+                # On the disk before the checkpoint of its step: after a power cut, the
+                # resume from that checkpoint finds every row up to it.
+                f.flush()
+                os.fsync(f.fileno())
 
     def _rewrite(self):
         from alf_lite.config import write_text_atomically
