@@ -282,6 +282,29 @@ def test_a_new_cleaning_version_writes_a_new_cleaned_urdf(cache_dir, monkeypatch
     assert new_path != path and os.path.exists(new_path)
 
 
+@pytest.mark.parametrize('xdg_cache_home', ['', 'relative/cache'])
+def test_an_empty_or_relative_xdg_cache_home_caches_in_the_home_not_the_working_dir(
+    tmp_path, monkeypatch, xdg_cache_home
+):
+    home, work = tmp_path / 'home', tmp_path / 'work'
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv('HOME', str(home))
+    monkeypatch.setenv('XDG_CACHE_HOME', xdg_cache_home)
+    monkeypatch.delenv(icub_walking.CACHE_DIR_ENV, raising=False)
+    path = cleaned_urdf_path()
+    assert os.path.dirname(path) == str(home / '.cache' / 'alf_lite')
+    assert os.path.exists(path) and not os.listdir(work)
+
+
+def test_a_relative_cache_dir_gives_an_absolute_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = cleaned_urdf_path('cache')
+    assert path == str(tmp_path / 'cache' / os.path.basename(path))
+    monkeypatch.chdir('/')  # The path still names the file from elsewhere.
+    assert os.path.exists(path)
+
+
 # Waits for the go file, then builds the cleaned URDF and an env from an empty cache.
 _BUILD_AT_ONCE = r"""
 import os, sys, time

@@ -126,7 +126,12 @@ CONTROL_MODES = typing.get_args(ControlMode)
 def _default_cache_dir() -> Path:
     if os.environ.get(CACHE_DIR_ENV):
         return Path(os.environ[CACHE_DIR_ENV])
-    return Path(os.environ.get('XDG_CACHE_HOME', Path.home() / '.cache')) / 'alf_lite'
+    # As the XDG spec says, an empty or relative XDG_CACHE_HOME is ignored: it would put the
+    # cache in the working directory.
+    xdg_cache_home = os.environ.get('XDG_CACHE_HOME', '')
+    if os.path.isabs(xdg_cache_home):
+        return Path(xdg_cache_home) / 'alf_lite'
+    return Path.home() / '.cache' / 'alf_lite'
 
 
 def clean_urdf(text: str, mesh_root: str) -> str:
@@ -202,7 +207,7 @@ def cleaned_urdf_path(cache_dir: Optional[str] = None) -> str:
     mesh_root = str(source.parents[3])
     text = source.read_text()
     digest = hashlib.sha256(f'{CLEANING_VERSION}\n{mesh_root}\n{text}'.encode()).hexdigest()
-    directory = Path(cache_dir) if cache_dir else _default_cache_dir()
+    directory = Path(os.path.abspath(cache_dir if cache_dir else _default_cache_dir()))
     path = directory / f'{ICUB_MODEL}-clean-{digest[:16]}.urdf'
     if not path.exists():
         directory.mkdir(parents=True, exist_ok=True)
