@@ -204,6 +204,26 @@ def test_a_state_that_blew_up_terminates_with_a_finite_observation_and_reward(en
     assert np.isfinite(obs).all() and reward == 0.0
 
 
+def test_the_episode_after_a_simulation_that_blew_up_is_that_of_a_new_env(env, cache_dir):
+    # NaN targets blow the simulation up for real. What blew up stays in PyBullet past
+    # restoreState: without a new simulation, the robot would sink through the ground.
+    env.reset(seed=1)
+    _, reward, terminated, _, _ = env.step(np.full(25, np.nan))
+    assert terminated and reward == 0.0
+    new = gymnasium.make(ICUB_WALK_ID, cache_dir=cache_dir)
+    try:
+        np.testing.assert_array_equal(env.reset(seed=5)[0], new.reset(seed=5)[0])
+        for _ in range(10):
+            (obs, reward, terminated, _, _), expected = (
+                env.step(np.zeros(25)),
+                new.step(np.zeros(25)),
+            )
+            np.testing.assert_array_equal(obs, expected[0])
+            assert (reward, terminated) == expected[1:3]
+    finally:
+        new.close()
+
+
 def test_reset_restores_the_standing_state(env):
     standing_obs, _ = env.reset(seed=19)
     rng = np.random.default_rng(0)

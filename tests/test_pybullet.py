@@ -185,6 +185,22 @@ def test_a_state_that_blew_up_terminates_with_a_finite_observation_and_reward(ma
     assert reward == 0.0
 
 
+def test_the_episode_after_a_simulation_that_blew_up_is_that_of_a_new_env(make):
+    # NaN torques blow the simulation up for real. What blew up stays in PyBullet past
+    # restoreState: without a new simulation, the ant would fall through the ground.
+    used, new = make('AntBullet-v0'), make('AntBullet-v0')
+    used.reset(seed=1)
+    _, reward, terminated, _, _ = used.step(np.full(8, np.nan))
+    assert terminated and reward == 0.0
+    np.testing.assert_array_equal(used.reset(seed=5)[0], new.reset(seed=5)[0])
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        action = rng.uniform(-1, 1, 8)
+        (obs, reward, terminated, _, _), expected = used.step(action), new.step(action)
+        np.testing.assert_array_equal(obs, expected[0])
+        assert (reward, terminated) == expected[1:3]
+
+
 def test_an_action_beyond_one_acts_and_costs_as_the_clipped_action(make):
     env = make('HopperBullet-v0')
     action = np.array([3.0, -2.0, 0.5])

@@ -251,9 +251,10 @@ def _effort_limit(joint: str, urdf_limit: float) -> float:
 class ICubWalkEnv(gymnasium.Env):
     """iCub walking forward on flat ground (see the module docstring).
 
-    The robot is loaded once, stood in its standing pose and settled for
-    0.5 s; that state is saved. ``reset`` restores it (well under a
-    millisecond) and adds U[-joint_noise, joint_noise] to each actuated joint.
+    The robot is loaded once (and anew after a step whose simulation blew up),
+    stood in its standing pose and settled for 0.5 s; that state is saved.
+    ``reset`` restores it (well under a millisecond) and adds
+    U[-joint_noise, joint_noise] to each actuated joint.
 
     Args:
         control_mode: 'position_residual', 'velocity' or 'torque'.
@@ -294,19 +295,31 @@ class ICubWalkEnv(gymnasium.Env):
         self._position_scale = position_scale
         self._max_velocity = max_velocity
         self._joint_noise = joint_noise
+        self._physics_substeps = physics_substeps
+        self._fall_height = fall_height
+        self._urdf_path = cleaned_urdf_path(cache_dir)
+        self._build()
+        # Set by a step whose simulation blew up: the next reset builds a new one.
+        self._blew_up = False
 
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(len(ACTUATED_JOINTS),), dtype=np.float32)
+        self.observation_space = spaces.Box(
+            -OBSERVATION_BOUND, OBSERVATION_BOUND, shape=(2 * FRAME_SIZE,), dtype=np.float32
+        )
+
+    def _build(self):
+        """Connect a new PyBullet client, load the ground and the robot, stand it up and save
+        that state."""
         self._p = p = connect_direct()
         p.setGravity(0, 0, -9.81)
         # One stepSimulation call runs all substeps: no Python loop per substep.
         p.setPhysicsEngineParameter(
             fixedTimeStep=self.control_dt,
-            numSubSteps=physics_substeps,
+            numSubSteps=self._physics_substeps,
             deterministicOverlappingPairs=1,
         )
         self._ground = p.loadURDF('plane.urdf')
-        self._body = p.loadURDF(
-            cleaned_urdf_path(cache_dir), flags=pybullet.URDF_USE_INERTIA_FROM_FILE
-        )
+        self._body = p.loadURDF(self._urdf_path, flags=pybullet.URDF_USE_INERTIA_FROM_FILE)
         joints, links = {}, {}
         effort = {}
         for j in range(p.getNumJoints(self._body)):
@@ -331,12 +344,7 @@ class ICubWalkEnv(gymnasium.Env):
 
         self._stand_up(links)
         self._standing_state = p.saveState()
-        self._fall_z = self._chest_z() - fall_height
-
-        self.action_space = spaces.Box(-1.0, 1.0, shape=(len(ACTUATED_JOINTS),), dtype=np.float32)
-        self.observation_space = spaces.Box(
-            -OBSERVATION_BOUND, OBSERVATION_BOUND, shape=(2 * FRAME_SIZE,), dtype=np.float32
-        )
+        self._fall_z = self._chest_z() - self._fall_height
 
     # --- poses ---------------------------------------------------------------------------
 
@@ -463,6 +471,12 @@ class ICubWalkEnv(gymnasium.Env):
             ``(observation, info)``; the observation's two frames are equal.
         """
         super().reset(seed=seed)
+        if self._blew_up:
+            # What blew up stays in PyBullet past restoreState (the robot would then fall
+            # through the ground): the episode starts in a new simulation, as a new env's.
+            self._p.disconnect()
+            self._build()
+            self._blew_up = False
         p = self._p
         p.restoreState(self._standing_state)
         noise = self.np_random.uniform(-self._joint_noise, self._joint_noise, len(self._stand))
@@ -504,6 +518,7 @@ class ICubWalkEnv(gymnasium.Env):
         if not finite_as_float32(self._current, chest_z, reward):
             # The simulation blew up: the episode ends, with no reward from that state.
             terminated, reward = True, 0.0
+            self._blew_up = True
         info = {'forward_velocity': forward_velocity, 'chest_z': chest_z}
         return self._observation(), reward, terminated, False, info
 

@@ -262,8 +262,9 @@ ROBOTS = {
 class LocomotionBulletEnv(gymnasium.Env):
     """One of the classic PyBullet locomotion tasks (see the module docstring).
 
-    The robot is loaded once; ``reset`` restores the saved initial state and
-    draws each joint position from U[-0.1, 0.1] rad (zero velocity).
+    The robot is loaded once (and anew after a step whose simulation blew up);
+    ``reset`` restores the saved initial state and draws each joint position
+    from U[-0.1, 0.1] rad (zero velocity).
 
     Args:
         robot: a key of ``ROBOTS``: 'humanoid', 'ant', 'half_cheetah',
@@ -279,7 +280,20 @@ class LocomotionBulletEnv(gymnasium.Env):
         if render_mode not in (None, 'rgb_array'):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.render_mode = render_mode
-        self._robot = robot = ROBOTS[robot]
+        self._robot = ROBOTS[robot]
+        self._build()
+        # Set by a step whose simulation blew up: the next reset builds a new one.
+        self._blew_up = False
+
+        n = len(self._joints)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(n,), dtype=np.float32)
+        obs_dim = 8 + 2 * n + len(self._feet)
+        self.observation_space = spaces.Box(-5.0, 5.0, shape=(obs_dim,), dtype=np.float32)
+        self._feet_contact = np.zeros(len(self._feet), dtype=np.float32)
+
+    def _build(self):
+        """Connect a new PyBullet client, load the ground and the robot, and save that state."""
+        robot = self._robot
         self._p = p = connect_direct()
         p.setGravity(0, 0, -GRAVITY)
         p.setDefaultContactERP(0.9)
@@ -321,12 +335,6 @@ class LocomotionBulletEnv(gymnasium.Env):
         # world origin, so it would pull the body position back towards 0.
         self._base_moves = p.getDynamicsInfo(self._body, -1)[0] > 0
         self._initial_state = p.saveState()
-
-        n = len(self._joints)
-        self.action_space = spaces.Box(-1.0, 1.0, shape=(n,), dtype=np.float32)
-        obs_dim = 8 + 2 * n + len(self._feet)
-        self.observation_space = spaces.Box(-5.0, 5.0, shape=(obs_dim,), dtype=np.float32)
-        self._feet_contact = np.zeros(len(self._feet), dtype=np.float32)
 
     def _torso_pose_and_velocity(self):
         if self._torso == -1:
@@ -397,6 +405,12 @@ class LocomotionBulletEnv(gymnasium.Env):
             ``(observation, info)``.
         """
         super().reset(seed=seed)
+        if self._blew_up:
+            # What blew up stays in PyBullet past restoreState (the robot would then fall
+            # through the ground): the episode starts in a new simulation, as a new env's.
+            self._p.disconnect()
+            self._build()
+            self._blew_up = False
         self._p.restoreState(self._initial_state)
         for j in self._joints:
             self._p.resetJointState(self._body, j, self.np_random.uniform(-0.1, 0.1), 0.0)
@@ -439,6 +453,7 @@ class LocomotionBulletEnv(gymnasium.Env):
         if blew_up:
             # The simulation blew up: the episode ends, with no reward from that state.
             reward = 0.0
+            self._blew_up = True
         terminated = bool((self._robot.terminates and alive < 0) or blew_up)
         info = {
             'alive': alive,
