@@ -3,6 +3,7 @@
 import argparse
 import math
 import os
+from typing import Optional
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,3 +34,15 @@ def int_list_at_least(minimum: int):
         return [one(part.strip()) for part in text.split(',')]
 
     return parse
+
+
+def unusable_env(env_name: str) -> Optional[str]:
+    """Why alf_lite cannot train on ``env_name`` (an unknown id, actions that are not a bounded
+    continuous box, no time limit), or None; its one env is built in process and closed."""
+    from alf_lite.environments import create_environment
+
+    try:
+        with create_environment(env_name, 1, use_subprocesses=False):
+            return None
+    except ValueError as e:
+        return str(e).partition('\n  In call to configurable ')[0]

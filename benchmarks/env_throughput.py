@@ -28,7 +28,7 @@ from alf_lite.environments.suite_gym import default_use_subprocesses
 if __package__ in (None, ''):  # run as a script: import this checkout's benchmarks
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import at_least, int_list_at_least  # noqa: E402
+from benchmarks import at_least, int_list_at_least, unusable_env  # noqa: E402
 
 
 def steps_per_second(
@@ -60,6 +60,11 @@ def main():
         '--repeats', type=at_least(1), default=3, help='runs per case; the best counts'
     )
     args = parser.parse_args()
+    for env_name in args.env_names.split(','):
+        # Before any timing: a later env's error would end the table, as a traceback.
+        problem = unusable_env(env_name)
+        if problem:
+            parser.error(f'--env_names: {problem}')
     # One torch thread, as the trainer runs: the benchmark measures the envs.
     torch.set_num_threads(1)
 

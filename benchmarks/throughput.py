@@ -306,6 +306,12 @@ def main():
         parser.error(f'--device: {e}')
     if args.cuda_graph and device.type != 'cuda':
         parser.error(f'--cuda_graph needs a CUDA --device, not {args.device!r}')
+    from benchmarks import unusable_env
+
+    # Before any run: alf_lite's first run would fail on it, as a traceback.
+    problem = unusable_env(args.env)
+    if problem:
+        parser.error(f'--env: {problem}')
     if args.ceiling_only:
         print_ceilings(args, *ceilings(args))
         return

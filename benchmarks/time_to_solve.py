@@ -35,6 +35,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:  # run as a script: import this checkout's benchmarks
     sys.path.insert(0, REPO)
 GIN_FILE = os.path.join(REPO, 'examples', 'sac_pendulum.gin')
+# Uniform random env steps before learning: the gin file's TrainerConfig.initial_collect_steps.
+LEARNING_STARTS = 1000
 
 
 def run_alf_lite(
@@ -100,7 +102,7 @@ def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
         env,
         learning_rate=1e-3,
         buffer_size=100_000,
-        learning_starts=1000,
+        learning_starts=LEARNING_STARTS,
         batch_size=256,
         tau=0.005,
         gamma=0.99,
@@ -138,7 +140,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--seeds', type=at_least(0), nargs='+', default=[0, 1, 2])
     parser.add_argument('--threshold', type=float, default=-200.0)
-    parser.add_argument('--max_steps', type=at_least(1), default=20000)
+    parser.add_argument(
+        '--max_steps',
+        type=at_least(LEARNING_STARTS),
+        default=20000,
+        help=f'env steps per run at most, the {LEARNING_STARTS} random ones included',
+    )
     parser.add_argument(
         '--threads', type=at_least(1), default=2, help="alf_lite's torch_num_threads"
     )

@@ -59,6 +59,13 @@ from fake_clock import Clock
         ('icub_gait.py', ['--root_dir', 'x', '--noise_std', 'nan'], '--noise_std: must be a'),
         ('time_to_solve.py', ['--sb3_threads', 'two'], "--sb3_threads: 'two' is not an integer"),
         ('time_to_solve.py', ['--seeds', '0', '-1'], '--seeds: must be at least 0, got -1'),
+        ('time_to_solve.py', ['--max_steps', '999'], '--max_steps: must be at least 1000, got 999'),
+        (
+            'env_throughput.py',
+            ['--env_names', 'Pendulum-v1,CartPole-v1'],
+            "--env_names: Environment 'CartPole-v1' has action space Discrete(2)",
+        ),
+        ('env_throughput.py', ['--env_names', 'Nope-v0'], '--env_names: Unknown environment id'),
         ('env_throughput.py', ['--seconds', 'inf'], '--seconds: must be a finite number >= 0.1'),
         ('env_throughput.py', ['--num_envs', '1,0'], '--num_envs: must be at least 1'),
         ('sac_study_cost.py', ['--updates', '0'], '--updates: must be at least 1'),

@@ -537,9 +537,12 @@ def test_ceiling_only_runs_no_training_and_names_the_ceilings_options(monkeypatc
     [
         (['--device', 'tpu'], "--device: device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"),
         (['--cuda_graph'], "--cuda_graph needs a CUDA --device, not 'cpu'"),
+        (['--env', 'Nope-v0'], "--env: Unknown environment id 'Nope-v0'"),
+        (['--env', 'CartPole-v1'], "--env: Environment 'CartPole-v1' has action space Discrete(2)"),
+        (['--env', 'CartPole-v1', '--ceiling_only'], "--env: Environment 'CartPole-v1' has"),
     ],
 )
-def test_an_unusable_device_is_refused_before_any_run(monkeypatch, capsys, args, message):
+def test_an_unusable_device_or_env_is_refused_before_any_run(monkeypatch, capsys, args, message):
     def no_run(*args, **kwargs):
         raise AssertionError('a refused call trains nothing')
 
