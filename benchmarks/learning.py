@@ -1013,6 +1013,10 @@ def parse_args(argv=None):
         parser.error(f'--seeds must be non-negative, got {args.seeds}')
     args.out = os.path.abspath(args.out)
     args.docs_dir = os.path.abspath(args.docs_dir)
+    # The directory this call writes into: the report's PNGs, or the runs.
+    flag, written = ('--docs_dir', args.docs_dir) if args.report else ('--out', args.out)
+    if os.path.exists(written) and not os.path.isdir(written):
+        parser.error(f'{flag} {written} is a file, not a directory')
     args.suite = list(dict.fromkeys(args.suite))
     runs = []
     for suite in args.suite:

@@ -531,6 +531,28 @@ def test_a_deadline_or_partial_that_is_no_finite_time_is_refused(flags, error, c
     assert error in capsys.readouterr().err
 
 
+@pytest.mark.parametrize('flag, mode', [('--out', []), ('--docs_dir', ['--report'])])
+def test_an_out_or_docs_dir_that_is_a_file_is_refused_and_left_alone(tmp_path, capsys, flag, mode):
+    # A finished run to report; the report would write its PNGs into --docs_dir.
+    out = tmp_path / 'runs'
+    _write_run(
+        out / 'pendulum' / 'alf_sac' / 'seed0',
+        ('env_steps', 'eval/AverageReturn'),
+        [(1000, -150.0)],
+        'TrainerConfig.algorithm_ctor = @SacAlgorithm\n',
+        dict(wall_time_s=60.0),
+    )
+    path = tmp_path / 'notes.txt'
+    path.write_text('mine\n')
+    dirs = {'--out': str(out), '--docs_dir': str(tmp_path / 'docs'), flag: str(path)}
+    argv = ['--suite', 'pendulum', '--seeds', '0', '--steps', '50', '--runs', 'alf_sac', *mode]
+    with pytest.raises(SystemExit) as exit_info:
+        learning.main(argv + [part for item in dirs.items() for part in item])
+    assert exit_info.value.code == 2
+    assert f'{flag} {path} is a file, not a directory' in capsys.readouterr().err
+    assert path.read_text() == 'mine\n'
+
+
 def test_estimate_uses_the_slowest_of_the_recent_measurements_of_the_same_kind(tmp_path):
     (run,) = learning.suite_runs('hopper', seeds=[2], steps=150_000)[:1]
     assert run.name == 'alf_sac'
