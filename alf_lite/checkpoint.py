@@ -111,7 +111,9 @@ def save_checkpoint(
             if path == final:
                 continue
             rb = os.path.join(path, REPLAY_BUFFER_FILE)
-            if os.path.exists(rb):
+            # Not a directory of that name (no file alf_lite wrote, which a resume skipped as
+            # unreadable): os.remove would fail this save, and every one after it.
+            if os.path.isfile(rb):
                 os.remove(rb)
     return final
 

@@ -447,6 +447,19 @@ def test_corrupt_replay_buffer_of_the_newest_checkpoint_resumes_it_without_the_b
     assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-50']  # nothing moved aside
 
 
+def test_a_directory_in_place_of_a_replay_buffer_file_does_not_fail_the_next_save(tmp_path):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    buffer = tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE
+    buffer.unlink()
+    buffer.mkdir()
+    _, _, rb, _ = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert rb is None  # unreadable: resumed without it
+    # The save after that resume: it was written, then its pruning raised IsADirectoryError.
+    path = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), make_replay_buffer_state(2))
+    assert_same(ckpt.load_checkpoint(path)[1], make_replay_buffer_state(2))
+    assert buffer.is_dir()  # no file alf_lite wrote: left as it is
+
+
 class WritesAFile:
     """Unpickling this runs ``exec``, which writes ``path``: what a crafted checkpoint does."""
 
