@@ -873,6 +873,9 @@ def check_trainer_state(path: str, state: dict) -> None:
     for key in ('module', 'optimizers'):
         if not isinstance(state.algorithm.get(key), dict):
             raise CorruptCheckpointError(f'{model}: the algorithm state has no {key!r} dict')
+    problem = _optimizers_problem(state.algorithm['optimizers'])
+    if problem is not None:
+        raise CorruptCheckpointError(f'{model}: {problem}')
     current = global_rng_state()
     try:
         set_global_rng_state(state.rng)
@@ -924,6 +927,26 @@ def _values_problem(state: TrainerState) -> Optional[str]:
                 return f'{field} holds the key {key!r:.80}, no summary scalar name'
             if not _is_number(value):
                 return f'{field} holds {value!r:.80} for {key:.80}, not a number'
+    return None
+
+
+def _optimizers_problem(optimizers: dict) -> Optional[str]:
+    """What of ``optimizers`` (by name) is not laid out as a torch optimizer's ``state_dict()``
+    is (a dict of a ``'state'`` dict of a dict per parameter, and a ``'param_groups'`` list of
+    dicts, each with its ``'params'`` list), which ``load_state_dict`` would fail on with
+    whatever it meets first; None when all are."""
+    for name, optimizer in optimizers.items():
+        if not isinstance(optimizer, dict):
+            return f'optimizer {name!r:.80} is {optimizer!r:.80}, no optimizer state'
+        per_param, groups = optimizer.get('state'), optimizer.get('param_groups')
+        if not isinstance(per_param, dict) or not all(
+            isinstance(values, dict) for values in per_param.values()
+        ):
+            return f"optimizer {name!r:.80} has no 'state' dict of a dict per parameter"
+        if not isinstance(groups, list) or not all(
+            isinstance(group, dict) and isinstance(group.get('params'), list) for group in groups
+        ):
+            return f"optimizer {name!r:.80} has no 'param_groups' list of dicts with 'params'"
     return None
 
 
@@ -996,18 +1019,31 @@ def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
         # turned on at a resume) would fail at its first update with a KeyError.
         index = 0
         for group in optimizer.param_groups:
-            keys = None
+            probe = None
             for param in group['params']:
                 saved = optimizer.state.get(param, {})
                 if saved:
-                    keys = _state_keys(optimizer, group, param) if keys is None else keys
-                    missing = sorted(keys - set(saved))
+                    probe = _probe_state(optimizer, group, param) if probe is None else probe
+                    missing = sorted(set(probe) - set(saved))
                     if missing:
                         raise ValueError(
                             f'the {name} optimizer state of parameter {index} has no '
                             f'{missing[0]!r}, which the configured optimizer steps with: one of '
                             'its settings was changed, e.g. Adam.amsgrad'
                         )
+                    # One of its parameter's shape (a moment) that is no tensor with
+                    # dimensions (a number, a tensor of one value) would fail at the first
+                    # update; one of other dimensions is refused below.
+                    for key, value in probe.items():
+                        shaped = torch.is_tensor(value) and value.dim() > 0
+                        held = saved[key]
+                        tensor = torch.is_tensor(held) and (held.dim() or not param.dim())
+                        if shaped and not tensor:
+                            raise ValueError(
+                                f'the {name} optimizer state {key!r} of parameter {index} is '
+                                f'{held!r:.80}, not a tensor of its shape '
+                                f'{tuple(param.shape)}'
+                            )
                 index += 1
         # A state tensor of another shape than its parameter (a file spliced from
         # another run) would reach the fused kernels unchecked: they do not check.
@@ -1020,10 +1056,11 @@ def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
                     )
 
 
-def _state_keys(optimizer: torch.optim.Optimizer, group: dict, param: torch.Tensor) -> set:
-    """The state keys ``optimizer``'s class makes for a parameter like ``param`` with the
-    settings of ``group``, read from one step of a one-element copy; empty where that step
-    cannot be taken (the real step then reports why)."""
+def _probe_state(optimizer: torch.optim.Optimizer, group: dict, param: torch.Tensor) -> dict:
+    """The state ``optimizer``'s class makes for a parameter like ``param`` with the settings
+    of ``group``, by key: that of one step of a one-element copy (shape ``(1,)`` where it is
+    of the parameter's shape); empty where that step cannot be taken (the real step then
+    reports why)."""
     settings = {k: v for k, v in group.items() if k in optimizer.defaults}
     probe = torch.zeros(1, dtype=param.dtype, device=param.device, requires_grad=True)
     probe.grad = torch.zeros_like(probe)
@@ -1031,8 +1068,8 @@ def _state_keys(optimizer: torch.optim.Optimizer, group: dict, param: torch.Tens
         stepper = type(optimizer)([probe], **settings)
         stepper.step()
     except Exception:  # noqa: BLE001  (a setting this device cannot step with: not ours to say)
-        return set()
-    return set(stepper.state[probe])
+        return {}
+    return dict(stepper.state[probe])
 
 
 def policy_state(algorithm_state: dict) -> dict:

@@ -8,6 +8,7 @@ import os
 import pickle
 import pickletools
 import random
+import re
 import stat
 import struct
 import tarfile
@@ -809,6 +810,26 @@ def test_optimizer_settings_that_step_with_state_the_checkpoint_lacks_are_refuse
     assert resumed.optimizers['net'].state[resumed.weight]['step'].item() == 2
 
 
+def test_optimizer_moments_that_are_no_tensors_of_their_parameters_shape_are_refused():
+    net = torch.nn.Linear(3, 2)
+    net.optimizers = {'net': torch.optim.Adam(net.parameters())}
+    net(torch.ones(4, 3)).sum().backward()
+    net.optimizers['net'].step()
+    for moment in (3, torch.tensor(3.0)):
+        saved = ckpt.algorithm_state(net)
+        saved['optimizers']['net']['state'][0]['exp_avg'] = moment
+        # Its first update would fail inside torch (a TypeError, a size mismatch).
+        with pytest.raises(ValueError, match=r"'exp_avg' of parameter 0 is .*its shape \(2, 3\)"):
+            ckpt.load_algorithm_state(net, saved)
+    # A parameter of no dimensions has moments of none.
+    scalar = torch.nn.Module()
+    scalar.weight = torch.nn.Parameter(torch.tensor(1.0))
+    scalar.optimizers = {'net': torch.optim.Adam(scalar.parameters())}
+    scalar.weight.sum().backward()
+    scalar.optimizers['net'].step()
+    ckpt.load_algorithm_state(scalar, ckpt.algorithm_state(scalar))
+
+
 def test_trainer_state_round_trips_and_a_foreign_state_is_refused(tmp_path):
     net = torch.nn.Linear(3, 2)
     net.optimizers = {'net': torch.optim.Adam(net.parameters())}
@@ -936,6 +957,35 @@ def test_non_finite_optimizer_state_counts_as_corrupt(tmp_path):
     algorithm['optimizers']['net']['state'][1]['exp_avg_sq'][0] = float('nan')
     with pytest.raises(ckpt.CorruptCheckpointError, match=r'optimizer state net\.1\.exp_avg_sq'):
         ckpt.check_trainer_state(str(tmp_path), state._replace(algorithm=algorithm)._asdict())
+
+
+@pytest.mark.parametrize(
+    'damage, problem',
+    [
+        (lambda adam: 5, "optimizer 'net' is 5, no optimizer state"),
+        (lambda adam: {**adam, 'state': [1]}, "'net' has no 'state' dict of a dict per parameter"),
+        (lambda adam: {**adam, 'state': {0: 1}}, "'net' has no 'state' dict of a dict per"),
+        (lambda adam: {**adam, 'param_groups': 5}, "'net' has no 'param_groups' list of dicts"),
+        (lambda adam: {**adam, 'param_groups': [{}]}, "'param_groups' list of dicts with 'params'"),
+    ],
+    ids=['not_a_dict', 'state_list', 'state_of_numbers', 'groups_int', 'group_without_params'],
+)
+def test_optimizer_state_not_laid_out_as_torch_writes_it_counts_as_corrupt(
+    tmp_path, damage, problem
+):
+    state = valid_trainer_state()
+    for step in (20, 40):
+        ckpt.save_trainer_state(str(tmp_path), state._replace(env_steps=step))
+    newest = ckpt.trainer_state(ckpt.load_state(str(tmp_path / 'ckpt-40')))
+    optimizers = newest.algorithm['optimizers']
+    optimizers['net'] = damage(optimizers['net'])
+    torch.save(newest._asdict(), tmp_path / 'ckpt-40' / ckpt.MODEL_FILE)
+    # Skipped for the one before it: restoring it would fail inside torch's load_state_dict.
+    latest = ckpt.load_latest_checkpoint(str(tmp_path), check=ckpt.check_trainer_state)
+    assert latest.path == str(tmp_path / 'ckpt-20')
+    assert latest.unreadable == [str(tmp_path / 'ckpt-40')]
+    with pytest.raises(ckpt.CorruptCheckpointError, match=re.escape(problem)):
+        ckpt.check_trainer_state(str(tmp_path / 'ckpt-40'), newest._asdict())
 
 
 def test_a_bit_flipped_in_a_weight_is_caught_by_its_checksum(tmp_path):
