@@ -143,6 +143,8 @@ class _HandledSignals:
         raise NotImplementedError
 
     def __enter__(self):
+        # A signal of an earlier entry (a trainer's train() called again) is not this one's.
+        self.received = None
         if in_main_thread():
             self._quiet = dropped_silently(lambda e: isinstance(e, self.dropped_type))
             self._quiet.__enter__()

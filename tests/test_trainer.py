@@ -1207,6 +1207,23 @@ def test_an_evaluation_step_copies_to_the_device_once_and_back_once(tmp_path, mo
     assert calls == {'to': 7, 'cpu': 2 * 7}
 
 
+def test_training_again_after_a_signal_goes_on_to_the_end(tmp_path):
+    with build(tmp_path, 'TrainerConfig.num_env_steps = 300') as trainer:
+
+        def signal_at_the_first_evaluation(last_eval):
+            if trainer.env_steps == 0:
+                os.kill(os.getpid(), signal.SIGINT)
+            return False
+
+        with pytest.raises(TrainingInterrupted):
+            trainer.train(stop_when=signal_at_the_first_evaluation)
+        assert trainer.env_steps == 1
+        # No signal arrives this time: the one before does not stop it.
+        trainer.train()
+        assert trainer.env_steps == 300
+    assert os.path.basename(latest_checkpoint(str(tmp_path / 'checkpoints'))) == 'ckpt-300'
+
+
 def test_stop_when_at_the_first_evaluation_checkpoints_the_untrained_state(tmp_path):
     tiny_sac_pendulum(
         'TrainerConfig.num_env_steps = 20', 'create_environment.max_episode_steps = 7'
