@@ -407,6 +407,9 @@ class Trainer:
         self._iteration_trained = False
         self._latest_train_scalars = {}
         self._wrote_operative_config = False
+        # Whether a train() of this trainer went into the training loop: its state is then
+        # no fresh start's, and a checkpoint alone holds one to go on from.
+        self._entered_training = False
         # Everything configurable was built: the bindings it used, taken now,
         # before another config parsed in this process replaces gin's.
         self._operative_config = gin.operative_config_str()
@@ -495,7 +498,9 @@ class Trainer:
             TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written;
                 a signal that arrives while an env call is under way ends that call
                 (and stops the env processes), so a hung env cannot hold the run.
-            TrainingError: on a non-finite loss or parameter, or a failed checkpoint write.
+            TrainingError: on a non-finite loss or parameter, or a failed checkpoint write;
+                also, with nothing written, when an earlier ``train()`` of this trainer
+                stopped (on an error) before any checkpoint was written.
             CheckpointError: when checkpoints exist but none of them can be loaded.
             ProgressCsvError: root_dir's progress.csv cannot be read; nothing was written.
             RunDirInUseError: another trainer trains in root_dir; nothing was written.
@@ -538,6 +543,13 @@ class Trainer:
                 self._config.random_seed, self._env_steps, self._env.num_envs
             )
         else:
+            if self._entered_training:
+                raise TrainingError(
+                    f'this trainer trained before (to env step {self._env_steps}) and stopped '
+                    f'without a checkpoint in {self._run_dir.checkpoint_dir}: training again '
+                    'would neither start afresh nor go on from where it stopped. Build a new '
+                    'Trainer to start the run over.'
+                )
             self._refuse_history_without_checkpoints()
             set_global_rng_state(self._initial_rng_state)
             reset_seed = train_env_seeds(self._config.random_seed, self._env.num_envs)
@@ -571,6 +583,7 @@ class Trainer:
         try:
             with self._stop_signals:
                 try:
+                    self._entered_training = True
                     self._loop(summary, reset_seed, collection, stop_when)
                 except InterruptedInEnvCall as e:
                     # As at any stop: a loss found non-finite on the device is reported,

@@ -1294,6 +1294,25 @@ def test_a_non_finite_loss_names_the_env_step_of_its_update_in_both_check_modes(
     assert os.listdir(tmp_path / 'checkpoints') == [f'last_good-{stopped_at}']
 
 
+def test_train_again_after_a_stop_before_any_checkpoint_is_refused_changing_nothing(tmp_path):
+    # The critic loss of the first update (env step 6) is inf, long before the first
+    # checkpoint: no checkpoint holds the state the trainer was left in.
+    tiny_sac_pendulum(
+        "create_environment.env_name = 'alf_test/HugeReward-v0'",
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 100',
+    )
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        with pytest.raises(TrainingError, match='the critic loss is inf'):
+            trainer.train()
+        rows = read_csv(tmp_path / 'progress.csv')
+        with pytest.raises(TrainingError, match='trained before .* stopped without a checkpoint'):
+            trainer.train()
+        assert trainer.env_steps == 6
+    assert read_csv(tmp_path / 'progress.csv') == rows and len(rows) == 1
+    assert os.listdir(tmp_path / 'checkpoints') == ['last_good-6']
+
+
 def test_train_again_after_a_deferred_non_finite_loss_goes_on_from_the_checkpoint(tmp_path):
     # One critic loss is inf (at env step 31, update 26): the deferred check stops the run
     # at the summary at 40. A train() again on the same trainer resumes from ckpt-20, as a
