@@ -564,15 +564,9 @@ class Trainer:
             logging.warning('removed %s, left by a checkpoint write that never completed', path)
         description = describe_device(self._device)
         logging.info('device: %s', description)
-        if not self._updates_before_the_end():
-            logging.warning(
-                'TrainerConfig.initial_collect_steps = %d with num_env_steps = %d: this run '
-                'only collects, with uniform random actions, and makes no update (updates '
-                'start once more steps than initial_collect_steps were collected, by the end '
-                'of the iteration that reaches num_env_steps)',
-                self._config.initial_collect_steps,
-                self._config.num_env_steps,
-            )
+        no_update = self._why_no_update()
+        if no_update is not None:
+            logging.warning('%s', no_update)
         write_text_atomically(self._run_dir.device_file, description + '\n')
         keep_until = -1
         if resumed:
@@ -923,16 +917,31 @@ class Trainer:
         logging.info('checkpoint written: %s (%s)', path, sizes)
         return path
 
-    def _updates_before_the_end(self) -> bool:
-        """Whether a run of this config updates at all: the updates of its last iteration
-        (which ends at num_env_steps or past it) run while that iteration's last env step
-        is pending, its row (observation and action) already in the buffer
-        (``_train_iteration``)."""
-        cfg, length = self._config, self._iteration_length
+    def _why_no_update(self) -> Optional[str]:
+        """Why a run of this config makes no update at all, or None where it updates: the
+        updates of its last iteration (which ends at num_env_steps or past it) run while
+        that iteration's last env step is pending, its row (observation and action) already
+        in the buffer (``_train_iteration``)."""
+        cfg, length, num_envs = self._config, self._iteration_length, self._env.num_envs
         rows = -(-cfg.num_env_steps // length) * length
-        return (
-            rows > cfg.initial_collect_steps and rows >= cfg.mini_batch_length * self._env.num_envs
-        )
+        if rows <= cfg.initial_collect_steps:
+            return (
+                f'TrainerConfig.initial_collect_steps = {cfg.initial_collect_steps} with '
+                f'num_env_steps = {cfg.num_env_steps}: this run only collects, with uniform '
+                'random actions, and makes no update (updates start once more steps than '
+                'initial_collect_steps were collected, by the end of the iteration that '
+                'reaches num_env_steps)'
+            )
+        if rows < cfg.mini_batch_length * num_envs:
+            return (
+                f'TrainerConfig.mini_batch_length = {cfg.mini_batch_length} with '
+                f'num_env_steps = {cfg.num_env_steps} over '
+                f'create_environment.num_parallel_environments = {num_envs}: this run only '
+                'collects and makes no update (updates start once every env has collected '
+                f'mini_batch_length steps, {cfg.mini_batch_length * num_envs} env steps in '
+                'all, by the end of the iteration that reaches num_env_steps)'
+            )
+        return None
 
     def _refuse_history_without_checkpoints(self) -> None:
         """Raise CheckpointError when ``progress.csv`` goes past the first checkpoint a run

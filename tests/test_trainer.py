@@ -882,6 +882,20 @@ def test_the_collect_only_warning_says_whether_the_run_updates(
     assert ('this run only collects' in caplog.text) == (not updates), caplog.text
 
 
+def test_a_run_too_short_for_one_window_says_so_and_names_no_random_actions(tmp_path, caplog):
+    # Random actions end at once; the 30 steps never fill a window of 50 rows.
+    with caplog.at_level(logging.WARNING):
+        train(
+            tmp_path,
+            'TrainerConfig.num_env_steps = 30',
+            'TrainerConfig.initial_collect_steps = 0',
+            'TrainerConfig.mini_batch_length = 50',
+        )
+    assert read_csv(tmp_path / 'progress.csv')[-1]['num_updates'] == '0'
+    assert 'mini_batch_length = 50 with num_env_steps = 30' in caplog.text, caplog.text
+    assert 'uniform random actions' not in caplog.text
+
+
 def test_evaluation_between_summaries(tmp_path):
     # Evaluations at 200 and 400 fall between summaries (every 300 env steps).
     train(
