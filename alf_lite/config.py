@@ -222,6 +222,7 @@ def parse_config(
         if not trust_imports:
             _check_env_modules_trusted(state.bindings)
         _check_macros_defined(state.bindings)
+        _check_macros_acyclic()
         _check_scopes_opened(state.bindings)
         _check_value_types(state.bindings.values())
         _check_values_written_back(state.bindings.values())
@@ -530,6 +531,43 @@ def _check_macros_defined(recorded) -> None:
                         f'Define it with a line `{name} = <value>` in a gin file or '
                         '--gin_param, or fix the name.'
                     )
+
+
+def _check_macros_acyclic() -> None:
+    """Fail now on a macro that stands for itself, directly or through other macros
+    (``STEPS = %STEPS``, or ``A = %B`` with ``B = [%A]``): gin would follow it until
+    Python's stack runs out, a traceback of thousands of lines, when a binding uses it.
+    """
+    bindings = gin.config._CONFIG
+    macro = gin.get_configurable(gin.config.macro)
+
+    def used_macros(key):
+        value = bindings.get(key, {}).get('value')
+        return [ref.config_key for ref in gin.config.iterate_references(value, to=macro)]
+
+    done = set()
+    for start in sorted(key for key in bindings if key[1] == 'gin.macro'):
+        if start in done:
+            continue
+        path, pending = [start], [(start, iter(used_macros(start)))]
+        while pending:
+            key, following = pending[-1]
+            step = next(following, None)
+            if step is None:
+                done.add(key)
+                pending.pop()
+                path.pop()
+            elif step in path:
+                cycle = path[path.index(step) :] + [step]
+                chain = shortened(' -> '.join(f'%{name}' for name, _ in cycle))
+                raise ConfigError(
+                    f'Macro %{shortened(step[0])} stands for itself ({chain}), so it has no '
+                    'value: gin would follow it without end. Give one of these macros a value '
+                    'that does not refer back to it.'
+                )
+            elif step not in done:
+                path.append(step)
+                pending.append((step, iter(used_macros(step))))
 
 
 def _check_scopes_opened(recorded) -> None:

@@ -685,10 +685,16 @@ def test_a_macro_standing_for_a_literal_is_checked_as_that_literal(tmp_path):
     )
 
 
-def test_macros_that_stand_for_each_other_do_not_hang_the_parse():
-    # A typo that makes a cycle: no literal to check; gin names it when built.
-    with fails_after(5):
-        config.parse_config([], ['A = %B', 'B = %A', 'my_fn.alpha = %A'])
+def test_macros_that_stand_for_each_other_are_refused_naming_the_cycle():
+    # A typo that makes a cycle: gin would follow it until the stack runs out when built.
+    with fails_after(5), pytest.raises(ConfigError, match=r'\(%A -> %B -> %A\)'):
+        config.parse_config([], ['A = %B', 'B = [1, %A]', 'my_fn.alpha = %A'])
+    with pytest.raises(ConfigError, match=r'Macro %STEPS stands for itself \(%STEPS -> %STEPS\)'):
+        config.parse_config([], ['STEPS = %STEPS', 'my_fn.alpha = %STEPS'])
+    assert gin.config_str().strip() == ''
+    # Macros that share another, with no cycle, parse.
+    config.parse_config([], ['A = (%B, %B)', 'B = %C', 'C = 1', 'my_fn.alpha = %A'])
+    assert my_fn() == ((1, 1), 2)
 
 
 @pytest.mark.parametrize(
