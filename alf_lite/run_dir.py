@@ -463,6 +463,13 @@ def value_as_read(value: str) -> str:
 _MACRO_REFERENCE = re.compile(r'%([A-Za-z_][\w./]*)')
 
 
+def _macro_references(value: str) -> List[str]:
+    """The macros that binding value text ``value`` references: outside its string literals
+    (``'at %STEPS steps'`` is a string to gin, no macro)."""
+    parts = _STRING_LITERAL.split(value)
+    return [macro for code in parts[::2] for macro in _MACRO_REFERENCE.findall(code)]
+
+
 def resume_safe_names(bindings: Dict[str, str], safe_elsewhere: Collection[str] = ()) -> Set[str]:
     """The names among ``bindings`` (``{name: value text}``) that a resume may change.
 
@@ -487,7 +494,7 @@ def names_and_their_macros(bindings: Dict[str, str], names) -> Set[str]:
     found = {name for name in bindings if name in names}
     users: Dict[str, Set[str]] = {}
     for name, value in bindings.items():
-        for macro in _MACRO_REFERENCE.findall(value):
+        for macro in _macro_references(value):
             users.setdefault(macro, set()).add(name)
     changed = True
     while changed:
@@ -502,7 +509,7 @@ def names_and_their_macros(bindings: Dict[str, str], names) -> Set[str]:
 def unused_names(bindings: Dict[str, str]) -> Set[str]:
     """The names among ``bindings`` (``{name: value text}``) that no binding's value
     references: each parameter, and each macro that nothing uses."""
-    used = {macro for value in bindings.values() for macro in _MACRO_REFERENCE.findall(value)}
+    used = {macro for value in bindings.values() for macro in _macro_references(value)}
     return set(bindings) - used
 
 

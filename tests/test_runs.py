@@ -269,6 +269,22 @@ def test_a_macro_only_resume_safe_bindings_use_may_change_too(tmp_path):
     assert 'in 1 binding(s)' in experiment_difference(root_dir, config_text('STEPS = 2000'))
 
 
+def test_a_macro_named_inside_a_string_is_no_use_of_it(tmp_path):
+    # gin reads '%STEPS' in a string literal as text: STEPS sets the run length alone.
+    run_length = 'TrainerConfig.num_env_steps = %STEPS'
+    tagged = "create_environment.env_kwargs = {'tag': 'checked at %STEPS steps'}"
+    trained_with = config_text('STEPS = 1000', run_length, tagged)
+    root_dir = saved_run(tmp_path, trained_with)
+    longer = config_text('STEPS = 2000', run_length, tagged)
+    assert experiment_difference(root_dir, longer) is None
+    assert changed_bindings(trained_with, longer) == []
+    # Used outside the string too, it is part of the experiment.
+    used = "create_environment.env_kwargs = {'tag': 'checked at %STEPS steps', 'n': %STEPS}"
+    root_dir = saved_run(tmp_path / 'used', config_text('STEPS = 1000', run_length, used))
+    difference = experiment_difference(root_dir, config_text('STEPS = 2000', run_length, used))
+    assert "in 1 binding(s), e.g. ['STEPS = 1000 -> STEPS = 2000']" in difference
+
+
 def test_a_resume_that_sets_the_run_length_its_macro_set_is_the_same_experiment(tmp_path):
     # `--gin_param TrainerConfig.num_env_steps=3000` on a run whose length was %STEPS:
     # STEPS stays bound in the new config.gin, used by nothing.
