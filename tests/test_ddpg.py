@@ -672,6 +672,23 @@ def test_a_negative_l2_weight_decay_is_refused_naming_it():
 
 
 @pytest.mark.parametrize('algorithm', [DdpgAlgorithm, Td3Algorithm])
+@pytest.mark.parametrize('noise', ['OUNoise', 'GaussianNoise'])
+def test_a_noise_class_referenced_without_parentheses_is_refused_naming_the_fix(algorithm, noise):
+    # `@GaussianNoise` gives the class: the first exploring step would call it with the
+    # step types and actions, a traceback after the random steps.
+    name = algorithm.__name__
+    parse_config([], [f'{name}.exploration_noise = @{noise}'])
+    with pytest.raises(
+        ValueError, match=rf'{name}.exploration_noise is the class {noise}.*@{noise}\(\)'
+    ):
+        algorithm(observation_dim=3, action_dim=2)
+    parse_config([], [f'{name}.exploration_noise = @{noise}()'])
+    assert isinstance(
+        algorithm(observation_dim=3, action_dim=2)._exploration_noise, (OUNoise, GaussianNoise)
+    )
+
+
+@pytest.mark.parametrize('algorithm', [DdpgAlgorithm, Td3Algorithm])
 def test_an_l2_penalty_on_a_critic_without_linear_layers_is_refused_naming_it(algorithm):
     # LinearCritic's parameters are no nn.Linear or BatchedLinear weights: the penalty
     # would be no tensor, and the first update would fail on it.

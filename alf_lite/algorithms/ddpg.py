@@ -107,6 +107,14 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         )
         if critic_l2_weight_decay < 0:
             raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
+        if isinstance(exploration_noise, type):
+            # ``@GaussianNoise`` in gin, where ``@GaussianNoise()`` builds one: it would be
+            # called with the step types and actions at the first step it explores.
+            noise = exploration_noise.__name__
+            raise ValueError(
+                f'{type(self).__name__}.exploration_noise is the class {noise}, not a noise '
+                f'object: refer to it with parentheses, @{noise}(), so that gin builds one.'
+            )
         self._build_actor_and_critic(
             actor_network_ctor, critic_network_ctor, num_critic_replicas, sampling=False
         )
