@@ -4,7 +4,7 @@ setup(
     name='alf_lite',
     version='0.1.0',
     description='A gin-configured off-policy RL framework (SAC, DDPG, TD3) in PyTorch.',
-    long_description=open('README.md').read(),
+    long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['alf_lite', 'alf_lite.*']),
     python_requires='>=3.10',
@@ -15,7 +15,8 @@ setup(
         'torch>=2.1',
         'gin-config==0.5.0',
         # classic-control: pygame(-ce), which renders Pendulum and the other classic tasks.
-        'gymnasium[mujoco,classic-control]>=1.0,<2',
+        # 1.1: the first with gymnasium.vector.AutoresetMode, which suite_gym imports.
+        'gymnasium[mujoco,classic-control]>=1.1,<2',
         'pybullet>=3.2',
         'icub-models>=3.2',
         'numpy',

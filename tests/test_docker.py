@@ -118,6 +118,20 @@ def test_installed_packages_match_setup_py_and_the_makefile_pins():
             assert requirement == f'{name}=={pins[name]}', (requirement, pins[name])
 
 
+def test_setup_py_admits_no_gymnasium_older_than_the_api_alf_lite_imports():
+    # suite_gym imports gymnasium.vector.AutoresetMode, which gymnasium 1.1.0 brought:
+    # with 1.0, which pip would keep when it is installed, `import alf_lite.trainer` fails.
+    from gymnasium.vector import AutoresetMode  # noqa: F401
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    install_requires, _ = setup_requirements()
+    (gymnasium,) = [Requirement(r) for r in install_requires if requirement_name(r) == 'gymnasium']
+    lower = [Version(s.version) for s in gymnasium.specifier if s.operator in ('>=', '>', '~=')]
+    assert lower and min(lower) >= Version('1.1'), str(gymnasium)
+    assert not gymnasium.specifier.contains('1.0.0'), str(gymnasium)
+
+
 def test_python_version_entrypoint_and_headless_rendering():
     (base,) = arguments('FROM')
     assert re.match(r'python:3\.11(\.\d+)?-', base), base
