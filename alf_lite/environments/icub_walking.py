@@ -197,8 +197,9 @@ def cleaned_urdf_path(cache_dir: Optional[str] = None) -> str:
     file and renames it into place (atomic), so no one reads a partial file.
 
     Args:
-        cache_dir: where to write; None means ``$ALF_LITE_CACHE_DIR``, else
-            ``~/.cache/alf_lite``.
+        cache_dir: where to write (a relative one from the working directory);
+            None means ``$ALF_LITE_CACHE_DIR``, else ``$XDG_CACHE_HOME/alf_lite``
+            where that is an absolute path, else ``~/.cache/alf_lite``.
     Returns:
         the absolute path of the cleaned URDF.
     """
