@@ -70,7 +70,9 @@ def resolve_device(device: str = 'auto') -> torch.device:
 def describe_device(device: torch.device) -> str:
     """A line for the log and the root_dir.
 
-    E.g. ``'cuda:0 (NVIDIA H200, 139.8 GiB, CUDA 13.0, torch 2.11.0)'``.
+    E.g. ``'cuda:0 (NVIDIA H200, 139.8 GiB, CUDA 13.0, torch 2.11.0)'``, or
+    ``'cpu (AMD EPYC, 2 usable cores, torch 2.13.0+cpu)'``: the CPU's model where the
+    system names it, as speed and the last bits of a result depend on it.
     """
     device = torch.device(device)
     if device.type == 'cuda':
@@ -80,8 +82,25 @@ def describe_device(device: torch.device) -> str:
             f'CUDA {torch.version.cuda}, torch {torch.__version__})'
         )
     if device.type == 'cpu':
-        return f'cpu ({len(os.sched_getaffinity(0))} usable cores, torch {torch.__version__})'
+        model = cpu_model()
+        return (
+            f'cpu ({model + ", " if model else ""}{len(os.sched_getaffinity(0))} usable cores, '
+            f'torch {torch.__version__})'
+        )
     return str(device)
+
+
+def cpu_model(cpuinfo: str = '/proc/cpuinfo') -> Optional[str]:
+    """The CPU's model name as Linux gives it (its first ``model name`` line), or None."""
+    try:
+        with open(cpuinfo, errors='replace') as f:
+            for line in f:
+                key, _, value = line.partition(':')
+                if key.strip() == 'model name' and value.strip():
+                    return ' '.join(value.split())
+    except OSError:
+        pass
+    return None
 
 
 class CgroupMemoryLimit(NamedTuple):

@@ -277,8 +277,28 @@ def test_auto_and_cuda_are_the_current_gpu_not_always_the_first(monkeypatch):
 def test_cpu_description_counts_the_cores_this_process_may_use(monkeypatch):
     # taskset / docker --cpuset-cpus: 3 of the machine's cores.
     monkeypatch.setattr(device_module.os, 'sched_getaffinity', lambda pid: {0, 2, 5})
+    monkeypatch.setattr(device_module, 'cpu_model', lambda: None)
     assert describe_device(torch.device('cpu')) == (
         f'cpu (3 usable cores, torch {torch.__version__})'
+    )
+
+
+def test_cpu_description_names_the_cpu_model(monkeypatch, tmp_path):
+    # Two sockets' lines, the spacing as Linux writes it.
+    cpuinfo = tmp_path / 'cpuinfo'
+    cpuinfo.write_text(
+        'processor\t: 0\nvendor_id\t: GenuineIntel\n'
+        'model name\t: Intel(R) Xeon(R)  Gold 6338 CPU @ 2.00GHz\n\n'
+        'processor\t: 1\nmodel name\t: Intel(R) Xeon(R)  Gold 6338 CPU @ 2.00GHz\n'
+    )
+    assert device_module.cpu_model(str(cpuinfo)) == 'Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz'
+    assert device_module.cpu_model(str(tmp_path / 'none')) is None
+    cpuinfo.write_text('processor\t: 0\nmodel name\t:\n')  # named nothing
+    assert device_module.cpu_model(str(cpuinfo)) is None
+    monkeypatch.setattr(device_module.os, 'sched_getaffinity', lambda pid: {0, 1})
+    monkeypatch.setattr(device_module, 'cpu_model', lambda: 'AMD EPYC')
+    assert describe_device(torch.device('cpu')) == (
+        f'cpu (AMD EPYC, 2 usable cores, torch {torch.__version__})'
     )
 
 
