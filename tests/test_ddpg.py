@@ -169,6 +169,8 @@ def test_a_critic_whose_forward_takes_no_num_replicas_trains_the_actor_on_replic
         critic_l2_weight_decay=0.0,
         policy_update_period=1,
     )
+    with torch.no_grad():  # replica 1 becomes the smaller: -1 + s + 3 a (the minimum is no answer)
+        two._critic.c[1] = -1.0
     out = two.train_step(HAND_BATCH, loss_mask(HAND_BATCH))
     # Replica 0: Q_0 = 0.5 + s + 2 * tanh(s) at the kept rows s = 0.5 and 1.0.
     s = torch.tensor([0.5, 1.0])

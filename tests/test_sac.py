@@ -550,6 +550,26 @@ def test_tanh_normal_log_prob_stays_exact_where_tanh_saturates():
     torch.testing.assert_close(log_prob.double(), expected.squeeze(1), rtol=1e-5, atol=1e-4)
 
 
+def test_the_tanh_normal_log_prob_differentiates_through_the_tanh_correction():
+    # The actor loss descends alpha * log pi(a|s) through the sample: its gradient
+    # must include that of -log(1 - tanh(u)^2), u = mean + std * noise (reference in float64).
+    from alf_lite.networks import TanhNormalActorNetwork
+
+    torch.manual_seed(0)
+    actor = TanhNormalActorNetwork(2, 3, hidden_layers=(8,))
+    obs, noise = torch.randn(16, 2), torch.randn(16, 3)
+    params = list(actor.parameters())
+    grads = torch.autograd.grad(actor.sample(obs, noise)[1].sum(), params)
+    mean, log_std = actor._mean_and_log_std(obs)
+    mean64, std64 = mean.double(), log_std.double().exp()
+    u = mean64 + std64 * noise.double()
+    expected = torch.distributions.Normal(mean64, std64).log_prob(u) - torch.log(
+        1 - torch.tanh(u).square()
+    )
+    for grad, reference in zip(grads, torch.autograd.grad(expected.sum(), params)):
+        torch.testing.assert_close(grad, reference, rtol=1e-4, atol=1e-5)
+
+
 def test_value_step_is_the_mean_of_the_critic_replicas():
     sac = make_sac()
     # Q_i = c_i + sum(s) with c = (1, 2): the mean over replicas is 1.5 + s.
