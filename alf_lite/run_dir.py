@@ -259,12 +259,21 @@ class RunDirLock:
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            # The directory locked is still root: one that ``train --start_over`` moved
+            # aside between the open and the lock is no longer the run at root, which
+            # the process that moved it trains in.
+            locked, now = os.fstat(fd), os.stat(self.root)
+            if (locked.st_dev, locked.st_ino) != (now.st_dev, now.st_ino):
+                raise BlockingIOError
+        except (BlockingIOError, FileNotFoundError):
             os.close(fd)
             raise RunDirInUseError(
                 f'{self.root} is in use: another process is training in it. Wait for '
                 'it to end, or choose another root_dir.'
             ) from None
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
 
     def release(self) -> None:

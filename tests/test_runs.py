@@ -1,6 +1,7 @@
 """alf_lite/runs.py: what the experiment tools read from a run's files and logs."""
 
 import datetime
+import fcntl
 import os
 import re
 import subprocess
@@ -571,6 +572,37 @@ def test_run_dir_lock_held_by_another_process_is_seen_and_dropped_when_it_ends(t
         holder.kill()
         holder.wait()
     assert not run_dir_in_use(root_dir)
+
+
+@pytest.mark.parametrize('replaced', [True, False], ids=['new_root_dir', 'none_yet'])
+def test_run_dir_lock_on_a_directory_moved_aside_between_its_open_and_lock_is_in_use(
+    tmp_path, monkeypatch, replaced
+):
+    # train --start_over moves the run aside and trains in a new root_dir: a lock whose
+    # open came before the move and whose flock after it took the directory moved aside,
+    # and would let a second train write into the new one.
+    root_dir = str(tmp_path / 'run')
+    aside = root_dir + '.old-20260101-000000'
+    os.mkdir(root_dir)
+    flock = fcntl.flock
+    mover = RunDirLock(root_dir)
+
+    def moved_between(fd, operation):
+        monkeypatch.setattr(fcntl, 'flock', flock)
+        os.rename(root_dir, aside)
+        if replaced:
+            mover.acquire()  # creates the new root_dir
+        return flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, 'flock', moved_between)
+    with pytest.raises(RunDirInUseError, match=f'{root_dir} is in use: another process'):
+        RunDirLock(root_dir).acquire()
+    # Nothing is left locked or created by the one that lost.
+    assert not run_dir_in_use(aside)
+    assert os.path.isdir(root_dir) == replaced
+    mover.release()
+    with RunDirLock(root_dir):
+        assert run_dir_in_use(root_dir)
 
 
 def test_a_missing_root_dir_is_not_in_use_and_is_not_created(tmp_path):
