@@ -209,7 +209,9 @@ STOPPED_RUNS = {
             'TrainerConfig.eval_interval = 200',
             'TrainerConfig.num_eval_episodes = 2',
         ],
-        250,
+        # After an odd number of updates (151): the delayed actor and target updates
+        # go on in step only if the resume restores the train step count.
+        251,
         500,
     ),
 }
@@ -631,6 +633,10 @@ def test_resumed_run_restores_networks_and_counters(tmp_path):
     with build(tmp_path, 'TrainerConfig.num_env_steps = 400') as trainer:
         trainer.train()
         restored = trainer._algorithm.state_dict()
+        # The train step count, which the target and policy update periods count in,
+        # continues too (a TD3 run resumed after an odd number of updates would shift
+        # its delayed actor and target updates by one step otherwise).
+        assert trainer.algorithm.num_train_steps == 200
     saved = _tensors(state['algorithm']['module'])
     restored = _tensors(restored)
     assert restored.keys() == saved.keys() and len(saved) > 10
