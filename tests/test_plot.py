@@ -1,5 +1,6 @@
 """``python -m alf_lite.bin.plot`` on runs with known values: the aggregated CSV checked by hand."""
 
+import ast
 import csv
 import re
 import shutil
@@ -291,6 +292,37 @@ def test_runs_without_a_value_yet_are_left_out_named_and_the_rest_plotted(grid, 
     assert not (tmp_path / 'none.png').exists()
 
 
+def legend_labels(args, cwd):
+    """The legend's entries of the figure plot draws for ``args``, run in ``cwd``."""
+    script = f"""
+import runpy, sys
+import matplotlib.figure
+
+legend = matplotlib.figure.Figure.legend
+
+def shown(self, *args, **kwargs):
+    made = legend(self, *args, **kwargs)
+    print('legend:', repr([text.get_text() for text in made.get_texts()]))
+    return made
+
+matplotlib.figure.Figure.legend = shown
+sys.argv = ['plot', *{list(args)!r}]
+runpy.run_module('alf_lite.bin.plot', run_name='__main__')
+"""
+    result = run_python(script, timeout=RUN_TIMEOUT_S, cwd=cwd)
+    assert_ok(result)
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith('legend: ')]
+    return ast.literal_eval(line[len('legend: ') :])
+
+
+def test_the_legend_counts_the_runs_plotted_not_those_left_out(grid, tmp_path):
+    write_run(grid / f'lr={LR_A},seed=9', LR_A, 9, [])  # no value yet: left out
+    assert legend_labels([str(grid), '--out', 'curves.png'], tmp_path) == [
+        f'actor/Adam.lr={LR_B} (4 runs, 1 ending at 100)',
+        f'actor/Adam.lr={LR_A} (3 runs)',
+    ]
+
+
 def test_y_minus_plots_the_difference_where_a_run_has_both(grid, tmp_path):
     paths = [str(grid / f'lr={LR_A},seed={s}') for s in RUNS_A]
     args = ['--y', 'eval/AverageReturn', '--y_minus', 'train/critic_loss', '--out', 'diff.png']
@@ -518,6 +550,36 @@ def test_group_by_a_parameter_some_runs_leave_at_its_default(tmp_path):
         'critic/Adam.lr=0.01': (2, 4.5, 3.0, 6.0),
         'critic/Adam.lr=(default)': (1, 9.0, 9.0, 9.0),
     }, result.stdout
+
+
+def test_runs_that_differ_in_any_one_grouped_parameter_are_groups_apart(tmp_path):
+    from alf_lite.bin.plot import group_runs
+
+    def run(name, lr, seed, buffer_length):
+        write_run(tmp_path / name, lr, seed, [1.0])
+        config = tmp_path / name / 'config.gin'
+        config.write_text(config.read_text().replace('    1000\n', f'    {buffer_length}\n'))
+        return str(tmp_path / name)
+
+    # Each of the first three differs from the others in one parameter; the last is
+    # the first's setting with another seed.
+    runs = [
+        run('a', LR_A, 0, 1000),
+        run('a_long', LR_A, 0, 2000),
+        run('b', LR_B, 0, 1000),
+        run('a_seed1', LR_A, 1, 1000),
+    ]
+    both = ['TrainerConfig.replay_buffer_length', 'actor/Adam.lr']
+    for group_by in ('config', ','.join(both), ','.join(reversed(both))):
+        groups = group_runs(runs, group_by)
+        assert [members for _, members in groups] == [
+            [runs[0], runs[3]],
+            [runs[1]],
+            [runs[2]],
+        ], group_by
+        names = both if group_by == 'config' else group_by.split(',')
+        setting = {'TrainerConfig.replay_buffer_length': '2000', 'actor/Adam.lr': LR_A}
+        assert groups[1][0] == ', '.join(f'{n}={setting[n]}' for n in names), group_by
 
 
 @pytest.mark.parametrize(
