@@ -26,7 +26,8 @@ from alf_lite.environments import (
 )
 from alf_lite.environments.point_env import PointTargetEnv
 from alf_lite.environments.suite_gym import default_use_subprocesses
-from cli_helpers import PENDULUM, TINY, run_train, train_command
+from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
+from cli_helpers import PENDULUM, TINY, run_python, run_train, train_command
 from test_episode_replay import SlowEnv
 
 
@@ -522,6 +523,61 @@ def test_the_step_timeout_counts_from_when_the_step_was_sent():
         time.sleep(0.4)
         with pytest.raises(EnvironmentHungError, match=r'did not answer step\(\) within 0.5 s'):
             env.step_wait()
+
+
+class SlowResetEnv(SlowEnv):
+    """Each reset takes ``seconds_per_reset``, as a simulator that reloads its scene does."""
+
+    seconds_per_reset = 0.7
+
+    def reset(self, *, seed=None, options=None):
+        time.sleep(self.seconds_per_reset)
+        return super().reset(seed=seed, options=options)
+
+
+gymnasium.register('alf_test/SlowReset-v0', entry_point=SlowResetEnv, max_episode_steps=9)
+
+
+def test_the_step_timeout_watches_a_reset_of_env_processes_too():
+    with create_environment(
+        'alf_test/SlowReset-v0', 2, use_subprocesses=True, step_timeout=0.5
+    ) as env:
+        with pytest.raises(EnvironmentHungError, match=r'did not answer reset\(\) within 0.5 s'):
+            env.reset()
+
+
+_RESET_THAT_HANGS_IN_PROCESS = """
+import time
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from alf_lite.environments import create_environment
+
+class HangsInReset(gymnasium.Env):
+    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        time.sleep(5)
+        return np.zeros(1, dtype=np.float32), {}
+
+gymnasium.register('alf_test/HangsInReset-v0', entry_point=HangsInReset, max_episode_steps=9)
+env = create_environment(
+    'alf_test/HangsInReset-v0', 1, use_subprocesses=False, step_timeout=0.5
+)
+env.reset()
+print('the reset returned')
+"""
+
+
+def test_the_watchdog_ends_a_process_whose_in_process_reset_hangs():
+    result = run_python(_RESET_THAT_HANGS_IN_PROCESS)
+    assert result.returncode == HUNG_ENV_EXIT_CODE, result.stderr[-3000:]
+    assert (
+        "Environment 'alf_test/HangsInReset-v0' (in process) did not return from reset() "
+        'within 0.5 s (create_environment.step_timeout)'
+    ) in result.stderr, result.stderr[-3000:]
+    assert 'the reset returned' not in result.stdout
 
 
 def test_a_bfloat16_action_is_mapped_as_its_float32_value():

@@ -3,6 +3,7 @@
 import math
 import os
 import re
+import stat
 import struct
 
 import pytest
@@ -834,6 +835,26 @@ def test_progress_csv_rows_are_on_the_disk_when_written(tmp_path, monkeypatch):
     csv_file.write({'env_steps': 200, 'train/critic_loss': 0.25})
     # Appended (the header holds its columns), and synced once it was.
     assert synced == [(path.stat().st_ino, path.stat().st_size)]
+
+
+def test_progress_csv_row_with_a_new_column_is_on_the_disk_when_written(tmp_path, monkeypatch):
+    # A new column rewrites the file under a new header: the rewritten file, then the
+    # directory entry that names it, reach the disk before the checkpoint of the row's step.
+    path = tmp_path / 'progress.csv'
+    csv_file = ProgressCsv(str(path))
+    csv_file.write({'env_steps': 100, 'train/critic_loss': 0.5})
+    synced = []
+    fsync = os.fsync
+
+    def recording_fsync(fd):
+        info = os.fstat(fd)
+        synced.append((info.st_ino, None if stat.S_ISDIR(info.st_mode) else info.st_size))
+        fsync(fd)
+
+    monkeypatch.setattr(os, 'fsync', recording_fsync)
+    csv_file.write({'env_steps': 200, 'train/critic_loss': 0.25, 'train/alpha': 0.5})
+    assert 'train/alpha' in path.read_text().splitlines()[0]
+    assert synced == [(path.stat().st_ino, path.stat().st_size), (tmp_path.stat().st_ino, None)]
 
 
 def test_progress_csv_widened_on_a_full_disk_keeps_the_rows_written_before(
