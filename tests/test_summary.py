@@ -818,28 +818,11 @@ def test_last_env_steps_counts_a_row_at_step_0_and_none_of_a_table_without_env_s
     assert summary_module.last_env_steps(str(path)) is None
 
 
-def test_progress_csv_rows_are_on_the_disk_when_written(tmp_path, monkeypatch):
-    # Before the checkpoint of their step is: after a power cut, a resume from it
-    # finds every row up to it.
-    path = tmp_path / 'progress.csv'
-    csv_file = ProgressCsv(str(path))
-    csv_file.write({'env_steps': 100, 'train/critic_loss': 0.5})
-    synced = []
-    fsync = os.fsync
-
-    def recording_fsync(fd):
-        synced.append((os.fstat(fd).st_ino, os.path.getsize(path)))
-        fsync(fd)
-
-    monkeypatch.setattr(os, 'fsync', recording_fsync)
-    csv_file.write({'env_steps': 200, 'train/critic_loss': 0.25})
-    # Appended (the header holds its columns), and synced once it was.
-    assert synced == [(path.stat().st_ino, path.stat().st_size)]
-
-
-def test_progress_csv_row_with_a_new_column_is_on_the_disk_when_written(tmp_path, monkeypatch):
-    # A new column rewrites the file under a new header: the rewritten file, then the
-    # directory entry that names it, reach the disk before the checkpoint of the row's step.
+@pytest.mark.parametrize('widened', [False, True], ids=['appended', 'new_column'])
+def test_progress_csv_rows_are_on_the_disk_when_written(tmp_path, monkeypatch, widened):
+    # Before the checkpoint of their step is: after a power cut, a resume from it finds
+    # every row up to it. A new column rewrites the file under a new header: the
+    # rewritten file, then the directory entry that names it, are synced.
     path = tmp_path / 'progress.csv'
     csv_file = ProgressCsv(str(path))
     csv_file.write({'env_steps': 100, 'train/critic_loss': 0.5})
@@ -852,9 +835,13 @@ def test_progress_csv_row_with_a_new_column_is_on_the_disk_when_written(tmp_path
         fsync(fd)
 
     monkeypatch.setattr(os, 'fsync', recording_fsync)
-    csv_file.write({'env_steps': 200, 'train/critic_loss': 0.25, 'train/alpha': 0.5})
-    assert 'train/alpha' in path.read_text().splitlines()[0]
-    assert synced == [(path.stat().st_ino, path.stat().st_size), (tmp_path.stat().st_ino, None)]
+    row = {'env_steps': 200, 'train/critic_loss': 0.25}
+    csv_file.write({**row, 'train/alpha': 0.5} if widened else row)
+    expected = [(path.stat().st_ino, path.stat().st_size)]
+    if widened:
+        assert 'train/alpha' in path.read_text().splitlines()[0]
+        expected.append((tmp_path.stat().st_ino, None))
+    assert synced == expected
 
 
 def test_progress_csv_widened_on_a_full_disk_keeps_the_rows_written_before(
