@@ -59,20 +59,28 @@ def train_command(root_dir, gin_files=(), params=()):
     return command
 
 
+def with_prelude(command, prelude: str, module: str = 'alf_lite.bin.train', alter_sys=False):
+    """``command`` (``python -m <module> <args>``) run as ``python -c``: ``prelude`` first
+    (it may patch what ``module`` uses; ``runpy`` is imported), then ``module`` as
+    ``__main__`` with the same arguments."""
+    run = f'runpy.run_module({module!r}, run_name="__main__"'
+    run += ', alter_sys=True)\n' if alter_sys else ')\n'
+    return [command[0], '-c', 'import runpy\n' + prelude + run, *command[3:]]
+
+
 def with_read_only_rename(command, target_part: str):
     """``command`` (a ``train_command``) run so that ``os.rename`` to a path holding
     ``target_part`` fails with EROFS, as on a read-only file system."""
-    script = (
-        'import errno, os, runpy\n'
+    prelude = (
+        'import errno, os\n'
         'rename = os.rename\n'
         'def read_only(src, dst, **kwargs):\n'
         f'    if {target_part!r} in str(dst):\n'
         '        raise OSError(errno.EROFS, os.strerror(errno.EROFS), src)\n'
         '    rename(src, dst, **kwargs)\n'
         'os.rename = read_only\n'
-        'runpy.run_module("alf_lite.bin.train", run_name="__main__", alter_sys=True)\n'
     )
-    return [command[0], '-c', script, *command[3:]]
+    return with_prelude(command, prelude, alter_sys=True)
 
 
 def train_env():

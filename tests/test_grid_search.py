@@ -30,6 +30,7 @@ from cli_helpers import (
     checkpoint_steps,
     run_train,
     train_env,
+    with_prelude,
 )
 
 NUM_ENV_STEPS = 20
@@ -362,9 +363,8 @@ def test_a_signal_while_the_sweep_reads_its_configs_exits_with_128_plus_it_in_on
     root_dir = tmp_path / 'runs'
     command = grid_command(root_dir)
     # The signal comes once the base config was parsed, before the sweep's plan.
-    command[1:3] = [
-        '-c',
-        'import os, runpy\n'
+    prelude = (
+        'import os\n'
         'import alf_lite.config as config\n'
         'parse = config.parse_config\n'
         'def parse_then_signal(*args, **kwargs):\n'
@@ -372,8 +372,8 @@ def test_a_signal_while_the_sweep_reads_its_configs_exits_with_128_plus_it_in_on
         f'    os.kill(os.getpid(), {int(sig)})\n'
         '    return result\n'
         'config.parse_config = parse_then_signal\n'
-        'runpy.run_module("alf_lite.bin.grid_search", run_name="__main__")\n',
-    ]
+    )
+    command = with_prelude(command, prelude, module='alf_lite.bin.grid_search')
     result = run_train(command, cwd=tmp_path)
     assert result.returncode == 128 + sig, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]

@@ -52,6 +52,7 @@ from cli_helpers import (
     train_command,
     train_env,
     tree_digest,
+    with_prelude,
     with_read_only_rename,
 )
 
@@ -883,17 +884,16 @@ def test_a_signal_while_train_imports_its_modules_stops_it_with_one_line(tmp_pat
     # The signal arrives while train's module imports absl, before main runs.
     root_dir = tmp_path / 'run'
     command = train_command(root_dir, [PENDULUM], SHORT)
-    command[1:3] = [
-        '-c',
-        'import os, runpy, signal, sys\n'
+    prelude = (
+        'import os, signal, sys\n'
         'class SignalOnAbsl:\n'
         '    def find_spec(self, name, path=None, target=None):\n'
         '        if name == "absl":\n'
         '            sys.meta_path.remove(self)\n'
         f'            os.kill(os.getpid(), {int(sig)})\n'
         'sys.meta_path.insert(0, SignalOnAbsl())\n'
-        'runpy.run_module("alf_lite.bin.train", run_name="__main__", alter_sys=True)\n',
-    ]
+    )
+    command = with_prelude(command, prelude, alter_sys=True)
     result = run_train(command)
     assert result.returncode == 128 + sig, result.stderr[-3000:]
     assert result.stderr.strip().splitlines() == [
@@ -908,17 +908,16 @@ def test_a_signal_once_train_made_its_root_dir_removes_it(tmp_path):
     root_dir = tmp_path / 'run'
     command = train_command(root_dir, [PENDULUM], SHORT)
     # SIGINT as soon as train made and locked root_dir, before it wrote anything there.
-    command[1:3] = [
-        '-c',
-        'import os, runpy, signal\n'
+    prelude = (
+        'import os, signal\n'
         'from alf_lite.trainer import Trainer\n'
         'lock = Trainer.lock_root_dir\n'
         'def lock_then_interrupt(self):\n'
         '    lock(self)\n'
         '    os.kill(os.getpid(), signal.SIGINT)\n'
         'Trainer.lock_root_dir = lock_then_interrupt\n'
-        'runpy.run_module("alf_lite.bin.train", run_name="__main__")\n',
-    ]
+    )
+    command = with_prelude(command, prelude)
     result = run_train(command)
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     assert 'error: SIGINT arrived outside the training loop' in result.stderr, result.stderr[-3000:]
@@ -1375,10 +1374,7 @@ def hanging_train(root_dir, env_id, *params):
         root_dir, [PENDULUM], HANG_PARAMS + [f"create_environment.env_name='{env_id}'", *params]
     )
     # train is run as a module after importing hanging_env, which registers the ids.
-    command[1:3] = [
-        '-c',
-        'import runpy, hanging_env; runpy.run_module("alf_lite.bin.train", run_name="__main__")',
-    ]
+    command = with_prelude(command, 'import hanging_env\n')
     env = train_env()
     env['PYTHONPATH'] = os.pathsep.join([str(TESTS_DIR), env['PYTHONPATH']])
     return command, env
