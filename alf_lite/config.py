@@ -225,6 +225,7 @@ def parse_config(
         _check_macros_acyclic()
         _check_scopes_opened(state.bindings)
         _check_value_types(state.bindings.values())
+        _check_constructors_not_called(state.bindings.values())
         _check_values_written_back(state.bindings.values())
     except BaseException:
         gin.clear_config()
@@ -637,6 +638,39 @@ def _check_value_types(bindings) -> None:
             f'{through}), but '
             f"'{statement.arg_name}' of '{statement.selector}' takes "
             f'{_type_text(annotation)}{example}. Fix the value.'
+        )
+
+
+def _check_constructors_not_called(bindings) -> None:
+    """Fail now on ``@SacAlgorithm()`` (or a network's, an optimizer's) given to a parameter
+    that takes the constructor (``algorithm_ctor``, ``actor_network_ctor``,
+    ``actor_optimizer``, ...): gin would call it itself, without the dimensions or
+    parameters alf_lite passes it later, and fail naming only missing arguments. A
+    reference to a configurable of another package (a user's factory) is left alone."""
+    for statement, gin_param in bindings:
+        if not statement.arg_name.endswith(('_ctor', '_optimizer')):
+            continue
+        value, macro = _through_macros(statement.value)
+        if not isinstance(value, gin.config.ConfigurableReference) or not value.evaluate:
+            continue
+        configurable = value.configurable
+        if not (
+            configurable.module == 'torch.optim'
+            or (
+                configurable.module.startswith('alf_lite.')
+                and inspect.isclass(configurable.wrapped)
+            )
+        ):
+            continue
+        scope = f'{statement.scope}/' if statement.scope else ''
+        binding = f'{scope}{statement.selector}.{statement.arg_name}'
+        through = '' if macro is None else f' (from %{macro})'
+        without = repr(value)[:-2]
+        raise ConfigError(
+            f'`{binding}` in {_statement_where(statement, gin_param)} is {value!r}{through}: '
+            f'gin would call {without[1:]} itself, without the arguments alf_lite passes it. '
+            f"'{statement.arg_name}' takes the constructor: write {without} (without the "
+            'parentheses).'
         )
 
 

@@ -698,6 +698,29 @@ def test_macros_that_stand_for_each_other_are_refused_naming_the_cycle():
 
 
 @pytest.mark.parametrize(
+    'param, written',
+    [
+        ('TrainerConfig.algorithm_ctor = @SacAlgorithm()', '@SacAlgorithm'),
+        ('DdpgAlgorithm.critic_network_ctor = @CriticNetwork()', '@CriticNetwork'),
+        ('SacAlgorithm.actor_optimizer = @actor/Adam()', '@actor/Adam'),
+    ],
+)
+def test_a_constructor_parameter_given_a_call_is_refused_naming_the_reference_to_write(
+    param, written
+):
+    # Gin would call it without the dimensions or parameters, failing with only the names
+    # of missing arguments; without the parentheses it parses.
+    import alf_lite.all_configurables  # noqa: F401
+
+    with pytest.raises(ConfigError, match=rf'takes the constructor: write {written} \(without'):
+        config.parse_config([], [param])
+    assert gin.config_str().strip() == ''
+    config.parse_config([], [param.replace('()', '')])
+    # A factory of the user's own may return a constructor when called.
+    config.parse_config([], ['SacAlgorithm.actor_network_ctor = @my_fn()'])
+
+
+@pytest.mark.parametrize(
     'params, binding, value',
     [
         (['SacAlgorithm.gamma = 1'], 'SacAlgorithm.gamma', 1),  # an int is a float
