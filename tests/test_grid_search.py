@@ -847,10 +847,10 @@ def test_a_sweep_holds_its_root_dir_and_a_second_one_there_exits_2_before_writin
             run_main(tmp_path, monkeypatch, [], [], calls=calls)
     assert exit_info.value.code == 2
     out, err = capsys.readouterr()
-    # It names the process that holds the lock: this one, here.
+    # It names the process that holds the lock: this one, here, neither a sweep nor a train.
     assert err == (
-        f'error: --root_dir {root_dir} is in use: another grid_search is sweeping in it (pid '
-        f"{os.getpid()} holds the directory's lock). Wait for that sweep to end or stop it, or "
+        f'error: --root_dir {root_dir} is in use: another process is using it (pid '
+        f"{os.getpid()} holds the directory's lock). Wait for it to end or stop it, or "
         'choose another --root_dir.\n'
     )
     assert out == '' and calls == {} and tree(root_dir) == before
@@ -863,6 +863,28 @@ def test_a_sweep_holds_its_root_dir_and_a_second_one_there_exits_2_before_writin
     )
     assert locked == [True] and not run_dir_in_use(root_dir)
     assert {r['status'] for r in summary(root_dir).values()} == {'finished'}
+
+
+def test_a_root_dir_held_by_a_train_or_a_sweep_is_named_as_such():
+    from alf_lite.bin.grid_search import _holder_kind
+
+    def kind(*argv):
+        # A process whose command line is that of the tool, as ps shows it.
+        script = 'import sys, time; sys.stdout.write("up\\n"); sys.stdout.flush(); time.sleep(60)'
+        proc = subprocess.Popen(
+            [sys.executable, '-c', script, *argv], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert proc.stdout.readline() == 'up\n'
+            return _holder_kind([proc.pid])[0]
+        finally:
+            proc.kill()
+            proc.wait()
+
+    assert kind('-m', 'alf_lite.bin.grid_search') == 'another grid_search is sweeping in it'
+    assert kind('-m', 'alf_lite.bin.train', '--root_dir', 'x').startswith('a train is running')
+    assert kind('benchmarks/learning.py') == 'another process is using it'
+    assert _holder_kind([]) == ('another process is using it', 'it')
 
 
 # --- Ray ------------------------------------------------------------------------------------

@@ -103,6 +103,7 @@ import threading
 import time
 from typing import Collection, Dict, List, NamedTuple, Optional, Sequence
 
+import psutil
 from absl import app, flags
 
 from alf_lite.bin.cli import (
@@ -1305,6 +1306,22 @@ def lock_holders(path: str) -> List[int]:
     ]
 
 
+def _holder_kind(holders: List[int]) -> tuple:
+    """``(what holds a directory, how to refer to it)`` by the command lines of the processes
+    ``holders``: a grid_search sweeping in it, a train running in it, or another process."""
+    commands = []
+    for pid in holders:
+        try:
+            commands.append(' '.join(psutil.Process(pid).cmdline()))
+        except psutil.Error:
+            pass
+    if any(re.search(r'\balf_lite\.bin\.grid_search\b|\bgrid_search\.py\b', c) for c in commands):
+        return 'another grid_search is sweeping in it', 'that sweep'
+    if any(re.search(r'\balf_lite\.bin\.train\b|\btrain\.py\b', c) for c in commands):
+        return 'a train is running in it (a sweep needs a directory of its own)', 'that run'
+    return 'another process is using it', 'it'
+
+
 def lock_root_dir(lock: RunDirLock) -> None:
     """Take the sweep's lock on its root_dir, creating the directory if missing; exit
     (status 2) when another process holds it or the directory cannot be created."""
@@ -1312,10 +1329,11 @@ def lock_root_dir(lock: RunDirLock) -> None:
         lock.acquire()
     except RunDirInUseError:
         holders = lock_holders(lock.root)
+        what, that = _holder_kind(holders)
         fail(
-            f'--root_dir {lock.root} is in use: another grid_search is sweeping in it ('
+            f'--root_dir {lock.root} is in use: {what} ('
             + (f'pid {", ".join(map(str, holders))} holds' if holders else 'a process holds')
-            + " the directory's lock). Wait for that sweep to end or stop it, or choose "
+            + f" the directory's lock). Wait for {that} to end or stop it, or choose "
             'another --root_dir.'
         )
     except OSError as e:
