@@ -89,6 +89,11 @@ def _open_relative_to_includer(path):
             f'Gin file {shortened(repr(path))} is a directory ({shortened(resolved)}): give a '
             '.gin file.'
         )
+    if os.path.exists(resolved) and not os.path.isfile(resolved):
+        raise ConfigError(
+            f'Gin file {shortened(repr(path))} is not a regular file ({shortened(resolved)} is '
+            'a device, a pipe or a socket): give a .gin file.'
+        )
     if not os.path.isfile(resolved):
         relative_to = (
             f'the directory of the including file, {base}'

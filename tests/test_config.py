@@ -509,6 +509,11 @@ def test_missing_file(tmp_path, monkeypatch):
     (tmp_path / 'exp' / 'common').mkdir()
     with pytest.raises(ConfigError, match=r"Gin file 'exp' is a directory \(.*\): give a .gin"):
         config.parse_config(['exp'])
+    # A device or a pipe exists but holds no gin file.
+    os.mkfifo(tmp_path / 'pipe')
+    for path in ('/dev/null', str(tmp_path / 'pipe')):
+        with pytest.raises(ConfigError, match=r'is not a regular file \(.* is a device, a pipe'):
+            config.parse_config([path])
 
 
 def test_a_gin_file_larger_than_a_config_may_be_is_refused_unread(tmp_path):
