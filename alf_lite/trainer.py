@@ -7,6 +7,7 @@ import time
 from typing import Callable, List, Optional
 
 import gin
+import numpy as np
 import psutil
 import torch
 from absl import logging
@@ -174,7 +175,7 @@ class TrainerConfig:
         values = locals()
         for name in positive + ('random_seed', 'initial_collect_steps'):
             value = values[name]
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not _is_integer(value):
                 raise ValueError(
                     f'TrainerConfig.{name} must be an integer, got {value!r} '
                     f'({type(value).__name__}).'
@@ -211,9 +212,7 @@ class TrainerConfig:
                     f'TrainerConfig.{name} must be True or False, got {values[name]!r}.'
                 )
         if num_eval_environments is not None and (
-            isinstance(num_eval_environments, bool)
-            or not isinstance(num_eval_environments, int)
-            or num_eval_environments <= 0
+            not _is_integer(num_eval_environments) or num_eval_environments <= 0
         ):
             raise ValueError(
                 'TrainerConfig.num_eval_environments must be a positive integer or None, got '
@@ -262,6 +261,14 @@ class TrainerConfig:
         self.compile = compile
         self.precision = precision
         self.defer_non_finite_checks = defer_non_finite_checks
+        # A numpy integer (``np.arange``'s seeds) is kept as a Python int, as gin gives them.
+        for name in positive + ('random_seed', 'initial_collect_steps', 'num_eval_environments'):
+            setattr(self, name, int(getattr(self, name)))
+
+
+def _is_integer(value) -> bool:
+    """Whether ``value`` is an integer: a Python or numpy one, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 @torch.no_grad()

@@ -788,6 +788,20 @@ def test_a_bool_is_refused_as_a_count():
         TrainerConfig(unroll_length=True)
 
 
+def test_numpy_integers_are_counts_and_kept_as_python_ints():
+    # Seeds from np.arange in a sweep from Python; a numpy bool is still refused.
+    config = TrainerConfig(
+        num_env_steps=np.int64(500),
+        initial_collect_steps=np.int64(100),
+        random_seed=np.uint32(3),
+        num_eval_environments=np.int32(2),
+    )
+    assert (config.num_env_steps, config.random_seed, config.num_eval_environments) == (500, 3, 2)
+    assert {type(config.num_env_steps), type(config.random_seed)} == {int}
+    with pytest.raises(ValueError, match='random_seed must be an integer, got np.True_'):
+        TrainerConfig(random_seed=np.bool_(True))
+
+
 def test_compile_that_is_no_bool_is_refused():
     # A gin file's 'yes' is refused when parsed (config.py); this is the same from Python.
     with pytest.raises(ValueError, match='compile'):
