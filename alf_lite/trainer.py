@@ -417,6 +417,7 @@ class Trainer:
         # Whether a train() of this trainer went into the training loop: its state is then
         # no fresh start's, and a checkpoint alone holds one to go on from.
         self._entered_training = False
+        self._closed = False
         # Everything configurable was built: the bindings it used, taken now,
         # before another config parsed in this process replaces gin's.
         self._operative_config = gin.operative_config_str()
@@ -438,6 +439,7 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the env processes and unlock root_dir; the trainer cannot train afterwards."""
+        self._closed = True
         self._lock.release()
         for env in (self._env, self._eval_env):
             if env is not None:
@@ -507,11 +509,18 @@ class Trainer:
                 (and stops the env processes), so a hung env cannot hold the run.
             TrainingError: on a non-finite loss or parameter, or a failed checkpoint write;
                 also, with nothing written, when an earlier ``train()`` of this trainer
-                stopped (on an error) before any checkpoint was written.
+                stopped (on an error) before any checkpoint was written, or the trainer
+                was closed.
             CheckpointError: when checkpoints exist but none of them can be loaded.
             ProgressCsvError: root_dir's progress.csv cannot be read; nothing was written.
             RunDirInUseError: another trainer trains in root_dir; nothing was written.
         """
+        if self._closed:
+            # Its envs are stopped: training would fail at the first step, after the files.
+            raise TrainingError(
+                f'this trainer of {self._run_dir.root} was closed, which stopped its envs: '
+                'build a new Trainer to go on (it resumes from the latest checkpoint).'
+            )
         self.lock_root_dir()
         try:
             return self._train(stop_when, before_writing)

@@ -1347,6 +1347,24 @@ def test_train_again_after_a_stop_before_any_checkpoint_is_refused_changing_noth
     assert os.listdir(tmp_path / 'checkpoints') == ['last_good-6']
 
 
+def test_train_after_close_is_refused_writing_nothing(tmp_path):
+    # stop_when ended it before num_env_steps: a train() again would go on, but the envs
+    # were stopped by close().
+    tiny_sac_pendulum(
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 40',
+        'TrainerConfig.eval_interval = 10',
+    )
+    trainer = Trainer(TrainerConfig(), str(tmp_path))
+    trainer.train(stop_when=lambda scalars: trainer.env_steps >= 10)
+    trainer.close()
+    written = {p: os.stat(p).st_mtime_ns for p in tmp_path.rglob('*')}
+    with pytest.raises(TrainingError, match='was closed, which stopped its envs: build a new'):
+        trainer.train()
+    assert {p: os.stat(p).st_mtime_ns for p in tmp_path.rglob('*')} == written
+    assert trainer.env_steps == 10
+
+
 def test_train_again_after_a_deferred_non_finite_loss_goes_on_from_the_checkpoint(tmp_path):
     # One critic loss is inf (at env step 31, update 26): the deferred check stops the run
     # at the summary at 40. A train() again on the same trainer resumes from ckpt-20, as a
