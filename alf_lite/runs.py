@@ -124,20 +124,32 @@ def complete_lines(f) -> Iterator[str]:
             yield line
 
 
-def complete_rows(f) -> Tuple[List[str], List[Dict[str, str]]]:
+def complete_rows(f, strict: bool = False) -> Tuple[List[str], List[Dict[str, str]]]:
     """The columns and the complete rows of ``progress.csv`` (``f``, opened with
-    ``newline=''``): a row cut short (``complete_lines``), without all its fields or with
-    more fields than columns is left out.
+    ``newline=''``): a row cut short (``complete_lines``) is left out, and so is one
+    without all its fields or with more fields than columns (an edited file), unless
+    ``strict``.
 
     Raises:
         ValueError: naming the file: it is not text (``not_text``), a line is longer than
             ``MAX_LINE_CHARS`` (``LineTooLongError``) or csv cannot read one (a field over
-            ``csv.field_size_limit``; the message names the line).
+            ``csv.field_size_limit``; the message names the line); with ``strict``, a
+            complete row has another number of fields than the header (naming the line).
     """
     reader = csv.DictReader(complete_lines(f))
     name = getattr(f, 'name', 'the file')
     try:
-        rows = [r for r in reader if has_its_fields(r)]
+        rows = []
+        for r in reader:
+            if has_its_fields(r):
+                rows.append(r)
+            elif strict:
+                fields = sum(v is not None for k, v in r.items() if k is not None)
+                fields += len(r.get(None, ()))
+                raise ValueError(
+                    f'{name}, line {reader.reader.line_num} has {fields} field(s) where the '
+                    f'header has {len(reader.fieldnames)}'
+                )
     except UnicodeDecodeError as e:
         raise ValueError(not_text(name, e)) from None
     except csv.Error as e:

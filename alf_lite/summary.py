@@ -125,14 +125,17 @@ def read_progress(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
 
     Raises:
         ProgressCsvError: it cannot be opened, is not text, or holds a line csv cannot
-            read or one longer than ``MAX_LINE_CHARS``.
+            read, one longer than ``MAX_LINE_CHARS`` or a complete row with another number
+            of fields than the header.
     """
     if not os.path.exists(path):
         return [], []
     try:
         # A byte order mark (a spreadsheet's "CSV UTF-8") is not part of the first column.
         with open(path, newline='', encoding='utf-8-sig') as f:
-            columns, rows = complete_rows(f)
+            # A row with a field too many or too few (an edited file) stops a resume, which
+            # would otherwise write the file again without it.
+            columns, rows = complete_rows(f, strict=True)
     except OSError as e:
         raise ProgressCsvError(_damaged(f'cannot read {path}: {e}')) from None
     except ValueError as e:  # names the file

@@ -796,6 +796,24 @@ def test_a_progress_csv_that_cannot_be_read_is_named_and_left_as_it_is(tmp_path)
     assert path.read_text() == text
 
 
+@pytest.mark.parametrize(
+    'edited, fields', [('200,20,a note', 3), ('200', 1)], ids=['one_too_many', 'one_missing']
+)
+def test_an_edited_row_with_another_number_of_fields_stops_a_resume_and_is_kept(
+    tmp_path, edited, fields
+):
+    # Its line is complete: no kill cut it. A resume would write the file again without it.
+    path = tmp_path / 'progress.csv'
+    text = f'env_steps,num_updates\n100,10\n{edited}\n300,30\n'
+    path.write_text(text)
+    message = f'{path}, line 3 has {fields} field(s) where the header has 2. train reads it'
+    with pytest.raises(summary_module.ProgressCsvError, match=re.escape(message)):
+        ProgressCsv(str(path), max_env_steps=300)
+    with pytest.raises(summary_module.ProgressCsvError, match=re.escape(message)):
+        summary_module.last_env_steps(str(path))
+    assert path.read_text() == text
+
+
 def test_a_progress_csv_that_cannot_be_opened_is_named_and_left_as_it_is(tmp_path):
     path = tmp_path / 'progress.csv'
     path.mkdir()
