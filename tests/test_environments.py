@@ -404,6 +404,19 @@ def test_env_counts_that_are_not_positive_integers_are_refused_naming_them(kwarg
     assert str(raised.value).startswith(message)
 
 
+def test_numpy_integer_counts_are_taken_as_the_integers_they_hold():
+    with create_environment(
+        'Pendulum-v1', np.int64(2), max_episode_steps=np.int64(2), use_subprocesses=False
+    ) as env:
+        steps = _rollout(env, 3)
+    assert _column(steps, 'step_type')[:, 1].tolist() == [
+        StepType.FIRST,
+        StepType.MID,
+        StepType.LAST,
+        StepType.FIRST,
+    ]
+
+
 def test_mujoco_timestep_dtypes():
     with create_environment('HalfCheetah-v5', num_parallel_environments=2) as env:
         assert (env.observation_dim, env.action_dim) == (17, 6)

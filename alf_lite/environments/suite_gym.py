@@ -1272,6 +1272,9 @@ def create_environment(
             raise ValueError(
                 f'create_environment.{name} must be a positive integer, got {value!r}.'
             )
+    if max_episode_steps is not None:
+        # gymnasium's TimeLimit takes a Python int only, not a numpy one.
+        max_episode_steps = int(max_episode_steps)
     env_id = env_name
     if ':' in env_name:
         module, env_id = env_name.split(':', 1)
