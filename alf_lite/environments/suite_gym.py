@@ -672,7 +672,8 @@ class BatchedEnvironment:
         Args:
             action: ``[N, action_dim]`` float tensor in [-1, 1]; values outside
                 are clipped. Ignored for envs whose previous step was LAST
-                (they reset instead).
+                (they reset instead), though it must be finite there too: the
+                policy's action for a finite LAST observation.
             active: ``[N]`` bool, the envs to step (e.g. those whose evaluation
                 episode runs); None: all. In process only (gymnasium's
                 AsyncVectorEnv steps every env). An env left out is not called
