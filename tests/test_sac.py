@@ -363,6 +363,17 @@ def test_rollout_actions_are_policy_samples_without_gradient():
     assert not torch.allclose(action, sac.predict_step(observation))
 
 
+def test_the_evaluation_action_is_the_policys_mode_and_draws_no_random_numbers():
+    torch.manual_seed(0)
+    sac = SacAlgorithm(observation_dim=3, action_dim=2)
+    observation = torch.randn(4, 3)
+    generator_state = torch.get_rng_state()
+    action = sac.predict_step(observation)
+    assert torch.equal(torch.get_rng_state(), generator_state)
+    # tanh of the mean: the sample of a zero draw.
+    assert torch.allclose(action, sac._actor.sample(observation, torch.zeros(4, 2))[0])
+
+
 def random_batch(b=8, obs_dim=3, act_dim=2, length=2):
     return Experience(
         torch.full((b, length), M, dtype=torch.uint8),
