@@ -93,6 +93,25 @@ def test_progress_csv_reopened_continues_the_file(tmp_path, read_progress):
     ]
 
 
+def test_an_appended_row_goes_under_its_own_columns_whatever_the_order_of_its_scalars(
+    tmp_path, read_progress
+):
+    # The trainer's rows come with the columns of its summary, its evaluation or both, in
+    # the order it gathered them; appended to the header, each value goes under its name.
+    path = tmp_path / 'progress.csv'
+    csv_file = ProgressCsv(str(path))
+    csv_file.write({'env_steps': 0, 'train/alpha': 1.0, 'eval/AverageReturn': -2.0})
+    csv_file.write({'eval/AverageReturn': -1.0, 'env_steps': 100})
+    csv_file.write({'train/alpha': 0.5, 'env_steps': 200})
+
+    header, rows = read_progress(path)
+    assert header == ['env_steps', 'eval/AverageReturn', 'train/alpha']
+    assert rows[1:] == [
+        {'env_steps': '100', 'train/alpha': '', 'eval/AverageReturn': '-1.0'},
+        {'env_steps': '200', 'train/alpha': '0.5', 'eval/AverageReturn': ''},
+    ]
+
+
 def test_progress_csv_resume_drops_rows_written_after_the_checkpoint(tmp_path, read_progress):
     path = tmp_path / 'progress.csv'
     killed_run = ProgressCsv(str(path))
