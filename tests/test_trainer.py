@@ -991,6 +991,27 @@ def test_a_checkpoint_between_summaries_leaves_the_next_summarys_rates_whole(tmp
         before = int(row['num_updates'])
 
 
+def test_the_first_summary_after_a_resume_rates_the_steps_and_updates_since_the_resume(tmp_path):
+    # A run to 200 env steps, resumed to 400: the summary at 400 rates the 200 env steps
+    # and the updates since the resume, not the run's counts since its start.
+    params = [
+        'TrainerConfig.initial_collect_steps = 100',
+        'TrainerConfig.summary_interval = 200',
+        'TrainerConfig.eval_interval = 1000',
+        'TrainerConfig.num_eval_episodes = 1',
+    ]
+    train(tmp_path, *params, 'TrainerConfig.num_env_steps = 200')
+    train(tmp_path, *params, 'TrainerConfig.num_env_steps = 400')
+    rows = read_csv(tmp_path / 'progress.csv', drop=())
+    summaries = [r for r in rows if r['train/env_steps_per_sec']]
+    assert [r['env_steps'] for r in summaries] == ['200', '400']
+    before, after = (int(r['num_updates']) for r in summaries)
+    ratio = float(summaries[1]['train/updates_per_sec']) / float(
+        summaries[1]['train/env_steps_per_sec']
+    )
+    assert before > 0 and ratio == pytest.approx((after - before) / 200, rel=1e-9)
+
+
 def test_auto_device_is_the_cpu_without_a_gpu_and_each_run_records_its_device(tmp_path):
     params = ['TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 4']
     train(tmp_path / 'default', *params)
