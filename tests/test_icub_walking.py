@@ -526,6 +526,13 @@ def test_an_action_beyond_one_acts_and_costs_as_the_clipped_action(still_env):
     assert reward == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.parametrize('action', [0.5, np.zeros(24)], ids=['scalar', 'one_short'])
+def test_an_action_not_of_the_spaces_shape_is_refused(still_env, action):
+    still_env.reset(seed=0)
+    with pytest.raises(ValueError, match=r'the action space of \(25,\)'):
+        still_env.step(action)
+
+
 def test_observations_are_clipped_to_plus_minus_100_only(still_env):
     # The robot carried sideways (+y) before a step: its mean y is observed up
     # to 100 m, clipped beyond.

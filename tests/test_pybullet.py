@@ -1,5 +1,6 @@
 """The PyBullet locomotion suite: gymnasium's checks, the classic layout and reward, physics."""
 
+import re
 import warnings
 
 import gymnasium
@@ -211,6 +212,16 @@ def test_an_action_beyond_one_acts_and_costs_as_the_clipped_action(make):
     np.testing.assert_array_equal(beyond[0], clipped[0])
     assert beyond[1:] == clipped[1:]
     assert clipped[4]['electricity'] < 0
+
+
+@pytest.mark.parametrize('action', [0.5, np.zeros(1), np.zeros(4)], ids=['scalar', 'one', 'four'])
+def test_an_action_not_of_the_spaces_shape_is_refused_naming_both(make, action):
+    # numpy would broadcast a scalar or a single value to every joint.
+    env = make('HopperBullet-v0')
+    env.reset(seed=0)
+    shape = np.shape(action)
+    with pytest.raises(ValueError, match=re.escape(f'of shape {shape}, the action space of (3,)')):
+        env.step(action)
 
 
 def test_render_rgb_array_headless(make):

@@ -54,6 +54,7 @@ from gymnasium import spaces
 
 from alf_lite.config import new_file_beside
 from alf_lite.environments.suite_pybullet import (
+    clipped_action,
     close_client,
     connect_direct,
     finite_as_float32,
@@ -502,11 +503,13 @@ class ICubWalkEnv(gymnasium.Env):
 
         Args:
             action: array of shape (25,); clipped to [-1, 1].
+        Raises:
+            ValueError: ``action`` is of another shape.
         Returns:
             ``(observation, reward, terminated, truncated, info)``; ``info``
             has ``forward_velocity`` (m/s) and the chest height ``chest_z`` (m).
         """
-        a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+        a = clipped_action(action, self.action_space)
         self._apply_action(a)
         self._p.stepSimulation()
         self._previous, self._current = self._current, self._frame()

@@ -75,6 +75,16 @@ JOINTS_AT_LIMIT_COST = -0.1  # per joint within 1% of a limit
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+def clipped_action(action, space) -> np.ndarray:
+    """``action`` as float64 clipped to [-1, 1]; a ValueError naming both shapes for one that
+    is not of the shape of the action space ``space`` (a scalar or a single value would be
+    broadcast to every joint)."""
+    a = np.asarray(action, dtype=np.float64)
+    if a.shape != space.shape:
+        raise ValueError(f'the action is of shape {a.shape}, the action space of {space.shape}')
+    return np.clip(a, -1.0, 1.0)
+
+
 def finite_as_float32(*values) -> bool:
     """Whether every value of ``values`` (arrays or numbers) is finite as float32: neither NaN
     nor infinite, nor beyond float32's range (a float64 of 1e39 is stored as inf).
@@ -427,11 +437,13 @@ class LocomotionBulletEnv(gymnasium.Env):
 
         Args:
             action: array of shape ``action_space.shape``; clipped to [-1, 1].
+        Raises:
+            ValueError: ``action`` is of another shape.
         Returns:
             ``(observation, reward, terminated, truncated, info)``; ``info``
             holds the reward terms.
         """
-        a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+        a = clipped_action(action, self.action_space)
         self._p.setJointMotorControlArray(
             self._body, self._joints, pybullet.TORQUE_CONTROL, forces=self._torque_scale * a
         )
