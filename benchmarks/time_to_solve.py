@@ -19,6 +19,7 @@ seed, each in its own process.
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -222,9 +223,22 @@ def main():
             f'{sum(r["solved"] for r in rs):4d}/{len(rs)}'
         )
     print(
-        f'ratio alf_lite / SB3 (median seconds): '
-        f'{median_seconds(results["alf_lite"]) / median_seconds(results["sb3"]):.2f}'
+        'ratio alf_lite / SB3 (median seconds): '
+        + ratio_text(median_seconds(results['alf_lite']), median_seconds(results['sb3']))
     )
+
+
+def ratio_text(alf_lite_seconds: float, sb3_seconds: float) -> str:
+    """The ratio of two median times to solve, one that is infinite (at least half the
+    runs unsolved) said in words."""
+    unsolved = [
+        name
+        for name, seconds in (('alf_lite', alf_lite_seconds), ('SB3', sb3_seconds))
+        if math.isinf(seconds)
+    ]
+    if not unsolved:
+        return f'{alf_lite_seconds / sb3_seconds:.2f}'
+    return f'none ({" and ".join(unsolved)} left at least half its runs unsolved)'
 
 
 if __name__ == '__main__':

@@ -3,6 +3,7 @@ their functions in process with stand-ins for the clock, the envs and the traine
 
 import contextlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -219,6 +220,17 @@ def test_time_to_solve_runs_both_libraries_and_reports_the_ratio(tmp_path):
         )
     assert 'torch threads: alf_lite 1, SB3 1, alf_lite in bfloat16' in result.stdout
     assert re.search(r'ratio alf_lite / SB3 \(median seconds\): [\d.]+', result.stdout)
+
+
+def test_time_to_solve_says_in_words_a_ratio_without_a_median():
+    # An unsolved run counts as infinitely slow: a median of inf has no ratio (it was nan).
+    assert time_to_solve.ratio_text(30.0, 20.0) == '1.50'
+    assert time_to_solve.ratio_text(math.inf, 20.0) == (
+        'none (alf_lite left at least half its runs unsolved)'
+    )
+    assert time_to_solve.ratio_text(math.inf, math.inf) == (
+        'none (alf_lite and SB3 left at least half its runs unsolved)'
+    )
 
 
 @pytest.fixture
