@@ -600,7 +600,14 @@ class Trainer:
                     # not checkpointed as a good state.
                     self._stop_on_deferred_non_finite_loss()
                     pending = self._pending_evaluation is not None
-                    self._save(train_scalars=self._evaluation_train_scalars if pending else None)
+                    train_scalars = self._evaluation_train_scalars if pending else None
+                    try:
+                        self._save(train_scalars=train_scalars)
+                    except InterruptedInEnvCall:
+                        # Another signal, as the training envs gave their episodes (the first
+                        # came in an evaluation): those envs were stopped, the checkpoint
+                        # holds no episodes.
+                        self._save(train_scalars=train_scalars)
                     raise TrainingInterrupted(e.signum) from None
                 except NonFiniteLossError as e:
                     self._stop_on_non_finite_loss(e)

@@ -1258,6 +1258,42 @@ def test_signal_during_the_last_evaluation_then_reruns_write_its_row_once(
     assert [e.step for e in trained] == [100, 200]
 
 
+def test_a_second_signal_as_the_stop_in_an_evaluation_reads_the_episodes_still_checkpoints(
+    tmp_path, monkeypatch
+):
+    # The first SIGTERM ends an eval env step; a second comes while the checkpoint written
+    # for it reads the training envs' episodes (Ctrl-C twice, or grid_search passing both on).
+    real_evaluate = sigterm_during_the_second_evaluation(monkeypatch)
+    real_create = trainer_module.create_environment
+    made = []
+
+    def create_signalling(*args, **kwargs):
+        env = real_create(*args, **kwargs)
+        made.append(env)
+        if len(made) == 1:  # the training envs
+            real_call = env._env.call
+
+            def call(name, *call_args, **call_kwargs):
+                if name == 'alf_lite_episode_record' and made[1].closed:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return real_call(name, *call_args, **call_kwargs)
+
+            monkeypatch.setattr(env._env, 'call', call)
+        return env
+
+    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling)
+    with pytest.raises(TrainingInterrupted) as error:
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert error.value.signum == signal.SIGTERM
+    assert checkpoint_steps(tmp_path) == [100, 200]
+    state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-200'))
+    assert state['collection'] is None  # the training envs were stopped
+    monkeypatch.setattr(trainer_module, 'evaluate', real_evaluate)
+    monkeypatch.setattr(trainer_module, 'create_environment', real_create)
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
+
+
 def test_signal_while_the_evaluation_computes_still_checkpoints_before_stopping(
     tmp_path, monkeypatch
 ):
