@@ -399,6 +399,19 @@ def test_a_run_that_fails_while_the_sweep_stops_is_stopped_and_keeps_its_error()
     assert stop.mark(dict(crashed)) == dict(crashed, stopped=True)
 
 
+def test_runs_stopped_by_the_first_of_two_signals_are_stopped_without_an_error():
+    from alf_lite.bin.grid_search import SweepStop
+
+    # Ctrl-C, then SIGTERM: each run exits with 128 + the first signal it got.
+    with SweepStop() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.signum == signal.SIGTERM
+    for returncode in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        result = {'returncode': returncode, 'error': f'exit code {returncode}: interrupted'}
+        assert stop.mark(result) == {'returncode': returncode, 'error': None, 'stopped': True}
+
+
 def kill_the_sweep_alone(process, root_dir, ready):
     """SIGKILL grid_search alone once ``ready()``; its runs, which had 100000 steps to go,
     must end within a minute by themselves. Returns them; none outlives the test."""

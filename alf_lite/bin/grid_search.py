@@ -649,6 +649,8 @@ class SweepStop:
 
     def __init__(self):
         self.signum: Optional[int] = None
+        # Each signal passed on: a run stops with the exit code of the first it got.
+        self._signums = set()
         self._processes = []
         self._lock = threading.Lock()
         self._previous = {}
@@ -660,6 +662,7 @@ class SweepStop:
     def _handler(self, signum, frame):
         first = self.signum is None
         self.signum = signum
+        self._signums.add(signum)
         if first:
             # Not print(): the main thread may be inside a print of its own.
             with contextlib.suppress(OSError, ValueError):
@@ -678,7 +681,8 @@ class SweepStop:
         if self.signum is not None and result['returncode'] != 0:
             # A run that failed meanwhile counts as stopped too; its error says why.
             result['stopped'] = True
-            if result['returncode'] == EXIT_SIGNAL_BASE + self.signum:
+            stops = {EXIT_SIGNAL_BASE + s for s in self._signums | {self.signum}}
+            if result['returncode'] in stops:
                 result['error'] = None  # train's exit after its checkpoint
         return result
 
