@@ -530,6 +530,28 @@ def test_a_plot_killed_between_moving_in_its_png_and_csv_leaves_no_older_csv_bes
     assert read_curves(tmp_path / 'curves.csv')
 
 
+def test_a_plot_stopped_while_it_writes_leaves_no_temporary_file(grid, tmp_path):
+    assert_ok(run_plot([str(grid), '--out', 'curves.png'], tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    # SIGTERM while the PNG is drawn into its temporary file beside curves.png.
+    script = (
+        'import os, runpy, signal, sys\n'
+        'import matplotlib.figure\n'
+        'savefig = matplotlib.figure.Figure.savefig\n'
+        'def savefig_then_terminate(self, *args, **kwargs):\n'
+        '    savefig(self, *args, **kwargs)\n'
+        '    os.kill(os.getpid(), signal.SIGTERM)\n'
+        'matplotlib.figure.Figure.savefig = savefig_then_terminate\n'
+        f'sys.argv = ["plot", {str(grid)!r}, "--out", "curves.png", "--band", "std"]\n'
+        'runpy.run_module("alf_lite.bin.plot", run_name="__main__")\n'
+    )
+    result = run_python(script, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+    assert result.returncode == 128 + 15, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == 'error: interrupted by SIGTERM.'
+    # The last pair as it was, and nothing beside it.
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
 def test_group_by_a_parameter_no_run_binds_names_the_closest(grid, tmp_path):
     result = run_plot([str(grid), '--group_by', 'actor/Adam.lrr'], tmp_path)
     assert result.returncode == 2, result.stderr

@@ -57,7 +57,7 @@ from typing import Collection, Dict, List, Set, Tuple
 
 from absl import app, flags
 
-from alf_lite.bin.cli import fail, parse_flags
+from alf_lite.bin.cli import EXIT_SIGNAL_BASE, fail, parse_flags
 from alf_lite.config import new_file_beside, sync_directory
 from alf_lite.run_dir import (
     CONFIG_FILE,
@@ -83,6 +83,7 @@ from alf_lite.runs import (
     read_scalar,
     run_columns,
 )
+from alf_lite.signals import Interrupted, RaisingSignals
 
 CONFIDENCE = 0.95
 NUM_BOOTSTRAP = 10_000
@@ -608,6 +609,16 @@ def _short(value: float) -> str:
 
 
 def main(argv):
+    # A stop while the files are written removes their temporary files on the way out.
+    try:
+        with RaisingSignals():
+            plot(argv)
+    except Interrupted as e:
+        fail(f'{e}.', exit_code=EXIT_SIGNAL_BASE + e.signum)
+
+
+def plot(argv):
+    """Plot as the flags say; SIGINT and SIGTERM raise ``Interrupted``."""
     paths = argv[1:]
     if not paths:
         fail(
