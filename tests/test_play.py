@@ -28,6 +28,7 @@ from cli_helpers import (
     start_in_own_session,
     train_command,
     train_env,
+    with_prelude,
 )
 from test_checkpoint import WritesAFile
 
@@ -463,6 +464,54 @@ def test_a_second_signal_while_a_stopped_play_cleans_up_leaves_no_temporary_vide
     assert process.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), stderr[-3000:]
     assert 'Traceback' not in stderr, stderr[-3000:]
     assert os.listdir(tmp_path) == []  # neither the video nor its temporary file
+
+
+def test_a_signal_while_the_video_writer_opens_leaves_no_temporary_video(trained_run, tmp_path):
+    # The SIGINT comes once the .mp4's temporary file is made, as its encoder is set up.
+    video = tmp_path / 'play.mp4'
+    video.write_bytes(b'the video of an earlier play')
+    prelude = (
+        'import os, signal, imageio\n'
+        'get_writer = imageio.get_writer\n'
+        'def get_writer_then_interrupt(*args, **kwargs):\n'
+        '    writer = get_writer(*args, **kwargs)\n'
+        '    os.kill(os.getpid(), signal.SIGINT)\n'
+        '    return writer\n'
+        'imageio.get_writer = get_writer_then_interrupt\n'
+    )
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
+    command = with_prelude(command + ['--record_file', str(video)], prelude, 'alf_lite.bin.play')
+    result = run_train(command)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'error: interrupted by SIGINT. {video} was not written.'
+    ), result.stderr[-3000:]
+    assert video.read_bytes() == b'the video of an earlier play'
+    assert os.listdir(tmp_path) == ['play.mp4']  # no temporary file left
+
+
+def test_a_signal_once_the_video_is_moved_in_says_it_was_written(trained_run, tmp_path):
+    # The SIGTERM comes as the finished video replaces the earlier one: that one is gone.
+    video = tmp_path / 'play.gif'
+    video.write_bytes(b'the video of an earlier play')
+    prelude = (
+        'import os, signal\n'
+        'replace = os.replace\n'
+        'def replace_then_terminate(src, dst, **kwargs):\n'
+        '    replace(src, dst, **kwargs)\n'
+        f'    if dst == {str(video)!r}:\n'
+        '        os.kill(os.getpid(), signal.SIGTERM)\n'
+        'os.replace = replace_then_terminate\n'
+    )
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
+    command = with_prelude(command + ['--record_file', str(video)], prelude, 'alf_lite.bin.play')
+    result = run_train(command)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'error: interrupted by SIGTERM. {video} was written.'
+    ), result.stderr[-3000:]
+    assert video.read_bytes().startswith(b'GIF89a')
+    assert os.listdir(tmp_path) == ['play.gif']
 
 
 def test_an_env_that_raises_while_playing_exits_1_naming_it(tmp_path):

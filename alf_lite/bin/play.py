@@ -129,10 +129,20 @@ class VideoWriter:
     """
 
     def __init__(self, path: str, fps: float, size=None):
-        import imageio
-
         # The real extension last: imageio picks the format by it.
         self._tmp = new_file_beside(path, '.partial' + os.path.splitext(path)[1])
+        self._discarded = False
+        try:
+            self._open(path, fps, size)
+        except BaseException:
+            # A signal (or an error) before the caller holds this writer to discard it.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+            raise
+
+    def _open(self, path: str, fps: float, size) -> None:
+        import imageio
+
         self._path = path
         self._size = size
         # Frames taken into the video, and those the file holds once closed: fewer
@@ -186,8 +196,15 @@ class VideoWriter:
             raise
         os.replace(self._tmp, self._path)
 
+    @property
+    def moved_in(self) -> bool:
+        """Whether ``close`` moved the video to ``path``: its temporary file is gone, and not
+        by ``discard``."""
+        return not self._discarded and not os.path.lexists(self._tmp)
+
     def discard(self) -> None:
         """Stop writing and remove the temporary file: ``path`` is left as it was."""
+        self._discarded = True
         try:
             with contextlib.suppress(Exception):
                 if self._gif is None:
@@ -419,6 +436,9 @@ def play(argv, signals) -> None:
     except EnvironmentCrashedError as e:
         fail(f'{e}{not_written}', exit_code=EXIT_FAULT)
     except Interrupted as e:
+        if video is not None and video.moved_in:
+            # The signal came once the video was in place: the earlier file is replaced.
+            not_written = f' {record_file} was written.'
         fail(f'{e}.{not_written}', exit_code=EXIT_SIGNAL_BASE + e.signum)
     finally:
         try:
