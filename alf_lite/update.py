@@ -92,10 +92,13 @@ class UpdateRunner:
             self._make_optimizers_capturable()
         if compile:
             check_compiles(device)
+            # Static shapes: a shape's kernels are the same whatever shapes came before it
+            # (dynamic ones follow from the shapes seen first, which differ between a run
+            # resumed mid-way and one never stopped, and round otherwise).
             for module in algorithm.children():
-                module.compile()
+                module.compile(dynamic=False)
                 if hasattr(module, 'sample'):  # SAC's actor samples outside forward
-                    module.sample = torch.compile(module.sample)
+                    module.sample = torch.compile(module.sample, dynamic=False)
         # Graph mode: the buffer is sampled inside the graph when it lives on
         # the GPU; a CPU buffer is sampled on the host into these inputs.
         self._sample_in_graph = replay_buffer.device == device

@@ -12,7 +12,7 @@ import torch
 from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.data import Experience, StepType
 from alf_lite.replay_buffer import ReplayBuffer
-from alf_lite.update import UpdateRunner
+from alf_lite.update import UpdateRunner, check_compiles
 from test_non_finite_guard import ALGORITHMS, HostSyncs, assert_same_state, make
 
 NUM_ENVS, OBS_DIM, ACTION_DIM = 2, 3, 2
@@ -229,3 +229,30 @@ def test_a_capture_collects_cycles_first_and_leaves_a_disabled_collector_disable
     finally:
         gc.enable()
     assert events == ['collect', 'capture']
+
+
+# torch.compile's first use imports torch.jit, which warns of its own deprecations.
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+def test_compiled_updates_do_not_depend_on_the_shapes_the_networks_saw_before():
+    # A run never stopped evaluates (a batch of eval envs) before its first update; one
+    # resumed mid-way updates first. Both must take the same update steps, bit for bit.
+    try:
+        check_compiles(torch.device('cpu'))
+    except ValueError as e:
+        pytest.skip(str(e))
+    rb = filled_buffer()
+    trained = []
+    for evaluate_first in (True, False):
+        torch._dynamo.reset()
+        algorithm = make('sac')
+        run = runner(algorithm, rb, compile=True)
+        if evaluate_first:
+            with torch.no_grad():
+                observation = torch.randn(NUM_ENVS, OBS_DIM)
+                algorithm.value_step(observation, algorithm.predict_step(observation))
+        torch.manual_seed(5)
+        for update in range(1, 4):
+            run.update(env_steps=100, update=update)
+        trained.append(algorithm)
+    torch._dynamo.reset()
+    assert_same_state(*trained)
