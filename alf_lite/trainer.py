@@ -827,7 +827,12 @@ class Trainer:
                 (a non-finite weight or optimizer state, a failed write).
         """
         try:
-            return self._save(name=last_good_name(self._env_steps))
+            try:
+                return self._save(name=last_good_name(self._env_steps))
+            except InterruptedInEnvCall:
+                # A signal as the training envs gave their episodes: those envs were
+                # stopped, and the state is kept without them.
+                return self._save(name=last_good_name(self._env_steps))
         except TrainingError as e:
             raise TrainingError(f'{found}; no last-good state was kept: {e}') from (cause or e)
 

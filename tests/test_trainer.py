@@ -1368,6 +1368,42 @@ def test_train_again_after_a_stop_before_any_checkpoint_is_refused_changing_noth
     assert os.listdir(tmp_path / 'checkpoints') == ['last_good-6']
 
 
+def test_a_signal_as_the_last_good_state_reads_the_episodes_still_keeps_it(tmp_path, monkeypatch):
+    # The critic loss of the first update (env step 6) is inf; a SIGTERM comes while the
+    # last-good state asks the training envs for their episodes.
+    from alf_lite import trainer as trainer_module
+
+    tiny_sac_pendulum(
+        "create_environment.env_name = 'alf_test/HugeReward-v0'",
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 100',
+    )
+    real_create = trainer_module.create_environment
+    made = []
+
+    def create_signalling(*args, **kwargs):
+        env = real_create(*args, **kwargs)
+        made.append(env)
+        if len(made) == 1:  # the training envs
+            real_call = env._env.call
+
+            def call(name, *call_args, **call_kwargs):
+                if name == 'alf_lite_episode_record':
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return real_call(name, *call_args, **call_kwargs)
+
+            monkeypatch.setattr(env._env, 'call', call)
+        return env
+
+    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling)
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        with pytest.raises(TrainingError, match='the critic loss is inf.* saved in .*last_good-6'):
+            trainer.train()
+    assert os.listdir(tmp_path / 'checkpoints') == ['last_good-6']
+    state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'last_good-6'))
+    assert state['collection'] is None  # the training envs were stopped
+
+
 def test_train_after_close_is_refused_writing_nothing(tmp_path):
     # stop_when ended it before num_env_steps: a train() again would go on, but the envs
     # were stopped by close().
