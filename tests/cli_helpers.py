@@ -300,3 +300,29 @@ def send_as_user(process, sig):
         os.killpg(process.pid, sig)
     else:
         process.send_signal(sig)
+
+
+def sigterm_as_the_training_envs_give_episodes(monkeypatch, when=lambda made: True):
+    """Make the training envs (the first ``alf_lite.trainer.create_environment`` builds) get a
+    SIGTERM as they are asked for their episodes, whenever ``when(made)`` holds (``made``:
+    the envs built so far); a checkpoint asks, in process as with env processes."""
+    from alf_lite import trainer as trainer_module
+
+    real_create = trainer_module.create_environment
+    made = []
+
+    def create_signalling(*args, **kwargs):
+        env = real_create(*args, **kwargs)
+        made.append(env)
+        if len(made) == 1:
+            real_call = env._env.call
+
+            def call(name, *call_args, **call_kwargs):
+                if name == 'alf_lite_episode_record' and when(made):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return real_call(name, *call_args, **call_kwargs)
+
+            monkeypatch.setattr(env._env, 'call', call)
+        return env
+
+    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling)

@@ -48,6 +48,7 @@ from cli_helpers import (
     run_python,
     run_train,
     send_as_user,
+    sigterm_as_the_training_envs_give_episodes,
     start_in_own_session,
     train_command,
     train_env,
@@ -1265,23 +1266,8 @@ def test_a_second_signal_as_the_stop_in_an_evaluation_reads_the_episodes_still_c
     # for it reads the training envs' episodes (Ctrl-C twice, or grid_search passing both on).
     real_evaluate = sigterm_during_the_second_evaluation(monkeypatch)
     real_create = trainer_module.create_environment
-    made = []
-
-    def create_signalling(*args, **kwargs):
-        env = real_create(*args, **kwargs)
-        made.append(env)
-        if len(made) == 1:  # the training envs
-            real_call = env._env.call
-
-            def call(name, *call_args, **call_kwargs):
-                if name == 'alf_lite_episode_record' and made[1].closed:
-                    os.kill(os.getpid(), signal.SIGTERM)
-                return real_call(name, *call_args, **call_kwargs)
-
-            monkeypatch.setattr(env._env, 'call', call)
-        return env
-
-    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling)
+    # Once the eval envs (the second built) were stopped by the first signal.
+    sigterm_as_the_training_envs_give_episodes(monkeypatch, when=lambda made: made[1].closed)
     with pytest.raises(TrainingInterrupted) as error:
         train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
     assert error.value.signum == signal.SIGTERM

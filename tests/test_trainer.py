@@ -29,6 +29,7 @@ from alf_lite.run_dir import RunDirInUseError, latest_checkpoint
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import InterruptedInEnvCall, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
+from cli_helpers import sigterm_as_the_training_envs_give_episodes
 from test_non_finite_guard import _tensors
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
@@ -1371,31 +1372,12 @@ def test_train_again_after_a_stop_before_any_checkpoint_is_refused_changing_noth
 def test_a_signal_as_the_last_good_state_reads_the_episodes_still_keeps_it(tmp_path, monkeypatch):
     # The critic loss of the first update (env step 6) is inf; a SIGTERM comes while the
     # last-good state asks the training envs for their episodes.
-    from alf_lite import trainer as trainer_module
-
     tiny_sac_pendulum(
         "create_environment.env_name = 'alf_test/HugeReward-v0'",
         "TrainerConfig.device = 'cpu'",
         'TrainerConfig.num_env_steps = 100',
     )
-    real_create = trainer_module.create_environment
-    made = []
-
-    def create_signalling(*args, **kwargs):
-        env = real_create(*args, **kwargs)
-        made.append(env)
-        if len(made) == 1:  # the training envs
-            real_call = env._env.call
-
-            def call(name, *call_args, **call_kwargs):
-                if name == 'alf_lite_episode_record':
-                    os.kill(os.getpid(), signal.SIGTERM)
-                return real_call(name, *call_args, **call_kwargs)
-
-            monkeypatch.setattr(env._env, 'call', call)
-        return env
-
-    monkeypatch.setattr(trainer_module, 'create_environment', create_signalling)
+    sigterm_as_the_training_envs_give_episodes(monkeypatch)
     with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
         with pytest.raises(TrainingError, match='the critic loss is inf.* saved in .*last_good-6'):
             trainer.train()
