@@ -466,6 +466,17 @@ def test_a_second_signal_while_a_stopped_play_cleans_up_leaves_no_temporary_vide
     assert os.listdir(tmp_path) == []  # neither the video nor its temporary file
 
 
+def play_stopped(run, video, prelude: str, signal_name: str, says: str) -> None:
+    """play recording ``run`` to ``video`` after ``prelude``, which sends it ``signal_name``:
+    it exits with 128 + its number, its last line naming the signal, then ``says``."""
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(run)]
+    command = with_prelude(command + ['--record_file', str(video)], prelude, 'alf_lite.bin.play')
+    result = run_train(command)
+    assert result.returncode == 128 + getattr(signal, signal_name), result.stderr[-3000:]
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line == f'error: interrupted by {signal_name}. {says}', result.stderr[-3000:]
+
+
 def test_a_signal_while_the_video_writer_opens_leaves_no_temporary_video(trained_run, tmp_path):
     # The SIGINT comes once the .mp4's temporary file is made, as its encoder is set up.
     video = tmp_path / 'play.mp4'
@@ -479,13 +490,7 @@ def test_a_signal_while_the_video_writer_opens_leaves_no_temporary_video(trained
         '    return writer\n'
         'imageio.get_writer = get_writer_then_interrupt\n'
     )
-    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
-    command = with_prelude(command + ['--record_file', str(video)], prelude, 'alf_lite.bin.play')
-    result = run_train(command)
-    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == (
-        f'error: interrupted by SIGINT. {video} was not written.'
-    ), result.stderr[-3000:]
+    play_stopped(trained_run, video, prelude, 'SIGINT', f'{video} was not written.')
     assert video.read_bytes() == b'the video of an earlier play'
     assert os.listdir(tmp_path) == ['play.mp4']  # no temporary file left
 
@@ -503,13 +508,7 @@ def test_a_signal_once_the_video_is_moved_in_says_it_was_written(trained_run, tm
         '        os.kill(os.getpid(), signal.SIGTERM)\n'
         'os.replace = replace_then_terminate\n'
     )
-    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
-    command = with_prelude(command + ['--record_file', str(video)], prelude, 'alf_lite.bin.play')
-    result = run_train(command)
-    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == (
-        f'error: interrupted by SIGTERM. {video} was written.'
-    ), result.stderr[-3000:]
+    play_stopped(trained_run, video, prelude, 'SIGTERM', f'{video} was written.')
     assert video.read_bytes().startswith(b'GIF89a')
     assert os.listdir(tmp_path) == ['play.gif']
 
