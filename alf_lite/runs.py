@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -397,6 +397,7 @@ def train_in_subprocess(
     extra_env: Optional[Dict[str, str]] = None,
     on_start: Optional[Callable[[subprocess.Popen], None]] = None,
     stop_file: Optional[str] = None,
+    import_dirs: Sequence[str] = (),
 ) -> dict:
     """Train (or resume) the run in ``root_dir`` with ``python -m alf_lite.bin.train``.
 
@@ -421,6 +422,9 @@ def train_in_subprocess(
         stop_file: a path that, once it exists, stops the run: train gets SIGINT
             (checked each second), or does not start (``not_started`` is True).
             How a Ray driver reaches its runs on other nodes.
+        import_dirs: directories put on the subprocess's ``PYTHONPATH`` after this
+            alf_lite's, where the config's own modules are found (a local sweep's
+            working directory, as ``python -m`` puts it on the sweep's path).
     Returns:
         ``{'returncode', 'wall_time_s', 'error'}``; ``error`` is None on success,
         else the line of the log that says why, with the exit code.
@@ -428,6 +432,9 @@ def train_in_subprocess(
     if stop_file is not None and os.path.exists(stop_file):
         return dict(NOT_STARTED)
     env = started_watching_this_process(dict(subprocess_env(num_threads), **(extra_env or {})))
+    if import_dirs:
+        alf_lite_dir, *others = env['PYTHONPATH'].split(os.pathsep)
+        env['PYTHONPATH'] = os.pathsep.join([alf_lite_dir, *import_dirs, *others])
     # train's working directory (the logs') stays off its sys.path, as with python -P.
     env['PYTHONSAFEPATH'] = '1'
     os.makedirs(os.path.dirname(log_path), exist_ok=True)

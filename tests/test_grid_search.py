@@ -212,6 +212,32 @@ def test_unfinished_run_resumes(tmp_path):
     )
 
 
+def test_runs_import_a_module_of_the_sweeps_working_directory_as_the_sweep_did(tmp_path):
+    # README: an env of your own is named with its module, importable where train runs;
+    # the sweep's own parse imports it from its working directory (python -m puts it on
+    # the path), and so must each run's train, whose working directory is the logs'.
+    write_inputs(
+        tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
+    )
+    (tmp_path / 'sweep_envs.py').write_text(
+        'import gymnasium\n'
+        "gymnasium.register('SweepPendulum-v0', "
+        "entry_point='gymnasium.envs.classic_control.pendulum:PendulumEnv')\n"
+    )
+    root_dir = tmp_path / 'runs'
+    result = run_grid(
+        tmp_path,
+        root_dir,
+        '--gin_param',
+        "create_environment.env_name='sweep_envs:SweepPendulum-v0'",
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert 'seed=0: finished' in result.stdout, result.stdout
+    assert "create_environment.env_name = 'sweep_envs:SweepPendulum-v0'" in (
+        (root_dir / 'seed=0' / 'config.gin').read_text()
+    )
+
+
 def test_finished_run_of_another_config_fails_naming_the_differing_binding(tmp_path):
     write_inputs(
         tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
@@ -1079,7 +1105,9 @@ class FakeTraining:
         self.running = 0
         self.most_running = 0
 
-    def __call__(self, root_dir, config_text, num_threads, log_path, extra_env=None, on_start=None):
+    def __call__(
+        self, root_dir, config_text, num_threads, log_path, extra_env=None, on_start=None, **_
+    ):
         gpu = (extra_env or {}).get('CUDA_VISIBLE_DEVICES')
         with self.lock:
             self.env[os.path.basename(root_dir)] = extra_env

@@ -725,11 +725,22 @@ def run_local(
 
     gpu_pool = GpuPool(gpus, runs_per_gpu) if gpus else None
     stop = SweepStop()
+    # The modules the config imports were found where the sweep found them: its working
+    # directory among them when it is on the sweep's path (python -m puts it there), which
+    # train, whose working directory is the logs' and stays off its path, would not see.
+    cwd = os.getcwd()
+    on_path = any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path)
+    import_dirs = [cwd] if on_path else []
 
     def train_one(run):
         if gpu_pool is None:
             return train_in_subprocess(
-                run.root_dir, run.config_text, num_threads, run.log_path, on_start=stop.track
+                run.root_dir,
+                run.config_text,
+                num_threads,
+                run.log_path,
+                on_start=stop.track,
+                import_dirs=import_dirs,
             )
         gpu = gpu_pool.acquire()
         try:
@@ -742,6 +753,7 @@ def run_local(
                 run.log_path,
                 extra_env={'CUDA_VISIBLE_DEVICES': gpu},
                 on_start=stop.track,
+                import_dirs=import_dirs,
             )
         finally:
             gpu_pool.release(gpu)
