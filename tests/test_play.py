@@ -546,6 +546,56 @@ def test_an_env_that_raises_while_playing_exits_1_naming_it(tmp_path):
     ), result.stderr[-3000:]
 
 
+RENDER_ENVS = """
+import gymnasium
+from gymnasium.envs.classic_control.pendulum import PendulumEnv
+
+
+class RenderRaises(PendulumEnv):
+    def render(self):
+        raise NotImplementedError('no frames here')
+
+
+class RendersNothing(PendulumEnv):
+    def render(self):
+        return None
+
+
+gymnasium.register('RenderRaises-v0', entry_point=RenderRaises, max_episode_steps=5)
+gymnasium.register('RendersNothing-v0', entry_point=RendersNothing, max_episode_steps=5)
+"""
+
+
+@pytest.mark.parametrize(
+    'env_id, problem',
+    [
+        ('RenderRaises-v0', 'raised in render(): NotImplementedError: no frames here'),
+        (
+            'RendersNothing-v0',
+            "returned None from render() in render_mode 'rgb_array', not an image "
+            '(an H x W x 3 array).',
+        ),
+    ],
+)
+def test_an_env_that_renders_no_frame_exits_1_naming_it_and_writes_no_video(
+    trained_run, tmp_path, env_id, problem
+):
+    # An env of the user's own, beside the working directory, named with its module.
+    (tmp_path / 'render_envs.py').write_text(RENDER_ENVS)
+    gif = tmp_path / 'p.gif'
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
+    env_name = f"create_environment.env_name='render_envs:{env_id}'"
+    options = ['--trust_imports', '--gin_param', env_name, '--record_file', str(gif)]
+    result = run_train(command + options, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: Environment 'render_envs:{env_id}' (env 0 of 1) {problem} {gif} was not written."
+    ), result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr
+    # Nor its temporary file.
+    assert set(os.listdir(tmp_path)) - {'__pycache__'} == {'render_envs.py'}
+
+
 @pytest.mark.parametrize(
     'module, name',
     [('alf_lite.bin.policy', 'load_policy'), ('alf_lite.evaluation', 'evaluate')],

@@ -275,10 +275,20 @@ def play_episodes(env, algorithm, num_episodes: int, video=None):
     """``[(return, length)]`` of ``num_episodes`` deterministic episodes, one after another."""
     import numpy as np
 
+    from alf_lite.environments import EnvironmentCrashedError
     from alf_lite.evaluation import evaluate
 
     def record_frame(time_step):
-        video.append(env.render()[0])
+        frame = env.render()[0]
+        shape = np.shape(frame)
+        if len(shape) != 3 or shape[2] < 3:
+            # An env that renders nothing in this mode (None) or no colour image.
+            what = 'None' if frame is None else f'a {type(frame).__name__} of shape {shape}'
+            raise EnvironmentCrashedError(
+                f"{env.which(0)} returned {what} from render() in render_mode 'rgb_array', "
+                'not an image (an H x W x 3 array).'
+            )
+        video.append(frame)
 
     results = []
     for episode in range(num_episodes):

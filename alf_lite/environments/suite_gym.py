@@ -182,6 +182,12 @@ class _NamedEnv(gymnasium.Wrapper):
             raise self._crashed('step', e) from e
         return self._checked('step', result)
 
+    def render(self):
+        try:
+            return self.env.render()
+        except _RAISED_BY_ENVS as e:
+            raise self._crashed('render', e) from e
+
     def close(self):
         """Close the env; what its ``close()`` raises is a warning naming it: the run's
         results are written by then, and the other envs are still to be closed."""
