@@ -156,6 +156,8 @@ class CrashingEnv(gymnasium.Env):
                 os._exit(3)  # Dies without a Python exception, as a segfault would.
             if self._how == 'wrong_shape':
                 return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
+            if self._how == 'array_reward':  # as -x @ x of an x of shape (1, n) gives
+                return np.zeros(1, dtype=np.float32), np.array([0.5]), False, False, {}
             raise ValueError(self._message)
         return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
 
@@ -196,6 +198,12 @@ gymnasium.register(
     entry_point=CrashingEnv,
     max_episode_steps=10,
     kwargs=dict(how='wrong_shape'),
+)
+gymnasium.register(
+    'alf_test/ArrayReward-v0',
+    entry_point=CrashingEnv,
+    max_episode_steps=10,
+    kwargs=dict(how='array_reward'),
 )
 gymnasium.register(
     'alf_test/FirstDies-v0',
@@ -687,6 +695,25 @@ def test_an_observation_of_another_shape_than_the_space_is_named_with_the_env(us
     assert str(raised.value) == (
         "Environment 'alf_test/WrongShape-v0' (env 1 of 3) returned from step() an observation "
         'of shape (2,), not (1,), the shape of its observation space'
+    )
+    env.close()
+    assert new_children(before) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('use_subprocesses', [True, False])
+def test_a_reward_that_is_no_number_is_named_with_the_env(use_subprocesses):
+    # The vector env writes each reward into an array of one number per env, which
+    # failed with a ValueError that named no env.
+    before = child_pids()
+    env = create_environment('alf_test/ArrayReward-v0', 3, use_subprocesses=use_subprocesses)
+    env.reset()
+    with pytest.raises(EnvironmentCrashedError) as raised:
+        for _ in range(5):
+            env.step(torch.zeros(3, 1))
+    assert str(raised.value) == (
+        "Environment 'alf_test/ArrayReward-v0' (env 1 of 3) returned from step() a ndarray of "
+        'shape (1,) as its reward, not a number'
     )
     env.close()
     assert new_children(before) == []

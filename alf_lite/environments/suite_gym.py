@@ -159,13 +159,22 @@ class _NamedEnv(gymnasium.Wrapper):
 
     def _checked(self, call: str, result: tuple) -> tuple:
         """``result`` of ``call``, refused when its observation does not have the shape of the
-        observation space: the vector env would fail to stack it, naming no env."""
+        observation space, or a step's reward is not one number (``np.array([r])``): the
+        vector env would fail to stack them, naming no env."""
         shape = self._observation_shape
         if shape is not None and np.shape(result[0]) != shape:
             raise EnvironmentCrashedError(
                 f'{self._where} returned from {call}() an observation of shape '
                 f'{np.shape(result[0])}, not {shape}, the shape of its observation space'
             )
+        if call == 'step' and not isinstance(result[1], (float, int)):
+            reward = result[1]
+            if np.ndim(reward) != 0 or np.asarray(reward).dtype.kind not in 'biuf':
+                what = 'None' if reward is None else f'a {type(reward).__name__}'
+                raise EnvironmentCrashedError(
+                    f'{self._where} returned from step() {what} of shape {np.shape(reward)} '
+                    'as its reward, not a number'
+                )
         return result
 
     def reset(self, **kwargs):
