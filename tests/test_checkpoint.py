@@ -375,6 +375,33 @@ def test_all_checkpoints_corrupt_moves_none_aside(tmp_path, caplog):
     assert 'ckpt-50' in warnings[1] and warnings[1].endswith('there is none before it.')
 
 
+def test_every_corrupt_checkpoint_newer_than_the_one_resumed_is_moved_aside(tmp_path):
+    for step in (50, 100, 150):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(1), None)
+    for step in (100, 150):
+        (tmp_path / f'ckpt-{step}' / ckpt.MODEL_FILE).write_bytes(b'garbage')
+    latest = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert latest.path.endswith('ckpt-50')
+    ckpt.move_aside(latest.unreadable)
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100.corrupt', 'ckpt-150.corrupt', 'ckpt-50']
+
+
+def test_a_corrupt_checkpoint_that_cannot_be_moved_aside_is_named_and_left(tmp_path, monkeypatch):
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+
+    def rename(source, target):
+        raise PermissionError(errno.EACCES, 'Permission denied', source)
+
+    monkeypatch.setattr(os, 'rename', rename)
+    with pytest.raises(ckpt.CheckpointError) as error:
+        ckpt.move_aside([path])
+    assert str(error.value).startswith(
+        f'could not move the unreadable checkpoint {path} aside to {path}.corrupt '
+        '(PermissionError: [Errno 13] Permission denied'
+    )
+    assert os.listdir(tmp_path) == ['ckpt-100']
+
+
 def test_a_truncated_model_file_is_named_once_as_a_damaged_zip(tmp_path):
     path = ckpt.save_checkpoint(str(tmp_path), 50, make_state(1), None)
     model = os.path.join(path, ckpt.MODEL_FILE)
@@ -849,6 +876,8 @@ def test_trainer_state_round_trips_and_a_foreign_state_is_refused(tmp_path):
     assert loaded.env_steps == 40 and loaded.recent_lengths == [7]
     with pytest.raises(ckpt.CheckpointError, match='not a trainer checkpoint'):
         ckpt.trainer_state(make_state(1))
+    with pytest.raises(ckpt.CheckpointError, match='it holds a list, not a dict'):
+        ckpt.trainer_state([state])
 
 
 def valid_trainer_state():
@@ -915,6 +944,23 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         ),
         ({'last_eval': {3: 1.0}}, 'last_eval holds the key 3, no summary scalar name'),
         ({'last_eval': {'eval/': 1.0}}, "last_eval holds the key 'eval/', no summary scalar name"),
+        ({'iteration_start': -1}, 'iteration_start -1 is not in [0, env_steps = 40]'),
+        ({'algorithm': {'optimizers': {}}}, "the algorithm state has no 'module' dict"),
+        ({'recent_lengths': [-1]}, 'recent_lengths holds -1, no count of steps'),
+        (
+            {'last_eval': {'test/AverageReturn': 1.0}},
+            "last_eval holds the key 'test/AverageReturn', no summary scalar name",
+        ),
+        (
+            {'update_scalars': {'critic_loss': 1.0}},
+            "update_scalars holds the key 'critic_loss', no summary scalar name",
+        ),
+        ({'rng': {}}, "its RNG state is invalid (KeyError: 'numpy')"),
+        (
+            {'algorithm': {'module': {'weight': torch.tensor([float('nan')])}, 'optimizers': {}}},
+            'parameter weight holds NaN or inf; alf_lite never writes a checkpoint with '
+            'non-finite weights, so the file was altered or damaged',
+        ),
     ],
     ids=[
         'negative_env_steps',
@@ -937,6 +983,13 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         'column_of_its_own',
         'int_key',
         'empty_name',
+        'negative_iteration_start',
+        'no_module',
+        'length_of_minus_one',
+        'unknown_mode',
+        'update_scalar_without_mode',
+        'rng_without_numpy',
+        'nan_weight',
     ],
 )
 def test_check_trainer_state_names_the_file_and_its_problem(tmp_path, damage, problem):
@@ -1086,6 +1139,103 @@ def test_a_checkpoint_zipped_again_with_directory_entries_loads(tmp_path):
         assert 'archive/' in archive.namelist()
     assert_same(ckpt.load_state(path), torch.load(model, weights_only=True))
     assert_same(ckpt.load_state(path)['algorithm'], make_state(1)['algorithm'])
+
+
+def zipped_again(model):
+    """Write zip file ``model`` again as zipfile does: each record's CRC-32 and sizes in its
+    local header, where torch writes them to a descriptor after its data."""
+    with zipfile.ZipFile(model) as archive:
+        records = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    os.remove(model)
+    with zipfile.ZipFile(model, 'w', zipfile.ZIP_STORED) as archive:
+        for name, data in records:
+            archive.writestr(name, data)
+
+
+def descriptor_crc(data, info):
+    """Where the CRC-32 of the descriptor after the data of ``info``'s record is."""
+    start = info.header_offset
+    name_length, extra_length = struct.unpack('<HH', data[start + 26 : start + 30])
+    end = start + 30 + name_length + extra_length + info.compress_size
+    assert data[end : end + 4] == b'PK\x07\x08'
+    return end + 4
+
+
+@pytest.mark.parametrize(
+    'rewrite, damage, problem',
+    [
+        (True, lambda data, info: info.header_offset + 30, 'no local header of that name'),
+        (True, lambda data, info: info.header_offset + 8, 'names another compression method'),
+        (True, lambda data, info: info.header_offset + 14, 'holds another CRC-32 or size'),
+        (False, descriptor_crc, 'the descriptor after it holds another CRC-32 or size'),
+    ],
+    ids=['name', 'method', 'crc', 'descriptor_crc'],
+)
+def test_a_record_whose_local_header_does_not_repeat_its_directory_entry_is_refused(
+    tmp_path, rewrite, damage, problem
+):
+    # Torch reads a record by its central directory entry: its local header and the
+    # descriptor after its data must say the same (zipfile checks only the name).
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    model = os.path.join(path, ckpt.MODEL_FILE)
+    if rewrite:
+        zipped_again(model)
+        ckpt.load_state(path)  # as written, it loads
+    with zipfile.ZipFile(model) as archive:
+        info = archive.infolist()[0]
+    with open(model, 'rb') as f:
+        data = bytearray(f.read())
+    data[damage(data, info)] ^= 0x01
+    with open(model, 'wb') as f:
+        f.write(data)
+    with pytest.raises(zipfile.BadZipFile, match=re.escape(f'record {info.filename}: ')) as error:
+        ckpt.load_state(path)
+    assert problem in str(error.value)
+
+
+def test_a_record_that_runs_into_the_next_one_is_refused(tmp_path):
+    # Its local header and directory entry agree, and its CRC-32 is that of the bytes its
+    # sizes span: the first 4 bytes of the next record's local header among them.
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    model = os.path.join(path, ckpt.MODEL_FILE)
+    zipped_again(model)
+    with zipfile.ZipFile(model) as archive:
+        first, directory = archive.infolist()[0], archive.start_dir
+    with open(model, 'rb') as f:
+        data = bytearray(f.read())
+    start = first.header_offset
+    name_length, extra_length = struct.unpack('<HH', data[start + 26 : start + 30])
+    data_start = start + 30 + name_length + extra_length
+    size = first.compress_size + 4
+    assert data[data_start + first.compress_size : data_start + size] == b'PK\x03\x04'
+    fields = struct.pack('<3I', zlib.crc32(data[data_start : data_start + size]), size, size)
+    data[start + 14 : start + 26] = fields
+    # The first entry of the central directory: its CRC-32 and sizes at byte 16.
+    assert data[directory : directory + 4] == b'PK\x01\x02'
+    data[directory + 16 : directory + 28] = fields
+    with open(model, 'wb') as f:
+        f.write(data)
+    with zipfile.ZipFile(model) as archive:
+        assert archive.testzip() is None  # each record matches its CRC-32
+    with pytest.raises(zipfile.BadZipFile, match='overlaps what follows it'):
+        ckpt.load_state(path)
+
+
+def test_a_record_whose_directory_entry_points_past_the_file_is_named(tmp_path):
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    model = os.path.join(path, ckpt.MODEL_FILE)
+    with zipfile.ZipFile(model) as archive:
+        first, directory = archive.infolist()[0], archive.start_dir
+    with open(model, 'rb') as f:
+        data = bytearray(f.read())
+    # The first entry of the central directory: its local header's offset at byte 42.
+    assert data[directory : directory + 4] == b'PK\x01\x02'
+    data[directory + 42 : directory + 46] = struct.pack('<I', len(data))
+    with open(model, 'wb') as f:
+        f.write(data)
+    message = f'record {first.filename}: its offset {len(data)} is outside the file'
+    with pytest.raises(zipfile.BadZipFile, match=re.escape(message)):
+        ckpt.load_state(path)
 
 
 def test_a_model_file_that_unpacks_past_the_memory_left_is_refused_before_loading(
