@@ -4,6 +4,7 @@ import os
 import re
 import stat
 import sys
+import types
 from typing import Tuple
 
 import gin
@@ -296,15 +297,18 @@ class EditableFinder:
 """
 
 
-@pytest.mark.parametrize('finder_installed', [True, False])
+# The finder's file: installed; beside the package (which is found on sys.path there too);
+# elsewhere outside (the package is found only through the finder's mapping).
+@pytest.mark.parametrize('finder_place', ['site-packages', 'checkout', 'elsewhere'])
 def test_a_package_installed_in_development_mode_is_installed_code(
-    tmp_path, monkeypatch, finder_installed
+    tmp_path, monkeypatch, finder_place
 ):
     package = tmp_path / 'checkout' / 'dev_pkg_3a9c'
     _write(package / '__init__.py', 'raise SystemExit("imported")\n')
     _write(package / 'envs.py', 'raise SystemExit("imported")\n')
     site_packages = tmp_path / 'site-packages'
-    finder_dir = site_packages if finder_installed else tmp_path / 'checkout'
+    finder_installed = finder_place == 'site-packages'
+    finder_dir = tmp_path / finder_place
     _write(
         finder_dir / 'dev_finder_3a9c.py',
         _EDITABLE_FINDER.replace('{MAPPING!r}', repr({'dev_pkg_3a9c': str(package)})),
@@ -341,6 +345,37 @@ def test_an_env_id_importing_code_from_outside_is_refused_in_a_file_not_in_the_u
     config.parse_config([], [binding], trust_imports=False)
     assert gin.query_parameter('create_environment.env_name') == 'loose_env_7c1d:Walker-v0'
     assert 'loose_env_7c1d' not in sys.modules
+
+
+def test_an_env_id_given_through_a_macro_importing_code_from_outside_is_refused(
+    tmp_path, monkeypatch
+):
+    import alf_lite.all_configurables  # noqa: F401
+
+    (tmp_path / 'loose_env_5a8e.py').write_text('raise SystemExit("imported")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gin_file = _write(
+        tmp_path / 'run' / 'config.gin',
+        "ID = 'loose_env_5a8e:Walker-v0'\ncreate_environment.env_name = %ID\n",
+    )
+    with pytest.raises(config.UntrustedCodeError, match='imports loose_env_5a8e.*--trust_imports'):
+        config.parse_config([str(gin_file)], trust_imports=False)
+    assert 'loose_env_5a8e' not in sys.modules
+
+
+def test_a_submodule_an_imported_package_finds_outside_the_installed_packages_is_named(
+    tmp_path, monkeypatch
+):
+    # A package imported already (a namespace package of several portions, say) looks for
+    # its submodules in each directory of its __path__: one may be outside.
+    _write(tmp_path / 'portion' / 'sub_6e2f.py', 'raise SystemExit("imported")\n')
+    package = types.ModuleType('pkg_6e2f')
+    package.__path__ = [str(tmp_path / 'portion')]
+    monkeypatch.setitem(sys.modules, 'pkg_6e2f', package)
+    assert config.code_outside_installed('pkg_6e2f.sub_6e2f') == str(
+        tmp_path / 'portion' / 'sub_6e2f.py'
+    )
+    assert 'pkg_6e2f.sub_6e2f' not in sys.modules
 
 
 def test_misspelt_parameter_names_closest_valid(tmp_path):

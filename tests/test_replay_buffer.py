@@ -360,6 +360,16 @@ def test_load_state_dict_rejects_mismatch():
     assert torch.equal(target.storage['observation'], before)  # nothing copied
 
 
+def test_load_state_dict_rejects_a_step_type_one_past_last():
+    state = _filled(num_envs=3, length=5, num_added=2).state_dict()
+    crafted = dict(state, step_type=[rows.clone() for rows in state['step_type']])
+    crafted['step_type'][0][1] = StepType.LAST + 1
+    target = ReplayBuffer(3, 5, 2, 2)
+    with pytest.raises(ValueError, match="'step_type' holds values other than FIRST"):
+        target.load_state_dict(crafted)
+    assert target.total_added == 0
+
+
 def test_load_state_dict_reads_the_whole_tensors_of_older_checkpoints():
     # Before the per-env lists, a state held each field's whole storage and no length.
     saved = _filled(num_envs=3, length=5, num_added=7)
