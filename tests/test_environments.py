@@ -535,6 +535,10 @@ def test_module_colon_id_imports_the_module_that_registers_the_id(
         action = torch.zeros(2, 1)
         step_types = [env.step(action).step_type.tolist() for _ in range(3)]
     assert step_types[-1] == [StepType.LAST] * 2  # the module's time limit of 3
+    # A misspelt id after the module: the closest ids are written with it, as they work.
+    misspelt = env_id.replace('-v0', '-v1')
+    with pytest.raises(ValueError, match=f"Closest registered ids: '{module}:{env_id}'"):
+        create_environment(f'{module}:{misspelt}')
     with pytest.raises(ValueError, match="cannot import module 'no_such_module_here'"):
         create_environment('no_such_module_here:Pendulum-v1')
 

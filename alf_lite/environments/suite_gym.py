@@ -1307,6 +1307,9 @@ def create_environment(
         spec = gymnasium.spec(env_id)
     except gymnasium.error.Error as e:
         close = difflib.get_close_matches(env_id, list(gymnasium.envs.registry.keys()), n=5)
+        if env_id != env_name:
+            # Written as given: without its module, the id is unknown to a new process.
+            close = [f'{module}:{c}' for c in close]
         hint = (
             ('Closest registered ids: ' + ', '.join(repr(c) for c in close) + '.')
             if close
