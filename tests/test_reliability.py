@@ -905,6 +905,28 @@ def test_a_signal_while_train_imports_its_modules_stops_it_with_one_line(tmp_pat
     assert os.listdir(tmp_path) == []
 
 
+def test_a_signal_while_train_imports_torch_stops_it_with_one_line(tmp_path):
+    # The signal arrives once torch's fake_tensor module registered its exit-time log of
+    # cache stats and before torch's import set its loggers' level: no log follows the line.
+    root_dir = tmp_path / 'run'
+    command = train_command(root_dir, [PENDULUM], SHORT)
+    prelude = (
+        'import os, signal, sys\n'
+        'class SignalWhileTorchImports:\n'
+        '    def find_spec(self, name, path=None, target=None):\n'
+        '        fake_tensor = sys.modules.get("torch._subclasses.fake_tensor")\n'
+        '        if hasattr(fake_tensor, "dump_cache_stats"):\n'
+        '            sys.meta_path.remove(self)\n'
+        '            os.kill(os.getpid(), signal.SIGTERM)\n'
+        'sys.meta_path.insert(0, SignalWhileTorchImports())\n'
+    )
+    result = run_train(with_prelude(command, prelude, alter_sys=True))
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error: SIGTERM arrived outside'), lines
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_signal_once_train_made_its_root_dir_removes_it(tmp_path):
     root_dir = tmp_path / 'run'
     command = train_command(root_dir, [PENDULUM], SHORT)

@@ -1,8 +1,14 @@
 """What the command-line tools share: telling the user what went wrong."""
 
+import logging
 import os
 import sys
 from typing import List
+
+# torch's level for its loggers, which torch sets only at the end of its import: a tool that
+# stops while torch imports (a signal) would otherwise print torch's exit-time INFO logs (the
+# FakeTensor cache stats) after its one line. torch's import sets it again (TORCH_LOGS).
+logging.getLogger('torch').setLevel(logging.WARNING)
 
 # Exit codes of the tools.
 EXIT_FAULT = 1  # something failed while running (train: training; grid_search: a run)
