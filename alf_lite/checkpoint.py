@@ -222,6 +222,13 @@ def load_file(path: str, map_location: Union[str, torch.device, None] = None, mm
         if not unsafe:
             # torch's own message advises weights_only=False, which is no advice here.
             raise pickle.UnpicklingError(f'{path} is corrupt or not a checkpoint file') from None
+    except (EOFError, KeyError, IndexError, ValueError):
+        # A file that is not torch's zip fails in torch's legacy reader, before any global,
+        # with errors that do not say so: an empty one with a bare EOFError, text with a
+        # KeyError of a number.
+        if _is_zip_file(path):
+            raise
+        raise pickle.UnpicklingError(f'{path} is corrupt or not a checkpoint file') from None
     except RuntimeError:
         # torch's oldest format, which weights_only does not read: its pickles would run.
         if not tarfile.is_tarfile(path):

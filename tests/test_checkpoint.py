@@ -402,6 +402,18 @@ def test_a_corrupt_checkpoint_that_cannot_be_moved_aside_is_named_and_left(tmp_p
     assert os.listdir(tmp_path) == ['ckpt-100']
 
 
+@pytest.mark.parametrize('content', [b'', b'junk\n'], ids=['empty', 'text'])
+def test_a_model_file_torchs_legacy_reader_fails_on_is_named_corrupt(tmp_path, content):
+    # torch raises a bare EOFError for the empty file, a KeyError of a number for the text.
+    path = ckpt.save_checkpoint(str(tmp_path), 50, make_state(1), None)
+    model = os.path.join(path, ckpt.MODEL_FILE)
+    with open(model, 'wb') as f:
+        f.write(content)
+    with pytest.raises(ckpt.CheckpointError) as error:
+        ckpt.load_latest_checkpoint(str(tmp_path))
+    assert f'the newest: UnpicklingError: {model} is corrupt' in str(error.value)
+
+
 def test_a_truncated_model_file_is_named_once_as_a_damaged_zip(tmp_path):
     path = ckpt.save_checkpoint(str(tmp_path), 50, make_state(1), None)
     model = os.path.join(path, ckpt.MODEL_FILE)
