@@ -646,6 +646,10 @@ def _failed_to_read(error: BaseException) -> bool:
     nothing about the file; a file missing from a checkpoint is the checkpoint's fault."""
     if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
         return True
+    if isinstance(error, RuntimeError) and 'unable to mmap' in str(error):
+        # torch.load(mmap=True) could not map the file: no address space or memory left
+        # for it (a ulimit -v, a commit limit), or a file system that cannot map files.
+        return True
     missing = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
     return isinstance(error, OSError) and not isinstance(error, missing)
 

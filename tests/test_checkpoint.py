@@ -179,6 +179,32 @@ print(grown, saved.nbytes)
     assert grown < nbytes // 10
 
 
+def test_a_replay_buffer_file_that_cannot_be_mapped_for_lack_of_memory_is_no_damage(tmp_path):
+    # A fresh process: the limit stays with the process that sets it. The buffer's file
+    # is intact; with too little address space left to map it, the checkpoint is not
+    # resumed without it (its rows lost) but not read at all.
+    script = f"""
+import psutil, resource
+from alf_lite import checkpoint as ckpt
+from alf_lite.replay_buffer import ReplayBuffer
+
+saved = ReplayBuffer(1, 1_600_000, observation_dim=3, action_dim=1)
+saved.load_state_dict(dict(saved.storage, total_added=1_600_000))
+ckpt.save_checkpoint({str(tmp_path)!r}, 100, {{}}, saved.state_dict())
+used = psutil.Process().memory_info().vms
+resource.setrlimit(resource.RLIMIT_AS, (used + 20_000_000, resource.RLIM_INFINITY))
+try:
+    latest = ckpt.load_latest_checkpoint({str(tmp_path)!r})
+    print('resumed, replay buffer:', latest.replay_buffer_state is not None)
+except ckpt.CheckpointError as e:
+    print(e)
+"""
+    output = python_output(script)
+    assert f'could not read checkpoint {tmp_path / "ckpt-100"}' in output
+    assert 'Cannot allocate memory' in output
+    assert sorted(os.listdir(tmp_path / 'ckpt-100')) == [ckpt.MODEL_FILE, ckpt.REPLAY_BUFFER_FILE]
+
+
 def test_replay_buffer_in_torchs_legacy_format_still_loads(tmp_path):
     path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
     rb = make_replay_buffer_state(1)
