@@ -6,7 +6,8 @@ live on the training device (see DESIGN.md, "Devices").
 
 import os
 import re
-from typing import List, NamedTuple, Optional, Tuple
+import resource
+from typing import List, NamedTuple, Optional, Tuple, Union
 
 import psutil
 import torch
@@ -211,26 +212,69 @@ def _memory_stat(path: str, key: str) -> int:
     return 0
 
 
-def available_cpu_memory(root: str = '/') -> Tuple[int, Optional[CgroupMemoryLimit]]:
-    """``(bytes, bound)``: RAM this process can still allocate, and the cgroup limit bounding it.
+class ProcessMemoryLimit(NamedTuple):
+    """A limit ``setrlimit`` puts on this process's memory, and what the process holds now.
+
+    Args:
+        name: the shell's option that sets it: ``ulimit -v`` (``RLIMIT_AS``, the
+            address space mapped) or ``ulimit -d`` (``RLIMIT_DATA``, private writable
+            memory).
+        limit: its soft limit in bytes.
+        usage: the bytes of the kind it limits that the process maps now.
+    """
+
+    name: str
+    limit: int
+    usage: int
+
+    @property
+    def room(self) -> int:
+        """Bytes the process may still map before an allocation fails."""
+        return max(self.limit - self.usage, 0)
+
+
+def process_memory_limit() -> Optional[ProcessMemoryLimit]:
+    """The ``setrlimit`` limit on this process's memory that leaves it the least room; None if none.
+
+    An allocation past ``ulimit -v`` or ``ulimit -d`` (batch schedulers set them for a
+    job's memory) fails however much memory the host and the cgroup have free.
+    """
+    memory = psutil.Process().memory_info()
+    limits = []
+    for name, which, usage in (
+        ('ulimit -v', resource.RLIMIT_AS, memory.vms),
+        # psutil counts private writable memory on Linux only.
+        ('ulimit -d', resource.RLIMIT_DATA, getattr(memory, 'data', None)),
+    ):
+        soft = resource.getrlimit(which)[0]
+        if soft != resource.RLIM_INFINITY and usage is not None:
+            limits.append(ProcessMemoryLimit(name, soft, usage))
+    return min(limits, key=lambda limit: limit.room, default=None)
+
+
+def available_cpu_memory(
+    root: str = '/',
+) -> Tuple[int, Optional[Union[CgroupMemoryLimit, ProcessMemoryLimit]]]:
+    """``(bytes, bound)``: RAM this process can still allocate, and the limit bounding it.
 
     The bytes are the host's available RAM (``psutil``), or the room a
-    cgroup memory limit leaves when that is less; ``bound`` is that limit,
+    cgroup memory limit or the process's own limit (``process_memory_limit``)
+    leaves when that is less; ``bound`` is the limit that leaves the least,
     None when the host's RAM is what bounds them.
 
     Args:
         root: as for ``cgroup_memory_limit``.
     """
-    host = int(psutil.virtual_memory().available)
-    limit = cgroup_memory_limit(root)
-    if limit is not None and limit.room < host:
-        return limit.room, limit
-    return host, None
+    available, bound = int(psutil.virtual_memory().available), None
+    for limit in (cgroup_memory_limit(root), process_memory_limit()):
+        if limit is not None and limit.room < available:
+            available, bound = limit.room, limit
+    return available, bound
 
 
 def free_memory_bytes(device: torch.device, root: str = '/') -> int:
     """Bytes that can still be allocated on ``device``: free GPU memory, or the CPU's RAM as
-    ``available_cpu_memory`` counts it (bounded by a cgroup memory limit).
+    ``available_cpu_memory`` counts it (bounded by a cgroup's or the process's memory limit).
 
     Args:
         device: a CUDA device or the CPU.

@@ -26,7 +26,12 @@ import torch
 from absl import logging
 
 from alf_lite.data import Experience, StepType
-from alf_lite.device import available_cpu_memory, free_memory_bytes, resolve_device
+from alf_lite.device import (
+    CgroupMemoryLimit,
+    available_cpu_memory,
+    free_memory_bytes,
+    resolve_device,
+)
 
 _GIB = float(1 << 30)
 # Indices on the device are ``randint(_INDEX_RANGE) % n``: n varies inside a
@@ -125,7 +130,8 @@ class ReplayBuffer:
         max_memory_fraction: refuse to allocate more than this fraction of the
             memory currently available on a device (RAM: ``psutil``'s
             ``available``, or the room left under the process's cgroup
-            memory limit when less, see ``available_cpu_memory``; GPU: free
+            memory limit or its ``ulimit -v``/``-d`` when less, see
+            ``available_cpu_memory``; GPU: free
             memory, less ``reserved_bytes`` on the training device); the rest
             is the margin left for the update's own tensors and other
             processes.
@@ -216,12 +222,17 @@ class ReplayBuffer:
         )
         allowed = max_memory_fraction * max(available.values())
         bound = available_cpu_memory()[1] if torch.device('cpu') in available else None
-        notes = (
-            ''
-            if bound is None
-            else f' The CPU figure is what the memory limit of cgroup {bound.path} '
-            f'({bound.limit} bytes, {bound.usage} in use) leaves, less than the host has free.'
-        )
+        notes = ''
+        if isinstance(bound, CgroupMemoryLimit):
+            notes = (
+                f' The CPU figure is what the memory limit of cgroup {bound.path} '
+                f'({bound.limit} bytes, {bound.usage} in use) leaves, less than the host has free.'
+            )
+        elif bound is not None:
+            notes = (
+                f" The CPU figure is what this process's {bound.name} limit ({bound.limit} "
+                f'bytes, {bound.usage} mapped) leaves, less than the host has free.'
+            )
         reserved = self._reserved_bytes if self._training_device in available else 0
         if reserved:
             notes += (

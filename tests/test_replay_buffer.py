@@ -284,6 +284,33 @@ def test_cgroup_memory_limit_refuses_a_buffer_the_host_could_hold_and_is_named(
     assert 'only 20000000 bytes' in str(info.value) and 'cgroup' not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    'name, limit, usage', [('ulimit -v', 'RLIMIT_AS', 'vms'), ('ulimit -d', 'RLIMIT_DATA', 'data')]
+)
+def test_process_memory_limit_refuses_a_buffer_the_host_could_hold_and_one_under_it_fits(
+    name, limit, usage
+):
+    # A fresh process: the limit stays with the process that sets it.
+    script = f"""
+import psutil, resource
+from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferTooLargeError
+
+used = psutil.Process().memory_info().{usage}
+resource.setrlimit(resource.{limit}, (used + 400_000_000, resource.RLIM_INFINITY))
+try:
+    ReplayBuffer(1, 20_000_000, 3, 1)  # 500 MB, more than the 400 MB left
+except ReplayBufferTooLargeError as e:
+    print(e)
+rb = ReplayBuffer(1, 12_000_000, 3, 1)  # 300 MB
+rb.storage['observation'].fill_(1.0)
+print('allocated', rb.nbytes)
+"""
+    output = python_output(script)
+    assert 'needs 500000000 bytes' in output
+    assert f"this process's {name} limit" in output
+    assert 'allocated 300000000' in output
+
+
 def test_logs_exact_size(caplog):
     with caplog.at_level(logging.INFO):
         rb = ReplayBuffer(3, 50, 17, 6)
