@@ -418,6 +418,8 @@ class Trainer:
         # no fresh start's, and a checkpoint alone holds one to go on from.
         self._entered_training = False
         self._closed = False
+        # The summary of the train() under way: its events are synced at each checkpoint.
+        self._summary: Optional[Summary] = None
         # Everything configurable was built: the bindings it used, taken now,
         # before another config parsed in this process replaces gin's.
         self._operative_config = gin.operative_config_str()
@@ -589,7 +591,7 @@ class Trainer:
             # The row of an evaluation the checkpoint holds as pending is written by
             # this resume: one an earlier resume from it wrote goes too.
             keep_until = self._env_steps - (self._pending_evaluation is not None)
-        summary = Summary(self._run_dir.root, keep_until)
+        summary = self._summary = Summary(self._run_dir.root, keep_until)
         try:
             with self._stop_signals:
                 try:
@@ -621,6 +623,7 @@ class Trainer:
                         'network. The checkpoints were left as they were.'
                     ) from e
         finally:
+            self._summary = None
             summary.close()
         return self._last_eval
 
@@ -935,6 +938,9 @@ class Trainer:
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
+            if self._summary is not None:
+                # On the disk before the checkpoint, as the progress.csv rows are.
+                self._summary.sync()
             path = ckpt.save_trainer_state(self._run_dir.checkpoint_dir, state, rb, name)
         except OSError as e:
             raise TrainingError(

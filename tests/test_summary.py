@@ -881,6 +881,33 @@ def test_progress_csv_rows_are_on_the_disk_when_written(tmp_path, monkeypatch, w
     assert synced == expected
 
 
+def test_sync_puts_every_event_written_so_far_on_the_disk(tmp_path, monkeypatch):
+    # Called at each checkpoint: after a power cut, the resume from it finds every event
+    # up to it, as it finds every progress.csv row.
+    summary = Summary(str(tmp_path))
+    summary.write(100, 10, 1.0, {'train/critic_loss': 0.5, 'eval/AverageReturn': -1.0})
+    synced = []
+    fsync = os.fsync
+
+    def recording_fsync(fd):
+        info = os.fstat(fd)
+        synced.append((info.st_ino, None if stat.S_ISDIR(info.st_mode) else info.st_size))
+        fsync(fd)
+
+    monkeypatch.setattr(os, 'fsync', recording_fsync)
+    summary.sync()
+    for mode in ('train', 'eval'):
+        events_dir = tmp_path / mode
+        (name,) = [n for n in os.listdir(events_dir) if 'tfevents' in n]
+        info = (events_dir / name).stat()
+        # The file as it is once every event written so far is in it.
+        assert (info.st_ino, info.st_size) in synced
+        tag = b'critic_loss' if mode == 'train' else b'AverageReturn'
+        assert tag in (events_dir / name).read_bytes()
+        assert (events_dir.stat().st_ino, None) in synced
+    summary.close()
+
+
 def test_progress_csv_widened_on_a_full_disk_keeps_the_rows_written_before(
     tmp_path, monkeypatch, read_progress
 ):

@@ -1386,6 +1386,29 @@ def test_a_signal_as_the_last_good_state_reads_the_episodes_still_keeps_it(tmp_p
     assert state['collection'] is None  # the training envs were stopped
 
 
+def test_the_events_are_synced_before_each_checkpoint(tmp_path, monkeypatch):
+    from alf_lite.summary import Summary
+
+    tiny_sac_pendulum(
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 40',
+        'TrainerConfig.checkpoint_interval = 20',
+    )
+    checkpoints_at_sync = []
+    sync = Summary.sync
+
+    def recording_sync(self):
+        made = os.path.isdir(tmp_path / 'checkpoints')
+        checkpoints_at_sync.append(sorted(os.listdir(tmp_path / 'checkpoints')) if made else [])
+        sync(self)
+
+    monkeypatch.setattr(Summary, 'sync', recording_sync)
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        trainer.train()
+    assert checkpoints_at_sync == [[], ['ckpt-20']]
+    assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['ckpt-20', 'ckpt-40']
+
+
 def test_train_after_close_is_refused_writing_nothing(tmp_path):
     # stop_when ended it before num_env_steps: a train() again would go on, but the envs
     # were stopped by close().
