@@ -302,6 +302,25 @@ def test_a_new_cleaning_version_writes_a_new_cleaned_urdf(cache_dir, monkeypatch
     assert new_path != path and os.path.exists(new_path)
 
 
+def test_the_cleaned_urdf_is_on_the_disk_before_its_name_is(tmp_path, monkeypatch):
+    # After a power cut an empty file under its name would fail every later ICubWalk-v0.
+    events = []
+    fsync, replace = os.fsync, os.replace
+
+    def recording_fsync(fd):
+        events.append(('fsync', os.fstat(fd).st_size))
+        fsync(fd)
+
+    def recording_replace(source, target):
+        events.append(('replace', os.path.basename(target)))
+        replace(source, target)
+
+    monkeypatch.setattr(os, 'fsync', recording_fsync)
+    monkeypatch.setattr(os, 'replace', recording_replace)
+    path = cleaned_urdf_path(str(tmp_path))
+    assert events == [('fsync', os.path.getsize(path)), ('replace', os.path.basename(path))]
+
+
 @pytest.mark.parametrize('xdg_cache_home', ['', 'relative/cache'])
 def test_an_empty_or_relative_xdg_cache_home_caches_in_the_home_not_the_working_dir(
     tmp_path, monkeypatch, xdg_cache_home

@@ -217,6 +217,10 @@ def cleaned_urdf_path(cache_dir: Optional[str] = None) -> str:
         try:
             with open(tmp, 'w') as f:
                 f.write(clean_urdf(text, mesh_root))
+                # Whole on the disk before its name is: after a power cut, an empty file
+                # under it would fail every later ICubWalk-v0.
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
