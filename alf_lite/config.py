@@ -847,6 +847,48 @@ def code_outside_installed(module: str) -> Optional[str]:
     return None
 
 
+def imported_modules() -> List[str]:
+    """The top-level modules that the gin config :func:`parse_config` parsed last imports,
+    sorted: those of its ``import`` lines, and that of each env id ``module:Id`` bound to
+    ``create_environment.env_name`` (in any scope, directly or through a macro)."""
+    names = {statement.module.split('.')[0] for statement in gin.config._IMPORTS}
+    for (_, selector), params in gin.config._CONFIG.items():
+        if selector.rsplit('.', 1)[-1] != 'create_environment' or 'env_name' not in params:
+            continue
+        value, _ = _through_macros(params['env_name'])
+        if isinstance(value, str) and ':' in value:
+            names.add(value.split(':', 1)[0].split('.')[0])
+    names.discard('__gin__')
+    return sorted(names)
+
+
+def module_code_outside_installed(name: str) -> List[str]:
+    """Where the code of the top-level module ``name`` is, imported already or not, when it
+    is outside the installed packages (see :func:`code_outside_installed`): a module's
+    file, or a package's directories. Empty when it is installed, built in or not found.
+    Nothing is imported to find out."""
+    trusted = _trusted_dirs()
+
+    def inside(path):
+        real = os.path.realpath(path)
+        return any(real == d or real.startswith(d + os.sep) for d in trusted)
+
+    trusted += _installed_finder_locations(name, inside)
+    spec = getattr(sys.modules.get(name), '__spec__', None)
+    if spec is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations is not None:
+        places = list(spec.submodule_search_locations)
+    else:
+        places = [spec.origin] if spec.has_location and spec.origin else []
+    return [place for place in places if not inside(place)]
+
+
 _TRUST_ADVICE = (
     "a run directory from someone else could run anything this way, so a run's "
     'config.gin may only import the installed packages. Read that code; if you trust it, '

@@ -856,6 +856,53 @@ def test_searched_values_win_over_gin_params_which_win_over_the_thread_count(tmp
         assert f'TrainerConfig.random_seed = {name[-1]}\n' in config
 
 
+def test_the_modules_of_the_users_own_that_the_configs_import_are_found_to_ship_to_ray(
+    tmp_path, monkeypatch, capsys
+):
+    import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
+    from alf_lite.bin import grid_search
+
+    # A gin import of a package, an env module (a file) in a searched env id, one named
+    # through a macro; none imported by the sweep but the package.
+    (tmp_path / 'nets_pkg_7c1d').mkdir()
+    (tmp_path / 'nets_pkg_7c1d' / '__init__.py').write_text('')
+    (tmp_path / 'envs_a_7c1d.py').write_text('')
+    (tmp_path / 'envs_b_7c1d.py').write_text('')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ('nets_pkg_7c1d', 'envs_a_7c1d', 'envs_b_7c1d'):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    grid = {
+        'parameters': {'create_environment.env_name': ["'envs_a_7c1d:A-v0'", '%ENV']},
+        'repeats': 1,
+    }
+    gin_file, grid_file = write_inputs(tmp_path, grid)
+    space = grid_search.load_search_space(str(grid_file))
+    params = ['import nets_pkg_7c1d', "ENV = 'envs_b_7c1d.sub:B-v0'"]
+    imports = set()
+    runs = grid_search.configure_runs(
+        space, str(tmp_path / 'runs'), [str(gin_file)], params, 1, imports
+    )
+    assert [run.error for run in runs] == [None] * len(runs)
+    assert 'envs_a_7c1d' not in sys.modules and 'envs_b_7c1d' not in sys.modules
+    assert {'nets_pkg_7c1d', 'envs_a_7c1d', 'envs_b_7c1d'} <= imports
+    # The installed packages the configs import (alf_lite's gin files', gymnasium) stay.
+    assert grid_search.modules_to_ship(imports) == [
+        str(tmp_path / 'envs_a_7c1d.py'),
+        str(tmp_path / 'envs_b_7c1d.py'),
+        str(tmp_path / 'nets_pkg_7c1d'),
+    ]
+    assert grid_search.modules_to_ship(['json', 'gymnasium', 'alf_lite', 'no_such_7c1d']) == []
+    # Compiled code cannot travel: refused, naming the module.
+    (tmp_path / 'compiled_7c1d.pyc').write_bytes(b'')
+    with pytest.raises(SystemExit) as exit_:
+        grid_search.modules_to_ship(['compiled_7c1d'])
+    assert exit_.value.code == 2
+    assert (
+        f'error: the config imports compiled_7c1d, whose code ({tmp_path / "compiled_7c1d.pyc"}) '
+        'is not an installed package and cannot travel with the Ray tasks'
+    ) in capsys.readouterr().err
+
+
 def test_root_dir_that_is_a_file_or_a_train_run_is_refused_and_left_as_it_is(tmp_path):
     write_inputs(tmp_path, GRID)
     (tmp_path / 'runs').write_text('mine')
@@ -1031,6 +1078,44 @@ def test_ray_grid_gives_the_same_runs_as_the_local_one(local_grid, ray_cluster, 
             local_root / name / 'config.gin'
         ).read_text()
         assert deterministic_progress(root_dir / name) == deterministic_progress(local_root / name)
+
+
+def test_ray_runs_import_the_configs_modules_of_the_sweeps_working_directory(ray_cluster, tmp_path):
+    # README: the code travels with the tasks; the config's own modules that are not
+    # installed (a gin import, an env id's module) live only where the sweep runs.
+    address, env, temp_dir = ray_cluster
+    write_inputs(
+        tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
+    )
+    (tmp_path / 'sweep_nets').mkdir()
+    (tmp_path / 'sweep_nets' / '__init__.py').write_text(
+        'import gin\n\n\n@gin.configurable\ndef sweep_layers(units=16):\n    return (units,)\n'
+    )
+    (tmp_path / 'sweep_envs.py').write_text(
+        'import gymnasium\n'
+        "gymnasium.register('SweepPendulum-v0', "
+        "entry_point='gymnasium.envs.classic_control.pendulum:PendulumEnv')\n"
+    )
+    root_dir = tmp_path / 'runs'
+    result = run_grid(
+        tmp_path,
+        root_dir,
+        '--ray_address',
+        address,
+        '--gin_param',
+        'import sweep_nets',
+        '--gin_param',
+        'TanhNormalActorNetwork.hidden_layers = @sweep_layers()',
+        '--gin_param',
+        "create_environment.env_name='sweep_envs:SweepPendulum-v0'",
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert 'seed=0: finished' in result.stdout, result.stdout
+    assert checkpoint_steps(root_dir / 'seed=0')[-1] == NUM_ENV_STEPS
+    # They travelled with the task: Ray unpacked them for its workers.
+    for shipped in ('sweep_envs.py', os.path.join('sweep_nets', '__init__.py')):
+        assert glob.glob(os.path.join(temp_dir, '**', shipped), recursive=True), shipped
 
 
 def test_signal_stops_a_ray_sweep_with_checkpoints(ray_cluster, tmp_path):
@@ -1680,9 +1765,12 @@ def run_main(directory, monkeypatch, args, gpus, grid=GRID, calls=None, ray=None
         )
         finish_all(todo, report)
 
-    def connect_ray(address, num_cpus_per_run, num_gpus_per_run):
+    def connect_ray(address, num_cpus_per_run, num_gpus_per_run, py_modules=()):
         calls['ray'] = dict(
-            address=address, num_cpus_per_run=num_cpus_per_run, num_gpus_per_run=num_gpus_per_run
+            address=address,
+            num_cpus_per_run=num_cpus_per_run,
+            num_gpus_per_run=num_gpus_per_run,
+            py_modules=list(py_modules),
         )
 
     def run_ray(todo, num_cpus_per_run, report, num_gpus_per_run=0.0):
@@ -1741,7 +1829,9 @@ def test_ray_runs_get_the_cpus_gpus_and_threads_of_the_flags(tmp_path, monkeypat
     args = ['--ray_address', 'auto', '--num_cpus_per_run', '3', '--num_gpus_per_run', '0.25']
     calls = run_main(tmp_path, monkeypatch, args, gpus=['3', '5'])
     config_text = calls['ray'].pop('config_text')
-    assert calls == {'ray': dict(address='auto', num_cpus_per_run=3, num_gpus_per_run=0.25)}
+    assert calls == {
+        'ray': dict(address='auto', num_cpus_per_run=3, num_gpus_per_run=0.25, py_modules=[])
+    }
     assert 'TrainerConfig.torch_num_threads = 3\n' in config_text
     assert 'on Ray at auto, 3 CPU(s) and 0.25 GPU(s) per run (3 torch thread(s) each)' in (
         capsys.readouterr().out

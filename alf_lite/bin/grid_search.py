@@ -556,12 +556,18 @@ def overridden_search(space: SearchSpace) -> Optional[str]:
 
 
 def configure_runs(
-    space: SearchSpace, root_dir: str, gin_files, gin_params, num_threads: int
+    space: SearchSpace,
+    root_dir: str,
+    gin_files,
+    gin_params,
+    num_threads: int,
+    imports: Optional[set] = None,
 ) -> List[GridRun]:
-    """Parse each run's config; a run whose config does not parse carries the error instead."""
+    """Parse each run's config; a run whose config does not parse carries the error instead.
+    Given, ``imports`` gets the top-level modules that the runs' configs import."""
     import gin
 
-    from alf_lite.config import ConfigError, parse_config
+    from alf_lite.config import ConfigError, imported_modules, parse_config
     from alf_lite.trainer import TrainerConfig
 
     runs = []
@@ -577,6 +583,8 @@ def configure_runs(
         try:
             parse_config(gin_files, params)
             num_env_steps = TrainerConfig().num_env_steps
+            if imports is not None:
+                imports.update(imported_modules())
             runs.append(
                 GridRun(name, seed, run_dir, log_path, gin.config_str(), num_env_steps, None)
             )
@@ -898,17 +906,41 @@ def ray_resources_problem(address: str, num_cpus_per_run: int, num_gpus_per_run:
     )
 
 
-def connect_ray(address: str, num_cpus_per_run: int, num_gpus_per_run: float) -> None:
+def modules_to_ship(names) -> List[str]:
+    """The files and directories of the top-level modules ``names`` that are not installed
+    packages (a config's own, in the sweep's working directory, say), which must travel
+    with the Ray tasks; exits (``fail``) naming one that cannot (neither a ``.py`` file nor
+    a package's directory)."""
+    from alf_lite.config import module_code_outside_installed
+
+    places = []
+    for name in sorted(names):
+        for place in module_code_outside_installed(name):
+            if not (os.path.isdir(place) or place.endswith('.py')):
+                fail(
+                    f'the config imports {name}, whose code ({place}) is not an installed '
+                    'package and cannot travel with the Ray tasks (only a .py file or a '
+                    "package's directory can): install it as a package on every node."
+                )
+            places.append(place)
+    return places
+
+
+def connect_ray(
+    address: str, num_cpus_per_run: int, num_gpus_per_run: float, py_modules: Sequence[str] = ()
+) -> None:
     """Connect this process to the Ray cluster at ``address``, which must have a node that
     fits one run; otherwise exit (``fail``) naming the problem, disconnected. SIGINT or
-    SIGTERM meanwhile exits with 128 plus its number."""
+    SIGTERM meanwhile exits with 128 plus its number. ``py_modules`` (files and
+    directories of modules) travel with the tasks, as alf_lite does, onto their
+    ``PYTHONPATH``."""
     import ray
 
     from alf_lite.signals import Interrupted, RaisingSignals
 
     try:
         with RaisingSignals():
-            _connect_ray(address, num_cpus_per_run, num_gpus_per_run)
+            _connect_ray(address, num_cpus_per_run, num_gpus_per_run, py_modules)
     except Interrupted as e:
         ray.shutdown()
         fail(
@@ -918,7 +950,9 @@ def connect_ray(address: str, num_cpus_per_run: int, num_gpus_per_run: float) ->
         )
 
 
-def _connect_ray(address: str, num_cpus_per_run: int, num_gpus_per_run: float) -> None:
+def _connect_ray(
+    address: str, num_cpus_per_run: int, num_gpus_per_run: float, py_modules: Sequence[str]
+) -> None:
     import ray
 
     import alf_lite
@@ -928,11 +962,13 @@ def _connect_ray(address: str, num_cpus_per_run: int, num_gpus_per_run: float) -
     if problem:
         fail(problem)
     try:
-        # The package travels with the tasks: a worker node need not have it installed.
+        # The package, and the config's modules that are not installed, travel with the
+        # tasks: a worker node need not have them installed.
+        package = os.path.dirname(os.path.abspath(alf_lite.__file__))
         ray.init(
             address=address,
             log_to_driver=False,
-            runtime_env={'py_modules': [os.path.dirname(os.path.abspath(alf_lite.__file__))]},
+            runtime_env={'py_modules': [package, *py_modules]},
         )
     except (ConnectionError, RuntimeError) as e:
         ray.shutdown()
@@ -1281,7 +1317,8 @@ def _main(argv):
     except (ValueError, TypeError) as e:
         fail(' '.join(user_message(search_entry_message(str(e), space)).split()))
     root_dir = output_root_dir(FLAGS.root_dir)
-    runs = configure_runs(space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads)
+    imports = set()
+    runs = configure_runs(space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads, imports)
     if os.path.exists(RunDir(root_dir).config_file):
         fail(
             f'--root_dir {root_dir} holds a train run (its {CONFIG_FILE}), not a sweep: '
@@ -1289,7 +1326,7 @@ def _main(argv):
         )
     lock = RunDirLock(root_dir)
     try:
-        _sweep(runs, root_dir, lock, max_workers, num_threads, gpus)
+        _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports)
     finally:
         lock.release()
         if FLAGS.ray_address:
@@ -1356,7 +1393,7 @@ def lock_root_dir(lock: RunDirLock) -> None:
         fail(f'cannot create or lock --root_dir {lock.root}: {e}')
 
 
-def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus):
+def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
     """``main`` from the runs on: train them and report; ``lock``, the root_dir's, is
     taken here and released by the caller."""
     if os.path.isdir(root_dir):
@@ -1392,7 +1429,12 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus):
     if FLAGS.ray_address and todo:
         # Before anything is written: a cluster that is not there or cannot run a run
         # exits with status 2.
-        connect_ray(FLAGS.ray_address, FLAGS.num_cpus_per_run, FLAGS.num_gpus_per_run)
+        connect_ray(
+            FLAGS.ray_address,
+            FLAGS.num_cpus_per_run,
+            FLAGS.num_gpus_per_run,
+            modules_to_ship(imports),
+        )
     lock_root_dir(lock)  # creates root_dir
     summary_file = os.path.join(root_dir, SUMMARY_FILE)
     earlier = last_wall_times(summary_file)
