@@ -4,6 +4,7 @@ summarises and checkpoints, each done by its own module."""
 import functools
 import inspect
 import time
+import weakref
 from typing import Callable, List, Optional
 
 import gin
@@ -305,6 +306,10 @@ def _check_batch_norm_batch(algorithm, mini_batch_size: int, mini_batch_length: 
         )
 
 
+# The trainer whose networks were compiled last in this process (``TrainerConfig.compile``).
+_compiled_last: Optional[weakref.ref] = None
+
+
 def _crossed(before: int, after: int, interval: int) -> bool:
     return after // interval > before // interval
 
@@ -543,6 +548,14 @@ class Trainer:
         )
         # Global settings another trainer of this process may have changed since.
         torch.set_num_threads(self._config.torch_num_threads)
+        global _compiled_last
+        if self._config.compile:
+            if _compiled_last is None or _compiled_last() is not self:
+                # torch.compile keeps at most 8 versions of a function (one per shape and
+                # grad mode) for the whole process, those compiled for other networks
+                # included, and runs it eagerly past them: with other numbers.
+                torch._dynamo.reset()
+            _compiled_last = weakref.ref(self)
         resumed = latest is not None
         collection = None
         unreadable = []

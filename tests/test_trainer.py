@@ -29,6 +29,7 @@ from alf_lite.run_dir import RunDirInUseError, latest_checkpoint
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import InterruptedInEnvCall, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
+from alf_lite.update import check_compiles
 from cli_helpers import sigterm_as_the_training_envs_give_episodes
 from test_non_finite_guard import _tensors
 
@@ -1193,6 +1194,42 @@ def tiny_sac_pendulum(*params):
             *params,
         ],
     )
+
+
+# torch.compile's first use imports torch.jit, which warns of its own deprecations.
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+def test_a_compiled_run_after_another_in_the_process_gives_the_numbers_of_one_alone(
+    tmp_path, monkeypatch
+):
+    # torch.compile keeps a few versions of each network function for the whole process
+    # (8; 4 here, what one of these runs compiles of the critic), one per shape: those of
+    # an earlier run's batch size used them up, and the next run went on eagerly.
+    try:
+        check_compiles(torch.device('cpu'))
+    except ValueError as e:
+        pytest.skip(str(e))
+    monkeypatch.setattr(torch._dynamo.config, 'recompile_limit', 4)
+    params = [
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.compile = True',
+        'TrainerConfig.num_env_steps = 30',
+        'TanhNormalActorNetwork.hidden_layers = (16, 16)',
+        'CriticNetwork.hidden_layers = (16, 16)',
+    ]
+    try:
+        for name, batch_size in (('alone', 8), ('other', 9), ('after_other', 8)):
+            if name != 'after_other':
+                torch._dynamo.reset()  # as in a new process; 'after_other' follows 'other'
+            tiny_sac_pendulum(*params, f'TrainerConfig.mini_batch_size = {batch_size}')
+            with Trainer(TrainerConfig(), str(tmp_path / name)) as trainer:
+                trainer.train()
+    finally:
+        torch._dynamo.reset()
+    alone, after_other = tmp_path / 'alone', tmp_path / 'after_other'
+    assert read_csv(after_other / 'progress.csv') == read_csv(alone / 'progress.csv')
+    weights, expected = final_weights(after_other), final_weights(alone)
+    tensors = [k for k, v in expected.items() if torch.is_tensor(v)]
+    assert all(torch.equal(weights[k], expected[k]) for k in tensors)
 
 
 def test_a_finished_trainer_is_freed_without_the_cycle_collector(tmp_path):
