@@ -272,6 +272,22 @@ def available_cpu_memory(
     return available, bound
 
 
+def memory_bound_text(bound: Optional[Union[CgroupMemoryLimit, ProcessMemoryLimit]]) -> str:
+    """What bounds the CPU memory ``available_cpu_memory`` counts, as a sentence of an error
+    message (starting with a space); empty when the host's free RAM does."""
+    if isinstance(bound, CgroupMemoryLimit):
+        return (
+            f' The CPU figure is what the memory limit of cgroup {bound.path} '
+            f'({bound.limit} bytes, {bound.usage} in use) leaves, less than the host has free.'
+        )
+    if bound is not None:
+        return (
+            f" The CPU figure is what this process's {bound.name} limit ({bound.limit} "
+            f'bytes, {bound.usage} mapped) leaves, less than the host has free.'
+        )
+    return ''
+
+
 def free_memory_bytes(device: torch.device, root: str = '/') -> int:
     """Bytes that can still be allocated on ``device``: free GPU memory, or the CPU's RAM as
     ``available_cpu_memory`` counts it (bounded by a cgroup's or the process's memory limit).

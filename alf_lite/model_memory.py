@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import torch
 from absl import logging
 
-from alf_lite.device import free_memory_bytes
+from alf_lite.device import available_cpu_memory, free_memory_bytes, memory_bound_text
 
 _GIB = float(1 << 30)
 _WITH_STATE = ' with their gradients and optimizer state'
@@ -133,12 +133,13 @@ def check_model_fits(
     for where, nbytes in needs:
         free = free_memory_bytes(where)
         if nbytes > free:
+            bound = available_cpu_memory()[1] if where.type == 'cpu' else None
             need = 'training them needs' if training else 'they need'
             raise ModelTooLargeError(
                 f'the networks do not fit in {where} memory: they have '
                 f'{estimate.num_parameters} parameters ({estimate.parameters} bytes); {need} '
                 f'{nbytes} bytes ({nbytes / _GIB:.2f} GiB){_WITH_STATE if training else ""}, '
-                f'and {free} bytes ({free / _GIB:.2f} GiB) are free. Make the networks smaller '
-                '(their hidden_layers).'
+                f'and {free} bytes ({free / _GIB:.2f} GiB) are free.{memory_bound_text(bound)} '
+                'Make the networks smaller (their hidden_layers).'
             )
     return estimate

@@ -27,9 +27,9 @@ from absl import logging
 
 from alf_lite.data import Experience, StepType
 from alf_lite.device import (
-    CgroupMemoryLimit,
     available_cpu_memory,
     free_memory_bytes,
+    memory_bound_text,
     resolve_device,
 )
 
@@ -222,17 +222,7 @@ class ReplayBuffer:
         )
         allowed = max_memory_fraction * max(available.values())
         bound = available_cpu_memory()[1] if torch.device('cpu') in available else None
-        notes = ''
-        if isinstance(bound, CgroupMemoryLimit):
-            notes = (
-                f' The CPU figure is what the memory limit of cgroup {bound.path} '
-                f'({bound.limit} bytes, {bound.usage} in use) leaves, less than the host has free.'
-            )
-        elif bound is not None:
-            notes = (
-                f" The CPU figure is what this process's {bound.name} limit ({bound.limit} "
-                f'bytes, {bound.usage} mapped) leaves, less than the host has free.'
-            )
+        notes = memory_bound_text(bound)
         reserved = self._reserved_bytes if self._training_device in available else 0
         if reserved:
             notes += (

@@ -19,7 +19,7 @@ from alf_lite.model_memory import (
     estimate_model_bytes,
     model_bytes,
 )
-from cli_helpers import PENDULUM, TINY, run_train, train_command
+from cli_helpers import PENDULUM, TINY, python_output, run_train, train_command
 
 DIMS = dict(observation_dim=5, action_dim=3)
 
@@ -182,6 +182,27 @@ def test_a_gpu_learner_needs_the_parameters_in_cpu_memory_and_the_rest_on_the_gp
     fake_free_memory(monkeypatch, {'cpu': 1 << 50, 'cuda': estimate.training - 1})
     with pytest.raises(ModelTooLargeError, match='in cuda:0 memory'):
         check_model_fits(SacAlgorithm, gpu, **DIMS)
+
+
+def test_networks_too_large_under_the_processs_ulimit_are_refused_naming_it():
+    # A fresh process: the limit stays with the process that sets it.
+    script = """
+import psutil, resource
+from alf_lite.algorithms.sac import SacAlgorithm
+from alf_lite.model_memory import ModelTooLargeError, check_model_fits, estimate_model_bytes
+
+dims = dict(observation_dim=17, action_dim=6)
+used = psutil.Process().memory_info().vms
+needed = estimate_model_bytes(SacAlgorithm, **dims).training
+resource.setrlimit(resource.RLIMIT_AS, (used + needed // 2, resource.RLIM_INFINITY))
+try:
+    check_model_fits(SacAlgorithm, 'cpu', **dims)
+except ModelTooLargeError as e:
+    print(e)
+"""
+    output = python_output(script)
+    assert 'the networks do not fit in cpu memory' in output
+    assert "The CPU figure is what this process's ulimit -v limit" in output
 
 
 def test_train_refuses_networks_that_cannot_fit_before_writing_anything(tmp_path):
