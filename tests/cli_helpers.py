@@ -68,6 +68,20 @@ def with_prelude(command, prelude: str, module: str = 'alf_lite.bin.train', alte
     return [command[0], '-c', 'import runpy\n' + prelude + run, *command[3:]]
 
 
+def signal_on_import(sig, module: str = 'absl') -> str:
+    """A ``with_prelude`` prelude that sends ``sig`` to the process as it first imports
+    ``module``: while a tool imports its modules, before its ``main`` runs."""
+    return (
+        'import os, sys\n'
+        'class SignalOnImport:\n'
+        '    def find_spec(self, name, path=None, target=None):\n'
+        f'        if name == {module!r}:\n'
+        '            sys.meta_path.remove(self)\n'
+        f'            os.kill(os.getpid(), {int(sig)})\n'
+        'sys.meta_path.insert(0, SignalOnImport())\n'
+    )
+
+
 def with_read_only_rename(command, target_part: str):
     """``command`` (a ``train_command``) run so that ``os.rename`` to a path holding
     ``target_part`` fails with EROFS, as on a read-only file system."""

@@ -29,6 +29,7 @@ from cli_helpers import (
     RUN_TIMEOUT_S,
     checkpoint_steps,
     run_train,
+    signal_on_import,
     train_env,
     with_prelude,
 )
@@ -406,6 +407,26 @@ def test_a_signal_while_the_sweep_reads_its_configs_exits_with_128_plus_it_in_on
     message = f'error: {sig.name} arrived while grid_search started up'
     assert message in result.stderr, result.stderr[-3000:]
     assert result.stdout == ''  # stopped before its plan
+    assert not root_dir.exists()
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_signal_while_grid_search_imports_its_modules_exits_with_128_plus_it_in_one_line(
+    tmp_path, sig
+):
+    # Before main handles the signals: was a KeyboardInterrupt's traceback, or no word.
+    write_inputs(tmp_path, GRID)
+    root_dir = tmp_path / 'runs'
+    command = with_prelude(
+        grid_command(root_dir), signal_on_import(sig), 'alf_lite.bin.grid_search', alter_sys=True
+    )
+    result = run_train(command, cwd=tmp_path)
+    assert result.returncode == 128 + sig, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        f'error: {sig.name} arrived while grid_search started up or wrote its table, outside '
+        'the sweep: no run was started or stopped by it; re-run the same command to start or '
+        'continue the sweep.'
+    ], result.stderr[-3000:]
     assert not root_dir.exists()
 
 

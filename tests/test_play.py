@@ -25,6 +25,7 @@ from cli_helpers import (
     python_output,
     run_train,
     send_as_user,
+    signal_on_import,
     start_in_own_session,
     train_command,
     train_env,
@@ -475,6 +476,23 @@ def play_stopped(run, video, prelude: str, signal_name: str, says: str) -> None:
     assert result.returncode == 128 + getattr(signal, signal_name), result.stderr[-3000:]
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line == f'error: interrupted by {signal_name}. {says}', result.stderr[-3000:]
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_signal_while_play_imports_its_modules_stops_it_with_one_line(tmp_path, sig):
+    # Before main handles the signals: was a KeyboardInterrupt's traceback, or no word.
+    video = tmp_path / 'play.gif'
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(tmp_path / 'run')]
+    command = with_prelude(
+        command + ['--record_file', str(video)],
+        signal_on_import(sig),
+        'alf_lite.bin.play',
+        alter_sys=True,
+    )
+    result = run_train(command, cwd=tmp_path)
+    assert result.returncode == 128 + sig, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [f'error: interrupted by {sig.name}.']
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_signal_while_the_video_writer_opens_leaves_no_temporary_video(trained_run, tmp_path):

@@ -4,6 +4,7 @@ import ast
 import csv
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tracemalloc
@@ -12,7 +13,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cli_helpers import RUN_TIMEOUT_S, assert_ok, run_python, train_env
+from cli_helpers import (
+    RUN_TIMEOUT_S,
+    assert_ok,
+    run_python,
+    run_train,
+    signal_on_import,
+    train_env,
+    with_prelude,
+)
 
 LR_A, LR_B = '0.001', '0.0003'
 # eval/AverageReturn per seed at env steps 0, 100, 200 (None: not reached yet).
@@ -550,6 +559,17 @@ def test_a_plot_stopped_while_it_writes_leaves_no_temporary_file(grid, tmp_path)
     assert result.stderr.strip().splitlines()[-1] == 'error: interrupted by SIGTERM.'
     # The last pair as it was, and nothing beside it.
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_signal_while_plot_imports_its_modules_stops_it_with_one_line(grid, tmp_path, sig):
+    # Before main handles the signals: was a KeyboardInterrupt's traceback, or no word.
+    command = [sys.executable, '-m', 'alf_lite.bin.plot', str(grid), '--out', 'curves.png']
+    command = with_prelude(command, signal_on_import(sig), 'alf_lite.bin.plot', alter_sys=True)
+    result = run_train(command, cwd=tmp_path)
+    assert result.returncode == 128 + sig, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [f'error: interrupted by {sig.name}.']
+    assert not (tmp_path / 'curves.png').exists()
 
 
 def test_group_by_a_parameter_no_run_binds_names_the_closest(grid, tmp_path):

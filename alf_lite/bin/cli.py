@@ -2,6 +2,7 @@
 
 import logging
 import os
+import signal
 import sys
 from typing import List
 
@@ -29,6 +30,23 @@ def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
     """Print ``message`` for the user and exit, by default with ``EXIT_BAD_INPUT``."""
     print(f'error: {user_message(message)}', file=sys.stderr)
     sys.exit(exit_code)
+
+
+def exit_on_signals_before_main(message: str = 'interrupted by {signal}.') -> None:
+    """Until a tool's ``main`` handles SIGINT and SIGTERM itself, and again once it is done,
+    exit on either at once with ``EXIT_SIGNAL_BASE`` plus its number and one line:
+    ``message``, the signal's name for ``{signal}``. Called before the tool's imports,
+    which take a tenth of a second or more: a signal there would otherwise end it with a
+    KeyboardInterrupt's traceback (SIGINT) or without a word (SIGTERM)."""
+
+    def stop(signum, frame):
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+        name = signal.Signals(signum).name
+        fail(message.format(signal=name), exit_code=EXIT_SIGNAL_BASE + signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, stop)
 
 
 def output_root_dir(flag_value: str) -> str:

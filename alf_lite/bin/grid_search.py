@@ -103,19 +103,33 @@ import threading
 import time
 from typing import Collection, Dict, List, NamedTuple, Optional, Sequence
 
-import psutil
-from absl import app, flags
-
+# Imports the standard library only: the handlers below are installed at once.
 from alf_lite.bin.cli import (
     EXIT_FAULT,
     EXIT_SIGNAL_BASE,
+    exit_on_signals_before_main,
     fail,
     output_root_dir,
     parse_flags,
     user_message,
 )
-from alf_lite.config import write_text_atomically
-from alf_lite.run_dir import (
+
+# What SIGINT or SIGTERM outside the sweep stops grid_search with ({signal}: its name).
+_OUTSIDE_THE_SWEEP = (
+    '{signal} arrived while grid_search started up or wrote its table, outside the sweep: '
+    'no run was started or stopped by it; re-run the same command to start or continue the '
+    'sweep.'
+)
+
+if __name__ == '__main__':
+    # Before the imports below, until main handles the signals.
+    exit_on_signals_before_main(_OUTSIDE_THE_SWEEP)
+
+import psutil  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from alf_lite.config import write_text_atomically  # noqa: E402
+from alf_lite.run_dir import (  # noqa: E402
     CONFIG_FILE,
     RunDir,
     RunDirInUseError,
@@ -126,7 +140,7 @@ from alf_lite.run_dir import (
     not_text,
     split_binding,
 )
-from alf_lite.runs import (
+from alf_lite.runs import (  # noqa: E402
     EVAL_RETURN,
     MAX_SEED,
     NOT_STARTED,
@@ -135,7 +149,7 @@ from alf_lite.runs import (
     final_value,
     read_scalar_if_any,
 )
-from alf_lite.signals import STOP_SIGNALS, in_main_thread
+from alf_lite.signals import STOP_SIGNALS, in_main_thread  # noqa: E402
 
 flags.DEFINE_string(
     'search_config',
@@ -1249,9 +1263,7 @@ def main(argv):
             _main(argv)
     except Interrupted as e:
         fail(
-            f'{signal.Signals(e.signum).name} arrived while grid_search started up or wrote '
-            'its table, outside the sweep: no run was started or stopped by it; re-run the same '
-            'command to start or continue the sweep.',
+            _OUTSIDE_THE_SWEEP.format(signal=signal.Signals(e.signum).name),
             EXIT_SIGNAL_BASE + e.signum,
         )
 

@@ -37,14 +37,26 @@ import os
 import tempfile
 import zlib
 
-from absl import app, flags
+# Imports the standard library only: the handlers below are installed at once.
+from alf_lite.bin.cli import (
+    EXIT_FAULT,
+    EXIT_SIGNAL_BASE,
+    exit_on_signals_before_main,
+    fail,
+    parse_flags,
+)
 
-from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, parse_flags
-from alf_lite.bin.policy import checkpoint_path, load_policy
-from alf_lite.config import new_file_beside
-from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps
-from alf_lite.runs import MAX_SEED
-from alf_lite.signals import Interrupted, RaisingSignals
+if __name__ == '__main__':
+    # Before the imports below, until main handles the signals.
+    exit_on_signals_before_main()
+
+from absl import app, flags  # noqa: E402
+
+from alf_lite.bin.policy import checkpoint_path, load_policy  # noqa: E402
+from alf_lite.config import new_file_beside  # noqa: E402
+from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps  # noqa: E402
+from alf_lite.runs import MAX_SEED  # noqa: E402
+from alf_lite.signals import Interrupted, RaisingSignals  # noqa: E402
 
 # Frames per second of a video when neither --fps nor the env says.
 DEFAULT_FPS = 30

@@ -55,11 +55,17 @@ import os
 import sys
 from typing import Collection, Dict, List, Set, Tuple
 
-from absl import app, flags
+# Imports the standard library only: the handlers below are installed at once.
+from alf_lite.bin.cli import EXIT_SIGNAL_BASE, exit_on_signals_before_main, fail, parse_flags
 
-from alf_lite.bin.cli import EXIT_SIGNAL_BASE, fail, parse_flags
-from alf_lite.config import new_file_beside, sync_directory
-from alf_lite.run_dir import (
+if __name__ == '__main__':
+    # Before the imports below, until main handles the signals.
+    exit_on_signals_before_main()
+
+from absl import app, flags  # noqa: E402
+
+from alf_lite.config import new_file_beside, sync_directory  # noqa: E402
+from alf_lite.run_dir import (  # noqa: E402
     CONFIG_FILE,
     EVAL,
     MOVED_ASIDE,
@@ -71,7 +77,7 @@ from alf_lite.run_dir import (
     resume_safe_names,
     value_as_read,
 )
-from alf_lite.runs import (
+from alf_lite.runs import (  # noqa: E402
     DEFAULT_SEED,
     ENV_STEPS,
     EVAL_RETURN,
@@ -83,7 +89,7 @@ from alf_lite.runs import (
     read_scalar,
     run_columns,
 )
-from alf_lite.signals import Interrupted, RaisingSignals
+from alf_lite.signals import Interrupted, RaisingSignals  # noqa: E402
 
 CONFIDENCE = 0.95
 NUM_BOOTSTRAP = 10_000
