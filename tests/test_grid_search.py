@@ -213,6 +213,14 @@ def test_unfinished_run_resumes(tmp_path):
     )
 
 
+# A module of the user's own beside the sweep, registering an env id.
+SWEEP_ENVS = (
+    'import gymnasium\n'
+    "gymnasium.register('SweepPendulum-v0', "
+    "entry_point='gymnasium.envs.classic_control.pendulum:PendulumEnv')\n"
+)
+
+
 def test_runs_import_a_module_of_the_sweeps_working_directory_as_the_sweep_did(tmp_path):
     # README: an env of your own is named with its module, importable where train runs;
     # the sweep's own parse imports it from its working directory (python -m puts it on
@@ -220,11 +228,7 @@ def test_runs_import_a_module_of_the_sweeps_working_directory_as_the_sweep_did(t
     write_inputs(
         tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
     )
-    (tmp_path / 'sweep_envs.py').write_text(
-        'import gymnasium\n'
-        "gymnasium.register('SweepPendulum-v0', "
-        "entry_point='gymnasium.envs.classic_control.pendulum:PendulumEnv')\n"
-    )
+    (tmp_path / 'sweep_envs.py').write_text(SWEEP_ENVS)
     root_dir = tmp_path / 'runs'
     result = run_grid(
         tmp_path,
@@ -1112,11 +1116,7 @@ def test_ray_runs_import_the_configs_modules_of_the_sweeps_working_directory(ray
     (tmp_path / 'sweep_nets' / '__init__.py').write_text(
         'import gin\n\n\n@gin.configurable\ndef sweep_layers(units=16):\n    return (units,)\n'
     )
-    (tmp_path / 'sweep_envs.py').write_text(
-        'import gymnasium\n'
-        "gymnasium.register('SweepPendulum-v0', "
-        "entry_point='gymnasium.envs.classic_control.pendulum:PendulumEnv')\n"
-    )
+    (tmp_path / 'sweep_envs.py').write_text(SWEEP_ENVS)
     root_dir = tmp_path / 'runs'
     result = run_grid(
         tmp_path,

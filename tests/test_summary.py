@@ -855,14 +855,9 @@ def test_last_env_steps_counts_a_row_at_step_0_and_none_of_a_table_without_env_s
     assert summary_module.last_env_steps(str(path)) is None
 
 
-@pytest.mark.parametrize('widened', [False, True], ids=['appended', 'new_column'])
-def test_progress_csv_rows_are_on_the_disk_when_written(tmp_path, monkeypatch, widened):
-    # Before the checkpoint of their step is: after a power cut, a resume from it finds
-    # every row up to it. A new column rewrites the file under a new header: the
-    # rewritten file, then the directory entry that names it, are synced.
-    path = tmp_path / 'progress.csv'
-    csv_file = ProgressCsv(str(path))
-    csv_file.write({'env_steps': 100, 'train/critic_loss': 0.5})
+def recorded_fsyncs(monkeypatch) -> list:
+    """From now on, each ``os.fsync`` as ``(inode, size)`` of its file (size None for a
+    directory), in order."""
     synced = []
     fsync = os.fsync
 
@@ -872,6 +867,18 @@ def test_progress_csv_rows_are_on_the_disk_when_written(tmp_path, monkeypatch, w
         fsync(fd)
 
     monkeypatch.setattr(os, 'fsync', recording_fsync)
+    return synced
+
+
+@pytest.mark.parametrize('widened', [False, True], ids=['appended', 'new_column'])
+def test_progress_csv_rows_are_on_the_disk_when_written(tmp_path, monkeypatch, widened):
+    # Before the checkpoint of their step is: after a power cut, a resume from it finds
+    # every row up to it. A new column rewrites the file under a new header: the
+    # rewritten file, then the directory entry that names it, are synced.
+    path = tmp_path / 'progress.csv'
+    csv_file = ProgressCsv(str(path))
+    csv_file.write({'env_steps': 100, 'train/critic_loss': 0.5})
+    synced = recorded_fsyncs(monkeypatch)
     row = {'env_steps': 200, 'train/critic_loss': 0.25}
     csv_file.write({**row, 'train/alpha': 0.5} if widened else row)
     expected = [(path.stat().st_ino, path.stat().st_size)]
@@ -886,15 +893,7 @@ def test_sync_puts_every_event_written_so_far_on_the_disk(tmp_path, monkeypatch)
     # up to it, as it finds every progress.csv row.
     summary = Summary(str(tmp_path))
     summary.write(100, 10, 1.0, {'train/critic_loss': 0.5, 'eval/AverageReturn': -1.0})
-    synced = []
-    fsync = os.fsync
-
-    def recording_fsync(fd):
-        info = os.fstat(fd)
-        synced.append((info.st_ino, None if stat.S_ISDIR(info.st_mode) else info.st_size))
-        fsync(fd)
-
-    monkeypatch.setattr(os, 'fsync', recording_fsync)
+    synced = recorded_fsyncs(monkeypatch)
     summary.sync()
     for mode in ('train', 'eval'):
         events_dir = tmp_path / mode
