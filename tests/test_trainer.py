@@ -1196,26 +1196,8 @@ def tiny_sac_pendulum(*params):
     )
 
 
-# torch.compile's first use imports torch.jit, which warns of its own deprecations.
-@pytest.mark.filterwarnings('ignore::DeprecationWarning')
-def test_a_compiled_run_after_another_in_the_process_gives_the_numbers_of_one_alone(
-    tmp_path, monkeypatch
-):
-    # torch.compile keeps a few versions of each network function for the whole process
-    # (8; 4 here, what one of these runs compiles of the critic), one per shape: those of
-    # an earlier run's batch size used them up, and the next run went on eagerly.
-    try:
-        check_compiles(torch.device('cpu'))
-    except ValueError as e:
-        pytest.skip(str(e))
-    monkeypatch.setattr(torch._dynamo.config, 'recompile_limit', 4)
-    params = [
-        "TrainerConfig.device = 'cpu'",
-        'TrainerConfig.compile = True',
-        'TrainerConfig.num_env_steps = 30',
-        'TanhNormalActorNetwork.hidden_layers = (16, 16)',
-        'CriticNetwork.hidden_layers = (16, 16)',
-    ]
+def train_three_compiled_runs(tmp_path, params):
+    """One alone, one of another batch size, then the first again after it."""
     try:
         for name, batch_size in (('alone', 8), ('other', 9), ('after_other', 8)):
             if name != 'after_other':
@@ -1225,6 +1207,28 @@ def test_a_compiled_run_after_another_in_the_process_gives_the_numbers_of_one_al
                 trainer.train()
     finally:
         torch._dynamo.reset()
+
+
+# torch.compile's first use imports torch.jit, which warns of its own deprecations.
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+def test_a_compiled_run_after_another_in_the_process_gives_the_numbers_of_one_alone(tmp_path):
+    # torch.compile keeps a few versions of each network function for the whole process
+    # (8; 4 here, what one of these runs compiles of the critic), one per shape: those of
+    # an earlier run's batch size used them up, and the next run went on eagerly.
+    try:
+        check_compiles(torch.device('cpu'))
+    except ValueError as e:
+        pytest.skip(str(e))
+    params = [
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.compile = True',
+        'TrainerConfig.num_env_steps = 30',
+        'TanhNormalActorNetwork.hidden_layers = (16, 16)',
+        'CriticNetwork.hidden_layers = (16, 16)',
+    ]
+    # torch's own patch: monkeypatch's undo leaves its config without the setting.
+    with torch._dynamo.config.patch(recompile_limit=4):
+        train_three_compiled_runs(tmp_path, params)
     alone, after_other = tmp_path / 'alone', tmp_path / 'after_other'
     assert read_csv(after_other / 'progress.csv') == read_csv(alone / 'progress.csv')
     weights, expected = final_weights(after_other), final_weights(alone)
