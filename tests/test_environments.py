@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 import warnings
+from decimal import Decimal
+from fractions import Fraction
 
 import gymnasium
 import numpy as np
@@ -702,6 +704,38 @@ def test_an_observation_of_another_shape_than_the_space_is_named_with_the_env(us
     )
     env.close()
     assert new_children(before) == []
+
+
+class ExactRewardEnv(gymnasium.Env):
+    """Rewards of 1/3 as a ``Fraction`` or a ``Decimal``, numbers that float() takes."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, kind):
+        self._kind = kind
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        reward = Fraction(1, 3) if self._kind == 'fraction' else Decimal(1) / Decimal(3)
+        return np.zeros(1, dtype=np.float32), reward, False, False, {}
+
+
+@pytest.mark.parametrize('kind', ['fraction', 'decimal'])
+def test_a_reward_of_another_number_type_is_taken_as_its_float(kind):
+    env_id = f'alf_test/ExactReward{kind.title()}-v0'
+    if env_id not in gymnasium.registry:
+        gymnasium.register(
+            env_id, entry_point=ExactRewardEnv, max_episode_steps=5, kwargs=dict(kind=kind)
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # gymnasium's checker warns of the type
+        with create_environment(env_id, 1, use_subprocesses=False) as env:
+            env.reset()
+            reward = env.step(torch.zeros(1, 1)).reward
+    assert reward.tolist() == [pytest.approx(1 / 3)]
 
 
 @pytest.mark.timeout(60)

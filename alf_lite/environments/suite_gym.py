@@ -131,6 +131,16 @@ def describe_env(name: str, label: str, index, num_envs: int) -> str:
 _RAISED_BY_ENVS = (Exception, SystemExit)
 
 
+def _is_a_number(value) -> bool:
+    """Whether the vector env can store ``value`` as one float, as it stores a reward
+    (a ``Fraction`` or ``Decimal`` too, not ``None`` or an array)."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 class _NamedEnv(gymnasium.Wrapper):
     """Re-raises what an env raises as ``EnvironmentCrashedError`` naming the env and its index.
 
@@ -169,7 +179,7 @@ class _NamedEnv(gymnasium.Wrapper):
             )
         if call == 'step' and not isinstance(result[1], (float, int)):
             reward = result[1]
-            if np.ndim(reward) != 0 or np.asarray(reward).dtype.kind not in 'biuf':
+            if np.ndim(reward) != 0 or not _is_a_number(reward):
                 what = 'None' if reward is None else f'a {type(reward).__name__}'
                 raise EnvironmentCrashedError(
                     f'{self._where} returned from step() {what} of shape {np.shape(reward)} '
