@@ -25,7 +25,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, 
 import torch
 from absl import logging
 
-from alf_lite.config import sync_directory
+from alf_lite.config import sync_to_disk
 from alf_lite.device import available_cpu_memory
 from alf_lite.run_dir import (
     SUMMARY_MODES,
@@ -92,7 +92,7 @@ def save_checkpoint(
         _save_synced(state, os.path.join(tmp, MODEL_FILE))
         if replay_buffer_state is not None:
             _save_synced(replay_buffer_state, os.path.join(tmp, REPLAY_BUFFER_FILE))
-        sync_directory(tmp)
+        sync_to_disk(tmp)
         if os.path.exists(final):
             _replace_files(tmp, final)
         else:
@@ -100,7 +100,7 @@ def save_checkpoint(
         # The rename reaches the disk before older buffers are removed: after a
         # power cut, an unlink kept without the rename would leave the
         # checkpoint a resume falls back to without its buffer.
-        sync_directory(checkpoint_dir)
+        sync_to_disk(checkpoint_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -141,7 +141,7 @@ def _replace_files(new: str, final: str) -> None:
             os.replace(os.path.join(new, name), os.path.join(final, name))
         elif os.path.exists(os.path.join(final, name)):
             os.remove(os.path.join(final, name))
-    sync_directory(final)
+    sync_to_disk(final)
     shutil.rmtree(new)
 
 

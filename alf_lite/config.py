@@ -29,7 +29,7 @@ import tokenize
 import types
 import typing
 import uuid
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import gin
 from gin import config_parser
@@ -345,7 +345,7 @@ def write_text_atomically(path: str, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
-        sync_directory(os.path.dirname(path) or '.')
+        sync_to_disk(os.path.dirname(path) or '.')
     except BaseException:
         # An error here would hide the one that says why the write failed.
         with contextlib.suppress(OSError):
@@ -353,8 +353,9 @@ def write_text_atomically(path: str, text: str) -> None:
         raise
 
 
-def sync_directory(path: str) -> None:
-    """Flush a directory's entries (files created, renamed or removed in it) to the disk."""
+def sync_to_disk(path: str) -> None:
+    """Flush a directory's entries (files created, renamed or removed in it), or a file's
+    data written through any descriptor, to the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -798,6 +799,20 @@ def _installed_finder_locations(name: str, inside) -> List[str]:
     return []
 
 
+def _inside_installed(top_level: str) -> Callable[[str], bool]:
+    """A predicate: whether a path is inside the installed packages (the standard library,
+    site-packages, alf_lite), or where an installed finder maps the top-level module
+    ``top_level`` (a development install)."""
+    trusted = _trusted_dirs()
+
+    def inside(path):
+        real = os.path.realpath(path)
+        return any(real == d or real.startswith(d + os.sep) for d in trusted)
+
+    trusted += _installed_finder_locations(top_level, inside)
+    return inside
+
+
 def code_outside_installed(module: str) -> Optional[str]:
     """The file or directory outside the installed packages (the standard library,
     site-packages, alf_lite) whose code importing ``module`` would run, or None when it
@@ -809,14 +824,8 @@ def code_outside_installed(module: str) -> Optional[str]:
     bring its own. A package installed in development mode (``pip install -e``) is
     installed: its code is where the installed finder that maps it says.
     """
-    trusted = _trusted_dirs()
-
-    def inside(path):
-        real = os.path.realpath(path)
-        return any(real == d or real.startswith(d + os.sep) for d in trusted)
-
     parts = module.split('.')
-    trusted += _installed_finder_locations(parts[0], inside)
+    inside = _inside_installed(parts[0])
     search = None  # where the next part is looked for: its package's __path__
     for i in range(len(parts)):
         name = '.'.join(parts[: i + 1])
@@ -867,13 +876,7 @@ def module_code_outside_installed(name: str) -> List[str]:
     is outside the installed packages (see :func:`code_outside_installed`): a module's
     file, or a package's directories. Empty when it is installed, built in or not found.
     Nothing is imported to find out."""
-    trusted = _trusted_dirs()
-
-    def inside(path):
-        real = os.path.realpath(path)
-        return any(real == d or real.startswith(d + os.sep) for d in trusted)
-
-    trusted += _installed_finder_locations(name, inside)
+    inside = _inside_installed(name)
     spec = getattr(sys.modules.get(name), '__spec__', None)
     if spec is None:
         try:

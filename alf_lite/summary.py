@@ -467,19 +467,15 @@ class Summary:
         """Put the events written so far on the disk, as each progress.csv row is: at a
         checkpoint, so that after a power cut the resume from it finds every event up to
         it (and drops those after it)."""
-        from alf_lite.config import sync_directory
+        from alf_lite.config import sync_to_disk
 
         for writer in self._writers.values():
             writer.flush()
             events_dir = writer.get_logdir()
             for name in _event_files(events_dir):
-                fd = os.open(os.path.join(events_dir, name), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                sync_to_disk(os.path.join(events_dir, name))
             # The names of the files this run created.
-            sync_directory(events_dir)
+            sync_to_disk(events_dir)
 
     def close(self) -> None:
         for writer in self._writers.values():

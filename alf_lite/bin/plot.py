@@ -64,7 +64,7 @@ if __name__ == '__main__':
 
 from absl import app, flags  # noqa: E402
 
-from alf_lite.config import new_file_beside, sync_directory  # noqa: E402
+from alf_lite.config import new_file_beside, sync_to_disk  # noqa: E402
 from alf_lite.run_dir import (  # noqa: E402
     CONFIG_FILE,
     EVAL,
@@ -799,11 +799,11 @@ def plot(argv):
                     os.fsync(f.fileno())
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(csv_path)
-            sync_directory(directory)
+            sync_to_disk(directory)
             os.replace(png, FLAGS.out)
-            sync_directory(directory)
+            sync_to_disk(directory)
             os.replace(table, csv_path)
-            sync_directory(directory)
+            sync_to_disk(directory)
         finally:
             for path in (png, table):
                 with contextlib.suppress(FileNotFoundError):
