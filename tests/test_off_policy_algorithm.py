@@ -268,6 +268,101 @@ def test_networks_that_cannot_play_their_part_are_refused_naming_the_parameter(
     assert message in str(raised.value)
 
 
+class OneQCritic(torch.nn.Module):
+    """Q values ``[B]``: one per row, whatever ``num_replicas`` asks for."""
+
+    def __init__(self, observation_dim, action_dim, num_replicas):
+        super().__init__()
+        self.layer = torch.nn.Linear(observation_dim + action_dim, 1)
+
+    def forward(self, observation, action):
+        return self.layer(torch.cat([observation, action], -1)).squeeze(-1)
+
+
+class ReplicaFirstCritic(OneQCritic):
+    """Q values ``[R, B]`` (replicas first) instead of ``[B, R]``."""
+
+    def __init__(self, observation_dim, action_dim, num_replicas):
+        super().__init__(observation_dim, action_dim, num_replicas)
+        self.num_replicas = num_replicas
+
+    def forward(self, observation, action):
+        return super().forward(observation, action).expand(self.num_replicas, -1)
+
+
+class FlatActionActor(DeterministicActorNetwork):
+    """Actions ``[B]`` instead of ``[B, A]``."""
+
+    def forward(self, observation):
+        return super().forward(observation)[:, 0]
+
+
+class ScalarLogProbActor(TanhNormalActorNetwork):
+    """``sample`` gives one log-probability for the whole batch."""
+
+    def sample(self, observation, noise=None):
+        action, log_prob = super().sample(observation, noise)
+        return action, log_prob.sum()
+
+
+@pytest.mark.parametrize(
+    'algorithm, networks, message',
+    [
+        (
+            SacAlgorithm,
+            dict(critic_network_ctor=OneQCritic),
+            'SacAlgorithm.critic_network_ctor built a OneQCritic, whose critic(observation, '
+            'action) returns shape [2] for a batch of 2 observations; expected shape [2, 2]',
+        ),
+        (
+            Td3Algorithm,
+            dict(critic_network_ctor=ReplicaFirstCritic, num_critic_replicas=3),
+            'Td3Algorithm.critic_network_ctor built a ReplicaFirstCritic, whose '
+            'critic(observation, action) returns shape [3, 2] for a batch of 2 observations; '
+            'expected shape [2, 3]',
+        ),
+        (
+            DdpgAlgorithm,
+            dict(actor_network_ctor=FlatActionActor),
+            'DdpgAlgorithm.actor_network_ctor built a FlatActionActor, whose actor(observation) '
+            'returns shape [2] for a batch of 2 observations; expected shape [2, 2]',
+        ),
+        (
+            SacAlgorithm,
+            dict(actor_network_ctor=ScalarLogProbActor),
+            'whose actor.sample(observation) returns shape [2, 2], shape [] for a batch of 2 '
+            'observations; expected shape [2, 2] and shape [2]',
+        ),
+    ],
+    ids=['sac_one_q', 'td3_replicas_first', 'ddpg_flat_action', 'sac_scalar_log_prob'],
+)
+def test_networks_whose_outputs_have_the_wrong_shape_are_refused(algorithm, networks, message):
+    # A [B] critic would be broadcast against its [B] target into a [B, B] loss.
+    with pytest.raises(ValueError) as raised:
+        algorithm(observation_dim=3, action_dim=2, **networks)
+    assert message in str(raised.value)
+
+
+def test_checking_the_outputs_draws_no_random_numbers_and_keeps_the_modes():
+    # The check calls actor.sample, which draws; the run's random numbers stay as they were.
+    torch.manual_seed(0)
+    SacAlgorithm(observation_dim=3, action_dim=2)
+    after_sac = torch.rand(3)
+    torch.manual_seed(0)
+    TanhNormalActorNetwork(3, 2)
+    CriticNetwork(3, 2, num_replicas=2)
+    assert torch.equal(after_sac, torch.rand(3))
+
+    class HalfEvalCritic(CriticNetwork):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._layers[0].eval()
+
+    ddpg = DdpgAlgorithm(observation_dim=3, action_dim=2, critic_network_ctor=HalfEvalCritic)
+    modes = {name: m.training for name, m in ddpg._critic.named_modules()}
+    assert modes[''] and not modes['_layers.0'], modes
+
+
 @pytest.mark.parametrize(
     'algorithm, networks',
     [

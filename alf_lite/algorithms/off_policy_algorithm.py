@@ -172,6 +172,91 @@ def check_networks(algorithm: str, actor: nn.Module, critic: nn.Module, sampling
         raise ValueError('; '.join(problems) + '.')
 
 
+def _shape_of(value) -> str:
+    return f'shape {list(value.shape)}' if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def check_network_outputs(
+    algorithm: str,
+    actor: nn.Module,
+    critic: nn.Module,
+    observation_dim: int,
+    action_dim: int,
+    num_replicas: int,
+    sampling: bool,
+) -> None:
+    """Refuse networks whose outputs have the wrong shape, naming the parameter that built them.
+
+    Each is called once on a batch of two zero observations (and actions), in
+    eval mode and without gradients; the random number generator's state is
+    restored, so the run's numbers are those it would have had without the
+    check. A critic that returns ``[B]`` rather than ``[B, R]`` would
+    otherwise be broadcast against its ``[B]`` target into a ``[B, B]`` loss
+    and train on wrong values without an error.
+
+    Raises:
+        ValueError: naming the parameter, the class it built, the shape it
+            returned and the shape expected.
+    """
+    b = 2
+    observation = torch.zeros(b, observation_dim)
+    action = torch.zeros(b, action_dim)
+    # (parameter part, network, the call, how to make it, the shapes expected)
+    calls = [
+        ('actor', actor, 'actor(observation)', lambda: (actor(observation),), [(b, action_dim)])
+    ]
+    if sampling:
+        calls.append(
+            (
+                'actor',
+                actor,
+                'actor.sample(observation)',
+                lambda: actor.sample(observation),
+                [(b, action_dim), (b,)],
+            )
+        )
+    calls.append(
+        (
+            'critic',
+            critic,
+            'critic(observation, action)',
+            lambda: (critic(observation, action),),
+            [(b, num_replicas)],
+        )
+    )
+    modes = [(m, m.training) for net in (actor, critic) for m in net.modules()]
+    problems = []
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            actor.eval()
+            critic.eval()
+            for part, net, call, make, expected in calls:
+                built = (
+                    f'{algorithm}.{part}_network_ctor built a {type(net).__name__}, whose {call}'
+                )
+                try:
+                    out = make()
+                except Exception as e:
+                    raise ValueError(
+                        f'{built} fails on a batch of {b} observations of size {observation_dim}: '
+                        f'{type(e).__name__}: {e}'
+                    ) from e
+                outs = out if isinstance(out, (tuple, list)) else (out,)
+                if [tuple(o.shape) if isinstance(o, torch.Tensor) else None for o in outs] != (
+                    expected
+                ):
+                    shown = ', '.join(_shape_of(o) for o in outs)
+                    want = ' and '.join(f'shape {list(e)}' for e in expected)
+                    problems.append(
+                        f'{built} returns {shown} for a batch of {b} observations; expected {want}'
+                    )
+    finally:
+        for m, training in modes:
+            m.training = training
+    if problems:
+        raise ValueError('; '.join(problems) + '.')
+
+
 def td_target(
     reward: torch.Tensor, discount: torch.Tensor, gamma: float, next_value: torch.Tensor
 ) -> torch.Tensor:
@@ -331,6 +416,7 @@ class OffPolicyAlgorithm(nn.Module):
             num_replicas=num_critic_replicas,
         )
         check_networks(name, self._actor, self._critic, sampling)
+        check_network_outputs(name, self._actor, self._critic, *dims, num_critic_replicas, sampling)
 
     @property
     def num_train_steps(self) -> int:
