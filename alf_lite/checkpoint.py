@@ -909,9 +909,17 @@ def check_trainer_state(path: str, state: dict) -> None:
         raise CorruptCheckpointError(f'{model}: optimizer state {bad} holds NaN or inf')
 
 
-def _is_number(value) -> bool:
-    """An int or float (not a bool): what a summary scalar or an episode's figure is."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _not_a_number(value) -> Optional[Tuple[str, str]]:
+    """``value`` shown briefly and why it is no summary scalar or episode figure as a trainer
+    writes them (an int or float, not a bool, that a float holds: they are written as
+    floats); None when it is one."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return f'{value!r:.80}', 'not a number'
+    try:
+        float(value)
+    except OverflowError:  # an int too long for float, perhaps for repr as well
+        return f'an integer of {value.bit_length()} bits', 'beyond the range of a float'
+    return None
 
 
 def _values_problem(state: TrainerState) -> Optional[str]:
@@ -922,13 +930,13 @@ def _values_problem(state: TrainerState) -> Optional[str]:
     # Of episodes of finite rewards (the envs' are checked), counted in steps: what
     # train/AverageReturn and train/AverageEpisodeLength average once a resume summarises.
     for value in state.recent_returns:
-        if not _is_number(value):
-            return f'recent_returns holds {value!r:.80}, not a number'
+        if _not_a_number(value):
+            return 'recent_returns holds {}, {}'.format(*_not_a_number(value))
         if not math.isfinite(value):
             return f'recent_returns holds {value!r}, which no episode of finite rewards has'
     for value in state.recent_lengths:
-        if not _is_number(value):
-            return f'recent_lengths holds {value!r:.80}, not a number'
+        if _not_a_number(value):
+            return 'recent_lengths holds {}, {}'.format(*_not_a_number(value))
         if not isinstance(value, int) or value < 0:
             return f'recent_lengths holds {value!r:.80}, no count of steps'
     for field in ('last_eval', 'pending_evaluation', 'train_scalars', 'update_scalars'):
@@ -936,8 +944,9 @@ def _values_problem(state: TrainerState) -> Optional[str]:
             mode, _, name = key.partition('/') if isinstance(key, str) else ('', '', '')
             if mode not in SUMMARY_MODES or not name:
                 return f'{field} holds the key {key!r:.80}, no summary scalar name'
-            if not _is_number(value):
-                return f'{field} holds {value!r:.80} for {key:.80}, not a number'
+            if _not_a_number(value):
+                shown, why = _not_a_number(value)
+                return f'{field} holds {shown} for {key:.80}, {why}'
     return None
 
 

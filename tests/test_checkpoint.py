@@ -999,6 +999,21 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
             'parameter weight holds NaN or inf; alf_lite never writes a checkpoint with '
             'non-finite weights, so the file was altered or damaged',
         ),
+        # Ints too large for a float: float() and math.isfinite raise OverflowError on them,
+        # and repr does beyond 4300 digits.
+        (
+            {'recent_returns': [10**400]},
+            'recent_returns holds an integer of 1329 bits, beyond the range of a float',
+        ),
+        (
+            {'recent_lengths': [10**5000]},
+            'recent_lengths holds an integer of 16610 bits, beyond the range of a float',
+        ),
+        (
+            {'last_eval': {'eval/AverageReturn': -(2**1024)}},
+            'last_eval holds an integer of 1025 bits for eval/AverageReturn, beyond the range '
+            'of a float',
+        ),
     ],
     ids=[
         'negative_env_steps',
@@ -1028,6 +1043,9 @@ def test_check_trainer_state_refuses_a_negative_num_updates(tmp_path):
         'update_scalar_without_mode',
         'rng_without_numpy',
         'nan_weight',
+        'huge_int_return',
+        'huge_int_length',
+        'huge_int_scalar',
     ],
 )
 def test_check_trainer_state_names_the_file_and_its_problem(tmp_path, damage, problem):
