@@ -787,8 +787,7 @@ def test_env_process_that_dies_gives_an_error_not_a_hang():
     env.reset()
     with pytest.raises(
         EnvironmentCrashedError,
-        match=r"'alf_test/Dies-v0': the process of env 1 \(exit code 3\) of 3 "
-        'died',
+        match=r"'alf_test/Dies-v0': the process of env 1 of 3 \(exit code 3\) died ",
     ):
         for _ in range(5):
             env.step(torch.zeros(3, 1))
@@ -817,7 +816,7 @@ def test_first_env_process_that_dies_is_named_and_every_process_is_reaped(num_en
     env.reset()
     with pytest.raises(
         EnvironmentCrashedError,
-        match=rf"'alf_test/FirstDies-v0': the process of env 0 \(exit code 3\) of {num_envs} died",
+        match=rf"'alf_test/FirstDies-v0': the process of env 0 of {num_envs} \(exit code 3\) died",
     ):
         for _ in range(5):
             env.step_async(torch.zeros(num_envs, 1))
@@ -945,7 +944,7 @@ def test_trainer_leaves_no_child_process(tmp_path):
         assert len(new_children(before)) == 2  # This env runs in subprocesses by default.
     train_briefly(tmp_path / 'ok', 'alf_test/Countdown-v0', 2)
     assert new_children(before) == []
-    with pytest.raises(EnvironmentCrashedError, match=r'env 1 \(exit code 3\) of 2'):
+    with pytest.raises(EnvironmentCrashedError, match=r'env 1 of 2 \(exit code 3\) died'):
         train_briefly(tmp_path / 'crash', 'alf_test/DiesInTrainer-v0', 2)
     assert new_children(before) == []
 

@@ -1014,9 +1014,11 @@ class BatchedEnvironment:
             time.sleep(_EXIT_CODE_POLL_S)
         if not dead:
             return f"Environment '{self.name}': lost the connection to an env process."
-        which = ', '.join(f'{self.label} {i} (exit code {code})' for i, code in dead)
+        which = ', '.join(
+            f'{self.label} {i} of {self.num_envs} (exit code {code})' for i, code in dead
+        )
         return (
-            f"Environment '{self.name}': the process of {which} of {self.num_envs} died "
+            f"Environment '{self.name}': the process of {which} died "
             'without raising a Python exception (killed, os._exit, or a crash in native '
             'code); its output above may say why.'
         )
