@@ -448,8 +448,8 @@ def test_an_action_range_its_float_type_cannot_hold_is_refused_as_unbounded(dtyp
         BatchedEnvironment([make], name='wide')
     assert re.fullmatch(
         r"Environment 'wide' has action space Box\(.*\): SAC, DDPG and TD3 need a continuous "
-        r'bounded action space \(a 1-D float Box with finite bounds whose range high - low '
-        r'its float type holds\)\.',
+        r'bounded action space \(a 1-D float Box of at least one value, with finite bounds '
+        r'whose range high - low its float type holds\)\.',
         str(raised.value),
     ), str(raised.value)
 

@@ -113,6 +113,14 @@ class ImageEnv(gymnasium.Env):
         self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
 
 
+class EmptySpaceEnv(CountdownEnv):
+    """Has an observation or action space of shape (0,), which holds no value."""
+
+    def __init__(self, which='observation'):
+        super().__init__()
+        setattr(self, f'{which}_space', spaces.Box(-1.0, 1.0, shape=(0,), dtype=np.float32))
+
+
 class IntegerActionEnv(CountdownEnv):
     """Has a Box action space of integers, which is no continuous action space."""
 
@@ -160,6 +168,10 @@ class CrashingEnv(gymnasium.Env):
                 return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
             if self._how == 'array_reward':  # as -x @ x of an x of shape (1, n) gives
                 return np.zeros(1, dtype=np.float32), np.array([0.5]), False, False, {}
+            if self._how == 'array_terminated':  # as x[:, 0] > 1 of an x of shape (1, n) gives
+                return np.zeros(1, dtype=np.float32), 0.0, np.array([False]), False, {}
+            if self._how == 'none_info':
+                return np.zeros(1, dtype=np.float32), 0.0, False, False, None
             raise ValueError(self._message)
         return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
 
@@ -177,6 +189,13 @@ gymnasium.register('alf_test/Echo-v0', entry_point=EchoEnv, max_episode_steps=10
 gymnasium.register('alf_test/CountingEcho-v0', entry_point=CountingEchoEnv, max_episode_steps=100)
 gymnasium.register('alf_test/Image-v0', entry_point=ImageEnv, max_episode_steps=100)
 gymnasium.register('alf_test/IntegerAction-v0', entry_point=IntegerActionEnv, max_episode_steps=100)
+for _which in ('observation', 'action'):
+    gymnasium.register(
+        f'alf_test/Empty{_which.title()}-v0',
+        entry_point=EmptySpaceEnv,
+        max_episode_steps=100,
+        kwargs=dict(which=_which),
+    )
 gymnasium.register(
     'alf_test/CannotStartInAProcess-v0', entry_point=CannotStartInAProcessEnv, max_episode_steps=100
 )
@@ -206,6 +225,18 @@ gymnasium.register(
     entry_point=CrashingEnv,
     max_episode_steps=10,
     kwargs=dict(how='array_reward'),
+)
+gymnasium.register(
+    'alf_test/ArrayTerminated-v0',
+    entry_point=CrashingEnv,
+    max_episode_steps=10,
+    kwargs=dict(how='array_terminated'),
+)
+gymnasium.register(
+    'alf_test/NoneInfo-v0',
+    entry_point=CrashingEnv,
+    max_episode_steps=10,
+    kwargs=dict(how='none_info'),
 )
 gymnasium.register(
     'alf_test/FirstDies-v0',
@@ -567,6 +598,9 @@ def test_a_module_named_before_the_env_id_that_raises_on_import_is_named(tmp_pat
         ('CartPole-v1', 'SAC, DDPG and TD3'),
         ('alf_test/IntegerAction-v0', 'SAC, DDPG and TD3'),
         ('alf_test/Image-v0', 'flat 1-D Box'),
+        # Networks of zero inputs or outputs were built, and the replay buffer refused them.
+        ('alf_test/EmptyObservation-v0', 'flat 1-D Box observation spaces of at least one'),
+        ('alf_test/EmptyAction-v0', 'a 1-D float Box of at least one value'),
     ],
 )
 def test_unsupported_spaces_are_refused(env_name, message):
@@ -752,6 +786,44 @@ def test_a_reward_that_is_no_number_is_named_with_the_env(use_subprocesses):
     assert str(raised.value) == (
         "Environment 'alf_test/ArrayReward-v0' (env 1 of 3) returned from step() a ndarray of "
         'shape (1,) as its reward, not a number'
+    )
+    env.close()
+    assert new_children(before) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('use_subprocesses', [True, False])
+def test_a_terminated_flag_that_is_an_array_is_named_with_the_env(use_subprocesses):
+    # Env processes stacked the flags into one array, which failed with an error that named
+    # no env; in process the array passed unnoticed.
+    before = child_pids()
+    env = create_environment('alf_test/ArrayTerminated-v0', 3, use_subprocesses=use_subprocesses)
+    env.reset()
+    with pytest.raises(EnvironmentCrashedError) as raised:
+        for _ in range(5):
+            env.step(torch.zeros(3, 1))
+    assert str(raised.value) == (
+        "Environment 'alf_test/ArrayTerminated-v0' (env 1 of 3) returned from step() a ndarray "
+        'of shape (1,) as terminated, not a bool'
+    )
+    env.close()
+    assert new_children(before) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('use_subprocesses', [True, False])
+def test_an_info_that_is_no_dict_is_named_with_the_env(use_subprocesses):
+    # The vector env gathers the infos with info.items(), which failed with an
+    # AttributeError that named no env.
+    before = child_pids()
+    env = create_environment('alf_test/NoneInfo-v0', 3, use_subprocesses=use_subprocesses)
+    env.reset()
+    with pytest.raises(EnvironmentCrashedError) as raised:
+        for _ in range(5):
+            env.step(torch.zeros(3, 1))
+    assert str(raised.value) == (
+        "Environment 'alf_test/NoneInfo-v0' (env 1 of 3) returned from step() None as its info, "
+        'not a dict'
     )
     env.close()
     assert new_children(before) == []

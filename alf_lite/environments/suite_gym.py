@@ -169,8 +169,9 @@ class _NamedEnv(gymnasium.Wrapper):
 
     def _checked(self, call: str, result: tuple) -> tuple:
         """``result`` of ``call``, refused when its observation does not have the shape of the
-        observation space, or a step's reward is not one number (``np.array([r])``): the
-        vector env would fail to stack them, naming no env."""
+        observation space, a step's reward is not one number (``np.array([r])``) nor its
+        flags one bool each, or its info is not a dict: the vector env would fail to stack
+        them, naming no env."""
         shape = self._observation_shape
         if shape is not None and np.shape(result[0]) != shape:
             raise EnvironmentCrashedError(
@@ -185,6 +186,25 @@ class _NamedEnv(gymnasium.Wrapper):
                     f'{self._where} returned from step() {what} of shape {np.shape(reward)} '
                     'as its reward, not a number'
                 )
+        if call == 'step':
+            # Env processes stack the flags into an array of one per env: ``np.array([True])``
+            # would give it another shape, failing later with an error naming no env.
+            for name, flag in (('terminated', result[2]), ('truncated', result[3])):
+                if not isinstance(flag, (bool, int, np.bool_)) and (
+                    np.ndim(flag) != 0 or not _is_a_number(flag)
+                ):
+                    what = 'None' if flag is None else f'a {type(flag).__name__}'
+                    if np.ndim(flag) != 0:
+                        what += f' of shape {np.shape(flag)}'
+                    raise EnvironmentCrashedError(
+                        f'{self._where} returned from step() {what} as {name}, not a bool'
+                    )
+        info = result[-1]
+        if not isinstance(info, dict):
+            what = 'None' if info is None else f'a {type(info).__name__}'
+            raise EnvironmentCrashedError(
+                f'{self._where} returned from {call}() {what} as its info, not a dict'
+            )
         return result
 
     def reset(self, **kwargs):
@@ -540,22 +560,27 @@ class BatchedEnvironment:
     def _check_spaces(self, name: str):
         """Set the dims and bounds from the single-env spaces, or refuse them."""
         obs_space = self._env.single_observation_space
-        if not (isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 1):
+        if not (
+            isinstance(obs_space, spaces.Box)
+            and len(obs_space.shape) == 1
+            and obs_space.shape[0] > 0
+        ):
             raise ValueError(
                 f"Environment '{name}' has observation space {obs_space}: only flat "
-                '1-D Box observation spaces are supported.'
+                '1-D Box observation spaces of at least one value are supported.'
             )
         act_space = self._env.single_action_space
         if not (
             isinstance(act_space, spaces.Box)
             and np.issubdtype(act_space.dtype, np.floating)
             and len(act_space.shape) == 1
+            and act_space.shape[0] > 0
             and _range_is_finite(act_space)
         ):
             raise ValueError(
                 f"Environment '{name}' has action space {act_space}: SAC, DDPG and TD3 need a "
-                'continuous bounded action space (a 1-D float Box with finite bounds whose '
-                'range high - low its float type holds).'
+                'continuous bounded action space (a 1-D float Box of at least one value, with '
+                'finite bounds whose range high - low its float type holds).'
             )
         self.observation_dim = int(obs_space.shape[0])
         self.action_dim = int(act_space.shape[0])
