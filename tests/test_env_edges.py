@@ -580,6 +580,64 @@ def test_the_watchdog_ends_a_process_whose_in_process_reset_hangs():
     assert 'the reset returned' not in result.stdout
 
 
+_SLOW_ENVS_IN_PROCESS = """
+import time
+import gymnasium
+import numpy as np
+import torch
+from gymnasium import spaces
+from alf_lite.environments import create_environment
+
+class Slow(gymnasium.Env):
+    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        time.sleep(0.2)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        time.sleep(0.2)
+        return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
+
+gymnasium.register('alf_test/Slow-v0', entry_point=Slow, max_episode_steps=9)
+with create_environment('alf_test/Slow-v0', 3, use_subprocesses=False, step_timeout=0.5) as env:
+    env.reset()
+    env.step(torch.zeros(3, 1))
+    env.step(torch.zeros(3, 1), active=np.array([True, True, False]))
+print('the calls returned')
+"""
+
+
+def test_in_process_envs_stepped_one_after_another_may_each_take_the_step_timeout():
+    # Three envs of 0.2 s a call: 0.6 s a reset or step of all of them, each within 0.5 s.
+    result = run_python(_SLOW_ENVS_IN_PROCESS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split('\n')[-2] == 'the calls returned', result.stdout[-3000:]
+
+
+_ONE_OF_THREE_IN_PROCESS_HANGS = """
+import time
+import torch
+from alf_lite.environments import create_environment
+
+with create_environment('Pendulum-v1', 3, use_subprocesses=False, step_timeout=0.5) as env:
+    env.reset()
+    env._env.envs[1].unwrapped.step = lambda action: time.sleep(30)  # env 1 hangs
+    env.step(torch.zeros(3, 1))
+"""
+
+
+def test_a_hung_env_of_an_in_process_batch_is_named_after_its_own_step_timeout():
+    result = run_python(_ONE_OF_THREE_IN_PROCESS_HANGS)
+    assert result.returncode == HUNG_ENV_EXIT_CODE, result.stderr[-3000:]
+    # Within its own 0.5 s, not the 1.5 s of the three envs' steps.
+    assert (
+        "Environment 'Pendulum-v1' (env 1 of 3) (in process) did not return from step() "
+        'within 0.5 s (create_environment.step_timeout)'
+    ) in result.stderr, result.stderr[-3000:]
+
+
 def test_a_bfloat16_action_is_mapped_as_its_float32_value():
     with create_environment('alf_test/EchoEdges-v0', 3) as env:
         env.reset()

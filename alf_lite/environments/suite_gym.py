@@ -148,8 +148,9 @@ class _NamedEnv(gymnasium.Wrapper):
     without saying which env it came from; this wrapper runs in the worker.
 
     Args:
-        close_timeout: seconds its ``close()`` may take in process (as
-            ``step_timeout``) before the watchdog ends the process; None: no limit.
+        close_timeout: seconds its ``reset()``, ``step()`` or ``close()`` may take in
+            process (as ``step_timeout``) before the watchdog ends the process; None: no
+            limit.
     """
 
     def __init__(self, env: gymnasium.Env, where: str, close_timeout: Optional[float] = None):
@@ -208,17 +209,25 @@ class _NamedEnv(gymnasium.Wrapper):
         return result
 
     def reset(self, **kwargs):
+        token = self._watch('reset')
         try:
             result = self.env.reset(**kwargs)
         except _RAISED_BY_ENVS as e:
             raise self._crashed('reset', e) from e
+        finally:
+            if token is not None:
+                watchdog.done(token)
         return self._checked('reset', result)
 
     def step(self, action):
+        token = self._watch('step')
         try:
             result = self.env.step(action)
         except _RAISED_BY_ENVS as e:
             raise self._crashed('step', e) from e
+        finally:
+            if token is not None:
+                watchdog.done(token)
         return self._checked('step', result)
 
     def render(self):
@@ -227,16 +236,24 @@ class _NamedEnv(gymnasium.Wrapper):
         except _RAISED_BY_ENVS as e:
             raise self._crashed('render', e) from e
 
+    def _watch(self, call: str) -> Optional[int]:
+        """In process, the watchdog's token for a ``call`` of this env; None: not watched.
+
+        Each env of an in-process batch is watched on its own: the batch calls
+        them one after another.
+        """
+        if self._close_timeout is None:
+            return None
+        return watchdog.start(
+            self._close_timeout,
+            f'{self._where} (in process) did not return from {call}() within '
+            f'{self._close_timeout:g} s (create_environment.step_timeout)',
+        )
+
     def close(self):
         """Close the env; what its ``close()`` raises is a warning naming it: the run's
         results are written by then, and the other envs are still to be closed."""
-        token = None
-        if self._close_timeout is not None:
-            token = watchdog.start(
-                self._close_timeout,
-                f'{self._where} (in process) did not return from close() within '
-                f'{self._close_timeout:g} s (create_environment.step_timeout)',
-            )
+        token = self._watch('close')
         try:
             self.env.close()
         except _RAISED_BY_ENVS as e:
@@ -711,7 +728,8 @@ class BatchedEnvironment:
             with _env_process_errors_unlogged():
                 obs, _ = self._call(self._env.reset_wait, timeout=self._step_timeout)
         else:
-            obs, _ = self._call(self._env.reset, seed=seeds)
+            # In process the envs reset one after another.
+            obs, _ = self._call(self._env.reset, seed=seeds, env_calls=self.num_envs)
         self._done[:] = False
         self._num_steps = 0
         return obs
@@ -818,10 +836,13 @@ class BatchedEnvironment:
             with _env_process_errors_unlogged():
                 obs, reward, terminated, truncated, _ = self._call(self._env.step_wait, timeout)
         elif active is None:
-            obs, reward, terminated, truncated, _ = self._call(self._env.step, env_action)
+            # In process the envs step one after another.
+            obs, reward, terminated, truncated, _ = self._call(
+                self._env.step, env_action, env_calls=self.num_envs
+            )
         else:
             obs, reward, terminated, truncated, _ = self._call(
-                self._env.step, env_action, active=active
+                self._env.step, env_action, active=active, env_calls=max(1, int(active.sum()))
             )
         return self._time_step(
             obs, reward, terminated, truncated, self._done, f'of step {self._num_steps}', active
