@@ -289,6 +289,31 @@ def test_a_gif_counts_identical_consecutive_frames_as_the_one_it_holds(tmp_path)
     assert frames == [(0, 100), (50, 300), (100, 100), (0, 200)]
 
 
+@pytest.mark.parametrize('name, size', [('floats.gif', None), ('floats.mp4', (4, 2))])
+def test_frames_of_floats_are_taken_as_8_bit_colours_as_by_the_mp4_writer(tmp_path, name, size):
+    import imageio.v3 as iio
+
+    video_file = tmp_path / name
+    # An env's own render() may give floats in [0, 1]; in a process of its own, as
+    # play's flags would clash with those of another tool.
+    script = (
+        'import numpy as np\n'
+        'from alf_lite.bin.play import VideoWriter\n'
+        f'video = VideoWriter({str(video_file)!r}, fps=10, size={size!r})\n'
+        'for value in [0.0, 0.5, 1.0]:\n'
+        '    video.append(np.full((8, 8, 3), value))\n'
+        'video.close()\n'
+        'print(video.num_frames)\n'
+    )
+    result = run_train([sys.executable, '-c', script])
+    assert_ok(result)
+    assert result.stdout.split() == ['3']
+    frames = iio.imread(video_file, index=None)[..., :3]
+    assert frames.shape == ((3, 8, 8, 3) if size is None else (3, 2, 4, 3))
+    # 0.5 is 127: in the GIF exactly, in the H.264 of the .mp4 within its rounding.
+    assert [int(frame.mean().round()) for frame in frames] == pytest.approx([0, 127, 255], abs=2)
+
+
 def test_play_says_how_many_frames_a_gif_holds_when_identical_ones_merge(trained_run, tmp_path):
     from PIL import Image, ImageSequence
 
@@ -511,6 +536,34 @@ def test_a_signal_while_the_video_writer_opens_leaves_no_temporary_video(trained
     play_stopped(trained_run, video, prelude, 'SIGINT', f'{video} was not written.')
     assert video.read_bytes() == b'the video of an earlier play'
     assert os.listdir(tmp_path) == ['play.mp4']  # no temporary file left
+
+
+def test_a_video_that_cannot_replace_the_file_there_is_kept_and_named(trained_run, tmp_path):
+    # Another user's file in a sticky directory (/tmp), or an immutable one: the kernel
+    # refuses the rename onto it (EPERM) once every episode was played.
+    video = tmp_path / 'play.gif'
+    video.write_bytes(b'the video of an earlier play')
+    prelude = (
+        'import errno, os\n'
+        'replace = os.replace\n'
+        'def not_permitted(src, dst, **kwargs):\n'
+        f'    if str(dst) == {str(video)!r}:\n'
+        '        raise OSError(errno.EPERM, os.strerror(errno.EPERM), src, None, dst)\n'
+        '    replace(src, dst, **kwargs)\n'
+        'os.replace = not_permitted\n'
+    )
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
+    command = with_prelude(command + ['--record_file', str(video)], prelude, 'alf_lite.bin.play')
+    result = run_train(command)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    (kept,) = [name for name in os.listdir(tmp_path) if name != 'play.gif']
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'error: cannot replace {video} with the new video: Operation not permitted. It was '
+        f'written to {tmp_path / kept} instead.'
+    ), result.stderr[-3000:]
+    assert video.read_bytes() == b'the video of an earlier play'
+    assert gif_frames(tmp_path / kept, fps=30) == EPISODE_STEPS + 1
 
 
 def test_a_signal_once_the_video_is_moved_in_says_it_was_written(trained_run, tmp_path):

@@ -132,6 +132,11 @@ def parse_render_size(text: str):
     return size
 
 
+class VideoNotMovedError(OSError):
+    """The finished video could not be moved to its path (another user's file in a sticky
+    directory such as /tmp, an immutable file): it is left at ``filename``."""
+
+
 class VideoWriter:
     """Frames to ``path`` (.mp4 via imageio-ffmpeg, .gif via pillow), resized to ``size``.
 
@@ -187,6 +192,13 @@ class VideoWriter:
         if (self._seen - 1) % self._every:
             return
         frame = np.asarray(frame)[:, :, :3]
+        if frame.dtype != np.uint8:
+            # 8-bit colours, as the .mp4 writer takes other frames (floats in [0, 1]
+            # scaled by 255, other values from their range): the GIF's frames and the
+            # resizing need them too.
+            from imageio.core import image_as_uint
+
+            frame = image_as_uint(frame, bitdepth=8)
         if self._size is not None and frame.shape[1::-1] != self._size:
             frame = np.asarray(
                 ImageOps.fit(Image.fromarray(frame), self._size, Image.Resampling.LANCZOS)
@@ -199,14 +211,22 @@ class VideoWriter:
         self.num_frames += 1
 
     def close(self) -> None:
-        """Finish the video and move it to ``path``."""
+        """Finish the video and move it to ``path``.
+
+        Raises:
+            VideoNotMovedError: the finished video could not be moved to ``path``;
+                it is left where it was written.
+        """
         try:
             self._finish()
             self.frames_in_file = self._count_frames_in_file()
         except BaseException:
             self.discard()
             raise
-        os.replace(self._tmp, self._path)
+        try:
+            os.replace(self._tmp, self._path)
+        except OSError as e:
+            raise VideoNotMovedError(e.errno, e.strerror, self._tmp) from e
 
     @property
     def moved_in(self) -> bool:
@@ -452,7 +472,16 @@ def play(argv, signals) -> None:
         play_episodes(env, algorithm, FLAGS.num_episodes, video)
         signals.raise_if_received()
         if video is not None:
-            video.close()
+            try:
+                video.close()
+            except VideoNotMovedError as e:
+                # The episodes are played: their video is kept, not discarded.
+                video = None
+                fail(
+                    f'cannot replace {record_file} with the new video: {e.strerror}. It was '
+                    f'written to {e.filename} instead.',
+                    exit_code=EXIT_FAULT,
+                )
             print(frames_written(video, record_file), flush=True)
             video = None
     except EnvironmentCrashedError as e:
