@@ -461,6 +461,24 @@ def test_out_that_would_overwrite_a_file_plot_did_not_write_is_refused(grid, tmp
     assert (tmp_path / 'again.png').read_bytes() != first_png
 
 
+def test_out_that_would_give_a_run_without_progress_csv_the_curves_as_its_own_is_refused(
+    grid, tmp_path
+):
+    # A run whose progress.csv is missing (plot reads its events): the curves would become
+    # the run's progress.csv, which plot and a resumed train read as the run's rows.
+    run = grid / f'lr={LR_A},seed=0'
+    (run / 'progress.csv').unlink()
+    before = sorted(p.name for p in run.iterdir())
+    data = grid / f'lr={LR_A},seed=1'
+    result = run_plot([str(data), '--out', str(run / 'progress.png')], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f'would write its curves to {run / "progress.csv"}, the progress file' in result.stderr
+    assert sorted(p.name for p in run.iterdir()) == before
+    # A directory that holds no run takes them under that name.
+    assert_ok(run_plot([str(data), '--out', 'progress.png'], tmp_path))
+    assert (tmp_path / 'progress.csv').exists()
+
+
 def test_out_beside_a_csv_of_one_huge_line_is_refused_without_reading_it_whole(tmp_path):
     from alf_lite.bin.plot import check_outputs
     from alf_lite.runs import MAX_LINE_CHARS

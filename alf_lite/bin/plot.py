@@ -198,6 +198,16 @@ def check_outputs(png: str, csv_path: str) -> None:
                 'wrote: choose another --out'
             )
         curves_csv = True
+    # A run without its progress.csv (plot reads its events) would get the curves as its
+    # progress.csv, which plot and a resumed train would then read as the run's own rows.
+    run = RunDir(os.path.dirname(csv_path) or os.curdir)
+    if os.path.basename(csv_path) == PROGRESS_FILE and (
+        os.path.isfile(run.config_file) or any(run.has_events(mode) for mode in (TRAIN, EVAL))
+    ):
+        raise ValueError(
+            f'--out {png} would write its curves to {csv_path}, the progress file of the run '
+            f'in {run.root}: choose another --out'
+        )
     if os.path.exists(png):
         with open(png, 'rb') as f:
             start = f.read(_PNG_MARK_WITHIN)
