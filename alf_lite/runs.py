@@ -226,6 +226,31 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
     return xs, np.array([by_x[v] for v in xs], dtype=np.float64)
 
 
+def first_wall_time(root_dir: str) -> float:
+    """The wall time of the run's first row: read from its ``progress.csv``, or without one
+    the earliest first point of its TensorBoard scalars (train writes a row's events with it).
+
+    Raises:
+        ValueError: the run has no row yet.
+    """
+    if os.path.isfile(RunDir(root_dir).progress_file):
+        times, _ = read_scalar(root_dir, WALL_TIME, WALL_TIME)
+        if not len(times):
+            raise ValueError(f'{root_dir} has no row yet')
+        return float(times[0])
+    firsts = []
+    for mode in SUMMARY_MODES:
+        log_dir = RunDir(root_dir).events_dir(mode)
+        if os.path.isdir(log_dir):
+            accumulator = _event_accumulator(log_dir)
+            for tag in accumulator.Tags()['scalars']:
+                points = accumulator.Scalars(tag)
+                firsts += [min(e.wall_time for e in points)] if points else []
+    if not firsts:
+        raise ValueError(f'{root_dir} has no row yet')
+    return min(firsts)
+
+
 def _read_tensorboard_scalar(root_dir, y, x):
     if x not in (ENV_STEPS, WALL_TIME):
         raise ValueError(

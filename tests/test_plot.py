@@ -1007,6 +1007,25 @@ def test_wall_time_is_elapsed_seconds_interpolated_where_runs_differ(tmp_path):
     }
 
 
+def test_wall_time_of_a_run_read_from_its_events_counts_from_its_first_row_too(tmp_path):
+    from alf_lite.summary import Summary
+
+    # The same run twice, one without its progress.csv: plot reads that one's events.
+    for name in ('csv', 'events'):
+        summary = Summary(str(tmp_path / 'runs' / name))
+        summary.write(0, 0, 1e9, {'eval/AverageReturn': -10.0})
+        summary.write(100, 10, 1e9 + 5, {'train/critic_loss': 3.0})
+        summary.write(200, 20, 1e9 + 10, {'train/critic_loss': 2.0})
+        summary.close()
+    (tmp_path / 'runs' / 'events' / 'progress.csv').unlink()
+    args = [str(tmp_path / 'runs'), '--x', 'wall_time', '--y', 'train/critic_loss']
+    assert_ok(run_plot([*args, '--group_by', 'none', '--out', 'each.png'], tmp_path))
+    # Seconds since the evaluation's row at 0, not since the critic loss's first point.
+    assert read_wall_time_curves(tmp_path / 'each.csv') == {
+        (name, t): (value, 1) for name in ('csv', 'events') for t, value in ((5, 3), (10, 2))
+    }
+
+
 def read_wall_time_curves(path):
     """``{(group, wall_time): (mean, num_runs)}`` of a curves CSV."""
     with open(path, newline='') as f:

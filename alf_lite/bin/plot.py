@@ -86,6 +86,7 @@ from alf_lite.runs import (  # noqa: E402
     LineTooLongError,
     bounded_lines,
     config_bindings,
+    first_wall_time,
     read_scalar,
     run_columns,
 )
@@ -424,7 +425,7 @@ def read_difference(run_dir: str, y: str, y_minus, x: str):
     """``read_scalar(run_dir, y, x)``, minus ``y_minus`` at the x where both have a value.
 
     A NaN is no value. With ``x`` ``wall_time``, x is the seconds since the run's
-    first row (without progress.csv: since its first point).
+    first row (``first_wall_time``).
     """
     import numpy as np
 
@@ -436,8 +437,7 @@ def read_difference(run_dir: str, y: str, y_minus, x: str):
         with np.errstate(invalid='ignore'):
             xs, ys = xs[keep], ys[keep] - [other[xs[i]] for i in keep]
     if x == WALL_TIME and len(xs):
-        first_row = os.path.isfile(RunDir(run_dir).progress_file)
-        xs = xs - (read_scalar(run_dir, WALL_TIME, WALL_TIME)[0][0] if first_row else xs[0])
+        xs = xs - first_wall_time(run_dir)
     keep = ~np.isnan(ys)
     return xs[keep], ys[keep]
 
