@@ -126,7 +126,8 @@ def read_progress(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
     Raises:
         ProgressCsvError: it cannot be opened, is not text, or holds a line csv cannot
             read, one longer than ``MAX_LINE_CHARS`` or a complete row with another number
-            of fields than the header.
+            of fields than the header, or its header is not train's (a column train never
+            writes, or no ``env_steps``).
     """
     if not os.path.exists(path):
         return [], []
@@ -140,7 +141,23 @@ def read_progress(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
         raise ProgressCsvError(_damaged(f'cannot read {path}: {e}')) from None
     except ValueError as e:  # names the file
         raise ProgressCsvError(_damaged(str(e))) from None
+    # Another table under the name (a plot's curves, a spreadsheet's export): a resume would
+    # write its rows and columns into the run's own.
+    foreign = [c for c in columns if not _is_progress_column(c)]
+    if foreign or (columns and ENV_STEPS not in columns):
+        what = f'the column {foreign[0]!r:.80}' if foreign else f'no column {ENV_STEPS!r}'
+        raise ProgressCsvError(
+            _damaged(
+                f'{path} has {what}, which no progress.csv of train has: it holds another table'
+            )
+        )
     return columns, rows
+
+
+def _is_progress_column(column: str) -> bool:
+    """Whether train writes ``column``: one of its counters, or a ``<mode>/<name>`` scalar."""
+    mode, _, name = column.partition('/')
+    return column in (ENV_STEPS, NUM_UPDATES, WALL_TIME) or (mode in SUMMARY_MODES and name != '')
 
 
 def _damaged(problem: str) -> str:

@@ -833,6 +833,28 @@ def test_an_edited_row_with_another_number_of_fields_stops_a_resume_and_is_kept(
     assert path.read_text() == text
 
 
+@pytest.mark.parametrize(
+    'text, what',
+    [
+        # plot's curves written under the name: train appended its rows under their header.
+        ('group,env_steps,mean,low,high\nx,0,1.0,0.5,1.5\n', "the column 'group'"),
+        ('step,eval/AverageReturn\n100,-3.5\n', "the column 'step'"),
+        ('env_steps,train/\n100,1\n', "the column 'train/'"),
+        ('eval/AverageReturn\n-3.5\n', "no column 'env_steps'"),
+    ],
+    ids=['plot_curves', 'step_column', 'scalar_without_name', 'no_env_steps'],
+)
+def test_another_table_under_the_name_stops_a_resume_and_is_kept(tmp_path, text, what):
+    path = tmp_path / 'progress.csv'
+    path.write_text(text)
+    message = f'{path} has {what}, which no progress.csv of train has: it holds another table'
+    with pytest.raises(summary_module.ProgressCsvError, match=re.escape(message)):
+        ProgressCsv(str(path), max_env_steps=300)
+    with pytest.raises(summary_module.ProgressCsvError, match=re.escape(message)):
+        summary_module.last_env_steps(str(path))
+    assert path.read_text() == text
+
+
 def test_a_progress_csv_that_cannot_be_opened_is_named_and_left_as_it_is(tmp_path):
     path = tmp_path / 'progress.csv'
     path.mkdir()
@@ -845,13 +867,11 @@ def test_a_progress_csv_that_cannot_be_opened_is_named_and_left_as_it_is(tmp_pat
     assert path.is_dir() and not os.listdir(path)
 
 
-def test_last_env_steps_counts_a_row_at_step_0_and_none_of_a_table_without_env_steps(
-    tmp_path,
-):
+def test_last_env_steps_counts_a_row_at_step_0_and_none_without_a_row(tmp_path):
     path = tmp_path / 'progress.csv'
     path.write_text('env_steps,eval/AverageReturn\n0,-3.5\n')
     assert summary_module.last_env_steps(str(path)) == 0
-    path.write_text('step,eval/AverageReturn\n100,-3.5\n')
+    path.write_text('env_steps,eval/AverageReturn\n')
     assert summary_module.last_env_steps(str(path)) is None
 
 
