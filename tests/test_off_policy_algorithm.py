@@ -297,6 +297,13 @@ class FlatActionActor(DeterministicActorNetwork):
         return super().forward(observation)[:, 0]
 
 
+class TransposedActionActor(DeterministicActorNetwork):
+    """Actions ``[A, B]`` instead of ``[B, A]``."""
+
+    def forward(self, observation):
+        return super().forward(observation).T
+
+
 class ScalarLogProbActor(TanhNormalActorNetwork):
     """``sample`` gives one log-probability for the whole batch."""
 
@@ -312,29 +319,50 @@ class ScalarLogProbActor(TanhNormalActorNetwork):
             SacAlgorithm,
             dict(critic_network_ctor=OneQCritic),
             'SacAlgorithm.critic_network_ctor built a OneQCritic, whose critic(observation, '
-            'action) returns shape [2] for a batch of 2 observations; expected shape [2, 2]',
+            'action) returns shape [3] for a batch of 3 observations; expected shape [3, 2]',
         ),
         (
             Td3Algorithm,
             dict(critic_network_ctor=ReplicaFirstCritic, num_critic_replicas=3),
             'Td3Algorithm.critic_network_ctor built a ReplicaFirstCritic, whose '
-            'critic(observation, action) returns shape [3, 2] for a batch of 2 observations; '
-            'expected shape [2, 3]',
+            'critic(observation, action) returns shape [3, 4] for a batch of 4 observations; '
+            'expected shape [4, 3]',
         ),
         (
             DdpgAlgorithm,
             dict(actor_network_ctor=FlatActionActor),
             'DdpgAlgorithm.actor_network_ctor built a FlatActionActor, whose actor(observation) '
-            'returns shape [2] for a batch of 2 observations; expected shape [2, 2]',
+            'returns shape [3] for a batch of 3 observations; expected shape [3, 2]',
         ),
         (
             SacAlgorithm,
             dict(actor_network_ctor=ScalarLogProbActor),
-            'whose actor.sample(observation) returns shape [2, 2], shape [] for a batch of 2 '
-            'observations; expected shape [2, 2] and shape [2]',
+            'whose actor.sample(observation) returns shape [3, 2], shape [] for a batch of 3 '
+            'observations; expected shape [3, 2] and shape [3]',
+        ),
+        # As many replicas or action values as the check's batch has rows would pass
+        # where the batch size is their number.
+        (
+            SacAlgorithm,
+            dict(critic_network_ctor=ReplicaFirstCritic),
+            'whose critic(observation, action) returns shape [2, 3] for a batch of 3 '
+            'observations; expected shape [3, 2]',
+        ),
+        (
+            Td3Algorithm,
+            dict(actor_network_ctor=TransposedActionActor),
+            'whose actor(observation) returns shape [2, 3] for a batch of 3 observations; '
+            'expected shape [3, 2]',
         ),
     ],
-    ids=['sac_one_q', 'td3_replicas_first', 'ddpg_flat_action', 'sac_scalar_log_prob'],
+    ids=[
+        'sac_one_q',
+        'td3_replicas_first',
+        'ddpg_flat_action',
+        'sac_scalar_log_prob',
+        'sac_replicas_first_as_many_as_the_batch',
+        'td3_actions_first_as_many_as_the_batch',
+    ],
 )
 def test_networks_whose_outputs_have_the_wrong_shape_are_refused(algorithm, networks, message):
     # A [B] critic would be broadcast against its [B] target into a [B, B] loss.

@@ -187,7 +187,7 @@ def check_network_outputs(
 ) -> None:
     """Refuse networks whose outputs have the wrong shape, naming the parameter that built them.
 
-    Each is called once on a batch of two zero observations (and actions), in
+    Each is called once on a batch of a few zero observations (and actions), in
     eval mode and without gradients; the random number generator's state is
     restored, so the run's numbers are those it would have had without the
     check. A critic that returns ``[B]`` rather than ``[B, R]`` would
@@ -198,7 +198,9 @@ def check_network_outputs(
         ValueError: naming the parameter, the class it built, the shape it
             returned and the shape expected.
     """
-    b = 2
+    # A batch size that is neither R nor A: [R, B] Q values or [A, B] actions would
+    # otherwise have the shape expected.
+    b = min({2, 3, 4} - {num_replicas, action_dim})
     observation = torch.zeros(b, observation_dim)
     action = torch.zeros(b, action_dim)
     # (parameter part, network, the call, how to make it, the shapes expected)
