@@ -474,9 +474,18 @@ def test_out_that_would_give_a_run_without_progress_csv_the_curves_as_its_own_is
     assert result.returncode == 2, result.stderr
     assert f'would write its curves to {run / "progress.csv"}, the progress file' in result.stderr
     assert sorted(p.name for p in run.iterdir()) == before
-    # A directory that holds no run takes them under that name.
-    assert_ok(run_plot([str(data), '--out', 'progress.png'], tmp_path))
-    assert (tmp_path / 'progress.csv').exists()
+
+
+def test_out_that_would_make_a_directory_of_runs_one_run_is_refused(grid, tmp_path):
+    # A progress.csv of curves in the directory of the runs would make it a run: plotting
+    # it again would take it for one run and find none of the runs below it.
+    for out in (grid / 'progress.png', tmp_path / 'progress.png'):
+        result = run_plot([str(grid), '--out', str(out)], tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert f'would write its curves to {out.with_suffix(".csv")}, the progress' in (
+            result.stderr
+        )
+        assert not out.with_suffix('.csv').exists() and not out.exists()
 
 
 def test_out_beside_a_csv_of_one_huge_line_is_refused_without_reading_it_whole(tmp_path):

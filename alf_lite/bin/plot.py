@@ -199,15 +199,14 @@ def check_outputs(png: str, csv_path: str) -> None:
                 'wrote: choose another --out'
             )
         curves_csv = True
-    # A run without its progress.csv (plot reads its events) would get the curves as its
-    # progress.csv, which plot and a resumed train would then read as the run's own rows.
-    run = RunDir(os.path.dirname(csv_path) or os.curdir)
-    if os.path.basename(csv_path) == PROGRESS_FILE and (
-        os.path.isfile(run.config_file) or any(run.has_events(mode) for mode in (TRAIN, EVAL))
-    ):
+    # A directory with a progress.csv is a run (RunDir.is_run): a run without its own (plot
+    # reads its events) would get the curves as its rows, which plot and a resumed train then
+    # read as the run's, and a directory of runs would become one run, hiding those below it.
+    if os.path.basename(csv_path) == PROGRESS_FILE:
         raise ValueError(
-            f'--out {png} would write its curves to {csv_path}, the progress file of the run '
-            f'in {run.root}: choose another --out'
+            f'--out {png} would write its curves to {csv_path}, the progress file by which '
+            f'plot and train take {os.path.dirname(csv_path) or os.curdir} for a run: choose '
+            'another --out'
         )
     if os.path.exists(png):
         with open(png, 'rb') as f:
