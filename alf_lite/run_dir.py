@@ -572,7 +572,10 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
     (with ``resume_safe``: each change of the settings a resume may change instead).
 
     Both sides are whole statements, so a change names what the run had and
-    what it would get; ``NOT_BOUND`` stands for a side without the parameter.
+    what it would get; ``NOT_BOUND`` stands for a side without the parameter. A
+    change of the experiment is one of what gin gives the run: a value written
+    through macros on one side and as their values on the other, or a parameter
+    bound to its default on one side and unbound on the other, is none.
     """
     old, old_values = _statements_and_values(old_config)
     new, new_values = _statements_and_values(new_config)
@@ -586,15 +589,119 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
     old = {key: s for key, s in old.items() if (key in old_safe) == resume_safe}
     new = {key: s for key, s in new.items() if (key in new_safe) == resume_safe}
 
-    def as_read(statement: Optional[str], values: Dict[str, str], key: str) -> Optional[str]:
-        # A binding by its value as gin reads it; an import or include by its text.
-        return value_as_read(values[key]) if statement and key in values else statement
+    def as_read(
+        statement: Optional[str], values: Dict[str, str], key: str, resolved: bool = False
+    ) -> Optional[str]:
+        # A binding by its value as gin reads it (``resolved``: each macro it references
+        # replaced by the macro's value); an import or include by its text.
+        if not statement or key not in values:
+            return statement
+        return value_as_read(_macros_resolved(values, key) if resolved else values[key])
 
-    return sorted(
-        f'{old.get(key, NOT_BOUND)} -> {new.get(key, NOT_BOUND)}'
+    differing = {
+        key
         for key in old.keys() | new.keys()
         if as_read(old.get(key), old_values, key) != as_read(new.get(key), new_values, key)
-    )
+    }
+    if not resume_safe:
+        # A binding written through a macro on one side and as its value on the other
+        # (``critic/Adam.lr = %LR`` with ``LR = 0.001``, and ``critic/Adam.lr = 0.001``) is
+        # the same setting; a macro bound on one side only and used there differs through
+        # the bindings that use it, and is named where one of them differs.
+        differing = {
+            key
+            for key in differing
+            if as_read(old.get(key), old_values, key, resolved=True)
+            != as_read(new.get(key), new_values, key, resolved=True)
+        }
+        differing -= _defaults_written_out(differing, old_values, new_values)
+        for values, other_values in ((old_values, new_values), (new_values, old_values)):
+            users: Dict[str, Set[str]] = {}
+            for name, value in values.items():
+                for macro in _macro_references(value):
+                    users.setdefault(macro, set()).add(name)
+            one_sided = {key for key in differing if key in users and key not in other_values}
+            named = differing - one_sided
+            added = True
+            while added:
+                found = {macro for macro in one_sided - named if users[macro] & named}
+                named |= found
+                added = bool(found)
+            differing -= one_sided - named
+    return sorted(f'{old.get(key, NOT_BOUND)} -> {new.get(key, NOT_BOUND)}' for key in differing)
+
+
+def _defaults_written_out(
+    keys: Collection[str], old_values: Dict[str, str], new_values: Dict[str, str]
+) -> Set[str]:
+    """The parameters among ``keys`` that one config binds to their default and the other
+    leaves unbound (``SacAlgorithm.gamma = 0.99``, as in its signature, and nothing): the
+    same setting. One the other config binds in any scope (``critic/Adam.lr`` and
+    ``Adam.lr``) is left out, as is a macro. The defaults are those of the configurables
+    gin knows in this process (none: nothing is left out).
+    """
+    from alf_lite.config import binding_default  # config imports gin: only when needed
+
+    def parameter(name: str) -> str:
+        return '.'.join(name.rpartition('/')[2].split('.')[-2:])
+
+    used = set()
+    for values in (old_values, new_values):
+        used.update(macro for value in values.values() for macro in _macro_references(value))
+    found = set()
+    for values, other_values in ((old_values, new_values), (new_values, old_values)):
+        bound_there = {parameter(name) for name in other_values}
+        for key in keys:
+            if key not in values or key in other_values or key in used or '.' not in key:
+                continue
+            if parameter(key) in bound_there:
+                continue
+            default = binding_default(key)
+            resolved = value_as_read(_macros_resolved(values, key))
+            if default is not None and resolved == value_as_read(default):
+                found.add(key)
+    return found
+
+
+def _macros_resolved(bindings: Dict[str, str], name: str) -> str:
+    """The value text of binding ``name`` of ``bindings`` (``{name: value text}``) with each
+    macro it references, outside its string literals, replaced by that macro's value text,
+    in turn resolved; a macro not bound stays as written. A value that would take more
+    than ``_MAX_RESOLVED_CHARS``, or whose macros stand for each other (a cycle, which gin
+    refuses), stays as written whole.
+    """
+    done: Dict[str, str] = {}
+
+    def resolved(value: str, seen: Tuple[str, ...]) -> str:
+        def macro(match) -> str:
+            if match[1] not in bindings:
+                return match[0]
+            if match[1] in seen:
+                raise _Unresolved
+            if match[1] not in done:
+                done[match[1]] = resolved(bindings[match[1]], (*seen, match[1]))
+            return done[match[1]]
+
+        parts = _STRING_LITERAL.split(value)
+        parts[::2] = [_MACRO_REFERENCE.sub(macro, code) for code in parts[::2]]
+        text = ''.join(parts)
+        if len(text) > _MAX_RESOLVED_CHARS:
+            raise _Unresolved
+        return text
+
+    try:
+        return resolved(bindings[name], (name,))
+    except _Unresolved:
+        return bindings[name]
+
+
+# The most characters a value with its macros resolved may take to be compared so: a value
+# a config gives through macros takes far fewer (``(%W, %W)``).
+_MAX_RESOLVED_CHARS = 2**16
+
+
+class _Unresolved(Exception):
+    """A value whose macros stand for each other, or, resolved, make it too long."""
 
 
 # What a train user can do about a root_dir that holds another experiment.

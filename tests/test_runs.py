@@ -315,6 +315,54 @@ def test_a_resume_that_sets_the_run_length_its_macro_set_is_the_same_experiment(
     ]
 
 
+def test_a_binding_written_through_a_macro_or_as_its_value_is_one_experiment(tmp_path):
+    trained_with = config_text('critic/Adam.lr = 0.001', 'CriticNetwork.hidden_layers = (64, 64)')
+    root_dir = saved_run(tmp_path, trained_with)
+    width = 'CriticNetwork.hidden_layers = (%WIDTH, %WIDTH)'
+    through_macros = config_text(
+        'LR = 1e-3', 'critic/Adam.lr = %LR', 'WIDTH = %UNITS', 'UNITS = 64', width
+    )
+    assert experiment_difference(root_dir, through_macros) is None
+    assert changed_bindings(trained_with, through_macros) == []
+    assert changed_bindings(through_macros, trained_with) == []
+    # Another value through the macro is another experiment, named by the binding and macro.
+    faster = through_macros.replace('LR = 1e-3', 'LR = 2e-3')
+    assert changed_bindings(trained_with, faster) == [
+        '(not bound) -> LR = 2e-3',
+        'critic/Adam.lr = 0.001 -> critic/Adam.lr = %LR',
+    ]
+    assert 'in 2 binding(s)' in experiment_difference(root_dir, faster)
+    assert changed_bindings(through_macros, faster) == ['LR = 1e-3 -> LR = 2e-3']
+    # Macros that double a value at each level are compared as written past a length.
+    doubling = ['M0 = 1'] + [f'M{i} = (%M{i - 1}, %M{i - 1})' for i in range(1, 40)]
+    deep = config_text(*doubling, 'X.y = %M39')
+    assert changed_bindings(deep, deep.replace('%M39', '%M38')) == ['X.y = %M39 -> X.y = %M38']
+
+
+def test_a_parameter_bound_to_its_default_or_left_unbound_is_one_experiment(tmp_path):
+    example = str(REPO_ROOT / 'examples' / 'sac_pendulum.gin')
+    parse_config([example])
+    root_dir = saved_run(tmp_path, gin.config_str())
+    # The signature's defaults: SacAlgorithm(initial_log_alpha=0.0), Adam(betas=(0.9, 0.999)).
+    for written_out in ('SacAlgorithm.initial_log_alpha = 0.0', 'critic/Adam.betas = (0.9, 0.999)'):
+        parse_config([example], [written_out])
+        assert experiment_difference(root_dir, gin.config_str()) is None, written_out
+    # Another value, or one the other config binds in another scope, is another experiment.
+    parse_config([example], ['SacAlgorithm.initial_log_alpha = 0.5'])
+    assert experiment_difference(root_dir, gin.config_str()) is not None
+    parse_config([example], ['Adam.eps = 1e-6'])
+    unscoped = saved_run(tmp_path / 'unscoped', gin.config_str())
+    # Adam's default eps, where the saved config gave the critic's Adam 1e-6 unscoped.
+    parse_config([example], ['Adam.eps = 1e-6', 'critic/Adam.eps = 1e-8'])
+    difference = experiment_difference(unscoped, gin.config_str())
+    assert "in 1 binding(s), e.g. ['(not bound) -> critic/Adam.eps = 1e-08']" in difference
+    # The other way round: the saved config writes out a default the given one leaves out.
+    parse_config([example], ['SacAlgorithm.initial_log_alpha = 0.0'])
+    root_dir = saved_run(tmp_path / 'explicit', gin.config_str())
+    parse_config([example])
+    assert experiment_difference(root_dir, gin.config_str()) is None
+
+
 def test_configs_differing_in_what_the_run_learns_are_other_experiments(tmp_path):
     trained_with = config_text('TrainerConfig.num_env_steps = 1000')
     root_dir = saved_run(tmp_path, trained_with)
