@@ -314,6 +314,39 @@ def test_frames_of_floats_are_taken_as_8_bit_colours_as_by_the_mp4_writer(tmp_pa
     assert [int(frame.mean().round()) for frame in frames] == pytest.approx([0, 127, 255], abs=2)
 
 
+@pytest.mark.parametrize(
+    'values, dtype, colours',
+    [
+        # Integers within [0, 255] keep their values, in each frame: imageio's conversion
+        # stretched each frame's own range (20, 100, 211 in one frame: 0, 107, 255), and
+        # failed on booleans.
+        ([[20, 100, 211], [100, 100, 100]], 'np.int64', [[20, 100, 211], [100, 100, 100]]),
+        ([[True, False, True], [False, False, False]], 'bool', [[255, 0, 255], [0, 0, 0]]),
+        # Floats within [0, 1] are scaled by 255; others stretched from the frame's range.
+        ([[0.0, 0.5, 1.0], [0.2, 0.2, 0.2]], 'np.float32', [[0, 128, 255], [51, 51, 51]]),
+        ([[0.0, 1.0, 2.0], [3.0, 3.0, 3.0]], 'np.float64', [[0, 128, 255], [0, 0, 0]]),
+    ],
+    ids=['int64', 'bool', 'floats', 'floats_beyond_1'],
+)
+def test_a_gif_of_frames_that_are_not_uint8_holds_their_colours(tmp_path, values, dtype, colours):
+    from PIL import Image, ImageSequence
+
+    gif = tmp_path / 'frames.gif'
+    script = (
+        'import numpy as np\n'
+        'from alf_lite.bin.play import VideoWriter\n'
+        f'video = VideoWriter({str(gif)!r}, fps=10)\n'
+        f'for row in {values!r}:\n'
+        f'    video.append(np.tile(np.array(row, dtype={dtype}), (2, 3, 1)).transpose(0, 2, 1))\n'
+        'video.close()\n'
+    )
+    assert_ok(run_train([sys.executable, '-c', script]))
+    with Image.open(gif) as image:
+        frames = [np.asarray(f.convert('RGB')) for f in ImageSequence.Iterator(image)]
+    # Each frame's three columns, in its first row (one colour per column, grey).
+    assert [[int(c) for c in frame[0, :, 0]] for frame in frames] == colours
+
+
 def test_play_says_how_many_frames_a_gif_holds_when_identical_ones_merge(trained_run, tmp_path):
     from PIL import Image, ImageSequence
 

@@ -132,6 +132,32 @@ def parse_render_size(text: str):
     return size
 
 
+def as_8_bit_colours(frame):
+    """An RGB ``frame`` of another dtype than uint8 (an env's own ``render()``) as 8-bit
+    colours, which the GIF, the resizing and the .mp4 writer take.
+
+    Booleans are 0 or 255, integers within [0, 255] keep their values and floats within
+    [0, 1] are scaled by 255, the same for every frame; other values are stretched from
+    the frame's own range to [0, 255] (as the .mp4 writer would), so their brightness
+    can change from frame to frame.
+    """
+    import numpy as np
+
+    if frame.dtype == np.bool_:
+        return frame.astype(np.uint8) * 255
+    if frame.size == 0 or not np.issubdtype(frame.dtype, np.number):
+        return frame.astype(np.uint8)
+    low, high = frame.min(), frame.max()
+    if np.issubdtype(frame.dtype, np.integer) and 0 <= low and high <= 255:
+        return frame.astype(np.uint8)
+    if np.issubdtype(frame.dtype, np.floating) and 0 <= low and high <= 1:
+        return np.rint(frame * 255).astype(np.uint8)
+    frame = np.nan_to_num(frame.astype(np.float64))
+    low, high = frame.min(), frame.max()
+    scaled = (frame - low) / (high - low) if high > low else np.zeros_like(frame)
+    return np.rint(scaled * 255).astype(np.uint8)
+
+
 class VideoNotMovedError(OSError):
     """The finished video could not be moved to its path (another user's file in a sticky
     directory such as /tmp, an immutable file): it is left at ``filename``."""
@@ -193,12 +219,7 @@ class VideoWriter:
             return
         frame = np.asarray(frame)[:, :, :3]
         if frame.dtype != np.uint8:
-            # 8-bit colours, as the .mp4 writer takes other frames (floats in [0, 1]
-            # scaled by 255, other values from their range): the GIF's frames and the
-            # resizing need them too.
-            from imageio.core import image_as_uint
-
-            frame = image_as_uint(frame, bitdepth=8)
+            frame = as_8_bit_colours(frame)
         if self._size is not None and frame.shape[1::-1] != self._size:
             frame = np.asarray(
                 ImageOps.fit(Image.fromarray(frame), self._size, Image.Resampling.LANCZOS)
