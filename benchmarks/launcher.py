@@ -27,7 +27,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
-from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE
+from alf_lite.bin.cli import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_SIGNAL_BASE
 from alf_lite.config import write_text_atomically
 from alf_lite.run_dir import RunDir, run_dir_in_use
 from alf_lite.runs import (
@@ -223,6 +223,13 @@ class Launcher:
                 with self._lock:
                     self._processes.discard(process)
         wall = time.time() - start
+        if returncode == EXIT_BAD_INPUT and run_dir_in_use(run_dir):
+            # Another process (another call of the launcher) took the run between the check
+            # above and this start, and this one refused it, starting nothing: that process
+            # trains and records it.
+            return dict(
+                run=run, status='in use', detail=f'another process is training in {run_dir}'
+            )
         attempts.append(
             dict(
                 started=start,

@@ -51,7 +51,6 @@ from alf_lite.runs import (
 from benchmarks import REPO_ROOT, at_least
 from benchmarks.launcher import (
     DEADLINE_MARGIN,
-    DONE_FILE,
     LAST_N,
     RECENT_MEASUREMENTS,
     format_duration,
@@ -650,14 +649,18 @@ def sign_flip_p(differences: Sequence[float]) -> float:
     return sum(_as_far(f, observed) for f in flips) / len(flips)
 
 
-def compare_settings(task_env: str, comparison: str, settings, by_seed: dict) -> List[str]:
+def compare_settings(
+    task_env: str, comparison: str, settings, by_seed: dict, unfinished: Optional[dict] = None
+) -> List[str]:
     """Lines testing one study comparison of one task: each figure, setting against setting.
 
     Args:
         settings: ``(name of the first setting's runs, of the second's)``.
         by_seed: ``{(run name, figure): {seed: value}}``, figure ``'return'``
             (final eval return) or ``'q_above'`` (Q - return near termination).
+        unfinished: ``{run name: seeds of its runs that have not finished}``.
     """
+    unfinished = unfinished or {}
     lines = []
     for figure, what in (('return', 'final eval return'), ('q_above', 'Q - return')):
         first, second = (by_seed.get((name, figure), {}) for name in settings)
@@ -679,7 +682,10 @@ def compare_settings(task_env: str, comparison: str, settings, by_seed: dict) ->
                 f'; paired by seed ({len(paired)} seeds, {names[0]} higher in {above}): '
                 f'sign-flip p = {sign_flip_p(differences):.3f} (two-sided)'
             )
-        lines.append(line + '.')
+        n = sum(
+            len(set(v) & unfinished.get(name, set())) for name, v in zip(settings, (first, second))
+        )
+        lines.append(line + (f'; {n} not finished yet' if n else '') + '.')
     return lines
 
 
@@ -728,6 +734,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     os.makedirs(docs_dir, exist_ok=True)
     rows, codes, stats, per_seed = [], set(), {}, {}
     by_seed, tests = {}, []  # the study comparisons' figures by seed, and their tests
+    unfinished_seeds = {}  # {run name: seeds of its runs without done.json}
     runs_by_seed = []  # a study's lines of each setting's runs, by seed
     for task in tasks:
         names = [n for n in found if specs[n].task == task]
@@ -775,6 +782,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                         loads.append(done['mean_load'])
                 else:
                     unfinished += 1
+                    unfinished_seeds.setdefault(name, set()).add(seed)
                 q_xs, q_ys = read_scalar_if_any(d, EVAL_Q_NEAR_TERMINATION)
                 r_xs, r_ys = read_scalar_if_any(d, EVAL_RETURN_NEAR_TERMINATION)
                 if len(q_ys) and len(r_ys):
@@ -835,7 +843,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                 )
         for comparison, compared in SETTING_TESTS.get(suite, ()):
             settings = tuple(f'{task.tag}_{setting}' for setting in compared)
-            tests += compare_settings(task.env, comparison, settings, by_seed)
+            tests += compare_settings(task.env, comparison, settings, by_seed, unfinished_seeds)
     header = (
         'task',
         'framework',
@@ -961,7 +969,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--dry_run',
         action='store_true',
-        help='Print the command of each run and what would be skipped.',
+        help='Print the command of each run (from the repository root) and what would be skipped.',
     )
     parser.add_argument(
         '--report',
@@ -1051,9 +1059,18 @@ def main(argv=None) -> int:
             break
     if args.dry_run:
         for run in runs:
-            done = os.path.isfile(os.path.join(run.run_dir(args.out), DONE_FILE))
-            prefix = '# done, skipped: ' if done else ''
-            print(prefix + shlex.join(run_command(run, args.out, args.steps)))
+            done = read_done(run.run_dir(args.out))
+            prefix = ''
+            if done is not None:
+                target, steps = done.get('target_env_steps'), run.num_env_steps
+                prefix = (
+                    '# done, skipped: '
+                    if target == steps
+                    else f'# fails (finished a run of {target} env steps, not {steps}): '
+                )
+            # From the repository root, where the launcher starts it (its gin file is relative).
+            command = shlex.join(run_command(run, args.out, args.steps))
+            print(f'{prefix}cd {shlex.quote(REPO_ROOT)} && {command}')
         return 0
     print(f'{len(runs)} runs, {args.jobs} at a time, into {args.out}', flush=True)
     command = functools.partial(run_command, out=args.out, steps_override=args.steps)

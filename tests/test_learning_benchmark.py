@@ -500,6 +500,76 @@ def test_runs_another_process_trains_are_left_to_it(tmp_path):
     }
 
 
+def test_a_run_another_launcher_takes_after_the_check_is_left_to_it(tmp_path, monkeypatch, capsys):
+    # Another call of the launcher started the run between this one's check and its start:
+    # this one's train refuses the run, which is in use, not failed.
+    out = tmp_path / 'runs'
+    run = _pendulum_run(TINY_STEPS)
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    run_dir.mkdir(parents=True)
+    checks = []
+
+    def free_at_the_first_check(root):
+        checks.append(root)
+        return len(checks) > 1 and in_use(root)
+
+    in_use = launcher.run_dir_in_use
+    monkeypatch.setattr(launcher, 'run_dir_in_use', free_at_the_first_check)
+
+    def command(r):
+        return learning.run_command(r, str(out), None)
+
+    with RunDirLock(str(run_dir)):
+        assert launcher.train_runs([run], str(out), 1, command) == 0
+    assert 'in use      pendulum/alf_sac/seed0: another process is training in' in (
+        capsys.readouterr().out
+    )
+    with open(run.log_path(str(out))) as f:
+        assert 'is in use: another process is training in it' in f.read()
+    # Not an attempt of this launcher: the one training the run records its own.
+    assert not os.path.exists(run.log_path(str(out), launcher.ATTEMPTS_SUFFIX))
+    assert json.loads((out / 'plan.json').read_text())[run.key]['status'] == 'in use'
+    assert sorted(p.name for p in run_dir.iterdir()) == []
+
+
+def test_dry_run_commands_run_by_hand_from_another_directory_train_the_run(
+    tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / 'runs'
+    monkeypatch.chdir(tmp_path)
+    argv = ['--suite', 'pendulum', '--runs', 'alf_td3', '--seeds', '0', '--steps', '2']
+    assert learning.main(argv + ['--out', 'runs', '--dry_run']) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if not x.startswith('note:')]
+    result = subprocess.run(
+        ['bash', '-c', line],
+        cwd=tmp_path,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [r['env_steps'] for r in _progress(out / 'pendulum' / 'alf_td3' / 'seed0')][-1] == '2'
+
+
+def test_dry_run_names_a_run_finished_at_another_length_as_failing_not_skipped(tmp_path, capsys):
+    out = tmp_path / 'runs'
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    run_dir.mkdir(parents=True)
+    (run_dir / 'done.json').write_text(json.dumps({'target_env_steps': TINY_STEPS}))
+    argv = ['--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', '0', '--out', str(out)]
+    for steps, prefix in (
+        (TINY_STEPS, '# done, skipped: '),
+        (2 * TINY_STEPS, f'# fails (finished a run of {TINY_STEPS} env steps, not 2400): '),
+    ):
+        assert learning.main(argv + ['--steps', str(steps), '--dry_run']) == 0
+        (line,) = capsys.readouterr().out.splitlines()
+        assert line.startswith(f'{prefix}cd {REPO_ROOT} && {sys.executable}'), line
+        # What the launcher does with it.
+        result = _launcher(out, ['false']).execute(_pendulum_run(steps))
+        assert result['status'] == ('skipped' if steps == TINY_STEPS else 'failed')
+
+
 def test_deadline_parses_minutes_clock_times_and_iso_times():
     import datetime
 
@@ -813,15 +883,37 @@ def test_study_report_tests_each_comparison_between_the_runs_of_each_setting(tmp
     assert (
         '- ICubWalk-v0, mask, final eval return: default 50.0 (3 runs) against mask_false '
         '36.7 (3 runs); exact permutation p = 0.200 (two-sided, 20 splits); paired by seed '
-        '(3 seeds, default higher in 3): sign-flip p = 0.250 (two-sided).'
+        '(3 seeds, default higher in 3): sign-flip p = 0.250 (two-sided); 6 not finished yet.'
     ) in lines
     assert (
         '- ICubWalk-v0, mask, Q - return: default 1.3 (3 runs) against mask_false 2.7 '
         '(3 runs); exact permutation p = 0.200 (two-sided, 20 splits); paired by seed '
-        '(3 seeds, default higher in 0): sign-flip p = 0.500 (two-sided).'
+        '(3 seeds, default higher in 0): sign-flip p = 0.500 (two-sided); 6 not finished yet.'
     ) in lines
     # The resample comparison has one setting's runs only: nothing to test.
     assert not [line for line in lines if line.startswith('- ICubWalk-v0, resample')]
+
+
+def test_study_report_tests_say_how_many_of_their_runs_have_not_finished(tmp_path):
+    # mask_false's seed 1 is still training (no done.json), at 2000 of 9000 env steps.
+    out, docs = tmp_path / 'runs', tmp_path / 'docs'
+    for name, mask, ends in (('icub_default', True, (9, 9)), ('icub_mask_false', False, (9, 2))):
+        for seed, end in enumerate(ends):
+            rows = [(1000 * k, (10 if mask else 5) * k + seed) for k in range(end + 1)]
+            run_dir = out / 'study_sac' / name / f'seed{seed}'
+            _write_progress(run_dir, rows)
+            (run_dir / 'config.gin').write_text(
+                f'TrainerConfig.mask_out_loss_for_last_step = {mask}\n'
+                'SacAlgorithm.resample_action_per_loss = False\n'
+            )
+            if end == 9:
+                (run_dir / 'done.json').write_text(
+                    json.dumps(dict(wall_time_s=8.0, env_steps=9000))
+                )
+    report = _ok(run_script('--suite', 'study_sac', '--report', '--out', out, '--docs_dir', docs))
+    (test,) = [line for line in report.stdout.splitlines() if 'exact permutation p' in line]
+    assert test.startswith('- ICubWalk-v0, mask, final eval return: default 80.5 (2 runs)'), test
+    assert test.endswith('sign-flip p = 0.500 (two-sided); 1 not finished yet.'), test
 
 
 def test_report_says_whether_alf_lite_is_inside_above_or_below_sb3s_interval():
@@ -1206,13 +1298,13 @@ def test_study_report_pairs_runs_by_seed_number_and_takes_each_runs_last_evaluat
     assert (
         '- ICubWalk-v0, mask, final eval return: default 50.0 (3 runs) against mask_false '
         '46.7 (3 runs); exact permutation p = 0.900 (two-sided, 20 splits); paired by seed '
-        '(2 seeds, default higher in 2): sign-flip p = 0.500 (two-sided).'
+        '(2 seeds, default higher in 2): sign-flip p = 0.500 (two-sided); 1 not finished yet.'
     ) in lines
     # Q - return 1, 2, 3 against 4, 5, 6; pairs 2 - 4 and 3 - 5: flips -4, 0, 0, 4.
     assert (
         '- ICubWalk-v0, mask, Q - return: default 2.0 (3 runs) against mask_false 5.0 '
         '(3 runs); exact permutation p = 0.100 (two-sided, 20 splits); paired by seed '
-        '(2 seeds, default higher in 0): sign-flip p = 0.500 (two-sided).'
+        '(2 seeds, default higher in 0): sign-flip p = 0.500 (two-sided); 1 not finished yet.'
     ) in lines
     docs = tmp_path / 'docs'
     assert figures[str(docs / 'study_sac_icub_mask.png')] == [
