@@ -429,8 +429,21 @@ def parse_deadline(text: str, now: Optional[float] = None) -> float:
     """Seconds since the epoch of ``--deadline``: minutes from now, ``HH:MM`` or an ISO time.
 
     ``HH:MM`` is the next such local time (tomorrow when it has passed today).
+
+    Raises:
+        ValueError: ``text`` is none of these, or a time that has passed (no run could
+            start, and a call again would defer them all again).
     """
     now = time.time() if now is None else now
+    deadline = _deadline(text, now)
+    if deadline <= now:
+        raise ValueError(
+            f'--deadline {text} has passed: no run could start before it; give a time to come'
+        )
+    return deadline
+
+
+def _deadline(text: str, now: float) -> float:
     try:
         deadline = now + _MINUTE_S * float(text)
     except ValueError:

@@ -578,6 +578,10 @@ def test_deadline_parses_minutes_clock_times_and_iso_times():
     assert launcher.parse_deadline('11:00', now) == now + 1800
     assert launcher.parse_deadline('10:00', now) == now + 23.5 * 3600  # tomorrow
     assert launcher.parse_deadline('2026-01-02T12:00', now) == now + 5400
+    # A time that has passed would defer every run, call after call.
+    for passed in ('0', '-5', '2026-01-02T10:00'):
+        with pytest.raises(ValueError, match=f'--deadline {passed} has passed'):
+            launcher.parse_deadline(passed, now)
     with pytest.raises(ValueError, match='--deadline takes minutes'):
         launcher.parse_deadline('soon', now)
 
