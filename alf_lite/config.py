@@ -10,7 +10,6 @@ literal value is checked against its parameter's type annotation here, before
 anything is built; a reference or macro is not, as its value is known only then.
 """
 
-import ast
 import cmath
 import collections.abc
 import contextlib
@@ -962,27 +961,6 @@ def binding_location(key: Tuple[str, str, str]) -> Optional[str]:
     """
     recorded = None if _parsed is None else _parsed.bindings.get(key)
     return None if recorded is None else _statement_where(*recorded)
-
-
-def binding_default(name: str) -> Optional[str]:
-    """The default of the parameter that binding ``name`` (``[scope/]Name.param``) sets, as
-    the text of the literal gin reads it from; None where gin knows no one configurable of
-    that name with that parameter, or its default is no literal (a class, a function).
-    """
-    selector, _, param = name.rpartition('/')[2].rpartition('.')
-    try:
-        configurable = gin.config._REGISTRY.get_match(selector) if selector else None
-        parameter = configurable and inspect.signature(configurable.wrapped).parameters.get(param)
-    except (KeyError, TypeError, ValueError):  # an ambiguous name, no signature
-        return None
-    if not parameter or parameter.default is inspect.Parameter.empty:
-        return None
-    text = repr(parameter.default)
-    try:
-        read = ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None
-    return text if type(read) is type(parameter.default) and read == parameter.default else None
 
 
 def bound_scopes(selector: str, param: str) -> List[str]:

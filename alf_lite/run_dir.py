@@ -614,7 +614,6 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
             if as_read(old.get(key), old_values, key, resolved=True)
             != as_read(new.get(key), new_values, key, resolved=True)
         }
-        differing -= _defaults_written_out(differing, old_values, new_values)
         for values, other_values in ((old_values, new_values), (new_values, old_values)):
             users: Dict[str, Set[str]] = {}
             for name, value in values.items():
@@ -631,44 +630,16 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
     return sorted(f'{old.get(key, NOT_BOUND)} -> {new.get(key, NOT_BOUND)}' for key in differing)
 
 
-def _defaults_written_out(
-    keys: Collection[str], old_values: Dict[str, str], new_values: Dict[str, str]
-) -> Set[str]:
-    """The parameters among ``keys`` that one config binds to their default and the other
-    leaves unbound (``SacAlgorithm.gamma = 0.99``, as in its signature, and nothing): the
-    same setting. One the other config binds in any scope (``critic/Adam.lr`` and
-    ``Adam.lr``) is left out, as is a macro. The defaults are those of the configurables
-    gin knows in this process (none: nothing is left out).
-    """
-    from alf_lite.config import binding_default  # config imports gin: only when needed
-
-    def parameter(name: str) -> str:
-        return '.'.join(name.rpartition('/')[2].split('.')[-2:])
-
-    used = set()
-    for values in (old_values, new_values):
-        used.update(macro for value in values.values() for macro in _macro_references(value))
-    found = set()
-    for values, other_values in ((old_values, new_values), (new_values, old_values)):
-        bound_there = {parameter(name) for name in other_values}
-        for key in keys:
-            if key not in values or key in other_values or key in used or '.' not in key:
-                continue
-            if parameter(key) in bound_there:
-                continue
-            default = binding_default(key)
-            resolved = value_as_read(_macros_resolved(values, key))
-            if default is not None and resolved == value_as_read(default):
-                found.add(key)
-    return found
-
-
 def _macros_resolved(bindings: Dict[str, str], name: str) -> str:
     """The value text of binding ``name`` of ``bindings`` (``{name: value text}``) with each
     macro it references, outside its string literals, replaced by that macro's value text,
-    in turn resolved; a macro not bound stays as written. A value that would take more
-    than ``_MAX_RESOLVED_CHARS``, or whose macros stand for each other (a cycle, which gin
-    refuses), stays as written whole.
+    in turn resolved; a macro not bound stays as written.
+
+    Only values are put in: the value stays as written whole where one of its macros
+    holds a reference (``NOISE = @GaussianNoise()``: gin makes that call in the macro's
+    scope, where other bindings apply than where the value is written out), where its
+    macros stand for each other (a cycle, which gin refuses), or where the value would take
+    more than ``_MAX_RESOLVED_CHARS``.
     """
     done: Dict[str, str] = {}
 
@@ -679,7 +650,10 @@ def _macros_resolved(bindings: Dict[str, str], name: str) -> str:
             if match[1] in seen:
                 raise _Unresolved
             if match[1] not in done:
-                done[match[1]] = resolved(bindings[match[1]], (*seen, match[1]))
+                text = resolved(bindings[match[1]], (*seen, match[1]))
+                if _holds_a_reference(text):
+                    raise _Unresolved
+                done[match[1]] = text
             return done[match[1]]
 
         parts = _STRING_LITERAL.split(value)
@@ -695,13 +669,20 @@ def _macros_resolved(bindings: Dict[str, str], name: str) -> str:
         return bindings[name]
 
 
+def _holds_a_reference(value: str) -> bool:
+    """Whether binding value text ``value`` holds a configurable reference (``@Name`` or
+    ``@Name()``) outside its string literals."""
+    parts = _STRING_LITERAL.split(value)
+    return any(m[1] == '@' for code in parts[::2] for m in _REFERENCE.finditer(code))
+
+
 # The most characters a value with its macros resolved may take to be compared so: a value
 # a config gives through macros takes far fewer (``(%W, %W)``).
 _MAX_RESOLVED_CHARS = 2**16
 
 
 class _Unresolved(Exception):
-    """A value whose macros stand for each other, or, resolved, make it too long."""
+    """A value that is compared as written (``_macros_resolved``)."""
 
 
 # What a train user can do about a root_dir that holds another experiment.

@@ -1,5 +1,6 @@
 """alf_lite/runs.py: what the experiment tools read from a run's files and logs."""
 
+import copy
 import datetime
 import fcntl
 import os
@@ -16,6 +17,7 @@ import pytest
 
 import alf_lite.all_configurables  # noqa: F401
 from alf_lite import run_dir as run_dir_module
+from alf_lite.algorithms.noise import GaussianNoise
 from alf_lite.config import parse_config
 from alf_lite.run_dir import (
     MAX_CONFIG_BYTES,
@@ -339,28 +341,59 @@ def test_a_binding_written_through_a_macro_or_as_its_value_is_one_experiment(tmp
     assert changed_bindings(deep, deep.replace('%M39', '%M38')) == ['X.y = %M39 -> X.y = %M38']
 
 
-def test_a_parameter_bound_to_its_default_or_left_unbound_is_one_experiment(tmp_path):
+def test_a_parameter_written_out_at_its_default_is_a_binding_of_its_own(tmp_path):
+    # Whether a default holds depends on gin's bindings of base classes, subclasses,
+    # functions and scopes (see the subclass test below): a resume does not guess.
     example = str(REPO_ROOT / 'examples' / 'sac_pendulum.gin')
     parse_config([example])
     root_dir = saved_run(tmp_path, gin.config_str())
-    # The signature's defaults: SacAlgorithm(initial_log_alpha=0.0), Adam(betas=(0.9, 0.999)).
-    for written_out in ('SacAlgorithm.initial_log_alpha = 0.0', 'critic/Adam.betas = (0.9, 0.999)'):
-        parse_config([example], [written_out])
-        assert experiment_difference(root_dir, gin.config_str()) is None, written_out
-    # Another value, or one the other config binds in another scope, is another experiment.
-    parse_config([example], ['SacAlgorithm.initial_log_alpha = 0.5'])
-    assert experiment_difference(root_dir, gin.config_str()) is not None
-    parse_config([example], ['Adam.eps = 1e-6'])
-    unscoped = saved_run(tmp_path / 'unscoped', gin.config_str())
-    # Adam's default eps, where the saved config gave the critic's Adam 1e-6 unscoped.
-    parse_config([example], ['Adam.eps = 1e-6', 'critic/Adam.eps = 1e-8'])
-    difference = experiment_difference(unscoped, gin.config_str())
-    assert "in 1 binding(s), e.g. ['(not bound) -> critic/Adam.eps = 1e-08']" in difference
-    # The other way round: the saved config writes out a default the given one leaves out.
     parse_config([example], ['SacAlgorithm.initial_log_alpha = 0.0'])
-    root_dir = saved_run(tmp_path / 'explicit', gin.config_str())
-    parse_config([example])
-    assert experiment_difference(root_dir, gin.config_str()) is None
+    difference = experiment_difference(root_dir, gin.config_str())
+    assert "e.g. ['(not bound) -> SacAlgorithm.initial_log_alpha = 0.0']" in difference
+
+
+def test_a_macro_holding_a_reference_is_not_the_reference_written_out(tmp_path):
+    # gin makes a macro's call in the macro's scope alone: bindings scoped by the macro's
+    # name apply to it, those of the scope the binding using the macro is called in do not.
+    for scoped, called_in, sigmas in (
+        ('NOISE/GaussianNoise.sigma = 0.3', None, (0.3, 0.1)),
+        ('main/GaussianNoise.sigma = 0.3', 'main', (0.1, 0.3)),
+    ):
+        bindings = ['NOISE = @GaussianNoise()', scoped]
+        through_macro = config_text(*bindings, 'Td3Algorithm.exploration_noise = %NOISE')
+        written_out = config_text(*bindings, 'Td3Algorithm.exploration_noise = @GaussianNoise()')
+        for config, sigma in zip((through_macro, written_out), sigmas):
+            gin.clear_config()
+            gin.parse_config(config)
+            with gin.config_scope(called_in):
+                noise = copy.deepcopy(gin.query_parameter('Td3Algorithm.exploration_noise'))
+            assert noise.sigma == sigma, (scoped, config)
+        root_dir = saved_run(tmp_path / scoped.split('/')[0], through_macro)
+        difference = experiment_difference(root_dir, written_out)
+        assert "e.g. ['Td3Algorithm.exploration_noise = %NOISE -> " in difference
+    # An uncalled reference through a macro is compared as written too.
+    uncalled = config_text('NOISE = @GaussianNoise', 'X.y = %NOISE')
+    assert 'X.y = %NOISE -> X.y = @GaussianNoise' in changed_bindings(
+        uncalled, config_text('X.y = @GaussianNoise')
+    )
+
+
+@gin.configurable
+class WideGaussianNoise(GaussianNoise):
+    """A user's noise class: its calls run the base's ``__init__``, with the base's bindings."""
+
+
+def test_a_subclass_bound_to_its_default_where_the_base_is_bound_is_another_experiment(tmp_path):
+    example = str(REPO_ROOT / 'examples' / 'td3_pendulum.gin')
+    noise = ['Td3Algorithm.exploration_noise = @WideGaussianNoise()', 'GaussianNoise.sigma = 0.3']
+    parse_config([example], noise)
+    assert WideGaussianNoise().sigma == 0.3
+    root_dir = saved_run(tmp_path, gin.config_str())
+    # The signature's default (0.1), which the subclass passes on over the base's binding.
+    parse_config([example], [*noise, 'WideGaussianNoise.sigma = 0.1'])
+    assert WideGaussianNoise().sigma == 0.1
+    difference = experiment_difference(root_dir, gin.config_str())
+    assert "e.g. ['(not bound) -> WideGaussianNoise.sigma = 0.1']" in difference
 
 
 def test_configs_differing_in_what_the_run_learns_are_other_experiments(tmp_path):
