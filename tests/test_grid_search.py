@@ -188,6 +188,28 @@ def test_a_finished_run_with_a_row_whose_env_steps_is_no_number_is_skipped_with_
         )
 
 
+def test_a_sweep_whose_output_reader_is_gone_trains_on_and_writes_its_table(tmp_path):
+    write_inputs(tmp_path, dict(GRID, repeats=1))
+    root_dir = tmp_path / 'runs'
+    command = grid_command(root_dir, '--gin_param', 'TrainerConfig.torch_num_threads=1')
+    with subprocess.Popen(
+        command + ['--max_workers', '2'],
+        cwd=tmp_path,
+        env=train_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stdout.readline().startswith('2 runs in ')
+        # As `| head -1` does, or a `| tee` that the Ctrl-C stopping the sweep ended too.
+        process.stdout.close()
+        _, err = process.communicate(timeout=RUN_TIMEOUT_S)
+    assert process.returncode == 0 and 'Traceback' not in err, err[-3000:]
+    rows = summary(root_dir)
+    assert sorted(rows) == [name for name in RUN_NAMES if name.endswith('seed=0')]
+    assert {r['status'] for r in rows.values()} == {'finished'}
+
+
 def test_unfinished_run_resumes(tmp_path):
     write_inputs(
         tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
@@ -560,6 +582,13 @@ BAD_INPUTS = {
         },
         [],
         ['longest part comes from "parameters" entry \'create_environment.env_name\''],
+    ),
+    # The seed, bound after the searched values, would override them: runs named apart
+    # would train alike.
+    'seed searched by its full name': (
+        {'parameters': {'alf_lite.trainer.TrainerConfig.random_seed': [5, 6]}, 'repeats': 1},
+        [],
+        ['alf_lite.trainer.TrainerConfig.random_seed', 'the seeds come from "repeats"'],
     ),
     'zero workers': (GRID, ['--max_workers', '0'], ['--max_workers', 'must be positive']),
     'zero CPUs per run': (
@@ -2214,6 +2243,26 @@ def test_a_searched_parameter_overridden_only_by_names_of_its_own_entry_is_searc
     assert 'overridden by a binding of it in a more specific scope, ' + '; '.join(
         winners
     ) + ':' in (err), err
+
+
+def test_a_searched_macro_that_no_binding_uses_exits_2_before_anything_starts(
+    tmp_path, monkeypatch, capsys
+):
+    macro_gin = tmp_path / 'macro.gin'
+    macro_gin.write_text('width = (16,)\nCriticNetwork.hidden_layers = %width\n')
+    macro = ['--gin_file', str(macro_gin)]
+    grid = {'parameters': {'width': [[8], [4]]}, 'repeats': 1}
+    calls = run_main(tmp_path, monkeypatch, macro, [], grid=grid)
+    assert '2 to train' in capsys.readouterr().out and 'local' in calls
+    # Misspelt, it would be a macro of its own: both runs would train alike.
+    calls = {}
+    grid = {'parameters': {'widht': [[8], [4]]}, 'repeats': 1}
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(tmp_path / 'misspelt', monkeypatch, macro, [], grid=grid, calls=calls)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "entry 'widht' sets a macro that no binding uses (%widht)" in err, err
+    assert calls == {} and not (tmp_path / 'misspelt' / 'runs').exists()
 
 
 def test_a_binding_overrides_a_searched_one_where_its_scope_begins_with_the_searched_scope():

@@ -26,7 +26,8 @@ part of the names: giving it a second value renames every run, and the sweep
 trains them all afresh under their new names (renaming the old directories
 to the new names keeps them).
 Nothing is written when the base config with the first value of every
-parameter does not parse (a misspelt name), or when a name would not fit in
+parameter does not parse (a misspelt name; a searched macro that no binding
+uses counts as one), or when a name would not fit in
 a file name: use a gin macro for a long value (``big = (...)`` in a gin file,
 ``"%big"`` in the search config, and the run is named ``...=big``).
 A run whose latest checkpoint reached ``num_env_steps`` is skipped and an
@@ -475,10 +476,18 @@ def gin_param_conflict(gin_params: Sequence[str], space: SearchSpace) -> Optiona
     import alf_lite.all_configurables  # noqa: F401  (gin resolves only registered names)
 
     swept, entries = {}, {}
+    seed_key = _parameter_key(SEED_PARAM)
     for names, _ in space.parameters:
         entry = ','.join(names)
         for name in names:
             key = _parameter_key(name)
+            if key == seed_key:
+                # Spelt otherwise than load_search_space checks: the seed, bound after it,
+                # would override it in every run.
+                return (
+                    f'{name} of the search config\'s "parameters" entry {entry!r} is '
+                    f'{SEED_PARAM}, which cannot be searched: the seeds come from "repeats".'
+                )
             if entries.get(key, entry) != entry:
                 return (
                     f'{name} is searched by two entries of the search config\'s "parameters", '
@@ -566,6 +575,41 @@ def overridden_search(space: SearchSpace) -> Optional[str]:
             if '--gin_param' in message:  # one the user gave, not a searched value
                 message += ', or leave out that --gin_param'
             return message + '.'
+    return None
+
+
+def unused_searched_macro(space: SearchSpace) -> Optional[str]:
+    """Why an entry of the search config would not change the runs: each of its names is a
+    macro that no binding uses (misspelt, or its only use overridden), or None.
+
+    Call once the sweep's config is parsed with one combination (the values do not
+    change which macros are used). The runs of such an entry would differ in their
+    names only.
+    """
+    import gin
+
+    bindings = gin.config._CONFIG
+    macro = gin.get_configurable(gin.config.macro)
+    used = {
+        ref.config_key
+        for params in bindings.values()
+        for value in params.values()
+        for ref in gin.config.iterate_references(value, to=macro)
+    }
+    for names, _ in space.parameters:
+        macros = [name for name in names if (name, 'gin.macro') in bindings]
+        if len(macros) == len(names) and all((name, 'gin.macro') not in used for name in macros):
+            entry = ','.join(names)
+            return (
+                f'the search config\'s "parameters" entry {entry!r} sets '
+                + ('a macro' if len(names) == 1 else 'macros')
+                + ' that no binding uses ('
+                + ', '.join(f'%{name}' for name in names)
+                + '): its values would change no run (runs named apart by them would train '
+                'alike). Fix the name, or use the macro in a binding of a gin file (`X.y = %'
+                + names[0]
+                + '`).'
+            )
     return None
 
 
@@ -1154,6 +1198,22 @@ def _cell(value, fmt='{:.1f}'):
     return fmt.format(value) if isinstance(value, float) else str(value)
 
 
+def _print(*args, file=None, **kwargs) -> None:
+    """``print`` (to stdout unless ``file`` is given) that goes on when the stream's reader
+    is gone: a ``| tee`` that the Ctrl-C stopping the sweep ended too, a ``| head``.
+
+    The stream then goes to /dev/null, so that the sweep still stops or finishes its runs,
+    writes its table and exits with its own status rather than a BrokenPipeError.
+    """
+    file = sys.stdout if file is None else file
+    try:
+        print(*args, file=file, **kwargs)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, file.fileno())
+        os.close(devnull)
+
+
 def print_summary(rows: List[dict]) -> None:
     header = ['run', 'status', 'final eval return', 'env steps', 'wall time (s)', 'error']
     table = [
@@ -1170,7 +1230,7 @@ def print_summary(rows: List[dict]) -> None:
     widths = [max(len(str(c)) for c in column) for column in zip(header, *table)]
     widths[-1] = 0  # the error is last and not padded
     for line in [header, ['-' * w for w in widths[:-1]] + ['-----']] + table:
-        print('  '.join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
+        _print('  '.join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
 
 
 def write_summary(path: str, rows: List[dict]) -> None:
@@ -1321,7 +1381,7 @@ def _main(argv):
         parse_config(FLAGS.gin_file, FLAGS.gin_param + first)
     except ConfigError as e:
         fail(search_entry_message(str(e), space))
-    overridden = overridden_search(space)
+    overridden = overridden_search(space) or unused_searched_macro(space)
     if overridden:
         fail(overridden)
     try:
@@ -1462,7 +1522,7 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
             if gpus
             else ''
         )
-    print(
+    _print(
         f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
         f'({num_threads} torch thread(s) each){not_started_text(results)}.',
         flush=True,
@@ -1476,14 +1536,14 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         if result.get('not_started'):
             status = 'not started (sweep stopped)'
             results[run.name] = dict(result, status=status)
-            print(f'[{num_done}/{len(todo)}] {run.name}: {status}', flush=True)
+            _print(f'[{num_done}/{len(todo)}] {run.name}: {status}', flush=True)
             return
         if result['returncode'] == 0:
             status = 'finished'
         else:
             status = 'stopped' if result.get('stopped') else 'failed'
         results[run.name] = dict(result, status=status)
-        print(
+        _print(
             f'[{num_done}/{len(todo)}] {run.name}: {status} in '
             f'{result["wall_time_s"]:.0f} s' + (f' ({result["error"]})' if result['error'] else ''),
             flush=True,
@@ -1496,14 +1556,14 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         else:
             signum = run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
     rows = summary_rows(runs, results, earlier, resumed)
-    print()
+    _print()
     print_summary(rows)
     write_summary(summary_file, rows)
     failed = sum(r['status'] == 'failed' for r in rows)
     if signum is not None:
         stopped = sum(r['status'] == 'stopped' for r in rows)
         not_started = sum(r['status'].startswith('not started') for r in rows)
-        print(
+        _print(
             f'\n{signal.Signals(signum).name} stopped the sweep: {stopped} run(s) stopped at '
             f'their last checkpoint, {not_started} not started'
             + (f', {failed} failed' if failed else '')
@@ -1512,7 +1572,7 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         )
         sys.exit(EXIT_SIGNAL_BASE + signum)
     if failed:
-        print(f'\n{failed} of {len(rows)} runs failed.', file=sys.stderr)
+        _print(f'\n{failed} of {len(rows)} runs failed.', file=sys.stderr)
         sys.exit(EXIT_FAULT)
 
 
