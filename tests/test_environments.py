@@ -774,56 +774,33 @@ def test_a_reward_of_another_number_type_is_taken_as_its_float(kind):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize('use_subprocesses', [True, False])
-def test_a_reward_that_is_no_number_is_named_with_the_env(use_subprocesses):
-    # The vector env writes each reward into an array of one number per env, which
-    # failed with a ValueError that named no env.
+@pytest.mark.parametrize(
+    'env_name, returned',
+    [
+        # The vector env writes each reward into an array of one number per env, which
+        # failed with a ValueError that named no env.
+        ('alf_test/ArrayReward-v0', 'a ndarray of shape (1,) as its reward, not a number'),
+        # Env processes stacked the flags into one array, which failed with an error that
+        # named no env; in process the array passed unnoticed.
+        ('alf_test/ArrayTerminated-v0', 'a ndarray of shape (1,) as terminated, not a bool'),
+        # The vector env gathers the infos with info.items(), which failed with an
+        # AttributeError that named no env.
+        ('alf_test/NoneInfo-v0', 'None as its info, not a dict'),
+    ],
+    ids=['array_reward', 'array_terminated', 'none_info'],
+)
+def test_a_step_result_the_vector_env_cannot_take_is_named_with_the_env(
+    env_name, returned, use_subprocesses
+):
     before = child_pids()
-    env = create_environment('alf_test/ArrayReward-v0', 3, use_subprocesses=use_subprocesses)
+    env = create_environment(env_name, 3, use_subprocesses=use_subprocesses)
     env.reset()
     with pytest.raises(EnvironmentCrashedError) as raised:
         for _ in range(5):
             env.step(torch.zeros(3, 1))
-    assert str(raised.value) == (
-        "Environment 'alf_test/ArrayReward-v0' (env 1 of 3) returned from step() a ndarray of "
-        'shape (1,) as its reward, not a number'
-    )
-    env.close()
-    assert new_children(before) == []
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize('use_subprocesses', [True, False])
-def test_a_terminated_flag_that_is_an_array_is_named_with_the_env(use_subprocesses):
-    # Env processes stacked the flags into one array, which failed with an error that named
-    # no env; in process the array passed unnoticed.
-    before = child_pids()
-    env = create_environment('alf_test/ArrayTerminated-v0', 3, use_subprocesses=use_subprocesses)
-    env.reset()
-    with pytest.raises(EnvironmentCrashedError) as raised:
-        for _ in range(5):
-            env.step(torch.zeros(3, 1))
-    assert str(raised.value) == (
-        "Environment 'alf_test/ArrayTerminated-v0' (env 1 of 3) returned from step() a ndarray "
-        'of shape (1,) as terminated, not a bool'
-    )
-    env.close()
-    assert new_children(before) == []
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize('use_subprocesses', [True, False])
-def test_an_info_that_is_no_dict_is_named_with_the_env(use_subprocesses):
-    # The vector env gathers the infos with info.items(), which failed with an
-    # AttributeError that named no env.
-    before = child_pids()
-    env = create_environment('alf_test/NoneInfo-v0', 3, use_subprocesses=use_subprocesses)
-    env.reset()
-    with pytest.raises(EnvironmentCrashedError) as raised:
-        for _ in range(5):
-            env.step(torch.zeros(3, 1))
-    assert str(raised.value) == (
-        "Environment 'alf_test/NoneInfo-v0' (env 1 of 3) returned from step() None as its info, "
-        'not a dict'
+    assert (
+        str(raised.value)
+        == f"Environment '{env_name}' (env 1 of 3) returned from step() {returned}"
     )
     env.close()
     assert new_children(before) == []

@@ -815,39 +815,40 @@ def test_a_progress_csv_that_cannot_be_read_is_named_and_left_as_it_is(tmp_path)
     assert path.read_text() == text
 
 
-@pytest.mark.parametrize(
-    'edited, fields', [('200,20,a note', 3), ('200', 1)], ids=['one_too_many', 'one_missing']
-)
-def test_an_edited_row_with_another_number_of_fields_stops_a_resume_and_is_kept(
-    tmp_path, edited, fields
-):
-    # Its line is complete: no kill cut it. A resume would write the file again without it.
-    path = tmp_path / 'progress.csv'
-    text = f'env_steps,num_updates\n100,10\n{edited}\n300,30\n'
-    path.write_text(text)
-    message = f'{path}, line 3 has {fields} field(s) where the header has 2. train reads it'
-    with pytest.raises(summary_module.ProgressCsvError, match=re.escape(message)):
-        ProgressCsv(str(path), max_env_steps=300)
-    with pytest.raises(summary_module.ProgressCsvError, match=re.escape(message)):
-        summary_module.last_env_steps(str(path))
-    assert path.read_text() == text
+ANOTHER = 'which no progress.csv of train has: it holds another table'
 
 
 @pytest.mark.parametrize(
-    'text, what',
+    'text, problem',
     [
+        # Complete lines: no kill cut them. A resume would write the file again without them.
+        (
+            'env_steps,num_updates\n100,10\n200,20,a note\n300,30\n',
+            'line 3 has 3 field(s) where the header has 2',
+        ),
+        (
+            'env_steps,num_updates\n100,10\n200\n300,30\n',
+            'line 3 has 1 field(s) where the header has 2',
+        ),
         # plot's curves written under the name: train appended its rows under their header.
-        ('group,env_steps,mean,low,high\nx,0,1.0,0.5,1.5\n', "the column 'group'"),
-        ('step,eval/AverageReturn\n100,-3.5\n', "the column 'step'"),
-        ('env_steps,train/\n100,1\n', "the column 'train/'"),
-        ('eval/AverageReturn\n-3.5\n', "no column 'env_steps'"),
+        ('group,env_steps,mean,low,high\nx,0,1.0,0.5,1.5\n', f"has the column 'group', {ANOTHER}"),
+        ('step,eval/AverageReturn\n100,-3.5\n', f"has the column 'step', {ANOTHER}"),
+        ('env_steps,train/\n100,1\n', f"has the column 'train/', {ANOTHER}"),
+        ('eval/AverageReturn\n-3.5\n', f"has no column 'env_steps', {ANOTHER}"),
     ],
-    ids=['plot_curves', 'step_column', 'scalar_without_name', 'no_env_steps'],
+    ids=[
+        'one_field_too_many',
+        'one_field_missing',
+        'plot_curves',
+        'step_column',
+        'scalar_without_name',
+        'no_env_steps',
+    ],
 )
-def test_another_table_under_the_name_stops_a_resume_and_is_kept(tmp_path, text, what):
+def test_an_edited_row_or_another_table_stops_a_resume_and_is_kept(tmp_path, text, problem):
     path = tmp_path / 'progress.csv'
     path.write_text(text)
-    message = f'{path} has {what}, which no progress.csv of train has: it holds another table'
+    message = f'{path}{"," if problem.startswith("line") else ""} {problem}'
     with pytest.raises(summary_module.ProgressCsvError, match=re.escape(message)):
         ProgressCsv(str(path), max_env_steps=300)
     with pytest.raises(summary_module.ProgressCsvError, match=re.escape(message)):
