@@ -325,8 +325,13 @@ def test_frames_of_floats_are_taken_as_8_bit_colours_as_by_the_mp4_writer(tmp_pa
         # Floats within [0, 1] are scaled by 255; others stretched from the frame's range.
         ([[0.0, 0.5, 1.0], [0.2, 0.2, 0.2]], 'np.float32', [[0, 128, 255], [51, 51, 51]]),
         ([[0.0, 1.0, 2.0], [3.0, 3.0, 3.0]], 'np.float64', [[0, 128, 255], [0, 0, 0]]),
+        # NaN and infinities are left out of the range: a NaN pixel does not stretch a
+        # frame within [0, 1] (0.5 was 255), an infinite one does not blacken it (0.5 was 0).
+        ([[0.2, 0.5, np.nan], [0.2, 0.2, 0.2]], 'np.float32', [[51, 128, 51], [51, 51, 51]]),
+        ([[0.0, 0.5, np.inf], [0.2, 0.2, 0.2]], 'np.float16', [[0, 128, 128], [51, 51, 51]]),
+        ([[-np.inf, 1.0, 3.0], [3.0, 3.0, 3.0]], 'np.float64', [[0, 0, 255], [0, 0, 0]]),
     ],
-    ids=['int64', 'bool', 'floats', 'floats_beyond_1'],
+    ids=['int64', 'bool', 'floats', 'floats_beyond_1', 'nan', 'inf', 'minus_inf'],
 )
 def test_a_gif_of_frames_that_are_not_uint8_holds_their_colours(tmp_path, values, dtype, colours):
     from PIL import Image, ImageSequence
@@ -336,6 +341,7 @@ def test_a_gif_of_frames_that_are_not_uint8_holds_their_colours(tmp_path, values
         'import numpy as np\n'
         'from alf_lite.bin.play import VideoWriter\n'
         f'video = VideoWriter({str(gif)!r}, fps=10)\n'
+        'from numpy import inf, nan\n'
         f'for row in {values!r}:\n'
         f'    video.append(np.tile(np.array(row, dtype={dtype}), (2, 3, 1)).transpose(0, 2, 1))\n'
         'video.close()\n'

@@ -137,9 +137,9 @@ def as_8_bit_colours(frame):
     colours, which the GIF, the resizing and the .mp4 writer take.
 
     Booleans are 0 or 255, integers within [0, 255] keep their values and floats within
-    [0, 1] are scaled by 255, the same for every frame; other values are stretched from
-    the frame's own range to [0, 255] (as the .mp4 writer would), so their brightness
-    can change from frame to frame.
+    [0, 1] are scaled by 255, the same for every frame (NaN and infinities left out of the
+    range); other values are stretched from the frame's own range to [0, 255] (as the .mp4
+    writer would), so their brightness can change from frame to frame.
     """
     import numpy as np
 
@@ -147,6 +147,14 @@ def as_8_bit_colours(frame):
         return frame.astype(np.uint8) * 255
     if frame.size == 0 or not np.issubdtype(frame.dtype, np.number):
         return frame.astype(np.uint8)
+    if np.issubdtype(frame.dtype, np.floating):
+        finite = np.isfinite(frame)
+        if not finite.all():
+            # NaN and infinities take no part in the range (a NaN pixel would make a frame
+            # within [0, 1] stretched, an infinite one all black): NaN and -inf are shown
+            # as the frame's lowest finite value, inf as its highest.
+            low, high = (frame[finite].min(), frame[finite].max()) if finite.any() else (0, 0)
+            frame = np.nan_to_num(frame, nan=low, posinf=high, neginf=low)
     low, high = frame.min(), frame.max()
     if np.issubdtype(frame.dtype, np.integer) and 0 <= low and high <= 255:
         return frame.astype(np.uint8)
