@@ -593,11 +593,11 @@ class Slow(gymnasium.Env):
     action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
 
     def reset(self, *, seed=None, options=None):
-        time.sleep(0.2)
+        time.sleep(0.3)
         return np.zeros(1, dtype=np.float32), {}
 
     def step(self, action):
-        time.sleep(0.2)
+        time.sleep(0.3)
         return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
 
 gymnasium.register('alf_test/Slow-v0', entry_point=Slow, max_episode_steps=9)
@@ -610,7 +610,8 @@ print('the calls returned')
 
 
 def test_in_process_envs_stepped_one_after_another_may_each_take_the_step_timeout():
-    # Three envs of 0.2 s a call: 0.6 s a reset or step of all of them, each within 0.5 s.
+    # Three envs of 0.3 s a call: 0.9 s a reset or step of all of them and 0.6 s a step of two
+    # of them, each within 0.5 s.
     result = run_python(_SLOW_ENVS_IN_PROCESS)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split('\n')[-2] == 'the calls returned', result.stdout[-3000:]
@@ -623,17 +624,18 @@ from alf_lite.environments import create_environment
 
 with create_environment('Pendulum-v1', 3, use_subprocesses=False, step_timeout=0.5) as env:
     env.reset()
-    env._env.envs[1].unwrapped.step = lambda action: time.sleep(30)  # env 1 hangs
-    env.step(torch.zeros(3, 1))
+    env._env.envs[1].unwrapped.{call} = lambda *args, **kwargs: time.sleep(30)  # env 1 hangs
+    env.{call}({args})
 """
 
 
-def test_a_hung_env_of_an_in_process_batch_is_named_after_its_own_step_timeout():
-    result = run_python(_ONE_OF_THREE_IN_PROCESS_HANGS)
+@pytest.mark.parametrize('call, args', [('step', 'torch.zeros(3, 1)'), ('reset', '')])
+def test_a_hung_env_of_an_in_process_batch_is_named_after_its_own_step_timeout(call, args):
+    result = run_python(_ONE_OF_THREE_IN_PROCESS_HANGS.format(call=call, args=args))
     assert result.returncode == HUNG_ENV_EXIT_CODE, result.stderr[-3000:]
-    # Within its own 0.5 s, not the 1.5 s of the three envs' steps.
+    # Within its own 0.5 s, not the 1.5 s of the three envs' calls.
     assert (
-        "Environment 'Pendulum-v1' (env 1 of 3) (in process) did not return from step() "
+        f"Environment 'Pendulum-v1' (env 1 of 3) (in process) did not return from {call}() "
         'within 0.5 s (create_environment.step_timeout)'
     ) in result.stderr, result.stderr[-3000:]
 

@@ -170,6 +170,8 @@ class CrashingEnv(gymnasium.Env):
                 return np.zeros(1, dtype=np.float32), np.array([0.5]), False, False, {}
             if self._how == 'array_terminated':  # as x[:, 0] > 1 of an x of shape (1, n) gives
                 return np.zeros(1, dtype=np.float32), 0.0, np.array([False]), False, {}
+            if self._how == 'none_truncated':
+                return np.zeros(1, dtype=np.float32), 0.0, False, None, {}
             if self._how == 'none_info':
                 return np.zeros(1, dtype=np.float32), 0.0, False, False, None
             raise ValueError(self._message)
@@ -231,6 +233,12 @@ gymnasium.register(
     entry_point=CrashingEnv,
     max_episode_steps=10,
     kwargs=dict(how='array_terminated'),
+)
+gymnasium.register(
+    'alf_test/NoneTruncated-v0',
+    entry_point=CrashingEnv,
+    max_episode_steps=10,
+    kwargs=dict(how='none_truncated'),
 )
 gymnasium.register(
     'alf_test/NoneInfo-v0',
@@ -783,11 +791,12 @@ def test_a_reward_of_another_number_type_is_taken_as_its_float(kind):
         # Env processes stacked the flags into one array, which failed with an error that
         # named no env; in process the array passed unnoticed.
         ('alf_test/ArrayTerminated-v0', 'a ndarray of shape (1,) as terminated, not a bool'),
+        ('alf_test/NoneTruncated-v0', 'None as truncated, not a bool'),
         # The vector env gathers the infos with info.items(), which failed with an
         # AttributeError that named no env.
         ('alf_test/NoneInfo-v0', 'None as its info, not a dict'),
     ],
-    ids=['array_reward', 'array_terminated', 'none_info'],
+    ids=['array_reward', 'array_terminated', 'none_truncated', 'none_info'],
 )
 def test_a_step_result_the_vector_env_cannot_take_is_named_with_the_env(
     env_name, returned, use_subprocesses

@@ -1948,6 +1948,19 @@ def test_summary_table_aligns_its_columns_and_shows_a_missing_number_as_a_dash(c
     ]
 
 
+def test_summary_table_whose_reader_is_gone_is_printed_to_nothing(monkeypatch):
+    # A `| tee` ended after the runs' lines: the table goes nowhere, without a
+    # BrokenPipeError, and the lines after it too.
+    from alf_lite.bin.grid_search import print_summary
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open(write_end, 'w', buffering=1) as stream:
+        monkeypatch.setattr(sys, 'stdout', stream)
+        print_summary(SUMMARY_ROWS)
+        print_summary(SUMMARY_ROWS)
+
+
 def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_new_one(tmp_path):
     from alf_lite.bin.grid_search import earlier_wall_times, summary_rows, write_summary
     from alf_lite.runs import NOT_STARTED
@@ -2263,6 +2276,11 @@ def test_a_searched_macro_that_no_binding_uses_exits_2_before_anything_starts(
     err = capsys.readouterr().err
     assert "entry 'widht' sets a macro that no binding uses (%widht)" in err, err
     assert calls == {} and not (tmp_path / 'misspelt' / 'runs').exists()
+    # An entry that also sets a macro or a parameter in use changes the runs.
+    for used in ('width', 'TanhNormalActorNetwork.hidden_layers'):
+        grid = {'parameters': {f'widht,{used}': [[8], [4]]}, 'repeats': 1}
+        calls = run_main(tmp_path / used, monkeypatch, macro, [], grid=grid)
+        assert '2 to train' in capsys.readouterr().out and 'local' in calls
 
 
 def test_a_binding_overrides_a_searched_one_where_its_scope_begins_with_the_searched_scope():

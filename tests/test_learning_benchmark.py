@@ -532,6 +532,32 @@ def test_a_run_another_launcher_takes_after_the_check_is_left_to_it(tmp_path, mo
     assert sorted(p.name for p in run_dir.iterdir()) == []
 
 
+def test_a_run_that_fails_on_its_own_while_another_process_holds_it_is_failed(
+    tmp_path, monkeypatch
+):
+    # Only train's refusal of a run in use (exit 2) is left to the process holding it.
+    out = tmp_path / 'runs'
+    run = _pendulum_run(TINY_STEPS)
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    run_dir.mkdir(parents=True)
+    checks = []
+    in_use = launcher.run_dir_in_use
+
+    def free_at_the_first_check(root):
+        checks.append(root)
+        return len(checks) > 1 and in_use(root)
+
+    monkeypatch.setattr(launcher, 'run_dir_in_use', free_at_the_first_check)
+    with RunDirLock(str(run_dir)):
+        assert (
+            launcher.train_runs(
+                [run], str(out), 1, lambda r: [sys.executable, '-c', 'raise SystemExit(1)']
+            )
+            == 1
+        )
+    assert json.loads((out / 'plan.json').read_text())[run.key]['status'] == 'failed'
+
+
 def test_dry_run_commands_run_by_hand_from_another_directory_train_the_run(
     tmp_path, monkeypatch, capsys
 ):
@@ -1072,6 +1098,15 @@ def test_settings_of_two_runs_are_compared_and_paired():
         '(2 runs); exact permutation p = 0.333 (two-sided, 6 splits); paired by seed '
         '(2 seeds, default higher in 2): sign-flip p = 0.500 (two-sided).'
     ]
+    # Of the unfinished runs, those the figures come from: seed 5 has no evaluation yet.
+    (line,) = learning.compare_settings(
+        'ICubWalk-v0',
+        'mask',
+        ('icub_default', 'icub_mask_false'),
+        by_seed,
+        {'icub_mask_false': {1, 5}},
+    )
+    assert line.endswith('sign-flip p = 0.500 (two-sided); 1 not finished yet.'), line
 
 
 def test_sb3_comparison_counts_the_bounds_of_an_interval_inside_it():

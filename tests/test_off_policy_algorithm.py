@@ -304,6 +304,13 @@ class TransposedActionActor(DeterministicActorNetwork):
         return super().forward(observation).T
 
 
+class WiderInputActor(DeterministicActorNetwork):
+    """Built for one observation value more than the env gives."""
+
+    def __init__(self, observation_dim, action_dim, **kwargs):
+        super().__init__(observation_dim + 1, action_dim, **kwargs)
+
+
 class ScalarLogProbActor(TanhNormalActorNetwork):
     """``sample`` gives one log-probability for the whole batch."""
 
@@ -354,6 +361,13 @@ class ScalarLogProbActor(TanhNormalActorNetwork):
             'whose actor(observation) returns shape [2, 3] for a batch of 3 observations; '
             'expected shape [3, 2]',
         ),
+        # A network that fails on the batch is named as one with the wrong shape is.
+        (
+            DdpgAlgorithm,
+            dict(actor_network_ctor=WiderInputActor),
+            'DdpgAlgorithm.actor_network_ctor built a WiderInputActor, whose actor(observation) '
+            'fails on a batch of 3 observations of size 3: RuntimeError',
+        ),
     ],
     ids=[
         'sac_one_q',
@@ -362,6 +376,7 @@ class ScalarLogProbActor(TanhNormalActorNetwork):
         'sac_scalar_log_prob',
         'sac_replicas_first_as_many_as_the_batch',
         'td3_actions_first_as_many_as_the_batch',
+        'ddpg_actor_failing_on_the_batch',
     ],
 )
 def test_networks_whose_outputs_have_the_wrong_shape_are_refused(algorithm, networks, message):
@@ -389,6 +404,25 @@ def test_checking_the_outputs_draws_no_random_numbers_and_keeps_the_modes():
     ddpg = DdpgAlgorithm(observation_dim=3, action_dim=2, critic_network_ctor=HalfEvalCritic)
     modes = {name: m.training for name, m in ddpg._critic.named_modules()}
     assert modes[''] and not modes['_layers.0'], modes
+
+
+def test_checking_the_outputs_leaves_batch_norm_statistics_as_they_were():
+    # Called in training mode, batch norm layers would take the check's zero batch into
+    # their running statistics, which evaluation then uses.
+    norm = dict(hidden_layers=(8,), batch_norm=True)
+    ddpg = DdpgAlgorithm(
+        observation_dim=3,
+        action_dim=2,
+        actor_network_ctor=functools.partial(DeterministicActorNetwork, **norm),
+        critic_network_ctor=functools.partial(CriticNetwork, action_input_layer=1, **norm),
+    )
+    for network in (ddpg._actor, ddpg._critic):
+        buffers = dict(network.named_buffers())
+        tracked = [b for name, b in buffers.items() if name.endswith('num_batches_tracked')]
+        variances = [b for name, b in buffers.items() if name.endswith('running_var')]
+        assert tracked and variances, sorted(buffers)
+        assert all(int(b) == 0 for b in tracked), tracked
+        assert all(torch.equal(v, torch.ones_like(v)) for v in variances), variances
 
 
 @pytest.mark.parametrize(

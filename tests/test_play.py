@@ -321,6 +321,7 @@ def test_frames_of_floats_are_taken_as_8_bit_colours_as_by_the_mp4_writer(tmp_pa
         # stretched each frame's own range (20, 100, 211 in one frame: 0, 107, 255), and
         # failed on booleans.
         ([[20, 100, 211], [100, 100, 100]], 'np.int64', [[20, 100, 211], [100, 100, 100]]),
+        ([[0, 100, 200], [255, 255, 255]], 'np.uint16', [[0, 100, 200], [255, 255, 255]]),
         ([[True, False, True], [False, False, False]], 'bool', [[255, 0, 255], [0, 0, 0]]),
         # Floats within [0, 1] are scaled by 255; others stretched from the frame's range.
         ([[0.0, 0.5, 1.0], [0.2, 0.2, 0.2]], 'np.float32', [[0, 128, 255], [51, 51, 51]]),
@@ -330,8 +331,20 @@ def test_frames_of_floats_are_taken_as_8_bit_colours_as_by_the_mp4_writer(tmp_pa
         ([[0.2, 0.5, np.nan], [0.2, 0.2, 0.2]], 'np.float32', [[51, 128, 51], [51, 51, 51]]),
         ([[0.0, 0.5, np.inf], [0.2, 0.2, 0.2]], 'np.float16', [[0, 128, 128], [51, 51, 51]]),
         ([[-np.inf, 1.0, 3.0], [3.0, 3.0, 3.0]], 'np.float64', [[0, 0, 255], [0, 0, 0]]),
+        # A frame with no finite value at all is black.
+        ([[np.nan, np.nan, np.inf], [0.2, 0.2, 0.2]], 'np.float32', [[0, 0, 0], [51, 51, 51]]),
     ],
-    ids=['int64', 'bool', 'floats', 'floats_beyond_1', 'nan', 'inf', 'minus_inf'],
+    ids=[
+        'int64',
+        'uint16_0_and_255',
+        'bool',
+        'floats',
+        'floats_beyond_1',
+        'nan',
+        'inf',
+        'minus_inf',
+        'no_finite_value',
+    ],
 )
 def test_a_gif_of_frames_that_are_not_uint8_holds_their_colours(tmp_path, values, dtype, colours):
     from PIL import Image, ImageSequence

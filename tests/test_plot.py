@@ -1025,6 +1025,7 @@ def test_wall_time_of_a_run_read_from_its_events_counts_from_its_first_row_too(t
         summary.write(0, 0, 1e9, {'eval/AverageReturn': -10.0})
         summary.write(100, 10, 1e9 + 5, {'train/critic_loss': 3.0})
         summary.write(200, 20, 1e9 + 10, {'train/critic_loss': 2.0})
+        summary.write(300, 30, 1e9 + 15, {'eval/AverageReturn': -5.0})
         summary.close()
     (tmp_path / 'runs' / 'events' / 'progress.csv').unlink()
     args = [str(tmp_path / 'runs'), '--x', 'wall_time', '--y', 'train/critic_loss']

@@ -37,6 +37,7 @@ from alf_lite.runs import (
     complete_rows,
     config_bindings,
     final_value,
+    first_wall_time,
     log_error_line,
     read_scalar,
     read_scalar_if_any,
@@ -339,6 +340,22 @@ def test_a_binding_written_through_a_macro_or_as_its_value_is_one_experiment(tmp
     doubling = ['M0 = 1'] + [f'M{i} = (%M{i - 1}, %M{i - 1})' for i in range(1, 40)]
     deep = config_text(*doubling, 'X.y = %M39')
     assert changed_bindings(deep, deep.replace('%M39', '%M38')) == ['X.y = %M39 -> X.y = %M38']
+
+
+def test_macros_are_resolved_outside_string_literals_only_and_never_round_a_cycle():
+    # '%N' in a string literal is text, not the macro's value.
+    in_string = config_text('N = 1', "X.y = '%N'")
+    assert changed_bindings(in_string, config_text('N = 1', "X.y = '1'")) == [
+        "X.y = '%N' -> X.y = '1'"
+    ]
+    # Macros standing for each other are compared as written.
+    cycle = ['A = %B', 'B = %A']
+    assert changed_bindings(config_text(*cycle, 'X.y = %A'), config_text(*cycle, 'X.y = %B')) == [
+        'X.y = %A -> X.y = %B'
+    ]
+    # A macro not bound stays as written; the others of the value are resolved.
+    written_out = config_text('A = 1', 'X.y = (1, %C)')
+    assert changed_bindings(config_text('A = 1', 'X.y = (%A, %C)'), written_out) == []
 
 
 def test_a_parameter_written_out_at_its_default_is_a_binding_of_its_own(tmp_path):
@@ -783,6 +800,19 @@ def test_latest_checkpoint_env_steps_is_read_from_the_newest_complete_checkpoint
 
 
 # --- reading runs back (alf_lite.runs) ----------------------------------------------------------
+
+
+def test_first_wall_time_of_a_run_without_a_row_is_refused(tmp_path):
+    # Neither a progress.csv nor events (a run that has not written its first row yet).
+    (tmp_path / 'train').mkdir()
+    with pytest.raises(ValueError, match='has no row yet'):
+        first_wall_time(str(tmp_path))
+    summary = Summary(str(tmp_path))
+    summary.write(0, 0, 1e9 + 3, {'eval/AverageReturn': -10.0})
+    summary.close()
+    assert first_wall_time(str(tmp_path)) == 1e9 + 3
+    (tmp_path / 'progress.csv').unlink()
+    assert first_wall_time(str(tmp_path)) == pytest.approx(1e9 + 3)
 
 
 def test_read_scalar_keeps_the_last_value_written_at_a_step_and_skips_blank_cells(tmp_path):

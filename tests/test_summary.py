@@ -834,6 +834,10 @@ ANOTHER = 'which no progress.csv of train has: it holds another table'
         ('group,env_steps,mean,low,high\nx,0,1.0,0.5,1.5\n', f"has the column 'group', {ANOTHER}"),
         ('step,eval/AverageReturn\n100,-3.5\n', f"has the column 'step', {ANOTHER}"),
         ('env_steps,train/\n100,1\n', f"has the column 'train/', {ANOTHER}"),
+        (
+            'env_steps,test/AverageReturn\n100,1\n',
+            f"has the column 'test/AverageReturn', {ANOTHER}",
+        ),
         ('eval/AverageReturn\n-3.5\n', f"has no column 'env_steps', {ANOTHER}"),
     ],
     ids=[
@@ -842,6 +846,7 @@ ANOTHER = 'which no progress.csv of train has: it holds another table'
         'plot_curves',
         'step_column',
         'scalar_without_name',
+        'scalar_of_another_mode',
         'no_env_steps',
     ],
 )
