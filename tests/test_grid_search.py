@@ -1961,6 +1961,30 @@ def test_summary_table_whose_reader_is_gone_is_printed_to_nothing(monkeypatch):
         print_summary(SUMMARY_ROWS)
 
 
+def test_summary_table_to_a_pipe_whose_reader_is_gone_exits_0():
+    # A pipe's stdout is block-buffered: unflushed, the table met the gone reader only at
+    # exit, where Python reports the BrokenPipeError and exits with code 120.
+    script = (
+        'import time\n'
+        'from math import nan\n'
+        'from alf_lite.bin.grid_search import print_summary\n'
+        'time.sleep(0.5)\n'
+        f'print_summary({SUMMARY_ROWS!r})\n'
+    )
+    env = train_env()
+    env.pop('PYTHONUNBUFFERED', None)  # as where a user runs it
+    with subprocess.Popen(
+        [sys.executable, '-c', script],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        process.stdout.close()
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0 and 'BrokenPipeError' not in err, (process.returncode, err)
+
+
 def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_new_one(tmp_path):
     from alf_lite.bin.grid_search import earlier_wall_times, summary_rows, write_summary
     from alf_lite.runs import NOT_STARTED

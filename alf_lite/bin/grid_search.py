@@ -1207,7 +1207,8 @@ def _print(*args, file=None, **kwargs) -> None:
     """
     file = sys.stdout if file is None else file
     try:
-        print(*args, file=file, **kwargs)
+        # Flushed here, where a reader gone is caught: at exit it would be exit code 120.
+        print(*args, file=file, **dict(kwargs, flush=True))
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, file.fileno())
