@@ -366,6 +366,26 @@ def test_a_gif_of_frames_that_are_not_uint8_holds_their_colours(tmp_path, values
     assert [[int(c) for c in frame[0, :, 0]] for frame in frames] == colours
 
 
+def test_play_whose_output_reader_is_gone_writes_its_video_and_exits_0(trained_run, tmp_path):
+    # As `play ... | head -1` does: the episodes' lines met the closed pipe with a
+    # BrokenPipeError traceback (or, buffered, Python's exit code 120 at exit).
+    video = tmp_path / 'p.gif'
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
+    env = train_env()
+    env.pop('PYTHONUNBUFFERED', None)  # as where a user runs it
+    with subprocess.Popen(
+        command + ['--num_episodes', '2', '--record_file', str(video)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        process.stdout.close()
+        _, err = process.communicate(timeout=120)
+    assert process.returncode == 0 and 'BrokenPipeError' not in err, err[-3000:]
+    assert video.stat().st_size > 0
+
+
 def test_play_says_how_many_frames_a_gif_holds_when_identical_ones_merge(trained_run, tmp_path):
     from PIL import Image, ImageSequence
 

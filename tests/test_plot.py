@@ -476,6 +476,25 @@ def test_out_that_would_give_a_run_without_progress_csv_the_curves_as_its_own_is
     assert sorted(p.name for p in run.iterdir()) == before
 
 
+def test_plot_whose_output_reader_is_gone_writes_its_files_and_exits_0(grid, tmp_path):
+    # As `plot ... | head -1` does: its lines, buffered in the pipe, met the closed reader
+    # at exit, which Python ends with exit code 120.
+    env = train_env()
+    env.pop('PYTHONUNBUFFERED', None)  # as where a user runs it
+    with subprocess.Popen(
+        [sys.executable, '-m', 'alf_lite.bin.plot', str(grid), '--out', 'curves.png'],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        process.stdout.close()
+        _, err = process.communicate(timeout=RUN_TIMEOUT_S)
+    assert process.returncode == 0 and 'BrokenPipeError' not in err, err[-3000:]
+    assert (tmp_path / 'curves.png').stat().st_size > 0 and (tmp_path / 'curves.csv').exists()
+
+
 def test_out_that_would_make_a_directory_of_runs_one_run_is_refused(grid, tmp_path):
     # A progress.csv of curves in the directory of the runs would make it a run: plotting
     # it again would take it for one run and find none of the runs below it.

@@ -26,6 +26,24 @@ def user_message(message: str) -> str:
     return message
 
 
+def print_out(*args, file=None, **kwargs) -> None:
+    """``print`` (to stdout unless ``file`` is given), flushed, that goes on when the
+    stream's reader is gone: a ``| head``, or a ``| tee`` that the Ctrl-C stopping the tool
+    ended too.
+
+    The stream then goes to /dev/null, so that the tool still finishes (its runs, its
+    video, its table) and exits with its own status rather than a BrokenPipeError, or
+    with exit code 120 where Python would meet the gone reader flushing at exit.
+    """
+    file = sys.stdout if file is None else file
+    try:
+        print(*args, file=file, **dict(kwargs, flush=True))
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, file.fileno())
+        os.close(devnull)
+
+
 def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
     """Print ``message`` for the user and exit, by default with ``EXIT_BAD_INPUT``."""
     print(f'error: {user_message(message)}', file=sys.stderr)

@@ -112,6 +112,7 @@ from alf_lite.bin.cli import (
     fail,
     output_root_dir,
     parse_flags,
+    print_out,
     user_message,
 )
 
@@ -1198,23 +1199,6 @@ def _cell(value, fmt='{:.1f}'):
     return fmt.format(value) if isinstance(value, float) else str(value)
 
 
-def _print(*args, file=None, **kwargs) -> None:
-    """``print`` (to stdout unless ``file`` is given) that goes on when the stream's reader
-    is gone: a ``| tee`` that the Ctrl-C stopping the sweep ended too, a ``| head``.
-
-    The stream then goes to /dev/null, so that the sweep still stops or finishes its runs,
-    writes its table and exits with its own status rather than a BrokenPipeError.
-    """
-    file = sys.stdout if file is None else file
-    try:
-        # Flushed here, where a reader gone is caught: at exit it would be exit code 120.
-        print(*args, file=file, **dict(kwargs, flush=True))
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, file.fileno())
-        os.close(devnull)
-
-
 def print_summary(rows: List[dict]) -> None:
     header = ['run', 'status', 'final eval return', 'env steps', 'wall time (s)', 'error']
     table = [
@@ -1231,7 +1215,7 @@ def print_summary(rows: List[dict]) -> None:
     widths = [max(len(str(c)) for c in column) for column in zip(header, *table)]
     widths[-1] = 0  # the error is last and not padded
     for line in [header, ['-' * w for w in widths[:-1]] + ['-----']] + table:
-        _print('  '.join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
+        print_out('  '.join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
 
 
 def write_summary(path: str, rows: List[dict]) -> None:
@@ -1523,7 +1507,7 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
             if gpus
             else ''
         )
-    _print(
+    print_out(
         f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
         f'({num_threads} torch thread(s) each){not_started_text(results)}.',
         flush=True,
@@ -1537,14 +1521,14 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         if result.get('not_started'):
             status = 'not started (sweep stopped)'
             results[run.name] = dict(result, status=status)
-            _print(f'[{num_done}/{len(todo)}] {run.name}: {status}', flush=True)
+            print_out(f'[{num_done}/{len(todo)}] {run.name}: {status}', flush=True)
             return
         if result['returncode'] == 0:
             status = 'finished'
         else:
             status = 'stopped' if result.get('stopped') else 'failed'
         results[run.name] = dict(result, status=status)
-        _print(
+        print_out(
             f'[{num_done}/{len(todo)}] {run.name}: {status} in '
             f'{result["wall_time_s"]:.0f} s' + (f' ({result["error"]})' if result['error'] else ''),
             flush=True,
@@ -1557,14 +1541,14 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         else:
             signum = run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
     rows = summary_rows(runs, results, earlier, resumed)
-    _print()
+    print_out()
     print_summary(rows)
     write_summary(summary_file, rows)
     failed = sum(r['status'] == 'failed' for r in rows)
     if signum is not None:
         stopped = sum(r['status'] == 'stopped' for r in rows)
         not_started = sum(r['status'].startswith('not started') for r in rows)
-        _print(
+        print_out(
             f'\n{signal.Signals(signum).name} stopped the sweep: {stopped} run(s) stopped at '
             f'their last checkpoint, {not_started} not started'
             + (f', {failed} failed' if failed else '')
@@ -1573,7 +1557,7 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         )
         sys.exit(EXIT_SIGNAL_BASE + signum)
     if failed:
-        _print(f'\n{failed} of {len(rows)} runs failed.', file=sys.stderr)
+        print_out(f'\n{failed} of {len(rows)} runs failed.', file=sys.stderr)
         sys.exit(EXIT_FAULT)
 
 

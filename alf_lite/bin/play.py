@@ -44,6 +44,7 @@ from alf_lite.bin.cli import (
     exit_on_signals_before_main,
     fail,
     parse_flags,
+    print_out,
 )
 
 if __name__ == '__main__':
@@ -356,9 +357,11 @@ def play_episodes(env, algorithm, num_episodes: int, video=None):
         played = evaluate(env, algorithm.predict_step, record_frame if video is not None else None)
         episode_return, length = float(played.returns[0]), int(played.lengths[0])
         results.append((episode_return, length))
-        print(f'episode {episode + 1}: return {episode_return:.2f}, length {length}', flush=True)
+        print_out(
+            f'episode {episode + 1}: return {episode_return:.2f}, length {length}', flush=True
+        )
     returns, lengths = np.array(results).T
-    print(
+    print_out(
         f'mean over {num_episodes} episode(s): return {returns.mean():.2f}, '
         f'length {lengths.mean():.1f}',
         flush=True,
@@ -485,7 +488,7 @@ def play(argv, signals) -> None:
     except EnvironmentCrashedError as e:
         fail(str(e), exit_code=EXIT_FAULT)
     with_config = f' and {config_file}' if config_file != run_dir.config_file else ''
-    print(f'playing {path} with random_seed {seed}{with_config}', flush=True)
+    print_out(f'playing {path} with random_seed {seed}{with_config}', flush=True)
     video = None
     not_written = f' {record_file} was not written.' if record_file is not None else ''
     try:
@@ -511,7 +514,7 @@ def play(argv, signals) -> None:
                     f'written to {e.filename} instead.',
                     exit_code=EXIT_FAULT,
                 )
-            print(frames_written(video, record_file), flush=True)
+            print_out(frames_written(video, record_file), flush=True)
             video = None
     except EnvironmentCrashedError as e:
         fail(f'{e}{not_written}', exit_code=EXIT_FAULT)

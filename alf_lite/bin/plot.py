@@ -56,7 +56,13 @@ import sys
 from typing import Collection, Dict, List, Set, Tuple
 
 # Imports the standard library only: the handlers below are installed at once.
-from alf_lite.bin.cli import EXIT_SIGNAL_BASE, exit_on_signals_before_main, fail, parse_flags
+from alf_lite.bin.cli import (
+    EXIT_SIGNAL_BASE,
+    exit_on_signals_before_main,
+    fail,
+    parse_flags,
+    print_out,
+)
 
 if __name__ == '__main__':
     # Before the imports below, until main handles the signals.
@@ -651,7 +657,7 @@ def plot(argv):
         fail(str(e))
     run_dirs, skipped = find_runs(paths)
     for path in skipped:
-        print(f'skipping {path}: no run there', file=sys.stderr)
+        print_out(f'skipping {path}: no run there', file=sys.stderr)
     if not run_dirs:
         fail(
             f'no run (a directory with {PROGRESS_FILE}, {CONFIG_FILE} or TensorBoard event '
@@ -698,13 +704,13 @@ def plot(argv):
     if not raw:
         fail('; '.join([*lacking, *missing.values()]))
     for why in [*lacking, *missing.values()]:
-        print(f'warning: left out: {why}', file=sys.stderr)
+        print_out(f'warning: left out: {why}', file=sys.stderr)
     for run, (xs, ys) in raw.items():
         infinite = ~np.isfinite(ys)
         if infinite.any():
             # 'inf', '-inf' or 'inf or -inf'.
             signs = ' or '.join(sorted({repr(float(v)) for v in ys[infinite]}, key=len))
-            print(
+            print_out(
                 f'warning: {run}: {y_name} is {signs} at {infinite.sum()} point(s), the first at '
                 f"{FLAGS.x} {_short(xs[infinite][0])}; its group's mean there is inf or NaN "
                 '(no point), and so is each smoothing window holding one',
@@ -717,7 +723,7 @@ def plot(argv):
         if early[label]:
             ends = ', '.join(f'{r} (at {_short(x)})' for r, x in early[label].items())
             last = max(raw[r][0][-1] for r in runs)
-            print(
+            print_out(
                 f'warning: {label}: runs ending before its last {FLAGS.x} {_short(last)}: '
                 f"{ends}; past a run's end the mean is over fewer runs",
                 file=sys.stderr,
@@ -725,7 +731,7 @@ def plot(argv):
         for run in runs:
             changed_at = RunDir(run).superseded_config_steps()
             if changed_at:
-                print(
+                print_out(
                     f'warning: {label}: {run} changed its experiment at a resume, at env '
                     f'step(s) {", ".join(map(str, changed_at))} (config-until-<step>.gin '
                     'holds what it trained with before): '
@@ -738,7 +744,7 @@ def plot(argv):
                 )
         if len(runs) > 1:
             for run, again in same_seed_runs(runs):
-                print(
+                print_out(
                     f'warning: {label}: {run} and {again} have the same {SEED_PARAM} '
                     f'({seed_of(run)}) and setting: one run twice? '
                     '(train --start_over moves an old run to <root_dir>.old-<time>)',
@@ -820,9 +826,9 @@ def plot(argv):
     except OSError as e:
         fail(f'cannot write --out {FLAGS.out}: {e}')
     plt.close(fig)
-    print(f'plot written to {FLAGS.out}, curves to {csv_path}')
+    print_out(f'plot written to {FLAGS.out}, curves to {csv_path}')
 
-    print(
+    print_out(
         f'\nfinal {y_name}: mean over runs of the last {FLAGS.last_n} point(s) of each run '
         f'(a run that ends early gives its own last points), {band_name}'
     )
@@ -835,7 +841,7 @@ def plot(argv):
         rows.append((label, count, f'{mean:.2f}', f'[{lower:.2f}, {upper:.2f}]'))
     widths = [max(len(cell) for cell in column) for column in zip(*rows)]
     for row in rows:
-        print('  '.join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        print_out('  '.join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
 if __name__ == '__main__':
