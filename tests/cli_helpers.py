@@ -242,6 +242,19 @@ def run_train(command, cwd=REPO_ROOT, fresh_interpreter=False, **kwargs):
     )
 
 
+def run_with_output_reader_gone(command, cwd=REPO_ROOT, timeout=RUN_TIMEOUT_S):
+    """Run ``command`` with its stdout a pipe whose reader is gone at once (as ``| head``
+    leaves it), not unbuffered (as where a user runs it); ``(returncode, stderr)``."""
+    env = train_env()
+    env.pop('PYTHONUNBUFFERED', None)
+    with subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        process.stdout.close()
+        _, err = process.communicate(timeout=timeout)
+    return process.returncode, err
+
+
 def assert_ok(result):
     assert result.returncode == 0, (
         f'exit {result.returncode}\n--- stderr (tail) ---\n{result.stderr[-4000:]}'

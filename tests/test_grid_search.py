@@ -29,6 +29,7 @@ from cli_helpers import (
     RUN_TIMEOUT_S,
     checkpoint_steps,
     run_train,
+    run_with_output_reader_gone,
     signal_on_import,
     train_env,
     with_prelude,
@@ -1971,18 +1972,8 @@ def test_summary_table_to_a_pipe_whose_reader_is_gone_exits_0():
         'time.sleep(0.5)\n'
         f'print_summary({SUMMARY_ROWS!r})\n'
     )
-    env = train_env()
-    env.pop('PYTHONUNBUFFERED', None)  # as where a user runs it
-    with subprocess.Popen(
-        [sys.executable, '-c', script],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as process:
-        process.stdout.close()
-        _, err = process.communicate(timeout=60)
-    assert process.returncode == 0 and 'BrokenPipeError' not in err, (process.returncode, err)
+    returncode, err = run_with_output_reader_gone([sys.executable, '-c', script], timeout=60)
+    assert returncode == 0 and 'BrokenPipeError' not in err, (returncode, err)
 
 
 def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_new_one(tmp_path):

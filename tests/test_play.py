@@ -24,6 +24,7 @@ from cli_helpers import (
     assert_ok,
     python_output,
     run_train,
+    run_with_output_reader_gone,
     send_as_user,
     signal_on_import,
     start_in_own_session,
@@ -371,18 +372,10 @@ def test_play_whose_output_reader_is_gone_writes_its_video_and_exits_0(trained_r
     # BrokenPipeError traceback (or, buffered, Python's exit code 120 at exit).
     video = tmp_path / 'p.gif'
     command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
-    env = train_env()
-    env.pop('PYTHONUNBUFFERED', None)  # as where a user runs it
-    with subprocess.Popen(
-        command + ['--num_episodes', '2', '--record_file', str(video)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as process:
-        process.stdout.close()
-        _, err = process.communicate(timeout=120)
-    assert process.returncode == 0 and 'BrokenPipeError' not in err, err[-3000:]
+    returncode, err = run_with_output_reader_gone(
+        command + ['--num_episodes', '2', '--record_file', str(video)]
+    )
+    assert returncode == 0 and 'BrokenPipeError' not in err, err[-3000:]
     assert video.stat().st_size > 0
 
 

@@ -18,6 +18,7 @@ from cli_helpers import (
     assert_ok,
     run_python,
     run_train,
+    run_with_output_reader_gone,
     signal_on_import,
     train_env,
     with_prelude,
@@ -479,19 +480,9 @@ def test_out_that_would_give_a_run_without_progress_csv_the_curves_as_its_own_is
 def test_plot_whose_output_reader_is_gone_writes_its_files_and_exits_0(grid, tmp_path):
     # As `plot ... | head -1` does: its lines, buffered in the pipe, met the closed reader
     # at exit, which Python ends with exit code 120.
-    env = train_env()
-    env.pop('PYTHONUNBUFFERED', None)  # as where a user runs it
-    with subprocess.Popen(
-        [sys.executable, '-m', 'alf_lite.bin.plot', str(grid), '--out', 'curves.png'],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as process:
-        process.stdout.close()
-        _, err = process.communicate(timeout=RUN_TIMEOUT_S)
-    assert process.returncode == 0 and 'BrokenPipeError' not in err, err[-3000:]
+    command = [sys.executable, '-m', 'alf_lite.bin.plot', str(grid), '--out', 'curves.png']
+    returncode, err = run_with_output_reader_gone(command, cwd=tmp_path)
+    assert returncode == 0 and 'BrokenPipeError' not in err, err[-3000:]
     assert (tmp_path / 'curves.png').stat().st_size > 0 and (tmp_path / 'curves.csv').exists()
 
 
