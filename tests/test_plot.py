@@ -2,6 +2,7 @@
 
 import ast
 import csv
+import os
 import re
 import shutil
 import signal
@@ -484,6 +485,21 @@ def test_plot_whose_output_reader_is_gone_writes_its_files_and_exits_0(grid, tmp
     returncode, err = run_with_output_reader_gone(command, cwd=tmp_path)
     assert returncode == 0 and 'BrokenPipeError' not in err, err[-3000:]
     assert (tmp_path / 'curves.png').stat().st_size > 0 and (tmp_path / 'curves.csv').exists()
+
+
+@pytest.mark.skipif(not os.path.exists('/dev/full'), reason='needs /dev/full (Linux)')
+def test_plot_whose_output_cannot_be_written_says_so_and_writes_its_files(grid, tmp_path):
+    # stdout to a full disk: Python's OSError at exit, exit code 120.
+    env = train_env()
+    env.pop('PYTHONUNBUFFERED', None)
+    command = [sys.executable, '-m', 'alf_lite.bin.plot', str(grid), '--out', 'curves.png']
+    with open('/dev/full', 'w') as full:
+        result = subprocess.run(
+            command, cwd=tmp_path, env=env, stdout=full, stderr=subprocess.PIPE, text=True
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'warning: cannot write to stdout: No space left on device' in result.stderr
+    assert (tmp_path / 'curves.png').stat().st_size > 0
 
 
 def test_out_that_would_make_a_directory_of_runs_one_run_is_refused(grid, tmp_path):

@@ -33,12 +33,21 @@ def print_out(*args, file=None, **kwargs) -> None:
 
     The stream then goes to /dev/null, so that the tool still finishes (its runs, its
     video, its table) and exits with its own status rather than a BrokenPipeError, or
-    with exit code 120 where Python would meet the gone reader flushing at exit.
+    with exit code 120 where Python would meet the gone reader flushing at exit. The same
+    for a stream that cannot be written (stdout to a full disk), said in a warning.
     """
     file = sys.stdout if file is None else file
     try:
         print(*args, file=file, **dict(kwargs, flush=True))
-    except BrokenPipeError:
+    except OSError as e:
+        # Also a stream that cannot be written (stdout to a full disk): said once, on stderr.
+        if not isinstance(e, BrokenPipeError) and file is not sys.stderr:
+            print(
+                f'warning: cannot write to {file.name.strip("<>")}: {e.strerror}; its lines are '
+                'dropped',
+                file=sys.stderr,
+                flush=True,
+            )
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, file.fileno())
         os.close(devnull)
