@@ -28,9 +28,9 @@ from absl import logging
 from alf_lite.config import sync_to_disk
 from alf_lite.device import available_cpu_memory
 from alf_lite.run_dir import (
-    SUMMARY_MODES,
     checkpoint_env_steps,
     checkpoint_name,
+    is_scalar_name,
     list_checkpoints,
 )
 from alf_lite.seeding import global_rng_state, set_global_rng_state
@@ -930,23 +930,21 @@ def _values_problem(state: TrainerState) -> Optional[str]:
     # Of episodes of finite rewards (the envs' are checked), counted in steps: what
     # train/AverageReturn and train/AverageEpisodeLength average once a resume summarises.
     for value in state.recent_returns:
-        if _not_a_number(value):
-            return 'recent_returns holds {}, {}'.format(*_not_a_number(value))
+        if problem := _not_a_number(value):
+            return 'recent_returns holds {}, {}'.format(*problem)
         if not math.isfinite(value):
             return f'recent_returns holds {value!r}, which no episode of finite rewards has'
     for value in state.recent_lengths:
-        if _not_a_number(value):
-            return 'recent_lengths holds {}, {}'.format(*_not_a_number(value))
+        if problem := _not_a_number(value):
+            return 'recent_lengths holds {}, {}'.format(*problem)
         if not isinstance(value, int) or value < 0:
             return f'recent_lengths holds {value!r:.80}, no count of steps'
     for field in ('last_eval', 'pending_evaluation', 'train_scalars', 'update_scalars'):
         for key, value in (getattr(state, field) or {}).items():
-            mode, _, name = key.partition('/') if isinstance(key, str) else ('', '', '')
-            if mode not in SUMMARY_MODES or not name:
+            if not is_scalar_name(key):
                 return f'{field} holds the key {key!r:.80}, no summary scalar name'
-            if _not_a_number(value):
-                shown, why = _not_a_number(value)
-                return f'{field} holds {shown} for {key:.80}, {why}'
+            if problem := _not_a_number(value):
+                return f'{field} holds {problem[0]} for {key:.80}, {problem[1]}'
     return None
 
 

@@ -45,6 +45,15 @@ CHECKPOINT_DIR = 'checkpoints'
 TRAIN = 'train'
 EVAL = 'eval'
 SUMMARY_MODES = (TRAIN, EVAL)
+
+
+def is_scalar_name(key) -> bool:
+    """Whether ``key`` names a summary scalar as train writes them: ``<mode>/<name>`` of a mode
+    of ``SUMMARY_MODES`` (its column in progress.csv, its tag's directory)."""
+    mode, _, name = key.partition('/') if isinstance(key, str) else ('', '', '')
+    return mode in SUMMARY_MODES and name != ''
+
+
 # In the name of each TensorBoard event file: TensorBoard reads no other file.
 EVENT_FILE_MARK = 'tfevents'
 
@@ -573,9 +582,8 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
 
     Both sides are whole statements, so a change names what the run had and
     what it would get; ``NOT_BOUND`` stands for a side without the parameter. A
-    change of the experiment is one of what gin gives the run: a value written
-    through macros on one side and as their values on the other, or a parameter
-    bound to its default on one side and unbound on the other, is none.
+    value written through macros on one side and as their values on the other is no
+    change of the experiment (``_macros_resolved`` says which macros are put in).
     """
     old, old_values = _statements_and_values(old_config)
     new, new_values = _statements_and_values(new_config)

@@ -21,7 +21,7 @@ from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
-from alf_lite.run_dir import EVENT_FILE_MARK, SUMMARY_MODES, TRAIN, RunDir
+from alf_lite.run_dir import EVENT_FILE_MARK, SUMMARY_MODES, TRAIN, RunDir, is_scalar_name
 from alf_lite.runs import ENV_STEPS, NUM_UPDATES, PROGRESS_COLUMNS, WALL_TIME, complete_rows
 
 # The shortest time a rate divides by: two calls within one clock tick.
@@ -143,7 +143,8 @@ def read_progress(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
         raise ProgressCsvError(_damaged(str(e))) from None
     # Another table under the name (a plot's curves, a spreadsheet's export): a resume would
     # write its rows and columns into the run's own.
-    foreign = [c for c in columns if not _is_progress_column(c)]
+    counters = (ENV_STEPS, NUM_UPDATES, WALL_TIME)
+    foreign = [c for c in columns if c not in counters and not is_scalar_name(c)]
     if foreign or (columns and ENV_STEPS not in columns):
         what = f'the column {foreign[0]!r:.80}' if foreign else f'no column {ENV_STEPS!r}'
         raise ProgressCsvError(
@@ -152,12 +153,6 @@ def read_progress(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
             )
         )
     return columns, rows
-
-
-def _is_progress_column(column: str) -> bool:
-    """Whether train writes ``column``: one of its counters, or a ``<mode>/<name>`` scalar."""
-    mode, _, name = column.partition('/')
-    return column in (ENV_STEPS, NUM_UPDATES, WALL_TIME) or (mode in SUMMARY_MODES and name != '')
 
 
 def _damaged(problem: str) -> str:

@@ -1509,8 +1509,7 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         )
     print_out(
         f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
-        f'({num_threads} torch thread(s) each){not_started_text(results)}.',
-        flush=True,
+        f'({num_threads} torch thread(s) each){not_started_text(results)}.'
     )
 
     num_done = 0
@@ -1521,7 +1520,7 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         if result.get('not_started'):
             status = 'not started (sweep stopped)'
             results[run.name] = dict(result, status=status)
-            print_out(f'[{num_done}/{len(todo)}] {run.name}: {status}', flush=True)
+            print_out(f'[{num_done}/{len(todo)}] {run.name}: {status}')
             return
         if result['returncode'] == 0:
             status = 'finished'
@@ -1530,8 +1529,7 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         results[run.name] = dict(result, status=status)
         print_out(
             f'[{num_done}/{len(todo)}] {run.name}: {status} in '
-            f'{result["wall_time_s"]:.0f} s' + (f' ({result["error"]})' if result['error'] else ''),
-            flush=True,
+            f'{result["wall_time_s"]:.0f} s' + (f' ({result["error"]})' if result['error'] else '')
         )
 
     signum = None

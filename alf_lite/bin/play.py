@@ -161,10 +161,11 @@ def as_8_bit_colours(frame):
         return frame.astype(np.uint8)
     if np.issubdtype(frame.dtype, np.floating) and 0 <= low and high <= 1:
         return np.rint(frame * 255).astype(np.uint8)
-    frame = np.nan_to_num(frame.astype(np.float64))
-    low, high = frame.min(), frame.max()
-    scaled = (frame - low) / (high - low) if high > low else np.zeros_like(frame)
-    return np.rint(scaled * 255).astype(np.uint8)
+    # Finite by now: NaN and infinities were replaced above.
+    low, high = float(low), float(high)
+    if high <= low:
+        return np.zeros(frame.shape, np.uint8)
+    return np.rint((frame.astype(np.float64) - low) / (high - low) * 255).astype(np.uint8)
 
 
 class VideoNotMovedError(OSError):
@@ -357,14 +358,11 @@ def play_episodes(env, algorithm, num_episodes: int, video=None):
         played = evaluate(env, algorithm.predict_step, record_frame if video is not None else None)
         episode_return, length = float(played.returns[0]), int(played.lengths[0])
         results.append((episode_return, length))
-        print_out(
-            f'episode {episode + 1}: return {episode_return:.2f}, length {length}', flush=True
-        )
+        print_out(f'episode {episode + 1}: return {episode_return:.2f}, length {length}')
     returns, lengths = np.array(results).T
     print_out(
         f'mean over {num_episodes} episode(s): return {returns.mean():.2f}, '
-        f'length {lengths.mean():.1f}',
-        flush=True,
+        f'length {lengths.mean():.1f}'
     )
     return results
 
@@ -488,7 +486,7 @@ def play(argv, signals) -> None:
     except EnvironmentCrashedError as e:
         fail(str(e), exit_code=EXIT_FAULT)
     with_config = f' and {config_file}' if config_file != run_dir.config_file else ''
-    print_out(f'playing {path} with random_seed {seed}{with_config}', flush=True)
+    print_out(f'playing {path} with random_seed {seed}{with_config}')
     video = None
     not_written = f' {record_file} was not written.' if record_file is not None else ''
     try:
@@ -514,7 +512,7 @@ def play(argv, signals) -> None:
                     f'written to {e.filename} instead.',
                     exit_code=EXIT_FAULT,
                 )
-            print_out(frames_written(video, record_file), flush=True)
+            print_out(frames_written(video, record_file))
             video = None
     except EnvironmentCrashedError as e:
         fail(f'{e}{not_written}', exit_code=EXIT_FAULT)

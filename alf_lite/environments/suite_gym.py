@@ -148,15 +148,15 @@ class _NamedEnv(gymnasium.Wrapper):
     without saying which env it came from; this wrapper runs in the worker.
 
     Args:
-        close_timeout: seconds its ``reset()``, ``step()`` or ``close()`` may take in
+        call_timeout: seconds its ``reset()``, ``step()`` or ``close()`` may take in
             process (as ``step_timeout``) before the watchdog ends the process; None: no
             limit.
     """
 
-    def __init__(self, env: gymnasium.Env, where: str, close_timeout: Optional[float] = None):
+    def __init__(self, env: gymnasium.Env, where: str, call_timeout: Optional[float] = None):
         super().__init__(env)
         self._where = where  # describe_env's
-        self._close_timeout = close_timeout
+        self._call_timeout = call_timeout
         space = env.observation_space
         # The shape each observation must have; None: not checked (no Box).
         self._observation_shape = space.shape if isinstance(space, spaces.Box) else None
@@ -242,12 +242,12 @@ class _NamedEnv(gymnasium.Wrapper):
         Each env of an in-process batch is watched on its own: the batch calls
         them one after another.
         """
-        if self._close_timeout is None:
+        if self._call_timeout is None:
             return None
         return watchdog.start(
-            self._close_timeout,
+            self._call_timeout,
             f'{self._where} (in process) did not return from {call}() within '
-            f'{self._close_timeout:g} s (create_environment.step_timeout)',
+            f'{self._call_timeout:g} s (create_environment.step_timeout)',
         )
 
     def close(self):
@@ -414,8 +414,8 @@ class _NamedEnvFactory:
                 f'{self._where} could not be created: {type(e).__name__}: {e}'
             ) from e
         # In an env process, the parent limits how long the env's close() may take.
-        close_timeout = None if in_env_process else self._step_timeout
-        return _NamedEnv(ReplayableEnv(env), self._where, close_timeout)
+        call_timeout = None if in_env_process else self._step_timeout
+        return _NamedEnv(ReplayableEnv(env), self._where, call_timeout)
 
 
 class _SyncVectorEnv(SyncVectorEnv):
