@@ -216,36 +216,17 @@ gymnasium.register(
 gymnasium.register(
     'alf_test/Dies-v0', entry_point=CrashingEnv, max_episode_steps=10, kwargs=dict(how='exit')
 )
-gymnasium.register(
-    'alf_test/WrongShape-v0',
-    entry_point=CrashingEnv,
-    max_episode_steps=10,
-    kwargs=dict(how='wrong_shape'),
-)
-gymnasium.register(
-    'alf_test/ArrayReward-v0',
-    entry_point=CrashingEnv,
-    max_episode_steps=10,
-    kwargs=dict(how='array_reward'),
-)
-gymnasium.register(
-    'alf_test/ArrayTerminated-v0',
-    entry_point=CrashingEnv,
-    max_episode_steps=10,
-    kwargs=dict(how='array_terminated'),
-)
-gymnasium.register(
-    'alf_test/NoneTruncated-v0',
-    entry_point=CrashingEnv,
-    max_episode_steps=10,
-    kwargs=dict(how='none_truncated'),
-)
-gymnasium.register(
-    'alf_test/NoneInfo-v0',
-    entry_point=CrashingEnv,
-    max_episode_steps=10,
-    kwargs=dict(how='none_info'),
-)
+# A CrashingEnv whose step returns what the vector env cannot take, by how.
+for _name, _how in (
+    ('WrongShape', 'wrong_shape'),
+    ('ArrayReward', 'array_reward'),
+    ('ArrayTerminated', 'array_terminated'),
+    ('NoneTruncated', 'none_truncated'),
+    ('NoneInfo', 'none_info'),
+):
+    gymnasium.register(
+        f'alf_test/{_name}-v0', entry_point=CrashingEnv, max_episode_steps=10, kwargs=dict(how=_how)
+    )
 gymnasium.register(
     'alf_test/FirstDies-v0',
     entry_point=CrashingEnv,
