@@ -290,6 +290,14 @@ class ReplicaFirstCritic(OneQCritic):
         return super().forward(observation, action).expand(self.num_replicas, -1)
 
 
+class ReplicaFirstWhenOneCritic(CriticNetwork):
+    """``[B, R]`` Q values, but ``[1, B]`` when asked for replica 0 alone."""
+
+    def forward(self, observation, action, num_replicas=None):
+        q = super().forward(observation, action, num_replicas)
+        return q.T if num_replicas == 1 else q
+
+
 class FlatActionActor(DeterministicActorNetwork):
     """Actions ``[B]`` instead of ``[B, A]``."""
 
@@ -361,6 +369,15 @@ class ScalarLogProbActor(TanhNormalActorNetwork):
             'whose actor(observation) returns shape [2, 3] for a batch of 3 observations; '
             'expected shape [3, 2]',
         ),
+        # The actor loss of TD3 and DDPG asks for replica 0 alone: [1, B] there would
+        # train the actor on the first row's Q value only.
+        (
+            Td3Algorithm,
+            dict(critic_network_ctor=ReplicaFirstWhenOneCritic),
+            'Td3Algorithm.critic_network_ctor built a ReplicaFirstWhenOneCritic, whose '
+            'critic(observation, action, num_replicas=1) returns shape [1, 3] for a batch of 3 '
+            'observations; expected shape [3, 1]',
+        ),
         # A network that fails on the batch is named as one with the wrong shape is.
         (
             DdpgAlgorithm,
@@ -376,6 +393,7 @@ class ScalarLogProbActor(TanhNormalActorNetwork):
         'sac_scalar_log_prob',
         'sac_replicas_first_as_many_as_the_batch',
         'td3_actions_first_as_many_as_the_batch',
+        'td3_replica_zero_alone_transposed',
         'ddpg_actor_failing_on_the_batch',
     ],
 )

@@ -16,7 +16,6 @@ import torch.nn as nn
 from alf_lite.algorithms.noise import OUNoise
 from alf_lite.algorithms.off_policy_algorithm import (
     OffPolicyAlgorithm,
-    _takes_keyword,
     check_update_settings,
     frozen,
     masked_mean,
@@ -116,7 +115,11 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
                 f'object: refer to it with parentheses, @{noise}(), so that gin builds one.'
             )
         self._build_actor_and_critic(
-            actor_network_ctor, critic_network_ctor, num_critic_replicas, sampling=False
+            actor_network_ctor,
+            critic_network_ctor,
+            num_critic_replicas,
+            sampling=False,
+            first_replica_only=True,
         )
         if critic_l2_weight_decay > 0 and not any(
             isinstance(m, (nn.Linear, BatchedLinear)) for m in self._critic.modules()
@@ -134,10 +137,8 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         self._target_actor = copy.deepcopy(self._actor).requires_grad_(False).eval()
         self._target_critic = copy.deepcopy(self._critic).requires_grad_(False).eval()
         self._frozen_critic = frozen(self._critic)  # reused: its parameter list is built once
-        # The actor loss needs replica 0 only: computed alone where the critic can.
-        self._first_replica_only = (
-            {'num_replicas': 1} if _takes_keyword(self._critic.forward, 'num_replicas') else {}
-        )
+        # The actor loss needs replica 0 only: computed alone where the critic can
+        # (self._first_replica_only).
         self._exploration_noise = OUNoise() if exploration_noise is None else exploration_noise
         self._gamma = gamma
         self._tau = target_update_tau

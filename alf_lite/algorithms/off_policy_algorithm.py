@@ -184,6 +184,7 @@ def check_network_outputs(
     action_dim: int,
     num_replicas: int,
     sampling: bool,
+    first_replica_only: bool = False,
 ) -> None:
     """Refuse networks whose outputs have the wrong shape, naming the parameter that built them.
 
@@ -192,7 +193,9 @@ def check_network_outputs(
     restored, so the run's numbers are those it would have had without the
     check. A critic that returns ``[B]`` rather than ``[B, R]`` would
     otherwise be broadcast against its ``[B]`` target into a ``[B, B]`` loss
-    and train on wrong values without an error.
+    and train on wrong values without an error. With ``first_replica_only``
+    the critic is also called as ``critic(observation, action, num_replicas=1)``,
+    which must give ``[B, 1]``.
 
     Raises:
         ValueError: naming the parameter, the class it built, the shape it
@@ -226,6 +229,16 @@ def check_network_outputs(
             [(b, num_replicas)],
         )
     )
+    if first_replica_only:
+        calls.append(
+            (
+                'critic',
+                critic,
+                'critic(observation, action, num_replicas=1)',
+                lambda: (critic(observation, action, num_replicas=1),),
+                [(b, 1)],
+            )
+        )
     modes = [(m, m.training) for net in (actor, critic) for m in net.modules()]
     problems = []
     try:
@@ -389,6 +402,7 @@ class OffPolicyAlgorithm(nn.Module):
         critic_network_ctor,
         num_critic_replicas: int,
         sampling: bool,
+        first_replica_only: bool = False,
     ) -> None:
         """Build ``self._actor`` and ``self._critic`` by the algorithm's ctors, each checked
         for its part (errors name the parameter, e.g. ``SacAlgorithm.actor_network_ctor``).
@@ -398,6 +412,9 @@ class OffPolicyAlgorithm(nn.Module):
             critic_network_ctor: ``ctor(observation_dim, action_dim, num_replicas=R)``.
             num_critic_replicas: R, an integer >= 1.
             sampling: the algorithm samples actions from the actor (``check_networks``).
+            first_replica_only: the algorithm needs replica 0 alone at times: it is
+                computed alone (``self._first_replica_only``, the keyword arguments of
+                that call) where the critic's ``forward`` takes ``num_replicas``.
         """
         check_num_critic_replicas(num_critic_replicas)
         name, dims = type(self).__name__, (self.observation_dim, self.action_dim)
@@ -418,7 +435,20 @@ class OffPolicyAlgorithm(nn.Module):
             num_replicas=num_critic_replicas,
         )
         check_networks(name, self._actor, self._critic, sampling)
-        check_network_outputs(name, self._actor, self._critic, *dims, num_critic_replicas, sampling)
+        self._first_replica_only = (
+            {'num_replicas': 1}
+            if first_replica_only and _takes_keyword(self._critic.forward, 'num_replicas')
+            else {}
+        )
+        check_network_outputs(
+            name,
+            self._actor,
+            self._critic,
+            *dims,
+            num_critic_replicas,
+            sampling,
+            first_replica_only=bool(self._first_replica_only),
+        )
 
     @property
     def num_train_steps(self) -> int:
