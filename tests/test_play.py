@@ -932,3 +932,32 @@ def test_the_policy_loader_defines_no_flags_so_any_tool_can_import_it():
         'print(sorted(set(flags.FLAGS) - before))\n'
     )
     assert python_output(script).strip() == '[]'
+
+
+def test_play_runs_the_policy_on_a_batch_of_the_evaluations_size():
+    # A float32 product rounds by the size of its batch: the first episode of an evaluation
+    # of 3 envs is repeated bit for bit only by a policy acting on 3 rows (on the iCub a
+    # policy on one row can play another episode altogether).
+    script = (
+        'import torch\n'
+        'import alf_lite.all_configurables\n'
+        'from alf_lite.bin.play import play_episodes\n'
+        'from alf_lite.config import parse_config\n'
+        'from alf_lite.environments import create_environment\n'
+        'from alf_lite.evaluation import evaluate\n'
+        'from alf_lite.seeding import eval_env_seeds\n'
+        'from alf_lite.trainer import TrainerConfig\n'
+        f'parse_config([{str(PENDULUM)!r}], {TINY!r})\n'
+        'torch.manual_seed(0)\n'
+        'algorithm = TrainerConfig().algorithm_ctor(observation_dim=3, action_dim=1)\n'
+        'algorithm.train(False)\n'
+        'seeds = eval_env_seeds(0, 3, 0)\n'
+        "with create_environment('Pendulum-v1', 3, use_subprocesses=False) as env:\n"
+        '    evaluation = evaluate(env, algorithm.predict_step, seed=seeds)\n'
+        "with create_environment('Pendulum-v1', 1, seed=seeds[:1]) as env:\n"
+        '    ((played, length),) = play_episodes(env, algorithm, 1, batch_size=3)\n'
+        'print(repr(float(played)), length)\n'
+        'print(repr(float(evaluation.returns[0])), int(evaluation.lengths[0]))\n'
+    )
+    *_, played, evaluated = python_output(script).splitlines()
+    assert played == evaluated

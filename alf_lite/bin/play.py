@@ -11,7 +11,9 @@ compute at the run's ``TrainerConfig.precision``, and the env is seeded as the
 trainer seeds its first eval env for an evaluation at the checkpoint's env step,
 for the run's ``TrainerConfig.random_seed`` (or ``--random_seed``): where the run
 evaluated at that step (always at its end), the first episode replays that
-evaluation's first episode; later ones continue the env's generator. The
+evaluation's first episode (the policy acts on a batch of the evaluation's
+``num_eval_environments`` rows, whose float32 products round as the
+evaluation's did); later ones continue the env's generator. The
 deterministic policy acts in one in-process env; each episode's return and
 length are printed, then their means.
 
@@ -334,8 +336,13 @@ def frames_written(video: VideoWriter, record_file: str) -> str:
     return line
 
 
-def play_episodes(env, algorithm, num_episodes: int, video=None):
-    """``[(return, length)]`` of ``num_episodes`` deterministic episodes, one after another."""
+def play_episodes(env, algorithm, num_episodes: int, video=None, batch_size: int = 1):
+    """``[(return, length)]`` of ``num_episodes`` deterministic episodes, one after another.
+
+    The policy acts on the observation repeated into a batch of ``batch_size`` rows (the
+    trainer's ``num_eval_environments``): a float32 product rounds by the size of its
+    batch, and an env such as the iCub makes another episode of that rounding.
+    """
     import numpy as np
 
     from alf_lite.environments import EnvironmentCrashedError
@@ -353,9 +360,12 @@ def play_episodes(env, algorithm, num_episodes: int, video=None):
             )
         video.append(frame)
 
+    def policy(observation):
+        return algorithm.predict_step(observation.repeat(batch_size, 1))[:1]
+
     results = []
     for episode in range(num_episodes):
-        played = evaluate(env, algorithm.predict_step, record_frame if video is not None else None)
+        played = evaluate(env, policy, record_frame if video is not None else None)
         episode_return, length = float(played.returns[0]), int(played.lengths[0])
         results.append((episode_return, length))
         print_out(f'episode {episode + 1}: return {episode_return:.2f}, length {length}')
@@ -499,7 +509,7 @@ def play(argv, signals) -> None:
             except OSError as e:
                 fail(f'cannot write --record_file {record_file}: {e}')
             video = VideoWriter(record_file, fps, size)
-        play_episodes(env, algorithm, FLAGS.num_episodes, video)
+        play_episodes(env, algorithm, FLAGS.num_episodes, video, config.num_eval_environments)
         signals.raise_if_received()
         if video is not None:
             try:
