@@ -227,10 +227,13 @@ def check_compiles(device: torch.device) -> None:
     try:
         torch.compile(lambda x: x + 1)(torch.zeros(1, device=device))
     except Exception as e:  # noqa: BLE001  (whatever the compiler stack raises)
-        problem = (str(e).strip().splitlines() or [''])[0]
+        # BackendCompilerFailed's first line only says that the backend raised: what
+        # failed is the error it wraps (e.g. InvalidCxxCompiler).
+        cause = getattr(e, 'inner_exception', None) or e
+        problem = (str(cause).strip().splitlines() or [''])[0]
         raise ValueError(
             f'TrainerConfig.compile = True, but torch.compile cannot compile on {device} '
-            f'here ({type(e).__name__}: {problem}); install what it needs or set '
+            f'here ({type(cause).__name__}: {problem}); install what it needs or set '
             'TrainerConfig.compile = False.'
         ) from e
 

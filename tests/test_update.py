@@ -256,3 +256,21 @@ def test_compiled_updates_do_not_depend_on_the_shapes_the_networks_saw_before():
         trained.append(algorithm)
     torch._dynamo.reset()
     assert_same_state(*trained)
+
+
+def test_compile_refusal_names_the_error_a_backend_failure_wraps(monkeypatch):
+    # Where inductor's cache already holds the kernel, a missing C++ compiler is found
+    # inside the backend: torch raises BackendCompilerFailed, whose first line says only
+    # "backend='inductor' raised:", and the compiler's own error follows on the next.
+    from torch._dynamo.exc import BackendCompilerFailed
+    from torch._inductor.exc import InvalidCxxCompiler
+
+    def compile(fn):
+        def compiled(*args):
+            raise BackendCompilerFailed(compile, InvalidCxxCompiler(), None)
+
+        return compiled
+
+    monkeypatch.setattr(torch, 'compile', compile)
+    with pytest.raises(ValueError, match=r'\(InvalidCxxCompiler: No working C\+\+ compiler'):
+        check_compiles(torch.device('cpu'))
