@@ -28,7 +28,7 @@ def compute_dtype(precision: str) -> Optional[torch.dtype]:
     Raises:
         ValueError: for any other value, naming the valid ones.
     """
-    if precision not in _DTYPES:
+    if not isinstance(precision, str) or precision not in _DTYPES:
         raise ValueError(
             f'precision must be one of {", ".join(map(repr, PRECISIONS))}, got {precision!r}.'
         )

@@ -168,6 +168,16 @@ def test_unknown_precision_is_refused_naming_the_valid_ones():
         precision.compute_dtype('float16')
 
 
+@pytest.mark.parametrize('value', [['bfloat16'], {'bfloat16': 1}], ids=['list', 'dict'])
+def test_a_precision_that_is_no_string_is_refused_as_an_unknown_one(value):
+    # Built from Python, a TrainerConfig's precision may be anything: an unhashable one
+    # raised a TypeError (unhashable type) that TrainerConfig passed on unexplained.
+    from alf_lite.trainer import TrainerConfig
+
+    with pytest.raises(ValueError, match=r'TrainerConfig\.precision must be one of .*got'):
+        TrainerConfig(precision=value)
+
+
 def test_warns_when_the_cpu_would_emulate_bfloat16(monkeypatch):
     cpu = torch.device('cpu')
     monkeypatch.setattr(precision, '_cpu_flags', lambda: {'avx2', 'fma'})
