@@ -15,7 +15,7 @@ from absl import logging
 
 from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import SacAlgorithm
-from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask
+from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, check_algorithm, loss_mask
 from alf_lite.collector import Collector
 from alf_lite.config import unused_bindings, write_text_atomically
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
@@ -357,7 +357,9 @@ class Trainer:
             estimate = check_model_fits(cfg.algorithm_ctor, device, **dims)
             if estimate is not None:
                 logging.info('networks: %s', estimate.describe())
-            self._algorithm = cfg.algorithm_ctor(**dims).to(device)
+            self._algorithm = cfg.algorithm_ctor(**dims)
+            check_algorithm(self._algorithm)
+            self._algorithm.to(device)
             _check_batch_norm_batch(self._algorithm, cfg.mini_batch_size, cfg.mini_batch_length)
             set_network_precision(self._algorithm, cfg.precision)
             warn_if_emulated(cfg.precision, device)

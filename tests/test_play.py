@@ -771,6 +771,7 @@ def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
         'gin_param_out_of_range',
         'gin_param_that_changes_the_networks',
         'checkpoint_of_another_algorithm',
+        'gin_param_that_makes_a_network_the_algorithm',
     ],
 )
 def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
@@ -793,6 +794,10 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
             'does not fit the networks config.gin builds (was the config changed, or a '
             "--gin_param given that changes them?): it holds no 'actor_loss'",
             [],
+        ),
+        'gin_param_that_makes_a_network_the_algorithm': (
+            'TrainerConfig.algorithm_ctor built a CriticNetwork, which is no algorithm',
+            ['--gin_param', 'TrainerConfig.algorithm_ctor=@CriticNetwork'],
         ),
     }[case]
     if case == 'no_config':

@@ -87,6 +87,12 @@ def assert_close(a, b):
             'SacAlgorithm.actor_network_ctor built a DeterministicActorNetwork',
             None,
         ),
+        # A network as the algorithm failed at the first evaluation, after config.gin.
+        (
+            'TrainerConfig.algorithm_ctor=@CriticNetwork',
+            'TrainerConfig.algorithm_ctor built a CriticNetwork, which is no algorithm',
+            None,
+        ),
     ],
     ids=[
         'misspelt_parameter',
@@ -94,6 +100,7 @@ def assert_close(a, b):
         'bad_value',
         'unknown_env_id',
         'actor_that_cannot_sample',
+        'network_as_the_algorithm',
     ],
 )
 def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must_name, closest):

@@ -370,6 +370,23 @@ def set_training(module: nn.Module, mode: bool) -> None:
             child.train(mode)
 
 
+def check_algorithm(algorithm, parameter: str = 'TrainerConfig.algorithm_ctor') -> None:
+    """Refuse what ``parameter`` built unless it is an ``OffPolicyAlgorithm``.
+
+    A network or an optimizer given as the algorithm would otherwise build and
+    fail only at its first use, with an AttributeError.
+
+    Raises:
+        ValueError: naming the parameter and the class it built.
+    """
+    if not isinstance(algorithm, OffPolicyAlgorithm):
+        raise ValueError(
+            f'{parameter} built a {type(algorithm).__name__}, which is no algorithm: it must '
+            'build an OffPolicyAlgorithm (@SacAlgorithm, @Td3Algorithm, @DdpgAlgorithm or a '
+            'subclass of your own).'
+        )
+
+
 class OffPolicyAlgorithm(nn.Module):
     """What the trainer calls: act for evaluation, act for collection, learn from a batch.
 

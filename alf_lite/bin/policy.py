@@ -35,6 +35,7 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
     import torch
 
     from alf_lite import checkpoint as ckpt
+    from alf_lite.algorithms.off_policy_algorithm import check_algorithm
     from alf_lite.model_memory import ModelTooLargeError, check_model_fits
     from alf_lite.precision import set_network_precision, warn_if_emulated
 
@@ -44,6 +45,10 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
     except ModelTooLargeError as e:
         fail(str(e))
     algorithm = config.algorithm_ctor(**dims)
+    try:
+        check_algorithm(algorithm)
+    except ValueError as e:
+        fail(str(e))
     set_network_precision(algorithm, config.precision)
     warn_if_emulated(config.precision, torch.device('cpu'))
     try:
