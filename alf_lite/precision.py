@@ -48,7 +48,13 @@ def lower_precision(dtype: Optional[torch.dtype], device: torch.device):
 
 
 def full_precision(device: torch.device):
-    """Context that turns autocast off, for the float32 islands inside a bfloat16 network."""
+    """Context that turns autocast off, for the float32 islands inside a bfloat16 network.
+
+    No change on the ``meta`` device (where the networks' memory is estimated), which has
+    no autocast: ``torch.autocast`` raises there.
+    """
+    if device.type == 'meta':
+        return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, enabled=False)
 
 
