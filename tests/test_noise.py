@@ -151,13 +151,21 @@ def test_zero_sigma_is_allowed_and_adds_nothing():
     assert torch.equal(x, action)
 
 
-def test_gaussian_noise_refuses_a_negative_sigma():
-    with pytest.raises(ValueError, match='sigma must be >= 0, got -0.1'):
-        GaussianNoise(sigma=-0.1)
+@pytest.mark.parametrize('sigma, shown', [(-0.1, '-0.1'), (float('nan'), 'nan')])
+def test_gaussian_noise_refuses_a_negative_sigma(sigma, shown):
+    with pytest.raises(ValueError, match=f'sigma must be >= 0, got {shown}'):
+        GaussianNoise(sigma=sigma)
 
 
 @pytest.mark.parametrize(
-    'bad', [dict(theta=0.0), dict(dt=0.0), dict(theta=2.0, dt=1.0), dict(sigma=-0.1)]
+    'bad',
+    [
+        dict(theta=0.0),
+        dict(dt=0.0),
+        dict(theta=2.0, dt=1.0),
+        dict(sigma=-0.1),
+        dict(sigma=float('nan')),
+    ],
 )
 def test_ou_refuses_parameters_that_do_not_revert(bad):
     with pytest.raises(ValueError):

@@ -598,6 +598,9 @@ def test_value_step_is_the_mean_of_the_critic_replicas():
         (dict(target_update_period=0), 'target_update_period must be an integer >= 1, got 0'),
         (dict(target_update_period=1.5), 'target_update_period must be an integer >= 1'),
         (dict(num_critic_replicas=0), 'num_critic_replicas must be an integer >= 1, got 0'),
+        (dict(target_entropy=float('nan')), 'target_entropy must be a finite number or None'),
+        (dict(initial_log_alpha=float('nan')), 'initial_log_alpha must be a finite number'),
+        (dict(initial_log_alpha=float('-inf')), 'initial_log_alpha must be a finite number'),
     ],
 )
 def test_settings_no_paper_uses_are_refused_naming_them(kwargs, message):

@@ -306,8 +306,15 @@ def test_halfcheetah_examples_paper_block_gives_the_papers_settings(tmp_path):
 
 
 @pytest.mark.parametrize(
-    'kwargs', [dict(target_policy_noise=-0.1), dict(target_policy_noise_clip=-0.5)]
+    'kwargs',
+    [
+        dict(target_policy_noise=-0.1),
+        dict(target_policy_noise_clip=-0.5),
+        dict(target_policy_noise=float('nan')),
+        dict(target_policy_noise_clip=float('nan')),
+        dict(critic_l2_weight_decay=float('nan')),
+    ],
 )
 def test_a_negative_smoothing_noise_or_clip_is_refused(kwargs):
-    with pytest.raises(ValueError, match='target_policy_noise and target_policy_noise_clip'):
+    with pytest.raises(ValueError, match='target_policy_noise|critic_l2_weight_decay'):
         Td3Algorithm(observation_dim=3, action_dim=2, **kwargs)

@@ -104,7 +104,7 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             target_update_period,
             policy_update_period=policy_update_period,
         )
-        if critic_l2_weight_decay < 0:
+        if not critic_l2_weight_decay >= 0:  # NaN too
             raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
         if isinstance(exploration_noise, type):
             # ``@GaussianNoise`` in gin, where ``@GaussianNoise()`` builds one: it would be

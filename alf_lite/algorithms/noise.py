@@ -27,7 +27,7 @@ class GaussianNoise:
     """
 
     def __init__(self, sigma: float = 0.1):
-        if sigma < 0:
+        if not sigma >= 0:  # NaN too
             raise ValueError(f'sigma must be >= 0, got {sigma}')
         self.sigma = sigma
 
@@ -70,7 +70,7 @@ class OUNoise:
                 f'theta * dt must be in (0, 1] for a mean-reverting process, '
                 f'got theta={theta}, dt={dt}'
             )
-        if sigma < 0:
+        if not sigma >= 0:  # NaN too
             raise ValueError(f'sigma must be >= 0, got {sigma}')
         self.theta, self.sigma, self.dt, self.mu = theta, sigma, dt, mu
         self._state: Optional[torch.Tensor] = None

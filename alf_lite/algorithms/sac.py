@@ -5,6 +5,8 @@ Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"
 """
 
 import copy
+import math
+import numbers
 from typing import Callable, Dict, NamedTuple, Optional
 
 import gin
@@ -25,6 +27,11 @@ from alf_lite.optimizers import OptimizerCtor, make_optimizer
 
 # Adam's learning rate for actor, critics and alpha when no optimizer is given (the paper's).
 DEFAULT_LEARNING_RATE = 3e-4
+
+
+def _finite(value) -> bool:
+    """Whether ``value`` is a finite real number (not NaN or inf, not a string)."""
+    return isinstance(value, numbers.Real) and math.isfinite(value)
 
 
 class PolicySamples(NamedTuple):
@@ -87,6 +94,14 @@ class SacAlgorithm(OffPolicyAlgorithm):
     ):
         super().__init__(observation_dim, action_dim)
         check_update_settings(gamma, target_update_tau, target_update_period)
+        if target_entropy is not None and not _finite(target_entropy):
+            raise ValueError(
+                f'target_entropy must be a finite number or None, got {target_entropy!r}'
+            )
+        if not _finite(initial_log_alpha):
+            raise ValueError(
+                f'initial_log_alpha must be a finite number, got {initial_log_alpha!r}'
+            )
         self._build_actor_and_critic(
             actor_network_ctor, critic_network_ctor, num_critic_replicas, sampling=True
         )

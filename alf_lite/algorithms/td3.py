@@ -73,9 +73,9 @@ class Td3Algorithm(DdpgAlgorithm):
             gamma, target_update_tau, 1, policy_update_period=policy_update_period
         )
         check_num_critic_replicas(num_critic_replicas)
-        if critic_l2_weight_decay < 0:
+        if not critic_l2_weight_decay >= 0:  # NaN too
             raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
-        if target_policy_noise < 0 or target_policy_noise_clip < 0:
+        if not (target_policy_noise >= 0 and target_policy_noise_clip >= 0):  # NaN too
             raise ValueError(
                 'target_policy_noise and target_policy_noise_clip must be >= 0, '
                 f'got {target_policy_noise} and {target_policy_noise_clip}'
