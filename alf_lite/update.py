@@ -11,12 +11,14 @@ A captured update is replayed exactly, so ``train_step`` may not read values
 back to the host (losses are checked on the device by the non-finite guard,
 which graph mode turns on) and its Python branches may depend only on
 ``num_train_steps`` modulo ``train_step_cycle``: one graph is captured per
-phase of that cycle (TD3's delayed actor update gives two).
+phase (``train_step_phase``: the kind of work a step does, e.g. whether it
+updates the actor and the targets; TD3's delayed actor update gives two, and
+a target update every 1000th step two, not 1000).
 """
 
 import contextlib
 import gc
-from typing import Callable, Dict, Iterator, Optional
+from typing import Callable, Dict, Hashable, Iterator, Optional
 
 import torch
 
@@ -26,8 +28,8 @@ from alf_lite.checkpoint import place_step_counts
 from alf_lite.data import Experience
 from alf_lite.replay_buffer import ReplayBuffer
 
-# Eager updates per phase of the train step cycle before a graph is captured:
-# they create the optimizer states and let autograd and cuBLAS set up.
+# Eager updates per phase of the train step before its graph is captured: they
+# create the optimizer states and let autograd and cuBLAS set up.
 WARMUP_UPDATES_PER_PHASE = 3
 
 
@@ -103,9 +105,9 @@ class UpdateRunner:
         # the GPU; a CPU buffer is sampled on the host into these inputs.
         self._sample_in_graph = replay_buffer.device == device
         self._static_batch: Optional[Experience] = None
-        self._graphs: Dict[int, torch.cuda.CUDAGraph] = {}
-        self._graph_outputs: Dict[int, Dict[str, torch.Tensor]] = {}
-        self._eager_updates = 0
+        self._graphs: Dict[Hashable, torch.cuda.CUDAGraph] = {}
+        self._graph_outputs: Dict[Hashable, Dict[str, torch.Tensor]] = {}
+        self._eager_updates: Dict[Hashable, int] = {}
         self._side_stream = SideStream()
 
     @property
@@ -136,9 +138,10 @@ class UpdateRunner:
             self._guard.begin_update(env_steps, update)
         if not self._cuda_graph:
             return self._step(self._buffer.sample(self._batch_size, self._batch_length))
-        phase = self._algorithm.num_train_steps % self._algorithm.train_step_cycle
-        if self._eager_updates < WARMUP_UPDATES_PER_PHASE * self._algorithm.train_step_cycle:
-            self._eager_updates += 1
+        phase = self._algorithm.train_step_phase(self._algorithm.num_train_steps)
+        eager_updates = self._eager_updates.get(phase, 0)
+        if eager_updates < WARMUP_UPDATES_PER_PHASE:
+            self._eager_updates[phase] = eager_updates + 1
             return self._side_stream.run(self._step, self._host_batch())
         if not self._sample_in_graph:
             for static, value in zip(self._static_batch, self._host_batch()):
@@ -158,7 +161,7 @@ class UpdateRunner:
         """
         self._graphs.clear()
         self._graph_outputs.clear()
-        self._eager_updates = 0
+        self._eager_updates.clear()
 
     def reset_non_finite_loss(self) -> None:
         """Forget the non-finite loss of deferred checks, if any (``NonFiniteGuard.reset``)."""
@@ -201,7 +204,7 @@ class UpdateRunner:
             # A count a non-capturable step kept on the CPU (a checkpoint's) goes to the device.
             place_step_counts(optimizer)
 
-    def _capture(self, phase: int) -> None:
+    def _capture(self, phase: Hashable) -> None:
         """Capture the update of ``phase``; capturing records the work without doing it."""
         # Again: restoring a checkpoint written without graphs loads its
         # optimizers' settings, capturable=False included.

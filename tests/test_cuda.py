@@ -63,9 +63,9 @@ def add_rows(rb, rows, seed, nan_reward=False):
         )
 
 
-def setup(name, buffer_device=None, seed=0, **runner_kwargs):
+def setup(name, buffer_device=None, seed=0, algorithm_kwargs=None, **runner_kwargs):
     """An algorithm on the GPU, a filled buffer, a runner; seeded the same every time."""
-    algorithm = make(name, seed).to(CUDA)
+    algorithm = make(name, seed, **(algorithm_kwargs or {})).to(CUDA)
     rb = ReplayBuffer(
         NUM_ENVS, 200, OBS_DIM, ACTION_DIM, device=buffer_device, training_device=CUDA
     )
@@ -131,6 +131,26 @@ def test_cuda_graph_matches_eager_over_many_updates(name, buffer_device):
     assert difference < 1e-4
     for key, value in eager_scalars.items():
         assert graphed_scalars[key].item() == pytest.approx(value.item(), rel=1e-3, abs=1e-5), key
+
+
+@pytest.mark.parametrize(
+    'name, periods, phases',
+    [
+        ('sac', dict(target_update_period=10), 2),
+        ('ddpg_batch_norm', dict(policy_update_period=3, target_update_period=10), 4),
+    ],
+)
+def test_a_long_update_cycle_is_captured_as_one_graph_per_kind_of_update(name, periods, phases):
+    # A cycle of 10 (30) updates of 2 (4) kinds of work: a graph per kind, not per update of
+    # the cycle, and the numbers of the eager updates.
+    eager, eager_rb, eager_runner = setup(
+        name, algorithm_kwargs=periods, defer_non_finite_checks=True
+    )
+    train(eager_rb, eager_runner, 400)
+    graphed, graphed_rb, graphed_runner = setup(name, algorithm_kwargs=periods, cuda_graph=True)
+    train(graphed_rb, graphed_runner, 400)
+    assert len(graphed_runner._graphs) == phases
+    assert max_difference(eager, graphed) < 1e-4
 
 
 @pytest.mark.parametrize('cuda_graph', [False, True], ids=['eager_deferred', 'cuda_graph'])

@@ -37,9 +37,9 @@ ALGORITHMS = {
 }
 
 
-def make(name, seed=0):
+def make(name, seed=0, **kwargs):
     torch.manual_seed(seed)
-    return ALGORITHMS[name](observation_dim=3, action_dim=2)
+    return ALGORITHMS[name](observation_dim=3, action_dim=2, **kwargs)
 
 
 def batch(seed, reward=None):

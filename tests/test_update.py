@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from alf_lite.algorithms import DdpgAlgorithm, SacAlgorithm, Td3Algorithm
 from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.data import Experience, StepType
 from alf_lite.replay_buffer import ReplayBuffer
@@ -274,3 +275,39 @@ def test_compile_refusal_names_the_error_a_backend_failure_wraps(monkeypatch):
     monkeypatch.setattr(torch, 'compile', compile)
     with pytest.raises(ValueError, match=r'\(InvalidCxxCompiler: No working C\+\+ compiler'):
         check_compiles(torch.device('cpu'))
+
+
+@pytest.mark.parametrize(
+    'ctor, kwargs, phases',
+    [
+        (SacAlgorithm, dict(target_update_period=5), 2),
+        (DdpgAlgorithm, dict(policy_update_period=2, target_update_period=3), 4),
+        (Td3Algorithm, dict(policy_update_period=4), 2),
+    ],
+    ids=['sac_target_period_5', 'ddpg_periods_2_and_3', 'td3_period_4'],
+)
+def test_steps_of_one_phase_do_the_same_work(ctor, kwargs, phases):
+    # A graph is captured per phase of the train step: steps that update other networks must
+    # not share a phase, and a long cycle of few kinds of work needs only those few graphs.
+    torch.manual_seed(0)
+    algorithm = ctor(OBS_DIM, ACTION_DIM, **kwargs)
+    rb = filled_buffer()
+    parts = {
+        name: module
+        for name, module in algorithm.named_children()
+        if any(True for _ in module.parameters())
+    }
+    work = {}
+    for _ in range(12):
+        phase = algorithm.train_step_phase(algorithm.num_train_steps)
+        before = {name: copy.deepcopy(module.state_dict()) for name, module in parts.items()}
+        data = rb.sample(16, 2)
+        algorithm.train_step(data, loss_mask(data))
+        moved = frozenset(
+            name
+            for name, module in parts.items()
+            if any(not torch.equal(v, before[name][k]) for k, v in module.state_dict().items())
+        )
+        assert work.setdefault(phase, moved) == moved, (phase, moved, work)
+    assert len(work) == phases
+    assert len({algorithm.train_step_phase(n) for n in range(1000)}) == phases

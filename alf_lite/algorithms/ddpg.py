@@ -7,7 +7,7 @@ is its Algorithm 1 after the minibatch is sampled.
 
 import copy
 import math
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import gin
 import torch
@@ -156,6 +156,11 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
     @property
     def train_step_cycle(self) -> int:
         return math.lcm(self._policy_update_period, self._target_update_period)
+
+    def train_step_phase(self, num_train_steps: int) -> Tuple[bool, bool]:
+        # Whether this step updates the actor, and the targets.
+        step = num_train_steps + 1
+        return step % self._policy_update_period == 0, step % self._target_update_period == 0
 
     @torch.no_grad()
     def rollout_step(self, time_step: TimeStep) -> torch.Tensor:

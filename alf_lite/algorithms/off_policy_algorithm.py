@@ -3,7 +3,7 @@
 import functools
 import inspect
 import numbers
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, Hashable, NamedTuple, Optional
 
 import torch
 import torch.nn as nn
@@ -400,9 +400,9 @@ class OffPolicyAlgorithm(nn.Module):
     ``predict_step`` and ``value_step`` use.
 
     ``train_step`` may branch in Python on ``_num_train_steps`` only through
-    periods that ``train_step_cycle`` covers, and must read nothing back from
-    the device: then a CUDA graph captured per phase of the cycle replays it
-    exactly (``alf_lite.update``).
+    periods that ``train_step_cycle`` covers (and ``train_step_phase`` names),
+    and must read nothing back from the device: then a CUDA graph captured per
+    phase replays it exactly (``alf_lite.update``).
     """
 
     def __init__(self, observation_dim: int, action_dim: int):
@@ -504,6 +504,16 @@ class OffPolicyAlgorithm(nn.Module):
     def train_step_cycle(self) -> int:
         """``train_step`` does the same work whenever ``num_train_steps`` is equal modulo this."""
         return 1
+
+    def train_step_phase(self, num_train_steps: int) -> Hashable:
+        """What the ``train_step`` after ``num_train_steps`` others does, as a key: two calls
+        with one key do the same work (one CUDA graph replays both).
+
+        ``num_train_steps`` modulo ``train_step_cycle`` by default; an algorithm
+        whose cycle is long but whose steps do few kinds of work (a target
+        update every 1000th) names the kinds, so that a few graphs cover it.
+        """
+        return num_train_steps % self.train_step_cycle
 
     @torch.no_grad()
     def predict_step(self, observation: torch.Tensor) -> torch.Tensor:

@@ -128,6 +128,10 @@ class SacAlgorithm(OffPolicyAlgorithm):
     def train_step_cycle(self) -> int:
         return self._target_update_period
 
+    def train_step_phase(self, num_train_steps: int) -> bool:
+        # Whether this step updates the target critic.
+        return (num_train_steps + 1) % self._target_update_period == 0
+
     @torch.no_grad()
     def rollout_step(self, time_step: TimeStep) -> torch.Tensor:
         action, _ = self._actor.sample(time_step.observation)
