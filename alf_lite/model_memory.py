@@ -92,8 +92,8 @@ def estimate_model_bytes(ctor: Callable[..., torch.nn.Module], **kwargs) -> Opti
     """``model_bytes`` of ``ctor(**kwargs)`` built on the ``meta`` device, allocating nothing.
 
     None when the algorithm cannot be built there (one whose constructor reads a
-    tensor's value, say): the real build then goes ahead unchecked, and raises
-    any error of the config itself.
+    tensor's value, say): the real build then goes ahead unchecked (``warn_not_checked``
+    says so), and raises any error of the config itself.
     """
     try:
         with torch.device('meta'):
@@ -102,6 +102,21 @@ def estimate_model_bytes(ctor: Callable[..., torch.nn.Module], **kwargs) -> Opti
         logging.info("the networks' memory is not known in advance: %s: %s", type(e).__name__, e)
         return None
     return model_bytes(algorithm)
+
+
+def warn_not_checked(also: str = '') -> None:
+    """Warn that networks built without an estimate (``estimate_model_bytes`` gave None) went
+    unchecked: call it once the real build succeeded (a config error raises there instead).
+
+    Args:
+        also: what else went without the estimate, a clause starting with '; '.
+    """
+    logging.warning(
+        "the networks' memory was not counted before they were built, so it was not checked "
+        "against the free memory: they cannot be built on torch's meta device, where it is "
+        'counted (the reason is logged above)%s',
+        also,
+    )
 
 
 def check_model_fits(

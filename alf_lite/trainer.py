@@ -27,7 +27,7 @@ from alf_lite.environments import (
 )
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import TerminationValues, evaluate
-from alf_lite.model_memory import check_model_fits
+from alf_lite.model_memory import check_model_fits, warn_not_checked
 from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
 from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferMismatchError
 from alf_lite.run_dir import RunDir, RunDirLock, config_int, last_good_name, read_config_text
@@ -359,6 +359,11 @@ class Trainer:
                 logging.info('networks: %s', estimate.describe())
             self._algorithm = cfg.algorithm_ctor(**dims)
             check_algorithm(self._algorithm)
+            if estimate is None:
+                warn_not_checked(
+                    '; the replay buffer is placed without reserving the memory of their '
+                    'gradients and optimizer state'
+                )
             self._algorithm.to(device)
             _check_batch_norm_batch(self._algorithm, cfg.mini_batch_size, cfg.mini_batch_length)
             set_network_precision(self._algorithm, cfg.precision)

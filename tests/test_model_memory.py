@@ -161,6 +161,69 @@ def test_an_algorithm_that_cannot_be_built_on_the_meta_device_has_no_estimate():
     assert check_model_fits(reads_a_value, torch.device('cpu'), **DIMS) is None
 
 
+class CheckedCritic(CriticNetwork):
+    """A network of one's own whose forward reads a value: it refuses a non-finite Q."""
+
+    def forward(self, observation, action, num_replicas=None):
+        q = super().forward(observation, action, num_replicas=num_replicas)
+        if not torch.isfinite(q).all():
+            raise FloatingPointError('a non-finite Q')
+        return q
+
+
+@pytest.mark.parametrize('ctor', [SacAlgorithm, DdpgAlgorithm, Td3Algorithm])
+def test_networks_whose_forward_reads_a_value_have_an_estimate_and_are_checked(ctor, monkeypatch):
+    # The networks' outputs are checked by the real build; on the meta device their
+    # forward cannot read a value, and the memory check was left out.
+    build = functools.partial(ctor, critic_network_ctor=CheckedCritic)
+    estimate = estimate_model_bytes(build, **DIMS)
+    assert estimate is not None
+    assert model_bytes(build(**DIMS)) == estimate
+    fake_free_memory(monkeypatch, {'cpu': estimate.training - 1})
+    with pytest.raises(ModelTooLargeError, match='training them needs'):
+        check_model_fits(build, torch.device('cpu'), **DIMS)
+
+
+def reads_a_value(observation_dim, action_dim):
+    torch.zeros(observation_dim).sum().item()
+    return SacAlgorithm(observation_dim=observation_dim, action_dim=action_dim)
+
+
+NOT_CHECKED = (
+    "the networks' memory was not counted before they were built, so it was not checked "
+    'against the free memory'
+)
+
+
+def warnings_logged(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+
+
+def test_networks_built_without_an_estimate_are_named_in_a_warning(tmp_path, caplog):
+    from alf_lite.trainer import Trainer, TrainerConfig
+
+    parse_config([str(PENDULUM)], TINY)
+    with caplog.at_level('WARNING'):
+        with Trainer(TrainerConfig(algorithm_ctor=reads_a_value), str(tmp_path / 'run')):
+            pass
+    warnings = warnings_logged(caplog)
+    assert any(NOT_CHECKED in w and 'the replay buffer' in w for w in warnings), warnings
+
+
+def test_play_names_networks_built_without_an_estimate_in_a_warning(tmp_path, caplog):
+    from alf_lite.bin.policy import checkpoint_path, load_policy
+    from alf_lite.trainer import TrainerConfig
+
+    root_dir = tmp_path / 'run'
+    params = TINY + ['TrainerConfig.num_env_steps=2', 'TrainerConfig.initial_collect_steps=1']
+    assert run_train(train_command(root_dir, [PENDULUM], params)).returncode == 0
+    parse_config([str(PENDULUM)], TINY)
+    config = TrainerConfig(algorithm_ctor=reads_a_value)
+    with caplog.at_level('WARNING'):
+        load_policy(checkpoint_path(str(root_dir), None), config, 3, 1)
+    assert any(NOT_CHECKED in w for w in warnings_logged(caplog)), warnings_logged(caplog)
+
+
 def fake_free_memory(monkeypatch, free):
     asked = []
 

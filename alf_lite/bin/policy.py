@@ -36,12 +36,14 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
 
     from alf_lite import checkpoint as ckpt
     from alf_lite.algorithms.off_policy_algorithm import check_algorithm
-    from alf_lite.model_memory import ModelTooLargeError, check_model_fits
+    from alf_lite.model_memory import ModelTooLargeError, check_model_fits, warn_not_checked
     from alf_lite.precision import set_network_precision, warn_if_emulated
 
     dims = dict(observation_dim=observation_dim, action_dim=action_dim)
     try:
-        check_model_fits(config.algorithm_ctor, torch.device('cpu'), training=False, **dims)
+        estimate = check_model_fits(
+            config.algorithm_ctor, torch.device('cpu'), training=False, **dims
+        )
     except ModelTooLargeError as e:
         fail(str(e))
     algorithm = config.algorithm_ctor(**dims)
@@ -49,6 +51,8 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
         check_algorithm(algorithm)
     except ValueError as e:
         fail(str(e))
+    if estimate is None:
+        warn_not_checked()
     set_network_precision(algorithm, config.precision)
     warn_if_emulated(config.precision, torch.device('cpu'))
     try:
