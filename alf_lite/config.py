@@ -621,16 +621,35 @@ def _check_value_types(bindings) -> None:
     ``CriticNetwork.hidden_layers = 256`` would otherwise fail only when the
     network is built, as ``'int' object is not iterable`` and without its line.
     A ``%macro`` that stands for a literal (directly or through other macros)
-    is checked as that literal. A value holding a reference, or a macro inside
-    a container, is left alone: what it gives is known only when it is called.
+    is checked as that literal. A reference is checked as what it gives where
+    that is known: ``@GaussianNoise`` the class, ``@GaussianNoise()`` an
+    instance of it (``Td3Algorithm.target_policy_noise = @GaussianNoise()``
+    would fail on comparing it with 0, naming no parameter). A call of a
+    function, a reference inside a container, or a macro inside one is left
+    alone: what it gives is known only when it is called.
     """
     for statement, gin_param in bindings:
         value, macro = _through_macros(statement.value)
-        if any(True for _ in gin.config.iterate_references(value)):
+        reference = isinstance(value, gin.config.ConfigurableReference)
+        if not reference and any(True for _ in gin.config.iterate_references(value)):
             continue
         configurable = gin.config._REGISTRY.get_match(statement.selector)
         annotation = _annotation(configurable, statement.arg_name) if configurable else None
-        if annotation is None or _fits(value, annotation):
+        if annotation is None:
+            continue
+        if reference:
+            given = _referenced_fits(value, annotation)
+            if given is None:
+                continue
+            scope = f'{statement.scope}/' if statement.scope else ''
+            through = '' if macro is None else f', from %{macro}'
+            raise ConfigError(
+                f'`{scope}{statement.selector}.{statement.arg_name}` in '
+                f'{_statement_where(statement, gin_param)} is {value!r} ({given}{through}), '
+                f"but '{statement.arg_name}' of '{statement.selector}' takes "
+                f'{_type_text(annotation)}. Fix the value.'
+            )
+        if _fits(value, annotation):
             continue
         scope = f'{statement.scope}/' if statement.scope else ''
         binding = f'{scope}{statement.selector}.{statement.arg_name}'
@@ -655,6 +674,7 @@ def _check_constructors_not_called(bindings) -> None:
     reference to a configurable of another package (a user's factory) is left alone."""
     for statement, gin_param in bindings:
         if not statement.arg_name.endswith(('_ctor', '_optimizer')):
+            _check_buildable(statement, gin_param)
             continue
         value, macro = _through_macros(statement.value)
         if not isinstance(value, gin.config.ConfigurableReference) or not value.evaluate:
@@ -678,6 +698,49 @@ def _check_constructors_not_called(bindings) -> None:
             f"'{statement.arg_name}' takes the constructor: write {without} (without the "
             'parentheses).'
         )
+
+
+def _check_buildable(statement, gin_param: Optional[str]) -> None:
+    """Fail now on ``@DeterministicActorNetwork()`` (or another alf_lite class that takes
+    arguments only alf_lite gives) as a value: gin would build it without them and fail
+    naming only the missing arguments, not the parameter it was given to (say
+    ``DdpgAlgorithm.exploration_noise``)."""
+    value, macro = _through_macros(statement.value)
+    if not isinstance(value, gin.config.ConfigurableReference) or not value.evaluate:
+        return
+    configurable = value.configurable
+    if not (configurable.module.startswith('alf_lite.') and inspect.isclass(configurable.wrapped)):
+        return
+    missing = [
+        p.name
+        for p in inspect.signature(configurable.wrapped).parameters.values()
+        if p.name in (configurable.denylist or ())
+        and p.default is inspect.Parameter.empty
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if not missing:
+        return
+    scope = f'{statement.scope}/' if statement.scope else ''
+    binding = f'{scope}{statement.selector}.{statement.arg_name}'
+    through = '' if macro is None else f' (from %{macro})'
+    raise ConfigError(
+        f'`{binding}` in {_statement_where(statement, gin_param)} is {value!r}{through}, which '
+        f'gin cannot build: {configurable.name} takes {" and ".join(missing)}, which only '
+        f"alf_lite gives where it builds one. Fix the value: '{statement.arg_name}' of "
+        f"'{statement.selector}' takes {_taken(statement)}."
+    )
+
+
+def _taken(statement) -> str:
+    """What the parameter of ``statement`` takes, from its type annotation and default."""
+    configurable = gin.config._REGISTRY.get_match(statement.selector)
+    if configurable is None:
+        return 'another value'
+    annotation = _annotation(configurable, statement.arg_name)
+    parameter = inspect.signature(configurable.wrapped).parameters.get(statement.arg_name)
+    default = inspect.Parameter.empty if parameter is None else parameter.default
+    text = 'another value' if annotation is None else _type_text(annotation)
+    return text if default is inspect.Parameter.empty else f'{text} (its default is {default!r})'
 
 
 def _check_values_written_back(bindings) -> None:
@@ -1051,6 +1114,38 @@ def _fits(value, annotation) -> bool:
     if isinstance(annotation, type) and origin is None:
         return isinstance(value, annotation)
     return True
+
+
+def _referenced_fits(reference, annotation) -> Optional[str]:
+    """None where what ``reference`` gives can be of type ``annotation`` (or what it gives is
+    not known: ``@f()`` of a function); else what it gives, in words."""
+    wrapped = reference.configurable.wrapped
+    name = getattr(wrapped, '__name__', reference.configurable.name)
+    if not reference.evaluate:
+        if _fits(wrapped, annotation):
+            return None
+        return f'the {"class" if inspect.isclass(wrapped) else "function"} {name}'
+    if not inspect.isclass(wrapped) or _class_fits(wrapped, annotation):
+        return None
+    return f'which builds an instance of {name}'
+
+
+def _class_fits(cls: type, annotation) -> bool:
+    """Whether an instance of ``cls`` can be of type ``annotation``; True where unsure."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_class_fits(cls, arg) for arg in args)
+    if origin is typing.Literal:
+        return False
+    if origin is collections.abc.Callable:
+        return issubclass(cls, collections.abc.Callable)
+    target = annotation if origin is None else origin
+    if not isinstance(target, type):
+        return True
+    try:
+        return issubclass(cls, target)
+    except TypeError:
+        return True
 
 
 def _type_text(annotation) -> str:

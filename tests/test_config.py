@@ -696,6 +696,62 @@ def test_value_of_the_wrong_type_names_binding_file_line_and_the_type_taken(tmp_
         config.parse_config([], ["ICubWalkEnv.control_mode = 'torq'"])
 
 
+@pytest.mark.parametrize(
+    'binding, given, takes',
+    [
+        # Failed when built, on comparing the noise with 0, naming no parameter.
+        (
+            'Td3Algorithm.target_policy_noise = @GaussianNoise()',
+            'which builds an instance of GaussianNoise',
+            'float',
+        ),
+        ('GaussianNoise.sigma = @OUNoise', 'the class OUNoise', 'float'),
+        ('TrainerConfig.device = @SacAlgorithm', 'the class SacAlgorithm', 'str'),
+        ('CriticNetwork.hidden_layers = @actor/Adam', 'the function Adam', 'Sequence[int]'),
+    ],
+)
+def test_a_reference_of_the_wrong_kind_names_binding_and_the_type_taken(binding, given, takes):
+    import alf_lite.all_configurables  # noqa: F401
+
+    selector, param = binding.split(' ')[0].split('.')
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([], [binding])
+    message = str(info.value)
+    assert f"`{selector}.{param}` in --gin_param '{binding}' is " in message
+    assert f"({given}), but '{param}' of '{selector}' takes {takes}. Fix the value." in message
+    assert gin.config_str().strip() == ''
+
+
+def test_a_class_gin_cannot_build_given_as_a_value_is_refused_naming_the_binding():
+    # gin built it without the dimensions alf_lite passes, and its error named only those.
+    import alf_lite.all_configurables  # noqa: F401
+
+    binding = 'DdpgAlgorithm.exploration_noise = @DeterministicActorNetwork()'
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([], [binding])
+    message = str(info.value)
+    assert f"`DdpgAlgorithm.exploration_noise` in --gin_param '{binding}' is " in message
+    assert 'DeterministicActorNetwork takes observation_dim and action_dim' in message
+    assert "'exploration_noise' of 'DdpgAlgorithm' takes Optional[Callable]" in message
+
+
+def test_references_of_the_kinds_a_parameter_takes_still_parse():
+    import alf_lite.all_configurables  # noqa: F401
+
+    config.parse_config(
+        [],
+        [
+            'Td3Algorithm.exploration_noise = @OUNoise()',
+            'Td3Algorithm.actor_optimizer = @actor/SGD',
+            'Td3Algorithm.critic_network_ctor = @CriticNetwork',
+            'NOISE = @GaussianNoise()',
+            'DdpgAlgorithm.exploration_noise = %NOISE',
+            # What a function gives is known only when it is called.
+            'TrainerConfig.random_seed = @my_fn()',
+        ],
+    )
+
+
 def test_a_macro_standing_for_a_literal_is_checked_as_that_literal(tmp_path):
     import alf_lite.all_configurables  # noqa: F401
 
