@@ -43,7 +43,7 @@ OptimizerCtor = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 
 
 def make_optimizer(
-    ctor: Optional[OptimizerCtor], params, default_lr: float
+    ctor: Optional[OptimizerCtor], params, default_lr: float, parameter: str = 'optimizer'
 ) -> torch.optim.Optimizer:
     """Call ``ctor(params)``, or build ``Adam(params, lr=default_lr)`` when ``ctor`` is None.
 
@@ -51,21 +51,40 @@ def make_optimizer(
         ctor: optimizer class or factory taking the parameters; None for Adam.
         params: the parameters to optimise.
         default_lr: learning rate of the default Adam.
+        parameter: the parameter ``ctor`` was given to, e.g. ``'SacAlgorithm.actor_optimizer'``,
+            which errors name.
 
     Raises:
-        ValueError: ``ctor`` refuses its settings (invalid values, or ones that cannot
-            run together), or it is ``differentiable``: that mode keeps the graph
+        ValueError: ``ctor`` is a class of no optimizer (a network, a noise) or builds
+            none, refuses its settings (invalid values, or ones that cannot run
+            together), or it is ``differentiable``: that mode keeps the graph
             through the step, which cannot update parameters in place as training does.
+        TypeError: ``ctor`` cannot be called with the parameters alone.
     """
     params = list(params)
     if ctor is None:
         return Adam(params, lr=default_lr)
+    scope = parameter.rpartition('.')[2].removesuffix('_optimizer')
+    example = f'@{scope}/Adam' if parameter.endswith('_optimizer') else '@Adam'
+    expected = f'an optimizer constructor that takes the parameters, e.g. {example}'
+    if isinstance(ctor, type) and not issubclass(ctor, torch.optim.Optimizer):
+        # Called with the parameters, it would fail on them naming only its own arguments.
+        raise ValueError(
+            f'{parameter} is the class {ctor.__name__}, which is no optimizer: give {expected}.'
+        )
     try:
         optimizer = ctor(params)
     except RuntimeError as e:
         # torch refuses settings that cannot run together (fused with foreach, fused with
         # differentiable) as a RuntimeError: they are config errors like its ValueErrors.
         raise ValueError(str(e)) from e
+    except TypeError as e:
+        raise TypeError(f'{parameter}: {e}') from e
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(
+            f'{parameter} built a {type(optimizer).__name__}, which is no optimizer: '
+            f'give {expected}.'
+        )
     if optimizer.defaults.get('differentiable'):
         # Else the first update fails on an in-place change of a leaf that requires grad.
         raise ValueError(

@@ -693,6 +693,39 @@ def test_a_noise_class_referenced_without_parentheses_is_refused_naming_the_fix(
 
 
 @pytest.mark.parametrize('algorithm', [DdpgAlgorithm, Td3Algorithm])
+@pytest.mark.parametrize(
+    'noise, refusal',
+    [
+        # Classes that build no noise: @DeterministicActorNetwork() could not be built.
+        ('@DeterministicActorNetwork', 'is the class DeterministicActorNetwork, which is no noise'),
+        ('@torch.optim.SGD', 'is the class SGD, which is no noise'),
+        # A function: it failed at the first exploring step, a traceback after config.gin.
+        ('@actor/Adam', 'is Adam, which fails as noise(step_type, action)'),
+    ],
+)
+def test_exploration_noise_of_another_kind_is_refused_naming_it(algorithm, noise, refusal):
+    name = algorithm.__name__
+    parse_config([], [f'{name}.exploration_noise = {noise}'])
+    with pytest.raises(ValueError) as refused:
+        algorithm(observation_dim=3, action_dim=2)
+    message = str(refused.value)
+    assert f'{name}.exploration_noise {refusal}' in message, message
+    assert '@GaussianNoise()' in message and f'{noise}()' not in message, message
+
+
+def test_exploration_noise_of_the_wrong_shape_is_refused_and_a_noise_is_tried_on_a_copy():
+    with pytest.raises(ValueError, match=r'returns shape \[2\] for actions of shape \[2, 3\]'):
+        DdpgAlgorithm(
+            observation_dim=1,
+            action_dim=3,
+            exploration_noise=lambda step_type, action: torch.zeros(action.shape[0]),
+        )
+    noise = OUNoise()
+    ddpg = DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=noise)
+    assert ddpg._exploration_noise is noise and noise._state is None
+
+
+@pytest.mark.parametrize('algorithm', [DdpgAlgorithm, Td3Algorithm])
 def test_an_l2_penalty_on_a_critic_without_linear_layers_is_refused_naming_it(algorithm):
     # LinearCritic's parameters are no nn.Linear or BatchedLinear weights: the penalty
     # would be no tensor, and the first update would fail on it.

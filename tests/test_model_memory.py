@@ -11,6 +11,7 @@ import torch
 import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
 from alf_lite import model_memory
 from alf_lite.algorithms.ddpg import DdpgAlgorithm
+from alf_lite.algorithms.noise import GaussianNoise
 from alf_lite.algorithms.sac import SacAlgorithm
 from alf_lite.algorithms.td3 import Td3Algorithm
 from alf_lite.config import parse_config
@@ -362,3 +363,21 @@ def test_every_example_has_an_estimate(gin_file):
 
     parse_config([str(REPO_ROOT / 'examples' / gin_file)])
     assert estimate_model_bytes(TrainerConfig().algorithm_ctor, **DIMS) is not None
+
+
+class CheckedNoise(GaussianNoise):
+    """A noise of one's own that reads a value: it refuses non-finite actions."""
+
+    def __call__(self, step_type, action):
+        if not torch.isfinite(action).all():
+            raise FloatingPointError('a non-finite action')
+        return super().__call__(step_type, action)
+
+
+@pytest.mark.parametrize('ctor', [DdpgAlgorithm, Td3Algorithm])
+def test_a_noise_that_reads_a_value_leaves_the_estimate(ctor):
+    # The noise is tried once by the real build; on the meta device it cannot read a value.
+    build = functools.partial(ctor, exploration_noise=CheckedNoise())
+    estimate = estimate_model_bytes(build, **DIMS)
+    assert estimate is not None
+    assert model_bytes(build(**DIMS)) == estimate

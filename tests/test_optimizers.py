@@ -111,3 +111,27 @@ def test_a_differentiable_optimizer_is_a_config_error_not_a_crash_at_the_first_u
     )
     with pytest.raises(ValueError, match='Adam: differentiable = True cannot train'):
         SacAlgorithm(observation_dim=3, action_dim=1)
+
+
+@pytest.mark.parametrize(
+    'optimizer, refusal',
+    [
+        # Classes of another role: their own missing-argument error named no parameter.
+        ('@critic/CriticNetwork', 'is the class CriticNetwork, which is no optimizer'),
+        ('@critic/GaussianNoise', 'is the class GaussianNoise, which is no optimizer'),
+    ],
+)
+def test_an_optimizer_of_another_kind_is_refused_naming_the_parameter(optimizer, refusal):
+    config.parse_config([], [f'SacAlgorithm.critic_optimizer = {optimizer}'])
+    with pytest.raises(ValueError) as refused:
+        SacAlgorithm(observation_dim=3, action_dim=1)
+    message = str(refused.value)
+    assert f'SacAlgorithm.critic_optimizer {refusal}' in message and '@critic/Adam' in message
+
+
+def test_a_factory_that_builds_no_optimizer_or_cannot_take_the_parameters_is_refused():
+    # An object without the optimizer's defaults failed with an AttributeError, a traceback.
+    with pytest.raises(ValueError, match=r'actor_optimizer built a list, which is no optimizer'):
+        make_optimizer(lambda params: list(params), _params(), 1e-3, 'SacAlgorithm.actor_optimizer')
+    with pytest.raises(TypeError, match=r'^SacAlgorithm.actor_optimizer: .*positional argument'):
+        make_optimizer(lambda: None, _params(), 1e-3, 'SacAlgorithm.actor_optimizer')

@@ -93,6 +93,12 @@ def assert_close(a, b):
             'TrainerConfig.algorithm_ctor built a CriticNetwork, which is no algorithm',
             None,
         ),
+        # The error named only the network's missing argument, not the parameter.
+        (
+            'SacAlgorithm.actor_optimizer=@actor/CriticNetwork',
+            'SacAlgorithm.actor_optimizer is the class CriticNetwork, which is no optimizer',
+            None,
+        ),
     ],
     ids=[
         'misspelt_parameter',
@@ -101,6 +107,7 @@ def assert_close(a, b):
         'unknown_env_id',
         'actor_that_cannot_sample',
         'network_as_the_algorithm',
+        'network_as_the_optimizer',
     ],
 )
 def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must_name, closest):
@@ -111,6 +118,31 @@ def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must
     if closest is not None:
         # The suggestion, not just the list of every valid name.
         assert re.search(rf'closest[^.]*\b{closest}\b', result.stderr, re.IGNORECASE), result.stderr
+    assert 'Traceback' not in result.stderr, result.stderr
+    assert not (tmp_path / 'experiments').exists(), os.listdir(tmp_path / 'experiments')
+
+
+@pytest.mark.parametrize(
+    'noise, must_name',
+    [
+        ('@actor/Adam', 'DdpgAlgorithm.exploration_noise is Adam, which fails as noise'),
+        ('@create_environment()', 'exploration_noise is a BatchedEnvironment, which is no noise'),
+    ],
+    ids=['optimizer_as_the_noise', 'environment_as_the_noise'],
+)
+def test_exploration_noise_of_another_kind_exits_2_and_creates_nothing(tmp_path, noise, must_name):
+    # Both failed at the first exploring step with a traceback, after config.gin.
+    root_dir = tmp_path / 'experiments' / 'run'
+    params = [
+        'DeterministicActorNetwork.hidden_layers=(32,)',
+        'CriticNetwork.hidden_layers=(32,)',
+        'TrainerConfig.num_env_steps=300',
+        'TrainerConfig.initial_collect_steps=100',
+        f'DdpgAlgorithm.exploration_noise={noise}',
+    ]
+    result = run_train(train_command(root_dir, [EXAMPLES / 'ddpg_pendulum.gin'], params))
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert must_name in result.stderr and '@GaussianNoise()' in result.stderr, result.stderr
     assert 'Traceback' not in result.stderr, result.stderr
     assert not (tmp_path / 'experiments').exists(), os.listdir(tmp_path / 'experiments')
 

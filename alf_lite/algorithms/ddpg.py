@@ -13,7 +13,7 @@ import gin
 import torch
 import torch.nn as nn
 
-from alf_lite.algorithms.noise import OUNoise
+from alf_lite.algorithms.noise import OUNoise, check_exploration_noise
 from alf_lite.algorithms.off_policy_algorithm import (
     OffPolicyAlgorithm,
     check_update_settings,
@@ -106,13 +106,9 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         )
         if not critic_l2_weight_decay >= 0:  # NaN too
             raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
-        if isinstance(exploration_noise, type):
-            # ``@GaussianNoise`` in gin, where ``@GaussianNoise()`` builds one: it would be
-            # called with the step types and actions at the first step it explores.
-            noise = exploration_noise.__name__
-            raise ValueError(
-                f'{type(self).__name__}.exploration_noise is the class {noise}, not a noise '
-                f'object: refer to it with parentheses, @{noise}(), so that gin builds one.'
+        if exploration_noise is not None:
+            check_exploration_noise(
+                f'{type(self).__name__}.exploration_noise', exploration_noise, action_dim
             )
         self._build_actor_and_critic(
             actor_network_ctor,
@@ -148,9 +144,14 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         # Reported on train steps that skip the actor update; updated in place,
         # so a captured update that skips it still reports the latest one.
         self.register_buffer('_actor_loss', torch.tensor(float('nan')), persistent=False)
+        name = type(self).__name__
         self.optimizers = {
-            'actor': make_optimizer(actor_optimizer, self._actor.parameters(), 1e-4),
-            'critic': make_optimizer(critic_optimizer, self._critic.parameters(), 1e-3),
+            'actor': make_optimizer(
+                actor_optimizer, self._actor.parameters(), 1e-4, f'{name}.actor_optimizer'
+            ),
+            'critic': make_optimizer(
+                critic_optimizer, self._critic.parameters(), 1e-3, f'{name}.critic_optimizer'
+            ),
         }
 
     @property

@@ -9,11 +9,14 @@ dimension, whatever the env's bounds. Samples come from torch's global RNG,
 so a seeded run is reproducible.
 """
 
+import copy
+import inspect
 import math
 from typing import Optional
 
 import gin
 import torch
+import torch.nn as nn
 
 from alf_lite.data import StepType
 
@@ -133,3 +136,86 @@ class OUNoise:
         # same state tensor at every replay.
         self._state.copy_(new)
         return new
+
+
+_NOISE_EXAMPLES = (
+    'a noise object called as noise(step_type, action), e.g. @GaussianNoise() or @OUNoise()'
+)
+
+
+def _builds_noise(cls: type) -> bool:
+    """Whether instances of ``cls`` can be called as ``noise(step_type, action)``."""
+    if issubclass(cls, (nn.Module, torch.optim.Optimizer)) or not any(
+        '__call__' in vars(klass) for klass in cls.__mro__[:-1]
+    ):
+        return False
+    try:
+        inspect.signature(cls.__call__).bind(None, None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read
+        return True
+    return True
+
+
+def check_exploration_noise(parameter: str, noise, action_dim: int) -> None:
+    """Refuse, naming ``parameter``, what cannot serve as exploration noise.
+
+    A noise is called as ``noise(step_type, action)`` at each collection step and
+    returns noise that adds to the actions ``[N, A]``. A class (``@GaussianNoise``
+    where ``@GaussianNoise()`` builds one), a network, an optimizer or an environment
+    given instead would fail only at the first exploring step, after the initial
+    collection. A copy of ``noise`` is called once on a few zero actions, with the
+    random number generator's state restored: the noise itself and the run's numbers
+    stay as they were. A noise that cannot be copied is not tried.
+
+    Raises:
+        ValueError: naming the parameter, what it was given and what it takes.
+    """
+    if isinstance(noise, type):
+        name = noise.__name__
+        if _builds_noise(noise):
+            raise ValueError(
+                f'{parameter} is the class {name}, not a noise object: refer to it with '
+                f'parentheses, @{name}(), so that gin builds one.'
+            )
+        raise ValueError(
+            f'{parameter} is the class {name}, which is no noise: give {_NOISE_EXAMPLES}.'
+        )
+    given = getattr(noise, '__name__', None) or f'a {type(noise).__name__}'
+    if not callable(noise):
+        raise ValueError(f'{parameter} is {given}, which is no noise: give {_NOISE_EXAMPLES}.')
+    # A batch size other than A: noise of shape [A, N] would otherwise pass.
+    n = 3 if action_dim == 2 else 2
+    step_type = torch.full((n,), StepType.FIRST, dtype=torch.uint8)
+    action = torch.zeros(n, action_dim)
+    if action.is_meta:
+        # Built on the meta device, where the networks' memory is counted: a noise that
+        # reads a value cannot run there, and the real build tries it.
+        return
+    try:
+        trial = copy.deepcopy(noise)
+    except Exception:  # noqa: BLE001  (the first collection step calls it)
+        return
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        try:
+            out = trial(step_type, action)
+        except Exception as e:
+            # Without the call trace gin appends to an error raised inside a configurable.
+            error = str(e).partition('\n  In call to configurable ')[0]
+            raise ValueError(
+                f'{parameter} is {given}, which fails as noise(step_type, action) on {n} '
+                f'actions of size {action_dim} ({type(e).__name__}: {error}): '
+                f'give {_NOISE_EXAMPLES}.'
+            ) from e
+    try:
+        fits = torch.broadcast_shapes(out.shape, action.shape) == action.shape
+    except (AttributeError, RuntimeError):
+        fits = False
+    if not isinstance(out, torch.Tensor) or not fits:
+        shown = f'shape {list(out.shape)}' if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(
+            f'{parameter} is {given}, whose noise(step_type, action) returns {shown} for '
+            f'actions of shape {list(action.shape)}: give {_NOISE_EXAMPLES}, which returns '
+            "noise of the actions' shape."
+        )

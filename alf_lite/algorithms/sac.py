@@ -114,14 +114,23 @@ class SacAlgorithm(OffPolicyAlgorithm):
         self._target_update_period = target_update_period
         self._target_entropy = float(-action_dim if target_entropy is None else target_entropy)
         self._resample = resample_action_per_loss
+        name = type(self).__name__
         self.optimizers = {
             'actor': make_optimizer(
-                actor_optimizer, self._actor.parameters(), DEFAULT_LEARNING_RATE
+                actor_optimizer,
+                self._actor.parameters(),
+                DEFAULT_LEARNING_RATE,
+                f'{name}.actor_optimizer',
             ),
             'critic': make_optimizer(
-                critic_optimizer, self._critic.parameters(), DEFAULT_LEARNING_RATE
+                critic_optimizer,
+                self._critic.parameters(),
+                DEFAULT_LEARNING_RATE,
+                f'{name}.critic_optimizer',
             ),
-            'alpha': make_optimizer(alpha_optimizer, [self._log_alpha], DEFAULT_LEARNING_RATE),
+            'alpha': make_optimizer(
+                alpha_optimizer, [self._log_alpha], DEFAULT_LEARNING_RATE, f'{name}.alpha_optimizer'
+            ),
         }
 
     @property
