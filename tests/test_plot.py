@@ -717,6 +717,19 @@ def write_progress(root_dir, rows):
         writer.writerows(rows)
 
 
+def test_a_legend_of_many_groups_makes_the_figure_taller_not_the_axes_hidden(tmp_path):
+    # A sweep of 30 settings: the legend below the axes is taller than the whole figure.
+    num_runs = 30
+    for i in range(num_runs):
+        write_progress(tmp_path / 'runs' / f'run-{i:02d}', [(0, 1e9, i), (100, 1e9 + 1, 2 * i)])
+    args = [str(tmp_path / 'runs'), '--group_by', 'none', '--y', 'train/actor_loss']
+    assert_ok(run_plot([*args, '--out', 'many.png'], tmp_path))
+    with Image.open(tmp_path / 'many.png') as png:
+        width, height = png.size
+    # A legend line of the small font takes over 15 pixels; the axes keep their room above.
+    assert width == 800 and height > num_runs * 15 + 300
+
+
 def test_nan_is_no_point_and_spoils_no_later_window(tmp_path):
     # TD3 logs NaN for its actor loss before the first actor update; inf stays in its windows.
     values = ['nan', 2, 4, 'inf', 6, 8, 'nan', 10]
@@ -820,6 +833,31 @@ def test_aggregate_of_more_x_than_a_block_of_bands_and_many_runs_bands_each_x_al
         # To the bit: the band of these values alone.
         ends = np.percentile(values[draws].mean(axis=1), [alpha, 100 - alpha]).tolist()
         assert [lower, upper] == ends, x
+
+
+def test_aggregate_of_runs_at_different_x_has_as_many_x_as_the_longest_run(monkeypatch):
+    from alf_lite.bin import plot
+
+    # Runs of a group by wall time: each at its own x. Their union (all their points) would
+    # give a curve as long as the runs times their points, and bands as many times costly.
+    monkeypatch.setattr(plot, 'MAX_CURVE_POINTS', 10, raising=False)
+    num_points, num_runs = 50, 20
+    rng = np.random.default_rng(4)
+    curves = [
+        (np.sort(rng.uniform(0, 100, num_points)), rng.normal(size=num_points))
+        for _ in range(num_runs)
+    ]
+    union = np.unique(np.concatenate([xs for xs, _ in curves]))
+    rows = plot.aggregate(curves, 'std', 100)
+    x = [x for x, *_ in rows]
+    assert len(x) == num_points and x[0] == union[0] and x[-1] == union[-1]
+    assert set(x) <= set(union) and x == sorted(x)
+    for x, mean, _, _, n in rows:
+        values = [np.interp(x, xs, ys) for xs, ys in curves if xs[0] <= x <= xs[-1]]
+        assert n == len(values) and mean == pytest.approx(np.mean(values))
+    # Runs at the same x keep every x.
+    shared = [(curves[0][0], ys) for _, ys in curves]
+    assert [x for x, *_ in plot.aggregate(shared, 'std', 100)] == curves[0][0].tolist()
 
 
 def test_run_ending_early_is_named_and_the_table_says_so(grid, tmp_path):

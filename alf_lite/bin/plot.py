@@ -27,9 +27,9 @@ NAME=GROUP`` gives a group a name of your own (e.g. ``--label
 10K=TrainerConfig.replay_buffer_length=833``), used in the legend, the CSV and
 the table. A group holding two runs of one seed and setting is warned about
 (a run that binds no seed has the default one, 0).
-The legend goes below the axes, the figure widened if it is wider; a group
-name longer than ``LEGEND_NAME_CHARS`` is shortened there (not in the CSV and
-the table).
+The legend goes below the axes, the figure widened if it is wider (made taller
+if it leaves the axes too little room); a group name longer than
+``LEGEND_NAME_CHARS`` is shortened there (not in the CSV and the table).
 
 Aggregation, per group, at each x where one of its runs has a point: each run
 whose x values span that x gives a value, its own point or else the linear
@@ -102,6 +102,9 @@ CONFIDENCE = 0.95
 NUM_BOOTSTRAP = 10_000
 # The bands whose resampled means are held at once (each num_bootstrap numbers).
 BOOTSTRAP_BLOCK_ROWS = 256
+# The x of a group's curve where its runs have points at different x (wall_time): the
+# union of their points, thinned to as many as the longest run has, or to this many.
+MAX_CURVE_POINTS = 10_000
 # Each band draws from a generator of its own with this seed: the same values give the
 # same band every time, whatever else is plotted.
 BOOTSTRAP_SEED = 0
@@ -126,6 +129,9 @@ NAMED_RUNS = 10
 LEGEND_NAME_CHARS = 100
 # Room beside a legend wider than the figure, which the figure widens to hold.
 LEGEND_MARGIN_INCHES = 0.2
+# Height left above the legend for the axes, their title and labels: a legend of more
+# groups than leave it makes the figure taller.
+AXES_MIN_HEIGHT_INCHES = 3.5
 
 flags.DEFINE_string(
     'x',
@@ -578,7 +584,13 @@ def resample_draws(num_values: int, num_bootstrap: int):
 
 
 def aggregate(curves: List[tuple], kind: str, num_bootstrap: int) -> List[tuple]:
-    """``[(x, mean, lower, upper, num_runs)]`` at each x where a run of ``curves`` has a point.
+    """``[(x, mean, lower, upper, num_runs)]`` at each x where a run of ``curves`` has a point
+    (thinned where they are many, below).
+
+    Where the runs have points at different x, their union would hold as many x as
+    all their points together, and the bands would cost that many times the runs: it
+    is thinned evenly, its first and last x kept, to as many x as the longest run has
+    points, or ``MAX_CURVE_POINTS`` if more.
 
     Args:
         curves: ``(xs, ys)`` of each run, xs increasing. A run gives a value at
@@ -589,6 +601,9 @@ def aggregate(curves: List[tuple], kind: str, num_bootstrap: int) -> List[tuple]
     import numpy as np
 
     grid = np.unique(np.concatenate([xs for xs, _ in curves]))
+    most = max(MAX_CURVE_POINTS, *(len(xs) for xs, _ in curves))
+    if len(grid) > most:
+        grid = grid[np.linspace(0, len(grid) - 1, most).round().astype(int)]
     at_grid = np.zeros((len(grid), len(curves)))
     # Where each run gives a value: a NaN (inf - inf) is a value too, the mean's there.
     spanned = np.zeros((len(grid), len(curves)), dtype=bool)
@@ -783,13 +798,16 @@ def plot(argv):
     )
     ax.grid(alpha=GRID_ALPHA)
     # Below the axes, where it hides no curve and no axis label however long the
-    # group names; the axes shrink to make room.
+    # group names and however many the groups; the axes shrink to make room, down to
+    # AXES_MIN_HEIGHT_INCHES, below which the figure grows instead.
     legend = fig.legend(loc='outside lower center', fontsize='small')
-    legend_width = (
-        legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi + LEGEND_MARGIN_INCHES
-    )
+    extent = legend.get_window_extent(fig.canvas.get_renderer())
+    legend_width = extent.width / fig.dpi + LEGEND_MARGIN_INCHES
     if legend_width > fig.get_figwidth():
         fig.set_figwidth(legend_width)
+    legend_height = extent.height / fig.dpi + LEGEND_MARGIN_INCHES
+    if legend_height + AXES_MIN_HEIGHT_INCHES > fig.get_figheight():
+        fig.set_figheight(legend_height + AXES_MIN_HEIGHT_INCHES)
     try:
         directory = os.path.dirname(os.path.abspath(FLAGS.out))
         os.makedirs(directory, exist_ok=True)
