@@ -1083,6 +1083,8 @@ def _fits(value, annotation) -> bool:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
         return any(_fits(value, arg) for arg in args)
+    if annotation is typing.Any:
+        return True
     if annotation is type(None):
         return value is None
     if annotation is bool:
@@ -1112,7 +1114,10 @@ def _fits(value, annotation) -> bool:
     if annotation in (list, tuple):
         return isinstance(value, (list, tuple))
     if isinstance(annotation, type) and origin is None:
-        return isinstance(value, annotation)
+        try:
+            return isinstance(value, annotation)
+        except TypeError:  # a Protocol that is not runtime_checkable
+            return True
     return True
 
 
@@ -1135,6 +1140,10 @@ def _class_fits(cls: type, annotation) -> bool:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
         return any(_class_fits(cls, arg) for arg in args)
+    if annotation is typing.Any:
+        return True
+    if annotation is float and issubclass(cls, int) and not issubclass(cls, bool):
+        return True
     if origin is typing.Literal:
         return False
     if origin is collections.abc.Callable:

@@ -5,7 +5,7 @@ import re
 import stat
 import sys
 import types
-from typing import Tuple
+from typing import Any, Protocol, Tuple
 
 import gin
 import pytest
@@ -40,6 +40,20 @@ def sized(size=1, scale=2.0, **extra):
 @gin.configurable(module='test_config')
 def widths(layers: Tuple[int, ...] = (4,)):
     return layers
+
+
+class Shaper(Protocol):
+    def __call__(self, action): ...
+
+
+@gin.configurable(module='test_config')
+class Scale(int):
+    pass
+
+
+@gin.configurable(module='test_config')
+def annotated(anything: Any = None, shaper: Shaper = None, scale: float = 1.0):
+    return anything, shaper, scale
 
 
 @pytest.fixture(autouse=True)
@@ -750,6 +764,25 @@ def test_references_of_the_kinds_a_parameter_takes_still_parse():
             'TrainerConfig.random_seed = @my_fn()',
         ],
     )
+
+
+def test_values_for_any_a_protocol_or_a_float_of_a_users_function_still_parse():
+    # Any and a Protocol that is not runtime_checkable raised TypeError from isinstance; an
+    # instance of an int subclass was refused where a float goes, which an int fits.
+    import alf_lite.all_configurables  # noqa: F401
+
+    config.parse_config(
+        [],
+        [
+            'annotated.anything = 3',
+            'annotated.shaper = @my_fn',
+            "annotated.shaper = 'clip'",
+            'annotated.scale = @Scale()',
+            'annotated.anything = @GaussianNoise',
+        ],
+    )
+    for value in ('@my_fn', '@GaussianNoise()', '@actor/Adam'):
+        config.parse_config([], [f'annotated.anything = {value}', f'annotated.shaper = {value}'])
 
 
 def test_a_macro_standing_for_a_literal_is_checked_as_that_literal(tmp_path):
