@@ -3,7 +3,9 @@
 import functools
 import math
 import os
+import random
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -723,6 +725,24 @@ def test_exploration_noise_of_the_wrong_shape_is_refused_and_a_noise_is_tried_on
     noise = OUNoise()
     ddpg = DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=noise)
     assert ddpg._exploration_noise is noise and noise._state is None
+
+
+def test_a_noise_returning_a_number_or_an_array_is_taken_and_its_trial_draws_nothing():
+    # A number (no noise: 0.0) or a numpy array adds to the actions, yet was refused; the
+    # trial of a noise drawing from numpy's or python's generator shifted the run's numbers.
+    for noise in (lambda step_type, action: 0.0, lambda step_type, action: np.zeros(3)):
+        DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=noise)
+
+    def drawing(step_type, action):
+        return torch.full(action.shape, np.random.normal() + random.random())
+
+    np.random.seed(5)
+    random.seed(5)
+    DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=drawing)
+    drawn = (np.random.normal(), random.random())
+    np.random.seed(5)
+    random.seed(5)
+    assert drawn == (np.random.normal(), random.random())
 
 
 @pytest.mark.parametrize('algorithm', [DdpgAlgorithm, Td3Algorithm])

@@ -12,13 +12,16 @@ so a seeded run is reproducible.
 import copy
 import inspect
 import math
+import numbers
 from typing import Optional
 
 import gin
+import numpy as np
 import torch
 import torch.nn as nn
 
 from alf_lite.data import StepType
+from alf_lite.seeding import global_rng_state, set_global_rng_state
 
 
 @gin.configurable
@@ -166,8 +169,9 @@ def check_exploration_noise(parameter: str, noise, action_dim: int) -> None:
     where ``@GaussianNoise()`` builds one), a network, an optimizer or an environment
     given instead would fail only at the first exploring step, after the initial
     collection. A copy of ``noise`` is called once on a few zero actions, with the
-    random number generator's state restored: the noise itself and the run's numbers
-    stay as they were. A noise that cannot be copied is not tried.
+    random number generators' states (torch's, numpy's, python's) restored: the noise
+    itself and the run's numbers stay as they were. A noise that cannot be copied is
+    not tried. A number it returns (``0.0``) is added to every action alike.
 
     Raises:
         ValueError: naming the parameter, what it was given and what it takes.
@@ -197,7 +201,9 @@ def check_exploration_noise(parameter: str, noise, action_dim: int) -> None:
         trial = copy.deepcopy(noise)
     except Exception:  # noqa: BLE001  (the first collection step calls it)
         return
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+    # python's and numpy's generators too: a noise of one's own may draw from them.
+    rng_state = global_rng_state()
+    with torch.no_grad():
         try:
             out = trial(step_type, action)
         except Exception as e:
@@ -208,12 +214,17 @@ def check_exploration_noise(parameter: str, noise, action_dim: int) -> None:
                 f'actions of size {action_dim} ({type(e).__name__}: {error}): '
                 f'give {_NOISE_EXAMPLES}.'
             ) from e
+        finally:
+            set_global_rng_state(rng_state)
+    if isinstance(out, numbers.Real):
+        return  # added to every action alike (0.0: no noise)
+    arrays = (torch.Tensor, np.ndarray)
     try:
         fits = torch.broadcast_shapes(out.shape, action.shape) == action.shape
     except (AttributeError, RuntimeError):
         fits = False
-    if not isinstance(out, torch.Tensor) or not fits:
-        shown = f'shape {list(out.shape)}' if isinstance(out, torch.Tensor) else type(out).__name__
+    if not isinstance(out, arrays) or not fits:
+        shown = f'shape {list(out.shape)}' if isinstance(out, arrays) else type(out).__name__
         raise ValueError(
             f'{parameter} is {given}, whose noise(step_type, action) returns {shown} for '
             f'actions of shape {list(action.shape)}: give {_NOISE_EXAMPLES}, which returns '
