@@ -311,3 +311,40 @@ def test_steps_of_one_phase_do_the_same_work(ctor, kwargs, phases):
         assert work.setdefault(phase, moved) == moved, (phase, moved, work)
     assert len(work) == phases
     assert len({algorithm.train_step_phase(n) for n in range(1000)}) == phases
+
+
+@pytest.mark.parametrize(
+    'ctor, optimizer, kwargs',
+    [
+        (SacAlgorithm, 'alpha', dict(target_update_period=3)),
+        (DdpgAlgorithm, 'critic', dict(target_update_period=3)),
+        (Td3Algorithm, 'critic', dict(policy_update_period=3)),
+    ],
+    ids=['sac', 'ddpg', 'td3'],
+)
+def test_a_subclass_with_a_cycle_of_its_own_gets_a_phase_per_step_of_it(ctor, optimizer, kwargs):
+    # A subclass that branches on a period of its own, covered by the train_step_cycle it
+    # overrides, shared a graph between steps of different work through its base's phases.
+    class EveryOtherStep(ctor):
+        @property
+        def train_step_cycle(self):
+            return math.lcm(super().train_step_cycle, 2)
+
+        def train_step(self, data, mask):
+            lr = 1e-3 if self.num_train_steps % 2 else 0.0
+            self.optimizers[optimizer].param_groups[0]['lr'] = lr
+            return super().train_step(data, mask)
+
+    torch.manual_seed(0)
+    algorithm = EveryOtherStep(OBS_DIM, ACTION_DIM, **kwargs)
+    params = [p for group in algorithm.optimizers[optimizer].param_groups for p in group['params']]
+    rb = filled_buffer()
+    work = {}
+    for _ in range(12):
+        phase = algorithm.train_step_phase(algorithm.num_train_steps)
+        before = [p.detach().clone() for p in params]
+        data = rb.sample(16, 2)
+        algorithm.train_step(data, loss_mask(data))
+        moved = any(not torch.equal(p, b) for p, b in zip(params, before))
+        assert work.setdefault(phase, moved) == moved, (phase, moved, work)
+    assert set(work.values()) == {True, False}

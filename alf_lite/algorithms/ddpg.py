@@ -7,7 +7,7 @@ is its Algorithm 1 after the minibatch is sampled.
 
 import copy
 import math
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Hashable, Optional
 
 import gin
 import torch
@@ -158,7 +158,11 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
     def train_step_cycle(self) -> int:
         return math.lcm(self._policy_update_period, self._target_update_period)
 
-    def train_step_phase(self, num_train_steps: int) -> Tuple[bool, bool]:
+    def train_step_phase(self, num_train_steps: int) -> Hashable:
+        if type(self).train_step_cycle is not DdpgAlgorithm.train_step_cycle:
+            # A subclass's cycle of its own, which its train_step branches on: a phase
+            # per step of it.
+            return super().train_step_phase(num_train_steps)
         # Whether this step updates the actor, and the targets.
         step = num_train_steps + 1
         return step % self._policy_update_period == 0, step % self._target_update_period == 0

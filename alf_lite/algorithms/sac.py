@@ -7,7 +7,7 @@ Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"
 import copy
 import math
 import numbers
-from typing import Callable, Dict, NamedTuple, Optional
+from typing import Callable, Dict, Hashable, NamedTuple, Optional
 
 import gin
 import torch
@@ -137,7 +137,11 @@ class SacAlgorithm(OffPolicyAlgorithm):
     def train_step_cycle(self) -> int:
         return self._target_update_period
 
-    def train_step_phase(self, num_train_steps: int) -> bool:
+    def train_step_phase(self, num_train_steps: int) -> Hashable:
+        if type(self).train_step_cycle is not SacAlgorithm.train_step_cycle:
+            # A subclass's cycle of its own, which its train_step branches on: a phase
+            # per step of it.
+            return super().train_step_phase(num_train_steps)
         # Whether this step updates the target critic.
         return (num_train_steps + 1) % self._target_update_period == 0
 
