@@ -79,9 +79,46 @@ def read_json(path: str) -> Optional[dict]:
         return None
 
 
+class UnreadableRecord(ValueError):
+    """A record the launcher keeps (``done.json``, an attempts file) that holds no record."""
+
+
+def read_attempts(path: str) -> List[dict]:
+    """The attempts of a run recorded in ``path`` (its ``ATTEMPTS_SUFFIX`` file); none without it.
+
+    Raises:
+        UnreadableRecord: ``path`` holds no list of attempts (cut short, or edited by hand).
+    """
+    if not os.path.lexists(path):
+        return []
+    attempts = read_json(path)
+    if not isinstance(attempts, list) or not all(
+        isinstance(a, dict) and isinstance(a.get('wall_time_s'), (int, float)) for a in attempts
+    ):
+        raise UnreadableRecord(
+            f'{path} is not a JSON list of attempts, each with its wall_time_s: mend it or '
+            "move it away (its attempts count in the run's wall time)"
+        )
+    return attempts
+
+
 def read_done(run_dir: str) -> Optional[dict]:
-    """The ``done.json`` of a finished run, or None."""
-    return read_json(os.path.join(run_dir, DONE_FILE))
+    """The ``done.json`` of a finished run, or None.
+
+    Raises:
+        UnreadableRecord: a ``done.json`` that holds no JSON object (cut short, or edited by
+            hand).
+    """
+    path = os.path.join(run_dir, DONE_FILE)
+    if not os.path.lexists(path):
+        return None
+    done = read_json(path)
+    if not isinstance(done, dict):
+        raise UnreadableRecord(
+            f'{path} is not the JSON object of a finished run: mend it, or move it away to '
+            'train the run again'
+        )
+    return done
 
 
 def _write_json(path: str, data) -> None:
@@ -178,7 +215,11 @@ class Launcher:
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         command = self._command(run)
         attempts_path = run.log_path(out, ATTEMPTS_SUFFIX)
-        attempts = read_json(attempts_path) or []
+        try:
+            # Read before the run starts: a file it cannot extend is left as it is.
+            attempts = read_attempts(attempts_path)
+        except UnreadableRecord as e:
+            return dict(run=run, status='failed', detail=str(e))
         resumed = run.resumable and os.path.isfile(RunDir(run_dir).config_file)
         start, steps_from = time.time(), resume_env_steps(run, run_dir) if resumed else 0
         with open(log_path, 'a') as log:
@@ -243,7 +284,8 @@ class Launcher:
             )
         )
         _write_json(attempts_path, attempts)
-        if stopped_at_deadline and returncode != 0:
+        # A run that ends otherwise once told to stop (an error, SIGKILL) failed.
+        if stopped_at_deadline and returncode in STOPPED_STATUSES:
             return dict(
                 run=run,
                 status='deferred',
@@ -349,7 +391,7 @@ def _done_runs(out: str) -> Iterable[Tuple[str, dict]]:
     """``(run directory, done.json)`` of every finished run under ``out``."""
     for path in glob.glob(os.path.join(out, '*', '*', 'seed*', DONE_FILE)):
         done = read_json(path)
-        if done:
+        if done and isinstance(done, dict):
             yield os.path.dirname(path), done
 
 
@@ -404,7 +446,11 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
         and done.get('env_steps')
     ]
     for path in glob.glob(os.path.join(out, '*', 'logs', '*' + ATTEMPTS_SUFFIX)):
-        for attempt in read_json(path) or []:
+        try:
+            attempts = read_attempts(path)
+        except UnreadableRecord:
+            continue  # its run fails with that error when it is trained
+        for attempt in attempts:
             steps = attempt.get('env_steps_to', 0) - attempt.get('env_steps_from', 0)
             if (
                 tuple(attempt.get('kind') or ()) == kind

@@ -34,7 +34,7 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _CHECKOUT not in sys.path:  # run as a script: import this checkout's alf_lite and benchmarks
     sys.path.insert(0, _CHECKOUT)
 
-from alf_lite.bin.cli import EXIT_FAULT
+from alf_lite.bin.cli import EXIT_FAULT, fail
 from alf_lite.evaluation import NEAR_TERMINATION_STEPS
 from alf_lite.run_dir import RunDir
 from alf_lite.runs import (
@@ -53,6 +53,7 @@ from benchmarks.launcher import (
     DEADLINE_MARGIN,
     LAST_N,
     RECENT_MEASUREMENTS,
+    UnreadableRecord,
     format_duration,
     parse_deadline,
     read_done,
@@ -1045,6 +1046,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args, runs = parse_args(argv)
+    try:
+        return _train_or_report(args, runs)
+    except UnreadableRecord as e:
+        fail(str(e))
+
+
+def _train_or_report(args, runs: List[BenchmarkRun]) -> int:
     if args.report:
         found = [
             report_suite(suite, args.out, args.docs_dir, args.finished_only) for suite in args.suite
@@ -1054,7 +1062,9 @@ def main(argv=None) -> int:
         if run.learning_starts != run.task.learning_starts:
             print(
                 f'note: {run.key}: {run.num_env_steps} env steps are not more than the '
-                f'{run.task.learning_starts} random steps; using {run.learning_starts}'
+                f'{run.task.learning_starts} random steps; using {run.learning_starts}',
+                # Not on stdout, which --dry_run keeps to commands a shell can run.
+                file=sys.stderr,
             )
             break
     if args.dry_run:

@@ -565,7 +565,10 @@ def test_dry_run_commands_run_by_hand_from_another_directory_train_the_run(
     monkeypatch.chdir(tmp_path)
     argv = ['--suite', 'pendulum', '--runs', 'alf_td3', '--seeds', '0', '--steps', '2']
     assert learning.main(argv + ['--out', 'runs', '--dry_run']) == 0
-    (line,) = [x for x in capsys.readouterr().out.splitlines() if not x.startswith('note:')]
+    printed = capsys.readouterr()
+    # Stdout is the command alone: the note on the random steps goes to stderr.
+    (line,) = printed.out.splitlines()
+    assert printed.err.startswith('note: pendulum/alf_td3/seed0: 2 env steps are not more than')
     result = subprocess.run(
         ['bash', '-c', line],
         cwd=tmp_path,
@@ -1622,6 +1625,54 @@ def test_run_ending_without_an_evaluation_or_with_an_error_or_a_signal_is_not_do
     assert [a['returncode'] for a in _attempts(run, out)] == [0, 3, 130, -15]
 
 
+def test_a_run_whose_attempts_file_is_no_list_of_attempts_fails_naming_it_and_keeps_it(
+    tmp_path,
+):
+    out = tmp_path / 'runs'
+    run = _pendulum_run(1000)
+    path = tmp_path / 'runs' / 'pendulum' / 'logs' / 'alf_sac.seed0.attempts.json'
+    path.parent.mkdir(parents=True)
+    attempt = json.dumps([dict(started=1.0, wall_time_s=40.0, returncode=-9, kind=['x'])])
+    started = tmp_path / 'started'
+    command = _python(f'open({str(started)!r}, "w")')
+    # Cut short, edited into an object, an attempt that is not an object, one without its time.
+    for text in (attempt[:30], '{"wall_time_s": 3}', '[1]', '[{"started": 1.0}]'):
+        path.write_text(text)
+        # With a deadline, the estimate reads the attempts files too.
+        for deadline in (None, time.time() + 3600):
+            result = _launcher(out, command, deadline).execute(run)
+            assert result['status'] == 'failed', result
+            assert result['detail'].startswith(f'{path} is not a JSON list of attempts')
+            assert path.read_text() == text
+    assert not started.exists()
+
+
+def test_a_done_json_that_is_no_json_object_is_an_error_naming_it_and_is_kept(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(learning, '_figures', lambda *args: [])  # no figures to draw
+    out = tmp_path / 'runs'
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    _write_progress(run_dir, [(0, -1000), (2, -900)])
+    argv = ['--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', '0', '--steps', '2']
+    argv += ['--out', str(out), '--docs_dir', str(tmp_path / 'docs')]
+    # Cut short, and edited into a list.
+    for text in ('{"target_env_steps": 2, "wall', '[2]'):
+        (run_dir / 'done.json').write_text(text)
+        for mode in ([], ['--dry_run'], ['--report']):
+            with pytest.raises(SystemExit) as e:
+                learning.main(argv + mode)
+            assert e.value.code == 2
+            err = capsys.readouterr().err.splitlines()[-1]
+            assert err == (
+                f'error: {run_dir}/done.json is not the JSON object of a finished run: mend it, '
+                'or move it away to train the run again'
+            )
+            assert (run_dir / 'done.json').read_text() == text
+    # Nothing trained.
+    assert not (out / 'pendulum' / 'logs').exists()
+
+
 def test_a_stopped_launcher_starts_no_run_even_when_stopped_while_preparing_it(tmp_path):
     out = tmp_path / 'runs'
     run = _pendulum_run(1000)
@@ -1770,6 +1821,25 @@ def test_resumable_run_going_at_the_deadline_is_stopped_and_deferred_with_its_st
     assert result['done']['env_steps'] == 100_000
     # Without a config.gin the run started afresh: it did not resume.
     assert result['detail'] == '' and _attempts(run, out)[1]['env_steps_from'] == 0
+
+
+def test_run_that_fails_or_is_killed_when_stopped_at_the_deadline_is_failed_not_deferred(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(launcher, 'LOAD_SAMPLE_S', 0.05)
+    out = tmp_path / 'runs'
+    run = _pendulum_run(100_000)
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    _write_progress(run_dir, [(0, -1000)], config=False)
+    # It errs (a checkpoint it could not write) or dies of SIGKILL instead of stopping.
+    for trap, words in (
+        ('echo "OSError: no space left"; kill $!; exit 1', 'exit code 1: OSError: no space left'),
+        ('kill $!; kill -9 $$', 'killed by SIGKILL (exit code -9)'),
+    ):
+        command = ['sh', '-c', f"trap '{trap}' TERM; sleep 20 & wait"]
+        result = _launcher(out, command, time.time() + 1, 0.001).execute(run)
+        assert (result['status'], words in result['detail']) == ('failed', True), result
+    assert [a['returncode'] for a in _attempts(run, out)] == [1, -9]
 
 
 def test_run_that_cannot_resume_is_not_stopped_at_the_deadline(tmp_path, monkeypatch):
