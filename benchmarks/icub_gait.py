@@ -1,4 +1,4 @@
-r"""What an ICubWalk-v0 policy does: how long it stays up, how far and how fast it goes.
+r"""What an ICubWalk-v0 (or -v1) policy does: how long it stays up, how far and how fast it goes.
 
     python benchmarks/icub_gait.py --root_dir benchmarks/results/learning/icub_walk/icub_walk/seed0
 
@@ -61,7 +61,9 @@ def summary(name, episodes, control_dt, width=8):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0].strip())
-    parser.add_argument('--root_dir', required=True, help='A train run of ICubWalk-v0.')
+    parser.add_argument(
+        '--root_dir', required=True, help='A train run of ICubWalk-v0 or ICubWalk-v1.'
+    )
     parser.add_argument('--checkpoint_step', type=int, default=None)
     parser.add_argument('--num_episodes', type=at_least(1), default=10)
     parser.add_argument('--random_seed', type=int, default=0, help="Seeds as the run's eval envs.")
@@ -108,14 +110,16 @@ def main(argv=None) -> int:
     except UntrustedCodeError as e:
         parser.error(str(e))
     env_name = gin.query_parameter('create_environment.env_name')
-    if env_name != 'ICubWalk-v0':
-        parser.error(f'{root_dir} trained on {env_name}, not ICubWalk-v0')
+    if env_name not in ('ICubWalk-v0', 'ICubWalk-v1'):
+        parser.error(f'{root_dir} trained on {env_name}, not ICubWalk-v0 or ICubWalk-v1')
     # Built as the run built its envs: its time limit and constructor arguments.
     bindings = gin.get_bindings('create_environment')
     kwargs = dict(bindings.get('env_kwargs') or {})
     if bindings.get('max_episode_steps') is not None:
         kwargs['max_episode_steps'] = bindings['max_episode_steps']
-    env = gymnasium.make('ICubWalk-v0', **kwargs)
+    # Made from its spec, as create_environment makes it: by id, gymnasium would warn that
+    # v0 is out of date beside v1.
+    env = gymnasium.make(gymnasium.spec(env_name), **kwargs)
     low, high = env.action_space.low, env.action_space.high
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     path = checkpoint_path(root_dir, args.checkpoint_step)

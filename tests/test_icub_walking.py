@@ -1,4 +1,5 @@
-"""ICubWalk-v0 on the real iCub model and PyBullet: the cleaned model, standing, falling, reward."""
+"""ICubWalk-v0 and -v1 on the real iCub model and PyBullet: the cleaned model, standing, falling,
+reward, orientations."""
 
 import builtins
 import io
@@ -16,11 +17,13 @@ import pybullet
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from alf_lite.environments import icub_walking
+from alf_lite.config import parse_config
+from alf_lite.environments import create_environment, icub_walking
 from alf_lite.environments.icub_walking import (
     ACTUATED_JOINTS,
     FRAME_SIZE,
     ICUB_WALK_ID,
+    ICUB_WALK_V1_ID,
     ICubWalkEnv,
     cleaned_urdf_path,
     icub_walk_reward,
@@ -36,6 +39,8 @@ BASE_VELOCITY = slice(27, 33)
 JOINT_POSITIONS = slice(33, 58)
 JOINT_SPEEDS = slice(58, 83)
 CONTACTS = slice(83, 85)
+# Roll, pitch and yaw of root_link, chest, l_foot and r_foot: 12 values.
+ORIENTATIONS = [3 + 6 * link + 3 + angle for link in range(4) for angle in range(3)]
 
 
 @pytest.fixture(scope='module')
@@ -563,3 +568,113 @@ def test_observations_are_clipped_to_plus_minus_100_only(still_env):
         obs, *_ = still_env.step(np.zeros(25))
         assert obs[1] == pytest.approx(observed, abs=0.05)
         assert abs(obs[FRAME_SIZE + 1]) < 0.05  # the previous frame, before the shift
+
+
+def orientation_jumps(env):
+    """Over a seed-0 episode of zero actions: (steps, the steps where an orientation value of
+    the frame changed by more than pi, the orientations at reset)."""
+    obs, _ = env.reset(seed=0)
+    frames = [obs[:FRAME_SIZE]]
+    for _ in range(env.spec.max_episode_steps):
+        obs, _, terminated, truncated, _ = env.step(np.zeros(25))
+        frames.append(obs[:FRAME_SIZE])
+        if terminated or truncated:
+            break
+    change = np.abs(np.diff(np.array(frames)[:, ORIENTATIONS], axis=0))
+    return len(frames) - 1, int((change > np.pi).any(axis=1).sum()), frames[0][ORIENTATIONS]
+
+
+@pytest.fixture(scope='module')
+def v1_env(cache_dir):
+    env = gymnasium.make(ICUB_WALK_V1_ID, cache_dir=cache_dir)
+    yield env
+    env.close()
+
+
+def test_v1_orientations_are_near_0_standing_and_do_not_wrap_where_v0s_do(env, v1_env):
+    # Standing, both feet's world roll and yaw are near +-pi: v0's flip by 2 pi on tiny tilts.
+    steps, jumps, at_reset = orientation_jumps(env)
+    assert steps == 200 and jumps > 0
+    assert np.abs(at_reset[6:]).max() > 3.0  # The feet's.
+    steps, jumps, at_reset = orientation_jumps(v1_env)
+    assert steps == 200 and jumps == 0
+    # Up to the reset's joint noise.
+    np.testing.assert_allclose(at_reset, 0.0, atol=0.05)
+
+
+def test_v1_orientation_is_the_rotation_from_the_standing_orientation(cache_dir):
+    env = gymnasium.make(ICUB_WALK_V1_ID, joint_noise=0.0, cache_dir=cache_dir)
+    try:
+        obs, _ = env.reset(seed=0)
+        # The reset puts the joints at the standing pose, a hair from where they settled.
+        np.testing.assert_allclose(obs[ORIENTATIONS], 0.0, atol=2e-3)
+        u = env.unwrapped
+        p, body = u._p, u._body
+        # The settled standing state itself: the reference, all 0.
+        p.restoreState(u._standing_state)
+        np.testing.assert_allclose(u._frame()[ORIENTATIONS], 0.0, atol=1e-6)
+        links = [u._chest] + u._feet
+        standing = [u._root_pose()[1]] + [s[5] for s in p.getLinkStates(body, links)]
+        # The whole robot tilted 0.1 rad about world x, around root_link's origin.
+        tilt = p.getQuaternionFromEuler([0.1, 0.0, 0.0])
+        position, orientation = u._root_pose()
+        u._set_root_pose(position, p.multiplyTransforms([0, 0, 0], tilt, [0, 0, 0], orientation)[1])
+        frame = u._frame()
+    finally:
+        env.close()
+    rpy = frame[ORIENTATIONS].reshape(4, 3)
+    # root_link stands level: its roll is the tilt.
+    np.testing.assert_allclose(rpy[0], [0.1, 0.0, 0.0], atol=2e-3)
+    # Each link's is that of R_stand^T R_x(0.1) R_stand.
+    tilt_matrix = np.array(p.getMatrixFromQuaternion(tilt)).reshape(3, 3)
+    for link_rpy, stand in zip(rpy, standing):
+        r_stand = np.array(p.getMatrixFromQuaternion(stand)).reshape(3, 3)
+        seen = np.array(p.getMatrixFromQuaternion(p.getQuaternionFromEuler(link_rpy)))
+        np.testing.assert_allclose(seen.reshape(3, 3), r_stand.T @ tilt_matrix @ r_stand, atol=1e-5)
+    # The feet stand turned half a turn about y: to them the tilt is a roll of -0.1.
+    np.testing.assert_allclose(rpy[2:, 0], -0.1, atol=0.01)
+
+
+# ICubWalk-v0's observations (seed 0, reset then 3 steps of the actions below) as they were
+# before ICubWalk-v1: its orientations and the sum of each observation's |values|.
+V0_ORIENTATIONS = [
+    [0.00001812, 0.00089344, -0.00003797, 1.5793562, -0.01851749, -1.5852872],
+    [-3.1341932, 0.0253281, 3.1229036, -3.1308913, -0.00994355, 3.1398535],
+    [-0.0250159, 0.02917571, -0.05830884, 1.6516694, 0.01049293, -1.5715674],
+    [-3.129521, -0.1284135, -3.1174831, -3.076652, -0.10756063, 2.9822407],
+    [-0.06416707, -0.01941728, -0.02156307, 1.6895448, 0.05644879, -1.6092719],
+    [-3.0145423, -0.1250074, -3.1368499, -3.1124437, -0.12418465, 3.0464017],
+    [-0.05924862, -0.07506742, 0.02166894, 1.6372409, 0.05158616, -1.6610664],
+    [-2.9751499, 0.01986887, 3.0933988, 3.0996504, -0.02050398, -3.0906239],
+]
+V0_ABS_SUMS = [42.19278, 61.56935, 78.4188, 80.166214]
+
+
+def test_v0_observations_are_unchanged(cache_dir):
+    env = gymnasium.make(ICUB_WALK_ID, cache_dir=cache_dir)
+    try:
+        observations = [env.reset(seed=0)[0]]
+        for k in range(3):
+            observations.append(env.step(0.3 * np.sin(np.arange(25) + k))[0])
+    finally:
+        env.close()
+    observations = np.array(observations)
+    np.testing.assert_allclose(
+        observations[:, ORIENTATIONS], np.reshape(V0_ORIENTATIONS, (4, 12)), atol=1e-5
+    )
+    np.testing.assert_allclose(np.abs(observations).sum(axis=1), V0_ABS_SUMS, rtol=1e-5)
+
+
+def test_unknown_orientation_is_refused():
+    with pytest.raises(ValueError, match="'world', 'from_standing'.*got 'relative'"):
+        ICubWalkEnv(orientation='relative')
+
+
+def test_v1_from_gin():
+    parse_config([], ["create_environment.env_name = 'ICubWalk-v1'"])
+    with create_environment() as env:
+        orientations = env.reset().observation[0, ORIENTATIONS]
+    np.testing.assert_allclose(orientations.numpy(), 0.0, atol=0.05)
+    # The id stands for its orientation: no env_kwargs may say another.
+    with pytest.raises(ValueError, match='orientation'):
+        create_environment(ICUB_WALK_V1_ID, env_kwargs={'orientation': 'world'})

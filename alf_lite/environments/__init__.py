@@ -2,7 +2,8 @@
 
 Registered ids: ``alf_lite/PointTarget-v0`` (toy task), ``HumanoidBullet-v0``,
 ``AntBullet-v0``, ``HalfCheetahBullet-v0``, ``HopperBullet-v0``,
-``Walker2DBullet-v0`` (PyBullet locomotion) and ``ICubWalk-v0`` (iCub walking).
+``Walker2DBullet-v0`` (PyBullet locomotion), ``ICubWalk-v0`` and ``ICubWalk-v1``
+(iCub walking).
 The PyBullet and iCub tasks are registered only where pybullet (and
 icub-models) are installed, so alf_lite also runs where they are not.
 """

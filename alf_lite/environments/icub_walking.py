@@ -1,4 +1,5 @@
-"""The iCub humanoid walking task (``ICubWalk-v0``) on PyBullet, after SocialBot's ICubWalk.
+"""The iCub humanoid walking task (``ICubWalk-v0``, ``ICubWalk-v1``) on PyBullet, after
+SocialBot's ICubWalk.
 
 SocialBot's ICubWalk (Gazebo) is the task ALF's users trained SAC on. Here the
 robot is the official iCub model of the ``icub-models`` PyPI package
@@ -19,6 +20,12 @@ Task:
   (3); xyz and roll/pitch/yaw of root_link, chest, l_foot and r_foot (24); the
   base's linear and angular velocity (6); the 25 joint angles (25) and
   speeds (25); left and right foot contact with the ground (2).
+- ``orientation`` says what a link's roll/pitch/yaw is: 'world' (``ICubWalk-v0``):
+  of its world orientation q, as ``getEulerFromQuaternion`` gives it; standing, both
+  feet's roll and yaw are near +-pi, where they wrap, so a tiny tilt makes them jump by
+  about 2 pi. 'from_standing' (``ICubWalk-v1``): of q_stand^-1 * q, q_stand being the
+  link's world orientation in the settled standing state that ``reset`` restores
+  (before the joint noise): near 0 standing, they wrap only half a turn away from it.
 - Reward ``1 + 6 * min(v, 1) - (mean(a^2) + 0.5 * mean(|q|))``: v is the
   forward speed (m/s) of the mean xyz above, a the clipped action, q the 25
   joint angles (rad).
@@ -63,6 +70,8 @@ from alf_lite.environments.suite_pybullet import (
 )
 
 ICUB_WALK_ID = 'ICubWalk-v0'
+# ICubWalk-v0 with orientation='from_standing'.
+ICUB_WALK_V1_ID = 'ICubWalk-v1'
 ICUB_MODEL = 'iCubGazeboV2_5'
 # Where the cleaned URDF is written; default ~/.cache/alf_lite.
 CACHE_DIR_ENV = 'ALF_LITE_CACHE_DIR'
@@ -122,6 +131,8 @@ FRAME_SIZE = 85
 OBSERVATION_BOUND = 100.0
 ControlMode = Literal['position_residual', 'velocity', 'torque']
 CONTROL_MODES = typing.get_args(ControlMode)
+Orientation = Literal['world', 'from_standing']
+ORIENTATIONS = typing.get_args(Orientation)
 
 
 def _default_cache_dir() -> Path:
@@ -274,6 +285,10 @@ class ICubWalkEnv(gymnasium.Env):
             the episode terminates.
         render_mode: None or 'rgb_array' (TinyRenderer, headless).
         cache_dir: where the cleaned URDF is kept; see ``cleaned_urdf_path``.
+        orientation: 'world' (``ICubWalk-v0``) or 'from_standing' (``ICubWalk-v1``):
+            each link's roll/pitch/yaw in the frame is of its world orientation q, or of
+            q_stand^-1 * q, its rotation from its orientation in the settled standing state
+            (see the module docstring).
     """
 
     metadata = {'render_modes': ['rgb_array'], 'render_fps': 20}
@@ -289,12 +304,16 @@ class ICubWalkEnv(gymnasium.Env):
         fall_height: float = 0.13,
         render_mode: Optional[str] = None,
         cache_dir: Optional[str] = None,
+        orientation: Orientation = 'world',
     ):
         if control_mode not in CONTROL_MODES:
             raise ValueError(f'control_mode must be one of {CONTROL_MODES}, got {control_mode!r}')
+        if orientation not in ORIENTATIONS:
+            raise ValueError(f'orientation must be one of {ORIENTATIONS}, got {orientation!r}')
         if render_mode not in (None, 'rgb_array'):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.control_mode = control_mode
+        self.orientation = orientation
         self.render_mode = render_mode
         self.control_dt = physics_substeps * time_step
         self.metadata = dict(self.metadata, render_fps=round(1 / self.control_dt))
@@ -351,6 +370,10 @@ class ICubWalkEnv(gymnasium.Env):
         self._stand_up(links)
         self._standing_state = p.saveState()
         self._fall_z = self._chest_z() - self._fall_height
+        # q_stand^-1 of root_link, chest and the feet, for orientation='from_standing'.
+        self._standing_inverse = [
+            p.invertTransform((0, 0, 0), orn)[1] for _, orn in self._link_poses()
+        ]
 
     # --- poses ---------------------------------------------------------------------------
 
@@ -428,16 +451,26 @@ class ICubWalkEnv(gymnasium.Env):
 
     # --- observation ---------------------------------------------------------------------
 
-    def _frame(self) -> np.ndarray:
-        """One 85-value frame (see the module docstring); returns it float64."""
-        p = self._p
+    def _link_poses(self):
+        """World position and orientation of root_link, chest, l_foot and r_foot."""
         poses = [self._root_pose()]
         poses += [
             (s[4], s[5])
-            for s in p.getLinkStates(
+            for s in self._p.getLinkStates(
                 self._body, [self._chest] + self._feet, computeForwardKinematics=1
             )
         ]
+        return poses
+
+    def _frame(self) -> np.ndarray:
+        """One 85-value frame (see the module docstring); returns it float64."""
+        p = self._p
+        poses = self._link_poses()
+        if self.orientation == 'from_standing':
+            poses = [
+                (pos, p.multiplyTransforms((0, 0, 0), inverse, (0, 0, 0), orn)[1])
+                for (pos, orn), inverse in zip(poses, self._standing_inverse)
+            ]
         positions = np.array([pos for pos, _ in poses])
         link_poses = [np.concatenate([pos, p.getEulerFromQuaternion(orn)]) for pos, orn in poses]
         linear, angular = p.getBaseVelocity(self._body)
@@ -547,4 +580,10 @@ gymnasium.register(
     id=ICUB_WALK_ID,
     entry_point='alf_lite.environments.icub_walking:ICubWalkEnv',
     max_episode_steps=200,
+)
+gymnasium.register(
+    id=ICUB_WALK_V1_ID,
+    entry_point='alf_lite.environments.icub_walking:ICubWalkEnv',
+    max_episode_steps=200,
+    kwargs={'orientation': 'from_standing'},
 )
