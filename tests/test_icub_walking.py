@@ -51,7 +51,7 @@ def cache_dir(tmp_path_factory):
 @pytest.fixture(scope='module')
 def env(cache_dir):
     """One env for the tests that only step it (loading takes ~0.5 s)."""
-    env = gymnasium.make(ICUB_WALK_ID, cache_dir=cache_dir)
+    env = gymnasium.make(gymnasium.spec(ICUB_WALK_ID), cache_dir=cache_dir)
     yield env
     env.close()
 
@@ -215,7 +215,7 @@ def test_the_episode_after_a_simulation_that_blew_up_is_that_of_a_new_env(env, c
     env.reset(seed=1)
     _, reward, terminated, _, _ = env.step(np.full(25, np.nan))
     assert terminated and reward == 0.0
-    new = gymnasium.make(ICUB_WALK_ID, cache_dir=cache_dir)
+    new = gymnasium.make(gymnasium.spec(ICUB_WALK_ID), cache_dir=cache_dir)
     try:
         np.testing.assert_array_equal(env.reset(seed=5)[0], new.reset(seed=5)[0])
         for _ in range(10):
@@ -253,7 +253,9 @@ def test_reset_restores_the_standing_state(env):
 
 @pytest.mark.parametrize('control_mode', ['velocity', 'torque'])
 def test_other_control_modes(cache_dir, control_mode):
-    env = gymnasium.make(ICUB_WALK_ID, control_mode=control_mode, cache_dir=cache_dir)
+    env = gymnasium.make(
+        gymnasium.spec(ICUB_WALK_ID), control_mode=control_mode, cache_dir=cache_dir
+    )
     try:
         env.reset(seed=0)
         for t in range(1, 201):  # noqa: B007  (t is read after the loop)
@@ -275,7 +277,7 @@ def test_unknown_control_mode_is_refused():
 
 
 def test_render_rgb_array_headless(cache_dir):
-    env = gymnasium.make(ICUB_WALK_ID, render_mode='rgb_array', cache_dir=cache_dir)
+    env = gymnasium.make(gymnasium.spec(ICUB_WALK_ID), render_mode='rgb_array', cache_dir=cache_dir)
     try:
         env.reset(seed=0)
         frame = env.render()
@@ -464,7 +466,7 @@ def test_the_cleaned_urdf_is_never_seen_partly_written(cache_dir, tmp_path, monk
 @pytest.fixture(scope='module')
 def still_env(cache_dir):
     """An env without reset noise: each reset(seed=0) starts from the settled standing state."""
-    env = gymnasium.make(ICUB_WALK_ID, joint_noise=0.0, cache_dir=cache_dir)
+    env = gymnasium.make(gymnasium.spec(ICUB_WALK_ID), joint_noise=0.0, cache_dir=cache_dir)
     yield env
     env.close()
 
@@ -519,7 +521,7 @@ def test_position_residual_targets_the_standing_pose_plus_half_the_action(still_
 
 def test_velocity_mode_targets_max_velocity_times_the_action(cache_dir):
     env = gymnasium.make(
-        ICUB_WALK_ID, control_mode='velocity', joint_noise=0.0, cache_dir=cache_dir
+        gymnasium.spec(ICUB_WALK_ID), control_mode='velocity', joint_noise=0.0, cache_dir=cache_dir
     )
     elbows = [ACTUATED_JOINTS.index('l_elbow'), ACTUATED_JOINTS.index('r_elbow')]
     action = np.zeros(25)
@@ -651,7 +653,7 @@ V0_ABS_SUMS = [42.19278, 61.56935, 78.4188, 80.166214]
 
 
 def test_v0_observations_are_unchanged(cache_dir):
-    env = gymnasium.make(ICUB_WALK_ID, cache_dir=cache_dir)
+    env = gymnasium.make(gymnasium.spec(ICUB_WALK_ID), cache_dir=cache_dir)
     try:
         observations = [env.reset(seed=0)[0]]
         for k in range(3):
