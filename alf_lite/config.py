@@ -615,6 +615,12 @@ def _check_scopes_opened(recorded) -> None:
                 )
 
 
+def _binding_name(statement) -> str:
+    """``scope/Configurable.parameter`` of a parsed binding statement, as written."""
+    scope = f'{statement.scope}/' if statement.scope else ''
+    return f'{scope}{statement.selector}.{statement.arg_name}'
+
+
 def _check_value_types(bindings) -> None:
     """Fail now on a literal value its parameter's type annotation rules out.
 
@@ -641,18 +647,16 @@ def _check_value_types(bindings) -> None:
             given = _referenced_fits(value, annotation)
             if given is None:
                 continue
-            scope = f'{statement.scope}/' if statement.scope else ''
             through = '' if macro is None else f', from %{macro}'
             raise ConfigError(
-                f'`{scope}{statement.selector}.{statement.arg_name}` in '
+                f'`{_binding_name(statement)}` in '
                 f'{_statement_where(statement, gin_param)} is {value!r} ({given}{through}), '
                 f"but '{statement.arg_name}' of '{statement.selector}' takes "
                 f'{_type_text(annotation)}. Fix the value.'
             )
         if _fits(value, annotation):
             continue
-        scope = f'{statement.scope}/' if statement.scope else ''
-        binding = f'{scope}{statement.selector}.{statement.arg_name}'
+        binding = _binding_name(statement)
         where = _statement_where(statement, gin_param)
         parameter = inspect.signature(configurable.wrapped).parameters.get(statement.arg_name)
         default = inspect.Parameter.empty if parameter is None else parameter.default
@@ -688,8 +692,7 @@ def _check_constructors_not_called(bindings) -> None:
             )
         ):
             continue
-        scope = f'{statement.scope}/' if statement.scope else ''
-        binding = f'{scope}{statement.selector}.{statement.arg_name}'
+        binding = _binding_name(statement)
         through = '' if macro is None else f' (from %{macro})'
         without = repr(value)[:-2]
         raise ConfigError(
@@ -720,8 +723,7 @@ def _check_buildable(statement, gin_param: Optional[str]) -> None:
     ]
     if not missing:
         return
-    scope = f'{statement.scope}/' if statement.scope else ''
-    binding = f'{scope}{statement.selector}.{statement.arg_name}'
+    binding = _binding_name(statement)
     through = '' if macro is None else f' (from %{macro})'
     raise ConfigError(
         f'`{binding}` in {_statement_where(statement, gin_param)} is {value!r}{through}, which '
@@ -751,8 +753,7 @@ def _check_values_written_back(bindings) -> None:
         value, macro = _through_macros(statement.value)
         if not any(_not_finite(v) for v in _literals(value)):
             continue
-        scope = f'{statement.scope}/' if statement.scope else ''
-        binding = f'{scope}{statement.selector}.{statement.arg_name}'
+        binding = _binding_name(statement)
         through = '' if macro is None else f' (from %{macro})'
         raise ConfigError(
             f'`{binding}` in {_statement_where(statement, gin_param)} is '
