@@ -685,7 +685,9 @@ def test_a_noise_class_referenced_without_parentheses_is_refused_naming_the_fix(
     name = algorithm.__name__
     parse_config([], [f'{name}.exploration_noise = @{noise}'])
     with pytest.raises(
-        ValueError, match=rf'{name}.exploration_noise is the class {noise}.*@{noise}\(\)'
+        ValueError,
+        match=rf'{name}.exploration_noise is the class {noise}, not a noise object: refer to it '
+        rf'with parentheses, @{noise}\(\)',
     ):
         algorithm(observation_dim=3, action_dim=2)
     parse_config([], [f'{name}.exploration_noise = @{noise}()'])
@@ -725,6 +727,18 @@ def test_exploration_noise_of_the_wrong_shape_is_refused_and_a_noise_is_tried_on
     noise = OUNoise()
     ddpg = DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=noise)
     assert ddpg._exploration_noise is noise and noise._state is None
+
+
+def test_exploration_noise_that_broadcasts_the_actions_to_more_dimensions_is_refused():
+    # [N, 1, A] added to actions [N, A] gives [N, N, A], no action of the env's.
+    with pytest.raises(
+        ValueError, match=r'returns shape \[2, 1, 3\] for actions of shape \[2, 3\]'
+    ):
+        DdpgAlgorithm(
+            observation_dim=1,
+            action_dim=3,
+            exploration_noise=lambda step_type, action: torch.zeros_like(action).unsqueeze(1),
+        )
 
 
 def test_a_noise_returning_a_number_or_an_array_is_taken_and_its_trial_draws_nothing():

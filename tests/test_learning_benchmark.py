@@ -1673,6 +1673,18 @@ def test_a_done_json_that_is_no_json_object_is_an_error_naming_it_and_is_kept(
     assert not (out / 'pendulum' / 'logs').exists()
 
 
+def test_the_estimate_leaves_out_a_done_json_that_is_no_json_object(tmp_path):
+    # Another run's done.json edited into a list: that run is refused when trained or
+    # reported, and the estimate of this one goes on without it.
+    (run,) = learning.suite_runs('hopper', seeds=[2], steps=150_000)[:1]
+    other = tmp_path / 'study_sac' / 'hopper_default' / 'seed0'
+    other.mkdir(parents=True)
+    (other / 'done.json').write_text('[2]')
+    seconds, source = launcher.estimate_seconds(run, str(tmp_path))
+    assert source == 'assumed rate'
+    assert seconds == pytest.approx(150_000 * run.task.assumed_seconds_per_step)
+
+
 def test_a_stopped_launcher_starts_no_run_even_when_stopped_while_preparing_it(tmp_path):
     out = tmp_path / 'runs'
     run = _pendulum_run(1000)

@@ -205,3 +205,14 @@ def test_copied_networks_keep_their_precision():
     critic = CriticNetwork(OBS, ACT, hidden_layers=(8,))
     precision.set_network_precision(critic, 'bfloat16')
     assert copy.deepcopy(critic).compute_dtype == torch.bfloat16
+
+
+def test_batch_norm_networks_run_on_the_meta_device():
+    # Their batch statistics are computed outside autocast, which raises on the meta device,
+    # where the networks' memory is estimated.
+    with torch.device('meta'):
+        actor = DeterministicActorNetwork(OBS, ACT, batch_norm=True)
+        critic = CriticNetwork(OBS, ACT, num_replicas=2, batch_norm=True)
+        observation, action = torch.zeros(B, OBS), torch.zeros(B, ACT)
+        assert actor(observation).shape == (B, ACT)
+        assert critic(observation, action).shape == (B, 2)

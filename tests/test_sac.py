@@ -601,6 +601,7 @@ def test_value_step_is_the_mean_of_the_critic_replicas():
         (dict(target_entropy=float('nan')), 'target_entropy must be a finite number or None'),
         (dict(initial_log_alpha=float('nan')), 'initial_log_alpha must be a finite number'),
         (dict(initial_log_alpha=float('-inf')), 'initial_log_alpha must be a finite number'),
+        (dict(initial_log_alpha='0'), "initial_log_alpha must be a finite number, got '0'"),
     ],
 )
 def test_settings_no_paper_uses_are_refused_naming_them(kwargs, message):

@@ -13,7 +13,7 @@ from alf_lite.algorithms import DdpgAlgorithm, SacAlgorithm, Td3Algorithm
 from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.data import Experience, StepType
 from alf_lite.replay_buffer import ReplayBuffer
-from alf_lite.update import UpdateRunner, check_compiles
+from alf_lite.update import WARMUP_UPDATES_PER_PHASE, UpdateRunner, check_compiles
 from test_non_finite_guard import ALGORITHMS, HostSyncs, assert_same_state, make
 
 NUM_ENVS, OBS_DIM, ACTION_DIM = 2, 3, 2
@@ -348,3 +348,41 @@ def test_a_subclass_with_a_cycle_of_its_own_gets_a_phase_per_step_of_it(ctor, op
         moved = any(not torch.equal(p, b) for p, b in zip(params, before))
         assert work.setdefault(phase, moved) == moved, (phase, moved, work)
     assert set(work.values()) == {True, False}
+
+
+def test_each_phase_updates_eagerly_before_its_graph_is_captured():
+    # Eager updates create a phase's optimizer states before its capture: a phase first met
+    # after the others had warmed up (DDPG's step updating the actor and the targets) was
+    # captured with none of its own. The capture and replay below stand in for the GPU's.
+    algorithm = DdpgAlgorithm(OBS_DIM, ACTION_DIM, policy_update_period=2, target_update_period=3)
+    run = runner(algorithm, filled_buffer())
+    run._cuda_graph = True
+    events = []
+
+    def eager(step, batch):
+        events.append(('eager', algorithm.train_step_phase(algorithm.num_train_steps)))
+        return step(batch)
+
+    class Graph:
+        def replay(self):
+            num_train_steps = algorithm.num_train_steps
+            run._step(None)
+            algorithm.num_train_steps = num_train_steps
+
+    def capture(phase):
+        events.append(('capture', phase))
+        run._graphs[phase], run._graph_outputs[phase] = Graph(), {}
+
+    run._side_stream.run, run._capture = eager, capture
+    for dropped in (False, True):
+        if dropped:
+            # Graphs dropped (a checkpoint's optimizer states loaded) warm up again.
+            run.drop_graphs()
+            del events[:]
+        for update in range(1, 31):
+            run.update(env_steps=100, update=update)
+        captured = [i for i, (kind, _) in enumerate(events) if kind == 'capture']
+        assert len(captured) == 4
+        for i in captured:
+            phase = events[i][1]
+            assert events[:i].count(('eager', phase)) == WARMUP_UPDATES_PER_PHASE, (phase, events)
