@@ -17,7 +17,7 @@ import pybullet
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from alf_lite.config import parse_config
+from alf_lite.config import parse_config, unused_bindings
 from alf_lite.environments import create_environment, icub_walking
 from alf_lite.environments.icub_walking import (
     ACTUATED_JOINTS,
@@ -680,3 +680,61 @@ def test_v1_from_gin():
     # The id stands for its orientation: no env_kwargs may say another.
     with pytest.raises(ValueError, match='orientation'):
         create_environment(ICUB_WALK_V1_ID, env_kwargs={'orientation': 'world'})
+
+
+def test_v1_roll_and_yaw_flip_by_pi_where_a_link_pitches_a_quarter_turn(cache_dir):
+    # Not only half a turn from standing: the pitch is kept in [-pi/2, pi/2], so where it
+    # passes pi/2 the same rotation is written with roll and yaw half a turn over.
+    env = gymnasium.make(ICUB_WALK_V1_ID, joint_noise=0.0, cache_dir=cache_dir)
+    try:
+        env.reset(seed=0)
+        u = env.unwrapped
+        p = u._p
+        rpy = {}
+        for angle in (1.5, 1.65):
+            p.restoreState(u._standing_state)
+            # The whole robot turned about world y; root_link stands level.
+            tilt = p.getQuaternionFromEuler([0.0, angle, 0.0])
+            position, orientation = u._root_pose()
+            turned = p.multiplyTransforms([0, 0, 0], tilt, [0, 0, 0], orientation)[1]
+            u._set_root_pose(position, turned)
+            rpy[angle] = u._frame()[ORIENTATIONS].reshape(4, 3)[0]
+    finally:
+        env.close()
+    np.testing.assert_allclose(rpy[1.5], [0.0, 1.5, 0.0], atol=0.01)
+    np.testing.assert_allclose(np.abs(rpy[1.65]), [np.pi, np.pi - 1.65, np.pi], atol=0.01)
+
+
+def test_v1_standing_orientations_of_a_rebuilt_simulation_are_those_of_a_new_env(v1_env, tmp_path):
+    u = v1_env.unwrapped
+    standing = np.array(u._standing_inverse)
+    v1_env.reset(seed=1)
+    # NaN targets blow the simulation up for real: the next reset builds a new robot.
+    assert v1_env.step(np.full(25, np.nan))[2]
+    for seed in (3, None, 4):
+        obs, _ = v1_env.reset(seed=seed)
+        # Up to the reset's joint noise, every episode starts near 0.
+        np.testing.assert_allclose(obs[ORIENTATIONS], 0.0, atol=0.05)
+    np.testing.assert_array_equal(np.array(u._standing_inverse), standing)
+    # The robot built from the cleaned URDF in another cache directory stands the same.
+    new = gymnasium.make(ICUB_WALK_V1_ID, cache_dir=str(tmp_path))
+    try:
+        np.testing.assert_array_equal(np.array(new.unwrapped._standing_inverse), standing)
+        np.testing.assert_array_equal(v1_env.reset(seed=5)[0], new.reset(seed=5)[0])
+    finally:
+        new.close()
+
+
+def test_a_gin_orientation_is_overridden_by_the_v1_id_and_warned_unused():
+    parse_config([], ["ICubWalkEnv.orientation = 'world'"])
+    env = gymnasium.make(gymnasium.spec(ICUB_WALK_V1_ID))
+    try:
+        assert env.unwrapped.orientation == 'from_standing'
+    finally:
+        env.close()
+    own, _ = unused_bindings()
+    assert len(own) == 1 and own[0].startswith('`ICubWalkEnv.orientation`'), own
+    # v0 takes it.
+    env = gymnasium.make(gymnasium.spec(ICUB_WALK_ID))
+    env.close()
+    assert unused_bindings() == ([], [])

@@ -25,7 +25,9 @@ Task:
   feet's roll and yaw are near +-pi, where they wrap, so a tiny tilt makes them jump by
   about 2 pi. 'from_standing' (``ICubWalk-v1``): of q_stand^-1 * q, q_stand being the
   link's world orientation in the settled standing state that ``reset`` restores
-  (before the joint noise): near 0 standing, they wrap only half a turn away from it.
+  (before the joint noise): near 0 standing. Far from it they still jump: roll and yaw
+  wrap at +-pi (half a turn), and flip by pi where a link pitches a quarter turn (its
+  pitch, kept in [-pi/2, pi/2], passing +-pi/2).
 - Reward ``1 + 6 * min(v, 1) - (mean(a^2) + 0.5 * mean(|q|))``: v is the
   forward speed (m/s) of the mean xyz above, a the clipped action, q the 25
   joint angles (rad).
