@@ -5,7 +5,9 @@ r"""What an ICubWalk-v0 (or -v1) policy does: how long it stays up, how far and 
 Plays the deterministic policy of a run's checkpoint (the latest, or
 ``--checkpoint_step``; before a resume that changed the experiment, in the env of
 the ``config-until-<step>.gin`` it was trained with) for ``--num_episodes`` episodes, seeded as the
-trainer's eval envs, and two baselines on the same seeds: the zero action
+trainer's eval envs of its first evaluation (env step 0: the same episodes whatever the
+checkpoint, so not those of the checkpoint's own evaluation, which ``play`` replays),
+and two baselines on the same seeds: the zero action
 (with the default 'position_residual' control it holds the standing pose) and
 uniform random actions, and with ``--noise_std`` the zero action plus
 Gaussian noise of each given standard deviation (how robust standing is to
