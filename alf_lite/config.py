@@ -652,7 +652,7 @@ def _check_value_types(bindings) -> None:
                 f'`{_binding_name(statement)}` in '
                 f'{_statement_where(statement, gin_param)} is {value!r} ({given}{through}), '
                 f"but '{statement.arg_name}' of '{statement.selector}' takes "
-                f'{_type_text(annotation)}. Fix the value.'
+                f'{_taken(statement)}. Fix the value.'
             )
         if _fits(value, annotation):
             continue

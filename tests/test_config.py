@@ -723,25 +723,36 @@ def test_value_of_the_wrong_type_names_binding_file_line_and_the_type_taken(tmp_
         (
             'Td3Algorithm.target_policy_noise = @GaussianNoise()',
             'which builds an instance of GaussianNoise',
-            'float',
+            'float (its default is 0.2)',
         ),
-        ('GaussianNoise.sigma = @OUNoise', 'the class OUNoise', 'float'),
-        ('TrainerConfig.device = @SacAlgorithm', 'the class SacAlgorithm', 'str'),
-        ('CriticNetwork.hidden_layers = @actor/Adam', 'the function Adam', 'Sequence[int]'),
+        ('GaussianNoise.sigma = @OUNoise', 'the class OUNoise', 'float (its default is 0.1)'),
+        (
+            'TrainerConfig.device = @SacAlgorithm',
+            'the class SacAlgorithm',
+            "str (its default is 'auto')",
+        ),
+        (
+            'CriticNetwork.hidden_layers = @actor/Adam',
+            'the function Adam',
+            'Sequence[int] (its default is (256, 256))',
+        ),
         (
             'ICubWalkEnv.control_mode = @GaussianNoise()',
             'which builds an instance of GaussianNoise',
-            "Literal['position_residual', 'velocity', 'torque']",
+            "Literal['position_residual', 'velocity', 'torque'] (its default is "
+            "'position_residual')",
         ),
         # A TrainerConfig cannot be called as a noise is.
         (
             'DdpgAlgorithm.exploration_noise = @TrainerConfig()',
             'which builds an instance of TrainerConfig',
-            'Optional[Callable]',
+            'Optional[Callable] (its default is None)',
         ),
     ],
 )
-def test_a_reference_of_the_wrong_kind_names_binding_and_the_type_taken(binding, given, takes):
+def test_a_reference_of_the_wrong_kind_names_binding_the_type_taken_and_its_default(
+    binding, given, takes
+):
     import alf_lite.all_configurables  # noqa: F401
 
     selector, param = binding.split(' ')[0].split('.')
