@@ -152,6 +152,31 @@ def test_td3_names_itself_and_the_parameter_given_in_its_errors(binding, message
     assert not root_dir.exists()
 
 
+@pytest.mark.parametrize(
+    'binding, message',
+    [
+        (
+            'exploration_noise = @GaussianNoise',
+            'Td3Algorithm.exploration_noise is the class GaussianNoise, not a noise object',
+        ),
+        (
+            'actor_optimizer = @actor/CriticNetwork',
+            'Td3Algorithm.actor_optimizer is the class CriticNetwork, which is no optimizer',
+        ),
+    ],
+)
+def test_td3s_noise_and_optimizer_refusals_name_td3_alone(binding, message, tmp_path):
+    # Raised in DDPG's constructor, which TD3's calls: gin's trace names DdpgAlgorithm
+    # innermost, which the message, naming Td3Algorithm's parameter, needs not be prefixed by.
+    root_dir = tmp_path / 'run'
+    command = train_command(root_dir, [EXAMPLES / 'td3_pendulum.gin'], [f'Td3Algorithm.{binding}'])
+    result = run_train(command)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f'error: {message}' in result.stderr.splitlines()[-1], result.stderr[-3000:]
+    assert 'DdpgAlgorithm' not in result.stderr.splitlines()[-1], result.stderr[-3000:]
+    assert not root_dir.exists()
+
+
 def test_train_names_hidden_layers_of_the_wrong_type_given_through_a_macro_in_a_tuple(tmp_path):
     # Known only when the network is built (a macro standing alone is checked at parse).
     root_dir = tmp_path / 'run'

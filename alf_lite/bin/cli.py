@@ -18,12 +18,37 @@ EXIT_SIGNAL_BASE = 128  # plus the signal number: stopped by that signal (train)
 
 
 def user_message(message: str) -> str:
-    """``message`` of a config error without gin's call trace, naming the configurable only."""
-    message, _, called = message.partition('\n  In call to configurable ')
-    name = called.split(' ')[0].strip(chr(39))
-    if name and not message.startswith(name):
-        message = f'{name}: {message}'
+    """``message`` of a config error without gin's call trace, naming the configurable only.
+
+    The configurable named is the innermost one the error was raised in, unless the message
+    begins with its name, or with the name of a subclass of it the error passed through
+    (``Td3Algorithm.exploration_noise ...``, raised in the constructor of
+    ``DdpgAlgorithm`` that ``Td3Algorithm``'s calls).
+    """
+    separator = '\n  In call to configurable '
+    message, _, called = message.partition(separator)
+    names = [c.split(' ')[0].strip(chr(39)) for c in called.split(separator)] if called else []
+    if names and not any(
+        message.startswith(name) and _subclass_of(name, names[0]) for name in names
+    ):
+        message = f'{names[0]}: {message}'
     return message
+
+
+def _subclass_of(name: str, base: str) -> bool:
+    """Whether the configurable ``name`` is ``base`` or a class derived from ``base``'s class."""
+    if name == base:
+        return True
+    import gin
+
+    wrapped = []
+    for each in (name, base):
+        try:
+            configurable = gin.config._REGISTRY.get_match(each)
+        except Exception:  # noqa: BLE001  (an ambiguous name: not known to be one)
+            return False
+        wrapped.append(None if configurable is None else configurable.wrapped)
+    return all(isinstance(w, type) for w in wrapped) and issubclass(*wrapped)
 
 
 def print_out(*args, file=None, **kwargs) -> None:
