@@ -1265,9 +1265,9 @@ def test_restoring_a_checkpoint_drops_the_captured_update_graphs(tmp_path):
         trainer.train()
         # As a GPU run holds them after its captures (the CPU never captures).
         trainer._runner._graphs[0] = 'captured before the restore'
-        trainer._runner._eager_updates = 99
+        trainer._runner._eager_updates[0] = 99
         trainer.train()  # restores ckpt-20, then finds nothing left to train
-        assert trainer._runner._graphs == {} and trainer._runner._eager_updates == 0
+        assert trainer._runner._graphs == {} and trainer._runner._eager_updates == {}
 
 
 def test_an_evaluation_step_copies_to_the_device_once_and_back_once(tmp_path, monkeypatch):
