@@ -177,6 +177,33 @@ def test_td3s_noise_and_optimizer_refusals_name_td3_alone(binding, message, tmp_
     assert not root_dir.exists()
 
 
+@pytest.mark.parametrize('modules', [['user_policies'], ['user_policies', 'other_policies']])
+def test_an_error_naming_a_word_that_begins_with_an_outer_configurable_names_where_it_was_raised(
+    modules, tmp_path
+):
+    # A user's configurable 'policy' builds TD3, whose refusal begins with policy_update_period:
+    # 'policy' is no subclass of Td3Algorithm (nor known to be one where two modules have a
+    # 'policy'), so the message still names Td3Algorithm.
+    for module in modules:
+        (tmp_path / f'{module}.py').write_text(
+            'import gin\n\nfrom alf_lite.algorithms.td3 import Td3Algorithm\n\n\n'
+            '@gin.configurable\ndef policy(**kwargs):\n    return Td3Algorithm(**kwargs)\n'
+        )
+    root_dir = tmp_path / 'run'
+    params = [f'import {module}' for module in modules] + [
+        'TrainerConfig.algorithm_ctor = @user_policies.policy',
+        'Td3Algorithm.policy_update_period = 0',
+    ]
+    result = run_train(
+        train_command(root_dir, [EXAMPLES / 'td3_pendulum.gin'], params), cwd=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        'error: Td3Algorithm: policy_update_period must be an integer >= 1, got 0'
+    ), result.stderr[-3000:]
+    assert not root_dir.exists()
+
+
 def test_train_names_hidden_layers_of_the_wrong_type_given_through_a_macro_in_a_tuple(tmp_path):
     # Known only when the network is built (a macro standing alone is checked at parse).
     root_dir = tmp_path / 'run'
