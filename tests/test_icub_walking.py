@@ -4,6 +4,7 @@ reward, orientations."""
 import builtins
 import io
 import os
+import re
 import subprocess
 import sys
 import time
@@ -670,6 +671,23 @@ def test_v0_observations_are_unchanged(cache_dir):
 def test_unknown_orientation_is_refused():
     with pytest.raises(ValueError, match="'world', 'from_standing'.*got 'relative'"):
         ICubWalkEnv(orientation='relative')
+
+
+@pytest.mark.parametrize(
+    'kwargs, message',
+    [
+        (dict(physics_substeps=0), 'physics_substeps must be an integer >= 1, got 0'),
+        (dict(physics_substeps=2.5), 'physics_substeps must be an integer >= 1, got 2.5'),
+        (dict(time_step=0.0), 'time_step must be a positive finite number, got 0.0'),
+        (dict(fall_height=float('inf')), 'fall_height must be a positive finite number'),
+        (dict(joint_noise=-0.1), 'joint_noise must be a finite number >= 0, got -0.1'),
+        (dict(max_velocity=float('nan')), 'max_velocity must be a finite number >= 0'),
+    ],
+)
+def test_settings_that_cannot_simulate_are_refused_naming_them(kwargs, message):
+    # physics_substeps = 0 failed with a ZeroDivisionError naming nothing.
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ICubWalkEnv(**kwargs)
 
 
 def test_v1_from_gin():

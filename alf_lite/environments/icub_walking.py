@@ -49,6 +49,7 @@ Facts about the model that the code handles:
 """
 
 import hashlib
+import math
 import os
 import typing
 import xml.etree.ElementTree as ET
@@ -314,6 +315,20 @@ class ICubWalkEnv(gymnasium.Env):
             raise ValueError(f'orientation must be one of {ORIENTATIONS}, got {orientation!r}')
         if render_mode not in (None, 'rgb_array'):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if isinstance(physics_substeps, bool) or not (
+            isinstance(physics_substeps, int) and physics_substeps >= 1
+        ):
+            raise ValueError(f'physics_substeps must be an integer >= 1, got {physics_substeps!r}')
+        for name, value in (('time_step', time_step), ('fall_height', fall_height)):
+            if not 0 < value < math.inf:
+                raise ValueError(f'{name} must be a positive finite number, got {value!r}')
+        for name, value in (
+            ('position_scale', position_scale),
+            ('max_velocity', max_velocity),
+            ('joint_noise', joint_noise),
+        ):
+            if not 0 <= value < math.inf:
+                raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
         self.control_mode = control_mode
         self.orientation = orientation
         self.render_mode = render_mode
