@@ -772,6 +772,7 @@ def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
         'gin_param_that_changes_the_networks',
         'checkpoint_of_another_algorithm',
         'gin_param_that_makes_a_network_the_algorithm',
+        'gin_param_the_algorithm_refuses',
     ],
 )
 def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
@@ -798,6 +799,11 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
         'gin_param_that_makes_a_network_the_algorithm': (
             'TrainerConfig.algorithm_ctor built a CriticNetwork, which is no algorithm',
             ['--gin_param', 'TrainerConfig.algorithm_ctor=@CriticNetwork'],
+        ),
+        # Refused only by the algorithm's constructor: it raised a traceback.
+        'gin_param_the_algorithm_refuses': (
+            'no longer builds its algorithm: SacAlgorithm: target_update_tau must be in (0, 1]',
+            ['--gin_param', 'SacAlgorithm.target_update_tau=2.0'],
         ),
     }[case]
     if case == 'no_config':

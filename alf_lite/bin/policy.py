@@ -3,7 +3,7 @@
 It defines no flags, so that any tool can import it beside its own.
 """
 
-from alf_lite.bin.cli import fail
+from alf_lite.bin.cli import fail, user_message
 from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
 
 
@@ -46,11 +46,12 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
         )
     except ModelTooLargeError as e:
         fail(str(e))
-    algorithm = config.algorithm_ctor(**dims)
     try:
+        algorithm = config.algorithm_ctor(**dims)
         check_algorithm(algorithm)
-    except ValueError as e:
-        fail(str(e))
+    except (ValueError, TypeError) as e:
+        # A --gin_param that only the algorithm's constructor refuses.
+        fail(f'the config of {path} no longer builds its algorithm: {user_message(str(e))}')
     if estimate is None:
         warn_not_checked()
     set_network_precision(algorithm, config.precision)
