@@ -11,7 +11,7 @@ failing inside torch's allocator or being killed by the kernel's OOM killer.
 """
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 from absl import logging
@@ -117,6 +117,31 @@ def warn_not_checked(also: str = '') -> None:
         'counted (the reason is logged above)%s',
         also,
     )
+
+
+def build_checked(
+    ctor: Callable[..., torch.nn.Module],
+    device: torch.device,
+    training: bool = True,
+    not_checked: str = '',
+    **kwargs,
+) -> Tuple[torch.nn.Module, Optional[ModelBytes]]:
+    """``ctor(**kwargs)`` (in CPU memory), its memory checked first and the result refused
+    unless it is an algorithm; returns it and the estimate (None: ``warn_not_checked``,
+    with ``not_checked``, said it went unchecked).
+
+    Raises:
+        ModelTooLargeError: as ``check_model_fits``.
+        ValueError: ``ctor`` refused its settings or built no ``OffPolicyAlgorithm``.
+    """
+    from alf_lite.algorithms.off_policy_algorithm import check_algorithm
+
+    estimate = check_model_fits(ctor, device, training, **kwargs)
+    algorithm = ctor(**kwargs)
+    check_algorithm(algorithm)
+    if estimate is None:
+        warn_not_checked(not_checked)
+    return algorithm, estimate
 
 
 def check_model_fits(

@@ -15,7 +15,7 @@ from absl import logging
 
 from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import SacAlgorithm
-from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, check_algorithm, loss_mask
+from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask
 from alf_lite.collector import Collector
 from alf_lite.config import unused_bindings, write_text_atomically
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
@@ -27,7 +27,7 @@ from alf_lite.environments import (
 )
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import TerminationValues, evaluate
-from alf_lite.model_memory import check_model_fits, warn_not_checked
+from alf_lite.model_memory import build_checked
 from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
 from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferMismatchError
 from alf_lite.run_dir import RunDir, RunDirLock, config_int, last_good_name, read_config_text
@@ -354,16 +354,15 @@ class Trainer:
                 label='eval env',
             )
             dims = dict(observation_dim=env.observation_dim, action_dim=env.action_dim)
-            estimate = check_model_fits(cfg.algorithm_ctor, device, **dims)
+            self._algorithm, estimate = build_checked(
+                cfg.algorithm_ctor,
+                device,
+                not_checked='; the replay buffer is placed without reserving the memory of '
+                'their gradients and optimizer state',
+                **dims,
+            )
             if estimate is not None:
                 logging.info('networks: %s', estimate.describe())
-            self._algorithm = cfg.algorithm_ctor(**dims)
-            check_algorithm(self._algorithm)
-            if estimate is None:
-                warn_not_checked(
-                    '; the replay buffer is placed without reserving the memory of their '
-                    'gradients and optimizer state'
-                )
             self._algorithm.to(device)
             _check_batch_norm_batch(self._algorithm, cfg.mini_batch_size, cfg.mini_batch_length)
             set_network_precision(self._algorithm, cfg.precision)

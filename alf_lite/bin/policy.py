@@ -35,25 +35,19 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
     import torch
 
     from alf_lite import checkpoint as ckpt
-    from alf_lite.algorithms.off_policy_algorithm import check_algorithm
-    from alf_lite.model_memory import ModelTooLargeError, check_model_fits, warn_not_checked
+    from alf_lite.model_memory import ModelTooLargeError, build_checked
     from alf_lite.precision import set_network_precision, warn_if_emulated
 
     dims = dict(observation_dim=observation_dim, action_dim=action_dim)
     try:
-        estimate = check_model_fits(
+        algorithm, _ = build_checked(
             config.algorithm_ctor, torch.device('cpu'), training=False, **dims
         )
     except ModelTooLargeError as e:
         fail(str(e))
-    try:
-        algorithm = config.algorithm_ctor(**dims)
-        check_algorithm(algorithm)
     except (ValueError, TypeError) as e:
         # A --gin_param that only the algorithm's constructor refuses.
         fail(f'the config of {path} no longer builds its algorithm: {user_message(str(e))}')
-    if estimate is None:
-        warn_not_checked()
     set_network_precision(algorithm, config.precision)
     warn_if_emulated(config.precision, torch.device('cpu'))
     try:
