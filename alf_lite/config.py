@@ -656,17 +656,12 @@ def _check_value_types(bindings) -> None:
             )
         if _fits(value, annotation):
             continue
-        binding = _binding_name(statement)
-        where = _statement_where(statement, gin_param)
-        parameter = inspect.signature(configurable.wrapped).parameters.get(statement.arg_name)
-        default = inspect.Parameter.empty if parameter is None else parameter.default
-        example = '' if default is inspect.Parameter.empty else f' (its default is {default!r})'
         through = '' if macro is None else f', from %{macro}'
         raise ConfigError(
-            f'`{binding}` in {where} is {shortened(repr(value))} ({type(value).__name__}'
-            f'{through}), but '
+            f'`{_binding_name(statement)}` in {_statement_where(statement, gin_param)} is '
+            f'{shortened(repr(value))} ({type(value).__name__}{through}), but '
             f"'{statement.arg_name}' of '{statement.selector}' takes "
-            f'{_type_text(annotation)}{example}. Fix the value.'
+            f'{_taken(statement)}. Fix the value.'
         )
 
 
