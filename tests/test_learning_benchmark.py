@@ -1806,14 +1806,21 @@ def test_partial_starts_only_resumable_runs_and_only_with_enough_time_left(tmp_p
             assert 'would end after the deadline' in result['detail']
 
 
-def test_resumable_run_going_at_the_deadline_is_stopped_and_deferred_with_its_steps(
-    tmp_path, monkeypatch
-):
+def _long_run_begun(tmp_path, monkeypatch):
+    """``(out, run, run_dir)`` of a 100k-step Pendulum run with its first row written and no
+    config.gin, the launcher sampling the load often."""
     monkeypatch.setattr(launcher, 'LOAD_SAMPLE_S', 0.05)
     out = tmp_path / 'runs'
     run = _pendulum_run(100_000)
     run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
     _write_progress(run_dir, [(0, -1000)], config=False)
+    return out, run, run_dir
+
+
+def test_resumable_run_going_at_the_deadline_is_stopped_and_deferred_with_its_steps(
+    tmp_path, monkeypatch
+):
+    out, run, run_dir = _long_run_begun(tmp_path, monkeypatch)
     # It needs 1200 s; with 1 s left it starts only because --partial allows
     # 0.06 s, and is stopped at the deadline after it wrote the row of 500 env steps.
     command = _until_sigterm(run_dir, 500, -100, 143)
@@ -1838,11 +1845,7 @@ def test_resumable_run_going_at_the_deadline_is_stopped_and_deferred_with_its_st
 def test_run_that_fails_or_is_killed_when_stopped_at_the_deadline_is_failed_not_deferred(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(launcher, 'LOAD_SAMPLE_S', 0.05)
-    out = tmp_path / 'runs'
-    run = _pendulum_run(100_000)
-    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
-    _write_progress(run_dir, [(0, -1000)], config=False)
+    out, run, run_dir = _long_run_begun(tmp_path, monkeypatch)
     # It errs (a checkpoint it could not write) or dies of SIGKILL instead of stopping.
     for trap, words in (
         ('echo "OSError: no space left"; kill $!; exit 1', 'exit code 1: OSError: no space left'),
