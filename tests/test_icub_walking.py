@@ -30,6 +30,7 @@ from alf_lite.environments.icub_walking import (
     icub_walk_reward,
 )
 from alf_lite.environments.suite_pybullet import connect_direct
+from cli_helpers import EXAMPLES, run_train, train_command
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The sum of the <inertial> masses of icub-models' iCubGazeboV2_5 URDF.
@@ -688,6 +689,20 @@ def test_settings_that_cannot_simulate_are_refused_naming_them(kwargs, message):
     # physics_substeps = 0 failed with a ZeroDivisionError naming nothing.
     with pytest.raises(ValueError, match=re.escape(message)):
         ICubWalkEnv(**kwargs)
+
+
+def test_train_refuses_a_setting_the_env_refuses_as_bad_input(tmp_path):
+    # A nonsensical number for the env is bad input, as for the trainer: exit 2, nothing
+    # written; it exited 1, as an env that fails.
+    root_dir = tmp_path / 'run'
+    params = ['ICubWalkEnv.physics_substeps=0', 'create_environment.num_parallel_environments=1']
+    result = run_train(train_command(root_dir, [EXAMPLES / 'sac_icub_walking.gin'], params))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: ICubWalkEnv: Environment 'ICubWalk-v0' (env 0 of 1) refused its settings: "
+        'physics_substeps must be an integer >= 1, got 0'
+    )
+    assert not root_dir.exists()
 
 
 def test_v1_from_gin():

@@ -97,6 +97,19 @@ def test_hidden_layer_widths_that_are_not_positive_integers_are_refused(network,
         network(3, 2, hidden_layers=hidden_layers)
 
 
+@pytest.mark.parametrize('bounds', [(2.0, -5.0), (-math.inf, 2.0), (-5.0, math.nan)])
+def test_log_std_bounds_that_are_no_finite_min_and_max_are_refused(bounds):
+    # Reversed, the std would fall as the raw output rises; not finite, every std is NaN.
+    with pytest.raises(ValueError, match='log_std_bounds must be .min, max., finite numbers'):
+        TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=bounds)
+
+
+def test_equal_log_std_bounds_give_a_fixed_std():
+    actor = TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=(-1.0, -1.0))
+    _, log_std = actor._mean_and_log_std(torch.randn(5, 3))
+    assert torch.equal(log_std, torch.full((5, 2), -1.0))
+
+
 def test_mlp_is_linear_then_relu_for_every_hidden_layer():
     torch.manual_seed(0)
     net = mlp(3, (4, 5))

@@ -63,6 +63,7 @@ import numpy as np
 from gymnasium import spaces
 
 from alf_lite.config import new_file_beside
+from alf_lite.environments.suite_gym import EnvironmentSettingsError
 from alf_lite.environments.suite_pybullet import (
     clipped_action,
     close_client,
@@ -310,25 +311,37 @@ class ICubWalkEnv(gymnasium.Env):
         orientation: Orientation = 'world',
     ):
         if control_mode not in CONTROL_MODES:
-            raise ValueError(f'control_mode must be one of {CONTROL_MODES}, got {control_mode!r}')
+            raise EnvironmentSettingsError(
+                f'control_mode must be one of {CONTROL_MODES}, got {control_mode!r}'
+            )
         if orientation not in ORIENTATIONS:
-            raise ValueError(f'orientation must be one of {ORIENTATIONS}, got {orientation!r}')
+            raise EnvironmentSettingsError(
+                f'orientation must be one of {ORIENTATIONS}, got {orientation!r}'
+            )
         if render_mode not in (None, 'rgb_array'):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+            raise EnvironmentSettingsError(
+                f"render_mode must be None or 'rgb_array', got {render_mode!r}"
+            )
         if isinstance(physics_substeps, bool) or not (
             isinstance(physics_substeps, int) and physics_substeps >= 1
         ):
-            raise ValueError(f'physics_substeps must be an integer >= 1, got {physics_substeps!r}')
+            raise EnvironmentSettingsError(
+                f'physics_substeps must be an integer >= 1, got {physics_substeps!r}'
+            )
         for name, value in (('time_step', time_step), ('fall_height', fall_height)):
             if not 0 < value < math.inf:
-                raise ValueError(f'{name} must be a positive finite number, got {value!r}')
+                raise EnvironmentSettingsError(
+                    f'{name} must be a positive finite number, got {value!r}'
+                )
         for name, value in (
             ('position_scale', position_scale),
             ('max_velocity', max_velocity),
             ('joint_noise', joint_noise),
         ):
             if not 0 <= value < math.inf:
-                raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
+                raise EnvironmentSettingsError(
+                    f'{name} must be a finite number >= 0, got {value!r}'
+                )
         self.control_mode = control_mode
         self.orientation = orientation
         self.render_mode = render_mode

@@ -68,6 +68,11 @@ class EnvironmentCrashedError(RuntimeError):
     env_stack = None
 
 
+class EnvironmentSettingsError(ValueError):
+    """An env's constructor refused the settings it was given (its gin bindings): bad input,
+    not a fault of the env. alf_lite's own envs raise it; the message names the setting."""
+
+
 def env_traceback(error: EnvironmentCrashedError) -> Optional[str]:
     """The stack of what an env raised, from its ``reset``/``step`` down.
 
@@ -409,6 +414,8 @@ class _NamedEnvFactory:
             if in_env_process and self._gin_bindings is not None:
                 self._gin_bindings.apply()
             env = self._env_fn()
+        except EnvironmentSettingsError as e:
+            raise EnvironmentSettingsError(f'{self._where} refused its settings: {e}') from e
         except Exception as e:
             raise EnvironmentCrashedError(
                 f'{self._where} could not be created: {type(e).__name__}: {e}'

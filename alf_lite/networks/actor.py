@@ -22,7 +22,8 @@ class TanhNormalActorNetwork(nn.Module):
         action_dim: size of the action vector.
         hidden_layers: widths of the MLP hidden layers.
         log_std_bounds: ``(min, max)``; the raw output is mapped into this range
-            with a tanh, so the bound never cuts the gradient.
+            with a tanh, so the bound never cuts the gradient. Finite, with
+            ``min <= max`` (equal: a fixed std).
     """
 
     def __init__(
@@ -38,6 +39,15 @@ class TanhNormalActorNetwork(nn.Module):
             hidden_layers[-1] if hidden_layers else observation_dim, 2 * action_dim
         )
         self._log_std_min, self._log_std_max = log_std_bounds
+        if not (
+            math.isfinite(self._log_std_min)
+            and math.isfinite(self._log_std_max)
+            and self._log_std_min <= self._log_std_max
+        ):
+            raise ValueError(
+                'log_std_bounds must be (min, max), finite numbers with min <= max, e.g. '
+                f'(-5.0, 2.0), got {log_std_bounds!r}'
+            )
         # None: float32 throughout; torch.bfloat16: the encoder's products in
         # bfloat16 (set by alf_lite.precision.set_network_precision).
         self.compute_dtype = None
