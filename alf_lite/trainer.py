@@ -202,13 +202,8 @@ class TrainerConfig:
                 f'TrainerConfig.replay_buffer_length ({replay_buffer_length}) must '
                 f'be >= mini_batch_length ({mini_batch_length}).'
             )
-        for name in (
-            'mask_out_loss_for_last_step',
-            'checkpoint_replay_buffer',
-            'cuda_graph',
-            'compile',
-        ):
-            if not isinstance(values[name], bool):
+        for name in _FLAGS:
+            if not isinstance(values[name], (bool, np.bool_)):
                 raise ValueError(
                     f'TrainerConfig.{name} must be True or False, got {values[name]!r}.'
                 )
@@ -219,7 +214,9 @@ class TrainerConfig:
                 'TrainerConfig.num_eval_environments must be a positive integer or None, got '
                 f'{num_eval_environments!r}.'
             )
-        if defer_non_finite_checks is not None and not isinstance(defer_non_finite_checks, bool):
+        if defer_non_finite_checks is not None and not isinstance(
+            defer_non_finite_checks, (bool, np.bool_)
+        ):
             raise ValueError(
                 'TrainerConfig.defer_non_finite_checks must be True, False or None, got '
                 f'{defer_non_finite_checks!r}.'
@@ -265,6 +262,15 @@ class TrainerConfig:
         # A numpy integer (``np.arange``'s seeds) is kept as a Python int, as gin gives them.
         for name in positive + ('random_seed', 'initial_collect_steps', 'num_eval_environments'):
             setattr(self, name, int(getattr(self, name)))
+        # A numpy bool (a sweep's ``np.array([True, False])``) is kept as a Python bool.
+        for name in _FLAGS:
+            setattr(self, name, bool(getattr(self, name)))
+        if defer_non_finite_checks is not None:
+            self.defer_non_finite_checks = bool(defer_non_finite_checks)
+
+
+# TrainerConfig's parameters that take True or False.
+_FLAGS = ('mask_out_loss_for_last_step', 'checkpoint_replay_buffer', 'cuda_graph', 'compile')
 
 
 def _is_integer(value) -> bool:

@@ -810,6 +810,19 @@ def test_compile_that_is_no_bool_is_refused():
         TrainerConfig(compile='yes')
 
 
+def test_numpy_bools_are_taken_as_bools_and_kept_as_python_bools():
+    # Flags from a sweep's np.array([True, False]) from Python; a string is still refused.
+    names = ['mask_out_loss_for_last_step', 'checkpoint_replay_buffer', 'compile']
+    config = TrainerConfig(
+        **{name: np.bool_(False) for name in names}, defer_non_finite_checks=np.bool_(True)
+    )
+    for name in names:
+        assert type(getattr(config, name)) is bool and not getattr(config, name)
+    assert config.defer_non_finite_checks is True
+    with pytest.raises(ValueError, match='defer_non_finite_checks must be True, False or None'):
+        TrainerConfig(defer_non_finite_checks=np.int64(1))
+
+
 def test_a_binding_nothing_uses_is_named_with_where_it_was_written(tmp_path, caplog):
     ddpg = os.path.join(EXAMPLES, 'ddpg_pendulum.gin')
     experiment = tmp_path / 'exp.gin'
