@@ -95,26 +95,38 @@ def estimate_model_bytes(ctor: Callable[..., torch.nn.Module], **kwargs) -> Opti
     tensor's value, say): the real build then goes ahead unchecked (``warn_not_checked``
     says so), and raises any error of the config itself.
     """
+    estimate, reason = _estimate_or_reason(ctor, **kwargs)
+    if estimate is None:
+        logging.info("the networks' memory is not known in advance: %s", reason)
+    return estimate
+
+
+def _estimate_or_reason(
+    ctor: Callable[..., torch.nn.Module], **kwargs
+) -> Tuple[Optional[ModelBytes], str]:
+    """``estimate_model_bytes``, unlogged, and why there is none ('' when there is one)."""
     try:
         with torch.device('meta'):
             algorithm = ctor(**kwargs)
     except Exception as e:  # noqa: BLE001  (the real build raises the config's own errors)
-        logging.info("the networks' memory is not known in advance: %s: %s", type(e).__name__, e)
-        return None
-    return model_bytes(algorithm)
+        return None, f'{type(e).__name__}: {e}'
+    return model_bytes(algorithm), ''
 
 
-def warn_not_checked(also: str = '') -> None:
+def warn_not_checked(reason: str, also: str = '') -> None:
     """Warn that networks built without an estimate (``estimate_model_bytes`` gave None) went
-    unchecked: call it once the real build succeeded (a config error raises there instead).
+    unchecked: call it once the real build succeeded (a config error raises there instead,
+    told once, by what it raises).
 
     Args:
+        reason: why they cannot be built on the meta device.
         also: what else went without the estimate, a clause starting with '; '.
     """
     logging.warning(
         "the networks' memory was not counted before they were built, so it was not checked "
         "against the free memory: they cannot be built on torch's meta device, where it is "
-        'counted (the reason is logged above)%s',
+        'counted (%s)%s',
+        reason,
         also,
     )
 
@@ -136,11 +148,13 @@ def build_checked(
     """
     from alf_lite.algorithms.off_policy_algorithm import check_algorithm
 
-    estimate = check_model_fits(ctor, device, training, **kwargs)
+    estimate, reason = _estimate_or_reason(ctor, **kwargs)
+    if estimate is not None:
+        _check_estimate_fits(estimate, device, training)
     algorithm = ctor(**kwargs)
     check_algorithm(algorithm)
     if estimate is None:
-        warn_not_checked(not_checked)
+        warn_not_checked(reason, not_checked)
     return algorithm, estimate
 
 
@@ -163,8 +177,13 @@ def check_model_fits(
         ModelTooLargeError: it needs more than the free memory of the CPU or ``device``.
     """
     estimate = estimate_model_bytes(ctor, **kwargs)
-    if estimate is None:
-        return None
+    if estimate is not None:
+        _check_estimate_fits(estimate, device, training)
+    return estimate
+
+
+def _check_estimate_fits(estimate: ModelBytes, device: torch.device, training: bool) -> None:
+    """``check_model_fits`` of an estimate made."""
     device = torch.device(device)
     needed = estimate.training if training else estimate.parameters
     needs = [(device, needed)]
@@ -182,4 +201,3 @@ def check_model_fits(
                 f'and {free} bytes ({free / _GIB:.2f} GiB) are free.{memory_bound_text(bound)} '
                 'Make the networks smaller (their hidden_layers).'
             )
-    return estimate

@@ -211,6 +211,22 @@ def test_networks_built_without_an_estimate_are_named_in_a_warning(tmp_path, cap
     assert any(NOT_CHECKED in w and 'the replay buffer' in w for w in warnings), warnings
 
 
+def test_a_setting_the_algorithm_refuses_is_told_once_by_its_error(caplog):
+    # The meta-device build refuses it too: that refusal is no reason to log, the error says it.
+    build = functools.partial(SacAlgorithm, gamma=1.5)
+    with caplog.at_level('INFO'):
+        with pytest.raises(ValueError, match=r'gamma must be in \[0, 1\], got 1.5'):
+            model_memory.build_checked(build, torch.device('cpu'), **DIMS)
+    assert not [r.getMessage() for r in caplog.records if 'gamma' in r.getMessage()]
+
+
+def test_the_warning_of_networks_built_without_an_estimate_gives_the_reason(caplog):
+    with caplog.at_level('WARNING'):
+        model_memory.build_checked(reads_a_value, torch.device('cpu'), **DIMS)
+    (warning,) = warnings_logged(caplog)
+    assert NOT_CHECKED in warning and 'meta device, where it is counted (RuntimeError: ' in warning
+
+
 def test_play_names_networks_built_without_an_estimate_in_a_warning(tmp_path, caplog):
     from alf_lite.bin.policy import checkpoint_path, load_policy
     from alf_lite.trainer import TrainerConfig
