@@ -61,6 +61,8 @@ def main():
     parser.add_argument('--buffer', type=at_least(1), default=100_000, help='stored steps')
     args = parser.parse_args()
 
+    import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids, such as ICubWalk-v0)
+
     try:
         env = gymnasium.make(args.env)
     except gymnasium.error.Error as e:

@@ -291,6 +291,24 @@ def test_memory_table_gives_bytes_per_step_mib_and_multiple_of_the_raw_minimum(m
     }
 
 
+def test_memory_script_knows_alf_lites_own_env_ids(tmp_path):
+    """ICubWalk-v0 is registered by alf_lite, which the script imports after gymnasium."""
+    pytest.importorskip('stable_baselines3')
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'memory.py')]
+        + ['--env', 'ICubWalk-v0', '--buffer', '10'],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    header = lines.index('ICubWalk-v0: observation 170 x float32, action 25; 10 steps')
+    raw = 170 * 4 + 25 * 4 + 4 + 4 + 1
+    assert table_rows(lines[header + 2 :], 3)['alf_lite'] == [f'{raw:.1f}', '0.0', '1.00']
+
+
 def test_random_replay_buffer_samples_on_the_training_device(monkeypatch):
     import alf_lite.replay_buffer
 
