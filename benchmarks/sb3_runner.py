@@ -58,6 +58,7 @@ from alf_lite.runs import (
 from alf_lite.seeding import eval_env_seeds
 from alf_lite.signals import STOP_SIGNALS, stop_when_starter_ends
 from alf_lite.summary import MIN_INTERVAL_S
+from benchmarks import at_least
 from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
 from benchmarks.memory import sb3_buffer_bytes
 from benchmarks.sb3_common import mute_logger
@@ -439,9 +440,11 @@ def main(argv=None) -> int:
     )
     parser.add_argument('--suite', choices=list(SUITES), required=True)
     parser.add_argument('--run', required=True, help='The SB3 run of the suite, e.g. sb3_sac.')
-    parser.add_argument('--seed', type=int, required=True)
+    parser.add_argument('--seed', type=at_least(0), required=True)
     parser.add_argument('--out', required=True, help='Directory of the benchmark runs.')
-    parser.add_argument('--steps', type=int, default=None, help="Env steps instead of the suite's.")
+    parser.add_argument(
+        '--steps', type=at_least(1), default=None, help="Env steps instead of the suite's."
+    )
     args = parser.parse_args(argv)
     runs = {
         r.name: r for r in suite_runs(args.suite, [args.seed], args.steps) if r.framework == 'sb3'
@@ -452,6 +455,10 @@ def main(argv=None) -> int:
             f'{", ".join(runs) or "none"}'
         )
     run, out = runs[args.run], os.path.abspath(args.out)
+    try:  # a file where one of the run's directories should be: a usage error
+        os.makedirs(os.path.dirname(run.run_dir(out)), exist_ok=True)
+    except OSError as e:
+        parser.error(f'--out: {e}')
     try:
         with RunDirLock(run.run_dir(out)):
             return train(run, out)

@@ -2058,6 +2058,31 @@ def test_sb3_settings_refuse_an_algorithm_sb3_does_not_run():
         sb3_runner.sb3_settings(run)
 
 
+@pytest.mark.parametrize(
+    'args, message',
+    [
+        (['--steps', '0'], 'argument --steps: must be at least 1, got 0'),
+        (['--steps', '-5'], 'argument --steps: must be at least 1, got -5'),
+        (['--seed', '-1'], 'argument --seed: must be at least 0, got -1'),
+        (['--out', 'a_file'], '--out: [Errno 20] Not a directory'),
+    ],
+)
+def test_sb3_runner_given_unusable_arguments_exits_2_naming_them(tmp_path, capsys, args, message):
+    """Not a run of the suite's length (--steps 0), a finished run of none (negative), or a
+    traceback of numpy's seeding or of the run directory's lock."""
+    (tmp_path / 'a_file').write_text('kept')
+    given = dict(zip(args[::2], args[1::2]))
+    argv = ['--suite', 'pendulum', '--run', 'sb3_sac', '--seed', given.get('--seed', '0')]
+    argv += ['--out', str(tmp_path / given.get('--out', 'runs'))]
+    argv += ['--steps', given.get('--steps', '5')]
+    with pytest.raises(SystemExit) as exit_info:
+        sb3_runner.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['a_file']
+    assert (tmp_path / 'a_file').read_text() == 'kept'
+
+
 class _FakeSb3Model:
     """What ``_save_checkpoint`` uses of an SB3 model: its env steps and two files."""
 
