@@ -755,6 +755,37 @@ def test_a_search_config_that_is_not_text_is_refused_naming_it(tmp_path):
 
 
 @pytest.mark.parametrize(
+    'depth, message',
+    [
+        # Deeper than json can read; deep enough that the value cannot become gin text.
+        (100_000, 'grid.json nests its lists or objects too deeply for JSON to read'),
+        (600, "a value of 'x.y' nests its lists too deeply to become a gin value"),
+    ],
+    ids=['json', 'gin'],
+)
+def test_a_search_config_nested_too_deeply_is_refused_naming_it(tmp_path, depth, message):
+    from alf_lite.bin import grid_search
+
+    path = tmp_path / 'grid.json'
+    path.write_text('{"parameters": {"x.y": [0, ' + '[' * depth + ']' * depth + ']}, "repeats": 1}')
+    with pytest.raises(ValueError, match=re.escape(message)):
+        grid_search.load_search_space(str(path))
+
+
+def test_a_search_config_with_half_a_surrogate_pair_is_refused_naming_it(tmp_path):
+    # Valid JSON, but no character: the run's log, the table and grid_summary.csv could not
+    # hold the value or an error naming it, and the sweep ended in a traceback after its runs.
+    from alf_lite.bin import grid_search
+
+    path = tmp_path / 'grid.json'
+    path.write_text('{"parameters": {"x.y": ["\'a\'", "\'b\\ud800\'"]}, "repeats": 1}')
+    with pytest.raises(
+        ValueError, match=re.escape("grid.json holds '\\ud800', which is no character")
+    ):
+        grid_search.load_search_space(str(path))
+
+
+@pytest.mark.parametrize(
     'text, key',
     [
         ('{"parameters": {"x.y": [1, 2], "x.y": [3]}, "repeats": 1}', 'x.y'),

@@ -269,6 +269,9 @@ def _object_without_repeated_keys(pairs) -> dict:
     return dict(pairs)
 
 
+_TOO_DEEP = '{path} nests its lists or objects too deeply for JSON to read'
+
+
 def load_search_space(path: str) -> SearchSpace:
     """Read and check the search config JSON; raises ValueError naming what is wrong."""
     if os.path.isdir(path):
@@ -280,12 +283,24 @@ def load_search_space(path: str) -> SearchSpace:
             raise ValueError(f'{path} is not valid JSON: {e}') from e
         except UnicodeDecodeError as e:
             raise ValueError(not_text(path, e)) from None
+        except RecursionError:
+            raise ValueError(_TOO_DEEP.format(path=path)) from None
         except _RepeatedKey as e:
             # json keeps the last of two equal keys: the first one's values would be lost.
             raise ValueError(
                 f'{path} has the key {e.args[0]!r} twice in one object: '
                 'give each key once (list all its values under it)'
             ) from e
+    try:
+        json.dumps(spec, ensure_ascii=False).encode()
+    except UnicodeEncodeError as e:
+        # A \u escape of half a surrogate pair: no file name, log or table can hold it.
+        raise ValueError(
+            f'{path} holds {e.object[e.start : e.end]!r}, which is no character (half of a '
+            'surrogate pair in a \\u escape): write the character itself, or its pair'
+        ) from None
+    except RecursionError:
+        raise ValueError(_TOO_DEEP.format(path=path)) from None
     if not isinstance(spec, dict) or set(spec) != {'parameters', 'repeats'}:
         raise ValueError(
             f'{path} must hold a JSON object with exactly the keys "parameters" '
@@ -316,7 +331,13 @@ def load_search_space(path: str) -> SearchSpace:
                 f'"parameters" in {path}: the values of {key!r} must be a '
                 f'non-empty list, got {values!r}'
             )
-        space.append((names, [gin_literal(v) for v in values]))
+        try:
+            space.append((names, [gin_literal(v) for v in values]))
+        except RecursionError:
+            raise ValueError(
+                f'"parameters" in {path}: a value of {key!r} nests its lists too deeply to '
+                'become a gin value'
+            ) from None
     repeats = spec['repeats']
     if isinstance(repeats, int) and not isinstance(repeats, bool) and 0 < repeats <= MAX_SEED:
         num_seeds = repeats
