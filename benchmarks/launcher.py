@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from benchmarks.learning import BenchmarkRun
 
 DONE_FILE = 'done.json'
+# The numbers every done.json holds (and 'finished', the time it was written).
+DONE_NUMBERS = ('env_steps', 'final_eval_return', 'final_eval_return_last3', 'wall_time_s')
 PLAN_FILE = 'plan.json'
 # A run's final eval return in done.json and the report: the mean of its last this many
 # evaluations.
@@ -117,6 +119,18 @@ def read_done(run_dir: str) -> Optional[dict]:
         raise UnreadableRecord(
             f'{path} is not the JSON object of a finished run: mend it, or move it away to '
             'train the run again'
+        )
+    wrong = [
+        key
+        for key in DONE_NUMBERS
+        if isinstance(done.get(key), bool) or not isinstance(done.get(key), (int, float))
+    ]
+    if not isinstance(done.get('finished'), str):
+        wrong.append('finished')
+    if wrong:
+        raise UnreadableRecord(
+            f"{path} lacks a finished run's {', '.join(wrong)} (or holds another kind of "
+            'value): mend it, or move it away to train the run again'
         )
     return done
 
@@ -390,9 +404,11 @@ def _mean_load(attempts: List[dict]) -> Optional[float]:
 def _done_runs(out: str) -> Iterable[Tuple[str, dict]]:
     """``(run directory, done.json)`` of every finished run under ``out``."""
     for path in glob.glob(os.path.join(out, '*', '*', 'seed*', DONE_FILE)):
-        done = read_json(path)
-        if done and isinstance(done, dict):
-            yield os.path.dirname(path), done
+        try:
+            done = read_done(os.path.dirname(path))
+        except UnreadableRecord:
+            continue  # its run fails with that error when it is trained
+        yield os.path.dirname(path), done
 
 
 def _finished_time(done: dict) -> float:

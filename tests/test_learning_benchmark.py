@@ -48,6 +48,18 @@ def _ok(result):
     return result
 
 
+def _done(**fields):
+    """A finished run's done.json record: ``fields`` over numbers that say little."""
+    record = dict(
+        finished='2026-12-01 00:00:00',
+        env_steps=1000,
+        final_eval_return=0.0,
+        final_eval_return_last3=0.0,
+        wall_time_s=1.0,
+    )
+    return dict(record, **fields)
+
+
 def _progress(run_dir):
     with open(run_dir / 'progress.csv', newline='') as f:
         return list(csv.DictReader(f))
@@ -585,7 +597,7 @@ def test_dry_run_names_a_run_finished_at_another_length_as_failing_not_skipped(t
     out = tmp_path / 'runs'
     run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
     run_dir.mkdir(parents=True)
-    (run_dir / 'done.json').write_text(json.dumps({'target_env_steps': TINY_STEPS}))
+    (run_dir / 'done.json').write_text(json.dumps(_done(target_env_steps=TINY_STEPS)))
     argv = ['--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', '0', '--out', str(out)]
     for steps, prefix in (
         (TINY_STEPS, '# done, skipped: '),
@@ -643,7 +655,7 @@ def test_an_out_or_docs_dir_that_is_a_file_is_refused_and_left_alone(tmp_path, c
         ('env_steps', 'eval/AverageReturn'),
         [(1000, -150.0)],
         'TrainerConfig.algorithm_ctor = @SacAlgorithm\n',
-        dict(wall_time_s=60.0),
+        _done(wall_time_s=60.0),
     )
     path = tmp_path / 'notes.txt'
     path.write_text('mine\n')
@@ -667,7 +679,7 @@ def test_estimate_uses_the_slowest_of_the_recent_measurements_of_the_same_kind(t
         d = tmp_path / 'study_sac' / 'hopper_default' / f'seed{seed}'
         d.mkdir(parents=True)
         framework, algo, env = kind
-        done = dict(framework=framework, algo=algo, env=env, env_steps=100_000, wall_time_s=wall)
+        done = _done(framework=framework, algo=algo, env=env, env_steps=100_000, wall_time_s=wall)
         (d / 'done.json').write_text(json.dumps(dict(done, finished=finished)))
 
     finished_run(0, 1500.0, '2026-11-01 10:00:00')
@@ -757,7 +769,7 @@ def test_runs_still_going_at_the_deadline_checkpoint_and_partial_starts_runs_tha
     fake.mkdir(parents=True)
     (fake / 'done.json').write_text(
         json.dumps(
-            dict(
+            _done(
                 framework='alf_lite',
                 algo='sac',
                 env='Pendulum-v1',
@@ -853,7 +865,7 @@ def test_sac_study_table_has_q_and_return_near_termination_per_setting(tmp_path)
         rows = [f'{1000 * k},{10 * k},{v},{v - 1}' for k, v in enumerate(q)]
         rows.append('4000,50,,')
         (run_dir / 'progress.csv').write_text(header + '\n'.join(rows) + '\n')
-        (run_dir / 'done.json').write_text(json.dumps(dict(wall_time_s=8.0, env_steps=4000)))
+        (run_dir / 'done.json').write_text(json.dumps(_done(wall_time_s=8.0, env_steps=4000)))
         (run_dir / 'config.gin').write_text(
             'TrainerConfig.mask_out_loss_for_last_step = True\n'
             'SacAlgorithm.resample_action_per_loss = False\n'
@@ -941,7 +953,7 @@ def test_study_report_tests_say_how_many_of_their_runs_have_not_finished(tmp_pat
             )
             if end == 9:
                 (run_dir / 'done.json').write_text(
-                    json.dumps(dict(wall_time_s=8.0, env_steps=9000))
+                    json.dumps(_done(wall_time_s=8.0, env_steps=9000))
                 )
     report = _ok(run_script('--suite', 'study_sac', '--report', '--out', out, '--docs_dir', docs))
     (test,) = [line for line in report.stdout.splitlines() if 'exact permutation p' in line]
@@ -1263,13 +1275,22 @@ def test_study_report_pairs_runs_by_seed_number_and_takes_each_runs_last_evaluat
     # (setting, seed, final return, Q near termination, Q - return, final replay MiB,
     # final process RSS MiB, done)
     runs = [
-        ('default', 0, 20, 10, 1, 2, 1024, dict(wall_time_s=100.0, env_steps=4000, mean_load=1.0)),
-        ('default', 1, 50, 20, 2, 3, 1536, dict(wall_time_s=200.0, env_steps=4000, mean_load=2.0)),
-        ('default', 2, 80, 30, 3, 10, 4096, dict(wall_time_s=900.0, env_steps=4000, mean_load=6.0)),
+        ('default', 0, 20, 10, 1, 2, 1024, _done(wall_time_s=100.0, env_steps=4000, mean_load=1.0)),
+        ('default', 1, 50, 20, 2, 3, 1536, _done(wall_time_s=200.0, env_steps=4000, mean_load=2.0)),
+        (
+            'default',
+            2,
+            80,
+            30,
+            3,
+            10,
+            4096,
+            _done(wall_time_s=900.0, env_steps=4000, mean_load=6.0),
+        ),
         # Seed 0 of mask_false is missing: seeds 1 and 2 make the pairs; seed 10 is
         # still training.
-        ('mask_false', 1, 45, 40, 4, 4, 900, dict(wall_time_s=300.0, env_steps=4000)),
-        ('mask_false', 2, 70, 50, 5, 4, 1000, dict(wall_time_s=500.0, env_steps=4000)),
+        ('mask_false', 1, 45, 40, 4, 4, 900, _done(wall_time_s=300.0, env_steps=4000)),
+        ('mask_false', 2, 70, 50, 5, 4, 1000, _done(wall_time_s=500.0, env_steps=4000)),
         ('mask_false', 10, 25, 60, 6, 4, 950, None),
     ]
     for setting, seed, final, q, above, replay, rss, done in runs:
@@ -1400,7 +1421,7 @@ def test_suite_of_both_frameworks_names_curves_and_rows_by_framework(tmp_path, m
     for (name, ctor), values in finals.items():
         for seed, final in enumerate(values):
             # SB3's seed 1 is still training.
-            done = None if (name, seed) == ('sb3_sac', 1) else dict(wall_time_s=60.0)
+            done = None if (name, seed) == ('sb3_sac', 1) else _done(wall_time_s=60.0)
             _write_run(
                 out / 'pendulum' / name / f'seed{seed}',
                 ('env_steps', 'eval/AverageReturn'),
@@ -1452,7 +1473,7 @@ def test_replay_study_report_lists_each_run_and_tests_each_pair_of_capacities(
             columns,
             rows,
             f'TrainerConfig.replay_buffer_length = {per_env[capacity]}\n',
-            dict(wall_time_s=60.0, env_steps=12000),
+            _done(wall_time_s=60.0, env_steps=12000),
         )
     lines, figures = _report('study_replay', out, tmp_path / 'docs', monkeypatch, capsys)
     assert list(figures) == [str(tmp_path / 'docs' / 'study_replay.png')]
@@ -1647,7 +1668,7 @@ def test_a_run_whose_attempts_file_is_no_list_of_attempts_fails_naming_it_and_ke
     assert not started.exists()
 
 
-def test_a_done_json_that_is_no_json_object_is_an_error_naming_it_and_is_kept(
+def test_a_done_json_that_is_no_finished_runs_record_is_an_error_naming_it_and_is_kept(
     tmp_path, monkeypatch, capsys
 ):
     monkeypatch.setattr(learning, '_figures', lambda *args: [])  # no figures to draw
@@ -1669,8 +1690,27 @@ def test_a_done_json_that_is_no_json_object_is_an_error_naming_it_and_is_kept(
                 'or move it away to train the run again'
             )
             assert (run_dir / 'done.json').read_text() == text
+    # An object without a finished run's figures (edited by hand, or of another tool).
+    done = _done(env_steps=2, final_eval_return=-900.0, wall_time_s=3.0, target_env_steps=2)
+    for key, value in (('wall_time_s', None), ('env_steps', '2'), ('finished', 0)):
+        text = json.dumps({k: v for k, v in dict(done, **{key: value}).items() if v is not None})
+        (run_dir / 'done.json').write_text(text)
+        for mode in ([], ['--dry_run'], ['--report']):
+            with pytest.raises(SystemExit) as e:
+                learning.main(argv + mode)
+            assert e.value.code == 2
+            err = capsys.readouterr().err.splitlines()[-1]
+            assert err == (
+                f"error: {run_dir}/done.json lacks a finished run's {key} (or holds another "
+                'kind of value): mend it, or move it away to train the run again'
+            )
+            assert (run_dir / 'done.json').read_text() == text
     # Nothing trained.
     assert not (out / 'pendulum' / 'logs').exists()
+    # The whole record is a finished run.
+    (run_dir / 'done.json').write_text(json.dumps(done))
+    assert learning.main(argv + ['--dry_run']) == 0
+    assert capsys.readouterr().out.startswith('# done, skipped: ')
 
 
 def test_the_estimate_leaves_out_a_done_json_that_is_no_json_object(tmp_path):
@@ -1883,7 +1923,7 @@ def test_estimate_counts_long_attempts_by_when_they_ended_and_only_the_steps_lef
         d = tmp_path / 'study_sac' / 'hopper_default' / f'seed{seed}'
         d.mkdir(parents=True)
         when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(base + 60 * minutes))
-        done = dict(framework='alf_lite', algo='sac', env='Hopper-v5', env_steps=env_steps)
+        done = _done(framework='alf_lite', algo='sac', env='Hopper-v5', env_steps=env_steps)
         (d / 'done.json').write_text(
             json.dumps(dict(done, wall_time_s=rate * 100_000, finished=when))
         )
@@ -1928,7 +1968,8 @@ def test_plan_keeps_other_calls_runs_and_records_each_runs_state(tmp_path):
     out.mkdir()
     (out / 'plan.json').write_text(json.dumps({'hopper/alf_sac/seed0': {'status': 'done'}}))
     runs = [_pendulum_run(1000, seed=s) for s in range(4)]
-    done = dict(final_eval_return_last3=-150.0, wall_time_s=30.0, mean_load=1.5, code=['abc'])
+    recorded = dict(final_eval_return_last3=-150.0, wall_time_s=30.0, mean_load=1.5, code=['abc'])
+    done = _done(**recorded)
     _write_progress(out / 'pendulum' / 'alf_sac' / 'seed0', [(0, -1), (1000, -2)])
     (out / 'pendulum' / 'alf_sac' / 'seed0' / 'done.json').write_text(json.dumps(done))
     _write_progress(out / 'pendulum' / 'alf_sac' / 'seed1', [(0, -1), (400, -2)])
@@ -1939,7 +1980,7 @@ def test_plan_keeps_other_calls_runs_and_records_each_runs_state(tmp_path):
     assert plan['hopper/alf_sac/seed0'] == {'status': 'done'}
     common = dict(target_env_steps=1000, framework='alf_lite', algo='sac', env='Pendulum-v1')
     common['setting'] = runs[0].setting
-    assert plan['pendulum/alf_sac/seed0'] == dict(common, status='done', **done)
+    assert plan['pendulum/alf_sac/seed0'] == dict(common, status='done', **recorded)
     assert plan['pendulum/alf_sac/seed1'] == dict(
         common, status='started', env_steps=400, detail=''
     )
