@@ -4,7 +4,7 @@ r"""Learning curves of alf_lite, and of Stable-Baselines3 (SB3) with matched set
     python benchmarks/learning.py --suite pendulum --report     # PNGs in docs/, markdown tables
 
 ``--suite`` repeats (pendulum, hopper, halfcheetah, study_sac, study_window,
-study_replay, icub_walk, precision_pendulum, precision_hopper). ``--jobs N``
+study_replay, icub_walk, icub_orientation, precision_pendulum, precision_hopper). ``--jobs N``
 (default 2) trains N runs at a time, ``--seeds 0 1`` and ``--runs 'sb3_*'`` (a
 glob on run names) select runs, ``--steps`` shortens them (smoke runs; use
 another ``--out``), ``--deadline`` starts only runs that can finish in time,
@@ -27,7 +27,7 @@ import shlex
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,11 +52,13 @@ from benchmarks import REPO_ROOT, at_least
 from benchmarks.launcher import (
     DEADLINE_MARGIN,
     LAST_N,
+    PLAN_FILE,
     RECENT_MEASUREMENTS,
     UnreadableRecord,
     format_duration,
     parse_deadline,
     read_done,
+    read_json,
     train_runs,
 )
 
@@ -132,6 +134,8 @@ ICUB = Task(
     complete_gin=True,
     assumed_seconds_per_step=0.004,
 )
+# ICUB on ICubWalk-v1 (link orientations from the standing pose), for icub_orientation.
+ICUB_V1 = replace(ICUB, env='ICubWalk-v1', assumed_seconds_per_step=0.008)
 # examples/sac_icub_walking.gin as it is: its intervals and its 100k rows per env.
 ICUB_WALK = Task(
     'ICubWalk-v0',
@@ -240,6 +244,8 @@ SUITES = {
     'study_window': Suite(100_000, range(3), ''),
     'study_replay': Suite(300_000, range(3), 'TrainerConfig.replay_buffer_length'),
     'icub_walk': Suite(2_000_000, range(1), 'TrainerConfig.random_seed'),
+    # ICubWalk-v1 against the ICubWalk-v0 runs of study_replay with the same settings.
+    'icub_orientation': Suite(300_000, range(3), 'create_environment.env_name'),
     # bfloat16 against the float32 runs of the pendulum and hopper suites (up to this length).
     'precision_pendulum': Suite(20_000, range(5), PRECISION_GROUP_BY),
     'precision_hopper': Suite(100_000, range(3), PRECISION_GROUP_BY),
@@ -271,6 +277,12 @@ SETTING_TESTS = {
     suite: tuple((name, compared) for name, _, compared in comparisons)
     for suite, comparisons in STUDY_COMPARISONS.items()
 }
+# icub_orientation's ICubWalk-v1 runs against study_replay's ICubWalk-v0 runs with the
+# same settings: ``(suite, run name)``.
+ORIENTATION_REFERENCE = ('study_replay', 'icub_replay_full')
+SETTING_TESTS['icub_orientation'] = (
+    ('orientation', (ORIENTATION_REFERENCE[1].split('_', 1)[1], 'v1')),
+)
 SETTING_TESTS['study_replay'] = tuple(
     ('capacity', (f'replay_{first}', f'replay_{second}'))
     for first, second in (('100k', 'full'), ('10k', '100k'), ('10k', 'full'))
@@ -342,6 +354,17 @@ def suite_configs(suite: str) -> List[RunConfig]:
                     replay_capacity=capacity,
                 )
             )
+    elif suite == 'icub_orientation':
+        configs.append(
+            RunConfig(
+                'icub_v1',
+                'alf_lite',
+                'sac',
+                ICUB_V1,
+                setting='ICubWalk-v1',
+                gin_params=(f"create_environment.env_name='{ICUB_V1.env}'",),
+            )
+        )
     elif suite in PRECISION_SUITES:
         reference, algos = PRECISION_SUITES[suite]
         task = {'pendulum': PENDULUM, 'hopper': HOPPER}[reference]
@@ -359,6 +382,20 @@ def suite_configs(suite: str) -> List[RunConfig]:
     else:
         raise ValueError(f'unknown suite {suite!r}; the suites are: {", ".join(SUITES)}')
     return configs
+
+
+def reference_configs(suite: str) -> List[Tuple[str, RunConfig]]:
+    """The runs of other suites that a suite's report compares with: ``(their suite, config)``."""
+    if suite in PRECISION_SUITES:
+        return [(PRECISION_SUITES[suite][0], config) for config in float32_references(suite)]
+    if suite == 'icub_orientation':
+        reference, name = ORIENTATION_REFERENCE
+        return [
+            (reference, config._replace(setting=config.task.env))
+            for config in suite_configs(reference)
+            if config.name == name
+        ]
+    return []
 
 
 def float32_references(suite: str) -> List[RunConfig]:
@@ -536,6 +573,7 @@ FIGURE_SCALARS = {
     'study_sac': _STUDY_FIGURES,
     'study_window': _STUDY_FIGURES,
     'icub_walk': ((EVAL_RETURN, ''), (EVAL_EPISODE_LENGTH, '_length')),
+    'icub_orientation': ((EVAL_RETURN, ''), (EVAL_EPISODE_LENGTH, '_length')),
 }
 
 
@@ -651,7 +689,12 @@ def sign_flip_p(differences: Sequence[float]) -> float:
 
 
 def compare_settings(
-    task_env: str, comparison: str, settings, by_seed: dict, unfinished: Optional[dict] = None
+    task_env: str,
+    comparison: str,
+    settings,
+    by_seed: dict,
+    unfinished: Optional[dict] = None,
+    labels: Optional[Sequence[str]] = None,
 ) -> List[str]:
     """Lines testing one study comparison of one task: each figure, setting against setting.
 
@@ -660,6 +703,8 @@ def compare_settings(
         by_seed: ``{(run name, figure): {seed: value}}``, figure ``'return'``
             (final eval return) or ``'q_above'`` (Q - return near termination).
         unfinished: ``{run name: seeds of its runs that have not finished}``.
+        labels: what the lines call the two settings; by default the run names
+            without their task's tag (``mask_false``).
     """
     unfinished = unfinished or {}
     lines = []
@@ -668,7 +713,7 @@ def compare_settings(
         if len(first) < 2 or len(second) < 2:
             continue
         a, b = list(first.values()), list(second.values())
-        names = [name.split('_', 1)[1] for name in settings]
+        names = labels or [name.split('_', 1)[1] for name in settings]
         line = (
             f'- {task_env}, {comparison}, {what}: {names[0]} {statistics.mean(a):.1f} '
             f'({len(a)} runs) against {names[1]} {statistics.mean(b):.1f} ({len(b)} runs); '
@@ -712,11 +757,12 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     specs = {}
     for run in suite_runs(suite, seeds=[0]):
         specs.setdefault(run.name, run)
-    # A precision suite's float32 runs are another suite's, cut at this suite's length.
+    # Runs of other suites it is compared with; a precision suite's float32 runs are
+    # cut at its length.
     limit = SUITES[suite].num_env_steps if suite in PRECISION_SUITES else None
-    for config in float32_references(suite):
+    for reference, config in reference_configs(suite):
         specs[config.name] = BenchmarkRun(
-            PRECISION_SUITES[suite][0], seed=0, num_env_steps=limit, **config._asdict()
+            reference, seed=0, num_env_steps=limit, **config._asdict()
         )
     found = {name: _seed_dirs(out, spec.suite, name) for name, spec in specs.items()}
     if finished_only:
@@ -730,16 +776,24 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
         print(f'\n## {suite}\n\nno runs with evaluations in {os.path.join(out, suite)}')
         return False
     group_by = SUITES[suite].group_by
-    tasks = list(dict.fromkeys(specs[name].task for name in found))
-    all_tasks = list(dict.fromkeys(run.task for run in specs.values()))
+    planned = {}  # {(suite, run name): seeds in plan.json}
+    plan = read_json(os.path.join(out, PLAN_FILE))
+    for key in plan if isinstance(plan, dict) else ():
+        run_suite, name, seed_dir = (key.split('/') + ['', ''])[:3]
+        if m := _SEED_DIR.match(seed_dir):
+            planned.setdefault((run_suite, name), set()).add(int(m[1]))
+    # A task and its variants (ICubWalk-v0 and -v1) share a tag: one figure, one comparison.
+    tags = list(dict.fromkeys(specs[name].task.tag for name in found))
+    all_tags = set(run.task.tag for run in specs.values())
     os.makedirs(docs_dir, exist_ok=True)
     rows, codes, stats, per_seed = [], set(), {}, {}
     by_seed, tests = {}, []  # the study comparisons' figures by seed, and their tests
     unfinished_seeds = {}  # {run name: seeds of its runs without done.json}
     runs_by_seed = []  # a study's lines of each setting's runs, by seed
-    for task in tasks:
-        names = [n for n in found if specs[n].task == task]
-        stem = suite if len(all_tasks) == 1 else f'{suite}_{task.tag}'
+    for tag in tags:
+        names = [n for n in found if specs[n].task.tag == tag]
+        envs = ' and '.join(sorted({specs[n].task.env for n in names}))
+        stem = suite if len(all_tags) == 1 else f'{suite}_{tag}'
         evaluated = {
             n: [d for d in found[n] if len(read_scalar_if_any(d, EVAL_RETURN)[1])] for n in names
         }
@@ -753,6 +807,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                     _plot(having, by, y, png, *minus, labels=labels)
         for name in names:
             spec = specs[name]
+            task = spec.task
             finals, steps, walls, replay, loads, unfinished = [], [], [], [], [], 0
             rss, ended = [], {}  # each run's last process RSS; final return, episode length
             per_step, q_end, return_end, q_above = [], [], [], []
@@ -809,7 +864,12 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                 len(finals),
                 unfinished,
             )
-            seeds = str(len(finals)) + (f' ({unfinished} unfinished)' if unfinished else '')
+            # Seeds the launcher was asked to train that have no evaluation to show here.
+            others = len(planned.get((spec.suite, name), set()) - set(ended))
+            notes = [f'{unfinished} unfinished'] if unfinished else []
+            if others:
+                notes.append(f'{others} not ' + ('finished' if finished_only else 'evaluated yet'))
+            seeds = str(len(finals)) + (f' ({", ".join(notes)})' if notes else '')
             env_steps = (
                 f'{min(steps)}' if min(steps) == max(steps) else f'{min(steps)}-{max(steps)}'
             )
@@ -843,8 +903,14 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                     for v in (q_end, return_end, q_above)
                 )
         for comparison, compared in SETTING_TESTS.get(suite, ()):
-            settings = tuple(f'{task.tag}_{setting}' for setting in compared)
-            tests += compare_settings(task.env, comparison, settings, by_seed, unfinished_seeds)
+            settings = tuple(f'{tag}_{setting}' for setting in compared)
+            # Runs of another suite are named by their setting.
+            labels = (
+                [specs[n].label for n in settings]
+                if any(n in specs and specs[n].suite != suite for n in settings)
+                else None
+            )
+            tests += compare_settings(envs, comparison, settings, by_seed, unfinished_seeds, labels)
     header = (
         'task',
         'framework',
@@ -895,6 +961,12 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
             'groups of runs, and a sign-flip test of the differences between the runs of '
             'one seed (a seed gives both runs the same initial networks and the same '
             'random steps):\n\n' + '\n'.join(tests)
+        )
+    if suite == 'icub_orientation':
+        reference, name = ORIENTATION_REFERENCE
+        print(
+            f'\nThe ICubWalk-v0 rows are the runs {name} of the {reference} suite: the same '
+            'settings, seeds and length on ICubWalk-v0.'
         )
     if suite in PRECISION_SUITES:
         print(

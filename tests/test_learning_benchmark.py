@@ -1180,6 +1180,7 @@ def test_suites_have_the_seeds_and_lengths_docs_results_md_gives():
         'study_window': ([0, 1, 2], 100_000),
         'study_replay': ([0, 1, 2], 300_000),
         'icub_walk': ([0], 2_000_000),
+        'icub_orientation': ([0, 1, 2], 300_000),
         'precision_pendulum': ([0, 1, 2, 3, 4], 20_000),
         'precision_hopper': ([0, 1, 2], 100_000),
     }
@@ -2331,3 +2332,71 @@ def test_sb3_train_return_is_the_mean_of_alf_lites_window_of_episodes_up_to_the_
     assert rows[0]['train/AverageReturn'] == ''
     assert float(rows[1]['train/AverageReturn']) == pytest.approx(sum(train_env.returns[2:]) / 3)
     assert float(rows[1]['train/AverageEpisodeLength']) == 200
+
+
+def test_orientation_suite_compares_icubwalk_v1_with_the_v0_runs_of_the_replay_study(
+    tmp_path, monkeypatch, capsys
+):
+    (run,) = learning.suite_runs('icub_orientation', seeds=[0])
+    (reference,) = learning.suite_runs('study_replay', seeds=[0], steps=None)[-1:]
+    assert reference.name == 'icub_replay_full'
+    # The same command as the ICubWalk-v0 runs', with the env's name bound after it.
+    v1_params = learning.alf_gin_params(run)
+    assert v1_params[:-1] == learning.alf_gin_params(reference)
+    assert v1_params[-1] == "create_environment.env_name='ICubWalk-v1'"
+    assert run.task.env == 'ICubWalk-v1' and run.num_env_steps == reference.num_env_steps
+
+    out = tmp_path / 'runs'
+    columns = ('env_steps', 'eval/AverageReturn', 'eval/AverageEpisodeLength')
+    # (suite, run name, env, seed, final return); seed 2 of v1 still trains.
+    runs = [
+        ('study_replay', 'icub_replay_full', 'ICubWalk-v0', s, f)
+        for s, f in enumerate((30, 60, 90))
+    ]
+    runs += [
+        ('icub_orientation', 'icub_v1', 'ICubWalk-v1', s, f) for s, f in enumerate((60, 120, 150))
+    ]
+    for suite, name, env, seed, final in runs:
+        done = _done(wall_time_s=60.0, env_steps=12000)
+        _write_run(
+            out / suite / name / f'seed{seed}',
+            columns,
+            [(0, 0, 10), (6000, final, 20), (12000, final, 30)],
+            f"create_environment.env_name = '{env}'\n",
+            None if (name, seed) == ('icub_v1', 2) else done,
+        )
+    # Other runs of the replay study are not part of it.
+    _write_run(
+        out / 'study_replay' / 'icub_replay_10k' / 'seed0',
+        columns,
+        [(0, 0, 10)],
+        "create_environment.env_name = 'ICubWalk-v0'\n",
+    )
+    # Seeds 3 and 4 of v1 are planned, not started.
+    plan = {f'icub_orientation/icub_v1/seed{s}': {'status': 'pending'} for s in range(5)}
+    (out / 'plan.json').write_text(json.dumps(plan))
+    docs = tmp_path / 'docs'
+    lines, figures = _report('icub_orientation', out, docs, monkeypatch, capsys)
+    labels = [f"ICubWalk-{v}=create_environment.env_name='ICubWalk-{v}'" for v in ('v1', 'v0')]
+    assert figures == {
+        str(docs / 'icub_orientation.png'): labels,
+        str(docs / 'icub_orientation_length.png'): labels,
+    }
+    table = _table(lines)
+    assert set(table) == {('alf_lite', 'ICubWalk-v0'), ('alf_lite', 'ICubWalk-v1')}
+    assert table[('alf_lite', 'ICubWalk-v0')]['task'] == 'ICubWalk-v0'
+    assert table[('alf_lite', 'ICubWalk-v0')]['seeds'] == '3'
+    assert table[('alf_lite', 'ICubWalk-v1')]['seeds'] == '3 (1 unfinished, 2 not evaluated yet)'
+    # Each run's mean over its last 3 evaluations: 2/3 of its final; v1 higher in every seed.
+    assert (
+        '- ICubWalk-v0 and ICubWalk-v1, orientation, final eval return: ICubWalk-v0 40.0 '
+        '(3 runs) against ICubWalk-v1 73.3 (3 runs); exact permutation p = '
+        f'{learning.permutation_p([20.0, 40.0, 60.0], [40.0, 80.0, 100.0]):.3f} (two-sided, '
+        '20 splits); paired by seed (3 seeds, ICubWalk-v0 higher in 0): sign-flip p = 0.250 '
+        '(two-sided); 1 not finished yet.'
+    ) in lines
+    assert any('runs icub_replay_full of the study_replay suite' in line for line in lines)
+    # Of the finished runs alone: v1's seeds 0 and 1, and 3 more not finished.
+    assert learning.report_suite('icub_orientation', str(out), str(docs), finished_only=True)
+    table = _table(capsys.readouterr().out.splitlines())
+    assert table[('alf_lite', 'ICubWalk-v1')]['seeds'] == '2 (3 not finished)'
