@@ -144,10 +144,12 @@ def build_checked(
 
     Raises:
         ModelTooLargeError: as ``check_model_fits``.
-        ValueError: ``ctor`` refused its settings or built no ``OffPolicyAlgorithm``.
+        ValueError: ``ctor`` is a class that is no ``OffPolicyAlgorithm`` (refused before it
+            is called), refused its settings or built no ``OffPolicyAlgorithm``.
     """
-    from alf_lite.algorithms.off_policy_algorithm import check_algorithm
+    from alf_lite.algorithms.off_policy_algorithm import check_algorithm, check_algorithm_class
 
+    check_algorithm_class(ctor)
     estimate, reason = _estimate_or_reason(ctor, **kwargs)
     if estimate is not None:
         _check_estimate_fits(estimate, device, training)

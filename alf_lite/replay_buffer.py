@@ -41,6 +41,14 @@ _INDEX_RANGE = 1 << 62
 _MAX_TOTAL_ADDED = torch.iinfo(torch.int64).max
 
 
+def _gib(nbytes: int) -> str:
+    """``nbytes`` in GiB with two decimals; in whole GiB for a size no float holds."""
+    try:
+        return f'{nbytes / _GIB:.2f}'
+    except OverflowError:
+        return str(nbytes >> 30)
+
+
 class ReplayBufferTooLargeError(MemoryError):
     """Raised before allocating when the buffer would not fit in available memory.
 
@@ -231,7 +239,7 @@ class ReplayBuffer:
             )
         raise ReplayBufferTooLargeError(
             f'ReplayBuffer of {self._num_envs} envs x {self._length} steps needs '
-            f'{self._nbytes} bytes ({self._nbytes / _GIB:.2f} GiB, '
+            f'{self._nbytes} bytes ({_gib(self._nbytes)} GiB, '
             f'{self._raw_bytes_per_step} bytes per step), but only {where} '
             f'are available and at most max_memory_fraction={max_memory_fraction} of '
             f'that ({int(allowed)} bytes) may be used. Lower '

@@ -18,7 +18,12 @@ from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask
 from alf_lite.collector import Collector
 from alf_lite.config import unused_bindings, write_text_atomically
-from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
+from alf_lite.device import (
+    describe_device,
+    free_memory_bytes,
+    resolve_device,
+    use_deterministic_algorithms,
+)
 from alf_lite.environments import (
     EnvironmentCrashedError,
     EpisodeReplayError,
@@ -312,6 +317,25 @@ def _check_batch_norm_batch(algorithm, mini_batch_size: int, mini_batch_length: 
         )
 
 
+def _check_batch_fits(buffer: ReplayBuffer, mini_batch_size: int, mini_batch_length: int) -> None:
+    """Refuse a mini-batch larger than the free memory of the device it is sampled to: its
+    rows alone (the stored bytes of its steps) must fit there, next to the replay buffer.
+
+    Raises:
+        ValueError: naming the settings, the bytes a batch takes and the bytes free.
+    """
+    device = buffer.training_device
+    nbytes = mini_batch_size * mini_batch_length * buffer.raw_bytes_per_step
+    free = free_memory_bytes(device)
+    if nbytes > free:
+        raise ValueError(
+            f'TrainerConfig.mini_batch_size = {mini_batch_size} with mini_batch_length = '
+            f'{mini_batch_length}: a mini-batch of their steps takes at least {nbytes} bytes '
+            f'({buffer.raw_bytes_per_step} bytes per step), more than the {free} bytes free on '
+            f'{device}: lower mini_batch_size.'
+        )
+
+
 # The trainer whose networks were compiled last in this process (``TrainerConfig.compile``).
 _compiled_last: Optional[weakref.ref] = None
 
@@ -382,6 +406,7 @@ class Trainer:
                 # Allocated at the first update, after the buffer.
                 reserved_bytes=0 if estimate is None else estimate.training - estimate.parameters,
             )
+            _check_batch_fits(self._replay_buffer, cfg.mini_batch_size, cfg.mini_batch_length)
             defer = cfg.defer_non_finite_checks
             self._runner = UpdateRunner(
                 self._algorithm,

@@ -772,6 +772,7 @@ def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
         'gin_param_that_changes_the_networks',
         'checkpoint_of_another_algorithm',
         'gin_param_that_makes_a_network_the_algorithm',
+        'gin_param_that_makes_a_noise_the_algorithm',
         'gin_param_the_algorithm_refuses',
     ],
 )
@@ -797,8 +798,12 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
             [],
         ),
         'gin_param_that_makes_a_network_the_algorithm': (
-            'TrainerConfig.algorithm_ctor built a CriticNetwork, which is no algorithm',
+            'TrainerConfig.algorithm_ctor is the class CriticNetwork, which is no algorithm',
             ['--gin_param', 'TrainerConfig.algorithm_ctor=@CriticNetwork'],
+        ),
+        'gin_param_that_makes_a_noise_the_algorithm': (
+            'TrainerConfig.algorithm_ctor is the class GaussianNoise, which is no algorithm',
+            ['--gin_param', 'TrainerConfig.algorithm_ctor=@GaussianNoise'],
         ),
         # Refused only by the algorithm's constructor: it raised a traceback.
         'gin_param_the_algorithm_refuses': (

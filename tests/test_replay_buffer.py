@@ -239,6 +239,11 @@ def test_refuses_buffer_larger_than_memory():
     assert isinstance(info.value, MemoryError)
 
 
+def test_refuses_a_buffer_whose_size_no_float_holds():
+    with pytest.raises(ReplayBufferTooLargeError, match=r'needs 1010{400} bytes \(\d+ GiB, '):
+        ReplayBuffer(1, 10**400, 17, 6)
+
+
 def test_memory_limit_boundary(monkeypatch):
     # 2 envs x 10 steps x (3*4 + 2*4 + 9) = 580 bytes; fraction 0.5 needs
     # 1160 bytes available.

@@ -90,7 +90,30 @@ def assert_close(a, b):
         # A network as the algorithm failed at the first evaluation, after config.gin.
         (
             'TrainerConfig.algorithm_ctor=@CriticNetwork',
-            'TrainerConfig.algorithm_ctor built a CriticNetwork, which is no algorithm',
+            'TrainerConfig.algorithm_ctor is the class CriticNetwork, which is no algorithm',
+            None,
+        ),
+        # A class that does not take the algorithm's arguments: its TypeError named neither.
+        (
+            'TrainerConfig.algorithm_ctor=@GaussianNoise',
+            'TrainerConfig.algorithm_ctor is the class GaussianNoise, which is no algorithm',
+            None,
+        ),
+        # Integers no memory holds: tracebacks (an OverflowError; a TypeError at the first
+        # update, after config.gin).
+        (
+            'TrainerConfig.replay_buffer_length=' + '9' * 400,
+            'Lower replay_buffer_length',
+            None,
+        ),
+        (
+            'create_environment.num_parallel_environments=' + '9' * 400,
+            'create_environment.num_parallel_environments = 999',
+            None,
+        ),
+        (
+            'TrainerConfig.mini_batch_size=' + '9' * 400,
+            'TrainerConfig.mini_batch_size = 999',
             None,
         ),
         # The error named only the network's missing argument, not the parameter.
@@ -107,6 +130,10 @@ def assert_close(a, b):
         'unknown_env_id',
         'actor_that_cannot_sample',
         'network_as_the_algorithm',
+        'noise_as_the_algorithm',
+        'huge_replay_buffer_length',
+        'huge_num_parallel_environments',
+        'huge_mini_batch_size',
         'network_as_the_optimizer',
     ],
 )

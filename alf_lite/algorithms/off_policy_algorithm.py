@@ -393,6 +393,24 @@ def check_algorithm(algorithm, parameter: str = 'TrainerConfig.algorithm_ctor') 
         )
 
 
+def check_algorithm_class(ctor, parameter: str = 'TrainerConfig.algorithm_ctor') -> None:
+    """Refuse ``ctor``, before it is called, when it is a class and no ``OffPolicyAlgorithm``;
+    a factory (a function) is left to ``check_algorithm`` once it has built.
+
+    A class of another kind (``@GaussianNoise``) would otherwise fail on the arguments
+    alf_lite passes it, naming neither the parameter nor the class.
+
+    Raises:
+        ValueError: naming the parameter and the class.
+    """
+    if isinstance(ctor, type) and not issubclass(ctor, OffPolicyAlgorithm):
+        raise ValueError(
+            f'{parameter} is the class {ctor.__name__}, which is no algorithm: it must be an '
+            'OffPolicyAlgorithm (@SacAlgorithm, @Td3Algorithm, @DdpgAlgorithm or a subclass of '
+            'your own).'
+        )
+
+
 class OffPolicyAlgorithm(nn.Module):
     """What the trainer calls: act for evaluation, act for collection, learn from a batch.
 

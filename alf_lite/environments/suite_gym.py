@@ -1397,8 +1397,15 @@ def create_environment(
     env_fn = functools.partial(
         gymnasium.make, spec, max_episode_steps=max_episode_steps, **render_kwargs, **env_kwargs
     )
+    try:
+        env_fns = [env_fn] * num_parallel_environments
+    except (OverflowError, MemoryError):
+        raise ValueError(
+            f'create_environment.num_parallel_environments = {num_parallel_environments}: '
+            'more envs than the memory can hold.'
+        ) from None
     return BatchedEnvironment(
-        [env_fn] * num_parallel_environments,
+        env_fns,
         seed=seed,
         use_subprocesses=use_subprocesses,
         name=env_name,
