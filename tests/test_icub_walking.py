@@ -29,6 +29,7 @@ from alf_lite.environments.icub_walking import (
     cleaned_urdf_path,
     icub_walk_reward,
 )
+from alf_lite.environments.suite_gym import EnvironmentSettingsError
 from alf_lite.environments.suite_pybullet import connect_direct
 from cli_helpers import EXAMPLES, run_train, train_command
 
@@ -683,12 +684,27 @@ def test_unknown_orientation_is_refused():
         (dict(fall_height=float('inf')), 'fall_height must be a positive finite number'),
         (dict(joint_noise=-0.1), 'joint_noise must be a finite number >= 0, got -0.1'),
         (dict(max_velocity=float('nan')), 'max_velocity must be a finite number >= 0'),
+        (dict(position_scale=-1.0), 'position_scale must be a finite number >= 0, got -1.0'),
+        (dict(control_mode='position'), "control_mode must be one of ('position_residual'"),
+        (dict(orientation='relative'), "orientation must be one of ('world', 'from_standing')"),
+        (dict(render_mode='human'), "render_mode must be None or 'rgb_array', got 'human'"),
     ],
 )
 def test_settings_that_cannot_simulate_are_refused_naming_them(kwargs, message):
-    # physics_substeps = 0 failed with a ZeroDivisionError naming nothing.
-    with pytest.raises(ValueError, match=re.escape(message)):
+    # physics_substeps = 0 failed with a ZeroDivisionError naming nothing. Refused as settings,
+    # which train tells as bad input (exit 2), not as an env that fails.
+    with pytest.raises(EnvironmentSettingsError, match=re.escape(message)):
         ICubWalkEnv(**kwargs)
+
+
+def test_create_environment_tells_a_refused_setting_as_one_naming_the_env():
+    with pytest.raises(
+        EnvironmentSettingsError,
+        match=re.escape(
+            "Environment 'ICubWalk-v0' (env 0 of 1) refused its settings: physics_substeps"
+        ),
+    ):
+        create_environment('ICubWalk-v0', env_kwargs={'physics_substeps': 0})
 
 
 def test_train_refuses_a_setting_the_env_refuses_as_bad_input(tmp_path):

@@ -397,3 +397,39 @@ def test_a_noise_that_reads_a_value_leaves_the_estimate(ctor):
     estimate = estimate_model_bytes(build, **DIMS)
     assert estimate is not None
     assert model_bytes(build(**DIMS)) == estimate
+
+
+def test_a_class_that_is_no_algorithm_is_refused_before_it_is_called():
+    made = []
+
+    class Recorded(GaussianNoise):
+        def __init__(self, **kwargs):
+            made.append(kwargs)
+
+    with pytest.raises(
+        ValueError,
+        match='TrainerConfig.algorithm_ctor is the class Recorded, which is no algorithm',
+    ):
+        model_memory.build_checked(Recorded, torch.device('cpu'), **DIMS)
+    assert made == []
+
+
+def test_a_factory_is_called_and_what_it_builds_checked():
+    algorithm, estimate = model_memory.build_checked(
+        functools.partial(SacAlgorithm), torch.device('cpu'), **DIMS
+    )
+    assert isinstance(algorithm, SacAlgorithm) and estimate is not None
+    with pytest.raises(
+        ValueError,
+        match='TrainerConfig.algorithm_ctor built a CriticNetwork, which is no algorithm',
+    ):
+        model_memory.build_checked(functools.partial(CriticNetwork), torch.device('cpu'), **DIMS)
+
+
+def test_an_estimate_that_cannot_be_made_logs_why(caplog):
+    with caplog.at_level('INFO'):
+        assert model_memory.estimate_model_bytes(reads_a_value, **DIMS) is None
+    assert any(
+        "the networks' memory is not known in advance: RuntimeError: " in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]

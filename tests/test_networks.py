@@ -97,7 +97,9 @@ def test_hidden_layer_widths_that_are_not_positive_integers_are_refused(network,
         network(3, 2, hidden_layers=hidden_layers)
 
 
-@pytest.mark.parametrize('bounds', [(2.0, -5.0), (-math.inf, 2.0), (-5.0, math.nan)])
+@pytest.mark.parametrize(
+    'bounds', [(2.0, -5.0), (-math.inf, 2.0), (-5.0, math.inf), (-5.0, math.nan)]
+)
 def test_log_std_bounds_that_are_no_finite_min_and_max_are_refused(bounds):
     # Reversed, the std would fall as the raw output rises; not finite, every std is NaN.
     with pytest.raises(ValueError, match='log_std_bounds must be .min, max., finite numbers'):

@@ -812,7 +812,7 @@ def test_compile_that_is_no_bool_is_refused():
 
 def test_numpy_bools_are_taken_as_bools_and_kept_as_python_bools():
     # Flags from a sweep's np.array([True, False]) from Python; a string is still refused.
-    names = ['mask_out_loss_for_last_step', 'checkpoint_replay_buffer', 'compile']
+    names = ['mask_out_loss_for_last_step', 'checkpoint_replay_buffer', 'cuda_graph', 'compile']
     config = TrainerConfig(
         **{name: np.bool_(False) for name in names}, defer_non_finite_checks=np.bool_(True)
     )
