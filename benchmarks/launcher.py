@@ -236,6 +236,8 @@ class Launcher:
             return dict(run=run, status='failed', detail=str(e))
         resumed = run.resumable and os.path.isfile(RunDir(run_dir).config_file)
         start, steps_from = time.time(), resume_env_steps(run, run_dir) if resumed else 0
+        # The code that trains: commits made while it runs are not in it.
+        code = code_version()
         with open(log_path, 'a') as log:
             log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")}: {shlex.join(command)}\n')
             log.flush()
@@ -294,7 +296,7 @@ class Launcher:
                 env_steps_to=_last_env_steps(run_dir),
                 kind=list(run.kind),
                 mean_load=loads.mean(),
-                code=code_version(),
+                code=code,
             )
         )
         _write_json(attempts_path, attempts)

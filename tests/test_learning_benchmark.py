@@ -1575,7 +1575,7 @@ def _attempts(run, out):
 
 
 def test_resumed_run_is_done_with_its_attempts_wall_times_load_and_last_three_evaluations(
-    tmp_path,
+    tmp_path, monkeypatch
 ):
     out = tmp_path / 'runs'
     # A run that collects several env steps an iteration may end past its length:
@@ -1592,6 +1592,13 @@ def test_resumed_run_is_done_with_its_attempts_wall_times_load_and_last_three_ev
     first.update(env_steps_to=300, kind=list(run.kind), mean_load=2.0, code='abc')
     (logs / 'alf_sac.seed0.attempts.json').write_text(json.dumps([first]))
     command = _python(_APPEND_ROWS, 0, run_dir, 500, -600, 750, -400, 1000, -300)
+
+    # The checkout as the attempt starts, not as it ends (commits made while it trains).
+    def code_version():
+        ended = '1000,' in (run_dir / 'progress.csv').read_text()
+        return 'ghi' if ended else 'def+dirty'
+
+    monkeypatch.setattr(launcher, 'code_version', code_version)
     result = _launcher(out, command).execute(run)
     assert result['status'] == 'done' and result['detail'] == 'resumed'
     first_again, second = _attempts(run, out)
@@ -1617,7 +1624,8 @@ def test_resumed_run_is_done_with_its_attempts_wall_times_load_and_last_three_ev
     assert done['wall_time_s'] == pytest.approx(40.0 + second['wall_time_s'])
     # The attempt without a load does not weigh in.
     assert done['mean_load'] == 2.0
-    assert done['code'] == sorted({'abc', second['code']})
+    assert second['code'] == 'def+dirty'
+    assert done['code'] == ['abc', 'def+dirty']
 
 
 def test_run_ending_without_an_evaluation_or_with_an_error_or_a_signal_is_not_done(tmp_path):
