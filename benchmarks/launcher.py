@@ -346,7 +346,8 @@ class Launcher:
 
 
 def code_version() -> str:
-    """The git commit of this checkout, with ``+dirty`` when files differ from it."""
+    """The git commit of this checkout, with ``+dirty`` when its code differs from it (the
+    results under ``benchmarks/results``, which runs write, do not count)."""
 
     def git(*args):
         return subprocess.run(
@@ -363,6 +364,7 @@ def code_version() -> str:
             'alf_lite',
             'benchmarks',
             'examples',
+            ':(exclude)benchmarks/results',
         )
     except (OSError, subprocess.CalledProcessError):
         return 'unknown'

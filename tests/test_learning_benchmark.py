@@ -2408,3 +2408,30 @@ def test_orientation_suite_compares_icubwalk_v1_with_the_v0_runs_of_the_replay_s
     assert learning.report_suite('icub_orientation', str(out), str(docs), finished_only=True)
     table = _table(capsys.readouterr().out.splitlines())
     assert table[('alf_lite', 'ICubWalk-v1')]['seeds'] == '2 (3 not finished)'
+
+
+def test_code_version_is_dirty_when_code_differs_not_when_results_do(tmp_path, monkeypatch):
+    def git(*args):
+        subprocess.run(
+            ['git', '-c', 'user.name=t', '-c', 'user.email=t@t', *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
+
+    code = tmp_path / 'alf_lite' / 'x.py'
+    plan = tmp_path / 'benchmarks' / 'results' / 'learning' / 'plan.json'
+    for path in code, plan:
+        path.parent.mkdir(parents=True)
+        path.write_text('0\n')
+    git('init', '-q')
+    git('add', '.')
+    git('commit', '-qm', 'x')
+    monkeypatch.setattr(launcher, 'REPO_ROOT', str(tmp_path))
+    commit = launcher.code_version()
+    assert len(commit) == 12 and '+' not in commit
+    # Runs write their records while others start: that is no change of the code.
+    plan.write_text('1\n')
+    assert launcher.code_version() == commit
+    code.write_text('1\n')
+    assert launcher.code_version() == commit + '+dirty'
