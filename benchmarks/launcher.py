@@ -545,7 +545,9 @@ def _deadline(text: str, now: float) -> float:
 def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -> None:
     """Record every run's state in ``<out>/plan.json`` (merged with runs of other calls)."""
     path = os.path.join(out, PLAN_FILE)
-    plan = read_json(path) or {}
+    plan = read_json(path)
+    if not isinstance(plan, dict):
+        plan = {}  # none yet, or one cut short or edited into another kind of JSON
     for run in runs:
         run_dir = run.run_dir(out)
         done = read_done(run_dir)

@@ -1722,6 +1722,18 @@ def test_a_done_json_that_is_no_finished_runs_record_is_an_error_naming_it_and_i
     assert capsys.readouterr().out.startswith('# done, skipped: ')
 
 
+def test_a_done_json_without_one_of_a_finished_runs_numbers_is_refused_naming_it(tmp_path):
+    done = _done()
+    for key in ('env_steps', 'final_eval_return', 'final_eval_return_last3', 'wall_time_s'):
+        # Missing, or a JSON true (a bool is no number of steps, return or time).
+        for record in ({k: v for k, v in done.items() if k != key}, dict(done, **{key: True})):
+            (tmp_path / 'done.json').write_text(json.dumps(record))
+            with pytest.raises(launcher.UnreadableRecord, match=f"finished run's {key} "):
+                launcher.read_done(str(tmp_path))
+    (tmp_path / 'done.json').write_text(json.dumps(done))
+    assert launcher.read_done(str(tmp_path)) == done
+
+
 def test_the_estimate_leaves_out_a_done_json_that_is_no_json_object(tmp_path):
     # Another run's done.json edited into a list: that run is refused when trained or
     # reported, and the estimate of this one goes on without it.
@@ -1729,6 +1741,19 @@ def test_the_estimate_leaves_out_a_done_json_that_is_no_json_object(tmp_path):
     other = tmp_path / 'study_sac' / 'hopper_default' / 'seed0'
     other.mkdir(parents=True)
     (other / 'done.json').write_text('[2]')
+    seconds, source = launcher.estimate_seconds(run, str(tmp_path))
+    assert source == 'assumed rate'
+    assert seconds == pytest.approx(150_000 * run.task.assumed_seconds_per_step)
+
+
+def test_the_estimate_leaves_out_a_done_json_of_its_kind_without_a_finished_runs_numbers(tmp_path):
+    # A run of the same kind whose done.json lacks its wall time (edited by hand).
+    (run,) = learning.suite_runs('hopper', seeds=[2], steps=150_000)[:1]
+    other = tmp_path / 'hopper' / 'alf_sac' / 'seed0'
+    other.mkdir(parents=True)
+    done = _done(framework='alf_lite', algo='sac', env='Hopper-v5', env_steps=1000)
+    del done['wall_time_s']
+    (other / 'done.json').write_text(json.dumps(done))
     seconds, source = launcher.estimate_seconds(run, str(tmp_path))
     assert source == 'assumed rate'
     assert seconds == pytest.approx(150_000 * run.task.assumed_seconds_per_step)
@@ -1997,6 +2022,15 @@ def test_plan_keeps_other_calls_runs_and_records_each_runs_state(tmp_path):
     assert plan['pendulum/alf_sac/seed3'] == dict(
         common, status='deferred', env_steps=0, detail='needs about 5 s'
     )
+
+
+def test_plan_cut_short_or_of_another_kind_of_json_is_written_anew(tmp_path):
+    run = _pendulum_run(1000)
+    for text in ('{"hopper/alf_sac/seed0": {', '[1]', '"plan"', 'null'):
+        (tmp_path / 'plan.json').write_text(text)
+        launcher.write_plan(str(tmp_path), [run], {})
+        plan = json.loads((tmp_path / 'plan.json').read_text())
+        assert list(plan) == [run.key] and plan[run.key]['status'] == 'pending', text
 
 
 def test_train_runs_starts_runs_that_cannot_resume_first_and_fails_when_one_is_interrupted(
@@ -2435,3 +2469,51 @@ def test_code_version_is_dirty_when_code_differs_not_when_results_do(tmp_path, m
     assert launcher.code_version() == commit
     code.write_text('1\n')
     assert launcher.code_version() == commit + '+dirty'
+    # The benchmarks' own code outside their results counts too.
+    code.write_text('0\n')
+    script = tmp_path / 'benchmarks' / 'learning.py'
+    script.write_text('0\n')
+    git('add', str(script))
+    git('commit', '-qm', 'y')
+    commit = launcher.code_version()
+    script.write_text('1\n')
+    assert launcher.code_version() == commit + '+dirty'
+
+
+def test_report_counts_the_planned_seeds_of_each_runs_own_suite_and_reads_no_other_plan(
+    tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / 'runs'
+    runs = [
+        ('study_replay', 'icub_replay_full', 'ICubWalk-v0'),
+        ('icub_orientation', 'icub_v1', 'ICubWalk-v1'),
+    ]
+    for suite, name, env in runs:
+        for seed in range(2):
+            _write_run(
+                out / suite / name / f'seed{seed}',
+                ('env_steps', 'eval/AverageReturn'),
+                [(6000, 10 + seed)],
+                f"create_environment.env_name = '{env}'\n",
+                _done(),
+            )
+    # The reference runs' seed 2 is planned in their suite; the keys of no run
+    # (another suite's name for them, no seed directory, no key of a run) are not.
+    plan = {
+        'study_replay/icub_replay_full/seed2': {},
+        'icub_orientation/icub_replay_full/seed4': {},
+        'icub_orientation/icub_replay_full/seed5': {},
+        'icub_orientation/icub_v1': {},
+        'icub_orientation': {},
+        'icub_orientation/icub_v1/seedx': {},
+    }
+    docs = tmp_path / 'docs'
+    for text, seeds in (
+        (json.dumps(plan), '2 (1 not evaluated yet)'),
+        ('[1, 2]', '2'),
+        ('{"study_replay/icub_replay_full/seed2', '2'),
+    ):
+        (out / 'plan.json').write_text(text)
+        table = _table(_report('icub_orientation', out, docs, monkeypatch, capsys)[0])
+        assert table[('alf_lite', 'ICubWalk-v0')]['seeds'] == seeds, text
+        assert table[('alf_lite', 'ICubWalk-v1')]['seeds'] == '2', text
