@@ -1686,23 +1686,15 @@ def test_a_done_json_that_is_no_finished_runs_record_is_an_error_naming_it_and_i
     _write_progress(run_dir, [(0, -1000), (2, -900)])
     argv = ['--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', '0', '--steps', '2']
     argv += ['--out', str(out), '--docs_dir', str(tmp_path / 'docs')]
-    # Cut short, and edited into a list.
-    for text in ('{"target_env_steps": 2, "wall', '[2]'):
-        (run_dir / 'done.json').write_text(text)
-        for mode in ([], ['--dry_run'], ['--report']):
-            with pytest.raises(SystemExit) as e:
-                learning.main(argv + mode)
-            assert e.value.code == 2
-            err = capsys.readouterr().err.splitlines()[-1]
-            assert err == (
-                f'error: {run_dir}/done.json is not the JSON object of a finished run: mend it, '
-                'or move it away to train the run again'
-            )
-            assert (run_dir / 'done.json').read_text() == text
-    # An object without a finished run's figures (edited by hand, or of another tool).
     done = _done(env_steps=2, final_eval_return=-900.0, wall_time_s=3.0, target_env_steps=2)
+    no_object = 'is not the JSON object of a finished run'
+    # Cut short, and edited into a list; an object without a finished run's figures
+    # (edited by hand, or of another tool).
+    records = [('{"target_env_steps": 2, "wall', no_object), ('[2]', no_object)]
     for key, value in (('wall_time_s', None), ('env_steps', '2'), ('finished', 0)):
         text = json.dumps({k: v for k, v in dict(done, **{key: value}).items() if v is not None})
+        records.append((text, f"lacks a finished run's {key} (or holds another kind of value)"))
+    for text, what in records:
         (run_dir / 'done.json').write_text(text)
         for mode in ([], ['--dry_run'], ['--report']):
             with pytest.raises(SystemExit) as e:
@@ -1710,8 +1702,8 @@ def test_a_done_json_that_is_no_finished_runs_record_is_an_error_naming_it_and_i
             assert e.value.code == 2
             err = capsys.readouterr().err.splitlines()[-1]
             assert err == (
-                f"error: {run_dir}/done.json lacks a finished run's {key} (or holds another "
-                'kind of value): mend it, or move it away to train the run again'
+                f'error: {run_dir}/done.json {what}: mend it, or move it away to train the run '
+                'again'
             )
             assert (run_dir / 'done.json').read_text() == text
     # Nothing trained.
