@@ -962,7 +962,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
             'one seed (a seed gives both runs the same initial networks and the same '
             'random steps):\n\n' + '\n'.join(tests)
         )
-    if suite == 'icub_orientation':
+    if suite == 'icub_orientation' and ORIENTATION_REFERENCE[1] in found:
         reference, name = ORIENTATION_REFERENCE
         print(
             f'\nThe ICubWalk-v0 rows are the runs {name} of the {reference} suite: the same '

@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -2434,6 +2435,11 @@ def test_orientation_suite_compares_icubwalk_v1_with_the_v0_runs_of_the_replay_s
     assert learning.report_suite('icub_orientation', str(out), str(docs), finished_only=True)
     table = _table(capsys.readouterr().out.splitlines())
     assert table[('alf_lite', 'ICubWalk-v1')]['seeds'] == '2 (3 not finished)'
+    # Without the ICubWalk-v0 runs, no word of them.
+    shutil.rmtree(out / 'study_replay')
+    lines, _ = _report('icub_orientation', out, docs, monkeypatch, capsys)
+    assert set(_table(lines)) == {('alf_lite', 'ICubWalk-v1')}
+    assert not any('study_replay' in line for line in lines)
 
 
 def test_code_version_is_dirty_when_code_differs_not_when_results_do(tmp_path, monkeypatch):
