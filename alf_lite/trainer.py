@@ -19,8 +19,10 @@ from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_ma
 from alf_lite.collector import Collector
 from alf_lite.config import unused_bindings, write_text_atomically
 from alf_lite.device import (
+    available_cpu_memory,
     describe_device,
     free_memory_bytes,
+    memory_bound_text,
     resolve_device,
     use_deterministic_algorithms,
 )
@@ -326,13 +328,16 @@ def _check_batch_fits(buffer: ReplayBuffer, mini_batch_size: int, mini_batch_len
     """
     device = buffer.training_device
     nbytes = mini_batch_size * mini_batch_length * buffer.raw_bytes_per_step
-    free = free_memory_bytes(device)
+    if device.type == 'cpu':
+        free, bound = available_cpu_memory()
+    else:
+        free, bound = free_memory_bytes(device), None
     if nbytes > free:
         raise ValueError(
             f'TrainerConfig.mini_batch_size = {mini_batch_size} with mini_batch_length = '
             f'{mini_batch_length}: a mini-batch of their steps takes at least {nbytes} bytes '
             f'({buffer.raw_bytes_per_step} bytes per step), more than the {free} bytes free on '
-            f'{device}: lower mini_batch_size.'
+            f'{device}: lower mini_batch_size.{memory_bound_text(bound)}'
         )
 
 

@@ -30,7 +30,7 @@ from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import InterruptedInEnvCall, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from alf_lite.update import check_compiles
-from cli_helpers import sigterm_as_the_training_envs_give_episodes
+from cli_helpers import python_output, sigterm_as_the_training_envs_give_episodes
 from test_non_finite_guard import _tensors
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
@@ -1096,6 +1096,29 @@ def test_batch_norm_with_one_transition_per_update_is_refused_before_anything_is
     with Trainer(TrainerConfig(), str(tmp_path / 'run')) as trainer:
         trainer.train()
         assert trainer.num_updates > 0
+
+
+def test_mini_batch_over_the_process_memory_limit_is_refused_naming_the_limit():
+    # A fresh process: the limit stays with the process that sets it.
+    script = """
+import psutil, resource
+from alf_lite.replay_buffer import ReplayBuffer
+from alf_lite.trainer import _check_batch_fits
+
+used = psutil.Process().memory_info().vms
+resource.setrlimit(resource.RLIMIT_AS, (used + 400_000_000, resource.RLIM_INFINITY))
+buffer = ReplayBuffer(1, 10, 3, 1)  # 25 bytes per step
+try:
+    _check_batch_fits(buffer, 10_000_000, 2)  # 500 MB, more than the 400 MB left
+except ValueError as e:
+    print(e)
+_check_batch_fits(buffer, 4_000_000, 2)  # 200 MB
+print('fits')
+"""
+    output = python_output(script)
+    assert 'takes at least 500000000 bytes' in output
+    assert "this process's ulimit -v limit" in output
+    assert 'fits' in output
 
 
 @pytest.mark.parametrize(
