@@ -584,6 +584,15 @@ BAD_INPUTS = {
         [],
         ['longest part comes from "parameters" entry \'create_environment.env_name\''],
     ),
+    # Quoted by its start in the message, still as the search config's entry.
+    'value over the quoting limit': (
+        {'parameters': {'TrainerConfig.mini_batch_size': ["'" + 'a' * 600 + "'"]}, 'repeats': 1},
+        [],
+        [
+            "\"parameters\" entry 'TrainerConfig.mini_batch_size', value `'aaaa",
+            'more characters)`',
+        ],
+    ),
     # The seed, bound after the searched values, would override them: runs named apart
     # would train alike.
     'seed searched by its full name': (

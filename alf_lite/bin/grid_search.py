@@ -130,7 +130,7 @@ if __name__ == '__main__':
 import psutil  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from alf_lite.config import write_text_atomically  # noqa: E402
+from alf_lite.config import shortened, write_text_atomically  # noqa: E402
 from alf_lite.run_dir import (  # noqa: E402
     CONFIG_FILE,
     RunDir,
@@ -459,9 +459,11 @@ def search_entry_message(message: str, space: SearchSpace) -> str:
     """
     for names, values in space.parameters:
         for name, value in itertools.product(names, values):
+            # A long binding is quoted by its start (``shortened``), as is its value here.
             message = message.replace(
-                f'--gin_param {f"{name}={value}"!r}',
-                f'the search config\'s "parameters" entry {",".join(names)!r}, value `{value}`',
+                f'--gin_param {shortened(repr(f"{name}={value}"))}',
+                f'the search config\'s "parameters" entry {",".join(names)!r}, '
+                f'value `{shortened(value)}`',
             )
     return message
 
