@@ -687,11 +687,9 @@ def _check_constructors_not_called(bindings) -> None:
             )
         ):
             continue
-        binding = _binding_name(statement)
-        through = '' if macro is None else f' (from %{macro})'
         without = repr(value)[:-2]
         raise ConfigError(
-            f'`{binding}` in {_statement_where(statement, gin_param)} is {value!r}{through}: '
+            f'{_binding_is(statement, gin_param, repr(value), macro)}: '
             f'gin would call {without[1:]} itself, without the arguments alf_lite passes it. '
             f"'{statement.arg_name}' takes the constructor: write {without} (without the "
             'parentheses).'
@@ -718,14 +716,19 @@ def _check_buildable(statement, gin_param: Optional[str]) -> None:
     ]
     if not missing:
         return
-    binding = _binding_name(statement)
-    through = '' if macro is None else f' (from %{macro})'
     raise ConfigError(
-        f'`{binding}` in {_statement_where(statement, gin_param)} is {value!r}{through}, which '
-        f'gin cannot build: {configurable.name} takes {" and ".join(missing)}, which only '
+        f'{_binding_is(statement, gin_param, repr(value), macro)}, which gin cannot build: '
+        f'{configurable.name} takes {" and ".join(missing)}, which only '
         f"alf_lite gives where it builds one. Fix the value: '{statement.arg_name}' of "
         f"'{statement.selector}' takes {_taken(statement)}."
     )
+
+
+def _binding_is(statement, gin_param: Optional[str], value_text: str, macro) -> str:
+    """```binding` in <where> is <value_text>``, with `` (from %macro)`` when a macro gave it."""
+    through = '' if macro is None else f' (from %{macro})'
+    where = _statement_where(statement, gin_param)
+    return f'`{_binding_name(statement)}` in {where} is {value_text}{through}'
 
 
 def _taken(statement) -> str:
@@ -748,11 +751,8 @@ def _check_values_written_back(bindings) -> None:
         value, macro = _through_macros(statement.value)
         if not any(_not_finite(v) for v in _literals(value)):
             continue
-        binding = _binding_name(statement)
-        through = '' if macro is None else f' (from %{macro})'
         raise ConfigError(
-            f'`{binding}` in {_statement_where(statement, gin_param)} is '
-            f'{shortened(repr(value))}{through}, '
+            f'{_binding_is(statement, gin_param, shortened(repr(value)), macro)}, '
             "which the run's config.gin cannot hold (gin writes it out as a name it cannot "
             'read back, so a resume would fail or run without it). Give a finite number (a '
             'large one stands for no bound, e.g. 1e30), or None where the parameter takes it '
