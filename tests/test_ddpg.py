@@ -814,3 +814,31 @@ def test_the_ou_state_goes_through_rollout_state_per_env_and_a_misfit_is_refused
     assert torch.equal(resumed.rollout_step(step(M)), expected)
     with pytest.raises(ValueError, match='not a float tensor of shape'):
         ddpg().load_rollout_state(state, num_envs=2)
+
+
+def test_a_resume_that_changes_the_ou_noise_to_a_stateless_one_goes_on_without_its_state():
+    # The OU state of a checkpoint, resumed with --gin_param
+    # 'DdpgAlgorithm.exploration_noise=@GaussianNoise()': nothing to continue, and the
+    # envs go on with their episodes rather than restart them.
+    def ddpg(noise):
+        return DdpgAlgorithm(
+            observation_dim=1,
+            action_dim=2,
+            actor_network_ctor=ConstantActor,
+            exploration_noise=noise,
+        )
+
+    saved = ddpg(OUNoise())
+    types = torch.full((3,), F, dtype=torch.uint8)
+    saved.rollout_step(
+        TimeStep(types, torch.zeros(3, 1), torch.zeros(3), torch.ones(3), torch.arange(3))
+    )
+    state = saved.rollout_state()
+    assert state['exploration_noise']['state'].shape == (3, 2)
+    resumed = ddpg(GaussianNoise(sigma=0.5))
+    resumed.load_rollout_state(state, num_envs=3)
+    step = TimeStep(types, torch.zeros(3, 1), torch.zeros(3), torch.ones(3), torch.arange(3))
+    torch.manual_seed(0)
+    expected = (0.5 * torch.randn(3, 2)).clamp(-1.0, 1.0)
+    torch.manual_seed(0)
+    assert torch.equal(resumed.rollout_step(step), expected)

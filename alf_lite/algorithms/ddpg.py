@@ -179,7 +179,9 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         return {'exploration_noise': noise.state_dict()} if hasattr(noise, 'state_dict') else {}
 
     def load_rollout_state(self, state: dict, num_envs: int) -> None:
-        if 'exploration_noise' in state:
+        # A noise without state (a resume that changed the noise to @GaussianNoise())
+        # has nothing to continue: the envs go on with it.
+        if 'exploration_noise' in state and hasattr(self._exploration_noise, 'load_state_dict'):
             self._exploration_noise.load_state_dict(
                 state['exploration_noise'], shape=(num_envs, self.action_dim)
             )
