@@ -477,3 +477,27 @@ def test_networks_that_play_their_part_are_accepted(algorithm, networks):
     )
     for action in (algorithm.rollout_step(step), algorithm.predict_step(observation)):
         assert action.shape == (4, 2) and action.abs().max() <= 1
+
+
+@pytest.mark.parametrize('algorithm', [SacAlgorithm, DdpgAlgorithm])
+def test_a_critic_parameter_its_ctor_froze_stays_frozen_through_the_actor_loss(algorithm):
+    # The actor loss freezes the critic while it runs; leaving that must not make every
+    # critic parameter trainable, or a layer the ctor froze (a fixed encoder, say) is
+    # trained from the second update on.
+    def critic(observation_dim, action_dim, num_replicas):
+        net = CriticNetwork(observation_dim, action_dim, num_replicas, hidden_layers=(8, 8))
+        net._layers[0].requires_grad_(False)
+        return net
+
+    torch.manual_seed(0)
+    algo = algorithm(observation_dim=3, action_dim=2, critic_network_ctor=critic)
+    fixed = [p.clone() for p in algo._critic._layers[0].parameters()]
+    trained = algo._critic._layers[1].weight.clone()
+    batch = random_batch()
+    algo.train(True)
+    for _ in range(3):
+        algo.train_step(batch, loss_mask(batch))
+    assert not any(p.requires_grad for p in algo._critic._layers[0].parameters())
+    assert all(torch.equal(p, q) for p, q in zip(algo._critic._layers[0].parameters(), fixed))
+    assert algo._critic._layers[1].weight.requires_grad
+    assert not torch.equal(algo._critic._layers[1].weight, trained)

@@ -336,11 +336,13 @@ class frozen:
     """Context in which a module's parameters collect no gradient.
 
     An actor loss differentiates through the critic; freezing the critic keeps
-    its gradients out of that backward pass (and saves computing them).
+    its gradients out of that backward pass (and saves computing them). Only the
+    parameters that require a gradient when it is built are switched: one the
+    module's ctor froze stays frozen.
     """
 
     def __init__(self, module: nn.Module):
-        self._params = list(module.parameters())
+        self._params = [p for p in module.parameters() if p.requires_grad]
 
     def __enter__(self):
         for p in self._params:
