@@ -106,6 +106,24 @@ def test_log_std_bounds_that_are_no_finite_min_and_max_are_refused(bounds):
         TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=bounds)
 
 
+@pytest.mark.parametrize('log_std_max', [89.0, 88.722836, 200.0])
+def test_log_std_bounds_whose_std_overflows_float32_are_refused(log_std_max):
+    # exp(log_std_max) is inf in float32 (88.722836 rounds up to a float32 above log(max)).
+    with pytest.raises(ValueError, match='log_std_bounds max must be at most 88.72'):
+        TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=(-5.0, log_std_max))
+
+
+@pytest.mark.parametrize('bounds', [(-20.0, 2.0), (-200.0, 88.7228)])
+def test_log_std_bounds_whose_std_is_a_finite_float32_are_kept(bounds):
+    actor = TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=bounds)
+    with torch.no_grad():
+        actor._head.bias.fill_(100.0)  # tanh(raw) = 1: log_std = max
+    _, log_std = actor._mean_and_log_std(torch.zeros(5, 3))
+    assert torch.isfinite(log_std.exp()).all() and torch.allclose(
+        log_std, torch.full_like(log_std, bounds[1])
+    )
+
+
 def test_equal_log_std_bounds_give_a_fixed_std():
     actor = TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=(-1.0, -1.0))
     _, log_std = actor._mean_and_log_std(torch.randn(5, 3))

@@ -122,6 +122,13 @@ def assert_close(a, b):
             'SacAlgorithm.actor_optimizer is the class CriticNetwork, which is no optimizer',
             None,
         ),
+        # The std overflowed float32: a non-finite critic loss at update 1, blamed on the
+        # rewards, after config.gin and a checkpoint.
+        (
+            'TanhNormalActorNetwork.log_std_bounds=(-5.0, 200.0)',
+            'log_std_bounds max must be at most 88.72',
+            None,
+        ),
     ],
     ids=[
         'misspelt_parameter',
@@ -135,6 +142,7 @@ def assert_close(a, b):
         'huge_num_parallel_environments',
         'huge_mini_batch_size',
         'network_as_the_optimizer',
+        'log_std_whose_std_overflows',
     ],
 )
 def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must_name, closest):

@@ -23,7 +23,8 @@ class TanhNormalActorNetwork(nn.Module):
         hidden_layers: widths of the MLP hidden layers.
         log_std_bounds: ``(min, max)``; the raw output is mapped into this range
             with a tanh, so the bound never cuts the gradient. Finite, with
-            ``min <= max`` (equal: a fixed std).
+            ``min <= max`` (equal: a fixed std), and ``max`` at most
+            88.72, the log of the largest float32: the std is a float32.
     """
 
     def __init__(
@@ -47,6 +48,13 @@ class TanhNormalActorNetwork(nn.Module):
             raise ValueError(
                 'log_std_bounds must be (min, max), finite numbers with min <= max, e.g. '
                 f'(-5.0, 2.0), got {log_std_bounds!r}'
+            )
+        # The head computes the log-std, and its exp, in float32.
+        log_std_max = torch.tensor(self._log_std_max, dtype=torch.float32, device='cpu')
+        if not log_std_max.exp().isfinite():
+            raise ValueError(
+                'log_std_bounds max must be at most 88.72, the log of the largest float32: '
+                f'the std exp({self._log_std_max!r}) overflows to inf, got {log_std_bounds!r}'
             )
         # None: float32 throughout; torch.bfloat16: the encoder's products in
         # bfloat16 (set by alf_lite.precision.set_network_precision).
