@@ -998,6 +998,17 @@ def test_the_modules_of_the_users_own_that_the_configs_import_are_found_to_ship_
     ) in capsys.readouterr().err
 
 
+def test_root_dir_whose_name_is_not_utf8_is_refused_before_anything_is_written(tmp_path):
+    # Each run failed in TensorBoard's writer, after the sweep had written its files there.
+    write_inputs(tmp_path, GRID)
+    root_dir = tmp_path / os.fsdecode(b'runs\xff')
+    result = run_grid(tmp_path, root_dir)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f'--root_dir {ascii(str(root_dir))} is no UTF-8 name' in result.stderr, result.stderr
+    assert 'Traceback' not in result.stderr
+    assert sorted(os.listdir(tmp_path)) == ['grid.json', 'tiny.gin']
+
+
 def test_root_dir_that_is_a_file_or_a_train_run_is_refused_and_left_as_it_is(tmp_path):
     write_inputs(tmp_path, GRID)
     (tmp_path / 'runs').write_text('mine')

@@ -326,6 +326,16 @@ def test_root_dir_that_is_a_file_or_cannot_be_created_is_refused(tmp_path):
     assert 'Traceback' not in result.stderr
 
 
+def test_root_dir_whose_name_is_not_utf8_is_refused_before_anything_is_written(tmp_path):
+    # TensorBoard's writer failed on it with a traceback, after config.gin was written.
+    root_dir = tmp_path / os.fsdecode(b'run\xff')
+    result = run_train(train_command(root_dir, [PENDULUM], SHORT))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f'--root_dir {ascii(str(root_dir))} is no UTF-8 name' in result.stderr, result.stderr
+    assert 'Traceback' not in result.stderr
+    assert os.listdir(tmp_path) == []
+
+
 # --- checkpoints: corrupt, truncated, disk full -------------------------------------------
 
 

@@ -102,8 +102,17 @@ def exit_on_signals_before_main(message: str = 'interrupted by {signal}.') -> No
 
 
 def output_root_dir(flag_value: str) -> str:
-    """The absolute path of a ``--root_dir`` to write into; exits naming it when it is a file."""
+    """The absolute path of a ``--root_dir`` to write into; exits naming it when it is a file,
+    or when its name is not UTF-8, in which TensorBoard cannot write its summaries."""
     root_dir = os.path.abspath(os.path.expanduser(flag_value))
+    try:
+        root_dir.encode('utf-8')
+    except UnicodeEncodeError:
+        fail(
+            f'--root_dir {ascii(root_dir)} is no UTF-8 name (its undecodable bytes are shown '
+            'as \\udcXX), and TensorBoard writes its summaries only under UTF-8 paths: give '
+            'a --root_dir whose whole path is UTF-8.'
+        )
     if os.path.exists(root_dir) and not os.path.isdir(root_dir):
         fail(f'--root_dir {root_dir} is a file, not a directory.')
     return root_dir
