@@ -19,6 +19,7 @@ speed. One env in this process, one torch thread.
 """
 
 import argparse
+import importlib
 import os
 import statistics
 import sys
@@ -112,8 +113,12 @@ def main(argv=None) -> int:
     except UntrustedCodeError as e:
         parser.error(str(e))
     env_name = gin.query_parameter('create_environment.env_name')
-    if env_name not in ('ICubWalk-v0', 'ICubWalk-v1'):
+    # ``module:Id``: the module registers the id, as create_environment imports it.
+    module, env_id = env_name.split(':', 1) if ':' in env_name else ('', env_name)
+    if env_id not in ('ICubWalk-v0', 'ICubWalk-v1'):
         parser.error(f'{root_dir} trained on {env_name}, not ICubWalk-v0 or ICubWalk-v1')
+    if module:
+        importlib.import_module(module)
     # Built as the run built its envs: its time limit and constructor arguments.
     bindings = gin.get_bindings('create_environment')
     kwargs = dict(bindings.get('env_kwargs') or {})
@@ -121,7 +126,7 @@ def main(argv=None) -> int:
         kwargs['max_episode_steps'] = bindings['max_episode_steps']
     # Made from its spec, as create_environment makes it: by id, gymnasium would warn that
     # v0 is out of date beside v1.
-    env = gymnasium.make(gymnasium.spec(env_name), **kwargs)
+    env = gymnasium.make(gymnasium.spec(env_id), **kwargs)
     low, high = env.action_space.low, env.action_space.high
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     path = checkpoint_path(root_dir, args.checkpoint_step)

@@ -20,7 +20,7 @@ import numpy as np
 if __package__ in (None, ''):  # run as a script: import this checkout's benchmarks
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import at_least  # noqa: E402
+from benchmarks import at_least, unusable_env  # noqa: E402
 
 
 def alf_lite_buffer_bytes(buffer) -> int:
@@ -61,12 +61,11 @@ def main():
     parser.add_argument('--buffer', type=at_least(1), default=100_000, help='stored steps')
     args = parser.parse_args()
 
-    import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids, such as ICubWalk-v0)
-
-    try:
-        env = gymnasium.make(args.env)
-    except gymnasium.error.Error as e:
-        parser.error(f'--env: {e}')
+    # An env alf_lite cannot train (an unknown id, discrete actions) has no alf_lite buffer.
+    problem = unusable_env(args.env)
+    if problem:
+        parser.error(f'--env: {problem}')
+    env = gymnasium.make(args.env)
     obs_dim = int(np.prod(env.observation_space.shape))
     action_dim = int(np.prod(env.action_space.shape))
     raw = obs_dim * 4 + action_dim * 4 + 4 + 4 + 1

@@ -238,7 +238,8 @@ def ratio_text(alf_lite_seconds: float, sb3_seconds: float) -> str:
     ]
     if not unsolved:
         return f'{alf_lite_seconds / sb3_seconds:.2f}'
-    return f'none ({" and ".join(unsolved)} left at least half its runs unsolved)'
+    whose = 'its' if len(unsolved) == 1 else 'their'
+    return f'none ({" and ".join(unsolved)} left at least half {whose} runs unsolved)'
 
 
 if __name__ == '__main__':

@@ -52,7 +52,13 @@ from fake_clock import Clock
         ('mode_switch.py', ['--rounds', '0'], 'argument --rounds: must be at least 1, got 0'),
         ('mode_switch.py', ['--switches', '1'], 'argument --switches: must be at least 2, got 1'),
         ('memory.py', ['--buffer', '0'], 'argument --buffer: must be at least 1, got 0'),
-        ('memory.py', ['--env', 'Nope-v0'], "--env: Environment `Nope` doesn't exist"),
+        ('memory.py', ['--env', 'Nope-v0'], '--env: Unknown environment id'),
+        # A buffer alf_lite cannot have: its figures were printed all the same.
+        (
+            'memory.py',
+            ['--env', 'CartPole-v1', '--buffer', '10'],
+            "--env: Environment 'CartPole-v1' has action space Discrete(2)",
+        ),
         ('env_throughput.py', ['--repeats', '0'], 'argument --repeats: must be at least 1'),
         ('env_throughput.py', ['--seconds', 'nan'], '--seconds: must be a finite number >= 0.1'),
         ('icub_gait.py', ['--root_dir', 'x', '--num_episodes', '0'], '--num_episodes: must be'),
@@ -170,6 +176,25 @@ def test_icub_gait_plays_the_policy_and_both_baselines_on_the_runs_eval_seeds(tm
     assert marker.read_text() == 'ran'
 
 
+def test_icub_gait_plays_a_run_whose_env_name_is_module_and_id(tmp_path):
+    # train takes 'module:Id'; it was refused as a run of another env.
+    root_dir = tmp_path / 'icub'
+    params = TINY + [
+        "create_environment.env_name='alf_lite.environments.icub_walking:ICubWalk-v0'",
+        'create_environment.num_parallel_environments=1',
+        'create_environment.max_episode_steps=20',
+        'TrainerConfig.initial_collect_steps=1',
+        'TrainerConfig.num_env_steps=2',
+        'TrainerConfig.num_eval_episodes=1',
+    ]
+    assert_ok(run_train(train_command(root_dir, [EXAMPLES / 'sac_icub_walking.gin'], params)))
+    gait = [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py')]
+    result = run_train(gait + ['--root_dir', str(root_dir), '--num_episodes', '1'], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    zero = next(line for line in result.stdout.splitlines() if line.startswith('zero'))
+    assert 'length   20.0 steps ( 1.00 s)  fell 0/1' in zero, zero
+
+
 def test_icub_gait_plays_in_the_env_the_run_was_trained_in(tmp_path):
     # A time limit of 50 steps and a control period of 6 physics steps of 1/240 s.
     root_dir = tmp_path / 'icub'
@@ -233,7 +258,7 @@ def test_time_to_solve_says_in_words_a_ratio_without_a_median():
         'none (alf_lite left at least half its runs unsolved)'
     )
     assert time_to_solve.ratio_text(math.inf, math.inf) == (
-        'none (alf_lite and SB3 left at least half its runs unsolved)'
+        'none (alf_lite and SB3 left at least half their runs unsolved)'
     )
 
 
