@@ -745,7 +745,8 @@ def _size(nbytes: float) -> str:
 
 
 def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = False) -> bool:
-    """Plots the suite's runs and prints its table; False when it has no runs yet.
+    """Plots the suite's runs and prints its table; False when it has no runs yet (the
+    runs it is compared with alone are nothing to compare).
 
     Args:
         finished_only: leave out the runs without ``done.json`` (still training).
@@ -772,8 +773,14 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
         for name, dirs in found.items()
         if dirs and any(len(read_scalar_if_any(d, EVAL_RETURN)[1]) for d in dirs)
     }
-    if not found:
-        print(f'\n## {suite}\n\nno runs with evaluations in {os.path.join(out, suite)}')
+    if not any(specs[name].suite == suite for name in found):
+        # The runs of other suites alone (a precision suite's float32 runs): nothing to compare.
+        others = sorted({os.path.join(out, specs[name].suite, name) for name in found})
+        compared = f', only the runs it is compared with ({", ".join(others)}): nothing to compare'
+        print(
+            f'\n## {suite}\n\nno runs with evaluations in {os.path.join(out, suite)}'
+            + (compared if others else '')
+        )
         return False
     group_by = SUITES[suite].group_by
     planned = {}  # {(suite, run name): seeds in plan.json}

@@ -1059,6 +1059,31 @@ def test_precision_suites_train_bfloat16_and_compare_it_with_the_float32_runs(tm
         assert {r['group'] for r in csv.DictReader(f)} == {'SAC bfloat16', 'SAC float32'}
 
 
+@pytest.mark.parametrize(
+    'suite, reference',
+    [('precision_hopper', 'hopper/alf_sac'), ('icub_orientation', 'study_replay/icub_replay_full')],
+)
+def test_a_report_with_only_the_runs_a_suite_is_compared_with_has_nothing_to_compare(
+    tmp_path, suite, reference
+):
+    # The reference curves were drawn alone, and the report exited 0.
+    out, docs = tmp_path / 'runs', tmp_path / 'docs'
+    for seed in range(2):
+        _write_run(
+            out / reference / f'seed{seed}',
+            ('env_steps', 'eval/AverageReturn'),
+            [(1000, 10.0 + seed)],
+            'TrainerConfig.algorithm_ctor = @SacAlgorithm\n',
+        )
+    result = run_script('--suite', suite, '--report', '--out', out, '--docs_dir', docs)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (
+        f'no runs with evaluations in {out / suite}, only the runs it is compared with '
+        f'({out / reference}): nothing to compare'
+    ) in result.stdout.splitlines(), result.stdout
+    assert not docs.exists()
+
+
 def test_a_rows_interval_depends_on_its_runs_alone(tmp_path):
     out = tmp_path / 'runs'
 
