@@ -17,7 +17,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -438,7 +437,8 @@ def train_in_subprocess(
             comes from ``TrainerConfig.torch_num_threads`` in the config).
         log_path: absolute path of the file that gets train's output, appended
             on each attempt (outside ``root_dir``: train refuses a non-empty
-            root_dir without its config.gin).
+            root_dir without its config.gin). The config is written beside it
+            while train runs, as ``<log_path without its extension>.gin``.
         extra_env: environment variables set for the subprocess, e.g. its
             ``CUDA_VISIBLE_DEVICES``.
         on_start: given, the process starts in a session of its own, so that
@@ -463,7 +463,11 @@ def train_in_subprocess(
     # train's working directory (the logs') stays off its sys.path, as with python -P.
     env['PYTHONSAFEPATH'] = '1'
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    with tempfile.NamedTemporaryFile('w', suffix='.gin', delete=False) as config_file:
+    # Beside the log, on the storage the run's node sees, named for the run: one left by a
+    # sweep that was killed (no ``finally`` ran) is replaced as the same run starts again.
+    # Not through a link, as the log.
+    config_path = os.path.splitext(log_path)[0] + '.gin'
+    with open(config_path, 'w', opener=_open_not_following_a_link) as config_file:
         config_file.write(config_text)
     start = time.time()
     try:
@@ -480,7 +484,7 @@ def train_in_subprocess(
                     '--root_dir',
                     root_dir,
                     '--gin_file',
-                    config_file.name,
+                    config_path,
                 ],
                 cwd=os.path.dirname(log_path),
                 env=env,
@@ -493,7 +497,7 @@ def train_in_subprocess(
                     on_start(process)
                 returncode = wait_stopping_on_request(process, stop_file)
     finally:
-        os.remove(config_file.name)
+        os.remove(config_path)
     error = None
     if returncode != 0:
         error = f'{exit_description(returncode)}: {log_error_line(log_path, offset)}'

@@ -511,10 +511,16 @@ def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_contin
     # SIGKILL (or the OOM killer) lets grid_search pass no stop on: the run notices.
     write_inputs(tmp_path, GRID)
     root_dir = tmp_path / 'runs'
-    process = start_long_grid(tmp_path, root_dir, '--max_workers', '1')
+    temp_dir = tmp_path / 'temp'
+    temp_dir.mkdir()
+    env = dict(train_env(), TMPDIR=str(temp_dir))
+    process = start_long_grid(tmp_path, root_dir, '--max_workers', '1', env=env)
     run_dir = root_dir / RUN_NAMES[0]
     trains = kill_the_sweep_alone(process, root_dir, lambda: len(progress_rows(run_dir)) >= 2)
     assert len(trains) == 1
+    # The run's config file, which the sweep removes as the run ends, did not outlive the
+    # sweep outside its root_dir.
+    assert list(temp_dir.rglob('*.gin')) == []
     log = (root_dir / 'logs' / f'{RUN_NAMES[0]}.log').read_text()
     assert f'the process that started this train (pid {process.pid}) ended' in log
     assert 'interrupted by SIGTERM: checkpoint written' in log
