@@ -1,5 +1,5 @@
-"""How SIGINT and SIGTERM stop training: after the iteration, inside a hung env call, or at once
-outside the training loop (train starting up or shutting down, play)."""
+"""How SIGINT and SIGTERM (and SIGHUP, unless ignored) stop training: after the iteration, inside a
+hung env call, or at once outside the training loop (train starting up or shutting down, play)."""
 
 import contextlib
 import os
@@ -9,7 +9,11 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP (the terminal closed) stops as SIGTERM does, unless this process started with it
+# ignored (``nohup``): then it stays ignored, here and in the processes started from here.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
+    () if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (signal.SIGHUP,)
+)
 
 # Set by ``started_watching_this_process`` (grid_search's and the learning benchmark's runs)
 # to the starter's process id: the run stops as on SIGTERM once that process ends
@@ -195,12 +199,14 @@ class RaisingSignals(_HandledSignals):
 
 
 def set_env_process_signals() -> None:
-    """In an env process: ignore SIGINT and let SIGTERM end it (the kernel's default).
+    """In an env process: ignore SIGINT and SIGHUP and let SIGTERM end it (the kernel's default).
 
-    Ctrl-C reaches the whole process group: the trainer, not each env, acts on
-    it and shuts the envs down; SIGTERM is how a hung env process is stopped.
+    Ctrl-C, and the SIGHUP of a closed terminal, reach the whole process group: the trainer,
+    not each env, acts on them and shuts the envs down after its checkpoint; SIGTERM is how a
+    hung env process is stopped.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 

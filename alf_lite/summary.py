@@ -533,7 +533,8 @@ class Throughput:
 def print_progress(
     env_steps: int, num_env_steps: int, env_steps_per_sec: float, eval_return: float
 ) -> None:
-    """One console line: a bar, env steps, speed and the last evaluation return."""
+    """One console line: a bar, env steps, speed and the last evaluation return; dropped where
+    stderr can no longer be written (its terminal closed)."""
     frac = min(env_steps / max(num_env_steps, 1), 1.0)
     bar = '#' * int(frac * _BAR_WIDTH)
     eval_text = 'n/a' if eval_return is None or math.isnan(eval_return) else f'{eval_return:.1f}'
@@ -542,4 +543,11 @@ def print_progress(
         f'{env_steps_per_sec:.0f} SPS | eval return {eval_text}'
     )
     end = '\r' if sys.stderr.isatty() and frac < 1.0 else '\n'
-    print(line, end=end, file=sys.stderr, flush=True)
+    try:
+        print(line, end=end, file=sys.stderr, flush=True)
+    except OSError:
+        # The run goes on to its checkpoint (the SIGHUP of a closed terminal stops it there);
+        # stderr goes to /dev/null from here on, so that no later write (one at exit) fails.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stderr.fileno())
+        os.close(devnull)

@@ -322,8 +322,9 @@ def start_in_own_session(command, env=None, stdout=subprocess.DEVNULL, cwd=REPO_
 
 
 def send_as_user(process, sig):
-    """SIGINT as Ctrl-C sends it (to the process group), SIGTERM as ``kill <pid>`` does."""
-    if sig == signal.SIGINT:
+    """SIGINT as Ctrl-C sends it (to the process group), SIGHUP as a shell whose terminal
+    closed sends it to its jobs (to the process group too), SIGTERM as ``kill <pid>`` does."""
+    if sig in (signal.SIGINT, signal.SIGHUP):
         os.killpg(process.pid, sig)
     else:
         process.send_signal(sig)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from cli_helpers import EXAMPLES, PENDULUM, run_train, train_command
+from cli_helpers import EXAMPLES, PENDULUM, run_python, run_train, train_command
 
 TOOLS = ['train', 'play', 'plot', 'grid_search']
 
@@ -215,3 +215,18 @@ def test_train_names_hidden_layers_of_the_wrong_type_given_through_a_macro_in_a_
         'got (2.5, 256)'
     ) in result.stderr
     assert not root_dir.exists()
+
+
+_FAIL_ON_A_CLOSED_TERMINAL = """
+import os
+terminal, stderr = os.openpty()
+os.dup2(stderr, 2)
+os.close(terminal)  # writes to stderr fail (EIO) from here on
+from alf_lite.bin.cli import EXIT_SIGNAL_BASE, fail
+fail('SIGHUP arrived outside the training loop', exit_code=EXIT_SIGNAL_BASE + 1)
+"""
+
+
+def test_a_tool_failing_on_a_closed_terminal_exits_with_its_exit_code():
+    # The SIGHUP of a closed terminal: the message cannot be written, the exit code still is.
+    assert run_python(_FAIL_ON_A_CLOSED_TERMINAL).returncode == 129

@@ -370,7 +370,9 @@ def resume_to_the_end(tmp_path, root_dir, stopped):
         assert 'resumed from' in (root_dir / 'logs' / f'{run_dir.name}.log').read_text()
 
 
-@pytest.mark.parametrize('sig, to_group', [(signal.SIGINT, True), (signal.SIGTERM, False)])
+@pytest.mark.parametrize(
+    'sig, to_group', [(signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGHUP, False)]
+)
 def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_it(
     tmp_path, sig, to_group
 ):
@@ -529,6 +531,8 @@ def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_contin
     assert len(steps) == 1 and steps[0] >= int(progress_rows(run_dir)[-1]['env_steps'])
 
     resume_to_the_end(tmp_path, root_dir, [run_dir])
+    # Nor beyond the run's start in the same sweep.
+    assert {p.suffix for p in (root_dir / 'logs').iterdir()} == {'.log'}
 
 
 def test_broken_value_fails_its_runs_and_the_others_finish(tmp_path):

@@ -508,8 +508,8 @@ def test_a_checkpoint_before_a_resume_that_changed_the_experiment_plays_its_conf
 
 @pytest.mark.parametrize(
     'video_name, sig',
-    [('play.mp4', signal.SIGINT), ('play.gif', signal.SIGTERM)],
-    ids=['mp4, Ctrl-C to the group (ffmpeg too)', 'gif, SIGTERM'],
+    [('play.mp4', signal.SIGINT), ('play.gif', signal.SIGTERM), ('play.gif', signal.SIGHUP)],
+    ids=['mp4, Ctrl-C to the group (ffmpeg too)', 'gif, SIGTERM', 'gif, a closed terminal'],
 )
 def test_a_stopped_play_leaves_the_video_already_there_as_it_was(
     trained_run, tmp_path, video_name, sig

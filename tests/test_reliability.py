@@ -5,9 +5,11 @@ import datetime
 import logging
 import math
 import os
+import pty
 import random
 import re
 import resource
+import select
 import shutil
 import signal
 import subprocess
@@ -45,6 +47,7 @@ from cli_helpers import (
     TINY,
     assert_ok,
     checkpoint_steps,
+    fails_after,
     run_python,
     run_train,
     send_as_user,
@@ -810,7 +813,7 @@ def start_long_run(root_dir, *params):
     return process
 
 
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     root_dir = tmp_path / 'run'
     process = start_long_run(
@@ -829,6 +832,62 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     assert len(steps) == 1 and steps[0] >= steps_in_csv(root_dir)[-1]
     gone = psutil.wait_procs(children, timeout=10)[1] == []
     assert gone, [c.pid for c in children if c.is_running()]
+
+
+def test_a_closed_terminal_stops_train_at_a_checkpoint(tmp_path):
+    # Train on a terminal (a pseudo-terminal) that closes: the kernel sends it SIGHUP, and
+    # every write to stderr fails from then on, the progress line of each iteration among them.
+    root_dir = tmp_path / 'run'
+    params = TINY + [
+        'TrainerConfig.num_env_steps=100000',
+        'TrainerConfig.summary_interval=2',
+        'TrainerConfig.eval_interval=100000',
+        'TrainerConfig.checkpoint_interval=100000',
+        'create_environment.num_parallel_environments=2',
+        'create_environment.use_subprocesses=True',
+    ]
+    command = train_command(root_dir, [PENDULUM], params)
+    env = train_env()
+    pid, terminal = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(REPO_ROOT)
+            os.execve(command[0], command, env)
+        finally:
+            os._exit(127)
+    deadline = time.time() + 60
+    try:
+        while not ((root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) >= 3):
+            assert time.time() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0)
+            if select.select([terminal], [], [], 0.05)[0]:
+                os.read(terminal, 65536)  # a terminal's reader: train never blocks writing
+        children = psutil.Process(pid).children(recursive=True)
+        assert len(children) >= 2  # the env subprocesses
+    finally:
+        os.close(terminal)
+    with fails_after(60):
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
+    steps = checkpoint_steps(root_dir)
+    assert len(steps) == 1 and steps[0] >= steps_in_csv(root_dir)[-1]
+    gone = psutil.wait_procs(children, timeout=10)[1] == []
+    assert gone, [c.pid for c in children if c.is_running()]
+
+
+def test_sighup_ignored_as_train_starts_stays_ignored(tmp_path):
+    # As under nohup: the run goes on, its env processes too.
+    root_dir = tmp_path / 'run'
+    prelude = 'import signal\nsignal.signal(signal.SIGHUP, signal.SIG_IGN)\n'
+    command = with_prelude(train_command(root_dir, [PENDULUM], SHORT), prelude, alter_sys=True)
+    process = start_in_own_session(command)
+    deadline = time.time() + 60
+    while not (root_dir / 'progress.csv').exists():
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    send_as_user(process, signal.SIGHUP)
+    _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    assert process.returncode == 0, stderr[-3000:]
+    assert checkpoint_steps(root_dir)[-1] >= 400
 
 
 @pytest.mark.parametrize('gap_s', [0.02, 0.2])

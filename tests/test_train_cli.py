@@ -710,6 +710,24 @@ def test_while_env_processes_start_a_signal_of_default_action_still_ends_the_tra
     assert 'went on' not in result.stdout
 
 
+_SIGHUP_IN_AN_ENV_PROCESS = """
+import os, signal, time
+from alf_lite.signals import set_env_process_signals
+set_env_process_signals()
+os.kill(os.getpid(), signal.SIGHUP)
+time.sleep(0.5)
+print('went on')
+"""
+
+
+def test_an_env_process_leaves_a_closed_terminals_sighup_to_the_trainer():
+    # It reaches the whole process group; an env process started by spawn or forkserver
+    # inherits no handler: its env state must outlive it, for the trainer's checkpoint.
+    result = run_python(_SIGHUP_IN_AN_ENV_PROCESS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == 'went on\n'
+
+
 def test_env_processes_start_in_another_thread_than_the_main_one_with_its_handlers(
     signals_to_a_list,
 ):

@@ -6,6 +6,8 @@ import signal
 import sys
 from typing import List
 
+from alf_lite.signals import STOP_SIGNALS
+
 # torch's level for its loggers, which torch sets only at the end of its import: a tool that
 # stops while torch imports (a signal) would otherwise print torch's exit-time INFO logs (the
 # FakeTensor cache stats) after its one line. torch's import sets it again (TORCH_LOGS).
@@ -67,11 +69,11 @@ def print_out(*args, file=None, **kwargs) -> None:
     except OSError as e:
         # Also a stream that cannot be written (stdout to a full disk): said once, on stderr.
         if not isinstance(e, BrokenPipeError) and file is not sys.stderr:
-            print(
+            # Where stderr cannot be written either (the terminal closed), dropped too.
+            print_out(
                 f'warning: cannot write to {file.name.strip("<>")}: {e.strerror}; its lines are '
                 'dropped',
                 file=sys.stderr,
-                flush=True,
             )
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, file.fileno())
@@ -79,25 +81,26 @@ def print_out(*args, file=None, **kwargs) -> None:
 
 
 def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
-    """Print ``message`` for the user and exit, by default with ``EXIT_BAD_INPUT``."""
-    print(f'error: {user_message(message)}', file=sys.stderr)
+    """Print ``message`` for the user and exit, by default with ``EXIT_BAD_INPUT``; also where
+    stderr can no longer be written (the terminal closed)."""
+    print_out(f'error: {user_message(message)}', file=sys.stderr)
     sys.exit(exit_code)
 
 
 def exit_on_signals_before_main(message: str = 'interrupted by {signal}.') -> None:
-    """Until a tool's ``main`` handles SIGINT and SIGTERM itself, and again once it is done,
-    exit on either at once with ``EXIT_SIGNAL_BASE`` plus its number and one line:
-    ``message``, the signal's name for ``{signal}``. Called before the tool's imports,
-    which take a tenth of a second or more: a signal there would otherwise end it with a
-    KeyboardInterrupt's traceback (SIGINT) or without a word (SIGTERM)."""
+    """Until a tool's ``main`` handles SIGINT and SIGTERM (and SIGHUP: ``STOP_SIGNALS``)
+    itself, and again once it is done, exit on any at once with ``EXIT_SIGNAL_BASE`` plus its
+    number and one line: ``message``, the signal's name for ``{signal}``. Called before the
+    tool's imports, which take a tenth of a second or more: a signal there would otherwise end
+    it with a KeyboardInterrupt's traceback (SIGINT) or without a word (SIGTERM, SIGHUP)."""
 
     def stop(signum, frame):
-        for s in (signal.SIGINT, signal.SIGTERM):
+        for s in STOP_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
         name = signal.Signals(signum).name
         fail(message.format(signal=name), exit_code=EXIT_SIGNAL_BASE + signum)
 
-    for s in (signal.SIGINT, signal.SIGTERM):
+    for s in STOP_SIGNALS:
         signal.signal(s, stop)
 
 

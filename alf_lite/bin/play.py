@@ -29,7 +29,7 @@ holds. H.264 in yuv420p needs an even width and height: an odd ``--render_size``
 is refused for an ``.mp4``. Rendering is headless: MuJoCo
 through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
 The video is written beside ``--record_file`` and moved there once every
-episode was played: a play that fails or is stopped by SIGINT or SIGTERM (exit
+episode was played: a play that fails or is stopped by SIGINT, SIGTERM or SIGHUP (exit
 code 128 + the signal number) leaves a file already there as it was.
 """
 
