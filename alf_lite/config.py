@@ -259,7 +259,7 @@ def unused_bindings(saved_config: Optional[str] = None) -> Tuple[List[str], List
         if selector == 'gin.macro':
             continue
         for param in params:
-            if _binding_used(scope, selector, param):
+            if binding_used(scope, selector, param):
                 continue
             name = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
             key = (scope, selector, param)
@@ -279,7 +279,7 @@ def unused_bindings(saved_config: Optional[str] = None) -> Tuple[List[str], List
     return own, included
 
 
-def _binding_used(scope: str, selector: str, param: str) -> bool:
+def binding_used(scope: str, selector: str, param: str) -> bool:
     """Whether a call of ``selector`` took ``param`` from its binding in ``scope``.
 
     gin gives a call in scope ``a/b`` the bindings of scopes ``''``, ``a`` and ``a/b``,

@@ -27,7 +27,9 @@ trains them all afresh under their new names (renaming the old directories
 to the new names keeps them).
 Nothing is written when the base config with the first value of every
 parameter does not parse (a misspelt name; a searched macro that no binding
-uses counts as one), or when a name would not fit in
+uses counts as one), when no run's algorithm (built on torch's ``meta``
+device) would use an entry (``DdpgAlgorithm.gamma`` with ``@SacAlgorithm``),
+or when a name would not fit in
 a file name: use a gin macro for a long value (``big = (...)`` in a gin file,
 ``"%big"`` in the search config, and the run is named ``...=big``).
 A run whose latest checkpoint reached ``num_env_steps`` is skipped and an
@@ -63,7 +65,8 @@ cancelled), the table is written, and the exit code is 128
 plus the signal's number; running the same command again continues the sweep.
 
 Backends: by default a local pool of ``--max_workers`` training processes,
-each with ``cores // max_workers`` torch threads; with ``--ray_address`` each
+each with ``cores // max_workers`` torch threads (a ``--gin_param`` or the
+search config that sets ``TrainerConfig.torch_num_threads`` wins); with ``--ray_address`` each
 run is a Ray task (``pip install .[ray]``) that needs ``--num_cpus_per_run``
 CPUs and gets as many torch threads. The code ships with the tasks and the
 config is sent as text, but ``--root_dir`` must be storage that every node of
@@ -240,6 +243,7 @@ class GridRun(NamedTuple):
     config_text: Optional[str]  # None when the config does not parse
     num_env_steps: Optional[int]
     error: Optional[str]
+    torch_num_threads: Optional[int] = None  # TrainerConfig's, as the config sets it
 
 
 def gin_literal(value) -> str:
@@ -637,6 +641,119 @@ def unused_searched_macro(space: SearchSpace) -> Optional[str]:
     return None
 
 
+# Where the configurables are that only the algorithm's build calls (algorithms, their
+# noises, networks, optimizers): building the algorithm tells whether a config uses one.
+ALGORITHM_CONFIGURABLES = ('alf_lite.algorithms.', 'alf_lite.networks.', 'torch.optim.')
+
+
+def _called_in(scope: str, selector: str) -> bool:
+    """Whether something built so far called ``selector`` in ``scope`` or a scope inside it."""
+    import gin
+
+    components = scope.split('/') if scope else []
+    for called_in, called in gin.config._OPERATIVE_CONFIG:
+        call_components = called_in.split('/') if called_in else []
+        if called == selector and call_components[: len(components)] == components:
+            return True
+    return False
+
+
+def _referred_to(scope: str, selector: str) -> bool:
+    """Whether a binding of the config as parsed refers to ``selector`` (``@Name``,
+    ``@Name()``) in ``scope`` or a scope inside it."""
+    import gin
+
+    components = scope.split('/') if scope else []
+    pending = [value for params in gin.config._CONFIG.values() for value in params.values()]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, gin.config.ConfigurableReference):
+            _, referred = value.config_key
+            if referred == selector and value.scopes[: len(components)] == components:
+                return True
+        elif isinstance(value, (list, tuple, set)):
+            pending.extend(value)
+        elif isinstance(value, dict):
+            pending.extend(value.items())
+    return False
+
+
+def searched_calls(space: SearchSpace) -> Optional[Dict[tuple, bool]]:
+    """The searched names' gin keys (``_parameter_key``) whose configurable the algorithm
+    of the config as parsed calls in the name's scope, each with whether a call took the
+    parameter from its binding (False: every call sets it itself); None where it cannot
+    tell.
+
+    A name whose configurable a binding of the config refers to (``@SacAlgorithm``,
+    ``@actor/Adam()``) counts as used as it is. Otherwise the algorithm is built on
+    torch's ``meta`` device, as train's memory check builds it: nothing is allocated.
+    None where it cannot be built there: the run's own build tells its error.
+    """
+    keys = {_parameter_key(name) for names, _ in space.parameters for name in names}
+    judged = {
+        key for key in keys if isinstance(key, tuple) and key[1].startswith(ALGORITHM_CONFIGURABLES)
+    }
+    if all(_referred_to(key[0], key[1]) for key in judged):
+        # Each is named in the config (``@SacAlgorithm``, ``@actor/Adam()``): taken as used
+        # without a build, whose first optimizer costs torch a second of imports.
+        return {key: True for key in judged}
+    import torch
+
+    from alf_lite.config import binding_used
+    from alf_lite.trainer import TrainerConfig
+
+    try:
+        # The sizes change which networks are built, not which configurables are called.
+        with torch.device('meta'):
+            TrainerConfig().algorithm_ctor(observation_dim=1, action_dim=1)
+    except Exception:  # noqa: BLE001  (the run's own build raises the config's errors)
+        return None
+    return {
+        key: binding_used(*key)
+        for key in keys
+        if isinstance(key, tuple) and _called_in(key[0], key[1])
+    }
+
+
+def unused_search(space: SearchSpace, calls: Optional[Dict[tuple, bool]]) -> Optional[str]:
+    """Why an entry of the search config would change no run: the algorithm of no run
+    uses any of its names (a configurable never called in that scope, such as
+    ``DdpgAlgorithm.gamma`` with ``@SacAlgorithm``, or a parameter its caller always
+    sets), or None.
+
+    Args:
+        space: the search config.
+        calls: ``searched_calls`` merged over the runs' configs (a key used by one is
+            used); None where one could not tell, and nothing is judged. Only names of
+            ``ALGORITHM_CONFIGURABLES`` are judged: the trainer's, the envs' and those
+            of other modules are called outside the algorithm's build.
+    """
+    if calls is None:
+        return None
+    for names, _ in space.parameters:
+        keys = [_parameter_key(name) for name in names]
+        if not all(
+            isinstance(key, tuple) and key[1].startswith(ALGORITHM_CONFIGURABLES) for key in keys
+        ) or any(calls.get(key) for key in keys):
+            continue
+        reasons = []
+        for name, key in zip(names, keys):
+            scope, selector, param = key
+            short = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}'
+            reasons.append(
+                f'{name}: the config calls `{short}` nowhere'
+                if key not in calls
+                else f'{name}: every call of `{short}` sets {param} itself'
+            )
+        return (
+            f'the search config\'s "parameters" entry {",".join(names)!r} searches what the '
+            f'algorithm this config builds never uses ({"; ".join(reasons)}): its values would '
+            'change no run (runs named apart by them would train alike). Search a parameter '
+            'of what the config builds, or refer to the configurable in a gin file.'
+        )
+    return None
+
+
 def configure_runs(
     space: SearchSpace,
     root_dir: str,
@@ -644,15 +761,19 @@ def configure_runs(
     gin_params,
     num_threads: int,
     imports: Optional[set] = None,
+    calls: Optional[dict] = None,
 ) -> List[GridRun]:
     """Parse each run's config; a run whose config does not parse carries the error instead.
-    Given, ``imports`` gets the top-level modules that the runs' configs import."""
+    Given, ``imports`` gets the top-level modules that the runs' configs import, and
+    ``calls`` the ``searched_calls`` of the runs' configs merged (a key that one uses is
+    used), with the key None where one could not tell."""
     import gin
 
     from alf_lite.config import ConfigError, imported_modules, parse_config
     from alf_lite.trainer import TrainerConfig
 
     runs = []
+    built = set()  # the combinations whose calls are in ``calls``: the seed changes none
     for name, seed, bindings in expand_grid(space):
         log_path = os.path.join(root_dir, LOG_DIR, f'{name}.log')
         params = (
@@ -664,12 +785,26 @@ def configure_runs(
         run_dir = os.path.join(root_dir, name)
         try:
             parse_config(gin_files, params)
-            num_env_steps = TrainerConfig().num_env_steps
+            config = TrainerConfig()
             if imports is not None:
                 imports.update(imported_modules())
             runs.append(
-                GridRun(name, seed, run_dir, log_path, gin.config_str(), num_env_steps, None)
+                GridRun(
+                    name,
+                    seed,
+                    run_dir,
+                    log_path,
+                    gin.config_str(),
+                    config.num_env_steps,
+                    None,
+                    config.torch_num_threads,
+                )
             )
+            if calls is not None and tuple(bindings) not in built:
+                built.add(tuple(bindings))
+                called = searched_calls(space)
+                for key, used in ({None: True} if called is None else called).items():
+                    calls[key] = calls.get(key, False) or used
         except (ConfigError, ValueError, TypeError) as e:
             runs.append(
                 GridRun(
@@ -683,6 +818,8 @@ def configure_runs(
                     + ' '.join(user_message(search_entry_message(str(e), space)).split()),
                 )
             )
+    if calls is not None and not built:
+        calls[None] = True  # no config parsed: nothing tells
     return runs
 
 
@@ -1397,8 +1534,13 @@ def _main(argv):
     except (ValueError, TypeError) as e:
         fail(' '.join(user_message(search_entry_message(str(e), space)).split()))
     root_dir = output_root_dir(FLAGS.root_dir)
-    imports = set()
-    runs = configure_runs(space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads, imports)
+    imports, calls = set(), {}
+    runs = configure_runs(
+        space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads, imports, calls
+    )
+    unused = unused_search(space, None if None in calls else calls)
+    if unused:
+        fail(unused)
     if os.path.exists(RunDir(root_dir).config_file):
         fail(
             f'--root_dir {root_dir} holds a train run (its {CONFIG_FILE}), not a sweep: '
@@ -1530,9 +1672,18 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
             if gpus
             else ''
         )
+    # The sweep's count, unless a --gin_param or the search config sets the runs' own.
+    threads = sorted({run.torch_num_threads for run in todo or runs if run.torch_num_threads})
+    threads_text = (
+        f'{threads[0]} torch thread(s) each'
+        if len(threads) == 1
+        else f'{threads[0]} to {threads[-1]} torch threads by run'
+        if threads
+        else f'{num_threads} torch thread(s) each'
+    )
     print_out(
         f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
-        f'({num_threads} torch thread(s) each){not_started_text(results)}.'
+        f'({threads_text}){not_started_text(results)}.'
     )
 
     num_done = 0
