@@ -1,10 +1,11 @@
 """What the command-line tools promise about bad input: a flag, or a config value of train."""
 
+import signal
 import sys
 
 import pytest
 
-from cli_helpers import EXAMPLES, PENDULUM, run_python, run_train, train_command
+from cli_helpers import EXAMPLES, PENDULUM, run_python, run_train, train_command, with_prelude
 
 TOOLS = ['train', 'play', 'plot', 'grid_search']
 
@@ -230,3 +231,24 @@ fail('SIGHUP arrived outside the training loop', exit_code=EXIT_SIGNAL_BASE + 1)
 def test_a_tool_failing_on_a_closed_terminal_exits_with_its_exit_code():
     # The SIGHUP of a closed terminal: the message cannot be written, the exit code still is.
     assert run_python(_FAIL_ON_A_CLOSED_TERMINAL).returncode == 129
+
+
+# Sends SIGTERM while Python runs its exit-time callbacks, after the tool's main ended.
+_SIGNAL_AT_EXIT = """import atexit, os, signal, time
+def signal_at_exit():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+atexit.register(signal_at_exit)
+"""
+
+
+@pytest.mark.parametrize('tool', ['train', 'play'])
+def test_a_signal_while_a_tool_exits_ends_it_at_once_with_one_line(tool, tmp_path):
+    # The handler of before main is back in place once main ended; the SystemExit it raised
+    # in an exit-time callback (torch's, a weakref finalizer's) was printed as ignored, with
+    # its traceback, and the tool exited with its own code.
+    command = [sys.executable, '-m', f'alf_lite.bin.{tool}', '--root_dir', str(tmp_path / 'no')]
+    result = run_train(with_prelude(command, _SIGNAL_AT_EXIT, f'alf_lite.bin.{tool}'))
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr and 'ignored' not in result.stderr, result.stderr
+    assert 'SIGTERM' in result.stderr.strip().splitlines()[-1]

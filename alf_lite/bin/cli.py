@@ -1,5 +1,6 @@
 """What the command-line tools share: telling the user what went wrong."""
 
+import contextlib
 import logging
 import os
 import signal
@@ -80,11 +81,36 @@ def print_out(*args, file=None, **kwargs) -> None:
         os.close(devnull)
 
 
+# Set once a tool's main has ended (``run_tool``): from then on Python runs its exit-time
+# callbacks, where ``fail`` can only be called by a stop signal's handler.
+_main_ended = False
+
+
 def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
     """Print ``message`` for the user and exit, by default with ``EXIT_BAD_INPUT``; also where
     stderr can no longer be written (the terminal closed)."""
     print_out(f'error: {user_message(message)}', file=sys.stderr)
+    if _main_ended:
+        # A signal while Python's exit-time callbacks run (torch's, weakref finalizers): a
+        # SystemExit raised in one is printed as ignored, with its traceback, and the exit
+        # goes on. What the tool had to clean up, its own code did before main ended.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(exit_code)
     sys.exit(exit_code)
+
+
+def run_tool(main) -> None:
+    """absl's ``app.run`` of a tool's ``main`` with ``parse_flags``; once it ends, a stop
+    signal (``exit_on_signals_before_main``'s handler, train's) ends the process at once."""
+    from absl import app
+
+    global _main_ended
+    try:
+        app.run(main, flags_parser=parse_flags)
+    finally:
+        _main_ended = True
 
 
 def exit_on_signals_before_main(message: str = 'interrupted by {signal}.') -> None:

@@ -114,8 +114,8 @@ from alf_lite.bin.cli import (
     exit_on_signals_before_main,
     fail,
     output_root_dir,
-    parse_flags,
     print_out,
+    run_tool,
     user_message,
 )
 
@@ -131,7 +131,7 @@ if __name__ == '__main__':
     exit_on_signals_before_main(_OUTSIDE_THE_SWEEP)
 
 import psutil  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from alf_lite.config import shortened, write_text_atomically  # noqa: E402
 from alf_lite.run_dir import (  # noqa: E402
@@ -1734,4 +1734,4 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
 
 
 if __name__ == '__main__':
-    app.run(main, flags_parser=parse_flags)
+    run_tool(main)

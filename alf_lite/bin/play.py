@@ -45,15 +45,15 @@ from alf_lite.bin.cli import (
     EXIT_SIGNAL_BASE,
     exit_on_signals_before_main,
     fail,
-    parse_flags,
     print_out,
+    run_tool,
 )
 
 if __name__ == '__main__':
     # Before the imports below, until main handles the signals.
     exit_on_signals_before_main()
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from alf_lite.bin.policy import checkpoint_path, load_policy  # noqa: E402
 from alf_lite.config import new_file_beside  # noqa: E402
@@ -541,4 +541,4 @@ def play(argv, signals) -> None:
 
 
 if __name__ == '__main__':
-    app.run(main, flags_parser=parse_flags)
+    run_tool(main)

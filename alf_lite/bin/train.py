@@ -24,7 +24,7 @@ import signal
 import sys
 
 # These two import the standard library only: the handlers below are installed at once.
-from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, output_root_dir, parse_flags
+from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, output_root_dir, run_tool
 from alf_lite.signals import (
     STOP_SIGNALS,
     InterruptedOutsideTraining,
@@ -48,7 +48,7 @@ if __name__ == '__main__':
     for _s in STOP_SIGNALS:
         signal.signal(_s, _stop_before_main)
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
 from alf_lite.run_dir import (  # noqa: E402
     CONFIG_FILE,
@@ -282,4 +282,4 @@ def train(root_dir: str, signals) -> None:
 
 
 if __name__ == '__main__':
-    app.run(main, flags_parser=parse_flags)
+    run_tool(main)
