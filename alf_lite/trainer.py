@@ -398,6 +398,7 @@ class Trainer:
             )
             if estimate is not None:
                 logging.info('networks: %s', estimate.describe())
+            self._algorithm.check_rollout(env.num_envs)
             self._algorithm.to(device)
             _check_batch_norm_batch(self._algorithm, cfg.mini_batch_size, cfg.mini_batch_length)
             set_network_precision(self._algorithm, cfg.precision)

@@ -711,48 +711,107 @@ def test_exploration_noise_of_another_kind_is_refused_naming_it(algorithm, noise
     name = algorithm.__name__
     parse_config([], [f'{name}.exploration_noise = {noise}'])
     with pytest.raises(ValueError) as refused:
-        algorithm(observation_dim=3, action_dim=2)
+        algorithm(observation_dim=3, action_dim=2).check_rollout(4)
     message = str(refused.value)
     assert f'{name}.exploration_noise {refusal}' in message, message
     assert '@GaussianNoise()' in message and f'{noise}()' not in message, message
 
 
 def test_exploration_noise_of_the_wrong_shape_is_refused_and_a_noise_is_tried_on_a_copy():
+    ddpg = DdpgAlgorithm(
+        observation_dim=1,
+        action_dim=3,
+        exploration_noise=lambda step_type, action: torch.zeros(action.shape[0]),
+    )
     with pytest.raises(ValueError, match=r'returns shape \[2\] for actions of shape \[2, 3\]'):
-        DdpgAlgorithm(
-            observation_dim=1,
-            action_dim=3,
-            exploration_noise=lambda step_type, action: torch.zeros(action.shape[0]),
-        )
+        ddpg.check_rollout(2)
     noise = OUNoise()
     ddpg = DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=noise)
+    ddpg.check_rollout(2)
     assert ddpg._exploration_noise is noise and noise._state is None
 
 
 def test_exploration_noise_that_broadcasts_the_actions_to_more_dimensions_is_refused():
     # [N, 1, A] added to actions [N, A] gives [N, N, A], no action of the env's.
+    ddpg = DdpgAlgorithm(
+        observation_dim=1,
+        action_dim=3,
+        exploration_noise=lambda step_type, action: torch.zeros_like(action).unsqueeze(1),
+    )
     with pytest.raises(
         ValueError, match=r'returns shape \[2, 1, 3\] for actions of shape \[2, 3\]'
     ):
-        DdpgAlgorithm(
-            observation_dim=1,
-            action_dim=3,
-            exploration_noise=lambda step_type, action: torch.zeros_like(action).unsqueeze(1),
-        )
+        ddpg.check_rollout(2)
+
+
+class FixedEnvsNoise:
+    """A noise of one's own made for a fixed number of envs: its state is ``[num_envs, A]``
+    and ``reset(mask)`` restarts the envs at their FIRST step."""
+
+    def __init__(self, num_envs, action_dim):
+        self.state = torch.zeros(num_envs, action_dim)
+        self.step_types = []
+
+    def reset(self, mask):
+        self.state[mask] = 0.0
+
+    def __call__(self, step_type, action):
+        self.step_types.append(step_type.tolist())
+        self.reset(step_type == StepType.FIRST)
+        self.state += 0.1 * torch.randn_like(self.state)
+        return self.state.clone()
+
+
+def test_a_noise_made_for_the_runs_number_of_envs_is_taken_and_another_refused(tmp_path):
+    # The noise was tried on 2 (or 3) actions, whatever the run's number of envs: a noise
+    # whose state has a row per env of the run was refused, though it runs.
+    num_envs = 4
+    params = [
+        "create_environment.env_name = 'Pendulum-v1'",
+        'create_environment.max_episode_steps = 20',
+        f'create_environment.num_parallel_environments = {num_envs}',
+        'DeterministicActorNetwork.hidden_layers = (8,)',
+        'CriticNetwork.hidden_layers = (8,)',
+        'TrainerConfig.num_env_steps = 300',
+        'TrainerConfig.initial_collect_steps = 100',
+        'TrainerConfig.mini_batch_size = 16',
+        'TrainerConfig.eval_interval = 300',
+        'TrainerConfig.num_eval_episodes = 1',
+        'TrainerConfig.summary_interval = 100',
+    ]
+    parse_config([], params)
+    noise = FixedEnvsNoise(num_envs, action_dim=1)
+    config = TrainerConfig(algorithm_ctor=functools.partial(DdpgAlgorithm, exploration_noise=noise))
+    with Trainer(config, str(tmp_path / 'fits')) as trainer:
+        trainer.train()
+    # Called at every exploring step (25 to 74 of each env) with the step types of the
+    # run's envs: FIRST right after each LAST (21-step episodes), where it restarts them.
+    assert len(noise.step_types) == (300 - 100) // num_envs
+    firsts = [i for i, types in enumerate(noise.step_types) if types == [StepType.FIRST] * num_envs]
+    assert firsts == [42 - 25, 63 - 25]
+    assert all(noise.step_types[i - 1] == [StepType.LAST] * num_envs for i in firsts)
+    other = functools.partial(DdpgAlgorithm, exploration_noise=FixedEnvsNoise(3, action_dim=1))
+    with pytest.raises(
+        ValueError,
+        match=r'DdpgAlgorithm.exploration_noise is a FixedEnvsNoise, which fails as '
+        r'noise\(step_type, action\) on 4 actions of size 1',
+    ):
+        Trainer(TrainerConfig(algorithm_ctor=other), str(tmp_path / 'other'))
+    assert not (tmp_path / 'other').exists()
 
 
 def test_a_noise_returning_a_number_or_an_array_is_taken_and_its_trial_draws_nothing():
     # A number (no noise: 0.0) or a numpy array adds to the actions, yet was refused; the
     # trial of a noise drawing from numpy's or python's generator shifted the run's numbers.
     for noise in (lambda step_type, action: 0.0, lambda step_type, action: np.zeros(3)):
-        DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=noise)
+        DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=noise).check_rollout(2)
 
     def drawing(step_type, action):
         return torch.full(action.shape, np.random.normal() + random.random())
 
     np.random.seed(5)
     random.seed(5)
-    DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=drawing)
+    DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=drawing).check_rollout(2)
     drawn = (np.random.normal(), random.random())
     np.random.seed(5)
     random.seed(5)

@@ -13,7 +13,7 @@ import gin
 import torch
 import torch.nn as nn
 
-from alf_lite.algorithms.noise import OUNoise, check_exploration_noise
+from alf_lite.algorithms.noise import OUNoise, check_exploration_noise, try_exploration_noise
 from alf_lite.algorithms.off_policy_algorithm import (
     OffPolicyAlgorithm,
     check_update_settings,
@@ -62,7 +62,8 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             normalised action space and the sum clipped to [-1, 1]. A noise
             with state goes through checkpoints by its ``state_dict`` and
             ``load_state_dict(state, shape)`` (as ``OUNoise``); one without them
-            restarts its state on resume. None: the paper's
+            restarts its state on resume. It is called on the actions of the run's
+            training envs alone (``check_rollout`` tries it there). None: the paper's
             ``OUNoise(theta=0.15, sigma=0.2)`` (with ``dt=1e-2``).
         gamma: discount factor of the return.
         target_update_tau: Polyak factor, ``target = tau * online + (1 - tau) * target``,
@@ -107,9 +108,7 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         if not critic_l2_weight_decay >= 0:  # NaN too
             raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
         if exploration_noise is not None:
-            check_exploration_noise(
-                f'{type(self).__name__}.exploration_noise', exploration_noise, action_dim
-            )
+            check_exploration_noise(f'{type(self).__name__}.exploration_noise', exploration_noise)
         self._build_actor_and_critic(
             actor_network_ctor,
             critic_network_ctor,
@@ -173,6 +172,16 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
         action = self._actor(time_step.observation)
         noise = self._exploration_noise(time_step.step_type, action)
         return (action + noise).clamp(-1.0, 1.0)
+
+    def check_rollout(self, num_envs: int) -> None:
+        # Tried on the run's own number of envs: a noise of one's own may keep a state of
+        # that many rows.
+        try_exploration_noise(
+            f'{type(self).__name__}.exploration_noise',
+            self._exploration_noise,
+            num_envs,
+            self.action_dim,
+        )
 
     def rollout_state(self) -> dict:
         noise = self._exploration_noise

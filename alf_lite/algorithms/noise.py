@@ -161,17 +161,10 @@ def _builds_noise(cls: type) -> bool:
     return True
 
 
-def check_exploration_noise(parameter: str, noise, action_dim: int) -> None:
-    """Refuse, naming ``parameter``, what cannot serve as exploration noise.
-
-    A noise is called as ``noise(step_type, action)`` at each collection step and
-    returns noise that adds to the actions ``[N, A]``. A class (``@GaussianNoise``
-    where ``@GaussianNoise()`` builds one), a network, an optimizer or an environment
-    given instead would fail only at the first exploring step, after the initial
-    collection. A copy of ``noise`` is called once on a few zero actions, with the
-    random number generators' states (torch's, numpy's, python's) restored: the noise
-    itself and the run's numbers stay as they were. A noise that cannot be copied is
-    not tried. A number it returns (``0.0``) is added to every action alike.
+def check_exploration_noise(parameter: str, noise) -> None:
+    """Refuse, naming ``parameter``, what is no noise object at all: a class (``@GaussianNoise``
+    where ``@GaussianNoise()`` builds one), a network or an optimizer class, or what cannot
+    be called. ``try_exploration_noise`` tries what passes on the run's actions.
 
     Raises:
         ValueError: naming the parameter, what it was given and what it takes.
@@ -186,11 +179,35 @@ def check_exploration_noise(parameter: str, noise, action_dim: int) -> None:
         raise ValueError(
             f'{parameter} is the class {name}, which is no noise: give {_NOISE_EXAMPLES}.'
         )
-    given = getattr(noise, '__name__', None) or f'a {type(noise).__name__}'
     if not callable(noise):
-        raise ValueError(f'{parameter} is {given}, which is no noise: give {_NOISE_EXAMPLES}.')
-    # A batch size other than A: noise of shape [A, N] would otherwise pass.
-    n = 3 if action_dim == 2 else 2
+        raise ValueError(
+            f'{parameter} is {_given(noise)}, which is no noise: give {_NOISE_EXAMPLES}.'
+        )
+
+
+def _given(noise) -> str:
+    return getattr(noise, '__name__', None) or f'a {type(noise).__name__}'
+
+
+def try_exploration_noise(parameter: str, noise, num_envs: int, action_dim: int) -> None:
+    """Refuse, naming ``parameter``, a noise that cannot add to the actions ``[N, A]`` of the
+    run's ``num_envs`` training envs, the only batch collection calls it on.
+
+    A noise is called as ``noise(step_type, action)`` at each collection step and
+    returns noise that adds to the actions. A network, an optimizer or an environment
+    given instead would fail only at the first exploring step, after the initial
+    collection. A copy of ``noise`` is called once on ``num_envs`` zero actions, at
+    their FIRST step, with the random number generators' states (torch's, numpy's,
+    python's) restored: the noise itself and the run's numbers stay as they were, and a
+    noise made for the run's number of envs (its state ``[N, A]``) is taken. A noise that
+    cannot be copied is not tried. A number it returns (``0.0``) is added to every action
+    alike.
+
+    Raises:
+        ValueError: naming the parameter, what it was given and what it takes.
+    """
+    given = _given(noise)
+    n = num_envs
     step_type = torch.full((n,), StepType.FIRST, dtype=torch.uint8)
     action = torch.zeros(n, action_dim)
     if action.is_meta:

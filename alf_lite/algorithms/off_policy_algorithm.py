@@ -550,6 +550,14 @@ class OffPolicyAlgorithm(nn.Module):
         """The exploratory action for collection, ``[N, action_dim]``."""
         raise NotImplementedError
 
+    def check_rollout(self, num_envs: int) -> None:
+        """Refuse a setting with which ``rollout_step`` cannot act for ``num_envs`` envs (an
+        exploration noise that does not fit their actions), drawing no random number.
+
+        Raises:
+            ValueError: naming the setting.
+        """
+
     def rollout_state(self) -> dict:
         """What ``rollout_step`` carries from one step to the next (e.g. OU noise), for a
         checkpoint: tensors and plain values. Empty for a policy without such state."""
