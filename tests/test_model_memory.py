@@ -392,7 +392,8 @@ class CheckedNoise(GaussianNoise):
 
 @pytest.mark.parametrize('ctor', [DdpgAlgorithm, Td3Algorithm])
 def test_a_noise_that_reads_a_value_leaves_the_estimate(ctor):
-    # The noise is tried once by the real build; on the meta device it cannot read a value.
+    # The noise is tried by the trainer on the run's envs, not by the build, which on the meta
+    # device could not read a value.
     build = functools.partial(ctor, exploration_noise=CheckedNoise())
     estimate = estimate_model_bytes(build, **DIMS)
     assert estimate is not None
