@@ -1712,11 +1712,12 @@ def test_ray_runs_that_no_node_can_hold_exit_2_naming_the_nodes(
 
 class StoppedRay(FakeRay):
     """A cluster where the first task begins and the others never do (another job holds
-    the nodes): SIGINT comes while the sweep waits, the first task ends once the stop file
-    is there, and the sweep must not wait for the others."""
+    the nodes): ``signum`` (SIGINT: Ctrl-C) comes while the sweep waits, the first task ends
+    once the stop file is there, and the sweep must not wait for the others."""
 
-    def __init__(self):
+    def __init__(self, signum=signal.SIGINT):
         super().__init__()
+        self.signum = signum
         self.refs = []
         self.results = {}
         self.stop_file = None
@@ -1731,7 +1732,7 @@ class StoppedRay(FakeRay):
 
     def wait(self, refs, num_returns, timeout=None):
         if not os.path.exists(self.stop_file):
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, while the runs go on
+            os.kill(os.getpid(), self.signum)  # while the runs go on
         elif self.refs[0] in refs:
             return [self.refs[0]], [r for r in refs if r != self.refs[0]]
         else:
@@ -1743,26 +1744,31 @@ class StoppedRay(FakeRay):
         return self.results[ref]
 
 
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_ray_tasks_not_begun_when_a_signal_stops_the_sweep_are_cancelled_and_not_started(
-    tmp_path, monkeypatch, capfd
+    tmp_path, monkeypatch, capfd, sig
 ):
     import alf_lite.runs
     from alf_lite.bin.grid_search import run_ray
 
     def train_in_subprocess(root_dir, config_text, num_threads, log_path, stop_file):
-        return {'returncode': 130, 'wall_time_s': 1.0, 'error': None}
+        # The task passes SIGINT on to its train, whatever stopped the sweep.
+        error = 'exit code 130: interrupted by SIGINT: checkpoint written'
+        return {'returncode': 130, 'wall_time_s': 1.0, 'error': error}
 
     monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', train_in_subprocess)
-    ray = StoppedRay()
+    ray = StoppedRay(sig)
     monkeypatch.setitem(sys.modules, 'ray', ray)
     runs = fake_runs(3, tmp_path)
     reported = {}
     signum = run_ray(runs, 1, lambda run, result: reported.update({run.name: result}))
-    assert signum == signal.SIGINT
+    assert signum == sig
     assert reported['run0']['returncode'] == 130 and reported['run0']['stopped']
+    # Stopped at its checkpoint as asked: no error (SIGTERM's and SIGHUP's had one).
+    assert reported['run0']['error'] is None
     assert reported['run1']['not_started'] and reported['run2']['not_started']
     assert ray.cancelled == [runs[1].root_dir, runs[2].root_dir]
-    assert 'SIGINT: stopping the sweep' in capfd.readouterr().err
+    assert f'{signal.Signals(sig).name}: stopping the sweep' in capfd.readouterr().err
     # Neither the stop file nor the marks of the runs begun are left to a re-run.
     assert os.listdir(tmp_path) == []
 
@@ -2403,6 +2409,21 @@ def test_a_search_of_what_the_algorithm_never_uses_exits_2_before_anything_start
     assert calls == {} and not (tmp_path / 'runs').exists()
 
 
+def test_a_configurable_called_in_another_scope_than_the_searched_one_is_not_used_there(
+    tmp_path, monkeypatch, capsys
+):
+    # The actor's optimizer is AdamW: the critic's (Adam) never reads critic/AdamW's bindings.
+    grid = {'parameters': {'critic/AdamW.weight_decay': [0.1, 0.2]}, 'repeats': 1}
+    args = ['--gin_param', 'SacAlgorithm.actor_optimizer = @actor/AdamW']
+    calls = {}
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(tmp_path, monkeypatch, args, [], grid=grid, calls=calls)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert 'critic/AdamW.weight_decay: the config calls `critic/AdamW` nowhere' in err, err
+    assert calls == {}
+
+
 @pytest.mark.parametrize(
     'parameters',
     [
@@ -2419,6 +2440,11 @@ def test_a_search_of_what_the_algorithm_never_uses_exits_2_before_anything_start
         },
         # Outside the algorithm's build: the trainer's, the envs'.
         {'create_environment.max_episode_steps': [5, 6]},
+        # DDPG's runs take it from its binding, TD3's set it themselves (TD3's own is bound).
+        {
+            'TrainerConfig.algorithm_ctor': ['@DdpgAlgorithm', '@Td3Algorithm'],
+            'DdpgAlgorithm.target_update_tau': [0.01, 0.02],
+        },
     ],
 )
 def test_a_search_of_what_some_run_uses_is_trained(tmp_path, monkeypatch, capsys, parameters):

@@ -903,12 +903,14 @@ class SweepStop:
         for process in processes:
             self._forward(process)
 
-    def mark(self, result: dict) -> dict:
-        """``result`` of a run that ended, marked ``stopped`` if it ended by the signal."""
+    def mark(self, result: dict, passed_on: Optional[int] = None) -> dict:
+        """``result`` of a run that ended, marked ``stopped`` if it ended by the signal, or
+        by ``passed_on``, the one its run got instead (SIGINT from a Ray task)."""
         if self.signum is not None and result['returncode'] != 0:
             # A run that failed meanwhile counts as stopped too; its error says why.
             result['stopped'] = True
-            stops = {EXIT_SIGNAL_BASE + s for s in self._signums | {self.signum}}
+            signums = self._signums | {self.signum} | ({passed_on} if passed_on else set())
+            stops = {EXIT_SIGNAL_BASE + s for s in signums}
             if result['returncode'] in stops:
                 result['error'] = None  # train's exit after its checkpoint
         return result
@@ -1302,7 +1304,8 @@ def run_ray(
                         'wall_time_s': time.time() - started,
                         'error': f'Ray task failed: {lines[-1] if lines else type(e).__name__}',
                     }
-                report(run, stop.mark(result))
+                # Whatever stopped the sweep, each task passed SIGINT on to its train.
+                report(run, stop.mark(result, passed_on=signal.SIGINT))
     finally:
         ray.shutdown()
         with contextlib.suppress(FileNotFoundError):
