@@ -8,8 +8,9 @@ attempt is kept in ``<log>.attempts.json``; ``<out>/plan.json`` holds every
 requested run's state. With a deadline, a run starts only if its estimated
 time fits (or, with ``partial_minutes``, a resumable run also when at least
 that long is left), and a resumable run still going at the deadline
-checkpoints and stops. Runs that cannot resume start first. SIGINT and SIGTERM are passed
-on to the runs (alf_lite's train and the SB3 runner write a checkpoint and stop).
+checkpoints and stops. Runs that cannot resume start first. SIGINT and SIGTERM (and SIGHUP,
+unless ignored) are passed on to the runs (alf_lite's train and the SB3 runner write a
+checkpoint and stop); a line that can no longer be printed (its terminal closed) is dropped.
 
 A run here is a ``benchmarks.learning.BenchmarkRun``; what starts it comes
 from the caller as a command.
@@ -27,7 +28,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
-from alf_lite.bin.cli import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_SIGNAL_BASE
+from alf_lite.bin.cli import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_SIGNAL_BASE, print_out
 from alf_lite.config import write_text_atomically
 from alf_lite.run_dir import RunDir, run_dir_in_use
 from alf_lite.runs import (
@@ -618,14 +619,16 @@ def train_runs(
                     )
                 if result.get('detail'):
                     line += f' ({result["detail"]})' if done else f': {result["detail"]}'
-                print(line, flush=True)
+                # Dropped where stdout can no longer be written (the SIGHUP of a closed
+                # terminal): the runs' results still go into plan.json.
+                print_out(line)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     counts: Dict[str, int] = {}
     for result in results:
         counts[result['status']] = counts.get(result['status'], 0) + 1
-    print('\n' + ', '.join(f'{n} {status}' for status, n in sorted(counts.items())))
+    print_out('\n' + ', '.join(f'{n} {status}' for status, n in sorted(counts.items())))
     if counts.get('interrupted') or counts.get('not started') or counts.get('deferred'):
-        print('run the same command again to continue (runs resume from their last checkpoint)')
+        print_out('run the same command again to continue (runs resume from their last checkpoint)')
     return EXIT_FAULT if counts.get('failed') or counts.get('interrupted') else 0

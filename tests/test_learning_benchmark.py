@@ -1821,6 +1821,49 @@ def test_stop_passes_its_signal_on_to_the_running_runs(tmp_path):
     assert runner.stopping
 
 
+# Two runs that stop on SIGHUP once both have started; then the launcher's terminal closes
+# (its stdout and stderr fail with EIO) and it gets SIGHUP.
+_LAUNCHER_ON_A_CLOSED_TERMINAL = """
+import dataclasses, json, os, signal, sys, threading, time
+out = sys.argv[1]
+terminal, tty = os.openpty()
+os.dup2(tty, 1)
+os.dup2(tty, 2)
+from benchmarks import launcher, learning
+(run,) = [r for r in learning.suite_runs('pendulum', [0], 1000) if r.name == 'alf_sac']
+runs = [dataclasses.replace(run, framework='custom', seed=seed) for seed in (0, 1)]
+script = (
+    'import os, signal, sys, time\\n'
+    'signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))\\n'
+    'open(sys.argv[1], "w").close()\\n'
+    'time.sleep(20)'
+)
+ready = [os.path.join(out, f'ready{run.seed}') for run in runs]
+def close_the_terminal():
+    while not all(map(os.path.exists, ready)):
+        time.sleep(0.01)
+    os.close(terminal)
+    os.kill(os.getpid(), signal.SIGHUP)
+threading.Thread(target=close_the_terminal, daemon=True).start()
+os.makedirs(out)
+command = lambda run: [sys.executable, '-c', script, ready[run.seed]]
+code = launcher.train_runs(runs, out, 2, command)
+with open(os.path.join(out, 'exit_code'), 'w') as f:
+    f.write(str(code))
+"""
+
+
+def test_a_launcher_whose_terminal_closed_records_every_interrupted_run(tmp_path):
+    # Its first result line, to the closed terminal, raised: the other run stayed 'pending'
+    # in plan.json, without the launcher's summary and exit code.
+    out = tmp_path / 'runs'
+    result = run_python(_LAUNCHER_ON_A_CLOSED_TERMINAL.replace('sys.argv[1]', repr(str(out)), 1))
+    assert result.returncode == 0
+    assert (out / 'exit_code').read_text() == '1'
+    plan = json.loads((out / 'plan.json').read_text())
+    assert [plan[key]['status'] for key in sorted(plan)] == ['interrupted', 'interrupted']
+
+
 def test_runs_of_a_killed_launcher_stop_at_a_checkpoint(tmp_path):
     # SIGKILL (or the OOM killer) lets learning.py pass no stop on: its runs, alf_lite's
     # train and the SB3 runner, notice that it ended and stop as on SIGTERM.
