@@ -113,6 +113,14 @@ def test_log_std_bounds_whose_std_overflows_float32_are_refused(log_std_max):
         TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=(-5.0, log_std_max))
 
 
+@pytest.mark.parametrize('bounds', [(-200.0, 88.72283), (-50.0, 88.722835), (-1e5, 88.7228)])
+def test_log_std_bounds_whose_largest_log_std_rounds_above_float32s_limit_are_refused(bounds):
+    # max alone has a finite exp, but min + (max - min), as the head computes it in float32,
+    # rounds to a log-std whose exp is inf.
+    with pytest.raises(ValueError, match='log_std_bounds max must be at most 88.72'):
+        TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=bounds)
+
+
 @pytest.mark.parametrize('bounds', [(-20.0, 2.0), (-200.0, 88.7228)])
 def test_log_std_bounds_whose_std_is_a_finite_float32_are_kept(bounds):
     actor = TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=bounds)

@@ -49,12 +49,16 @@ class TanhNormalActorNetwork(nn.Module):
                 'log_std_bounds must be (min, max), finite numbers with min <= max, e.g. '
                 f'(-5.0, 2.0), got {log_std_bounds!r}'
             )
-        # The head computes the log-std, and its exp, in float32.
-        log_std_max = torch.tensor(self._log_std_max, dtype=torch.float32, device='cpu')
-        if not log_std_max.exp().isfinite():
+        # The head computes the log-std, and its exp, in float32: its largest log-std (tanh at
+        # 1), as the head computes it, is max rounded there, which can lie above max itself.
+        log_std_top = self._log_std_min + 0.5 * (self._log_std_max - self._log_std_min) * (
+            torch.ones((), dtype=torch.float32, device='cpu') + 1
+        )
+        if not log_std_top.exp().isfinite():
             raise ValueError(
                 'log_std_bounds max must be at most 88.72, the log of the largest float32: '
-                f'the std exp({self._log_std_max!r}) overflows to inf, got {log_std_bounds!r}'
+                f'the largest std, exp({log_std_top.item()!r}) in float32, overflows to inf, '
+                f'got {log_std_bounds!r}'
             )
         # None: float32 throughout; torch.bfloat16: the encoder's products in
         # bfloat16 (set by alf_lite.precision.set_network_precision).
