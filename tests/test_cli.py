@@ -233,6 +233,23 @@ def test_a_tool_failing_on_a_closed_terminal_exits_with_its_exit_code():
     assert run_python(_FAIL_ON_A_CLOSED_TERMINAL).returncode == 129
 
 
+_PRINT_ON_A_CLOSED_TERMINAL = """
+import os
+terminal, tty = os.openpty()
+os.dup2(tty, 1)
+os.dup2(tty, 2)
+os.close(terminal)  # writes to stdout and stderr fail (EIO) from here on
+from alf_lite.bin.cli import print_out
+print_out('a line for the closed terminal')
+print_out('and the next')
+"""
+
+
+def test_output_to_a_closed_terminal_is_dropped_where_its_warning_cannot_be_written_either():
+    # stdout's failed write is said on stderr, which fails too: both are dropped, no traceback.
+    assert run_python(_PRINT_ON_A_CLOSED_TERMINAL).returncode == 0
+
+
 # Sends SIGTERM while Python runs its exit-time callbacks, after the tool's main ended.
 _SIGNAL_AT_EXIT = """import atexit, os, signal, time
 def signal_at_exit():
