@@ -731,6 +731,26 @@ def test_exploration_noise_of_the_wrong_shape_is_refused_and_a_noise_is_tried_on
     assert ddpg._exploration_noise is noise and noise._state is None
 
 
+def test_a_noise_function_is_tried_on_copies_of_the_values_its_closure_holds():
+    # copy.deepcopy gives a function itself: the trial stepped the state of a noise a factory
+    # of one's own made, and the run's first exploring step went on from there.
+    def random_walk(num_envs, action_dim):
+        state = torch.zeros(num_envs, action_dim)
+
+        def noise(step_type, action):
+            state.add_(0.1 * torch.randn_like(state))
+            return state.clone()
+
+        return noise, state
+
+    noise, state = random_walk(4, 3)
+    DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=noise).check_rollout(4)
+    assert torch.equal(state, torch.zeros(4, 3))
+    other, _ = random_walk(3, 3)
+    with pytest.raises(ValueError, match=r'returns shape \[3, 3\] for actions of shape \[4, 3\]'):
+        DdpgAlgorithm(observation_dim=1, action_dim=3, exploration_noise=other).check_rollout(4)
+
+
 def test_exploration_noise_that_broadcasts_the_actions_to_more_dimensions_is_refused():
     # [N, 1, A] added to actions [N, A] gives [N, N, A], no action of the env's.
     ddpg = DdpgAlgorithm(

@@ -13,6 +13,7 @@ import copy
 import inspect
 import math
 import numbers
+import types
 from typing import Optional
 
 import gin
@@ -189,6 +190,33 @@ def _given(noise) -> str:
     return getattr(noise, '__name__', None) or f'a {type(noise).__name__}'
 
 
+def _copied(noise):
+    """A deep copy of ``noise``; of a function, a new one with copies of the values its closure
+    and defaults hold (``copy.deepcopy`` gives the function itself, whose closure may hold the
+    noise's state)."""
+    trial = copy.deepcopy(noise)
+    if not isinstance(trial, types.FunctionType):
+        return trial
+    cells = []
+    for cell in trial.__closure__ or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # a variable not yet assigned
+            cells.append(types.CellType())
+        else:
+            cells.append(types.CellType(copy.deepcopy(contents)))
+    copied = types.FunctionType(
+        trial.__code__,
+        trial.__globals__,
+        trial.__name__,
+        copy.deepcopy(trial.__defaults__),
+        tuple(cells) if trial.__closure__ is not None else None,
+    )
+    copied.__kwdefaults__ = copy.deepcopy(trial.__kwdefaults__)
+    copied.__dict__.update(trial.__dict__)
+    return copied
+
+
 def try_exploration_noise(parameter: str, noise, num_envs: int, action_dim: int) -> None:
     """Refuse, naming ``parameter``, a noise that cannot add to the actions ``[N, A]`` of the
     run's ``num_envs`` training envs, the only batch collection calls it on.
@@ -198,10 +226,10 @@ def try_exploration_noise(parameter: str, noise, num_envs: int, action_dim: int)
     given instead would fail only at the first exploring step, after the initial
     collection. A copy of ``noise`` is called once on ``num_envs`` zero actions, at
     their FIRST step, with the random number generators' states (torch's, numpy's,
-    python's) restored: the noise itself and the run's numbers stay as they were, and a
-    noise made for the run's number of envs (its state ``[N, A]``) is taken. A noise that
-    cannot be copied is not tried. A number it returns (``0.0``) is added to every action
-    alike.
+    python's) restored: the noise itself (of a function, the values its closure holds) and
+    the run's numbers stay as they were, and a noise made for the run's number of envs (its
+    state ``[N, A]``) is taken. A noise that cannot be copied is not tried. A number it
+    returns (``0.0``) is added to every action alike.
 
     Raises:
         ValueError: naming the parameter, what it was given and what it takes.
@@ -215,7 +243,7 @@ def try_exploration_noise(parameter: str, noise, num_envs: int, action_dim: int)
         # reads a value cannot run there, and the real build tries it.
         return
     try:
-        trial = copy.deepcopy(noise)
+        trial = _copied(noise)
     except Exception:  # noqa: BLE001  (the first collection step calls it)
         return
     # python's and numpy's generators too: a noise of one's own may draw from them.
