@@ -259,7 +259,7 @@ atexit.register(signal_at_exit)
 """
 
 
-@pytest.mark.parametrize('tool', ['train', 'play'])
+@pytest.mark.parametrize('tool', TOOLS)
 def test_a_signal_while_a_tool_exits_ends_it_at_once_with_one_line(tool, tmp_path):
     # The handler of before main is back in place once main ended; the SystemExit it raised
     # in an exit-time callback (torch's, a weakref finalizer's) was printed as ignored, with
