@@ -814,7 +814,7 @@ def test_a_noise_made_for_the_runs_number_of_envs_is_taken_and_another_refused(t
     with pytest.raises(
         ValueError,
         match=r'DdpgAlgorithm.exploration_noise is a FixedEnvsNoise, which fails as '
-        r'noise\(step_type, action\) on 4 actions of size 1',
+        r"noise\(step_type, action\) on the actions of the run's 4 envs, of shape \[4, 1\]",
     ):
         Trainer(TrainerConfig(algorithm_ctor=other), str(tmp_path / 'other'))
     assert not (tmp_path / 'other').exists()

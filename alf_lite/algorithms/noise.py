@@ -255,8 +255,9 @@ def try_exploration_noise(parameter: str, noise, num_envs: int, action_dim: int)
             # Without the call trace gin appends to an error raised inside a configurable.
             error = str(e).partition('\n  In call to configurable ')[0]
             raise ValueError(
-                f'{parameter} is {given}, which fails as noise(step_type, action) on {n} '
-                f'actions of size {action_dim} ({type(e).__name__}: {error}): '
+                f'{parameter} is {given}, which fails as noise(step_type, action) on the '
+                f"actions of the run's {n} env{'' if n == 1 else 's'}, of shape "
+                f'{list(action.shape)} ({type(e).__name__}: {error}): '
                 f'give {_NOISE_EXAMPLES}.'
             ) from e
         finally:
