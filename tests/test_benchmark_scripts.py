@@ -176,21 +176,31 @@ def test_icub_gait_plays_the_policy_and_both_baselines_on_the_runs_eval_seeds(tm
     assert marker.read_text() == 'ran'
 
 
-def test_icub_gait_plays_a_run_whose_env_name_is_module_and_id(tmp_path):
-    # train takes 'module:Id'; it was refused as a run of another env.
+def icub_gait_of_a_tiny_run(tmp_path, params):
+    """icub_gait.py's result, one episode, of a 2-step iCub run trained with ``params``
+    (in ``tmp_path / 'icub'``)."""
     root_dir = tmp_path / 'icub'
     params = TINY + [
-        "create_environment.env_name='alf_lite.environments.icub_walking:ICubWalk-v0'",
         'create_environment.num_parallel_environments=1',
-        'create_environment.max_episode_steps=20',
         'TrainerConfig.initial_collect_steps=1',
         'TrainerConfig.num_env_steps=2',
         'TrainerConfig.num_eval_episodes=1',
+        *params,
     ]
     assert_ok(run_train(train_command(root_dir, [EXAMPLES / 'sac_icub_walking.gin'], params)))
     gait = [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py')]
     result = run_train(gait + ['--root_dir', str(root_dir), '--num_episodes', '1'], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_icub_gait_plays_a_run_whose_env_name_is_module_and_id(tmp_path):
+    # train takes 'module:Id'; it was refused as a run of another env.
+    params = [
+        "create_environment.env_name='alf_lite.environments.icub_walking:ICubWalk-v0'",
+        'create_environment.max_episode_steps=20',
+    ]
+    result = icub_gait_of_a_tiny_run(tmp_path, params)
     zero = next(line for line in result.stdout.splitlines() if line.startswith('zero'))
     assert 'length   20.0 steps ( 1.00 s)  fell 0/1' in zero, zero
 
@@ -198,18 +208,12 @@ def test_icub_gait_plays_a_run_whose_env_name_is_module_and_id(tmp_path):
 def test_icub_gait_plays_in_the_env_the_run_was_trained_in(tmp_path):
     # A time limit of 50 steps and a control period of 6 physics steps of 1/240 s.
     root_dir = tmp_path / 'icub'
-    params = TINY + [
-        'create_environment.num_parallel_environments=1',
+    params = [
         'create_environment.max_episode_steps=50',
         "create_environment.env_kwargs={'physics_substeps': 6}",
-        'TrainerConfig.initial_collect_steps=1',
-        'TrainerConfig.num_env_steps=2',
-        'TrainerConfig.num_eval_episodes=1',
     ]
-    assert_ok(run_train(train_command(root_dir, [EXAMPLES / 'sac_icub_walking.gin'], params)))
+    result = icub_gait_of_a_tiny_run(tmp_path, params)
     gait = [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py')]
-    result = run_train(gait + ['--root_dir', str(root_dir), '--num_episodes', '1'], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
     assert 'control period 0.025 s' in result.stdout, result.stdout
     zero = next(line for line in result.stdout.splitlines() if line.startswith('zero'))
     assert 'length   50.0 steps ( 1.25 s)  fell 0/1' in zero, zero

@@ -2267,14 +2267,20 @@ def test_a_trainer_setting_out_of_range_for_every_run_exits_2_before_anything_st
 def test_a_parameter_searched_by_two_entries_exits_2_before_anything_starts(
     tmp_path, monkeypatch, capsys, parameters, message
 ):
+    err = refused_search(tmp_path, monkeypatch, capsys, parameters)
+    assert err.count('\n') == 1 and message in err and 'search it in one entry' in err, err
+
+
+def refused_search(tmp_path, monkeypatch, capsys, parameters) -> str:
+    """grid_search's stderr for a search config of ``parameters`` that it refuses with exit
+    code 2 before starting any run."""
     calls = {}
     grid = {'parameters': parameters, 'repeats': 1}
     with pytest.raises(SystemExit) as exit_info:
         run_main(tmp_path, monkeypatch, [], [], grid=grid, calls=calls)
     assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count('\n') == 1 and message in err and 'search it in one entry' in err, err
     assert calls == {}
+    return capsys.readouterr().err
 
 
 def pendulum_line(text):
@@ -2399,14 +2405,9 @@ def test_a_searched_macro_that_no_binding_uses_exits_2_before_anything_starts(
 def test_a_search_of_what_the_algorithm_never_uses_exits_2_before_anything_starts(
     tmp_path, monkeypatch, capsys, parameters, message
 ):
-    calls = {}
-    grid = {'parameters': parameters, 'repeats': 1}
-    with pytest.raises(SystemExit) as exit_info:
-        run_main(tmp_path, monkeypatch, [], [], grid=grid, calls=calls)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
+    err = refused_search(tmp_path, monkeypatch, capsys, parameters)
     assert message in err and 'its values would change no run' in err, err
-    assert calls == {} and not (tmp_path / 'runs').exists()
+    assert not (tmp_path / 'runs').exists()
 
 
 def test_a_configurable_called_in_another_scope_than_the_searched_one_is_not_used_there(
