@@ -307,10 +307,14 @@ def start_and_kill(command, tmp_path, until, name):
     return killed_at
 
 
+# The processes ``start_in_own_session`` started, for ``kill_leftover_sessions``.
+_SESSIONS = []
+
+
 def start_in_own_session(command, env=None, stdout=subprocess.DEVNULL, cwd=REPO_ROOT):
     """Start ``command`` (stderr piped, text) in a session of its own, so that
     ``send_as_user`` can send SIGINT to its whole process group, as Ctrl-C does."""
-    return subprocess.Popen(
+    process = subprocess.Popen(
         command,
         cwd=cwd,
         env=env or train_env(),
@@ -319,6 +323,20 @@ def start_in_own_session(command, env=None, stdout=subprocess.DEVNULL, cwd=REPO_
         text=True,
         start_new_session=True,
     )
+    _SESSIONS.append(process)
+    return process
+
+
+def kill_leftover_sessions():
+    """Kill the process group of each ``start_in_own_session`` process still running: one
+    of a test that failed before it ended (a play of 100000 episodes that a signal did not
+    stop) would otherwise run on beside the rest of the suite."""
+    while _SESSIONS:
+        process = _SESSIONS.pop()
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def send_as_user(process, sig):

@@ -28,6 +28,15 @@ import pytest  # noqa: E402
 DURATIONS_FILE = os.path.join(os.path.dirname(__file__), 'durations.json')
 
 
+@pytest.fixture(autouse=True)
+def _no_session_outlives_its_test():
+    """A tool a test started in a session of its own ends with the test, failed or not."""
+    yield
+    from cli_helpers import kill_leftover_sessions
+
+    kill_leftover_sessions()
+
+
 def pytest_addoption(parser):
     parser.addoption(
         '--store-durations',

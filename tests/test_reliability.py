@@ -865,8 +865,14 @@ def test_a_closed_terminal_stops_train_at_a_checkpoint(tmp_path):
         assert len(children) >= 2  # the env subprocesses
     finally:
         os.close(terminal)
-    with fails_after(60):
-        _, status = os.waitpid(pid, 0)
+    try:
+        with fails_after(60):
+            _, status = os.waitpid(pid, 0)
+    except BaseException:
+        # A train that did not stop would otherwise run its 100000 steps beside the suite.
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
     assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
     steps = checkpoint_steps(root_dir)
     assert len(steps) == 1 and steps[0] >= steps_in_csv(root_dir)[-1]
