@@ -828,6 +828,12 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + sig, stderr[-3000:]
     assert 'Traceback' not in stderr, stderr[-3000:]
+    assert_stopped_at_a_checkpoint(root_dir, children)
+
+
+def assert_stopped_at_a_checkpoint(root_dir, children):
+    """One checkpoint, at or past the last progress.csv row, and the env processes
+    ``children`` gone."""
     steps = checkpoint_steps(root_dir)
     assert len(steps) == 1 and steps[0] >= steps_in_csv(root_dir)[-1]
     gone = psutil.wait_procs(children, timeout=10)[1] == []
@@ -874,10 +880,7 @@ def test_a_closed_terminal_stops_train_at_a_checkpoint(tmp_path):
         os.waitpid(pid, 0)
         raise
     assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
-    steps = checkpoint_steps(root_dir)
-    assert len(steps) == 1 and steps[0] >= steps_in_csv(root_dir)[-1]
-    gone = psutil.wait_procs(children, timeout=10)[1] == []
-    assert gone, [c.pid for c in children if c.is_running()]
+    assert_stopped_at_a_checkpoint(root_dir, children)
 
 
 def test_sighup_ignored_as_train_starts_stays_ignored(tmp_path):
