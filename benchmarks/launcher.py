@@ -510,6 +510,19 @@ def parse_deadline(text: str, now: Optional[float] = None) -> float:
     return deadline
 
 
+def describe_deadline(deadline: float, now: Optional[float] = None) -> str:
+    """``deadline`` as the launcher's first line gives it: local date and time, and how far off.
+
+    An ``HH:MM`` that has passed today stands for tomorrow's: the date and the hours
+    left show that before any run starts.
+    """
+    now = time.time() if now is None else now
+    when = time.strftime('%Y-%m-%d %H:%M', time.localtime(deadline))
+    if (datetime.date.fromtimestamp(deadline) - datetime.date.fromtimestamp(now)).days == 1:
+        when = f'tomorrow {when}'
+    return f'deadline {when}, in {format_duration(max(0.0, deadline - now))}'
+
+
 def _deadline(text: str, now: float) -> float:
     try:
         deadline = now + _MINUTE_S * float(text)

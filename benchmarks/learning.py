@@ -55,6 +55,7 @@ from benchmarks.launcher import (
     PLAN_FILE,
     RECENT_MEASUREMENTS,
     UnreadableRecord,
+    describe_deadline,
     format_duration,
     parse_deadline,
     read_done,
@@ -1161,7 +1162,8 @@ def _train_or_report(args, runs: List[BenchmarkRun]) -> int:
             command = shlex.join(run_command(run, args.out, args.steps))
             print(f'{prefix}cd {shlex.quote(REPO_ROOT)} && {command}')
         return 0
-    print(f'{len(runs)} runs, {args.jobs} at a time, into {args.out}', flush=True)
+    deadline = '' if args.deadline is None else f'; {describe_deadline(args.deadline)}'
+    print(f'{len(runs)} runs, {args.jobs} at a time, into {args.out}{deadline}', flush=True)
     command = functools.partial(run_command, out=args.out, steps_override=args.steps)
     return train_runs(runs, args.out, args.jobs, command, args.deadline, args.partial)
 

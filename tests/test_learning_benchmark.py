@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -626,6 +627,13 @@ def test_deadline_parses_minutes_clock_times_and_iso_times():
             launcher.parse_deadline(passed, now)
     with pytest.raises(ValueError, match='--deadline takes minutes'):
         launcher.parse_deadline('soon', now)
+    # The first line of a call says which day an HH:MM stands for.
+    assert launcher.describe_deadline(launcher.parse_deadline('11:00', now), now) == (
+        'deadline 2026-01-02 11:00, in 30.0 min'
+    )
+    assert launcher.describe_deadline(launcher.parse_deadline('10:00', now), now) == (
+        'deadline tomorrow 2026-01-03 10:00, in 23.50 h'
+    )
 
 
 @pytest.mark.parametrize(
@@ -747,6 +755,8 @@ def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path)
         '0.05',
     )
     assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert re.search(r'; deadline \d{4}-\d\d-\d\d \d\d:\d\d, in [0-3] s$', first), first
     deferred = [line for line in result.stdout.splitlines() if ' deferred ' in line]
     assert len(deferred) == 2 and all('would end after the deadline' in d for d in deferred)
     assert '2 deferred' in result.stdout
