@@ -376,6 +376,16 @@ def shortened(text: str) -> str:
     return f'{text[:MAX_QUOTED_CHARS]}... ({len(text) - MAX_QUOTED_CHARS} more characters)'
 
 
+# What gin appends to an error raised in a configurable it called, once per call
+# (innermost first): this, then the configurable's name in quotes.
+GIN_CALL_TRACE = '\n  In call to configurable '
+
+
+def without_gin_call_trace(error: BaseException) -> str:
+    """``str(error)`` without the call trace gin appended to it."""
+    return str(error).partition(GIN_CALL_TRACE)[0]
+
+
 # gin appends '\n  In file "<path>", line <n>\n    <line text>' (or 'In bindings
 # string line <n>') to an error once per enclosing statement, innermost first.
 _LOCATION = re.compile(

@@ -10,6 +10,8 @@ from typing import Callable, Iterable, Optional
 import gin
 import torch
 
+from alf_lite.config import without_gin_call_trace
+
 
 def _fused_by_default(cls):
     """``cls`` (Adam, AdamW) that uses its fused kernel unless told otherwise.
@@ -74,12 +76,14 @@ def make_optimizer(
         )
     try:
         optimizer = ctor(params)
-    except RuntimeError as e:
+    except (ValueError, RuntimeError, TypeError) as e:
         # torch refuses settings that cannot run together (fused with foreach, fused with
         # differentiable) as a RuntimeError: they are config errors like its ValueErrors.
-        raise ValueError(str(e)) from e
-    except TypeError as e:
-        raise TypeError(f'{parameter}: {e}') from e
+        # The parameter names which optimizer it is (``Invalid learning rate`` alone does
+        # not say whether the actor's, the critic's or alpha's): gin's call trace of the
+        # optimizer, which names only its class, is left out.
+        message = f'{parameter}: {without_gin_call_trace(e)}'
+        raise (TypeError if isinstance(e, TypeError) else ValueError)(message) from e
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(
             f'{parameter} built a {type(optimizer).__name__}, which is no optimizer: '

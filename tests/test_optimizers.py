@@ -6,6 +6,7 @@ import torch
 import alf_lite.all_configurables  # noqa: F401  (registers the gin names)
 from alf_lite import config
 from alf_lite.algorithms.sac import SacAlgorithm
+from alf_lite.bin.cli import user_message
 from alf_lite.optimizers import Adam, make_optimizer
 
 
@@ -135,3 +136,28 @@ def test_a_factory_that_builds_no_optimizer_or_cannot_take_the_parameters_is_ref
         make_optimizer(lambda params: list(params), _params(), 1e-3, 'SacAlgorithm.actor_optimizer')
     with pytest.raises(TypeError, match=r'^SacAlgorithm.actor_optimizer: .*positional argument'):
         make_optimizer(lambda: None, _params(), 1e-3, 'SacAlgorithm.actor_optimizer')
+
+
+@pytest.mark.parametrize(
+    'binding, refusal',
+    [
+        ('critic/Adam.lr = -1', 'SacAlgorithm.critic_optimizer: Invalid learning rate: -1'),
+        ('alpha/Adam.betas = (2.0, 0.9)', 'SacAlgorithm.alpha_optimizer: Invalid beta parameter'),
+    ],
+)
+def test_a_setting_the_optimizer_refuses_is_told_with_the_parameter_of_its_optimizer(
+    binding, refusal
+):
+    # torch's message names no optimizer, gin's call trace only its class: "Adam: Invalid
+    # learning rate" left the actor's, the critic's and alpha's Adam to guess between.
+    config.parse_config(
+        [],
+        [
+            'SacAlgorithm.critic_optimizer = @critic/Adam',
+            'SacAlgorithm.alpha_optimizer = @alpha/Adam',
+            binding,
+        ],
+    )
+    with pytest.raises(ValueError) as refused:
+        SacAlgorithm(observation_dim=3, action_dim=1)
+    assert user_message(str(refused.value)).startswith(refusal), str(refused.value)

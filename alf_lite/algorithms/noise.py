@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from alf_lite.config import without_gin_call_trace
 from alf_lite.data import StepType
 from alf_lite.seeding import global_rng_state, set_global_rng_state
 
@@ -252,8 +253,7 @@ def try_exploration_noise(parameter: str, noise, num_envs: int, action_dim: int)
         try:
             out = trial(step_type, action)
         except Exception as e:
-            # Without the call trace gin appends to an error raised inside a configurable.
-            error = str(e).partition('\n  In call to configurable ')[0]
+            error = without_gin_call_trace(e)
             raise ValueError(
                 f'{parameter} is {given}, which fails as noise(step_type, action) on the '
                 f"actions of the run's {n} env{'' if n == 1 else 's'}, of shape "

@@ -28,9 +28,10 @@ def user_message(message: str) -> str:
     (``Td3Algorithm.exploration_noise ...``, raised in the constructor of
     ``DdpgAlgorithm`` that ``Td3Algorithm``'s calls).
     """
-    separator = '\n  In call to configurable '
-    message, _, called = message.partition(separator)
-    names = [c.split(' ')[0].strip(chr(39)) for c in called.split(separator)] if called else []
+    from alf_lite.config import GIN_CALL_TRACE
+
+    message, _, called = message.partition(GIN_CALL_TRACE)
+    names = [c.split(' ')[0].strip(chr(39)) for c in called.split(GIN_CALL_TRACE)] if called else []
     if names and not any(
         message.startswith(name) and _subclass_of(name, names[0]) for name in names
     ):
