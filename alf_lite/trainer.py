@@ -1,8 +1,10 @@
 """TrainerConfig and the generic off-policy trainer: the loop that collects, trains, evaluates,
 summarises and checkpoints, each done by its own module."""
 
+import contextlib
 import functools
 import inspect
+import os
 import time
 import weakref
 from typing import Callable, List, Optional
@@ -345,6 +347,27 @@ def _check_batch_fits(buffer: ReplayBuffer, mini_batch_size: int, mini_batch_len
 _compiled_last: Optional[weakref.ref] = None
 
 
+@contextlib.contextmanager
+def _torch_settings(num_threads: int, device: torch.device):
+    """torch computes on ``num_threads`` threads, deterministically, while entered; its
+    thread count and deterministic mode are as they were again once left."""
+    previous = (
+        torch.get_num_threads(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.benchmark,
+    )
+    try:
+        torch.set_num_threads(num_threads)
+        use_deterministic_algorithms(device)
+        yield
+    finally:
+        threads, deterministic, warn_only, benchmark = previous
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+        torch.backends.cudnn.benchmark = benchmark
+
+
 def _crossed(before: int, after: int, interval: int) -> bool:
     return after // interval > before // interval
 
@@ -377,8 +400,12 @@ class Trainer:
         if device.type == 'cuda':
             # Streams, events and graphs are made on the current GPU.
             torch.cuda.set_device(device)
-        seed_everything(cfg.random_seed, cfg.torch_num_threads)
-        use_deterministic_algorithms(device)
+        with _torch_settings(cfg.torch_num_threads, device):
+            seed_everything(cfg.random_seed, cfg.torch_num_threads)
+            self._build()
+
+    def _build(self) -> None:
+        cfg, device = self._config, self._device
         try:
             with env_processes_starting():
                 self._env = env = create_environment()
@@ -573,7 +600,8 @@ class Trainer:
             )
         self.lock_root_dir()
         try:
-            return self._train(stop_when, before_writing)
+            with _torch_settings(self._config.torch_num_threads, self._device):
+                return self._train(stop_when, before_writing)
         finally:
             self.unlock_root_dir()
 
@@ -589,8 +617,6 @@ class Trainer:
         latest = ckpt.load_latest_checkpoint(
             self._run_dir.checkpoint_dir, self._device, check=ckpt.check_trainer_state
         )
-        # Global settings another trainer of this process may have changed since.
-        torch.set_num_threads(self._config.torch_num_threads)
         global _compiled_last
         if self._config.compile:
             if _compiled_last is None or _compiled_last() is not self:

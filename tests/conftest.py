@@ -24,6 +24,11 @@ if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
 
 import gin  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
+
+# The tests' own tensor work on one thread: the suite's two workers share two cores (a
+# Trainer runs on its torch_num_threads and puts this count back when it returns).
+torch.set_num_threads(1)
 
 DURATIONS_FILE = os.path.join(os.path.dirname(__file__), 'durations.json')
 

@@ -108,8 +108,10 @@ def test_what_the_process_draws_between_building_and_training_changes_no_number(
         # global generators drawn from, before the first one trains.
         with build(tmp_path / 'b', *params[:1], 'TrainerConfig.torch_num_threads = 2') as b:
             random.random(), np.random.rand(), torch.rand(1)
-            a.train()
-            assert torch.get_num_threads() == 1
+            torch.set_num_threads(3)
+            threads = []
+            a.train(stop_when=lambda scalars: threads.append(torch.get_num_threads()))
+            assert threads and set(threads) == {1}
             b.train()
     reference = read_csv(tmp_path / 'reference' / 'progress.csv')
     assert read_csv(tmp_path / 'a' / 'progress.csv') == reference
@@ -138,6 +140,47 @@ def test_updates_overlapping_subprocess_steps_give_the_in_process_numbers(tmp_pa
     rows_sync = read_csv(tmp_path / 'sync' / 'progress.csv')
     assert len(rows_sync) >= 4 and rows_async == rows_sync
     assert float(rows_sync[-1]['num_updates']) > 0
+
+
+@pytest.fixture
+def torch_globals():
+    """torch's thread count and deterministic mode as the test found them, once it ends."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic)
+
+
+def test_a_trainer_leaves_torchs_threads_and_deterministic_mode_as_it_found_them(
+    tmp_path, torch_globals
+):
+    params = ['TrainerConfig.num_env_steps = 300', 'TrainerConfig.torch_num_threads = 2']
+    torch.set_num_threads(3)
+    torch.use_deterministic_algorithms(False)
+    during = []
+
+    def record(scalars):
+        during.append((torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()))
+
+    def fail(scalars):
+        raise RuntimeError('a callback of the user')
+
+    with build(tmp_path / 'a', *params) as trainer:
+        assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (3, False)
+        trainer.train(stop_when=record)
+        assert during and set(during) == {(2, True)}
+        assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (3, False)
+    with build(tmp_path / 'b', *params) as trainer:
+        with pytest.raises(RuntimeError, match='a callback of the user'):
+            trainer.train(stop_when=fail)
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (3, False)
+    # A trainer whose construction fails after it seeded.
+    with pytest.raises(Exception, match='NoSuchEnv'):
+        build(tmp_path / 'c', *params, "create_environment.env_name = 'NoSuchEnv-v0'")
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (3, False)
+    # The reproducibility holds as the trainer sets them itself.
+    train(tmp_path / 'd', *params)
+    assert read_csv(tmp_path / 'a' / 'progress.csv') == read_csv(tmp_path / 'd' / 'progress.csv')
 
 
 def test_different_seed_different_progress_csv(tmp_path):
