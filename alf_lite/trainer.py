@@ -386,12 +386,27 @@ class Trainer:
     process or another) cannot write into the same run. Close the trainer
     (or use it as a context manager) to stop the env processes.
 
+    The constructor and ``train()`` run torch on ``torch_num_threads`` threads with
+    deterministic algorithms, and leave its thread count and deterministic mode as they
+    found them when they return or raise. They seed python's, numpy's and torch's global
+    random generators from ``random_seed``; those go on from where the run left them.
+
     Args:
         config: the trainer's settings.
         root_dir: experiment directory (created by ``train()`` if missing).
     """
 
     def __init__(self, config: TrainerConfig, root_dir: str):
+        if not isinstance(config, TrainerConfig):
+            raise TypeError(
+                f'Trainer: config must be a TrainerConfig, got {config!r} '
+                f'({type(config).__name__}).'
+            )
+        if not isinstance(root_dir, (str, os.PathLike)):
+            raise TypeError(
+                f'Trainer: root_dir must be a path (a str or an os.PathLike), got {root_dir!r} '
+                f'({type(root_dir).__name__}).'
+            )
         self._config = cfg = config
         self._run_dir = RunDir(root_dir)
         self._lock = RunDirLock(root_dir)
@@ -591,7 +606,15 @@ class Trainer:
             CheckpointError: when checkpoints exist but none of them can be loaded.
             ProgressCsvError: root_dir's progress.csv cannot be read; nothing was written.
             RunDirInUseError: another trainer trains in root_dir; nothing was written.
+            TypeError: ``stop_when`` or ``before_writing`` is not callable; nothing was written.
         """
+        for name, value in (('stop_when', stop_when), ('before_writing', before_writing)):
+            # Checked before anything is written: each is called only once training is under way.
+            if value is not None and not callable(value):
+                raise TypeError(
+                    f'Trainer.train: {name} must be a function or None, got {value!r} '
+                    f'({type(value).__name__}).'
+                )
         if self._closed:
             # Its envs are stopped: training would fail at the first step, after the files.
             raise TrainingError(

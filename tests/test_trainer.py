@@ -183,6 +183,19 @@ def test_a_trainer_leaves_torchs_threads_and_deterministic_mode_as_it_found_them
     assert read_csv(tmp_path / 'a' / 'progress.csv') == read_csv(tmp_path / 'd' / 'progress.csv')
 
 
+def test_arguments_of_the_wrong_kind_are_named_before_anything_is_written(tmp_path):
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS)
+    with pytest.raises(TypeError, match=r'config must be a TrainerConfig, got \{\}'):
+        Trainer({}, str(tmp_path / 'run'))
+    with pytest.raises(TypeError, match='root_dir must be a path .*, got None'):
+        Trainer(TrainerConfig(), None)
+    with build(tmp_path / 'run', 'TrainerConfig.num_env_steps = 300') as trainer:
+        for name in ('stop_when', 'before_writing'):
+            with pytest.raises(TypeError, match=f'{name} must be a function or None, got 5'):
+                trainer.train(**{name: 5})
+            assert not (tmp_path / 'run').exists()
+
+
 def test_different_seed_different_progress_csv(tmp_path):
     train(tmp_path / 'a', 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 1')
     train(tmp_path / 'b', 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 2')
