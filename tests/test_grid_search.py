@@ -2410,6 +2410,37 @@ def test_a_search_of_what_the_algorithm_never_uses_exits_2_before_anything_start
     assert not (tmp_path / 'runs').exists()
 
 
+def test_a_searched_macro_that_only_bindings_of_what_the_algorithm_never_uses_take_exits_2(
+    tmp_path, monkeypatch, capsys
+):
+    # A SAC config whose macro feeds only DDPG's gamma, directly and through another macro:
+    # both runs would train alike.
+    macro_gin = tmp_path / 'macro.gin'
+    macro_gin.write_text('g = 0.9\nh = %g\nDdpgAlgorithm.gamma = %g\nGaussianNoise.sigma = %h\n')
+    macro = ['--gin_file', str(macro_gin)]
+    calls = {}
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(
+            tmp_path / 'unused',
+            monkeypatch,
+            macro,
+            [],
+            grid={'parameters': {'g': [0.9, 0.99]}, 'repeats': 1},
+            calls=calls,
+        )
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "entry 'g' searches what the algorithm this config builds never uses" in err, err
+    assert '%g in DdpgAlgorithm.gamma: the config calls `DdpgAlgorithm` nowhere' in err, err
+    assert '%g in GaussianNoise.sigma: the config calls `GaussianNoise` nowhere' in err, err
+    assert calls == {} and not (tmp_path / 'unused' / 'runs').exists()
+    # Taken by a binding the algorithm uses too (through a macro): the runs differ.
+    macro_gin.write_text(macro_gin.read_text() + 'actor/Adam.lr = %h\n')
+    grid = {'parameters': {'g': [0.001, 0.002]}, 'repeats': 1}
+    calls = run_main(tmp_path / 'used', monkeypatch, macro, [], grid=grid)
+    assert '2 to train' in capsys.readouterr().out and 'local' in calls
+
+
 def test_a_configurable_called_in_another_scope_than_the_searched_one_is_not_used_there(
     tmp_path, monkeypatch, capsys
 ):

@@ -105,7 +105,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Collection, Dict, List, NamedTuple, Optional, Sequence
+from typing import Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 # Imports the standard library only: the handlers below are installed at once.
 from alf_lite.bin.cli import (
@@ -678,6 +678,44 @@ def _referred_to(scope: str, selector: str) -> bool:
     return False
 
 
+def _macro_uses(name: str) -> List[tuple]:
+    """The gin keys (scope, configurable, parameter) of the bindings of the config as parsed
+    that take the macro ``name``, also through macros that take it (``b = %name``)."""
+    import gin
+
+    macro = gin.get_configurable(gin.config.macro)
+    uses, pending, seen = [], [name], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for (scope, selector), params in gin.config._CONFIG.items():
+            for param, value in params.items():
+                references = gin.config.iterate_references(value, to=macro)
+                if any(ref.config_key == (current, 'gin.macro') for ref in references):
+                    if selector == 'gin.macro':
+                        pending.append(scope)
+                    else:
+                        uses.append((scope, selector, param))
+    return uses
+
+
+def _searched_keys(names: Sequence[str]) -> List[Tuple[str, object]]:
+    """Each name of a search config's entry with the gin key it sets (``_parameter_key``);
+    a macro's name with the key of each binding that takes it, in the config as parsed."""
+    import gin
+
+    pairs = []
+    for name in names:
+        key = _parameter_key(name)
+        if not isinstance(key, tuple) and (name, 'gin.macro') in gin.config._CONFIG:
+            pairs.extend((name, use) for use in _macro_uses(name))
+        else:
+            pairs.append((name, key))
+    return pairs
+
+
 def searched_calls(space: SearchSpace) -> Optional[Dict[tuple, bool]]:
     """The searched names' gin keys (``_parameter_key``) whose configurable the algorithm
     of the config as parsed calls in the name's scope, each with whether a call took the
@@ -689,7 +727,7 @@ def searched_calls(space: SearchSpace) -> Optional[Dict[tuple, bool]]:
     torch's ``meta`` device, as train's memory check builds it: nothing is allocated.
     None where it cannot be built there: the run's own build tells its error.
     """
-    keys = {_parameter_key(name) for names, _ in space.parameters for name in names}
+    keys = {key for names, _ in space.parameters for _, key in _searched_keys(names)}
     judged = {
         key for key in keys if isinstance(key, tuple) and key[1].startswith(ALGORITHM_CONFIGURABLES)
     }
@@ -719,7 +757,7 @@ def unused_search(space: SearchSpace, calls: Optional[Dict[tuple, bool]]) -> Opt
     """Why an entry of the search config would change no run: the algorithm of no run
     uses any of its names (a configurable never called in that scope, such as
     ``DdpgAlgorithm.gamma`` with ``@SacAlgorithm``, or a parameter its caller always
-    sets), or None.
+    sets; for a macro, any of the bindings that take it), or None.
 
     Args:
         space: the search config.
@@ -731,15 +769,18 @@ def unused_search(space: SearchSpace, calls: Optional[Dict[tuple, bool]]) -> Opt
     if calls is None:
         return None
     for names, _ in space.parameters:
-        keys = [_parameter_key(name) for name in names]
+        pairs = _searched_keys(names)
         if not all(
-            isinstance(key, tuple) and key[1].startswith(ALGORITHM_CONFIGURABLES) for key in keys
-        ) or any(calls.get(key) for key in keys):
+            isinstance(key, tuple) and key[1].startswith(ALGORITHM_CONFIGURABLES)
+            for _, key in pairs
+        ) or any(calls.get(key) for _, key in pairs):
             continue
         reasons = []
-        for name, key in zip(names, keys):
+        for name, key in pairs:
             scope, selector, param = key
             short = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}'
+            if _parameter_key(name) != key:  # a macro, taken by this binding
+                name = f'%{name} in {short}.{param}'
             reasons.append(
                 f'{name}: the config calls `{short}` nowhere'
                 if key not in calls
