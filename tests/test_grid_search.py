@@ -1571,6 +1571,12 @@ def test_local_runs_get_the_thread_count_and_at_most_max_workers_run_at_a_time(
         )
         assert training.num_threads == {f'run{i}': 3 for i in range(4)}
         assert training.most_running == 2
+    # A run whose config sets its torch threads gets as many OpenMP and MKL threads.
+    training = FakeTraining()
+    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', training)
+    runs = [run._replace(torch_num_threads=i + 1) for i, run in enumerate(fake_runs(2, tmp_path))]
+    run_local(runs, max_workers=2, num_threads=3, report=lambda run, result: None)
+    assert training.num_threads == {'run0': 1, 'run1': 2}
 
 
 @pytest.fixture
@@ -1598,6 +1604,10 @@ def test_ray_runs_ship_the_package_and_get_their_cpus_as_threads(
     run_ray(runs, 3, lambda run, result: None)
     assert ray.task_args == [(r.root_dir, r.config_text, 3, r.log_path) for r in runs]
     assert ray.shut_down
+    # A run whose config sets its torch threads gets as many OpenMP and MKL threads.
+    ray.task_args = []
+    run_ray([runs[0]._replace(torch_num_threads=2)], 3, lambda run, result: None)
+    assert ray.task_args == [(runs[0].root_dir, runs[0].config_text, 2, runs[0].log_path)]
 
 
 def test_a_failed_ray_task_fails_its_run_with_the_errors_last_line(tmp_path, monkeypatch):

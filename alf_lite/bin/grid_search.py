@@ -1003,11 +1003,14 @@ def run_local(
     import_dirs = [cwd] if on_path else []
 
     def train_one(run):
+        # OpenMP's and MKL's threads as many as the run's torch threads, where its config
+        # sets those itself.
+        threads = run.torch_num_threads or num_threads
         if gpu_pool is None:
             return train_in_subprocess(
                 run.root_dir,
                 run.config_text,
-                num_threads,
+                threads,
                 run.log_path,
                 on_start=stop.track,
                 import_dirs=import_dirs,
@@ -1019,7 +1022,7 @@ def run_local(
             return train_in_subprocess(
                 run.root_dir,
                 run.config_text,
-                num_threads,
+                threads,
                 run.log_path,
                 extra_env={'CUDA_VISIBLE_DEVICES': gpu},
                 on_start=stop.track,
@@ -1316,7 +1319,7 @@ def run_ray(
                 run.name,
                 run.root_dir,
                 run.config_text,
-                num_cpus_per_run,
+                run.torch_num_threads or num_cpus_per_run,
                 run.log_path,
                 stop_file,
             ): (run, time.time())
