@@ -8,7 +8,7 @@ and log-std), log-probabilities, losses, TD targets and Polyak averaging.
 """
 
 import contextlib
-from typing import Optional
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -72,6 +72,44 @@ def set_network_precision(module: nn.Module, precision: str) -> None:
     for m in module.modules():
         if hasattr(m, 'compute_dtype'):
             m.compute_dtype = dtype
+
+
+def warn_if_not_applied(
+    precision: str, algorithm: nn.Module, parts: Sequence[str] = ('actor', 'critic')
+) -> List[str]:
+    """Log a warning naming the algorithm's networks that ``precision`` does not reach.
+
+    A network takes part by having a ``compute_dtype`` attribute, itself or in a
+    submodule (``set_network_precision``); a network of one's own without one
+    computes in float32 whatever the precision.
+
+    Args:
+        precision: one of ``PRECISIONS``.
+        algorithm: an ``OffPolicyAlgorithm``, with its ``_actor`` and ``_critic``.
+        parts: the networks that compute: ``('actor',)`` where only the policy acts.
+    Returns:
+        The network parameters it named, e.g. ``['SacAlgorithm.critic_network_ctor']``;
+        empty for float32.
+    """
+    if compute_dtype(precision) is None:
+        return []
+    name = type(algorithm).__name__
+    missing = {}
+    for part in parts:
+        network = getattr(algorithm, f'_{part}', None)
+        if isinstance(network, nn.Module) and not any(
+            hasattr(m, 'compute_dtype') for m in network.modules()
+        ):
+            missing[f'{name}.{part}_network_ctor'] = type(network).__name__
+    if missing:
+        logging.warning(
+            'precision=%r does not reach %s: a network takes part by a compute_dtype '
+            'attribute that its forward passes to alf_lite.precision.lower_precision (as '
+            "alf_lite's networks do); without one it computes in float32.",
+            precision,
+            ', '.join(f'{parameter} ({cls})' for parameter, cls in missing.items()),
+        )
+    return list(missing)
 
 
 def _cpu_flags() -> set:

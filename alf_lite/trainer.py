@@ -37,7 +37,12 @@ from alf_lite.environments import (
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import TerminationValues, evaluate
 from alf_lite.model_memory import build_checked
-from alf_lite.precision import compute_dtype, set_network_precision, warn_if_emulated
+from alf_lite.precision import (
+    compute_dtype,
+    set_network_precision,
+    warn_if_emulated,
+    warn_if_not_applied,
+)
 from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferMismatchError
 from alf_lite.run_dir import RunDir, RunDirLock, config_int, last_good_name, read_config_text
 from alf_lite.runs import (
@@ -445,6 +450,7 @@ class Trainer:
             _check_batch_norm_batch(self._algorithm, cfg.mini_batch_size, cfg.mini_batch_length)
             set_network_precision(self._algorithm, cfg.precision)
             warn_if_emulated(cfg.precision, device)
+            warn_if_not_applied(cfg.precision, self._algorithm)
             self._replay_buffer = ReplayBuffer(
                 num_envs=env.num_envs,
                 length=cfg.replay_buffer_length,

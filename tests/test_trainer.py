@@ -1,6 +1,7 @@
 """The trainer end to end, in process: learning, reproducibility, resume."""
 
 import csv
+import functools
 import gc
 import logging
 import os
@@ -22,6 +23,7 @@ from gymnasium import spaces
 import alf_lite.all_configurables  # noqa: F401
 import huge_reward_env  # noqa: F401  (registers alf_test/HugeReward-v0)
 from alf_lite import checkpoint as ckpt
+from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
 from alf_lite.data import Experience, StepType
@@ -1200,6 +1202,34 @@ BF16 = [
     'TrainerConfig.summary_interval = 100',
     'TrainerConfig.checkpoint_interval = 200',
 ]
+
+
+class CriticOfItsOwn(torch.nn.Module):
+    """A critic without a ``compute_dtype``: it computes in float32 whatever the precision."""
+
+    def __init__(self, observation_dim, action_dim, num_replicas=1):
+        super().__init__()
+        self._layer = torch.nn.Linear(observation_dim + action_dim, num_replicas)
+
+    def forward(self, observation, action):
+        return self._layer(torch.cat([observation, action], dim=-1))
+
+
+@pytest.mark.parametrize('precision', ['bfloat16', 'float32'])
+def test_bfloat16_warns_naming_a_network_of_ones_own_that_it_does_not_reach(
+    tmp_path, caplog, precision
+):
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + BF16)
+    config = TrainerConfig(
+        algorithm_ctor=functools.partial(SacAlgorithm, critic_network_ctor=CriticOfItsOwn),
+        precision=precision,
+    )
+    with caplog.at_level('WARNING'):
+        Trainer(config, str(tmp_path / 'run')).close()
+    named = 'SacAlgorithm.critic_network_ctor (CriticOfItsOwn)'
+    assert (named in caplog.text) == (precision == 'bfloat16'), caplog.text
+    # The actor is alf_lite's: the precision reaches it.
+    assert 'actor_network_ctor' not in caplog.text
 
 
 def test_bfloat16_same_seed_same_progress_csv_and_its_checkpoint_resumes(tmp_path):

@@ -36,7 +36,7 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
 
     from alf_lite import checkpoint as ckpt
     from alf_lite.model_memory import ModelTooLargeError, build_checked
-    from alf_lite.precision import set_network_precision, warn_if_emulated
+    from alf_lite.precision import set_network_precision, warn_if_emulated, warn_if_not_applied
 
     dims = dict(observation_dim=observation_dim, action_dim=action_dim)
     try:
@@ -50,6 +50,7 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
         fail(f'the config of {path} no longer builds its algorithm: {user_message(str(e))}')
     set_network_precision(algorithm, config.precision)
     warn_if_emulated(config.precision, torch.device('cpu'))
+    warn_if_not_applied(config.precision, algorithm, parts=('actor',))
     try:
         # play runs on the CPU, wherever the checkpoint was trained.
         raw = ckpt.load_state(path, map_location='cpu')
