@@ -1224,8 +1224,12 @@ def test_bfloat16_warns_naming_a_network_of_ones_own_that_it_does_not_reach(
         algorithm_ctor=functools.partial(SacAlgorithm, critic_network_ctor=CriticOfItsOwn),
         precision=precision,
     )
-    with caplog.at_level('WARNING'):
-        Trainer(config, str(tmp_path / 'run')).close()
+    with caplog.at_level('WARNING'), Trainer(config, str(tmp_path / 'run')) as trainer:
+        # The trainer sets the run's precision on alf_lite's networks (the actor here).
+        dtypes = {
+            m.compute_dtype for m in trainer.algorithm.modules() if hasattr(m, 'compute_dtype')
+        }
+        assert dtypes == {torch.bfloat16 if precision == 'bfloat16' else None}
     named = 'SacAlgorithm.critic_network_ctor (CriticOfItsOwn)'
     assert (named in caplog.text) == (precision == 'bfloat16'), caplog.text
     # The actor is alf_lite's: the precision reaches it.
