@@ -232,8 +232,7 @@ def sb3_run(args, seed):
 
 def as_sb3_runs(args):
     """Torch's global settings as SB3 runs on its own: its thread count, and the
-    nondeterministic algorithms torch defaults to (alf_lite's trainer turned on
-    deterministic ones for the whole process)."""
+    nondeterministic algorithms torch defaults to, whatever ran before in the process."""
     torch.set_num_threads(args.sb3_threads)
     torch.use_deterministic_algorithms(False)
 
