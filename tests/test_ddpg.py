@@ -715,6 +715,8 @@ def test_exploration_noise_of_another_kind_is_refused_naming_it(algorithm, noise
     message = str(refused.value)
     assert f'{name}.exploration_noise {refusal}' in message, message
     assert '@GaussianNoise()' in message and f'{noise}()' not in message, message
+    # Without the call trace gin appended to the error the noise raised (Adam's).
+    assert "In call to configurable 'Adam'" not in message, message
 
 
 def test_exploration_noise_of_the_wrong_shape_is_refused_and_a_noise_is_tried_on_a_copy():

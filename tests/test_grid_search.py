@@ -1571,12 +1571,14 @@ def test_local_runs_get_the_thread_count_and_at_most_max_workers_run_at_a_time(
         )
         assert training.num_threads == {f'run{i}': 3 for i in range(4)}
         assert training.most_running == 2
-    # A run whose config sets its torch threads gets as many OpenMP and MKL threads.
-    training = FakeTraining()
-    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', training)
+    # A run whose config sets its torch threads gets as many OpenMP and MKL threads, on a
+    # GPU too.
     runs = [run._replace(torch_num_threads=i + 1) for i, run in enumerate(fake_runs(2, tmp_path))]
-    run_local(runs, max_workers=2, num_threads=3, report=lambda run, result: None)
-    assert training.num_threads == {'run0': 1, 'run1': 2}
+    for gpus in ([], ['0']):
+        training = FakeTraining()
+        monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', training)
+        run_local(runs, max_workers=2, num_threads=3, report=lambda run, result: None, gpus=gpus)
+        assert training.num_threads == {'run0': 1, 'run1': 2}
 
 
 @pytest.fixture
@@ -2444,6 +2446,22 @@ def test_a_searched_macro_that_only_bindings_of_what_the_algorithm_never_uses_ta
     assert '%g in DdpgAlgorithm.gamma: the config calls `DdpgAlgorithm` nowhere' in err, err
     assert '%g in GaussianNoise.sigma: the config calls `GaussianNoise` nowhere' in err, err
     assert calls == {} and not (tmp_path / 'unused' / 'runs').exists()
+    # Taken by a macro only, which no binding takes: the message says so.
+    only_macro_gin = tmp_path / 'only_macro.gin'
+    only_macro_gin.write_text('g = 0.9\nh = %g\n')
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(
+            tmp_path / 'only_macro',
+            monkeypatch,
+            ['--gin_file', str(only_macro_gin)],
+            [],
+            grid={'parameters': {'g': [0.9, 0.99]}, 'repeats': 1},
+            calls=calls,
+        )
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert '(%g: no binding takes it, only macros that none takes)' in err, err
+    assert calls == {} and not (tmp_path / 'only_macro' / 'runs').exists()
     # Taken by a binding the algorithm uses too (through a macro): the runs differ.
     macro_gin.write_text(macro_gin.read_text() + 'actor/Adam.lr = %h\n')
     grid = {'parameters': {'g': [0.001, 0.002]}, 'repeats': 1}

@@ -452,6 +452,36 @@ def test_play_computes_at_the_runs_precision_and_repeats_its_evaluation(bfloat16
     assert played[1] != pytest.approx(played[0], abs=1.0)
 
 
+def test_play_names_an_actor_of_ones_own_that_bfloat16_does_not_reach(bfloat16_run, caplog):
+    import functools
+
+    from alf_lite.algorithms.sac import SacAlgorithm
+    from alf_lite.bin.policy import checkpoint_path, load_policy
+    from alf_lite.config import parse_config
+    from alf_lite.networks.actor import TanhNormalActorNetwork
+    from alf_lite.trainer import TrainerConfig
+
+    class ActorOfItsOwn(TanhNormalActorNetwork):
+        """alf_lite's actor without its ``compute_dtype``: it computes in float32."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            del self.compute_dtype
+
+        def _mean_and_log_std(self, observation):
+            mean, raw = self._head(self._encoder(observation)).chunk(2, dim=-1)
+            return mean, raw.clamp(-5.0, 2.0)
+
+    parse_config([str(bfloat16_run / 'config.gin')], [])
+    config = TrainerConfig(
+        algorithm_ctor=functools.partial(SacAlgorithm, actor_network_ctor=ActorOfItsOwn)
+    )
+    assert config.precision == 'bfloat16'
+    with caplog.at_level('WARNING'):
+        load_policy(checkpoint_path(str(bfloat16_run), None), config, 3, 1)
+    assert 'SacAlgorithm.actor_network_ctor (ActorOfItsOwn)' in caplog.text, caplog.text
+
+
 def test_play_seeds_the_env_with_the_runs_seed_unless_told_otherwise(bfloat16_run):
     default = run_play(bfloat16_run)
     assert 'with random_seed 2' in default.stdout

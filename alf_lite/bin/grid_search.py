@@ -775,7 +775,12 @@ def unused_search(space: SearchSpace, calls: Optional[Dict[tuple, bool]]) -> Opt
             for _, key in pairs
         ) or any(calls.get(key) for _, key in pairs):
             continue
-        reasons = []
+        # A macro taken only by macros that no binding takes (``h = %g`` alone) has no key.
+        reasons = [
+            f'%{name}: no binding takes it, only macros that none takes'
+            for name in names
+            if all(taken != name for taken, _ in pairs)
+        ]
         for name, key in pairs:
             scope, selector, param = key
             short = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}'
