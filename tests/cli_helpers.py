@@ -167,8 +167,8 @@ class TrainServer:
         deadline = time.monotonic() + timeout
         fd = self._answers
         while b'\n' not in self._pending:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            left = max(deadline - time.monotonic(), 0)
+            if not select.select([fd], [], [], left)[0]:
                 return None
             chunk = os.read(fd, 4096)
             if not chunk:
@@ -182,6 +182,37 @@ class TrainServer:
         key, value = line.decode().split()
         assert key == word, line
         return int(value)
+
+    def start(self, command, stderr, cwd=REPO_ROOT, new_session=False, env=None):
+        """``command`` (``python -m alf_lite.bin.<tool> ...``, or ``python -c <code> ...``
+        whose code imports nothing the server imported that it needs to see imported)
+        started in a forked child with ``env`` (``train_env()`` by default), its standard
+        output discarded and its standard error written to the file ``stderr``; a
+        ``ServedProcess``. No other command runs before it ended. With ``new_session``,
+        the child is in a session of its own, as ``start_in_own_session`` starts one."""
+        self._lock.acquire()
+        try:
+            if self._process is None or self._process.poll() is not None:
+                self._stop()
+                self._start()
+            request = dict(
+                args=command[3:],
+                cwd=os.path.abspath(cwd),
+                env=env or train_env(),
+                stdout=os.devnull,
+                stderr=os.path.abspath(stderr),
+                new_session=new_session,
+            )
+            request['code' if command[1] == '-c' else 'module'] = command[2]
+            self._process.stdin.write((json.dumps(request) + '\n').encode())
+            pid = self._answer('pid', RUN_TIMEOUT_S)
+        except BaseException:
+            self._lock.release()
+            raise
+        process = ServedProcess(self, pid, stderr)
+        if new_session:
+            _SESSIONS.append(process)  # killed with its test by kill_leftover_sessions
+        return process
 
     def run(self, command, cwd, timeout):
         """``subprocess.run(command, capture_output=True, text=True)`` in a forked child."""
@@ -209,6 +240,46 @@ class TrainServer:
             if returncode is None:
                 raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
             return subprocess.CompletedProcess(command, returncode, stdout, stderr)
+
+
+class ServedProcess:
+    """A child that ``TrainServer.start`` forked, with the part of ``subprocess.Popen``'s
+    interface the tests use: ``pid``, ``returncode``, ``poll``, ``wait``, ``kill``,
+    ``send_signal`` and ``communicate`` (its standard error from the file it went to)."""
+
+    def __init__(self, server, pid, stderr):
+        self._server = server
+        self._stderr = stderr
+        self.pid = pid
+        self.returncode = None
+
+    def _ended(self, returncode):
+        if returncode is not None and self.returncode is None:
+            self.returncode = returncode
+            self._server._lock.release()
+        return self.returncode
+
+    def poll(self):
+        if self.returncode is None:
+            return self._ended(self._server._answer('exit', 0))
+        return self.returncode
+
+    def wait(self, timeout=RUN_TIMEOUT_S):
+        if self.returncode is None and self._ended(self._server._answer('exit', timeout)) is None:
+            raise subprocess.TimeoutExpired(f'train_server child {self.pid}', timeout)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout=RUN_TIMEOUT_S):
+        self.wait(timeout)
+        with open(self._stderr) as f:
+            return None, f.read()
 
 
 train_server = TrainServer()
@@ -240,6 +311,41 @@ def run_train(command, cwd=REPO_ROOT, fresh_interpreter=False, **kwargs):
         timeout=RUN_TIMEOUT_S,
         **kwargs,
     )
+
+
+class _FreshProcess(subprocess.Popen):
+    """A fresh interpreter whose standard error goes to a file, which ``communicate`` reads."""
+
+    def __init__(self, command, stderr, **kwargs):
+        self._stderr_path = stderr
+        with open(stderr, 'w') as f:
+            super().__init__(command, stdout=subprocess.DEVNULL, stderr=f, text=True, **kwargs)
+
+    def communicate(self, input=None, timeout=None):
+        self.wait(timeout)
+        with open(self._stderr_path) as f:
+            return None, f.read()
+
+
+def start_train(command, stderr, env=None, new_session=False):
+    """Start ``command`` (``python -m alf_lite.bin.<tool> ...``, or ``python -c`` code that
+    runs one, see ``TrainServer.start``) with ``env`` (``train_env()`` by default), its
+    standard output discarded and its standard error written to the file ``stderr``; with
+    ``new_session``, in a session of its own, as ``start_in_own_session`` starts one.
+
+    A child forked by ``train_server.py``, which imported the dependencies once, under the
+    conditions ``run_train`` serves a tool (a fresh interpreter otherwise); no other served
+    command runs before it ended. The process has the part of ``subprocess.Popen``'s
+    interface the tests use; its ``communicate`` gives ``(None, <standard error>)``.
+    """
+    if not (os.environ.get(FRESH_INTERPRETERS_VARIABLE) or torch.cuda.is_available()):
+        return train_server.start(command, stderr, env=env, new_session=new_session)
+    process = _FreshProcess(
+        command, stderr, cwd=REPO_ROOT, env=env or train_env(), start_new_session=new_session
+    )
+    if new_session:
+        _SESSIONS.append(process)
+    return process
 
 
 def run_with_output_reader_gone(command, cwd=REPO_ROOT, timeout=RUN_TIMEOUT_S):

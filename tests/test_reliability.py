@@ -53,6 +53,7 @@ from cli_helpers import (
     send_as_user,
     sigterm_as_the_training_envs_give_episodes,
     start_in_own_session,
+    start_train,
     train_command,
     train_env,
     tree_digest,
@@ -268,9 +269,8 @@ def test_same_gin_file_resumes_with_other_device_settings(finished_run, tmp_path
     assert "TrainerConfig.device = 'cpu'" in (root_dir / 'config.gin').read_text()
 
 
-def test_root_dir_in_use_by_another_train_is_refused_and_left_as_it_is(tmp_path):
-    root_dir = tmp_path / 'run'
-    assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
+def test_root_dir_in_use_by_another_train_is_refused_and_left_as_it_is(finished_run, tmp_path):
+    root_dir = copy_run(finished_run, tmp_path)  # a train of SHORT
     before = tree_digest(root_dir)
     longer = train_command(root_dir, [PENDULUM], SHORT + ['TrainerConfig.num_env_steps=600'])
     with RunDirLock(str(root_dir)):  # as a train running in root_dir holds it
@@ -286,9 +286,8 @@ def test_root_dir_in_use_by_another_train_is_refused_and_left_as_it_is(tmp_path)
     assert checkpoint_steps(root_dir)[-1] == 600
 
 
-def test_same_gin_file_with_a_longer_run_resumes(tmp_path):
-    root_dir = tmp_path / 'run'
-    assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
+def test_same_gin_file_with_a_longer_run_resumes(finished_run, tmp_path):
+    root_dir = copy_run(finished_run, tmp_path)  # a train of SHORT
     result = run_train(
         train_command(root_dir, [PENDULUM], SHORT + ['TrainerConfig.num_env_steps=600'])
     )
@@ -457,9 +456,8 @@ def test_checkpoints_written_after_resuming_past_a_corrupt_one_keep_their_replay
     assert checkpoint_steps(tmp_path) == [200, 300, 400]
 
 
-def test_all_checkpoints_corrupt_stops_with_a_clear_error(tmp_path):
-    root_dir = tmp_path / 'run'
-    assert_ok(run_train(train_command(root_dir, [PENDULUM], SHORT)))
+def test_all_checkpoints_corrupt_stops_with_a_clear_error(finished_run, tmp_path):
+    root_dir = copy_run(finished_run, tmp_path)  # a train of SHORT
     for step in checkpoint_steps(root_dir):
         (root_dir / 'checkpoints' / f'ckpt-{step}' / 'model.pt').write_bytes(b'garbage')
     result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
@@ -716,27 +714,26 @@ def test_sigkill_at_random_moments_then_resume_loses_nothing(tmp_path, read_tens
     for cycle in range(cycles):
         before = checkpoint_steps(root_dir)[-1] if checkpoint_steps(root_dir) else None
         log = tmp_path / f'cycle-{cycle}.log'
-        with open(log, 'w') as output:
-            process = subprocess.Popen(
-                command,
-                cwd=REPO_ROOT,
-                env=train_env(),
-                stdout=subprocess.DEVNULL,
-                stderr=output,
-            )
-        # Wait until it works (the csv grows past where it was), then a random moment.
-        started_rows = len(steps_in_csv(root_dir)) if (root_dir / 'progress.csv').exists() else 0
-        deadline = time.time() + 120
-        while process.poll() is None:
-            if (root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) > started_rows:
-                break
-            if time.time() > deadline:
-                process.kill()
-                pytest.fail(f'cycle {cycle}: no new row within 120 s: {log.read_text()[-3000:]}')
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 1.0))
-        process.kill()
-        process.wait()
+        # A child of the train server, which imported the dependencies once: a real
+        # process of its own, SIGKILLed as one started from scratch is.
+        process = start_train(command, log)
+        try:
+            # Wait until it works (the csv grows past where it was), then a random moment.
+            csv_file = root_dir / 'progress.csv'
+            started_rows = len(steps_in_csv(root_dir)) if csv_file.exists() else 0
+            deadline = time.time() + 120
+            while process.poll() is None:
+                if csv_file.exists() and len(steps_in_csv(root_dir)) > started_rows:
+                    break
+                if time.time() > deadline:
+                    pytest.fail(
+                        f'cycle {cycle}: no new row within 120 s: {log.read_text()[-3000:]}'
+                    )
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 1.0))
+        finally:
+            process.kill()
+            process.wait()
         # Killed, or done: a run that failed by itself would hide behind the kills.
         assert process.returncode in (0, -signal.SIGKILL), (cycle, log.read_text()[-3000:])
         # Each run continued from the last checkpoint before it, not from step 0.
@@ -805,7 +802,10 @@ def start_long_run(root_dir, *params):
         'TrainerConfig.checkpoint_interval=100000',
         *params,
     ]
-    process = start_in_own_session(train_command(root_dir, [PENDULUM], params))
+    # A child of the train server, which imported the dependencies once: a real process
+    # in a session of its own, signalled as one started from scratch is.
+    stderr = root_dir.parent / f'{root_dir.name}.stderr'
+    process = start_train(train_command(root_dir, [PENDULUM], params), stderr, new_session=True)
     deadline = time.time() + 60
     while not ((root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) >= 3):
         assert process.poll() is None and time.time() < deadline
@@ -936,7 +936,7 @@ def test_a_signal_while_the_envs_start_stops_train_at_once_leaving_nothing(tmp_p
         'TrainerConfig.num_env_steps=200',
     )
     env[hanging_env.START_MARKER_DIR_VARIABLE] = str(markers)
-    process = start_in_own_session(command, env)
+    process = start_hanging_train(command, env, new_session=True)
 
     def env_starting() -> bool:
         # Two envs start in env processes; one starts in train's own process.
@@ -1502,11 +1502,23 @@ def hanging_train(root_dir, env_id, *params):
     return command, env
 
 
+def start_hanging_train(command, env, new_session=False):
+    """``hanging_train``'s ``command`` with ``env`` started by ``start_train``: a child of
+    the train server, which imported the dependencies (not ``hanging_env``) once, imports
+    ``hanging_env`` as a fresh interpreter does; its stderr goes to a file beside the
+    root_dir."""
+    root_dir = command[command.index('--root_dir') + 1]
+    return start_train(command, f'{root_dir}.stderr', env=env, new_session=new_session)
+
+
 def run_hanging(root_dir, env_id, *params):
-    command, env = hanging_train(root_dir, env_id, *params)
-    return subprocess.run(
-        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
-    )
+    process = start_hanging_train(*hanging_train(root_dir, env_id, *params))
+    try:
+        _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        process.kill()
+        process.wait()
+    return subprocess.CompletedProcess(root_dir, process.returncode, None, stderr)
 
 
 def test_env_process_that_never_answers_is_named_with_its_index_and_every_process_ends():
@@ -1738,7 +1750,7 @@ def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocess
         f'create_environment.use_subprocesses={use_subprocesses}',
     )
     env[hanging_env.MARKER_VARIABLE] = str(marker)
-    process = start_in_own_session(command, env)
+    process = start_hanging_train(command, env, new_session=True)
     try:
         deadline = time.time() + RUN_TIMEOUT_S
         while not marker.exists():

@@ -169,3 +169,31 @@ def test_run_train_serves_the_tools_unless_told_to_start_them_afresh(
     else:
         assert args['cwd'] == 'somewhere' and args['timeout'] == cli_helpers.RUN_TIMEOUT_S
         assert ('preexec_fn' in args) == ('preexec_fn' in kwargs)
+
+
+def test_a_started_python_c_child_runs_its_code_as_python_c_would(tmp_path):
+    # Its standard output is discarded: the probe writes all to standard error.
+    code = 'import sys\nsys.stdout = sys.stderr\nprint("path1", sys.path[1])\n' + PROBE
+    env = train_env()
+    env['PYTHONPATH'] = os.pathsep.join([str(tmp_path / 'lib'), env['PYTHONPATH']])
+    command = [sys.executable, '-c', code, '3', '--flag']
+    fresh = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    process = train_server.start(command, tmp_path / 'stderr', cwd=tmp_path, env=env)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == fresh.returncode == 3
+    assert stderr == fresh.stderr
+    assert f"path1 {tmp_path / 'lib'}\nname __main__\nargv ['3', '--flag'] -c\npath0 \n" in stderr
+    assert stderr.endswith('atexit ran\n')
+
+
+def test_a_child_started_in_a_session_of_its_own_is_signalled_and_waited_for(tmp_path):
+    (tmp_path / 'sleeping_probe.py').write_text('import time\ntime.sleep(60)\n')
+    command = [sys.executable, '-m', 'sleeping_probe']
+    process = train_server.start(command, tmp_path / 'stderr', cwd=tmp_path, new_session=True)
+    assert process.poll() is None and os.getsid(process.pid) == process.pid
+    process.send_signal(15)
+    assert process.wait(timeout=30) == -15 and process.poll() == -15
+    # The server goes on with the next request.
+    (tmp_path / 'quick_probe.py').write_text(QUICK_PROBE)
+    quick = [sys.executable, '-m', 'quick_probe']
+    assert train_server.run(quick, tmp_path, timeout=60).returncode == 5

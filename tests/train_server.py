@@ -15,7 +15,9 @@ so a test comparing the numbers of two runs starts them as fresh interpreters
 
 Protocol, one JSON object a line on standard input, answered on the file
 descriptor given as the one argument (standard output stays what the imports
-print to): ``{"module", "args", "cwd", "env", "stdout", "stderr"}`` is answered
+print to): ``{"module", "args", "cwd", "env", "stdout", "stderr"}`` (``"code"``
+instead of ``"module"`` for ``python -c <code> <args>``, and ``"new_session": true``
+for a child in a session of its own) is answered
 by ``pid <N>`` once the child runs and ``exit <status>`` when it ended
 (``os.waitstatus_to_exitcode``: minus the signal number when a signal ended it).
 """
@@ -24,16 +26,26 @@ import json
 import os
 import runpy
 import sys
+import types
 
 
 def serve(answers):
     """Answer requests until standard input closes; in a child, return its request."""
     for line in sys.stdin:
         request = json.loads(line)
+        # Closed by the child once it is in a session of its own: its pid is answered then.
+        in_session, in_session_written = os.pipe()
         pid = os.fork()
         if pid == 0:
             answers.close()
+            if request.get('new_session'):
+                os.setsid()
+            os.close(in_session)
+            os.close(in_session_written)
             return request
+        os.close(in_session_written)
+        os.read(in_session, 1)
+        os.close(in_session)
         answers.write(f'pid {pid}\n')
         _, status = os.waitpid(pid, 0)
         answers.write(f'exit {os.waitstatus_to_exitcode(status)}\n')
@@ -54,9 +66,16 @@ def become(request):
         os.dup2(fd, target)
         os.close(fd)
     sys.stdin = open(0, closefd=False)
-    # ``python -m`` puts the working directory first on the path.
-    sys.path[0] = os.getcwd()
-    sys.argv = ['-m', *request['args']]
+    if 'code' in request:
+        # ``python -c`` puts '' (the working directory) first on the path, then PYTHONPATH.
+        sys.path[0] = ''
+        extra = [p for p in request['env'].get('PYTHONPATH', '').split(os.pathsep) if p]
+        sys.path[1:1] = [p for p in extra if p not in sys.path]
+        sys.argv = ['-c', *request['args']]
+    else:
+        # ``python -m`` puts the working directory first on the path.
+        sys.path[0] = os.getcwd()
+        sys.argv = ['-m', *request['args']]
 
 
 def main():
@@ -68,7 +87,12 @@ def main():
     with open(int(sys.argv[1]), 'w', buffering=1) as answers:
         request = serve(answers)
     become(request)
-    runpy.run_module(request['module'], run_name='__main__', alter_sys=True)
+    if 'code' in request:
+        main_module = types.ModuleType('__main__')
+        sys.modules['__main__'] = main_module
+        exec(compile(request['code'], '<string>', 'exec'), main_module.__dict__)
+    else:
+        runpy.run_module(request['module'], run_name='__main__', alter_sys=True)
 
 
 if __name__ == '__main__':
