@@ -583,7 +583,7 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
     Both sides are whole statements, so a change names what the run had and
     what it would get; ``NOT_BOUND`` stands for a side without the parameter. A
     value written through macros on one side and as their values on the other is no
-    change of the experiment (``_macros_resolved`` says which macros are put in).
+    change of the experiment (``macros_resolved`` says which macros are put in).
     """
     old, old_values = _statements_and_values(old_config)
     new, new_values = _statements_and_values(new_config)
@@ -604,7 +604,7 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
         # replaced by the macro's value); an import or include by its text.
         if not statement or key not in values:
             return statement
-        return value_as_read(_macros_resolved(values, key) if resolved else values[key])
+        return value_as_read(macros_resolved(values, key) if resolved else values[key])
 
     differing = {
         key
@@ -638,7 +638,7 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
     return sorted(f'{old.get(key, NOT_BOUND)} -> {new.get(key, NOT_BOUND)}' for key in differing)
 
 
-def _macros_resolved(bindings: Dict[str, str], name: str) -> str:
+def macros_resolved(bindings: Dict[str, str], name: str) -> str:
     """The value text of binding ``name`` of ``bindings`` (``{name: value text}``) with each
     macro it references, outside its string literals, replaced by that macro's value text,
     in turn resolved; a macro not bound stays as written.
@@ -690,7 +690,7 @@ _MAX_RESOLVED_CHARS = 2**16
 
 
 class _Unresolved(Exception):
-    """A value that is compared as written (``_macros_resolved``)."""
+    """A value that is compared as written (``macros_resolved``)."""
 
 
 # What a train user can do about a root_dir that holds another experiment.

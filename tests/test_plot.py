@@ -647,6 +647,24 @@ def test_group_by_a_parameter_some_runs_leave_at_its_default(tmp_path):
     }, result.stdout
 
 
+def test_group_by_a_parameter_given_through_a_macro_groups_by_the_macros_value(tmp_path):
+    from alf_lite.bin.plot import group_runs
+
+    # A sweep over LR, with `actor/Adam.lr = %LR` in every run's config.gin.
+    runs = []
+    for lr in (LR_A, LR_B):
+        for seed in range(2):
+            run = tmp_path / f'LR={lr},seed={seed}'
+            write_run(run, '%LR', seed, [1.0], extra=f'LR = {lr}\n')
+            runs.append(str(run))
+    direct = tmp_path / 'direct'
+    write_run(direct, LR_A, 2, [1.0])
+    assert group_runs([*runs, str(direct)], 'actor/Adam.lr') == [
+        (f'actor/Adam.lr={LR_A}', [*runs[:2], str(direct)]),
+        (f'actor/Adam.lr={LR_B}', runs[2:]),
+    ]
+
+
 def test_runs_that_differ_in_any_one_grouped_parameter_are_groups_apart(tmp_path):
     from alf_lite.bin.plot import group_runs
 

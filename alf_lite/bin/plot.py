@@ -79,6 +79,7 @@ from alf_lite.run_dir import (  # noqa: E402
     TRAIN,
     RunDir,
     macro_value,
+    macros_resolved,
     names_and_their_macros,
     resume_safe_names,
     value_as_read,
@@ -344,12 +345,16 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
     # Each group by the values as gin reads them, named by those of its first run.
     groups: Dict[tuple, Tuple[tuple, List[str]]] = {}
     for run in run_dirs:
+        values = bindings[run]
+        if group_by != 'config':
+            # A parameter given by its value, its macros put in: the runs of a sweep over LR
+            # all bind `actor/Adam.lr = %LR`, which their own LR tells apart.
+            values = {n: macros_resolved(values, n) for n in names if n in values}
         # A name that is this run's seed is bound, to no setting.
         shown = tuple(
-            bindings[run].get(n, '(seed)' if n in seeds.get(run, ()) else '(default)')
-            for n in names
+            values.get(n, '(seed)' if n in seeds.get(run, ()) else '(default)') for n in names
         )
-        key = tuple(value_as_read(v) if n in bindings[run] else v for n, v in zip(names, shown))
+        key = tuple(value_as_read(v) if n in values else v for n, v in zip(names, shown))
         groups.setdefault(key, (shown, []))[1].append(run)
     return [
         (', '.join(f'{n}={v}' for n, v in zip(names, shown)) or 'all runs', runs)
