@@ -17,8 +17,9 @@ themselves. ``repeats`` is a number of seeds (0, 1, ...) or a list of seeds >= 0
 
 Each combination and seed trains in ``root_dir/<name>``, named after the
 parameters that take several values (in the order of ``parameters``, each by
-the shortest end of its name that tells it apart, or by all its names,
-``a.X.lr+b.X.lr``, where no end does or they share none) and the seed, e.g.
+the shortest end of its name that tells it apart, where none does by the whole end
+its names share, or by all its names, ``a.X.lr+b.X.lr``, where that is another
+key's name too or they share none) and the seed, e.g.
 ``lr=0.001,target_update_tau=0.01,seed=2``, with ``TrainerConfig.random_seed``
 set to the seed, as its own ``python -m alf_lite.bin.train`` process (its
 output in ``root_dir/logs/<name>.log``). A parameter with one value is no
