@@ -907,7 +907,7 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
         # Writable by its permissions for root, yet no file can be made there.
         (
             ['--record_file', '/proc/x.gif'],
-            'cannot write --record_file /proc/x.gif: /proc: ',
+            'cannot write --record_file /proc/x.gif: no file can be made in /proc (',
         ),
         # A name no file system here takes: refused before the policy is loaded.
         (

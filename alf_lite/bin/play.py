@@ -448,7 +448,11 @@ def play(argv, signals) -> None:
             with tempfile.TemporaryFile(dir=existing):
                 pass
         except OSError as e:
-            fail(f'cannot write --record_file {record_file}: {existing}: {e.strerror}.')
+            # The error of a file made there, e.g. /proc's "No such file or directory".
+            fail(
+                f'cannot write --record_file {record_file}: no file can be made in {existing} '
+                f'({e.strerror}).'
+            )
         name_max = os.pathconf(existing, 'PC_NAME_MAX')
         if len(os.fsencode(os.path.basename(record_file))) > name_max:
             fail(
