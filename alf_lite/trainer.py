@@ -1196,20 +1196,21 @@ class Trainer:
                 rb = None
             # Envs that cannot continue their episodes restart with a FIRST row
             # after the last stored one; the loss mask never trains on that pair.
+        at_iteration_end = self._iteration_start is None
+        finished = at_iteration_end and self._env_steps >= cfg.num_env_steps
         if rb is None:
             if self._replay_buffer.total_added:
                 # Rows this trainer collected before (a train() again after stop_when or
                 # an error), which a run resumed in a new process does not have.
                 self._replay_buffer.clear()
-            logging.warning(
-                '%s holds no replay buffer: training continues after %d steps of '
-                'the current policy refill it.',
-                path,
-                self._config.initial_collect_steps,
-            )
+            if not finished:  # a finished run trains no more: nothing to refill
+                logging.warning(
+                    '%s holds no replay buffer: training continues after %d steps of '
+                    'the current policy refill it.',
+                    path,
+                    self._config.initial_collect_steps,
+                )
         logging.info('resumed from %s at %d env steps', path, self._env_steps)
-        at_iteration_end = self._iteration_start is None
-        finished = at_iteration_end and self._env_steps >= cfg.num_env_steps
         # An evaluation due at the checkpoint's step may be missing: the run was shortened
         # to a checkpoint that was not its last, or eval_interval changed so that the
         # iteration the checkpoint ends now holds one.

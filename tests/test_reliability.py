@@ -425,6 +425,10 @@ def test_a_damaged_replay_buffer_resumes_its_checkpoint_without_it(tmp_path, cap
         for k, v in torch.load(rb_file).items()
     }
     torch.save(damage(rb), rb_file)
+    # A resume with nothing left to train has nothing to refill: no word of it.
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    assert f'the replay buffer of {rb_file.parent} is damaged' in caplog.text
+    assert 'holds no replay buffer' not in caplog.text
     train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
     assert f'the replay buffer of {rb_file.parent} is damaged' in caplog.text
     assert 'ckpt-300 holds no replay buffer: training continues after 50 steps' in caplog.text
