@@ -697,7 +697,7 @@ def _macro_uses(name: str) -> List[tuple]:
                 if any(ref.config_key == (current, 'gin.macro') for ref in references):
                     if selector == 'gin.macro':
                         pending.append(scope)
-                    else:
+                    elif (scope, selector, param) not in uses:  # one taking it twice: once
                         uses.append((scope, selector, param))
     return uses
 
