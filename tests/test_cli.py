@@ -85,6 +85,21 @@ def test_a_root_dir_starting_with_a_tilde_is_in_the_home_directory(tmp_path, mon
     assert sorted(p.name for p in tmp_path.iterdir()) == ['home']
 
 
+def test_a_message_is_told_without_importing_gin():
+    # A stop signal can cut gin's import short, and the tool then tells its message: a
+    # user_message that imported alf_lite.config (which reads gin.config at import) failed
+    # with an AttributeError instead of the signal's exit code.
+    script = (
+        'import sys\n'
+        'from alf_lite.bin.cli import user_message\n'
+        'message = user_message("bad\\n  In call to configurable \'SacAlgorithm\' (<class>)")\n'
+        "print(message, 'gin' in sys.modules, 'alf_lite.config' in sys.modules)\n"
+    )
+    result = run_python(script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == 'SacAlgorithm: bad False False\n'
+
+
 def test_an_error_that_names_its_configurable_names_it_once(tmp_path):
     root_dir = tmp_path / 'run'
     params = ['TrainerConfig.mini_batch_size = -1']

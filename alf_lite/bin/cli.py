@@ -28,10 +28,11 @@ def user_message(message: str) -> str:
     (``Td3Algorithm.exploration_noise ...``, raised in the constructor of
     ``DdpgAlgorithm`` that ``Td3Algorithm``'s calls).
     """
-    from alf_lite.config import GIN_CALL_TRACE
-
-    message, _, called = message.partition(GIN_CALL_TRACE)
-    names = [c.split(' ')[0].strip(chr(39)) for c in called.split(GIN_CALL_TRACE)] if called else []
+    # alf_lite.config.GIN_CALL_TRACE, not imported: config imports gin, and a stop signal may
+    # have cut gin's own import short before this message is told.
+    separator = '\n  In call to configurable '
+    message, _, called = message.partition(separator)
+    names = [c.split(' ')[0].strip(chr(39)) for c in called.split(separator)] if called else []
     if names and not any(
         message.startswith(name) and _subclass_of(name, names[0]) for name in names
     ):
