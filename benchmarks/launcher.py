@@ -42,6 +42,7 @@ from alf_lite.runs import (
 )
 from alf_lite.signals import STOP_SIGNALS, started_watching_this_process
 from benchmarks import REPO_ROOT
+from benchmarks.sb3_common import checkpoint_env_steps
 
 if TYPE_CHECKING:
     from benchmarks.learning import BenchmarkRun
@@ -441,8 +442,6 @@ def resume_env_steps(run: 'BenchmarkRun', run_dir: str) -> int:
     one at its stop) are dropped at the resume and trained again.
     """
     if run.framework == 'sb3':
-        from benchmarks.sb3_runner import checkpoint_env_steps
-
         steps = checkpoint_env_steps(run_dir)
     else:
         steps = RunDir(run_dir).latest_checkpoint_env_steps()

@@ -30,7 +30,7 @@ import shutil
 import signal
 import sys
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import gymnasium
 import numpy as np
@@ -61,7 +61,14 @@ from alf_lite.summary import MIN_INTERVAL_S
 from benchmarks import at_least
 from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
 from benchmarks.memory import sb3_buffer_bytes
-from benchmarks.sb3_common import mute_logger
+from benchmarks.sb3_common import (
+    MODEL_FILE,
+    REPLAY_FILE,
+    STATE_FILE,
+    checkpoint_path,
+    complete_checkpoint,
+    mute_logger,
+)
 
 SB3_COLUMNS = [
     ENV_STEPS,
@@ -196,44 +203,14 @@ class _EvalEnvs:
             env.close()
 
 
-# Where an SB3 run keeps its checkpoint, under its run directory.
-CHECKPOINT_SUBDIR = os.path.join('checkpoints', 'sb3')
-_MODEL_FILE = 'model.zip'
-_REPLAY_FILE = 'replay_buffer.pkl'
-_STATE_FILE = 'state.pt'
-
-
-def checkpoint_path(run_dir: str) -> str:
-    """The directory of an SB3 run's checkpoint (it may not exist)."""
-    return os.path.join(run_dir, CHECKPOINT_SUBDIR)
-
-
-def checkpoint_env_steps(run_dir: str) -> Optional[int]:
-    """Env steps of an SB3 run's checkpoint; None without a complete one."""
-    path = _complete_checkpoint(run_dir)
-    if path is None:
-        return None
-    return int(torch.load(os.path.join(path, _STATE_FILE), weights_only=False)['env_steps'])
-
-
-def _complete_checkpoint(run_dir: str) -> Optional[str]:
-    """The checkpoint directory with all its files, or the one it was replacing."""
-    path = checkpoint_path(run_dir)
-    names = (_MODEL_FILE, _REPLAY_FILE, _STATE_FILE)
-    for candidate in (path, path + '.old'):
-        if all(os.path.isfile(os.path.join(candidate, n)) for n in names):
-            return candidate
-    return None
-
-
 def _save_checkpoint(model, run_dir: str) -> None:
     """Saves the model after ``model.num_timesteps`` env steps; old one kept until complete."""
     path = checkpoint_path(run_dir)
     tmp, old = path + '.tmp', path + '.old'
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    model.save(os.path.join(tmp, _MODEL_FILE))
-    model.save_replay_buffer(os.path.join(tmp, _REPLAY_FILE))
+    model.save(os.path.join(tmp, MODEL_FILE))
+    model.save_replay_buffer(os.path.join(tmp, REPLAY_FILE))
     state = dict(
         env_steps=model.num_timesteps,
         torch=torch.get_rng_state(),
@@ -241,7 +218,7 @@ def _save_checkpoint(model, run_dir: str) -> None:
         random=random.getstate(),
     )
     # Written last: a directory with it is complete.
-    torch.save(state, os.path.join(tmp, _STATE_FILE))
+    torch.save(state, os.path.join(tmp, STATE_FILE))
     if os.path.isdir(path):
         shutil.rmtree(old, ignore_errors=True)
         os.rename(path, old)
@@ -277,14 +254,14 @@ def train(run: BenchmarkRun, out: str) -> int:
     run_dir = RunDir(run.run_dir(out))
     algorithm = {'sac': SAC, 'td3': TD3}[run.algo]
     env = gymnasium.make(run.task.env)
-    resume_from = _complete_checkpoint(run_dir.root)
+    resume_from = complete_checkpoint(run_dir.root)
     # A checkpoint may be at 0 env steps (a stop during the first evaluation): it resumes too.
     resumed = resume_from is not None and os.path.isfile(run_dir.progress_file)
     if resumed:
-        state = torch.load(os.path.join(resume_from, _STATE_FILE), weights_only=False)
+        state = torch.load(os.path.join(resume_from, STATE_FILE), weights_only=False)
         steps = int(state['env_steps'])
-        model = algorithm.load(os.path.join(resume_from, _MODEL_FILE), env=env, device='cpu')
-        model.load_replay_buffer(os.path.join(resume_from, _REPLAY_FILE))
+        model = algorithm.load(os.path.join(resume_from, MODEL_FILE), env=env, device='cpu')
+        model.load_replay_buffer(os.path.join(resume_from, REPLAY_FILE))
         torch.set_rng_state(state['torch'])
         np.random.set_state(state['numpy'])
         random.setstate(state['random'])

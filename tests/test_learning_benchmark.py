@@ -16,7 +16,7 @@ import gin
 import pytest
 
 from alf_lite.run_dir import RunDirLock
-from benchmarks import launcher, learning, sb3_runner
+from benchmarks import launcher, learning, sb3_common, sb3_runner
 from cli_helpers import (
     REPO_ROOT,
     RUN_TIMEOUT_S,
@@ -419,7 +419,7 @@ def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp
     finally:
         process.kill()
     assert 'checkpoint written' in rest and 'run the same command' in rest
-    stopped_at = sb3_runner.checkpoint_env_steps(str(run_dir))
+    stopped_at = sb3_common.checkpoint_env_steps(str(run_dir))
     assert 1000 <= stopped_at < 1200
     first = _progress(run_dir)
     assert all(int(r['env_steps']) <= stopped_at for r in first)
@@ -462,7 +462,7 @@ def test_sb3_run_stopped_in_its_first_evaluation_resumes_from_its_checkpoint_at_
     )
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stdout + stopped.stderr
     run_dir = out / 'pendulum' / 'sb3_sac' / 'seed0'
-    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 0
+    assert sb3_common.checkpoint_env_steps(str(run_dir)) == 0
     assert sb3_runner.main(args) == 0
     # One header and one row a step: the row at 0 is the first attempt's.
     rows = _progress(run_dir)
@@ -808,7 +808,7 @@ def test_runs_still_going_at_the_deadline_checkpoint_and_partial_starts_runs_tha
         assert ' deferred ' in line and ('trains until' in line) == (name != 'alf_sac'), line
         run_dir = out / 'pendulum' / name / 'seed0'
         if name == 'sb3_sac':
-            assert sb3_runner.checkpoint_env_steps(str(run_dir)) > 0, line
+            assert sb3_common.checkpoint_env_steps(str(run_dir)) > 0, line
         else:
             assert list((run_dir / 'checkpoints').glob('ckpt-*')), line
         attempts = out / 'pendulum' / 'logs' / f'{name}.seed0.attempts.json'
@@ -1914,7 +1914,7 @@ def test_runs_of_a_killed_launcher_stop_at_a_checkpoint(tmp_path):
         last_row = int(_progress(run_dir)[-1]['env_steps'])
         if name == 'sb3_sac':
             assert 'stopped by signal 15' in log, log
-            assert sb3_runner.checkpoint_env_steps(str(run_dir)) >= last_row
+            assert sb3_common.checkpoint_env_steps(str(run_dir)) >= last_row
         else:
             assert 'interrupted by SIGTERM: checkpoint written' in log, log
             assert checkpoint_steps(run_dir)[-1] >= last_row
@@ -2255,11 +2255,11 @@ def test_sb3_checkpoint_replaces_the_previous_one_which_counts_until_the_new_one
     tmp_path,
 ):
     run_dir = str(tmp_path)
-    assert sb3_runner.checkpoint_env_steps(run_dir) is None
+    assert sb3_common.checkpoint_env_steps(run_dir) is None
     sb3_runner._save_checkpoint(_FakeSb3Model(100), run_dir)
-    assert sb3_runner.checkpoint_env_steps(run_dir) == 100
+    assert sb3_common.checkpoint_env_steps(run_dir) == 100
     sb3_runner._save_checkpoint(_FakeSb3Model(200), run_dir)
-    assert sb3_runner.checkpoint_env_steps(run_dir) == 200
+    assert sb3_common.checkpoint_env_steps(run_dir) == 200
     # Nothing but the checkpoint is left.
     assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == ['sb3']
     checkpoint = tmp_path / 'checkpoints' / 'sb3'
@@ -2273,9 +2273,9 @@ def test_sb3_checkpoint_replaces_the_previous_one_which_counts_until_the_new_one
     checkpoint.rename(tmp_path / 'checkpoints' / 'sb3.old')
     checkpoint.mkdir()
     (checkpoint / 'model.zip').write_text('model')
-    assert sb3_runner.checkpoint_env_steps(run_dir) == 200
+    assert sb3_common.checkpoint_env_steps(run_dir) == 200
     (tmp_path / 'checkpoints' / 'sb3.old' / 'state.pt').unlink()
-    assert sb3_runner.checkpoint_env_steps(run_dir) is None
+    assert sb3_common.checkpoint_env_steps(run_dir) is None
 
 
 def test_sb3_resume_keeps_the_progress_rows_up_to_its_checkpoint(tmp_path):
@@ -2367,7 +2367,7 @@ def test_sb3_run_checkpoints_every_interval_and_resumes_from_its_checkpoint_drop
         (100, 60),
     ]
     # The checkpoint of step 100 holds the run after that step's update.
-    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 100
+    assert sb3_common.checkpoint_env_steps(str(run_dir)) == 100
     # Longer now: it resumes at 100 env steps, keeps the rows up to there and goes
     # on to 150, with the updates counted on as in one run.
     longer = dataclasses.replace(run, num_env_steps=150)
@@ -2379,7 +2379,7 @@ def test_sb3_run_checkpoints_every_interval_and_resumes_from_its_checkpoint_drop
         (100, 60),
         (150, 110),
     ]
-    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 150
+    assert sb3_common.checkpoint_env_steps(str(run_dir)) == 150
     # A checkpoint without its progress.csv is not resumed: the run starts afresh.
     (run_dir / 'progress.csv').unlink()
     shorter = dataclasses.replace(run, num_env_steps=50)
@@ -2387,7 +2387,7 @@ def test_sb3_run_checkpoints_every_interval_and_resumes_from_its_checkpoint_drop
     rows = _progress(run_dir)
     assert [(int(r['env_steps']), int(r['num_updates'])) for r in rows] == [(0, 0), (50, 10)]
     assert 'TrainerConfig.num_env_steps = 50' in (run_dir / 'config.gin').read_text()
-    assert sb3_runner.checkpoint_env_steps(str(run_dir)) == 50
+    assert sb3_common.checkpoint_env_steps(str(run_dir)) == 50
 
 
 def test_sb3_train_return_is_the_mean_of_alf_lites_window_of_episodes_up_to_the_rows_step(
@@ -2593,3 +2593,20 @@ def test_report_counts_the_planned_seeds_of_each_runs_own_suite_and_reads_no_oth
         table = _table(_report('icub_orientation', out, docs, monkeypatch, capsys)[0])
         assert table[('alf_lite', 'ICubWalk-v0')]['seeds'] == seeds, text
         assert table[('alf_lite', 'ICubWalk-v1')]['seeds'] == '2', text
+
+
+def test_the_launcher_reads_no_benchmark_module_after_it_started(tmp_path):
+    # A launcher trains for hours while its files may be edited: a module it first
+    # imported at an SB3 run's resume estimate would be the edited one (a learning.py that
+    # no longer defines what the launcher needs ended a launcher with an ImportError).
+    code = (
+        'import sys, types\n'
+        'from benchmarks import launcher\n'
+        'def loaded():\n'
+        '    return sorted(m for m in sys.modules if m.startswith("benchmarks"))\n'
+        'before = loaded()\n'
+        'run = types.SimpleNamespace(framework="sb3")\n'
+        f'assert launcher.resume_env_steps(run, {str(tmp_path)!r}) == 0\n'
+        'assert loaded() == before, (before, loaded())\n'
+    )
+    subprocess.run([sys.executable, '-c', code], cwd=REPO_ROOT, check=True, timeout=120)
