@@ -510,10 +510,7 @@ def names_and_their_macros(bindings: Dict[str, str], names) -> Set[str]:
     ``TrainerConfig.random_seed = %SEED`` for ``names`` of the seed's parameter).
     """
     found = {name for name in bindings if name in names}
-    users: Dict[str, Set[str]] = {}
-    for name, value in bindings.items():
-        for macro in _macro_references(value):
-            users.setdefault(macro, set()).add(name)
+    users = macro_users(bindings)
     changed = True
     while changed:
         changed = False
@@ -524,11 +521,20 @@ def names_and_their_macros(bindings: Dict[str, str], names) -> Set[str]:
     return found
 
 
+def macro_users(bindings: Dict[str, str]) -> Dict[str, Set[str]]:
+    """``{macro: the names of the bindings that reference it}`` of ``bindings`` (``{name: value
+    text}``), for each macro some binding references."""
+    users: Dict[str, Set[str]] = {}
+    for name, value in bindings.items():
+        for macro in _macro_references(value):
+            users.setdefault(macro, set()).add(name)
+    return users
+
+
 def unused_names(bindings: Dict[str, str]) -> Set[str]:
     """The names among ``bindings`` (``{name: value text}``) that no binding's value
     references: each parameter, and each macro that nothing uses."""
-    used = {macro for value in bindings.values() for macro in _macro_references(value)}
-    return set(bindings) - used
+    return set(bindings) - set(macro_users(bindings))
 
 
 def macro_value(bindings: Dict[str, str], name: str) -> Optional[str]:
@@ -623,10 +629,7 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
             != as_read(new.get(key), new_values, key, resolved=True)
         }
         for values, other_values in ((old_values, new_values), (new_values, old_values)):
-            users: Dict[str, Set[str]] = {}
-            for name, value in values.items():
-                for macro in _macro_references(value):
-                    users.setdefault(macro, set()).add(name)
+            users = macro_users(values)
             one_sided = {key for key in differing if key in users and key not in other_values}
             named = differing - one_sided
             added = True

@@ -665,6 +665,67 @@ def test_group_by_a_parameter_given_through_a_macro_groups_by_the_macros_value(t
     ]
 
 
+def test_config_grouping_compares_values_with_macros_put_in_as_train_does(tmp_path):
+    from alf_lite.bin.plot import group_runs, same_seed_runs
+    from alf_lite.run_dir import changed_bindings
+
+    seed = 'TrainerConfig.random_seed'
+
+    def one_experiment(a, b):
+        # To train, seeds apart.
+        a, b = ((tmp_path / run / 'config.gin').read_text() for run in (a, b))
+        return not [change for change in changed_bindings(a, b) if seed not in change]
+
+    # LR_A through a macro and as a literal, and a sweep's other LR.
+    write_run(tmp_path / 'macro', '%LR', 0, RUNS_A[0], f'LR = {LR_A}\n')
+    write_run(tmp_path / 'literal', LR_A, 1, RUNS_A[1])
+    write_run(tmp_path / 'sweep', '%LR', 0, RUNS_A[0], f'LR = {LR_B}\n')
+    macro, literal, sweep = (str(tmp_path / r) for r in ('macro', 'literal', 'sweep'))
+    assert one_experiment('macro', 'literal')
+    assert group_runs([macro, literal], 'config') == [('all runs', [macro, literal])]
+    # Labelled by the resolved value, as --group_by actor/Adam.lr labels them.
+    assert not one_experiment('macro', 'sweep')
+    assert group_runs([macro, literal, sweep], 'config') == [
+        (f'actor/Adam.lr={LR_A}', [macro, literal]),
+        (f'actor/Adam.lr={LR_B}', [sweep]),
+    ]
+    # A macro nothing uses is a binding of its own, which a run that uses it binds too.
+    for name, lr in (('unused', LR_A), ('unused other', LR_B)):
+        write_run(tmp_path / name, LR_A, 2, RUNS_A[2], f'LR = {lr}\n')
+    unused, other = str(tmp_path / 'unused'), str(tmp_path / 'unused other')
+    assert one_experiment('macro', 'unused')
+    assert not one_experiment('macro', 'unused other')
+    assert group_runs([macro, unused, other], 'config') == [
+        (f'LR={LR_A}', [macro, unused]),
+        (f'LR={LR_B}', [other]),
+    ]
+    # Of one seed, through the macro or not, one run twice.
+    write_run(tmp_path / 'literal seed=0', LR_A, 0, RUNS_A[0])
+    again = str(tmp_path / 'literal seed=0')
+    assert same_seed_runs([macro, again, sweep]) == [(macro, again)]
+    result = run_plot([macro, literal, again, '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert final_table(result.stdout) == {'all runs': (3, 4.0, 3.0, 6.0)}, result.stdout
+    assert f'{macro} and {again} have the same {seed} (0) and setting' in result.stderr
+
+
+def test_config_grouping_keeps_a_macro_holding_a_reference_as_written(tmp_path):
+    from alf_lite.bin.plot import group_runs
+
+    # gin calls @GaussianNoise() in the macro's scope: no value to put in.
+    noise = 'Td3Algorithm.exploration_noise'
+    write_run(tmp_path / 'macro', LR_A, 0, [1.0], f'NOISE = @GaussianNoise()\n{noise} = %NOISE\n')
+    write_run(tmp_path / 'direct', LR_A, 1, [1.0], f'{noise} = @GaussianNoise()\n')
+    write_run(
+        tmp_path / 'macro seed=1', LR_A, 1, [1.0], f'NOISE = @GaussianNoise()\n{noise} = %NOISE\n'
+    )
+    runs = [str(tmp_path / r) for r in ('macro', 'direct', 'macro seed=1')]
+    assert group_runs(runs, 'config') == [
+        (f'NOISE=@GaussianNoise(), {noise}=%NOISE', [runs[0], runs[2]]),
+        (f'NOISE=(default), {noise}=@GaussianNoise()', [runs[1]]),
+    ]
+
+
 def test_runs_that_differ_in_any_one_grouped_parameter_are_groups_apart(tmp_path):
     from alf_lite.bin.plot import group_runs
 
@@ -1173,11 +1234,13 @@ def test_a_seed_given_through_a_macro_is_a_seed_not_a_setting(tmp_path):
     ]
     # Seed 1 through the macro and seed 1 bound directly: one run twice?
     assert same_seed_runs([*runs, str(direct), str(other)]) == [(runs[1], str(direct))]
-    # A macro that something else uses too is part of the setting.
+    # A macro that something else uses too is part of the setting, shown through its user.
     for run in runs:
         with open(f'{run}/config.gin', 'a') as f:
             f.write('TrainerConfig.replay_buffer_length = %SEED\n')
-    assert [label for label, _ in group_runs(runs, 'config')] == ['SEED=0', 'SEED=1', 'SEED=2']
+    assert [label for label, _ in group_runs(runs, 'config')] == [
+        f'TrainerConfig.replay_buffer_length={seed}' for seed in range(3)
+    ]
 
 
 def test_a_macro_that_is_one_runs_seed_stays_a_setting_of_the_runs_that_use_it_otherwise(
@@ -1204,14 +1267,19 @@ def test_a_macro_that_is_one_runs_seed_stays_a_setting_of_the_runs_that_use_it_o
             )
         )
     sized = list(map(str, sized))
-    # Runs of two buffer sizes are two groups, alone or beside a run whose seed is N.
+    # Runs of two buffer sizes are two groups, alone or beside a run whose seed is N, which
+    # is one more seed of the buffer size it binds.
+    buffer = 'TrainerConfig.replay_buffer_length'
     alone = group_runs(sized, 'config')
-    assert alone == [('N=1000', [sized[0]]), ('N=2000', [sized[1]])]
+    assert alone == [(f'{buffer}=1000', [sized[0]]), (f'{buffer}=2000', [sized[1]])]
     groups = group_runs([str(seeded), *sized], 'config')
-    assert [runs for _, runs in groups] == [[str(seeded)], [sized[0]], [sized[1]]]
-    assert [label.split(', ')[0] for label, _ in groups[1:]] == ['N=1000', 'N=2000']
-    # The seeded run binds N, as its seed: not the default of a name it leaves unbound.
-    assert groups[0][0].split(', ')[0] == 'N=(seed)'
+    assert groups == [(f'{buffer}=1000', [str(seeded), sized[0]]), (f'{buffer}=2000', [sized[1]])]
+    # Beside a run where N is a setting of its own (bound, used nowhere), the seeded run
+    # binds N, as its seed: not the default of a name it leaves unbound.
+    unused = tmp_path / 'unused'
+    write_run(unused, LR_A, 0, [1.0], extra='N = 1000\n')
+    groups = group_runs([str(seeded), str(unused)], 'config')
+    assert [label for label, _ in groups] == ['N=(seed)', 'N=1000']
 
 
 @pytest.mark.timeout(10)

@@ -21,7 +21,10 @@ are.
 ``--group_by config`` puts runs whose ``config.gin`` differ only in
 ``TrainerConfig.random_seed`` (or a macro only it uses, ``seed_names``) and in
 the bindings a resume may change (``resume_safe_names``) in one group and names
-each group by the gin parameters that differ between them; ``--group_by none``
+each group by the gin parameters that differ between them. Each binding is compared
+by its value with its macros put in, as train compares configs
+(``settings_as_compared``): ``actor/Adam.lr = %LR`` with ``LR = 0.001`` is
+``actor/Adam.lr=0.001``, one setting with ``actor/Adam.lr = 0.001``; ``--group_by none``
 names each run by the shortest end of its path that no other run's path shares. ``--label
 NAME=GROUP`` gives a group a name of your own (e.g. ``--label
 10K=TrainerConfig.replay_buffer_length=833``), used in the legend, the CSV and
@@ -78,6 +81,7 @@ from alf_lite.run_dir import (  # noqa: E402
     PROGRESS_FILE,
     TRAIN,
     RunDir,
+    macro_users,
     macro_value,
     macros_resolved,
     names_and_their_macros,
@@ -324,9 +328,12 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
     if group_by == 'config':
         # Each run's own seed names: a macro that is one run's seed may be another's setting.
         seeds = {run: seed_names(b) for run, b in bindings.items()}
-        bindings = {
-            run: {k: v for k, v in b.items() if k not in seeds[run]} for run, b in bindings.items()
-        }
+        bindings = settings_as_compared(
+            {
+                run: {k: v for k, v in b.items() if k not in seeds[run]}
+                for run, b in bindings.items()
+            }
+        )
         names = sorted({k for b in bindings.values() for k in b})
         # Values compared as gin reads them: `(256, 256)` and the same tuple over lines are one.
         names = [
@@ -362,6 +369,28 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
     ]
 
 
+def settings_as_compared(bindings: Dict[str, Dict[str, str]]) -> Dict[str, Dict[str, str]]:
+    """``bindings`` (``{run: {name: value text}}``, seeds left out) as ``--group_by config``
+    compares them: each value with its macros put in (``macros_resolved``), as train
+    compares two configs, so ``actor/Adam.lr = %LR`` with ``LR = 0.001`` and
+    ``actor/Adam.lr = 0.001`` are one setting.
+
+    A macro is left out where each run that binds it uses it and puts it in wherever it
+    does: its value is in those of its users. One a run leaves unused, or uses in a value
+    kept as written (``NOISE = @GaussianNoise()``), is a binding of its own there, as it is
+    to train, and so compared in every run that binds it.
+    """
+    resolved = {run: {n: macros_resolved(b, n) for n in b} for run, b in bindings.items()}
+    compared = set()
+    for run, b in bindings.items():
+        users = macro_users(b)
+        # A value kept as written is the one macros_resolved leaves as it was.
+        compared |= {
+            n for n in b if n not in users or any(resolved[run][u] == b[u] for u in users[n])
+        }
+    return {run: {n: v for n, v in r.items() if n in compared} for run, r in resolved.items()}
+
+
 def seed_names(bindings: Dict[str, str]) -> set:
     """``SEED_PARAM`` and each macro of ``bindings`` that only it uses (``SEED = 3`` with
     ``TrainerConfig.random_seed = %SEED``): they tell seeds apart, not settings."""
@@ -379,7 +408,7 @@ def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
     """The pairs of ``runs`` of one seed and one ``setting``; a run without a config.gin
     (a copy of its events alone, say) or whose config.gin cannot be read has no setting to
     compare and is left out."""
-    first, pairs = {}, []
+    not_seed = {}
     safe = resume_safe_elsewhere(runs)
     for run in runs:
         if not os.path.isfile(RunDir(run).config_file):
@@ -388,10 +417,12 @@ def same_seed_runs(runs: List[str]) -> List[Tuple[str, str]]:
             bindings = setting(run, safe)
         except (OSError, ValueError):  # not needed to plot it (--group_by none)
             continue
+        not_seed[run] = {k: v for k, v in bindings.items() if k not in seed_names(bindings)}
+    first, pairs = {}, []
+    for run, values in settings_as_compared(not_seed).items():
         # An unbound seed is the default one: `random_seed = 0` is the same run.
-        not_seed = {k: v for k, v in bindings.items() if k not in seed_names(bindings)}
         key = tuple(
-            sorted((k, value_as_read(v)) for k, v in {**not_seed, SEED_PARAM: seed_of(run)}.items())
+            sorted((k, value_as_read(v)) for k, v in {**values, SEED_PARAM: seed_of(run)}.items())
         )
         if key in first:
             pairs.append((first[key], run))
