@@ -1002,6 +1002,38 @@ def test_evaluation_between_summaries(tmp_path):
     assert [r['eval/AverageReturn'] != '' for r in rows] == [True, True, False, True, True]
 
 
+def test_a_summary_holds_its_last_updates_scalars_with_alpha_before_that_updates_step(
+    tmp_path, monkeypatch
+):
+    # What each update returned, and alpha = exp(log_alpha) once its steps were taken.
+    updates = []
+    train_step = SacAlgorithm.train_step
+
+    def recorded(algorithm, batch, mask):
+        scalars = train_step(algorithm, batch, mask)
+        updates.append(
+            ({k: float(v) for k, v in scalars.items()}, float(algorithm._log_alpha.detach().exp()))
+        )
+        return scalars
+
+    monkeypatch.setattr(SacAlgorithm, 'train_step', recorded)
+    # Updates from 200 env steps on; summaries at 250, 500 and 750.
+    train(tmp_path, 'TrainerConfig.num_env_steps = 750')
+    rows = [r for r in read_csv(tmp_path / 'progress.csv') if r['train/critic_loss']]
+    assert [r['env_steps'] for r in rows] == ['250', '500', '750']
+    for before, row in zip([{'num_updates': '0'}] + rows, rows):
+        first, last = int(before['num_updates']), int(row['num_updates'])
+        scalars, _ = updates[last - 1]
+        assert {k: float(row[f'train/{k}']) for k in scalars} == scalars, row['env_steps']
+        # Not the interval's mean: the critic loss changes from update to update.
+        losses = [s['critic_loss'] for s, _ in updates[first:last]]
+        assert scalars['critic_loss'] != pytest.approx(np.mean(losses), rel=1e-3)
+        # The update read alpha before its own step on log_alpha, which moved it.
+        alpha_before, alpha_after = updates[last - 2][1], updates[last - 1][1]
+        assert float(row['train/alpha']) == alpha_before != alpha_after
+    assert int(rows[-1]['num_updates']) == len(updates)
+
+
 def test_env_steps_per_sec_leaves_out_evaluations_and_checkpoints(tmp_path, monkeypatch):
     import alf_lite.summary as summary_module
     import alf_lite.trainer as trainer_module
