@@ -112,3 +112,54 @@ def test_examples_table_lists_every_example_and_what_it_sets_apart_from_its_frag
             claims.append([str(sizes), 'x'.join(map(str, sizes))])
         for ways in claims:
             assert any(way in row for way in ways), f'README row of {name} lacks {ways}: {row}'
+
+
+def test_the_scalars_table_names_every_scalar_runs_write_and_runs_write_each_one(tmp_path):
+    import csv
+
+    import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.config import parse_config
+    from alf_lite.trainer import Trainer, TrainerConfig
+
+    table = section('TensorBoard scalars').split('\n| scalar | meaning |')[1]
+    documented = {
+        name
+        for line in table.splitlines()
+        if line.startswith('| `')
+        for name in re.findall(r'`((?:train|eval)/\w+)`', line)
+    }
+    short = [
+        'TrainerConfig.num_env_steps = 300',
+        'TrainerConfig.initial_collect_steps = 100',
+        'TrainerConfig.mini_batch_size = 32',
+        'TrainerConfig.summary_interval = 100',
+        'TrainerConfig.eval_interval = 300',
+        'TrainerConfig.num_eval_episodes = 2',
+        'TrainerConfig.checkpoint_interval = 300',
+    ]
+    runs = {
+        # Hopper's episodes end by termination: the near-termination scalars.
+        'sac': ['sac', "create_environment.env_name = 'Hopper-v5'"],
+        'ddpg': ['ddpg', 'DdpgAlgorithm.critic_l2_weight_decay = 1e-2'],
+        'td3': ['td3'],
+    }
+    written = set()
+    for name, (fragment, *params) in runs.items():
+        parse_config(
+            [str(EXAMPLES / 'common' / f'{fragment}.gin')],
+            [
+                "create_environment.env_name = 'Pendulum-v1'",
+                *params,
+                *short,
+                'actor/Adam.lr = 1e-3',
+                'critic/Adam.lr = 1e-3',
+            ],
+        )
+        with Trainer(TrainerConfig(), str(tmp_path / name)) as trainer:
+            trainer.train()
+        with open(tmp_path / name / 'progress.csv', newline='') as f:
+            rows = list(csv.DictReader(f))
+        columns = set(rows[0]) - {'env_steps', 'num_updates', 'wall_time'}
+        assert columns <= documented, f'{name} writes {columns - documented}, not in README'
+        written |= {c for c in columns if any(row[c] != '' for row in rows)}
+    assert documented == written, f'README names {documented - written}, which no run wrote'
