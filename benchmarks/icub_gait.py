@@ -92,8 +92,11 @@ def main(argv=None) -> int:
     import torch
 
     import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.bin.cli import fail
     from alf_lite.bin.policy import checkpoint_path, load_policy
-    from alf_lite.config import UntrustedCodeError, parse_config
+    from alf_lite.checkpoint import CheckpointError
+    from alf_lite.config import ConfigError, UntrustedCodeError, parse_config
+    from alf_lite.model_memory import ModelTooLargeError
     from alf_lite.run_dir import RunDir
     from alf_lite.seeding import eval_env_seeds
     from alf_lite.trainer import TrainerConfig
@@ -129,8 +132,11 @@ def main(argv=None) -> int:
     env = gymnasium.make(gymnasium.spec(env_id), **kwargs)
     low, high = env.action_space.low, env.action_space.high
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
-    path = checkpoint_path(root_dir, args.checkpoint_step)
-    algorithm = load_policy(path, TrainerConfig(), obs_dim, act_dim)
+    try:
+        path = checkpoint_path(root_dir, args.checkpoint_step)
+        algorithm = load_policy(path, TrainerConfig(), obs_dim, act_dim)
+    except (CheckpointError, ConfigError, ModelTooLargeError) as e:
+        fail(str(e))
     seeds = eval_env_seeds(args.random_seed, args.num_episodes)
     rng = np.random.default_rng(args.random_seed)
 

@@ -967,6 +967,54 @@ def test_a_checkpoint_with_invalid_contents_is_named_with_its_problem(
     assert problem in result.stderr and 'Traceback' not in result.stderr, result.stderr[-3000:]
 
 
+def exception_of(call):
+    """What ``call`` raised, caught as a script's ``except Exception`` catches it."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001  (a SystemExit is not caught: the test fails)
+        return e
+    raise AssertionError(f'{call} raised nothing')
+
+
+def test_the_policy_loader_raises_exceptions_that_a_python_caller_can_catch(trained_run, tmp_path):
+    # A script loading several policies skips a bad one with ``except Exception``, which a
+    # SystemExit passes.
+    import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.bin.policy import checkpoint_path, load_policy
+    from alf_lite.checkpoint import CheckpointError
+    from alf_lite.config import ConfigError, parse_config
+    from alf_lite.trainer import TrainerConfig
+
+    (tmp_path / 'empty').mkdir()
+    error = exception_of(lambda: checkpoint_path(str(tmp_path / 'empty'), None))
+    assert isinstance(error, CheckpointError) and 'no checkpoint in' in str(error)
+    error = exception_of(lambda: checkpoint_path(str(trained_run), 7))
+    assert isinstance(error, CheckpointError), error
+    assert re.search('no checkpoint at 7 env steps .*there are: 1, 2', str(error)), error
+
+    damaged = tmp_path / 'ckpt-2'
+    shutil.copytree(trained_run / 'checkpoints' / 'ckpt-2', damaged)
+    model = damaged / 'model.pt'
+    model.write_bytes(model.read_bytes()[:100])
+    parse_config([str(trained_run / 'config.gin')], [])
+    error = exception_of(lambda: load_policy(str(damaged), TrainerConfig(), 3, 1))
+    assert isinstance(error, CheckpointError), error
+    assert f'cannot read the checkpoint {damaged} (BadZipFile: ' in str(error), error
+
+    path = checkpoint_path(str(trained_run), None)
+    error = exception_of(lambda: load_policy(path, TrainerConfig(), 4, 1))
+    assert isinstance(error, CheckpointError), error
+    assert f'the checkpoint {path} does not fit the networks config.gin builds' in str(error)
+
+    parse_config([str(trained_run / 'config.gin')], ['SacAlgorithm.target_update_tau=2.0'])
+    error = exception_of(lambda: load_policy(path, TrainerConfig(), 3, 1))
+    assert isinstance(error, ConfigError), error
+    assert str(error) == (
+        f'the config of {path} no longer builds its algorithm: SacAlgorithm: '
+        'target_update_tau must be in (0, 1], got 2.0'
+    )
+
+
 def test_the_policy_loader_defines_no_flags_so_any_tool_can_import_it():
     # absl flags are global: a second tool's module defining --root_dir again
     # fails to import (benchmarks/icub_gait.py, or a notebook beside grid_search).

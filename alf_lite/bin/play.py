@@ -470,7 +470,12 @@ def play(argv, signals) -> None:
             ('PYGAME_HIDE_SUPPORT_PROMPT', '1'),
         ):
             os.environ.setdefault(name, value)
-    path = checkpoint_path(root_dir, FLAGS.checkpoint_step)
+    from alf_lite.checkpoint import CheckpointError
+
+    try:
+        path = checkpoint_path(root_dir, FLAGS.checkpoint_step)
+    except CheckpointError as e:
+        fail(str(e))
     config_file = run_dir.config_file_of(checkpoint_env_steps(path))
 
     import torch
@@ -478,6 +483,7 @@ def play(argv, signals) -> None:
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, UntrustedCodeError, parse_config
     from alf_lite.environments import EnvironmentCrashedError, create_environment
+    from alf_lite.model_memory import ModelTooLargeError
     from alf_lite.seeding import eval_env_seeds
     from alf_lite.trainer import TrainerConfig
 
@@ -504,7 +510,10 @@ def play(argv, signals) -> None:
     video = None
     not_written = f' {record_file} was not written.' if record_file is not None else ''
     try:
-        algorithm = load_policy(path, config, env.observation_dim, env.action_dim)
+        try:
+            algorithm = load_policy(path, config, env.observation_dim, env.action_dim)
+        except (CheckpointError, ConfigError, ModelTooLargeError) as e:
+            fail(str(e))
         torch.manual_seed(seed)
         if record_file is not None:
             fps = FLAGS.fps or env.render_fps or DEFAULT_FPS

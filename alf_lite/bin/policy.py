@@ -1,18 +1,28 @@
 """Loading a trained policy, for the tools that play one (``play``, ``benchmarks/icub_gait.py``).
 
-It defines no flags, so that any tool can import it beside its own.
+It defines no flags, so that any tool can import it beside its own. Its functions raise
+ordinary exceptions on bad input, which a script or notebook can catch; the tools turn
+them into their one-line errors.
 """
 
-from alf_lite.bin.cli import fail, user_message
+from alf_lite.bin.cli import user_message
 from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
 
 
 def checkpoint_path(root_dir: str, step) -> str:
-    """The checkpoint of ``step`` env steps in ``root_dir``, or its latest; fails when missing."""
+    """The checkpoint of ``step`` env steps in ``root_dir``, or its latest.
+
+    Raises:
+        CheckpointError: ``root_dir`` holds no checkpoint, or none of ``step`` env steps.
+    """
+    # Here, not at the top: it imports torch, which a tool importing this module may not
+    # need yet.
+    from alf_lite.checkpoint import CheckpointError
+
     run_dir = RunDir(root_dir)
     found = list_checkpoints(run_dir.checkpoint_dir)
     if not found:
-        fail(
+        raise CheckpointError(
             f'no checkpoint in {run_dir.checkpoint_dir}: train writes one every '
             'TrainerConfig.checkpoint_interval env steps and at the end.'
         )
@@ -21,7 +31,9 @@ def checkpoint_path(root_dir: str, step) -> str:
     path = run_dir.checkpoint(step)
     if path not in found:
         steps = ', '.join(str(checkpoint_env_steps(p)) for p in found)
-        fail(f'no checkpoint at {step} env steps in {run_dir.checkpoint_dir}; there are: {steps}')
+        raise CheckpointError(
+            f'no checkpoint at {step} env steps in {run_dir.checkpoint_dir}; there are: {steps}'
+        )
     return path
 
 
@@ -31,11 +43,19 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
     In eval mode, at the run's compute precision, as the trainer evaluates it.
     Reads only the trainer's state, and of it only the networks: no optimizer
     state, no replay buffer.
+
+    Raises:
+        ModelTooLargeError: the networks do not fit in the CPU's memory.
+        ConfigError: ``config``'s algorithm constructor refuses its parameters.
+        UnsafeCheckpointError: the checkpoint names code that loading it would run.
+        CheckpointError: the checkpoint cannot be read or holds no valid state, or its
+            networks do not fit those ``config`` builds.
     """
     import torch
 
     from alf_lite import checkpoint as ckpt
-    from alf_lite.model_memory import ModelTooLargeError, build_checked
+    from alf_lite.config import ConfigError
+    from alf_lite.model_memory import build_checked
     from alf_lite.precision import set_network_precision, warn_if_emulated, warn_if_not_applied
 
     dims = dict(observation_dim=observation_dim, action_dim=action_dim)
@@ -43,11 +63,11 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
         algorithm, _ = build_checked(
             config.algorithm_ctor, torch.device('cpu'), training=False, **dims
         )
-    except ModelTooLargeError as e:
-        fail(str(e))
     except (ValueError, TypeError) as e:
         # A --gin_param that only the algorithm's constructor refuses.
-        fail(f'the config of {path} no longer builds its algorithm: {user_message(str(e))}')
+        raise ConfigError(
+            f'the config of {path} no longer builds its algorithm: {user_message(str(e))}'
+        ) from e
     set_network_precision(algorithm, config.precision)
     warn_if_emulated(config.precision, torch.device('cpu'))
     warn_if_not_applied(config.precision, algorithm, parts=('actor',))
@@ -57,21 +77,21 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
         # What a resume checks: NaN weights, keys and counters of the wrong kind.
         ckpt.check_trainer_state(path, raw)
         state = ckpt.trainer_state(raw)
-    except ckpt.UnsafeCheckpointError as e:
-        fail(str(e))
+    except ckpt.UnsafeCheckpointError:
+        raise
     except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
-        fail(
+        raise ckpt.CheckpointError(
             f'cannot read the checkpoint {path} ({type(e).__name__}: {e}); pick another with '
             '--checkpoint_step.'
-        )
+        ) from e
     try:
         algorithm.load_state_dict(ckpt.policy_state(state.algorithm))
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
         # A KeyError: the checkpoint lacks a state the algorithm keeps (another algorithm's).
-        fail(
+        raise ckpt.CheckpointError(
             f'the checkpoint {path} does not fit the networks {CONFIG_FILE} builds (was the '
             f'config changed, or a --gin_param given that changes them?): '
             f'{f"it holds no {e}" if isinstance(e, KeyError) else e}'
-        )
+        ) from e
     algorithm.train(False)
     return algorithm
