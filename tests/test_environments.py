@@ -1,5 +1,6 @@
 """The batched gymnasium environment (step types, parallel envs, crashes) and the point task."""
 
+import gc
 import multiprocessing
 import os
 import re
@@ -708,6 +709,42 @@ def test_env_that_raises_is_named_with_its_index(use_subprocesses, label):
             env.step(torch.zeros(3, 1))
     env.close()
     assert new_children(before) == []
+
+
+def open_file_descriptors() -> int:
+    return len(os.listdir('/proc/self/fd'))
+
+
+@pytest.mark.timeout(60)
+def test_an_env_process_that_raised_leaves_no_pipe_open_for_the_garbage_collector():
+    # The error raised holds the env in a reference cycle through its traceback: a caller
+    # that catches it and closes the env would keep the pipes to its dead processes until
+    # the next garbage collection.
+    with create_environment('alf_test/Raises-v0', 2, use_subprocesses=True) as env:
+        # Made once per process and kept: the shared memory of the observations.
+        env.reset()
+    del env
+    gc.collect()
+    gc.disable()
+    try:
+        before = open_file_descriptors()
+        env = create_environment('alf_test/Raises-v0', 2, use_subprocesses=True)
+        env.reset()
+        try:
+            for _ in range(5):
+                env.step(torch.zeros(2, 1))
+        except EnvironmentCrashedError as e:
+            assert str(e) == (
+                "Environment 'alf_test/Raises-v0' (env 1 of 2) raised in step(): "
+                'ValueError: simulator diverged'
+            )
+        else:
+            raise AssertionError('no env raised')
+        env.close()
+        del env
+        assert open_file_descriptors() == before
+    finally:
+        gc.enable()
 
 
 @pytest.mark.timeout(60)

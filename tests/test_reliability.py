@@ -1525,6 +1525,17 @@ def run_hanging(root_dir, env_id, *params):
     return subprocess.CompletedProcess(root_dir, process.returncode, None, stderr)
 
 
+def env_process_ids(env) -> set:
+    """The process ids of the env processes of ``env``, whose ``Process`` objects a crash or
+    ``close()`` closes."""
+    return {process.pid for process in env._env.processes}
+
+
+def child_process_ids() -> set:
+    """This process's children, alive or not yet reaped."""
+    return {child.pid for child in psutil.Process().children()}
+
+
 def test_env_process_that_never_answers_is_named_with_its_index_and_every_process_ends():
     env = create_environment(
         env_name='alf_lite_tests/HangsInStep5-v0',
@@ -1532,7 +1543,7 @@ def test_env_process_that_never_answers_is_named_with_its_index_and_every_proces
         use_subprocesses=True,
         step_timeout=1,
     )
-    processes = list(env._env.processes)
+    pids = env_process_ids(env)
     env.reset()
     started = time.monotonic()
     with pytest.raises(EnvironmentHungError) as error:
@@ -1542,7 +1553,7 @@ def test_env_process_that_never_answers_is_named_with_its_index_and_every_proces
     message = str(error.value)
     assert "'alf_lite_tests/HangsInStep5-v0' (env 1 of 2)" in message, message
     assert 'step() within 1 s' in message and 'step_timeout' in message, message
-    assert not any(p.is_alive() for p in processes)
+    assert not pids & child_process_ids()
     env.close()
 
 
@@ -1571,7 +1582,7 @@ def test_env_process_whose_close_never_returns_is_terminated_after_step_timeout(
         use_subprocesses=True,
         step_timeout=1,
     )
-    processes = list(env._env.processes)
+    pids = env_process_ids(env)
     try:
         env.reset()
         # In a thread: a close that waits for the processes forever is seen to.
@@ -1579,13 +1590,14 @@ def test_env_process_whose_close_never_returns_is_terminated_after_step_timeout(
         closing.start()
         closing.join(10)
         assert not closing.is_alive(), 'close() still waits for the env processes'
-        assert not any(p.is_alive() for p in processes)
+        assert not pids & child_process_ids()
         assert "'alf_lite_tests/HangsInClose-v0' (env 0, 1 of 2) did not return from close()" in (
             caplog.text
         ), caplog.text
     finally:
-        for process in processes:
-            process.kill()
+        for child in psutil.Process().children():
+            if child.pid in pids:
+                child.kill()
 
 
 def test_in_process_env_whose_close_never_returns_ends_the_process_after_step_timeout():

@@ -1252,7 +1252,11 @@ def _stop_env_processes(env: AsyncVectorEnv, children_before: Optional[set] = No
 
     gymnasium's ``close(terminate=True)`` first waits for the pending call,
     which raises again on the pipe of a process that died, before it
-    terminates anything; nothing is waited for here.
+    terminates anything; nothing is waited for here. The ``Process`` objects
+    of the reaped processes are closed: their pipes, and those of gymnasium's
+    error queue, would otherwise stay open until ``env`` is collected, which
+    after a crash waits for the garbage collector (the error raised holds
+    ``env`` in a reference cycle through its traceback).
 
     Args:
         env: the vector env, possibly one whose ``__init__`` failed half-way,
@@ -1275,6 +1279,16 @@ def _stop_env_processes(env: AsyncVectorEnv, children_before: Optional[set] = No
         if process.is_alive():  # An env that handles SIGTERM and does not exit.
             process.kill()
             process.join()
+    for process in processes:
+        # Not one that something else reaped (multiprocessing never learns its exit code):
+        # closing it would raise.
+        if process.exitcode is not None:
+            process.close()
+    error_queue = getattr(env, 'error_queue', None)
+    if error_queue is not None:
+        # Queue.close() closes only the pipe of a queue this process wrote to.
+        error_queue._reader.close()
+        error_queue._writer.close()
     for stray in strays:
         # Not a multiprocessing child any more: killed and reaped here.
         with contextlib.suppress(psutil.Error):
