@@ -2516,6 +2516,46 @@ def test_a_search_of_what_some_run_uses_is_trained(tmp_path, monkeypatch, capsys
     assert 'to train' in capsys.readouterr().out and 'local' in calls
 
 
+LOUD_NETS = """import gin
+from absl import logging
+
+from alf_lite.networks.critic import CriticNetwork
+
+
+@gin.configurable
+class LoudCritic(CriticNetwork):
+    def __init__(self, observation_dim, action_dim, num_replicas=1, **kwargs):
+        logging.warning('LoudCritic is experimental')
+        super().__init__(observation_dim, action_dim, num_replicas, **kwargs)
+        logging.warning('LoudCritic of %d weights', sum(p.numel() for p in self.parameters()))
+"""
+
+
+def test_a_warning_the_algorithms_build_logs_alike_for_each_value_shows_once_on_the_console(
+    tmp_path,
+):
+    # The critic, a network of the user's, subclasses CriticNetwork, which no binding refers
+    # to: the sweep builds each combination's algorithm to see that the search is used, and
+    # each build logs the critic's warnings.
+    gin_file, _ = write_inputs(
+        tmp_path, {'parameters': {'CriticNetwork.hidden_layers': [[8], [4]]}, 'repeats': 1}
+    )
+    gin_file.write_text(
+        gin_file.read_text() + 'import loud_nets\nSacAlgorithm.critic_network_ctor = @LoudCritic\n'
+    )
+    (tmp_path / 'loud_nets.py').write_text(LOUD_NETS)
+    root_dir = tmp_path / 'runs'
+    result = run_grid(tmp_path, root_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count('LoudCritic is experimental') == 1, result.stderr
+    # Warnings that differ (the critics' sizes) are each shown.
+    sizes = re.findall(r'LoudCritic of (\d+) weights', result.stderr)
+    assert len(sizes) == len(set(sizes)) == 2, result.stderr
+    # Each run's log keeps its own.
+    for name in ('hidden_layers=8,seed=0', 'hidden_layers=4,seed=0'):
+        assert 'LoudCritic is experimental' in (root_dir / 'logs' / f'{name}.log').read_text()
+
+
 def test_a_configurable_the_config_refers_to_counts_as_used_without_building_the_algorithm(
     monkeypatch,
 ):

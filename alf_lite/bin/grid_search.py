@@ -97,6 +97,7 @@ import csv
 import io
 import itertools
 import json
+import logging
 import math
 import os
 import re
@@ -799,6 +800,34 @@ def unused_search(space: SearchSpace, calls: Optional[Dict[tuple, bool]]) -> Opt
             'of what the config builds, or refer to the configurable in a gin file.'
         )
     return None
+
+
+@contextlib.contextmanager
+def each_message_once():
+    """Within it, the root logger's handlers drop a record whose level and text one before
+    it had: the algorithm is built once per combination (``searched_calls``), and a warning
+    its build logs (a network of the user's, say) would otherwise fill the console once per
+    combination, each copy alike. Each run's log keeps its own."""
+    seen = set()
+
+    def first(record) -> bool:
+        try:
+            key = (record.levelno, record.getMessage())
+        except Exception:  # noqa: BLE001  (its handler reports a message that cannot be formatted)
+            return True
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(first)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(first)
 
 
 def configure_runs(
@@ -1588,9 +1617,10 @@ def _main(argv):
         fail(' '.join(user_message(search_entry_message(str(e), space)).split()))
     root_dir = output_root_dir(FLAGS.root_dir)
     imports, calls = set(), {}
-    runs = configure_runs(
-        space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads, imports, calls
-    )
+    with each_message_once():
+        runs = configure_runs(
+            space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads, imports, calls
+        )
     unused = unused_search(space, None if None in calls else calls)
     if unused:
         fail(unused)
