@@ -10,7 +10,9 @@ parameter. A config whose networks cannot fit (``hidden_layers=(100000,
 failing inside torch's allocator or being killed by the kernel's OOM killer.
 """
 
+import contextlib
 import dataclasses
+import logging as std_logging
 from typing import Callable, Optional, Tuple
 
 import torch
@@ -131,6 +133,41 @@ def warn_not_checked(reason: str, also: str = '') -> None:
     )
 
 
+class _FirstOfEachMessage(std_logging.Filter):
+    """Lets a record through unless one of its level and text came through before."""
+
+    def __init__(self):
+        super().__init__()
+        self._seen = set()
+
+    def filter(self, record) -> bool:
+        try:
+            key = (record.levelno, record.getMessage())
+        except Exception:  # noqa: BLE001  (its handler reports a message it cannot format)
+            return True
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
+@contextlib.contextmanager
+def each_message_once():
+    """Within it, the root logger's handlers drop a record whose level and text one before
+    it had: an algorithm built twice, on the meta device for its estimate and then for real
+    (``build_checked``), or once per combination of a sweep, would log each warning of its
+    build (a network of the user's, say) once per build, each copy alike."""
+    # A filter per handler: each handler is given every record.
+    filters = [(handler, _FirstOfEachMessage()) for handler in std_logging.getLogger().handlers]
+    for handler, first in filters:
+        handler.addFilter(first)
+    try:
+        yield
+    finally:
+        for handler, first in filters:
+            handler.removeFilter(first)
+
+
 def build_checked(
     ctor: Callable[..., torch.nn.Module],
     device: torch.device,
@@ -150,10 +187,11 @@ def build_checked(
     from alf_lite.algorithms.off_policy_algorithm import check_algorithm, check_algorithm_class
 
     check_algorithm_class(ctor)
-    estimate, reason = _estimate_or_reason(ctor, **kwargs)
-    if estimate is not None:
-        _check_estimate_fits(estimate, device, training)
-    algorithm = ctor(**kwargs)
+    with each_message_once():
+        estimate, reason = _estimate_or_reason(ctor, **kwargs)
+        if estimate is not None:
+            _check_estimate_fits(estimate, device, training)
+        algorithm = ctor(**kwargs)
     check_algorithm(algorithm)
     if estimate is None:
         warn_not_checked(reason, not_checked)

@@ -220,6 +220,32 @@ def test_a_setting_the_algorithm_refuses_is_told_once_by_its_error(caplog):
     assert not [r.getMessage() for r in caplog.records if 'gamma' in r.getMessage()]
 
 
+class _LoudCritic(CriticNetwork):
+    """A critic of one's own that warns when built."""
+
+    def __init__(self, observation_dim, action_dim, **kwargs):
+        from absl import logging
+
+        logging.warning('this critic is experimental')
+        logging.warning('critic of %d observations', observation_dim)
+        super().__init__(observation_dim, action_dim, **kwargs)
+
+
+def test_a_warning_of_the_algorithms_build_is_logged_once_though_the_estimate_builds_it_too(
+    caplog,
+):
+    build = functools.partial(SacAlgorithm, critic_network_ctor=_LoudCritic)
+    with caplog.at_level('WARNING'):
+        _, estimate = model_memory.build_checked(build, torch.device('cpu'), **DIMS)
+    assert estimate is not None
+    warnings = warnings_logged(caplog)
+    assert warnings.count('this critic is experimental') == 1, warnings
+    assert warnings.count('critic of 5 observations') == 1, warnings
+    # Only while it builds: the same warning afterwards is logged again.
+    build(**DIMS)
+    assert warnings_logged(caplog).count('this critic is experimental') == 2
+
+
 def test_the_warning_of_networks_built_without_an_estimate_gives_the_reason(caplog):
     with caplog.at_level('WARNING'):
         model_memory.build_checked(reads_a_value, torch.device('cpu'), **DIMS)

@@ -97,7 +97,6 @@ import csv
 import io
 import itertools
 import json
-import logging
 import math
 import os
 import re
@@ -800,34 +799,6 @@ def unused_search(space: SearchSpace, calls: Optional[Dict[tuple, bool]]) -> Opt
             'of what the config builds, or refer to the configurable in a gin file.'
         )
     return None
-
-
-@contextlib.contextmanager
-def each_message_once():
-    """Within it, the root logger's handlers drop a record whose level and text one before
-    it had: the algorithm is built once per combination (``searched_calls``), and a warning
-    its build logs (a network of the user's, say) would otherwise fill the console once per
-    combination, each copy alike. Each run's log keeps its own."""
-    seen = set()
-
-    def first(record) -> bool:
-        try:
-            key = (record.levelno, record.getMessage())
-        except Exception:  # noqa: BLE001  (its handler reports a message that cannot be formatted)
-            return True
-        if key in seen:
-            return False
-        seen.add(key)
-        return True
-
-    handlers = list(logging.getLogger().handlers)
-    for handler in handlers:
-        handler.addFilter(first)
-    try:
-        yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(first)
 
 
 def configure_runs(
@@ -1595,6 +1566,7 @@ def _main(argv):
 
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, parse_config
+    from alf_lite.model_memory import each_message_once
     from alf_lite.trainer import TrainerConfig
 
     conflict = gin_param_conflict(FLAGS.gin_param, space)
