@@ -1,6 +1,6 @@
 r"""Plot runs grouped over seeds: mean curve with a 95% bootstrap confidence band per group.
 
-    python -m alf_lite.bin.plot runs/grid/* --x env_steps --y eval/AverageReturn \
+    python -m alf_lite.bin.plot runs/grid --x env_steps --y eval/AverageReturn \
         --group_by config --out curves.png
 
 Each argument is a run's root_dir, or a directory searched for runs (other
@@ -694,7 +694,7 @@ def plot(argv):
     paths = argv[1:]
     if not paths:
         fail(
-            "give the runs to plot, e.g. runs/grid/* (a run's root_dir, or a directory "
+            "give the runs to plot, e.g. runs/grid (a run's root_dir, or a directory "
             'with runs below it)'
         )
     if FLAGS.smoothing <= 0 or FLAGS.last_n <= 0 or FLAGS.num_bootstrap <= 0:
