@@ -163,14 +163,33 @@ def has_its_fields(row: Dict[str, Optional[str]]) -> bool:
     return None not in row.values() and None not in row
 
 
-def _has_a_step(row: Dict[str, Optional[str]]) -> bool:
-    """Whether a ``progress.csv`` row's ``env_steps``, where it has one, is a number: train
-    keeps a row whose is not (an edited file), and counts no step of it."""
-    try:
-        float(row.get(ENV_STEPS) or 0)
-    except ValueError:
-        return False
-    return True
+def _progress_points(
+    reader: Iterator[List[str]], columns: List[str], x: str, y: str
+) -> List[Tuple[float, float]]:
+    """``(x, y)`` of each row of ``reader`` (progress.csv's rows after its header ``columns``)
+    that has all its fields, a value of both and an ``env_steps`` that is a number or empty.
+
+    The rows are lists, not ``csv.DictReader``'s dicts, which would take most of the time of
+    reading a long run. A column named twice is read where a dict would have it, at its last
+    place.
+
+    Raises:
+        ValueError: the value of ``x`` or ``y`` in a row is not a number.
+    """
+    place = {name: i for i, name in enumerate(columns)}
+    at_x, at_y, at_step = place[x], place[y], place.get(ENV_STEPS)
+    points = []
+    for row in reader:
+        # A blank line, which csv.DictReader passes over, is a row without its fields.
+        if len(row) != len(columns) or not row[at_x] or not row[at_y]:
+            continue
+        if at_step is not None:
+            try:
+                float(row[at_step] or 0)
+            except ValueError:
+                continue  # an edited row, of no step: train keeps it and counts no step of it
+        points.append((float(row[at_x]), float(row[at_y])))
+    return points
 
 
 def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, np.ndarray]:
@@ -193,25 +212,17 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
     if os.path.isfile(path):
         # As train reads it: a byte order mark is not part of the first column.
         with open(path, newline='', encoding='utf-8-sig') as f:
-            reader = csv.DictReader(complete_lines(f))
+            reader = csv.reader(complete_lines(f))
             try:
-                columns = list(reader.fieldnames or [])
+                columns = next(reader, [])
                 missing = [name for name in (x, y) if name not in columns]
-                points = (
-                    []
-                    if missing
-                    else [
-                        (float(r[x]), float(r[y]))
-                        for r in reader
-                        if r[x] and r[y] and has_its_fields(r) and _has_a_step(r)
-                    ]
-                )
+                points = [] if missing else _progress_points(reader, columns, x, y)
             except LineTooLongError:
                 raise  # names its file and line
             except UnicodeDecodeError as e:
                 raise ValueError(not_text(path, e)) from None
             except (csv.Error, ValueError) as e:
-                raise ValueError(f'{path}, line {reader.reader.line_num}: {e}') from None
+                raise ValueError(f'{path}, line {reader.line_num}: {e}') from None
         if not columns:
             raise ValueError(f'{path} is empty: the run wrote no row yet')
         if missing:

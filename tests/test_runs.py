@@ -127,6 +127,35 @@ def test_a_row_with_more_fields_than_columns_is_left_out(tmp_path):
     assert steps.tolist() == [0, 2000]
 
 
+def test_a_row_of_no_step_a_blank_line_or_an_empty_cell_is_no_point(tmp_path):
+    # Edited by hand: a row whose env_steps is no number (train counts no step of it), a
+    # blank line, a row without all its fields; empty cells where a scalar has no value yet.
+    (tmp_path / 'progress.csv').write_text(
+        'env_steps,num_updates,eval/AverageReturn\n'
+        '0,0,-500\nnone,1,-400\n\n1000,2\n,3,-350\n1500,4,\n2000,5,-100\n'
+    )
+    steps, values = read_scalar(str(tmp_path), 'eval/AverageReturn')
+    assert steps.tolist() == [0, 2000] and values.tolist() == [-500, -100]
+    # Along another x, an empty env_steps is no step missing; one that is no number still is.
+    steps, values = read_scalar(str(tmp_path), 'eval/AverageReturn', 'num_updates')
+    assert steps.tolist() == [0, 3, 5] and values.tolist() == [-500, -350, -100]
+
+
+def test_a_column_named_twice_is_read_at_its_last_place(tmp_path):
+    # As csv.DictReader reads it, the way plot read progress.csv before.
+    (tmp_path / 'progress.csv').write_text('env_steps,eval/x,eval/x\n0,1,2\n100,3,4\n')
+    steps, values = read_scalar(str(tmp_path), 'eval/x')
+    assert steps.tolist() == [0, 100] and values.tolist() == [2, 4]
+
+
+def test_a_value_that_is_no_number_is_named_with_its_line(tmp_path):
+    path = tmp_path / 'progress.csv'
+    path.write_text('env_steps,eval/AverageReturn\n0,-5\n100,-4\n200,high\n')
+    message = re.escape(f"{path}, line 4: could not convert string to float: 'high'")
+    with pytest.raises(ValueError, match=message):
+        read_scalar(str(tmp_path), 'eval/AverageReturn')
+
+
 def test_a_progress_csv_with_a_byte_order_mark_is_read_by_its_columns(tmp_path):
     # Saved by a spreadsheet as "CSV UTF-8".
     (tmp_path / 'progress.csv').write_bytes(
