@@ -743,9 +743,10 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
 
     The old ``config.gin`` is copied to ``config-until-<env_steps>.gin`` (an existing
     copy of that step is left alone: the config it holds is the one trained with) and
-    a warning names the bindings that changed. A config that differs only in what a
-    resume may change (``RESUME_SAFE_PARAMETERS``) keeps nothing; those changes are
-    logged. An old config.gin of more than ``MAX_CONFIG_BYTES`` raises ValueError.
+    a warning names each binding that changed, old -> new: the log's record of what the
+    run goes on with. A config that differs only in what a resume may change
+    (``RESUME_SAFE_PARAMETERS``) keeps nothing; those changes are logged. An old
+    config.gin of more than ``MAX_CONFIG_BYTES`` raises ValueError.
     """
     from alf_lite.config import write_text_atomically  # config imports gin: only when needed
 
@@ -763,10 +764,10 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
         write_text_atomically(kept, old_config)
     logging.warning(
         'the experiment changes at env step %d: %s differs from the config it was '
-        'trained with until now in %d binding(s), e.g. %s; that config is kept in %s',
+        'trained with until now in %d binding(s): %s; that config is kept in %s',
         env_steps,
         CONFIG_FILE,
         len(changed),
-        changed[:4],
+        '; '.join(changed),
         kept,
     )

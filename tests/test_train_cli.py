@@ -599,6 +599,22 @@ def test_superseded_config_keeps_the_first_config_of_a_step_and_names_the_change
     assert sorted(os.listdir(tmp_path)) == ['config-until-400.gin', 'config.gin']
 
 
+def test_a_resume_that_changes_many_bindings_names_each_one_in_its_warning(tmp_path, caplog):
+    # The warning is the log's one record of what the experiment changed to: a change
+    # left out of it would show only in a diff of the two config files.
+    run_dir = RunDir(str(tmp_path))
+    names = [f'SacAlgorithm.{name}' for name in ('gamma', 'target_update_tau')]
+    names += [f'{scope}/Adam.lr' for scope in ('actor', 'critic', 'alpha')]
+    trained_with = ''.join(f'{name} = 0.5\n' for name in names)
+    (tmp_path / 'config.gin').write_text(trained_with)
+    with caplog.at_level(logging.WARNING):
+        keep_superseded_config(run_dir, trained_with.replace('0.5', '0.25'), 400)
+    assert (tmp_path / 'config-until-400.gin').read_text() == trained_with
+    assert 'in 5 binding(s)' in caplog.text
+    for name in names:
+        assert f'{name} = 0.5 -> {name} = 0.25' in caplog.text
+
+
 # --- how SIGINT and SIGTERM reach the training loop (alf_lite.signals) ----------------------
 
 
