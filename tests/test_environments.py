@@ -19,6 +19,7 @@ import psutil
 import pytest
 import torch
 from gymnasium import spaces
+from gymnasium.envs.classic_control.pendulum import PendulumEnv
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AsyncVectorEnv
 
@@ -528,6 +529,52 @@ def test_train_refuses_an_env_without_a_time_limit_in_one_line(tmp_path):
     assert last.startswith('error: ') and last.endswith(
         f"Environment '{env_name}' has no time limit (it was registered without "
         'max_episode_steps); set create_environment.max_episode_steps, e.g. to 1000.'
+    ), result.stderr[-3000:]
+    assert not root_dir.exists()
+
+
+class UnlistedRenderModePendulum(PendulumEnv):
+    """Pendulum, whose metadata lists no render mode."""
+
+    metadata = {'render_modes': [], 'render_fps': 30}
+
+
+gymnasium.register(
+    'alf_test/UnlistedRenderMode-v0', entry_point=UnlistedRenderModePendulum, max_episode_steps=3
+)
+
+
+def test_a_render_mode_the_env_does_not_list_is_refused_naming_its_modes():
+    # gymnasium only warns: Pendulum would then train rendering nothing.
+    with pytest.raises(ValueError) as raised:
+        create_environment('Pendulum-v1', render_mode='rgbarray')
+    assert str(raised.value).startswith(
+        "create_environment.render_mode is 'rgbarray', which 'Pendulum-v1' does not render "
+        "in. Closest valid modes: 'rgb_array'. Its render modes are: 'human', 'rgb_array'."
+    )
+    with create_environment('Pendulum-v1', render_mode='rgb_array') as env:
+        env.reset()
+        assert env.render()[0].shape[-1] == 3
+    # gymnasium's env checker would fail its first render, long after the run began.
+    with pytest.raises(ValueError) as raised:
+        create_environment('alf_test/UnlistedRenderMode-v0', render_mode='rgb_array')
+    assert str(raised.value).startswith(
+        "create_environment.render_mode is 'rgb_array', which 'alf_test/UnlistedRenderMode-v0' "
+        "does not render in. It lists no render mode (its metadata['render_modes'] is empty)."
+    )
+
+
+def test_train_refuses_a_misspelt_render_mode_before_writing_anything(tmp_path):
+    root_dir = tmp_path / 'run'
+    params = [
+        "create_environment.render_mode='rgbarray'",
+        'TrainerConfig.num_env_steps=1001',
+    ] + TINY
+    result = run_train(train_command(root_dir, [PENDULUM], params))
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "error: create_environment.render_mode is 'rgbarray', which 'Pendulum-v1' does not"
     ), result.stderr[-3000:]
     assert not root_dir.exists()
 

@@ -712,6 +712,20 @@ def test_an_env_that_raises_while_playing_exits_1_naming_it(tmp_path):
     ), result.stderr[-3000:]
 
 
+def test_recording_an_env_without_rgb_array_frames_exits_2_naming_its_modes(trained_run, tmp_path):
+    # The point task renders nothing: refused before any env is built, as bad input.
+    gif = tmp_path / 'p.gif'
+    env_name = "create_environment.env_name='alf_lite/PointTarget-v0'"
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
+    result = run_train(command + ['--gin_param', env_name, '--record_file', str(gif)])
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --record_file needs the env's 'rgb_array' frames, which "
+        "'alf_lite/PointTarget-v0' does not render (its render modes: none)."
+    ), result.stderr[-3000:]
+    assert not gif.exists()
+
+
 RENDER_ENVS = """
 import gymnasium
 from gymnasium.envs.classic_control.pendulum import PendulumEnv

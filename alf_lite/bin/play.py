@@ -482,7 +482,7 @@ def play(argv, signals) -> None:
 
     import alf_lite.all_configurables  # noqa: F401  (registers every configurable)
     from alf_lite.config import ConfigError, UntrustedCodeError, parse_config
-    from alf_lite.environments import EnvironmentCrashedError, create_environment
+    from alf_lite.environments import EnvironmentCrashedError, RenderModeError, create_environment
     from alf_lite.model_memory import ModelTooLargeError
     from alf_lite.seeding import eval_env_seeds
     from alf_lite.trainer import TrainerConfig
@@ -500,6 +500,13 @@ def play(argv, signals) -> None:
         )
     except UntrustedCodeError as e:
         fail(str(e))
+    except RenderModeError as e:
+        # The render mode is play's own choice, for the video: no setting of the run is wrong.
+        modes = ', '.join(map(repr, e.modes)) or 'none'
+        fail(
+            f"--record_file needs the env's 'rgb_array' frames, which '{e.env_name}' does not "
+            f'render (its render modes: {modes}).'
+        )
     except (ConfigError, ValueError, TypeError) as e:
         given = ' with the given --gin_param' if FLAGS.gin_param else ''
         fail(f'{config_file}{given} no longer builds: {e}')

@@ -18,6 +18,7 @@ from alf_lite.environments.suite_gym import (
     EpisodeReplayError,
     NonFiniteActionError,
     NonFiniteEnvOutputError,
+    RenderModeError,
     create_environment,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     'EpisodeReplayError',
     'NonFiniteActionError',
     'NonFiniteEnvOutputError',
+    'RenderModeError',
     'create_environment',
     'point_env',
 ]

@@ -73,6 +73,20 @@ class EnvironmentSettingsError(ValueError):
     not a fault of the env. alf_lite's own envs raise it; the message names the setting."""
 
 
+class RenderModeError(ValueError):
+    """``create_environment.render_mode`` is none of the modes the env lists.
+
+    Attributes:
+        env_name: the env id as given.
+        modes: the modes its ``metadata['render_modes']`` lists (possibly none).
+    """
+
+    def __init__(self, message: str, env_name: str, modes: Sequence[str]):
+        super().__init__(message)
+        self.env_name = env_name
+        self.modes = list(modes)
+
+
 def env_traceback(error: EnvironmentCrashedError) -> Optional[str]:
     """The stack of what an env raised, from its ``reset``/``step`` down.
 
@@ -1331,7 +1345,8 @@ def create_environment(
             keeps the limit the env was registered with, and is refused for
             an env registered without one.
         render_mode: gymnasium's render mode, e.g. 'rgb_array' for
-            ``BatchedEnvironment.render()``; None renders nothing.
+            ``BatchedEnvironment.render()``, one the env's
+            ``metadata['render_modes']`` lists; None renders nothing.
         env_kwargs: arguments of the env's constructor by name, as
             ``gymnasium.make(id, **env_kwargs)`` takes them, e.g.
             ``{'terminate_when_unhealthy': False}`` for 'Hopper-v5'; every env
@@ -1356,7 +1371,8 @@ def create_environment(
             ``module`` of ``module:Id`` raising on import (whatever it raises), an
             env without a time limit, unsupported spaces, a count that is not a
             positive integer, or a key of ``env_kwargs`` the env does not take
-            (naming the closest ones).
+            (naming the closest ones); ``RenderModeError`` for a ``render_mode``
+            the env does not list.
         EnvironmentCrashedError: when an env cannot be created.
     """
     sizes = {'num_parallel_environments': num_parallel_environments}
@@ -1403,6 +1419,8 @@ def create_environment(
             'max_episode_steps); set create_environment.max_episode_steps, e.g. to 1000.'
         )
     env_kwargs = _checked_env_kwargs(env_name, spec, env_kwargs)
+    if render_mode is not None:
+        _check_render_mode(env_name, spec, render_mode)
     if use_subprocesses is None:
         use_subprocesses = default_use_subprocesses(spec, num_parallel_environments)
     # Envs without rendering may not accept a render_mode argument at all.
@@ -1458,7 +1476,7 @@ def _checked_env_kwargs(
                 f'registration sets ({key}={spec.kwargs[key]!r}): the id stands for that '
                 'value. Use the id registered with the value you want, or register one.'
             )
-    accepted = _keyword_arguments(_entry_point(env_name, spec))
+    accepted = _keyword_arguments(_entry_point(env_name, spec, 'create_environment.env_kwargs'))
     if accepted is not None:
         settable = [a for a in accepted if a not in _SET_BY_CREATE_ENVIRONMENT + tuple(spec.kwargs)]
         for key in env_kwargs:
@@ -1473,9 +1491,51 @@ def _checked_env_kwargs(
     return dict(env_kwargs)
 
 
-def _entry_point(env_name: str, spec: gymnasium.envs.registration.EnvSpec) -> Callable:
+def _check_render_mode(
+    env_name: str, spec: gymnasium.envs.registration.EnvSpec, render_mode: str
+) -> None:
+    """Refuse a ``render_mode`` that the env's ``metadata['render_modes']`` does not list.
+
+    gymnasium only warns when the env is made: the env then renders nothing, or its
+    constructor or first render fails, after the run began. An entry point
+    without metadata (a function) is left to what it builds.
+
+    Raises:
+        RenderModeError: naming ``create_environment.render_mode``, ``env_name`` and
+            the modes the env lists (the closest first).
+    """
+    creator = _entry_point(env_name, spec, 'create_environment.render_mode')
+    while isinstance(creator, functools.partial):
+        creator = creator.func
+    metadata = getattr(creator, 'metadata', None)
+    modes = metadata.get('render_modes') if isinstance(metadata, dict) else None
+    if modes is None or render_mode in modes:
+        return
+    named = [m for m in modes if isinstance(m, str)]
+    closest = closest_names(render_mode, named) if isinstance(render_mode, str) else []
+    hint = f'Closest valid modes: {quoted_names(closest)}. ' if closest else ''
+    listed = (
+        f'Its render modes are: {", ".join(map(repr, modes))}.'
+        if modes
+        else "It lists no render mode (its metadata['render_modes'] is empty)."
+    )
+    raise RenderModeError(
+        f"create_environment.render_mode is {render_mode!r}, which '{env_name}' does not "
+        f'render in. {hint}{listed}',
+        env_name,
+        modes,
+    )
+
+
+def _entry_point(
+    env_name: str, spec: gymnasium.envs.registration.EnvSpec, checking: str
+) -> Callable:
     """What ``gymnasium.make`` calls to build the env of ``spec`` (its module imported).
 
+    Args:
+        env_name: the id as given, which the error names.
+        spec: the env's registration.
+        checking: the setting it is loaded to check, which the error names.
     Raises:
         ValueError: when it cannot be loaded, naming ``env_name`` and the entry point.
     """
@@ -1486,7 +1546,7 @@ def _entry_point(env_name: str, spec: gymnasium.envs.registration.EnvSpec) -> Ca
     except Exception as e:  # noqa: BLE001  (an import may raise anything, e.g. a missing extra)
         raise ValueError(
             f"Environment '{env_name}': cannot load its entry point {spec.entry_point!r} to "
-            f'check create_environment.env_kwargs: {type(e).__name__}: {e}'
+            f'check {checking}: {type(e).__name__}: {e}'
         ) from e
 
 
