@@ -36,6 +36,18 @@ def test_bad_flag_exits_2_naming_it_and_writes_nothing(tool, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_two_missing_required_flags_are_named_on_one_line(tmp_path):
+    # grid_search requires two flags; absl names each missing one on a line of its own.
+    result = run_tool('grid_search', [], tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        'error: flag --search_config=None: Flag --search_config must have a value other than '
+        'None.; flag --root_dir=None: Flag --root_dir must have a value other than None. '
+        '(--help lists the flags)'
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize('tool', TOOLS)
 @pytest.mark.parametrize('flag', ['--help', '-h'])
 def test_help_prints_the_usage_and_exits_0(tool, flag, tmp_path):

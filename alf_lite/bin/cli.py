@@ -170,7 +170,8 @@ def parse_flags(argv: List[str]) -> List[str]:
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        fail(f'{e} (--help lists the flags)')
+        # absl puts each missing required flag on a line of its own.
+        fail(f'{"; ".join(str(e).splitlines())} (--help lists the flags)')
     except SystemExit as e:
         # absl's help flags in the other spellings it reads (-help, --help=true,
         # -helpfull, --helpxml) print their help, then exit 1.
