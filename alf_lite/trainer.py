@@ -21,6 +21,7 @@ from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_ma
 from alf_lite.collector import Collector
 from alf_lite.config import unused_bindings, write_text_atomically
 from alf_lite.device import (
+    DeviceUnavailableError,
     available_cpu_memory,
     describe_device,
     free_memory_bytes,
@@ -81,7 +82,7 @@ from alf_lite.summary import (
     summarised_at,
     unevaluated_row,
 )
-from alf_lite.update import UpdateRunner
+from alf_lite.update import UpdateRunner, check_cuda_graph_device
 
 
 @gin.configurable
@@ -416,7 +417,13 @@ class Trainer:
         self._run_dir = RunDir(root_dir)
         self._lock = RunDirLock(root_dir)
         self._env = self._eval_env = None
-        self._device = device = resolve_device(cfg.device)
+        try:
+            self._device = device = resolve_device(cfg.device)
+        except (ValueError, DeviceUnavailableError) as e:
+            raise type(e)(f'TrainerConfig.{e}') from None
+        if cfg.cuda_graph:
+            # Before the envs and the replay buffer, which may take long to make.
+            check_cuda_graph_device(device)
         if device.type == 'cuda':
             # Streams, events and graphs are made on the current GPU.
             torch.cuda.set_device(device)

@@ -33,6 +33,20 @@ from alf_lite.replay_buffer import ReplayBuffer
 WARMUP_UPDATES_PER_PHASE = 3
 
 
+def check_cuda_graph_device(device: torch.device) -> None:
+    """Refuse CUDA graphs on ``device`` where it is no CUDA device.
+
+    Raises:
+        ValueError: naming the device and the settings to change.
+    """
+    if device.type != 'cuda':
+        raise ValueError(
+            f'cuda_graph=True needs the algorithm on a CUDA device; it is on '
+            f"{device}. Set TrainerConfig.device='cuda' (on a machine with a "
+            'GPU) or cuda_graph=False.'
+        )
+
+
 class UpdateRunner:
     """Runs ``algorithm.train_step`` on batches sampled from ``replay_buffer``.
 
@@ -70,12 +84,8 @@ class UpdateRunner:
         defer_non_finite_checks: bool = False,
     ):
         device = next(algorithm.parameters()).device
-        if cuda_graph and device.type != 'cuda':
-            raise ValueError(
-                f'cuda_graph=True needs the algorithm on a CUDA device; it is on '
-                f"{device}. Set TrainerConfig.device='cuda' (on a machine with a "
-                'GPU) or cuda_graph=False.'
-            )
+        if cuda_graph:
+            check_cuda_graph_device(device)
         if replay_buffer.training_device != device:
             raise ValueError(
                 f'the replay buffer delivers batches to '

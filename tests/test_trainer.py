@@ -27,6 +27,7 @@ from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import loss_mask
 from alf_lite.config import parse_config
 from alf_lite.data import Experience, StepType
+from alf_lite.device import DeviceUnavailableError
 from alf_lite.run_dir import RunDirInUseError, latest_checkpoint
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import InterruptedInEnvCall, TrainingInterrupted
@@ -1795,3 +1796,32 @@ def test_no_more_eval_envs_than_episodes_are_built():
     assert TrainerConfig(num_eval_episodes=3, num_eval_environments=8).num_eval_environments == 3
     assert TrainerConfig(num_eval_episodes=3).num_eval_environments == 3
     assert TrainerConfig(num_eval_episodes=9, num_eval_environments=2).num_eval_environments == 2
+
+
+def test_cuda_graphs_without_a_gpu_are_refused_before_any_env_is_made(tmp_path, monkeypatch):
+    import alf_lite.trainer as trainer_module
+
+    made = []
+    monkeypatch.setattr(trainer_module, 'create_environment', lambda **kwargs: made.append(kwargs))
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS)
+    with pytest.raises(ValueError, match=r'cuda_graph=True needs .* it is on cpu\. Set Trainer'):
+        Trainer(TrainerConfig(device='cpu', cuda_graph=True), str(tmp_path / 'run'))
+    assert made == [] and not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize(
+    'device, error, message',
+    [
+        ('gpu', ValueError, "TrainerConfig.device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"),
+        ('cuda:7', DeviceUnavailableError, "TrainerConfig.device 'cuda:7' was asked for, but"),
+    ],
+)
+def test_a_device_that_is_misspelt_or_not_here_is_refused_naming_its_setting(
+    tmp_path, device, error, message
+):
+    if device.startswith('cuda') and torch.cuda.device_count() > 7:
+        pytest.skip('this machine has a cuda:7')
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS)
+    with pytest.raises(error, match=re.escape(message)):
+        Trainer(TrainerConfig(device=device), str(tmp_path / 'run'))
+    assert not (tmp_path / 'run').exists()
