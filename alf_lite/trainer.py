@@ -615,7 +615,8 @@ class Trainer:
             TrainingError: on a non-finite loss or parameter, or a failed checkpoint write;
                 also, with nothing written, when an earlier ``train()`` of this trainer
                 stopped (on an error) before any checkpoint was written, or the trainer
-                was closed.
+                was closed, or its envs were stopped (a signal during an env call, an env
+                that crashed or hung).
             CheckpointError: when checkpoints exist but none of them can be loaded.
             ProgressCsvError: root_dir's progress.csv cannot be read; nothing was written.
             RunDirInUseError: another trainer trains in root_dir; nothing was written.
@@ -633,6 +634,13 @@ class Trainer:
             raise TrainingError(
                 f'this trainer of {self._run_dir.root} was closed, which stopped its envs: '
                 'build a new Trainer to go on (it resumes from the latest checkpoint).'
+            )
+        if self._env.closed or self._eval_env.closed:
+            # Stopped by an env call that a signal ended or that failed: as after close().
+            raise TrainingError(
+                f'the envs of this trainer of {self._run_dir.root} were stopped (a signal '
+                'arrived during an env step, or an env crashed or hung): build a new Trainer '
+                'to go on (it resumes from the latest checkpoint).'
             )
         self.lock_root_dir()
         try:

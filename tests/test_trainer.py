@@ -9,6 +9,7 @@ import random
 import re
 import shutil
 import signal
+import threading
 import time
 import types
 import weakref
@@ -1625,6 +1626,43 @@ def test_train_after_close_is_refused_writing_nothing(tmp_path):
         trainer.train()
     assert {p: os.stat(p).st_mtime_ns for p in tmp_path.rglob('*')} == written
     assert trainer.env_steps == 10
+
+
+def test_train_again_after_a_signal_stopped_the_envs_is_refused_writing_nothing(
+    tmp_path, monkeypatch
+):
+    # Ctrl-C while the env process hangs in its step ends that call and stops the env
+    # processes: a train() again is refused as after close(), not failed by the closed
+    # vector env once train() began writing.
+    import hanging_env
+
+    marker = tmp_path / 'hanging'
+    monkeypatch.setenv(hanging_env.MARKER_VARIABLE, str(marker))
+    tiny_sac_pendulum(
+        "TrainerConfig.device = 'cpu'",
+        "create_environment.env_name = 'hanging_env:alf_lite_tests/HangsAfterCheckpoint-v0'",
+        'create_environment.use_subprocesses = True',
+        'create_environment.step_timeout = None',
+        'TrainerConfig.num_env_steps = 300',
+        'TrainerConfig.checkpoint_interval = 100',
+    )
+    root_dir = tmp_path / 'run'
+
+    def interrupt_once_hanging():
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    with Trainer(TrainerConfig(), str(root_dir)) as trainer:
+        threading.Thread(target=interrupt_once_hanging, daemon=True).start()
+        with pytest.raises(TrainingInterrupted):
+            trainer.train()
+        assert marker.exists() and trainer.env_steps < 300
+        written = {p: os.stat(p).st_mtime_ns for p in root_dir.rglob('*')}
+        with pytest.raises(TrainingError, match='were stopped .*build a new Trainer'):
+            trainer.train()
+        assert {p: os.stat(p).st_mtime_ns for p in root_dir.rglob('*')} == written
 
 
 def test_train_again_after_a_deferred_non_finite_loss_goes_on_from_the_checkpoint(tmp_path):
