@@ -242,7 +242,33 @@ class RunDir:
 
 
 class RunDirInUseError(RuntimeError):
-    """Another process trains in the root_dir (it holds the directory's ``RunDirLock``)."""
+    """Another process, or another trainer of this one, trains in the root_dir (it holds
+    the directory's ``RunDirLock``)."""
+
+
+# (process id, st_dev, st_ino) of the directories this process's RunDirLocks hold: a
+# refusal names a holder in this process (a notebook's first Trainer) as such. The process
+# id keeps a forked child from taking its parent's locks for its own.
+_held_here: Set[Tuple[int, int, int]] = set()
+
+
+def _held_key(st: os.stat_result) -> Tuple[int, int, int]:
+    return os.getpid(), st.st_dev, st.st_ino
+
+
+def _holder_text(root: str) -> str:
+    """Who holds ``root``'s lock, as the refusal names it."""
+    try:
+        held_here = _held_key(os.stat(root)) in _held_here
+    except OSError:
+        held_here = False
+    if held_here:
+        return (
+            'another Trainer of this process holds it (it is training, or it was locked with '
+            'lock_root_dir()). Close that trainer or wait for its train() to return, or '
+            'choose another root_dir.'
+        )
+    return 'another process is training in it. Wait for it to end, or choose another root_dir.'
 
 
 class RunDirLock:
@@ -259,6 +285,7 @@ class RunDirLock:
     def __init__(self, root: str):
         self.root = root
         self._fd: Optional[int] = None
+        self._key: Optional[Tuple[int, int, int]] = None
 
     def acquire(self) -> None:
         """Create root if missing and lock it; raises ``RunDirInUseError`` if another holds it."""
@@ -276,18 +303,18 @@ class RunDirLock:
                 raise BlockingIOError
         except (BlockingIOError, FileNotFoundError):
             os.close(fd)
-            raise RunDirInUseError(
-                f'{self.root} is in use: another process is training in it. Wait for '
-                'it to end, or choose another root_dir.'
-            ) from None
+            raise RunDirInUseError(f'{self.root} is in use: {_holder_text(self.root)}') from None
         except BaseException:
             os.close(fd)
             raise
         self._fd = fd
+        self._key = _held_key(locked)
+        _held_here.add(self._key)
 
     def release(self) -> None:
         """Unlock (closing the descriptor drops the lock); nothing when not held."""
         if self._fd is not None:
+            _held_here.discard(self._key)
             os.close(self._fd)
             self._fd = None
 

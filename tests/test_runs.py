@@ -665,7 +665,10 @@ def test_run_dir_lock_excludes_a_second_holder_until_released(tmp_path):
     with RunDirLock(root_dir) as lock:
         assert os.path.isdir(root_dir)
         assert run_dir_in_use(root_dir)
-        with pytest.raises(RunDirInUseError, match=f'{root_dir} is in use: another process'):
+        # The holder is in this process: the refusal says so, not "another process".
+        with pytest.raises(
+            RunDirInUseError, match=f'{root_dir} is in use: another Trainer of this process'
+        ):
             RunDirLock(root_dir).acquire()
         lock.release()
         assert not run_dir_in_use(root_dir)
@@ -695,6 +698,8 @@ def test_run_dir_lock_held_by_another_process_is_seen_and_dropped_when_it_ends(t
     try:
         assert holder.stdout.readline() == 'held\n'
         assert run_dir_in_use(root_dir)
+        with pytest.raises(RunDirInUseError, match=f'{root_dir} is in use: another process'):
+            RunDirLock(root_dir).acquire()
     finally:
         holder.kill()
         holder.wait()
@@ -722,7 +727,9 @@ def test_run_dir_lock_on_a_directory_moved_aside_between_its_open_and_lock_is_in
         return flock(fd, operation)
 
     monkeypatch.setattr(fcntl, 'flock', moved_between)
-    with pytest.raises(RunDirInUseError, match=f'{root_dir} is in use: another process'):
+    # The mover, which holds the new root_dir, is in this process.
+    holder = 'another Trainer of this process' if replaced else 'another process'
+    with pytest.raises(RunDirInUseError, match=f'{root_dir} is in use: {holder}'):
         RunDirLock(root_dir).acquire()
     # Nothing is left locked or created by the one that lost.
     assert not run_dir_in_use(aside)

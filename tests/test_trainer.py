@@ -1139,7 +1139,10 @@ def test_a_second_trainer_in_the_same_root_dir_is_refused_until_the_first_closes
     with Trainer(TrainerConfig(), str(tmp_path / 'run')) as first:
         first.lock_root_dir()
         with Trainer(TrainerConfig(), str(tmp_path / 'run')) as second:
-            with pytest.raises(RunDirInUseError, match='is in use'):
+            # Both are this process's: the refusal names the other trainer, not a process.
+            with pytest.raises(
+                RunDirInUseError, match='is in use: another Trainer of this process holds it'
+            ):
                 second.train()
             assert os.listdir(tmp_path / 'run') == []
             result = first.train()
