@@ -265,8 +265,10 @@ class _NamedEnv(gymnasium.Wrapper):
             return None
         return watchdog.start(
             self._call_timeout,
-            f'{self._where} (in process) did not return from {call}() within '
-            f'{self._call_timeout:g} s (create_environment.step_timeout)',
+            lambda: (
+                f'{self._where} (in process) did not return from {call}() within '
+                f'{self._call_timeout:g} s (create_environment.step_timeout)'
+            ),
         )
 
     def close(self):
@@ -1040,7 +1042,7 @@ class BatchedEnvironment:
             if self._step_timeout is not None and not self.use_subprocesses:
                 token = watchdog.start(
                     self._timeout(env_calls),
-                    (
+                    lambda: (
                         f"Environment '{self.name}' ({self._in_process}) did not return from "
                         f'{call}() '
                         f'within {self._timeout_text(env_calls)}'

@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import threading
 import time
+from typing import Callable, Union
 
 # Exit status after a hung in-process env call (documented with train's other codes).
 HUNG_ENV_EXIT_CODE = 3
@@ -32,14 +33,14 @@ class _Watchdog:
     """One thread watching every pending call of this process."""
 
     def __init__(self):
-        # token -> (deadline, what hung). Single dict operations are atomic
-        # under the GIL, so the calls take no lock.
+        # token -> (deadline, what hung: its text, or a callable giving it). Single dict
+        # operations are atomic under the GIL, so the calls take no lock.
         self._calls = {}
         self._tokens = itertools.count()
         self._period = _MAX_CHECK_PERIOD_S
         self._thread = None
 
-    def start(self, timeout_s: float, description: str) -> int:
+    def start(self, timeout_s: float, description: Union[str, Callable[[], str]]) -> int:
         token = next(self._tokens)
         self._calls[token] = (time.monotonic() + timeout_s, description)
         if timeout_s / 4 < self._period:
@@ -60,9 +61,9 @@ class _Watchdog:
             time.sleep(self._period)
             calls = list(self._calls.values())
             if calls:
-                deadline, description = min(calls)
+                deadline, description = min(calls, key=lambda call: call[0])
                 if time.monotonic() >= deadline:
-                    _exit_hung(description)
+                    _exit_hung(description if isinstance(description, str) else description())
 
 
 def _exit_hung(description: str) -> None:
@@ -87,13 +88,15 @@ def _exit_hung(description: str) -> None:
 _WATCHDOG = _Watchdog()
 
 
-def start(timeout_s: float, description: str) -> int:
+def start(timeout_s: float, description: Union[str, Callable[[], str]]) -> int:
     """Watch a call that must return within ``timeout_s``; returns the token for ``done``.
 
     Args:
         timeout_s: seconds after which the process ends, if ``done`` was not called.
         description: what hung, for the message, e.g.
-            "Environment 'X' (in process) did not return from step() within 60 s".
+            "Environment 'X' (in process) did not return from step() within 60 s";
+            or a callable giving it, called only on a hang, so that a call
+            watched at every env step formats no text.
     """
     return _WATCHDOG.start(timeout_s, description)
 
