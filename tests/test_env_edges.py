@@ -681,3 +681,32 @@ def test_an_env_whose_last_step_raises_resets_at_its_next_one(use_subprocesses):
         after = env.step(torch.zeros(1, 1))
     assert int(after.step_type[0]) == StepType.FIRST
     assert after.observation.tolist() == [[100.0]] and after.reward.tolist() == [0.0]
+
+
+class ContactsInInfo(gymnasium.Wrapper):
+    """PointTarget whose step info holds its contact forces: as many as its env index."""
+
+    def __init__(self, index: int):
+        super().__init__(PointTargetEnv())
+        self._index = index
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return (
+            observation,
+            reward,
+            terminated,
+            truncated,
+            dict(info, contacts=np.zeros(self._index)),
+        )
+
+
+def test_in_process_envs_step_whatever_infos_they_return():
+    # The infos are not used; stacking them into one array per key failed for arrays
+    # whose length differs from env to env.
+    make = [functools.partial(ContactsInInfo, i) for i in range(3)]
+    with BatchedEnvironment(make, use_subprocesses=False, name='ContactsInInfo') as env:
+        env.reset(seed=0)
+        for _ in range(3):
+            time_step = env.step(torch.zeros(3, 1))
+    assert time_step.step_type.tolist() == [StepType.MID] * 3

@@ -445,18 +445,20 @@ class _SyncVectorEnv(SyncVectorEnv):
     """gymnasium's ``SyncVectorEnv`` (next-step autoreset) that can also step some envs only."""
 
     def step(self, actions: np.ndarray, active: Optional[np.ndarray] = None):
-        """``SyncVectorEnv.step``; with ``active``, only the envs where it is True are called.
+        """``SyncVectorEnv.step``, returning no infos; with ``active``, only the envs where it
+        is True are called.
 
+        The infos are left out: ``BatchedEnvironment`` uses none, and merging
+        each env's info dict into arrays at every step is slow, and fails for
+        values that do not stack (arrays whose length differs from env to env).
         An env left out is not called: its results repeat those of its latest
         call, and its next step goes on from where it is (a reset if it ended
-        its episode). The infos are those of the envs called.
+        its episode).
         """
-        if active is None:
-            return super().step(actions)
-        infos = {}
-        for i in np.flatnonzero(active):
+        envs = range(self.num_envs) if active is None else np.flatnonzero(active)
+        for i in envs:
             if self._autoreset_envs[i]:
-                self._env_obs[i], info = self.envs[i].reset()
+                self._env_obs[i], _ = self.envs[i].reset()
                 self._rewards[i] = 0.0
                 self._terminations[i] = self._truncations[i] = False
             else:
@@ -465,9 +467,8 @@ class _SyncVectorEnv(SyncVectorEnv):
                     self._rewards[i],
                     self._terminations[i],
                     self._truncations[i],
-                    info,
+                    _,
                 ) = self.envs[i].step(actions[i])
-            infos = self._add_info(infos, info, i)
         self._observations = concatenate(
             self.single_observation_space, self._env_obs, self._observations
         )
@@ -477,7 +478,7 @@ class _SyncVectorEnv(SyncVectorEnv):
             np.copy(self._rewards),
             np.copy(self._terminations),
             np.copy(self._truncations),
-            infos,
+            {},
         )
 
 
