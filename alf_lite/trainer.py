@@ -629,18 +629,17 @@ class Trainer:
                     f'Trainer.train: {name} must be a function or None, got {value!r} '
                     f'({type(value).__name__}).'
                 )
-        if self._closed:
-            # Its envs are stopped: training would fail at the first step, after the files.
-            raise TrainingError(
-                f'this trainer of {self._run_dir.root} was closed, which stopped its envs: '
-                'build a new Trainer to go on (it resumes from the latest checkpoint).'
+        if self._closed or self._env.closed or self._eval_env.closed:
+            # Its envs are stopped (by close(), or by an env call that a signal ended or that
+            # failed): training would fail at the first step, after the files.
+            stopped = (
+                f'this trainer of {self._run_dir.root} was closed, which stopped its envs'
+                if self._closed
+                else f'the envs of this trainer of {self._run_dir.root} were stopped (a signal '
+                'arrived during an env step, or an env crashed or hung)'
             )
-        if self._env.closed or self._eval_env.closed:
-            # Stopped by an env call that a signal ended or that failed: as after close().
             raise TrainingError(
-                f'the envs of this trainer of {self._run_dir.root} were stopped (a signal '
-                'arrived during an env step, or an env crashed or hung): build a new Trainer '
-                'to go on (it resumes from the latest checkpoint).'
+                f'{stopped}: build a new Trainer to go on (it resumes from the latest checkpoint).'
             )
         self.lock_root_dir()
         try:
