@@ -18,6 +18,7 @@ the GPU, so sampling it reads nothing back to the host and can be captured
 in a CUDA graph.
 """
 
+import inspect
 import math
 from typing import Dict, Optional, Tuple, Union
 
@@ -68,6 +69,7 @@ def storage_device(
     device: Optional[str] = None,
     max_memory_fraction: float = 0.8,
     reserved_bytes: int = 0,
+    log: bool = True,
 ) -> Tuple[Optional[torch.device], Dict[torch.device, int]]:
     """Where a buffer of ``nbytes`` goes, and the free memory of each device considered.
 
@@ -83,6 +85,7 @@ def storage_device(
         max_memory_fraction: share of a device's free memory the buffer may take.
         reserved_bytes: memory of the training device that is not free for the buffer
             although free now (the optimizer state the first update allocates).
+        log: log where the buffer goes when it is not the first candidate.
 
     Returns:
         ``(device, {candidate: free bytes})``; device is None when none fits.
@@ -99,7 +102,7 @@ def storage_device(
         reserved = reserved_bytes if candidate == training_device else 0
         available[candidate] = max(free_memory_bytes(candidate) - reserved, 0)
         if nbytes <= max_memory_fraction * available[candidate]:
-            if candidate != candidates[0]:
+            if log and candidate != candidates[0]:
                 logging.info(
                     'ReplayBuffer: %d bytes do not fit in %s (%d bytes free); it goes to %s.',
                     nbytes,
@@ -163,6 +166,56 @@ class ReplayBuffer:
         training_device: Union[str, torch.device] = 'cpu',
         reserved_bytes: int = 0,
     ):
+        self._plan(
+            num_envs,
+            length,
+            observation_dim,
+            action_dim,
+            max_memory_fraction,
+            device,
+            training_device,
+            reserved_bytes,
+        )
+        # zeros (not empty) touches every page now, so the memory is really
+        # committed up front and RSS reflects the logged figure from the start.
+        self._storage: Dict[str, torch.Tensor] = {
+            name: torch.zeros((num_envs, length) + shape, dtype=dtype, device=self._device)
+            for name, (shape, dtype) in self._specs.items()
+        }
+        # Rows added per env ever; the write head of every env is
+        # total_added % length. The tensor copy is what device-side sampling
+        # reads.
+        self._total_added = 0
+        self._total_added_tensor = torch.zeros((), dtype=torch.int64, device=self._device)
+        logging.info(
+            'ReplayBuffer: allocated %d bytes (%.3f GiB) on %s for %d envs x %d '
+            'steps, %d bytes per step',
+            self._nbytes,
+            self._nbytes / _GIB,
+            self._device,
+            num_envs,
+            length,
+            self._raw_bytes_per_step,
+        )
+
+    def _plan(
+        self,
+        num_envs: int,
+        length: int,
+        observation_dim: int,
+        action_dim: int,
+        max_memory_fraction: float,
+        device: Optional[str],
+        training_device: Union[str, torch.device],
+        reserved_bytes: int,
+        log: bool = True,
+    ) -> None:
+        """Check the arguments, size the fields and choose the device, allocating nothing.
+
+        Raises:
+            ValueError: for an argument out of its range.
+            ReplayBufferTooLargeError: when the buffer fits on no allowed device.
+        """
         for name, value in (
             ('num_envs', num_envs),
             ('length', length),
@@ -194,34 +247,17 @@ class ReplayBuffer:
         # with a useful message, not hours into training or via the OOM killer.
         self._training_device = torch.device(training_device)
         self._reserved_bytes = reserved_bytes
-        self._device = self._place(device, max_memory_fraction)
+        self._device = self._place(device, max_memory_fraction, log)
 
-        # zeros (not empty) touches every page now, so the memory is really
-        # committed up front and RSS reflects the logged figure from the start.
-        self._storage: Dict[str, torch.Tensor] = {
-            name: torch.zeros((num_envs, length) + shape, dtype=dtype, device=self._device)
-            for name, (shape, dtype) in self._specs.items()
-        }
-        # Rows added per env ever; the write head of every env is
-        # total_added % length. The tensor copy is what device-side sampling
-        # reads.
-        self._total_added = 0
-        self._total_added_tensor = torch.zeros((), dtype=torch.int64, device=self._device)
-        logging.info(
-            'ReplayBuffer: allocated %d bytes (%.3f GiB) on %s for %d envs x %d '
-            'steps, %d bytes per step',
-            self._nbytes,
-            self._nbytes / _GIB,
-            self._device,
-            num_envs,
-            length,
-            self._raw_bytes_per_step,
-        )
-
-    def _place(self, device: Optional[str], max_memory_fraction: float) -> torch.device:
+    def _place(self, device: Optional[str], max_memory_fraction: float, log: bool) -> torch.device:
         """Where the storage goes; a clear error when it fits nowhere."""
         chosen, available = storage_device(
-            self._nbytes, self._training_device, device, max_memory_fraction, self._reserved_bytes
+            self._nbytes,
+            self._training_device,
+            device,
+            max_memory_fraction,
+            self._reserved_bytes,
+            log,
         )
         if chosen is not None:
             return chosen
@@ -622,6 +658,41 @@ class ReplayBuffer:
             + '); the checkpoint was saved with a different num_envs, replay_buffer_length '
             'or observation/action size, or its counter does not match its rows'
         )
+
+
+def check_replay_buffer_fits(
+    num_envs: int,
+    length: int,
+    observation_dim: int,
+    action_dim: int,
+    training_device: Union[str, torch.device],
+) -> None:
+    """Refuse, as ``ReplayBuffer`` of the config's bindings would, a buffer that fits on
+    no allowed device, allocating nothing.
+
+    The trainer asks it once the first env is made, before the others: a buffer
+    that cannot fit is refused before thousands of envs or env processes are made.
+    The gradients and optimizer state are not counted yet (the networks are built
+    later); the buffer itself checks again with them.
+
+    Raises:
+        ValueError: for a ``ReplayBuffer`` binding or argument out of its range.
+        ReplayBufferTooLargeError: as ``ReplayBuffer`` would.
+    """
+    parameters = inspect.signature(ReplayBuffer.__init__).parameters
+    settings = {name: parameters[name].default for name in ('max_memory_fraction', 'device')}
+    settings.update(gin.get_bindings(ReplayBuffer))
+    ReplayBuffer.__new__(ReplayBuffer)._plan(
+        num_envs,
+        length,
+        observation_dim,
+        action_dim,
+        settings['max_memory_fraction'],
+        settings['device'],
+        training_device,
+        reserved_bytes=0,
+        log=False,
+    )
 
 
 def _row_prefix(tensor: torch.Tensor, env: int, rows: int) -> torch.Tensor:

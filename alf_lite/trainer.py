@@ -44,7 +44,11 @@ from alf_lite.precision import (
     warn_if_emulated,
     warn_if_not_applied,
 )
-from alf_lite.replay_buffer import ReplayBuffer, ReplayBufferMismatchError
+from alf_lite.replay_buffer import (
+    ReplayBuffer,
+    ReplayBufferMismatchError,
+    check_replay_buffer_fits,
+)
 from alf_lite.run_dir import RunDir, RunDirLock, config_int, last_good_name, read_config_text
 from alf_lite.runs import (
     DEFAULT_SEED,
@@ -435,7 +439,15 @@ class Trainer:
         cfg, device = self._config, self._device
         try:
             with env_processes_starting():
-                self._env = env = create_environment()
+                # The buffer's size is checked once the first env tells the sizes,
+                # before the others are made: thousands of envs can take minutes.
+                self._env = env = create_environment(
+                    check_dims=functools.partial(
+                        check_replay_buffer_fits,
+                        length=cfg.replay_buffer_length,
+                        training_device=device,
+                    )
+                )
             # Unseeded here: every evaluation resets it with the seeds of its env step.
             self._eval_env = eval_env = create_environment(
                 num_parallel_environments=cfg.num_eval_environments,

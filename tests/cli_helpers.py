@@ -308,8 +308,7 @@ def run_train(command, cwd=REPO_ROOT, fresh_interpreter=False, **kwargs):
         env=train_env(),
         capture_output=True,
         text=True,
-        timeout=RUN_TIMEOUT_S,
-        **kwargs,
+        **{'timeout': RUN_TIMEOUT_S, **kwargs},
     )
 
 

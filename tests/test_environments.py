@@ -1314,3 +1314,77 @@ def test_watchdog_reports_the_hung_call_at_its_deadline_and_forgets_those_that_r
     seconds, description = hung.value.args
     assert description == 'the hung call'
     assert 2.0 <= seconds <= 2.0 + 0.05 + 1e-9
+
+
+class _CountedFactory:
+    """Makes ``env_id`` envs, counting those made (in this process) and those closed."""
+
+    def __init__(self, env_id):
+        self.env_id, self.made, self.closed = env_id, 0, 0
+
+    def __call__(self):
+        self.made += 1
+        env = gymnasium.make(self.env_id)
+        close, factory = env.close, self
+
+        def counted_close():
+            factory.closed += 1
+            close()
+
+        env.close = counted_close
+        return env
+
+
+class _Refused(Exception):
+    pass
+
+
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_check_dims_sees_the_first_env_before_any_other_env_or_process_is_made(use_subprocesses):
+    factory, asked = _CountedFactory('Pendulum-v1'), []
+
+    def refuse(**sizes):
+        asked.append(sizes)
+        raise _Refused
+
+    children = {p.pid for p in psutil.Process().children()}
+    with pytest.raises(_Refused):
+        BatchedEnvironment([factory] * 50, use_subprocesses=use_subprocesses, check_dims=refuse)
+    assert asked == [dict(num_envs=50, observation_dim=3, action_dim=1)]
+    assert (factory.made, factory.closed) == (1, 1)
+    assert {p.pid for p in psutil.Process().children()} <= children  # no env process
+    # Accepted: the env made first is one of the envs (in env processes: the env this
+    # process reads the spaces of), not one more.
+    with BatchedEnvironment(
+        [factory] * 3,
+        use_subprocesses=use_subprocesses,
+        check_dims=lambda **sizes: asked.append(sizes),
+    ) as env:
+        env.reset()
+        assert factory.made == 2 if use_subprocesses else 4
+    assert factory.closed == 2 if use_subprocesses else 4
+
+
+def test_an_unsupported_space_is_refused_on_the_first_env_before_the_others_are_made():
+    factory = _CountedFactory('alf_test/Image-v0')
+    with pytest.raises(ValueError, match='flat 1-D Box'):
+        BatchedEnvironment([factory] * 20, use_subprocesses=False)
+    assert (factory.made, factory.closed) == (1, 1)
+
+
+def test_a_replay_buffer_too_large_for_the_envs_asked_is_refused_before_they_are_made(tmp_path):
+    # A million Pendulum envs took minutes to make before the buffer's refusal.
+    root_dir = tmp_path / 'run'
+    result = run_train(
+        train_command(
+            root_dir, [PENDULUM], ['create_environment.num_parallel_environments=1000000']
+        ),
+        timeout=60,  # making the envs first took about 3 minutes
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith('error: ReplayBuffer of 1000000 envs x 100000 steps needs 2500000000000 bytes')
+    ), result.stderr[-3000:]
+    assert not root_dir.exists()

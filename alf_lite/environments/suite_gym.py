@@ -441,6 +441,32 @@ class _NamedEnvFactory:
         return _NamedEnv(ReplayableEnv(env), self._where, call_timeout)
 
 
+class _MadeAhead:
+    """The factory of an env that was made ahead of the others (``BatchedEnvironment``
+    reads its spaces first): its first call in this process returns that env, any other
+    call, or a call in another process, makes a new one. It pickles without the env."""
+
+    def __init__(self, env: gymnasium.Env, factory: Callable[[], gymnasium.Env]):
+        self._env: Optional[gymnasium.Env] = env
+        self._factory = factory
+        self._creator_pid = os.getpid()
+
+    def __call__(self) -> gymnasium.Env:
+        env, self._env = self._env, None
+        if env is not None and os.getpid() == self._creator_pid:
+            return env
+        return self._factory()
+
+    def close_unused(self) -> None:
+        """Close the env made ahead if no call took it."""
+        env, self._env = self._env, None
+        if env is not None:
+            env.close()
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, '_env': None}
+
+
 class _SyncVectorEnv(SyncVectorEnv):
     """gymnasium's ``SyncVectorEnv`` (next-step autoreset) that can also step some envs only."""
 
@@ -505,8 +531,14 @@ class BatchedEnvironment:
             of all threads.
         label: what errors call one of these envs, before its index: 'env'
             (``(env 3 of 12)``), or e.g. 'eval env' for the envs of evaluations.
+        check_dims: called with the keyword arguments ``num_envs``,
+            ``observation_dim`` and ``action_dim`` once the first env is made and
+            its spaces checked, before any other env or env process
+            is made; what it raises ends the construction (the trainer refuses
+            there a replay buffer that cannot fit, before making thousands of envs).
     Raises:
-        ValueError: when the observation or action space is not supported.
+        ValueError: when the observation or action space is not supported (found
+            on the first env, before the others are made).
         EnvironmentCrashedError: from any method, when an env raised, its
             process died or did not answer within ``step_timeout``; the message
             names ``name`` and the env's index, and all env processes are
@@ -524,6 +556,7 @@ class BatchedEnvironment:
         name: str = 'environment',
         step_timeout: Optional[float] = None,
         label: str = 'env',
+        check_dims: Optional[Callable[..., None]] = None,
     ):
         if step_timeout == math.inf:
             step_timeout = None
@@ -549,6 +582,23 @@ class BatchedEnvironment:
             _NamedEnvFactory(fn, name, i, self.num_envs, label, gin_bindings, step_timeout)
             for i, fn in enumerate(env_fns)
         ]
+        # The first env is made alone and its spaces checked (with ``check_dims``)
+        # before the others: a refusal comes before N envs or processes are made. It
+        # is then the vector env's first env, or in env processes the env in this
+        # process that AsyncVectorEnv reads the spaces of.
+        first = env_fns[0]()
+        try:
+            self._check_spaces(name, first.observation_space, first.action_space)
+            if check_dims is not None:
+                check_dims(
+                    num_envs=self.num_envs,
+                    observation_dim=self.observation_dim,
+                    action_dim=self.action_dim,
+                )
+        except BaseException:
+            first.close()
+            raise
+        env_fns[0] = made_ahead = _MadeAhead(first, env_fns[0])
         if use_subprocesses:
             # Made before its __init__ runs, so that the processes it started
             # can be stopped when it fails half-way.
@@ -568,14 +618,16 @@ class BatchedEnvironment:
                     f"Environment '{name}': an env process died while starting; its output "
                     'above may say why.'
                 ) from e
+            finally:
+                made_ahead.close_unused()
         else:
-            self._env = _SyncVectorEnv(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
+            try:
+                self._env = _SyncVectorEnv(
+                    env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
+                )
+            finally:
+                made_ahead.close_unused()
         self._closed = False
-        try:
-            self._check_spaces(name)
-        except ValueError:
-            self.close()
-            raise
         self._first_reset = True
         # Which envs returned LAST at the previous step: their next step is the
         # reset observation that gymnasium's next-step autoreset produces.
@@ -598,9 +650,8 @@ class BatchedEnvironment:
             'subprocesses' if use_subprocesses else 'in process',
         )
 
-    def _check_spaces(self, name: str):
-        """Set the dims and bounds from the single-env spaces, or refuse them."""
-        obs_space = self._env.single_observation_space
+    def _check_spaces(self, name: str, obs_space: spaces.Space, act_space: spaces.Space):
+        """Set the dims and bounds from one env's spaces, or refuse them."""
         if not (
             isinstance(obs_space, spaces.Box)
             and len(obs_space.shape) == 1
@@ -610,7 +661,6 @@ class BatchedEnvironment:
                 f"Environment '{name}' has observation space {obs_space}: only flat "
                 '1-D Box observation spaces of at least one value are supported.'
             )
-        act_space = self._env.single_action_space
         if not (
             isinstance(act_space, spaces.Box)
             and np.issubdtype(act_space.dtype, np.floating)
@@ -1317,7 +1367,7 @@ def _stop_env_processes(env: AsyncVectorEnv, children_before: Optional[set] = No
 
 # ``seed`` is the trainer's (train_env_seeds of TrainerConfig.random_seed): a gin
 # binding would be overridden at the first reset. ``label`` tells its two kinds apart.
-@gin.configurable(denylist=['seed', 'label'])
+@gin.configurable(denylist=['seed', 'label', 'check_dims'])
 def create_environment(
     env_name: str = 'Pendulum-v1',
     num_parallel_environments: int = 1,
@@ -1328,6 +1378,7 @@ def create_environment(
     env_kwargs: Optional[Dict[str, Any]] = None,
     step_timeout: Optional[float] = 60.0,
     label: str = 'env',
+    check_dims: Optional[Callable[..., None]] = None,
 ) -> BatchedEnvironment:
     """Create ``num_parallel_environments`` copies of a registered gymnasium env.
 
@@ -1367,6 +1418,9 @@ def create_environment(
             (11.6 days); None (or inf) waits forever (e.g. to debug an env in pdb).
         label: what errors call one of these envs (``BatchedEnvironment``);
             the trainer's evaluation envs are 'eval env'.
+        check_dims: called with ``num_envs``, ``observation_dim`` and
+            ``action_dim`` once the first env is made, before the others
+            (``BatchedEnvironment``).
     Returns:
         the ``BatchedEnvironment``; close it (or use it as a context manager).
     Raises:
@@ -1446,6 +1500,7 @@ def create_environment(
         name=env_name,
         step_timeout=step_timeout,
         label=label,
+        check_dims=check_dims,
     )
 
 
