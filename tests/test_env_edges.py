@@ -684,11 +684,16 @@ def test_an_env_whose_last_step_raises_resets_at_its_next_one(use_subprocesses):
 
 
 class ContactsInInfo(gymnasium.Wrapper):
-    """PointTarget whose step info holds its contact forces: as many as its env index."""
+    """PointTarget whose reset and step infos hold its contact forces: as many as its env
+    index."""
 
     def __init__(self, index: int):
         super().__init__(PointTargetEnv())
         self._index = index
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        return observation, dict(info, contacts=np.zeros(self._index))
 
     def step(self, action):
         observation, reward, terminated, truncated, info = self.env.step(action)
@@ -701,11 +706,12 @@ class ContactsInInfo(gymnasium.Wrapper):
         )
 
 
-def test_in_process_envs_step_whatever_infos_they_return():
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_envs_reset_and_step_whatever_infos_they_return(use_subprocesses):
     # The infos are not used; stacking them into one array per key failed for arrays
-    # whose length differs from env to env.
+    # whose length differs from env to env (at a reset, and at steps in env processes).
     make = [functools.partial(ContactsInInfo, i) for i in range(3)]
-    with BatchedEnvironment(make, use_subprocesses=False, name='ContactsInInfo') as env:
+    with BatchedEnvironment(make, use_subprocesses=use_subprocesses, name='ContactsInInfo') as env:
         env.reset(seed=0)
         for _ in range(3):
             time_step = env.step(torch.zeros(3, 1))

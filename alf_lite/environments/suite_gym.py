@@ -225,7 +225,11 @@ class _NamedEnv(gymnasium.Wrapper):
             raise EnvironmentCrashedError(
                 f'{self._where} returned from {call}() {what} as its info, not a dict'
             )
-        return result
+        # Passed on empty: ``BatchedEnvironment`` uses no info, and the vector envs merge
+        # the infos of all envs into arrays at every call (env processes send them
+        # through a pipe first), which is slow and fails for values that do not stack
+        # (arrays whose length differs from env to env).
+        return result[:-1] + ({},) if info else result
 
     def reset(self, **kwargs):
         token = self._watch('reset')
