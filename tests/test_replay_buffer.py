@@ -12,7 +12,7 @@ import torch
 from alf_lite import device as device_module
 from alf_lite import replay_buffer as rb_module
 from alf_lite.data import Experience, StepType
-from alf_lite.device import DeviceUnavailableError
+from alf_lite.device import DeviceUnavailableError, resolve_device
 from alf_lite.replay_buffer import (
     ReplayBuffer,
     ReplayBufferMismatchError,
@@ -757,3 +757,9 @@ def test_device_side_add_writes_the_rows_add_batch_writes():
     torch.manual_seed(0)
     b = host.sample_on_device(8, 2)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_device_auto_is_trainer_configs_auto():
+    assert ReplayBuffer(2, 3, 1, 1, device='auto').device == resolve_device('auto')
+    with pytest.raises(ValueError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"):
+        ReplayBuffer(2, 3, 1, 1, device='gpu')
