@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from alf_lite.bin.cli import user_message
 from cli_helpers import EXAMPLES, PENDULUM, run_python, run_train, train_command, with_prelude
 
 TOOLS = ['train', 'play', 'plot', 'grid_search']
@@ -296,3 +297,16 @@ def test_a_signal_while_a_tool_exits_ends_it_at_once_with_one_line(tool, tmp_pat
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr and 'ignored' not in result.stderr, result.stderr
     assert 'SIGTERM' in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_value_of_hundreds_of_digits_is_shortened_in_the_message(tmp_path):
+    digits = '9' * 700
+    result = run_train(
+        train_command(tmp_path / 'run', [PENDULUM], [f'SacAlgorithm.gamma={digits}'])
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        'error: SacAlgorithm: gamma must be in [0, 1], got 99999999999999999999... (700 digits)'
+    )
+    # Runs of digits a message means are left whole.
+    assert user_message('needs 25000000000 bytes') == 'needs 25000000000 bytes'

@@ -3,6 +3,7 @@
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 from typing import List
@@ -41,7 +42,16 @@ def user_message(message: str) -> str:
         and not _begins_with_configurable(message)
     ):
         message = f'{names[0]}: {message}'
-    return message
+    return _LONG_NUMBER.sub(_shortened_number, message)
+
+
+# A run of digits no value a user means is written with (a 700-digit gamma): shortened.
+_LONG_NUMBER = re.compile(r'\d{61,}')
+
+
+def _shortened_number(match: re.Match) -> str:
+    digits = match[0]
+    return f'{digits[:20]}... ({len(digits)} digits)'
 
 
 def _begins_with_configurable(message: str) -> bool:
