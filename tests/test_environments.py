@@ -1388,3 +1388,30 @@ def test_a_replay_buffer_too_large_for_the_envs_asked_is_refused_before_they_are
         .startswith('error: ReplayBuffer of 1000000 envs x 100000 steps needs 2500000000000 bytes')
     ), result.stderr[-3000:]
     assert not root_dir.exists()
+
+
+def test_mujoco_warnings_go_to_the_log_once_each_and_leave_no_file(tmp_path):
+    # MuJoCo printed each warning and appended it to MUJOCO_LOG.TXT in the working
+    # directory: gymnasium's HalfCheetah model warned of a deprecated attribute at every
+    # env made (11 lines at a default start).
+    code = """
+import mujoco, numpy as np
+from alf_lite.environments import create_environment
+create_environment('HalfCheetah-v5', num_parallel_environments=3).close()
+create_environment('HalfCheetah-v5', num_parallel_environments=2, use_subprocesses=True).close()
+model = mujoco.MjModel.from_xml_string(
+    '<mujoco><worldbody><body><freejoint/><geom size="1"/></body></worldbody></mujoco>'
+)
+for _ in range(2):  # each MjData warns once
+    data = mujoco.MjData(model)
+    data.qpos[0] = np.nan
+    mujoco.mj_step(model, data)
+"""
+    result = run_python(code, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    unstable = 'Nan, Inf or huge value in QPOS at DOF 0'
+    assert output.count(unstable) == 1, output[-3000:]
+    assert f'MuJoCo: {unstable}' in output, output[-3000:]
+    assert output.count('settotalmass') <= 1, output[-3000:]
+    assert not (tmp_path / 'MUJOCO_LOG.TXT').exists()

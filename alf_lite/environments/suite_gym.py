@@ -8,6 +8,7 @@ import inspect
 import math
 import multiprocessing
 import os
+import sys
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -1488,7 +1489,7 @@ def create_environment(
     render_kwargs = {} if render_mode is None else {'render_mode': render_mode}
     # A partial of picklable values: env processes get the same arguments.
     env_fn = functools.partial(
-        gymnasium.make, spec, max_episode_steps=max_episode_steps, **render_kwargs, **env_kwargs
+        _make, spec, max_episode_steps=max_episode_steps, **render_kwargs, **env_kwargs
     )
     try:
         env_fns = [env_fn] * num_parallel_environments
@@ -1506,6 +1507,42 @@ def create_environment(
         label=label,
         check_dims=check_dims,
     )
+
+
+def _make(spec: gymnasium.envs.registration.EnvSpec, **kwargs) -> gymnasium.Env:
+    """``gymnasium.make(spec, **kwargs)``; where the env's module uses MuJoCo, MuJoCo's
+    warnings go to the log first (``_log_mujoco_warnings``)."""
+    if isinstance(spec.entry_point, str):
+        # Imports the env's module (gymnasium.make would); what it raises, make raises too.
+        with contextlib.suppress(Exception):
+            gymnasium.envs.registration.load_env_creator(spec.entry_point)
+    if 'mujoco' in sys.modules:
+        _log_mujoco_warnings()
+    return gymnasium.make(spec, **kwargs)
+
+
+# The MuJoCo warnings this process logged (``_log_mujoco_warning``).
+_mujoco_warnings_logged = set()
+
+
+def _log_mujoco_warnings() -> None:
+    """Send MuJoCo's warnings to the log, each text once per process, unless the process
+    already handles them (``mujoco.set_mju_user_warning``).
+
+    MuJoCo otherwise prints each to stdout and appends it to ``MUJOCO_LOG.TXT`` in the
+    working directory: gymnasium's HalfCheetah model, for one, warns of a deprecated
+    attribute at every env made.
+    """
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_log_mujoco_warning)
+
+
+def _log_mujoco_warning(message: str) -> None:
+    if message not in _mujoco_warnings_logged:
+        _mujoco_warnings_logged.add(message)
+        logging.warning('MuJoCo: %s', message)
 
 
 def _checked_env_kwargs(
