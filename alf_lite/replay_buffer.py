@@ -50,6 +50,27 @@ def _gib(nbytes: int) -> str:
         return str(nbytes >> 30)
 
 
+def _field_specs(
+    observation_dim: int, action_dim: int
+) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+    """Trailing shape and dtype of each stored field, in ``Experience`` field order."""
+    return {
+        'step_type': ((), torch.uint8),
+        'observation': ((observation_dim,), torch.float32),
+        'action': ((action_dim,), torch.float32),
+        'reward': ((), torch.float32),
+        'discount': ((), torch.float32),
+    }
+
+
+def bytes_per_step(observation_dim: int, action_dim: int) -> int:
+    """The bytes one stored step of one env takes (``ReplayBuffer.raw_bytes_per_step``)."""
+    return sum(
+        math.prod(shape) * dtype.itemsize
+        for shape, dtype in _field_specs(observation_dim, action_dim).values()
+    )
+
+
 class ReplayBufferTooLargeError(MemoryError):
     """Raised before allocating when the buffer would not fit in available memory.
 
@@ -232,17 +253,8 @@ class ReplayBuffer:
             )
         self._num_envs = num_envs
         self._length = length
-        # Trailing shape and dtype of each field, in Experience field order.
-        self._specs: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {
-            'step_type': ((), torch.uint8),
-            'observation': ((observation_dim,), torch.float32),
-            'action': ((action_dim,), torch.float32),
-            'reward': ((), torch.float32),
-            'discount': ((), torch.float32),
-        }
-        self._raw_bytes_per_step = sum(
-            math.prod(shape) * dtype.itemsize for shape, dtype in self._specs.values()
-        )
+        self._specs = _field_specs(observation_dim, action_dim)
+        self._raw_bytes_per_step = bytes_per_step(observation_dim, action_dim)
         self._nbytes = num_envs * length * self._raw_bytes_per_step
 
         # Check before allocating: a buffer that does not fit should fail now,

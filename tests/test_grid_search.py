@@ -1886,7 +1886,7 @@ def run_main(directory, monkeypatch, args, gpus, grid=GRID, calls=None, ray=None
         for run in todo:
             report(run, {'returncode': 0, 'wall_time_s': 1.0, 'error': None})
 
-    def run_local(todo, max_workers, num_threads, report, gpus=(), runs_per_gpu=1):
+    def run_local(todo, max_workers, num_threads, report, gpus=(), runs_per_gpu=1, **memory):
         calls['local'] = dict(
             max_workers=max_workers,
             num_threads=num_threads,
@@ -2699,3 +2699,60 @@ def test_grid_search_advice_names_only_flags_grid_search_has():
     given = set(re.findall(r'--(\w+)', grid_search.GRID_ADVICE))
     assert given == {'gin_file', 'gin_param', 'root_dir'}
     assert given <= set(flags.FLAGS)
+
+
+def test_memory_budget_starts_a_run_only_while_those_under_way_leave_room():
+    from alf_lite.bin import grid_search
+
+    budget = grid_search.MemoryBudget(10)
+    assert budget.acquire(6, stopped=lambda: False)
+    started = threading.Event()
+
+    def second():
+        budget.acquire(6, stopped=lambda: False)
+        started.set()
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    assert not started.wait(0.3)  # 6 + 6 > 10: it waits
+    budget.release(6)
+    assert started.wait(5)
+    thread.join()
+    budget.release(6)
+    # Larger than the budget: it starts once none is under way, and runs alone.
+    assert budget.acquire(25, stopped=lambda: False)
+    assert not budget.acquire(1, stopped=lambda: True)  # a stopped sweep starts no more
+    budget.release(25)
+    assert budget.acquire(10, stopped=lambda: True)  # room: started
+
+
+def test_runs_whose_memory_does_not_fit_together_train_one_after_another(tmp_path):
+    # Started together, each run found the memory free and passed its own check; then
+    # together they took more than there was.
+    write_inputs(
+        tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005, 0.01]}, 'repeats': 1}
+    )
+    root_dir = tmp_path / 'runs'
+    prelude = (
+        'import alf_lite.device as device\n'
+        'device.available_cpu_memory = lambda root="/": (10000, None)\n'
+    )
+    command = with_prelude(
+        grid_command(root_dir, '--max_workers', '2'), prelude, module='alf_lite.bin.grid_search'
+    )
+    result = run_train(command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith('memory: '))
+    assert re.fullmatch(
+        r'memory: a run takes up to \d+\.\d MiB \(its replay buffer and its networks in '
+        r'training; its envs not counted\), 2 at a time up to \d+\.\d MiB, of 0\.0 MiB '
+        r'available: more than max_memory_fraction=0\.8 of it \(0\.0 MiB\), so a run starts '
+        r'only once those under way leave room for it\.',
+        line,
+    ), line
+    spans = sorted(
+        (os.stat(d / 'device.txt').st_mtime, os.stat(d / 'progress.csv').st_mtime)
+        for d in root_dir.glob('target_update_tau=*')
+    )
+    assert len(spans) == 2, result.stdout
+    assert spans[1][0] >= spans[0][1], spans  # the second started once the first ended

@@ -94,9 +94,11 @@ import collections
 import concurrent.futures
 import contextlib
 import csv
+import inspect
 import io
 import itertools
 import json
+import logging
 import math
 import os
 import re
@@ -232,6 +234,9 @@ class SearchSpace(NamedTuple):
 
     parameters: List[tuple]
     seeds: List[int]
+
+
+_GIB = float(1 << 30)
 
 
 class GridRun(NamedTuple):
@@ -809,11 +814,13 @@ def configure_runs(
     num_threads: int,
     imports: Optional[set] = None,
     calls: Optional[dict] = None,
+    memory: Optional[dict] = None,
 ) -> List[GridRun]:
     """Parse each run's config; a run whose config does not parse carries the error instead.
-    Given, ``imports`` gets the top-level modules that the runs' configs import, and
-    ``calls`` the ``searched_calls`` of the runs' configs merged (a key that one uses is
-    used), with the key None where one could not tell."""
+    Given, ``imports`` gets the top-level modules that the runs' configs import, ``calls``
+    the ``searched_calls`` of the runs' configs merged (a key that one uses is used), with
+    the key None where one could not tell, and ``memory`` each run's ``run_memory_bytes``
+    by name."""
     import gin
 
     from alf_lite.config import ConfigError, imported_modules, parse_config
@@ -821,6 +828,8 @@ def configure_runs(
 
     runs = []
     built = set()  # the combinations whose calls are in ``calls``: the seed changes none
+    sized = {}  # run_memory_bytes by combination: the seed changes no size
+    env_dims = {}  # run_memory_bytes's made envs
     for name, seed, bindings in expand_grid(space):
         log_path = os.path.join(root_dir, LOG_DIR, f'{name}.log')
         params = (
@@ -847,6 +856,10 @@ def configure_runs(
                     config.torch_num_threads,
                 )
             )
+            if memory is not None:
+                if tuple(bindings) not in sized:
+                    sized[tuple(bindings)] = run_memory_bytes(config, env_dims)
+                memory[name] = sized[tuple(bindings)]
             if calls is not None and tuple(bindings) not in built:
                 built.add(tuple(bindings))
                 called = searched_calls(space)
@@ -980,6 +993,141 @@ class SweepStop:
         self._previous = {}
 
 
+def run_memory_bytes(config, env_dims: dict) -> Optional[int]:
+    """The CPU memory a run of the config as parsed allocates up front: its replay buffer
+    and its networks in training (parameters, gradients, optimizer state), as train's own
+    checks count them; None where it is not known here (a run on a GPU, an env that
+    cannot be made here, networks that cannot be built on torch's ``meta`` device).
+    What its envs take is not counted.
+
+    Args:
+        config: the run's ``TrainerConfig``.
+        env_dims: the observation and action sizes of the envs made so far, by their
+            bindings: one env is made (in this process) per distinct env setting.
+    """
+    import gin
+
+    from alf_lite.device import resolve_device
+    from alf_lite.environments import create_environment
+    from alf_lite.model_memory import estimate_model_bytes
+    from alf_lite.replay_buffer import bytes_per_step
+
+    try:
+        if resolve_device(config.device).type != 'cpu':
+            return None
+    except ValueError:  # the run's own check names it
+        return None
+    settings = gin.get_bindings(create_environment)
+    key = repr(sorted(settings.items()))
+    # What the env and the networks log as they are made, each run's log has.
+    with _logging_off():
+        if key not in env_dims:
+            try:
+                with create_environment(num_parallel_environments=1, use_subprocesses=False) as env:
+                    env_dims[key] = (env.observation_dim, env.action_dim)
+            except Exception:  # noqa: BLE001  (the run's own start tells what is wrong)
+                env_dims[key] = None
+        if env_dims[key] is None:
+            return None
+        observation_dim, action_dim = env_dims[key]
+        networks = estimate_model_bytes(
+            config.algorithm_ctor, observation_dim=observation_dim, action_dim=action_dim
+        )
+    if networks is None:
+        return None
+    num_envs = settings.get(
+        'num_parallel_environments',
+        inspect.signature(create_environment).parameters['num_parallel_environments'].default,
+    )
+    buffer = num_envs * config.replay_buffer_length * bytes_per_step(observation_dim, action_dim)
+    return buffer + networks.training
+
+
+@contextlib.contextmanager
+def _logging_off():
+    """Within it, nothing below an error is logged."""
+    previous = logging.root.manager.disable
+    logging.disable(max(previous, logging.WARNING))
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
+class MemoryBudget:
+    """Starts runs only while the memory of those under way leaves room for them.
+
+    A run of ``need`` bytes starts when the runs under way and it take at most
+    ``budget`` bytes, or when no run is under way (it then runs alone, and its own
+    check refuses it where it does not fit). Runs started together would each find
+    the memory free at their start and pass their own check, then together take more
+    than there is.
+    """
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self._in_use = 0
+        self._changed = threading.Condition()
+
+    def acquire(self, need: int, stopped) -> bool:
+        """Wait for room for ``need`` bytes and take it; False (nothing taken) once
+        ``stopped()``."""
+        with self._changed:
+            while self._in_use and self._in_use + need > self.budget:
+                if stopped():
+                    return False
+                self._changed.wait(0.5)
+            self._in_use += need
+            return True
+
+    def release(self, need: int) -> None:
+        with self._changed:
+            self._in_use -= need
+            self._changed.notify_all()
+
+
+def memory_text(todo: List[GridRun], memory: Dict[str, Optional[int]], max_workers: int):
+    """The sweep's memory line and its ``MemoryBudget``, for local runs on the CPU.
+
+    Returns:
+        ``(text, budget)``: what the runs to train take and what is available, and the
+        budget; ``(None, None)`` where no run's memory is known here.
+    """
+    from alf_lite.device import available_cpu_memory
+    from alf_lite.replay_buffer import ReplayBuffer
+
+    known = sorted((memory.get(run.name) or 0 for run in todo), reverse=True)
+    if not any(known):
+        return None, None
+    import gin
+
+    fraction = gin.get_bindings(ReplayBuffer).get(
+        'max_memory_fraction',
+        inspect.signature(ReplayBuffer.__init__).parameters['max_memory_fraction'].default,
+    )
+    available = available_cpu_memory()[0]
+    budget = int(fraction * available)
+    at_once = sum(known[:max_workers])
+    text = (
+        f'memory: a run takes up to {_size(known[0])} (its replay buffer and its networks '
+        f'in training; its envs not counted), {min(max_workers, len(known))} at a time up '
+        f'to {_size(at_once)}, of {_size(available)} available'
+    )
+    if at_once > budget:
+        text += (
+            f': more than max_memory_fraction={fraction:g} of it ({_size(budget)}), so a '
+            'run starts only once those under way leave room for it'
+        )
+    return text + '.', budget
+
+
+def _size(nbytes: int) -> str:
+    """``nbytes`` in MiB below a GiB, else in GiB."""
+    if nbytes < _GIB:
+        return f'{nbytes / (1 << 20):.1f} MiB'
+    return f'{nbytes / _GIB:.2f} GiB'
+
+
 def run_local(
     todo: List[GridRun],
     max_workers: int,
@@ -987,11 +1135,14 @@ def run_local(
     report,
     gpus: Sequence[str] = (),
     runs_per_gpu: int = 1,
+    budget: Optional[MemoryBudget] = None,
+    memory: Optional[Dict[str, Optional[int]]] = None,
 ) -> Optional[int]:
     """Train ``todo`` in at most ``max_workers`` subprocesses at a time.
 
     With ``gpus``, each run takes a GPU of ``GpuPool(gpus, runs_per_gpu)`` and
-    sees that GPU alone; runs wait for one when every GPU is full. A run not
+    sees that GPU alone; runs wait for one when every GPU is full. With ``budget``,
+    a run also waits for room for its ``memory`` (by name; unknown: none). A run not
     started because a signal stopped the sweep is reported as ``NOT_STARTED``.
 
     Returns:
@@ -1040,6 +1191,9 @@ def run_local(
     def train(run):
         if stop.signum is not None:
             return dict(NOT_STARTED)
+        need = (memory or {}).get(run.name) or 0
+        if budget is not None and not budget.acquire(need, lambda: stop.signum is not None):
+            return dict(NOT_STARTED)
         start = time.time()
         try:
             return train_one(run)
@@ -1051,6 +1205,9 @@ def run_local(
                 'wall_time_s': time.time() - start,
                 'error': f'{type(e).__name__}: {e}',
             }
+        finally:
+            if budget is not None:
+                budget.release(need)
 
     # Threads only wait on the training processes; the work is in the processes.
     with stop, concurrent.futures.ThreadPoolExecutor(max_workers) as pool:
@@ -1589,9 +1746,11 @@ def _main(argv):
         fail(' '.join(user_message(search_entry_message(str(e), space)).split()))
     root_dir = output_root_dir(FLAGS.root_dir)
     imports, calls = set(), {}
+    # What each run allocates up front, where the runs share this machine's memory.
+    memory = None if FLAGS.ray_address else {}
     with each_message_once():
         runs = configure_runs(
-            space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads, imports, calls
+            space, root_dir, FLAGS.gin_file, FLAGS.gin_param, num_threads, imports, calls, memory
         )
     unused = unused_search(space, None if None in calls else calls)
     if unused:
@@ -1603,7 +1762,7 @@ def _main(argv):
         )
     lock = RunDirLock(root_dir)
     try:
-        _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports)
+        _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports, memory)
     finally:
         lock.release()
         if FLAGS.ray_address:
@@ -1670,9 +1829,10 @@ def lock_root_dir(lock: RunDirLock) -> None:
         fail(f'cannot create or lock --root_dir {lock.root}: {e}')
 
 
-def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
+def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=(), memory=None):
     """``main`` from the runs on: train them and report; ``lock``, the root_dir's, is
-    taken here and released by the caller."""
+    taken here and released by the caller. ``memory``: ``configure_runs``'s, for local
+    runs on the CPU."""
     if os.path.isdir(root_dir):
         # Before reading the runs: a sweep running in root_dir holds the lock.
         lock_root_dir(lock)
@@ -1740,6 +1900,12 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         f'{len(runs)} runs in {root_dir}: {len(todo)} to train on {backend} '
         f'({threads_text}){not_started_text(results)}.'
     )
+    budget = None
+    if memory is not None and todo:
+        text, room = memory_text(todo, memory, max_workers)
+        if text is not None:
+            print_out(text)
+            budget = MemoryBudget(room)
 
     num_done = 0
 
@@ -1766,7 +1932,16 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=()):
         if FLAGS.ray_address:
             signum = run_ray(todo, FLAGS.num_cpus_per_run, report, FLAGS.num_gpus_per_run)
         else:
-            signum = run_local(todo, max_workers, num_threads, report, gpus, FLAGS.runs_per_gpu)
+            signum = run_local(
+                todo,
+                max_workers,
+                num_threads,
+                report,
+                gpus,
+                FLAGS.runs_per_gpu,
+                budget=budget,
+                memory=memory,
+            )
     rows = summary_rows(runs, results, earlier, resumed)
     print_out()
     print_summary(rows)
