@@ -503,6 +503,11 @@ def _seed_dirs(out: str, suite: str, name: str) -> List[str]:
     return [d for _, d in sorted(dirs) if os.path.isfile(RunDir(d).progress_file)]
 
 
+def _seed_of(run_dir: str) -> int:
+    """The seed of a ``seed<k>`` run directory."""
+    return int(_SEED_DIR.match(os.path.basename(run_dir))[1])
+
+
 def _legend_labels(run_dirs: List[str], group_by: str, specs: dict) -> List[str]:
     """plot.py's ``--label NAME=GROUP`` for each group of ``run_dirs``: the runs' settings.
 
@@ -790,6 +795,22 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
         run_suite, name, seed_dir = (key.split('/') + ['', ''])[:3]
         if m := _SEED_DIR.match(seed_dir):
             planned.setdefault((run_suite, name), set()).add(int(m[1]))
+    # The runs of other suites are compared seed for seed: only the seeds the suite's own
+    # runs of the same algorithm have (and, as still to come, those planned for them),
+    # however many more their suite has run since.
+    own_seeds, own_planned = {}, {}
+    for name, spec in specs.items():
+        if spec.suite == suite:
+            seeds = set(map(_seed_of, found.get(name, ())))
+            own_seeds.setdefault(spec.algo, set()).update(seeds)
+            own_planned.setdefault(spec.algo, set()).update(seeds, planned.get((suite, name), ()))
+    for name, spec in specs.items():
+        if spec.suite != suite:
+            paired = own_seeds.get(spec.algo, set())
+            found[name] = [d for d in found.get(name, ()) if _seed_of(d) in paired]
+            if (spec.suite, name) in planned:
+                planned[(spec.suite, name)] &= own_planned.get(spec.algo, set())
+    found = {name: dirs for name, dirs in found.items() if dirs}
     # A task and its variants (ICubWalk-v0 and -v1) share a tag: one figure, one comparison.
     tags = list(dict.fromkeys(specs[name].task.tag for name in found))
     all_tags = set(run.task.tag for run in specs.values())
@@ -827,7 +848,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                     continue
                 finals.append(float(ys[-LAST_N:].mean()))
                 per_seed.setdefault(spec.label, []).append(finals[-1])
-                seed = int(_SEED_DIR.match(os.path.basename(d))[1])
+                seed = _seed_of(d)
                 by_seed.setdefault((name, 'return'), {})[seed] = finals[-1]
                 _, lengths = read_scalar_if_any(d, EVAL_EPISODE_LENGTH)
                 # The episode length over the same evaluations as the return.
@@ -978,9 +999,9 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
         )
     if suite in PRECISION_SUITES:
         print(
-            f'\nThe float32 rows are the runs of the {PRECISION_SUITES[suite][0]} suite, their '
-            f'evaluations up to {limit} env steps (wall time: the whole run). bfloat16 '
-            "against float32, each run's final eval return by seed:\n\n"
+            f'\nThe float32 rows are the runs of the {PRECISION_SUITES[suite][0]} suite with the '
+            f'same seeds, their evaluations up to {limit} env steps (wall time: the whole run). '
+            "bfloat16 against float32, each run's final eval return by seed:\n\n"
             + '\n'.join(compare_precisions(stats, per_seed))
         )
     comparisons = compare_with_sb3(stats)

@@ -1069,6 +1069,43 @@ def test_precision_suites_train_bfloat16_and_compare_it_with_the_float32_runs(tm
         assert {r['group'] for r in csv.DictReader(f)} == {'SAC bfloat16', 'SAC float32'}
 
 
+def test_precision_report_compares_only_the_float32_seeds_that_have_a_bfloat16_run(tmp_path):
+    # The hopper suite ran seeds 0-4, the bfloat16 runs seeds 0-1: float32's seeds 2-4
+    # (far higher here) have no pair and stay out of the row, the line and the figure.
+    out, docs = tmp_path / 'runs', tmp_path / 'docs'
+    finals = {
+        ('precision_hopper', 'alf_sac_bfloat16', 'bfloat16'): [10.0, 30.0],
+        ('hopper', 'alf_sac', 'float32'): [20.0, 40.0, 900.0, 900.0, 900.0],
+    }
+    plan = {}
+    for (suite, name, precision), returns in finals.items():
+        for seed, value in enumerate(returns):
+            _write_run(
+                out / suite / name / f'seed{seed}',
+                ('env_steps', 'eval/AverageReturn'),
+                [(50_000, value)],
+                'TrainerConfig.algorithm_ctor = @SacAlgorithm\n'
+                f"TrainerConfig.precision = '{precision}'\n",
+                done=_done(seed=seed),
+            )
+            plan[f'{suite}/{name}/seed{seed}'] = {'status': 'done'}
+    (out / 'plan.json').write_text(json.dumps(plan))
+    report = _ok(
+        run_script('--suite', 'precision_hopper', '--report', '--out', out, '--docs_dir', docs)
+    )
+    lines = report.stdout.splitlines()
+    assert (
+        '- Hopper-v5 SAC: bfloat16 20.0 [10.0, 30.0] (2 runs: 10.0, 30.0), float32 30.0 '
+        '[20.0, 40.0] (2 runs: 20.0, 40.0); the intervals overlap.'
+    ) in lines, report.stdout
+    # Seeds 2-4 are finished, not missing: the row counts the 2 compared runs alone.
+    assert _table(lines)[('alf_lite', 'SAC float32')]['seeds'] == '2', report.stdout
+    with open(docs / 'precision_hopper.csv', newline='') as f:
+        float32 = [r for r in csv.DictReader(f) if r['group'] == 'SAC float32']
+    assert float32 and {r['num_runs'] for r in float32} == {'2'}
+    assert float(float32[0]['mean']) == 30.0
+
+
 @pytest.mark.parametrize(
     'suite, reference',
     [('precision_hopper', 'hopper/alf_sac'), ('icub_orientation', 'study_replay/icub_replay_full')],
@@ -2573,10 +2610,12 @@ def test_report_counts_the_planned_seeds_of_each_runs_own_suite_and_reads_no_oth
                 f"create_environment.env_name = '{env}'\n",
                 _done(),
             )
-    # The reference runs' seed 2 is planned in their suite; the keys of no run
-    # (another suite's name for them, no seed directory, no key of a run) are not.
+    # The reference runs' seed 2 is planned in their suite, and in this one for its
+    # own runs; the keys of no run (another suite's name for them, no seed directory,
+    # no key of a run) are not.
     plan = {
         'study_replay/icub_replay_full/seed2': {},
+        'icub_orientation/icub_v1/seed2': {},
         'icub_orientation/icub_replay_full/seed4': {},
         'icub_orientation/icub_replay_full/seed5': {},
         'icub_orientation/icub_v1': {},
@@ -2592,7 +2631,7 @@ def test_report_counts_the_planned_seeds_of_each_runs_own_suite_and_reads_no_oth
         (out / 'plan.json').write_text(text)
         table = _table(_report('icub_orientation', out, docs, monkeypatch, capsys)[0])
         assert table[('alf_lite', 'ICubWalk-v0')]['seeds'] == seeds, text
-        assert table[('alf_lite', 'ICubWalk-v1')]['seeds'] == '2', text
+        assert table[('alf_lite', 'ICubWalk-v1')]['seeds'] == seeds, text
 
 
 def test_the_launcher_reads_no_benchmark_module_after_it_started(tmp_path):

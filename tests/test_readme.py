@@ -1,6 +1,8 @@
-"""README and docs: speed claims name their resources; every relative link exists."""
+"""README and docs: speed claims name their resources; every relative link exists; the
+Layout names every module, and only paths that exist."""
 
 import re
+from pathlib import Path
 
 from cli_helpers import EXAMPLES, REPO_ROOT
 
@@ -58,6 +60,51 @@ def test_every_relative_link_and_image_of_the_docs_exists():
             assert (document.parent / path).exists(), f'{document.name} links to missing {target}'
             checked += 1
     assert checked >= 10
+
+
+def layout_paths():
+    """The paths the Layout block names in its first column: ``a/b.py, c.py`` names
+    ``a/b.py`` and ``a/c.py``."""
+    block = section('Layout').split('```')[1]
+    paths = []
+    for line in block.strip().splitlines():
+        words = line.split()
+        first = words[0].rstrip(',')
+        paths.append(first)
+        for previous, word in zip(words, words[1:]):
+            if not previous.endswith(','):
+                break
+            paths.append(str(Path(first).parent / word.rstrip(',')))
+    return block, paths
+
+
+def test_layout_names_only_paths_that_exist_and_every_module_and_script():
+    block, paths = layout_paths()
+    for path in paths:
+        assert (REPO_ROOT / path).exists(), f'Layout names {path}, which does not exist'
+    # Named in the first column, or by file name in another entry's description
+    # (``launcher.py trains them``); a package's modules are its directory's entry.
+    expected = [
+        *(REPO_ROOT / 'alf_lite').glob('*.py'),
+        *(p for p in (REPO_ROOT / 'alf_lite').glob('*/') if (p / '__init__.py').is_file()),
+        *(REPO_ROOT / 'benchmarks').glob('*.py'),
+        *(REPO_ROOT / 'benchmarks').glob('*.sh'),
+        *(REPO_ROOT / 'docker').iterdir(),
+        *(REPO_ROOT / '.ci').iterdir(),
+        *REPO_ROOT.glob('*.py'),
+        *REPO_ROOT.glob('*.ini'),
+        *REPO_ROOT.glob('*.toml'),
+        REPO_ROOT / 'Makefile',
+    ]
+    named = {path.rstrip('/') for path in paths}
+    missing = []
+    for file in expected:
+        relative = file.relative_to(REPO_ROOT).as_posix()
+        if file.name == '__init__.py' or relative in named:
+            continue
+        if not re.search(rf'(?<![\w/.]){re.escape(file.name)}\b', block):
+            missing.append(relative)
+    assert not missing, f'README Layout does not name {missing}'
 
 
 def test_every_plot_command_writes_where_plot_may_write_from_the_repository_root():
