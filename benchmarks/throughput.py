@@ -312,6 +312,9 @@ def main():
     if problem:
         parser.error(f'--env: {problem}')
     if args.ceiling_only:
+        # The ceiling line names no algorithm, env or precision: runs of several in one
+        # log would be told apart by their order alone.
+        print(f'{args.algo.upper()} {args.env}, alf_lite in {args.precision}')
         print_ceilings(args, *ceilings(args))
         return
     figures = {name: [] for name in ('alf', 'sb3', 'ratio', 'alf_warm', 'sb3_warm', 'ratio_warm')}

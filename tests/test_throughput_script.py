@@ -504,7 +504,7 @@ def test_defaults_are_the_settings_the_performance_section_quotes(monkeypatch, c
     assert not any(line.startswith('after ') for line in out)
 
 
-def test_ceiling_only_runs_no_training_and_names_the_ceilings_options(monkeypatch, capsys):
+def test_ceiling_only_runs_no_training_and_names_what_it_measured(monkeypatch, capsys):
     def no_run(args, seed):
         raise AssertionError('--ceiling_only trains no run')
 
@@ -523,10 +523,12 @@ def test_ceiling_only_runs_no_training_and_names_the_ceilings_options(monkeypatc
         monkeypatch,
         capsys,
         ['--ceiling_only', '--device', 'cuda', '--cuda_graph', '--compile']
-        + ['--threads', '3', '--sb3_threads', '2'],
+        + ['--threads', '3', '--sb3_threads', '2', '--algo', 'td3', '--precision', 'bfloat16'],
     )
     assert seen == [(None, True, True, True)]
+    # The algorithm, env and precision, which the ceiling line leaves out.
     assert out == (
+        'TD3 HalfCheetah-v5, alf_lite in bfloat16\n'
         'pure-update ceiling on cuda (alf_lite: CUDA graph, compiled): alf_lite (3 torch threads) '
         '300.0 updates/s, SB3 (2) 60.0 updates/s, ratio 5.00\n'
     )
