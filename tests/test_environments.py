@@ -340,9 +340,14 @@ def test_step_async_then_wait_is_step(use_subprocesses):
         with pytest.raises(RuntimeError, match='without a pending step_async'):
             env.step_wait()
         env.step_async(actions[0])
-        with pytest.raises(RuntimeError, match='while a step is pending'):
+        with pytest.raises(RuntimeError, match='step_async called while a step is pending'):
             env.step_async(actions[0])
+        # In process, the pending action was applied to the new episodes by step_wait.
+        for call in (env.reset, lambda: env.replay([])):
+            with pytest.raises(RuntimeError, match='called while a step is pending'):
+                call()
         env.step_wait()
+        assert env.reset(seed=4).observation.shape == (2, 3)  # nothing pending now
     for x, y in zip(stepped, waited):
         for field in ('step_type', 'observation', 'reward', 'discount'):
             assert torch.equal(getattr(x, field), getattr(y, field)), field

@@ -784,7 +784,10 @@ class BatchedEnvironment:
         Raises:
             NonFiniteEnvOutputError: when an observation is not finite (NaN,
                 infinite, or beyond float32's range), naming the env.
+            RuntimeError: while a step is pending (its action would otherwise be
+                applied to the new episodes by ``step_wait``).
         """
+        self._refuse_if_pending('reset')
         if seed is None and self._first_reset:
             seeds = self._seed
         else:
@@ -855,8 +858,7 @@ class BatchedEnvironment:
                 f'Expected an action of shape {(self.num_envs, self.action_dim)}, '
                 f'got {tuple(action.shape)}.'
             )
-        if self._pending is not None:
-            raise RuntimeError('step_async called while a step is pending; call step_wait first.')
+        self._refuse_if_pending('step_async')
         if active is not None:
             active = self._checked_active(active)
         if action.dtype not in _NUMPY_FLOAT_DTYPES:
@@ -882,6 +884,11 @@ class BatchedEnvironment:
         self._pending = env_action
         self._pending_active = active
         self._num_steps += 1
+
+    def _refuse_if_pending(self, call: str) -> None:
+        """Raise RuntimeError naming ``call`` while a step started by step_async is pending."""
+        if self._pending is not None:
+            raise RuntimeError(f'{call} called while a step is pending; call step_wait first.')
 
     def _checked_active(self, active) -> np.ndarray:
         """``step``'s ``active`` as a bool array; None when every env is in it."""
@@ -984,8 +991,7 @@ class BatchedEnvironment:
         Raises:
             RuntimeError: while a step is pending.
         """
-        if self._pending is not None:
-            raise RuntimeError('episode_records called while a step is pending.')
+        self._refuse_if_pending('episode_records')
         records = []
         for record in self._call_envs('alf_lite_episode_record'):
             if record is not None:
@@ -1009,7 +1015,9 @@ class BatchedEnvironment:
                 env could not replay it, or it replayed it to a NaN or infinite
                 observation or reward (not deterministic: the recorded episode was
                 finite); ``reset`` the envs then.
+            RuntimeError: while a step is pending.
         """
+        self._refuse_if_pending('replay')
         if len(records) != self.num_envs:
             raise EpisodeReplayError(
                 f"Environment '{self.name}': {len(records)} episode records for "
