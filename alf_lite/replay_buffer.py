@@ -26,6 +26,7 @@ import gin
 import torch
 from absl import logging
 
+from alf_lite.config import GIN_CALL_TRACE
 from alf_lite.data import Experience, StepType
 from alf_lite.device import (
     available_cpu_memory,
@@ -696,17 +697,25 @@ def check_replay_buffer_fits(
     parameters = inspect.signature(ReplayBuffer.__init__).parameters
     settings = {name: parameters[name].default for name in ('max_memory_fraction', 'device')}
     settings.update(gin.get_bindings(ReplayBuffer))
-    ReplayBuffer.__new__(ReplayBuffer)._plan(
-        num_envs,
-        length,
-        observation_dim,
-        action_dim,
-        settings['max_memory_fraction'],
-        settings['device'],
-        training_device,
-        reserved_bytes=0,
-        log=False,
-    )
+    try:
+        ReplayBuffer.__new__(ReplayBuffer)._plan(
+            num_envs,
+            length,
+            observation_dim,
+            action_dim,
+            settings['max_memory_fraction'],
+            settings['device'],
+            training_device,
+            reserved_bytes=0,
+            log=False,
+        )
+    except Exception as e:
+        # As gin marks an error raised in ReplayBuffer's constructor: called from the
+        # env's construction, the error would otherwise read as create_environment's (a
+        # device or max_memory_fraction that create_environment does not have).
+        gin.utils.augment_exception_message_and_reraise(
+            e, f"{GIN_CALL_TRACE}'ReplayBuffer' ({ReplayBuffer})"
+        )
 
 
 def _row_prefix(tensor: torch.Tensor, env: int, rows: int) -> torch.Tensor:

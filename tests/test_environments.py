@@ -1395,6 +1395,31 @@ def test_a_replay_buffer_too_large_for_the_envs_asked_is_refused_before_they_are
     assert not root_dir.exists()
 
 
+@pytest.mark.parametrize(
+    'binding, error',
+    [
+        (
+            "ReplayBuffer.device='gpu'",
+            "error: ReplayBuffer: device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'gpu'.",
+        ),
+        (
+            'ReplayBuffer.max_memory_fraction=2.0',
+            'error: ReplayBuffer: max_memory_fraction must be in (0, 1], got 2.0',
+        ),
+    ],
+)
+def test_a_replay_buffer_setting_refused_once_the_first_env_is_made_names_the_replay_buffer(
+    tmp_path, binding, error
+):
+    # Checked inside create_environment, the refusal read as create_environment's, which
+    # has no such parameter.
+    root_dir = tmp_path / 'run'
+    result = run_train(train_command(root_dir, [PENDULUM], [binding]))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == error, result.stderr[-3000:]
+    assert not root_dir.exists()
+
+
 def test_mujoco_warnings_go_to_the_log_once_each_and_leave_no_file(tmp_path):
     # MuJoCo printed each warning and appended it to MUJOCO_LOG.TXT in the working
     # directory: gymnasium's HalfCheetah model warned of a deprecated attribute at every

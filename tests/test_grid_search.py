@@ -2756,3 +2756,18 @@ def test_runs_whose_memory_does_not_fit_together_train_one_after_another(tmp_pat
     )
     assert len(spans) == 2, result.stdout
     assert spans[1][0] >= spans[0][1], spans  # the second started once the first ended
+
+
+def test_a_run_on_a_device_this_machine_lacks_fails_alone_with_its_own_error(tmp_path):
+    # Sizing the runs' memory resolved the device in the sweep itself, and the sweep
+    # ended there with a traceback, before any run.
+    write_inputs(
+        tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
+    )
+    root_dir = tmp_path / 'runs'
+    result = run_train(
+        grid_command(root_dir, '--gin_param', "TrainerConfig.device='cuda:99'"), cwd=tmp_path
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    assert 'failed in' in result.stdout and "device 'cuda:99'" in result.stdout, result.stdout

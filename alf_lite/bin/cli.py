@@ -27,19 +27,15 @@ def user_message(message: str) -> str:
     The configurable named is the innermost one the error was raised in, unless the message
     begins with its name, or with the name of a subclass of it the error passed through
     (``Td3Algorithm.exploration_noise ...``, raised in the constructor of
-    ``DdpgAlgorithm`` that ``Td3Algorithm``'s calls), or with the name of another
-    configurable it is about (``ReplayBuffer of 10000 envs ...``, raised in
-    ``create_environment`` before the envs are made).
+    ``DdpgAlgorithm`` that ``Td3Algorithm``'s calls).
     """
     # alf_lite.config.GIN_CALL_TRACE, not imported: config imports gin, and a stop signal may
     # have cut gin's own import short before this message is told.
     separator = '\n  In call to configurable '
     message, _, called = message.partition(separator)
     names = [c.split(' ')[0].strip(chr(39)) for c in called.split(separator)] if called else []
-    if (
-        names
-        and not any(message.startswith(name) and _subclass_of(name, names[0]) for name in names)
-        and not _begins_with_configurable(message)
+    if names and not any(
+        message.startswith(name) and _subclass_of(name, names[0]) for name in names
     ):
         message = f'{names[0]}: {message}'
     return _LONG_NUMBER.sub(_shortened_number, message)
@@ -52,20 +48,6 @@ _LONG_NUMBER = re.compile(r'\d{61,}')
 def _shortened_number(match: re.Match) -> str:
     digits = match[0]
     return f'{digits[:20]}... ({len(digits)} digits)'
-
-
-def _begins_with_configurable(message: str) -> bool:
-    """Whether ``message``'s first word (up to a space, '.' or ':') is a configurable's name."""
-    first = message.split(' ', 1)[0].split('.', 1)[0].split(':', 1)[0]
-    # Not imported here: a stop signal may have cut gin's import short (then no
-    # configurable is known to the message either).
-    gin = sys.modules.get('gin')
-    if gin is None or not first.isidentifier():
-        return False
-    try:
-        return gin.config._REGISTRY.get_match(first) is not None
-    except Exception:  # noqa: BLE001  (an ambiguous name, or gin half imported: not known)
-        return False
 
 
 def _subclass_of(name: str, base: str) -> bool:

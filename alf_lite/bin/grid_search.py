@@ -996,9 +996,9 @@ class SweepStop:
 def run_memory_bytes(config, env_dims: dict) -> Optional[int]:
     """The CPU memory a run of the config as parsed allocates up front: its replay buffer
     and its networks in training (parameters, gradients, optimizer state), as train's own
-    checks count them; None where it is not known here (a run on a GPU, an env that
-    cannot be made here, networks that cannot be built on torch's ``meta`` device).
-    What its envs take is not counted.
+    checks count them; None where it is not known here (a run on a GPU or on a device
+    this machine lacks, an env that cannot be made here, networks that cannot be built
+    on torch's ``meta`` device). What its envs take is not counted.
 
     Args:
         config: the run's ``TrainerConfig``.
@@ -1007,7 +1007,7 @@ def run_memory_bytes(config, env_dims: dict) -> Optional[int]:
     """
     import gin
 
-    from alf_lite.device import resolve_device
+    from alf_lite.device import DeviceUnavailableError, resolve_device
     from alf_lite.environments import create_environment
     from alf_lite.model_memory import estimate_model_bytes
     from alf_lite.replay_buffer import bytes_per_step
@@ -1015,7 +1015,8 @@ def run_memory_bytes(config, env_dims: dict) -> Optional[int]:
     try:
         if resolve_device(config.device).type != 'cpu':
             return None
-    except ValueError:  # the run's own check names it
+    # A device this machine lacks, or a misspelt one: the run's own check names it.
+    except (ValueError, DeviceUnavailableError):
         return None
     settings = gin.get_bindings(create_environment)
     key = repr(sorted(settings.items()))
