@@ -2771,3 +2771,28 @@ def test_a_run_on_a_device_this_machine_lacks_fails_alone_with_its_own_error(tmp
     assert result.returncode == 1, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
     assert 'failed in' in result.stdout and "device 'cuda:99'" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(
+    'binding, known',
+    [
+        (None, True),
+        ('create_environment.num_parallel_environments = -1', False),  # its run refuses it
+        ("ReplayBuffer.device = 'cuda:99'", False),  # not this machine's memory
+        ("create_environment.env_name = 'NoSuchEnv-v0'", False),
+    ],
+)
+def test_run_memory_bytes_counts_only_what_it_knows_to_take_cpu_memory(tmp_path, binding, known):
+    import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.bin.grid_search import run_memory_bytes
+    from alf_lite.config import parse_config
+    from alf_lite.trainer import TrainerConfig
+
+    gin_file, _ = write_inputs(tmp_path, GRID)
+    parse_config([str(gin_file)], [] if binding is None else [binding])
+    memory = run_memory_bytes(TrainerConfig(), {})
+    if known:
+        # 100 steps of Pendulum's 25 bytes, and the networks with gradients and Adam's state.
+        assert memory is not None and memory > 100 * 25
+    else:
+        assert memory is None

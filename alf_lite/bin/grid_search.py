@@ -1010,15 +1010,25 @@ def run_memory_bytes(config, env_dims: dict) -> Optional[int]:
     from alf_lite.device import DeviceUnavailableError, resolve_device
     from alf_lite.environments import create_environment
     from alf_lite.model_memory import estimate_model_bytes
-    from alf_lite.replay_buffer import bytes_per_step
+    from alf_lite.replay_buffer import ReplayBuffer, bytes_per_step
 
+    buffer_device = gin.get_bindings(ReplayBuffer).get('device')
     try:
-        if resolve_device(config.device).type != 'cpu':
+        # The networks, and the buffer where no ReplayBuffer.device says otherwise.
+        if resolve_device(config.device).type != 'cpu' or (
+            buffer_device is not None and resolve_device(buffer_device).type != 'cpu'
+        ):
             return None
     # A device this machine lacks, or a misspelt one: the run's own check names it.
     except (ValueError, DeviceUnavailableError):
         return None
     settings = gin.get_bindings(create_environment)
+    num_envs = settings.get(
+        'num_parallel_environments',
+        inspect.signature(create_environment).parameters['num_parallel_environments'].default,
+    )
+    if not isinstance(num_envs, int) or num_envs < 1:  # the run's own check names it
+        return None
     key = repr(sorted(settings.items()))
     # What the env and the networks log as they are made, each run's log has.
     with _logging_off():
@@ -1036,10 +1046,6 @@ def run_memory_bytes(config, env_dims: dict) -> Optional[int]:
         )
     if networks is None:
         return None
-    num_envs = settings.get(
-        'num_parallel_environments',
-        inspect.signature(create_environment).parameters['num_parallel_environments'].default,
-    )
     buffer = num_envs * config.replay_buffer_length * bytes_per_step(observation_dim, action_dim)
     return buffer + networks.training
 

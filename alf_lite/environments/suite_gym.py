@@ -1526,7 +1526,11 @@ def _make(spec: gymnasium.envs.registration.EnvSpec, **kwargs) -> gymnasium.Env:
             gymnasium.envs.registration.load_env_creator(spec.entry_point)
     if 'mujoco' in sys.modules:
         _log_mujoco_warnings()
-    return gymnasium.make(spec, **kwargs)
+    env = gymnasium.make(spec, **kwargs)
+    if 'mujoco' in sys.modules:
+        # An entry point that imports MuJoCo only when called: from the next env on.
+        _log_mujoco_warnings()
+    return env
 
 
 # The MuJoCo warnings this process logged (``_log_mujoco_warning``).
