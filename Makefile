@@ -56,7 +56,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/throughput.py --algo ddpg --env HalfCheetah-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS) --threads 2 --sb3_threads 1
 	$(PY) benchmarks/throughput.py --algo sac --env Humanoid-v5 --steps $(BENCH_STEPS) --pairs $(BENCH_PAIRS) --threads 2 --sb3_threads 1
 	$(PY) benchmarks/time_to_solve.py --seeds 0 1 2 --threads 2 --sb3_threads 1
-	$(PY) benchmarks/mode_switch.py
+	$(PY) benchmarks/mode_switch.py --rounds 5
 
 # The wheels benchmarks/gpu_check.sh installs on the GPU machine (Python 3.12, no
 # network), fetched here into .wheels/ (git-ignored, about 13 MB).
