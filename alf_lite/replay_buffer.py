@@ -675,6 +675,15 @@ class ReplayBuffer:
         )
 
 
+def configured_settings() -> Dict[str, object]:
+    """``max_memory_fraction`` and ``device`` as a ``ReplayBuffer`` built now would take
+    them: the config's bindings, else the defaults."""
+    parameters = inspect.signature(ReplayBuffer.__init__).parameters
+    settings = {name: parameters[name].default for name in ('max_memory_fraction', 'device')}
+    settings.update(gin.get_bindings(ReplayBuffer))
+    return settings
+
+
 def check_replay_buffer_fits(
     num_envs: int,
     length: int,
@@ -694,9 +703,7 @@ def check_replay_buffer_fits(
         ValueError: for a ``ReplayBuffer`` binding or argument out of its range.
         ReplayBufferTooLargeError: as ``ReplayBuffer`` would.
     """
-    parameters = inspect.signature(ReplayBuffer.__init__).parameters
-    settings = {name: parameters[name].default for name in ('max_memory_fraction', 'device')}
-    settings.update(gin.get_bindings(ReplayBuffer))
+    settings = configured_settings()
     try:
         ReplayBuffer.__new__(ReplayBuffer)._plan(
             num_envs,

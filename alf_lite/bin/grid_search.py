@@ -1010,9 +1010,9 @@ def run_memory_bytes(config, env_dims: dict) -> Optional[int]:
     from alf_lite.device import DeviceUnavailableError, resolve_device
     from alf_lite.environments import create_environment
     from alf_lite.model_memory import estimate_model_bytes
-    from alf_lite.replay_buffer import ReplayBuffer, bytes_per_step
+    from alf_lite.replay_buffer import bytes_per_step, configured_settings
 
-    buffer_device = gin.get_bindings(ReplayBuffer).get('device')
+    buffer_device = configured_settings()['device']
     try:
         # The networks, and the buffer where no ReplayBuffer.device says otherwise.
         if resolve_device(config.device).type != 'cpu' or (
@@ -1101,17 +1101,12 @@ def memory_text(todo: List[GridRun], memory: Dict[str, Optional[int]], max_worke
         budget; ``(None, None)`` where no run's memory is known here.
     """
     from alf_lite.device import available_cpu_memory
-    from alf_lite.replay_buffer import ReplayBuffer
+    from alf_lite.replay_buffer import configured_settings
 
     known = sorted((memory.get(run.name) or 0 for run in todo), reverse=True)
     if not any(known):
         return None, None
-    import gin
-
-    fraction = gin.get_bindings(ReplayBuffer).get(
-        'max_memory_fraction',
-        inspect.signature(ReplayBuffer.__init__).parameters['max_memory_fraction'].default,
-    )
+    fraction = configured_settings()['max_memory_fraction']
     available = available_cpu_memory()[0]
     budget = int(fraction * available)
     at_once = sum(known[:max_workers])

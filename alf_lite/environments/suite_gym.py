@@ -479,12 +479,10 @@ class _SyncVectorEnv(SyncVectorEnv):
         """``SyncVectorEnv.step``, returning no infos; with ``active``, only the envs where it
         is True are called.
 
-        The infos are left out: ``BatchedEnvironment`` uses none, and merging
-        each env's info dict into arrays at every step is slow, and fails for
-        values that do not stack (arrays whose length differs from env to env).
-        An env left out is not called: its results repeat those of its latest
-        call, and its next step goes on from where it is (a reset if it ended
-        its episode).
+        The infos are left out, as every env passes them on empty
+        (``_NamedEnv._checked``). An env left out is not called: its results
+        repeat those of its latest call, and its next step goes on from where it
+        is (a reset if it ended its episode).
         """
         envs = range(self.num_envs) if active is None else np.flatnonzero(active)
         for i in envs:
