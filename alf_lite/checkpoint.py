@@ -59,13 +59,16 @@ def save_checkpoint(
     state: dict,
     replay_buffer_state: Optional[dict] = None,
     name: Optional[str] = None,
+    keep: Optional[int] = None,
 ) -> str:
     """Write ``checkpoint_dir/ckpt-<env_steps>/`` via a temporary directory and a rename.
 
     The other checkpoints keep their model file but lose their replay buffer
     file, so only the one just written holds a (possibly large) replay buffer. If
     writing or the rename fails (e.g. a full disk), the temporary directory is
-    removed and the existing checkpoints are untouched.
+    removed and the existing checkpoints are untouched. With ``keep``, once the
+    new checkpoint is on the disk, the other regular checkpoints but the
+    ``keep - 1`` of the most env steps are removed.
 
     Args:
         checkpoint_dir: parent directory of all checkpoints.
@@ -73,7 +76,11 @@ def save_checkpoint(
         state: everything but the replay buffer (networks, optimizers, RNG, counters).
         replay_buffer_state: the replay buffer's ``state_dict()``, or None.
         name: directory name instead of ``ckpt-<env_steps>``; such a checkpoint
-            is kept aside: resume never picks it and it prunes nothing.
+            is kept aside: resume never picks it, it prunes nothing and nothing
+            removes it.
+        keep: how many regular checkpoints to keep, the one just written
+            included; None keeps all. A checkpoint that cannot be removed stays,
+            with a warning.
 
     Returns:
         the path of the complete checkpoint.
@@ -107,15 +114,39 @@ def save_checkpoint(
     if regular:
         # Not by step: after a resume past a corrupt newer checkpoint, the one
         # just written is the run's newest state even though its step is lower.
-        for path in list_checkpoints(checkpoint_dir):
-            if path == final:
-                continue
+        others = [path for path in list_checkpoints(checkpoint_dir) if path != final]
+        if keep is not None:
+            num_removed = max(0, len(others) - (keep - 1))
+            for path in others[:num_removed]:
+                _remove_checkpoint(path)
+            others = others[num_removed:]
+        for path in others:
             rb = os.path.join(path, REPLAY_BUFFER_FILE)
             # Not a directory of that name (no file alf_lite wrote, which a resume skipped as
             # unreadable): os.remove would fail this save, and every one after it.
             if os.path.isfile(rb):
                 os.remove(rb)
     return final
+
+
+def _remove_checkpoint(path: str) -> None:
+    """Remove the regular checkpoint ``path``; a warning where it cannot be.
+
+    It is renamed out of the regular names first, so that a kill during the
+    removal leaves no partial ``ckpt-<env_steps>`` (the next start removes the
+    rest as a write left unfinished).
+    """
+    removing = os.path.join(
+        os.path.dirname(path),
+        f'{_TEMPORARY_PREFIX}{os.path.basename(path)}-removed-{os.getpid()}',
+    )
+    try:
+        os.rename(path, removing)
+    except OSError as e:
+        logging.warning('could not remove the old checkpoint %s (%s); it is kept', path, e)
+        return
+    shutil.rmtree(removing, ignore_errors=True)
+    logging.info('removed the old checkpoint %s', path)
 
 
 def file_sizes(path: str) -> Dict[str, int]:
@@ -801,10 +832,11 @@ def save_trainer_state(
     state: TrainerState,
     replay_buffer_state: Optional[dict] = None,
     name: Optional[str] = None,
+    keep: Optional[int] = None,
 ) -> str:
     """``save_checkpoint`` of a trainer's state at its env steps; returns the checkpoint's path."""
     return save_checkpoint(
-        checkpoint_dir, state.env_steps, state._asdict(), replay_buffer_state, name
+        checkpoint_dir, state.env_steps, state._asdict(), replay_buffer_state, name, keep
     )
 
 

@@ -121,6 +121,11 @@ class TrainerConfig:
             memory (an ICubWalk-v0 env takes about 120 MB) and take longer.
         checkpoint_interval: write a checkpoint every this many env steps
             (and always at the end).
+        max_checkpoints_to_keep: keep only this many of the newest
+            checkpoints, removing older ones as each new one is written (the
+            state kept aside at a fault, ``last_good-<env_steps>``, always
+            stays); None keeps every one. A resume falls back to an older
+            checkpoint only where one is kept.
         torch_num_threads: torch intra-op threads; 1 is usually fastest for
             small networks when anything else runs on the machine.
         mask_out_loss_for_last_step: drop the loss of each transition from a
@@ -170,6 +175,7 @@ class TrainerConfig:
         num_eval_episodes: int = 10,
         num_eval_environments: Optional[int] = None,
         checkpoint_interval: int = 10_000,
+        max_checkpoints_to_keep: Optional[int] = None,
         torch_num_threads: int = 1,
         mask_out_loss_for_last_step: bool = True,
         checkpoint_replay_buffer: bool = True,
@@ -233,6 +239,13 @@ class TrainerConfig:
                 'TrainerConfig.num_eval_environments must be a positive integer or None, got '
                 f'{num_eval_environments!r}.'
             )
+        if max_checkpoints_to_keep is not None and (
+            not _is_integer(max_checkpoints_to_keep) or max_checkpoints_to_keep <= 0
+        ):
+            raise ValueError(
+                'TrainerConfig.max_checkpoints_to_keep must be a positive integer or None '
+                f'(None keeps every checkpoint), got {max_checkpoints_to_keep!r}.'
+            )
         if defer_non_finite_checks is not None and not isinstance(
             defer_non_finite_checks, (bool, np.bool_)
         ):
@@ -270,6 +283,9 @@ class TrainerConfig:
             num_eval_environments or num_eval_episodes, num_eval_episodes
         )
         self.checkpoint_interval = checkpoint_interval
+        self.max_checkpoints_to_keep = (
+            None if max_checkpoints_to_keep is None else int(max_checkpoints_to_keep)
+        )
         self.torch_num_threads = torch_num_threads
         self.mask_out_loss_for_last_step = mask_out_loss_for_last_step
         self.checkpoint_replay_buffer = checkpoint_replay_buffer
@@ -716,7 +732,9 @@ class Trainer:
         # Only now: a resume refused above leaves them where they were.
         ckpt.move_aside(unreadable)
         for path in ckpt.remove_temporary_checkpoints(self._run_dir.checkpoint_dir):
-            logging.warning('removed %s, left by a checkpoint write that never completed', path)
+            logging.warning(
+                'removed %s, left by a checkpoint write or removal that never completed', path
+            )
         description = describe_device(self._device)
         logging.info('device: %s', description)
         no_update = self._why_no_update()
@@ -1078,7 +1096,9 @@ class Trainer:
             if self._summary is not None:
                 # On the disk before the checkpoint, as the progress.csv rows are.
                 self._summary.sync()
-            path = ckpt.save_trainer_state(self._run_dir.checkpoint_dir, state, rb, name)
+            path = ckpt.save_trainer_state(
+                self._run_dir.checkpoint_dir, state, rb, name, self._config.max_checkpoints_to_keep
+            )
         except OSError as e:
             raise TrainingError(
                 f'could not write the checkpoint at env step {self._env_steps}: '

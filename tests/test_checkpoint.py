@@ -9,6 +9,7 @@ import pickle
 import pickletools
 import random
 import re
+import shutil
 import stat
 import struct
 import tarfile
@@ -499,6 +500,68 @@ def test_a_last_good_save_keeps_the_replay_buffer_of_the_regular_checkpoints(tmp
     # Resume still picks ckpt-100, with its buffer.
     _, rb = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path)))
     assert_same(rb, make_replay_buffer_state(1))
+
+
+def test_keep_removes_the_oldest_regular_checkpoints_never_the_one_written_or_kept_aside(
+    tmp_path,
+):
+    ckpt.save_checkpoint(str(tmp_path), 50, make_state(5), None, name='last_good-50')
+    for step in (100, 200, 300, 400):
+        ckpt.save_checkpoint(
+            str(tmp_path), step, make_state(step // 100), make_replay_buffer_state(step), keep=2
+        )
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-300', 'ckpt-400', 'last_good-50']
+    assert not (tmp_path / 'ckpt-300' / ckpt.REPLAY_BUFFER_FILE).exists()
+    _, rb = ckpt.load_checkpoint(str(tmp_path / 'ckpt-400'))
+    assert_same(rb, make_replay_buffer_state(400))
+    # After a resume past a newer checkpoint, the one written is kept though its step is lower.
+    ckpt.save_checkpoint(str(tmp_path), 350, make_state(3), make_replay_buffer_state(3), keep=1)
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-350', 'last_good-50']
+    # None keeps every one.
+    for step in (500, 600):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(6), None)
+    assert len(list_checkpoints(str(tmp_path))) == 3
+
+
+def test_a_removal_is_never_half_done_under_a_regular_name(tmp_path, monkeypatch, caplog):
+    for step in (100, 200):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(1), None)
+    # Killed while removing ckpt-100: the directory it was renamed to is half removed.
+    removed = []
+    real_rmtree = shutil.rmtree
+
+    def killed(path, **kwargs):
+        if '-removed-' not in path:
+            return real_rmtree(path, **kwargs)
+        removed.append(path)
+        os.remove(os.path.join(path, ckpt.MODEL_FILE))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckpt.shutil, 'rmtree', killed)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(str(tmp_path), 300, make_state(3), None, keep=2)
+    monkeypatch.undo()
+    assert [os.path.basename(p) for p in removed] == [f'.tmp-ckpt-100-removed-{os.getpid()}']
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [
+        'ckpt-200',
+        'ckpt-300',
+    ]
+    assert ckpt.remove_temporary_checkpoints(str(tmp_path)) == removed
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-200', 'ckpt-300']
+    # One that cannot be renamed stays, with a warning, and the save succeeds.
+    real_rename = os.rename
+
+    def refused(src, dst):
+        if os.path.basename(src) == 'ckpt-200':
+            raise PermissionError(errno.EACCES, 'Permission denied')
+        real_rename(src, dst)
+
+    monkeypatch.setattr(ckpt.os, 'rename', refused)
+    with caplog.at_level(logging.WARNING):
+        path = ckpt.save_checkpoint(str(tmp_path), 400, make_state(4), None, keep=1)
+    assert path == str(tmp_path / 'ckpt-400')
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-200', 'ckpt-400']
+    assert f'could not remove the old checkpoint {tmp_path / "ckpt-200"}' in caplog.text
 
 
 def test_corrupt_replay_buffer_of_the_newest_checkpoint_resumes_it_without_the_buffer(tmp_path):

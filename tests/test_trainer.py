@@ -1833,6 +1833,47 @@ def test_num_eval_environments_that_is_no_positive_integer_is_refused(bad):
         TrainerConfig(num_eval_environments=bad)
 
 
+@pytest.mark.parametrize('bad', [0, -1, True, 2.0, '2'])
+def test_max_checkpoints_to_keep_that_is_no_positive_integer_is_refused(bad):
+    with pytest.raises(ValueError, match='max_checkpoints_to_keep must be a positive integer'):
+        TrainerConfig(max_checkpoints_to_keep=bad)
+
+
+def test_max_checkpoints_to_keep_keeps_the_newest_and_a_resume_goes_on_from_the_latest(
+    tmp_path, caplog
+):
+    params = [
+        'TrainerConfig.checkpoint_interval = 100',
+        'TrainerConfig.eval_interval = 200',
+        'TrainerConfig.summary_interval = 100',
+        'TrainerConfig.max_checkpoints_to_keep = 2',
+    ]
+    train(tmp_path / 'kept', 'TrainerConfig.num_env_steps = 400', *params)
+    checkpoints = tmp_path / 'kept' / 'checkpoints'
+    assert sorted(os.listdir(checkpoints)) == ['ckpt-300', 'ckpt-400']
+    assert (checkpoints / 'ckpt-400' / ckpt.REPLAY_BUFFER_FILE).is_file()
+    with caplog.at_level(logging.INFO):
+        train(tmp_path / 'kept', 'TrainerConfig.num_env_steps = 600', *params[:-1])
+    # Resumed from ckpt-400; without the setting every checkpoint written since is kept.
+    assert sorted(os.listdir(checkpoints)) == ['ckpt-300', 'ckpt-400', 'ckpt-500', 'ckpt-600']
+    assert 'removed the old checkpoint' not in caplog.text
+    train(tmp_path / 'all', 'TrainerConfig.num_env_steps = 600', *params[:-1])
+    assert sorted(os.listdir(tmp_path / 'all' / 'checkpoints')) == [
+        f'ckpt-{step}' for step in range(100, 700, 100)
+    ]
+    # Training on is the same whether older checkpoints were removed or not.
+    assert read_csv(tmp_path / 'kept' / 'progress.csv') == read_csv(
+        tmp_path / 'all' / 'progress.csv'
+    )
+    train(
+        tmp_path / 'kept',
+        'TrainerConfig.num_env_steps = 700',
+        *params[:-2],
+        ('TrainerConfig.max_checkpoints_to_keep = 1'),
+    )
+    assert sorted(os.listdir(checkpoints)) == ['ckpt-700']
+
+
 def test_no_more_eval_envs_than_episodes_are_built():
     assert TrainerConfig(num_eval_episodes=3, num_eval_environments=8).num_eval_environments == 3
     assert TrainerConfig(num_eval_episodes=3).num_eval_environments == 3
