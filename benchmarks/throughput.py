@@ -382,7 +382,8 @@ def print_ceilings(args, alf_ceiling, sb3_top):
     print(
         f'pure-update ceiling on {args.device}'
         f'{" (alf_lite: " + ", ".join(options) + ")" if options else ""}: '
-        f'alf_lite ({args.threads} torch threads) {alf_ceiling:.1f} updates/s, '
+        f'alf_lite ({args.threads} torch thread{"s" if args.threads != 1 else ""}) '
+        f'{alf_ceiling:.1f} updates/s, '
         f'SB3 ({args.sb3_threads}) {sb3_top:.1f} updates/s, ratio {alf_ceiling / sb3_top:.2f}'
     )
 

@@ -584,3 +584,9 @@ def test_a_count_below_one_is_refused_naming_its_flag(monkeypatch, capsys, flag)
         run_main(monkeypatch, capsys, [flag, '0'])
     assert e.value.code == 2
     assert f'{flag} must be at least 1, not 0' in capsys.readouterr().err
+
+
+def test_the_ceiling_line_says_thread_for_one(capsys):
+    args = throughput.build_parser().parse_args(['--threads', '1'])
+    throughput.print_ceilings(args, 90.0, 60.0)
+    assert 'alf_lite (1 torch thread) 90.0 updates/s' in capsys.readouterr().out
