@@ -65,6 +65,7 @@ RESUME_SAFE_PARAMETERS = (
     'TrainerConfig.summary_interval',
     'TrainerConfig.eval_interval',
     'TrainerConfig.checkpoint_interval',
+    'TrainerConfig.max_checkpoints_to_keep',
     'TrainerConfig.num_eval_episodes',
     'TrainerConfig.num_eval_environments',
     'TrainerConfig.torch_num_threads',
