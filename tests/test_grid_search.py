@@ -737,6 +737,31 @@ def test_a_searched_value_is_bound_as_the_gin_value_its_json_spells(tmp_path, va
     assert grid_search.expand_grid(space) == [('seed=0', 0, [f'x.y={text}'])]
 
 
+def test_a_search_of_seeds_alone_names_each_run_by_its_seed(tmp_path):
+    from alf_lite.bin import grid_search
+
+    space = load_space(tmp_path, {'parameters': {}, 'repeats': [0, 3]})
+    assert grid_search.expand_grid(space) == [('seed=0', 0, []), ('seed=3', 3, [])]
+
+
+def test_a_sweep_of_seeds_alone_trains_each_seed_of_the_config(tmp_path):
+    directory = tmp_path / 'sweep'
+    write_inputs(directory, {'parameters': {}, 'repeats': 2})
+    root_dir = directory / 'runs'
+    result = run_grid(directory, root_dir, '--max_workers', '2')
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = summary(root_dir)
+    assert sorted(rows) == ['seed=0', 'seed=1']
+    assert {r['status'] for r in rows.values()} == {'finished'}
+    for seed in (0, 1):
+        run_dir = root_dir / f'seed={seed}'
+        assert checkpoint_steps(run_dir)[-1] == NUM_ENV_STEPS
+        assert f'TrainerConfig.random_seed = {seed}' in (run_dir / 'config.gin').read_text()
+    assert deterministic_progress(root_dir / 'seed=0') != deterministic_progress(
+        root_dir / 'seed=1'
+    )
+
+
 @pytest.mark.parametrize(
     'grid, message',
     [
@@ -750,12 +775,16 @@ def test_a_searched_value_is_bound_as_the_gin_value_its_json_spells(tmp_path, va
         ),
         ({'parameters': {'x.y': []}, 'repeats': 1}, "the values of 'x.y' must be a non-empty list"),
         (
+            {'parameters': [['x.y', [1]]], 'repeats': 1},
+            "must map gin names to lists of values ({} for seeds alone), got [['x.y', [1]]]",
+        ),
+        (
             {'parameters': {'x.y,': [1, 2]}, 'repeats': 1},
             "'x.y,' names an empty parameter (a stray comma?)",
         ),
         ({'parameters': {'': [1, 2]}, 'repeats': 1}, "'' names an empty parameter"),
     ],
-    ids=['unknown key', 'seed searched', 'no value', 'stray comma', 'empty name'],
+    ids=['unknown key', 'seed searched', 'no value', 'no mapping', 'stray comma', 'empty name'],
 )
 def test_a_search_config_that_would_not_sweep_as_written_is_refused(tmp_path, grid, message):
     with pytest.raises(ValueError, match=re.escape(message)):

@@ -14,6 +14,8 @@ names sets them all to the same value. A JSON string is gin text as on the
 right of a ``--gin_param`` (``"'Pendulum-v1'"`` is a string, ``"@GaussianNoise()"``
 a reference), a list becomes a tuple, numbers, true, false and null are
 themselves. ``repeats`` is a number of seeds (0, 1, ...) or a list of seeds >= 0.
+``{"parameters": {}, "repeats": 5}`` trains the config's seeds 0-4 alone, named
+``seed=0`` ... ``seed=4``.
 
 Each combination and seed trains in ``root_dir/<name>``, named after the
 parameters that take several values (in the order of ``parameters``, each by
@@ -317,8 +319,11 @@ def load_search_space(path: str) -> SearchSpace:
             f'and "repeats", got {sorted(spec) if isinstance(spec, dict) else spec}'
         )
     parameters = spec['parameters']
-    if not isinstance(parameters, dict) or not parameters:
-        raise ValueError(f'"parameters" in {path} must map gin names to lists of values')
+    if not isinstance(parameters, dict):
+        raise ValueError(
+            f'"parameters" in {path} must map gin names to lists of values ({{}} for seeds '
+            f'alone), got {parameters!r}'
+        )
     space, keys = [], {}
     for key, values in parameters.items():
         names = tuple(n.strip() for n in key.split(','))
