@@ -68,7 +68,8 @@ def save_checkpoint(
     writing or the rename fails (e.g. a full disk), the temporary directory is
     removed and the existing checkpoints are untouched. With ``keep``, once the
     new checkpoint is on the disk, the other regular checkpoints but the
-    ``keep - 1`` of the most env steps are removed.
+    ``keep - 1`` of the most env steps are removed (directories only: a file or
+    a link of such a name is left alone).
 
     Args:
         checkpoint_dir: parent directory of all checkpoints.
@@ -116,16 +117,29 @@ def save_checkpoint(
         # just written is the run's newest state even though its step is lower.
         others = [path for path in list_checkpoints(checkpoint_dir) if path != final]
         if keep is not None:
-            num_removed = max(0, len(others) - (keep - 1))
-            for path in others[:num_removed]:
+            # Only a directory is a checkpoint written here: a file or a link of such a
+            # name is someone else's, neither counted nor removed.
+            written = [path for path in others if os.path.isdir(path) and not os.path.islink(path)]
+            removed = written[: max(0, len(written) - (keep - 1))]
+            for path in removed:
                 _remove_checkpoint(path)
-            others = others[num_removed:]
+            others = [path for path in others if path not in removed]
         for path in others:
             rb = os.path.join(path, REPLAY_BUFFER_FILE)
             # Not a directory of that name (no file alf_lite wrote, which a resume skipped as
             # unreadable): os.remove would fail this save, and every one after it.
             if os.path.isfile(rb):
-                os.remove(rb)
+                try:
+                    os.remove(rb)
+                except OSError as e:
+                    # A read-only checkpoint: the new one is written all the same, and the
+                    # run goes on. Only the space the old buffer takes is not freed.
+                    logging.warning(
+                        'could not remove the replay buffer of the older checkpoint %s (%s); '
+                        'it is kept',
+                        path,
+                        e,
+                    )
     return final
 
 
@@ -134,7 +148,10 @@ def _remove_checkpoint(path: str) -> None:
 
     It is renamed out of the regular names first, so that a kill during the
     removal leaves no partial ``ckpt-<env_steps>`` (the next start removes the
-    rest as a write left unfinished).
+    rest as a write left unfinished). One whose files cannot all be removed (a
+    read-only directory) goes back under its name while its model file is
+    whole: it is still a checkpoint, which under a temporary name resume and
+    play would no longer see.
     """
     removing = os.path.join(
         os.path.dirname(path),
@@ -145,7 +162,22 @@ def _remove_checkpoint(path: str) -> None:
     except OSError as e:
         logging.warning('could not remove the old checkpoint %s (%s); it is kept', path, e)
         return
-    shutil.rmtree(removing, ignore_errors=True)
+    try:
+        shutil.rmtree(removing)
+    except OSError as e:
+        if os.path.isfile(os.path.join(removing, MODEL_FILE)):
+            with contextlib.suppress(OSError):
+                os.rename(removing, path)
+        if os.path.lexists(path):
+            logging.warning('could not remove the old checkpoint %s (%s); it is kept', path, e)
+        else:
+            logging.warning(
+                'could not remove all of the old checkpoint %s (%s); what is left is in %s',
+                path,
+                e,
+                removing,
+            )
+        return
     logging.info('removed the old checkpoint %s', path)
 
 
@@ -179,9 +211,10 @@ def _replace_files(new: str, final: str) -> None:
 def remove_temporary_checkpoints(checkpoint_dir: str) -> List[str]:
     """Remove what checkpoint writes left unfinished (killed mid-save); returns the paths removed.
 
-    They are never loaded, but one may hold a whole replay buffer. Call it only
-    while holding the run's ``RunDirLock``: a write under way in another
-    process would be removed too.
+    They are never loaded, but one may hold a whole replay buffer. One that
+    cannot be removed is left, with a warning. Call it only while holding the
+    run's ``RunDirLock``: a write under way in another process would be
+    removed too.
     """
     if not os.path.isdir(checkpoint_dir):
         return []
@@ -190,7 +223,14 @@ def remove_temporary_checkpoints(checkpoint_dir: str) -> List[str]:
         if name.startswith(_TEMPORARY_PREFIX):
             path = os.path.join(checkpoint_dir, name)
             shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+            if os.path.lexists(path):
+                logging.warning(
+                    'could not remove %s, left by a checkpoint write or removal that never '
+                    'completed; remove it yourself',
+                    path,
+                )
+            else:
+                removed.append(path)
     return removed
 
 

@@ -12,6 +12,7 @@ import re
 import shutil
 import stat
 import struct
+import subprocess
 import tarfile
 import tracemalloc
 import zipfile
@@ -562,6 +563,87 @@ def test_a_removal_is_never_half_done_under_a_regular_name(tmp_path, monkeypatch
     assert path == str(tmp_path / 'ckpt-400')
     assert sorted(os.listdir(tmp_path)) == ['ckpt-200', 'ckpt-400']
     assert f'could not remove the old checkpoint {tmp_path / "ckpt-200"}' in caplog.text
+
+
+@contextlib.contextmanager
+def undeletable(path, root):
+    """Make file ``path`` impossible to delete for this process, as a read-only checkpoint
+    directory makes its files for a user: root deletes from one, so there the file is made
+    immutable (``chattr +i``), where the file system lets it be. Undone under ``root``
+    wherever the file was moved to."""
+    if os.geteuid() != 0:
+        os.chmod(os.path.dirname(path), 0o555)
+        try:
+            yield
+        finally:
+            for directory, _, _ in os.walk(root):
+                os.chmod(directory, 0o755)
+        return
+    if subprocess.run(['chattr', '+i', path], capture_output=True).returncode != 0:
+        pytest.skip('root deletes from a read-only directory, and chattr +i is not available')
+    try:
+        yield
+    finally:
+        subprocess.run(['chattr', '-R', '-i', str(root)], check=True)
+
+
+def test_an_old_checkpoint_that_cannot_be_removed_stays_a_checkpoint(tmp_path, caplog):
+    for step in (100, 200):
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(step // 100), None)
+    with undeletable(str(tmp_path / 'ckpt-100' / ckpt.MODEL_FILE), tmp_path):
+        with caplog.at_level(logging.INFO):
+            ckpt.save_checkpoint(str(tmp_path), 300, make_state(3), None, keep=1)
+            # Nothing half removed is left for the next start to report as removed.
+            assert ckpt.remove_temporary_checkpoints(str(tmp_path)) == []
+    # Neither hidden under a temporary name nor reported as removed: resume and play see it.
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-300']
+    assert f'could not remove the old checkpoint {tmp_path / "ckpt-100"}' in caplog.text
+    assert f'removed the old checkpoint {tmp_path / "ckpt-100"}' not in caplog.text
+    state, _ = ckpt.load_checkpoint(str(tmp_path / 'ckpt-100'))
+    assert_same(state, make_state(1))
+    # Once it can be, the next save removes it.
+    ckpt.save_checkpoint(str(tmp_path), 400, make_state(4), None, keep=1)
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-400']
+
+
+def test_a_replay_buffer_that_cannot_be_removed_fails_no_save(tmp_path, caplog):
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    buffer = tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE
+    with undeletable(str(buffer), tmp_path), caplog.at_level(logging.WARNING):
+        path = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), make_replay_buffer_state(2))
+    assert path == str(tmp_path / 'ckpt-200')
+    assert f'could not remove the replay buffer of the older checkpoint {buffer.parent}' in (
+        caplog.text
+    )
+    for step in (1, 2):
+        state, rb = ckpt.load_checkpoint(str(tmp_path / f'ckpt-{step}00'))
+        assert_same(state, make_state(step))
+        assert_same(rb, make_replay_buffer_state(step))
+
+
+def test_keep_removes_no_file_or_link_that_has_a_checkpoint_name(tmp_path, caplog):
+    (tmp_path / 'ckpt-50').write_text('notes')
+    archived = tmp_path / 'archive' / 'ckpt-60'
+    ckpt.save_checkpoint(str(tmp_path / 'archive'), 60, make_state(6), None)
+    os.symlink(archived, tmp_path / 'ckpt-60')
+    with caplog.at_level(logging.INFO):
+        for step in (100, 200, 300):
+            ckpt.save_checkpoint(str(tmp_path), step, make_state(step // 100), None, keep=1)
+    assert sorted(os.listdir(tmp_path)) == ['archive', 'ckpt-300', 'ckpt-50', 'ckpt-60']
+    assert (tmp_path / 'ckpt-50').read_text() == 'notes'
+    assert_same(ckpt.load_checkpoint(str(tmp_path / 'ckpt-60'))[0], make_state(6))
+    assert 'ckpt-50' not in caplog.text and 'ckpt-60' not in caplog.text
+
+
+def test_a_temporary_checkpoint_that_cannot_be_removed_is_not_reported_removed(tmp_path, caplog):
+    left = tmp_path / '.tmp-ckpt-100-removed-1'
+    left.mkdir()
+    (left / 'notes.txt').write_text('kept')
+    with undeletable(str(left / 'notes.txt'), tmp_path), caplog.at_level(logging.WARNING):
+        assert ckpt.remove_temporary_checkpoints(str(tmp_path)) == []
+    assert f'could not remove {left}' in caplog.text
+    assert ckpt.remove_temporary_checkpoints(str(tmp_path)) == [str(left)]
+    assert os.listdir(tmp_path) == []
 
 
 def test_corrupt_replay_buffer_of_the_newest_checkpoint_resumes_it_without_the_buffer(tmp_path):
