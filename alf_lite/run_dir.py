@@ -66,6 +66,8 @@ RESUME_SAFE_PARAMETERS = (
     'TrainerConfig.eval_interval',
     'TrainerConfig.checkpoint_interval',
     'TrainerConfig.max_checkpoints_to_keep',
+    # What a checkpoint holds, not what the run learns: turned off when the disk fills up.
+    'TrainerConfig.checkpoint_replay_buffer',
     'TrainerConfig.num_eval_episodes',
     'TrainerConfig.num_eval_environments',
     'TrainerConfig.torch_num_threads',

@@ -237,6 +237,7 @@ README_RESUME_SAFE = {
     'TrainerConfig.eval_interval': ('100', '500'),
     'TrainerConfig.checkpoint_interval': ('100', '500'),
     'TrainerConfig.max_checkpoints_to_keep': ('2', 'None'),
+    'TrainerConfig.checkpoint_replay_buffer': ('False', 'True'),
     'TrainerConfig.num_eval_episodes': ('1', '10'),
     'TrainerConfig.num_eval_environments': ('2', 'None'),
     'TrainerConfig.torch_num_threads': ('1', '2'),
