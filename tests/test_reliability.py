@@ -51,6 +51,7 @@ from cli_helpers import (
     run_python,
     run_train,
     send_as_user,
+    signal_on_import,
     sigterm_as_the_training_envs_give_episodes,
     start_in_own_session,
     start_train,
@@ -1006,6 +1007,23 @@ def test_a_signal_while_train_imports_torch_stops_it_with_one_line(tmp_path):
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: SIGTERM arrived outside'), lines
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_signal_that_cuts_torchs_lazy_import_short_still_stops_train_by_that_signal(tmp_path):
+    # torch.use_deterministic_algorithms imports torch's compiler, and sympy with it, on its
+    # first call, as the trainer starts; the signal arrives inside sympy's import, and the
+    # trainer's clean-up calls the function again, which fails on the half-imported sympy.
+    root_dir = tmp_path / 'run'
+    command = train_command(root_dir, [PENDULUM], SHORT)
+    prelude = signal_on_import(signal.SIGINT, 'sympy.simplify')
+    result = run_train(with_prelude(command, prelude, alter_sys=True))
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    # The clean-up's failure is named, after the signal that caused it.
+    assert 'while stopping for SIGINT: AttributeError' in result.stderr, result.stderr[-3000:]
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith('error: SIGINT arrived outside the training loop'), last_line
     assert os.listdir(tmp_path) == []
 
 

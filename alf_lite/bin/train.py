@@ -165,32 +165,50 @@ def main(argv):
             stop_when_starter_ends()
             train(root_dir, signals)
     except (TrainingInterrupted, InterruptedOutsideTraining) as e:
-        # The run stops for this signal: another one while the process exits (a second
-        # Ctrl-C, each of which grid_search passes on) would end it by that signal, with
-        # no exit code of its own.
-        for s in STOP_SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
-        interrupted = _training_interrupted(e)
-        if interrupted is not None:
-            # Also when the other signal came while the trainer closed, outside the loop.
-            logging.warning(
-                '%s: checkpoint written, env processes closed; re-run the same '
-                'command to continue.',
-                interrupted,
-            )
-            sys.exit(EXIT_SIGNAL_BASE + interrupted.signum)
-        # The trainer, if built, closed its env processes on the way here.
-        if not root_dir_existed:
-            # Left empty by the lock if the signal came before the config was written.
-            with contextlib.suppress(OSError):
-                os.rmdir(root_dir)
-        fail(str(e), exit_code=EXIT_SIGNAL_BASE + e.signum)
+        _stop_for_signal(e, root_dir, root_dir_existed)
+    except Exception as e:
+        # A signal at start-up can cut a module's first import short (torch imports its
+        # compiler inside torch.use_deterministic_algorithms), and the clean-up that runs on
+        # the way out can then fail on the half-imported module: the signal ended the run.
+        interrupted = _arrived_while(e, InterruptedOutsideTraining)
+        if interrupted is None:
+            raise
+        logging.warning(
+            'while stopping for %s: %s: %s',
+            signal.Signals(interrupted.signum).name,
+            type(e).__name__,
+            e,
+        )
+        _stop_for_signal(interrupted, root_dir, root_dir_existed)
 
 
-def _training_interrupted(error: BaseException):
-    """The ``TrainingInterrupted`` that ``error`` is, or arrived while handling; or None."""
+def _stop_for_signal(e, root_dir: str, root_dir_existed: bool) -> None:
+    """Exit with ``EXIT_SIGNAL_BASE`` plus the number of the signal that stopped train."""
+    # The run stops for this signal: another one while the process exits (a second
+    # Ctrl-C, each of which grid_search passes on) would end it by that signal, with
+    # no exit code of its own.
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    interrupted = _arrived_while(e, TrainingInterrupted)
+    if interrupted is not None:
+        # Also when the other signal came while the trainer closed, outside the loop.
+        logging.warning(
+            '%s: checkpoint written, env processes closed; re-run the same command to continue.',
+            interrupted,
+        )
+        sys.exit(EXIT_SIGNAL_BASE + interrupted.signum)
+    # The trainer, if built, closed its env processes on the way here.
+    if not root_dir_existed:
+        # Left empty by the lock if the signal came before the config was written.
+        with contextlib.suppress(OSError):
+            os.rmdir(root_dir)
+    fail(str(e), exit_code=EXIT_SIGNAL_BASE + e.signum)
+
+
+def _arrived_while(error: BaseException, kind: type):
+    """The exception of ``kind`` that ``error`` is, or arrived while handling; or None."""
     while error is not None:
-        if isinstance(error, TrainingInterrupted):
+        if isinstance(error, kind):
             return error
         error = error.__context__
     return None
