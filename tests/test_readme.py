@@ -1,5 +1,6 @@
 """README and docs: speed claims name their resources; every relative link exists; the
-Layout names every module, and only paths that exist."""
+Layout names every module, and only paths that exist; the Results table is what its kept
+runs give."""
 
 import re
 from pathlib import Path
@@ -210,3 +211,35 @@ def test_the_scalars_table_names_every_scalar_runs_write_and_runs_write_each_one
         assert columns <= documented, f'{name} writes {columns - documented}, not in README'
         written |= {c for c in columns if any(row[c] != '' for row in rows)}
     assert documented == written, f'README names {documented - written}, which no run wrote'
+
+
+def test_the_examples_results_table_is_what_its_kept_runs_give():
+    import csv
+
+    results = REPO_ROOT / 'benchmarks' / 'results' / 'examples' / 'pendulum'
+    cells = r' \| '.join([r'(-?[\d.]+)'] * 4)  # seeds 0, 1, 2 and their mean
+    rows = re.findall(
+        rf'^\| `(\w+)_pendulum\.gin` \| {cells} \| (\d+)-(\d+) s \| (\d+)-(\d+) \|$',
+        section('Results'),
+        re.M,
+    )
+    assert sorted(row[0] for row in rows) == ['ddpg', 'sac', 'td3']
+    for example, *returns, mean, wall_min, wall_max, speed_min, speed_max in rows:
+        sweep = results / f'{example}_pendulum'
+        with open(sweep / 'grid_summary.csv', newline='') as f:
+            summary = {row['run']: row for row in csv.DictReader(f)}
+        finals = [float(summary[f'seed={seed}']['final_eval_return']) for seed in range(3)]
+        assert returns == [f'{r:.1f}' for r in finals], example
+        assert mean == f'{sum(finals) / 3:.1f}', example
+        walls = [float(row['wall_time_s']) for row in summary.values()]
+        assert (int(wall_min), int(wall_max)) == (round(min(walls)), round(max(walls))), example
+        speeds = []
+        for seed in range(3):
+            with open(sweep / f'seed={seed}' / 'progress.csv', newline='') as f:
+                summaries = [r for r in csv.DictReader(f) if r['train/env_steps_per_sec']]
+            # The table's speed is that of the last summary, once training.
+            speeds.append(float(summaries[-1]['train/env_steps_per_sec']))
+        assert (int(speed_min), int(speed_max)) == (round(min(speeds)), round(max(speeds))), (
+            example,
+            speeds,
+        )
