@@ -113,7 +113,7 @@ def test_throughput_ceilings_run_as_a_script_from_another_directory(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert 'SAC Pendulum-v1, alf_lite in float32' in result.stdout.splitlines(), result.stdout
     found = re.search(
-        r'pure-update ceiling on cpu: alf_lite \(1 torch threads\) ([\d.]+) updates/s, '
+        r'pure-update ceiling on cpu: alf_lite \(1 torch thread\) ([\d.]+) updates/s, '
         r'SB3 \(1\) ([\d.]+) updates/s',
         result.stdout,
     )
