@@ -2787,6 +2787,29 @@ def test_runs_whose_memory_does_not_fit_together_train_one_after_another(tmp_pat
     assert spans[1][0] >= spans[0][1], spans  # the second started once the first ended
 
 
+def test_a_sweep_over_max_memory_fraction_budgets_by_its_smallest_value(tmp_path):
+    # The budget took the fraction of the last run configured, whatever the others said.
+    fractions = [0.5, 0.9]
+    write_inputs(
+        tmp_path, {'parameters': {'ReplayBuffer.max_memory_fraction': fractions}, 'repeats': 1}
+    )
+    root_dir = tmp_path / 'runs'
+    prelude = (
+        'import alf_lite.device as device\n'
+        'device.available_cpu_memory = lambda root="/": (10000, None)\n'
+    )
+    command = with_prelude(
+        grid_command(root_dir, '--max_workers', '2'), prelude, module='alf_lite.bin.grid_search'
+    )
+    result = run_train(command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith('memory: '))
+    assert 'more than max_memory_fraction=0.5 of it (0.0 MiB)' in line, line
+    assert sorted(p.name for p in root_dir.glob('max_memory_fraction=*')) == [
+        f'max_memory_fraction={f},seed=0' for f in fractions
+    ]
+
+
 def test_a_run_on_a_device_this_machine_lacks_fails_alone_with_its_own_error(tmp_path):
     # Sizing the runs' memory resolved the device in the sweep itself, and the sweep
     # ended there with a traceback, before any run.

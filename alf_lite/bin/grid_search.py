@@ -824,16 +824,17 @@ def configure_runs(
     """Parse each run's config; a run whose config does not parse carries the error instead.
     Given, ``imports`` gets the top-level modules that the runs' configs import, ``calls``
     the ``searched_calls`` of the runs' configs merged (a key that one uses is used), with
-    the key None where one could not tell, and ``memory`` each run's ``run_memory_bytes``
-    by name."""
+    the key None where one could not tell, and ``memory`` each run's ``RunMemory`` (None
+    where ``run_memory_bytes`` is) by name."""
     import gin
 
     from alf_lite.config import ConfigError, imported_modules, parse_config
+    from alf_lite.replay_buffer import configured_settings
     from alf_lite.trainer import TrainerConfig
 
     runs = []
     built = set()  # the combinations whose calls are in ``calls``: the seed changes none
-    sized = {}  # run_memory_bytes by combination: the seed changes no size
+    sized = {}  # each combination's RunMemory: the seed changes no size
     env_dims = {}  # run_memory_bytes's made envs
     for name, seed, bindings in expand_grid(space):
         log_path = os.path.join(root_dir, LOG_DIR, f'{name}.log')
@@ -863,7 +864,12 @@ def configure_runs(
             )
             if memory is not None:
                 if tuple(bindings) not in sized:
-                    sized[tuple(bindings)] = run_memory_bytes(config, env_dims)
+                    nbytes = run_memory_bytes(config, env_dims)
+                    sized[tuple(bindings)] = (
+                        None
+                        if nbytes is None
+                        else RunMemory(nbytes, configured_settings()['max_memory_fraction'])
+                    )
                 memory[name] = sized[tuple(bindings)]
             if calls is not None and tuple(bindings) not in built:
                 built.add(tuple(bindings))
@@ -998,6 +1004,15 @@ class SweepStop:
         self._previous = {}
 
 
+class RunMemory(NamedTuple):
+    """What a run allocates up front (``run_memory_bytes``), and the share of the
+    available memory its config lets its replay buffer and networks take
+    (``ReplayBuffer.max_memory_fraction``)."""
+
+    bytes: int
+    fraction: float
+
+
 def run_memory_bytes(config, env_dims: dict) -> Optional[int]:
     """The CPU memory a run of the config as parsed allocates up front: its replay buffer
     and its networks in training (parameters, gradients, optimizer state), as train's own
@@ -1098,20 +1113,25 @@ class MemoryBudget:
             self._changed.notify_all()
 
 
-def memory_text(todo: List[GridRun], memory: Dict[str, Optional[int]], max_workers: int):
+def memory_text(todo: List[GridRun], memory: Dict[str, Optional[RunMemory]], max_workers: int):
     """The sweep's memory line and its ``MemoryBudget``, for local runs on the CPU.
+
+    The budget is the smallest ``max_memory_fraction`` of the runs to train (a sweep
+    may search it) of the memory available.
 
     Returns:
         ``(text, budget)``: what the runs to train take and what is available, and the
         budget; ``(None, None)`` where no run's memory is known here.
     """
     from alf_lite.device import available_cpu_memory
-    from alf_lite.replay_buffer import configured_settings
 
-    known = sorted((memory.get(run.name) or 0 for run in todo), reverse=True)
-    if not any(known):
+    sized = [memory[run.name] for run in todo if memory.get(run.name)]
+    if not sized:
         return None, None
-    fraction = configured_settings()['max_memory_fraction']
+    known = sorted(
+        (memory[run.name].bytes if memory.get(run.name) else 0 for run in todo), reverse=True
+    )
+    fraction = min(m.fraction for m in sized)
     available = available_cpu_memory()[0]
     budget = int(fraction * available)
     at_once = sum(known[:max_workers])
@@ -1143,7 +1163,7 @@ def run_local(
     gpus: Sequence[str] = (),
     runs_per_gpu: int = 1,
     budget: Optional[MemoryBudget] = None,
-    memory: Optional[Dict[str, Optional[int]]] = None,
+    memory: Optional[Dict[str, Optional[RunMemory]]] = None,
 ) -> Optional[int]:
     """Train ``todo`` in at most ``max_workers`` subprocesses at a time.
 
@@ -1198,7 +1218,8 @@ def run_local(
     def train(run):
         if stop.signum is not None:
             return dict(NOT_STARTED)
-        need = (memory or {}).get(run.name) or 0
+        sized = (memory or {}).get(run.name)
+        need = sized.bytes if sized else 0
         if budget is not None and not budget.acquire(need, lambda: stop.signum is not None):
             return dict(NOT_STARTED)
         start = time.time()
