@@ -2755,12 +2755,10 @@ def test_memory_budget_starts_a_run_only_while_those_under_way_leave_room():
     assert budget.acquire(10, stopped=lambda: True)  # room: started
 
 
-def test_runs_whose_memory_does_not_fit_together_train_one_after_another(tmp_path):
-    # Started together, each run found the memory free and passed its own check; then
-    # together they took more than there was.
-    write_inputs(
-        tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005, 0.01]}, 'repeats': 1}
-    )
+def sweep_with_little_memory(tmp_path, parameters):
+    """Two workers sweep ``parameters`` (one seed) while the sweep sees 10,000 bytes
+    available; returns the root_dir, the result and the sweep's memory line."""
+    write_inputs(tmp_path, {'parameters': parameters, 'repeats': 1})
     root_dir = tmp_path / 'runs'
     prelude = (
         'import alf_lite.device as device\n'
@@ -2772,6 +2770,15 @@ def test_runs_whose_memory_does_not_fit_together_train_one_after_another(tmp_pat
     result = run_train(command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(x for x in result.stdout.splitlines() if x.startswith('memory: '))
+    return root_dir, result, line
+
+
+def test_runs_whose_memory_does_not_fit_together_train_one_after_another(tmp_path):
+    # Started together, each run found the memory free and passed its own check; then
+    # together they took more than there was.
+    root_dir, result, line = sweep_with_little_memory(
+        tmp_path, {'SacAlgorithm.target_update_tau': [0.005, 0.01]}
+    )
     assert re.fullmatch(
         r'memory: a run takes up to \d+\.\d MiB \(its replay buffer and its networks in '
         r'training; its envs not counted\), 2 at a time up to \d+\.\d MiB, of 0\.0 MiB '
@@ -2790,20 +2797,9 @@ def test_runs_whose_memory_does_not_fit_together_train_one_after_another(tmp_pat
 def test_a_sweep_over_max_memory_fraction_budgets_by_its_smallest_value(tmp_path):
     # The budget took the fraction of the last run configured, whatever the others said.
     fractions = [0.5, 0.9]
-    write_inputs(
-        tmp_path, {'parameters': {'ReplayBuffer.max_memory_fraction': fractions}, 'repeats': 1}
+    root_dir, _, line = sweep_with_little_memory(
+        tmp_path, {'ReplayBuffer.max_memory_fraction': fractions}
     )
-    root_dir = tmp_path / 'runs'
-    prelude = (
-        'import alf_lite.device as device\n'
-        'device.available_cpu_memory = lambda root="/": (10000, None)\n'
-    )
-    command = with_prelude(
-        grid_command(root_dir, '--max_workers', '2'), prelude, module='alf_lite.bin.grid_search'
-    )
-    result = run_train(command, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    line = next(x for x in result.stdout.splitlines() if x.startswith('memory: '))
     assert 'more than max_memory_fraction=0.5 of it (0.0 MiB)' in line, line
     assert sorted(p.name for p in root_dir.glob('max_memory_fraction=*')) == [
         f'max_memory_fraction={f},seed=0' for f in fractions
