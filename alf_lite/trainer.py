@@ -232,20 +232,12 @@ class TrainerConfig:
                 raise ValueError(
                     f'TrainerConfig.{name} must be True or False, got {values[name]!r}.'
                 )
-        if num_eval_environments is not None and (
-            not _is_integer(num_eval_environments) or num_eval_environments <= 0
-        ):
-            raise ValueError(
-                'TrainerConfig.num_eval_environments must be a positive integer or None, got '
-                f'{num_eval_environments!r}.'
-            )
-        if max_checkpoints_to_keep is not None and (
-            not _is_integer(max_checkpoints_to_keep) or max_checkpoints_to_keep <= 0
-        ):
-            raise ValueError(
-                'TrainerConfig.max_checkpoints_to_keep must be a positive integer or None '
-                f'(None keeps every checkpoint), got {max_checkpoints_to_keep!r}.'
-            )
+        for name in ('num_eval_environments', 'max_checkpoints_to_keep'):
+            value = values[name]
+            if value is not None and (not _is_integer(value) or value <= 0):
+                raise ValueError(
+                    f'TrainerConfig.{name} must be a positive integer or None, got {value!r}.'
+                )
         if defer_non_finite_checks is not None and not isinstance(
             defer_non_finite_checks, (bool, np.bool_)
         ):

@@ -1128,9 +1128,8 @@ def memory_text(todo: List[GridRun], memory: Dict[str, Optional[RunMemory]], max
     sized = [memory[run.name] for run in todo if memory.get(run.name)]
     if not sized:
         return None, None
-    known = sorted(
-        (memory[run.name].bytes if memory.get(run.name) else 0 for run in todo), reverse=True
-    )
+    # A run not sized here counts as taking nothing, but as one of the runs at a time.
+    known = sorted((m.bytes for m in sized), reverse=True) + [0] * (len(todo) - len(sized))
     fraction = min(m.fraction for m in sized)
     available = available_cpu_memory()[0]
     budget = int(fraction * available)
