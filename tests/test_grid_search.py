@@ -760,6 +760,24 @@ def test_a_sweep_of_seeds_alone_trains_each_seed_of_the_config(tmp_path):
     assert deterministic_progress(root_dir / 'seed=0') != deterministic_progress(
         root_dir / 'seed=1'
     )
+    # A sweep of seed 0 alone: its table keeps seed 1's row of the sweep before, as it was.
+    earlier = rows
+    write_inputs(directory, {'parameters': {}, 'repeats': 1})
+    again = run_grid(directory, root_dir)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert (
+        f'{root_dir / "grid_summary.csv"} also keeps the row(s) of 1 run(s) in {root_dir} '
+        'that this sweep does not have: seed=1\n'
+    ) in again.stdout
+    rows = summary(root_dir)
+    assert sorted(rows) == ['seed=0', 'seed=1'] and rows['seed=1'] == earlier['seed=1']
+    assert rows['seed=0']['status'] == 'skipped (finished before)'
+    assert rows['seed=0']['wall_time_s'] == earlier['seed=0']['wall_time_s']
+    # Its directory moved away, its row goes too.
+    (root_dir / 'seed=1').rename(directory / 'seed=1')
+    again = run_grid(directory, root_dir)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert sorted(summary(root_dir)) == ['seed=0'] and 'also keeps' not in again.stdout
 
 
 @pytest.mark.parametrize(
@@ -2099,13 +2117,13 @@ def test_summary_table_to_a_pipe_whose_reader_is_gone_exits_0():
 
 
 def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_new_one(tmp_path):
-    from alf_lite.bin.grid_search import earlier_wall_times, summary_rows, write_summary
+    from alf_lite.bin.grid_search import read_summary, summary_rows, wall_times, write_summary
     from alf_lite.runs import NOT_STARTED
 
     path = str(tmp_path / 'grid_summary.csv')
-    assert earlier_wall_times(path) == {}
+    assert read_summary(path) == []
     write_summary(path, SUMMARY_ROWS)
-    assert earlier_wall_times(path) == {'a': 3.14159}  # long_run_name has none
+    assert wall_times(read_summary(path)) == {'a': 3.14159}  # long_run_name has none
     runs = fake_runs(2, tmp_path)
     results = {
         'run0': {'returncode': 0, 'wall_time_s': 2.5, 'error': None, 'status': 'finished'},
@@ -2127,7 +2145,13 @@ def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_ne
 
 
 def test_a_run_not_trained_keeps_its_wall_time_for_a_later_sweep_that_skips_it(tmp_path):
-    from alf_lite.bin.grid_search import SKIPPED, earlier_wall_times, summary_rows, write_summary
+    from alf_lite.bin.grid_search import (
+        SKIPPED,
+        read_summary,
+        summary_rows,
+        wall_times,
+        write_summary,
+    )
 
     path = str(tmp_path / 'grid_summary.csv')
     runs = fake_runs(2, tmp_path)
@@ -2143,9 +2167,34 @@ def test_a_run_not_trained_keeps_its_wall_time_for_a_later_sweep_that_skips_it(t
         {'run0': {'status': SKIPPED}, 'run1': {'status': SKIPPED}},
     ]
     for results in sweeps:
-        rows = summary_rows(runs, results, earlier_wall_times(path))
+        rows = summary_rows(runs, results, wall_times(read_summary(path)))
         write_summary(path, rows)
         assert [r['wall_time_s'] for r in rows] == [4.0, 5.0]
+
+
+def test_the_summary_keeps_rows_of_runs_of_other_sweeps_whose_directories_are_there(tmp_path):
+    from alf_lite.bin.grid_search import read_summary, rows_of_other_runs, write_summary
+
+    runs = fake_runs(2, tmp_path)
+    for name in ('run0', 'other', 'gone_file'):
+        (tmp_path / name).mkdir()
+    (tmp_path / 'gone_file').rmdir()
+    (tmp_path / 'gone_file').write_text('a file, no run')
+    path = str(tmp_path / 'grid_summary.csv')
+    # An older table: a column this one lacks, none of the error column.
+    with open(path, 'w', newline='') as f:
+        f.write('run,status,note\nrun0,finished,x\nother,failed,y\n..,finished,z\n')
+        f.write('gone_file,finished,z\nmissing,finished,z\n,finished,z\nrun0/../other,x,z\n')
+    earlier = read_summary(path)
+    others = rows_of_other_runs(earlier, runs, str(tmp_path))
+    assert others == [{'run': 'other', 'status': 'failed', 'note': 'y'}]
+    write_summary(path, SUMMARY_ROWS + others)
+    with open(path, newline='') as f:
+        assert f.read().splitlines()[1:] == [
+            'a,finished,0,-123.456,20,3.14159,',
+            'long_run_name,failed,1,nan,,,ValueError: x',
+            'other,failed,,,,,',
+        ]
 
 
 def test_summary_csv_has_the_rows_columns_in_order_and_a_missing_value_empty(tmp_path):

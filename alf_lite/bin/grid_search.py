@@ -56,10 +56,12 @@ status 2 before writing anything, naming the holder's pid where it can.
 A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
 ``root_dir/grid_summary.csv``; a run not trained in this sweep keeps the
-wall time the last table gave it); the exit code is 1 when a run failed.
+wall time the last table gave it, and the csv keeps the last table's rows of
+runs this sweep has not whose directories are still in ``root_dir``, another
+sweep's there); the exit code is 1 when a run failed.
 A run whose ``config.gin`` cannot be read fails, naming it, and is not
 started. A last table that cannot be read is moved aside (``.old-<time>``)
-with a warning before any run starts, its wall times lost to the new table;
+with a warning before any run starts, its wall times and rows lost to the new table;
 a directory in its place ends the sweep with status 2 before any run starts.
 SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the sweep: each running run gets the signal
 (on Ray, SIGINT from its task, told through a file in ``root_dir``) and stops
@@ -1617,15 +1619,17 @@ def print_summary(rows: List[dict]) -> None:
 
 def write_summary(path: str, rows: List[dict]) -> None:
     text = io.StringIO(newline='')
-    writer = csv.DictWriter(text, list(rows[0]))
+    # The columns of this sweep's rows; a kept row of an older summary may lack some or have
+    # others.
+    writer = csv.DictWriter(text, list(rows[0]), extrasaction='ignore')
     writer.writeheader()
     writer.writerows(rows)
     # Replaced whole: a sweep stopped while writing keeps the last summary.
     write_text_atomically(path, text.getvalue())
 
 
-def earlier_wall_times(path: str) -> Dict[str, float]:
-    """Each run's wall time in the summary at ``path`` (none when there is no such file).
+def read_summary(path: str) -> List[Dict[str, str]]:
+    """The complete rows of the summary at ``path`` (none when there is no such file).
 
     Raises:
         OSError, ValueError: it cannot be read (no regular file, no text, a line that csv
@@ -1636,9 +1640,13 @@ def earlier_wall_times(path: str) -> Dict[str, float]:
         raise ValueError(f'{path} is not a regular file')
     try:
         with open(path, newline='') as f:
-            _, rows = complete_rows(f)
+            return complete_rows(f)[1]
     except FileNotFoundError:
-        return {}
+        return []
+
+
+def wall_times(rows: List[Dict[str, str]]) -> Dict[str, float]:
+    """Each run's wall time in the summary ``rows``, where it is a number."""
     times = {}
     for row in rows:
         with contextlib.suppress(KeyError, ValueError):
@@ -1646,9 +1654,8 @@ def earlier_wall_times(path: str) -> Dict[str, float]:
     return times
 
 
-def last_wall_times(path: str) -> Dict[str, float]:
-    """``earlier_wall_times`` of the last sweep's summary at ``path``, read before any run
-    starts.
+def last_summary(path: str) -> List[Dict[str, str]]:
+    """``read_summary`` of the last sweep's summary at ``path``, read before any run starts.
 
     A directory there ends the sweep (status 2): no summary could replace it. A
     summary that cannot be read is moved aside to ``moved_aside_path(path)`` with a
@@ -1660,7 +1667,7 @@ def last_wall_times(path: str) -> Dict[str, float]:
             'choose another --root_dir.'
         )
     try:
-        return earlier_wall_times(path)
+        return read_summary(path)
     except (OSError, ValueError) as e:
         problem = e
     aside = moved_aside_path(path)
@@ -1670,11 +1677,31 @@ def last_wall_times(path: str) -> Dict[str, float]:
         fail(f'the last summary cannot be read ({problem}) nor moved aside to {aside}: {e}')
     print(
         f'warning: the last summary cannot be read ({problem}): moved it to {aside}; the '
-        'runs this sweep does not train get no wall time from it.',
+        'runs this sweep does not train get no wall time from it, and the runs of other '
+        'sweeps are not listed in the new one.',
         file=sys.stderr,
         flush=True,
     )
-    return {}
+    return []
+
+
+def rows_of_other_runs(
+    earlier: List[Dict[str, str]], runs: List[GridRun], root_dir: str
+) -> List[Dict[str, str]]:
+    """The rows of the last summary (``earlier``) of runs this sweep has not (an earlier
+    sweep's, of other values or seeds) whose directory is still in ``root_dir``: kept in
+    the new summary as they were, so that a sweep never drops what another wrote."""
+    names = {run.name for run in runs}
+    return [
+        row
+        for row in earlier
+        if row.get('run')
+        and row['run'] not in names
+        # A name of a sub-directory, as grid_search makes them, not a path out of root_dir.
+        and os.path.basename(row['run']) == row['run']
+        and row['run'] not in (os.curdir, os.pardir)
+        and os.path.isdir(os.path.join(root_dir, row['run']))
+    ]
 
 
 def not_started_text(results: Dict[str, dict]) -> str:
@@ -1901,7 +1928,7 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=(), mem
         )
     lock_root_dir(lock)  # creates root_dir
     summary_file = os.path.join(root_dir, SUMMARY_FILE)
-    earlier = last_wall_times(summary_file)
+    earlier = last_summary(summary_file)
     if FLAGS.ray_address:
         backend = (
             f'Ray at {FLAGS.ray_address}, {FLAGS.num_cpus_per_run} CPU(s)'
@@ -1969,10 +1996,18 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=(), mem
                 budget=budget,
                 memory=memory,
             )
-    rows = summary_rows(runs, results, earlier, resumed)
+    rows = summary_rows(runs, results, wall_times(earlier), resumed)
     print_out()
     print_summary(rows)
-    write_summary(summary_file, rows)
+    others = rows_of_other_runs(earlier, runs, root_dir)
+    if others:
+        names = [row['run'] for row in others]
+        shown = ', '.join(names[:5]) + (f' and {len(names) - 5} more' if len(names) > 5 else '')
+        print_out(
+            f'{summary_file} also keeps the row(s) of {len(names)} run(s) in {root_dir} '
+            f'that this sweep does not have: {shown}'
+        )
+    write_summary(summary_file, rows + others)
     failed = sum(r['status'] == 'failed' for r in rows)
     if signum is not None:
         stopped = sum(r['status'] == 'stopped' for r in rows)
