@@ -125,6 +125,10 @@ def save_checkpoint(
                 _remove_checkpoint(path)
             others = [path for path in others if path not in removed]
         for path in others:
+            if os.path.islink(path):
+                # Someone's link to a checkpoint kept elsewhere: its buffer is not this run's
+                # to remove.
+                continue
             rb = os.path.join(path, REPLAY_BUFFER_FILE)
             # Not a directory of that name (no file alf_lite wrote, which a resume skipped as
             # unreadable): os.remove would fail this save, and every one after it.

@@ -635,6 +635,22 @@ def test_keep_removes_no_file_or_link_that_has_a_checkpoint_name(tmp_path, caplo
     assert 'ckpt-50' not in caplog.text and 'ckpt-60' not in caplog.text
 
 
+@pytest.mark.parametrize('keep', [None, 2])
+def test_the_replay_buffer_of_a_linked_older_checkpoint_stays_where_the_link_points(tmp_path, keep):
+    archived = tmp_path / 'archive' / 'ckpt-60'
+    ckpt.save_checkpoint(str(tmp_path / 'archive'), 60, make_state(6), make_replay_buffer_state(6))
+    run = tmp_path / 'run'
+    run.mkdir()
+    os.symlink(archived, run / 'ckpt-60')
+    for step in (100, 200):
+        ckpt.save_checkpoint(
+            str(run), step, make_state(step), make_replay_buffer_state(step), keep=keep
+        )
+    assert_same(ckpt.load_checkpoint(str(archived))[1], make_replay_buffer_state(6))
+    # The run's own older checkpoint gives its buffer up, as ever.
+    assert not (run / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE).exists()
+
+
 def test_a_temporary_checkpoint_that_cannot_be_removed_is_not_reported_removed(tmp_path, caplog):
     left = tmp_path / '.tmp-ckpt-100-removed-1'
     left.mkdir()
