@@ -760,15 +760,21 @@ def test_a_sweep_of_seeds_alone_trains_each_seed_of_the_config(tmp_path):
     assert deterministic_progress(root_dir / 'seed=0') != deterministic_progress(
         root_dir / 'seed=1'
     )
-    # A sweep of seed 0 alone: its table keeps seed 1's row of the sweep before, as it was.
+    # A sweep of seed 0 alone: its table keeps seed 1's row of the sweep before, as it was,
+    # once though an edited table lists it twice, and no row of the sweep's logs directory.
     earlier = rows
+    summary_file = root_dir / 'grid_summary.csv'
+    seed_1 = next(line for line in summary_file.read_text().splitlines() if 'seed=1,' in line)
+    with open(summary_file, 'a', newline='') as f:
+        f.write(f'{seed_1}\r\nlogs,finished,0,-1.0,20,1.0,\r\n')
     write_inputs(directory, {'parameters': {}, 'repeats': 1})
     again = run_grid(directory, root_dir)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert (
-        f'{root_dir / "grid_summary.csv"} also keeps the row(s) of 1 run(s) in {root_dir} '
+        f'{summary_file} also keeps the row(s) of 1 run(s) in {root_dir} '
         'that this sweep does not have: seed=1\n'
     ) in again.stdout
+    assert len(summary_file.read_text().splitlines()) == 3  # the header and two rows
     rows = summary(root_dir)
     assert sorted(rows) == ['seed=0', 'seed=1'] and rows['seed=1'] == earlier['seed=1']
     assert rows['seed=0']['status'] == 'skipped (finished before)'
@@ -2176,24 +2182,29 @@ def test_the_summary_keeps_rows_of_runs_of_other_sweeps_whose_directories_are_th
     from alf_lite.bin.grid_search import read_summary, rows_of_other_runs, write_summary
 
     runs = fake_runs(2, tmp_path)
-    for name in ('run0', 'other', 'gone_file'):
+    for name in ('run0', 'other'):
         (tmp_path / name).mkdir()
-    (tmp_path / 'gone_file').rmdir()
+        (tmp_path / name / 'config.gin').write_text('text')
     (tmp_path / 'gone_file').write_text('a file, no run')
+    # Directories that hold no run: the sweep's logs, a link to another directory.
+    (tmp_path / 'logs').mkdir()
+    (tmp_path / 'link').symlink_to(tmp_path / 'logs')
     path = str(tmp_path / 'grid_summary.csv')
-    # An older table: a column this one lacks, none of the error column.
+    # An edited older table: a column this one lacks, none of the error column, 'other'
+    # twice.
     with open(path, 'w', newline='') as f:
         f.write('run,status,note\nrun0,finished,x\nother,failed,y\n..,finished,z\n')
         f.write('gone_file,finished,z\nmissing,finished,z\n,finished,z\nrun0/../other,x,z\n')
+        f.write('logs,finished,z\nlink,finished,z\nnul\0,finished,z\nother,stopped,w\n')
     earlier = read_summary(path)
     others = rows_of_other_runs(earlier, runs, str(tmp_path))
-    assert others == [{'run': 'other', 'status': 'failed', 'note': 'y'}]
+    assert others == [{'run': 'other', 'status': 'stopped', 'note': 'w'}]
     write_summary(path, SUMMARY_ROWS + others)
     with open(path, newline='') as f:
         assert f.read().splitlines()[1:] == [
             'a,finished,0,-123.456,20,3.14159,',
             'long_run_name,failed,1,nan,,,ValueError: x',
-            'other,failed,,,,,',
+            'other,stopped,,,,,',
         ]
 
 

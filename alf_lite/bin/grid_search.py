@@ -57,8 +57,8 @@ A run that fails never stops the others; the table at the end lists each run
 with its final evaluation return, wall time and error (also written to
 ``root_dir/grid_summary.csv``; a run not trained in this sweep keeps the
 wall time the last table gave it, and the csv keeps the last table's rows of
-runs this sweep has not whose directories are still in ``root_dir``, another
-sweep's there); the exit code is 1 when a run failed.
+runs this sweep has not whose run directories are still in ``root_dir``,
+another sweep's there); the exit code is 1 when a run failed.
 A run whose ``config.gin`` cannot be read fails, naming it, and is not
 started. A last table that cannot be read is moved aside (``.old-<time>``)
 with a warning before any run starts, its wall times and rows lost to the new table;
@@ -1689,19 +1689,25 @@ def rows_of_other_runs(
     earlier: List[Dict[str, str]], runs: List[GridRun], root_dir: str
 ) -> List[Dict[str, str]]:
     """The rows of the last summary (``earlier``) of runs this sweep has not (an earlier
-    sweep's, of other values or seeds) whose directory is still in ``root_dir``: kept in
-    the new summary as they were, so that a sweep never drops what another wrote."""
+    sweep's, of other values or seeds) whose run directory is still in ``root_dir``: kept in
+    the new summary as they were, so that a sweep never drops what another wrote. A run
+    listed twice (an edited table) is kept once, as its last row, whose wall time
+    ``wall_times`` reads."""
     names = {run.name for run in runs}
-    return [
-        row
+    kept = {
+        row['run']: row
         for row in earlier
         if row.get('run')
         and row['run'] not in names
         # A name of a sub-directory, as grid_search makes them, not a path out of root_dir.
         and os.path.basename(row['run']) == row['run']
         and row['run'] not in (os.curdir, os.pardir)
+        # isdir first: it answers False for a name that no path can hold (a NUL).
         and os.path.isdir(os.path.join(root_dir, row['run']))
-    ]
+        # Not the sweep's logs, nor a directory that never held a run.
+        and RunDir(os.path.join(root_dir, row['run'])).is_run()
+    }
+    return list(kept.values())
 
 
 def not_started_text(results: Dict[str, dict]) -> str:
