@@ -86,11 +86,18 @@ def save_checkpoint(
     Returns:
         the path of the complete checkpoint.
     Raises:
-        OSError: when the checkpoint could not be written.
+        OSError: when the checkpoint could not be written, or its name is a symbolic
+            link (nothing is written: saving that step again would replace the files
+            where the link points).
     """
     os.makedirs(checkpoint_dir, exist_ok=True)
     regular = name is None
     final = os.path.join(checkpoint_dir, checkpoint_name(env_steps) if regular else name)
+    if os.path.islink(final):
+        raise OSError(
+            f'{final} is a symbolic link (to {os.readlink(final)}): no checkpoint is written '
+            'through it'
+        )
     tmp = os.path.join(
         checkpoint_dir, f'{_TEMPORARY_PREFIX}{os.path.basename(final)}-{os.getpid()}'
     )

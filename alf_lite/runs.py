@@ -358,7 +358,7 @@ def subprocess_env(num_threads: int) -> Dict[str, str]:
     return env
 
 
-def _open_not_following_a_link(path: str, flags: int) -> int:
+def open_not_following_a_link(path: str, flags: int) -> int:
     """``os.open`` of ``path`` where neither it nor its directory is a link: OSError (ELOOP)
     for either."""
     directory, name = os.path.split(path)
@@ -478,12 +478,12 @@ def train_in_subprocess(
     # sweep that was killed (no ``finally`` ran) is replaced as the same run starts again.
     # Not through a link, as the log.
     config_path = os.path.splitext(log_path)[0] + '.gin'
-    with open(config_path, 'w', opener=_open_not_following_a_link) as config_file:
+    with open(config_path, 'w', opener=open_not_following_a_link) as config_file:
         config_file.write(config_text)
     start = time.time()
     try:
         # Not through a link (a sweep's root from elsewhere could hold one).
-        with open(log_path, 'a', opener=_open_not_following_a_link) as log:
+        with open(log_path, 'a', opener=open_not_following_a_link) as log:
             log.write(f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} on {os.uname().nodename}\n')
             log.flush()
             offset = log.tell()

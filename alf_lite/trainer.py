@@ -673,6 +673,11 @@ class Trainer:
         stop_when: Optional[Callable[[dict], bool]],
         before_writing: Optional[Callable[[], None]],
     ) -> dict:
+        # As train refuses it: the files written, replaced and deleted below would be
+        # those where a link points, outside the run (an archived checkpoint's, say).
+        unsafe = self._run_dir.unsafe_entry()
+        if unsafe is not None:
+            raise TrainingError(unsafe)
         # Read before anything is written: a damaged one leaves root_dir as it was.
         read_progress(self._run_dir.progress_file)
         # Restored before anything is written: a checkpoint that does not fit

@@ -1553,3 +1553,18 @@ def test_an_io_error_reading_a_record_header_is_no_damage(tmp_path, monkeypatch)
     with pytest.raises(OSError) as error:
         ckpt._check_zip_records(model)
     assert error.value.errno == errno.EIO and not isinstance(error.value, zipfile.BadZipFile)
+
+
+@pytest.mark.parametrize('name', [None, 'last_good-60'])
+def test_a_link_of_the_name_being_saved_is_not_written_through(tmp_path, name):
+    archived = tmp_path / 'archive' / 'ckpt-60'
+    ckpt.save_checkpoint(str(tmp_path / 'archive'), 60, make_state(6), make_replay_buffer_state(6))
+    run = tmp_path / 'run'
+    run.mkdir()
+    os.symlink(archived, run / (name or 'ckpt-60'))
+    with pytest.raises(OSError, match='is a symbolic link'):
+        ckpt.save_checkpoint(str(run), 60, make_state(7), make_replay_buffer_state(7), name=name)
+    state, rb = ckpt.load_checkpoint(str(archived))
+    assert_same(state, make_state(6))
+    assert_same(rb, make_replay_buffer_state(6))
+    assert sorted(os.listdir(run)) == [name or 'ckpt-60']

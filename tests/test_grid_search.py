@@ -1283,6 +1283,52 @@ def test_ray_runs_import_the_configs_modules_of_the_sweeps_working_directory(ray
         assert glob.glob(os.path.join(temp_dir, '**', shipped), recursive=True), shipped
 
 
+def test_a_ray_sweep_makes_no_mark_where_a_link_of_its_marks_directory_points(
+    ray_cluster, tmp_path
+):
+    # README: a link in the sweep's directory leads grid_search to change nothing outside.
+    address, env, _ = ray_cluster
+    write_inputs(
+        tmp_path, {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
+    )
+    outside = tmp_path / 'outside'
+    outside.mkdir()
+    (outside / 'seed=0').write_text("not the sweep's\n")
+    root_dir = tmp_path / 'runs'
+    root_dir.mkdir()
+    os.symlink(outside, root_dir / '.grid_search_started')
+    result = run_grid(tmp_path, root_dir, '--ray_address', address, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert 'seed=0: finished' in result.stdout, result.stdout
+    assert sorted(os.listdir(outside)) == ['seed=0']
+    assert (outside / 'seed=0').read_text() == "not the sweep's\n"
+    assert not os.path.lexists(root_dir / '.grid_search_started')
+
+
+def test_a_ray_task_makes_no_mark_through_a_link(tmp_path):
+    # A link made after the driver cleared the marks' directory: the task fails, naming it.
+    from alf_lite.bin.grid_search import STARTED_DIR, STOP_FILE, _train_on_ray
+
+    outside = tmp_path / 'outside'
+    outside.mkdir()
+    (outside / 'seed=0').write_text("not the sweep's\n")
+    root_dir = tmp_path / 'runs'
+    root_dir.mkdir()
+    os.symlink(outside, root_dir / STARTED_DIR)
+    # A stopped sweep: a task that made its mark starts no train.
+    (root_dir / STOP_FILE).write_text('SIGINT\n')
+    with pytest.raises(OSError, match=STARTED_DIR):
+        _train_on_ray(
+            'seed=0',
+            str(root_dir / 'seed=0'),
+            '',
+            1,
+            str(root_dir / 'logs' / 'seed=0.log'),
+            str(root_dir / STOP_FILE),
+        )
+    assert (outside / 'seed=0').read_text() == "not the sweep's\n"
+
+
 def test_signal_stops_a_ray_sweep_with_checkpoints(ray_cluster, tmp_path):
     address, env, temp_dir = ray_cluster
     write_inputs(tmp_path, GRID)

@@ -1907,3 +1907,27 @@ def test_a_device_that_is_misspelt_or_not_here_is_refused_naming_its_setting(
     with pytest.raises(error, match=re.escape(message)):
         Trainer(TrainerConfig(device=device), str(tmp_path / 'run'))
     assert not (tmp_path / 'run').exists()
+
+
+def files_and_contents(directory):
+    return {
+        os.path.relpath(os.path.join(parent, name), directory): open(
+            os.path.join(parent, name), 'rb'
+        ).read()
+        for parent, _, names in os.walk(directory)
+        for name in names
+    }
+
+
+@pytest.mark.parametrize('linked', ['progress.csv', os.path.join('checkpoints', 'ckpt-400')])
+def test_a_trainer_refuses_a_run_that_links_to_what_it_would_write_as_train_does(tmp_path, linked):
+    # README: train refuses such a run; the Trainer, which writes, does so too.
+    archive, run = tmp_path / 'archive', tmp_path / 'run'
+    train(archive, 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.checkpoint_interval = 200')
+    shutil.copytree(archive, run)
+    shutil.rmtree(run / linked) if (run / linked).is_dir() else os.remove(run / linked)
+    os.symlink(archive / linked, run / linked)
+    before = files_and_contents(archive)
+    with pytest.raises(TrainingError, match=f'{run / linked} is a symbolic link'):
+        train(run, 'TrainerConfig.num_env_steps = 600', 'TrainerConfig.checkpoint_interval = 200')
+    assert files_and_contents(archive) == before

@@ -1448,13 +1448,14 @@ def _connect_ray(
 def _train_on_ray(name, root_dir, config_text, num_threads, log_path, stop_file) -> dict:
     """The Ray task of the run ``name``: ``train_in_subprocess``, once it has marked the
     run as begun (``STARTED_DIR``) for the driver."""
-    from alf_lite.runs import train_in_subprocess
+    from alf_lite.runs import open_not_following_a_link, train_in_subprocess
 
     # Before train_in_subprocess looks for the stop file: a task whose mark the
     # driver does not find once that file is written will start no train.
     started = os.path.join(os.path.dirname(stop_file), STARTED_DIR)
     os.makedirs(started, exist_ok=True)
-    with open(os.path.join(started, name), 'w'):
+    # Not through a link: the mark would create or empty a file where it points.
+    with open(os.path.join(started, name), 'w', opener=open_not_following_a_link):
         pass
     return train_in_subprocess(root_dir, config_text, num_threads, log_path, stop_file=stop_file)
 
@@ -1503,7 +1504,7 @@ def run_ray(
     # mark its runs as begun.
     with contextlib.suppress(FileNotFoundError):
         os.remove(stop_file)
-    shutil.rmtree(started_dir, ignore_errors=True)
+    _remove_marks(started_dir)
     try:
         task = ray.remote(**ray_task_options(num_cpus_per_run, num_gpus_per_run))(_train_on_ray)
         pending = {
@@ -1546,8 +1547,18 @@ def run_ray(
         ray.shutdown()
         with contextlib.suppress(FileNotFoundError):
             os.remove(stop_file)
-        shutil.rmtree(started_dir, ignore_errors=True)
+        _remove_marks(started_dir)
     return stop.signum
+
+
+def _remove_marks(started_dir: str) -> None:
+    """Remove the directory of the runs' marks (``STARTED_DIR``), or a link of its name: the
+    tasks would make their marks where the link points, and rmtree refuses a link."""
+    if os.path.islink(started_dir):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(started_dir)
+    else:
+        shutil.rmtree(started_dir, ignore_errors=True)
 
 
 def summary_rows(
