@@ -31,6 +31,7 @@ from alf_lite.device import (
 )
 from alf_lite.environments import (
     EnvironmentCrashedError,
+    EnvironmentHungError,
     EpisodeReplayError,
     NonFiniteActionError,
     create_environment,
@@ -295,6 +296,10 @@ class TrainerConfig:
         if defer_non_finite_checks is not None:
             self.defer_non_finite_checks = bool(defer_non_finite_checks)
 
+
+# Seconds an env step still has to end once a stop signal came while the envs stepped
+# unwatched, before the step is abandoned as hung: ample for a step, short for a person.
+SIGNALLED_STEP_PATIENCE_S = 10.0
 
 # TrainerConfig's parameters that take True or False.
 _FLAGS = ('mask_out_loss_for_last_step', 'checkpoint_replay_buffer', 'cuda_graph', 'compile')
@@ -909,13 +914,26 @@ class Trainer:
                 finally:
                     # Also after a failed update, which stops training once the
                     # envs are done with the step.
-                    self._env_steps += self._collector.receive()
+                    self._env_steps += self._receive()
         finally:
             # Kept while env steps are left: a checkpoint written now (a signal
             # ended an env step) has the resume finish the iteration.
             if self._env_steps >= end:
                 self._iteration_start = None
                 self._iteration_trained = False
+
+    def _receive(self) -> int:
+        """``Collector.receive``; after a stop signal that came while the envs stepped
+        unwatched (during the updates, in no env call), the step is abandoned as one the
+        signal interrupted if it does not end within ``SIGNALLED_STEP_PATIENCE_S``: the
+        env may hang, and the signal that would have ended its call came before it."""
+        signum = self._stop_signals.received
+        if signum is None:
+            return self._collector.receive()
+        try:
+            return self._collector.receive(patience=SIGNALLED_STEP_PATIENCE_S)
+        except EnvironmentHungError as e:
+            raise InterruptedInEnvCall(signum) from e
 
     def _train_iteration(self) -> None:
         """The iteration's updates, once enough steps were collected.

@@ -17,6 +17,7 @@ import weakref
 import gin
 import gymnasium
 import numpy as np
+import psutil
 import pytest
 import torch
 from gymnasium import spaces
@@ -34,7 +35,12 @@ from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import InterruptedInEnvCall, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from alf_lite.update import check_compiles
-from cli_helpers import python_output, sigterm_as_the_training_envs_give_episodes
+from cli_helpers import (
+    checkpoint_steps,
+    fails_after,
+    python_output,
+    sigterm_as_the_training_envs_give_episodes,
+)
 from test_non_finite_guard import _tensors
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
@@ -1666,6 +1672,50 @@ def test_train_again_after_a_signal_stopped_the_envs_is_refused_writing_nothing(
         with pytest.raises(TrainingError, match='were stopped .*build a new Trainer'):
             trainer.train()
         assert {p: os.stat(p).st_mtime_ns for p in root_dir.rglob('*')} == written
+
+
+def test_a_signal_during_the_updates_ends_a_step_that_hangs_meanwhile(tmp_path, monkeypatch):
+    # The envs step in their processes while the updates run, in no env call: a signal
+    # then is only recorded, and the step it was sent with hangs. Waiting for that step
+    # would wait for good (no step_timeout); it is abandoned, as a signal in it would.
+    import alf_lite.trainer as trainer_module
+    import hanging_env
+
+    marker = tmp_path / 'hanging'
+    monkeypatch.setenv(hanging_env.MARKER_VARIABLE, str(marker))
+    monkeypatch.setattr(trainer_module, 'SIGNALLED_STEP_PATIENCE_S', 0.5, raising=False)
+    tiny_sac_pendulum(
+        "TrainerConfig.device = 'cpu'",
+        "create_environment.env_name = 'hanging_env:alf_lite_tests/HangsAfterCheckpoint-v0'",
+        'create_environment.use_subprocesses = True',
+        'create_environment.step_timeout = None',
+        'TrainerConfig.num_env_steps = 300',
+        'TrainerConfig.checkpoint_interval = 100',
+        'TrainerConfig.unroll_length = 1',
+    )
+    updates = Trainer._train_iteration
+    signalled = []
+
+    def update_once_the_sent_step_hangs(trainer):
+        # Until the env process answers the step just sent, or says it hangs in it.
+        answer = trainer._env._env.parent_pipes[0]
+        while not signalled and not answer.poll(0.01):
+            if marker.exists():
+                signalled.append(trainer.env_steps)
+                os.kill(os.getpid(), signal.SIGINT)
+        updates(trainer)
+
+    monkeypatch.setattr(Trainer, '_train_iteration', update_once_the_sent_step_hangs)
+    root_dir = tmp_path / 'run'
+    with Trainer(TrainerConfig(), str(root_dir)) as trainer, fails_after(60):
+        pids = [process.pid for process in trainer._env._env.processes]
+        with pytest.raises(TrainingInterrupted):
+            trainer.train()
+    # Stopped at the step it hung in, whose updates were done: checkpointed there.
+    assert len(signalled) == 1 and trainer.env_steps == signalled[0] > 100
+    assert checkpoint_steps(root_dir) == [100, trainer.env_steps]
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_train_again_after_a_deferred_non_finite_loss_goes_on_from_the_checkpoint(tmp_path):
