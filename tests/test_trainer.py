@@ -1637,12 +1637,9 @@ def test_train_after_close_is_refused_writing_nothing(tmp_path):
     assert trainer.env_steps == 10
 
 
-def test_train_again_after_a_signal_stopped_the_envs_is_refused_writing_nothing(
-    tmp_path, monkeypatch
-):
-    # Ctrl-C while the env process hangs in its step ends that call and stops the env
-    # processes: a train() again is refused as after close(), not failed by the closed
-    # vector env once train() began writing.
+def hanging_sac_pendulum(tmp_path, monkeypatch, *params):
+    """``tiny_sac_pendulum`` of 300 steps in an env process that hangs after the checkpoint at
+    100, without step_timeout; returns the file the env writes as it starts to hang."""
     import hanging_env
 
     marker = tmp_path / 'hanging'
@@ -1654,7 +1651,18 @@ def test_train_again_after_a_signal_stopped_the_envs_is_refused_writing_nothing(
         'create_environment.step_timeout = None',
         'TrainerConfig.num_env_steps = 300',
         'TrainerConfig.checkpoint_interval = 100',
+        *params,
     )
+    return marker
+
+
+def test_train_again_after_a_signal_stopped_the_envs_is_refused_writing_nothing(
+    tmp_path, monkeypatch
+):
+    # Ctrl-C while the env process hangs in its step ends that call and stops the env
+    # processes: a train() again is refused as after close(), not failed by the closed
+    # vector env once train() began writing.
+    marker = hanging_sac_pendulum(tmp_path, monkeypatch)
     root_dir = tmp_path / 'run'
 
     def interrupt_once_hanging():
@@ -1679,20 +1687,9 @@ def test_a_signal_during_the_updates_ends_a_step_that_hangs_meanwhile(tmp_path, 
     # then is only recorded, and the step it was sent with hangs. Waiting for that step
     # would wait for good (no step_timeout); it is abandoned, as a signal in it would.
     import alf_lite.trainer as trainer_module
-    import hanging_env
 
-    marker = tmp_path / 'hanging'
-    monkeypatch.setenv(hanging_env.MARKER_VARIABLE, str(marker))
     monkeypatch.setattr(trainer_module, 'SIGNALLED_STEP_PATIENCE_S', 0.5, raising=False)
-    tiny_sac_pendulum(
-        "TrainerConfig.device = 'cpu'",
-        "create_environment.env_name = 'hanging_env:alf_lite_tests/HangsAfterCheckpoint-v0'",
-        'create_environment.use_subprocesses = True',
-        'create_environment.step_timeout = None',
-        'TrainerConfig.num_env_steps = 300',
-        'TrainerConfig.checkpoint_interval = 100',
-        'TrainerConfig.unroll_length = 1',
-    )
+    marker = hanging_sac_pendulum(tmp_path, monkeypatch, 'TrainerConfig.unroll_length = 1')
     updates = Trainer._train_iteration
     signalled = []
 
