@@ -22,6 +22,7 @@ import time
 import gymnasium
 import torch
 
+from alf_lite.bin.cli import exit_with
 from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import default_use_subprocesses
 
@@ -100,4 +101,4 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    exit_with(main)

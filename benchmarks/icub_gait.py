@@ -30,6 +30,7 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _CHECKOUT not in sys.path:  # run as a script: import this checkout's alf_lite
     sys.path.insert(0, _CHECKOUT)
 
+from alf_lite.bin.cli import exit_with  # noqa: E402
 from benchmarks import at_least  # noqa: E402
 
 
@@ -171,4 +172,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    exit_with(main)

@@ -34,7 +34,7 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _CHECKOUT not in sys.path:  # run as a script: import this checkout's alf_lite and benchmarks
     sys.path.insert(0, _CHECKOUT)
 
-from alf_lite.bin.cli import EXIT_FAULT, fail
+from alf_lite.bin.cli import EXIT_FAULT, exit_with, fail
 from alf_lite.evaluation import NEAR_TERMINATION_STEPS
 from alf_lite.run_dir import RunDir
 from alf_lite.runs import (
@@ -1190,4 +1190,4 @@ def _train_or_report(args, runs: List[BenchmarkRun]) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    exit_with(main)

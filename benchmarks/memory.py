@@ -20,6 +20,7 @@ import numpy as np
 if __package__ in (None, ''):  # run as a script: import this checkout's benchmarks
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from alf_lite.bin.cli import exit_with  # noqa: E402
 from benchmarks import at_least, unusable_env  # noqa: E402
 
 
@@ -92,4 +93,4 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    exit_with(main)

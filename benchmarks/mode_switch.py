@@ -23,6 +23,7 @@ import torch
 if __package__ in (None, ''):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from alf_lite.bin.cli import exit_with  # noqa: E402
 from benchmarks import REPO_ROOT, at_least  # noqa: E402
 
 ALGOS = ('sac', 'td3', 'ddpg')
@@ -96,4 +97,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == '__main__':
-    main()
+    exit_with(main)

@@ -28,6 +28,7 @@ import torch
 if __package__ in (None, ''):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from alf_lite.bin.cli import exit_with  # noqa: E402
 from benchmarks import REPO_ROOT, at_least  # noqa: E402
 from benchmarks.learning import alf_gin_params, suite_runs  # noqa: E402
 from benchmarks.random_buffer import random_replay_buffer  # noqa: E402
@@ -142,4 +143,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    exit_with(main)

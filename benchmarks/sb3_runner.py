@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids)
-from alf_lite.bin.cli import EXIT_BAD_INPUT, EXIT_SIGNAL_BASE
+from alf_lite.bin.cli import EXIT_BAD_INPUT, EXIT_SIGNAL_BASE, exit_with
 from alf_lite.config import write_text_atomically
 from alf_lite.data import StepType, TimeStep
 from alf_lite.episode_stats import TRAIN_METRIC_WINDOW
@@ -445,4 +445,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    exit_with(main)

@@ -33,6 +33,8 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _CHECKOUT not in sys.path:  # run as a script: import this checkout's benchmarks
     sys.path.insert(0, _CHECKOUT)
 
+from alf_lite.bin.cli import exit_with  # noqa: E402
+
 EXAMPLES = os.path.join(_CHECKOUT, 'examples')
 
 ALF_PARAMS = {
@@ -389,4 +391,4 @@ def print_ceilings(args, alf_ceiling, sb3_top):
 
 
 if __name__ == '__main__':
-    main()
+    exit_with(main)

@@ -30,6 +30,7 @@ import time
 if __package__ in (None, ''):  # run as a script: import this checkout's benchmarks
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from alf_lite.bin.cli import exit_with  # noqa: E402
 from benchmarks import at_least  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -243,4 +244,4 @@ def ratio_text(alf_lite_seconds: float, sb3_seconds: float) -> str:
 
 
 if __name__ == '__main__':
-    main()
+    exit_with(main)

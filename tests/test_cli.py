@@ -299,25 +299,27 @@ def test_a_signal_while_a_tool_exits_ends_it_at_once_with_one_line(tool, tmp_pat
     assert 'SIGTERM' in result.stderr.strip().splitlines()[-1]
 
 
-# A tool whose main leaves an object in a reference cycle, with a weakref finalizer.
+# A tool (ended by run_tool) or a benchmark script (by exit_with) whose main leaves an object
+# in a reference cycle, with a weakref finalizer.
 _OBJECT_LEFT_AT_EXIT = """import atexit, gc, sys, weakref
-from alf_lite.bin.cli import run_tool
+from alf_lite.bin.cli import exit_with, run_tool
 class Left:
     pass
-def main(argv):
+def main(*argv):
     global left
     left = Left()
     left.itself = left
     weakref.finalize(left, print, 'finalized')
 atexit.register(lambda: print('in the passes:', any(o is left for o in gc.get_objects())))
 sys.argv = ['tool']
-run_tool(main)
+{end}(main)
 """
 
 
-def test_what_a_tools_main_leaves_is_out_of_the_collectors_passes_and_still_finalized():
+@pytest.mark.parametrize('end', ['run_tool', 'exit_with'])
+def test_what_a_tools_main_leaves_is_out_of_the_collectors_passes_and_still_finalized(end):
     # The collector's passes over torch's objects took most of a second of every exit.
-    result = run_python(_OBJECT_LEFT_AT_EXIT)
+    result = run_python(_OBJECT_LEFT_AT_EXIT.replace('{end}', end))
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(result.stdout.splitlines()) == ['finalized', 'in the passes: False'], (
         result.stdout
