@@ -772,7 +772,8 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
     """Before a resume's overrides change the experiment, keep its config until ``env_steps``.
 
     The old ``config.gin`` is copied to ``config-until-<env_steps>.gin`` (an existing
-    copy of that step is left alone: the config it holds is the one trained with) and
+    copy of that step is left alone: the config it holds is the one trained with; a
+    symbolic link there raises FileExistsError, nothing written) and
     a warning names each binding that changed, old -> new: the log's record of what the
     run goes on with. A config that differs only in what a resume may change
     (``RESUME_SAFE_PARAMETERS``) keeps nothing; those changes are logged. An old
@@ -790,6 +791,14 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
     if not changed:
         return
     kept = run_dir.superseded_config_file(env_steps)
+    if os.path.islink(kept):
+        # Its target holds something else: the warning below would claim a copy that the
+        # replaced config.gin then no longer has anywhere.
+        raise FileExistsError(
+            f'{kept} is a symbolic link (to {os.readlink(kept)}), not the config trained with '
+            f'until env step {env_steps}, which a resume that changes the experiment keeps '
+            'there. Remove the link, or resume without the changing --gin_param.'
+        )
     if not os.path.exists(kept):
         write_text_atomically(kept, old_config)
     logging.warning(

@@ -599,6 +599,31 @@ def test_superseded_config_keeps_the_first_config_of_a_step_and_names_the_change
     assert sorted(os.listdir(tmp_path)) == ['config-until-400.gin', 'config.gin']
 
 
+def test_a_resume_that_changes_the_experiment_refuses_a_link_where_it_keeps_the_old_config(
+    tmp_path,
+):
+    # The link's target holds something else: the run went on, its config.gin replaced, with
+    # the warning saying that the config trained with until then was kept there.
+    root_dir = tmp_path / 'run'
+    assert_ok(
+        run_train(train_command(root_dir, [PENDULUM], TINY + ['TrainerConfig.num_env_steps=200']))
+    )
+    elsewhere = tmp_path / 'elsewhere.gin'
+    elsewhere.write_text('other\n')
+    (root_dir / 'config-until-200.gin').symlink_to(elsewhere)
+    before = tree_digest(tmp_path)
+    params = ['TrainerConfig.num_env_steps=400', 'critic/Adam.lr=1e-5']
+    result = run_train(train_command(root_dir, params=params))
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'error: cannot write {root_dir / "config.gin"}: {root_dir / "config-until-200.gin"} is '
+        f'a symbolic link (to {elsewhere}), not the config trained with until env step 200, '
+        'which a resume that changes the experiment keeps there. Remove the link, or resume '
+        'without the changing --gin_param.'
+    )
+    assert tree_digest(tmp_path) == before
+
+
 def test_a_resume_that_changes_many_bindings_names_each_one_in_its_warning(tmp_path, caplog):
     # The warning is the log's one record of what the experiment changed to: a change
     # left out of it would show only in a diff of the two config files.
