@@ -256,6 +256,31 @@ def env_processes_starting():
         previous[signum](signum, None)
 
 
+@contextlib.contextmanager
+def signalled_again_after(seconds: float, signum: int):
+    """Within the block, ``signum`` is sent to the main thread again once ``seconds`` have
+    passed: an in-process env call begun after that signal came, which its handler could
+    not end, is ended by the handler then, as one that the signal arrived in."""
+    lock = threading.Lock()
+    armed = [True]
+
+    def send():
+        # Not once the block is left: the signal would find its handler gone.
+        with lock:
+            if armed[0]:
+                signal.pthread_kill(threading.main_thread().ident, signum)
+
+    timer = threading.Timer(seconds, send)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            armed[0] = False
+        timer.cancel()
+
+
 class StopSignals(_HandledSignals):
     """While entered, SIGINT and SIGTERM are recorded for the training loop to act on.
 

@@ -77,6 +77,7 @@ from alf_lite.signals import (
     StopSignals,
     TrainingInterrupted,
     env_processes_starting,
+    signalled_again_after,
 )
 from alf_lite.summary import (
     Summary,
@@ -297,8 +298,8 @@ class TrainerConfig:
             self.defer_non_finite_checks = bool(defer_non_finite_checks)
 
 
-# Seconds an env step still has to end once a stop signal came while the envs stepped
-# unwatched, before the step is abandoned as hung: ample for a step, short for a person.
+# Seconds an env step still has to end once a stop signal came during the updates, in no
+# env call, before the step is abandoned as hung: ample for a step, short for a person.
 SIGNALLED_STEP_PATIENCE_S = 10.0
 
 # TrainerConfig's parameters that take True or False.
@@ -923,13 +924,17 @@ class Trainer:
                 self._iteration_trained = False
 
     def _receive(self) -> int:
-        """``Collector.receive``; after a stop signal that came while the envs stepped
-        unwatched (during the updates, in no env call), the step is abandoned as one the
-        signal interrupted if it does not end within ``SIGNALLED_STEP_PATIENCE_S``: the
-        env may hang, and the signal that would have ended its call came before it."""
+        """``Collector.receive``; after a stop signal that came during the updates, in no
+        env call, the step is abandoned as one the signal interrupted if it does not end
+        within ``SIGNALLED_STEP_PATIENCE_S``: the env may hang, and the signal that would
+        have ended its call came before it (envs in subprocesses stepped meanwhile; in
+        process, the step begins now)."""
         signum = self._stop_signals.received
         if signum is None:
             return self._collector.receive()
+        if not self._env.use_subprocesses:
+            with signalled_again_after(SIGNALLED_STEP_PATIENCE_S, signum):
+                return self._collector.receive()
         try:
             return self._collector.receive(patience=SIGNALLED_STEP_PATIENCE_S)
         except EnvironmentHungError as e:

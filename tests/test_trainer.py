@@ -1715,6 +1715,44 @@ def test_a_signal_during_the_updates_ends_a_step_that_hangs_meanwhile(tmp_path, 
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_a_signal_during_the_updates_ends_an_in_process_step_that_hangs_after_them(
+    tmp_path, monkeypatch
+):
+    # In process the iteration's last step runs after its updates: a signal during them is
+    # only recorded, and the step begun afterwards is no call it could end. Without
+    # step_timeout that step would hang for good; the signal, sent again once the patience
+    # is over, ends it as one that the signal arrived in.
+    import alf_lite.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, 'SIGNALLED_STEP_PATIENCE_S', 0.5, raising=False)
+    marker = hanging_sac_pendulum(
+        tmp_path,
+        monkeypatch,
+        'TrainerConfig.unroll_length = 1',
+        'create_environment.use_subprocesses = False',
+    )
+    updates = Trainer._train_iteration
+    signalled = []
+
+    def signal_before_the_step_that_hangs(trainer):
+        updates(trainer)
+        # The env hangs in its 150th step (the env steps count its resets too), which this
+        # iteration takes next.
+        if trainer._env._env.envs[0].unwrapped._steps == 149 and not trainer._env._done[0]:
+            signalled.append(trainer.env_steps)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(Trainer, '_train_iteration', signal_before_the_step_that_hangs)
+    root_dir = tmp_path / 'run'
+    with Trainer(TrainerConfig(), str(root_dir)) as trainer, fails_after(60):
+        with pytest.raises(TrainingInterrupted):
+            trainer.train()
+    assert len(signalled) == 1 and marker.exists()
+    # Stopped in the step it hung in, whose updates were done: checkpointed before it.
+    assert trainer.env_steps == signalled[0] > 100
+    assert checkpoint_steps(root_dir) == [100, trainer.env_steps]
+
+
 def test_train_again_after_a_deferred_non_finite_loss_goes_on_from_the_checkpoint(tmp_path):
     # One critic loss is inf (at env step 31, update 26): the deferred check stops the run
     # at the summary at 40. A train() again on the same trainer resumes from ckpt-20, as a
