@@ -119,8 +119,12 @@ class TrainerConfig:
         num_eval_episodes: episodes per evaluation, each on its own seed.
         num_eval_environments: eval envs, which play the episodes side by side
             in rounds (the last one may be shorter); None: ``num_eval_episodes``,
-            one round. The results do not depend on it; fewer envs hold less
-            memory (an ICubWalk-v0 env takes about 120 MB) and take longer.
+            one round. The episodes (their seeds) do not depend on it, but the
+            policy's float32 products round with the size of its batch: the
+            figures agree to about 7 digits on Pendulum, not bit for bit, and an
+            env whose falls that rounding can change (the iCub) plays other
+            episodes. Fewer envs hold less memory (an ICubWalk-v0 env takes about
+            120 MB) and take longer.
         checkpoint_interval: write a checkpoint every this many env steps
             (and always at the end).
         max_checkpoints_to_keep: keep only this many of the newest
