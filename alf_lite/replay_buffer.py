@@ -545,8 +545,9 @@ class ReplayBuffer:
 
         Copies into the existing storage, so no second allocation happens;
         ``state`` may be mapped from a file (as ``load_checkpoint`` returns
-        it), whose pages are then read once, by the copy. Rows not in
-        ``state`` are zeroed.
+        it): its pages are read by the checks (reductions, which allocate
+        nothing of a field's size) and by the copy, no copy of them held. Rows
+        not in ``state`` are zeroed.
 
         Args:
             state: a dict produced by ``state_dict()`` of a buffer with the same
@@ -579,7 +580,7 @@ class ReplayBuffer:
                 'TrainerConfig.replay_buffer_length'
             )
         total_added = state['total_added']
-        if not isinstance(total_added, int) or total_added < 0:
+        if not isinstance(total_added, int) or isinstance(total_added, bool) or total_added < 0:
             raise ValueError(
                 'ReplayBuffer.load_state_dict: total_added must '
                 f'be a non-negative int, got {total_added!r}'

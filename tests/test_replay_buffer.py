@@ -515,12 +515,16 @@ def test_load_state_dict_rejects_a_total_added_past_the_int64_counter_before_any
         assert torch.equal(field, before[name]), name
 
 
-def test_load_state_dict_rejects_a_total_added_that_is_no_int():
-    # 2.0 would pass as a count of rows and then index the storage.
-    state = _filled(num_envs=3, length=5, num_added=2).state_dict()
+@pytest.mark.parametrize('total_added', [2.0, True])
+def test_load_state_dict_rejects_a_total_added_that_is_no_int(total_added):
+    # 2.0 would pass as a count of rows and then index the storage; True, as 1, a damaged
+    # file as a buffer of one row, as the length is refused.
+    state = _filled(num_envs=3, length=5, num_added=1).state_dict()
     target = ReplayBuffer(3, 5, 2, 2)
-    with pytest.raises(ValueError, match='total_added must be a non-negative int, got 2.0'):
-        target.load_state_dict(dict(state, total_added=2.0))
+    with pytest.raises(
+        ValueError, match=f'total_added must be a non-negative int, got {total_added}'
+    ):
+        target.load_state_dict(dict(state, total_added=total_added))
     assert target.total_added == 0
 
 
