@@ -50,8 +50,15 @@ ENV_STEPS_PER_SEC = 'train/env_steps_per_sec'
 UPDATES_PER_SEC = 'train/updates_per_sec'
 REPLAY_BUFFER_BYTES = 'train/replay_buffer_bytes'
 PROCESS_RSS_BYTES = 'train/process_rss_bytes'
+ENV_PROCESSES_USS_BYTES = 'train/env_processes_uss_bytes'
 # Columns that depend on the machine and the clock, not on the seed.
-NONDETERMINISTIC_COLUMNS = (WALL_TIME, ENV_STEPS_PER_SEC, UPDATES_PER_SEC, PROCESS_RSS_BYTES)
+NONDETERMINISTIC_COLUMNS = (
+    WALL_TIME,
+    ENV_STEPS_PER_SEC,
+    UPDATES_PER_SEC,
+    PROCESS_RSS_BYTES,
+    ENV_PROCESSES_USS_BYTES,
+)
 # The trainer's columns of progress.csv, in their order; the algorithm's scalars follow.
 PROGRESS_COLUMNS = (
     ENV_STEPS,
@@ -67,6 +74,7 @@ PROGRESS_COLUMNS = (
     UPDATES_PER_SEC,
     REPLAY_BUFFER_BYTES,
     PROCESS_RSS_BYTES,
+    ENV_PROCESSES_USS_BYTES,
 )
 # The binding of a run's config.gin that only picks its seed, and the seed of a run
 # that does not bind it.

@@ -310,7 +310,13 @@ SHORT_RUN = [
     'TrainerConfig.replay_buffer_length = 10000',
     'create_environment.max_episode_steps = 100',
 ]
-NONDETERMINISTIC = ('wall_time', 'env_steps_per_sec', 'updates_per_sec', 'process_rss_bytes')
+NONDETERMINISTIC = (
+    'wall_time',
+    'env_steps_per_sec',
+    'updates_per_sec',
+    'process_rss_bytes',
+    'env_processes_uss_bytes',
+)
 
 
 LAST_RUN = {}

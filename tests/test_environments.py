@@ -744,6 +744,45 @@ def test_default_is_what_create_environment_uses():
         assert isinstance(env._env, AsyncVectorEnv)  # An explicit choice wins.
 
 
+def own_bytes(pids) -> int:
+    return sum(psutil.Process(pid).memory_full_info().uss for pid in pids)
+
+
+@pytest.mark.timeout(60)
+def test_processes_own_bytes_sums_the_env_processes_own_memory_and_is_0_in_process():
+    with create_environment('Pendulum-v1', 2, use_subprocesses=False) as env:
+        env.reset()
+        assert env.processes_own_bytes() == 0
+    with create_environment('Pendulum-v1', 2, use_subprocesses=True) as env:
+        env.reset()
+        pids = [p.pid for p in env._env.processes]
+        # Their own pages, not those they share with this process (torch's among them),
+        # which their resident memory counts: hundreds of MiB.
+        resident = sum(psutil.Process(pid).memory_info().rss for pid in pids)
+        assert 2**16 < env.processes_own_bytes() < resident / 4
+        assert env.processes_own_bytes() == pytest.approx(own_bytes(pids), rel=0.05)
+    assert env.processes_own_bytes() == 0
+
+
+@pytest.mark.timeout(60)
+def test_an_env_process_gone_or_a_zombie_counts_0_in_processes_own_bytes():
+    env = create_environment('Pendulum-v1', 3, use_subprocesses=True)
+    try:
+        env.reset()
+        killed, *alive = env._env.processes
+        os.kill(killed.pid, signal.SIGKILL)
+        # Not reaped yet: a zombie, whose pid psutil still finds.
+        zombie = psutil.Process(killed.pid)
+        while zombie.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        assert env.processes_own_bytes() == pytest.approx(own_bytes(p.pid for p in alive), rel=0.05)
+        killed.join()  # Reaped: the pid is gone.
+        assert not psutil.pid_exists(killed.pid)
+        assert env.processes_own_bytes() == pytest.approx(own_bytes(p.pid for p in alive), rel=0.05)
+    finally:
+        env.close()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize('use_subprocesses', [True, False])
 @pytest.mark.parametrize('label', [None, 'eval env'])

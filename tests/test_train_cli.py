@@ -57,6 +57,7 @@ TRAIN_SCALARS = (
     'updates_per_sec',
     'replay_buffer_bytes',
     'process_rss_bytes',
+    'env_processes_uss_bytes',
 )
 EVAL_SCALARS = ('AverageReturn', 'AverageEpisodeLength')
 

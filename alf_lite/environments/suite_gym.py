@@ -623,7 +623,10 @@ class BatchedEnvironment:
                 ) from e
             finally:
                 made_ahead.close_unused()
+            # Made once: a summary reads their memory without looking each one up again.
+            self._env_processes = [_watched(p.pid) for p in self._env.processes]
         else:
+            self._env_processes = []
             try:
                 self._env = _SyncVectorEnv(
                     env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
@@ -982,6 +985,21 @@ class BatchedEnvironment:
         )
         return self._latest
 
+    def processes_own_bytes(self) -> int:
+        """The env processes' own memory in bytes, summed: each one's unique set size (USS),
+        the pages no other process shares, which its end would free. 0 in process (the
+        envs' memory is then the caller's) and once the envs are closed; a process that is
+        gone or a zombie counts 0.
+
+        Not their resident memory: a process forked from one that imported torch holds
+        its pages too, shared until written (the two Pendulum-v1 env processes of a train
+        run showed 235 MiB resident each, 6.5 MiB of it their own). Reading it walks the
+        process's page tables: a few milliseconds a process.
+        """
+        if self._closed:
+            return 0
+        return sum(_own_bytes(process) for process in self._env_processes)
+
     @property
     def closed(self) -> bool:
         """Whether the envs were closed (or stopped after a crash)."""
@@ -1304,6 +1322,24 @@ def _record_problem(record, action_dim: int) -> Optional[str]:
     if rng is not None and not isinstance(rng, dict):
         return f'has the generator state {rng!r:.80}, not a dict'
     return None
+
+
+def _watched(pid: int) -> Optional[psutil.Process]:
+    """The process ``pid`` as psutil reads it; None when it is gone."""
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+def _own_bytes(process: Optional[psutil.Process]) -> int:
+    """The unique set size of ``process`` in bytes; 0 when it is None, gone or a zombie."""
+    if process is None:
+        return 0
+    try:
+        return process.memory_full_info().uss
+    except psutil.Error:
+        return 0
 
 
 def _child_pids() -> set:
