@@ -290,6 +290,39 @@ def test_a_gif_counts_identical_consecutive_frames_as_the_one_it_holds(tmp_path)
     assert frames == [(0, 100), (50, 300), (100, 100), (0, 200)]
 
 
+def test_a_run_of_identical_gif_frames_longer_than_a_gif_frame_holds_is_shown_that_long(
+    tmp_path,
+):
+    from PIL import Image, ImageSequence
+
+    gif = tmp_path / 'still.gif'
+    # At --fps 0.01 each frame is shown 100 s: seven identical ones, 700 s, are more than
+    # the 655.35 s of a GIF frame's 16-bit delay, which pillow fails to write.
+    script = (
+        'import numpy as np\n'
+        'from alf_lite.bin.play import VideoWriter, frames_written\n'
+        f'video = VideoWriter({str(gif)!r}, fps=0.01)\n'
+        'for value in [0] + [50] * 7 + [100] * 6:\n'
+        '    video.append(np.full((8, 8, 3), value, np.uint8))\n'
+        'video.close()\n'
+        'print(frames_written(video, "still.gif"))\n'
+    )
+    result = run_train([sys.executable, '-c', script])
+    assert_ok(result)
+    assert result.stdout.strip() == (
+        '3 frames written to still.gif: of the 14 recorded, identical consecutive frames '
+        'were merged into one, their durations summed; a run of them longer than 655.35 s, '
+        'the longest a GIF shows a frame, is shown that long'
+    )
+    with Image.open(gif) as image:
+        frames = [
+            (int(f.convert('L').getextrema()[1]), f.info['duration'])
+            for f in ImageSequence.Iterator(image)
+        ]
+    # The run of 600 s is shown for its time.
+    assert frames == [(0, 100_000), (50, 655_350), (100, 600_000)]
+
+
 @pytest.mark.parametrize('name, size', [('floats.gif', None), ('floats.mp4', (4, 2))])
 def test_frames_of_floats_are_taken_as_8_bit_colours_as_by_the_mp4_writer(tmp_path, name, size):
     import imageio.v3 as iio
@@ -937,6 +970,42 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
         assert 'Traceback' not in result.stderr and 'playing' not in result.stdout
     assert (tmp_path / 'afile').read_text() == 'mine'
     assert not (tmp_path / 'new').exists()
+
+
+def test_a_video_its_format_cannot_hold_is_refused_before_playing(trained_run, tmp_path):
+    # ffmpeg would write a faster .mp4 at 1001000 frames per second (and fail with a
+    # traceback above 2**31); pillow would fail writing a wider GIF, once every episode
+    # was played.
+    for args, message in (
+        (
+            ['--record_file', str(tmp_path / 'fast.mp4'), '--fps', '2e6'],
+            '--fps 2e+06 cannot be written to an .mp4: ffmpeg takes at most 1001000 frames '
+            'per second',
+        ),
+        (
+            ['--record_file', str(tmp_path / 'fast.mp4'), '--fps', '1e12'],
+            '--fps 1e+12 cannot be written to an .mp4',
+        ),
+        (
+            ['--record_file', str(tmp_path / 'wide.gif'), '--render_size', '65536,2'],
+            '--render_size 65536,2 cannot be written to a .gif: its width and height are at '
+            'most 65535.',
+        ),
+    ):
+        result = run_play(trained_run, *args)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+        assert 'Traceback' not in result.stderr and 'playing' not in result.stdout
+    assert not list(tmp_path.iterdir())
+    # At the limits the video is written, and ffmpeg keeps the frame rate asked for.
+    mp4 = tmp_path / 'fastest.mp4'
+    result = run_play(trained_run, '--record_file', str(mp4), '--fps', '1001000')
+    assert result.returncode == 0, result.stderr
+    import imageio_ffmpeg
+
+    probe = subprocess.run(
+        [imageio_ffmpeg.get_ffmpeg_exe(), '-i', str(mp4)], capture_output=True, text=True
+    )
+    assert ' 1001k fps' in probe.stderr, probe.stderr
 
 
 def test_checkpoint_that_would_run_code_is_refused_and_runs_nothing(trained_run, tmp_path):

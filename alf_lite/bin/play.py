@@ -24,9 +24,11 @@ written with imageio-ffmpeg, ``.gif`` with pillow; a GIF above 50 frames per
 second (MuJoCo's 125, say) keeps every k-th frame, k = ceil(fps / 50), since
 GIF players cannot show frames faster; its delays, whole centiseconds, add up to
 real time. Pillow stores identical consecutive frames of a GIF (a body at rest)
-as one, shown for their delays together: play prints how many frames the file
-holds. H.264 in yuv420p needs an even width and height: an odd ``--render_size``
-is refused for an ``.mp4``. Rendering is headless: MuJoCo
+as one, shown for their delays together (at most 655.35 s, the longest a GIF frame
+is shown): play prints how many frames the file holds. H.264 in yuv420p needs
+an even width and height: an odd ``--render_size`` is refused for an ``.mp4``,
+and so is an ``--fps`` above 1001000, the most ffmpeg takes; a GIF is at most
+65535 pixels wide and high. Rendering is headless: MuJoCo
 through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
 The video is written beside ``--record_file`` and moved there once every
 episode was played: a play that fails or is stopped by SIGINT, SIGTERM or SIGHUP (exit
@@ -69,6 +71,12 @@ DEFAULT_FPS = 30
 MAX_GIF_FPS = 50
 # GIF stores a frame's delay in hundredths of a second, up to 65535.
 MIN_FPS = 0.01
+MAX_GIF_DELAY_MS = 655_350
+# ffmpeg reads a frame rate of at most this many frames per second: it writes a higher
+# one as this, and fails on one above 2**31 once the first frame is sent.
+MAX_MP4_FPS = 1_001_000
+# GIF stores a frame's width and height in 16 bits.
+MAX_GIF_SIDE = 65535
 
 flags.DEFINE_string(
     'root_dir', None, 'Directory of a train run: its config.gin and checkpoints are read.'
@@ -204,6 +212,9 @@ class VideoWriter:
         # in a GIF where identical consecutive frames were merged.
         self.num_frames = 0
         self.frames_in_file = None
+        # Whether a run of identical frames is shown for less than its time, at most a
+        # GIF frame's longest delay.
+        self.shortened = False
         # Every how many frames one is written (a fast GIF keeps every k-th).
         self._every, self._seen = 1, 0
         self._gif = None
@@ -301,9 +312,19 @@ class VideoWriter:
         # add up to real time (a fixed 24 ms delay would be stored as 20 ms).
         starts = [round(100 * j * self._frame_seconds) for j in range(len(self._frames) + 1)]
         delays_ms = [10 * (end - start) for start, end in zip(starts, starts[1:])]
+        # Pillow would merge a run of identical frames itself, their delays summed past
+        # what a GIF frame holds, and fail writing it: merged here, within that delay.
+        frames, merged_delays_ms = [], []
+        for frame, delay_ms in zip(self._frames, delays_ms):
+            if frames and frame == frames[-1]:
+                self.shortened |= merged_delays_ms[-1] + delay_ms > MAX_GIF_DELAY_MS
+                merged_delays_ms[-1] = min(merged_delays_ms[-1] + delay_ms, MAX_GIF_DELAY_MS)
+            else:
+                frames.append(frame)
+                merged_delays_ms.append(delay_ms)
         with self._gif:
-            if self._frames:
-                images = (self._image(frame) for frame in self._frames)
+            if frames:
+                images = (self._image(frame) for frame in frames)
                 # loop=0: repeat forever.
                 next(images).save(
                     self._gif,
@@ -311,7 +332,7 @@ class VideoWriter:
                     save_all=True,
                     # Decompressed one at a time, as pillow writes them.
                     append_images=images,
-                    duration=delays_ms,
+                    duration=merged_delays_ms,
                     loop=0,
                 )
 
@@ -332,6 +353,11 @@ def frames_written(video: VideoWriter, record_file: str) -> str:
         line += (
             f': of the {video.num_frames} recorded, identical consecutive frames were '
             'merged into one, their durations summed'
+        )
+    if video.shortened:
+        line += (
+            f'; a run of them longer than {MAX_GIF_DELAY_MS / 1000:g} s, the longest a GIF '
+            'shows a frame, is shown that long'
         )
     return line
 
@@ -430,6 +456,27 @@ def play(argv, signals) -> None:
         fail(
             f'--render_size {size[0]},{size[1]} cannot be written to an .mp4: H.264 in '
             'yuv420p needs an even width and height. Give even numbers, or a .gif.'
+        )
+    if (
+        size is not None
+        and record_file is not None
+        and record_file.lower().endswith('.gif')
+        and max(size) > MAX_GIF_SIDE
+    ):
+        # Pillow would fail only at the end, writing the file once every episode was played.
+        fail(
+            f'--render_size {size[0]},{size[1]} cannot be written to a .gif: its width and '
+            f'height are at most {MAX_GIF_SIDE}.'
+        )
+    if (
+        FLAGS.fps is not None
+        and record_file is not None
+        and record_file.lower().endswith('.mp4')
+        and FLAGS.fps > MAX_MP4_FPS
+    ):
+        fail(
+            f'--fps {FLAGS.fps:g} cannot be written to an .mp4: ffmpeg takes at most '
+            f'{MAX_MP4_FPS} frames per second. Give a lower --fps, or a .gif.'
         )
     if record_file is not None:
         # Before playing: a video that cannot be written would be found out only at the end.
