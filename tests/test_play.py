@@ -290,6 +290,27 @@ def test_a_gif_counts_identical_consecutive_frames_as_the_one_it_holds(tmp_path)
     assert frames == [(0, 100), (50, 300), (100, 100), (0, 200)]
 
 
+def test_a_gif_of_frames_larger_than_pillows_guard_against_others_files_is_written(tmp_path):
+    # Pillow refuses to open an image above 2 x MAX_IMAGE_PIXELS (179M pixels) as a
+    # decompression bomb; play reads its own GIF back to count its frames. The guard,
+    # lowered here to 50 pixels, is left as it was.
+    gif = tmp_path / 'large.gif'
+    script = (
+        'import numpy as np\n'
+        'from PIL import Image\n'
+        'from alf_lite.bin.play import VideoWriter, frames_written\n'
+        'Image.MAX_IMAGE_PIXELS = 50\n'
+        f'video = VideoWriter({str(gif)!r}, fps=10)\n'
+        'for value in 0, 100, 200:\n'
+        '    video.append(np.full((12, 10, 3), value, np.uint8))\n'
+        'video.close()\n'
+        'print(frames_written(video, "large.gif"), Image.MAX_IMAGE_PIXELS)\n'
+    )
+    result = run_train([sys.executable, '-c', script])
+    assert_ok(result)
+    assert result.stdout.strip() == '3 frames written to large.gif 50'
+
+
 def test_a_run_of_identical_gif_frames_longer_than_a_gif_frame_holds_is_shown_that_long(
     tmp_path,
 ):
@@ -972,6 +993,22 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
     assert not (tmp_path / 'new').exists()
 
 
+def test_a_render_size_whose_frames_need_more_than_the_available_memory_is_refused(
+    monkeypatch,
+):
+    # The kernel would kill play, with no word, as it scales or encodes the first frame.
+    import alf_lite.device
+    from alf_lite.bin.play import video_size_problem
+
+    monkeypatch.setattr(alf_lite.device, 'available_cpu_memory', lambda: (2**30, None))
+    for name in 'v.mp4', 'v.gif':
+        assert video_size_problem(name, (8192, 8192)) == (
+            '--render_size 8192,8192: scaling and encoding a frame of that size takes about '
+            '1.2 GiB, more than the 1.0 GiB of memory available. Give a smaller size.'
+        )
+        assert video_size_problem(name, (4096, 8192)) is None
+
+
 def test_a_video_its_format_cannot_hold_is_refused_before_playing(trained_run, tmp_path):
     # ffmpeg would write a faster .mp4 at 1001000 frames per second (and fail with a
     # traceback above 2**31); pillow would fail writing a wider GIF, once every episode
@@ -990,6 +1027,18 @@ def test_a_video_its_format_cannot_hold_is_refused_before_playing(trained_run, t
             ['--record_file', str(tmp_path / 'wide.gif'), '--render_size', '65536,2'],
             '--render_size 65536,2 cannot be written to a .gif: its width and height are at '
             'most 65535.',
+        ),
+        # x264 would fail to open and leave an .mp4 no player reads (exit 0).
+        (
+            ['--record_file', str(tmp_path / 'wide.mp4'), '--render_size', '16386,2'],
+            '--render_size 16386,2 cannot be written to an .mp4: H.264 (x264) encodes at most '
+            '16384 pixels a side.',
+        ),
+        # ffmpeg's image size check would fail as the first frame is sent.
+        (
+            ['--record_file', str(tmp_path / 'large.mp4'), '--render_size', '16384,16368'],
+            '--render_size 16384,16368 cannot be written to an .mp4: ffmpeg takes a frame only '
+            'while (width + 128) x (height + 128) is below 2**28 (268435456).',
         ),
     ):
         result = run_play(trained_run, *args)

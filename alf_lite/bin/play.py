@@ -27,8 +27,9 @@ real time. Pillow stores identical consecutive frames of a GIF (a body at rest)
 as one, shown for their delays together (at most 655.35 s, the longest a GIF frame
 is shown): play prints how many frames the file holds. H.264 in yuv420p needs
 an even width and height: an odd ``--render_size`` is refused for an ``.mp4``,
-and so is an ``--fps`` above 1001000, the most ffmpeg takes; a GIF is at most
-65535 pixels wide and high. Rendering is headless: MuJoCo
+and so are an ``--fps`` above 1001000, the most ffmpeg takes, and sizes x264 or
+ffmpeg cannot encode (``video_size_problem``); a GIF is at most 65535 pixels wide
+and high. Rendering is headless: MuJoCo
 through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
 The video is written beside ``--record_file`` and moved there once every
 episode was played: a play that fails or is stopped by SIGINT, SIGTERM or SIGHUP (exit
@@ -40,6 +41,7 @@ import math
 import os
 import tempfile
 import zlib
+from typing import Optional
 
 # Imports the standard library only: the handlers below are installed at once.
 from alf_lite.bin.cli import (
@@ -77,6 +79,15 @@ MAX_GIF_DELAY_MS = 655_350
 MAX_MP4_FPS = 1_001_000
 # GIF stores a frame's width and height in 16 bits.
 MAX_GIF_SIDE = 65535
+# x264 encodes at most this many pixels a side, and ffmpeg takes a frame only while
+# (width + 128) * (height + 128) is below 2**31 / 8 (its image size check): past either
+# the .mp4 is written unreadable, or ffmpeg fails as the first frame is sent.
+MAX_MP4_SIDE = 16384
+MAX_MP4_PADDED_PIXELS = 2**28
+# Scaling and encoding a frame took at most about 17 bytes a pixel (a .gif of 200M pixels
+# and an .mp4 of 262M): a size that needs more than the memory available would have
+# the kernel kill play without a word.
+VIDEO_BYTES_PER_PIXEL = 20
 
 flags.DEFINE_string(
     'root_dir', None, 'Directory of a train run: its config.gin and checkpoints are read.'
@@ -300,8 +311,14 @@ class VideoWriter:
         # Read back: pillow stores identical consecutive frames (after their
         # reduction to 256 colours) as one, with their delays summed, and has no
         # setting to keep them apart. n_frames skips through the frames undecoded.
-        with Image.open(self._tmp) as image:
-            return image.n_frames
+        # Without Pillow's guard against decompression bombs in others' files: this one
+        # is of --render_size, and a frame above 179M pixels would fail it.
+        limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        try:
+            with Image.open(self._tmp) as image:
+                return image.n_frames
+        finally:
+            Image.MAX_IMAGE_PIXELS = limit
 
     def _finish(self) -> None:
         if self._gif is None:
@@ -343,6 +360,42 @@ class VideoWriter:
 
         shape, data = frame
         return Image.fromarray(np.frombuffer(zlib.decompress(data), np.uint8).reshape(shape))
+
+
+def video_size_problem(record_file: str, size) -> Optional[str]:
+    """Why frames of ``size`` (width, height) cannot be recorded to ``record_file``, or None:
+    found before playing, where the writer would fail, or write a wrong file, only once
+    the episodes were played."""
+    width, height = size
+    cannot = f'--render_size {width},{height} cannot be written to'
+    if record_file.lower().endswith('.mp4'):
+        if width % 2 or height % 2:
+            # The writer would scale the frames to the next even size instead.
+            return (
+                f'{cannot} an .mp4: H.264 in yuv420p needs an even width and height. Give '
+                'even numbers, or a .gif.'
+            )
+        if max(size) > MAX_MP4_SIDE:
+            return f'{cannot} an .mp4: H.264 (x264) encodes at most {MAX_MP4_SIDE} pixels a side.'
+        if (width + 128) * (height + 128) >= MAX_MP4_PADDED_PIXELS:
+            return (
+                f'{cannot} an .mp4: ffmpeg takes a frame only while (width + 128) x '
+                f'(height + 128) is below 2**28 ({MAX_MP4_PADDED_PIXELS}).'
+            )
+    elif max(size) > MAX_GIF_SIDE:
+        return f'{cannot} a .gif: its width and height are at most {MAX_GIF_SIDE}.'
+    # Imports torch: only once the sizes themselves are fine.
+    from alf_lite.device import available_cpu_memory
+
+    needed = width * height * VIDEO_BYTES_PER_PIXEL
+    available = available_cpu_memory()[0]
+    if needed > available:
+        return (
+            f'--render_size {width},{height}: scaling and encoding a frame of that size '
+            f'takes about {needed / 2**30:.1f} GiB, more than the {available / 2**30:.1f} '
+            'GiB of memory available. Give a smaller size.'
+        )
+    return None
 
 
 def frames_written(video: VideoWriter, record_file: str) -> str:
@@ -446,28 +499,10 @@ def play(argv, signals) -> None:
         if given:
             verb = 'applies' if len(given) == 1 else 'apply'
             fail(f'{" and ".join(given)} {verb} only to a video: give --record_file too.')
-    if (
-        size is not None
-        and record_file is not None
-        and record_file.lower().endswith('.mp4')
-        and (size[0] % 2 or size[1] % 2)
-    ):
-        # The writer would scale the frames to the next even size instead.
-        fail(
-            f'--render_size {size[0]},{size[1]} cannot be written to an .mp4: H.264 in '
-            'yuv420p needs an even width and height. Give even numbers, or a .gif.'
-        )
-    if (
-        size is not None
-        and record_file is not None
-        and record_file.lower().endswith('.gif')
-        and max(size) > MAX_GIF_SIDE
-    ):
-        # Pillow would fail only at the end, writing the file once every episode was played.
-        fail(
-            f'--render_size {size[0]},{size[1]} cannot be written to a .gif: its width and '
-            f'height are at most {MAX_GIF_SIDE}.'
-        )
+    if size is not None and record_file is not None:
+        problem = video_size_problem(record_file, size)
+        if problem:
+            fail(problem)
     if (
         FLAGS.fps is not None
         and record_file is not None
