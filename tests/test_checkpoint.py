@@ -674,6 +674,24 @@ def test_corrupt_replay_buffer_of_the_newest_checkpoint_resumes_it_without_the_b
     assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-50']  # nothing moved aside
 
 
+@pytest.mark.parametrize('kept', [0.5, 0.99])
+def test_a_truncated_small_replay_buffer_resumes_its_checkpoint_without_it(tmp_path, kept):
+    # A buffer file of some kilobytes cut short (a copy of the run that stopped midway):
+    # torch's zip reader then seeks before the file's start and raises an OSError, which
+    # says nothing of the disk.
+    for step in (50, 100):
+        rb = {'observation': torch.randn(2, 500, 3), 'num_steps': 500}
+        ckpt.save_checkpoint(str(tmp_path), step, make_state(step), rb)
+    buffer = tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE
+    saved = buffer.read_bytes()
+    assert 4096 < len(saved) < 65536
+    buffer.write_bytes(saved[: int(len(saved) * kept)])
+    path, state, rb, unreadable = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert path.endswith('ckpt-100') and rb is None and unreadable == []
+    assert_same(state, make_state(100))
+    assert sorted(os.listdir(tmp_path)) == ['ckpt-100', 'ckpt-50']
+
+
 def test_a_directory_in_place_of_a_replay_buffer_file_does_not_fail_the_next_save(tmp_path):
     ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
     buffer = tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE
