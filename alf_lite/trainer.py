@@ -1242,9 +1242,12 @@ class Trainer:
         try:
             ckpt.load_algorithm_state(self._algorithm, state.algorithm)
         except (KeyError, RuntimeError, ValueError) as e:
+            # A KeyError's text is the bare key: "('actor_loss')" for another algorithm's
+            # state, which lacks the configured one's.
+            detail = f'its state has no {e.args[0]!r}' if isinstance(e, KeyError) and e.args else e
             raise ckpt.CheckpointError(
-                f'checkpoint {path} does not fit the configured algorithm ({e}). Was the '
-                'config changed? Resume with the config the run started with.'
+                f'checkpoint {path} does not fit the configured algorithm ({detail}). Was '
+                'the config changed? Resume with the config the run started with.'
             ) from e
         # The optimizers' states are new tensors now, which no captured graph reads.
         self._runner.drop_graphs()

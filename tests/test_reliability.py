@@ -1480,8 +1480,13 @@ def test_a_signal_seen_at_any_read_of_the_stop_flag_stops_with_a_checkpoint(
             "create_environment.env_name='MountainCarContinuous-v0'",
             'does not fit the configured algorithm',
         ),
+        # Named as what the state lacks, not as the bare key "('actor_loss')".
+        (
+            'TrainerConfig.algorithm_ctor=@DdpgAlgorithm',
+            "does not fit the configured algorithm (its state has no 'actor_loss').",
+        ),
     ],
-    ids=['num_envs', 'replay_buffer_length', 'env_name'],
+    ids=['num_envs', 'replay_buffer_length', 'env_name', 'algorithm'],
 )
 def test_resume_with_a_config_that_does_not_fit_changes_nothing_and_still_resumes(
     finished_run, tmp_path, param, message
