@@ -4,7 +4,8 @@ Each run trains in its run directory with its output appended to its log. A
 finished run gets ``done.json`` (wall time summed over attempts, env steps,
 final eval return, mean load, code version) and is skipped from then on, as is
 a run another process is training (another call of the launcher); every
-attempt is kept in ``<log>.attempts.json``; ``<out>/plan.json`` holds every
+attempt is kept in ``<log>.attempts.json``, from its start (one whose launcher was
+killed ends at its log's last write); ``<out>/plan.json`` holds every
 requested run's state. With a deadline, a run starts only if its estimated
 time fits (or, with ``partial_minutes``, a resumable run also when at least
 that long is left), and a resumable run still going at the deadline
@@ -236,6 +237,9 @@ class Launcher:
             attempts = read_attempts(attempts_path)
         except UnreadableRecord as e:
             return dict(run=run, status='failed', detail=str(e))
+        # Before this attempt writes to the log, whose last write ended the open one.
+        if _close_open_attempts(attempts, log_path, run_dir):
+            _write_json(attempts_path, attempts)
         resumed = run.resumable and os.path.isfile(RunDir(run_dir).config_file)
         start, steps_from = time.time(), resume_env_steps(run, run_dir) if resumed else 0
         # The code that trains: commits made while it runs are not in it.
@@ -256,6 +260,20 @@ class Launcher:
                     stderr=subprocess.STDOUT,
                 )
                 self._processes.add(process)
+            # Recorded as it starts, so that a launcher killed before the run ends (SIGKILL,
+            # the OOM killer) leaves its attempt open for the next call to close, not lost.
+            attempts.append(
+                dict(
+                    started=start,
+                    wall_time_s=0.0,
+                    env_steps_from=steps_from,
+                    env_steps_to=steps_from,
+                    kind=list(run.kind),
+                    mean_load=None,
+                    code=code,
+                )
+            )
+            _write_json(attempts_path, attempts)
             loads, stopped_at_deadline = LoadSampler(start), False
             try:
                 while True:
@@ -286,20 +304,23 @@ class Launcher:
             # Another process (another call of the launcher) took the run between the check
             # above and this start, and this one refused it, starting nothing: that process
             # trains and records it.
+            attempts.pop()
+            if attempts:
+                _write_json(attempts_path, attempts)
+            else:  # no record of a run this call never trained
+                os.remove(attempts_path)
             return dict(
                 run=run, status='in use', detail=f'another process is training in {run_dir}'
             )
-        attempts.append(
-            dict(
-                started=start,
-                wall_time_s=wall,
-                returncode=returncode,
-                env_steps_from=steps_from,
-                env_steps_to=_last_env_steps(run_dir),
-                kind=list(run.kind),
-                mean_load=loads.mean(),
-                code=code,
-            )
+        attempts[-1] = dict(
+            started=start,
+            wall_time_s=wall,
+            returncode=returncode,
+            env_steps_from=steps_from,
+            env_steps_to=_last_env_steps(run_dir),
+            kind=list(run.kind),
+            mean_load=loads.mean(),
+            code=code,
         )
         _write_json(attempts_path, attempts)
         # A run that ends otherwise once told to stop (an error, SIGKILL) failed.
@@ -415,6 +436,33 @@ def _done_runs(out: str) -> Iterable[Tuple[str, dict]]:
         except UnreadableRecord:
             continue  # its run fails with that error when it is trained
         yield os.path.dirname(path), done
+
+
+def _close_open_attempts(attempts: List[dict], log_path: str, run_dir: str) -> bool:
+    """Close each attempt its launcher recorded as it started but did not live to end; whether
+    there was one.
+
+    Its run wrote to the log until it stopped (once its launcher was gone, at a checkpoint):
+    the attempt ends at the log's last write, with the env steps of the run's progress.csv
+    then, and without a return code (none was seen).
+    """
+    open_attempts = [a for a in attempts if 'returncode' not in a]
+    if not open_attempts:
+        return False
+    try:
+        ended = os.path.getmtime(log_path)
+    except OSError:
+        ended = None
+    for attempt in open_attempts:
+        started = attempt.get('started', 0.0)
+        attempt.update(
+            wall_time_s=max(
+                attempt['wall_time_s'], (started if ended is None else ended) - started
+            ),
+            returncode=None,
+            env_steps_to=_last_env_steps(run_dir),
+        )
+    return True
 
 
 def _finished_time(done: dict) -> float:

@@ -42,7 +42,13 @@ from alf_lite.config import write_text_atomically
 from alf_lite.data import StepType, TimeStep
 from alf_lite.episode_stats import TRAIN_METRIC_WINDOW
 from alf_lite.evaluation import evaluate
-from alf_lite.run_dir import RunDir, RunDirInUseError, RunDirLock
+from alf_lite.run_dir import (
+    RunDir,
+    RunDirInUseError,
+    RunDirLock,
+    changed_bindings,
+    read_config_text,
+)
 from alf_lite.runs import (
     ENV_STEPS,
     ENV_STEPS_PER_SEC,
@@ -244,7 +250,8 @@ def train(run: BenchmarkRun, out: str) -> int:
 
     Returns:
         0 when the run finished; 128 + the signal number when SIGINT or
-        SIGTERM stopped it (after saving a checkpoint).
+        SIGTERM stopped it (after saving a checkpoint); ``EXIT_BAD_INPUT`` when its
+        checkpoint is of a run with other settings (nothing trained).
     """
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
@@ -258,6 +265,22 @@ def train(run: BenchmarkRun, out: str) -> int:
     # A checkpoint may be at 0 env steps (a stop during the first evaluation): it resumes too.
     resumed = resume_from is not None and os.path.isfile(run_dir.progress_file)
     if resumed:
+        # The model, its buffer and its learning_starts come from the checkpoint: a run of
+        # other settings (another --steps, which changes learning_starts or the buffer) would
+        # go on with the old ones under the new name, so it is refused as train refuses it.
+        config = sb3_config_text(run, sb3_settings(run))
+        differing = changed_bindings(read_config_text(run_dir.config_file), config)
+        if differing:
+            print(
+                f'error: {run_dir.root} holds an SB3 run of other settings: its '
+                f'{os.path.basename(run_dir.config_file)} differs in {len(differing)} '
+                f'binding(s), e.g. {differing[:2]}; move it away or choose another --out',
+                file=sys.stderr,
+            )
+            env.close()
+            return EXIT_BAD_INPUT
+        # What a resume may change (the length): config.gin says the run as it goes on.
+        write_text_atomically(run_dir.config_file, config)
         state = torch.load(os.path.join(resume_from, STATE_FILE), weights_only=False)
         steps = int(state['env_steps'])
         model = algorithm.load(os.path.join(resume_from, MODEL_FILE), env=env, device='cpu')

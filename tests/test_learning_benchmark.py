@@ -437,6 +437,41 @@ def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp
     assert [p.name for p in temp.iterdir() if p.name.startswith('SB3-')] == []
 
 
+def test_sb3_run_of_other_settings_is_not_resumed_under_new_ones(tmp_path, monkeypatch):
+    pytest.importorskip('stable_baselines3')
+    monkeypatch.setenv('TMPDIR', str(tmp_path))
+    out = tmp_path / 'runs'
+    command = [sys.executable, '-m', 'benchmarks.sb3_runner', '--suite', 'pendulum']
+    command += ['--run', 'sb3_sac', '--seed', '0', '--out', str(out)]
+    run_dir = out / 'pendulum' / 'sb3_sac' / 'seed0'
+    process = subprocess.Popen(
+        command + ['--steps', '600'],
+        cwd=REPO_ROOT,
+        env=train_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in process.stdout:
+            if line.startswith('env steps 0:'):
+                process.send_signal(signal.SIGTERM)
+                break
+        rest = process.stdout.read()
+        assert process.wait(timeout=RUN_TIMEOUT_S) == 128 + signal.SIGTERM, rest
+    finally:
+        process.kill()
+    stopped_at = sb3_common.checkpoint_env_steps(str(run_dir))
+    config = (run_dir / 'config.gin').read_text()
+
+    # 1500 steps take 1000 random ones, not the 300 of the checkpoint's model.
+    longer = run_train(command + ['--steps', '1500'])
+    assert longer.returncode == 2, longer.stdout + longer.stderr
+    assert 'learning_starts = 300 -> stable_baselines3.SAC.learning_starts = 1000' in longer.stderr
+    assert 'move it away or choose another --out' in longer.stderr
+    assert sb3_common.checkpoint_env_steps(str(run_dir)) == stopped_at
+    assert (run_dir / 'config.gin').read_text() == config
+
+
 def test_sb3_run_stopped_in_its_first_evaluation_resumes_from_its_checkpoint_at_0(
     tmp_path, monkeypatch
 ):
@@ -1699,6 +1734,69 @@ def test_resumed_run_is_done_with_its_attempts_wall_times_load_and_last_three_ev
     assert done['mean_load'] == 2.0
     assert second['code'] == 'def+dirty'
     assert done['code'] == ['abc', 'def+dirty']
+
+
+# A launcher that starts the run of argv[1] with the command argv[2:] and is killed
+# while it runs.
+_KILLED_LAUNCHER = """
+import sys
+from benchmarks import launcher, learning
+(run,) = [r for r in learning.suite_runs('pendulum', [0], 1000) if r.name == 'alf_sac']
+launcher.Launcher(sys.argv[1], lambda run: sys.argv[2:]).execute(run)
+"""
+
+
+def test_an_attempt_whose_launcher_was_killed_counts_in_the_runs_wall_time(tmp_path):
+    # Recorded only once its launcher saw the run end, the attempt was lost with a
+    # SIGKILLed launcher: done.json had 1 attempt and the last one's wall time alone.
+    out = tmp_path / 'runs'
+    run = _pendulum_run(1000)
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    _write_progress(run_dir, [(0, -1000)])
+    # The run goes on for 2 s after its launcher is gone, as a run stops at a checkpoint.
+    script = (
+        'import os, sys, time\n'
+        'launcher = os.getppid()\n'
+        'open(os.path.join(sys.argv[1], "ready"), "w").close()\n'
+        'while os.getppid() == launcher: time.sleep(0.05)\n'
+        'time.sleep(2)\n'
+        'print("stopped at", "a checkpoint", flush=True)\n'
+    )
+    killed = subprocess.Popen(
+        [
+            sys.executable,
+            '-c',
+            _KILLED_LAUNCHER,
+            str(out),
+            sys.executable,
+            '-c',
+            script,
+            str(run_dir),
+        ],
+        cwd=REPO_ROOT,
+        env=train_env(),
+    )
+    try:
+        deadline = time.time() + RUN_TIMEOUT_S
+        while not (run_dir / 'ready').exists() and time.time() < deadline:
+            time.sleep(0.05)
+        killed.kill()
+    finally:
+        killed.wait()
+    log = out / 'pendulum' / 'logs' / 'alf_sac.seed0.log'
+    while 'stopped at a checkpoint' not in log.read_text() and time.time() < deadline:
+        time.sleep(0.05)  # the orphaned run stops
+
+    command = _python(_APPEND_ROWS, 0, run_dir, 1000, -300)
+    result = _launcher(out, command).execute(run)
+    assert result['status'] == 'done', result
+    first, second = _attempts(run, out)
+    assert first['returncode'] is None and first['env_steps_to'] == 0
+    assert 2 <= first['wall_time_s'] < RUN_TIMEOUT_S
+    assert second['returncode'] == 0
+    done = json.loads((run_dir / 'done.json').read_text())
+    assert done['attempts'] == 2
+    assert done['wall_time_s'] == pytest.approx(first['wall_time_s'] + second['wall_time_s'])
 
 
 def test_run_ending_without_an_evaluation_or_with_an_error_or_a_signal_is_not_done(tmp_path):
