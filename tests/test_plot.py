@@ -1299,3 +1299,44 @@ def test_a_seed_given_through_macros_that_name_each_other_is_read_to_an_end(tmp_
     # A config.gin from elsewhere whose macros name each other: its seed is read to an end.
     assert seed_of(str(runs[0])) in ('%A', '%B')
     assert same_seed_runs(list(map(str, runs))) == [(str(runs[0]), str(runs[1]))]
+
+
+def test_groups_named_by_many_bindings_get_a_note_on_naming_them_shorter(tmp_path, grid):
+    # Runs of two algorithms differ in every binding of either: their group names list
+    # them all, dozens in real runs.
+    runs = tmp_path / 'algorithms'
+    sac = ''.join(f'SacAlgorithm.p{i} = {i}\n' for i in range(3))
+    ddpg = ''.join(f'DdpgAlgorithm.q{i} = {i}\n' for i in range(3))
+    for seed in 0, 1:
+        write_run(
+            runs / f'sac{seed}',
+            LR_A,
+            seed,
+            [1, 2, 3],
+            'TrainerConfig.algorithm_ctor = @SacAlgorithm\n' + sac,
+        )
+        write_run(
+            runs / f'ddpg{seed}',
+            LR_A,
+            seed,
+            [1, 2, 3],
+            'TrainerConfig.algorithm_ctor = @DdpgAlgorithm\n' + ddpg,
+        )
+    result = run_plot([str(runs), '--group_by', 'config', '--out', 'a.png'], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (
+        'note: the group names list the 7 bindings the groups differ in; name the groups by '
+        'those that matter with --group_by PARAMETER[,PARAMETER] (e.g. --group_by '
+        'TrainerConfig.algorithm_ctor), or rename one with --label NAME=GROUP'
+    ) in result.stderr
+    result = run_plot(
+        [str(runs), '--group_by', 'TrainerConfig.algorithm_ctor', '--out', 'b.png'], tmp_path
+    )
+    assert result.returncode == 0 and 'note:' not in result.stderr, result.stderr
+    assert {group for group, _ in read_curves(tmp_path / 'b.csv')} == {
+        'TrainerConfig.algorithm_ctor=@SacAlgorithm',
+        'TrainerConfig.algorithm_ctor=@DdpgAlgorithm',
+    }
+    # Groups named by one binding: no note.
+    result = run_plot([str(grid), '--group_by', 'config', '--out', 'c.png'], tmp_path)
+    assert result.returncode == 0 and 'note:' not in result.stderr, result.stderr

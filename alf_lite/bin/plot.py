@@ -132,6 +132,11 @@ _PNG_MARK_WITHIN = 4096
 NAMED_RUNS = 10
 # A group's name in the legend is shortened to this many characters.
 LEGEND_NAME_CHARS = 100
+# Past this many differing bindings in the group names of --group_by config, a note says
+# how to name the groups shorter; the parameter of the example it gives is the first of
+# PARAMETERS_THAT_TELL_APART that differs.
+NAMING_BINDINGS = 5
+PARAMETERS_THAT_TELL_APART = ('TrainerConfig.algorithm_ctor', 'create_environment.env_name')
 # Room beside a legend wider than the figure, which the figure widens to hold.
 LEGEND_MARGIN_INCHES = 0.2
 # Height left above the legend for the axes, their title and labels: a legend of more
@@ -314,8 +319,16 @@ def distinct_names(run_dirs: List[str]) -> List[str]:
 
 def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]]:
     """``[(label, run dirs)]`` in the order the groups first appear; raises ValueError."""
+    return grouped_runs(run_dirs, group_by)[1]
+
+
+def grouped_runs(
+    run_dirs: List[str], group_by: str
+) -> Tuple[List[str], List[Tuple[str, List[str]]]]:
+    """``group_runs``' groups, after the gin parameters that name them (none for
+    ``--group_by none``); raises ValueError."""
     if group_by == 'none':
-        return [(name, [r]) for name, r in zip(distinct_names(run_dirs), run_dirs)]
+        return [], [(name, [r]) for name, r in zip(distinct_names(run_dirs), run_dirs)]
     bindings, seeds = {}, {}
     safe = resume_safe_elsewhere(run_dirs) if group_by == 'config' else set()
     for run in run_dirs:
@@ -363,10 +376,21 @@ def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]
         )
         key = tuple(value_as_read(v) if n in values else v for n, v in zip(names, shown))
         groups.setdefault(key, (shown, []))[1].append(run)
-    return [
+    return names, [
         (', '.join(f'{n}={v}' for n, v in zip(names, shown)) or 'all runs', runs)
         for shown, runs in groups.values()
     ]
+
+
+def long_names_note(names: List[str]) -> str:
+    """What to do where ``--group_by config`` names each group by many differing bindings
+    (``names``): runs of two algorithms differ in every binding of either."""
+    example = next((n for n in PARAMETERS_THAT_TELL_APART if n in names), names[0])
+    return (
+        f'note: the group names list the {len(names)} bindings the groups differ in; name '
+        f'the groups by those that matter with --group_by PARAMETER[,PARAMETER] (e.g. '
+        f'--group_by {example}), or rename one with --label NAME=GROUP'
+    )
 
 
 def settings_as_compared(bindings: Dict[str, Dict[str, str]]) -> Dict[str, Dict[str, str]]:
@@ -718,9 +742,12 @@ def plot(argv):
     import numpy as np
 
     try:
-        groups = rename_groups(group_runs(run_dirs, FLAGS.group_by), FLAGS.label)
+        names, groups = grouped_runs(run_dirs, FLAGS.group_by)
+        groups = rename_groups(groups, FLAGS.label)
     except ValueError as e:
         fail(str(e))
+    if FLAGS.group_by == 'config' and len(names) > NAMING_BINDINGS and not FLAGS.label:
+        print_out(long_names_note(names), file=sys.stderr)
     y_name = FLAGS.y if FLAGS.y_minus is None else f'{FLAGS.y} - {FLAGS.y_minus}'
     # A run with no value of y yet (one that failed before its first row, say) is
     # left out, named, as is a run without a column asked for (one of another
