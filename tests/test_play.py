@@ -993,20 +993,23 @@ def test_unusable_flags_are_refused_before_playing(trained_run, tmp_path):
     assert not (tmp_path / 'new').exists()
 
 
-def test_a_render_size_whose_frames_need_more_than_the_available_memory_is_refused(
-    monkeypatch,
-):
+def test_a_render_size_whose_frames_need_more_than_the_available_memory_is_refused():
     # The kernel would kill play, with no word, as it scales or encodes the first frame.
-    import alf_lite.device
-    from alf_lite.bin.play import video_size_problem
-
-    monkeypatch.setattr(alf_lite.device, 'available_cpu_memory', lambda: (2**30, None))
-    for name in 'v.mp4', 'v.gif':
-        assert video_size_problem(name, (8192, 8192)) == (
-            '--render_size 8192,8192: scaling and encoding a frame of that size takes about '
-            '1.2 GiB, more than the 1.0 GiB of memory available. Give a smaller size.'
-        )
-        assert video_size_problem(name, (4096, 8192)) is None
+    script = (
+        'import alf_lite.device\n'
+        'from alf_lite.bin.play import video_size_problem\n'
+        'alf_lite.device.available_cpu_memory = lambda: (2**30, None)\n'
+        "for name in 'v.mp4', 'v.gif':\n"
+        '    print(video_size_problem(name, (8192, 8192)))\n'
+        '    print(video_size_problem(name, (4096, 8192)))\n'
+    )
+    result = run_train([sys.executable, '-c', script])
+    assert_ok(result)
+    refused = (
+        '--render_size 8192,8192: scaling and encoding a frame of that size takes about '
+        '1.2 GiB, more than the 1.0 GiB of memory available. Give a smaller size.'
+    )
+    assert result.stdout.splitlines() == [refused, 'None'] * 2
 
 
 def test_a_video_its_format_cannot_hold_is_refused_before_playing(trained_run, tmp_path):
