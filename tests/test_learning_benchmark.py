@@ -394,10 +394,26 @@ def test_sb3_run_writes_what_plot_reads(tmp_path):
     )
 
 
+def _stopped_by_sigterm(command, line_start: str) -> str:
+    """Run ``command`` until it prints a line starting with ``line_start``, then stop it with
+    SIGTERM; returns what it printed after that line, having checked its exit status."""
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=train_env(), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        for line in process.stdout:
+            if line.startswith(line_start):
+                process.send_signal(signal.SIGTERM)
+                break
+        rest = process.stdout.read()
+        assert process.wait(timeout=RUN_TIMEOUT_S) == 128 + signal.SIGTERM, rest
+    finally:
+        process.kill()
+    return rest
+
+
 def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp_path, monkeypatch):
     pytest.importorskip('stable_baselines3')
-    import signal
-
     # SB3's default logger would leave an SB3-<time> folder here on each learn().
     temp = tmp_path / 'temp'
     temp.mkdir()
@@ -406,18 +422,7 @@ def test_sb3_run_stopped_by_sigterm_checkpoints_and_resumes_where_it_stopped(tmp
     command = [sys.executable, '-m', 'benchmarks.sb3_runner', '--suite', 'pendulum']
     command += ['--run', 'sb3_td3', '--seed', '1', '--out', str(out), '--steps', '1200']
     run_dir = out / 'pendulum' / 'sb3_td3' / 'seed1'
-    process = subprocess.Popen(
-        command, cwd=REPO_ROOT, env=train_env(), stdout=subprocess.PIPE, text=True
-    )
-    try:
-        for line in process.stdout:
-            if line.startswith('env steps 1000:'):  # learning has started
-                process.send_signal(signal.SIGTERM)
-                break
-        rest = process.stdout.read()
-        assert process.wait(timeout=RUN_TIMEOUT_S) == 128 + signal.SIGTERM, rest
-    finally:
-        process.kill()
+    rest = _stopped_by_sigterm(command, 'env steps 1000:')  # learning has started
     assert 'checkpoint written' in rest and 'run the same command' in rest
     stopped_at = sb3_common.checkpoint_env_steps(str(run_dir))
     assert 1000 <= stopped_at < 1200
@@ -444,22 +449,7 @@ def test_sb3_run_of_other_settings_is_not_resumed_under_new_ones(tmp_path, monke
     command = [sys.executable, '-m', 'benchmarks.sb3_runner', '--suite', 'pendulum']
     command += ['--run', 'sb3_sac', '--seed', '0', '--out', str(out)]
     run_dir = out / 'pendulum' / 'sb3_sac' / 'seed0'
-    process = subprocess.Popen(
-        command + ['--steps', '600'],
-        cwd=REPO_ROOT,
-        env=train_env(),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        for line in process.stdout:
-            if line.startswith('env steps 0:'):
-                process.send_signal(signal.SIGTERM)
-                break
-        rest = process.stdout.read()
-        assert process.wait(timeout=RUN_TIMEOUT_S) == 128 + signal.SIGTERM, rest
-    finally:
-        process.kill()
+    _stopped_by_sigterm(command + ['--steps', '600'], 'env steps 0:')
     stopped_at = sb3_common.checkpoint_env_steps(str(run_dir))
     config = (run_dir / 'config.gin').read_text()
 
