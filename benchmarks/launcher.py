@@ -312,15 +312,11 @@ class Launcher:
             return dict(
                 run=run, status='in use', detail=f'another process is training in {run_dir}'
             )
-        attempts[-1] = dict(
-            started=start,
+        attempts[-1].update(
             wall_time_s=wall,
             returncode=returncode,
-            env_steps_from=steps_from,
             env_steps_to=_last_env_steps(run_dir),
-            kind=list(run.kind),
             mean_load=loads.mean(),
-            code=code,
         )
         _write_json(attempts_path, attempts)
         # A run that ends otherwise once told to stop (an error, SIGKILL) failed.

@@ -42,13 +42,7 @@ from alf_lite.config import write_text_atomically
 from alf_lite.data import StepType, TimeStep
 from alf_lite.episode_stats import TRAIN_METRIC_WINDOW
 from alf_lite.evaluation import evaluate
-from alf_lite.run_dir import (
-    RunDir,
-    RunDirInUseError,
-    RunDirLock,
-    changed_bindings,
-    read_config_text,
-)
+from alf_lite.run_dir import RunDir, RunDirInUseError, RunDirLock, experiment_difference
 from alf_lite.runs import (
     ENV_STEPS,
     ENV_STEPS_PER_SEC,
@@ -269,14 +263,14 @@ def train(run: BenchmarkRun, out: str) -> int:
         # other settings (another --steps, which changes learning_starts or the buffer) would
         # go on with the old ones under the new name, so it is refused as train refuses it.
         config = sb3_config_text(run, sb3_settings(run))
-        differing = changed_bindings(read_config_text(run_dir.config_file), config)
-        if differing:
-            print(
-                f'error: {run_dir.root} holds an SB3 run of other settings: its '
-                f'{os.path.basename(run_dir.config_file)} differs in {len(differing)} '
-                f'binding(s), e.g. {differing[:2]}; move it away or choose another --out',
-                file=sys.stderr,
-            )
+        other = experiment_difference(
+            run_dir.root,
+            config,
+            advice='An SB3 run resumes with its own settings only: '
+            'move it away or choose another --out.',
+        )
+        if other:
+            print(f'error: {other}', file=sys.stderr)
             env.close()
             return EXIT_BAD_INPUT
         # What a resume may change (the length): config.gin says the run as it goes on.
