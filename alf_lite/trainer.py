@@ -303,8 +303,9 @@ class TrainerConfig:
             self.defer_non_finite_checks = bool(defer_non_finite_checks)
 
 
-# Seconds an env step still has to end once a stop signal came during the updates, in no
-# env call, before the step is abandoned as hung: ample for a step, short for a person.
+# Seconds a training env call still has to end once a stop signal came (in that call, or
+# during the updates before the step that follows them) before it is abandoned as hung:
+# ample for a step, short for a person.
 SIGNALLED_STEP_PATIENCE_S = 10.0
 
 # Seconds between two readings of the env processes' own memory for the summaries: one
@@ -531,7 +532,11 @@ class Trainer:
         )
         # Bound to the envs, not to self: a cycle through the trainer would keep a
         # finished run's buffer and CUDA graphs alive until the cycle collector ran.
-        self._stop_signals = StopSignals(lambda: env.busy or eval_env.busy)
+        self._stop_signals = StopSignals(
+            lambda: eval_env.busy,
+            lambda: env.calls if env.busy else None,
+            SIGNALLED_STEP_PATIENCE_S,
+        )
         self._env_steps = 0
         self._num_updates = 0
         self._last_eval = {}

@@ -1062,9 +1062,12 @@ def test_a_signal_whose_exception_was_dropped_before_the_config_is_written_stops
     assert os.listdir(tmp_path) == []
 
 
-def sigterm_in_training_env_step(monkeypatch, number):
+def sigterm_in_training_env_step(monkeypatch, number, hangs=True):
     """Make the training envs' env step ``number`` (1-based) get a SIGTERM while it is under
-    way, as a kill from outside would; returns the real ``create_environment``."""
+    way, as a kill from outside would, then hang in it for good (unless not ``hangs``), as
+    a deadlocked simulator does; the step's patience is 0.2 s. Returns the real
+    ``create_environment``."""
+    monkeypatch.setattr(trainer_module, 'SIGNALLED_STEP_PATIENCE_S', 0.2)
     real_create = trainer_module.create_environment
     made, steps = [], []
 
@@ -1077,6 +1080,8 @@ def sigterm_in_training_env_step(monkeypatch, number):
                 steps.append(action)
                 if len(steps) == number:
                     os.kill(os.getpid(), signal.SIGTERM)
+                    while hangs:
+                        time.sleep(0.01)
                 return real_step(action)
 
             monkeypatch.setattr(env._env, 'step', step)
@@ -1439,8 +1444,8 @@ class SignalSeenAtRead(StopSignals):
 
     seen_at = 0
 
-    def __init__(self, in_env_call):
-        super().__init__(in_env_call)
+    def __init__(self, *args):
+        super().__init__(*args)
         self.reads = 0
 
     @property
@@ -1800,6 +1805,10 @@ def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocess
         children = psutil.Process(process.pid).children(recursive=True)
         time.sleep(0.5)  # well inside the hung step
         send_as_user(process, sig)
+        # The step is given its patience (10 s) to end; a second signal ends it at once.
+        time.sleep(1)
+        assert process.poll() is None
+        send_as_user(process, sig)
         _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:  # the signal did not end it: leave nothing behind
@@ -1835,7 +1844,7 @@ def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(
     tmp_path, monkeypatch, num_env_steps, signalled_step, rows, checkpoints
 ):
     # Iterations of 30 env steps end at 30, 60, 90, 120...; a SIGTERM during an env step
-    # ends that step, and the checkpoint is of the steps before it.
+    # that hangs ends that step, and the checkpoint is of the steps before it.
     unrolled = [
         'TrainerConfig.unroll_length = 30',
         f'TrainerConfig.num_env_steps = {num_env_steps}',
@@ -1864,9 +1873,10 @@ def test_an_iteration_a_signal_cut_short_is_finished_by_the_resume(
     assert state['iteration_start'] is None and not state['iteration_trained']
 
 
-def run_whole_and_cut_at(tmp_path, monkeypatch, step, num_env_steps):
+def run_whole_and_cut_at(tmp_path, monkeypatch, step, num_env_steps, hangs=True):
     """Runs of iterations of 30 env steps: ``whole`` to its end, ``cut`` until a SIGTERM
-    ends its env step ``step``; returns both directories and the params (to resume with).
+    ends its env step ``step``, which hangs; returns both directories and the params (to
+    resume with).
     """
     unrolled = [
         'TrainerConfig.unroll_length = 30',
@@ -1875,19 +1885,43 @@ def run_whole_and_cut_at(tmp_path, monkeypatch, step, num_env_steps):
     ]
     whole, cut = tmp_path / 'whole', tmp_path / 'cut'
     train_in_process(whole, *unrolled)
-    real_create = sigterm_in_training_env_step(monkeypatch, step)
+    real_create = sigterm_in_training_env_step(monkeypatch, step, hangs)
     with pytest.raises(TrainingInterrupted):
         train_in_process(cut, *unrolled)
     monkeypatch.setattr(trainer_module, 'create_environment', real_create)
     return whole, cut, unrolled
 
 
+def test_a_signal_in_an_env_step_that_ends_lets_the_iteration_finish_as_if_never_stopped(
+    tmp_path, monkeypatch
+):
+    # Iterations of 30 env steps; a SIGTERM comes during env step 105, which ends within
+    # its patience: the iteration from 90 to 120 finishes with its updates, its checkpoint
+    # keeps the envs' episodes, and the resume trains on as the run never stopped did, to
+    # the last digit.
+    whole, cut, unrolled = run_whole_and_cut_at(
+        tmp_path, monkeypatch, 105, num_env_steps=300, hangs=False
+    )
+    assert checkpoint_steps(cut) == [120]
+    state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / 'ckpt-120'))
+    assert state['collection'] is not None and state['iteration_start'] is None
+    train_in_process(cut, *unrolled)
+    assert deterministic_rows(cut) == deterministic_rows(whole)
+    weights = {}
+    for root in (whole, cut):
+        state, _ = ckpt.load_checkpoint(str(root / 'checkpoints' / 'ckpt-300'))
+        weights[root] = ckpt.policy_state(state['algorithm'])
+    tensors = [k for k, v in weights[whole].items() if torch.is_tensor(v)]
+    assert len(tensors) > 10
+    assert all(torch.equal(weights[cut][k], weights[whole][k]) for k in tensors)
+
+
 def test_a_cut_iterations_summary_holds_the_losses_of_its_updates_done_before_the_signal(
     tmp_path, monkeypatch
 ):
-    # Iterations of 30 env steps; a SIGTERM ends env step 120, the last of the iteration from
-    # 90 to 120, after its updates. The resume does not do them again, and the summary at
-    # 120 holds their losses, as that of the run never stopped does.
+    # Iterations of 30 env steps; a SIGTERM ends env step 120 (hung), the last of the
+    # iteration from 90 to 120, after its updates. The resume does not do them again, and
+    # the summary at 120 holds their losses, as that of the run never stopped does.
     whole, cut, unrolled = run_whole_and_cut_at(tmp_path, monkeypatch, 120, num_env_steps=150)
     state, _ = ckpt.load_checkpoint(str(cut / 'checkpoints' / 'ckpt-119'))
     assert state['iteration_trained']
@@ -1906,7 +1940,7 @@ def test_a_cut_iterations_summary_holds_the_losses_of_its_updates_done_before_th
 def test_a_cut_iteration_resumed_with_another_unroll_length_is_finished_in_its_own(
     tmp_path, monkeypatch, unroll_length, rows
 ):
-    # Iterations of 30 env steps; a SIGTERM ends env step 105, in the one from 90 to 120.
+    # Iterations of 30 env steps; a SIGTERM ends env step 105 (hung), in the one from 90 to 120.
     # The resume changes unroll_length: the cut iteration still ends at 120 with its
     # updates, and the new length counts from there.
     whole, cut, unrolled = run_whole_and_cut_at(tmp_path, monkeypatch, 105, num_env_steps=300)
@@ -1927,7 +1961,7 @@ def test_a_cut_iteration_resumed_with_another_unroll_length_is_finished_in_its_o
 
 def test_a_signal_in_an_env_step_after_a_deferred_nan_reports_it(tmp_path, monkeypatch):
     # The rewards turn huge after 250 steps; with the check deferred, nothing reads the
-    # losses back before a summary or checkpoint (at 1000). A SIGTERM ends env step 400.
+    # losses back before a summary or checkpoint (at 1000). A SIGTERM ends env step 400 (hung).
     sigterm_in_training_env_step(monkeypatch, 400)
     with pytest.raises(TrainingError, match=r'the critic loss is inf at env step \d+'):
         train_in_process(

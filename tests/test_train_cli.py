@@ -680,6 +680,39 @@ def test_stop_signals_are_recorded_while_entered_and_the_handlers_restored_after
     assert received == [signal.SIGINT, signal.SIGTERM]
 
 
+def test_a_training_env_call_a_signal_came_in_is_given_its_patience(signals_to_a_list):
+    handler, received = signals_to_a_list
+    call = [None]  # the number of the training env call under way
+    with StopSignals(lambda: False, lambda: call[0], patience_s=0.3) as stop:
+        # Call 1 ends in time, and call 2 runs past the patience: neither is ended.
+        call[0] = 1
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.received == signal.SIGTERM
+        call[0] = 2
+        time.sleep(0.8)
+        call[0] = None
+    with StopSignals(lambda: False, lambda: call[0], patience_s=0.3) as stop:
+        # Call 3 never ends: the signal is sent again at the end of its patience, and ends it.
+        call[0] = 3
+        began = time.monotonic()
+        with pytest.raises(InterruptedInEnvCall) as error:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(10)
+        assert 0.3 <= time.monotonic() - began < 5
+        assert error.value.signum == signal.SIGINT == stop.received
+    with StopSignals(lambda: False, lambda: call[0], patience_s=0.3) as stop:
+        # A second signal ends the call at once, as Ctrl-C pressed twice.
+        call[0] = 4
+        os.kill(os.getpid(), signal.SIGINT)
+        with pytest.raises(InterruptedInEnvCall) as error:
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert error.value.signum == signal.SIGTERM == stop.received
+        # Left before the patience of call 4 is over: nothing is sent once the block is left.
+    time.sleep(0.6)
+    assert received == []
+    assert all(signal.getsignal(s) is handler for s in STOP_SIGNALS)
+
+
 def test_stop_signals_reach_a_trainer_started_with_them_blocked(signals_to_a_list):
     # As in a process started from a thread that blocks them (a Ray worker's).
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})

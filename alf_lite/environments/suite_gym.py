@@ -578,8 +578,10 @@ class BatchedEnvironment:
         self._seed = self._env_seeds(seed)
         self._step_timeout = step_timeout
         # True while a call into the envs is under way, so a signal handler can
-        # tell that the caller may be stuck in it.
+        # tell that the caller may be stuck in it; ``calls`` counts the calls begun,
+        # so the number of the one under way tells it from every other.
         self.busy = False
+        self.calls = 0
         gin_bindings = _GinBindings(name) if use_subprocesses else None
         env_fns = [
             _NamedEnvFactory(fn, name, i, self.num_envs, label, gin_bindings, step_timeout)
@@ -1131,6 +1133,7 @@ class BatchedEnvironment:
         """
         call = method.__name__.removesuffix('_wait')
         try:
+            self.calls += 1
             self.busy = True
             token = None
             if self._step_timeout is not None and not self.use_subprocesses:
