@@ -300,6 +300,46 @@ def test_a_reset_after_replaying_an_ended_episode_drops_the_reset_that_was_due(u
     assert after.observation[:, 0].tolist() == [1.0, 1.0]  # steps since the reset
 
 
+class DoublingEnv(gymnasium.Env):
+    """A point moved by twice its action, which it doubles in the array it is given."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float64)
+    action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = float(self.np_random.uniform(-1, 1))
+        return np.array([self.x]), {}
+
+    def step(self, action):
+        action *= 2.0
+        self.x += float(action[0])
+        return np.array([self.x]), -abs(self.x), False, False, {}
+
+
+gymnasium.register('alf_test/Doubling-v0', entry_point=DoublingEnv, max_episode_steps=50)
+
+
+@pytest.mark.parametrize('use_subprocesses', [False, True])
+def test_an_env_that_changes_its_action_in_place_replays_the_actions_it_was_given(
+    use_subprocesses,
+):
+    with create_environment(
+        'alf_test/Doubling-v0', 2, seed=0, use_subprocesses=use_subprocesses
+    ) as env:
+        steps = _rollout(env, 3)
+        records = env.episode_records()
+    kept = [r['actions'].clone() for r in records]
+    with create_environment(
+        'alf_test/Doubling-v0', 2, seed=9, use_subprocesses=use_subprocesses
+    ) as env:
+        _assert_same(env.replay(records), steps[-1], 'the replayed step')
+        _assert_same_records(env.episode_records(), records)
+    # The replay left the caller's records (a checkpoint's) as they were.
+    for a, r in zip(kept, records):
+        assert torch.equal(a, r['actions'])
+
+
 # A module that registers 'alf_test/Diverging-v0', to write where a train process imports it: a
 # simulator that is not deterministic across processes. In a process where DIVERGING_STEPS is n,
 # the first n steps that its envs take observe NaN; every other step is finite.

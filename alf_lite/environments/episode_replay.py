@@ -68,12 +68,14 @@ class ReplayableEnv(gymnasium.Wrapper):
         if self._reset_on_next_step:
             observation, info = self.reset()
             return observation, 0.0, False, False, info
-        result = self.env.step(action)
+        # Recorded before the step: an env may change the array it is given (``action *= 2``),
+        # and its replay must give it the action as it came.
         if self._record is not None:
             if self._num_actions < MAX_RECORDED_STEPS:
                 self._append(action)
             else:
                 self._record = None
+        result = self.env.step(action)
         self._ended = bool(result[2] or result[3])
         return result
 
@@ -107,7 +109,9 @@ class ReplayableEnv(gymnasium.Wrapper):
             _set_rng_state(self.env, record['rng'])
             observation, _ = self.reset()
         reward, terminated, truncated = 0.0, False, False
-        for action in record['actions']:
+        # A copy: an env that changes its action in place would otherwise change the record,
+        # which in process is the caller's (a checkpoint's).
+        for action in np.array(record['actions']):
             observation, reward, terminated, truncated, _ = self.step(action)
         self._reset_on_next_step = bool(terminated or truncated)
         return observation, float(reward), bool(terminated), bool(truncated)
