@@ -52,6 +52,11 @@ class InterruptedInEnvCall(Interrupted):
     """A signal arrived while the trainer waited on an env, which may never return."""
 
 
+class InterruptedEvaluation(InterruptedInEnvCall):
+    """A stop signal came before or during an evaluation, which it ends at its next step:
+    the checkpoint holds the evaluation as pending, and the resume evaluates again."""
+
+
 class InterruptedOutsideTraining(Interrupted):
     """SIGINT or SIGTERM arrived while train started up or shut down, outside the loop.
 

@@ -74,6 +74,7 @@ from alf_lite.seeding import (
     train_env_seeds,
 )
 from alf_lite.signals import (
+    InterruptedEvaluation,
     InterruptedInEnvCall,
     StopSignals,
     TrainingInterrupted,
@@ -874,8 +875,8 @@ class Trainer:
             # one that comes later is seen after the next iteration.
             signum = self._stop_signals.received
             if signum is not None and not (saving or stopped):
-                # It arrived after ``stopping`` was read (in the evaluation's
-                # policy, say): the stop still comes with a checkpoint.
+                # It arrived after ``stopping`` was read (once the evaluation's
+                # last step was taken, say): the stop still comes with a checkpoint.
                 self._stop_on_deferred_non_finite_loss()
                 saving = True
             if saving or stopped:
@@ -1061,7 +1062,16 @@ class Trainer:
         seeds = eval_env_seeds(
             self._config.random_seed, self._config.num_eval_episodes, self._env_steps
         )
-        results = evaluate(self._eval_env, near_end.policy, near_end.on_step, seeds)
+        stop_signals = self._stop_signals
+
+        def on_step(time_step) -> None:
+            near_end.on_step(time_step)
+            # A stop never waits for an evaluation, which a resume plays again (one
+            # signalled in an eval env call is ended in it).
+            if stop_signals.received is not None:
+                raise InterruptedEvaluation(stop_signals.received)
+
+        results = evaluate(self._eval_env, near_end.policy, on_step, seeds)
         self._last_eval = {
             EVAL_RETURN: results.average_return,
             EVAL_EPISODE_LENGTH: results.average_length,

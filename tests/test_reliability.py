@@ -13,6 +13,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -1409,18 +1410,19 @@ def test_a_second_signal_as_the_stop_in_an_evaluation_reads_the_episodes_still_c
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
 
 
-def test_signal_while_the_evaluation_computes_still_checkpoints_before_stopping(
+def test_signal_while_the_evaluation_computes_ends_it_at_its_next_step_with_a_checkpoint(
     tmp_path, monkeypatch
 ):
     real_evaluate = trainer_module.evaluate
-    evaluations = []
+    evaluations, actions = [], []
 
     def evaluate_signalled_at_200(env, policy, on_step=None, seed=None):
         evaluations.append(env)
         if len(evaluations) == 2:  # the evaluation at env step 200
 
             def policy_then_signal(observation):
-                # In the policy, not in an env step: the evaluation goes on.
+                # In the policy, not in an env step: the evaluation ends after the step.
+                actions.append(observation)
                 os.kill(os.getpid(), signal.SIGINT)
                 return policy(observation)
 
@@ -1431,16 +1433,21 @@ def test_signal_while_the_evaluation_computes_still_checkpoints_before_stopping(
     params = ['TrainerConfig.num_env_steps = 400', 'TrainerConfig.checkpoint_interval = 1000']
     with pytest.raises(TrainingInterrupted):
         train_in_process(tmp_path, *params)
+    assert len(actions) == 1
     assert checkpoint_steps(tmp_path) == [200]
-    assert steps_in_csv(tmp_path) == [0, 100, 200]
+    # Its row is the resume's to write.
+    assert steps_in_csv(tmp_path) == [0, 100]
+    state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-200'))
+    assert state['pending_evaluation'] is not None and state['collection'] is not None
     monkeypatch.setattr(trainer_module, 'evaluate', real_evaluate)
     train_in_process(tmp_path, *params)
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
 
 
 class SignalSeenAtRead(StopSignals):
-    """A SIGTERM that is first seen at the ``seen_at``-th read of ``received`` (from 0):
-    it arrived just before that read, wherever the loop reads it."""
+    """A SIGTERM that is first seen at the ``seen_at``-th read of ``received`` by the
+    training loop (from 0; an evaluation's reads at each of its steps are not counted): it
+    arrived just before that read, wherever the loop reads it."""
 
     seen_at = 0
 
@@ -1450,7 +1457,8 @@ class SignalSeenAtRead(StopSignals):
 
     @property
     def received(self):
-        self.reads += 1
+        if sys._getframe(1).f_code.co_name != 'on_step':
+            self.reads += 1
         return signal.SIGTERM if self.reads > self.seen_at else None
 
     @received.setter
