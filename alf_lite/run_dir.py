@@ -632,6 +632,11 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
     )
     old = {key: s for key, s in old.items() if (key in old_safe) == resume_safe}
     new = {key: s for key, s in new.items() if (key in new_safe) == resume_safe}
+    if resume_safe:
+        # A macro only such settings use on one side and the experiment uses on the other
+        # is compared with the experiment, through the bindings that use it there.
+        old = {key: s for key, s in old.items() if key not in new_values or key in new_safe}
+        new = {key: s for key, s in new.items() if key not in old_values or key in old_safe}
 
     def as_read(
         statement: Optional[str], values: Dict[str, str], key: str, resolved: bool = False
@@ -651,16 +656,18 @@ def changed_bindings(old_config: str, new_config: str, resume_safe: bool = False
         # A binding written through a macro on one side and as its value on the other
         # (``critic/Adam.lr = %LR`` with ``LR = 0.001``, and ``critic/Adam.lr = 0.001``) is
         # the same setting; a macro bound on one side only and used there differs through
-        # the bindings that use it, and is named where one of them differs.
+        # the bindings that use it, and is named where one of them differs. So does one the
+        # other side binds only for what a resume may change (``N = 1000`` used by
+        # ``summary_interval = %N`` there, also by ``initial_collect_steps = %N`` here).
         differing = {
             key
             for key in differing
             if as_read(old.get(key), old_values, key, resolved=True)
             != as_read(new.get(key), new_values, key, resolved=True)
         }
-        for values, other_values in ((old_values, new_values), (new_values, old_values)):
+        for values, other in ((old_values, new), (new_values, old)):
             users = macro_users(values)
-            one_sided = {key for key in differing if key in users and key not in other_values}
+            one_sided = {key for key in differing if key in users and key not in other}
             named = differing - one_sided
             added = True
             while added:

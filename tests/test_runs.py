@@ -373,6 +373,29 @@ def test_a_binding_written_through_a_macro_or_as_its_value_is_one_experiment(tmp
     assert changed_bindings(deep, deep.replace('%M39', '%M38')) == ['X.y = %M39 -> X.y = %M38']
 
 
+def test_a_macro_the_reporting_alone_used_that_now_also_gives_a_value_it_had_is_no_change(
+    tmp_path,
+):
+    # The run's N set only how often it reports; the gin file now also writes its initial
+    # collect steps through N, the value they had.
+    reporting = 'TrainerConfig.summary_interval = %N'
+    trained_with = config_text('N = 1000', reporting, 'TrainerConfig.initial_collect_steps = 1000')
+    root_dir = saved_run(tmp_path, trained_with)
+    through_n = config_text('N = 1000', reporting, 'TrainerConfig.initial_collect_steps = %N')
+    assert experiment_difference(root_dir, through_n) is None
+    for old, new in ((trained_with, through_n), (through_n, trained_with)):
+        assert changed_bindings(old, new) == []
+        assert changed_bindings(old, new, resume_safe=True) == []
+    keep_superseded_config(RunDir(root_dir), through_n, 500)
+    assert os.listdir(root_dir) == ['config.gin']  # no config-until-500.gin
+    # Another value of N changes the collect steps: another experiment, named by them.
+    longer = through_n.replace('N = 1000', 'N = 2000')
+    assert (
+        'TrainerConfig.initial_collect_steps = 1000 -> TrainerConfig.initial_collect_steps = %N'
+        in experiment_difference(root_dir, longer)
+    )
+
+
 def test_macros_are_resolved_outside_string_literals_only_and_never_round_a_cycle():
     # '%N' in a string literal is text, not the macro's value.
     in_string = config_text('N = 1', "X.y = '%N'")
