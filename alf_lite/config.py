@@ -413,6 +413,23 @@ _UNKNOWN_PARAMETER = re.compile(
 )
 
 
+# gin's message for a value it cannot read as a literal (a name such as ``nan`` or an
+# unquoted string): ast's error, then the token on a line of its own.
+_UNREAD_TOKEN = re.compile(r"(?s)(?P<why>.*)\n    Failed to parse token '(?P<token>.*)'")
+
+
+def _unread_token_problem(token: str, why: str) -> str:
+    """What is wrong with value token ``token`` that ast could not read (``why``), on one line
+    and with a long token shortened."""
+    if why.startswith('malformed node or string'):
+        # A name (not True, False or None) is most often a string written without quotes.
+        quotes = ' (a string is written in quotes)' if token.isidentifier() else ''
+        return f'{shortened(token)} is no literal{quotes}'
+    # ast's own line number is the token's, not the file's.
+    why = re.sub(r'(?: on line \d+| \(<unknown>, line \d+\))', '', why.splitlines()[0])
+    return f'{shortened(token)} is no literal ({why.rstrip(".")})'
+
+
 def _friendly_error(
     error: Exception, failed_files: Sequence[str], gin_param: Optional[str]
 ) -> ConfigError:
@@ -430,6 +447,9 @@ def _friendly_error(
             problem = token_error['msg'] if token_error else head
         # ast's message may end in an object's repr (': <ast.Name object at 0x...>').
         problem = re.sub(r':\s*<[^>]* at 0x[0-9a-f]+>', '', problem)
+        unread = _UNREAD_TOKEN.fullmatch(problem)
+        if unread:
+            problem = _unread_token_problem(unread['token'], unread['why'])
         return ConfigError(
             f'Cannot parse {where}: {problem.rstrip(".")}. A value must be a Python literal '
             "(number, 'string', list, tuple, dict, True, False, None), a @configurable "

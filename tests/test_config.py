@@ -451,6 +451,26 @@ def test_syntax_error_names_file_and_line(tmp_path):
     assert str(gin_file) in message and 'line 2' in message and 'my_fn.beta = )' in message
 
 
+@pytest.mark.parametrize(
+    'value, problem',
+    [
+        ('Pendulum', 'Pendulum is no literal (a string is written in quotes)'),
+        ('nan', 'nan is no literal (a string is written in quotes)'),
+        ("f'{x}'", "f'{x}' is no literal"),
+        ("b'x' 'y'", "b'x''y' is no literal (cannot mix bytes and nonbytes literals)"),
+    ],
+    ids=['unquoted_string', 'nan', 'f_string', 'bytes_and_string'],
+)
+def test_a_value_that_is_no_literal_is_named_on_one_line(value, problem):
+    binding = f'my_fn.alpha = {value}'
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([], [binding])
+
+    message = str(info.value)
+    assert message.startswith(f'Cannot parse --gin_param {binding!r}: {problem}. '), message
+    assert '\n' not in message
+
+
 def _error_of_the_second_line(tmp_path, line):
     """The gin file whose second line is ``line``, and the ConfigError its parse raises."""
     gin_file = _write(tmp_path / 'long.gin', f'my_fn.beta = 3\n{line}\n')
@@ -470,9 +490,10 @@ def _quoted(text):
     [
         ("nope.y = '{}'", "Unknown configurable 'nope' in"),
         ("my_fn.alpha = '{}", 'Cannot parse'),
+        ('my_fn.alpha = {}', 'Cannot parse'),
         ("widths.layers = '{}'", "(str), but 'layers' of 'widths' takes"),
     ],
-    ids=['unknown_configurable', 'syntax_error', 'wrong_type'],
+    ids=['unknown_configurable', 'syntax_error', 'no_literal', 'wrong_type'],
 )
 def test_a_line_of_megabytes_is_quoted_by_its_start_alone(tmp_path, line, problem):
     # A file may hold up to MAX_CONFIG_BYTES: one line of it is not quoted whole.
