@@ -19,7 +19,7 @@ from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask
 from alf_lite.collector import Collector
-from alf_lite.config import unused_bindings, write_text_atomically
+from alf_lite.config import shortened, unused_bindings, write_text_atomically
 from alf_lite.device import (
     DeviceUnavailableError,
     available_cpu_memory,
@@ -315,6 +315,24 @@ ENV_MEMORY_PERIOD_S = 60.0
 
 # TrainerConfig's parameters that take True or False.
 _FLAGS = ('mask_out_loss_for_last_step', 'checkpoint_replay_buffer', 'cuda_graph', 'compile')
+
+
+def _state_problem(error: BaseException) -> str:
+    """What loading a checkpoint's algorithm state found wrong, on one line."""
+    if isinstance(error, KeyError) and error.args:
+        # A KeyError's text is the bare key: "('actor_loss')" for another algorithm's
+        # state, which lacks the configured one's.
+        return f'its state has no {error.args[0]!r}'
+    # torch's load_state_dict puts each problem on a line of its own, after a heading
+    # (ten for critic networks of another width): the first is named, the others
+    # counted.
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith('Error(s) in loading state_dict'):
+        lines = lines[1:]
+    if not lines:
+        return type(error).__name__
+    more = f'; and {len(lines) - 1} more' if len(lines) > 1 else ''
+    return shortened(lines[0].rstrip('.')) + more
 
 
 def _is_integer(value) -> bool:
@@ -1257,12 +1275,10 @@ class Trainer:
         try:
             ckpt.load_algorithm_state(self._algorithm, state.algorithm)
         except (KeyError, RuntimeError, ValueError) as e:
-            # A KeyError's text is the bare key: "('actor_loss')" for another algorithm's
-            # state, which lacks the configured one's.
-            detail = f'its state has no {e.args[0]!r}' if isinstance(e, KeyError) and e.args else e
             raise ckpt.CheckpointError(
-                f'checkpoint {path} does not fit the configured algorithm ({detail}). Was '
-                'the config changed? Resume with the config the run started with.'
+                f'checkpoint {path} does not fit the configured algorithm '
+                f'({_state_problem(e)}). Was the config changed? Resume with the config '
+                'the run started with.'
             ) from e
         # The optimizers' states are new tensors now, which no captured graph reads.
         self._runner.drop_graphs()

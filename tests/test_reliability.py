@@ -1489,9 +1489,12 @@ def test_a_signal_seen_at_any_read_of_the_stop_flag_stops_with_a_checkpoint(
     [
         ('create_environment.num_parallel_environments=2', 'does not fit the configured one'),
         ('TrainerConfig.replay_buffer_length=2000', 'does not fit the configured one'),
+        # torch's lines of size mismatches: the first, and a count of the others.
         (
             "create_environment.env_name='MountainCarContinuous-v0'",
-            'does not fit the configured algorithm',
+            'does not fit the configured algorithm (size mismatch for _actor._encoder.0.weight: '
+            'copying a param with shape torch.Size([32, 3]) from checkpoint, the shape in '
+            'current model is torch.Size([32, 2]); and 2 more). Was the config changed?',
         ),
         # Named as what the state lacks, not as the bare key "('actor_loss')".
         (
@@ -1509,7 +1512,9 @@ def test_resume_with_a_config_that_does_not_fit_changes_nothing_and_still_resume
     progress = (root_dir / 'progress.csv').read_text()
     result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600', param]))
     assert result.returncode == 2, result.stderr[-3000:]
-    assert message in result.stderr and 'Traceback' not in result.stderr, result.stderr[-3000:]
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith('error: ') and message in last_line, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
     # config.gin included: the run resumes from it as before.
     assert tree_digest(root_dir) == before
     result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
