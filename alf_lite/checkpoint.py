@@ -517,12 +517,16 @@ def load_state(path: str, map_location: Union[str, torch.device, None] = None) -
     return load_file(model, map_location)
 
 
-def _check_zip_records(path: str) -> None:
+def _check_zip_records(path: str, mapped: bool = False) -> None:
     """Raise ``zipfile.BadZipFile`` naming the problem if zip file ``path`` is damaged: a record
     whose CRC-32 does not match its bytes, or a central directory (the table of the records at
     the file's end, which no CRC covers) that does not match them (``_central_directory_problem``).
     A file of another format is left to ``load_file``. The file is read a piece at a time
-    (``_FileBytes``), never whole into memory: one sent by someone else may be of any size."""
+    (``_FileBytes``), never whole into memory: one sent by someone else may be of any size.
+
+    ``mapped``: the file is to be mapped (``load_file``'s ``mmap``), not unpacked into memory,
+    so what it unpacks to is not compared with the memory available (which the replay
+    buffer it is read into already took)."""
     if not _is_zip_file(path):
         return
     with open(path, 'rb') as f:
@@ -534,7 +538,7 @@ def _check_zip_records(path: str) -> None:
                 # never writes, a zip tool may) could unpack to more than there is room for.
                 unpacked = sum(info.file_size for info in archive.infolist())
                 room = available_cpu_memory()[0] if problem is None else unpacked
-                if unpacked > room:
+                if unpacked > room and not mapped:
                     raise MemoryError(
                         f'{path} unpacks to {unpacked} bytes, more than the {room} bytes of '
                         'memory available'
@@ -716,6 +720,9 @@ def load_checkpoint(
     rb = None
     if os.path.exists(rb_path):
         try:
+            # Its records' checksums too: a flipped bit in a stored observation or reward
+            # that is still a finite number would pass every other check.
+            _check_zip_records(rb_path, mapped=True)
             rb = load_file(rb_path, 'cpu', mmap=True)
         except UnsafeCheckpointError:
             raise

@@ -1295,6 +1295,33 @@ def test_a_bit_flipped_in_a_weight_is_caught_by_its_checksum(tmp_path):
         ckpt.load_state(str(model.parent))
 
 
+def test_a_bit_flipped_in_the_replay_buffer_is_caught_by_its_checksum(tmp_path, caplog):
+    # The lowest bit of a stored reward: still a finite number, which every other check of
+    # the buffer passes. The checkpoint resumes without it, as without any unreadable one.
+    from alf_lite.replay_buffer import ReplayBuffer
+
+    saved = ReplayBuffer(1, 100, observation_dim=3, action_dim=1)
+    saved.storage['reward'].uniform_()
+    saved.load_state_dict(dict(saved.storage, total_added=100))
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), saved.state_dict())
+    rb_file = os.path.join(path, ckpt.REPLAY_BUFFER_FILE)
+    assert ckpt.load_checkpoint(path)[1] is not None
+    with zipfile.ZipFile(rb_file) as archive:
+        records = [i for i in archive.infolist() if '/data/' in i.filename]
+    data = bytearray(open(rb_file, 'rb').read())
+    for record in records:  # one holds the rewards, the first of them 4 bytes in little-endian
+        start = record.header_offset
+        name_length, extra_length = struct.unpack('<HH', data[start + 26 : start + 30])
+        data[start + 30 + name_length + extra_length] ^= 0x01
+    with open(rb_file, 'wb') as f:
+        f.write(bytes(data))
+    caplog.set_level(logging.WARNING)
+    state, rb = ckpt.load_checkpoint(path)
+    assert rb is None and state['env_steps'] == 100
+    assert f'replay buffer {rb_file} is unreadable' in caplog.text
+    assert 'does not match its checksum (damaged)); resuming without it' in caplog.text
+
+
 def test_each_bit_flipped_in_the_central_directory_is_refused_or_harmless(tmp_path):
     # The table of records at a zip file's end, which no CRC covers: torch reads a record
     # where and as long as it says, and one marked there as a directory as zeros.
