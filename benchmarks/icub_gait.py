@@ -6,12 +6,12 @@ Plays the deterministic policy of a run's checkpoint (the latest, or
 ``--checkpoint_step``; before a resume that changed the experiment, in the env of
 the ``config-until-<step>.gin`` it was trained with) for ``--num_episodes`` episodes, seeded as the
 trainer's eval envs of its first evaluation (env step 0: the same episodes whatever the
-checkpoint, so not those of the checkpoint's own evaluation, which ``play`` replays),
-and two baselines on the same seeds: the zero action
-(with the default 'position_residual' control it holds the standing pose) and
-uniform random actions, and with ``--noise_std`` the zero action plus
-Gaussian noise of each given standard deviation (how robust standing is to
-exploration noise such as SAC's). Prints, for each, the mean return, the episode length
+checkpoint, so not those of the checkpoint's own evaluation, which ``play`` replays) of the
+run's ``TrainerConfig.random_seed`` (or ``--random_seed``), and two baselines on the same
+seeds: the zero action (with the default 'position_residual' control it holds the standing
+pose) and uniform random actions, and with ``--noise_std`` the zero action plus Gaussian
+noise of each given standard deviation (how robust standing is to exploration noise such as
+SAC's). Prints, for each, the mean return, the episode length
 in steps and seconds, how many episodes ended in a fall (termination) rather
 than the time limit, the forward distance covered (the env's
 ``forward_velocity`` times the control period, summed) and the mean forward
@@ -70,7 +70,13 @@ def main(argv=None) -> int:
     )
     parser.add_argument('--checkpoint_step', type=int, default=None)
     parser.add_argument('--num_episodes', type=at_least(1), default=10)
-    parser.add_argument('--random_seed', type=int, default=0, help="Seeds as the run's eval envs.")
+    parser.add_argument(
+        '--random_seed',
+        type=int,
+        default=None,
+        help="Seeds the episodes as the run's first evaluation for this random_seed. "
+        "Default: the run's own TrainerConfig.random_seed.",
+    )
     parser.add_argument(
         '--noise_std',
         type=at_least(0.0, float),
@@ -134,12 +140,14 @@ def main(argv=None) -> int:
     low, high = env.action_space.low, env.action_space.high
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     try:
+        config = TrainerConfig()
         path = checkpoint_path(root_dir, args.checkpoint_step)
-        algorithm = load_policy(path, TrainerConfig(), obs_dim, act_dim)
+        algorithm = load_policy(path, config, obs_dim, act_dim)
     except (CheckpointError, ConfigError, ModelTooLargeError) as e:
         fail(str(e))
-    seeds = eval_env_seeds(args.random_seed, args.num_episodes)
-    rng = np.random.default_rng(args.random_seed)
+    seed = config.random_seed if args.random_seed is None else args.random_seed
+    seeds = eval_env_seeds(seed, args.num_episodes)
+    rng = np.random.default_rng(seed)
 
     def policy(observation):
         with torch.no_grad():
@@ -147,7 +155,7 @@ def main(argv=None) -> int:
         return low + (action[0].numpy().astype(np.float64) + 1) / 2 * (high - low)
 
     dt = env.unwrapped.control_dt
-    print(f'{path}, {args.num_episodes} episodes, control period {dt:.3f} s')
+    print(f'{path}, {args.num_episodes} episodes, control period {dt:.3f} s, random_seed {seed}')
 
     def noisy_zero(std):
         def act(observation):

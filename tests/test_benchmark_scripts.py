@@ -200,10 +200,19 @@ def test_icub_gait_plays_a_run_whose_env_name_is_module_and_id(tmp_path):
     params = [
         "create_environment.env_name='alf_lite.environments.icub_walking:ICubWalk-v0'",
         'create_environment.max_episode_steps=20',
+        'TrainerConfig.random_seed=3',
     ]
     result = icub_gait_of_a_tiny_run(tmp_path, params)
-    zero = next(line for line in result.stdout.splitlines() if line.startswith('zero'))
+    lines = [line for line in result.stdout.splitlines() if not line.startswith('argv')]
+    zero = next(line for line in lines if line.startswith('zero'))
     assert 'length   20.0 steps ( 1.00 s)  fell 0/1' in zero, zero
+    # The episodes of the run's own eval seeds, not those of seed 0.
+    assert lines[0].endswith('random_seed 3'), lines[0]
+    gait = [sys.executable, str(REPO_ROOT / 'benchmarks' / 'icub_gait.py')]
+    args = ['--root_dir', str(tmp_path / 'icub'), '--num_episodes', '1', '--random_seed', '3']
+    seeded = run_train(gait + args, cwd=tmp_path)
+    assert seeded.returncode == 0, seeded.stderr[-3000:]
+    assert [line for line in seeded.stdout.splitlines() if not line.startswith('argv')] == lines
 
 
 def test_icub_gait_plays_in_the_env_the_run_was_trained_in(tmp_path):
