@@ -304,6 +304,19 @@ def test_render_fps_is_the_control_rate_so_that_videos_play_in_real_time(cache_d
         env.close()
 
 
+def test_a_numpy_integer_number_of_physics_substeps_is_taken(cache_dir):
+    # As gin.bind_parameter('ICubWalkEnv.physics_substeps', np.int64(6)) gives it; it was
+    # refused as not an integer.
+    env = ICubWalkEnv(physics_substeps=np.int64(6), joint_noise=0.0, cache_dir=cache_dir)
+    try:
+        assert env.control_dt == 6 / 240 and env.metadata['render_fps'] == 40
+        env.reset(seed=0)
+        _, _, terminated, _, _ = env.step(np.zeros(25))
+    finally:
+        env.close()
+    assert not terminated
+
+
 def test_a_new_cleaning_version_writes_a_new_cleaned_urdf(cache_dir, monkeypatch):
     # A cached file of the previous cleaning must not be read as the new one.
     path = cleaned_urdf_path(cache_dir)

@@ -50,6 +50,7 @@ Facts about the model that the code handles:
 
 import hashlib
 import math
+import numbers
 import os
 import typing
 import xml.etree.ElementTree as ET
@@ -322,8 +323,9 @@ class ICubWalkEnv(gymnasium.Env):
             raise EnvironmentSettingsError(
                 f"render_mode must be None or 'rgb_array', got {render_mode!r}"
             )
+        # numbers.Integral: a numpy integer bound in Python (gin.bind_parameter) is one too.
         if isinstance(physics_substeps, bool) or not (
-            isinstance(physics_substeps, int) and physics_substeps >= 1
+            isinstance(physics_substeps, numbers.Integral) and physics_substeps >= 1
         ):
             raise EnvironmentSettingsError(
                 f'physics_substeps must be an integer >= 1, got {physics_substeps!r}'
@@ -345,6 +347,7 @@ class ICubWalkEnv(gymnasium.Env):
         self.control_mode = control_mode
         self.orientation = orientation
         self.render_mode = render_mode
+        physics_substeps = int(physics_substeps)
         self.control_dt = physics_substeps * time_step
         self.metadata = dict(self.metadata, render_fps=round(1 / self.control_dt))
         self._position_scale = position_scale
