@@ -303,6 +303,12 @@ class TrainerConfig:
         if defer_non_finite_checks is not None:
             self.defer_non_finite_checks = bool(defer_non_finite_checks)
 
+    def defers_non_finite_checks(self, device: torch.device) -> bool:
+        """Whether the run on ``device`` checks its losses on the device
+        (``defer_non_finite_checks``; None: on a GPU, not on the CPU)."""
+        defer = self.defer_non_finite_checks
+        return device.type != 'cpu' if defer is None else defer
+
 
 # Seconds a training env call still has to end once a stop signal came (in that call, or
 # during the updates before the step that follows them) before it is abandoned as hung:
@@ -523,7 +529,6 @@ class Trainer:
                 reserved_bytes=0 if estimate is None else estimate.training - estimate.parameters,
             )
             _check_batch_fits(self._replay_buffer, cfg.mini_batch_size, cfg.mini_batch_length)
-            defer = cfg.defer_non_finite_checks
             self._runner = UpdateRunner(
                 self._algorithm,
                 self._replay_buffer,
@@ -534,7 +539,7 @@ class Trainer:
                 ),
                 cuda_graph=cfg.cuda_graph,
                 compile=cfg.compile,
-                defer_non_finite_checks=device.type != 'cpu' if defer is None else defer,
+                defer_non_finite_checks=cfg.defers_non_finite_checks(device),
             )
         except BaseException:
             self.close()

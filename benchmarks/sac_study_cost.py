@@ -64,7 +64,7 @@ def _setting_runner(run, obs_dim: int, act_dim: int):
         config.mini_batch_size,
         config.mini_batch_length,
         functools.partial(loss_mask, mask_out_loss_for_last_step=mask),
-        defer_non_finite_checks=True,
+        defer_non_finite_checks=config.defers_non_finite_checks(device),
     )
     share = config.num_updates_per_train_iter / (config.unroll_length * num_envs)
     return runner, share, config.torch_num_threads

@@ -144,7 +144,8 @@ def alf_lite_ceiling(args, env, updates):
     """Updates/s of alf_lite's update on ``--device``: a fresh algorithm, a buffer of random rows.
 
     The update is the trainer's (``UpdateRunner``): sampled on the device, losses
-    checked there, eager or (``--cuda_graph``) replayed as a CUDA graph.
+    checked as the trainer checks them there (on a GPU without a host sync), eager or
+    (``--cuda_graph``) replayed as a CUDA graph.
     """
     from alf_lite.algorithms.off_policy_algorithm import loss_mask
     from alf_lite.device import resolve_device, use_deterministic_algorithms
@@ -156,9 +157,8 @@ def alf_lite_ceiling(args, env, updates):
     device = resolve_device(args.device)
     use_deterministic_algorithms(device)  # as the trainer runs
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
-    algorithm = (
-        TrainerConfig().algorithm_ctor(observation_dim=obs_dim, action_dim=act_dim).to(device)
-    )
+    config = TrainerConfig()
+    algorithm = config.algorithm_ctor(observation_dim=obs_dim, action_dim=act_dim).to(device)
     set_network_precision(algorithm, args.precision)
     rb = random_replay_buffer(1, 10_000, obs_dim, act_dim, device)
     runner = UpdateRunner(
@@ -169,7 +169,7 @@ def alf_lite_ceiling(args, env, updates):
         loss_mask,
         cuda_graph=args.cuda_graph,
         compile=args.compile,
-        defer_non_finite_checks=True,
+        defer_non_finite_checks=config.defers_non_finite_checks(device),
     )
     synchronize = torch.cuda.synchronize if device.type == 'cuda' else lambda: None
     for update in range(1, ALF_LITE_WARMUP_UPDATES + 1):
@@ -191,11 +191,16 @@ def sb3_run(args, seed):
     from benchmarks.sb3_common import mute_logger
 
     class Clock(BaseCallback):
-        def _on_step(self):
-            if self.num_timesteps == args.learning_starts:
+        # Read as a rollout (one env step here) starts, after the previous step's
+        # update, where alf_lite's progress rows start their windows: ``_on_step``
+        # comes before that update, which the window would then time as well.
+        def _on_rollout_start(self):
+            if self.model.num_timesteps == args.learning_starts:
                 self.start = time.perf_counter()
-            if self.num_timesteps == 2 * args.learning_starts:
+            if self.model.num_timesteps == 2 * args.learning_starts:
                 self.warm = time.perf_counter()
+
+        def _on_step(self):
             return True
 
     env = gymnasium.make(args.env)

@@ -668,6 +668,15 @@ def test_study_cost_runs_each_settings_update_on_episodes_of_ten_rows(monkeypatc
         assert rb.storage['step_type'].eq(StepType.LAST).sum() == rb.num_envs * (rb.length // 10)
 
 
+def test_study_cost_checks_each_loss_as_the_runs_trainer_does_on_the_cpu():
+    (run,) = [r for r in suite_runs('study_sac', seeds=[0]) if r.name == 'hopper_default']
+    runner, _, _ = sac_study_cost._setting_runner(run, 11, 3)
+    # The study's runs train on the CPU with TrainerConfig.defer_non_finite_checks's
+    # default: each loss read back before its step, no guard on the device.
+    assert gin.query_parameter('TrainerConfig.device') == 'cpu'
+    assert not runner.guard_enabled
+
+
 def test_study_cost_table_gives_median_ms_per_update_against_the_default(
     monkeypatch, capsys, torch_threads
 ):

@@ -246,7 +246,7 @@ class CountingEnv(gymnasium.Wrapper):
 
 
 def test_sb3_run_times_the_steps_after_learning_starts_and_after_twice_that(monkeypatch):
-    pytest.importorskip('stable_baselines3')
+    stable_baselines3 = pytest.importorskip('stable_baselines3')
     clock = Clock()
     monkeypatch.setattr(throughput, 'time', clock)
     monkeypatch.setattr(
@@ -254,12 +254,21 @@ def test_sb3_run_times_the_steps_after_learning_starts_and_after_twice_that(monk
         'gymnasium',
         types.SimpleNamespace(make=lambda name: CountingEnv(gymnasium.make(name), clock)),
     )
+    train = stable_baselines3.SAC.train
+
+    def timed_train(model, gradient_steps, batch_size):
+        clock.now += gradient_steps
+        return train(model, gradient_steps, batch_size)
+
+    monkeypatch.setattr(stable_baselines3.SAC, 'train', timed_train)
     args = make_args(learning_starts=40, steps=70)
     whole, warm, model = throughput.sb3_run(args, seed=0)
     assert model.num_timesteps == 110
-    # One second per env step: a window of the right steps runs at 1 step/s.
-    assert whole == 1.0
-    assert warm == 1.0
+    # One second per env step and one per update: a window of the right steps with
+    # their updates, no more (as alf_lite's rows: the warm one from the 41st update
+    # on), runs at half a step per second.
+    assert whole == 0.5
+    assert warm == 0.5
 
 
 class FakeUpdateRunner:
@@ -314,6 +323,25 @@ def test_alf_lite_ceiling_times_the_updates_after_its_warm_up(
     # (None: the networks compute in float32.)
     assert dtypes == {torch.bfloat16 if precision == 'bfloat16' else None}
     assert runner.replay_buffer.num_steps == runner.replay_buffer.length
+
+
+def test_alf_lite_ceiling_checks_each_loss_as_the_trainer_does_on_the_cpu(monkeypatch):
+    import alf_lite.update
+
+    made = []
+
+    class Recorded(alf_lite.update.UpdateRunner):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(alf_lite.update, 'UpdateRunner', Recorded)
+    args = make_args(threads=1)
+    throughput.parse_alf_lite_config(args, seed=0, trainer_device=False)
+    assert throughput.alf_lite_ceiling(args, gymnasium.make('Pendulum-v1'), updates=1) > 0
+    # TrainerConfig.defer_non_finite_checks's default: on the CPU each loss is read back
+    # before its step; the guard on the device costs a CPU update more.
+    assert [runner.guard_enabled for runner in made] == [False]
 
 
 @pytest.mark.parametrize('algo', ['sac', 'td3', 'ddpg'])
