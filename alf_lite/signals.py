@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Hashable, Optional
 
 # SIGHUP (the terminal closed) stops as SIGTERM does, unless this process started with it
 # ignored (``nohup``): then it stays ignored, here and in the processes started from here.
@@ -291,63 +291,53 @@ class StopSignals(_HandledSignals):
 
     The loop reads ``received`` after each iteration, so a signal that comes during
     the iteration lets it finish: its checkpoint then holds the envs' episodes, and the
-    resume goes on as if the run had never stopped. A signal during an env call is
-    handled so that a hung env cannot keep the run from stopping:
-
-    - in a call that ``in_env_call`` names (the evaluation's, which a resume plays
-      again), ``InterruptedInEnvCall`` is raised at once;
-    - in a call that ``patient_call`` names (the training envs'), the call is given
-      ``patience_s`` seconds to end, the time a step takes and no more than a person
-      waits: if that same call is still under way then, the signal is sent again, and
-      a signal that comes while a signal is recorded (that one, or a second from
-      outside: Ctrl-C twice) raises ``InterruptedInEnvCall`` in it.
+    resume goes on as if the run had never stopped. A signal during an env call (the
+    training envs' or the evaluation's) is handled so that a hung env cannot keep the
+    run from stopping, while one that is not hung is left whole: the call is given
+    ``patience_s`` seconds to end, the time a step takes and no more than a person
+    waits; if that same call is still under way then, the signal is sent again, and a
+    signal that comes while a signal is recorded (that one, or a second from outside:
+    Ctrl-C twice) raises ``InterruptedInEnvCall`` in it.
 
     Where Python drops that exception (raised in a ``__del__`` run by the env's
     code), it is not printed: the loop still stops after the iteration.
 
     Args:
-        in_env_call: whether an env call that a signal ends at once is under way.
-        patient_call: a number telling the training env call under way from every
-            other one, or None while there is none.
-        patience_s: seconds a training env call under way as the first signal came
-            still has to end.
+        env_call: a key telling the env call under way from every other one, or None
+            while there is none.
+        patience_s: seconds an env call under way as the first signal came still has
+            to end.
     """
 
     dropped_type = InterruptedInEnvCall
 
-    def __init__(
-        self,
-        in_env_call: Callable[[], bool],
-        patient_call: Callable[[], Optional[int]] = lambda: None,
-        patience_s: float = 10.0,
-    ):
+    def __init__(self, env_call: Callable[[], Optional[Hashable]], patience_s: float = 10.0):
         super().__init__()
-        self._in_env_call = in_env_call
-        self._patient_call = patient_call
+        self._env_call = env_call
         self._patience_s = patience_s
         # The call a signal was sent again for, while that signal is on its way.
-        self._sent_again_for: Optional[int] = None
+        self._sent_again_for: Optional[Hashable] = None
         self._lock = threading.Lock()
         self._timers = []
 
     def _handler(self, signum, frame):
         sent_again_for, self._sent_again_for = self._sent_again_for, None
-        call = self._patient_call()
+        call = self._env_call()
         if sent_again_for is not None and sent_again_for != call:
             return  # sent again for a call that ended meanwhile: nothing to end
         first = self.received is None
         self.received = signum
-        if self._in_env_call() or (call is not None and not first):
+        if call is not None and not first:
             raise InterruptedInEnvCall(signum)
         if call is not None:
             self._send_again_unless_ended(call, signum)
 
-    def _send_again_unless_ended(self, call: int, signum: int) -> None:
+    def _send_again_unless_ended(self, call: Hashable, signum: int) -> None:
         def send():
             with self._lock:
                 # Not once the block is left (``__exit__`` empties the list): the signal
                 # would find this handler gone.
-                if timer in self._timers and self._patient_call() == call:
+                if timer in self._timers and self._env_call() == call:
                     self._sent_again_for = call
                     signal.pthread_kill(threading.main_thread().ident, signum)
 

@@ -310,9 +310,9 @@ class TrainerConfig:
         return device.type != 'cpu' if defer is None else defer
 
 
-# Seconds a training env call still has to end once a stop signal came (in that call, or
-# during the updates before the step that follows them) before it is abandoned as hung:
-# ample for a step, short for a person.
+# Seconds an env call still has to end once a stop signal came (in that call, training or
+# evaluating, or during the updates before the step that follows them) before it is
+# abandoned as hung: ample for a step, short for a person.
 SIGNALLED_STEP_PATIENCE_S = 10.0
 
 # Seconds between two readings of the env processes' own memory for the summaries: one
@@ -556,9 +556,9 @@ class Trainer:
         )
         # Bound to the envs, not to self: a cycle through the trainer would keep a
         # finished run's buffer and CUDA graphs alive until the cycle collector ran.
+        # The two counts of calls begun tell each call of either from every other one.
         self._stop_signals = StopSignals(
-            lambda: eval_env.busy,
-            lambda: env.calls if env.busy else None,
+            lambda: (env.calls, eval_env.calls) if env.busy or eval_env.busy else None,
             SIGNALLED_STEP_PATIENCE_S,
         )
         self._env_steps = 0
@@ -676,13 +676,14 @@ class Trainer:
 
         Raises:
             TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written;
-                a signal that arrives while an env call is under way ends that call
-                (and stops the env processes), so a hung env cannot hold the run.
+                an env call under way as the signal came that does not end within
+                ``SIGNALLED_STEP_PATIENCE_S``, or as a second signal comes, is ended
+                (and its envs stopped), so a hung env cannot hold the run.
             TrainingError: on a non-finite loss or parameter, or a failed checkpoint write;
                 also, with nothing written, when an earlier ``train()`` of this trainer
                 stopped (on an error) before any checkpoint was written, or the trainer
-                was closed, or its envs were stopped (a signal during an env call, an env
-                that crashed or hung).
+                was closed, or its envs were stopped (a signal that ended an env call, an
+                env that crashed or hung).
             CheckpointError: when checkpoints exist but none of them can be loaded.
             ProgressCsvError: root_dir's progress.csv cannot be read; nothing was written.
             RunDirInUseError: another trainer trains in root_dir; nothing was written.
@@ -702,7 +703,7 @@ class Trainer:
                 f'this trainer of {self._run_dir.root} was closed, which stopped its envs'
                 if self._closed
                 else f'the envs of this trainer of {self._run_dir.root} were stopped (a signal '
-                'arrived during an env step, or an env crashed or hung)'
+                'ended an env step that hung or was signalled twice, or an env crashed or hung)'
             )
             raise TrainingError(
                 f'{stopped}: build a new Trainer to go on (it resumes from the latest checkpoint).'
@@ -1090,7 +1091,7 @@ class Trainer:
         def on_step(time_step) -> None:
             near_end.on_step(time_step)
             # A stop never waits for an evaluation, which a resume plays again (one
-            # signalled in an eval env call is ended in it).
+            # signalled in an eval env call ends with that call, or after its patience).
             if stop_signals.received is not None:
                 raise InterruptedEvaluation(stop_signals.received)
 

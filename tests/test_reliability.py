@@ -1093,9 +1093,10 @@ def sigterm_in_training_env_step(monkeypatch, number, hangs=True):
     return real_create
 
 
-def sigterm_during_the_second_evaluation(monkeypatch):
+def sigterm_during_the_second_evaluation(monkeypatch, signalled=None):
     """Make the run's second evaluation (env step 200 at eval_interval 200) get a SIGTERM
-    while its eval env steps, as a kill from outside would; returns the real ``evaluate``."""
+    while its eval env steps, as a kill from outside would (appended to ``signalled``
+    where given); returns the real ``evaluate``."""
     real_evaluate = trainer_module.evaluate
     evaluations = []
 
@@ -1106,6 +1107,8 @@ def sigterm_during_the_second_evaluation(monkeypatch):
 
             def step_then_signal(action):
                 os.kill(os.getpid(), signal.SIGTERM)
+                if signalled is not None:
+                    signalled.append(signal.SIGTERM)
                 return real_step(action)
 
             monkeypatch.setattr(env._env, 'step', step_then_signal)
@@ -1392,12 +1395,13 @@ def test_signal_during_the_last_evaluation_then_reruns_write_its_row_once(
 def test_a_second_signal_as_the_stop_in_an_evaluation_reads_the_episodes_still_checkpoints(
     tmp_path, monkeypatch
 ):
-    # The first SIGTERM ends an eval env step; a second comes while the checkpoint written
-    # for it reads the training envs' episodes (Ctrl-C twice, or grid_search passing both on).
-    real_evaluate = sigterm_during_the_second_evaluation(monkeypatch)
+    # The first SIGTERM ends the evaluation after its eval env step; a second comes while
+    # the checkpoint written for it reads the training envs' episodes (Ctrl-C twice, or
+    # grid_search passing both on).
+    signalled = []
+    real_evaluate = sigterm_during_the_second_evaluation(monkeypatch, signalled)
     real_create = trainer_module.create_environment
-    # Once the eval envs (the second built) were stopped by the first signal.
-    sigterm_as_the_training_envs_give_episodes(monkeypatch, when=lambda made: made[1].closed)
+    sigterm_as_the_training_envs_give_episodes(monkeypatch, when=lambda made: bool(signalled))
     with pytest.raises(TrainingInterrupted) as error:
         train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
     assert error.value.signum == signal.SIGTERM
@@ -1408,6 +1412,19 @@ def test_a_second_signal_as_the_stop_in_an_evaluation_reads_the_episodes_still_c
     monkeypatch.setattr(trainer_module, 'create_environment', real_create)
     train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
+
+
+def test_signal_in_an_eval_env_step_lets_it_end_and_train_again_goes_on(tmp_path, monkeypatch):
+    # The step is no hung one: the eval envs are left whole, and the trainer goes on.
+    sigterm_during_the_second_evaluation(monkeypatch)
+    parse_config(POINT, POINT_PARAMS + ['TrainerConfig.num_env_steps = 300'])
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        with pytest.raises(TrainingInterrupted):
+            trainer.train()
+        assert checkpoint_steps(tmp_path) == [100, 200]
+        monkeypatch.undo()  # the eval env steps without a signal again
+        trainer.train()
+    assert steps_in_csv(tmp_path) == [0, 100, 200, 300]
 
 
 def test_signal_while_the_evaluation_computes_ends_it_at_its_next_step_with_a_checkpoint(
