@@ -181,10 +181,9 @@ class Collector:
             )
         self._env.step_async(host_action)
 
-    def receive(self, patience: Optional[float] = None) -> int:
-        """Wait for the step ``send`` started, at most ``patience`` seconds where given (see
-        ``step_wait``); returns the env steps it took (one per env)."""
-        self._time_step = self._env.step_wait(patience)
+    def receive(self) -> int:
+        """Wait for the step ``send`` started; returns the env steps it took (one per env)."""
+        self._time_step = self._env.step_wait()
         self._episode_stats.update(self._time_step)
         return self._env.num_envs
 

@@ -2,6 +2,7 @@
 hung env call, or at once outside the training loop (train starting up or shutting down, play)."""
 
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -261,31 +262,6 @@ def env_processes_starting():
         previous[signum](signum, None)
 
 
-@contextlib.contextmanager
-def signalled_again_after(seconds: float, signum: int):
-    """Within the block, ``signum`` is sent to the main thread again once ``seconds`` have
-    passed: an in-process env call begun after that signal came, which its handler could
-    not end, is ended by the handler then, as one that the signal arrived in."""
-    lock = threading.Lock()
-    armed = [True]
-
-    def send():
-        # Not once the block is left: the signal would find its handler gone.
-        with lock:
-            if armed[0]:
-                signal.pthread_kill(threading.main_thread().ident, signum)
-
-    timer = threading.Timer(seconds, send)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        with lock:
-            armed[0] = False
-        timer.cancel()
-
-
 class StopSignals(_HandledSignals):
     """While entered, SIGINT and SIGTERM are recorded for the training loop to act on.
 
@@ -293,11 +269,12 @@ class StopSignals(_HandledSignals):
     the iteration lets it finish: its checkpoint then holds the envs' episodes, and the
     resume goes on as if the run had never stopped. A signal during an env call (the
     training envs' or the evaluation's) is handled so that a hung env cannot keep the
-    run from stopping, while one that is not hung is left whole: the call is given
-    ``patience_s`` seconds to end, the time a step takes and no more than a person
-    waits; if that same call is still under way then, the signal is sent again, and a
-    signal that comes while a signal is recorded (that one, or a second from outside:
-    Ctrl-C twice) raises ``InterruptedInEnvCall`` in it.
+    run from stopping, while one that is not hung is left whole: once a signal came,
+    each env call (the one under way, and every one begun later: the rest of the
+    iteration, its evaluation, the checkpoint's) is given ``patience_s`` seconds to end,
+    the time a step takes and no more than a person waits; a call still under way then
+    gets the signal again, and a signal that comes while a signal is recorded (that
+    one, or a second from outside: Ctrl-C twice) raises ``InterruptedInEnvCall`` in it.
 
     Where Python drops that exception (raised in a ``__del__`` run by the env's
     code), it is not printed: the loop still stops after the iteration.
@@ -305,8 +282,8 @@ class StopSignals(_HandledSignals):
     Args:
         env_call: a key telling the env call under way from every other one, or None
             while there is none.
-        patience_s: seconds an env call under way as the first signal came still has
-            to end.
+        patience_s: seconds an env call under way as the first signal came, or begun
+            after it, has to end.
     """
 
     dropped_type = InterruptedInEnvCall
@@ -318,7 +295,8 @@ class StopSignals(_HandledSignals):
         # The call a signal was sent again for, while that signal is on its way.
         self._sent_again_for: Optional[Hashable] = None
         self._lock = threading.Lock()
-        self._timers = []
+        # Set to stop the watch of the env calls (``_watch_env_calls``) under way.
+        self._watches = []
 
     def _handler(self, signum, frame):
         sent_again_for, self._sent_again_for = self._sent_again_for, None
@@ -329,28 +307,39 @@ class StopSignals(_HandledSignals):
         self.received = signum
         if call is not None and not first:
             raise InterruptedInEnvCall(signum)
-        if call is not None:
-            self._send_again_unless_ended(call, signum)
+        if first:
+            self._watch_env_calls(signum)
 
-    def _send_again_unless_ended(self, call: Hashable, signum: int) -> None:
-        def send():
-            with self._lock:
-                # Not once the block is left (``__exit__`` empties the list): the signal
-                # would find this handler gone.
-                if timer in self._timers and self._env_call() == call:
-                    self._sent_again_for = call
-                    signal.pthread_kill(threading.main_thread().ident, signum)
+    def _watch_env_calls(self, signum: int) -> None:
+        """Until the block is left, send ``signum`` again to an env call under way for
+        ``patience_s`` (once each): a thread that looks at the call under way ten times a
+        second or more."""
+        stop = threading.Event()
+        period = min(0.1, self._patience_s / 4)
 
-        timer = threading.Timer(self._patience_s, send)
-        timer.daemon = True
+        def watch():
+            watched, since = self._env_call(), time.monotonic()
+            while not stop.wait(period):
+                call, now = self._env_call(), time.monotonic()
+                if call != watched:
+                    watched, since = call, now
+                elif call is not None and now - since >= self._patience_s:
+                    since = math.inf  # sent once
+                    with self._lock:
+                        # Not once the block is left (``stop`` set under the lock): the
+                        # signal would find this handler gone.
+                        if not stop.is_set() and self._env_call() == call:
+                            self._sent_again_for = call
+                            signal.pthread_kill(threading.main_thread().ident, signum)
+
         with self._lock:
-            self._timers.append(timer)
-        timer.start()
+            self._watches.append(stop)
+        threading.Thread(target=watch, name='env call patience', daemon=True).start()
 
     def __exit__(self, *exc_info):
         with self._lock:
-            timers, self._timers = self._timers, []
-        for timer in timers:
-            timer.cancel()
+            for stop in self._watches:
+                stop.set()
+            self._watches = []
         self._sent_again_for = None
         super().__exit__(*exc_info)

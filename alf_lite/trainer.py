@@ -31,7 +31,6 @@ from alf_lite.device import (
 )
 from alf_lite.environments import (
     EnvironmentCrashedError,
-    EnvironmentHungError,
     EpisodeReplayError,
     NonFiniteActionError,
     create_environment,
@@ -79,7 +78,6 @@ from alf_lite.signals import (
     StopSignals,
     TrainingInterrupted,
     env_processes_starting,
-    signalled_again_after,
 )
 from alf_lite.summary import (
     Summary,
@@ -310,9 +308,9 @@ class TrainerConfig:
         return device.type != 'cpu' if defer is None else defer
 
 
-# Seconds an env call still has to end once a stop signal came (in that call, training or
-# evaluating, or during the updates before the step that follows them) before it is
-# abandoned as hung: ample for a step, short for a person.
+# Seconds each env call under way once a stop signal came, training or evaluating, has to
+# end (from the signal, or from its start for one begun later: the rest of the iteration,
+# the checkpoint's) before it is abandoned as hung: ample for a step, short for a person.
 SIGNALLED_STEP_PATIENCE_S = 10.0
 
 # Seconds between two readings of the env processes' own memory for the summaries: one
@@ -676,7 +674,7 @@ class Trainer:
 
         Raises:
             TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written;
-                an env call under way as the signal came that does not end within
+                an env call under way once the signal came that does not end within
                 ``SIGNALLED_STEP_PATIENCE_S``, or as a second signal comes, is ended
                 (and its envs stopped), so a hung env cannot hold the run.
             TrainingError: on a non-finite loss or parameter, or a failed checkpoint write;
@@ -955,31 +953,15 @@ class Trainer:
                         self._iteration_trained = True
                 finally:
                     # Also after a failed update, which stops training once the
-                    # envs are done with the step.
-                    self._env_steps += self._receive()
+                    # envs are done with the step. One that hangs after a stop signal is
+                    # ended once its patience is over (``StopSignals``).
+                    self._env_steps += self._collector.receive()
         finally:
             # Kept while env steps are left: a checkpoint written now (a signal
             # ended an env step) has the resume finish the iteration.
             if self._env_steps >= end:
                 self._iteration_start = None
                 self._iteration_trained = False
-
-    def _receive(self) -> int:
-        """``Collector.receive``; after a stop signal that came during the updates, in no
-        env call, the step is abandoned as one the signal interrupted if it does not end
-        within ``SIGNALLED_STEP_PATIENCE_S``: the env may hang, and the signal that would
-        have ended its call came before it (envs in subprocesses stepped meanwhile; in
-        process, the step begins now)."""
-        signum = self._stop_signals.received
-        if signum is None:
-            return self._collector.receive()
-        if not self._env.use_subprocesses:
-            with signalled_again_after(SIGNALLED_STEP_PATIENCE_S, signum):
-                return self._collector.receive()
-        try:
-            return self._collector.receive(patience=SIGNALLED_STEP_PATIENCE_S)
-        except EnvironmentHungError as e:
-            raise InterruptedInEnvCall(signum) from e
 
     def _train_iteration(self) -> None:
         """The iteration's updates, once enough steps were collected.

@@ -678,20 +678,31 @@ def test_stop_signals_are_recorded_while_entered_and_the_handlers_restored_after
     assert received == [signal.SIGINT, signal.SIGTERM]
 
 
-def test_an_env_call_a_signal_came_in_is_given_its_patience(signals_to_a_list):
+def test_each_env_call_once_a_signal_came_is_given_its_patience(signals_to_a_list):
     handler, received = signals_to_a_list
     call = [None]  # the key of the env call under way
     with StopSignals(lambda: call[0], patience_s=0.3) as stop:
-        # Call 1 ends in time, and call 2 runs past the patience: neither is ended.
+        # Call 1 ends in time; calls 2 and 3, begun after the signal, each take 0.2 s: none
+        # is ended, whatever the time since the signal.
         call[0] = 1
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.received == signal.SIGTERM
-        call[0] = 2
-        time.sleep(0.8)
+        for number in (2, 3):
+            call[0] = number
+            time.sleep(0.2)
+        call[0] = None
+        time.sleep(0.5)  # in no call
+        # Call 4, begun later still, never ends: it is ended at the end of its patience.
+        call[0] = 4
+        began = time.monotonic()
+        with pytest.raises(InterruptedInEnvCall) as error:
+            time.sleep(10)
+        assert 0.3 <= time.monotonic() - began < 5
+        assert error.value.signum == signal.SIGTERM == stop.received
         call[0] = None
     with StopSignals(lambda: call[0], patience_s=0.3) as stop:
-        # Call 3 never ends: the signal is sent again at the end of its patience, and ends it.
-        call[0] = 3
+        # Call 5 never ends: the signal is sent again at the end of its patience, and ends it.
+        call[0] = 5
         began = time.monotonic()
         with pytest.raises(InterruptedInEnvCall) as error:
             os.kill(os.getpid(), signal.SIGINT)
@@ -700,12 +711,12 @@ def test_an_env_call_a_signal_came_in_is_given_its_patience(signals_to_a_list):
         assert error.value.signum == signal.SIGINT == stop.received
     with StopSignals(lambda: call[0], patience_s=0.3) as stop:
         # A second signal ends the call at once, as Ctrl-C pressed twice.
-        call[0] = 4
+        call[0] = 6
         os.kill(os.getpid(), signal.SIGINT)
         with pytest.raises(InterruptedInEnvCall) as error:
             os.kill(os.getpid(), signal.SIGTERM)
         assert error.value.signum == signal.SIGTERM == stop.received
-        # Left before the patience of call 4 is over: nothing is sent once the block is left.
+        # Left before the patience of call 6 is over: nothing is sent once the block is left.
     time.sleep(0.6)
     assert received == []
     assert all(signal.getsignal(s) is handler for s in STOP_SIGNALS)

@@ -1757,6 +1757,58 @@ def test_a_signal_during_the_updates_ends_an_in_process_step_that_hangs_after_th
     assert checkpoint_steps(root_dir) == [100, trainer.env_steps]
 
 
+def test_a_checkpoint_call_that_hangs_after_a_signal_is_ended_once_its_patience_is_over(
+    tmp_path, monkeypatch
+):
+    # A signal during the updates, in no env call; the stop's checkpoint then asks the
+    # training envs for their episodes, a call begun after the signal, and that call hangs.
+    # Each env call once a signal came is given its patience: this one is ended, and the
+    # state is kept without the episodes.
+    import alf_lite.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, 'SIGNALLED_STEP_PATIENCE_S', 0.3)
+    tiny_sac_pendulum(
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 100',
+        'TrainerConfig.checkpoint_interval = 1000',
+    )
+    updates = Trainer._train_iteration
+    signalled = []
+
+    def signal_during_the_updates(trainer):
+        updates(trainer)
+        if trainer.env_steps >= 30 and not signalled:
+            signalled.append(trainer.env_steps + 1)  # the step the updates count as after
+            os.kill(os.getpid(), signal.SIGINT)
+
+    real_create = trainer_module.create_environment
+    made = []
+
+    def create_hanging_as_they_give_episodes(*args, **kwargs):
+        env = real_create(*args, **kwargs)
+        made.append(env)
+        if len(made) == 1:  # the training envs
+            real_call = env._env.call
+
+            def call(name, *call_args, **call_kwargs):
+                while name == 'alf_lite_episode_record' and signalled:
+                    time.sleep(0.01)
+                return real_call(name, *call_args, **call_kwargs)
+
+            monkeypatch.setattr(env._env, 'call', call)
+        return env
+
+    monkeypatch.setattr(Trainer, '_train_iteration', signal_during_the_updates)
+    monkeypatch.setattr(trainer_module, 'create_environment', create_hanging_as_they_give_episodes)
+    root_dir = tmp_path / 'run'
+    with Trainer(TrainerConfig(), str(root_dir)) as trainer, fails_after(60):
+        with pytest.raises(TrainingInterrupted):
+            trainer.train()
+    assert checkpoint_steps(root_dir) == signalled
+    state, _ = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / f'ckpt-{signalled[0]}'))
+    assert state['collection'] is None  # the training envs were stopped
+
+
 def test_train_again_after_a_deferred_non_finite_loss_goes_on_from_the_checkpoint(tmp_path):
     # One critic loss is inf (at env step 31, update 26): the deferred check stops the run
     # at the summary at 40. A train() again on the same trainer resumes from ckpt-20, as a

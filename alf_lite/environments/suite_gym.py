@@ -910,14 +910,8 @@ class BatchedEnvironment:
             raise RuntimeError('step(active=...) called before the first reset.')
         return None if active.all() else active
 
-    def step_wait(self, patience: Optional[float] = None) -> TimeStep:
-        """The ``TimeStep`` of the step started by ``step_async`` (see ``step``).
-
-        Args:
-            patience: with subprocesses, the most seconds to wait from now, where that is
-                sooner than ``step_timeout`` allows: past it the step counts as hung
-                (``EnvironmentHungError``, the env processes terminated).
-        """
+    def step_wait(self) -> TimeStep:
+        """The ``TimeStep`` of the step started by ``step_async`` (see ``step``)."""
         if self._pending is None:
             raise RuntimeError('step_wait called without a pending step_async.')
         env_action, self._pending = self._pending, None
@@ -928,13 +922,8 @@ class BatchedEnvironment:
                 if self._step_timeout is None
                 else max(0.0, self._step_sent + self._step_timeout - time.monotonic())
             )
-            within = None
-            if patience is not None and (timeout is None or patience < timeout):
-                timeout, within = patience, f'{patience:g} s (the patience it was given)'
             with _env_process_errors_unlogged():
-                obs, reward, terminated, truncated, _ = self._call(
-                    self._env.step_wait, timeout, within=within
-                )
+                obs, reward, terminated, truncated, _ = self._call(self._env.step_wait, timeout)
         elif active is None:
             # In process the envs step one after another.
             obs, reward, terminated, truncated, _ = self._call(
@@ -1119,11 +1108,8 @@ class BatchedEnvironment:
         per_call = f' for each of {env_calls} env calls' if env_calls > 1 else ''
         return f'{self._timeout(env_calls):g} s (create_environment.step_timeout{per_call})'
 
-    def _call(self, method, *args, env_calls: int = 1, within: Optional[str] = None, **kwargs):
+    def _call(self, method, *args, env_calls: int = 1, **kwargs):
         """``method(*args, **kwargs)`` of the vector env; after a crash, stop all envs and raise.
-
-        ``within`` says how long a call that timed out was given, where not
-        ``step_timeout``.
 
         gymnasium leaves an AsyncVectorEnv waiting for replies that will never
         come after a worker raised, died or timed out (a plain ``close()`` then
@@ -1152,7 +1138,7 @@ class BatchedEnvironment:
                 if token is not None:
                     watchdog.done(token)
         except multiprocessing.TimeoutError as e:
-            message = self._hung_workers_message(call, within or self._timeout_text(env_calls))
+            message = self._hung_workers_message(call, self._timeout_text(env_calls))
             self._terminate()
             raise EnvironmentHungError(message) from e
         except _DEAD_WORKER_ERRORS as e:
