@@ -1,9 +1,12 @@
 """README and docs: speed claims name their resources; every relative link exists; the
-Layout names every module, and only paths that exist; the Results table is what its kept
-runs give."""
+Layout names every module, and only paths that exist; the Results table, and the returns
+the examples' comments quote, are what their kept runs give."""
 
+import csv
 import re
 from pathlib import Path
+
+import pytest
 
 from cli_helpers import EXAMPLES, REPO_ROOT
 
@@ -243,3 +246,58 @@ def test_the_examples_results_table_is_what_its_kept_runs_give():
             example,
             speeds,
         )
+
+
+KEPT_EXAMPLE_RUNS = REPO_ROOT / 'benchmarks' / 'results' / 'examples'
+
+
+def kept_final_returns(sweep):
+    """``{run name: final eval return}`` of a sweep kept under ``benchmarks/results/examples``."""
+    with open(KEPT_EXAMPLE_RUNS / sweep / 'grid_summary.csv', newline='') as f:
+        return {row['run']: float(row['final_eval_return']) for row in csv.DictReader(f)}
+
+
+def comment_text(gin_file):
+    """The comments of ``gin_file`` as one line of words."""
+    lines = [line[1:] for line in gin_file.read_text().splitlines() if line.startswith('#')]
+    return ' '.join(' '.join(lines).split())
+
+
+@pytest.mark.parametrize('example', ['sac', 'ddpg', 'td3'])
+def test_a_pendulum_examples_quoted_returns_are_its_kept_runs(example):
+    claimed = re.search(
+        r'seeds 0-2: (-\d+), (-\d+), (-\d+)\)', comment_text(EXAMPLES / f'{example}_pendulum.gin')
+    )
+    finals = kept_final_returns(f'pendulum/{example}_pendulum')
+    assert [int(c) for c in claimed.groups()] == [round(finals[f'seed={s}']) for s in range(3)]
+
+
+def test_the_learning_rate_comparison_is_what_its_kept_runs_give():
+    # README's plot example and sac_pendulum.gin's comment quote one sweep of 5k env steps.
+    from alf_lite.bin.plot import band
+
+    finals = kept_final_returns('grid_lr')
+    assert sorted(finals) == sorted(
+        f'lr={lr},seed={s}' for lr in ('0.001', '0.0003') for s in range(3)
+    )
+    bands = {
+        lr: [f'{x:.1f}' for x in band([finals[f'lr={lr},seed={s}'] for s in range(3)], 'ci')]
+        for lr in ('0.001', '0.0003')
+    }
+    number = r'(-?[\d.]+)'
+    readme = re.search(
+        rf'lr 1e-3 {number} \[{number}, {number}\]; lr 3e-4 {number} \[{number}, {number}\]',
+        ' '.join(README.split()),
+    )
+    assert list(readme.groups()) == bands['0.001'] + bands['0.0003']
+    comment = re.search(
+        rf'ended higher \({number} against {number}\)', comment_text(EXAMPLES / 'sac_pendulum.gin')
+    )
+    assert list(comment.groups()) == [bands['0.001'][0], bands['0.0003'][0]]
+    # Each kept run trained with its name's step size, for the 5k env steps quoted.
+    for name in finals:
+        config = (KEPT_EXAMPLE_RUNS / 'grid_lr' / name / 'config.gin').read_text()
+        lr = name.split(',')[0].split('=')[1]
+        for optimizer in ('actor', 'critic', 'alpha'):
+            assert f'{optimizer}/Adam.lr = {lr}\n' in config, name
+        assert 'TrainerConfig.num_env_steps = 5000\n' in config, name
