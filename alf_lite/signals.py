@@ -297,6 +297,9 @@ class StopSignals(_HandledSignals):
         self._lock = threading.Lock()
         # Set to stop the watch of the env calls (``_watch_env_calls``) under way.
         self._watches = []
+        # True from the start of ``__exit__``: no env call is left to watch, and a signal
+        # whose handler runs while ``__exit__`` holds the lock must not wait for it.
+        self._leaving = False
 
     def _handler(self, signum, frame):
         sent_again_for, self._sent_again_for = self._sent_again_for, None
@@ -307,7 +310,7 @@ class StopSignals(_HandledSignals):
         self.received = signum
         if call is not None and not first:
             raise InterruptedInEnvCall(signum)
-        if first:
+        if first and not self._leaving:
             self._watch_env_calls(signum)
 
     def _watch_env_calls(self, signum: int) -> None:
@@ -336,7 +339,14 @@ class StopSignals(_HandledSignals):
             self._watches.append(stop)
         threading.Thread(target=watch, name='env call patience', daemon=True).start()
 
+    def __enter__(self):
+        self._leaving = False
+        return super().__enter__()
+
     def __exit__(self, *exc_info):
+        # Set before the lock is taken: a signal's handler runs in this thread, which holds
+        # the lock below, and would wait for it for good to start a watch.
+        self._leaving = True
         with self._lock:
             for stop in self._watches:
                 stop.set()

@@ -722,6 +722,35 @@ def test_each_env_call_once_a_signal_came_is_given_its_patience(signals_to_a_lis
     assert all(signal.getsignal(s) is handler for s in STOP_SIGNALS)
 
 
+class _LockASignalReaches:
+    """A lock that SIGTERM reaches just after it is taken, while armed: as one that comes
+    as the block is left (at the run's end). It fails where it would wait for good."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.armed = False
+
+    def __enter__(self):
+        assert self._lock.acquire(timeout=5), 'the handler waits for a lock its thread holds'
+        if self.armed:
+            self.armed = False
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def __exit__(self, *exc_info):
+        self._lock.release()
+
+
+def test_a_signal_as_stop_signals_are_left_is_recorded_and_leaves(signals_to_a_list):
+    handler, received = signals_to_a_list
+    stop = StopSignals(lambda: None, patience_s=0.3)
+    with stop:
+        stop._lock = lock = _LockASignalReaches()
+        lock.armed = True
+    assert not lock.armed and stop.received == signal.SIGTERM
+    assert received == []
+    assert all(signal.getsignal(s) is handler for s in STOP_SIGNALS)
+
+
 def test_stop_signals_reach_a_trainer_started_with_them_blocked(signals_to_a_list):
     # As in a process started from a thread that blocks them (a Ray worker's).
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
