@@ -11,8 +11,10 @@ setup(
     install_requires=[
         # torch is installed first by the Makefile as torch==2.13.0, the build that
         # pip's configuration or TORCH_INDEX_URL gives; this range must admit it so
-        # pip does not fetch another build.
-        'torch>=2.1',
+        # pip does not fetch another build. 2.5: the first whose fused Adam / AdamW (the
+        # default of alf_lite.optimizers) is built for the CPU and on the meta device, where
+        # model_memory counts the networks; pip keeps an older torch that this admits.
+        'torch>=2.5',
         'gin-config==0.5.0',
         # classic-control: pygame(-ce), which renders Pendulum and the other classic tasks.
         # 1.1: the first with gymnasium.vector.AutoresetMode, which suite_gym imports.

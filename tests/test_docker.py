@@ -132,6 +132,26 @@ def test_setup_py_admits_no_gymnasium_older_than_the_api_alf_lite_imports():
     assert not gymnasium.specifier.contains('1.0.0'), str(gymnasium)
 
 
+def test_setup_py_admits_no_torch_without_a_fused_adam_on_the_cpu_and_meta_devices():
+    # alf_lite.optimizers makes Adam and AdamW fused by default, and model_memory builds the
+    # algorithm on the meta device first: torch refuses fused=True for CPU parameters before
+    # 2.4 (every run fails) and for meta ones before 2.5 (the memory goes uncounted).
+    import torch
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    for device in ('cpu', 'meta'):
+        torch.optim.Adam([torch.nn.Parameter(torch.zeros(1, device=device))], fused=True)
+    install_requires, _ = setup_requirements()
+    (torch_requirement,) = [
+        Requirement(r) for r in install_requires if requirement_name(r) == 'torch'
+    ]
+    lower = [Version(s.version) for s in torch_requirement.specifier if s.operator in ('>=', '>')]
+    assert lower and min(lower) >= Version('2.5'), str(torch_requirement)
+    assert not torch_requirement.specifier.contains('2.4.1'), str(torch_requirement)
+    assert torch_requirement.specifier.contains(makefile_pins()['torch']), str(torch_requirement)
+
+
 def test_python_version_entrypoint_and_headless_rendering():
     (base,) = arguments('FROM')
     assert re.match(r'python:3\.11(\.\d+)?-', base), base
