@@ -316,14 +316,6 @@ def load_file(path: str, map_location: Union[str, torch.device, None] = None, mm
         if not tarfile.is_tarfile(path):
             raise
         unsafe = ['the pickles of a tar archive (torch before 1.6)']
-    except OSError:
-        # A zip cut short before its table of records: torch's reader, looking for the
-        # table, seeks before the start of a file under 64 KiB, an EINVAL that would read
-        # as the disk's failure (``_failed_to_read``) rather than the file's.
-        problem = _zip_directory_problem(path) if _is_zip_file(path) else None
-        if problem is None:
-            raise
-        raise zipfile.BadZipFile(f'{path}: {problem} (damaged)') from None
     named = [name if name != '?' else 'a global this check cannot name' for name in unsafe]
     raise UnsafeCheckpointError(
         f'{path} refers to {", ".join(named)}, which loading would have to call; alf_lite '
@@ -336,15 +328,6 @@ def _is_zip_file(path: str) -> bool:
     """Whether ``path`` starts as a zip archive does, as every file ``torch.save`` writes now."""
     with open(path, 'rb') as f:
         return f.read(4) == b'PK\x03\x04'
-
-
-def _zip_directory_problem(path: str) -> Optional[str]:
-    """Why ``path``, a zip file, has no table of records that zip can read; None where it has."""
-    try:
-        with zipfile.ZipFile(path):
-            return None
-    except zipfile.BadZipFile as e:
-        return str(e)
 
 
 def _unsafe_globals(path: str) -> List[str]:

@@ -295,8 +295,8 @@ class StopSignals(_HandledSignals):
         # The call a signal was sent again for, while that signal is on its way.
         self._sent_again_for: Optional[Hashable] = None
         self._lock = threading.Lock()
-        # Set to stop the watch of the env calls (``_watch_env_calls``) under way.
-        self._watches = []
+        # Set to stop the watch of the env calls (``_watch_env_calls``), the first signal's.
+        self._watch: Optional[threading.Event] = None
         # True from the start of ``__exit__``: no env call is left to watch, and a signal
         # whose handler runs while ``__exit__`` holds the lock must not wait for it.
         self._leaving = False
@@ -336,7 +336,7 @@ class StopSignals(_HandledSignals):
                             signal.pthread_kill(threading.main_thread().ident, signum)
 
         with self._lock:
-            self._watches.append(stop)
+            self._watch = stop
         threading.Thread(target=watch, name='env call patience', daemon=True).start()
 
     def __enter__(self):
@@ -348,8 +348,8 @@ class StopSignals(_HandledSignals):
         # the lock below, and would wait for it for good to start a watch.
         self._leaving = True
         with self._lock:
-            for stop in self._watches:
-                stop.set()
-            self._watches = []
+            if self._watch is not None:
+                self._watch.set()
+                self._watch = None
         self._sent_again_for = None
         super().__exit__(*exc_info)
