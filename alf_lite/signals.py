@@ -20,6 +20,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
 # to the starter's process id: the run stops as on SIGTERM once that process ends
 # (``stop_when_starter_ends``).
 PARENT_PID_VARIABLE = 'ALF_LITE_STOP_WITH_PARENT'
+_STDERR_FD = 2
 
 
 class TrainingInterrupted(Exception):
@@ -205,22 +206,44 @@ class RaisingSignals(_HandledSignals):
 
 
 def set_env_process_signals() -> None:
-    """In an env process: ignore SIGINT and SIGHUP and let SIGTERM end it (the kernel's default).
+    """In an env process: ignore SIGINT, SIGTERM and SIGHUP, and end when the process that
+    started it has ended.
 
-    Ctrl-C, and the SIGHUP of a closed terminal, reach the whole process group: the trainer,
-    not each env, acts on them and shuts the envs down after its checkpoint; SIGTERM is how a
-    hung env process is stopped.
+    Ctrl-C and the SIGHUP of a closed terminal reach the whole process group, and a batch
+    system (Slurm cancelling or preempting a job, ``systemctl stop``, ``kill -- -PGID``)
+    sends its SIGTERM to every process of the job: the trainer, not each env, acts on them,
+    and shuts the envs down after its checkpoint, which keeps their episodes. The trainer
+    ends an env process with SIGKILL, which also ends one hung in native code.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    _exit_when_parent_ends(os.getppid())
+
+
+def _exit_when_parent_ends(parent_pid: int, interval_s: float = 1.0) -> None:
+    """Exit this process once its parent is no longer ``parent_pid`` (checked every
+    ``interval_s`` seconds by a daemon thread): an env process whose trainer was killed
+    (SIGKILL, the OOM killer) while its env hung, which no signal of the user's but
+    SIGKILL would otherwise end, does not stay behind."""
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(interval_s)
+        os.write(
+            _STDERR_FD,
+            f'env process {os.getpid()}: the process that started it (pid {parent_pid}) '
+            'ended; exiting\n'.encode(),
+        )
+        os._exit(1)
+
+    threading.Thread(target=watch, name='parent watch', daemon=True).start()
 
 
 @contextlib.contextmanager
 def env_processes_starting():
     """While env processes are forked: this process acts on SIGINT and SIGTERM at once, as
-    before; a process forked here ignores SIGINT and dies of SIGTERM until it sets its own
-    dispositions (``set_env_process_signals``, first thing in an env process).
+    before; a process forked here ignores them until it sets its own dispositions
+    (``set_env_process_signals``, first thing in an env process), which ignore them too.
 
     Ignoring SIGINT here instead would lose a Ctrl-C (or grid_search's SIGINT) that
     arrives while the envs start.
@@ -234,9 +257,6 @@ def env_processes_starting():
 
     def handler(signum, frame):
         if os.getpid() != pid:  # a forked env process, before set_env_process_signals
-            if signum == signal.SIGTERM:
-                set_env_process_signals()
-                os.kill(os.getpid(), signum)
             return
         act = previous[signum]
         if callable(act):

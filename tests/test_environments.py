@@ -1,5 +1,6 @@
 """The batched gymnasium environment (step types, parallel envs, crashes) and the point task."""
 
+import contextlib
 import gc
 import multiprocessing
 import os
@@ -1054,10 +1055,11 @@ def _signal_bits(pid: int, field: str) -> int:
 
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not os.path.exists('/proc/self/status'), reason='reads /proc/<pid>/status')
-def test_env_processes_ignore_sigint_and_die_of_sigterm_whatever_their_parent_handles():
-    # Ctrl-C reaches the process group: the trainer shuts the envs down, not the
-    # signal; SIGTERM must end a hung env process even from inside C code.
-    # A parent that ignores SIGINT (started in the background) would pass it on: it handles it.
+def test_env_processes_ignore_stop_signals_whatever_their_parent_handles():
+    # Ctrl-C reaches the process group, and a batch system's SIGTERM (Slurm, systemd) every
+    # process of the job: the trainer shuts the envs down after its checkpoint, not the
+    # signal. A parent that ignores SIGINT (started in the background) would pass it on: it
+    # handles it.
     before = child_pids()
     original = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     original_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -1070,16 +1072,65 @@ def test_env_processes_ignore_sigint_and_die_of_sigterm_whatever_their_parent_ha
         workers = new_children(before)
         assert len(workers) == 2
         for worker in workers:
-            assert _signal_bits(worker.pid, 'SigIgn') & (1 << (signal.SIGINT - 1))
-            assert not _signal_bits(worker.pid, 'SigCgt') & (1 << (signal.SIGTERM - 1))
-            worker.send_signal(signal.SIGINT)
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                assert _signal_bits(worker.pid, 'SigIgn') & (1 << (signum - 1))
+                worker.send_signal(signum)
         env.reset()
         env.step(torch.zeros(2, 1))
-        workers[0].terminate()
-        assert workers[0].wait(10) == -signal.SIGTERM
+        assert all(worker.is_running() for worker in workers)
     finally:
         env.close()
     assert new_children(before) == []
+
+
+_ENV_PROCESS_OF_A_KILLED_PARENT = """
+import time, gymnasium, torch
+from gymnasium.envs.classic_control.pendulum import PendulumEnv
+from alf_lite.environments import create_environment
+
+class HangsInStep(PendulumEnv):
+    def step(self, action):
+        time.sleep(1000)
+
+gymnasium.register('alf_test/HangsInStep-v0', entry_point=HangsInStep, max_episode_steps=9)
+env = create_environment('alf_test/HangsInStep-v0', 1, use_subprocesses=True, step_timeout=None)
+env.reset()
+print(env._env.processes[0].pid, flush=True)
+env.step(torch.zeros(1, 1))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_an_env_process_whose_parent_was_killed_while_its_env_hangs_exits(tmp_path):
+    # It ignores SIGTERM: without this, only SIGKILL would end it.
+    stderr = tmp_path / 'stderr'
+    with open(stderr, 'w') as f:
+        process = subprocess.Popen(
+            [sys.executable, '-c', _ENV_PROCESS_OF_A_KILLED_PARENT],
+            stdout=subprocess.PIPE,
+            stderr=f,
+            text=True,
+            env=train_env(),
+        )
+    worker = None
+    try:
+        worker = psutil.Process(int(process.stdout.readline()))
+        time.sleep(1.5)  # in its step
+        assert worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 10
+        while worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, 'the env process outlived its parent'
+            time.sleep(0.1)
+    finally:
+        process.kill()
+        process.stdout.close()
+        if worker is not None:
+            with contextlib.suppress(psutil.Error):
+                worker.kill()
+    said = stderr.read_text()
+    assert f'the process that started it (pid {process.pid}) ended; exiting' in said, said
 
 
 def train_briefly(root_dir, env_name, num_envs):

@@ -821,8 +821,17 @@ def start_long_run(root_dir, *params):
     return process
 
 
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
+@pytest.mark.parametrize(
+    'sig, to_the_group',
+    [
+        (signal.SIGTERM, False),
+        (signal.SIGINT, True),
+        (signal.SIGHUP, True),
+        # As Slurm (a job cancelled, preempted or out of time) or systemd sends it.
+        (signal.SIGTERM, True),
+    ],
+)
+def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig, to_the_group):
     root_dir = tmp_path / 'run'
     process = start_long_run(
         root_dir,
@@ -832,11 +841,17 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig):
     )
     children = psutil.Process(process.pid).children(recursive=True)
     assert len(children) >= 2  # the env subprocesses
-    send_as_user(process, sig)
+    if to_the_group:
+        os.killpg(process.pid, sig)
+    else:
+        process.send_signal(sig)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + sig, stderr[-3000:]
     assert 'Traceback' not in stderr, stderr[-3000:]
     assert_stopped_at_a_checkpoint(root_dir, children)
+    # The env processes lived on to the checkpoint, which keeps their episodes.
+    state, _ = ckpt.load_checkpoint(latest_checkpoint(str(root_dir / 'checkpoints')))
+    assert state['collection'] is not None
 
 
 def assert_stopped_at_a_checkpoint(root_dir, children):

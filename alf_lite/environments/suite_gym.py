@@ -43,7 +43,7 @@ _DEAD_WORKER_ERRORS = (EOFError, BrokenPipeError, ConnectionResetError)
 # After a pipe closed, how long to wait for the env process's exit code, and how often to look.
 _EXIT_CODE_WAIT_S = 2.0
 _EXIT_CODE_POLL_S = 0.01
-# How long a terminated env process may take to exit before it is killed.
+# How long a killed env process that is no child of multiprocessing's is waited for.
 _TERMINATE_WAIT_S = 5.0
 # The longest wait for the envs: the poll beneath gymnasium's waits takes at most 2**31 ms
 # (24.8 days). A longer timeout (a replay's, step_timeout for each of its steps) waits this long.
@@ -1365,7 +1365,7 @@ def _unregistered_env_processes(env: AsyncVectorEnv, children_before: set) -> li
 
 
 def _stop_env_processes(env: AsyncVectorEnv, children_before: Optional[set] = None) -> None:
-    """Terminate and reap the env processes of ``env`` and close its pipes, in any state.
+    """Kill (SIGKILL) and reap the env processes of ``env`` and close its pipes, in any state.
 
     gymnasium's ``close(terminate=True)`` first waits for the pending call,
     which raises again on the pipe of a process that died, before it
@@ -1387,15 +1387,12 @@ def _stop_env_processes(env: AsyncVectorEnv, children_before: Optional[set] = No
     strays = [] if children_before is None else _unregistered_env_processes(env, children_before)
     for process in processes:
         if process.is_alive():
-            process.terminate()
+            process.kill()  # Env processes ignore SIGTERM (set_env_process_signals).
     for pipe in getattr(env, 'parent_pipes', []):
         if pipe is not None:
             pipe.close()
     for process in processes:
-        process.join(_TERMINATE_WAIT_S)
-        if process.is_alive():  # An env that handles SIGTERM and does not exit.
-            process.kill()
-            process.join()
+        process.join()
     for process in processes:
         # Not one that something else reaped (multiprocessing never learns its exit code):
         # closing it would raise.

@@ -76,10 +76,11 @@ def _exit_hung(description: str) -> None:
     )
     faulthandler.dump_traceback(file=_STDERR_FD, all_threads=True)
     # The processes of other envs would see their pipes close and print that as
-    # tracebacks after the stacks; they are stopped first (SIGTERM: no output).
+    # tracebacks after the stacks; they are stopped first (SIGKILL: no output; env
+    # processes ignore SIGTERM).
     children = multiprocessing.active_children()
     for child in children:
-        child.terminate()
+        child.kill()
     for child in children:
         child.join(timeout=_CHILD_EXIT_S)
     os._exit(HUNG_ENV_EXIT_CODE)
