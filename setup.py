@@ -24,6 +24,10 @@ setup(
         'numpy',
         'absl-py',
         'tensorboard',
+        # Imported directly (the env factories' pickling check; reading event files), though
+        # gymnasium and tensorboard bring them too.
+        'cloudpickle',
+        'protobuf',
         'psutil',
         'matplotlib',
         'imageio',

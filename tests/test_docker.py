@@ -2,8 +2,10 @@
 
 import ast
 import fnmatch
+import importlib.metadata
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,39 @@ def test_python_version_entrypoint_and_headless_rendering():
 def test_build_context_leaves_out_local_state(path):
     ignored = DOCKERIGNORE.read_text().split()
     assert path in ignored
+
+
+def _imported_top_level_modules(package: Path) -> set:
+    """The top-level names of every absolute import in the ``.py`` files under ``package``."""
+    names = set()
+    for path in package.rglob('*.py'):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split('.')[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.add(node.module.split('.')[0])
+    return names
+
+
+def test_every_third_party_module_alf_lite_imports_is_declared_in_setup_py():
+    # One that only a dependency brings in today goes missing when that dependency drops it.
+    install_requires, extras = setup_requirements()
+    declared = set()
+    for requirement in install_requires + [r for rs in extras.values() for r in rs]:
+        declared.add(requirement_name(requirement))
+        bracket = re.search(r'\[([^\]]*)\]', requirement)  # gymnasium[mujoco,...]: mujoco
+        if bracket:
+            declared.update(extra.strip() for extra in bracket.group(1).split(','))
+    distributions = importlib.metadata.packages_distributions()
+    third_party = sorted(
+        name
+        for name in _imported_top_level_modules(REPO_ROOT / 'alf_lite')
+        if name not in sys.stdlib_module_names and name != 'alf_lite'
+    )
+    assert 'cloudpickle' in third_party and 'torch' in third_party
+    undeclared = [
+        name
+        for name in third_party
+        if not {requirement_name(d) for d in distributions.get(name, [name])} & declared
+    ]
+    assert undeclared == []
