@@ -21,6 +21,10 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
 # (``stop_when_starter_ends``).
 PARENT_PID_VARIABLE = 'ALF_LITE_STOP_WITH_PARENT'
 _STDERR_FD = 2
+# A signal that repeats the first within this many seconds is the same stop sent twice, not
+# a second one (``StopSignals``): a batch system (Slurm) signals every process of a job, and
+# grid_search, which a run's signal also reached, passes it on to the run.
+SAME_STOP_WITHIN_S = 1.0
 
 
 class TrainingInterrupted(Exception):
@@ -295,6 +299,9 @@ class StopSignals(_HandledSignals):
     the time a step takes and no more than a person waits; a call still under way then
     gets the signal again, and a signal that comes while a signal is recorded (that
     one, or a second from outside: Ctrl-C twice) raises ``InterruptedInEnvCall`` in it.
+    The same signal again within ``SAME_STOP_WITHIN_S`` of the first is no second one:
+    it is the first stop, sent twice (to every process of a job, and passed on by
+    grid_search), and is ignored.
 
     Where Python drops that exception (raised in a ``__del__`` run by the env's
     code), it is not printed: the loop still stops after the iteration.
@@ -320,6 +327,8 @@ class StopSignals(_HandledSignals):
         # True from the start of ``__exit__``: no env call is left to watch, and a signal
         # whose handler runs while ``__exit__`` holds the lock must not wait for it.
         self._leaving = False
+        # time.monotonic() when the first signal came.
+        self._first_at = -math.inf
 
     def _handler(self, signum, frame):
         sent_again_for, self._sent_again_for = self._sent_again_for, None
@@ -327,6 +336,15 @@ class StopSignals(_HandledSignals):
         if sent_again_for is not None and sent_again_for != call:
             return  # sent again for a call that ended meanwhile: nothing to end
         first = self.received is None
+        now = time.monotonic()
+        if first:
+            self._first_at = now
+        elif (
+            sent_again_for is None
+            and signum == self.received
+            and now - self._first_at < SAME_STOP_WITHIN_S
+        ):
+            return
         self.received = signum
         if call is not None and not first:
             raise InterruptedInEnvCall(signum)

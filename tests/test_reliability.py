@@ -27,6 +27,7 @@ import hanging_env
 import huge_reward_env  # noqa: F401  (registers alf_lite_tests/HugeReward-v0)
 import tensorboard_server
 from alf_lite import checkpoint as ckpt
+from alf_lite import signals as signals_module
 from alf_lite import trainer as trainer_module
 from alf_lite.config import parse_config, write_text_atomically
 from alf_lite.environments import create_environment
@@ -38,7 +39,7 @@ from alf_lite.environments.suite_gym import (
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.run_dir import MOVED_ASIDE, RunDirLock, latest_checkpoint
 from alf_lite.runs import EVAL_RETURN, MAX_LINE_CHARS, NONDETERMINISTIC_COLUMNS
-from alf_lite.signals import StopSignals, TrainingInterrupted
+from alf_lite.signals import SAME_STOP_WITHIN_S, StopSignals, TrainingInterrupted
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from cli_helpers import (
     EXAMPLES,
@@ -1411,8 +1412,9 @@ def test_a_second_signal_as_the_stop_in_an_evaluation_reads_the_episodes_still_c
     tmp_path, monkeypatch
 ):
     # The first SIGTERM ends the evaluation after its eval env step; a second comes while
-    # the checkpoint written for it reads the training envs' episodes (Ctrl-C twice, or
-    # grid_search passing both on).
+    # the checkpoint written for it reads the training envs' episodes (Ctrl-C twice; here
+    # sooner after the first than a repeat of it would count as a second).
+    monkeypatch.setattr(signals_module, 'SAME_STOP_WITHIN_S', 0.0)
     signalled = []
     real_evaluate = sigterm_during_the_second_evaluation(monkeypatch, signalled)
     real_create = trainer_module.create_environment
@@ -1850,8 +1852,9 @@ def test_signal_ends_a_run_whose_env_never_returns(tmp_path, sig, use_subprocess
         children = psutil.Process(process.pid).children(recursive=True)
         time.sleep(0.5)  # well inside the hung step
         send_as_user(process, sig)
-        # The step is given its patience (10 s) to end; a second signal ends it at once.
-        time.sleep(1)
+        # The step is given its patience (10 s) to end; a second signal ends it at once
+        # (sent later than a repeat of the first would be).
+        time.sleep(SAME_STOP_WITHIN_S + 0.2)
         assert process.poll() is None
         send_as_user(process, sig)
         _, stderr = process.communicate(timeout=60)

@@ -18,6 +18,7 @@ import pytest
 from alf_lite.run_dir import RunDir, keep_superseded_config, run_dir_in_use
 from alf_lite.signals import (
     PARENT_PID_VARIABLE,
+    SAME_STOP_WITHIN_S,
     STOP_SIGNALS,
     InterruptedInEnvCall,
     InterruptedOutsideTraining,
@@ -720,6 +721,31 @@ def test_each_env_call_once_a_signal_came_is_given_its_patience(signals_to_a_lis
     time.sleep(0.6)
     assert received == []
     assert all(signal.getsignal(s) is handler for s in STOP_SIGNALS)
+
+
+def test_the_same_signal_again_soon_after_the_first_is_the_same_stop_not_a_second(
+    signals_to_a_list,
+):
+    # A batch system's SIGTERM reaches each process of a job, grid_search and its runs, and
+    # grid_search passes its own on: the run gets it twice, within milliseconds.
+    handler, received = signals_to_a_list
+    call = [None]
+    with StopSignals(lambda: call[0]) as stop:
+        call[0] = 1
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # no InterruptedInEnvCall
+        time.sleep(0.1)
+        assert stop.received == signal.SIGTERM
+        # Another signal is a second one, as is the same signal once the window is over.
+        with pytest.raises(InterruptedInEnvCall):
+            os.kill(os.getpid(), signal.SIGINT)
+    with StopSignals(lambda: call[0]) as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(SAME_STOP_WITHIN_S + 0.1)
+        with pytest.raises(InterruptedInEnvCall):
+            os.kill(os.getpid(), signal.SIGTERM)
+        call[0] = None
+    assert received == []
 
 
 class _LockASignalReaches:
