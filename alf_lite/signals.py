@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Callable, Dict, Hashable, Optional
 
+import psutil
+
 # SIGHUP (the terminal closed) stops as SIGTERM does, unless this process started with it
 # ignored (``nohup``): then it stays ignored, here and in the processes started from here.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
@@ -209,7 +211,7 @@ class RaisingSignals(_HandledSignals):
             raise self._exception_type(self.received)
 
 
-def set_env_process_signals() -> None:
+def set_env_process_signals(creator_pid: Optional[int] = None) -> None:
     """In an env process: ignore SIGINT, SIGTERM and SIGHUP, and end when the process that
     started it has ended.
 
@@ -218,29 +220,60 @@ def set_env_process_signals() -> None:
     sends its SIGTERM to every process of the job: the trainer, not each env, acts on them,
     and shuts the envs down after its checkpoint, which keeps their episodes. The trainer
     ends an env process with SIGKILL, which also ends one hung in native code.
+
+    Args:
+        creator_pid: the process that asked for this env process (the trainer's); None:
+            this process's parent.
     """
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    _exit_when_parent_ends(os.getppid())
+    _exit_when_creator_ends(os.getppid() if creator_pid is None else creator_pid)
 
 
-def _exit_when_parent_ends(parent_pid: int, interval_s: float = 1.0) -> None:
-    """Exit this process once its parent is no longer ``parent_pid`` (checked every
-    ``interval_s`` seconds by a daemon thread): an env process whose trainer was killed
-    (SIGKILL, the OOM killer) while its env hung, which no signal of the user's but
-    SIGKILL would otherwise end, does not stay behind."""
+def _exit_when_creator_ends(creator_pid: int, interval_s: float = 1.0) -> None:
+    """Exit this process once ``creator_pid`` has ended (checked every ``interval_s``
+    seconds by a daemon thread): an env process whose trainer was killed (SIGKILL, the OOM
+    killer) while its env hung, which no signal of the user's but SIGKILL would otherwise
+    end, does not stay behind.
+
+    Where the creator is not this process's parent, it is ``multiprocessing``'s fork server
+    (forkserver), which ends of the SIGTERM a batch system sends every process of the job:
+    the creator is then watched itself, since it outlives that SIGTERM to checkpoint this
+    process's episode.
+    """
+    if os.getppid() == creator_pid:
+
+        def creator_alive() -> bool:
+            # Exact, however soon the creator is reaped: a child is adopted once its parent ends.
+            return os.getppid() == creator_pid
+
+    else:
+        try:
+            creator = psutil.Process(creator_pid)
+        except psutil.Error:  # ended before this process started
+            creator = None
+
+        def creator_alive() -> bool:
+            try:
+                return (
+                    creator is not None
+                    and creator.is_running()
+                    and creator.status() != psutil.STATUS_ZOMBIE
+                )
+            except psutil.Error:
+                return False
 
     def watch():
-        while os.getppid() == parent_pid:
+        while creator_alive():
             time.sleep(interval_s)
         os.write(
             _STDERR_FD,
-            f'env process {os.getpid()}: the process that started it (pid {parent_pid}) '
+            f'env process {os.getpid()}: the process that started it (pid {creator_pid}) '
             'ended; exiting\n'.encode(),
         )
         os._exit(1)
 
-    threading.Thread(target=watch, name='parent watch', daemon=True).start()
+    threading.Thread(target=watch, name='creator watch', daemon=True).start()
 
 
 @contextlib.contextmanager

@@ -4,12 +4,15 @@ action ranges beyond their float type, odd entry points, timeouts and action dty
 import fractions
 import functools
 import multiprocessing
+import os
 import re
+import signal
 import time
 
 import gin
 import gymnasium
 import numpy as np
+import psutil
 import pytest
 import torch
 from gymnasium import spaces
@@ -716,3 +719,21 @@ def test_envs_reset_and_step_whatever_infos_they_return(use_subprocesses):
         for _ in range(3):
             time_step = env.step(torch.zeros(3, 1))
     assert time_step.step_type.tolist() == [StepType.MID] * 3
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('start_method', ['forkserver'], indirect=True)
+def test_env_processes_outlive_a_job_wide_sigterm_that_ends_the_fork_server(start_method):
+    # A batch system's SIGTERM reaches every process of the job, multiprocessing's fork
+    # server (the env processes' parent) included, which it ends; the trainer handles it
+    # and needs its env processes for the checkpoint's episodes.
+    with create_environment('Pendulum-v1', 1, use_subprocesses=True) as env:
+        env.reset()
+        worker = psutil.Process(env._env.processes[0].pid)
+        fork_server = worker.parent()
+        assert fork_server.pid != os.getpid()
+        fork_server.send_signal(signal.SIGTERM)
+        time.sleep(2)  # the env processes' watch looks every second
+        # Left for the fixture to reap.
+        assert fork_server.status() == psutil.STATUS_ZOMBIE
+        assert env.step(torch.zeros(1, 1)).step_type.tolist() == [StepType.MID]

@@ -430,7 +430,7 @@ class _NamedEnvFactory:
     def __call__(self) -> gymnasium.Env:
         in_env_process = os.getpid() != self._creator_pid
         if in_env_process:
-            set_env_process_signals()
+            set_env_process_signals(self._creator_pid)
         try:
             if in_env_process and self._gin_bindings is not None:
                 self._gin_bindings.apply()
