@@ -1133,6 +1133,32 @@ def test_an_env_process_whose_parent_was_killed_while_its_env_hangs_exits(tmp_pa
     assert f'the process that started it (pid {process.pid}) ended; exiting' in said, said
 
 
+_ENV_PROCESSES_LEFT_OPEN = """
+import gc, psutil
+from alf_lite.environments import create_environment
+
+dropped = create_environment('Pendulum-v1', 2, use_subprocesses=True)
+dropped.reset()
+workers = [psutil.Process(p.pid) for p in dropped._env.processes]
+del dropped
+gc.collect()  # gymnasium's __del__ closes it, forced
+print(all(not w.is_running() or w.status() == psutil.STATUS_ZOMBIE for w in workers))
+left_open = create_environment('Pendulum-v1', 2, use_subprocesses=True)
+left_open.reset()
+print('exiting', flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_env_processes_left_open_are_ended_when_dropped_and_at_exit():
+    # They ignore SIGTERM, with which gymnasium's forced close and multiprocessing's exit
+    # handler end them, and then wait for them: the program would never exit.
+    result = run_python(_ENV_PROCESSES_LEFT_OPEN, timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == 'True\nexiting\n'
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+
+
 def train_briefly(root_dir, env_name, num_envs):
     parse_config(
         [SAC_GIN],

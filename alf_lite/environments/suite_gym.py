@@ -1,5 +1,6 @@
 """Gymnasium environments (classic control, MuJoCo, PyBullet, ...) as one batched environment."""
 
+import atexit
 import contextlib
 import difflib
 import functools
@@ -7,10 +8,12 @@ import importlib
 import inspect
 import math
 import multiprocessing
+import multiprocessing.util  # noqa: F401  (its exit handler, registered before this module's)
 import os
 import sys
 import time
 import traceback
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import cloudpickle
@@ -472,6 +475,38 @@ class _MadeAhead:
         return {**self.__dict__, '_env': None}
 
 
+class _AsyncVectorEnv(AsyncVectorEnv):
+    """gymnasium's ``AsyncVectorEnv``, whose forced close (``close(terminate=True)``, which
+    its ``__del__`` calls on one left open) kills the env processes: they ignore SIGTERM
+    (``set_env_process_signals``), and gymnasium would wait for them for good."""
+
+    def close_extras(self, timeout: Optional[float] = None, terminate: bool = False) -> None:
+        if terminate:
+            _stop_env_processes(self)
+        else:
+            super().close_extras(timeout, terminate)
+
+
+# The vector envs whose processes may still run, with the process that started them. At
+# the interpreter's exit, those left open (a Trainer never closed, an error while one was
+# built) are killed before multiprocessing's own exit handler, which terminates them with
+# SIGTERM, which they ignore, and then waits for them.
+_UNCLOSED_ENV_PROCESSES: 'weakref.WeakKeyDictionary[_AsyncVectorEnv, int]' = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _kill_unclosed_env_processes() -> None:
+    for env, pid in list(_UNCLOSED_ENV_PROCESSES.items()):
+        # Not those of another process (a forked copy of this one's table).
+        if pid == os.getpid() and not getattr(env, 'closed', True):
+            _stop_env_processes(env)
+
+
+# Registered after multiprocessing's handler (imported first), so run before it.
+atexit.register(_kill_unclosed_env_processes)
+
+
 class _SyncVectorEnv(SyncVectorEnv):
     """gymnasium's ``SyncVectorEnv`` (next-step autoreset) that can also step some envs only."""
 
@@ -607,7 +642,8 @@ class BatchedEnvironment:
         if use_subprocesses:
             # Made before its __init__ runs, so that the processes it started
             # can be stopped when it fails half-way.
-            self._env = AsyncVectorEnv.__new__(AsyncVectorEnv)
+            self._env = _AsyncVectorEnv.__new__(_AsyncVectorEnv)
+            _UNCLOSED_ENV_PROCESSES[self._env] = os.getpid()
             children_before = _child_pids()
             try:
                 # copy=False: the shared-memory observation is copied into a new
