@@ -344,14 +344,22 @@ class StopSignals(_HandledSignals):
             while there is none.
         patience_s: seconds an env call under way as the first signal came, or begun
             after it, has to end.
+        announce: say on stderr, as the first signal comes, what the stop waits for (train
+            does: an iteration, or a hung env's patience, may take a while).
     """
 
     dropped_type = InterruptedInEnvCall
 
-    def __init__(self, env_call: Callable[[], Optional[Hashable]], patience_s: float = 10.0):
+    def __init__(
+        self,
+        env_call: Callable[[], Optional[Hashable]],
+        patience_s: float = 10.0,
+        announce: bool = False,
+    ):
         super().__init__()
         self._env_call = env_call
         self._patience_s = patience_s
+        self._announce = announce
         # The call a signal was sent again for, while that signal is on its way.
         self._sent_again_for: Optional[Hashable] = None
         self._lock = threading.Lock()
@@ -382,7 +390,21 @@ class StopSignals(_HandledSignals):
         if call is not None and not first:
             raise InterruptedInEnvCall(signum)
         if first and not self._leaving:
+            if self._announce:
+                self._say_stopping(signum)
             self._watch_env_calls(signum)
+
+    def _say_stopping(self, signum: int) -> None:
+        # Not print(): the main thread may be inside a print of its own. On a terminal the
+        # progress line ends in a carriage return: the text goes below it.
+        with contextlib.suppress(OSError, ValueError):
+            start = '\n' if os.isatty(_STDERR_FD) else ''
+            os.write(
+                _STDERR_FD,
+                f'{start}{signal.Signals(signum).name}: stopping once the iteration under way '
+                f'ends, with a checkpoint (an env call still running {self._patience_s:g} s '
+                'after this signal is ended; another signal ends it at once)\n'.encode(),
+            )
 
     def _watch_env_calls(self, signum: int) -> None:
         """Until the block is left, send ``signum`` again to an env call under way for

@@ -451,9 +451,11 @@ class Trainer:
     Args:
         config: the trainer's settings.
         root_dir: experiment directory (created by ``train()`` if missing).
+        announce_stops: say on stderr, as a stop signal first comes during ``train()``,
+            what the stop waits for (the train command does).
     """
 
-    def __init__(self, config: TrainerConfig, root_dir: str):
+    def __init__(self, config: TrainerConfig, root_dir: str, announce_stops: bool = False):
         if not isinstance(config, TrainerConfig):
             raise TypeError(
                 f'Trainer: config must be a TrainerConfig, got {config!r} '
@@ -478,6 +480,7 @@ class Trainer:
         if device.type == 'cuda':
             # Streams, events and graphs are made on the current GPU.
             torch.cuda.set_device(device)
+        self._announce_stops = announce_stops
         with _torch_settings(cfg.torch_num_threads, device):
             seed_everything(cfg.random_seed, cfg.torch_num_threads)
             self._build()
@@ -558,6 +561,7 @@ class Trainer:
         self._stop_signals = StopSignals(
             lambda: (env.calls, eval_env.calls) if env.busy or eval_env.busy else None,
             SIGNALLED_STEP_PATIENCE_S,
+            announce=self._announce_stops,
         )
         self._env_steps = 0
         self._num_updates = 0

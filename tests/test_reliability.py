@@ -849,6 +849,9 @@ def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig, t
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + sig, stderr[-3000:]
     assert 'Traceback' not in stderr, stderr[-3000:]
+    # Said as the signal came, once.
+    said = f'{sig.name}: stopping once the iteration under way ends, with a checkpoint'
+    assert stderr.count(said) == 1, stderr[-3000:]
     assert_stopped_at_a_checkpoint(root_dir, children)
     # The env processes lived on to the checkpoint, which keeps their episodes.
     state, _ = ckpt.load_checkpoint(latest_checkpoint(str(root_dir / 'checkpoints')))
@@ -1485,8 +1488,8 @@ class SignalSeenAtRead(StopSignals):
 
     seen_at = 0
 
-    def __init__(self, *args):
-        super().__init__(*args)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.reads = 0
 
     @property

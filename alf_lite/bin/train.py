@@ -113,7 +113,7 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment, trust_impor
         parse_config(gin_files, gin_params, trust_imports=trust_imports)
         if check_experiment:
             check_same_experiment(root_dir, gin.config_str())
-        return Trainer(TrainerConfig(), root_dir)
+        return Trainer(TrainerConfig(), root_dir, announce_stops=True)
     except (ConfigError, ValueError, TypeError, MemoryError, DeviceUnavailableError) as e:
         fail(str(e))
     except EnvironmentCrashedError as e:
