@@ -83,13 +83,16 @@ def grid_command(root_dir, *args):
 
 
 def run_grid(directory, root_dir, *args, env=None):
-    """Run the grid from ``directory``."""
+    """Run the grid from ``directory``; without ``env``, as a child of the train server,
+    which imported the sweep's dependencies once (its runs still start afresh)."""
     # One torch thread whatever the backend, so both give the same numbers.
     command = grid_command(root_dir, '--gin_param', 'TrainerConfig.torch_num_threads=1', *args)
+    if env is None:
+        return run_train(command, cwd=directory)
     return subprocess.run(
         command,
         cwd=directory,
-        env=env or train_env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
@@ -510,8 +513,9 @@ def kill_the_sweep_alone(process, root_dir, ready):
 def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_continues_it(
     tmp_path,
 ):
-    # SIGKILL (or the OOM killer) lets grid_search pass no stop on: the run notices.
-    write_inputs(tmp_path, GRID)
+    # SIGKILL (or the OOM killer) lets grid_search pass no stop on: the run notices. One
+    # seed of each tau: the first run trains, the second is not started when it is killed.
+    write_inputs(tmp_path, dict(GRID, repeats=1))
     root_dir = tmp_path / 'runs'
     temp_dir = tmp_path / 'temp'
     temp_dir.mkdir()
@@ -1151,10 +1155,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
+@pytest.fixture(scope='module')
 def ray_cluster():
-    """A single-node Ray cluster on loopback with 2 CPUs:
-    ``(address, env for its drivers, its temp dir)``."""
+    """A single-node Ray cluster on loopback with 2 CPUs, started once for the module's Ray
+    tests (each sweep's tasks end with it): ``(address, env for its drivers, its temp dir)``."""
     pytest.importorskip('ray', reason='the Ray backend needs the ray extra: pip install .[ray]')
     # Ray advertises the machine's network address unless told to stay on
     # loopback; a fresh cluster needs no token.

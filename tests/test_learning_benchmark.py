@@ -282,7 +282,7 @@ def test_dry_run_and_bad_arguments(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
-def test_alf_lite_run_is_done_then_skipped_and_reported(tmp_path):
+def test_alf_lite_run_is_done_then_skipped_and_reported(tmp_path, monkeypatch, capsys):
     out = tmp_path / 'runs'
     args = [
         '--suite',
@@ -320,22 +320,27 @@ def test_alf_lite_run_is_done_then_skipped_and_reported(tmp_path):
     assert 'TrainerConfig.random_seed = 0' in config
     assert (out / 'pendulum' / 'logs' / 'alf_sac.seed0.log').is_file()
 
+    # The script ran as a user runs it; the calls below start no run: in this process.
     mtimes = {p: p.stat().st_mtime_ns for p in (run_dir / 'done.json', run_dir / 'progress.csv')}
-    second = _ok(run_script(*args))
-    assert 'skipped' in second.stdout and 'already done' in second.stdout
+    capsys.readouterr()
+    assert learning.main(list(map(str, args))) == 0
+    second = capsys.readouterr().out
+    assert 'skipped' in second and 'already done' in second
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
 
     # A finished run of another length is not taken for this one.
-    other = run_script(*args[:-4], '--steps', TINY_STEPS + 1, '--out', out)
-    assert other.returncode == 1 and 'not 1201' in other.stdout
+    other = learning.main([*map(str, args[:-4]), '--steps', str(TINY_STEPS + 1), '--out', str(out)])
+    assert other == 1 and 'not 1201' in capsys.readouterr().out
 
     docs = tmp_path / 'docs'
-    report = _ok(run_script('--suite', 'pendulum', '--report', '--out', out, '--docs_dir', docs))
+    argv = ['--suite', 'pendulum', '--report', '--out', str(out), '--docs_dir', str(docs)]
+    assert learning.main(argv) == 0
+    report = capsys.readouterr().out
     assert (docs / 'pendulum.png').stat().st_size > 0
     # The curves are named by framework and algorithm, not by the gin binding.
     with open(docs / 'pendulum.csv', newline='') as f:
         assert {r['group'] for r in csv.DictReader(f)} == {'alf_lite SAC'}
-    row = next(line for line in report.stdout.splitlines() if line.startswith('| Pendulum-v1'))
+    row = next(line for line in report.splitlines() if line.startswith('| Pendulum-v1'))
     cells = [c.strip() for c in row.strip('|').split('|')]
     assert cells[:3] == ['Pendulum-v1', 'alf_lite', 'SAC']
     assert cells[3].startswith(f'{done["final_eval_return_last3"]:.1f} [')
@@ -343,16 +348,17 @@ def test_alf_lite_run_is_done_then_skipped_and_reported(tmp_path):
     assert cells[7] == f'{1000 * done["wall_time_s"] / TINY_STEPS:.1f}'  # ms per env step
     assert cells[8] == '2.4 MiB'  # 100k rows of 25 bytes
 
-    # A run still training shows as unfinished, or not at all with --finished_only.
+    # A run still training shows as unfinished, or not at all with --finished_only: the
+    # table, the figures left undrawn (checked above).
     unfinished = out / 'pendulum' / 'alf_sac' / 'seed1'
     unfinished.mkdir()
     (unfinished / 'progress.csv').write_text('env_steps,eval/AverageReturn\n0,-1500\n')
     (unfinished / 'config.gin').write_text((run_dir / 'config.gin').read_text())
+    monkeypatch.setattr(learning, '_plot', lambda *args, **kwargs: None)
     for extra, seeds in (([], '2 (1 unfinished)'), (['--finished_only'], '1')):
-        report = _ok(
-            run_script('--suite', 'pendulum', '--report', '--out', out, '--docs_dir', docs, *extra)
-        )
-        row = next(line for line in report.stdout.splitlines() if line.startswith('| Pendulum-v1'))
+        assert learning.main(argv + extra) == 0
+        lines = capsys.readouterr().out.splitlines()
+        row = next(line for line in lines if line.startswith('| Pendulum-v1'))
         assert [c.strip() for c in row.strip('|').split('|')][4] == seeds
 
 
@@ -760,9 +766,9 @@ def test_estimate_uses_the_slowest_of_the_recent_measurements_of_the_same_kind(t
     assert launcher.resume_env_steps(sb3, sb3_dir) == 30_000
 
 
-def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path):
+def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path, capsys):
     out = tmp_path / 'runs'
-    result = run_script(
+    argv = [
         '--suite',
         'pendulum',
         '--runs',
@@ -778,13 +784,15 @@ def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path)
         out,
         '--deadline',
         '0.05',
-    )
-    assert result.returncode == 0, result.stderr
-    first = result.stdout.splitlines()[0]
+    ]
+    # No run starts: the launcher, in this process.
+    assert learning.main(list(map(str, argv))) == 0
+    stdout = capsys.readouterr().out
+    first = stdout.splitlines()[0]
     assert re.search(r'; deadline \d{4}-\d\d-\d\d \d\d:\d\d, in [0-3] s$', first), first
-    deferred = [line for line in result.stdout.splitlines() if ' deferred ' in line]
+    deferred = [line for line in stdout.splitlines() if ' deferred ' in line]
     assert len(deferred) == 2 and all('would end after the deadline' in d for d in deferred)
-    assert '2 deferred' in result.stdout
+    assert '2 deferred' in stdout
     assert not (out / 'pendulum' / 'alf_sac' / 'seed0').exists()
     plan = json.loads((out / 'plan.json').read_text())
     assert {k: v['status'] for k, v in plan.items()} == {
@@ -794,7 +802,7 @@ def test_deadline_defers_a_run_that_cannot_finish_and_records_the_plan(tmp_path)
 
 
 def test_runs_still_going_at_the_deadline_checkpoint_and_partial_starts_runs_that_cannot_finish(
-    tmp_path,
+    tmp_path, capsys
 ):
     out = tmp_path / 'runs'
     # A finished SAC run that measured a tiny time per step makes alf_lite SAC's
@@ -814,12 +822,15 @@ def test_runs_still_going_at_the_deadline_checkpoint_and_partial_starts_runs_tha
             )
         )
     )
-    # 45 s: time for three runs that start together on two busy cores to reach their
-    # first steps, and far from the 50k steps of any of them.
+    # 45 s: time for three runs that start together on two busy cores to write their row of
+    # 1000 env steps (an attempt's env_steps_to is its last row's; 18 s at a load of 6),
+    # and far from the 50k steps of any of them.
     args = ['--suite', 'pendulum', '--seeds', 0, '--steps', 50_000, '--out', out]
     args += ['--runs', 'alf_sac', '--runs', 'alf_td3', '--runs', 'sb3_sac', '--jobs', 3]
-    refused = run_script(*args, '--deadline', '0.75', '--partial', '0')
-    assert refused.returncode == 2 and '--partial takes a positive number' in refused.stderr
+    with pytest.raises(SystemExit) as refused:
+        learning.main([*map(str, args), '--deadline', '0.75', '--partial', '0'])
+    assert refused.value.code == 2
+    assert '--partial takes a positive number' in capsys.readouterr().err
     result = run_script(*args, '--deadline', '0.75', '--partial', '0.1')
     assert result.returncode == 0, result.stdout + result.stderr
     lines = {
@@ -943,7 +954,9 @@ def test_exact_tests_count_every_split_and_every_sign_flip():
     assert learning.permutation_p([0.1, 0.2], [0.3, 0.0]) == 1.0
 
 
-def test_study_report_tests_each_comparison_between_the_runs_of_each_setting(tmp_path):
+def test_study_report_tests_each_comparison_between_the_runs_of_each_setting(
+    tmp_path, monkeypatch, capsys
+):
     out, docs = tmp_path / 'runs', tmp_path / 'docs'
     header = 'env_steps,eval/AverageReturn,eval/QNearTermination,eval/ReturnNearTermination\n'
     finals = {'default': (40.0, 50.0, 60.0), 'mask_false': (30.0, 35.0, 45.0)}
@@ -959,8 +972,7 @@ def test_study_report_tests_each_comparison_between_the_runs_of_each_setting(tmp
                 f'TrainerConfig.mask_out_loss_for_last_step = {setting == "default"}\n'
                 'SacAlgorithm.resample_action_per_loss = False\n'
             )
-    report = _ok(run_script('--suite', 'study_sac', '--report', '--out', out, '--docs_dir', docs))
-    lines = report.stdout.splitlines()
+    lines, _ = _report('study_sac', out, docs, monkeypatch, capsys)
     assert (
         '- ICubWalk-v0, mask, final eval return: default 50.0 (3 runs) against mask_false '
         '36.7 (3 runs); exact permutation p = 0.200 (two-sided, 20 splits); paired by seed '
@@ -975,7 +987,9 @@ def test_study_report_tests_each_comparison_between_the_runs_of_each_setting(tmp
     assert not [line for line in lines if line.startswith('- ICubWalk-v0, resample')]
 
 
-def test_study_report_tests_say_how_many_of_their_runs_have_not_finished(tmp_path):
+def test_study_report_tests_say_how_many_of_their_runs_have_not_finished(
+    tmp_path, monkeypatch, capsys
+):
     # mask_false's seed 1 is still training (no done.json), at 2000 of 9000 env steps.
     out, docs = tmp_path / 'runs', tmp_path / 'docs'
     for name, mask, ends in (('icub_default', True, (9, 9)), ('icub_mask_false', False, (9, 2))):
@@ -991,8 +1005,8 @@ def test_study_report_tests_say_how_many_of_their_runs_have_not_finished(tmp_pat
                 (run_dir / 'done.json').write_text(
                     json.dumps(_done(wall_time_s=8.0, env_steps=9000))
                 )
-    report = _ok(run_script('--suite', 'study_sac', '--report', '--out', out, '--docs_dir', docs))
-    (test,) = [line for line in report.stdout.splitlines() if 'exact permutation p' in line]
+    lines, _ = _report('study_sac', out, docs, monkeypatch, capsys)
+    (test,) = [line for line in lines if 'exact permutation p' in line]
     assert test.startswith('- ICubWalk-v0, mask, final eval return: default 80.5 (2 runs)'), test
     assert test.endswith('sign-flip p = 0.500 (two-sided); 1 not finished yet.'), test
 
@@ -1156,7 +1170,7 @@ def test_a_report_with_only_the_runs_a_suite_is_compared_with_has_nothing_to_com
     assert not docs.exists()
 
 
-def test_a_rows_interval_depends_on_its_runs_alone(tmp_path):
+def test_a_rows_interval_depends_on_its_runs_alone(tmp_path, monkeypatch, capsys):
     out = tmp_path / 'runs'
 
     def write_runs(name, finals):
@@ -1169,10 +1183,8 @@ def test_a_rows_interval_depends_on_its_runs_alone(tmp_path):
             (run_dir / 'config.gin').write_text(f'TrainerConfig.algorithm_ctor = @{name}\n')
 
     def td3_row():
-        report = _ok(
-            run_script('--suite', 'pendulum', '--report', '--out', out, '--docs_dir', tmp_path)
-        )
-        return next(line for line in report.stdout.splitlines() if '| TD3 |' in line)
+        lines, _ = _report('pendulum', out, tmp_path, monkeypatch, capsys)
+        return next(line for line in lines if '| TD3 |' in line)
 
     # Enough irregular runs that the interval's bounds depend on the draws.
     write_runs(
