@@ -1133,6 +1133,48 @@ def test_an_env_process_whose_parent_was_killed_while_its_env_hangs_exits(tmp_pa
     assert f'the process that started it (pid {process.pid}) ended; exiting' in said, said
 
 
+_IDLE_ENV_PROCESSES = """
+import time
+from alf_lite.environments import create_environment
+
+env = create_environment('Pendulum-v1', 2, use_subprocesses=True)
+env.reset()
+print(*(p.pid for p in env._env.processes), flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_idle_env_processes_of_a_killed_trainer_exit_with_one_line_each(tmp_path):
+    # Not the tracebacks of gymnasium's loop, which meets the closed pipe (EOFError) and
+    # then fails to report it (BrokenPipeError): a killed run's log would seem to blame them.
+    stderr = tmp_path / 'stderr'
+    with open(stderr, 'w') as f:
+        process = subprocess.Popen(
+            [sys.executable, '-c', _IDLE_ENV_PROCESSES],
+            stdout=subprocess.PIPE,
+            stderr=f,
+            text=True,
+            env=train_env(),
+        )
+    workers = []
+    try:
+        workers = [psutil.Process(int(pid)) for pid in process.stdout.readline().split()]
+        assert len(workers) == 2
+        process.kill()
+        process.wait()
+        assert psutil.wait_procs(workers, timeout=10)[1] == []
+    finally:
+        process.kill()
+        process.stdout.close()
+        for worker in workers:
+            with contextlib.suppress(psutil.Error):
+                worker.kill()
+    said = stderr.read_text()
+    assert 'Traceback' not in said, said
+    assert said.count('the pipe to the process that started it closed; exiting') == 2
+
+
 _ENV_PROCESSES_LEFT_OPEN = """
 import gc, psutil
 from alf_lite.environments import create_environment

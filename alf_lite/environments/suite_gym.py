@@ -25,6 +25,7 @@ import torch
 from absl import logging
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector.async_vector_env import _async_worker
 from gymnasium.vector.utils import concatenate
 
 from alf_lite.config import closest_names, quoted_names
@@ -43,6 +44,7 @@ IN_PROCESS_ENTRY_POINTS = (
 # Pipe errors the parent sees when an env process died (os._exit, a signal,
 # a crash in native code) instead of raising a Python exception.
 _DEAD_WORKER_ERRORS = (EOFError, BrokenPipeError, ConnectionResetError)
+_STDERR_FD = 2
 # After a pipe closed, how long to wait for the env process's exit code, and how often to look.
 _EXIT_CODE_WAIT_S = 2.0
 _EXIT_CODE_POLL_S = 0.01
@@ -475,6 +477,21 @@ class _MadeAhead:
         return {**self.__dict__, '_env': None}
 
 
+def _env_process_worker(index, env_fn, pipe, parent_pipe, *args) -> None:
+    """gymnasium's loop of an env process; once the trainer's end of its pipe is gone
+    (the trainer was killed, or crashed in native code), one line instead of the
+    ``EOFError`` and ``BrokenPipeError`` tracebacks of a loop that lost its trainer."""
+    try:
+        _async_worker(index, env_fn, pipe, parent_pipe, *args)
+    except _DEAD_WORKER_ERRORS:
+        os.write(
+            _STDERR_FD,
+            f'env process {os.getpid()}: the pipe to the process that started it closed; '
+            'exiting\n'.encode(),
+        )
+        os._exit(1)
+
+
 class _AsyncVectorEnv(AsyncVectorEnv):
     """gymnasium's ``AsyncVectorEnv``, whose forced close (``close(terminate=True)``, which
     its ``__del__`` calls on one left open) kills the env processes: they ignore SIGTERM
@@ -649,7 +666,11 @@ class BatchedEnvironment:
                 # copy=False: the shared-memory observation is copied into a new
                 # float32 array in _checked_outputs() anyway, so one copy suffices.
                 self._env.__init__(
-                    env_fns, shared_memory=True, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
+                    env_fns,
+                    shared_memory=True,
+                    copy=False,
+                    autoreset_mode=AutoresetMode.NEXT_STEP,
+                    worker=_env_process_worker,
                 )
             except BaseException as e:
                 _stop_env_processes(self._env, children_before)
