@@ -1100,37 +1100,53 @@ env.step(torch.zeros(1, 1))
 """
 
 
-@pytest.mark.timeout(60)
-def test_an_env_process_whose_parent_was_killed_while_its_env_hangs_exits(tmp_path):
-    # It ignores SIGTERM: without this, only SIGKILL would end it.
+def _kill_script_of_env_processes(tmp_path, script: str, after_s: float = 0.0):
+    """Run ``script``, which prints the process ids of its env processes on one line, and
+    SIGKILL it ``after_s`` seconds later. Returns its process id, how many env processes
+    outlived it by 10 s, and its stderr (which its env processes share)."""
     stderr = tmp_path / 'stderr'
     with open(stderr, 'w') as f:
         process = subprocess.Popen(
-            [sys.executable, '-c', _ENV_PROCESS_OF_A_KILLED_PARENT],
+            [sys.executable, '-c', script],
             stdout=subprocess.PIPE,
             stderr=f,
             text=True,
             env=train_env(),
         )
-    worker = None
+    workers = []
+
+    def alive():
+        return [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+
     try:
-        worker = psutil.Process(int(process.stdout.readline()))
-        time.sleep(1.5)  # in its step
-        assert worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE
+        workers = [psutil.Process(int(pid)) for pid in process.stdout.readline().split()]
+        time.sleep(after_s)
+        assert workers and alive() == workers
         process.kill()
         process.wait()
         deadline = time.monotonic() + 10
-        while worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline, 'the env process outlived its parent'
+        while alive() and time.monotonic() < deadline:
             time.sleep(0.1)
+        left = len(alive())
     finally:
         process.kill()
         process.stdout.close()
-        if worker is not None:
+        for worker in workers:
             with contextlib.suppress(psutil.Error):
                 worker.kill()
-    said = stderr.read_text()
-    assert f'the process that started it (pid {process.pid}) ended; exiting' in said, said
+    return process.pid, left, stderr.read_text()
+
+
+@pytest.mark.timeout(60)
+def test_an_env_process_whose_parent_was_killed_while_its_env_hangs_exits(tmp_path):
+    # It ignores SIGTERM: without this, only SIGKILL would end it.
+    pid, left, said = _kill_script_of_env_processes(
+        tmp_path,
+        _ENV_PROCESS_OF_A_KILLED_PARENT,
+        after_s=1.5,  # in its step
+    )
+    assert left == 0, 'the env process outlived its parent'
+    assert f'the process that started it (pid {pid}) ended; exiting' in said, said
 
 
 _IDLE_ENV_PROCESSES = """
@@ -1148,29 +1164,8 @@ time.sleep(1000)
 def test_idle_env_processes_of_a_killed_trainer_exit_with_one_line_each(tmp_path):
     # Not the tracebacks of gymnasium's loop, which meets the closed pipe (EOFError) and
     # then fails to report it (BrokenPipeError): a killed run's log would seem to blame them.
-    stderr = tmp_path / 'stderr'
-    with open(stderr, 'w') as f:
-        process = subprocess.Popen(
-            [sys.executable, '-c', _IDLE_ENV_PROCESSES],
-            stdout=subprocess.PIPE,
-            stderr=f,
-            text=True,
-            env=train_env(),
-        )
-    workers = []
-    try:
-        workers = [psutil.Process(int(pid)) for pid in process.stdout.readline().split()]
-        assert len(workers) == 2
-        process.kill()
-        process.wait()
-        assert psutil.wait_procs(workers, timeout=10)[1] == []
-    finally:
-        process.kill()
-        process.stdout.close()
-        for worker in workers:
-            with contextlib.suppress(psutil.Error):
-                worker.kill()
-    said = stderr.read_text()
+    _, left, said = _kill_script_of_env_processes(tmp_path, _IDLE_ENV_PROCESSES)
+    assert left == 0
     assert 'Traceback' not in said, said
     assert said.count('the pipe to the process that started it closed; exiting') == 2
 
