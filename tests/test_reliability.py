@@ -365,49 +365,80 @@ def train_in_process(root_dir, *params):
         return trainer.train()
 
 
-def test_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
-    model = tmp_path / 'checkpoints' / 'ckpt-300' / 'model.pt'
+def trained_once(tmp_path_factory, *params):
+    """A run of POINT_PARAMS and ``params`` (checkpoints every 100 env steps), trained once
+    for the tests of this module that read it, or damage or resume a copy (``copy_run``)."""
+    root_dir = tmp_path_factory.mktemp('point') / 'run'
+    train_in_process(root_dir, *params)
+    return root_dir
+
+
+@pytest.fixture(scope='module')
+def point_run_to_300(tmp_path_factory):
+    return trained_once(tmp_path_factory, 'TrainerConfig.num_env_steps = 300')
+
+
+@pytest.fixture(scope='module')
+def point_run_to_400(tmp_path_factory):
+    return trained_once(tmp_path_factory, 'TrainerConfig.num_env_steps = 400')
+
+
+@pytest.fixture(scope='module')
+def point_run_to_300_summarised_every_200(tmp_path_factory):
+    return trained_once(
+        tmp_path_factory,
+        'TrainerConfig.summary_interval = 200',
+        'TrainerConfig.num_env_steps = 300',
+    )
+
+
+def test_truncated_checkpoint_falls_back_to_the_previous_one(point_run_to_300, tmp_path, caplog):
+    root_dir = copy_run(point_run_to_300, tmp_path)
+    model = root_dir / 'checkpoints' / 'ckpt-300' / 'model.pt'
     model.write_bytes(model.read_bytes()[:100])
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    train_in_process(root_dir, 'TrainerConfig.num_env_steps = 400')
     assert 'ckpt-300 is unreadable' in caplog.text
     # Resumed from ckpt-200, whose replay buffer was pruned when ckpt-300 was written.
     assert 'ckpt-200 holds no replay buffer' in caplog.text
-    assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
-    state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-400'))
+    assert steps_in_csv(root_dir) == [0, 100, 200, 300, 400]
+    state, _ = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / 'ckpt-400'))
     assert state['env_steps'] == 400
 
 
-def test_a_run_without_its_checkpoints_is_refused_rather_than_started_over(tmp_path):
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
-    shutil.rmtree(tmp_path / 'checkpoints')  # copied without them, say
-    before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+def test_a_run_without_its_checkpoints_is_refused_rather_than_started_over(
+    point_run_to_300, tmp_path
+):
+    root_dir = copy_run(point_run_to_300, tmp_path)
+    shutil.rmtree(root_dir / 'checkpoints')  # copied without them, say
+    before = {p: p.read_bytes() for p in root_dir.rglob('*') if p.is_file()}
     with pytest.raises(ckpt.CheckpointError, match='has rows up to 300 env steps, but there is no'):
-        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
-    assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+        train_in_process(root_dir, 'TrainerConfig.num_env_steps = 400')
+    assert {p: p.read_bytes() for p in root_dir.rglob('*') if p.is_file()} == before
     # A run killed before its first checkpoint (at 100) left rows up to 100 at most: it
     # starts over, its rows written again.
-    progress = tmp_path / 'progress.csv'
+    progress = root_dir / 'progress.csv'
     progress.write_text(''.join(progress.read_text().splitlines(True)[:3]))
-    assert steps_in_csv(tmp_path) == [0, 100]
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
-    assert steps_in_csv(tmp_path) == [0, 100, 200]
-    assert checkpoint_steps(tmp_path) == [100, 200]
+    assert steps_in_csv(root_dir) == [0, 100]
+    train_in_process(root_dir, 'TrainerConfig.num_env_steps = 200')
+    assert steps_in_csv(root_dir) == [0, 100, 200]
+    assert checkpoint_steps(root_dir) == [100, 200]
 
 
-def test_a_refused_resume_past_a_corrupt_checkpoint_leaves_it_where_it_was(tmp_path):
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
-    model = tmp_path / 'checkpoints' / 'ckpt-300' / 'model.pt'
+def test_a_refused_resume_past_a_corrupt_checkpoint_leaves_it_where_it_was(
+    point_run_to_300, tmp_path
+):
+    root_dir = copy_run(point_run_to_300, tmp_path)
+    model = root_dir / 'checkpoints' / 'ckpt-300' / 'model.pt'
     model.write_bytes(model.read_bytes()[:100])
-    before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+    before = {p: p.read_bytes() for p in root_dir.rglob('*') if p.is_file()}
     # ckpt-200, the one that loads, is past the run's length: the resume is refused.
     with pytest.raises(ckpt.CheckpointError, match='past TrainerConfig.num_env_steps = 150'):
-        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 150')
-    assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+        train_in_process(root_dir, 'TrainerConfig.num_env_steps = 150')
+    assert {p: p.read_bytes() for p in root_dir.rglob('*') if p.is_file()} == before
     # A resume that goes on from ckpt-200 moves it aside.
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
-    assert (tmp_path / 'checkpoints' / 'ckpt-300.corrupt' / 'model.pt').is_file()
-    assert checkpoint_steps(tmp_path) == [100, 200, 300]
+    train_in_process(root_dir, 'TrainerConfig.num_env_steps = 300')
+    assert (root_dir / 'checkpoints' / 'ckpt-300.corrupt' / 'model.pt').is_file()
+    assert checkpoint_steps(root_dir) == [100, 200, 300]
 
 
 @pytest.mark.parametrize(
@@ -420,23 +451,25 @@ def test_a_refused_resume_past_a_corrupt_checkpoint_leaves_it_where_it_was(tmp_p
     ],
     ids=['counter', 'step_type', 'meta_tensor', 'length'],
 )
-def test_a_damaged_replay_buffer_resumes_its_checkpoint_without_it(tmp_path, caplog, damage):
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
-    rb_file = tmp_path / 'checkpoints' / 'ckpt-300' / 'replay_buffer.pt'
+def test_a_damaged_replay_buffer_resumes_its_checkpoint_without_it(
+    point_run_to_300, tmp_path, caplog, damage
+):
+    root_dir = copy_run(point_run_to_300, tmp_path)
+    rb_file = root_dir / 'checkpoints' / 'ckpt-300' / 'replay_buffer.pt'
     rb = {
         k: [t.clone() for t in v] if isinstance(v, list) else v
         for k, v in torch.load(rb_file).items()
     }
     torch.save(damage(rb), rb_file)
     # A resume with nothing left to train has nothing to refill: no word of it.
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    train_in_process(root_dir, 'TrainerConfig.num_env_steps = 300')
     assert f'the replay buffer of {rb_file.parent} is damaged' in caplog.text
     assert 'holds no replay buffer' not in caplog.text
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    train_in_process(root_dir, 'TrainerConfig.num_env_steps = 400')
     assert f'the replay buffer of {rb_file.parent} is damaged' in caplog.text
     assert 'ckpt-300 holds no replay buffer: training continues after 50 steps' in caplog.text
-    assert checkpoint_steps(tmp_path) == [100, 200, 300, 400]
-    assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
+    assert checkpoint_steps(root_dir) == [100, 200, 300, 400]
+    assert steps_in_csv(root_dir) == [0, 100, 200, 300, 400]
 
 
 def test_checkpoints_written_after_resuming_past_a_corrupt_one_keep_their_replay_buffer(
@@ -1169,29 +1202,29 @@ def test_signal_during_an_evaluation_then_resume_writes_every_row_once(
 
 
 def test_a_resume_with_num_env_steps_below_the_checkpoint_is_refused_changing_nothing(
-    tmp_path, caplog
+    point_run_to_300, tmp_path, caplog
 ):
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
-    before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+    root_dir = copy_run(point_run_to_300, tmp_path)
+    before = {p: p.read_bytes() for p in root_dir.rglob('*') if p.is_file()}
     with pytest.raises(ckpt.CheckpointError, match='past TrainerConfig.num_env_steps = 200'):
-        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
-    assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+        train_in_process(root_dir, 'TrainerConfig.num_env_steps = 200')
+    assert {p: p.read_bytes() for p in root_dir.rglob('*') if p.is_file()} == before
     # The run's own length resumes, with nothing left to do.
     with caplog.at_level(logging.INFO):
-        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+        train_in_process(root_dir, 'TrainerConfig.num_env_steps = 300')
     assert 'nothing left to train: the checkpoint is at TrainerConfig.num_env_steps = 300\n' in (
         caplog.text
     )
-    assert steps_in_csv(tmp_path) == [0, 100, 200, 300]
+    assert steps_in_csv(root_dir) == [0, 100, 200, 300]
 
 
 def test_a_run_shortened_to_a_checkpoint_before_its_end_gets_the_final_evaluation_there(
-    tmp_path, read_tensorboard, caplog
+    point_run_to_300, point_run_to_400, tmp_path, read_tensorboard, caplog
 ):
-    whole, shortened = tmp_path / 'whole', tmp_path / 'shortened'
-    train_in_process(whole, 'TrainerConfig.num_env_steps = 300')
+    # The run that was 300 steps long from the start, only read here.
+    whole = point_run_to_300
     # A longer run killed after its checkpoint at 300, then given 300 as its length.
-    train_in_process(shortened, 'TrainerConfig.num_env_steps = 400')
+    shortened = copy_run(point_run_to_400, tmp_path)
     shutil.rmtree(shortened / 'checkpoints' / 'ckpt-400')
     with caplog.at_level(logging.INFO):
         last_eval = train_in_process(shortened, 'TrainerConfig.num_env_steps = 300')
@@ -1213,13 +1246,12 @@ def test_a_run_shortened_to_a_checkpoint_before_its_end_gets_the_final_evaluatio
 
 
 def test_a_run_shortened_to_a_checkpoint_between_summaries_writes_its_final_row_in_full(
-    tmp_path, read_tensorboard
+    point_run_to_300_summarised_every_200, tmp_path, read_tensorboard
 ):
     # Summaries every 200 steps: a run of 300 summarises at its end, and one of 400 does not
     # summarise at its checkpoint of 300.
     params = ['TrainerConfig.summary_interval = 200']
-    whole, shortened = tmp_path / 'whole', tmp_path / 'shortened'
-    train_in_process(whole, *params, 'TrainerConfig.num_env_steps = 300')
+    whole, shortened = point_run_to_300_summarised_every_200, tmp_path / 'shortened'
     train_in_process(shortened, *params, 'TrainerConfig.num_env_steps = 400')
     shutil.rmtree(shortened / 'checkpoints' / 'ckpt-400')
     train_in_process(shortened, *params, 'TrainerConfig.num_env_steps = 300')
@@ -1280,49 +1312,49 @@ def test_a_run_shortened_to_an_evaluation_a_signal_cut_short_between_summaries_w
 
 
 def test_a_run_shortened_to_a_summary_checkpoint_without_its_progress_csv_writes_that_summary(
-    tmp_path,
+    point_run_to_400, tmp_path
 ):
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
-    with open(tmp_path / 'progress.csv', newline='') as f:
+    root_dir = copy_run(point_run_to_400, tmp_path)
+    with open(root_dir / 'progress.csv', newline='') as f:
         written = {r['env_steps']: r for r in csv.DictReader(f)}
     # A checkpoint keeps the training scalars of its step, not its evaluation's.
-    state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'ckpt-400'))
+    state, _ = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / 'ckpt-400'))
     assert written['400'][EVAL_RETURN] != ''
     assert state['train_scalars'] == {
         k: float(v) for k, v in written['400'].items() if k.startswith('train/')
     }
-    shutil.rmtree(tmp_path / 'checkpoints' / 'ckpt-400')
+    shutil.rmtree(root_dir / 'checkpoints' / 'ckpt-400')
     summarised = written['300']
     # Moved aside (as a damaged one is): the final row at 300 is all there is to write, with
     # the training scalars of the summary there, rates included, kept by the checkpoint.
-    os.rename(tmp_path / 'progress.csv', tmp_path / 'progress.csv.damaged')
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
-    with open(tmp_path / 'progress.csv', newline='') as f:
+    os.rename(root_dir / 'progress.csv', root_dir / 'progress.csv.damaged')
+    train_in_process(root_dir, 'TrainerConfig.num_env_steps = 300')
+    with open(root_dir / 'progress.csv', newline='') as f:
         rows = list(csv.DictReader(f))
     assert [(r['env_steps'], r[EVAL_RETURN] != '') for r in rows] == [('300', True)]
     trained = {k: v for k, v in summarised.items() if k.startswith('train/')}
     assert 'train/env_steps_per_sec' in trained and trained['train/critic_loss'] != ''
     assert {k: rows[0][k] for k in trained} == trained
     # The checkpoint rewritten with that row keeps them: moved aside once more, the same row.
-    os.rename(tmp_path / 'progress.csv', tmp_path / 'progress.csv.second')
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
-    with open(tmp_path / 'progress.csv', newline='') as f:
+    os.rename(root_dir / 'progress.csv', root_dir / 'progress.csv.second')
+    train_in_process(root_dir, 'TrainerConfig.num_env_steps = 300')
+    with open(root_dir / 'progress.csv', newline='') as f:
         again = list(csv.DictReader(f))
     assert [{k: r[k] for k in trained} for r in again] == [trained]
 
 
 def test_a_resume_that_makes_its_checkpoint_between_summaries_an_evaluation_step_adds_no_summary(
-    tmp_path,
+    point_run_to_300_summarised_every_200, tmp_path
 ):
     # Summaries every 200 steps: the run is killed after its checkpoint at 100, between two.
     params = ['TrainerConfig.summary_interval = 200']
-    train_in_process(tmp_path, *params, 'TrainerConfig.num_env_steps = 300')
+    root_dir = copy_run(point_run_to_300_summarised_every_200, tmp_path)
     for step in (200, 300):
-        shutil.rmtree(tmp_path / 'checkpoints' / f'ckpt-{step}')
+        shutil.rmtree(root_dir / 'checkpoints' / f'ckpt-{step}')
     # Resumed with evaluations every 50: 100 is one, but no summary is due there.
     resumed = ['TrainerConfig.num_env_steps = 200', 'TrainerConfig.eval_interval = 50']
-    train_in_process(tmp_path, *params, *resumed)
-    rows = deterministic_rows(tmp_path)
+    train_in_process(root_dir, *params, *resumed)
+    rows = deterministic_rows(root_dir)
     assert [(r['env_steps'], r[EVAL_RETURN] != '', r['train/critic_loss'] != '') for r in rows] == [
         ('0', True, False),
         ('100', True, False),
@@ -1332,16 +1364,16 @@ def test_a_resume_that_makes_its_checkpoint_between_summaries_an_evaluation_step
 
 
 def test_a_resume_with_an_eval_interval_that_makes_its_checkpoint_an_evaluation_step_evaluates(
-    tmp_path, read_tensorboard
+    point_run_to_300, tmp_path, read_tensorboard
 ):
     # Evaluations every 200 steps; the run is killed after its checkpoint at 100.
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 300')
+    root_dir = copy_run(point_run_to_300, tmp_path)
     for step in (200, 300):
-        shutil.rmtree(tmp_path / 'checkpoints' / f'ckpt-{step}')
+        shutil.rmtree(root_dir / 'checkpoints' / f'ckpt-{step}')
     # Resumed with evaluations every 50: 100 is one, where the first run had none.
     resumed = ['TrainerConfig.num_env_steps = 200', 'TrainerConfig.eval_interval = 50']
-    train_in_process(tmp_path, *resumed)
-    rows = deterministic_rows(tmp_path)
+    train_in_process(root_dir, *resumed)
+    rows = deterministic_rows(root_dir)
     assert [(r['env_steps'], r[EVAL_RETURN] != '') for r in rows] == [
         ('0', True),
         ('100', True),  # its training scalars and the evaluation, in one row
@@ -1350,10 +1382,10 @@ def test_a_resume_with_an_eval_interval_that_makes_its_checkpoint_an_evaluation_
     ]
     assert rows[1]['train/critic_loss'] != ''
     evaluated = [0, 100, 150, 200]
-    assert [e.step for e in read_tensorboard(tmp_path / 'eval')['AverageReturn']] == evaluated
+    assert [e.step for e in read_tensorboard(root_dir / 'eval')['AverageReturn']] == evaluated
     # Written once: a rerun of the finished run writes nothing more.
-    train_in_process(tmp_path, *resumed)
-    assert deterministic_rows(tmp_path) == rows
+    train_in_process(root_dir, *resumed)
+    assert deterministic_rows(root_dir) == rows
 
 
 def test_a_run_whose_last_iteration_ends_past_num_env_steps_reruns_with_nothing_to_do(

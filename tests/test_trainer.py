@@ -110,6 +110,31 @@ def build(root_dir, *params):
     return Trainer(TrainerConfig(), str(root_dir))
 
 
+def trained_once(tmp_path_factory, num_env_steps):
+    """A run of POINT_PARAMS to ``num_env_steps``, for the tests of a module to read or copy
+    (``copy_run``): none of them writes into it."""
+    root_dir = tmp_path_factory.mktemp(f'point_{num_env_steps}') / 'run'
+    train(root_dir, f'TrainerConfig.num_env_steps = {num_env_steps}')
+    return root_dir
+
+
+@pytest.fixture(scope='module')
+def point_run_to_310(tmp_path_factory):
+    return trained_once(tmp_path_factory, 310)
+
+
+@pytest.fixture(scope='module')
+def point_run_to_400(tmp_path_factory):
+    return trained_once(tmp_path_factory, 400)
+
+
+def copy_run(root_dir, tmp_path):
+    """A copy of the run in ``root_dir`` at ``tmp_path / 'run'``, to resume or damage."""
+    copy = tmp_path / 'run'
+    shutil.copytree(root_dir, copy)
+    return copy
+
+
 def test_what_the_process_draws_between_building_and_training_changes_no_number(tmp_path):
     params = ['TrainerConfig.num_env_steps = 600', 'TrainerConfig.random_seed = 7']
     train(tmp_path / 'reference', *params)
@@ -319,19 +344,21 @@ def test_a_stopped_and_resumed_run_gives_the_numbers_of_a_run_never_stopped(tmp_
     assert all(torch.equal(weights[k], expected_weights[k]) for k in tensors)
 
 
-def test_a_signal_during_the_resumes_replay_keeps_the_checkpoints_episodes(tmp_path, monkeypatch):
-    train(tmp_path, 'TrainerConfig.num_env_steps = 310')
-    saved, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
+def test_a_signal_during_the_resumes_replay_keeps_the_checkpoints_episodes(
+    point_run_to_310, tmp_path, monkeypatch
+):
+    root_dir = copy_run(point_run_to_310, tmp_path)
+    saved, _ = ckpt.load_checkpoint(latest_checkpoint(str(root_dir / 'checkpoints')))
 
     def interrupted(records):
         raise InterruptedInEnvCall(signal.SIGINT)
 
-    with build(tmp_path, 'TrainerConfig.num_env_steps = 400') as trainer:
+    with build(root_dir, 'TrainerConfig.num_env_steps = 400') as trainer:
         monkeypatch.setattr(trainer._env, 'replay', interrupted)
         with pytest.raises(TrainingInterrupted):
             trainer.train()
     # The final checkpoint replaced ckpt-310 and kept its episodes for the next resume.
-    rewritten, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
+    rewritten, _ = ckpt.load_checkpoint(latest_checkpoint(str(root_dir / 'checkpoints')))
     assert rewritten['env_steps'] == 310
     assert torch.equal(
         rewritten['collection']['episodes'][0]['actions'],
@@ -472,24 +499,30 @@ DAMAGES = {
 
 
 @pytest.mark.parametrize('damage', list(DAMAGES))
-def test_a_damaged_collection_state_restarts_the_envs_with_a_warning(tmp_path, caplog, damage):
+def test_a_damaged_collection_state_restarts_the_envs_with_a_warning(
+    request, tmp_path, caplog, damage
+):
     gin_file, damage_state, message = DAMAGES[damage]
     params = (
         POINT_PARAMS
         if gin_file == 'sac.gin'
         else STOPPED_RUNS['ddpg-ou-pendulum-after-a-truncation'][1]
     )
+    root_dir = tmp_path / 'run'
 
     def run_to(num_env_steps):
         parse_config(
             [os.path.join(EXAMPLES, 'common', gin_file)],
             params + [f'TrainerConfig.num_env_steps = {num_env_steps}'],
         )
-        with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        with Trainer(TrainerConfig(), str(root_dir)) as trainer:
             trainer.train()
 
-    run_to(310)
-    path = os.path.join(latest_checkpoint(str(tmp_path / 'checkpoints')), ckpt.MODEL_FILE)
+    if gin_file == 'sac.gin':  # the run train() makes: trained once for the module
+        copy_run(request.getfixturevalue('point_run_to_310'), tmp_path)
+    else:
+        run_to(310)
+    path = os.path.join(latest_checkpoint(str(root_dir / 'checkpoints')), ckpt.MODEL_FILE)
     state = torch.load(path, weights_only=True)
     damage_state(state['collection'])
     torch.save(state, path)
@@ -500,7 +533,7 @@ def test_a_damaged_collection_state_restarts_the_envs_with_a_warning(tmp_path, c
         'new ones',
         caplog.text,
     ), caplog.text
-    _, stored = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
+    _, stored = ckpt.load_checkpoint(latest_checkpoint(str(root_dir / 'checkpoints')))
     assert stored['step_type'][0][310].item() == StepType.FIRST
     assert stored['step_type'][0][309].item() != StepType.LAST
 
@@ -693,12 +726,12 @@ def test_the_trainer_trains_on_the_last_to_first_pair_only_when_told_to(
     assert torch.all(across == (0.0 if mask_out_loss_for_last_step else 1.0))
 
 
-def test_resumed_run_restores_networks_and_counters(tmp_path):
-    train(tmp_path, 'TrainerConfig.num_env_steps = 400')
-    state, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
+def test_resumed_run_restores_networks_and_counters(point_run_to_400, tmp_path):
+    root_dir = copy_run(point_run_to_400, tmp_path)
+    state, _ = ckpt.load_checkpoint(latest_checkpoint(str(root_dir / 'checkpoints')))
     assert state['env_steps'] == 400 and state['num_updates'] == 200
     # Resumed with nothing left to train: the networks are the checkpoint's, bit for bit.
-    with build(tmp_path, 'TrainerConfig.num_env_steps = 400') as trainer:
+    with build(root_dir, 'TrainerConfig.num_env_steps = 400') as trainer:
         trainer.train()
         restored = trainer._algorithm.state_dict()
         # The train step count, which the target and policy update periods count in,
@@ -710,8 +743,8 @@ def test_resumed_run_restores_networks_and_counters(tmp_path):
     assert restored.keys() == saved.keys() and len(saved) > 10
     for name, value in saved.items():
         assert torch.equal(restored[name], value), name
-    train(tmp_path, 'TrainerConfig.num_env_steps = 600')
-    resumed, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'checkpoints')))
+    train(root_dir, 'TrainerConfig.num_env_steps = 600')
+    resumed, _ = ckpt.load_checkpoint(latest_checkpoint(str(root_dir / 'checkpoints')))
     assert resumed['env_steps'] == 600 and resumed['num_updates'] == 400
     # Adam's step count continued from the checkpoint instead of restarting at 0.
     step = resumed['algorithm']['optimizers']['critic']['state'][0]['step']
@@ -811,8 +844,10 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_with_a_shorter_interv
         train(tmp_path, 'TrainerConfig.checkpoint_interval = 100', *params)
 
 
-def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path, monkeypatch):
-    train(tmp_path, 'TrainerConfig.num_env_steps = 400')
+def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(
+    point_run_to_400, tmp_path, monkeypatch
+):
+    root_dir = copy_run(point_run_to_400, tmp_path)
     loaded = []
     load = ckpt.load_checkpoint
 
@@ -830,7 +865,7 @@ def test_a_resumed_run_holds_no_second_copy_of_the_replay_buffer(tmp_path, monke
         held.append(sum(ref() is not None for ref in loaded))
         return False
 
-    with build(tmp_path, 'TrainerConfig.num_env_steps = 600') as trainer:
+    with build(root_dir, 'TrainerConfig.num_env_steps = 600') as trainer:
         trainer.train(stop_when=count_loaded_tensors_alive)
     assert len(loaded) == 5  # a field's rows of the one env
     assert held == [0, 0]  # copied into the buffer's storage, and the loaded rows dropped
