@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -375,6 +376,13 @@ def tree_digest(root):
             with open(path, 'rb') as f:
                 digest[os.path.relpath(path, root)] = hashlib.sha1(f.read()).hexdigest()
     return digest
+
+
+def copy_run(root_dir, tmp_path):
+    """A copy of the experiment in ``root_dir`` at ``tmp_path / 'run'``, to resume or damage."""
+    copy = tmp_path / 'run'
+    shutil.copytree(root_dir, copy)
+    return copy
 
 
 def checkpoint_steps(root_dir):

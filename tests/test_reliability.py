@@ -49,6 +49,7 @@ from cli_helpers import (
     TINY,
     assert_ok,
     checkpoint_steps,
+    copy_run,
     fails_after,
     run_python,
     run_train,
@@ -71,13 +72,6 @@ SHORT = TINY + [
     'TrainerConfig.checkpoint_interval=200',
     'TrainerConfig.num_eval_episodes=1',
 ]
-
-
-def copy_run(root_dir, tmp_path):
-    """A copy of the experiment in ``root_dir`` at ``tmp_path / 'run'``."""
-    copy = tmp_path / 'run'
-    shutil.copytree(root_dir, copy)
-    return copy
 
 
 def resumed_from(root_dir, step):

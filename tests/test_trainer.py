@@ -37,6 +37,7 @@ from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from alf_lite.update import check_compiles
 from cli_helpers import (
     checkpoint_steps,
+    copy_run,
     fails_after,
     python_output,
     sigterm_as_the_training_envs_give_episodes,
@@ -126,13 +127,6 @@ def point_run_to_310(tmp_path_factory):
 @pytest.fixture(scope='module')
 def point_run_to_400(tmp_path_factory):
     return trained_once(tmp_path_factory, 400)
-
-
-def copy_run(root_dir, tmp_path):
-    """A copy of the run in ``root_dir`` at ``tmp_path / 'run'``, to resume or damage."""
-    copy = tmp_path / 'run'
-    shutil.copytree(root_dir, copy)
-    return copy
 
 
 def test_what_the_process_draws_between_building_and_training_changes_no_number(tmp_path):
