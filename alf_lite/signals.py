@@ -236,32 +236,25 @@ def _exit_when_creator_ends(creator_pid: int, interval_s: float = 1.0) -> None:
     killer) while its env hung, which no signal of the user's but SIGKILL would otherwise
     end, does not stay behind.
 
-    Where the creator is not this process's parent, it is ``multiprocessing``'s fork server
-    (forkserver), which ends of the SIGTERM a batch system sends every process of the job:
-    the creator is then watched itself, since it outlives that SIGTERM to checkpoint this
-    process's episode.
+    The creator is watched itself, not this process's parent: under forkserver the parent
+    is ``multiprocessing``'s fork server, which ends of the SIGTERM a batch system sends
+    every process of the job, while the creator outlives it to checkpoint this process's
+    episode.
     """
-    if os.getppid() == creator_pid:
+    try:
+        creator = psutil.Process(creator_pid)
+    except psutil.Error:  # ended before this process started
+        creator = None
 
-        def creator_alive() -> bool:
-            # Exact, however soon the creator is reaped: a child is adopted once its parent ends.
-            return os.getppid() == creator_pid
-
-    else:
+    def creator_alive() -> bool:
         try:
-            creator = psutil.Process(creator_pid)
-        except psutil.Error:  # ended before this process started
-            creator = None
-
-        def creator_alive() -> bool:
-            try:
-                return (
-                    creator is not None
-                    and creator.is_running()
-                    and creator.status() != psutil.STATUS_ZOMBIE
-                )
-            except psutil.Error:
-                return False
+            return (
+                creator is not None
+                and creator.is_running()  # False for a later process given its id
+                and creator.status() != psutil.STATUS_ZOMBIE
+            )
+        except psutil.Error:
+            return False
 
     def watch():
         while creator_alive():
