@@ -1,5 +1,6 @@
-"""How SIGINT and SIGTERM (and SIGHUP, unless ignored) stop training: after the iteration, inside a
-hung env call, or at once outside the training loop (train starting up or shutting down, play)."""
+"""How SIGINT and SIGTERM (and SIGHUP, SIGUSR1 and SIGUSR2, unless ignored) stop training:
+after the iteration, inside a hung env call, or at once outside the training loop (train
+starting up or shutting down, play)."""
 
 import contextlib
 import math
@@ -12,11 +13,17 @@ from typing import Callable, Dict, Hashable, Optional
 
 import psutil
 
-# SIGHUP (the terminal closed) stops as SIGTERM does, unless this process started with it
-# ignored (``nohup``): then it stays ignored, here and in the processes started from here.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + (
-    () if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (signal.SIGHUP,)
+# SIGHUP (the terminal closed) stops as SIGTERM does, and so do SIGUSR1 and SIGUSR2, which batch
+# systems send as a warning before a time limit (Slurm's ``--signal=USR1@60``, Grid Engine's
+# soft limit and ``-notify``) and whose default action would end the process without a
+# checkpoint; each unless this process started with it ignored (``nohup`` for SIGHUP): then it
+# stays ignored, here and in the processes started from here.
+_STOP_UNLESS_IGNORED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + tuple(
+    s for s in _STOP_UNLESS_IGNORED if signal.getsignal(s) != signal.SIG_IGN
 )
+# What an env process ignores: every signal that stops training, which the trainer acts on.
+ENV_PROCESS_IGNORED = (signal.SIGINT, signal.SIGTERM) + _STOP_UNLESS_IGNORED
 
 # Set by ``started_watching_this_process`` (grid_search's and the learning benchmark's runs)
 # to the starter's process id: the run stops as on SIGTERM once that process ends
@@ -212,8 +219,8 @@ class RaisingSignals(_HandledSignals):
 
 
 def set_env_process_signals(creator_pid: Optional[int] = None) -> None:
-    """In an env process: ignore SIGINT, SIGTERM and SIGHUP, and end when the process that
-    started it has ended.
+    """In an env process: ignore the stop signals (``ENV_PROCESS_IGNORED``), and end when the
+    process that started it has ended.
 
     Ctrl-C and the SIGHUP of a closed terminal reach the whole process group, and a batch
     system (Slurm cancelling or preempting a job, ``systemctl stop``, ``kill -- -PGID``)
@@ -225,7 +232,7 @@ def set_env_process_signals(creator_pid: Optional[int] = None) -> None:
         creator_pid: the process that asked for this env process (the trainer's); None:
             this process's parent.
     """
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for signum in ENV_PROCESS_IGNORED:
         signal.signal(signum, signal.SIG_IGN)
     _exit_when_creator_ends(os.getppid() if creator_pid is None else creator_pid)
 

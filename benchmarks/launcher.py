@@ -10,8 +10,9 @@ requested run's state. With a deadline, a run starts only if its estimated
 time fits (or, with ``partial_minutes``, a resumable run also when at least
 that long is left), and a resumable run still going at the deadline
 checkpoints and stops. Runs that cannot resume start first. SIGINT and SIGTERM (and SIGHUP,
-unless ignored) are passed on to the runs (alf_lite's train and the SB3 runner write a
-checkpoint and stop); a line that can no longer be printed (its terminal closed) is dropped.
+SIGUSR1 and SIGUSR2, unless ignored) are passed on to the runs (alf_lite's train and the SB3
+runner write a checkpoint and stop); a line that can no longer be printed (its terminal
+closed) is dropped.
 
 A run here is a ``benchmarks.learning.BenchmarkRun``; what starts it comes
 from the caller as a command.

@@ -10,9 +10,9 @@ binding names) and a ``progress.csv`` with alf_lite's columns, so that
 ``alf_lite.bin.plot`` reads and groups both frameworks' runs.
 
 Like alf_lite's train, it resumes: every ``Task.checkpoint_interval`` env steps
-and when SIGINT or SIGTERM stops it (exit status 128 + the signal), it saves
-the model with its optimizers and entropy coefficient, the replay buffer, the
-RNG states of torch, numpy and random, and the episode statistics in
+and when a stop signal (SIGINT, SIGTERM, ...: ``STOP_SIGNALS``) stops it (exit status
+128 + the signal), it saves the model with its optimizers and entropy coefficient, the
+replay buffer, the RNG states of torch, numpy and random, and the episode statistics in
 ``checkpoints/sb3``; the same command continues from there (progress.csv rows
 after the checkpoint are dropped). What a resumed run does not repeat: the
 episode under way when it stopped is cut (its steps stay in the buffer, each

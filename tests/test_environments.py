@@ -1072,7 +1072,9 @@ def test_env_processes_ignore_stop_signals_whatever_their_parent_handles():
         workers = new_children(before)
         assert len(workers) == 2
         for worker in workers:
-            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            # SIGUSR1 and SIGUSR2: a batch system's warning before a time limit.
+            stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+            for signum in stops:
                 assert _signal_bits(worker.pid, 'SigIgn') & (1 << (signum - 1))
                 worker.send_signal(signum)
         env.reset()

@@ -374,7 +374,9 @@ def resume_to_the_end(tmp_path, root_dir, stopped):
 
 
 @pytest.mark.parametrize(
-    'sig, to_group', [(signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGHUP, False)]
+    'sig, to_group',
+    # SIGUSR2: a batch system's warning before its time limit (Grid Engine's -notify).
+    [(signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGUSR2, False)],
 )
 def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_it(
     tmp_path, sig, to_group
@@ -1859,7 +1861,7 @@ class StoppedRay(FakeRay):
         return self.results[ref]
 
 
-@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1])
 def test_ray_tasks_not_begun_when_a_signal_stops_the_sweep_are_cancelled_and_not_started(
     tmp_path, monkeypatch, capfd, sig
 ):

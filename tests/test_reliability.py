@@ -854,9 +854,10 @@ def start_long_run(root_dir, *params):
     [
         (signal.SIGTERM, False),
         (signal.SIGINT, True),
-        (signal.SIGHUP, True),
         # As Slurm (a job cancelled, preempted or out of time) or systemd sends it.
         (signal.SIGTERM, True),
+        # Slurm's warning before a time limit (--signal=USR1@60) to every process of the job.
+        (signal.SIGUSR1, True),
     ],
 )
 def test_signal_writes_a_final_checkpoint_and_leaves_no_process(tmp_path, sig, to_the_group):

@@ -672,6 +672,11 @@ def test_stop_signals_are_recorded_while_entered_and_the_handlers_restored_after
         # Outside an env call, a second signal is recorded too.
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.received == signal.SIGINT
+        # A batch system's warning before its time limit stops the run too (their default
+        # action would end it without a checkpoint).
+        for warning in (signal.SIGUSR1, signal.SIGUSR2):
+            os.kill(os.getpid(), warning)
+            assert stop.received == warning
     assert received == []
     assert all(signal.getsignal(s) is handler for s in STOP_SIGNALS)
     os.kill(os.getpid(), signal.SIGINT)

@@ -146,11 +146,11 @@ def exit_with(main, *args) -> NoReturn:
 
 
 def exit_on_signals_before_main(message: str = 'interrupted by {signal}.') -> None:
-    """Until a tool's ``main`` handles SIGINT and SIGTERM (and SIGHUP: ``STOP_SIGNALS``)
+    """Until a tool's ``main`` handles SIGINT and SIGTERM (and the others of ``STOP_SIGNALS``)
     itself, and again once it is done, exit on any at once with ``EXIT_SIGNAL_BASE`` plus its
     number and one line: ``message``, the signal's name for ``{signal}``. Called before the
     tool's imports, which take a tenth of a second or more: a signal there would otherwise end
-    it with a KeyboardInterrupt's traceback (SIGINT) or without a word (SIGTERM, SIGHUP)."""
+    it with a KeyboardInterrupt's traceback (SIGINT) or without a word (the others)."""
 
     def stop(signum, frame):
         for s in STOP_SIGNALS:

@@ -63,8 +63,8 @@ A run whose ``config.gin`` cannot be read fails, naming it, and is not
 started. A last table that cannot be read is moved aside (``.old-<time>``)
 with a warning before any run starts, its wall times and rows lost to the new table;
 a directory in its place ends the sweep with status 2 before any run starts.
-SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the sweep: each running run gets the signal
-(on Ray, SIGINT from its task, told through a file in ``root_dir``) and stops
+SIGINT (Ctrl-C), SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 stops the sweep: each running run
+gets the signal (on Ray, SIGINT from its task, told through a file in ``root_dir``) and stops
 at a checkpoint of its own, no other run starts (a Ray task not begun is
 cancelled), the table is written, and the exit code is 128
 plus the signal's number; running the same command again continues the sweep.

@@ -32,8 +32,8 @@ ffmpeg cannot encode (``video_size_problem``); a GIF is at most 65535 pixels wid
 and high. Rendering is headless: MuJoCo
 through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
 The video is written beside ``--record_file`` and moved there once every
-episode was played: a play that fails or is stopped by SIGINT, SIGTERM or SIGHUP (exit
-code 128 + the signal number) leaves a file already there as it was.
+episode was played: a play that fails or is stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1 or
+SIGUSR2 (exit code 128 + the signal number) leaves a file already there as it was.
 """
 
 import contextlib

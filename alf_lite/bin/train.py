@@ -13,8 +13,8 @@ Exit codes: 0 done; 2 bad input (nothing was written); 1 a fault during
 training (the message says what was kept), an env process that did not answer
 within ``create_environment.step_timeout`` included; 3 an in-process env call
 that did not return within it (every thread's stack is printed, the last
-checkpoint is left as it was); 128 + signal number after SIGINT, SIGTERM or SIGHUP (a
-final checkpoint was written), also while an env call hangs, and when the signal
+checkpoint is left as it was); 128 + signal number after SIGINT, SIGTERM, SIGHUP, SIGUSR1 or
+SIGUSR2 (a final checkpoint was written), also while an env call hangs, and when the signal
 came while train started up or shut down (no checkpoint is written for it).
 """
 
