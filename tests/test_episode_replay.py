@@ -83,6 +83,8 @@ def test_a_replayed_episode_goes_on_as_the_recorded_env_would(
         actions = _actions(env, 60, seed=2)
         went_on = [env.step(a) for a in actions]
         records_went_on = env.episode_records()
+        # Unseeded: each env's random generator runs on.
+        went_on.append(env.reset())
     # Another seed, so that nothing but the records can make the envs agree.
     with create_environment(env_name, num_envs, seed=99, use_subprocesses=use_subprocesses) as env:
         _assert_same(env.replay(records), steps[-1], 'the replayed step')
@@ -90,6 +92,7 @@ def test_a_replayed_episode_goes_on_as_the_recorded_env_would(
         _assert_same_records(env.episode_records(), records)
         replayed = [env.step(a) for a in actions]
         _assert_same_records(env.episode_records(), records_went_on)
+        replayed.append(env.reset())
     for t, (a, b) in enumerate(zip(went_on, replayed)):
         _assert_same(a, b, f'step {t} after the replay')
     assert any((ts.step_type == StepType.FIRST).any() for ts in went_on[1:]), (

@@ -1107,6 +1107,10 @@ class BatchedEnvironment:
         # Clears the vector env's own note of which envs reset at their next step
         # (unseeded: the replay resets each env as its record says).
         self._reset_envs(None)
+        # The envs' generators are the replayed episodes' now: an unseeded reset() after
+        # this lets them run on, as in the recorded envs, instead of taking the seed given
+        # to this one's constructor.
+        self._first_reset = False
         # Each env gets its own record only (not all of them).
         self._call(self._env.set_attr, 'alf_lite_replay_record', plain)
         longest = max(len(r['actions']) for r in plain)
