@@ -2893,7 +2893,8 @@ def test_runs_whose_memory_does_not_fit_together_train_one_after_another(tmp_pat
     )
     assert re.fullmatch(
         r'memory: a run takes up to \d+\.\d MiB \(its replay buffer and its networks in '
-        r'training; its envs not counted\), 2 at a time up to \d+\.\d MiB, of 0\.0 MiB '
+        r"training; not counted: its process's Python and torch, its envs\), 2 at a time up "
+        r'to \d+\.\d MiB, of 0\.0 MiB '
         r'available: more than max_memory_fraction=0\.8 of it \(0\.0 MiB\), so a run starts '
         r'only once those under way leave room for it\.',
         line,

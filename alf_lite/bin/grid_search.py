@@ -1138,7 +1138,8 @@ def memory_text(todo: List[GridRun], memory: Dict[str, Optional[RunMemory]], max
     at_once = sum(known[:max_workers])
     text = (
         f'memory: a run takes up to {_size(known[0])} (its replay buffer and its networks '
-        f'in training; its envs not counted), {min(max_workers, len(known))} at a time up '
+        f"in training; not counted: its process's Python and torch, its envs), "
+        f'{min(max_workers, len(known))} at a time up '
         f'to {_size(at_once)}, of {_size(available)} available'
     )
     if at_once > budget:
