@@ -37,15 +37,18 @@ SAME_STOP_WITHIN_S = 1.0
 
 
 class TrainingInterrupted(Exception):
-    """SIGINT or SIGTERM arrived; a final checkpoint was written.
+    """A stop signal arrived; a final checkpoint was written, or the one the run resumed from
+    holds its state.
 
     Args:
         signum: the signal's number.
+        checkpoint_written: False where the checkpoint resumed from was left as it was.
     """
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, checkpoint_written: bool = True):
         super().__init__(f'interrupted by {signal.Signals(signum).name}')
         self.signum = signum
+        self.checkpoint_written = checkpoint_written
 
 
 class Interrupted(BaseException):

@@ -5,6 +5,7 @@ import contextlib
 import functools
 import inspect
 import os
+import signal
 import time
 import weakref
 from typing import Callable, List, Optional
@@ -588,6 +589,9 @@ class Trainer:
         # Whether a train() of this trainer went into the training loop: its state is then
         # no fresh start's, and a checkpoint alone holds one to go on from.
         self._entered_training = False
+        # The checkpoint this train() resumed from, until its training envs have started
+        # (their episodes replayed or new ones begun): until then it holds the whole state.
+        self._resumed_untouched: Optional[str] = None
         self._closed = False
         # The summary of the train() under way: its events are synced at each checkpoint.
         self._summary: Optional[Summary] = None
@@ -744,9 +748,11 @@ class Trainer:
             _compiled_last = weakref.ref(self)
         resumed = latest is not None
         collection = None
+        self._resumed_untouched = None
         unreadable = []
         if resumed:
             collection = self._restore(latest.path, latest.state, latest.replay_buffer_state)
+            self._resumed_untouched = latest.path
             unreadable = latest.unreadable
             if collection is None:
                 logging.info(
@@ -799,6 +805,19 @@ class Trainer:
                     self._entered_training = True
                     self._loop(summary, reset_seed, collection, stop_when)
                 except InterruptedInEnvCall as e:
+                    if self._resumed_untouched is not None:
+                        # It ended the replay of the training envs' episodes (Ctrl-C twice, a
+                        # replay hung past its patience): nothing has changed since the
+                        # checkpoint. Written again, it would take the time to write its
+                        # replay buffer, which the second signal asked not to wait for, and
+                        # lose the training scalars it may keep for a resume that ends there.
+                        logging.warning(
+                            '%s ended the training envs as they replayed their episodes: '
+                            '%s, which this run resumed from, is left as it was',
+                            signal.Signals(e.signum).name,
+                            self._resumed_untouched,
+                        )
+                        raise TrainingInterrupted(e.signum, checkpoint_written=False) from None
                     # As at any stop: a loss found non-finite on the device is reported,
                     # not checkpointed as a good state.
                     self._stop_on_deferred_non_finite_loss()
@@ -921,6 +940,7 @@ class Trainer:
         if collection is not None:
             try:
                 self._collector.restore(collection)
+                self._resumed_untouched = None
                 logging.info('the training envs continue their episodes from the checkpoint')
                 return
             except EnvironmentCrashedError:
@@ -933,6 +953,7 @@ class Trainer:
                     reason,
                 )
         self._collector.reset(reset_seed)
+        self._resumed_untouched = None
 
     def _collect_and_train(self) -> None:
         """``unroll_length`` env steps; the iteration's updates overlap the last one.

@@ -32,6 +32,7 @@ from alf_lite import trainer as trainer_module
 from alf_lite.config import parse_config, write_text_atomically
 from alf_lite.environments import create_environment
 from alf_lite.environments.suite_gym import (
+    BatchedEnvironment,
     EnvironmentCrashedError,
     EnvironmentHungError,
     env_traceback,
@@ -39,7 +40,12 @@ from alf_lite.environments.suite_gym import (
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
 from alf_lite.run_dir import MOVED_ASIDE, RunDirLock, latest_checkpoint
 from alf_lite.runs import EVAL_RETURN, MAX_LINE_CHARS, NONDETERMINISTIC_COLUMNS
-from alf_lite.signals import SAME_STOP_WITHIN_S, StopSignals, TrainingInterrupted
+from alf_lite.signals import (
+    SAME_STOP_WITHIN_S,
+    InterruptedInEnvCall,
+    StopSignals,
+    TrainingInterrupted,
+)
 from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
 from cli_helpers import (
     EXAMPLES,
@@ -1458,6 +1464,34 @@ def test_a_second_signal_as_the_stop_in_an_evaluation_reads_the_episodes_still_c
     monkeypatch.setattr(trainer_module, 'evaluate', real_evaluate)
     monkeypatch.setattr(trainer_module, 'create_environment', real_create)
     train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
+
+
+def test_a_stop_that_ends_a_resumes_episode_replay_leaves_its_checkpoint_as_it_was(
+    tmp_path, monkeypatch, caplog
+):
+    # Ctrl-C twice, or a replay hung past its patience: nothing was trained since the
+    # checkpoint, which is not written again (its replay buffer with it), and keeps the
+    # final summary's training scalars, which one written then would not.
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
+    checkpoint = tmp_path / 'checkpoints' / 'ckpt-200'
+    state, _ = ckpt.load_checkpoint(str(checkpoint))
+    assert state['collection'] is not None and state['train_scalars']
+    files = {p.name: p.read_bytes() for p in checkpoint.iterdir()}
+
+    def replay(self, records):
+        raise InterruptedInEnvCall(signal.SIGINT)
+
+    monkeypatch.setattr(BatchedEnvironment, 'replay', replay)
+    with pytest.raises(TrainingInterrupted) as error:
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert error.value.signum == signal.SIGINT
+    assert {p.name: p.read_bytes() for p in checkpoint.iterdir()} == files
+    assert checkpoint_steps(tmp_path) == [100, 200]
+    monkeypatch.undo()
+    with caplog.at_level(logging.INFO):
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert 'the training envs continue their episodes from the checkpoint' in caplog.text
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
 
 

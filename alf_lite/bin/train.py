@@ -193,8 +193,11 @@ def _stop_for_signal(e, root_dir: str, root_dir_existed: bool) -> None:
     if interrupted is not None:
         # Also when the other signal came while the trainer closed, outside the loop.
         logging.warning(
-            '%s: checkpoint written, env processes closed; re-run the same command to continue.',
+            '%s: %s, env processes closed; re-run the same command to continue.',
             interrupted,
+            'checkpoint written'
+            if interrupted.checkpoint_written
+            else 'the checkpoint resumed from holds the run',
         )
         sys.exit(EXIT_SIGNAL_BASE + interrupted.signum)
     # The trainer, if built, closed its env processes on the way here.
