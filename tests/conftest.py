@@ -14,13 +14,15 @@ import math
 import os
 import signal
 
-# A test run started with SIGHUP ignored (under nohup) would pass that on to every tool it
-# starts, which then keeps ignoring it (alf_lite.signals.STOP_SIGNALS), and the tests of a
-# closed terminal would see no stop. A handler of this process's own is not passed on
-# through exec: the tools start with the default, and this process still outlives a hangup.
-# Before alf_lite's first import here, which reads what SIGHUP does.
-if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
-    signal.signal(signal.SIGHUP, lambda signum, frame: None)
+# A test run started with SIGHUP ignored (under nohup; SIGUSR1 and SIGUSR2 likewise) would
+# pass that on to every tool it starts, which then keeps ignoring it
+# (alf_lite.signals.STOP_SIGNALS), and the tests of a closed terminal would see no stop. A
+# handler of this process's own is not passed on through exec: the tools start with the
+# default, and this process still outlives a hangup. Before alf_lite's first import here,
+# which reads what these signals do.
+for _signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+    if signal.getsignal(_signum) == signal.SIG_IGN:
+        signal.signal(_signum, lambda signum, frame: None)
 
 import gin  # noqa: E402
 import pytest  # noqa: E402
