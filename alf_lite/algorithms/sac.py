@@ -196,7 +196,13 @@ class SacAlgorithm(OffPolicyAlgorithm):
 
         # Policy loss (eq. 7): E[alpha * log pi(a|s) - min_i Q_i(s, a)], a reparameterised.
         with self._frozen_critic:
-            q_pi = self._critic(tr.observation, pi.action).min(dim=-1).values
+            q_pi = self._critic(tr.observation, pi.action)
+        # On CUDA, amin: min(...).values's backward is a scatter, which CUDA's deterministic
+        # mode (on while training) runs through index_put_, whose implementation some torch
+        # versions gave a host copy that a CUDA graph's capture refuses; amin's backward is
+        # elementwise. The same forward; at an exact tie amin splits the gradient between the
+        # replicas where min gives it to one. The CPU keeps min, and its same-seed numbers.
+        q_pi = q_pi.amin(dim=-1) if q_pi.is_cuda else q_pi.min(dim=-1).values
         actor_loss = masked_mean(alpha * pi.log_prob - q_pi, mask)
         self.optimizer_step('actor', actor_loss)
 
