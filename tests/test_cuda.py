@@ -22,7 +22,7 @@ from alf_lite.data import Experience, StepType, TimeStep
 from alf_lite.device import describe_device, resolve_device, use_deterministic_algorithms
 from alf_lite.replay_buffer import ReplayBuffer
 from alf_lite.transfer import time_step_to_device
-from alf_lite.update import UpdateRunner
+from alf_lite.update import UpdateRunner, check_compiles
 from test_non_finite_guard import ALGORITHMS, _tensors, assert_same_state, make
 from test_transfer import assert_same_time_step, time_step
 
@@ -41,6 +41,16 @@ def deterministic_cuda():
     if torch.cuda.is_available():
         use_deterministic_algorithms(CUDA)
     yield
+
+
+def skip_unless_torch_compiles_on_the_gpu():
+    """Skip, saying why, where this machine lacks what torch.compile needs on a GPU (Triton,
+    a C compiler): what is missing is the machine's, not alf_lite's."""
+    pytest.importorskip('triton', reason='torch.compile on the GPU needs triton')
+    try:
+        check_compiles(torch.device('cuda'))
+    except ValueError as e:
+        pytest.skip(str(e))
 
 
 def add_rows(rb, rows, seed, nan_reward=False):
@@ -171,7 +181,7 @@ def test_updates_from_a_gpu_buffer_never_wait_for_the_gpu(name, cuda_graph):
 
 
 def test_compiled_cuda_graph_stays_close_to_eager():
-    pytest.importorskip('triton', reason='torch.compile on the GPU needs triton')
+    skip_unless_torch_compiles_on_the_gpu()
     from torch._dynamo.utils import counters
 
     initial = make('sac').to(CUDA)
@@ -488,7 +498,7 @@ def assert_rows_close(rows, expected, rtol=1e-4):
 
 
 def test_compiled_networks_in_captured_graphs_train_and_resume_without_compile(tmp_path):
-    pytest.importorskip('triton', reason='torch.compile on the GPU needs triton')
+    skip_unless_torch_compiles_on_the_gpu()
     params = ["TrainerConfig.device = 'cuda'", 'TrainerConfig.cuda_graph = True']
     rows = run_example(tmp_path, 'sac_pendulum.gin', *params, 'TrainerConfig.compile = True')
     assert [int(r['env_steps']) for r in rows][-1] == 600
