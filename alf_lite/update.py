@@ -18,6 +18,8 @@ a target update every 1000th step two, not 1000).
 
 import contextlib
 import gc
+import re
+import warnings
 from typing import Callable, Dict, Hashable, Iterator, Optional
 
 import torch
@@ -31,6 +33,9 @@ from alf_lite.replay_buffer import ReplayBuffer
 # Eager updates per phase of the train step before its graph is captured: they
 # create the optimizer states and let autograd and cuBLAS set up.
 WARMUP_UPDATES_PER_PHASE = 3
+# The start of the warning torch gives once per optimizer made capturable whose step runs
+# outside a CUDA graph's capture.
+_CAPTURABLE_STEPPED_UNCAPTURED = re.escape('This instance was constructed with capturable=True')
 
 
 def check_cuda_graph_device(device: torch.device) -> None:
@@ -152,7 +157,11 @@ class UpdateRunner:
         eager_updates = self._eager_updates.get(phase, 0)
         if eager_updates < WARMUP_UPDATES_PER_PHASE:
             self._eager_updates[phase] = eager_updates + 1
-            return self._side_stream.run(self._step, self._host_batch())
+            with warnings.catch_warnings():
+                # torch's advice to drop capturable=True from an optimizer that steps
+                # outside a capture: this warm-up before each capture does so by design.
+                warnings.filterwarnings('ignore', message=_CAPTURABLE_STEPPED_UNCAPTURED)
+                return self._side_stream.run(self._step, self._host_batch())
         if not self._sample_in_graph:
             for static, value in zip(self._static_batch, self._host_batch()):
                 static.copy_(value)
