@@ -317,19 +317,22 @@ def progress_rows(run_dir):
         return []
 
 
-def start_long_grid(directory, root_dir, *args, env=None):
+def start_long_grid(directory, root_dir, *args, env=None, prelude=None):
     """The grid, with runs too long to finish and no checkpoint at an interval (only a
     stop writes one), in a session of its own: a Ctrl-C reaches the whole foreground
-    group, as killpg does."""
+    group, as killpg does. ``prelude``: run first, as ``with_prelude`` runs it."""
+    command = grid_command(
+        root_dir,
+        '--gin_param',
+        'TrainerConfig.num_env_steps=100000',
+        '--gin_param',
+        'TrainerConfig.checkpoint_interval=100000',
+        *args,
+    )
+    if prelude is not None:
+        command = with_prelude(command, prelude, 'alf_lite.bin.grid_search', alter_sys=True)
     return subprocess.Popen(
-        grid_command(
-            root_dir,
-            '--gin_param',
-            'TrainerConfig.num_env_steps=100000',
-            '--gin_param',
-            'TrainerConfig.checkpoint_interval=100000',
-            *args,
-        ),
+        command,
         cwd=directory,
         env=env or train_env(),
         stdout=subprocess.PIPE,
@@ -414,6 +417,38 @@ def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_
 
     if to_group:
         resume_to_the_end(tmp_path, root_dir, running)
+
+
+def test_a_second_signal_as_a_stopped_sweep_exits_leaves_the_exit_code_of_the_first(tmp_path):
+    # The second signal comes in the interpreter's last garbage collection, once Python has
+    # set the handlers it had back to the default: it ended grid_search by that signal (a
+    # batch system's SIGUSR1 then its SIGTERM, Ctrl-C twice).
+    sig = signal.SIGUSR1
+    write_inputs(tmp_path, GRID)
+    root_dir = tmp_path / 'runs'
+    prelude = (
+        'import atexit, gc, os\n'
+        'class SignalWhenCollected:\n'
+        '    def __del__(self):\n'
+        f'        os.kill(os.getpid(), {int(sig)})\n'
+        'def leave_a_cycle():\n'
+        # Left to the collection Python's exit runs after the exit-time callbacks.
+        '    gc.disable()\n'
+        '    cycle = SignalWhenCollected()\n'
+        '    cycle.itself = cycle\n'
+        'atexit.register(leave_a_cycle)\n'
+    )
+    process = start_long_grid(tmp_path, root_dir, '--max_workers', '2', prelude=prelude)
+    running = [root_dir / name for name in RUN_NAMES[:2]]
+    _, stderr = signal_once(
+        process,
+        root_dir,
+        lambda: all(len(progress_rows(run_dir)) >= 2 for run_dir in running),
+        lambda: process.send_signal(sig),
+    )
+    assert process.returncode == 128 + sig, stderr[-3000:]
+    assert f'{sig.name} stopped the sweep: 2 run(s) stopped' in stderr, stderr[-3000:]
+    assert {summary(root_dir)[run_dir.name]['status'] for run_dir in running} == {'stopped'}
 
 
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])

@@ -116,7 +116,9 @@ def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
 
 def run_tool(main) -> None:
     """absl's ``app.run`` of a tool's ``main`` with ``parse_flags``; once it ends, a stop
-    signal (``exit_on_signals_before_main``'s handler, train's) ends the process at once.
+    signal (``exit_on_signals_before_main``'s handler, train's) ends the process at once,
+    unless a stop signal ended ``main`` (exit code ``EXIT_SIGNAL_BASE`` plus its number):
+    then the stop signals are ignored while the process exits.
 
     What is still alive then is frozen out of the cyclic garbage collector (``gc.freeze``):
     with torch imported, the collector's passes over those objects while the interpreter
@@ -128,6 +130,15 @@ def run_tool(main) -> None:
     global _main_ended
     try:
         app.run(main, flags_parser=parse_flags)
+    except SystemExit as e:
+        if e.code in {EXIT_SIGNAL_BASE + s for s in STOP_SIGNALS}:
+            # Stopped by a signal: Python's exit sets the handlers back to the default before
+            # its last finalizers, and another stop signal then (a second Ctrl-C, a batch
+            # system's SIGTERM after its SIGUSR1) would end the process by that signal,
+            # without the exit code of the first. Ignored, as train ignores it.
+            for s in STOP_SIGNALS:
+                signal.signal(s, signal.SIG_IGN)
+        raise
     finally:
         _main_ended = True
         gc.freeze()
