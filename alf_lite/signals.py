@@ -36,6 +36,14 @@ _STDERR_FD = 2
 SAME_STOP_WITHIN_S = 1.0
 
 
+def ignore_stop_signals() -> None:
+    """Ignore every stop signal from here on: a process that is exiting because of one keeps
+    the exit code of the first (another, a second Ctrl-C or a batch system's SIGTERM after
+    its SIGUSR1, would otherwise end it by that signal)."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
 class TrainingInterrupted(Exception):
     """A stop signal arrived; a final checkpoint was written, or the one the run resumed from
     holds its state.

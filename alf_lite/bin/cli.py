@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import List, NoReturn
 
-from alf_lite.signals import STOP_SIGNALS
+from alf_lite.signals import STOP_SIGNALS, ignore_stop_signals
 
 # torch's level for its loggers, which torch sets only at the end of its import: a tool that
 # stops while torch imports (a signal) would otherwise print torch's exit-time INFO logs (the
@@ -136,8 +136,7 @@ def run_tool(main) -> None:
             # its last finalizers, and another stop signal then (a second Ctrl-C, a batch
             # system's SIGTERM after its SIGUSR1) would end the process by that signal,
             # without the exit code of the first. Ignored, as train ignores it.
-            for s in STOP_SIGNALS:
-                signal.signal(s, signal.SIG_IGN)
+            ignore_stop_signals()
         raise
     finally:
         _main_ended = True
@@ -164,8 +163,7 @@ def exit_on_signals_before_main(message: str = 'interrupted by {signal}.') -> No
     it with a KeyboardInterrupt's traceback (SIGINT) or without a word (the others)."""
 
     def stop(signum, frame):
-        for s in STOP_SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
+        ignore_stop_signals()
         name = signal.Signals(signum).name
         fail(message.format(signal=name), exit_code=EXIT_SIGNAL_BASE + signum)
 

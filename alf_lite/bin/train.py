@@ -30,6 +30,7 @@ from alf_lite.signals import (
     InterruptedOutsideTraining,
     RaisingSignals,
     TrainingInterrupted,
+    ignore_stop_signals,
     stop_when_starter_ends,
 )
 
@@ -37,8 +38,7 @@ from alf_lite.signals import (
 def _stop_before_main(signum, frame):
     """SIGINT or SIGTERM before ``main`` handles them (imports, flag parsing) or after: train
     stops as on one outside the training loop, nothing written for it."""
-    for s in STOP_SIGNALS:
-        signal.signal(s, signal.SIG_IGN)
+    ignore_stop_signals()
     fail(str(InterruptedOutsideTraining(signum)), exit_code=EXIT_SIGNAL_BASE + signum)
 
 
@@ -187,8 +187,7 @@ def _stop_for_signal(e, root_dir: str, root_dir_existed: bool) -> None:
     # The run stops for this signal: another one while the process exits (a second
     # Ctrl-C, each of which grid_search passes on) would end it by that signal, with
     # no exit code of its own.
-    for s in STOP_SIGNALS:
-        signal.signal(s, signal.SIG_IGN)
+    ignore_stop_signals()
     interrupted = _arrived_while(e, TrainingInterrupted)
     if interrupted is not None:
         # Also when the other signal came while the trainer closed, outside the loop.
