@@ -25,6 +25,22 @@ class DeviceUnavailableError(RuntimeError):
     """The configured device does not exist on this machine."""
 
 
+def device_type(device: str = 'auto') -> str:
+    """'cpu' or 'cuda': the kind of device ``TrainerConfig.device`` names, found without
+    initialising CUDA in this process (``resolve_device`` does, to learn the current
+    device), which would take GPU memory in a process that trains nothing. Whether
+    device N exists is not checked.
+
+    Raises:
+        ValueError: ``device`` is none of 'auto', 'cpu', 'cuda', 'cuda:N'.
+    """
+    if not isinstance(device, str) or not _DEVICE.fullmatch(device):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}.")
+    if device == 'auto':
+        return 'cuda' if torch.cuda.is_available() else 'cpu'
+    return 'cpu' if device == 'cpu' else 'cuda'
+
+
 def resolve_device(device: str = 'auto') -> torch.device:
     """The ``torch.device`` that ``TrainerConfig.device`` names.
 
@@ -38,16 +54,10 @@ def resolve_device(device: str = 'auto') -> torch.device:
         DeviceUnavailableError: CUDA was asked for and is not available, or
             device N does not exist.
     """
-    if not isinstance(device, str) or not _DEVICE.fullmatch(device):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}.")
-    if device == 'auto':
-        return (
-            torch.device('cuda', torch.cuda.current_device())
-            if torch.cuda.is_available()
-            else torch.device('cpu')
-        )
-    if device == 'cpu':
+    if device_type(device) == 'cpu':  # 'cpu', or 'auto' without CUDA
         return torch.device('cpu')
+    if device == 'auto':
+        return torch.device('cuda', torch.cuda.current_device())
     if not torch.cuda.is_available():
         build = (
             'this torch build has no CUDA support'

@@ -12,6 +12,7 @@ from alf_lite.device import (
     available_cpu_memory,
     cgroup_memory_limit,
     describe_device,
+    device_type,
     free_memory_bytes,
     resolve_device,
     use_deterministic_algorithms,
@@ -56,6 +57,32 @@ def test_missing_gpu_index_names_the_visible_ones(monkeypatch):
     assert resolve_device('cuda:1') == torch.device('cuda', 1)
     with pytest.raises(DeviceUnavailableError, match=r'only 2 CUDA device\(s\).*cuda:1'):
         resolve_device('cuda:2')
+
+
+@pytest.mark.parametrize(
+    'value, available, kind',
+    [
+        ('auto', False, 'cpu'),
+        ('auto', True, 'cuda'),
+        ('cpu', True, 'cpu'),
+        ('cuda', False, 'cuda'),  # resolve_device says it is missing
+        ('cuda:7', True, 'cuda'),
+    ],
+)
+def test_device_type_never_initialises_cuda(monkeypatch, value, available, kind):
+    def initialise(*args):
+        raise AssertionError('CUDA initialised')
+
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: available)
+    monkeypatch.setattr(torch.cuda, 'current_device', initialise)
+    monkeypatch.setattr(torch.cuda, '_lazy_init', initialise)
+    assert device_type(value) == kind
+
+
+@pytest.mark.parametrize('value', ['gpu', 'cuda:', 'CPU', None])
+def test_device_type_of_a_bad_value_names_the_valid_ones(value):
+    with pytest.raises(ValueError, match="'auto', 'cpu', 'cuda' or 'cuda:N'"):
+        device_type(value)
 
 
 def test_cpu_description_names_cores_and_torch():

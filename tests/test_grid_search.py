@@ -2969,6 +2969,30 @@ def test_a_run_on_a_device_this_machine_lacks_fails_alone_with_its_own_error(tmp
     assert 'failed in' in result.stdout and "device 'cuda:99'" in result.stdout, result.stdout
 
 
+def test_sizing_the_runs_memory_does_not_initialise_cuda_in_the_sweep(tmp_path, monkeypatch):
+    # On a GPU machine, resolving 'auto' to learn the current device initialised CUDA in
+    # the sweep's own process: GPU memory taken by a process that trains nothing.
+    import torch
+
+    import alf_lite.all_configurables  # noqa: F401
+    from alf_lite.bin.grid_search import run_memory_bytes
+    from alf_lite.config import parse_config
+    from alf_lite.trainer import TrainerConfig
+
+    def initialise(*args):
+        raise AssertionError('CUDA initialised')
+
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+    monkeypatch.setattr(torch.cuda, 'current_device', initialise)
+    monkeypatch.setattr(torch.cuda, '_lazy_init', initialise)
+    gin_file, _ = write_inputs(tmp_path, GRID)
+    parse_config([str(gin_file)], [])
+    assert run_memory_bytes(TrainerConfig(), {}) is None  # 'auto': the run's GPU
+    parse_config([str(gin_file)], ["ReplayBuffer.device = 'cuda'"])
+    assert run_memory_bytes(TrainerConfig(device='cpu'), {}) is None
+
+
 @pytest.mark.parametrize(
     'binding, known',
     [

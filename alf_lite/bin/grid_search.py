@@ -1029,20 +1029,22 @@ def run_memory_bytes(config, env_dims: dict) -> Optional[int]:
     """
     import gin
 
-    from alf_lite.device import DeviceUnavailableError, resolve_device
+    from alf_lite.device import device_type
     from alf_lite.environments import create_environment
     from alf_lite.model_memory import estimate_model_bytes
     from alf_lite.replay_buffer import bytes_per_step, configured_settings
 
     buffer_device = configured_settings()['device']
     try:
-        # The networks, and the buffer where no ReplayBuffer.device says otherwise.
-        if resolve_device(config.device).type != 'cpu' or (
-            buffer_device is not None and resolve_device(buffer_device).type != 'cpu'
+        # The networks, and the buffer where no ReplayBuffer.device says otherwise. Not
+        # resolve_device: it would initialise CUDA in this process, which trains nothing.
+        if device_type(config.device) != 'cpu' or (
+            buffer_device is not None and device_type(buffer_device) != 'cpu'
         ):
             return None
-    # A device this machine lacks, or a misspelt one: the run's own check names it.
-    except (ValueError, DeviceUnavailableError):
+    # A misspelt device: the run's own check names it (as it names a device this
+    # machine lacks).
+    except ValueError:
         return None
     settings = gin.get_bindings(create_environment)
     num_envs = settings.get(
