@@ -56,7 +56,7 @@ from alf_lite.runs import (
     complete_rows,
 )
 from alf_lite.seeding import eval_env_seeds
-from alf_lite.signals import STOP_SIGNALS, stop_when_starter_ends
+from alf_lite.signals import STOP_SIGNALS, ignore_stop_signals, stop_when_starter_ends
 from alf_lite.summary import MIN_INTERVAL_S
 from benchmarks import at_least
 from benchmarks.learning import NUM_EVAL_EPISODES, SUITES, BenchmarkRun, suite_runs
@@ -243,9 +243,10 @@ def train(run: BenchmarkRun, out: str) -> int:
     The caller holds the run directory's ``RunDirLock`` (``main`` does).
 
     Returns:
-        0 when the run finished; 128 + the signal number when SIGINT or
-        SIGTERM stopped it (after saving a checkpoint); ``EXIT_BAD_INPUT`` when its
-        checkpoint is of a run with other settings (nothing trained).
+        0 when the run finished; 128 + the signal number when a stop signal
+        stopped it (after saving a checkpoint: from then on every stop signal is
+        ignored, so that the process exits with that code); ``EXIT_BAD_INPUT``
+        when its checkpoint is of a run with other settings (nothing trained).
     """
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
@@ -412,8 +413,13 @@ def train(run: BenchmarkRun, out: str) -> int:
             reset_num_timesteps=not steps,
         )
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        if stop_signal:
+            # Exiting because of it: another (a batch system's SIGTERM after its SIGUSR1)
+            # must not end the process by its own as the envs close.
+            ignore_stop_signals()
+        else:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
         progress.close()
         eval_envs.close()
         env.close()

@@ -503,6 +503,38 @@ def test_sb3_run_stopped_in_its_first_evaluation_resumes_from_its_checkpoint_at_
     assert list(read_scalar_if_any(str(run_dir), EVAL_RETURN)[0]) == [0, 2]
 
 
+def test_a_second_signal_as_a_stopped_sb3_run_closes_its_envs_leaves_the_first_exit_code(
+    tmp_path, monkeypatch
+):
+    # A batch system's SIGUSR1, then its SIGTERM as the stopped run closes its envs: with the
+    # default handlers back, the second ended the runner by its own signal.
+    pytest.importorskip('stable_baselines3')
+    monkeypatch.setenv('TMPDIR', str(tmp_path))
+    out = tmp_path / 'runs'
+    args = ['--suite', 'pendulum', '--run', 'sb3_sac', '--seed', '0', '--out', str(out)]
+    args += ['--steps', '2']
+    stopped = run_python(
+        'import os, signal, sys\n'
+        'from benchmarks import sb3_runner\n'
+        'evaluate, close = sb3_runner._EvalEnvs.evaluate, sb3_runner._EvalEnvs.close\n'
+        'def stopping(self, env_steps):\n'
+        '    os.kill(os.getpid(), signal.SIGUSR1)\n'
+        '    return evaluate(self, env_steps)\n'
+        'def stopped_again(self):\n'
+        '    os.kill(os.getpid(), signal.SIGTERM)\n'
+        '    return close(self)\n'
+        'sb3_runner._EvalEnvs.evaluate = stopping\n'
+        'sb3_runner._EvalEnvs.close = stopped_again\n'
+        f'sys.exit(sb3_runner.main({args!r}))\n',
+        timeout=RUN_TIMEOUT_S,
+        cwd=REPO_ROOT,
+    )
+    assert stopped.returncode == 128 + signal.SIGUSR1, stopped.stdout + stopped.stderr
+    assert 'checkpoint written' in stopped.stdout, stopped.stdout
+    run_dir = out / 'pendulum' / 'sb3_sac' / 'seed0'
+    assert sb3_common.checkpoint_env_steps(str(run_dir)) == 0
+
+
 def test_runs_another_process_trains_are_left_to_it(tmp_path):
     pytest.importorskip('stable_baselines3')
     out = tmp_path / 'runs'
