@@ -468,9 +468,10 @@ def test_sb3_run_of_other_settings_is_not_resumed_under_new_ones(tmp_path, monke
     assert (run_dir / 'config.gin').read_text() == config
 
 
-def test_sb3_run_stopped_in_its_first_evaluation_resumes_from_its_checkpoint_at_0(
-    tmp_path, monkeypatch
-):
+def _sb3_run_stopped_in_its_first_evaluation(tmp_path, monkeypatch, sig, again=None):
+    """Run an SB3 run of 2 steps that gets ``sig`` as its evaluation at 0 env steps runs (and
+    ``again``, if given, as its eval envs close); returns the finished process, the
+    runner's arguments and the run directory."""
     pytest.importorskip('stable_baselines3')
     temp = tmp_path / 'temp'
     temp.mkdir()
@@ -478,21 +479,35 @@ def test_sb3_run_stopped_in_its_first_evaluation_resumes_from_its_checkpoint_at_
     out = tmp_path / 'runs'
     args = ['--suite', 'pendulum', '--run', 'sb3_sac', '--seed', '0', '--out', str(out)]
     args += ['--steps', '2']
-    # SIGTERM while the evaluation at 0 env steps runs: the checkpoint holds 0 env steps.
-    stopped = run_python(
+    code = (
         'import os, signal, sys\n'
         'from benchmarks import sb3_runner\n'
-        'evaluate = sb3_runner._EvalEnvs.evaluate\n'
+        'evaluate, close = sb3_runner._EvalEnvs.evaluate, sb3_runner._EvalEnvs.close\n'
         'def stopping(self, env_steps):\n'
-        '    os.kill(os.getpid(), signal.SIGTERM)\n'
+        f'    os.kill(os.getpid(), {int(sig)})\n'
         '    return evaluate(self, env_steps)\n'
         'sb3_runner._EvalEnvs.evaluate = stopping\n'
-        f'sys.exit(sb3_runner.main({args!r}))\n',
-        timeout=RUN_TIMEOUT_S,
-        cwd=REPO_ROOT,
+    )
+    if again is not None:
+        code += (
+            'def stopped_again(self):\n'
+            f'    os.kill(os.getpid(), {int(again)})\n'
+            '    return close(self)\n'
+            'sb3_runner._EvalEnvs.close = stopped_again\n'
+        )
+    code += f'sys.exit(sb3_runner.main({args!r}))\n'
+    stopped = run_python(code, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+    return stopped, args, out / 'pendulum' / 'sb3_sac' / 'seed0'
+
+
+def test_sb3_run_stopped_in_its_first_evaluation_resumes_from_its_checkpoint_at_0(
+    tmp_path, monkeypatch
+):
+    # SIGTERM while the evaluation at 0 env steps runs: the checkpoint holds 0 env steps.
+    stopped, args, run_dir = _sb3_run_stopped_in_its_first_evaluation(
+        tmp_path, monkeypatch, signal.SIGTERM
     )
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stdout + stopped.stderr
-    run_dir = out / 'pendulum' / 'sb3_sac' / 'seed0'
     assert sb3_common.checkpoint_env_steps(str(run_dir)) == 0
     assert sb3_runner.main(args) == 0
     # One header and one row a step: the row at 0 is the first attempt's.
@@ -508,30 +523,11 @@ def test_a_second_signal_as_a_stopped_sb3_run_closes_its_envs_leaves_the_first_e
 ):
     # A batch system's SIGUSR1, then its SIGTERM as the stopped run closes its envs: with the
     # default handlers back, the second ended the runner by its own signal.
-    pytest.importorskip('stable_baselines3')
-    monkeypatch.setenv('TMPDIR', str(tmp_path))
-    out = tmp_path / 'runs'
-    args = ['--suite', 'pendulum', '--run', 'sb3_sac', '--seed', '0', '--out', str(out)]
-    args += ['--steps', '2']
-    stopped = run_python(
-        'import os, signal, sys\n'
-        'from benchmarks import sb3_runner\n'
-        'evaluate, close = sb3_runner._EvalEnvs.evaluate, sb3_runner._EvalEnvs.close\n'
-        'def stopping(self, env_steps):\n'
-        '    os.kill(os.getpid(), signal.SIGUSR1)\n'
-        '    return evaluate(self, env_steps)\n'
-        'def stopped_again(self):\n'
-        '    os.kill(os.getpid(), signal.SIGTERM)\n'
-        '    return close(self)\n'
-        'sb3_runner._EvalEnvs.evaluate = stopping\n'
-        'sb3_runner._EvalEnvs.close = stopped_again\n'
-        f'sys.exit(sb3_runner.main({args!r}))\n',
-        timeout=RUN_TIMEOUT_S,
-        cwd=REPO_ROOT,
+    stopped, _, run_dir = _sb3_run_stopped_in_its_first_evaluation(
+        tmp_path, monkeypatch, signal.SIGUSR1, again=signal.SIGTERM
     )
     assert stopped.returncode == 128 + signal.SIGUSR1, stopped.stdout + stopped.stderr
     assert 'checkpoint written' in stopped.stdout, stopped.stdout
-    run_dir = out / 'pendulum' / 'sb3_sac' / 'seed0'
     assert sb3_common.checkpoint_env_steps(str(run_dir)) == 0
 
 
