@@ -357,6 +357,11 @@ class StopSignals(_HandledSignals):
             after it, has to end.
         announce: say on stderr, as the first signal comes, what the stop waits for (train
             does: an iteration, or a hung env's patience, may take a while).
+
+    Attributes:
+        replaying: set while the env calls under way replay the episodes of the checkpoint
+            a run resumed from: a replay that a signal ends leaves that checkpoint as it
+            was (nothing was trained since), and the announcement says so.
     """
 
     dropped_type = InterruptedInEnvCall
@@ -371,6 +376,7 @@ class StopSignals(_HandledSignals):
         self._env_call = env_call
         self._patience_s = patience_s
         self._announce = announce
+        self.replaying = False
         # The call a signal was sent again for, while that signal is on its way.
         self._sent_again_for: Optional[Hashable] = None
         self._lock = threading.Lock()
@@ -410,11 +416,20 @@ class StopSignals(_HandledSignals):
         # progress line ends in a carriage return: the text goes below it.
         with contextlib.suppress(OSError, ValueError):
             start = '\n' if os.isatty(_STDERR_FD) else ''
+            if self.replaying:
+                ended = (
+                    'the training envs replay the episodes of the checkpoint this run resumed '
+                    f'from: a replay still running {self._patience_s:g} s after this signal is '
+                    'ended, leaving that checkpoint as it was'
+                )
+            else:
+                ended = (
+                    f'an env call still running {self._patience_s:g} s after this signal is ended'
+                )
             os.write(
                 _STDERR_FD,
                 f'{start}{signal.Signals(signum).name}: stopping once the iteration under way '
-                f'ends, with a checkpoint (an env call still running {self._patience_s:g} s '
-                'after this signal is ended; another signal ends it at once)\n'.encode(),
+                f'ends, with a checkpoint ({ended}; another signal ends it at once)\n'.encode(),
             )
 
     def _watch_env_calls(self, signum: int) -> None:

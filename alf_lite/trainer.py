@@ -939,7 +939,11 @@ class Trainer:
         """Continue the checkpoint's episodes where it kept them, else start new ones."""
         if collection is not None:
             try:
-                self._collector.restore(collection)
+                self._stop_signals.replaying = True
+                try:
+                    self._collector.restore(collection)
+                finally:
+                    self._stop_signals.replaying = False
                 self._resumed_untouched = None
                 logging.info('the training envs continue their episodes from the checkpoint')
                 return

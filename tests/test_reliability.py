@@ -1495,6 +1495,73 @@ def test_a_stop_that_ends_a_resumes_episode_replay_leaves_its_checkpoint_as_it_w
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
 
 
+def test_a_signal_in_a_resumes_episode_replay_says_a_hung_replay_leaves_its_checkpoint(
+    tmp_path, monkeypatch, capfd
+):
+    # The stop is announced as the signal comes: in a replay, the one a hung env call ends
+    # writes no checkpoint, and the announcement says which is left as it was.
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
+    checkpoint = tmp_path / 'checkpoints' / 'ckpt-200'
+    files = {p.name: p.read_bytes() for p in checkpoint.iterdir()}
+    monkeypatch.setattr(trainer_module, 'SIGNALLED_STEP_PATIENCE_S', 0.2)
+    real_create = trainer_module.create_environment
+    made = []
+
+    def create_hanging_in_the_replay(*args, **kwargs):
+        env = real_create(*args, **kwargs)
+        if not made:  # the training envs, made first
+            real_call = env._env.call
+
+            def call(name, *call_args, **call_kwargs):
+                if name == 'alf_lite_replay_episode':
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    while True:
+                        time.sleep(0.01)
+                return real_call(name, *call_args, **call_kwargs)
+
+            monkeypatch.setattr(env._env, 'call', call)
+        made.append(env)
+        return env
+
+    monkeypatch.setattr(trainer_module, 'create_environment', create_hanging_in_the_replay)
+    capfd.readouterr()
+    parse_config(POINT, POINT_PARAMS + ['TrainerConfig.num_env_steps = 400'])
+    with Trainer(TrainerConfig(), str(tmp_path), announce_stops=True) as trainer:
+        with pytest.raises(TrainingInterrupted) as error:
+            trainer.train()
+    assert error.value.signum == signal.SIGTERM and not error.value.checkpoint_written
+    said = capfd.readouterr().err
+    assert said.count('SIGTERM: stopping') == 1, said
+    assert (
+        'SIGTERM: stopping once the iteration under way ends, with a checkpoint (the training '
+        'envs replay the episodes of the checkpoint this run resumed from: a replay still '
+        'running 0.2 s after this signal is ended, leaving that checkpoint as it was; another '
+        'signal ends it at once)'
+    ) in said, said
+    assert {p.name: p.read_bytes() for p in checkpoint.iterdir()} == files
+    assert checkpoint_steps(tmp_path) == [100, 200]
+
+
+def test_a_signal_after_a_resumes_episode_replay_is_announced_as_any_other(
+    tmp_path, monkeypatch, capfd
+):
+    # The replay is over: a signal in the iteration that follows it is that of any run.
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
+    sigterm_in_training_env_step(monkeypatch, 1, hangs=False)
+    capfd.readouterr()
+    parse_config(POINT, POINT_PARAMS + ['TrainerConfig.num_env_steps = 400'])
+    with Trainer(TrainerConfig(), str(tmp_path), announce_stops=True) as trainer:
+        with pytest.raises(TrainingInterrupted) as error:
+            trainer.train()
+    assert error.value.checkpoint_written
+    said = capfd.readouterr().err
+    assert (
+        'SIGTERM: stopping once the iteration under way ends, with a checkpoint (an env call '
+        'still running 0.2 s after this signal is ended; another signal ends it at once)'
+    ) in said, said
+    assert checkpoint_steps(tmp_path) == [100, 200, 201]
+
+
 def test_signal_in_an_eval_env_step_lets_it_end_and_train_again_goes_on(tmp_path, monkeypatch):
     # The step is no hung one: the eval envs are left whole, and the trainer goes on.
     sigterm_during_the_second_evaluation(monkeypatch)
