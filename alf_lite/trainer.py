@@ -804,6 +804,15 @@ class Trainer:
                 try:
                     self._entered_training = True
                     self._loop(summary, reset_seed, collection, stop_when)
+                    signum = self._stop_signals.received
+                    if signum is not None:
+                        # It came after the loop's last read of it, as the run wrote its
+                        # final checkpoint: the run is complete, and stops as at any signal.
+                        logging.warning(
+                            '%s came as the run wrote its final checkpoint: the run is complete',
+                            signal.Signals(signum).name,
+                        )
+                        raise TrainingInterrupted(signum)
                 except InterruptedInEnvCall as e:
                     if self._resumed_untouched is not None:
                         # It ended the replay of the training envs' episodes (Ctrl-C twice, a

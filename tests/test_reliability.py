@@ -1116,6 +1116,24 @@ def test_a_signal_whose_exception_was_dropped_before_the_config_is_written_stops
     assert os.listdir(tmp_path) == []
 
 
+def test_train_stops_for_a_signal_that_comes_as_it_writes_its_final_checkpoint(tmp_path):
+    # The only checkpoint is the final one: the SIGINT after it is recorded by the loop's
+    # handler, past the loop's last read of it. train still exits for it.
+    root_dir = tmp_path / 'run'
+    params = SHORT + ['TrainerConfig.checkpoint_interval=1000']
+    args = train_command(root_dir, [PENDULUM], params)[3:]
+    result = dropped_signal.run_tool('train', args, 'alf_lite.trainer', 'Trainer._save')
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert 'SIGINT came as the run wrote its final checkpoint: the run is complete' in (
+        result.stderr
+    ), result.stderr[-3000:]
+    assert checkpoint_steps(root_dir) == [400]
+    assert steps_in_csv(root_dir)[-1] == 400
+    progress = (root_dir / 'progress.csv').read_text()
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], params)))
+    assert (root_dir / 'progress.csv').read_text() == progress
+
+
 def sigterm_in_training_env_step(monkeypatch, number, hangs=True):
     """Make the training envs' env step ``number`` (1-based) get a SIGTERM while it is under
     way, as a kill from outside would, then hang in it for good (unless not ``hangs``), as
@@ -1647,6 +1665,31 @@ def test_a_signal_seen_at_any_read_of_the_stop_flag_stops_with_a_checkpoint(
     assert len(steps) == 1
     state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / f'ckpt-{steps[0]}'))
     assert state['env_steps'] == steps[0] >= steps_in_csv(tmp_path)[-1]
+
+
+def test_a_signal_as_the_final_checkpoint_is_written_stops_the_complete_run_for_it(
+    tmp_path, monkeypatch, caplog
+):
+    # After the loop's last read of the flag: the run is complete, and the signal is still
+    # reported (train's exit code 128 + its number), as at every other moment of a run.
+    real_save = Trainer._save
+
+    def save_signalled_at_the_end(self, *args, **kwargs):
+        if self._env_steps == 400:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, '_save', save_signalled_at_the_end)
+    with caplog.at_level(logging.WARNING), pytest.raises(TrainingInterrupted) as error:
+        train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert error.value.signum == signal.SIGTERM and error.value.checkpoint_written
+    assert 'SIGTERM came as the run wrote its final checkpoint: the run is complete' in caplog.text
+    assert checkpoint_steps(tmp_path)[-1] == 400
+    progress = (tmp_path / 'progress.csv').read_text()
+    assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
+    monkeypatch.undo()
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 400')
+    assert (tmp_path / 'progress.csv').read_text() == progress
 
 
 @pytest.mark.parametrize(
