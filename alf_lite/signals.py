@@ -359,9 +359,10 @@ class StopSignals(_HandledSignals):
             does: an iteration, or a hung env's patience, may take a while).
 
     Attributes:
-        replaying: set while the env calls under way replay the episodes of the checkpoint
-            a run resumed from: a replay that a signal ends leaves that checkpoint as it
-            was (nothing was trained since), and the announcement says so.
+        resuming: set while the training envs of a run resumed from a checkpoint start
+            (their episodes replayed, or new ones begun): a stop that ends one of their calls
+            leaves that checkpoint as it was (nothing was trained since), and the
+            announcement says so.
     """
 
     dropped_type = InterruptedInEnvCall
@@ -376,7 +377,7 @@ class StopSignals(_HandledSignals):
         self._env_call = env_call
         self._patience_s = patience_s
         self._announce = announce
-        self.replaying = False
+        self.resuming = False
         # The call a signal was sent again for, while that signal is on its way.
         self._sent_again_for: Optional[Hashable] = None
         self._lock = threading.Lock()
@@ -416,10 +417,10 @@ class StopSignals(_HandledSignals):
         # progress line ends in a carriage return: the text goes below it.
         with contextlib.suppress(OSError, ValueError):
             start = '\n' if os.isatty(_STDERR_FD) else ''
-            if self.replaying:
+            if self.resuming:
                 ended = (
-                    'the training envs replay the episodes of the checkpoint this run resumed '
-                    f'from: a replay still running {self._patience_s:g} s after this signal is '
+                    'the training envs start from the checkpoint this run resumed from: a call '
+                    f'of theirs still running {self._patience_s:g} s after this signal is '
                     'ended, leaving that checkpoint as it was'
                 )
             else:

@@ -815,13 +815,14 @@ class Trainer:
                         raise TrainingInterrupted(signum)
                 except InterruptedInEnvCall as e:
                     if self._resumed_untouched is not None:
-                        # It ended the replay of the training envs' episodes (Ctrl-C twice, a
-                        # replay hung past its patience): nothing has changed since the
+                        # It ended a call of the training envs as they started (their replay
+                        # of the checkpoint's episodes, or their reset; Ctrl-C twice, or a call
+                        # hung past its patience): nothing has changed since the
                         # checkpoint. Written again, it would take the time to write its
                         # replay buffer, which the second signal asked not to wait for, and
                         # lose the training scalars it may keep for a resume that ends there.
                         logging.warning(
-                            '%s ended the training envs as they replayed their episodes: '
+                            '%s ended the training envs as they started: '
                             '%s, which this run resumed from, is left as it was',
                             signal.Signals(e.signum).name,
                             self._resumed_untouched,
@@ -945,15 +946,22 @@ class Trainer:
                 raise TrainingInterrupted(signum)
 
     def _start_collection(self, reset_seed: List[int], collection: Optional[dict]) -> None:
-        """Continue the checkpoint's episodes where it kept them, else start new ones."""
+        """Continue the checkpoint's episodes where it kept them, else start new ones.
+
+        Until the training envs have started, the checkpoint a resume restored holds the
+        whole state: a stop that ends one of their calls leaves it as it was, and says so.
+        """
+        self._stop_signals.resuming = self._resumed_untouched is not None
+        try:
+            self._start_envs(reset_seed, collection)
+        finally:
+            self._stop_signals.resuming = False
+        self._resumed_untouched = None
+
+    def _start_envs(self, reset_seed: List[int], collection: Optional[dict]) -> None:
         if collection is not None:
             try:
-                self._stop_signals.replaying = True
-                try:
-                    self._collector.restore(collection)
-                finally:
-                    self._stop_signals.replaying = False
-                self._resumed_untouched = None
+                self._collector.restore(collection)
                 logging.info('the training envs continue their episodes from the checkpoint')
                 return
             except EnvironmentCrashedError:
@@ -966,7 +974,6 @@ class Trainer:
                     reason,
                 )
         self._collector.reset(reset_seed)
-        self._resumed_untouched = None
 
     def _collect_and_train(self) -> None:
         """``unroll_length`` env steps; the iteration's updates overlap the last one.

@@ -35,6 +35,7 @@ from alf_lite.environments.suite_gym import (
     BatchedEnvironment,
     EnvironmentCrashedError,
     EnvironmentHungError,
+    EpisodeReplayError,
     env_traceback,
 )
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
@@ -1513,35 +1514,52 @@ def test_a_stop_that_ends_a_resumes_episode_replay_leaves_its_checkpoint_as_it_w
     assert steps_in_csv(tmp_path) == [0, 100, 200, 300, 400]
 
 
-def test_a_signal_in_a_resumes_episode_replay_says_a_hung_replay_leaves_its_checkpoint(
-    tmp_path, monkeypatch, capfd
-):
-    # The stop is announced as the signal comes: in a replay, the one a hung env call ends
-    # writes no checkpoint, and the announcement says which is left as it was.
-    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
-    checkpoint = tmp_path / 'checkpoints' / 'ckpt-200'
-    files = {p.name: p.read_bytes() for p in checkpoint.iterdir()}
+def hang_with_a_sigterm_in_the_training_envs(monkeypatch, method, name=None):
+    """Make the next run's training envs send SIGTERM to this process, then hang for good, in
+    their vector env's ``method`` (for ``call``: when it calls ``name``); the patience of a
+    call a signal came in is 0.2 s."""
     monkeypatch.setattr(trainer_module, 'SIGNALLED_STEP_PATIENCE_S', 0.2)
     real_create = trainer_module.create_environment
     made = []
 
-    def create_hanging_in_the_replay(*args, **kwargs):
+    def create_hanging(*args, **kwargs):
         env = real_create(*args, **kwargs)
         if not made:  # the training envs, made first
-            real_call = env._env.call
+            real_method = getattr(env._env, method)
 
-            def call(name, *call_args, **call_kwargs):
-                if name == 'alf_lite_replay_episode':
+            def hanging(*call_args, **call_kwargs):
+                if name is None or call_args[0] == name:
                     os.kill(os.getpid(), signal.SIGTERM)
                     while True:
                         time.sleep(0.01)
-                return real_call(name, *call_args, **call_kwargs)
+                return real_method(*call_args, **call_kwargs)
 
-            monkeypatch.setattr(env._env, 'call', call)
+            monkeypatch.setattr(env._env, method, hanging)
         made.append(env)
         return env
 
-    monkeypatch.setattr(trainer_module, 'create_environment', create_hanging_in_the_replay)
+    monkeypatch.setattr(trainer_module, 'create_environment', create_hanging)
+
+
+@pytest.mark.parametrize('replayed', [True, False], ids=['replay', 'reset'])
+def test_a_signal_as_a_resumes_training_envs_start_says_a_hung_call_leaves_its_checkpoint(
+    tmp_path, monkeypatch, capfd, replayed
+):
+    # The stop is announced as the signal comes: while a resume's training envs start (they
+    # replay the checkpoint's episodes, or reset where they cannot), the stop a hung call
+    # ends writes no checkpoint, and the announcement says which is left as it was.
+    train_in_process(tmp_path, 'TrainerConfig.num_env_steps = 200')
+    checkpoint = tmp_path / 'checkpoints' / 'ckpt-200'
+    files = {p.name: p.read_bytes() for p in checkpoint.iterdir()}
+    if replayed:
+        hang_with_a_sigterm_in_the_training_envs(monkeypatch, 'call', 'alf_lite_replay_episode')
+    else:
+
+        def replay(self, records):
+            raise EpisodeReplayError('not replayable here')
+
+        monkeypatch.setattr(BatchedEnvironment, 'replay', replay)
+        hang_with_a_sigterm_in_the_training_envs(monkeypatch, 'reset')
     capfd.readouterr()
     parse_config(POINT, POINT_PARAMS + ['TrainerConfig.num_env_steps = 400'])
     with Trainer(TrainerConfig(), str(tmp_path), announce_stops=True) as trainer:
@@ -1552,7 +1570,7 @@ def test_a_signal_in_a_resumes_episode_replay_says_a_hung_replay_leaves_its_chec
     assert said.count('SIGTERM: stopping') == 1, said
     assert (
         'SIGTERM: stopping once the iteration under way ends, with a checkpoint (the training '
-        'envs replay the episodes of the checkpoint this run resumed from: a replay still '
+        'envs start from the checkpoint this run resumed from: a call of theirs still '
         'running 0.2 s after this signal is ended, leaving that checkpoint as it was; another '
         'signal ends it at once)'
     ) in said, said
