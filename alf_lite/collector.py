@@ -39,8 +39,9 @@ class Collector:
         env: the training envs.
         algorithm: acts with ``rollout_step`` (in eval mode).
         replay_buffer: gets one row per env per step.
-        initial_collect_steps: uniform random actions until this many env
-            steps were collected.
+        initial_collect_steps: uniform random actions until at least this
+            many env steps were collected (checked per step of all envs, so
+            rounded up to a multiple of their number).
         episode_stats: counts every step the envs take.
         device: the algorithm's device: each step's observation goes there in
             one copy and its action comes back in one.

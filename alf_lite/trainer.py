@@ -106,9 +106,11 @@ class TrainerConfig:
         num_env_steps: stop after this many env steps: at the end of the first
             iteration (``unroll_length`` steps of every env) that reaches it, so
             past it by less than an iteration where that does not divide it.
-        initial_collect_steps: uniform random actions for this many env steps;
-            training starts once more steps than this were collected (a run
-            that ends first only collects, with a warning).
+        initial_collect_steps: uniform random actions for this many env steps,
+            rounded up to a multiple of the number of training envs (they step
+            together: 1000 with 3 envs gives 1002); training starts once more
+            steps than this were collected (a run that ends first only
+            collects, with a warning).
         unroll_length: steps collected from every env per iteration.
         mini_batch_size: windows per update.
         mini_batch_length: rows per window; 2 gives one transition per window.

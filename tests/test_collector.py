@@ -90,14 +90,18 @@ def test_each_row_is_the_step_an_env_reached_and_the_action_taken_there():
     assert (stored['step_type'] == StepType.LAST).sum() == 2 * num_envs
 
 
-def test_uniform_random_actions_until_initial_collect_steps_then_the_policys():
-    # 2 envs, initial_collect_steps 4: the steps at 0 and 2 env steps act at
-    # random, those at 4 and 6 as the policy says. Echo observes the action it got.
+@pytest.mark.parametrize('initial_collect_steps', [3, 4])
+def test_uniform_random_actions_until_initial_collect_steps_then_the_policys(
+    initial_collect_steps,
+):
+    # 2 envs, initial_collect_steps 4 (or 3, rounded up to a multiple of 2 envs): the
+    # steps at 0 and 2 env steps act at random, those at 4 and 6 as the policy says.
+    # Echo observes the action it got.
     low, high = EchoEnv().action_space.low, EchoEnv().action_space.high
     policy_action = torch.tensor([[0.5, -0.5], [-1.0, 1.0]])
     policy = ListedPolicy([policy_action] * 2)
     with create_environment('alf_test/Echo-v0', 2) as env:
-        collector, buffer, _ = make_collector(env, policy, initial_collect_steps=4)
+        collector, buffer, _ = make_collector(env, policy, initial_collect_steps)
         collector.reset([0, 1])
         collect(collector, 4)
         last = collector._time_step
