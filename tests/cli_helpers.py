@@ -5,6 +5,7 @@ import contextlib
 import hashlib
 import json
 import os
+import resource
 import select
 import shutil
 import signal
@@ -284,6 +285,18 @@ class ServedProcess:
 
 
 train_server = TrainServer()
+
+
+def run_with_file_size_limit(command, limit_bytes):
+    """``run_train(command)`` with no file of the process (or its children) growing past
+    ``limit_bytes``: a write past it fails with EFBIG, as on a full disk."""
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+        # Python ignores SIGXFSZ too, but only once it runs; this covers the exec.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    return run_train(command, preexec_fn=limit_file_size)
 
 
 def run_train(command, cwd=REPO_ROOT, fresh_interpreter=False, **kwargs):

@@ -24,6 +24,7 @@ from cli_helpers import (
     assert_ok,
     python_output,
     run_train,
+    run_with_file_size_limit,
     run_with_output_reader_gone,
     send_as_user,
     signal_on_import,
@@ -713,6 +714,52 @@ def test_a_video_that_cannot_replace_the_file_there_is_kept_and_named(trained_ru
     ), result.stderr[-3000:]
     assert video.read_bytes() == b'the video of an earlier play'
     assert gif_frames(tmp_path / kept, fps=30) == EPISODE_STEPS + 1
+
+
+@pytest.mark.parametrize(
+    'video_name, reason',
+    [
+        # ffmpeg fails as it writes the video's index, at the end; imageio does not
+        # check how it ended: the file is read back.
+        ('play.mp4', 'the encoded video does not read back (ffmpeg: '),
+        ('play.gif', 'File too large.'),
+    ],
+)
+def test_a_video_that_cannot_be_written_leaves_the_file_there_as_it_was(
+    trained_run, tmp_path, video_name, reason
+):
+    # As on a full disk: no file may grow past 1000 bytes, less than either video.
+    video = tmp_path / video_name
+    video.write_bytes(b'the video of an earlier play')
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(trained_run)]
+    result = run_with_file_size_limit(command + ['--record_file', str(video)], 1000)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f'error: cannot write {video}: {reason}'), result.stderr[-3000:]
+    assert last.endswith(f'{video} was not written.'), result.stderr[-3000:]
+    assert 'frames written' not in result.stdout
+    assert video.read_bytes() == b'the video of an earlier play'
+    assert os.listdir(tmp_path) == [video_name]  # no temporary file left
+
+
+def test_an_encoder_that_stops_taking_frames_fails_the_video_and_leaves_no_file(tmp_path):
+    import psutil
+
+    from alf_lite.bin.play import VideoNotWrittenError, VideoWriter
+
+    frame = np.zeros((16, 16, 3), dtype=np.uint8)
+    others = set(psutil.Process().children())
+    writer = VideoWriter(str(tmp_path / 'play.mp4'), fps=30)
+    writer.append(frame)
+    (encoder,) = set(psutil.Process().children()) - others
+    encoder.kill()
+    encoder.wait(timeout=10)
+    with pytest.raises(VideoNotWrittenError, match=r'^the encoder \(ffmpeg\) took no more frames'):
+        for _ in range(100):  # past what the pipe to the dead encoder buffers
+            writer.append(frame)
+    writer.discard()
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_signal_once_the_video_is_moved_in_says_it_was_written(trained_run, tmp_path):

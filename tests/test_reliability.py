@@ -8,7 +8,6 @@ import os
 import pty
 import random
 import re
-import resource
 import select
 import shutil
 import signal
@@ -60,6 +59,7 @@ from cli_helpers import (
     fails_after,
     run_python,
     run_train,
+    run_with_file_size_limit,
     send_as_user,
     signal_on_import,
     sigterm_as_the_training_envs_give_episodes,
@@ -593,22 +593,10 @@ def test_checkpoint_with_bad_contents_is_named_with_its_problem(
     assert 'none of the 2 checkpoints' in result.stderr
 
 
-def run_train_with_file_size_limit(command, limit_bytes):
-    """``run_train(command)`` with no file of the process growing past ``limit_bytes``: a
-    write past it fails with EFBIG, as on a full disk."""
-
-    def limit_file_size():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
-        # Python ignores SIGXFSZ too, but only once it runs; this covers the exec.
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-
-    return run_train(command, preexec_fn=limit_file_size)
-
-
 def test_failed_config_write_is_a_clear_error_and_leaves_nothing(tmp_path):
     root_dir = tmp_path / 'run'
     # Below config.gin's size.
-    result = run_train_with_file_size_limit(train_command(root_dir, [PENDULUM], SHORT), 1000)
+    result = run_with_file_size_limit(train_command(root_dir, [PENDULUM], SHORT), 1000)
     assert result.returncode == 2, result.stderr[-3000:]
     assert f'cannot write {root_dir / "config.gin"}: [Errno 27] File too large' in result.stderr
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
@@ -656,7 +644,7 @@ def test_disk_full_in_torchs_zip_writer_stops_with_the_disk_full_message(finishe
         os.path.getsize(root_dir / 'checkpoints' / f'ckpt-{step}' / 'model.pt') > limit
         for step in checkpoint_steps(root_dir)
     )
-    result = run_train_with_file_size_limit(
+    result = run_with_file_size_limit(
         train_command(root_dir, params=['TrainerConfig.num_env_steps=600']), limit
     )
     assert result.returncode == 1, result.stderr[-3000:]

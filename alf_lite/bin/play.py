@@ -194,6 +194,11 @@ class VideoNotMovedError(OSError):
     directory such as /tmp, an immutable file): it is left at ``filename``."""
 
 
+class VideoNotWrittenError(Exception):
+    """The video could not be written (a full disk, an encoder that failed); its temporary
+    file is removed and the file at its path left as it was."""
+
+
 class VideoWriter:
     """Frames to ``path`` (.mp4 via imageio-ffmpeg, .gif via pillow), resized to ``size``.
 
@@ -259,7 +264,14 @@ class VideoWriter:
                 ImageOps.fit(Image.fromarray(frame), self._size, Image.Resampling.LANCZOS)
             )
         if self._gif is None:
-            self._writer.append_data(frame)
+            try:
+                self._writer.append_data(frame)
+            except OSError as e:
+                # imageio's message holds ffmpeg's whole command line: its first line says it.
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+                raise VideoNotWrittenError(
+                    f'the encoder (ffmpeg) took no more frames: {reason}'
+                ) from e
         else:
             frame = np.ascontiguousarray(frame)
             self._frames.append((frame.shape, zlib.compress(frame, 1)))
@@ -269,12 +281,17 @@ class VideoWriter:
         """Finish the video and move it to ``path``.
 
         Raises:
+            VideoNotWrittenError: the video could not be written, or does not read back
+                with its frames; ``path`` is left as it was.
             VideoNotMovedError: the finished video could not be moved to ``path``;
                 it is left where it was written.
         """
         try:
-            self._finish()
-            self.frames_in_file = self._count_frames_in_file()
+            try:
+                self._finish()
+                self.frames_in_file = self._count_frames_in_file()
+            except OSError as e:
+                raise VideoNotWrittenError(e.strerror or str(e)) from e
         except BaseException:
             self.discard()
             raise
@@ -304,8 +321,10 @@ class VideoWriter:
                 os.unlink(self._tmp)
 
     def _count_frames_in_file(self) -> int:
-        if self._gif is None or not self.num_frames:
+        if not self.num_frames:
             return self.num_frames
+        if self._gif is None:
+            return self._count_mp4_frames()
         from PIL import Image
 
         # Read back: pillow stores identical consecutive frames (after their
@@ -319,6 +338,24 @@ class VideoWriter:
                 return image.n_frames
         finally:
             Image.MAX_IMAGE_PIXELS = limit
+
+    def _count_mp4_frames(self) -> int:
+        """The frames of the closed .mp4, read back: the writer does not check how ffmpeg
+        ended, and a full disk leaves a file without its index that no player opens."""
+        import imageio_ffmpeg
+
+        try:
+            frames, _ = imageio_ffmpeg.count_frames_and_secs(self._tmp)
+        except RuntimeError as e:
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            raise VideoNotWrittenError(
+                f'the encoded video does not read back (ffmpeg: {lines[-1] if lines else e})'
+            ) from None
+        if frames != self.num_frames:
+            raise VideoNotWrittenError(
+                f'the encoded video holds {frames} of its {self.num_frames} frames'
+            )
+        return frames
 
     def _finish(self) -> None:
         if self._gif is None:
@@ -616,6 +653,9 @@ def play(argv, signals) -> None:
         if video is not None:
             try:
                 video.close()
+            except VideoNotWrittenError as e:
+                video = None
+                fail(f'cannot write {record_file}: {e}.{not_written}', exit_code=EXIT_FAULT)
             except VideoNotMovedError as e:
                 # The episodes are played: their video is kept, not discarded.
                 video = None
@@ -628,6 +668,8 @@ def play(argv, signals) -> None:
             video = None
     except EnvironmentCrashedError as e:
         fail(f'{e}{not_written}', exit_code=EXIT_FAULT)
+    except VideoNotWrittenError as e:
+        fail(f'cannot write {record_file}: {e}.{not_written}', exit_code=EXIT_FAULT)
     except Interrupted as e:
         if video is not None and video.moved_in:
             # The signal came once the video was in place: the earlier file is replaced.
