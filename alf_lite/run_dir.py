@@ -193,9 +193,14 @@ class RunDir:
         """Why train may not write into this run, or None: a path it writes, replaces or
         deletes in is a symbolic link, which would take that to where the link points
         (outside the run, for a run from someone else), or is not of its kind (a FIFO
-        for progress.csv, which would block). The root_dir itself may be a link."""
+        for progress.csv, which would block; a directory for a file it replaces, such as
+        config.gin). The root_dir itself may be a link."""
         expected = [(self.progress_file, stat.S_ISREG), (self.checkpoint_dir, stat.S_ISDIR)]
         expected += [(self.events_dir(mode), stat.S_ISDIR) for mode in SUMMARY_MODES]
+        # Replaced whole (by a rename): a link there is replaced, not written through.
+        for path in (self.config_file, self.operative_config_file, self.device_file):
+            if os.path.lexists(path) and not os.path.isfile(path):
+                return f'{path} is not a regular file. Remove it, or train in another --root_dir.'
         for path, is_kind in expected:
             try:
                 mode = os.lstat(path).st_mode
@@ -380,9 +385,13 @@ def read_config_text(path: str) -> str:
 
     Raises:
         ValueError: it holds more than ``MAX_CONFIG_BYTES`` (``oversized_config``); it is
-            not read into memory. Or it is not text (``not_text``).
+            not read into memory. Or it is not text (``not_text``), or a directory.
     """
-    with open(path) as f:
+    try:
+        f = open(path)
+    except IsADirectoryError:
+        raise ValueError(f'{path} is a directory, not a gin config file') from None
+    with f:
         size = os.fstat(f.fileno()).st_size
         if size > MAX_CONFIG_BYTES:
             raise ValueError(oversized_config(path, size))

@@ -657,6 +657,33 @@ def test_disk_full_in_torchs_zip_writer_stops_with_the_disk_full_message(finishe
     assert state['env_steps'] == 400 and rb is not None
 
 
+def test_a_run_file_that_cannot_be_written_stops_train_naming_it_and_keeps_the_run(
+    finished_run, tmp_path
+):
+    # The disk fills as the resume writes its first row to progress.csv.
+    root_dir = copy_run(finished_run, tmp_path)
+    prelude = (
+        'import errno, os\n'
+        'from alf_lite import summary\n'
+        'def disk_full(self, row):\n'
+        '    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._path)\n'
+        'summary.ProgressCsv.write = disk_full\n'
+    )
+    command = train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])
+    result = run_train(with_prelude(command, prelude))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    progress = root_dir / 'progress.csv'
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: [Errno 28] No space left on device: '{progress}'. The run stopped; what it "
+        'wrote before is kept: re-run the same command, once this is fixed, to resume from '
+        'its latest checkpoint.'
+    ), result.stderr[-3000:]
+    assert sorted(os.listdir(root_dir / 'checkpoints')) == ['ckpt-200', 'ckpt-400']
+    assert_ok(run_train(command))
+    assert checkpoint_steps(root_dir)[-1] == 600
+
+
 def test_resume_removes_what_checkpoint_writes_killed_midway_left(finished_run, tmp_path):
     root_dir = copy_run(finished_run, tmp_path)
     checkpoints = root_dir / 'checkpoints'

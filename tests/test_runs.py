@@ -684,6 +684,15 @@ def test_a_config_gin_that_tells_no_size_is_read_only_as_far_as_a_config_may_hol
     assert len(read_config_text(str(largest))) == MAX_CONFIG_BYTES
 
 
+def test_a_config_gin_that_is_a_directory_is_named_as_one(tmp_path):
+    root_dir = saved_run(tmp_path, '')
+    config_file = RunDir(root_dir).config_file
+    os.remove(config_file)
+    os.mkdir(config_file)
+    with pytest.raises(ValueError, match=f'^{re.escape(config_file)} is a directory, not a gin'):
+        config_bindings(root_dir)
+
+
 def test_run_dir_lock_excludes_a_second_holder_until_released(tmp_path):
     root_dir = str(tmp_path / 'run')
     assert not run_dir_in_use(root_dir)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from cli_helpers import assert_ok, checkpoint_steps, run_train
+from cli_helpers import assert_ok, checkpoint_steps, run_train, tree_digest
 from test_play import tiny_pendulum_run
 
 # A module name nothing else imports, so that no process of the tests has it already.
@@ -187,6 +187,28 @@ def test_train_refuses_a_run_whose_entries_are_links_and_changes_nothing(tiny_ru
         name: 'mine'
         for name in ('replay_buffer.pt', 'model.pt', 'events.out.tfevents.1.x', '.tmp-1')
     }
+
+
+@pytest.mark.parametrize('name', ['config.gin', 'operative_config.gin', 'device.txt'])
+def test_train_refuses_a_run_whose_replaced_file_is_a_directory_and_changes_nothing(
+    tiny_run, tmp_path, name
+):
+    run = tmp_path / 'run'
+    shutil.copytree(tiny_run, run)
+    path = run / name
+    if path.exists():
+        path.unlink()
+    path.mkdir()
+    (path / 'mine').write_text('mine')
+    before = tree_digest(run)
+    result = run_train(
+        [sys.executable, '-m', 'alf_lite.bin.train', '--root_dir', str(run)]
+        + ['--gin_param', 'TrainerConfig.num_env_steps=3']
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    assert f'error: {path} is not a regular file' in result.stderr, result.stderr[-3000:]
+    assert tree_digest(run) == before
 
 
 def test_a_left_progress_tmp_link_is_not_written_through(tiny_run, tmp_path):

@@ -299,6 +299,16 @@ def train(root_dir: str, signals) -> None:
             # The message names the env that raised, died or hung; leaving the
             # ``with`` block terminates every env process.
             fail_on_env_error(e)
+        except OSError as e:
+            if e.filename is None:
+                raise
+            # A file of the run that cannot be written (a full disk): each is replaced
+            # whole or appended to, so what was written before stays readable.
+            fail(
+                f'{e}. The run stopped; what it wrote before is kept: re-run the same '
+                'command, once this is fixed, to resume from its latest checkpoint.',
+                exit_code=EXIT_FAULT,
+            )
 
 
 if __name__ == '__main__':
