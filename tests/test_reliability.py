@@ -657,25 +657,28 @@ def test_disk_full_in_torchs_zip_writer_stops_with_the_disk_full_message(finishe
     assert state['env_steps'] == 400 and rb is not None
 
 
+@pytest.mark.parametrize('named', [True, False], ids=['file_named', 'no_file_named'])
 def test_a_run_file_that_cannot_be_written_stops_train_naming_it_and_keeps_the_run(
-    finished_run, tmp_path
+    finished_run, tmp_path, named
 ):
-    # The disk fills as the resume writes its first row to progress.csv.
+    # The disk fills as the resume writes its first row to progress.csv: an open that
+    # fails names the file, a write does not.
     root_dir = copy_run(finished_run, tmp_path)
     prelude = (
         'import errno, os\n'
         'from alf_lite import summary\n'
         'def disk_full(self, row):\n'
-        '    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._path)\n'
-        'summary.ProgressCsv.write = disk_full\n'
+        '    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)'
+        + (', self._path)\n' if named else ')\n')
+        + 'summary.ProgressCsv.write = disk_full\n'
     )
     command = train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])
     result = run_train(with_prelude(command, prelude))
     assert result.returncode == 1, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
-    progress = root_dir / 'progress.csv'
+    where = f": '{root_dir / 'progress.csv'}'" if named else f', writing in {root_dir}'
     assert result.stderr.strip().splitlines()[-1] == (
-        f"error: [Errno 28] No space left on device: '{progress}'. The run stopped; what it "
+        f'error: [Errno 28] No space left on device{where}. The run stopped; what it '
         'wrote before is kept: re-run the same command, once this is fixed, to resume from '
         'its latest checkpoint.'
     ), result.stderr[-3000:]

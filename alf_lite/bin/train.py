@@ -19,6 +19,7 @@ came while train started up or shut down (no checkpoint is written for it).
 """
 
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -216,6 +217,10 @@ def _arrived_while(error: BaseException, kind: type):
     return None
 
 
+# The errors of a write that fails for want of room or of a writable disk.
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
+
+
 def train(root_dir: str, signals) -> None:
     """Train in ``root_dir`` as the flags say; ``signals``: SIGINT and SIGTERM outside the
     training loop."""
@@ -300,12 +305,14 @@ def train(root_dir: str, signals) -> None:
             # ``with`` block terminates every env process.
             fail_on_env_error(e)
         except OSError as e:
-            if e.filename is None:
-                raise
             # A file of the run that cannot be written (a full disk): each is replaced
-            # whole or appended to, so what was written before stays readable.
+            # whole or appended to, so what was written before stays readable. A write
+            # (not an open) that fails names no file.
+            if e.filename is None and e.errno not in WRITE_ERRNOS:
+                raise
+            where = '' if e.filename is not None else f', writing in {root_dir}'
             fail(
-                f'{e}. The run stopped; what it wrote before is kept: re-run the same '
+                f'{e}{where}. The run stopped; what it wrote before is kept: re-run the same '
                 'command, once this is fixed, to resume from its latest checkpoint.',
                 exit_code=EXIT_FAULT,
             )
