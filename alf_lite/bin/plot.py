@@ -12,11 +12,12 @@ old run. A run is read from its ``progress.csv``, or from its TensorBoard
 events when it has none; a NaN is no point, as an empty cell is (TD3's actor
 loss before its first actor update). An inf (a run that diverged) is kept and
 named in a warning: its group's mean there is inf, with no band (NaN, no
-point, where +inf and -inf meet). ``--x wall_time`` plots the seconds since
-the run's first row (a pause before a resume included). A run without a column
-asked for (``--x``, ``--y``, ``--y_minus``) is left out, named in one warning
-per column; when no run has it, plot exits naming the closest columns there
-are.
+point, where +inf and -inf meet). A row whose ``env_steps`` is nan or inf (an
+edited file: train counts no step of it) is no point, nor is one whose x is
+(``read_scalar``). ``--x wall_time`` plots the seconds since the run's first
+row (a pause before a resume included). A run without a column asked for
+(``--x``, ``--y``, ``--y_minus``) is left out, named in one warning per column;
+when no run has it, plot exits naming the closest columns there are.
 
 ``--group_by config`` puts runs whose ``config.gin`` differ only in
 ``TrainerConfig.random_seed`` (or a macro only it uses, ``seed_names``) and in
