@@ -762,9 +762,10 @@ def test_runs_that_differ_in_any_one_grouped_parameter_are_groups_apart(tmp_path
         ('--smoothing', '0', '--smoothing, --last_n and --num_bootstrap must be positive'),
         ('--last_n', '0', '--smoothing, --last_n and --num_bootstrap must be positive'),
         ('--num_bootstrap', '0', '--smoothing, --last_n and --num_bootstrap must be positive'),
+        ('--num_bootstrap', '100001', '--num_bootstrap must be at most 100000, got 100001'),
         ('--out', 'curves.jpg', "--out must end in .png, got 'curves.jpg'"),
     ],
-    ids=['smoothing', 'last_n', 'num_bootstrap', 'out'],
+    ids=['smoothing', 'last_n', 'num_bootstrap', 'num_bootstrap_past_its_most', 'out'],
 )
 def test_unusable_flags_are_refused_and_nothing_is_written(grid, tmp_path, flag, value, message):
     result = run_plot([str(grid), flag, value], tmp_path)
