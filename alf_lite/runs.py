@@ -12,6 +12,7 @@ import contextlib
 import csv
 import errno
 import itertools
+import math
 import os
 import re
 import signal
@@ -175,7 +176,8 @@ def _progress_points(
     reader: Iterator[List[str]], columns: List[str], x: str, y: str
 ) -> List[Tuple[float, float]]:
     """``(x, y)`` of each row of ``reader`` (progress.csv's rows after its header ``columns``)
-    that has all its fields, a value of both and an ``env_steps`` that is a number or empty.
+    that has all its fields, a value of both and an ``env_steps`` that is a finite number or
+    empty.
 
     The rows are lists, not ``csv.DictReader``'s dicts, which would take most of the time of
     reading a long run. A column named twice is read where a dict would have it, at its last
@@ -193,9 +195,13 @@ def _progress_points(
             continue
         if at_step is not None:
             try:
-                float(row[at_step] or 0)
+                step = float(row[at_step] or 0)
             except ValueError:
-                continue  # an edited row, of no step: train keeps it and counts no step of it
+                step = math.nan
+            # An edited row ('ten', 'nan', 'inf'), of no step: train keeps it and counts no
+            # step of it.
+            if not math.isfinite(step):
+                continue
         points.append((float(row[at_x]), float(row[at_y])))
     return points
 
@@ -203,10 +209,11 @@ def _progress_points(
 def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, np.ndarray]:
     """The points ``(x, y)`` of one scalar of a run, sorted by x, one per x (the last written).
 
-    Reads ``progress.csv``, passing over a row whose ``env_steps`` is no number (an
+    Reads ``progress.csv``, passing over a row whose ``env_steps`` is no finite number (an
     edited file: train keeps it and counts no step of it); a run without one is read
     from its TensorBoard events, where x can only be ``env_steps`` (the event step) or
-    ``wall_time``.
+    ``wall_time``. A point whose x is no finite number (``nan``, ``inf``) is passed over
+    too; one whose y is (a NaN loss, a diverged return) is kept.
 
     Args:
         root_dir: the run's directory.
@@ -239,7 +246,8 @@ def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, 
             )
     else:
         points = _read_tensorboard_scalar(root_dir, y, x)
-    by_x = dict(points)
+    # A point at a NaN or an infinite x (an edited row) has no place along x.
+    by_x = {a: b for a, b in points if math.isfinite(a)}
     xs = np.array(sorted(by_x), dtype=np.float64)
     return xs, np.array([by_x[v] for v in xs], dtype=np.float64)
 

@@ -167,19 +167,21 @@ def test_local_grid_trains_each_combination_and_seed_and_rerun_skips_them(local_
     assert {n: (root_dir / n / 'progress.csv').read_text() for n in RUN_NAMES} == progress
 
 
+@pytest.mark.parametrize('env_steps', ['ten', 'nan', 'inf'])
 def test_a_finished_run_with_a_row_whose_env_steps_is_no_number_is_skipped_with_its_return(
-    local_grid, tmp_path
+    local_grid, tmp_path, env_steps
 ):
     _, trained, _ = local_grid
     names = [RUN_NAMES[0], RUN_NAMES[2]]  # seed 0 of each tau
     root_dir = tmp_path / 'runs'
     for name in names:
         shutil.copytree(trained / name, root_dir / name)
-    # An edited row, which train keeps as it is and counts no step of.
+    # An edited row, which train keeps as it is and counts no step of; its evaluation is
+    # not the run's last (at inf, it would come last).
     progress = root_dir / names[0] / 'progress.csv'
     rows = progress.read_text().splitlines(keepends=True)
     assert rows[2].startswith('10,')
-    progress.write_text(''.join(rows[:2] + ['ten' + rows[2][2:]] + rows[3:]))
+    progress.write_text(''.join(rows[:2] + [env_steps + rows[2][2:]] + rows[3:]))
     write_inputs(tmp_path, dict(GRID, repeats=1))
     result = run_grid(tmp_path, root_dir)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -762,9 +762,10 @@ def test_runs_that_differ_in_any_one_grouped_parameter_are_groups_apart(tmp_path
         ('--smoothing', '0', '--smoothing, --last_n and --num_bootstrap must be positive'),
         ('--last_n', '0', '--smoothing, --last_n and --num_bootstrap must be positive'),
         ('--num_bootstrap', '0', '--smoothing, --last_n and --num_bootstrap must be positive'),
+        ('--num_bootstrap', '100001', '--num_bootstrap must be at most 100000, got 100001'),
         ('--out', 'curves.jpg', "--out must end in .png, got 'curves.jpg'"),
     ],
-    ids=['smoothing', 'last_n', 'num_bootstrap', 'out'],
+    ids=['smoothing', 'last_n', 'num_bootstrap', 'num_bootstrap_past_its_most', 'out'],
 )
 def test_unusable_flags_are_refused_and_nothing_is_written(grid, tmp_path, flag, value, message):
     result = run_plot([str(grid), flag, value], tmp_path)
@@ -822,6 +823,21 @@ def test_nan_is_no_point_and_spoils_no_later_window(tmp_path):
     assert means == {100: 2.0, 200: 3.0, 300: float('inf'), 400: float('inf'), 500: 7.0, 700: 9.0}
     # The last 2 points: 8 and 10.
     assert final_table(result.stdout) == {'td3': (1, 9.0, 9.0, 9.0)}, result.stdout
+
+
+def test_a_row_whose_env_steps_or_x_is_nan_or_inf_is_passed_over(tmp_path):
+    # Edited rows: train counts no step of an env_steps of nan or inf, and a NaN or an
+    # infinite x has no place along x (an inf would be the run's last point).
+    rows = [(0, 1e9, 1), ('nan', 1e9 + 1, 2), ('inf', 1e9 + 2, 3)]
+    rows += [(300, 'nan', 4), (400, '-inf', 5), (500, 1e9 + 5, 6)]
+    write_progress(tmp_path / 'run', rows)
+    args = [str(tmp_path / 'run'), '--y', 'train/actor_loss', '--group_by', 'none']
+    for x, means in (('env_steps', {0: 1, 300: 4, 400: 5, 500: 6}), ('wall_time', {0: 1, 5: 6})):
+        result = run_plot([*args, '--x', x, '--out', f'{x}.png'], tmp_path)
+        assert_ok(result)
+        with open(tmp_path / f'{x}.csv', newline='') as f:
+            assert {float(r[x]): float(r['mean']) for r in csv.DictReader(f)} == means
+        assert final_table(result.stdout) == {'run': (1, 6.0, 6.0, 6.0)}, result.stdout
 
 
 def test_a_diverged_run_makes_its_groups_mean_inf_named_in_a_warning_without_numpys(tmp_path):

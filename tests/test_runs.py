@@ -45,7 +45,7 @@ from alf_lite.runs import (
     subprocess_env,
     train_in_subprocess,
 )
-from alf_lite.summary import Summary
+from alf_lite.summary import Summary, last_env_steps
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -928,6 +928,23 @@ def test_read_scalar_passes_over_a_row_whose_env_steps_is_no_number(tmp_path):
     (tmp_path / 'progress.csv').write_text('env_steps,eval/AverageReturn\n0,-10\n10,oops\n')
     with pytest.raises(ValueError, match="line 3: could not convert string to float: 'oops'"):
         read_scalar(str(tmp_path), 'eval/AverageReturn')
+
+
+@pytest.mark.parametrize('value', ['nan', 'inf', '-inf', '1e999'])
+def test_read_scalar_passes_over_a_row_whose_env_steps_or_x_is_not_finite(tmp_path, value):
+    # Edited rows: an env_steps of nan or inf is no step to train, and a point at a NaN or an
+    # infinite x has no place along x (nor is it a run's last point).
+    path = tmp_path / 'progress.csv'
+    path.write_text(
+        f'env_steps,wall_time,eval/AverageReturn\n0,1,-10\n{value},2,-9\n20,{value},-8\n30,4,-7\n'
+    )
+    assert last_env_steps(str(path)) == 30
+    xs, values = read_scalar(str(tmp_path), 'eval/AverageReturn')
+    assert xs.tolist() == [0, 20, 30] and values.tolist() == [-10, -8, -7]
+    xs, values = read_scalar(str(tmp_path), 'eval/AverageReturn', x='wall_time')
+    assert xs.tolist() == [1, 4] and values.tolist() == [-10, -7]
+    assert final_value(str(tmp_path)) == -7
+    assert first_wall_time(str(tmp_path)) == 1
 
 
 def test_read_scalar_of_an_empty_progress_csv_says_it_is_empty(tmp_path):

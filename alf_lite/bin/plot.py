@@ -12,11 +12,12 @@ old run. A run is read from its ``progress.csv``, or from its TensorBoard
 events when it has none; a NaN is no point, as an empty cell is (TD3's actor
 loss before its first actor update). An inf (a run that diverged) is kept and
 named in a warning: its group's mean there is inf, with no band (NaN, no
-point, where +inf and -inf meet). ``--x wall_time`` plots the seconds since
-the run's first row (a pause before a resume included). A run without a column
-asked for (``--x``, ``--y``, ``--y_minus``) is left out, named in one warning
-per column; when no run has it, plot exits naming the closest columns there
-are.
+point, where +inf and -inf meet). A row whose ``env_steps`` is nan or inf (an
+edited file: train counts no step of it) is no point, nor is one whose x is
+(``read_scalar``). ``--x wall_time`` plots the seconds since the run's first
+row (a pause before a resume included). A run without a column asked for
+(``--x``, ``--y``, ``--y_minus``) is left out, named in one warning per column;
+when no run has it, plot exits naming the closest columns there are.
 
 ``--group_by config`` puts runs whose ``config.gin`` differ only in
 ``TrainerConfig.random_seed`` (or a macro only it uses, ``seed_names``) and in
@@ -38,15 +39,15 @@ Aggregation, per group, at each x where one of its runs has a point: each run
 whose x values span that x gives a value, its own point or else the linear
 interpolation between its points on either side; their mean and band: ``ci``,
 the 2.5 and 97.5 percentiles of the mean over ``--num_bootstrap`` resamplings
-of those runs (with replacement), or ``std``, mean +- their standard deviation
-(ddof 1). A run that ends before the group's last x is named in a warning, and
-the legend and the table count it (``3 runs, 1 ending at 2000``): past its end
-the mean is over fewer runs. ``--smoothing N`` first replaces each run's value
-by the mean of its last N points. Writes the PNG, the aggregated curves as a
-CSV next to it (``curves.csv`` for ``curves.png``: group, x, mean, lower,
-upper, num_runs), and prints the final performance of each group: the mean
-over runs of each run's own last ``--last_n`` points (a run that ends early
-gives those), with the same band.
+(at most ``MAX_NUM_BOOTSTRAP``) of those runs (with replacement), or ``std``,
+mean +- their standard deviation (ddof 1). A run that ends before the group's
+last x is named in a warning, and the legend and the table count it (``3 runs,
+1 ending at 2000``): past its end the mean is over fewer runs.
+``--smoothing N`` first replaces each run's value by the mean of its last N
+points. Writes the PNG, the aggregated curves as a CSV next to it (``curves.csv`` for
+``curves.png``: group, x, mean, lower, upper, num_runs), and prints the final
+performance of each group: the mean over runs of each run's own last
+``--last_n`` points (a run that ends early gives those), with the same band.
 """
 
 import contextlib
@@ -105,6 +106,9 @@ from alf_lite.signals import Interrupted, RaisingSignals  # noqa: E402
 
 CONFIDENCE = 0.95
 NUM_BOOTSTRAP = 10_000
+# The most --num_bootstrap: a band's ends move by little past the default, and a block of
+# bands holds all their resampled means (200 MB at this many, twice that for their ends).
+MAX_NUM_BOOTSTRAP = 100_000
 # The bands whose resampled means are held at once (each num_bootstrap numbers).
 BOOTSTRAP_BLOCK_ROWS = 256
 # The x of a group's curve where its runs have points at different x (wall_time): the
@@ -193,7 +197,11 @@ flags.DEFINE_integer(
     "Final performance: mean of the last N points of each run, a run's own last points "
     'when it ends before the others.',
 )
-flags.DEFINE_integer('num_bootstrap', NUM_BOOTSTRAP, 'Bootstrap resamplings of the runs.')
+flags.DEFINE_integer(
+    'num_bootstrap',
+    NUM_BOOTSTRAP,
+    f'Bootstrap resamplings of the runs, at most {MAX_NUM_BOOTSTRAP}.',
+)
 flags.DEFINE_string(
     'out', 'curves.png', 'PNG to write; the aggregated curves go to the same path with .csv.'
 )
@@ -723,6 +731,12 @@ def plot(argv):
         )
     if FLAGS.smoothing <= 0 or FLAGS.last_n <= 0 or FLAGS.num_bootstrap <= 0:
         fail('--smoothing, --last_n and --num_bootstrap must be positive')
+    if FLAGS.num_bootstrap > MAX_NUM_BOOTSTRAP:
+        fail(
+            f'--num_bootstrap must be at most {MAX_NUM_BOOTSTRAP}, got {FLAGS.num_bootstrap}: '
+            'the resampled means are held in memory, and past the default '
+            f'{NUM_BOOTSTRAP} the band barely moves'
+        )
     if not FLAGS.out.lower().endswith('.png'):
         fail(f'--out must end in .png, got {FLAGS.out!r}')
     csv_path = os.path.splitext(FLAGS.out)[0] + '.csv'
