@@ -136,7 +136,9 @@ class TrainerConfig:
             stays); None keeps every one. A resume falls back to an older
             checkpoint only where one is kept.
         torch_num_threads: torch intra-op threads; 1 is usually fastest for
-            small networks when anything else runs on the machine.
+            small networks when anything else runs on the machine. At most
+            ``MAX_TORCH_THREADS``; more than the cores the process may use is
+            warned about (the threads wait for each other).
         mask_out_loss_for_last_step: drop the loss of each transition from a
             LAST row (its next row is another episode's FIRST). False trains on them, as
             tf-agents does; for study only. Either way, the pair across the
@@ -218,6 +220,12 @@ class TrainerConfig:
         for name in positive:
             if values[name] <= 0:
                 raise ValueError(f'TrainerConfig.{name} must be positive, got {values[name]}.')
+        if torch_num_threads > MAX_TORCH_THREADS:
+            raise ValueError(
+                f'TrainerConfig.torch_num_threads must be at most {MAX_TORCH_THREADS}, got '
+                f'{torch_num_threads}: OpenMP cannot start that many threads (it aborts '
+                'the process); 1 is usually fastest.'
+            )
         if mini_batch_length < 2:
             raise ValueError(
                 'TrainerConfig.mini_batch_length must be >= 2: a TD update needs '
@@ -314,6 +322,9 @@ class TrainerConfig:
 # Seconds each env call under way once a stop signal came, training or evaluating, has to
 # end (from the signal, or from its start for one begun later: the rest of the iteration,
 # the checkpoint's) before it is abandoned as hung: ample for a step, short for a person.
+# The most TrainerConfig.torch_num_threads: past some thousands OpenMP fails to start its
+# threads and aborts the process (or it crashes), and no machine has this many cores.
+MAX_TORCH_THREADS = 1024
 SIGNALLED_STEP_PATIENCE_S = 10.0
 
 # Seconds between two readings of the env processes' own memory for the summaries: one
@@ -484,6 +495,14 @@ class Trainer:
             # Streams, events and graphs are made on the current GPU.
             torch.cuda.set_device(device)
         self._announce_stops = announce_stops
+        cores = len(os.sched_getaffinity(0))
+        if cfg.torch_num_threads > cores:
+            logging.warning(
+                'TrainerConfig.torch_num_threads = %d is more than the %d cores this process '
+                'may use: its threads wait for each other (1 is usually fastest)',
+                cfg.torch_num_threads,
+                cores,
+            )
         with _torch_settings(cfg.torch_num_threads, device):
             seed_everything(cfg.random_seed, cfg.torch_num_threads)
             self._build()

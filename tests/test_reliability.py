@@ -121,6 +121,7 @@ BAD_PARAMS = [
     ('TrainerConfg.random_seed=1', "'TrainerConfig'"),
     ('TrainerConfig.random_seed=(1', "Cannot parse --gin_param 'TrainerConfig.random_seed=(1'"),
     ('CriticNetwork.num_replicas=3', "'num_replicas' of 'CriticNetwork' in --gin_param"),
+    ('TrainerConfig.torch_num_threads=100000', 'torch_num_threads must be at most 1024'),
 ]
 
 
@@ -136,6 +137,24 @@ def test_bad_parameter_exits_2_and_creates_nothing(tmp_path, param, message):
     assert message in result.stderr, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr
     assert not (tmp_path / 'new').exists()
+
+
+def test_more_torch_threads_than_usable_cores_are_warned_about(tmp_path):
+    threads = len(os.sched_getaffinity(0)) + 1
+    params = SHORT + [
+        'TrainerConfig.num_env_steps=200',
+        f'TrainerConfig.torch_num_threads={threads}',
+    ]
+    result = run_train(train_command(tmp_path / 'run', [PENDULUM], params))
+    assert_ok(result)
+    assert (
+        f'TrainerConfig.torch_num_threads = {threads} is more than the {threads - 1} cores '
+        'this process may use'
+    ) in result.stderr, result.stderr[-3000:]
+    within = ['TrainerConfig.num_env_steps=200', f'TrainerConfig.torch_num_threads={threads - 1}']
+    result = run_train(train_command(tmp_path / 'run2', [PENDULUM], SHORT + within))
+    assert_ok(result)
+    assert 'torch_num_threads = ' not in result.stderr, result.stderr[-3000:]
 
 
 def test_replay_buffer_too_large_says_bytes_needed_and_available(tmp_path):
