@@ -383,6 +383,9 @@ def open_not_following_a_link(path: str, flags: int) -> int:
     directory_fd = os.open(directory or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         return os.open(name, flags | os.O_NOFOLLOW, 0o666, dir_fd=directory_fd)
+    except OSError as e:
+        # Named by the whole path, not the name within its directory.
+        raise OSError(e.errno, e.strerror, path) from None
     finally:
         os.close(directory_fd)
 

@@ -249,6 +249,8 @@ def test_a_sweep_runs_no_module_of_its_logs_and_writes_through_no_log_link(tmp_p
     assert re.search(
         r'seed=1: failed in \d+ s \(OSError: .*Too many levels of symbolic links', result.stdout
     ), result.stdout
+    # The log named by its whole path.
+    assert f"links: '{logs / 'seed=1.log'}'" in result.stdout, result.stdout
 
 
 def test_a_sweep_writes_no_log_through_a_logs_directory_that_is_a_link(tmp_path):
