@@ -28,6 +28,7 @@ from absl import logging
 from alf_lite.config import sync_to_disk
 from alf_lite.device import available_cpu_memory
 from alf_lite.run_dir import (
+    MAX_CONFIG_BYTES,
     checkpoint_env_steps,
     checkpoint_name,
     is_scalar_name,
@@ -867,6 +868,10 @@ class TrainerState(NamedTuple):
             where ``iteration_trained``: the summary at the end of the cut iteration
             holds them, as the run never stopped does. None otherwise (also in
             checkpoints that predate this field).
+        config_text: the run's ``config.gin`` as the ``train()`` that wrote this
+            checkpoint began with it: a resume refuses a config file that since changed
+            the experiment (edited, emptied). None where the run had no config.gin (also
+            in checkpoints that predate this field).
     """
 
     algorithm: dict
@@ -883,6 +888,7 @@ class TrainerState(NamedTuple):
     iteration_length: Optional[int] = None
     train_scalars: Optional[Dict[str, float]] = None
     update_scalars: Optional[Dict[str, float]] = None
+    config_text: Optional[str] = None
 
 
 def save_trainer_state(
@@ -944,6 +950,7 @@ def check_trainer_state(path: str, state: dict) -> None:
         'iteration_length': (int, type(None)),
         'train_scalars': (dict, type(None)),
         'update_scalars': (dict, type(None)),
+        'config_text': (str, type(None)),
     }
     for field, expected in expected_types.items():
         value = getattr(state, field)
@@ -959,6 +966,11 @@ def check_trainer_state(path: str, state: dict) -> None:
         )
     if state.iteration_length is not None and state.iteration_length < 1:
         raise CorruptCheckpointError(f'{model}: iteration_length {state.iteration_length} < 1')
+    if state.config_text is not None and len(state.config_text) > MAX_CONFIG_BYTES:
+        raise CorruptCheckpointError(
+            f'{model}: its config_text holds {len(state.config_text)} characters, more than '
+            f'a config may ({MAX_CONFIG_BYTES})'
+        )
     named = checkpoint_env_steps(path)
     if named is not None and named != state.env_steps:
         # Picked as the newest by its name: a renamed checkpoint would hide the real newest.

@@ -50,7 +50,14 @@ from alf_lite.replay_buffer import (
     ReplayBufferMismatchError,
     check_replay_buffer_fits,
 )
-from alf_lite.run_dir import RunDir, RunDirLock, config_int, last_good_name, read_config_text
+from alf_lite.run_dir import (
+    RunDir,
+    RunDirLock,
+    changed_bindings,
+    config_int,
+    last_good_name,
+    read_config_text,
+)
 from alf_lite.runs import (
     DEFAULT_SEED,
     ENV_PROCESSES_USS_BYTES,
@@ -588,6 +595,7 @@ class Trainer:
         self._env_steps = 0
         self._num_updates = 0
         self._last_eval = {}
+        self._config_text: Optional[str] = None
         # The training scalars of the row at ``_env_steps`` that waits for its
         # evaluation; at a fresh start, the evaluation of the initial policy.
         self._pending_evaluation: Optional[dict] = {}
@@ -802,6 +810,8 @@ class Trainer:
         self._runner.reset_non_finite_loss()
         if before_writing is not None:
             before_writing()
+        # As this train() begins with it: kept in each checkpoint, for a resume to check.
+        self._config_text = self._config_file_text()
         # Only now: a resume refused above leaves them where they were.
         ckpt.move_aside(unreadable)
         for path in ckpt.remove_temporary_checkpoints(self._run_dir.checkpoint_dir):
@@ -1217,6 +1227,7 @@ class Trainer:
                 if self._iteration_trained
                 else None
             ),
+            config_text=self._config_text,
         )
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
@@ -1305,9 +1316,44 @@ class Trainer:
         num_envs = value('create_environment.num_parallel_environments', create_environment)
         return interval + unroll_length * num_envs - 1
 
+    def _config_file_text(self, path: Optional[str] = None) -> Optional[str]:
+        """The text of the run's config file ``path`` (``config.gin``), or None where there
+        is none or it cannot be read (train names that problem where it parses it)."""
+        try:
+            return read_config_text(path or self._run_dir.config_file)
+        except (OSError, ValueError):
+            return None
+
+    def _check_config_unchanged(self, path: str, state: ckpt.TrainerState) -> None:
+        """Refuse to resume from checkpoint ``path`` where the run's config file for its step
+        changed the experiment since the checkpoint was written (edited, emptied)."""
+        if state.config_text is None:
+            return
+        config_file = self._run_dir.config_file_of(state.env_steps)
+        text = self._config_file_text(config_file)
+        if text is None:
+            return
+        differing = changed_bindings(state.config_text, text)
+        if differing and config_file != self._run_dir.config_file:
+            # Written again at its own step by the resume that kept config_file (one whose
+            # num_env_steps ends the run there): under the config that resume wrote.
+            latest = self._config_file_text()
+            if latest is not None and not changed_bindings(state.config_text, latest):
+                return
+        if differing:
+            raise ckpt.CheckpointError(
+                f'{config_file} is not the config that {path} was trained with: it differs '
+                f'in {len(differing)} binding(s), e.g. {differing[:4]}. It was changed (or '
+                'damaged) after that checkpoint was written; a resume changes the '
+                'experiment with --gin_param, which keeps the config trained with so far '
+                "as config-until-<N>.gin. Put the run's config back, or pass --start_over "
+                'to train afresh.'
+            )
+
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> Optional[dict]:
         """Restore the checkpoint at ``path``; returns its collection state (or None)."""
         state = ckpt.trainer_state(state, path)
+        self._check_config_unchanged(path, state)
         # A checkpoint belongs to a run of this length if the iteration it ends, or that a
         # signal cut short in, began before the run's end: the last iteration may end past
         # it. The run's own iterations count: a resume that changes their length (another

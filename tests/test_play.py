@@ -23,6 +23,7 @@ from cli_helpers import (
     TINY,
     assert_ok,
     python_output,
+    run_python,
     run_train,
     run_with_file_size_limit,
     run_with_output_reader_gone,
@@ -546,6 +547,24 @@ def test_play_seeds_the_env_with_the_runs_seed_unless_told_otherwise(bfloat16_ru
     assert played_returns(told) != played_returns(default)
 
 
+def test_play_warns_of_a_config_gin_changed_after_its_checkpoint(trained_run, tmp_path):
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run, run)
+    result = run_play(run)
+    assert_ok(result)
+    assert 'is not the config that' not in result.stderr, result.stderr[-3000:]
+    config = run / 'config.gin'
+    text = config.read_text()
+    assert 'actor/Adam.lr = 0.1\n' in text
+    config.write_text(text.replace('actor/Adam.lr = 0.1\n', 'actor/Adam.lr = 0.2\n'))
+    result = run_play(run)
+    assert_ok(result)
+    assert (
+        f'{config} is not the config that {run / "checkpoints" / "ckpt-2"} was trained with: '
+        "it differs in 1 binding(s), e.g. ['actor/Adam.lr = 0.1 -> actor/Adam.lr = 0.2']"
+    ) in result.stderr, result.stderr[-3000:]
+
+
 def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):
     import imageio
 
@@ -744,21 +763,26 @@ def test_a_video_that_cannot_be_written_leaves_the_file_there_as_it_was(
 
 
 def test_an_encoder_that_stops_taking_frames_fails_the_video_and_leaves_no_file(tmp_path):
-    import psutil
-
-    from alf_lite.bin.play import VideoNotWrittenError, VideoWriter
-
-    frame = np.zeros((16, 16, 3), dtype=np.uint8)
-    others = set(psutil.Process().children())
-    writer = VideoWriter(str(tmp_path / 'play.mp4'), fps=30)
-    writer.append(frame)
-    (encoder,) = set(psutil.Process().children()) - others
-    encoder.kill()
-    encoder.wait(timeout=10)
-    with pytest.raises(VideoNotWrittenError, match=r'^the encoder \(ffmpeg\) took no more frames'):
-        for _ in range(100):  # past what the pipe to the dead encoder buffers
-            writer.append(frame)
-    writer.discard()
+    # In a process of its own, as play's flags would clash with those of another tool.
+    script = (
+        'import numpy as np, psutil\n'
+        'from alf_lite.bin.play import VideoNotWrittenError, VideoWriter\n'
+        'frame = np.zeros((16, 16, 3), dtype=np.uint8)\n'
+        f'writer = VideoWriter({str(tmp_path / "play.mp4")!r}, fps=30)\n'
+        'writer.append(frame)\n'
+        '(encoder,) = psutil.Process().children()\n'
+        'encoder.kill()\n'
+        'encoder.wait(timeout=10)\n'
+        'try:\n'
+        '    for _ in range(100):  # past what the pipe to the dead encoder buffers\n'
+        '        writer.append(frame)\n'
+        'except VideoNotWrittenError as e:\n'
+        '    print(e)\n'
+        'writer.discard()\n'
+    )
+    result = run_python(script)
+    assert_ok(result)
+    assert result.stdout.startswith('the encoder (ffmpeg) took no more frames: '), result.stdout
     assert os.listdir(tmp_path) == []
 
 

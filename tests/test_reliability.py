@@ -273,6 +273,49 @@ def test_a_resume_that_changes_the_experiment_keeps_the_config_it_trained_with(
         'operative_config.gin',
     ]
     assert checkpoint_steps(root_dir)[-1] == 800
+    # As if the run died before its checkpoints after 400: the resume from 400 checks
+    # it against the config it was trained with there, kept aside, and goes on.
+    for step in [step for step in checkpoint_steps(root_dir) if step > 400]:
+        shutil.rmtree(root_dir / 'checkpoints' / f'ckpt-{step}')
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
+    assert_ok(result)
+    assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize('change', ['emptied', 'edited'])
+def test_a_config_gin_changed_after_its_checkpoint_is_refused_and_the_run_left_as_it_is(
+    finished_run, tmp_path, change
+):
+    root_dir = copy_run(finished_run, tmp_path)
+    config = root_dir / 'config.gin'
+    trained_with = config.read_text()
+    if change == 'emptied':
+        config.write_text('')
+    else:
+        config.write_text(
+            trained_with.replace(
+                'SacAlgorithm.target_update_tau = 0.005', 'SacAlgorithm.target_update_tau = 0.5'
+            )
+        )
+    before = tree_digest(root_dir)
+    # Past the default initial_collect_steps, which an emptied config.gin gives.
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=1200']))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    checkpoint = root_dir / 'checkpoints' / 'ckpt-400'
+    assert f'error: {config} is not the config that {checkpoint} was trained with' in (
+        result.stderr
+    ), result.stderr[-3000:]
+    if change == 'edited':
+        assert "it differs in 1 binding(s), e.g. ['SacAlgorithm.target_update_tau = 0.005 -> " in (
+            result.stderr
+        ), result.stderr[-3000:]
+    assert tree_digest(root_dir) == before
+    # With the run's config put back, it resumes.
+    config.write_text(trained_with)
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
+    assert_ok(result)
+    assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
 
 
 def test_same_gin_file_resumes_with_other_device_settings(finished_run, tmp_path):

@@ -7,6 +7,7 @@ import shutil
 import sys
 
 import pytest
+import torch
 
 from cli_helpers import assert_ok, checkpoint_steps, run_train, tree_digest
 from test_play import tiny_pendulum_run
@@ -66,6 +67,11 @@ def sent_run(tiny_run, tmp_path, case):
         assert old in config
         config = config.replace(old, f"create_environment.env_name = '{PAYLOAD}:Pendulum-v1'")
     (run / 'config.gin').write_text(config)
+    # The run as trained with that config: its checkpoints keep it.
+    for model in run.glob('checkpoints/*/model.pt'):
+        state = torch.load(model, weights_only=True)
+        state['config_text'] = config
+        torch.save(state, model)
     return download, run, marker
 
 

@@ -637,7 +637,9 @@ def play(argv, signals) -> None:
     not_written = f' {record_file} was not written.' if record_file is not None else ''
     try:
         try:
-            algorithm = load_policy(path, config, env.observation_dim, env.action_dim)
+            algorithm = load_policy(
+                path, config, env.observation_dim, env.action_dim, config_file=config_file
+            )
         except (CheckpointError, ConfigError, ModelTooLargeError) as e:
             fail(str(e))
         torch.manual_seed(seed)

@@ -5,6 +5,8 @@ ordinary exceptions on bad input, which a script or notebook can catch; the tool
 them into their one-line errors.
 """
 
+from typing import Optional
+
 from alf_lite.bin.cli import user_message
 from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
 
@@ -37,12 +39,16 @@ def checkpoint_path(root_dir: str, step) -> str:
     return path
 
 
-def load_policy(path: str, config, observation_dim: int, action_dim: int):
+def load_policy(
+    path: str, config, observation_dim: int, action_dim: int, config_file: Optional[str] = None
+):
     """The algorithm of ``config`` (a ``TrainerConfig``) with the networks of checkpoint ``path``.
 
     In eval mode, at the run's compute precision, as the trainer evaluates it.
     Reads only the trainer's state, and of it only the networks: no optimizer
-    state, no replay buffer.
+    state, no replay buffer. Where ``config_file`` (the run's config file ``config``
+    was read from) changed the experiment since the checkpoint was written (edited,
+    emptied), a warning names the bindings that differ.
 
     Raises:
         ModelTooLargeError: the networks do not fit in the CPU's memory.
@@ -94,4 +100,28 @@ def load_policy(path: str, config, observation_dim: int, action_dim: int):
             f'{f"it holds no {e}" if isinstance(e, KeyError) else e}'
         ) from e
     algorithm.train(False)
+    if config_file is not None and state.config_text is not None:
+        warn_if_config_changed(config_file, path, state.config_text)
     return algorithm
+
+
+def warn_if_config_changed(config_file: str, path: str, trained_with: str) -> None:
+    """Warn where ``config_file`` differs in the experiment from ``trained_with``, the config
+    text checkpoint ``path`` keeps."""
+    from absl import logging
+
+    from alf_lite.run_dir import changed_bindings, read_config_text
+
+    try:
+        differing = changed_bindings(trained_with, read_config_text(config_file))
+    except (OSError, ValueError):
+        return  # the config was read to build the policy: nothing to compare now
+    if differing:
+        logging.warning(
+            '%s is not the config that %s was trained with: it differs in %d binding(s), '
+            'e.g. %s. It was changed after that checkpoint was written; playing with it.',
+            config_file,
+            path,
+            len(differing),
+            differing[:4],
+        )
