@@ -176,8 +176,8 @@ def _progress_points(
     reader: Iterator[List[str]], columns: List[str], x: str, y: str
 ) -> List[Tuple[float, float]]:
     """``(x, y)`` of each row of ``reader`` (progress.csv's rows after its header ``columns``)
-    that has all its fields, a value of both and an ``env_steps`` that is a finite number or
-    empty.
+    that has all its fields, a value of both and an ``env_steps`` that is a whole number, as
+    train reads it, or empty.
 
     The rows are lists, not ``csv.DictReader``'s dicts, which would take most of the time of
     reading a long run. A column named twice is read where a dict would have it, at its last
@@ -194,13 +194,11 @@ def _progress_points(
         if len(row) != len(columns) or not row[at_x] or not row[at_y]:
             continue
         if at_step is not None:
+            # An edited row ('ten', 'nan', '1e3', '300.0'), of no step: train keeps it and
+            # counts no step of it (a step is a whole number, as train reads it).
             try:
-                step = float(row[at_step] or 0)
+                int(row[at_step] or 0)
             except ValueError:
-                step = math.nan
-            # An edited row ('ten', 'nan', 'inf'), of no step: train keeps it and counts no
-            # step of it.
-            if not math.isfinite(step):
                 continue
         points.append((float(row[at_x]), float(row[at_y])))
     return points

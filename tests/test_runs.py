@@ -947,6 +947,16 @@ def test_read_scalar_passes_over_a_row_whose_env_steps_or_x_is_not_finite(tmp_pa
     assert first_wall_time(str(tmp_path)) == 1
 
 
+@pytest.mark.parametrize('value', ['10.0', '1e1'])
+def test_read_scalar_passes_over_a_row_whose_env_steps_train_reads_as_no_step(tmp_path, value):
+    # A step is a whole number: train counts no step of an edited row of another number.
+    path = tmp_path / 'progress.csv'
+    path.write_text(f'env_steps,eval/AverageReturn\n0,-10\n{value},-9\n20,-8\n')
+    assert last_env_steps(str(path)) == 20
+    xs, values = read_scalar(str(tmp_path), 'eval/AverageReturn')
+    assert xs.tolist() == [0, 20] and values.tolist() == [-10, -8]
+
+
 def test_read_scalar_of_an_empty_progress_csv_says_it_is_empty(tmp_path):
     (tmp_path / 'progress.csv').write_text('')
     with pytest.raises(ValueError, match=r'progress.csv is empty: the run wrote no row yet$'):
