@@ -784,6 +784,22 @@ def experiment_difference(
     )
 
 
+def config_changed_since(config_file: str, trained_with: str, checkpoint: str) -> Optional[str]:
+    """What a resume or play says where the config file ``config_file`` differs in the
+    experiment from ``trained_with``, the config text checkpoint ``checkpoint`` keeps; None
+    where they agree, or where the file cannot be read (its reader names that)."""
+    try:
+        differing = changed_bindings(trained_with, read_config_text(config_file))
+    except (OSError, ValueError):
+        return None
+    if not differing:
+        return None
+    return (
+        f'{config_file} is not the config that {checkpoint} was trained with: it differs in '
+        f'{len(differing)} binding(s), e.g. {differing[:4]}'
+    )
+
+
 def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> None:
     """Before a resume's overrides change the experiment, keep its config until ``env_steps``.
 

@@ -207,7 +207,7 @@ def _progress_points(
 def read_scalar(root_dir: str, y: str, x: str = ENV_STEPS) -> Tuple[np.ndarray, np.ndarray]:
     """The points ``(x, y)`` of one scalar of a run, sorted by x, one per x (the last written).
 
-    Reads ``progress.csv``, passing over a row whose ``env_steps`` is no finite number (an
+    Reads ``progress.csv``, passing over a row whose ``env_steps`` is no whole number (an
     edited file: train keeps it and counts no step of it); a run without one is read
     from its TensorBoard events, where x can only be ``env_steps`` (the event step) or
     ``wall_time``. A point whose x is no finite number (``nan``, ``inf``) is passed over

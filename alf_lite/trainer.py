@@ -53,7 +53,7 @@ from alf_lite.replay_buffer import (
 from alf_lite.run_dir import (
     RunDir,
     RunDirLock,
-    changed_bindings,
+    config_changed_since,
     config_int,
     last_good_name,
     read_config_text,
@@ -326,12 +326,12 @@ class TrainerConfig:
         return device.type != 'cpu' if defer is None else defer
 
 
-# Seconds each env call under way once a stop signal came, training or evaluating, has to
-# end (from the signal, or from its start for one begun later: the rest of the iteration,
-# the checkpoint's) before it is abandoned as hung: ample for a step, short for a person.
 # The most TrainerConfig.torch_num_threads: past some thousands OpenMP fails to start its
 # threads and aborts the process (or it crashes), and no machine has this many cores.
 MAX_TORCH_THREADS = 1024
+# Seconds each env call under way once a stop signal came, training or evaluating, has to
+# end (from the signal, or from its start for one begun later: the rest of the iteration,
+# the checkpoint's) before it is abandoned as hung: ample for a step, short for a person.
 SIGNALLED_STEP_PATIENCE_S = 10.0
 
 # Seconds between two readings of the env processes' own memory for the summaries: one
@@ -1316,11 +1316,11 @@ class Trainer:
         num_envs = value('create_environment.num_parallel_environments', create_environment)
         return interval + unroll_length * num_envs - 1
 
-    def _config_file_text(self, path: Optional[str] = None) -> Optional[str]:
-        """The text of the run's config file ``path`` (``config.gin``), or None where there
-        is none or it cannot be read (train names that problem where it parses it)."""
+    def _config_file_text(self) -> Optional[str]:
+        """The text of the run's ``config.gin``, or None where there is none or it cannot be
+        read (train names that problem where it parses it)."""
         try:
-            return read_config_text(path or self._run_dir.config_file)
+            return read_config_text(self._run_dir.config_file)
         except (OSError, ValueError):
             return None
 
@@ -1330,25 +1330,20 @@ class Trainer:
         if state.config_text is None:
             return
         config_file = self._run_dir.config_file_of(state.env_steps)
-        text = self._config_file_text(config_file)
-        if text is None:
+        change = config_changed_since(config_file, state.config_text, path)
+        if change is None:
             return
-        differing = changed_bindings(state.config_text, text)
-        if differing and config_file != self._run_dir.config_file:
+        if config_file != self._run_dir.config_file and os.path.exists(self._run_dir.config_file):
             # Written again at its own step by the resume that kept config_file (one whose
             # num_env_steps ends the run there): under the config that resume wrote.
-            latest = self._config_file_text()
-            if latest is not None and not changed_bindings(state.config_text, latest):
+            if config_changed_since(self._run_dir.config_file, state.config_text, path) is None:
                 return
-        if differing:
-            raise ckpt.CheckpointError(
-                f'{config_file} is not the config that {path} was trained with: it differs '
-                f'in {len(differing)} binding(s), e.g. {differing[:4]}. It was changed (or '
-                'damaged) after that checkpoint was written; a resume changes the '
-                'experiment with --gin_param, which keeps the config trained with so far '
-                "as config-until-<N>.gin. Put the run's config back, or pass --start_over "
-                'to train afresh.'
-            )
+        raise ckpt.CheckpointError(
+            f'{change}. It was changed (or damaged) after that checkpoint was written; a '
+            'resume changes the experiment with --gin_param, which keeps the config trained '
+            "with so far as config-until-<N>.gin. Put the run's config back, or pass "
+            '--start_over to train afresh.'
+        )
 
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> Optional[dict]:
         """Restore the checkpoint at ``path``; returns its collection state (or None)."""

@@ -655,9 +655,6 @@ def play(argv, signals) -> None:
         if video is not None:
             try:
                 video.close()
-            except VideoNotWrittenError as e:
-                video = None
-                fail(f'cannot write {record_file}: {e}.{not_written}', exit_code=EXIT_FAULT)
             except VideoNotMovedError as e:
                 # The episodes are played: their video is kept, not discarded.
                 video = None
@@ -671,6 +668,7 @@ def play(argv, signals) -> None:
     except EnvironmentCrashedError as e:
         fail(f'{e}{not_written}', exit_code=EXIT_FAULT)
     except VideoNotWrittenError as e:
+        # From a frame the encoder did not take, or the close: the temporary file is gone.
         fail(f'cannot write {record_file}: {e}.{not_written}', exit_code=EXIT_FAULT)
     except Interrupted as e:
         if video is not None and video.moved_in:

@@ -8,7 +8,13 @@ them into their one-line errors.
 from typing import Optional
 
 from alf_lite.bin.cli import user_message
-from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps, list_checkpoints
+from alf_lite.run_dir import (
+    CONFIG_FILE,
+    RunDir,
+    checkpoint_env_steps,
+    config_changed_since,
+    list_checkpoints,
+)
 
 
 def checkpoint_path(root_dir: str, step) -> str:
@@ -101,27 +107,11 @@ def load_policy(
         ) from e
     algorithm.train(False)
     if config_file is not None and state.config_text is not None:
-        warn_if_config_changed(config_file, path, state.config_text)
+        change = config_changed_since(config_file, state.config_text, path)
+        if change is not None:
+            from absl import logging
+
+            logging.warning(
+                '%s. It was changed after that checkpoint was written; playing with it.', change
+            )
     return algorithm
-
-
-def warn_if_config_changed(config_file: str, path: str, trained_with: str) -> None:
-    """Warn where ``config_file`` differs in the experiment from ``trained_with``, the config
-    text checkpoint ``path`` keeps."""
-    from absl import logging
-
-    from alf_lite.run_dir import changed_bindings, read_config_text
-
-    try:
-        differing = changed_bindings(trained_with, read_config_text(config_file))
-    except (OSError, ValueError):
-        return  # the config was read to build the policy: nothing to compare now
-    if differing:
-        logging.warning(
-            '%s is not the config that %s was trained with: it differs in %d binding(s), '
-            'e.g. %s. It was changed after that checkpoint was written; playing with it.',
-            config_file,
-            path,
-            len(differing),
-            differing[:4],
-        )
