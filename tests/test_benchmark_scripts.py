@@ -304,8 +304,12 @@ def test_alf_lite_replay_buffer_stores_the_raw_minimum_per_step():
     assert memory.alf_lite_buffer_bytes(rb) == rb.nbytes == raw
 
 
-def test_memory_table_gives_bytes_per_step_mib_and_multiple_of_the_raw_minimum(monkeypatch, capsys):
+def test_memory_table_gives_bytes_per_step_mib_and_multiple_of_the_raw_minimum(
+    monkeypatch, capsys, tmp_path
+):
     pytest.importorskip('stable_baselines3')
+    # MuJoCo appends the HalfCheetah model's warning to MUJOCO_LOG.TXT in the working directory.
+    monkeypatch.chdir(tmp_path)
     buffer = 2**16
     monkeypatch.setattr(
         sys, 'argv', ['memory.py', '--env', 'HalfCheetah-v5', '--buffer', str(buffer)]
