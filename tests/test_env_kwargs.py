@@ -35,11 +35,26 @@ class ScaledEnv(gymnasium.Env):
         return self._value, 0.0, False, False, {}
 
 
+class ConstantEnv(gymnasium.Env):
+    """Its observation is 1; it has no ``__init__`` of its own, so it takes no argument."""
+
+    observation_space = ScaledEnv.observation_space
+    action_space = ScaledEnv.action_space
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.ones(1, np.float32), {}
+
+    def step(self, action):
+        return np.ones(1, np.float32), 0.0, False, False, {}
+
+
 def scaled_env_of_any_kwargs(**kwargs):
     return ScaledEnv(**kwargs)
 
 
 gymnasium.register('alf_test/Scaled-v0', entry_point=ScaledEnv, max_episode_steps=10)
+gymnasium.register('alf_test/Constant-v0', entry_point=ConstantEnv, max_episode_steps=10)
 gymnasium.register(
     'alf_test/ScaledAnyKwargs-v0', entry_point=scaled_env_of_any_kwargs, max_episode_steps=10
 )
@@ -120,6 +135,7 @@ def test_the_train_and_eval_envs_of_the_trainer_get_the_gin_bound_kwargs(tmp_pat
         # A base class's argument that the subclass gives itself (MuJoCo's model file).
         ('Hopper-v5', 'model_path', None),
         ('HopperBullet-v0', 'power', 'may set are: none.'),
+        ('alf_test/Constant-v0', 'scale', 'may set are: none.'),
     ],
 )
 def test_a_key_the_env_does_not_take_is_refused_naming_it_and_the_closest(env_name, key, closest):

@@ -1763,7 +1763,8 @@ def _keyword_arguments(creator: Callable) -> Optional[List[str]]:
     class's (gymnasium's MuJoCo envs hand them to ``MujocoEnv``), whose
     arguments with a default then count too, and so on down to an ``__init__``
     without ``**kwargs``. Where that never comes (a function taking
-    ``**kwargs``, ``object.__init__`` reached), any name is taken.
+    ``**kwargs``, ``object.__init__`` reached), any name is taken. A class with no
+    ``__init__`` (nor ``__new__``) but ``object``'s takes none.
     """
     names = []
     while isinstance(creator, functools.partial):
@@ -1775,6 +1776,10 @@ def _keyword_arguments(creator: Callable) -> Optional[List[str]]:
         if is_class
         else [creator]
     )
+    if is_class and functions[0] is object.__init__ and creator.__new__ is object.__new__:
+        # No __init__ or __new__ below object's: the class takes no argument (object's
+        # **kwargs only raise).
+        return list(dict.fromkeys(names))
     for depth, function in enumerate(functions):
         try:
             parameters = list(inspect.signature(function).parameters.values())
