@@ -127,8 +127,9 @@ class TerminationValues:
     ends by termination (LAST with discount 0), it keeps ``Q(s_t, a_t)`` and
     the discounted return ``sum_k gamma^k r_{t+1+k}`` received from there to
     the end, for the last ``num_steps`` steps. A critic that learned the end is
-    terminal predicts those returns; training on LAST -> FIRST pairs as if they
-    were transitions lifts its Q there.
+    terminal predicts those returns (SAC's soft Q: plus the entropy bonus of the
+    later actions); training on LAST -> FIRST pairs as if they were transitions
+    lifts its Q there.
 
     Args:
         act: ``act(observation) -> (action, q)``: the evaluation policy's action

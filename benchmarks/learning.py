@@ -45,6 +45,7 @@ from alf_lite.runs import (
     EVAL_RETURN_NEAR_TERMINATION,
     PROCESS_RSS_BYTES,
     REPLAY_BUFFER_BYTES,
+    config_bindings,
     read_scalar_if_any,
     subprocess_env,
 )
@@ -694,6 +695,66 @@ def sign_flip_p(differences: Sequence[float]) -> float:
     return sum(_as_far(f, observed) for f in flips) / len(flips)
 
 
+# SAC's temperature and its policy's -log pi, as train writes them.
+TRAIN_ALPHA = 'train/alpha'
+TRAIN_ENTROPY = 'train/entropy'
+
+
+def soft_q_entropy_bonus(run_dir: str, xs: Sequence[float]) -> Optional[float]:
+    """The entropy bonus in SAC's Q near termination, estimated: the run's mean over
+    the evaluations at ``xs``; None where the run logged no alpha before one of them
+    (not SAC).
+
+    SAC's critics learn a soft Q: ``Q(s_t, a_t) = E[r_t + sum_{i>=1} gamma^i (r_{t+i} +
+    alpha H_{t+i})]`` to the end of the episode, ``H = -log pi`` of each later step's
+    action. A critic exact for its policy therefore lies above the return received
+    (``eval/ReturnNearTermination``) by the discounted bonus of the steps left, and below
+    it where ``H`` is negative (SAC's target entropy ``-|A|`` keeps it near ``-|A|``).
+    Estimated at each evaluation with the alpha and ``H`` of the summary before it
+    (``train/alpha``, ``train/entropy``: the batch's mean, not the states near the end)
+    and the evaluation's mean episode length: ``alpha * H`` times the mean of
+    ``sum_{i=1}^{k-1} gamma^i`` over the counted steps, the last ``k = 1 ..
+    min(NEAR_TERMINATION_STEPS, length)`` before the end.
+    """
+    import numpy as np
+
+    alpha_xs, alphas = read_scalar_if_any(run_dir, TRAIN_ALPHA)
+    entropy_xs, entropies = read_scalar_if_any(run_dir, TRAIN_ENTROPY)
+    length_xs, lengths = read_scalar_if_any(run_dir, EVAL_EPISODE_LENGTH)
+    entropy_at = dict(zip(entropy_xs, entropies))
+    length_at = dict(zip(length_xs, lengths))
+    gamma = _sac_gamma(run_dir)
+    bonuses = []
+    for x in xs:
+        before = np.flatnonzero(alpha_xs <= x)
+        if not len(before) or x not in length_at:
+            return None
+        summary = alpha_xs[before[-1]]
+        if summary not in entropy_at:
+            return None
+        counted = int(min(NEAR_TERMINATION_STEPS, max(1, round(length_at[x]))))
+        discounts = gamma ** np.arange(1, counted)  # gamma^1 .. gamma^(counted-1)
+        weight = np.mean([discounts[: k - 1].sum() for k in range(1, counted + 1)])
+        bonuses.append(alphas[before[-1]] * entropy_at[summary] * weight)
+    return float(np.mean(bonuses)) if bonuses else None
+
+
+def _sac_gamma(run_dir: str) -> float:
+    """The run's SAC discount: its config's binding, else SacAlgorithm's default."""
+    import inspect
+
+    from alf_lite.algorithms.sac import SacAlgorithm
+
+    try:
+        bindings = config_bindings(run_dir)
+    except (OSError, ValueError):
+        bindings = {}
+    for name, value in bindings.items():
+        if name.split('/')[-1] == 'SacAlgorithm.gamma':
+            return float(value)
+    return inspect.signature(SacAlgorithm.__init__).parameters['gamma'].default
+
+
 def compare_settings(
     task_env: str,
     comparison: str,
@@ -707,14 +768,19 @@ def compare_settings(
     Args:
         settings: ``(name of the first setting's runs, of the second's)``.
         by_seed: ``{(run name, figure): {seed: value}}``, figure ``'return'``
-            (final eval return) or ``'q_above'`` (Q - return near termination).
+            (final eval return), ``'q_above'`` (Q - return near termination) or
+            ``'q_above_soft'`` (that less the entropy bonus, ``soft_q_entropy_bonus``).
         unfinished: ``{run name: seeds of its runs that have not finished}``.
         labels: what the lines call the two settings; by default the run names
             without their task's tag (``mask_false``).
     """
     unfinished = unfinished or {}
     lines = []
-    for figure, what in (('return', 'final eval return'), ('q_above', 'Q - return')):
+    for figure, what in (
+        ('return', 'final eval return'),
+        ('q_above', 'Q - return'),
+        ('q_above_soft', 'Q - return - entropy bonus'),
+    ):
         first, second = (by_seed.get((name, figure), {}) for name in settings)
         if len(first) < 2 or len(second) < 2:
             continue
@@ -819,6 +885,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     by_seed, tests = {}, []  # the study comparisons' figures by seed, and their tests
     unfinished_seeds = {}  # {run name: seeds of its runs without done.json}
     runs_by_seed = []  # a study's lines of each setting's runs, by seed
+    soft_q_lines = []  # the entropy bonus in each SAC setting's Q near termination
     for tag in tags:
         names = [n for n in found if specs[n].task.tag == tag]
         envs = ' and '.join(sorted({specs[n].task.env for n in names}))
@@ -840,6 +907,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
             finals, steps, walls, replay, loads, unfinished = [], [], [], [], [], 0
             rss, ended = [], {}  # each run's last process RSS; final return, episode length
             per_step, q_end, return_end, q_above = [], [], [], []
+            bonus, q_above_soft = [], []  # the entropy bonus in SAC's Q, and Q - return less it
             for d in found[name]:
                 xs, ys = read_scalar_if_any(d, EVAL_RETURN)
                 if limit is not None:
@@ -874,9 +942,14 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                     q_end.append(float(q_ys[-LAST_N:].mean()))
                     return_end.append(float(r_ys[-LAST_N:].mean()))
                     received = dict(zip(r_xs, r_ys))
-                    both = [q - received[x] for x, q in zip(q_xs, q_ys) if x in received]
-                    q_above.append(float(np.mean(both[-LAST_N:])))
+                    both = [(x, q - received[x]) for x, q in zip(q_xs, q_ys) if x in received]
+                    q_above.append(float(np.mean([above for _, above in both[-LAST_N:]])))
                     by_seed.setdefault((name, 'q_above'), {})[seed] = q_above[-1]
+                    estimate = soft_q_entropy_bonus(d, [x for x, _ in both[-LAST_N:]])
+                    if estimate is not None:
+                        bonus.append(estimate)
+                        q_above_soft.append(q_above[-1] - estimate)
+                        by_seed.setdefault((name, 'q_above_soft'), {})[seed] = q_above_soft[-1]
                 _, nbytes = read_scalar_if_any(d, REPLAY_BUFFER_BYTES)
                 if len(nbytes):
                     replay.append(float(nbytes[-1]))
@@ -931,6 +1004,16 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                     '{:.1f} [{:.1f}, {:.1f}]'.format(*band(v, 'ci')) if v else '-'
                     for v in (q_end, return_end, q_above)
                 )
+                if bonus:
+                    soft_q_lines.append(
+                        f'- {task.env}, {spec.label}: entropy bonus '
+                        + '{:.1f} [{:.1f}, {:.1f}]'.format(*band(bonus, 'ci'))
+                        + '; Q - return - entropy bonus '
+                        + '{:.1f} [{:.1f}, {:.1f}]'.format(*band(q_above_soft, 'ci'))
+                        + f' ({len(bonus)} runs: '
+                        + ', '.join(f'{v:.1f}' for v in q_above_soft)
+                        + ')'
+                    )
         for comparison, compared in SETTING_TESTS.get(suite, ()):
             settings = tuple(f'{tag}_{setting}' for setting in compared)
             # Runs of another suite are named by their setting.
@@ -977,6 +1060,17 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
             'Q - return: their difference at each evaluation; '
             f"each run's mean over its last {LAST_N} evaluations that have an episode "
             'ending in termination, then mean over runs and CI as above.'
+        )
+    if soft_q_lines:
+        print(
+            "\nEntropy bonus: SAC's critics learn a soft Q, which counts alpha * -log pi of "
+            'every later action to the end, so that a critic exact for its policy lies above '
+            'the return received near termination by that bonus (below, where -log pi is '
+            'negative). Estimated for each run at the same evaluations as Q - return, from the '
+            'alpha and -log pi of the summary before each (train/alpha, train/entropy: the '
+            "batch's, not the states near the end) and the eval episodes' mean length; mean "
+            "over runs and CI as above, and each run's Q - return less it:\n\n"
+            + '\n'.join(soft_q_lines)
         )
     if runs_by_seed:
         print(

@@ -1515,6 +1515,90 @@ def test_study_report_pairs_runs_by_seed_number_and_takes_each_runs_last_evaluat
     ]
 
 
+def test_soft_q_entropy_bonus_is_alpha_times_entropy_times_the_discounts_of_the_later_steps(
+    tmp_path,
+):
+    columns = ('env_steps', 'eval/AverageEpisodeLength', 'train/alpha', 'train/entropy')
+    rows = [
+        (0, 3, None, None),
+        (500, None, 0.3, -5.0),
+        (1000, 3, 0.1, -6.0),  # the summary at an evaluation's step comes before it
+        (1500, None, 0.7, -1.0),
+        (2000, 20, None, None),  # the summary before it: 1500's
+        (2500, None, 0.9, -9.0),  # after every evaluation: never used
+    ]
+    run = tmp_path / 'run'
+    _write_run(run, columns, rows, 'SacAlgorithm.gamma = 0.5\n')
+    # 3 steps counted: the last has no later step, the one before 1 (0.5), the first
+    # 2 (0.5 + 0.25).
+    assert learning.soft_q_entropy_bonus(str(run), [1000]) == pytest.approx(
+        0.1 * -6.0 * (0 + 0.5 + 0.75) / 3
+    )
+    # 20 steps long: the last 10 count.
+    tenth = sum(sum(0.5**i for i in range(1, k)) for k in range(1, 11)) / 10
+    assert learning.soft_q_entropy_bonus(str(run), [1000, 2000]) == pytest.approx(
+        (0.1 * -6.0 * 1.25 / 3 + 0.7 * -1.0 * tenth) / 2
+    )
+    # No alpha before the evaluation (not SAC, or not trained yet): no estimate.
+    assert learning.soft_q_entropy_bonus(str(run), [0, 1000]) is None
+    # Without a gamma binding, SacAlgorithm's default (0.99).
+    (run / 'config.gin').write_text('')
+    assert learning.soft_q_entropy_bonus(str(run), [1000]) == pytest.approx(
+        0.1 * -6.0 * (0 + 0.99 + 0.99 + 0.99**2) / 3
+    )
+
+
+def test_report_gives_each_sac_settings_entropy_bonus_and_q_above_return_less_it(
+    tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / 'runs'
+    columns = (
+        'env_steps',
+        'eval/AverageReturn',
+        'eval/AverageEpisodeLength',
+        'eval/QNearTermination',
+        'eval/ReturnNearTermination',
+        'train/alpha',
+        'train/entropy',
+    )
+    # (setting, seed, Q - return, alpha): one evaluation, 2 steps long, gamma 1: each
+    # run's bonus is alpha * -10 * (0 + 1) / 2.
+    runs = [
+        ('default', 0, 1.0, 0.2),
+        ('default', 1, 2.0, 0.4),
+        ('mask_false', 0, 5.0, 0.2),
+        ('mask_false', 1, 7.0, 0.2),
+    ]
+    for setting, seed, above, alpha in runs:
+        _write_run(
+            out / 'study_sac' / f'icub_{setting}' / f'seed{seed}',
+            columns,
+            [
+                (1000, None, None, None, None, alpha, -10.0),
+                (1000, 30, 2, 10, 10 - above, None, None),
+            ],
+            f'TrainerConfig.mask_out_loss_for_last_step = {setting == "default"}\n'
+            'SacAlgorithm.resample_action_per_loss = False\n'
+            'SacAlgorithm.gamma = 1.0\n',
+        )
+    lines, _ = _report('study_sac', out, tmp_path / 'docs', monkeypatch, capsys)
+    # Bonuses -1 and -2 (default), -1 and -1 (mask_false).
+    assert (
+        '- ICubWalk-v0, default: entropy bonus -1.5 [-2.0, -1.0]; Q - return - entropy bonus '
+        '3.0 [2.0, 4.0] (2 runs: 2.0, 4.0)'
+    ) in lines
+    assert (
+        '- ICubWalk-v0, mask_out_loss_for_last_step=False: entropy bonus -1.0 [-1.0, -1.0]; '
+        'Q - return - entropy bonus 7.0 [6.0, 8.0] (2 runs: 6.0, 8.0)'
+    ) in lines
+    assert (
+        '- ICubWalk-v0, mask, Q - return - entropy bonus: default 3.0 (2 runs) against '
+        'mask_false 7.0 (2 runs); exact permutation p = 0.333 (two-sided, 6 splits); paired '
+        'by seed (2 seeds, default higher in 0): sign-flip p = 0.500 (two-sided); 4 not '
+        'finished yet.'
+    ) in lines
+
+
 def test_report_intervals_are_the_bootstrap_intervals_of_the_runs(tmp_path, monkeypatch, capsys):
     from alf_lite.bin.plot import band
 
