@@ -29,7 +29,7 @@ import tokenize
 import types
 import typing
 import uuid
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import gin
 from gin import config_parser
@@ -239,13 +239,16 @@ def parse_config(
     _parsed = state
 
 
-def unused_bindings(saved_config: Optional[str] = None) -> Tuple[List[str], List[str]]:
+def unused_bindings(
+    saved_config: Optional[str] = None, leave_out: Collection[Tuple[str, str, str]] = ()
+) -> Tuple[List[str], List[str]]:
     """The bindings of the gin config that nothing built so far has used, each with where
     it was written: ``(those of --gin_file files and --gin_params, those of files they
     include)``, e.g. ``['`critic/AdamW.weight_decay` (--gin_param ...)']``.
 
     ``saved_config``: a run's ``config.gin``, whose bindings (its gin files' and their
-    includes', in one file) count as included.
+    includes', in one file) count as included. ``leave_out``: keys ``(scope, selector,
+    parameter)`` not to list (said otherwise, e.g. by :func:`overridden_gin_params`).
 
     gin applies a binding when its configurable is called in its scope without that
     parameter; a binding of a configurable that was never called there (another
@@ -259,7 +262,7 @@ def unused_bindings(saved_config: Optional[str] = None) -> Tuple[List[str], List
         if selector == 'gin.macro':
             continue
         for param in params:
-            if binding_used(scope, selector, param):
+            if (scope, selector, param) in leave_out or binding_used(scope, selector, param):
                 continue
             name = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
             key = (scope, selector, param)
@@ -277,6 +280,41 @@ def unused_bindings(saved_config: Optional[str] = None) -> Tuple[List[str], List
             included_here = saved or (_parsed is not None and key in _parsed.included)
             (included if included_here else own).append(f'`{name}`{where}')
     return own, included
+
+
+def overridden_gin_params() -> Dict[Tuple[str, str, str], str]:
+    """The ``--gin_param`` bindings of the last :func:`parse_config` that a file's binding
+    of the same parameter in a more specific scope overrides where something built so
+    far took it: ``{(scope, selector, parameter): "--gin_param '...' (`Adam.lr`):
+    `actor/Adam.lr` (file ...)"}``.
+
+    gin gives a call the binding of the longest scope its scope begins with:
+    ``--gin_param Adam.lr=1e-4`` does not reach the actor's optimizer of a file that
+    binds ``actor/Adam.lr``, while it does reach the others.
+    """
+    if _parsed is None:
+        return {}
+    found = {}
+    for (scope, selector, param), (_, gin_param) in _parsed.bindings.items():
+        if gin_param is None:
+            continue
+        short = f'{selector.rsplit(".", 1)[-1]}.{param}'
+        winners = []
+        for other in bound_scopes(selector, param):
+            if other == scope or (scope and not other.startswith(scope + '/')):
+                continue
+            recorded = _parsed.bindings.get((other, selector, param))
+            if recorded is None or recorded[1] is not None:
+                continue  # a --gin_param's own: the user bound both
+            if binding_used(other, selector, param):
+                where = binding_location((other, selector, param))
+                winners.append(f'`{other}/{short}` ({where})')
+        if winners:
+            name = f'{scope + "/" if scope else ""}{short}'
+            found[(scope, selector, param)] = (
+                f'--gin_param {shortened(repr(gin_param))} (`{name}`): {"; ".join(winners)}'
+            )
+    return found
 
 
 def binding_used(scope: str, selector: str, param: str) -> bool:

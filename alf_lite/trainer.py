@@ -20,7 +20,12 @@ from alf_lite import checkpoint as ckpt
 from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask
 from alf_lite.collector import Collector
-from alf_lite.config import shortened, unused_bindings, write_text_atomically
+from alf_lite.config import (
+    overridden_gin_params,
+    shortened,
+    unused_bindings,
+    write_text_atomically,
+)
 from alf_lite.device import (
     DeviceUnavailableError,
     available_cpu_memory,
@@ -627,7 +632,11 @@ class Trainer:
         # Everything configurable was built: the bindings it used, taken now,
         # before another config parsed in this process replaces gin's.
         self._operative_config = gin.operative_config_str()
-        own, included = unused_bindings(saved_config=self._run_dir.config_file)
+        # A --gin_param that a file's more specific scope overrides is said so, not unused.
+        overridden = overridden_gin_params()
+        own, included = unused_bindings(
+            saved_config=self._run_dir.config_file, leave_out=overridden
+        )
         if own:
             logging.warning(
                 'these bindings are used by nothing this run builds, so they change nothing: '
@@ -638,6 +647,14 @@ class Trainer:
         if included:
             logging.info(
                 'bindings of included files this config leaves unused: %s', '; '.join(included)
+            )
+        if overridden:
+            logging.warning(
+                'a binding of a gin file in a more specific scope overrides these --gin_param '
+                'bindings where it applies (gin applies the binding of the longest scope a call '
+                "is made in), so the calls there keep the file's value: %s. Bind those names "
+                'with --gin_param too where that is meant.',
+                '; '.join(overridden.values()),
             )
         # Where a fresh start's generators begin: what the process draws
         # between building and training cannot change the run's numbers.

@@ -953,6 +953,38 @@ def test_a_binding_nothing_uses_is_named_with_where_it_was_written(tmp_path, cap
     assert '`Td3Algorithm.gamma`' in caplog.text and '`OUNoise.theta`' in caplog.text
 
 
+def test_a_gin_param_that_a_files_more_specific_scope_overrides_is_warned_about(tmp_path, caplog):
+    sac = os.path.join(EXAMPLES, 'sac_pendulum.gin')  # binds actor/, critic/, alpha/Adam.lr
+    experiment = tmp_path / 'exp.gin'
+    experiment.write_text(f"include '{sac}'\n")
+    params = [
+        'Adam.lr = 1e-4',  # meant for all three: reaches none of them
+        'alpha/Adam.lr = 5e-4',  # the user's own, more specific: no warning for it
+        'critic/Adam.eps = 1e-6',  # bound nowhere else
+        'TrainerConfig.initial_collect_steps = 100',
+    ]
+    with caplog.at_level(logging.WARNING):
+        parse_config([str(experiment)], params)
+        Trainer(TrainerConfig(), str(tmp_path / 'run')).close()
+    (warning,) = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith('a binding of a gin')
+    ]
+    assert (
+        "--gin_param 'Adam.lr = 1e-4' (`Adam.lr`): "
+        f'`actor/Adam.lr` (file {sac}, line 13, `actor/Adam.lr = 1e-3`); '
+        f'`critic/Adam.lr` (file {sac}, line 14, `critic/Adam.lr = 1e-3`).'
+    ) in warning
+    assert 'alpha/' not in warning and 'eps' not in warning
+    # Said once: not also as a binding that nothing uses.
+    assert 'used by nothing' not in caplog.text
+    # The same parameter bound in the file's own scope: the --gin_param wins, no warning.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        parse_config([str(experiment)], ['actor/Adam.lr = 1e-4'])
+        Trainer(TrainerConfig(), str(tmp_path / 'run2')).close()
+    assert 'more specific scope' not in caplog.text
+
+
 def test_initial_collect_uses_uniform_random_actions(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         train(
