@@ -143,6 +143,9 @@ def test_sb3_settings_match_the_alf_lite_gin_config(suite, tmp_path, monkeypatch
         recording = type(name, (getattr(stable_baselines3, name),), dict(learn=learn))
         monkeypatch.setattr(stable_baselines3, name, recording)
     monkeypatch.setattr(sb3_runner, 'NUM_EVAL_EPISODES', 1)
+    # SB3's envs are gymnasium's own: MuJoCo appends the HalfCheetah model's warning to
+    # MUJOCO_LOG.TXT in the working directory.
+    monkeypatch.chdir(tmp_path)
 
     runs = {r.name: r for r in learning.suite_runs(suite, seeds=[3])}
     sb3_runs = [r for r in runs.values() if r.framework == 'sb3']
