@@ -2,7 +2,9 @@
 
 With ``'bfloat16'`` each network runs its hidden layers' matrix products in
 bfloat16 (``torch.autocast``) and everything whose precision matters in float32:
-the parameters themselves (master weights), their gradients and optimizer
+the parameters themselves (master weights), their gradients (held in float32; a
+hidden layer's come from its bfloat16 products in the backward pass and carry
+their rounding, as do the actions' gradients through the critic) and optimizer
 states, batch-norm statistics, the output layers (Q values, the policy's mean
 and log-std), log-probabilities, losses, TD targets and Polyak averaging.
 """
