@@ -239,7 +239,7 @@ class Launcher:
         except UnreadableRecord as e:
             return dict(run=run, status='failed', detail=str(e))
         # Before this attempt writes to the log, whose last write ended the open one.
-        if _close_open_attempts(attempts, log_path, run_dir):
+        if _close_open_attempts(attempts, log_path, run, run_dir):
             _write_json(attempts_path, attempts)
         resumed = run.resumable and os.path.isfile(RunDir(run_dir).config_file)
         start, steps_from = time.time(), resume_env_steps(run, run_dir) if resumed else 0
@@ -316,7 +316,7 @@ class Launcher:
         attempts[-1].update(
             wall_time_s=wall,
             returncode=returncode,
-            env_steps_to=_last_env_steps(run_dir),
+            env_steps_to=_reached_env_steps(run, run_dir),
             mean_load=loads.mean(),
         )
         _write_json(attempts_path, attempts)
@@ -435,13 +435,15 @@ def _done_runs(out: str) -> Iterable[Tuple[str, dict]]:
         yield os.path.dirname(path), done
 
 
-def _close_open_attempts(attempts: List[dict], log_path: str, run_dir: str) -> bool:
+def _close_open_attempts(
+    attempts: List[dict], log_path: str, run: 'BenchmarkRun', run_dir: str
+) -> bool:
     """Close each attempt its launcher recorded as it started but did not live to end; whether
     there was one.
 
     Its run wrote to the log until it stopped (once its launcher was gone, at a checkpoint):
-    the attempt ends at the log's last write, with the env steps of the run's progress.csv
-    then, and without a return code (none was seen).
+    the attempt ends at the log's last write, with the env steps the run had reached then,
+    and without a return code (none was seen).
     """
     open_attempts = [a for a in attempts if 'returncode' not in a]
     if not open_attempts:
@@ -457,7 +459,7 @@ def _close_open_attempts(attempts: List[dict], log_path: str, run_dir: str) -> b
                 attempt['wall_time_s'], (started if ended is None else ended) - started
             ),
             returncode=None,
-            env_steps_to=_last_env_steps(run_dir),
+            env_steps_to=_reached_env_steps(run, run_dir),
         )
     return True
 
@@ -478,6 +480,13 @@ def _last_env_steps(run_dir: str) -> int:
         return int(float(rows[-1][ENV_STEPS])) if rows else 0
     except (OSError, ValueError, KeyError):
         return 0
+
+
+def _reached_env_steps(run: 'BenchmarkRun', run_dir: str) -> int:
+    """Env steps a run got to: its progress.csv's last row, or its checkpoint where that is
+    later (a run stopped between two rows writes a checkpoint where it stopped, and no row)."""
+    steps = _last_env_steps(run_dir)
+    return max(steps, resume_env_steps(run, run_dir)) if run.resumable else steps
 
 
 def resume_env_steps(run: 'BenchmarkRun', run_dir: str) -> int:
@@ -623,7 +632,9 @@ def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -
                 'started' if os.path.isfile(RunDir(run_dir).progress_file) else 'pending'
             )
             entry = dict(
-                status=status, env_steps=_last_env_steps(run_dir), detail=result.get('detail', '')
+                status=status,
+                env_steps=_reached_env_steps(run, run_dir),
+                detail=result.get('detail', ''),
             )
         plan[run.key] = dict(
             entry,

@@ -853,9 +853,8 @@ def test_runs_still_going_at_the_deadline_checkpoint_and_partial_starts_runs_tha
             )
         )
     )
-    # 45 s: time for three runs that start together on two busy cores to write their row of
-    # 1000 env steps (an attempt's env_steps_to is its last row's; 18 s at a load of 6),
-    # and far from the 50k steps of any of them.
+    # 45 s: time for three runs that start together on two busy cores to get past their
+    # first evaluation (18 s at a load of 6), and far from the 50k steps of any of them.
     args = ['--suite', 'pendulum', '--seeds', 0, '--steps', 50_000, '--out', out]
     args += ['--runs', 'alf_sac', '--runs', 'alf_td3', '--runs', 'sb3_sac', '--jobs', 3]
     with pytest.raises(SystemExit) as refused:
@@ -2237,6 +2236,23 @@ def test_resumable_run_going_at_the_deadline_is_stopped_and_deferred_with_its_st
     assert result['done']['env_steps'] == 100_000
     # Without a config.gin the run started afresh: it did not resume.
     assert result['detail'] == '' and _attempts(run, out)[1]['env_steps_from'] == 0
+
+
+def test_run_stopped_at_the_deadline_between_two_rows_got_to_its_checkpoint(tmp_path, monkeypatch):
+    out, run, run_dir = _long_run_begun(tmp_path, monkeypatch)
+    # As train and the SB3 runner stop: a checkpoint where the run is, no progress.csv row.
+    command = [
+        'sh',
+        '-c',
+        'trap \'mkdir -p "$1/checkpoints/ckpt-1814"; kill $!; exit 143\' TERM; sleep 20 & wait',
+        'sh',
+        str(run_dir),
+    ]
+    result = _launcher(out, command, time.time() + 1, 0.001).execute(run)
+    assert result['status'] == 'deferred', result
+    assert result['detail'].startswith('stopped at the deadline at 1814 env steps')
+    (attempt,) = _attempts(run, out)
+    assert (attempt['env_steps_from'], attempt['env_steps_to']) == (0, 1814)
 
 
 def test_run_that_fails_or_is_killed_when_stopped_at_the_deadline_is_failed_not_deferred(
