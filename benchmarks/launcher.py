@@ -5,7 +5,8 @@ finished run gets ``done.json`` (wall time summed over attempts, env steps,
 final eval return, mean load, code version) and is skipped from then on, as is
 a run another process is training (another call of the launcher); every
 attempt is kept in ``<log>.attempts.json``, from its start (one whose launcher was
-killed ends at its log's last write); ``<out>/plan.json`` holds every
+killed ends at its log's last write; those of a run directory moved away or deleted go to
+``<log>.until-<time>.attempts.json``); ``<out>/plan.json`` holds every
 requested run's state. With a deadline, a run starts only if its estimated
 time fits (or, with ``partial_minutes``, a resumable run also when at least
 that long is left), and a resumable run still going at the deadline
@@ -241,6 +242,12 @@ class Launcher:
         # Before this attempt writes to the log, whose last write ended the open one.
         if _close_open_attempts(attempts, log_path, run, run_dir):
             _write_json(attempts_path, attempts)
+        if any(a.get('env_steps_to', 0) > 0 for a in attempts) and not RunDir(run_dir).is_run():
+            # The run they trained was moved away or deleted (as a refusal advises): this one
+            # starts a record of its own; theirs, kept, still measures the time per env step.
+            until = time.strftime('%Y%m%d-%H%M%S')
+            os.rename(attempts_path, run.log_path(out, f'.until-{until}{ATTEMPTS_SUFFIX}'))
+            attempts = []
         resumed = run.resumable and os.path.isfile(RunDir(run_dir).config_file)
         start, steps_from = time.time(), resume_env_steps(run, run_dir) if resumed else 0
         # The code that trains: commits made while it runs are not in it.

@@ -1915,6 +1915,36 @@ def test_an_attempt_whose_launcher_was_killed_counts_in_the_runs_wall_time(tmp_p
     assert done['wall_time_s'] == pytest.approx(first['wall_time_s'] + second['wall_time_s'])
 
 
+def test_a_run_trained_where_an_earlier_one_was_moved_away_counts_only_its_own_attempts(tmp_path):
+    out = tmp_path / 'runs'
+    run = _pendulum_run(1000)
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    # Trains the run from nothing, as train does in a directory that is not there.
+    command = [
+        'sh',
+        '-c',
+        'mkdir -p "$1" && printf "env_steps,eval/AverageReturn\\n0,-900\\n1000,$2\\n" '
+        '> "$1/progress.csv"',
+        'sh',
+        str(run_dir),
+    ]
+    first = _launcher(out, [*command, '-300']).execute(run)
+    assert first['status'] == 'done', first
+    (earlier,) = _attempts(run, out)
+    # Moved away, as the launcher advises for a run of other settings.
+    shutil.move(run_dir, tmp_path / 'moved')
+    second = _launcher(out, [*command, '-200']).execute(run)
+    assert second['status'] == 'done', second
+    (attempt,) = _attempts(run, out)
+    assert attempt['started'] > earlier['started']
+    done = json.loads((run_dir / 'done.json').read_text())
+    assert (done['attempts'], done['wall_time_s']) == (1, attempt['wall_time_s'])
+    assert done['final_eval_return'] == -200
+    # The earlier run's attempts are kept, where the estimate reads them.
+    (kept,) = (out / 'pendulum' / 'logs').glob('alf_sac.seed0.until-*' + launcher.ATTEMPTS_SUFFIX)
+    assert json.loads(kept.read_text()) == [earlier]
+
+
 def test_run_ending_without_an_evaluation_or_with_an_error_or_a_signal_is_not_done(tmp_path):
     out = tmp_path / 'runs'
     run = _pendulum_run(1000)
