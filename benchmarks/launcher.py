@@ -339,12 +339,20 @@ class Launcher:
             )
         if returncode != 0:
             status = 'interrupted' if returncode in STOPPED_STATUSES else 'failed'
+            advice = ''
+            if returncode == EXIT_BAD_INPUT and resumed and run.framework == 'alf_lite':
+                # Train's own advice names its flags; the launcher resumes with the run's
+                # settings or not at all.
+                advice = (
+                    f'; the launcher resumes a run only with the settings it started with: '
+                    f'move {run_dir} away to train it afresh'
+                )
             return dict(
                 run=run,
                 status=status,
                 wall_time_s=wall,
-                detail=f'{exit_description(returncode)}: {log_error_line(log_path, offset)} '
-                f'(log: {log_path})',
+                detail=f'{exit_description(returncode)}: {log_error_line(log_path, offset)}'
+                f'{advice} (log: {log_path})',
             )
         steps, returns = read_scalar_if_any(run_dir, EVAL_RETURN)
         if len(returns) == 0:

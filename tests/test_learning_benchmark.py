@@ -1945,6 +1945,32 @@ def test_a_run_trained_where_an_earlier_one_was_moved_away_counts_only_its_own_a
     assert json.loads(kept.read_text()) == [earlier]
 
 
+def test_a_resume_train_refuses_is_failed_with_the_launchers_own_advice(tmp_path):
+    out = tmp_path / 'runs'
+    run = _pendulum_run(1000)
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    run_dir.mkdir(parents=True)
+    (run_dir / 'config.gin').write_text('TrainerConfig.num_env_steps = 2000\n')
+    # Train's refusal of a resume of other settings names train's flags, not the launcher's.
+    refusal = (
+        "import sys; print('error: ... resume it with --root_dir alone, or --start_over', "
+        'file=sys.stderr); raise SystemExit(2)'
+    )
+    result = _launcher(out, _python(refusal)).execute(run)
+    assert result['status'] == 'failed', result
+    assert result['detail'].startswith(
+        'exit code 2: error: ... resume it with --root_dir alone, or --start_over; '
+    )
+    assert (
+        f'; the launcher resumes a run only with the settings it started with: move {run_dir} '
+        'away to train it afresh (log: '
+    ) in result['detail']
+    # A refusal with nothing to resume is train's alone.
+    shutil.rmtree(run_dir)
+    result = _launcher(out, _python(refusal)).execute(run)
+    assert result['status'] == 'failed' and 'move' not in result['detail'], result
+
+
 def test_run_ending_without_an_evaluation_or_with_an_error_or_a_signal_is_not_done(tmp_path):
     out = tmp_path / 'runs'
     run = _pendulum_run(1000)
