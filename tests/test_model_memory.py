@@ -396,6 +396,31 @@ def test_play_refuses_networks_that_cannot_fit(tmp_path):
     assert 'they need' in result.stderr and 'Traceback' not in result.stderr
 
 
+def test_play_refuses_a_checkpoint_that_does_not_fit_next_to_its_networks_as_too_large(
+    tmp_path, monkeypatch
+):
+    # play reads the whole model.pt, its optimizer state too: a run's checkpoints are all
+    # of one size, so another --checkpoint_step would not fit either.
+    from alf_lite import checkpoint as ckpt
+    from alf_lite.bin.policy import checkpoint_path, load_policy
+    from alf_lite.trainer import TrainerConfig
+
+    root_dir = tmp_path / 'run'
+    params = TINY + ['TrainerConfig.num_env_steps=2', 'TrainerConfig.initial_collect_steps=1']
+    assert run_train(train_command(root_dir, [PENDULUM], params)).returncode == 0
+    path = checkpoint_path(str(root_dir), None)
+    parse_config([str(PENDULUM)], TINY)
+    config = TrainerConfig()
+    parameters = estimate_model_bytes(config.algorithm_ctor, observation_dim=3, action_dim=1)
+    monkeypatch.setattr(ckpt, 'available_cpu_memory', lambda: (1000, None))
+    with pytest.raises(ModelTooLargeError) as raised:
+        load_policy(path, config, 3, 1)
+    message = str(raised.value)
+    assert f'the networks ({parameters.parameters} bytes) fit in cpu memory' in message
+    assert 'model.pt unpacks to' in message and 'more than the 1000 bytes' in message
+    assert 'pick another' not in message
+
+
 @pytest.mark.parametrize(
     'gin_file', sorted(p.name for p in (REPO_ROOT / 'examples').glob('*.gin')), ids=str
 )

@@ -57,7 +57,8 @@ def load_policy(
     emptied), a warning names the bindings that differ.
 
     Raises:
-        ModelTooLargeError: the networks do not fit in the CPU's memory.
+        ModelTooLargeError: the networks do not fit in the CPU's memory, or the checkpoint
+            (``model.pt``, read whole) does not fit next to them.
         ConfigError: ``config``'s algorithm constructor refuses its parameters.
         UnsafeCheckpointError: the checkpoint names code that loading it would run.
         CheckpointError: the checkpoint cannot be read or holds no valid state, or its
@@ -67,12 +68,13 @@ def load_policy(
 
     from alf_lite import checkpoint as ckpt
     from alf_lite.config import ConfigError
-    from alf_lite.model_memory import build_checked
+    from alf_lite.device import available_cpu_memory, memory_bound_text
+    from alf_lite.model_memory import ModelTooLargeError, build_checked
     from alf_lite.precision import set_network_precision, warn_if_emulated, warn_if_not_applied
 
     dims = dict(observation_dim=observation_dim, action_dim=action_dim)
     try:
-        algorithm, _ = build_checked(
+        algorithm, estimate = build_checked(
             config.algorithm_ctor, torch.device('cpu'), training=False, **dims
         )
     except (ValueError, TypeError) as e:
@@ -91,6 +93,14 @@ def load_policy(
         state = ckpt.trainer_state(raw)
     except ckpt.UnsafeCheckpointError:
         raise
+    except MemoryError as e:
+        # The file holds the optimizer state too, and every checkpoint of a run is of one
+        # size: another one would not fit either.
+        networks = f' ({estimate.parameters} bytes)' if estimate is not None else ''
+        raise ModelTooLargeError(
+            f'the networks{networks} fit in cpu memory, but not the checkpoint they are read '
+            f'from next to them: {e}.{memory_bound_text(available_cpu_memory()[1])}'
+        ) from e
     except Exception as e:  # noqa: BLE001  (any unpickling failure means unreadable)
         raise ckpt.CheckpointError(
             f'cannot read the checkpoint {path} ({type(e).__name__}: {e}); pick another with '
