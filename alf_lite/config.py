@@ -262,10 +262,10 @@ def unused_bindings(
         if selector == 'gin.macro':
             continue
         for param in params:
-            if (scope, selector, param) in leave_out or binding_used(scope, selector, param):
+            key = (scope, selector, param)
+            if key in leave_out or binding_used(scope, selector, param):
                 continue
             name = f'{scope + "/" if scope else ""}{selector.rsplit(".", 1)[-1]}.{param}'
-            key = (scope, selector, param)
             recorded = None if _parsed is None else _parsed.bindings.get(key)
             location = binding_location(key)
             where = '' if location is None else f' ({location})'
@@ -280,6 +280,17 @@ def unused_bindings(
             included_here = saved or (_parsed is not None and key in _parsed.included)
             (included if included_here else own).append(f'`{name}`{where}')
     return own, included
+
+
+def more_specific_scope(scope: str, other: str) -> bool:
+    """Whether a binding in scope ``other`` wins over one in ``scope`` wherever it applies.
+
+    gin applies a configurable's bindings of each scope that begins the scope it
+    is called in, the longest last: ``actor/Adam.lr`` wins over ``Adam.lr`` in
+    ``actor`` (and ``actor/...``). A scope that ``scope`` does not begin
+    (``critic/actor`` for ``actor``) applies only where ``scope`` does not.
+    """
+    return other != scope and (not scope or other.startswith(scope + '/'))
 
 
 def overridden_gin_params() -> Dict[Tuple[str, str, str], str]:
@@ -301,7 +312,7 @@ def overridden_gin_params() -> Dict[Tuple[str, str, str], str]:
         short = f'{selector.rsplit(".", 1)[-1]}.{param}'
         winners = []
         for other in bound_scopes(selector, param):
-            if other == scope or (scope and not other.startswith(scope + '/')):
+            if not more_specific_scope(scope, other):
                 continue
             recorded = _parsed.bindings.get((other, selector, param))
             if recorded is None or recorded[1] is not None:

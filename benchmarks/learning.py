@@ -48,6 +48,7 @@ from alf_lite.runs import (
     config_bindings,
     read_scalar_if_any,
     subprocess_env,
+    train_column,
 )
 from benchmarks import REPO_ROOT, at_least
 from benchmarks.launcher import (
@@ -695,11 +696,6 @@ def sign_flip_p(differences: Sequence[float]) -> float:
     return sum(_as_far(f, observed) for f in flips) / len(flips)
 
 
-# SAC's temperature and its policy's -log pi, as train writes them.
-TRAIN_ALPHA = 'train/alpha'
-TRAIN_ENTROPY = 'train/entropy'
-
-
 def soft_q_entropy_bonus(run_dir: str, xs: Sequence[float]) -> Optional[float]:
     """The entropy bonus in SAC's Q near termination, estimated: the run's mean over
     the evaluations at ``xs``; None where the run logged no alpha before one of them
@@ -718,8 +714,8 @@ def soft_q_entropy_bonus(run_dir: str, xs: Sequence[float]) -> Optional[float]:
     """
     import numpy as np
 
-    alpha_xs, alphas = read_scalar_if_any(run_dir, TRAIN_ALPHA)
-    entropy_xs, entropies = read_scalar_if_any(run_dir, TRAIN_ENTROPY)
+    alpha_xs, alphas = read_scalar_if_any(run_dir, train_column('alpha'))
+    entropy_xs, entropies = read_scalar_if_any(run_dir, train_column('entropy'))
     length_xs, lengths = read_scalar_if_any(run_dir, EVAL_EPISODE_LENGTH)
     entropy_at = dict(zip(entropy_xs, entropies))
     length_at = dict(zip(length_xs, lengths))
@@ -733,8 +729,8 @@ def soft_q_entropy_bonus(run_dir: str, xs: Sequence[float]) -> Optional[float]:
         if summary not in entropy_at:
             return None
         counted = int(min(NEAR_TERMINATION_STEPS, max(1, round(length_at[x]))))
-        discounts = gamma ** np.arange(1, counted)  # gamma^1 .. gamma^(counted-1)
-        weight = np.mean([discounts[: k - 1].sum() for k in range(1, counted + 1)])
+        # sum_{i=1}^{k-1} gamma^i for k = 1 .. counted: 0, gamma, gamma + gamma^2, ...
+        weight = np.concatenate([[0.0], np.cumsum(gamma ** np.arange(1, counted))]).mean()
         bonuses.append(alphas[before[-1]] * entropy_at[summary] * weight)
     return float(np.mean(bonuses)) if bonuses else None
 
@@ -805,6 +801,13 @@ def compare_settings(
         )
         lines.append(line + (f'; {n} not finished yet' if n else '') + '.')
     return lines
+
+
+def _mean_and_ci(values: Sequence[float]) -> str:
+    """``'mean [lower, upper]'`` of ``values``: their bootstrap interval (``plot.band``)."""
+    from alf_lite.bin.plot import band
+
+    return '{:.1f} [{:.1f}, {:.1f}]'.format(*band(values, 'ci'))
 
 
 def _mib(nbytes: float) -> str:
@@ -1001,15 +1004,12 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
                 )
             if suite in STUDY_COMPARISONS:
                 rows[-1] += tuple(
-                    '{:.1f} [{:.1f}, {:.1f}]'.format(*band(v, 'ci')) if v else '-'
-                    for v in (q_end, return_end, q_above)
+                    _mean_and_ci(v) if v else '-' for v in (q_end, return_end, q_above)
                 )
                 if bonus:
                     soft_q_lines.append(
-                        f'- {task.env}, {spec.label}: entropy bonus '
-                        + '{:.1f} [{:.1f}, {:.1f}]'.format(*band(bonus, 'ci'))
-                        + '; Q - return - entropy bonus '
-                        + '{:.1f} [{:.1f}, {:.1f}]'.format(*band(q_above_soft, 'ci'))
+                        f'- {task.env}, {spec.label}: entropy bonus {_mean_and_ci(bonus)}; '
+                        f'Q - return - entropy bonus {_mean_and_ci(q_above_soft)}'
                         + f' ({len(bonus)} runs: '
                         + ', '.join(f'{v:.1f}' for v in q_above_soft)
                         + ')'

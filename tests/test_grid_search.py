@@ -2768,7 +2768,7 @@ def test_a_configurable_the_config_refers_to_counts_as_used_without_building_the
 
 
 def test_a_binding_overrides_a_searched_one_where_its_scope_begins_with_the_searched_scope():
-    from alf_lite.bin.grid_search import _more_specific
+    from alf_lite.config import more_specific_scope as _more_specific
 
     assert _more_specific('', 'actor') and _more_specific('actor', 'actor/target')
     # The same scope is the same parameter (gin_param_conflict's case); gin applies

@@ -559,17 +559,6 @@ def gin_param_conflict(gin_params: Sequence[str], space: SearchSpace) -> Optiona
     return None
 
 
-def _more_specific(scope: str, other: str) -> bool:
-    """Whether a binding in scope ``other`` wins over one in ``scope`` wherever it applies.
-
-    gin applies a configurable's bindings of each scope that begins the scope it
-    is called in, the longest last: ``actor/Adam.lr`` wins over ``Adam.lr`` in
-    ``actor`` (and ``actor/...``). A scope that ``scope`` does not begin
-    (``critic/actor`` for ``actor``) applies only where ``scope`` does not.
-    """
-    return other != scope and (not scope or other.startswith(scope + '/'))
-
-
 def overridden_search(space: SearchSpace) -> Optional[str]:
     """Why a searched parameter would not get its values where a binding of it in a more
     specific scope applies (one of the gin files, a ``--gin_param`` or another entry of the
@@ -594,7 +583,8 @@ def overridden_search(space: SearchSpace) -> Optional[str]:
             winners = [
                 (other, selector, param)
                 for other in config.bound_scopes(selector, param)
-                if _more_specific(scope, other) and (other, selector, param) not in entry
+                if config.more_specific_scope(scope, other)
+                and (other, selector, param) not in entry
             ]
             if not winners:
                 continue
