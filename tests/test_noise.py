@@ -151,9 +151,12 @@ def test_zero_sigma_is_allowed_and_adds_nothing():
     assert torch.equal(x, action)
 
 
-@pytest.mark.parametrize('sigma, shown', [(-0.1, '-0.1'), (float('nan'), 'nan')])
-def test_gaussian_noise_refuses_a_negative_sigma(sigma, shown):
-    with pytest.raises(ValueError, match=f'sigma must be >= 0, got {shown}'):
+@pytest.mark.parametrize(
+    'sigma, shown', [(-0.1, '-0.1'), (float('nan'), 'nan'), (float('inf'), 'inf')]
+)
+def test_gaussian_noise_refuses_a_negative_or_non_finite_sigma(sigma, shown):
+    # An infinite sigma would put every action at a bound once clipped.
+    with pytest.raises(ValueError, match=f'sigma must be a finite number >= 0, got {shown}'):
         GaussianNoise(sigma=sigma)
 
 
@@ -169,6 +172,21 @@ def test_gaussian_noise_refuses_a_negative_sigma(sigma, shown):
 )
 def test_ou_refuses_parameters_that_do_not_revert(bad):
     with pytest.raises(ValueError):
+        OUNoise(**bad)
+
+
+@pytest.mark.parametrize(
+    'bad, message',
+    [
+        # theta * dt = 0.0015 is in range, but sqrt(dt) is not a number.
+        (dict(theta=-0.15, dt=-0.01), 'theta and dt must be > 0'),
+        (dict(sigma=float('inf')), 'sigma must be a finite number >= 0, got inf'),
+        (dict(mu=float('nan')), 'mu must be a finite number, got nan'),
+        (dict(mu=float('inf')), 'mu must be a finite number, got inf'),
+    ],
+)
+def test_ou_refuses_settings_each_of_its_checks_must_catch_alone(bad, message):
+    with pytest.raises(ValueError, match=message):
         OUNoise(**bad)
 
 

@@ -26,6 +26,12 @@ from alf_lite.data import StepType
 from alf_lite.seeding import global_rng_state, set_global_rng_state
 
 
+def _check_sigma(sigma: float) -> None:
+    """Refuse a ``sigma`` that is negative, NaN or infinite (every action at a bound)."""
+    if not (sigma >= 0 and math.isfinite(sigma)):
+        raise ValueError(f'sigma must be a finite number >= 0, got {sigma}')
+
+
 @gin.configurable
 class GaussianNoise:
     """Independent ``N(0, sigma^2)`` noise at every step (TD3 uses ``sigma = 0.1``).
@@ -35,8 +41,7 @@ class GaussianNoise:
     """
 
     def __init__(self, sigma: float = 0.1):
-        if not sigma >= 0:  # NaN too
-            raise ValueError(f'sigma must be >= 0, got {sigma}')
+        _check_sigma(sigma)
         self.sigma = sigma
 
     def __call__(self, step_type: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -73,13 +78,17 @@ class OUNoise:
     """
 
     def __init__(self, theta: float = 0.15, sigma: float = 0.2, dt: float = 1e-2, mu: float = 0.0):
-        if not 0.0 < theta * dt <= 1.0:
+        # Each sign checked alone: a negative theta and dt have a product in range, and
+        # no sqrt(dt).
+        if not (theta > 0 and dt > 0 and theta * dt <= 1.0):  # NaN too
             raise ValueError(
-                f'theta * dt must be in (0, 1] for a mean-reverting process, '
-                f'got theta={theta}, dt={dt}'
+                f'theta and dt must be > 0 with theta * dt in (0, 1] for a mean-reverting '
+                f'process, got theta={theta}, dt={dt}'
             )
-        if not sigma >= 0:  # NaN too
-            raise ValueError(f'sigma must be >= 0, got {sigma}')
+        _check_sigma(sigma)
+        if not math.isfinite(mu):
+            # The envs would get NaN or infinite actions.
+            raise ValueError(f'mu must be a finite number, got {mu}')
         self.theta, self.sigma, self.dt, self.mu = theta, sigma, dt, mu
         self._state: Optional[torch.Tensor] = None
 
