@@ -167,7 +167,10 @@ def test_train_refuses_num_critic_replicas_below_1_naming_it(example, algorithm,
     [
         ('policy_update_period = 0', 'policy_update_period must be an integer >= 1, got 0'),
         ('gamma = 1.5', 'gamma must be in [0, 1], got 1.5'),
-        ('critic_l2_weight_decay = -1.0', 'critic_l2_weight_decay must be >= 0, got -1.0'),
+        (
+            'critic_l2_weight_decay = -1.0',
+            'critic_l2_weight_decay must be a finite number >= 0, got -1.0',
+        ),
     ],
 )
 def test_td3_names_itself_and_the_parameter_given_in_its_errors(binding, message, tmp_path):

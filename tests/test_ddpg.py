@@ -670,11 +670,17 @@ def test_policy_update_period_below_1_is_refused_naming_it():
         DdpgAlgorithm(observation_dim=3, action_dim=2, policy_update_period=0)
 
 
-@pytest.mark.parametrize('decay, shown', [(-0.01, '-0.01'), (float('nan'), 'nan')])
-def test_a_negative_l2_weight_decay_is_refused_naming_it(decay, shown):
-    # NaN too: the penalty would silently be left out (NaN > 0 is False).
-    with pytest.raises(ValueError, match=rf'critic_l2_weight_decay must be >= 0, got {shown}'):
-        DdpgAlgorithm(observation_dim=3, action_dim=2, critic_l2_weight_decay=decay)
+@pytest.mark.parametrize('algorithm', [DdpgAlgorithm, Td3Algorithm])
+@pytest.mark.parametrize(
+    'decay, shown', [(-0.01, '-0.01'), (float('nan'), 'nan'), (float('inf'), 'inf')]
+)
+def test_a_negative_or_non_finite_l2_weight_decay_is_refused_naming_it(algorithm, decay, shown):
+    # NaN too: the penalty would silently be left out (NaN > 0 is False); inf would make
+    # the first critic loss inf, after the whole initial collection.
+    with pytest.raises(
+        ValueError, match=rf'critic_l2_weight_decay must be a finite number >= 0, got {shown}'
+    ):
+        algorithm(observation_dim=3, action_dim=2, critic_l2_weight_decay=decay)
 
 
 @pytest.mark.parametrize('algorithm', [DdpgAlgorithm, Td3Algorithm])

@@ -36,6 +36,15 @@ def sum_of_squared_weights(module: nn.Module) -> torch.Tensor:
     )
 
 
+def check_critic_l2_weight_decay(critic_l2_weight_decay: float) -> None:
+    """Refuse, naming it, a ``critic_l2_weight_decay`` that is negative, NaN (the penalty would
+    silently be left out) or infinite (the first critic loss would be inf)."""
+    if not (critic_l2_weight_decay >= 0 and math.isfinite(critic_l2_weight_decay)):
+        raise ValueError(
+            f'critic_l2_weight_decay must be a finite number >= 0, got {critic_l2_weight_decay}'
+        )
+
+
 @gin.configurable(denylist=['observation_dim', 'action_dim'])
 class DdpgAlgorithm(OffPolicyAlgorithm):
     """DDPG: deterministic actor mu(s), critic Q(s, a), exploration noise, slowly tracking targets.
@@ -105,8 +114,7 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             target_update_period,
             policy_update_period=policy_update_period,
         )
-        if not critic_l2_weight_decay >= 0:  # NaN too
-            raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
+        check_critic_l2_weight_decay(critic_l2_weight_decay)
         if exploration_noise is not None:
             check_exploration_noise(f'{type(self).__name__}.exploration_noise', exploration_noise)
         self._build_actor_and_critic(

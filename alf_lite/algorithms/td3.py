@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import gin
 import torch
 
-from alf_lite.algorithms.ddpg import DdpgAlgorithm
+from alf_lite.algorithms.ddpg import DdpgAlgorithm, check_critic_l2_weight_decay
 from alf_lite.algorithms.noise import GaussianNoise
 from alf_lite.algorithms.off_policy_algorithm import (
     check_num_critic_replicas,
@@ -73,8 +73,7 @@ class Td3Algorithm(DdpgAlgorithm):
             gamma, target_update_tau, 1, policy_update_period=policy_update_period
         )
         check_num_critic_replicas(num_critic_replicas)
-        if not critic_l2_weight_decay >= 0:  # NaN too
-            raise ValueError(f'critic_l2_weight_decay must be >= 0, got {critic_l2_weight_decay}')
+        check_critic_l2_weight_decay(critic_l2_weight_decay)
         if not (target_policy_noise >= 0 and target_policy_noise_clip >= 0):  # NaN too
             raise ValueError(
                 'target_policy_noise and target_policy_noise_clip must be >= 0, '
