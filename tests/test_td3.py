@@ -312,9 +312,27 @@ def test_halfcheetah_examples_paper_block_gives_the_papers_settings(tmp_path):
         dict(target_policy_noise_clip=-0.5),
         dict(target_policy_noise=float('nan')),
         dict(target_policy_noise_clip=float('nan')),
+        dict(target_policy_noise=float('inf')),
         dict(critic_l2_weight_decay=float('nan')),
     ],
 )
 def test_a_negative_smoothing_noise_or_clip_is_refused(kwargs):
     with pytest.raises(ValueError, match='target_policy_noise|critic_l2_weight_decay'):
         Td3Algorithm(observation_dim=3, action_dim=2, **kwargs)
+
+
+def test_an_infinite_smoothing_noise_is_refused_and_an_infinite_clip_means_no_clip():
+    # An infinite std would put every target action at mu'(s') -c or +c.
+    with pytest.raises(ValueError, match='target_policy_noise must be a finite number >= 0'):
+        Td3Algorithm(observation_dim=3, action_dim=2, target_policy_noise=float('inf'))
+    td3 = Td3Algorithm(
+        observation_dim=3,
+        action_dim=2,
+        actor_network_ctor=ConstantActor,
+        target_policy_noise=0.2,
+        target_policy_noise_clip=float('inf'),
+    )
+    torch.manual_seed(0)
+    z = torch.randn(500, 2)
+    torch.manual_seed(0)
+    assert torch.equal(td3._target_action(torch.zeros(500, 3)), (0.2 * z).clamp(-1.0, 1.0))

@@ -9,6 +9,7 @@ and ``target_update_period``, both d here); only the target action differs.
 """
 
 import functools
+import math
 from typing import Callable, Optional
 
 import gin
@@ -44,7 +45,7 @@ class Td3Algorithm(DdpgAlgorithm):
             every d train steps, the critics every step (2).
         target_policy_noise: std sigma of the Gaussian added to the target
             action, in normalised action units (0.2).
-        target_policy_noise_clip: c: that noise is clipped to [-c, c] (0.5).
+        target_policy_noise_clip: c: that noise is clipped to [-c, c] (0.5; inf: no clip).
         critic_l2_weight_decay: L2 penalty on the critics' weights (TD3: none).
         actor_optimizer: None: Adam, lr 3e-4.
         critic_optimizer: None: Adam, lr 3e-4.
@@ -74,10 +75,17 @@ class Td3Algorithm(DdpgAlgorithm):
         )
         check_num_critic_replicas(num_critic_replicas)
         check_critic_l2_weight_decay(critic_l2_weight_decay)
-        if not (target_policy_noise >= 0 and target_policy_noise_clip >= 0):  # NaN too
+        # NaN too. An infinite clip leaves the noise unclipped; an infinite std would
+        # put every target action at -c or +c from mu'(s').
+        if not (
+            target_policy_noise >= 0
+            and math.isfinite(target_policy_noise)
+            and target_policy_noise_clip >= 0
+        ):
             raise ValueError(
-                'target_policy_noise and target_policy_noise_clip must be >= 0, '
-                f'got {target_policy_noise} and {target_policy_noise_clip}'
+                'target_policy_noise must be a finite number >= 0 and target_policy_noise_clip '
+                f'a number >= 0 (inf: no clip), got {target_policy_noise} and '
+                f'{target_policy_noise_clip}'
             )
         default_adam = functools.partial(Adam, lr=3e-4)
         super().__init__(
