@@ -381,8 +381,9 @@ class Launcher:
 
 
 def code_version() -> str:
-    """The git commit of this checkout, with ``+dirty`` when its code differs from it (the
-    results under ``benchmarks/results``, which runs write, do not count)."""
+    """The git commit of this checkout, with ``+dirty`` when its code differs from it: a
+    changed or new file that git does not ignore (the results under ``benchmarks/results``,
+    which runs write, do not count)."""
 
     def git(*args):
         return subprocess.run(
@@ -394,7 +395,7 @@ def code_version() -> str:
         dirty = git(
             'status',
             '--porcelain',
-            '--untracked-files=no',
+            '--untracked-files=all',
             '--',
             'alf_lite',
             'benchmarks',

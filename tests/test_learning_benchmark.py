@@ -2878,6 +2878,17 @@ def test_code_version_is_dirty_when_code_differs_not_when_results_do(tmp_path, m
     commit = launcher.code_version()
     script.write_text('1\n')
     assert launcher.code_version() == commit + '+dirty'
+    script.write_text('0\n')
+    assert launcher.code_version() == commit
+    # A new module is code a run may import, though git does not track it yet.
+    module = tmp_path / 'alf_lite' / 'new.py'
+    module.write_text('0\n')
+    assert launcher.code_version() == commit + '+dirty'
+    module.unlink()
+    # A new run's records are not.
+    (plan.parent / 'suite').mkdir()
+    (plan.parent / 'suite' / 'progress.csv').write_text('0\n')
+    assert launcher.code_version() == commit
 
 
 def test_report_counts_the_planned_seeds_of_each_runs_own_suite_and_reads_no_other_plan(
