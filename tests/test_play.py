@@ -874,7 +874,8 @@ gymnasium.register('RendersNothing-v0', entry_point=RendersNothing, max_episode_
 @pytest.mark.parametrize(
     'env_id, problem',
     [
-        ('RenderRaises-v0', 'raised in render(): NotImplementedError: no frames here'),
+        # A sentence of its own before the one naming the video.
+        ('RenderRaises-v0', 'raised in render(): NotImplementedError: no frames here.'),
         (
             'RendersNothing-v0',
             "returned None from render() in render_mode 'rgb_array', not an image "

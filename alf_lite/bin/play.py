@@ -435,6 +435,11 @@ def video_size_problem(record_file: str, size) -> Optional[str]:
     return None
 
 
+def with_sentence_end(text: str) -> str:
+    """``text`` ending a sentence, for another to follow it."""
+    return text if text.rstrip().endswith(('.', '!', '?')) else f'{text.rstrip()}.'
+
+
 def frames_written(video: VideoWriter, record_file: str) -> str:
     """The line saying how many frames the closed ``video`` holds."""
     frames = 'frame' if video.frames_in_file == 1 else 'frames'
@@ -666,7 +671,8 @@ def play(argv, signals) -> None:
             print_out(frames_written(video, record_file))
             video = None
     except EnvironmentCrashedError as e:
-        fail(f'{e}{not_written}', exit_code=EXIT_FAULT)
+        message = with_sentence_end(str(e)) if not_written else str(e)
+        fail(f'{message}{not_written}', exit_code=EXIT_FAULT)
     except VideoNotWrittenError as e:
         # From a frame the encoder did not take, or the close: the temporary file is gone.
         fail(f'cannot write {record_file}: {e}.{not_written}', exit_code=EXIT_FAULT)
