@@ -491,6 +491,66 @@ def test_play_renders_mujoco_headless_in_real_time_with_batch_norm_as_evaluated(
         assert image.info['duration'] == 50
 
 
+def osmesa_is_installed():
+    import ctypes.util
+
+    return ctypes.util.find_library('OSMesa') is not None
+
+
+@pytest.mark.parametrize(
+    'backend',
+    [
+        'no_such_backend',
+        pytest.param(
+            'osmesa',
+            marks=pytest.mark.skipif(osmesa_is_installed(), reason='OSMesa renders here'),
+        ),
+    ],
+)
+def test_a_mujoco_gl_that_mujoco_cannot_load_is_named_not_the_config(
+    ddpg_halfcheetah_run, tmp_path, monkeypatch, backend
+):
+    # MuJoCo loads MUJOCO_GL's backend as it is imported, before the env is built.
+    monkeypatch.setenv('MUJOCO_GL', backend)
+    gif = tmp_path / 'cheetah.gif'
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(ddpg_halfcheetah_run)]
+    result = run_train(command + ['--record_file', str(gif)], fresh_interpreter=True)
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f'error: MuJoCo does not import with MUJOCO_GL={backend}, the OpenGL backend it '
+        'loads as it is imported ('
+    ), result.stderr[-3000:]
+    assert last.endswith(
+        "Set MUJOCO_GL to one this machine has: egl (headless; play's choice where MUJOCO_GL "
+        'is unset), osmesa (headless, in software; needs the OSMesa library) or glfw (needs '
+        'a display).'
+    ), last
+    assert 'no longer builds' not in result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_mujoco_gl_that_cannot_render_here_is_named_with_the_ones_to_try(
+    ddpg_halfcheetah_run, tmp_path, monkeypatch
+):
+    # GLFW opens a window: with no display to open it on, MuJoCo fails its first frame.
+    for name in ('DISPLAY', 'WAYLAND_DISPLAY'):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv('MUJOCO_GL', 'glfw')
+    gif = tmp_path / 'cheetah.gif'
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(ddpg_halfcheetah_run)]
+    result = run_train(command + ['--record_file', str(gif)], fresh_interpreter=True)
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: Environment 'HalfCheetah-v5' (env 0 of 1) raised in render(): ")
+    assert last.endswith(
+        '. MuJoCo rendered with MUJOCO_GL=glfw; set it to a backend this machine has: egl '
+        "(headless; play's choice where MUJOCO_GL is unset), osmesa (headless, in software; "
+        f'needs the OSMesa library) or glfw (needs a display). {gif} was not written.'
+    ), last
+    assert os.listdir(tmp_path) == []
+
+
 def played_returns(result):
     """The returns of the episodes ``result`` played."""
     assert_ok(result)

@@ -30,15 +30,19 @@ an even width and height: an odd ``--render_size`` is refused for an ``.mp4``,
 and so are an ``--fps`` above 1001000, the most ffmpeg takes, and sizes x264 or
 ffmpeg cannot encode (``video_size_problem``); a GIF is at most 65535 pixels wide
 and high. Rendering is headless: MuJoCo
-through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer.
+through EGL (``MUJOCO_GL=egl`` unless set), PyBullet through TinyRenderer; a
+``MUJOCO_GL`` MuJoCo cannot load or render with is named, with the backends to try.
 The video is written beside ``--record_file`` and moved there once every
 episode was played: a play that fails or is stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1 or
 SIGUSR2 (exit code 128 + the signal number) leaves a file already there as it was.
 """
 
 import contextlib
+import importlib
+import importlib.util
 import math
 import os
+import sys
 import tempfile
 import zlib
 from typing import Optional
@@ -435,6 +439,37 @@ def video_size_problem(record_file: str, size) -> Optional[str]:
     return None
 
 
+# MuJoCo's OpenGL backends, which it reads from MUJOCO_GL as it is imported.
+MUJOCO_GL_CHOICES = (
+    "egl (headless; play's choice where MUJOCO_GL is unset), osmesa (headless, in "
+    'software; needs the OSMesa library) or glfw (needs a display)'
+)
+
+
+def mujoco_import_problem(error: BaseException) -> Optional[str]:
+    """Why building the env failed, where it is MuJoCo failing to load the OpenGL backend
+    MUJOCO_GL names (``osmesa`` without the OSMesa library, a misspelt one): the error,
+    from deep within OpenGL's import, would not say. None otherwise.
+
+    Found by importing MuJoCo again: where that fails with the error ``error`` reports
+    (an env of another kind failing with MUJOCO_GL set to no use leaves it alone).
+    """
+    backend = os.environ.get('MUJOCO_GL')
+    if not backend or importlib.util.find_spec('mujoco') is None:
+        return None
+    try:
+        importlib.import_module('mujoco')
+    except Exception as e:  # noqa: BLE001  (a backend's import may raise anything)
+        reason = f'{type(e).__name__}: {e}'
+        if reason in str(error):
+            return (
+                f'MuJoCo does not import with MUJOCO_GL={backend}, the OpenGL backend it '
+                f'loads as it is imported ({reason}). Set MUJOCO_GL to one this machine '
+                f'has: {MUJOCO_GL_CHOICES}.'
+            )
+    return None
+
+
 def with_sentence_end(text: str) -> str:
     """``text`` ending a sentence, for another to follow it."""
     return text if text.rstrip().endswith(('.', '!', '?')) else f'{text.rstrip()}.'
@@ -470,7 +505,18 @@ def play_episodes(env, algorithm, num_episodes: int, video=None, batch_size: int
     from alf_lite.evaluation import evaluate
 
     def record_frame(time_step):
-        frame = env.render()[0]
+        try:
+            frame = env.render()[0]
+        except EnvironmentCrashedError as e:
+            if video.num_frames or 'mujoco' not in sys.modules:
+                raise
+            # The first frame: where MuJoCo cannot render at all, its error names
+            # OpenGL, not the MUJOCO_GL (play's egl where it was unset) that picked it.
+            raise EnvironmentCrashedError(
+                f'{with_sentence_end(str(e))} MuJoCo rendered with '
+                f'MUJOCO_GL={os.environ.get("MUJOCO_GL")}; set '
+                f'it to a backend this machine has: {MUJOCO_GL_CHOICES}.'
+            ) from e
         shape = np.shape(frame)
         if len(shape) != 3 or shape[2] < 3:
             # An env that renders nothing in this mode (None) or no colour image.
@@ -631,11 +677,15 @@ def play(argv, signals) -> None:
             f"--record_file needs the env's 'rgb_array' frames, which '{e.env_name}' does not "
             f'render (its render modes: {modes}).'
         )
-    except (ConfigError, ValueError, TypeError) as e:
+    except (ConfigError, ValueError, TypeError, EnvironmentCrashedError) as e:
+        # MuJoCo's import fails on a MUJOCO_GL it cannot load: no fault of the config.
+        problem = mujoco_import_problem(e)
+        if problem is not None:
+            fail(problem)
+        if isinstance(e, EnvironmentCrashedError):
+            fail(str(e), exit_code=EXIT_FAULT)
         given = ' with the given --gin_param' if FLAGS.gin_param else ''
         fail(f'{config_file}{given} no longer builds: {e}')
-    except EnvironmentCrashedError as e:
-        fail(str(e), exit_code=EXIT_FAULT)
     with_config = f' and {config_file}' if config_file != run_dir.config_file else ''
     print_out(f'playing {path} with random_seed {seed}{with_config}')
     video = None
