@@ -200,6 +200,37 @@ def test_compile_where_torch_compile_cannot_compile_exits_2_and_creates_nothing(
     assert not (tmp_path / 'experiments').exists(), os.listdir(tmp_path / 'experiments')
 
 
+@pytest.mark.parametrize(
+    'params',
+    [[], ["create_environment.env_kwargs = {'frame_skip': 5}"]],
+    ids=['building_the_env', 'checking_env_kwargs'],
+)
+def test_a_mujoco_gl_that_mujoco_cannot_load_exits_2_naming_it_and_creates_nothing(
+    tmp_path, monkeypatch, params
+):
+    # MuJoCo loads MUJOCO_GL's backend as it is imported: where the env is built, or
+    # earlier, where its entry point is loaded to check env_kwargs.
+    monkeypatch.setenv('MUJOCO_GL', 'no_such_backend')
+    root_dir = tmp_path / 'experiments' / 'run'
+    schedule = ['TrainerConfig.num_env_steps = 50', 'TrainerConfig.initial_collect_steps = 10']
+    command = train_command(root_dir, [EXAMPLES / 'sac_halfcheetah.gin'], schedule + params)
+    result = run_train(command, fresh_interpreter=True)
+    assert result.returncode == 2, result.stderr[-4000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "Environment 'HalfCheetah-v5'" in last, last
+    assert (
+        'MuJoCo does not import with MUJOCO_GL=no_such_backend, the OpenGL backend it loads '
+        'as it is imported (RuntimeError: ' in last
+    ), last
+    assert last.endswith(
+        'Unset MUJOCO_GL (an env that renders nothing needs none) or set it to a backend this '
+        'machine has: egl (headless), osmesa (headless, in software; needs the OSMesa library) '
+        'or glfw (needs a display).'
+    ), last
+    assert 'Traceback' not in result.stderr, result.stderr
+    assert not (tmp_path / 'experiments').exists(), os.listdir(tmp_path / 'experiments')
+
+
 @pytest.mark.parametrize('make_root_dir', [False, True], ids=['missing_root_dir', 'empty_root_dir'])
 def test_resume_without_gin_file_and_without_config_exits_2(tmp_path, make_root_dir):
     root_dir = tmp_path / 'run'

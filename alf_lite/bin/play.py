@@ -38,8 +38,6 @@ SIGUSR2 (exit code 128 + the signal number) leaves a file already there as it wa
 """
 
 import contextlib
-import importlib
-import importlib.util
 import math
 import os
 import sys
@@ -448,26 +446,11 @@ MUJOCO_GL_CHOICES = (
 
 def mujoco_import_problem(error: BaseException) -> Optional[str]:
     """Why building the env failed, where it is MuJoCo failing to load the OpenGL backend
-    MUJOCO_GL names (``osmesa`` without the OSMesa library, a misspelt one): the error,
-    from deep within OpenGL's import, would not say. None otherwise.
+    MUJOCO_GL names (``mujoco_gl_problem``), with play's backends to try; None otherwise."""
+    from alf_lite.environments.suite_gym import mujoco_gl_problem
 
-    Found by importing MuJoCo again: where that fails with the error ``error`` reports
-    (an env of another kind failing with MUJOCO_GL set to no use leaves it alone).
-    """
-    backend = os.environ.get('MUJOCO_GL')
-    if not backend or importlib.util.find_spec('mujoco') is None:
-        return None
-    try:
-        importlib.import_module('mujoco')
-    except Exception as e:  # noqa: BLE001  (a backend's import may raise anything)
-        reason = f'{type(e).__name__}: {e}'
-        if reason in str(error):
-            return (
-                f'MuJoCo does not import with MUJOCO_GL={backend}, the OpenGL backend it '
-                f'loads as it is imported ({reason}). Set MUJOCO_GL to one this machine '
-                f'has: {MUJOCO_GL_CHOICES}.'
-            )
-    return None
+    problem = mujoco_gl_problem(error)
+    return problem and f'{problem} Set MUJOCO_GL to one this machine has: {MUJOCO_GL_CHOICES}.'
 
 
 def with_sentence_end(text: str) -> str:

@@ -5,6 +5,7 @@ import contextlib
 import difflib
 import functools
 import importlib
+import importlib.util
 import inspect
 import math
 import multiprocessing
@@ -77,6 +78,49 @@ class EnvironmentCrashedError(RuntimeError):
 class EnvironmentSettingsError(ValueError):
     """An env's constructor refused the settings it was given (its gin bindings): bad input,
     not a fault of the env. alf_lite's own envs raise it; the message names the setting."""
+
+
+# MuJoCo's OpenGL backends, which it reads from MUJOCO_GL as it is imported.
+MUJOCO_GL_BACKENDS = (
+    'egl (headless), osmesa (headless, in software; needs the OSMesa library) or glfw '
+    '(needs a display)'
+)
+
+
+def mujoco_gl_problem(error: BaseException) -> Optional[str]:
+    """Why an env failed to build, where it is MuJoCo failing to load the OpenGL backend
+    MUJOCO_GL names (``osmesa`` without the OSMesa library, a misspelt one), which its
+    error, from deep within OpenGL's import, does not say; None otherwise.
+
+    Found by importing MuJoCo again: where that fails with the error ``error`` reports
+    (an env of another kind failing with MUJOCO_GL set to no use is left alone).
+    """
+    backend = os.environ.get('MUJOCO_GL')
+    if not backend or importlib.util.find_spec('mujoco') is None:
+        return None
+    try:
+        importlib.import_module('mujoco')
+    except Exception as e:  # noqa: BLE001  (a backend's import may raise anything)
+        reason = f'{type(e).__name__}: {e}'
+        # ``error`` is the import's own, or a message that quotes it.
+        if reason in str(error) or (type(e) is type(error) and str(e) == str(error)):
+            return (
+                f'MuJoCo does not import with MUJOCO_GL={backend}, the OpenGL backend it '
+                f'loads as it is imported ({reason}).'
+            )
+    return None
+
+
+def _mujoco_gl_error(where: str, error: BaseException) -> Optional['EnvironmentSettingsError']:
+    """The error naming MUJOCO_GL where ``error`` is MuJoCo failing to load its backend:
+    a setting of the machine, not a fault of the env (train and play exit 2 on it)."""
+    problem = mujoco_gl_problem(error)
+    if problem is None:
+        return None
+    return EnvironmentSettingsError(
+        f'{where}: {problem} Unset MUJOCO_GL (an env that renders nothing needs none) or '
+        f'set it to a backend this machine has: {MUJOCO_GL_BACKENDS}.'
+    )
 
 
 class RenderModeError(ValueError):
@@ -443,6 +487,9 @@ class _NamedEnvFactory:
         except EnvironmentSettingsError as e:
             raise EnvironmentSettingsError(f'{self._where} refused its settings: {e}') from e
         except Exception as e:
+            settings_error = _mujoco_gl_error(f'{self._where} could not be created', e)
+            if settings_error is not None:
+                raise settings_error from e
             raise EnvironmentCrashedError(
                 f'{self._where} could not be created: {type(e).__name__}: {e}'
             ) from e
@@ -1750,6 +1797,9 @@ def _entry_point(
     try:
         return gymnasium.envs.registration.load_env_creator(spec.entry_point)
     except Exception as e:  # noqa: BLE001  (an import may raise anything, e.g. a missing extra)
+        settings_error = _mujoco_gl_error(f"Environment '{env_name}'", e)
+        if settings_error is not None:
+            raise settings_error from e
         raise ValueError(
             f"Environment '{env_name}': cannot load its entry point {spec.entry_point!r} to "
             f'check {checking}: {type(e).__name__}: {e}'
