@@ -2,7 +2,7 @@
 
 ``seed_everything`` seeds python, numpy and torch (its CPU and CUDA generators);
 ``global_rng_state`` and ``set_global_rng_state`` carry their states through a
-checkpoint.
+checkpoint, and ``global_rng_kept`` puts them back after code that is not the run's.
 
 A run's ``random_seed`` is the entropy of a ``numpy.random.SeedSequence``; each
 env seed is that sequence at a distinct spawn key ``(purpose, ..., env index)``,
@@ -12,8 +12,9 @@ therefore get seeds that differ from each other and from those of every other
 ``random_seed``, except with probability about 2^-128 per pair.
 """
 
+import contextlib
 import random
-from typing import List
+from typing import Iterator, List
 
 import numpy as np
 import torch
@@ -85,6 +86,22 @@ def set_global_rng_state(state: dict) -> None:
         )
     )
     torch.set_rng_state(state['torch'].cpu())
+
+
+@contextlib.contextmanager
+def global_rng_kept() -> Iterator[None]:
+    """Every global generator continues after the block from where it was before it.
+
+    For the callers' code a run calls (``Trainer.train``'s ``stop_when`` and
+    ``before_writing``): what it draws (a look at the stochastic policy, another
+    trainer seeded and trained there) changes none of the run's numbers. Also
+    when the block raises.
+    """
+    state = global_rng_state()
+    try:
+        yield
+    finally:
+        set_global_rng_state(state)
 
 
 def _seeds(random_seed: int, key: tuple, num_envs: int) -> List[int]:

@@ -79,6 +79,7 @@ from alf_lite.runs import (
 )
 from alf_lite.seeding import (
     eval_env_seeds,
+    global_rng_kept,
     global_rng_state,
     resume_env_seeds,
     seed_everything,
@@ -473,6 +474,8 @@ class Trainer:
     deterministic algorithms, and leave its thread count and deterministic mode as they
     found them when they return or raise. They seed python's, numpy's and torch's global
     random generators from ``random_seed``; those go on from where the run left them.
+    ``train()``'s callbacks run with those generators put back after them: what they
+    draw changes none of the run's numbers.
 
     Args:
         config: the trainer's settings.
@@ -725,6 +728,8 @@ class Trainer:
                 restored and before the trainer writes anything, with root_dir
                 locked: files written there (train's CLI writes config.gin)
                 stay as they were when the checkpoint does not fit.
+            Both run with the global random generators put back after them, so
+            what they draw changes none of the run's numbers.
 
         Raises:
             TrainingInterrupted: after SIGINT / SIGTERM, once a checkpoint is written;
@@ -826,7 +831,9 @@ class Trainer:
         # state it left, not to the one training goes on from: updates are taken again.
         self._runner.reset_non_finite_loss()
         if before_writing is not None:
-            before_writing()
+            # The run's generators are set: the caller's draws must not move them.
+            with global_rng_kept():
+                before_writing()
         # As this train() begins with it: kept in each checkpoint, for a resume to check.
         self._config_text = self._config_file_text()
         # Only now: a resume refused above leaves them where they were.
@@ -917,7 +924,10 @@ class Trainer:
         throughput = Throughput(self._env_steps, self._num_updates)
 
         def stop_here() -> bool:
-            return stop_when is not None and stop_when(self.last_eval)
+            if stop_when is None:
+                return False
+            with global_rng_kept():
+                return stop_when(self.last_eval)
 
         stopped = False
         if self._pending_evaluation is not None:

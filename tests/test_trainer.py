@@ -154,6 +154,26 @@ def test_what_the_process_draws_between_building_and_training_changes_no_number(
     )
 
 
+def draw_from_every_global_generator(*args) -> None:
+    random.random(), np.random.rand(), torch.rand(1)
+
+
+@pytest.mark.parametrize('callback', ['stop_when', 'before_writing'])
+def test_what_a_callback_draws_changes_no_number(point_run_to_400, tmp_path, callback):
+    # A callback that samples the stochastic policy, say, or trains another run.
+    calls = []
+
+    def drawing(*args):
+        calls.append(args)
+        draw_from_every_global_generator()
+
+    with build(tmp_path, 'TrainerConfig.num_env_steps = 400') as trainer:
+        trainer.train(**{callback: drawing})
+    # stop_when at the evaluations of env steps 0 and 400, before_writing once.
+    assert len(calls) == (2 if callback == 'stop_when' else 1)
+    assert read_csv(tmp_path / 'progress.csv') == read_csv(point_run_to_400 / 'progress.csv')
+
+
 def test_updates_overlapping_subprocess_steps_give_the_in_process_numbers(tmp_path):
     # With subprocesses the updates run while the env step is pending; the
     # results must be those of the in-process step-then-train order.
