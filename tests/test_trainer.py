@@ -1641,6 +1641,33 @@ def test_a_non_finite_loss_names_the_env_step_of_its_update_in_both_check_modes(
     assert os.listdir(tmp_path / 'checkpoints') == [f'last_good-{stopped_at}']
 
 
+def test_a_deferred_stop_at_a_first_sgd_step_keeps_the_state_from_before_it(tmp_path):
+    # The critic loss of the first update (env step 6) is inf, and the critic's optimizer
+    # is a fused SGD with momentum, whose buffers its first step makes: skipped, it leaves
+    # them uninitialised (often not finite). The last-good state at the summary at 20
+    # holds the critic's optimizer as before that step, with no buffers.
+    tiny_sac_pendulum(
+        "create_environment.env_name = 'alf_test/HugeReward-v0'",
+        "TrainerConfig.device = 'cpu'",
+        'TrainerConfig.num_env_steps = 100',
+        'TrainerConfig.summary_interval = 20',
+        'TrainerConfig.defer_non_finite_checks = True',
+        'SacAlgorithm.critic_optimizer = @critic/SGD',
+        'critic/SGD.lr = 1e-3',
+        'critic/SGD.momentum = 0.9',
+        'critic/SGD.fused = True',
+    )
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        with pytest.raises(
+            TrainingError,
+            match=r'the critic loss is inf at env step 6 \(update 1\); its optimizer step and '
+            r'every later one were skipped, so .*last_good-20 holds',
+        ):
+            trainer.train()
+    state, _ = ckpt.load_checkpoint(str(tmp_path / 'checkpoints' / 'last_good-20'))
+    assert state['algorithm']['optimizers']['critic']['state'] == {}
+
+
 def test_train_again_after_a_stop_before_any_checkpoint_is_refused_changing_nothing(tmp_path):
     # The critic loss of the first update (env step 6) is inf, long before the first
     # checkpoint: no checkpoint holds the state the trainer was left in.

@@ -4,6 +4,7 @@ The CUDA graph itself is tested in test_cuda.py.
 """
 
 import copy
+import functools
 import math
 
 import pytest
@@ -97,6 +98,39 @@ def test_deferred_checks_name_the_loss_and_the_env_step_and_keep_the_state():
     assert failure.update >= 6 and failure.env_steps == 10 * failure.update
     # The state is the one from before the failing update.
     assert_same_state(states[failure.update], algorithm)
+
+
+@pytest.mark.parametrize('bad_update', [1, 4])
+def test_a_skipped_first_sgd_step_leaves_the_optimizer_state_as_before_it(bad_update):
+    # A fused SGD with momentum makes its momentum buffers at its first step; torch leaves
+    # them uninitialised where the guard skips that step. Once the failure is read they
+    # are gone, as before the step; those of a first step that was taken stay.
+    rb = filled_buffer(rows=40)
+    sgd = functools.partial(torch.optim.SGD, lr=1e-2, momentum=0.9, fused=True)
+    algorithm = make('sac', critic_optimizer=sgd, actor_optimizer=sgd, alpha_optimizer=sgd)
+    run = runner(algorithm, rb, defer_non_finite_checks=True)
+    torch.manual_seed(0)
+    states = {}
+    for update in range(1, 7):
+        if update == bad_update:  # every row's reward turns NaN
+            for _ in range(40):
+                rb.add_batch(
+                    Experience(
+                        torch.full((NUM_ENVS,), StepType.MID, dtype=torch.uint8),
+                        torch.randn(NUM_ENVS, OBS_DIM),
+                        torch.zeros(NUM_ENVS, ACTION_DIM),
+                        torch.full((NUM_ENVS,), math.nan),
+                        torch.ones(NUM_ENVS),
+                    )
+                )
+        states[update] = copy.deepcopy(algorithm)
+        run.update(env_steps=10 * update, update=update)
+    failure = run.non_finite_loss()
+    assert (failure.name, failure.update) == ('critic', bad_update)
+    assert_same_state(states[bad_update], algorithm)
+    critic_state = algorithm.optimizers['critic'].state_dict()['state']
+    actor_state = algorithm.optimizers['actor'].state_dict()['state']
+    assert (critic_state == {}) == (bad_update == 1) and (actor_state == {}) == (bad_update == 1)
 
 
 def test_cuda_graph_needs_a_gpu():

@@ -10,9 +10,9 @@ on the device instead:
   update it happened at;
 - the optimizers take the flag as their ``found_inf`` (the mechanism AMP's
   gradient scaler uses): a fused Adam, AdamW or SGD step is then skipped on the
-  device, parameters, moments and step count unchanged (but for SGD's momentum
-  buffers when its very first step is skipped: torch then keeps them
-  uninitialised);
+  device, parameters, moments and step count unchanged (SGD's momentum buffers,
+  which torch makes at its first step and leaves uninitialised where that step
+  is skipped, are removed once the failure is read: ``drop_skipped_first_steps``);
 - target network updates are skipped with it (``polyak_update(skip=...)``).
 
 The flag stays set (until ``reset``), so every later update is a no-op too: the state
@@ -80,6 +80,9 @@ class NonFiniteGuard:
         # (loss index, env steps, update) of the first failure; index -1: none.
         self._record = torch.tensor([-1, 0, 0], dtype=torch.int64, device=device)
         self._value = torch.zeros((), dtype=torch.float32, device=device)
+        # (optimizer, parameters, skipped) of each step that made momentum buffers;
+        # skipped: the flag right after that step, on the device.
+        self._first_steps = []
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         """Make ``optimizer`` skip its steps while the guard is tripped.
@@ -121,12 +124,44 @@ class NonFiniteGuard:
             self._value.copy_(torch.where(first, loss.detach().float(), self._value))
             self.tripped.copy_(torch.maximum(self.tripped, bad.float()))
 
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer.step()``, skipped on the device while the guard is tripped. No host sync.
+
+        A step that makes momentum buffers (SGD's first) is noted with whether it was
+        skipped: torch leaves the buffers of a skipped one uninitialised.
+        """
+        unborn = [
+            p
+            for group in optimizer.param_groups
+            if group.get('momentum')
+            for p in group['params']
+            if p.grad is not None and 'momentum_buffer' not in optimizer.state.get(p, {})
+        ]
+        optimizer.step()
+        if unborn:
+            self._first_steps.append((optimizer, unborn, self.tripped.clone()))
+
+    def drop_skipped_first_steps(self) -> None:
+        """Remove the momentum buffers that a skipped first step made: the optimizer
+        state is then the one from before it, as of every other skipped step. Reads the
+        device: call it once a failure was read, before the state is saved."""
+        for optimizer, params, skipped in self._first_steps:
+            if skipped.item():
+                for p in params:
+                    state = optimizer.state[p]
+                    state.pop('momentum_buffer', None)
+                    if not state:
+                        del optimizer.state[p]
+        self._first_steps.clear()
+
     def reset(self) -> None:
         """Forget the failure, if any: the optimizer steps are taken again. No host sync.
 
         For a state restored from before the failure (the trainer's next ``train()``); the
         tensors stay the same ones, so a captured CUDA graph reads the reset values.
         """
+        # They belong to the optimizer state that the caller replaced.
+        self._first_steps.clear()
         with torch.no_grad():
             self.tripped.zero_()
             self._record.fill_(0)

@@ -630,7 +630,10 @@ class OffPolicyAlgorithm(nn.Module):
         opt = self.optimizers[name]
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        if self._guard is not None:
+            self._guard.step(opt)
+        else:
+            opt.step()
 
     def get_extra_state(self) -> dict:
         return {'num_train_steps': self._num_train_steps}
