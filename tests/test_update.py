@@ -72,6 +72,20 @@ def test_eager_update_on_the_cpu_is_the_trainers_update(name):
     assert 'critic_loss' in scalars and run.non_finite_loss() is None
 
 
+def add_nan_reward_rows(rb, rows):
+    """Add ``rows`` rows per env whose rewards are NaN."""
+    for _ in range(rows):
+        rb.add_batch(
+            Experience(
+                torch.full((NUM_ENVS,), StepType.MID, dtype=torch.uint8),
+                torch.randn(NUM_ENVS, OBS_DIM),
+                torch.zeros(NUM_ENVS, ACTION_DIM),
+                torch.full((NUM_ENVS,), math.nan),
+                torch.ones(NUM_ENVS),
+            )
+        )
+
+
 def test_deferred_checks_name_the_loss_and_the_env_step_and_keep_the_state():
     rb = filled_buffer(rows=40)
     algorithm = make('sac')
@@ -81,16 +95,7 @@ def test_deferred_checks_name_the_loss_and_the_env_step_and_keep_the_state():
     states = {}
     for update in range(1, 21):
         if update == 6:  # rows with NaN rewards arrive
-            for _ in range(10):
-                rb.add_batch(
-                    Experience(
-                        torch.full((NUM_ENVS,), StepType.MID, dtype=torch.uint8),
-                        torch.randn(NUM_ENVS, OBS_DIM),
-                        torch.zeros(NUM_ENVS, ACTION_DIM),
-                        torch.full((NUM_ENVS,), math.nan),
-                        torch.ones(NUM_ENVS),
-                    )
-                )
+            add_nan_reward_rows(rb, 10)
         states[update] = copy.deepcopy(algorithm)
         run.update(env_steps=10 * update, update=update)
     failure = run.non_finite_loss()
@@ -113,16 +118,7 @@ def test_a_skipped_first_sgd_step_leaves_the_optimizer_state_as_before_it(bad_up
     states = {}
     for update in range(1, 7):
         if update == bad_update:  # every row's reward turns NaN
-            for _ in range(40):
-                rb.add_batch(
-                    Experience(
-                        torch.full((NUM_ENVS,), StepType.MID, dtype=torch.uint8),
-                        torch.randn(NUM_ENVS, OBS_DIM),
-                        torch.zeros(NUM_ENVS, ACTION_DIM),
-                        torch.full((NUM_ENVS,), math.nan),
-                        torch.ones(NUM_ENVS),
-                    )
-                )
+            add_nan_reward_rows(rb, 40)
         states[update] = copy.deepcopy(algorithm)
         run.update(env_steps=10 * update, update=update)
     failure = run.non_finite_loss()
