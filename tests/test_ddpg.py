@@ -477,11 +477,13 @@ def test_rollout_uses_running_statistics_and_targets_always_do():
     assert torch.equal(ddpg.predict_step(obs), ddpg.predict_step(torch.cat([obs, -obs]))[:1])
 
 
-def test_rollout_adds_noise_in_normalised_space_then_clips():
+@pytest.mark.parametrize('mu', [0.9, -0.9])
+def test_rollout_adds_noise_in_normalised_space_then_clips(mu):
+    # mu(s) near either end of the range: the sum is clipped at that end.
     ddpg = DdpgAlgorithm(
         observation_dim=1,
         action_dim=2,
-        actor_network_ctor=functools.partial(ConstantActor, value=0.9),
+        actor_network_ctor=functools.partial(ConstantActor, value=mu),
         exploration_noise=OUNoise(theta=0.15, sigma=0.5, dt=1.0),
     )
     step = TimeStep(
@@ -496,9 +498,9 @@ def test_rollout_adds_noise_in_normalised_space_then_clips():
     torch.manual_seed(0)
     action = ddpg.rollout_step(step)
     # At FIRST the OU noise is one step from 0: 0.5 * sqrt(1) * z.
-    assert torch.equal(action, (0.9 + 0.5 * z).clamp(-1, 1))
-    assert (action == 1.0).float().mean() > 0.3
-    assert torch.equal(ddpg.predict_step(step.observation), torch.full((1000, 2), 0.9))
+    assert torch.equal(action, (mu + 0.5 * z).clamp(-1, 1))
+    assert (action == math.copysign(1.0, mu)).float().mean() > 0.3
+    assert torch.equal(ddpg.predict_step(step.observation), torch.full((1000, 2), mu))
 
 
 def test_rollout_acts_with_the_online_actor():
