@@ -326,6 +326,11 @@ class RunDirLock:
             os.close(self._fd)
             self._fd = None
 
+    def __del__(self):
+        # A holder dropped without releasing (a Trainer locked with lock_root_dir(), never
+        # closed) would keep root_dir locked, and its descriptor open, until the process ends.
+        self.release()
+
     def __enter__(self) -> 'RunDirLock':
         self.acquire()
         return self

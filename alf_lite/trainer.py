@@ -674,9 +674,9 @@ class Trainer:
     def lock_root_dir(self) -> None:
         """Create root_dir if missing and lock it for this trainer (``train`` does it too).
 
-        Held until ``train`` returns, ``unlock_root_dir`` or ``close``; a caller
-        locks first to write into root_dir before training (train's CLI writes
-        config.gin).
+        Held until ``train`` returns, ``unlock_root_dir``, ``close`` or the trainer is
+        garbage collected; a caller locks first to write into root_dir before training
+        (train's CLI writes config.gin).
 
         Raises:
             RunDirInUseError: another trainer holds the lock; nothing was written.

@@ -1240,6 +1240,22 @@ def test_a_second_trainer_in_the_same_root_dir_is_refused_until_the_first_closes
             assert second.env_steps == 400 and second.last_eval == result
 
 
+def test_a_locked_trainer_dropped_without_closing_unlocks_its_root_dir(tmp_path):
+    # A notebook cell that locked root_dir and failed before train() is run again: the
+    # trainer it made first is gone, and nothing could close it.
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS)
+    fds = len(os.listdir('/proc/self/fd'))
+    dropped = Trainer(TrainerConfig(), str(tmp_path / 'run'))
+    dropped.lock_root_dir()
+    gone = weakref.ref(dropped)
+    del dropped
+    gc.collect()
+    assert gone() is None
+    assert len(os.listdir('/proc/self/fd')) == fds
+    with Trainer(TrainerConfig(), str(tmp_path / 'run')) as trainer:
+        trainer.lock_root_dir()
+
+
 def test_cuda_graph_on_the_cpu_is_refused_before_anything_is_written(tmp_path):
     parse_config(
         [os.path.join(EXAMPLES, 'common', 'sac.gin')],
