@@ -317,6 +317,24 @@ def test_a_numpy_integer_number_of_physics_substeps_is_taken(cache_dir):
     assert not terminated
 
 
+@pytest.mark.parametrize('physics_substeps', [240, 480])
+def test_a_control_period_of_a_second_or_more_still_settles_the_standing_state(
+    env, cache_dir, physics_substeps
+):
+    # 0.5 s of settling rounded to 0 control periods of 1 s or 2 s: the saved standing state
+    # was the spawn, never simulated, with no foot contact and the chest 1 cm low.
+    settled, _ = env.reset(seed=0)
+    slow = ICubWalkEnv(physics_substeps=physics_substeps, joint_noise=0.0, cache_dir=cache_dir)
+    try:
+        obs, _ = slow.reset(seed=0)
+        fall_z = slow._fall_z
+    finally:
+        slow.close()
+    np.testing.assert_array_equal(obs[CONTACTS], [1.0, 1.0])
+    assert obs[5] == pytest.approx(settled[5], abs=2e-3)  # root_link's height
+    assert fall_z == pytest.approx(env.unwrapped._fall_z, abs=2e-3)
+
+
 def test_a_new_cleaning_version_writes_a_new_cleaned_urdf(cache_dir, monkeypatch):
     # A cached file of the previous cleaning must not be read as the new one.
     path = cleaned_urdf_path(cache_dir)

@@ -274,7 +274,8 @@ class ICubWalkEnv(gymnasium.Env):
     """iCub walking forward on flat ground (see the module docstring).
 
     The robot is loaded once (and anew after a step whose simulation blew up),
-    stood in its standing pose and settled for 0.5 s; that state is saved.
+    stood in its standing pose and settled for 0.5 s (at least one control period, for a
+    longer one); that state is saved.
     ``reset`` restores it (well under a millisecond) and adds
     U[-joint_noise, joint_noise] to each actuated joint.
 
@@ -435,7 +436,10 @@ class ICubWalkEnv(gymnasium.Env):
         self._set_root_pose([0, 0, 1 - sole_z + 1e-3])
         self._apply_hold()
         self._apply_stand_targets()
-        for _ in range(int(round(0.5 / self.control_dt))):
+        # At least one control period: with none (a period of 1 s or more rounds 0.5 s to 0
+        # periods) the saved state would be the spawn, never simulated: no foot contact found
+        # and the chest, which fall_height is measured from, 1 cm below its settled height.
+        for _ in range(max(1, int(round(0.5 / self.control_dt)))):
             p.stepSimulation()
 
     # --- control -------------------------------------------------------------------------
