@@ -190,16 +190,10 @@ class UpdateRunner:
     def non_finite_loss(self) -> Optional[NonFiniteLoss]:
         """The first non-finite loss of deferred checks, or None. Syncs with the device.
 
-        With one, the momentum buffers that a skipped first step made are removed
-        (``NonFiniteGuard.drop_skipped_first_steps``): the state is then the one
-        from before the failing step, for a checkpoint to keep.
+        With one, the optimizer state is the one from before the failing step
+        (``NonFiniteGuard.failure``), for a checkpoint to keep.
         """
-        if self._guard is None:
-            return None
-        failure = self._guard.failure()
-        if failure is not None:
-            self._guard.drop_skipped_first_steps()
-        return failure
+        return None if self._guard is None else self._guard.failure()
 
     def _host_batch(self) -> Optional[Experience]:
         """A batch sampled outside the graph (CPU buffer), or None when the graph samples."""

@@ -12,7 +12,7 @@ on the device instead:
   gradient scaler uses): a fused Adam, AdamW or SGD step is then skipped on the
   device, parameters, moments and step count unchanged (SGD's momentum buffers,
   which torch makes at its first step and leaves uninitialised where that step
-  is skipped, are removed once the failure is read: ``drop_skipped_first_steps``);
+  is skipped, are removed once the failure is read: ``failure``);
 - target network updates are skipped with it (``polyak_update(skip=...)``).
 
 The flag stays set (until ``reset``), so every later update is a no-op too: the state
@@ -141,10 +141,9 @@ class NonFiniteGuard:
         if unborn:
             self._first_steps.append((optimizer, unborn, self.tripped.clone()))
 
-    def drop_skipped_first_steps(self) -> None:
+    def _drop_skipped_first_steps(self) -> None:
         """Remove the momentum buffers that a skipped first step made: the optimizer
-        state is then the one from before it, as of every other skipped step. Reads the
-        device: call it once a failure was read, before the state is saved."""
+        state is then the one from before it, as of every other skipped step."""
         for optimizer, params, skipped in self._first_steps:
             if skipped.item():
                 for p in params:
@@ -169,8 +168,14 @@ class NonFiniteGuard:
             self._value.zero_()
 
     def failure(self) -> Optional[NonFiniteLoss]:
-        """The first non-finite loss, or None. Reads the device: call it at summary time."""
+        """The first non-finite loss, or None. Reads the device: call it at summary time.
+
+        With one, the momentum buffers that a skipped first step made are removed: the
+        state is then the one from before the failing step, for a checkpoint to keep.
+        """
         index, env_steps, update = self._record.tolist()
         if index < 0:
+            self._first_steps.clear()  # none was skipped: the guard never tripped
             return None
+        self._drop_skipped_first_steps()
         return NonFiniteLoss(self._names[index], self._value.item(), env_steps, update)
