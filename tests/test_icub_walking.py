@@ -709,9 +709,19 @@ def test_unknown_orientation_is_refused():
 @pytest.mark.parametrize(
     'kwargs, message',
     [
-        (dict(physics_substeps=0), 'physics_substeps must be an integer >= 1, got 0'),
-        (dict(physics_substeps=2.5), 'physics_substeps must be an integer >= 1, got 2.5'),
-        (dict(time_step=0.0), 'time_step must be a positive finite number, got 0.0'),
+        (dict(physics_substeps=0), 'physics_substeps must be an integer from 1 to 100000, got 0'),
+        (dict(physics_substeps=2.5), 'physics_substeps must be an integer from 1 to 100000'),
+        # Past a C int PyBullet raised an OverflowError; below it, the settling ran for hours.
+        (dict(physics_substeps=2**40), 'physics_substeps must be an integer from 1 to 100000'),
+        (dict(physics_substeps=100_001), 'physics_substeps must be an integer from 1 to 100000'),
+        (dict(time_step=0.0), 'time_step must be a finite number of seconds >= 1e-05, got 0.0'),
+        # The constructor's settling (0.5 s) took forever.
+        (dict(time_step=1e-300), 'time_step must be a finite number of seconds >= 1e-05'),
+        (dict(time_step=float('inf')), 'time_step must be a finite number of seconds >= 1e-05'),
+        # A TypeError from a comparison, naming no setting.
+        (dict(time_step=None), 'time_step must be a number, got None'),
+        (dict(fall_height='0.1'), "fall_height must be a number, got '0.1'"),
+        (dict(joint_noise=True), 'joint_noise must be a number, got True'),
         (dict(fall_height=float('inf')), 'fall_height must be a positive finite number'),
         (dict(joint_noise=-0.1), 'joint_noise must be a finite number >= 0, got -0.1'),
         (dict(max_velocity=float('nan')), 'max_velocity must be a finite number >= 0'),
@@ -747,7 +757,7 @@ def test_train_refuses_a_setting_the_env_refuses_as_bad_input(tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
         "error: ICubWalkEnv: Environment 'ICubWalk-v0' (env 0 of 1) refused its settings: "
-        'physics_substeps must be an integer >= 1, got 0'
+        'physics_substeps must be an integer from 1 to 100000, got 0'
     )
     assert not root_dir.exists()
 

@@ -134,6 +134,11 @@ FRAME_SIZE = 85
 # Observations are clipped to +-this (as SocialBot's bounds): only a blown-up
 # simulation reaches it (a joint spinning at 100 rad/s, 100 m walked).
 OBSERVATION_BOUND = 100.0
+# Bounds on the physics settings: the constructor settles the robot for one control period,
+# at least 0.5 s, so at these bounds that alone is 100,000 physics steps (about 17 s on one
+# core); past them it runs for minutes to forever.
+MAX_PHYSICS_SUBSTEPS = 100_000
+MIN_TIME_STEP = 1e-5
 ControlMode = Literal['position_residual', 'velocity', 'torque']
 CONTROL_MODES = typing.get_args(ControlMode)
 Orientation = Literal['world', 'from_standing']
@@ -282,8 +287,8 @@ class ICubWalkEnv(gymnasium.Env):
     Args:
         control_mode: 'position_residual', 'velocity' or 'torque'.
         physics_substeps: physics steps of ``time_step`` per env step (12
-            gives 20 Hz control).
-        time_step: physics step in seconds.
+            gives 20 Hz control), at most 100,000.
+        time_step: physics step in seconds, at least 1e-5.
         position_scale: 'position_residual': rad of target offset at action 1.
         max_velocity: 'velocity': rad/s of target speed at action 1.
         joint_noise: rad, half-width of the uniform noise added at reset.
@@ -326,16 +331,31 @@ class ICubWalkEnv(gymnasium.Env):
             )
         # numbers.Integral: a numpy integer bound in Python (gin.bind_parameter) is one too.
         if isinstance(physics_substeps, bool) or not (
-            isinstance(physics_substeps, numbers.Integral) and physics_substeps >= 1
+            isinstance(physics_substeps, numbers.Integral)
+            and 1 <= physics_substeps <= MAX_PHYSICS_SUBSTEPS
         ):
             raise EnvironmentSettingsError(
-                f'physics_substeps must be an integer >= 1, got {physics_substeps!r}'
+                f'physics_substeps must be an integer from 1 to {MAX_PHYSICS_SUBSTEPS}, '
+                f'got {physics_substeps!r}'
             )
-        for name, value in (('time_step', time_step), ('fall_height', fall_height)):
-            if not 0 < value < math.inf:
-                raise EnvironmentSettingsError(
-                    f'{name} must be a positive finite number, got {value!r}'
-                )
+        for name, value in (
+            ('time_step', time_step),
+            ('fall_height', fall_height),
+            ('position_scale', position_scale),
+            ('max_velocity', max_velocity),
+            ('joint_noise', joint_noise),
+        ):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise EnvironmentSettingsError(f'{name} must be a number, got {value!r}')
+        if not MIN_TIME_STEP <= time_step < math.inf:
+            raise EnvironmentSettingsError(
+                f'time_step must be a finite number of seconds >= {MIN_TIME_STEP}, '
+                f'got {time_step!r}'
+            )
+        if not 0 < fall_height < math.inf:
+            raise EnvironmentSettingsError(
+                f'fall_height must be a positive finite number, got {fall_height!r}'
+            )
         for name, value in (
             ('position_scale', position_scale),
             ('max_velocity', max_velocity),
