@@ -105,6 +105,17 @@ from alf_lite.summary import (
 from alf_lite.update import UpdateRunner, check_cuda_graph_device
 
 
+def _optimizer_overflow(state_name: str) -> str:
+    """Why an optimizer's state named ``<optimizer>.<index>.<key>`` is not finite while
+    the weights are: a squared gradient (Adam's second moment, RMSprop's average,
+    Adagrad's sum) overflows with a gradient above ~6e20 in float32, a sum of gradients
+    (a momentum) only with an overflowed gradient, which the non-finite guard skips."""
+    key = state_name.rsplit('.', 1)[-1]
+    if key == 'exp_avg_sq':
+        return 'Adam: a gradient overflowed its second moment, and its weight can no longer move'
+    return f'{key}: a gradient overflowed it while the weights stayed finite'
+
+
 @gin.configurable
 class TrainerConfig:
     """Everything the off-policy trainer needs; names follow ALF's where they exist.
@@ -1220,13 +1231,11 @@ class Trainer:
             )
         bad = ckpt.first_non_finite_optimizer_state(algorithm_state['optimizers'])
         if bad is not None:
-            # Adam's second moment overflows with a gradient above ~6e20 while the weight
-            # stays finite: its step is 0 from then on.
             raise TrainingError(
-                f'optimizer state {bad} is not finite at env step {self._env_steps} (Adam: a '
-                'gradient overflowed its second moment, and its weight can no longer move), so '
-                'no checkpoint was written (those written before hold finite state). Lower the '
-                'learning rates or check the scale of the rewards and observations.'
+                f'optimizer state {bad} is not finite at env step {self._env_steps} '
+                f'({_optimizer_overflow(bad)}), so no checkpoint was written (those written '
+                'before hold finite state). Lower the learning rates or check the scale of the '
+                'rewards and observations.'
             )
         try:
             collection = self._collector.state()

@@ -2008,30 +2008,38 @@ def test_a_stop_that_cannot_keep_its_state_still_names_the_loss(tmp_path, defer)
     assert not (tmp_path / 'checkpoints').exists() or os.listdir(tmp_path / 'checkpoints') == []
 
 
-def test_optimizer_state_that_is_not_finite_is_never_checkpointed(tmp_path):
-    # A gradient so large that Adam's second moment overflows leaves the weights finite
-    # and the moment inf (here set so after the update at env step 150). A resume would
-    # refuse such a checkpoint as damaged, so the run stops at its next one, naming it.
+@pytest.mark.parametrize(
+    'optimizer, key, why',
+    [
+        ('Adam', 'exp_avg_sq', r'Adam: a gradient overflowed its second moment'),
+        # It blamed Adam's second moment for any optimizer's state.
+        ('RMSprop', 'square_avg', r'square_avg: a gradient overflowed it'),
+    ],
+)
+def test_optimizer_state_that_is_not_finite_is_never_checkpointed(tmp_path, optimizer, key, why):
+    # A gradient so large that a squared-gradient average overflows leaves the weights
+    # finite and the average inf (here set so after the update at env step 150). A resume
+    # would refuse such a checkpoint as damaged, so the run stops at its next one, naming it.
     tiny_sac_pendulum(
         "TrainerConfig.device = 'cpu'",
         'TrainerConfig.num_env_steps = 400',
         'TrainerConfig.checkpoint_interval = 100',
+        f'SacAlgorithm.critic_optimizer = @critic/{optimizer}',
+        f'critic/{optimizer}.lr = 1e-3',
     )
     with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
         critic = trainer._algorithm.optimizers['critic']
+        assert type(critic).__name__ == optimizer
 
         def overflow_after_env_step_150(optimizer, args, kwargs):
             if trainer.env_steps >= 150:
-                optimizer.state[optimizer.param_groups[0]['params'][1]]['exp_avg_sq'][0] = float(
-                    'inf'
-                )
+                optimizer.state[optimizer.param_groups[0]['params'][1]][key][0] = float('inf')
 
         critic.register_step_post_hook(overflow_after_env_step_150)
         with pytest.raises(TrainingError) as error:
             trainer.train()
     assert re.match(
-        r'optimizer state critic\.1\.exp_avg_sq is not finite at env step 200 \(Adam: a '
-        'gradient overflowed',
+        rf'optimizer state critic\.1\.{key} is not finite at env step 200 \({why}',
         str(error.value),
     )
     assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['ckpt-100']
