@@ -295,11 +295,26 @@ def test_render_rgb_array_headless(cache_dir):
             use()
 
 
-def test_render_fps_is_the_control_rate_so_that_videos_play_in_real_time(cache_dir):
-    # 6 physics steps of 1/240 s per env step: 40 env steps per simulated second.
-    env = ICubWalkEnv(physics_substeps=6, cache_dir=cache_dir)
+@pytest.mark.parametrize(
+    'physics_substeps, fps',
+    # 6 physics steps of 1/240 s per env step: 40 env steps per simulated second; 7: 34.3,
+    # which was rounded to 34 (a video 1% fast); 480, a control period of 2 s: 0.5, which
+    # was rounded to 0, a rate gymnasium's env checker refuses at the first render.
+    [(6, 40), (7, 240 / 7), (480, 0.5)],
+)
+def test_render_fps_is_the_control_rate_so_that_videos_play_in_real_time(
+    cache_dir, physics_substeps, fps
+):
+    env = gymnasium.make(
+        gymnasium.spec(ICUB_WALK_ID),
+        physics_substeps=physics_substeps,
+        render_mode='rgb_array',
+        cache_dir=cache_dir,
+    )
     try:
-        assert env.metadata['render_fps'] == 40
+        assert env.metadata['render_fps'] == pytest.approx(fps, rel=1e-12)
+        env.reset(seed=0)
+        assert env.render().shape == (240, 320, 3)
     finally:
         env.close()
 

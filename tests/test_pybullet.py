@@ -230,6 +230,9 @@ def test_render_rgb_array_headless(make):
     frame = env.render()
     assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8
     assert frame.std() > 10  # A scene, not a blank image.
+    # Frames at render_fps play in real time: 4 substeps of 0.0165 / 4 s per env step
+    # are 60.6 env steps per simulated second (rounded to 61 they played 0.6% fast).
+    assert env.metadata['render_fps'] * CONTROL_DT == pytest.approx(1, rel=1e-12)
 
 
 @pytest.mark.parametrize('render_mode', ['rgb_array', None])

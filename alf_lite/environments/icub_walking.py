@@ -370,7 +370,9 @@ class ICubWalkEnv(gymnasium.Env):
         self.render_mode = render_mode
         physics_substeps = int(physics_substeps)
         self.control_dt = physics_substeps * time_step
-        self.metadata = dict(self.metadata, render_fps=round(1 / self.control_dt))
+        # Not rounded: a video at render_fps plays in real time (240 / 7 = 34.3 env steps
+        # per second, not 34), and a period of 2 s or more is no 0 frames per second.
+        self.metadata = dict(self.metadata, render_fps=1 / self.control_dt)
         self._position_scale = position_scale
         self._max_velocity = max_velocity
         self._joint_noise = joint_noise

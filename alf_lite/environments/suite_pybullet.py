@@ -282,7 +282,8 @@ class LocomotionBulletEnv(gymnasium.Env):
         render_mode: None or 'rgb_array' (TinyRenderer, headless).
     """
 
-    metadata = {'render_modes': ['rgb_array'], 'render_fps': round(1 / CONTROL_DT)}
+    # 60.6 env steps per simulated second: a video at render_fps plays in real time.
+    metadata = {'render_modes': ['rgb_array'], 'render_fps': 1 / CONTROL_DT}
 
     def __init__(self, robot: str = 'humanoid', render_mode: Optional[str] = None):
         if robot not in ROBOTS:
