@@ -55,8 +55,8 @@ class ProgressCsv:
         path: file to append to; an existing file is continued.
         max_env_steps: rows already in the file past this env step (written
             after the checkpoint that is resumed) are dropped so none is
-            duplicated; None keeps all. A row whose env step is no number (an
-            edited file) is kept, with a warning.
+            duplicated; None keeps all. A row whose env step is no whole number
+            (an edited file: 'ten', 'nan', '300.0') is kept, with a warning.
     Raises:
         ProgressCsvError: the existing file cannot be read (``read_progress``).
     """
@@ -76,7 +76,8 @@ class ProgressCsv:
             ]
             if None in steps:
                 logging.warning(
-                    '%s: %d row(s) whose %s is no number (the first: %r) are kept as they are',
+                    '%s: %d row(s) whose %s is no whole number (the first: %r) are kept as '
+                    'they are',
                     path,
                     steps.count(None),
                     ENV_STEPS,

@@ -779,7 +779,20 @@ def test_a_row_whose_env_steps_is_no_number_is_kept_by_a_resume_and_counts_no_st
         ('note', ''),
         ('300', '31'),
     ]
-    assert "2 row(s) whose env_steps is no number (the first: 'edited') are kept" in caplog.text
+    assert "2 row(s) whose env_steps is no whole number (the first: 'edited') are kept" in (
+        caplog.text
+    )
+
+
+@pytest.mark.parametrize('edited', ['300.0', 'nan', 'inf'])
+def test_the_warning_of_an_env_steps_that_is_a_number_but_no_count_calls_it_no_whole_number(
+    tmp_path, caplog, edited
+):
+    # A float, however it is spelt, counts no step: the warning does not call it no number.
+    path = tmp_path / 'progress.csv'
+    path.write_text(f'env_steps,num_updates\n100,10\n{edited},20\n', newline='')
+    ProgressCsv(str(path), max_env_steps=100)
+    assert f"1 row(s) whose env_steps is no whole number (the first: '{edited}')" in caplog.text
 
 
 def test_a_progress_csv_saved_by_a_spreadsheet_is_resumed_as_the_table_train_wrote(
