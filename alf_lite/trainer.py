@@ -1325,8 +1325,8 @@ class Trainer:
                 f'{self._run_dir.progress_file} has rows up to {last} env steps, but there is no '
                 f'checkpoint in {self._run_dir.checkpoint_dir}: were the checkpoints deleted, or '
                 'not copied with the run? Starting over would write over its rows. Bring the '
-                'checkpoints back to resume, or pass --start_over to train (it moves the '
-                'root_dir aside) to train afresh.'
+                'checkpoints back to resume, or pass --start_over to train afresh (it moves '
+                'the root_dir aside).'
             )
 
     def _earlier_first_checkpoint(self) -> int:

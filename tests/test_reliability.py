@@ -476,6 +476,11 @@ def test_a_run_without_its_checkpoints_is_refused_rather_than_started_over(
     before = {p: p.read_bytes() for p in root_dir.rglob('*') if p.is_file()}
     with pytest.raises(ckpt.CheckpointError, match='has rows up to 300 env steps, but there is no'):
         train_in_process(root_dir, 'TrainerConfig.num_env_steps = 400')
+    with pytest.raises(
+        ckpt.CheckpointError,
+        match=re.escape('or pass --start_over to train afresh (it moves the root_dir aside).'),
+    ):
+        train_in_process(root_dir, 'TrainerConfig.num_env_steps = 400')
     assert {p: p.read_bytes() for p in root_dir.rglob('*') if p.is_file()} == before
     # A run killed before its first checkpoint (at 100) left rows up to 100 at most: it
     # starts over, its rows written again.
