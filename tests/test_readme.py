@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from alf_lite.runs import NONDETERMINISTIC_COLUMNS, WALL_TIME
 from cli_helpers import EXAMPLES, REPO_ROOT
 
 README = (REPO_ROOT / 'README.md').read_text()
@@ -40,6 +41,16 @@ def test_headline_speed_is_the_ratio_measured_at_equal_resources():
     # The first row at equal resources is the comparison to quote; the others
     # (other machines, algorithms, precisions) come after it.
     assert equal and equal[0] == ratio, (equal, ratio)
+
+
+def test_the_reproducibility_claim_names_the_columns_a_seed_does_not_fix():
+    # Two runs of one seed differ in progress.csv's clock and machine columns (the
+    # trainer's tests compare runs without them); a claim of "the same progress.csv"
+    # has to say so, or a reader's diff of two runs contradicts it.
+    claim = re.search(r'- \*\*Reproducibility\.\*\* (.*?)(?:\n- |\n\n)', README, re.S)[1]
+    assert 'alf_lite.runs.NONDETERMINISTIC_COLUMNS' in claim, claim
+    assert f'`{WALL_TIME}`' in claim, claim
+    assert WALL_TIME in NONDETERMINISTIC_COLUMNS
 
 
 def test_every_speed_ratio_against_sb3_names_the_thread_counts_of_both():
