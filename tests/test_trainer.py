@@ -358,6 +358,71 @@ def test_a_stopped_and_resumed_run_gives_the_numbers_of_a_run_never_stopped(tmp_
     assert all(torch.equal(weights[k], expected_weights[k]) for k in tensors)
 
 
+# What model.pt held on 2026-12-01 (0ade99e): none of the fields added to TrainerState since.
+OLDEST_TRAINER_STATE_KEYS = (
+    'algorithm',
+    'collection',
+    'env_steps',
+    'last_eval',
+    'num_updates',
+    'pending_evaluation',
+    'recent_lengths',
+    'recent_returns',
+    'rng',
+)
+
+
+def test_a_checkpoint_of_an_older_alf_lite_resumes_to_the_numbers_of_a_run_never_stopped(
+    tmp_path,
+):
+    # DDPG with OU noise, stopped mid-episode: the noise's state, the episode, the optimizers,
+    # the replay buffer and the counters all come from the older file.
+    gin_file, params, stop, end = STOPPED_RUNS['ddpg-ou-pendulum-after-a-truncation']
+    params = params + ['TrainerConfig.checkpoint_interval = 10000']
+
+    def run_to(root_dir, num_env_steps):
+        parse_config(
+            [os.path.join(EXAMPLES, 'common', gin_file)],
+            params + [f'TrainerConfig.num_env_steps = {num_env_steps}'],
+        )
+        with Trainer(TrainerConfig(), str(root_dir)) as trainer:
+            trainer.train()
+
+    run_to(tmp_path / 'never_stopped', end)
+    run_to(tmp_path / 'stopped', stop)
+    path = os.path.join(latest_checkpoint(str(tmp_path / 'stopped' / 'checkpoints')), 'model.pt')
+    state = torch.load(path, weights_only=True)
+    assert set(OLDEST_TRAINER_STATE_KEYS) < set(state)
+    assert state['collection'] is not None
+    torch.save({key: state[key] for key in OLDEST_TRAINER_STATE_KEYS}, path)
+    run_to(tmp_path / 'stopped', end)
+    expected = read_csv(tmp_path / 'never_stopped' / 'progress.csv')
+    # The stopped run has one row more: that of its first end.
+    rows = read_csv(tmp_path / 'stopped' / 'progress.csv')
+    rows = [r for r in rows if r['env_steps'] != str(stop)]
+    assert len(expected) >= 4 and rows == expected
+    resumed, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'stopped' / 'checkpoints')))
+    never_stopped, _ = ckpt.load_checkpoint(
+        latest_checkpoint(str(tmp_path / 'never_stopped' / 'checkpoints'))
+    )
+    assert (resumed['env_steps'], resumed['num_updates']) == (
+        never_stopped['env_steps'],
+        never_stopped['num_updates'],
+    )
+    weights, expected_weights = (
+        ckpt.policy_state(resumed['algorithm']),
+        ckpt.policy_state(never_stopped['algorithm']),
+    )
+    tensors = [k for k, v in expected_weights.items() if torch.is_tensor(v)]
+    assert len(tensors) > 4
+    assert all(torch.equal(weights[k], expected_weights[k]) for k in tensors)
+    # The exploration noise went on from the saved state, not from a new one.
+    assert torch.equal(
+        resumed['collection']['rollout']['exploration_noise']['state'],
+        never_stopped['collection']['rollout']['exploration_noise']['state'],
+    )
+
+
 def test_a_signal_during_the_resumes_replay_keeps_the_checkpoints_episodes(
     point_run_to_310, tmp_path, monkeypatch
 ):
