@@ -165,7 +165,8 @@ def _damaged(problem: str) -> str:
 
 
 def _env_steps(row: Dict[str, str]) -> Optional[int]:
-    """The env step of a ``progress.csv`` row; None where it is no number (an edited file)."""
+    """The env step of a ``progress.csv`` row; None where it is no whole number (an edited
+    file: 'ten', 'nan', '300.0')."""
     try:
         return int(row.get(ENV_STEPS, ''))
     except ValueError:
@@ -174,7 +175,7 @@ def _env_steps(row: Dict[str, str]) -> Optional[int]:
 
 def last_env_steps(path: str) -> Optional[int]:
     """The largest env step of the complete rows of ``progress.csv`` (``path``) whose env
-    step is a number; None without one.
+    step is a whole number; None without one.
 
     Raises:
         ProgressCsvError: it cannot be read (``read_progress``).
