@@ -37,7 +37,8 @@ from alf_lite.device import (
 
 _GIB = float(1 << 30)
 # Indices on the device are ``randint(_INDEX_RANGE) % n``: n varies inside a
-# CUDA graph, so it cannot be randint's bound; the modulo bias is below 2^-40.
+# CUDA graph, so it cannot be randint's bound; the modulo bias is at most n / 2^62
+# (below 2^-40 for n, the window starts of all envs, under 2^22).
 _INDEX_RANGE = 1 << 62
 # The largest row count the int64 device counter holds.
 _MAX_TOTAL_ADDED = torch.iinfo(torch.int64).max
