@@ -64,12 +64,12 @@ def save_checkpoint(
 ) -> str:
     """Write ``checkpoint_dir/ckpt-<env_steps>/`` via a temporary directory and a rename.
 
-    When it is a regular checkpoint (no ``name``), the other regular checkpoints
-    (but a symbolic link of such a name) keep their model file but lose their replay
-    buffer file, so only the one just written holds a (possibly large) replay buffer;
-    a named checkpoint (e.g. ``last_good-<env_steps>``) removes no other's buffer
-    and keeps its own. If writing or the rename fails (e.g. a full disk), the temporary directory is
-    removed and the existing checkpoints are untouched. With ``keep``, once the
+    A regular checkpoint (no ``name``) removes the replay buffer file of the other
+    regular checkpoints (not through a symbolic link of such a name), which keep their
+    model file: only the one just written holds a (possibly large) replay buffer. A
+    named checkpoint (e.g. ``last_good-<env_steps>``) removes no other's buffer and
+    keeps its own. If writing or the rename fails (e.g. a full disk), the temporary
+    directory is removed and the existing checkpoints are untouched. With ``keep``, once the
     new checkpoint is on the disk, the other regular checkpoints but the
     ``keep - 1`` of the most env steps are removed (directories only: a file or
     a link of such a name is left alone).
