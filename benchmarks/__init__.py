@@ -36,6 +36,13 @@ def int_list_at_least(minimum: int):
     return parse
 
 
+def resources(threads: int, sb3_threads: int, device: str) -> str:
+    """What a ratio of alf_lite against SB3 was measured at: whether both had the same
+    resources, each one's torch threads, and the device they shared."""
+    kind = 'equal' if threads == sb3_threads else 'unequal'
+    return f'at {kind} resources (torch threads: alf_lite {threads}, SB3 {sb3_threads}; {device})'
+
+
 def unusable_env(env_name: str) -> Optional[str]:
     """Why alf_lite cannot train on ``env_name`` (an unknown id, actions that are not a bounded
     continuous box, no time limit), or None; its one env is built in process and closed."""

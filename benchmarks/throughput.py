@@ -8,7 +8,9 @@ steps, one env and one gradient step per env step (TD3: policy delay 2 and
 target smoothing 0.2 / 0.5; TD3 and DDPG: Gaussian exploration 0.1 of the half
 range). Runs alternate alf_lite / SB3 for ``--pairs`` pairs; only the window
 after learning starts is timed. Also prints each library's pure-update ceiling:
-its update in a loop with no environment.
+its update in a loop with no environment. Every ratio alf_lite / SB3 says whether it
+was measured at equal resources (the same torch thread count for both, see
+``--threads`` and ``--sb3_threads``, on the same device) or at unequal ones.
 
 On a GPU both libraries train on ``--device``; ``--cuda_graph`` replays
 alf_lite's update as a CUDA graph (``TrainerConfig.cuda_graph``), ``--compile``
@@ -34,6 +36,7 @@ if _CHECKOUT not in sys.path:  # run as a script: import this checkout's benchma
     sys.path.insert(0, _CHECKOUT)
 
 from alf_lite.bin.cli import exit_with  # noqa: E402
+from benchmarks import resources  # noqa: E402
 
 EXAMPLES = os.path.join(_CHECKOUT, 'examples')
 
@@ -334,7 +337,9 @@ def main():
         figures['sb3'].append(b)
         figures['ratio'].append(a / b)
         print(
-            f'pair {pair}: alf_lite {a:.1f} env steps/s, SB3 {b:.1f}, ratio {a / b:.2f}', flush=True
+            f'pair {pair}: alf_lite {a:.1f} env steps/s, SB3 {b:.1f}, ratio {a / b:.2f} '
+            + resources(args.threads, args.sb3_threads, args.device),
+            flush=True,
         )
         if a_warm is not None:
             figures['alf_warm'].append(a_warm)
@@ -351,6 +356,7 @@ def main():
         f'SB3 {args.sb3_threads}, '
         f'{args.pairs} pair(s)'
     )
+    print('ratios ' + resources(args.threads, args.sb3_threads, args.device))
     print(f'{"":24s} {"median":>8s} {"min":>8s} {"max":>8s}')
     for suffix in ('', '_warm'):
         if not figures['alf' + suffix]:
@@ -391,7 +397,8 @@ def print_ceilings(args, alf_ceiling, sb3_top):
         f'{" (alf_lite: " + ", ".join(options) + ")" if options else ""}: '
         f'alf_lite ({args.threads} torch thread{"s" if args.threads != 1 else ""}) '
         f'{alf_ceiling:.1f} updates/s, '
-        f'SB3 ({args.sb3_threads}) {sb3_top:.1f} updates/s, ratio {alf_ceiling / sb3_top:.2f}'
+        f'SB3 ({args.sb3_threads}) {sb3_top:.1f} updates/s, ratio {alf_ceiling / sb3_top:.2f} '
+        f'at {"equal" if args.threads == args.sb3_threads else "unequal"} resources'
     )
 
 

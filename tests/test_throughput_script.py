@@ -492,7 +492,10 @@ def test_main_reports_median_min_max_of_each_library_and_of_the_ratio_per_pair(m
         ('ceilings', 'model 2'),
     ]
     lines = out.splitlines()
-    assert 'pair 1: alf_lite 300.0 env steps/s, SB3 100.0, ratio 3.00' in lines
+    assert (
+        'pair 1: alf_lite 300.0 env steps/s, SB3 100.0, ratio 3.00 at unequal resources '
+        '(torch threads: alf_lite 2, SB3 1; cpu)'
+    ) in lines
     assert (
         'SAC HalfCheetah-v5 on cpu, alf_lite in float32, 2000 timed steps after 500 random '
         'ones, torch threads: alf_lite 2, SB3 1, 3 pair(s)'
@@ -514,7 +517,7 @@ def test_main_reports_median_min_max_of_each_library_and_of_the_ratio_per_pair(m
         }
     assert ceiling_line == (
         'pure-update ceiling on cpu: alf_lite (2 torch threads) 200.0 updates/s, '
-        'SB3 (1) 80.0 updates/s, ratio 2.50'
+        'SB3 (1) 80.0 updates/s, ratio 2.50 at unequal resources'
     )
 
 
@@ -558,8 +561,51 @@ def test_ceiling_only_runs_no_training_and_names_what_it_measured(monkeypatch, c
     assert out == (
         'TD3 HalfCheetah-v5, alf_lite in bfloat16\n'
         'pure-update ceiling on cuda (alf_lite: CUDA graph, compiled): alf_lite (3 torch threads) '
-        '300.0 updates/s, SB3 (2) 60.0 updates/s, ratio 5.00\n'
+        '300.0 updates/s, SB3 (2) 60.0 updates/s, ratio 5.00 at unequal resources\n'
     )
+
+
+@pytest.mark.parametrize(
+    'threads, sb3_threads, device_name, resources',
+    [
+        (2, 1, 'cpu', 'unequal'),
+        (1, 2, 'cpu', 'unequal'),
+        (2, 2, 'cpu', 'equal'),
+        (1, 1, 'cuda', 'equal'),
+    ],
+)
+def test_every_ratio_names_both_thread_counts_the_device_and_whether_they_were_equal(
+    monkeypatch, capsys, threads, sb3_threads, device_name, resources
+):
+    monkeypatch.setattr(throughput, 'alf_lite_run', lambda args, seed: (120.0, 150.0))
+    monkeypatch.setattr(throughput, 'sb3_run', lambda args, seed: (60.0, 50.0, 'model'))
+    monkeypatch.setattr(throughput, 'ceilings', lambda args, model=None: (200.0, 80.0))
+    # As on a machine with a GPU, where one is asked for.
+    monkeypatch.setattr(device, 'resolve_device', lambda name: torch.device(name))
+    flags = ['--threads', str(threads), '--sb3_threads', str(sb3_threads)]
+    flags += ['--device', device_name, '--pairs', '2', '--steps', '3000']
+    lines = run_main(monkeypatch, capsys, flags).splitlines()
+
+    measured_at = (
+        f'at {resources} resources (torch threads: alf_lite {threads}, SB3 {sb3_threads}; '
+        f'{device_name})'
+    )
+    # Each pair's ratio, and the table's (which its lines follow).
+    assert [line for line in lines if 'ratio 2.00' in line] == [
+        f'pair {pair}: alf_lite 120.0 env steps/s, SB3 60.0, ratio 2.00 {measured_at}'
+        for pair in (0, 1)
+    ]
+    title = next(i for i, line in enumerate(lines) if line.startswith('SAC HalfCheetah-v5 on'))
+    assert lines[title + 1] == f'ratios {measured_at}'
+    assert lines[title + 5].startswith('ratio alf_lite / SB3')
+    # The ceiling line names the threads and the device itself.
+    ceiling = (
+        f'pure-update ceiling on {device_name}: alf_lite ({threads} torch '
+        f'thread{"s" if threads > 1 else ""}) 200.0 updates/s, SB3 ({sb3_threads}) 80.0 '
+        f'updates/s, ratio 2.50 at {resources} resources'
+    )
+    assert lines[-1] == ceiling
+    assert run_main(monkeypatch, capsys, flags + ['--ceiling_only']).splitlines()[-1] == ceiling
 
 
 @pytest.mark.parametrize(
