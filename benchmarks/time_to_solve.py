@@ -14,7 +14,8 @@ a threshold that policy misses, this evaluation only adds its time. Evaluation
 time is part of the wall-clock for both (alf_lite runs its 10 episodes side by
 side, SB3's ``EvalCallback`` one after another). A run that does not get there
 within ``--max_steps`` counts as unsolved. Runs alternate alf_lite / SB3 per
-seed, each in its own process.
+seed, each in its own process, both on the CPU; the ratio says whether they had
+equal resources (``--threads`` and ``--sb3_threads`` the same) or unequal ones.
 """
 
 import argparse
@@ -31,7 +32,7 @@ if __package__ in (None, ''):  # run as a script: import this checkout's benchma
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from alf_lite.bin.cli import exit_with  # noqa: E402
-from benchmarks import at_least  # noqa: E402
+from benchmarks import at_least, resources  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:  # run as a script: import this checkout's benchmarks
@@ -214,7 +215,7 @@ def main():
     print(
         f'\nSAC Pendulum-v1, eval return >= {args.threshold}, seeds {args.seeds}, '
         f'torch threads: alf_lite {args.threads}, SB3 {args.sb3_threads}, '
-        f'alf_lite in {args.precision}'
+        f'alf_lite in {args.precision}, on cpu'
     )
     print(f'{"":10s} {"median s":>9s} {"median steps":>13s} {"solved":>7s}')
     for name, rs in results.items():
@@ -225,20 +226,25 @@ def main():
         )
     print(
         'ratio alf_lite / SB3 (median seconds): '
-        + ratio_text(median_seconds(results['alf_lite']), median_seconds(results['sb3']))
+        + ratio_text(
+            median_seconds(results['alf_lite']),
+            median_seconds(results['sb3']),
+            resources(args.threads, args.sb3_threads, 'cpu'),
+        )
     )
 
 
-def ratio_text(alf_lite_seconds: float, sb3_seconds: float) -> str:
-    """The ratio of two median times to solve, one that is infinite (at least half the
-    runs unsolved) said in words."""
+def ratio_text(alf_lite_seconds: float, sb3_seconds: float, measured_at: str = '') -> str:
+    """The ratio of two median times to solve followed by ``measured_at`` (the resources,
+    see ``benchmarks.resources``), or one that is infinite (at least half the runs
+    unsolved) said in words."""
     unsolved = [
         name
         for name, seconds in (('alf_lite', alf_lite_seconds), ('SB3', sb3_seconds))
         if math.isinf(seconds)
     ]
     if not unsolved:
-        return f'{alf_lite_seconds / sb3_seconds:.2f}'
+        return f'{alf_lite_seconds / sb3_seconds:.2f} {measured_at}'.rstrip()
     whose = 'its' if len(unsolved) == 1 else 'their'
     return f'none ({" and ".join(unsolved)} left at least half {whose} runs unsolved)'
 

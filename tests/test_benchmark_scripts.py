@@ -261,8 +261,12 @@ def test_time_to_solve_runs_both_libraries_and_reports_the_ratio(tmp_path):
         assert re.search(rf'seed 0 {name} *: solved at {steps} env steps', result.stdout), (
             result.stdout
         )
-    assert 'torch threads: alf_lite 1, SB3 1, alf_lite in bfloat16' in result.stdout
-    assert re.search(r'ratio alf_lite / SB3 \(median seconds\): [\d.]+', result.stdout)
+    assert 'torch threads: alf_lite 1, SB3 1, alf_lite in bfloat16, on cpu' in result.stdout
+    assert re.search(
+        r'ratio alf_lite / SB3 \(median seconds\): [\d.]+ at equal resources '
+        r'\(torch threads: alf_lite 1, SB3 1; cpu\)\n',
+        result.stdout,
+    )
 
 
 def test_time_to_solve_says_in_words_a_ratio_without_a_median():
@@ -505,7 +509,11 @@ def test_time_to_solve_table_counts_an_unsolved_run_as_infinitely_slow(monkeypat
     header = out.index(f'{"":10s} {"median s":>9s} {"median steps":>13s} {"solved":>7s}')
     rows = table_rows(out[header + 1 : header + 3], 3)
     assert rows == {'alf_lite': ['20.0', '5000', '3/3'], 'sb3': ['40.0', '4000', '2/3']}
-    assert out[-1] == f'ratio alf_lite / SB3 (median seconds): {20.0 / 40.0:.2f}'
+    assert 'torch threads: alf_lite 3, SB3 2, alf_lite in bfloat16, on cpu' in out[header - 1]
+    assert out[-1] == (
+        f'ratio alf_lite / SB3 (median seconds): {20.0 / 40.0:.2f} at unequal resources '
+        '(torch threads: alf_lite 3, SB3 2; cpu)'
+    )
 
 
 def test_time_to_solve_sb3_run_has_the_settings_of_the_pendulum_gin_file(
