@@ -70,17 +70,23 @@ def main():
     obs_dim = int(np.prod(env.observation_space.shape))
     action_dim = int(np.prod(env.action_space.shape))
     raw = obs_dim * 4 + action_dim * 4 + 4 + 4 + 1
-    rows = [
-        ('raw minimum', raw * args.buffer),
-        ('alf_lite', alf_lite_bytes(obs_dim, action_dim, args.buffer)),
+    rows = [('raw minimum', raw * args.buffer)]
+    buffers = [
+        ('alf_lite', lambda: alf_lite_bytes(obs_dim, action_dim, args.buffer)),
+        ('SB3 ReplayBuffer (defaults)', lambda: sb3_bytes(env, args.buffer, False)),
+        ('SB3 optimize_memory_usage=True', lambda: sb3_bytes(env, args.buffer, True)),
     ]
-    try:
-        rows += [
-            ('SB3 ReplayBuffer (defaults)', sb3_bytes(env, args.buffer, False)),
-            ('SB3 optimize_memory_usage=True', sb3_bytes(env, args.buffer, True)),
-        ]
-    except ImportError:
-        print('stable-baselines3 is not installed (pip install .[bench]): SB3 rows skipped')
+    for name, nbytes in buffers:
+        try:
+            rows.append((name, nbytes()))
+        except ImportError:
+            print('stable-baselines3 is not installed (pip install .[bench]): SB3 rows skipped')
+            break
+        except MemoryError as e:
+            # The buffers are allocated for real: alf_lite's refuses one that cannot fit
+            # before allocating it, numpy (SB3's) fails the allocation.
+            why = str(e).partition('\n  In call to configurable ')[0] or type(e).__name__
+            parser.error(f'--buffer: {args.buffer} steps do not fit in memory ({name}): {why}')
 
     print(
         f'{args.env}: observation {obs_dim} x {env.observation_space.dtype}, '

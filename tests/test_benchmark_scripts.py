@@ -53,6 +53,12 @@ from fake_clock import Clock
         ('mode_switch.py', ['--switches', '1'], 'argument --switches: must be at least 2, got 1'),
         ('memory.py', ['--buffer', '0'], 'argument --buffer: must be at least 1, got 0'),
         ('memory.py', ['--env', 'Nope-v0'], '--env: Unknown environment id'),
+        # 2.5 PB of buffer, refused before any of it is allocated.
+        (
+            'memory.py',
+            ['--env', 'Pendulum-v1', '--buffer', str(10**14)],
+            '--buffer: 100000000000000 steps do not fit in memory (alf_lite): ReplayBuffer of',
+        ),
         # A buffer alf_lite cannot have: its figures were printed all the same.
         (
             'memory.py',
