@@ -26,6 +26,17 @@ def at_least(minimum: float, kind=int):
     return parse
 
 
+def finite_number(text: str) -> float:
+    """An argparse ``type`` that takes a finite float, naming the problem otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a number') from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f'must be a finite number, got {text}')
+    return value
+
+
 def int_list_at_least(minimum: int):
     """An argparse ``type`` for comma-separated integers, each >= ``minimum``."""
     one = at_least(minimum)

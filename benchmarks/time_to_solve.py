@@ -32,7 +32,7 @@ if __package__ in (None, ''):  # run as a script: import this checkout's benchma
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from alf_lite.bin.cli import exit_with  # noqa: E402
-from benchmarks import at_least, resources  # noqa: E402
+from benchmarks import at_least, finite_number, resources  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:  # run as a script: import this checkout's benchmarks
@@ -142,7 +142,12 @@ def run_sb3(seed: int, threshold: float, max_steps: int, threads: int) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--seeds', type=at_least(0), nargs='+', default=[0, 1, 2])
-    parser.add_argument('--threshold', type=float, default=-200.0)
+    parser.add_argument(
+        '--threshold',
+        type=finite_number,
+        default=-200.0,
+        help='the mean eval return that counts as solved',
+    )
     parser.add_argument(
         '--max_steps',
         type=at_least(LEARNING_STARTS),

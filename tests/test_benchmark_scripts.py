@@ -73,6 +73,16 @@ from fake_clock import Clock
         ('time_to_solve.py', ['--sb3_threads', 'two'], "--sb3_threads: 'two' is not an integer"),
         ('time_to_solve.py', ['--seeds', '0', '-1'], '--seeds: must be at least 0, got -1'),
         ('time_to_solve.py', ['--max_steps', '999'], '--max_steps: must be at least 1000, got 999'),
+        # No return reaches nan or inf: every run would train all its steps unsolved (short
+        # runs, should one start).
+        *(
+            (
+                'time_to_solve.py',
+                [f'--threshold={value}', '--seeds', '0', '--max_steps', '1000'],
+                '--threshold: must be a finite number, got',
+            )
+            for value in ('nan', 'inf', '-inf')
+        ),
         (
             'env_throughput.py',
             ['--env_names', 'Pendulum-v1,CartPole-v1'],
