@@ -6,9 +6,10 @@ r"""Learning curves of alf_lite, and of Stable-Baselines3 (SB3) with matched set
 ``--suite`` repeats (pendulum, hopper, halfcheetah, study_sac, study_window,
 study_replay, icub_walk, icub_orientation, precision_pendulum, precision_hopper). ``--jobs N``
 (default 2) trains N runs at a time, ``--seeds 0 1`` and ``--runs 'sb3_*'`` (a
-glob on run names) select runs, ``--steps`` shortens them (smoke runs; use
-another ``--out``), ``--deadline`` starts only runs that can finish in time,
-``--dry_run`` prints the commands, ``--docs_dir`` moves the report's PNGs.
+glob on run names) select runs, ``--steps`` shortens them (smoke runs, which
+need another ``--out`` than the kept runs'), ``--deadline`` starts only runs that
+can finish in time, ``--dry_run`` prints the commands, ``--docs_dir`` moves the
+report's PNGs.
 docs/results.md ("How the runs are made") describes the suites, the matched
 settings, the files each run leaves and the report.
 
@@ -1151,7 +1152,8 @@ def parse_args(argv=None):
         '--steps',
         type=int,
         default=None,
-        help="Env steps per run instead of the suite's (for smoke runs).",
+        help="Env steps per run instead of the suite's (for smoke runs; they need another "
+        "--out than the default, which keeps the runs of the suites' own lengths).",
     )
     parser.add_argument(
         '--runs',
@@ -1235,6 +1237,15 @@ def parse_args(argv=None):
         parser.error(
             f'--runs {" ".join(args.runs)} matches no run of {", ".join(args.suite)}; '
             f'the runs are: {", ".join(names)}'
+        )
+    kept = os.path.join(REPO_ROOT, 'benchmarks', 'results', 'learning')
+    shortened = [s for s in args.suite if args.steps not in (None, SUITES[s].num_env_steps)]
+    training = not (args.dry_run or args.report)
+    if shortened and training and os.path.realpath(args.out) == os.path.realpath(kept):
+        # Its runs and plan.json are the published ones, each of its suite's length.
+        parser.error(
+            f'--steps {args.steps} is not the length of {", ".join(shortened)}: such smoke runs '
+            f'do not go among the kept runs in {kept}; give them another --out'
         )
     return args, runs
 

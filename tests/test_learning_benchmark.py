@@ -675,6 +675,34 @@ def test_dry_run_names_a_run_finished_at_another_length_as_failing_not_skipped(t
         assert result['status'] == ('skipped' if steps == TINY_STEPS else 'failed')
 
 
+def test_smoke_runs_into_the_kept_runs_are_refused_before_anything_is_written(
+    tmp_path, monkeypatch, capsys
+):
+    # A checkout whose benchmarks/results/learning holds a finished pendulum run.
+    monkeypatch.setattr(learning, 'REPO_ROOT', str(tmp_path))
+    kept = tmp_path / 'benchmarks' / 'results' / 'learning'
+    run_dir = kept / 'pendulum' / 'alf_sac' / 'seed0'
+    run_dir.mkdir(parents=True)
+    (run_dir / 'done.json').write_text(json.dumps(_done(target_env_steps=20_000)))
+    (kept / 'plan.json').write_text('{"kept": true}')
+    files = sorted((p, p.read_bytes()) for p in kept.rglob('*') if p.is_file())
+    argv = ['--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', '0', '--steps', '1100']
+    for out in ([], ['--out', str(kept)]):
+        with pytest.raises(SystemExit) as e:
+            learning.main(argv + out)
+        assert e.value.code == 2
+        assert (
+            f'--steps 1100 is not the length of pendulum: such smoke runs do not go among the '
+            f'kept runs in {kept}; give them another --out'
+        ) in capsys.readouterr().err
+    # Printing the commands writes nothing; the suite's own length and another --out train.
+    assert learning.main(argv + ['--dry_run']) == 0
+    assert learning.main(argv[:-2] + ['--steps', '20000', '--dry_run']) == 0
+    assert sorted((p, p.read_bytes()) for p in kept.rglob('*') if p.is_file()) == files
+    monkeypatch.setattr(learning, 'train_runs', lambda runs, out, *rest: len(runs))
+    assert learning.main(argv + ['--out', str(tmp_path / 'smoke')]) == 1
+
+
 def test_deadline_parses_minutes_clock_times_and_iso_times():
     import datetime
 
