@@ -635,7 +635,8 @@ def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -
         run_dir = run.run_dir(out)
         done = read_done(run_dir)
         result = results.get(run.key, {})
-        if done:
+        # A run finished at another length is not this one, which fails on it (``execute``).
+        if done and done.get('target_env_steps') == run.num_env_steps:
             entry = dict(
                 status='done',
                 final_eval_return_last3=done['final_eval_return_last3'],
@@ -644,9 +645,14 @@ def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -
                 code=done.get('code'),
             )
         else:
-            status = result.get('status') or (
-                'started' if os.path.isfile(RunDir(run_dir).progress_file) else 'pending'
-            )
+            if result.get('status'):
+                status = result['status']
+            elif done:
+                status = 'failed'
+            elif os.path.isfile(RunDir(run_dir).progress_file):
+                status = 'started'
+            else:
+                status = 'pending'
             entry = dict(
                 status=status,
                 env_steps=_reached_env_steps(run, run_dir),

@@ -2426,7 +2426,7 @@ def test_plan_keeps_other_calls_runs_and_records_each_runs_state(tmp_path):
     (out / 'plan.json').write_text(json.dumps({'hopper/alf_sac/seed0': {'status': 'done'}}))
     runs = [_pendulum_run(1000, seed=s) for s in range(4)]
     recorded = dict(final_eval_return_last3=-150.0, wall_time_s=30.0, mean_load=1.5, code=['abc'])
-    done = _done(**recorded)
+    done = _done(target_env_steps=1000, **recorded)
     _write_progress(out / 'pendulum' / 'alf_sac' / 'seed0', [(0, -1), (1000, -2)])
     (out / 'pendulum' / 'alf_sac' / 'seed0' / 'done.json').write_text(json.dumps(done))
     _write_progress(out / 'pendulum' / 'alf_sac' / 'seed1', [(0, -1), (400, -2)])
@@ -2445,6 +2445,24 @@ def test_plan_keeps_other_calls_runs_and_records_each_runs_state(tmp_path):
     assert plan['pendulum/alf_sac/seed3'] == dict(
         common, status='deferred', env_steps=0, detail='needs about 5 s'
     )
+
+
+def test_plan_records_a_run_whose_directory_finished_another_length_as_failed(tmp_path, capsys):
+    out = tmp_path / 'runs'
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    _write_progress(run_dir, [(0, -1), (2 * TINY_STEPS, -2)])
+    (run_dir / 'done.json').write_text(json.dumps(_done(target_env_steps=2 * TINY_STEPS)))
+    argv = ['--suite', 'pendulum', '--runs', 'alf_sac', '--seeds', '0', '--out', str(out)]
+    assert learning.main(argv + ['--steps', str(TINY_STEPS)]) == 1
+    refusal = f'{run_dir} finished a run of 2400 env steps, not 1200: move it away'
+    assert f'failed      pendulum/alf_sac/seed0: {refusal}' in capsys.readouterr().out
+    plan = json.loads((out / 'plan.json').read_text())['pendulum/alf_sac/seed0']
+    assert (plan['status'], plan['target_env_steps'], plan['env_steps']) == ('failed', 1200, 2400)
+    assert plan['detail'].startswith(refusal)
+    # As listed before it was tried.
+    launcher.write_plan(str(out), learning.parse_args(argv + ['--steps', '1200'])[1], {})
+    plan = json.loads((out / 'plan.json').read_text())['pendulum/alf_sac/seed0']
+    assert plan['status'] == 'failed'
 
 
 def test_plan_cut_short_or_of_another_kind_of_json_is_written_anew(tmp_path):
