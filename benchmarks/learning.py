@@ -9,7 +9,7 @@ study_replay, icub_walk, icub_orientation, precision_pendulum, precision_hopper)
 glob on run names) select runs, ``--steps`` shortens them (smoke runs, which
 need another ``--out`` than the kept runs'), ``--deadline`` starts only runs that
 can finish in time, ``--dry_run`` prints the commands, ``--docs_dir`` moves the
-report's PNGs.
+report's PNGs (docs/, the default, takes only the report of the kept runs).
 docs/results.md ("How the runs are made") describes the suites, the matched
 settings, the files each run leaves and the report.
 
@@ -1182,7 +1182,8 @@ def parse_args(argv=None):
     parser.add_argument(
         '--docs_dir',
         default=os.path.join(REPO_ROOT, 'docs'),
-        help='Where --report writes its PNGs (and plot.py its curve CSVs).',
+        help='Where --report writes its PNGs (and plot.py its curve CSVs); the default, '
+        'docs/, takes only the report of the kept runs (the default --out).',
     )
     parser.add_argument(
         '--deadline',
@@ -1246,6 +1247,17 @@ def parse_args(argv=None):
         parser.error(
             f'--steps {args.steps} is not the length of {", ".join(shortened)}: such smoke runs '
             f'do not go among the kept runs in {kept}; give them another --out'
+        )
+    published = os.path.join(REPO_ROOT, 'docs')
+    if (
+        args.report
+        and os.path.realpath(args.out) != os.path.realpath(kept)
+        and os.path.realpath(args.docs_dir) == os.path.realpath(published)
+    ):
+        # docs/'s PNGs are the published curves of the kept runs.
+        parser.error(
+            f'--report of the runs in {args.out} would write over the PNGs of the kept runs '
+            f'in {published}; give another --docs_dir'
         )
     return args, runs
 

@@ -703,6 +703,33 @@ def test_smoke_runs_into_the_kept_runs_are_refused_before_anything_is_written(
     assert learning.main(argv + ['--out', str(tmp_path / 'smoke')]) == 1
 
 
+def test_a_report_of_other_runs_into_the_published_docs_is_refused(tmp_path, monkeypatch, capsys):
+    # docs/ holds the curves of the kept runs; a report of smoke runs wrote over them.
+    monkeypatch.setattr(learning, 'REPO_ROOT', str(tmp_path))
+    docs = tmp_path / 'docs'
+    docs.mkdir()
+    (docs / 'pendulum.png').write_bytes(b'published')
+    smoke = tmp_path / 'smoke'
+    _write_progress(smoke / 'pendulum' / 'alf_sac' / 'seed0', [(0, -1000), (2, -900)])
+    for docs_dir in ([], ['--docs_dir', str(docs)]):
+        with pytest.raises(SystemExit) as e:
+            learning.main(['--suite', 'pendulum', '--report', '--out', str(smoke)] + docs_dir)
+        assert e.value.code == 2
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert error.endswith(
+            f'error: --report of the runs in {smoke} would write over the PNGs of the kept '
+            f'runs in {docs}; give another --docs_dir'
+        )
+    assert sorted(p.name for p in docs.iterdir()) == ['pendulum.png']
+    assert (docs / 'pendulum.png').read_bytes() == b'published'
+    # Into another directory it is taken, and so is the report of the kept runs into docs/.
+    other = ['--docs_dir', str(tmp_path / 'smoke_docs')]
+    args, _ = learning.parse_args(['--suite', 'pendulum', '--report', '--out', str(smoke)] + other)
+    assert args.docs_dir == str(tmp_path / 'smoke_docs')
+    args, _ = learning.parse_args(['--suite', 'pendulum', '--report'])
+    assert args.docs_dir == str(docs)
+
+
 def test_deadline_parses_minutes_clock_times_and_iso_times():
     import datetime
 
