@@ -140,7 +140,9 @@ ICUB = Task(
 )
 # ICUB on ICubWalk-v1 (link orientations from the standing pose), for icub_orientation.
 ICUB_V1 = replace(ICUB, env='ICubWalk-v1', assumed_seconds_per_step=0.008)
-# examples/sac_icub_walking.gin as it is: its intervals and its 100k rows per env.
+# examples/sac_icub_walking.gin as it is: its intervals and its 100k rows per env, but for
+# checkpoint_interval (96k, the file's is 100k), which changes when checkpoints are written,
+# not the numbers.
 ICUB_WALK = Task(
     'ICubWalk-v0',
     'icub_walk',
