@@ -998,8 +998,9 @@ def test_write_text_atomically(tmp_path):
     config.write_text_atomically(str(path), 'new text\n')
     assert path.read_text() == 'new text\n'
 
-    with pytest.raises(TypeError):
-        config.write_text_atomically(str(path), None)  # fails mid-write
+    # The error of the file's write itself: the temporary file was made, then removed.
+    with pytest.raises(TypeError, match=r'write\(\) argument must be str, not None'):
+        config.write_text_atomically(str(path), None)
     assert path.read_text() == 'new text\n'
     assert os.listdir(tmp_path) == ['config.gin']
 
