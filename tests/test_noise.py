@@ -1,6 +1,7 @@
 """Exploration noise: the OU process's statistics and its per-env restarts, Gaussian noise."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -161,17 +162,18 @@ def test_gaussian_noise_refuses_a_negative_or_non_finite_sigma(sigma, shown):
 
 
 @pytest.mark.parametrize(
-    'bad',
+    'bad, message',
     [
-        dict(theta=0.0),
-        dict(dt=0.0),
-        dict(theta=2.0, dt=1.0),
-        dict(sigma=-0.1),
-        dict(sigma=float('nan')),
+        (dict(theta=0.0), 'mean-reverting process, got theta=0.0, dt=0.01'),
+        (dict(dt=0.0), 'mean-reverting process, got theta=0.15, dt=0.0'),
+        (dict(theta=2.0, dt=1.0), 'mean-reverting process, got theta=2.0, dt=1.0'),
+        (dict(sigma=-0.1), 'sigma must be a finite number >= 0, got -0.1'),
+        (dict(sigma=float('nan')), 'sigma must be a finite number >= 0, got nan'),
     ],
 )
-def test_ou_refuses_parameters_that_do_not_revert(bad):
-    with pytest.raises(ValueError):
+def test_ou_refuses_parameters_that_do_not_revert(bad, message):
+    # Each by its own check: a ValueError of another (a check refusing everything) is not it.
+    with pytest.raises(ValueError, match=re.escape(message)):
         OUNoise(**bad)
 
 
