@@ -64,6 +64,27 @@ def test_seeds_are_128_bit_integers():
 
 
 def test_seeds_are_a_pure_function_of_the_random_seed():
+    # Whatever state python's, numpy's and torch's generators are in, the same seeds; and
+    # the generators are left as they were (a resume's reseeding must not move the run's).
+    def seed_globals(seed):
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+
+    def draws():
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    seeds, after, untouched = {}, {}, {}
+    for global_seed in (0, 1):
+        seed_globals(global_seed)
+        seeds[global_seed] = (
+            train_env_seeds(3, 4) + eval_env_seeds(3, 2, 100) + resume_env_seeds(3, 100, 4)
+        )
+        after[global_seed] = draws()
+        seed_globals(global_seed)
+        untouched[global_seed] = draws()
+    assert seeds[0] == seeds[1]
+    assert after == untouched and untouched[0] != untouched[1]
     assert train_env_seeds(3, 4) == train_env_seeds(3, 4)
     assert eval_env_seeds(3, 2) == eval_env_seeds(3, 10)[:2]
     assert train_env_seeds(3, 4) != train_env_seeds(4, 4)
