@@ -346,6 +346,47 @@ def test_a_run_of_identical_gif_frames_longer_than_a_gif_frame_holds_is_shown_th
     assert frames == [(0, 100_000), (50, 655_350), (100, 600_000)]
 
 
+def test_gif_frames_that_differ_only_before_the_reduction_to_256_colours_merge_within_limit(
+    tmp_path,
+):
+    from PIL import Image, ImageSequence
+
+    gif = tmp_path / 'still.gif'
+    # A frame of 300 colours whose first pixel alternates by one level of red: the frames
+    # differ, but reduced to the 256 colours of a GIF they look the same, and pillow
+    # merges them. At --fps 0.01 eight of them are 800 s, more than a GIF frame holds.
+    script = (
+        'import numpy as np\n'
+        'from alf_lite.bin.play import VideoWriter, frames_written\n'
+        'rng = np.random.default_rng(0)\n'
+        'colours = rng.integers(0, 256, (300, 3), dtype=np.uint8)\n'
+        'still = colours[rng.integers(0, 300, (64, 64))]\n'
+        f'video = VideoWriter({str(gif)!r}, fps=0.01)\n'
+        'video.append(np.zeros_like(still))\n'
+        'for i in range(8):\n'
+        '    frame = still.copy()\n'
+        '    frame[0, 0, 0] ^= i % 2\n'
+        '    video.append(frame)\n'
+        'video.close()\n'
+        'print(frames_written(video, "still.gif"))\n'
+    )
+    result = run_train([sys.executable, '-c', script])
+    assert_ok(result)
+    assert result.stdout.strip() == (
+        '2 frames written to still.gif: of the 9 recorded, identical consecutive frames '
+        'were merged into one, their durations summed; a run of them longer than 655.35 s, '
+        'the longest a GIF shows a frame, is shown that long'
+    )
+    with Image.open(gif) as image:
+        frames = [
+            (int(f.convert('L').getextrema()[1]), f.info['duration'])
+            for f in ImageSequence.Iterator(image)
+        ]
+    assert frames[0] == (0, 100_000)
+    assert frames[1][0] > 0 and frames[1][1] == 655_350
+    assert len(frames) == 2
+
+
 @pytest.mark.parametrize('name, size', [('floats.gif', None), ('floats.mp4', (4, 2))])
 def test_frames_of_floats_are_taken_as_8_bit_colours_as_by_the_mp4_writer(tmp_path, name, size):
     import imageio.v3 as iio

@@ -23,9 +23,10 @@ episodes one after another: ``sum(length + 1)`` frames, played at the env's
 written with imageio-ffmpeg, ``.gif`` with pillow; a GIF above 50 frames per
 second (MuJoCo's 125, say) keeps every k-th frame, k = ceil(fps / 50), since
 GIF players cannot show frames faster; its delays, whole centiseconds, add up to
-real time. Pillow stores identical consecutive frames of a GIF (a body at rest)
-as one, shown for their delays together (at most 655.35 s, the longest a GIF frame
-is shown): play prints how many frames the file holds. H.264 in yuv420p needs
+real time. Pillow stores consecutive frames of a GIF that look the same once reduced
+to its 256 colours (a body at rest) as one, shown for their delays together (at
+most 655.35 s, the longest a GIF frame is shown): play prints how many frames the
+file holds. H.264 in yuv420p needs
 an even width and height: an odd ``--render_size`` is refused for an ``.mp4``,
 and so are an ``--fps`` above 1001000, the most ffmpeg takes, and sizes x264 or
 ffmpeg cannot encode (``video_size_problem``); a GIF is at most 65535 pixels wide
@@ -363,24 +364,34 @@ class VideoWriter:
         if self._gif is None:
             self._writer.close()
             return
+        import numpy as np
+        from PIL import Image
+
         # A GIF delay is a whole number of centiseconds: frame j is shown from
         # j * frame_seconds on, rounded to the centisecond, so that the delays
         # add up to real time (a fixed 24 ms delay would be stored as 20 ms).
         starts = [round(100 * j * self._frame_seconds) for j in range(len(self._frames) + 1)]
         delays_ms = [10 * (end - start) for start, end in zip(starts, starts[1:])]
-        # Pillow would merge a run of identical frames itself, their delays summed past
-        # what a GIF frame holds, and fail writing it: merged here, within that delay.
-        frames, merged_delays_ms = [], []
+        # Pillow reduces each frame to 256 colours and merges consecutive frames that look
+        # the same once reduced, their delays summed past what a GIF frame holds, failing
+        # to write it: reduced (as pillow would) and merged here, within that delay.
+        frames, merged_delays_ms, last_looks = [], [], None
         for frame, delay_ms in zip(self._frames, delays_ms):
-            if frames and frame == frames[-1]:
+            reduced = self._image(frame).convert('P', palette=Image.Palette.ADAPTIVE)
+            looks = np.asarray(reduced.convert('RGB'))
+            if frames and np.array_equal(looks, last_looks):
                 self.shortened |= merged_delays_ms[-1] + delay_ms > MAX_GIF_DELAY_MS
                 merged_delays_ms[-1] = min(merged_delays_ms[-1] + delay_ms, MAX_GIF_DELAY_MS)
             else:
-                frames.append(frame)
+                # Kept compressed, as the frames were.
+                frames.append(
+                    (reduced.size, reduced.getpalette(), zlib.compress(reduced.tobytes(), 1))
+                )
                 merged_delays_ms.append(delay_ms)
+                last_looks = looks
         with self._gif:
             if frames:
-                images = (self._image(frame) for frame in frames)
+                images = (self._reduced_image(frame) for frame in frames)
                 # loop=0: repeat forever.
                 next(images).save(
                     self._gif,
@@ -399,6 +410,15 @@ class VideoWriter:
 
         shape, data = frame
         return Image.fromarray(np.frombuffer(zlib.decompress(data), np.uint8).reshape(shape))
+
+    @staticmethod
+    def _reduced_image(frame):
+        from PIL import Image
+
+        size, palette, data = frame
+        image = Image.frombytes('P', size, zlib.decompress(data))
+        image.putpalette(palette)
+        return image
 
 
 def video_size_problem(record_file: str, size) -> Optional[str]:
