@@ -313,35 +313,49 @@ def test_a_gif_of_frames_larger_than_pillows_guard_against_others_files_is_writt
     assert result.stdout.strip() == '3 frames written to large.gif 50'
 
 
-def test_a_run_of_identical_gif_frames_longer_than_a_gif_frame_holds_is_shown_that_long(
-    tmp_path,
-):
+def write_still_gif(gif, appends):
+    """Run ``appends`` (code appending frames to ``video``, a VideoWriter of ``gif`` at
+    --fps 0.01: 100 s a frame) in a subprocess; what play would print, and each frame of
+    the GIF as (its brightest grey level, its delay in ms)."""
     from PIL import Image, ImageSequence
 
-    gif = tmp_path / 'still.gif'
-    # At --fps 0.01 each frame is shown 100 s: seven identical ones, 700 s, are more than
-    # the 655.35 s of a GIF frame's 16-bit delay, which pillow fails to write.
     script = (
         'import numpy as np\n'
         'from alf_lite.bin.play import VideoWriter, frames_written\n'
         f'video = VideoWriter({str(gif)!r}, fps=0.01)\n'
-        'for value in [0] + [50] * 7 + [100] * 6:\n'
-        '    video.append(np.full((8, 8, 3), value, np.uint8))\n'
+        f'{appends}'
         'video.close()\n'
-        'print(frames_written(video, "still.gif"))\n'
+        f'print(frames_written(video, {gif.name!r}))\n'
     )
     result = run_train([sys.executable, '-c', script])
     assert_ok(result)
-    assert result.stdout.strip() == (
-        '3 frames written to still.gif: of the 14 recorded, identical consecutive frames '
-        'were merged into one, their durations summed; a run of them longer than 655.35 s, '
-        'the longest a GIF shows a frame, is shown that long'
-    )
     with Image.open(gif) as image:
         frames = [
             (int(f.convert('L').getextrema()[1]), f.info['duration'])
             for f in ImageSequence.Iterator(image)
         ]
+    return result.stdout.strip(), frames
+
+
+def merged_and_shortened(kept, recorded):
+    return (
+        f'{kept} frames written to still.gif: of the {recorded} recorded, identical consecutive '
+        'frames were merged into one, their durations summed; a run of them longer than '
+        '655.35 s, the longest a GIF shows a frame, is shown that long'
+    )
+
+
+def test_a_run_of_identical_gif_frames_longer_than_a_gif_frame_holds_is_shown_that_long(
+    tmp_path,
+):
+    # At --fps 0.01 each frame is shown 100 s: seven identical ones, 700 s, are more than
+    # the 655.35 s of a GIF frame's 16-bit delay, which pillow fails to write.
+    printed, frames = write_still_gif(
+        tmp_path / 'still.gif',
+        'for value in [0] + [50] * 7 + [100] * 6:\n'
+        '    video.append(np.full((8, 8, 3), value, np.uint8))\n',
+    )
+    assert printed == merged_and_shortened(3, 14)
     # The run of 600 s is shown for its time.
     assert frames == [(0, 100_000), (50, 655_350), (100, 600_000)]
 
@@ -349,39 +363,21 @@ def test_a_run_of_identical_gif_frames_longer_than_a_gif_frame_holds_is_shown_th
 def test_gif_frames_that_differ_only_before_the_reduction_to_256_colours_merge_within_limit(
     tmp_path,
 ):
-    from PIL import Image, ImageSequence
-
-    gif = tmp_path / 'still.gif'
     # A frame of 300 colours whose first pixel alternates by one level of red: the frames
     # differ, but reduced to the 256 colours of a GIF they look the same, and pillow
     # merges them. At --fps 0.01 eight of them are 800 s, more than a GIF frame holds.
-    script = (
-        'import numpy as np\n'
-        'from alf_lite.bin.play import VideoWriter, frames_written\n'
+    printed, frames = write_still_gif(
+        tmp_path / 'still.gif',
         'rng = np.random.default_rng(0)\n'
         'colours = rng.integers(0, 256, (300, 3), dtype=np.uint8)\n'
         'still = colours[rng.integers(0, 300, (64, 64))]\n'
-        f'video = VideoWriter({str(gif)!r}, fps=0.01)\n'
         'video.append(np.zeros_like(still))\n'
         'for i in range(8):\n'
         '    frame = still.copy()\n'
         '    frame[0, 0, 0] ^= i % 2\n'
-        '    video.append(frame)\n'
-        'video.close()\n'
-        'print(frames_written(video, "still.gif"))\n'
+        '    video.append(frame)\n',
     )
-    result = run_train([sys.executable, '-c', script])
-    assert_ok(result)
-    assert result.stdout.strip() == (
-        '2 frames written to still.gif: of the 9 recorded, identical consecutive frames '
-        'were merged into one, their durations summed; a run of them longer than 655.35 s, '
-        'the longest a GIF shows a frame, is shown that long'
-    )
-    with Image.open(gif) as image:
-        frames = [
-            (int(f.convert('L').getextrema()[1]), f.info['duration'])
-            for f in ImageSequence.Iterator(image)
-        ]
+    assert printed == merged_and_shortened(2, 9)
     assert frames[0] == (0, 100_000)
     assert frames[1][0] > 0 and frames[1][1] == 655_350
     assert len(frames) == 2

@@ -324,31 +324,41 @@ STOPPED_RUNS = {
 }
 
 
+def train_stopped_run(run, root_dir, num_env_steps):
+    """Train the STOPPED_RUNS entry ``run`` in ``root_dir`` (resuming it) to ``num_env_steps``."""
+    gin_file, params, _, _ = STOPPED_RUNS[run]
+    parse_config(
+        [os.path.join(EXAMPLES, 'common', gin_file)],
+        params
+        + [
+            'TrainerConfig.checkpoint_interval = 10000',
+            f'TrainerConfig.num_env_steps = {num_env_steps}',
+        ],
+    )
+    with Trainer(TrainerConfig(), str(root_dir)) as trainer:
+        trainer.train()
+
+
+def assert_same_rows_as_never_stopped(tmp_path, stop):
+    """tmp_path/stopped's progress.csv is tmp_path/never_stopped's, but for the row of its
+    first end at ``stop`` env steps."""
+    expected = read_csv(tmp_path / 'never_stopped' / 'progress.csv')
+    rows = read_csv(tmp_path / 'stopped' / 'progress.csv')
+    rows = [r for r in rows if r['env_steps'] != str(stop)]
+    assert len(expected) >= 4 and rows == expected
+
+
 @pytest.mark.parametrize('run', list(STOPPED_RUNS))
 def test_a_stopped_and_resumed_run_gives_the_numbers_of_a_run_never_stopped(tmp_path, run):
-    gin_file, params, stop, end = STOPPED_RUNS[run]
-    params = params + ['TrainerConfig.checkpoint_interval = 10000']
-
-    def run_to(root_dir, num_env_steps):
-        parse_config(
-            [os.path.join(EXAMPLES, 'common', gin_file)],
-            params + [f'TrainerConfig.num_env_steps = {num_env_steps}'],
-        )
-        with Trainer(TrainerConfig(), str(root_dir)) as trainer:
-            trainer.train()
-
-    run_to(tmp_path / 'never_stopped', end)
-    run_to(tmp_path / 'stopped', stop)
-    run_to(tmp_path / 'stopped', end)
+    _, _, stop, end = STOPPED_RUNS[run]
+    train_stopped_run(run, tmp_path / 'never_stopped', end)
+    train_stopped_run(run, tmp_path / 'stopped', stop)
+    train_stopped_run(run, tmp_path / 'stopped', end)
     if run == 'sac-point-at-a-last-step':
         stopped_at = os.path.join(str(tmp_path / 'stopped' / 'checkpoints'), f'ckpt-{stop}')
         collection = ckpt.load_checkpoint(stopped_at)[0]['collection']
         assert collection['time_step']['step_type'].tolist() == [StepType.LAST]
-    expected = read_csv(tmp_path / 'never_stopped' / 'progress.csv')
-    # The stopped run has one row more: that of its first end.
-    rows = read_csv(tmp_path / 'stopped' / 'progress.csv')
-    rows = [r for r in rows if r['env_steps'] != str(stop)]
-    assert len(expected) >= 4 and rows == expected
+    assert_same_rows_as_never_stopped(tmp_path, stop)
     weights, expected_weights = (
         final_weights(tmp_path / 'stopped'),
         final_weights(tmp_path / 'never_stopped'),
@@ -377,30 +387,17 @@ def test_a_checkpoint_of_an_older_alf_lite_resumes_to_the_numbers_of_a_run_never
 ):
     # DDPG with OU noise, stopped mid-episode: the noise's state, the episode, the optimizers,
     # the replay buffer and the counters all come from the older file.
-    gin_file, params, stop, end = STOPPED_RUNS['ddpg-ou-pendulum-after-a-truncation']
-    params = params + ['TrainerConfig.checkpoint_interval = 10000']
-
-    def run_to(root_dir, num_env_steps):
-        parse_config(
-            [os.path.join(EXAMPLES, 'common', gin_file)],
-            params + [f'TrainerConfig.num_env_steps = {num_env_steps}'],
-        )
-        with Trainer(TrainerConfig(), str(root_dir)) as trainer:
-            trainer.train()
-
-    run_to(tmp_path / 'never_stopped', end)
-    run_to(tmp_path / 'stopped', stop)
+    run = 'ddpg-ou-pendulum-after-a-truncation'
+    _, _, stop, end = STOPPED_RUNS[run]
+    train_stopped_run(run, tmp_path / 'never_stopped', end)
+    train_stopped_run(run, tmp_path / 'stopped', stop)
     path = os.path.join(latest_checkpoint(str(tmp_path / 'stopped' / 'checkpoints')), 'model.pt')
     state = torch.load(path, weights_only=True)
     assert set(OLDEST_TRAINER_STATE_KEYS) < set(state)
     assert state['collection'] is not None
     torch.save({key: state[key] for key in OLDEST_TRAINER_STATE_KEYS}, path)
-    run_to(tmp_path / 'stopped', end)
-    expected = read_csv(tmp_path / 'never_stopped' / 'progress.csv')
-    # The stopped run has one row more: that of its first end.
-    rows = read_csv(tmp_path / 'stopped' / 'progress.csv')
-    rows = [r for r in rows if r['env_steps'] != str(stop)]
-    assert len(expected) >= 4 and rows == expected
+    train_stopped_run(run, tmp_path / 'stopped', end)
+    assert_same_rows_as_never_stopped(tmp_path, stop)
     resumed, _ = ckpt.load_checkpoint(latest_checkpoint(str(tmp_path / 'stopped' / 'checkpoints')))
     never_stopped, _ = ckpt.load_checkpoint(
         latest_checkpoint(str(tmp_path / 'never_stopped' / 'checkpoints'))
