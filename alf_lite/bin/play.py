@@ -242,8 +242,9 @@ class VideoWriter:
             self._frame_seconds = self._every / fps
             # Opened now, so that a path that cannot be written fails before the
             # episodes; the frames are written at close, each with its own delay.
-            # Until then each is kept compressed: a rendered frame, mostly
-            # background, shrinks about tenfold, so a long recording fits in memory.
+            # Until then each is kept reduced to the 256 colours of a GIF, as pillow
+            # would reduce it, and compressed: a rendered frame, mostly background,
+            # shrinks about tenfold, so a long recording fits in memory.
             self._gif, self._frames = open(self._tmp, 'wb'), []
         else:
             # macro_block_size=2: H.264 needs even sizes; an env's own odd size is
@@ -276,8 +277,10 @@ class VideoWriter:
                     f'the encoder (ffmpeg) took no more frames: {reason}'
                 ) from e
         else:
-            frame = np.ascontiguousarray(frame)
-            self._frames.append((frame.shape, zlib.compress(frame, 1)))
+            reduced = Image.fromarray(frame).convert('P', palette=Image.Palette.ADAPTIVE)
+            self._frames.append(
+                (reduced.size, reduced.getpalette(), zlib.compress(reduced.tobytes(), 1))
+            )
         self.num_frames += 1
 
     def close(self) -> None:
@@ -365,33 +368,28 @@ class VideoWriter:
             self._writer.close()
             return
         import numpy as np
-        from PIL import Image
 
         # A GIF delay is a whole number of centiseconds: frame j is shown from
         # j * frame_seconds on, rounded to the centisecond, so that the delays
         # add up to real time (a fixed 24 ms delay would be stored as 20 ms).
         starts = [round(100 * j * self._frame_seconds) for j in range(len(self._frames) + 1)]
         delays_ms = [10 * (end - start) for start, end in zip(starts, starts[1:])]
-        # Pillow reduces each frame to 256 colours and merges consecutive frames that look
-        # the same once reduced, their delays summed past what a GIF frame holds, failing
-        # to write it: reduced (as pillow would) and merged here, within that delay.
+        # Pillow merges consecutive frames that look the same once reduced to 256 colours,
+        # their delays summed past what a GIF frame holds, failing to write it: merged
+        # here (the frames are kept reduced as pillow reduces them), within that delay.
         frames, merged_delays_ms, last_looks = [], [], None
         for frame, delay_ms in zip(self._frames, delays_ms):
-            reduced = self._image(frame).convert('P', palette=Image.Palette.ADAPTIVE)
-            looks = np.asarray(reduced.convert('RGB'))
+            looks = np.asarray(self._image(frame).convert('RGB'))
             if frames and np.array_equal(looks, last_looks):
                 self.shortened |= merged_delays_ms[-1] + delay_ms > MAX_GIF_DELAY_MS
                 merged_delays_ms[-1] = min(merged_delays_ms[-1] + delay_ms, MAX_GIF_DELAY_MS)
             else:
-                # Kept compressed, as the frames were.
-                frames.append(
-                    (reduced.size, reduced.getpalette(), zlib.compress(reduced.tobytes(), 1))
-                )
+                frames.append(frame)
                 merged_delays_ms.append(delay_ms)
                 last_looks = looks
         with self._gif:
             if frames:
-                images = (self._reduced_image(frame) for frame in frames)
+                images = (self._image(frame) for frame in frames)
                 # loop=0: repeat forever.
                 next(images).save(
                     self._gif,
@@ -405,14 +403,7 @@ class VideoWriter:
 
     @staticmethod
     def _image(frame):
-        import numpy as np
-        from PIL import Image
-
-        shape, data = frame
-        return Image.fromarray(np.frombuffer(zlib.decompress(data), np.uint8).reshape(shape))
-
-    @staticmethod
-    def _reduced_image(frame):
+        """A kept frame, as the 256-colour image it was reduced to."""
         from PIL import Image
 
         size, palette, data = frame
