@@ -47,10 +47,15 @@ def int_list_at_least(minimum: int):
     return parse
 
 
+def resources_kind(threads: int, sb3_threads: int) -> str:
+    """'equal' where alf_lite and SB3 ran with the same torch thread count, else 'unequal'."""
+    return 'equal' if threads == sb3_threads else 'unequal'
+
+
 def resources(threads: int, sb3_threads: int, device: str) -> str:
     """What a ratio of alf_lite against SB3 was measured at: whether both had the same
     resources, each one's torch threads, and the device they shared."""
-    kind = 'equal' if threads == sb3_threads else 'unequal'
+    kind = resources_kind(threads, sb3_threads)
     return f'at {kind} resources (torch threads: alf_lite {threads}, SB3 {sb3_threads}; {device})'
 
 

@@ -36,7 +36,7 @@ if _CHECKOUT not in sys.path:  # run as a script: import this checkout's benchma
     sys.path.insert(0, _CHECKOUT)
 
 from alf_lite.bin.cli import exit_with  # noqa: E402
-from benchmarks import resources  # noqa: E402
+from benchmarks import resources, resources_kind  # noqa: E402
 
 EXAMPLES = os.path.join(_CHECKOUT, 'examples')
 
@@ -398,7 +398,7 @@ def print_ceilings(args, alf_ceiling, sb3_top):
         f'alf_lite ({args.threads} torch thread{"s" if args.threads != 1 else ""}) '
         f'{alf_ceiling:.1f} updates/s, '
         f'SB3 ({args.sb3_threads}) {sb3_top:.1f} updates/s, ratio {alf_ceiling / sb3_top:.2f} '
-        f'at {"equal" if args.threads == args.sb3_threads else "unequal"} resources'
+        f'at {resources_kind(args.threads, args.sb3_threads)} resources'
     )
 
 
