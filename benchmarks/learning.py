@@ -1242,9 +1242,10 @@ def parse_args(argv=None):
             f'the runs are: {", ".join(names)}'
         )
     kept = os.path.join(REPO_ROOT, 'benchmarks', 'results', 'learning')
+    out_is_kept = os.path.realpath(args.out) == os.path.realpath(kept)
     shortened = [s for s in args.suite if args.steps not in (None, SUITES[s].num_env_steps)]
     training = not (args.dry_run or args.report)
-    if shortened and training and os.path.realpath(args.out) == os.path.realpath(kept):
+    if shortened and training and out_is_kept:
         # Its runs and plan.json are the published ones, each of its suite's length.
         parser.error(
             f'--steps {args.steps} is not the length of {", ".join(shortened)}: such smoke runs '
@@ -1253,7 +1254,7 @@ def parse_args(argv=None):
     published = os.path.join(REPO_ROOT, 'docs')
     if (
         args.report
-        and os.path.realpath(args.out) != os.path.realpath(kept)
+        and not out_is_kept
         and os.path.realpath(args.docs_dir) == os.path.realpath(published)
     ):
         # docs/'s PNGs are the published curves of the kept runs.
