@@ -19,6 +19,7 @@ equal resources (``--threads`` and ``--sb3_threads`` the same) or unequal ones.
 """
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -31,7 +32,8 @@ import time
 if __package__ in (None, ''):  # run as a script: import this checkout's benchmarks
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from alf_lite.bin.cli import exit_with  # noqa: E402
+from alf_lite.bin.cli import EXIT_FAULT, exit_with, fail  # noqa: E402
+from alf_lite.runs import exit_description  # noqa: E402
 from benchmarks import at_least, finite_number, resources  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -177,11 +179,14 @@ def main():
             result = run_sb3(args._seed, args.threshold, args.max_steps, args.sb3_threads)
         print(json.dumps(result))
         return
+    # Found before the first alf_lite run, minutes before the first SB3 one would fail.
+    if importlib.util.find_spec('stable_baselines3') is None:
+        parser.error('stable-baselines3 is not installed (pip install .[bench]): it is run too')
 
     results = {'alf_lite': [], 'sb3': []}
     for seed in args.seeds:
         for name in ('alf_lite', 'sb3'):
-            out = subprocess.run(
+            run = subprocess.run(
                 [
                     sys.executable,
                     __file__,
@@ -200,11 +205,17 @@ def main():
                     '--precision',
                     args.precision,
                 ],
-                check=True,
                 stdout=subprocess.PIPE,
                 text=True,
-            ).stdout
-            r = json.loads(out.strip().splitlines()[-1])
+            )
+            if run.returncode != 0:
+                # What went wrong the run printed above, on stderr, which is not captured.
+                fail(
+                    f'the {name} run of seed {seed} failed ({exit_description(run.returncode)}); '
+                    'its error is printed above',
+                    exit_code=EXIT_FAULT,
+                )
+            r = json.loads(run.stdout.strip().splitlines()[-1])
             results[name].append(r)
             print(
                 f'seed {seed} {name:8s}: {"solved" if r["solved"] else "NOT solved"} at '

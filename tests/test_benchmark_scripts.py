@@ -2,6 +2,7 @@
 their functions in process with stand-ins for the clock, the envs and the trainer."""
 
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -496,11 +497,14 @@ def test_time_to_solve_table_counts_an_unsolved_run_as_infinitely_slow(monkeypat
         options = dict(zip(command[2::2], command[3::2]))
         seconds, steps, solved = runs[options['--_run']][int(options['--_seed'])]
         result = dict(seconds=seconds, env_steps=steps, solved=solved, eval_return=-180.0)
-        return types.SimpleNamespace(stdout='a log line\n' + json.dumps(result) + '\n')
+        return types.SimpleNamespace(
+            returncode=0, stdout='a log line\n' + json.dumps(result) + '\n'
+        )
 
     monkeypatch.setattr(
         time_to_solve, 'subprocess', types.SimpleNamespace(run=run, PIPE=subprocess.PIPE)
     )
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name: object())
     argv = ['--seeds', '0', '1', '2', '--threshold', '-150', '--max_steps', '9000']
     argv += ['--threads', '3', '--sb3_threads', '2', '--precision', 'bfloat16']
     monkeypatch.setattr(sys, 'argv', ['time_to_solve.py'] + argv)
@@ -530,6 +534,57 @@ def test_time_to_solve_table_counts_an_unsolved_run_as_infinitely_slow(monkeypat
         f'ratio alf_lite / SB3 (median seconds): {20.0 / 40.0:.2f} at unequal resources '
         '(torch threads: alf_lite 3, SB3 2; cpu)'
     )
+
+
+def test_time_to_solve_stops_naming_the_run_that_failed_without_a_traceback_of_its_own(
+    monkeypatch, capsys
+):
+    commands = []
+
+    def run(command, **kwargs):
+        commands.append(command)
+        options = dict(zip(command[2::2], command[3::2]))
+        if options['--_run'] == 'sb3':
+            # The run's traceback went to the terminal: its stderr is not captured.
+            return types.SimpleNamespace(returncode=-9, stdout='')
+        result = dict(seconds=1.0, env_steps=2000, solved=True, eval_return=-150.0)
+        return types.SimpleNamespace(returncode=0, stdout=json.dumps(result) + '\n')
+
+    monkeypatch.setattr(
+        time_to_solve, 'subprocess', types.SimpleNamespace(run=run, PIPE=subprocess.PIPE)
+    )
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name: object())
+    monkeypatch.setattr(sys, 'argv', ['time_to_solve.py', '--seeds', '3', '4'])
+    with pytest.raises(SystemExit) as exit:
+        time_to_solve.main()
+    assert exit.value.code == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        'error: the sb3 run of seed 3 failed (killed by SIGKILL (exit code -9)); '
+        'its error is printed above\n'
+    )
+    assert captured.out.startswith('seed 3 alf_lite: solved at 2000 env steps')
+    assert len(commands) == 2  # no run after the failed one
+
+
+def test_time_to_solve_without_stable_baselines3_exits_2_before_any_run(monkeypatch, capsys):
+    def run(command, **kwargs):
+        raise AssertionError('no run starts')
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        'find_spec',
+        lambda name, *a: None if name == 'stable_baselines3' else real_find_spec(name, *a),
+    )
+    monkeypatch.setattr(
+        time_to_solve, 'subprocess', types.SimpleNamespace(run=run, PIPE=subprocess.PIPE)
+    )
+    monkeypatch.setattr(sys, 'argv', ['time_to_solve.py', '--seeds', '0'])
+    with pytest.raises(SystemExit) as exit:
+        time_to_solve.main()
+    assert exit.value.code == 2
+    assert 'stable-baselines3 is not installed (pip install .[bench])' in capsys.readouterr().err
 
 
 def test_time_to_solve_sb3_run_has_the_settings_of_the_pendulum_gin_file(
