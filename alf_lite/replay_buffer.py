@@ -78,7 +78,17 @@ class ReplayBufferTooLargeError(MemoryError):
 
     A ``MemoryError`` because that is what the allocation itself would have
     raised (or worse, the OOM killer would have done) had it been attempted.
+
+    Attributes:
+        problem: the message less its remedy (what does not fit where), for a tool that
+            words its own remedy.
+        max_length: the most steps per env that would fit.
     """
+
+    def __init__(self, message: str, problem: str = '', max_length: int = 0):
+        super().__init__(message)
+        self.problem = problem or message
+        self.max_length = max_length
 
 
 class ReplayBufferMismatchError(ValueError):
@@ -289,15 +299,19 @@ class ReplayBuffer:
                 f' The {self._training_device} figure is its free memory less the {reserved} '
                 'bytes of gradients and optimizer state the networks take at their first update.'
             )
-        raise ReplayBufferTooLargeError(
+        problem = (
             f'ReplayBuffer of {self._num_envs} envs x {self._length} steps needs '
             f'{self._nbytes} bytes ({_gib(self._nbytes)} GiB, '
             f'{self._raw_bytes_per_step} bytes per step), but only {where} '
             f'are available and at most max_memory_fraction={max_memory_fraction} of '
-            f'that ({int(allowed)} bytes) may be used. Lower '
-            f'replay_buffer_length (at most '
-            f'{int(allowed // (self._num_envs * self._raw_bytes_per_step))} fits '
-            f'with {self._num_envs} envs) or use fewer parallel environments.{notes}'
+            f'that ({int(allowed)} bytes) may be used.'
+        )
+        max_length = int(allowed // (self._num_envs * self._raw_bytes_per_step))
+        raise ReplayBufferTooLargeError(
+            f'{problem} Lower replay_buffer_length (at most {max_length} fits with '
+            f'{self._num_envs} envs) or use fewer parallel environments.{notes}',
+            problem=problem + notes,
+            max_length=max_length,
         )
 
     @property

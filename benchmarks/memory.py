@@ -76,16 +76,23 @@ def main():
         ('SB3 ReplayBuffer (defaults)', lambda: sb3_bytes(env, args.buffer, False)),
         ('SB3 optimize_memory_usage=True', lambda: sb3_bytes(env, args.buffer, True)),
     ]
+    from alf_lite.replay_buffer import ReplayBufferTooLargeError
+
     for name, nbytes in buffers:
         try:
             rows.append((name, nbytes()))
         except ImportError:
             print('stable-baselines3 is not installed (pip install .[bench]): SB3 rows skipped')
             break
+        except ReplayBufferTooLargeError as e:
+            # alf_lite's buffer refuses one that cannot fit before allocating it.
+            parser.error(
+                f'--buffer: {args.buffer} steps do not fit in memory ({name}): {e.problem} '
+                f'At most {e.max_length} steps fit: lower --buffer.'
+            )
         except MemoryError as e:
-            # The buffers are allocated for real: alf_lite's refuses one that cannot fit
-            # before allocating it, numpy (SB3's) fails the allocation.
-            why = str(e).partition('\n  In call to configurable ')[0] or type(e).__name__
+            # The buffers are allocated for real: numpy (SB3's) fails the allocation.
+            why = str(e) or type(e).__name__
             parser.error(f'--buffer: {args.buffer} steps do not fit in memory ({name}): {why}')
 
     print(

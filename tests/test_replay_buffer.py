@@ -253,8 +253,15 @@ def test_memory_limit_boundary(monkeypatch):
     monkeypatch.setattr(psutil, 'virtual_memory', FakeMemory)
     assert ReplayBuffer(2, 10, 3, 2, max_memory_fraction=0.5).nbytes == 580
     FakeMemory.available = 1159
-    with pytest.raises(ReplayBufferTooLargeError, match='needs 580 bytes .* only 1159 bytes'):
+    with pytest.raises(
+        ReplayBufferTooLargeError, match='needs 580 bytes .* only 1159 bytes'
+    ) as info:
         ReplayBuffer(2, 10, 3, 2, max_memory_fraction=0.5)
+    # The most that fits, for a tool to name with its own remedy, does fit.
+    assert info.value.max_length == 9
+    assert 'at most 9 fits with 2 envs' in str(info.value)
+    assert ReplayBuffer(2, 9, 3, 2, max_memory_fraction=0.5).nbytes == 522
+    assert info.value.problem == str(info.value).partition(' Lower')[0]
 
 
 def test_cgroup_memory_limit_refuses_a_buffer_the_host_could_hold_and_is_named(
