@@ -7,7 +7,8 @@ a run another process is training (another call of the launcher); every
 attempt is kept in ``<log>.attempts.json``, from its start (one whose launcher was
 killed ends at its log's last write; those of a run directory moved away or deleted go to
 ``<log>.until-<time>.attempts.json``); ``<out>/plan.json`` holds every
-requested run's state. With a deadline, a run starts only if its estimated
+requested run's state (of every launcher in ``out``: each merges its runs into it under
+a lock). With a deadline, a run starts only if its estimated
 time fits (or, with ``partial_minutes``, a resumable run also when at least
 that long is left), and a resumable run still going at the deadline
 checkpoints and stops. Runs that cannot resume start first. SIGINT and SIGTERM (and SIGHUP,
@@ -21,6 +22,7 @@ from the caller as a command.
 
 import concurrent.futures
 import datetime
+import fcntl
 import glob
 import json
 import os
@@ -54,6 +56,7 @@ DONE_FILE = 'done.json'
 # The numbers every done.json holds (and 'finished', the time it was written).
 DONE_NUMBERS = ('env_steps', 'final_eval_return', 'final_eval_return_last3', 'wall_time_s')
 PLAN_FILE = 'plan.json'
+PLAN_LOCK_FILE = '.plan.json.lock'
 # A run's final eval return in done.json and the report: the mean of its last this many
 # evaluations.
 LAST_N = 3
@@ -626,7 +629,22 @@ def _deadline(text: str, now: float) -> float:
 
 
 def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -> None:
-    """Record every run's state in ``<out>/plan.json`` (merged with runs of other calls)."""
+    """Record every run's state in ``<out>/plan.json`` (merged with runs of other calls).
+
+    Read, merged and written under an ``flock`` of ``<out>/.plan.json.lock``: a launcher
+    training other runs in ``out`` at the same time would otherwise write its plan, read
+    before this one's write, over it, and this launcher's states would be lost.
+    """
+    os.makedirs(out, exist_ok=True)
+    fd = os.open(os.path.join(out, PLAN_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _merge_into_plan(out, runs, results)
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def _merge_into_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -> None:
     path = os.path.join(out, PLAN_FILE)
     plan = read_json(path)
     if not isinstance(plan, dict):
@@ -666,7 +684,6 @@ def write_plan(out: str, runs: List['BenchmarkRun'], results: Dict[str, dict]) -
             env=run.task.env,
             setting=run.setting,
         )
-    os.makedirs(out, exist_ok=True)
     _write_json(path, dict(sorted(plan.items())))
 
 

@@ -2492,6 +2492,27 @@ def test_plan_records_a_run_whose_directory_finished_another_length_as_failed(tm
     assert plan['status'] == 'failed'
 
 
+def test_plan_is_merged_under_a_lock_that_another_launcher_holding_it_makes_wait(tmp_path):
+    import fcntl
+    import threading
+
+    run = _pendulum_run(1000)
+    # Another launcher in this directory, between reading plan.json and writing its own.
+    lock = os.open(tmp_path / launcher.PLAN_LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    writer = threading.Thread(target=launcher.write_plan, args=(str(tmp_path), [run], {}))
+    writer.start()
+    writer.join(0.5)
+    assert writer.is_alive() and not (tmp_path / 'plan.json').exists()
+    # Its plan, written before it lets go, is merged, not written over.
+    (tmp_path / 'plan.json').write_text(json.dumps({'hopper/alf_sac/seed0': {'status': 'done'}}))
+    os.close(lock)
+    writer.join(10)
+    assert not writer.is_alive()
+    plan = json.loads((tmp_path / 'plan.json').read_text())
+    assert sorted(plan) == ['hopper/alf_sac/seed0', run.key]
+
+
 def test_plan_cut_short_or_of_another_kind_of_json_is_written_anew(tmp_path):
     run = _pendulum_run(1000)
     for text in ('{"hopper/alf_sac/seed0": {', '[1]', '"plan"', 'null'):
