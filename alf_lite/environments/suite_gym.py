@@ -937,7 +937,10 @@ class BatchedEnvironment:
                 and its action is ignored: its row of the ``TimeStep`` repeats
                 the row it is at, and its next step goes on from there.
         Raises:
-            ValueError: for ``active`` with env processes, or not of shape ``[N]``.
+            ValueError: for an action not of shape ``[N, action_dim]``; for
+                ``active`` with env processes, or not of shape ``[N]``.
+            RuntimeError: while a step that ``step_async`` started is pending;
+                for ``active`` before the first ``reset``.
             NonFiniteActionError: when an action is not finite (NaN or
                 infinite), naming the env and the step; no env is stepped.
             NonFiniteEnvOutputError: when an observation or reward the envs
@@ -945,6 +948,9 @@ class BatchedEnvironment:
                 range), naming the env and the step; the envs took the step.
                 (Both errors count the step from the latest ``reset``, an
                 evaluation's own, or ``replay``.)
+            EnvironmentCrashedError: when an env raised or its process died,
+                naming the env; ``EnvironmentHungError`` when an env process
+                did not answer within ``step_timeout``.
         Returns:
             ``TimeStep``: LAST with discount 0 on termination, LAST with
             discount 1 on truncation only, FIRST (reward 0, discount 1) for the
