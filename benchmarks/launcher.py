@@ -20,6 +20,16 @@ A run here is a ``benchmarks.learning.BenchmarkRun``; what starts it comes
 from the caller as a command.
 """
 
+import sys
+
+if __name__ == '__main__':  # run by mistake: it has no command line
+    print(
+        'error: benchmarks/launcher.py is a module of benchmarks/learning.py, not a '
+        'script: run python benchmarks/learning.py --help',
+        file=sys.stderr,
+    )
+    sys.exit(2)
+
 import concurrent.futures
 import datetime
 import fcntl

@@ -94,6 +94,15 @@ from fake_clock import Clock
         ('env_throughput.py', ['--num_envs', '1,0'], '--num_envs: must be at least 1'),
         ('sac_study_cost.py', ['--updates', '0'], '--updates: must be at least 1'),
         ('learning.py', ['--seeds', '-1'], '--seeds: must be at least 0'),
+        # Modules of the scripts, which have no command line: they say which script to run.
+        *(
+            (f'{module}.py', ['--help'], f'benchmarks/{module}.py is a module of {user}')
+            for module, user in (
+                ('launcher', 'benchmarks/learning.py, not a script: run python benchmarks/'),
+                ('random_buffer', 'benchmarks/throughput.py and'),
+                ('sb3_common', 'the benchmarks that train Stable-Baselines3, not a script'),
+            )
+        ),
     ],
 )
 def test_a_benchmark_given_an_unusable_number_exits_2_naming_it(tmp_path, script, args, message):
