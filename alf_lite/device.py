@@ -45,9 +45,10 @@ def resolve_device(device: str = 'auto') -> torch.device:
     """The ``torch.device`` that ``TrainerConfig.device`` names.
 
     Args:
-        device: 'auto' (the first CUDA device when one is available, else the
-            CPU), 'cpu', 'cuda' (the current CUDA device, normally 0) or
-            'cuda:N'.
+        device: 'auto' (the current CUDA device, as 'cuda', when one is
+            available, else the CPU), 'cpu', 'cuda' (the current CUDA device:
+            0 unless ``torch.cuda.set_device`` chose another, as a trainer on
+            'cuda:N' does for its process) or 'cuda:N'.
 
     Raises:
         ValueError: ``device`` is none of these.

@@ -180,8 +180,8 @@ class ReplayBuffer:
             is the margin left for the update's own tensors and other
             processes.
         device: where the storage lives: 'cpu', 'cuda', 'cuda:N' or 'auto' (as
-            ``TrainerConfig.device``: the first CUDA device when there is one, else
-            the CPU) puts it there alone, refused when it does not fit. None: the
+            ``TrainerConfig.device``: the current CUDA device when there is one,
+            else the CPU) puts it there alone, refused when it does not fit. None: the
             training device when the buffer fits there, else the CPU.
         training_device: where ``sample`` delivers batches (the trainer's
             device).
