@@ -20,15 +20,13 @@ A run here is a ``benchmarks.learning.BenchmarkRun``; what starts it comes
 from the caller as a command.
 """
 
-import sys
-
 if __name__ == '__main__':  # run by mistake: it has no command line
-    print(
-        'error: benchmarks/launcher.py is a module of benchmarks/learning.py, not a '
-        'script: run python benchmarks/learning.py --help',
-        file=sys.stderr,
+    from alf_lite.bin.cli import fail
+
+    fail(
+        'benchmarks/launcher.py is a module of benchmarks/learning.py, not a '
+        'script: run python benchmarks/learning.py --help'
     )
-    sys.exit(2)
 
 import concurrent.futures
 import datetime

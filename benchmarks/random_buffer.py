@@ -1,14 +1,12 @@
 """A replay buffer of random rows, for timing updates without collecting experience."""
 
-import sys
-
 if __name__ == '__main__':  # run by mistake: it has no command line
-    print(
-        'error: benchmarks/random_buffer.py is a module of benchmarks/throughput.py and '
-        'benchmarks/sac_study_cost.py, not a script: run python benchmarks/throughput.py --help',
-        file=sys.stderr,
+    from alf_lite.bin.cli import fail
+
+    fail(
+        'benchmarks/random_buffer.py is a module of benchmarks/throughput.py and '
+        'benchmarks/sac_study_cost.py, not a script: run python benchmarks/throughput.py --help'
     )
-    sys.exit(2)
 
 from typing import Optional
 

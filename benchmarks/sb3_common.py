@@ -5,15 +5,13 @@ Nothing here imports another benchmark module: the launcher reads an SB3 run's c
 with what it imported at its start, whatever is edited while its runs train.
 """
 
-import sys
-
 if __name__ == '__main__':  # run by mistake: it has no command line
-    print(
-        'error: benchmarks/sb3_common.py is a module of the benchmarks that train '
-        'Stable-Baselines3, not a script: run python benchmarks/learning.py --help',
-        file=sys.stderr,
+    from alf_lite.bin.cli import fail
+
+    fail(
+        'benchmarks/sb3_common.py is a module of the benchmarks that train '
+        'Stable-Baselines3, not a script: run python benchmarks/learning.py --help'
     )
-    sys.exit(2)
 
 import os
 from typing import Optional
