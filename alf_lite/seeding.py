@@ -104,11 +104,11 @@ def global_rng_kept() -> Iterator[None]:
         set_global_rng_state(state)
 
 
-def _seeds(random_seed: int, key: tuple, num_envs: int) -> List[int]:
+def _seeds(random_seed: int, key: tuple, num_envs: int, first: int = 0) -> List[int]:
     if isinstance(random_seed, bool) or not isinstance(random_seed, int) or random_seed < 0:
         raise ValueError(f'random_seed must be a non-negative integer, got {random_seed!r}.')
     seeds = []
-    for i in range(num_envs):
+    for i in range(first, first + num_envs):
         words = np.random.SeedSequence(random_seed, spawn_key=key + (i,)).generate_state(
             _WORDS, np.uint32
         )
@@ -126,7 +126,9 @@ def train_env_seeds(random_seed: int, num_envs: int) -> List[int]:
     return _seeds(random_seed, (_TRAIN,), num_envs)
 
 
-def eval_env_seeds(random_seed: int, num_envs: int, env_steps: int = 0) -> List[int]:
+def eval_env_seeds(
+    random_seed: int, num_envs: int, env_steps: int = 0, first: int = 0
+) -> List[int]:
     """Seeds of the ``num_envs`` episodes of the evaluation at ``env_steps``, one each.
 
     Every evaluation resets its envs with these seeds, so an evaluation depends
@@ -138,10 +140,15 @@ def eval_env_seeds(random_seed: int, num_envs: int, env_steps: int = 0) -> List[
         random_seed: the run's ``TrainerConfig.random_seed`` (>= 0).
         num_envs: number of eval episodes (``num_eval_episodes``), one seed each.
         env_steps: env steps of the run when it evaluates (>= 0).
+        first: the first episode's index (>= 0): the seeds of episodes ``first`` to
+            ``first + num_envs - 1``, the same whatever the number of episodes
+            asked for at once.
     """
     if env_steps < 0:
         raise ValueError(f'env_steps must be non-negative, got {env_steps}.')
-    return _seeds(random_seed, (_EVAL, env_steps), num_envs)
+    if first < 0:
+        raise ValueError(f'first must be non-negative, got {first}.')
+    return _seeds(random_seed, (_EVAL, env_steps), num_envs, first)
 
 
 def resume_env_seeds(random_seed: int, env_steps: int, num_envs: int) -> List[int]:

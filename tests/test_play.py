@@ -605,6 +605,26 @@ def test_play_computes_at_the_runs_precision_and_repeats_its_evaluation(bfloat16
     assert played[1] != pytest.approx(played[0], abs=1.0)
 
 
+def test_play_repeats_each_episode_of_the_evaluation_at_its_checkpoint(tmp_path_factory):
+    # 3 episodes in rounds of 2 envs: the second round's env 1 plays its seed again, unlogged.
+    run = tiny_pendulum_run(
+        tmp_path_factory,
+        'play_evaluation',
+        [
+            'TrainerConfig.num_eval_episodes=3',
+            'TrainerConfig.num_eval_environments=2',
+            'TrainerConfig.random_seed=5',
+            f'create_environment.max_episode_steps={LONG_EPISODE_STEPS}',
+        ],
+    )
+    played = played_returns(run_play(run, '--num_episodes', '4'))
+    # Each episode starts as the same episode of the evaluation at 2 env steps: the first
+    # three are that evaluation, whose mean the run logged (each printed to 0.01).
+    assert np.mean(played[:3]) == pytest.approx(final_value(str(run)), abs=0.0051)
+    # The fourth starts as a fourth episode of that evaluation would: another start.
+    assert len({round(r, 1) for r in played}) == 4, played
+
+
 def test_play_names_an_actor_of_ones_own_that_bfloat16_does_not_reach(bfloat16_run, caplog):
     import functools
 

@@ -148,6 +148,16 @@ def test_eval_seeds_differ_between_evaluations_and_from_every_other_purpose():
         eval_env_seeds(0, 10, env_steps=-1)
 
 
+def test_eval_seeds_from_a_later_episode_on_are_those_of_the_whole_evaluation():
+    # play resets its k-th episode with the k-th seed alone, as many episodes as it plays.
+    whole = eval_env_seeds(4, 6, 300)
+    assert eval_env_seeds(4, 2, 300, first=3) == whole[3:5]
+    assert [eval_env_seeds(4, 1, 300, first=k)[0] for k in range(6)] == whole
+    assert eval_env_seeds(4, 2, 300, first=0) == whole[:2]
+    with pytest.raises(ValueError, match='first must be non-negative, got -1'):
+        eval_env_seeds(4, 2, 300, first=-1)
+
+
 def test_rng_states_saved_in_a_checkpoint_continue_every_generator(tmp_path):
     random.seed(1)
     np.random.seed(2)

@@ -7,13 +7,14 @@ checkpoint up to the step of a resume that changed the experiment, from the
 ``config-until-<step>.gin`` it was trained with; plus ``--gin_param``
 overrides) and loads the networks of the latest checkpoint (or
 ``--checkpoint_step``): no optimizer state, no replay buffer. The networks
-compute at the run's ``TrainerConfig.precision``, and the env is seeded as the
-trainer seeds its first eval env for an evaluation at the checkpoint's env step,
-for the run's ``TrainerConfig.random_seed`` (or ``--random_seed``): where the run
-evaluated at that step (always at its end), the first episode replays that
-evaluation's first episode (the policy acts on a batch of the evaluation's
-``num_eval_environments`` rows, whose float32 products round as the
-evaluation's did); later ones continue the env's generator. The
+compute at the run's ``TrainerConfig.precision``, and episode k is reset with the
+seed of episode k of an evaluation at the checkpoint's env step, for the run's
+``TrainerConfig.random_seed`` (or ``--random_seed``): where the run evaluated at
+that step (always at its end), the first ``num_eval_episodes`` episodes replay
+that evaluation, and their mean return is the one it logged (the policy acts on
+a batch of the evaluation's ``num_eval_environments`` rows, whose float32
+products round as the evaluation's did); later ones start as further episodes
+of that evaluation would. The
 deterministic policy acts in one in-process env; each episode's return and
 length are printed, then their means.
 
@@ -39,6 +40,7 @@ SIGUSR2 (exit code 128 + the signal number) leaves a file already there as it wa
 """
 
 import contextlib
+import itertools
 import math
 import os
 import sys
@@ -102,9 +104,8 @@ flags.DEFINE_integer('num_episodes', 1, 'Episodes to play.')
 flags.DEFINE_integer(
     'random_seed',
     None,
-    'Seeds the env as the trainer seeds its first eval env for an evaluation at the '
-    "checkpoint's env step, for this random_seed. Default: the run's own "
-    'TrainerConfig.random_seed.',
+    "Starts each episode as the same episode of an evaluation at the checkpoint's env "
+    "step starts, for this random_seed. Default: the run's own TrainerConfig.random_seed.",
 )
 flags.DEFINE_string(
     'record_file', None, 'Write a video of the episodes: a path ending in .mp4 or .gif.'
@@ -486,12 +487,16 @@ def frames_written(video: VideoWriter, record_file: str) -> str:
     return line
 
 
-def play_episodes(env, algorithm, num_episodes: int, video=None, batch_size: int = 1):
+def play_episodes(env, algorithm, num_episodes: int, video=None, batch_size: int = 1, seeds=None):
     """``[(return, length)]`` of ``num_episodes`` deterministic episodes, one after another.
 
     The policy acts on the observation repeated into a batch of ``batch_size`` rows (the
     trainer's ``num_eval_environments``): a float32 product rounds by the size of its
     batch, and an env such as the iCub makes another episode of that rounding.
+
+    ``seeds``: an iterable of at least ``num_episodes`` seeds, each episode's env reset
+    with the next; None: the env is reset without a seed (its first reset takes the
+    seed it was made with, later ones continue its generator).
     """
     import numpy as np
 
@@ -525,8 +530,10 @@ def play_episodes(env, algorithm, num_episodes: int, video=None, batch_size: int
         return algorithm.predict_step(observation.repeat(batch_size, 1))[:1]
 
     results = []
+    seeds = None if seeds is None else iter(seeds)
     for episode in range(num_episodes):
-        played = evaluate(env, policy, record_frame if video is not None else None)
+        seed = None if seeds is None else [next(seeds)]
+        played = evaluate(env, policy, record_frame if video is not None else None, seed)
         episode_return, length = float(played.returns[0]), int(played.lengths[0])
         results.append((episode_return, length))
         print_out(f'episode {episode + 1}: return {episode_return:.2f}, length {length}')
@@ -640,7 +647,8 @@ def play(argv, signals) -> None:
         path = checkpoint_path(root_dir, FLAGS.checkpoint_step)
     except CheckpointError as e:
         fail(str(e))
-    config_file = run_dir.config_file_of(checkpoint_env_steps(path))
+    env_steps = checkpoint_env_steps(path)
+    config_file = run_dir.config_file_of(env_steps)
 
     import torch
 
@@ -659,7 +667,7 @@ def play(argv, signals) -> None:
         env = create_environment(
             num_parallel_environments=1,
             use_subprocesses=False,
-            seed=eval_env_seeds(seed, 1, checkpoint_env_steps(path)),
+            seed=eval_env_seeds(seed, 1, env_steps),
             render_mode='rgb_array' if record_file else None,
         )
     except UntrustedCodeError as e:
@@ -699,7 +707,11 @@ def play(argv, signals) -> None:
             except OSError as e:
                 fail(f'cannot write --record_file {record_file}: {e}')
             video = VideoWriter(record_file, fps, size)
-        play_episodes(env, algorithm, FLAGS.num_episodes, video, config.num_eval_environments)
+        # Episode i starts as episode i of an evaluation at the checkpoint's step does.
+        seeds = (eval_env_seeds(seed, 1, env_steps, first=i)[0] for i in itertools.count())
+        play_episodes(
+            env, algorithm, FLAGS.num_episodes, video, config.num_eval_environments, seeds
+        )
         signals.raise_if_received()
         if video is not None:
             try:
