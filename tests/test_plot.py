@@ -199,6 +199,19 @@ def test_num_bootstrap_sets_the_resamplings_of_the_band(grid, tmp_path):
     assert all(lower == upper for _, lower, upper, _ in curves.values()), curves
 
 
+def test_the_band_is_the_same_whatever_order_the_runs_are_given_in(grid, tmp_path):
+    paths = [str(grid / f'lr={LR_A},seed={s}') for s in RUNS_A]
+    bands = []
+    for order in (paths, paths[::-1], paths[1:] + paths[:1]):
+        out = tmp_path / f'order{len(bands)}'
+        out.mkdir()
+        assert_ok(run_plot(order + ['--num_bootstrap', '5', '--out', 'curves.png'], out))
+        bands.append(read_curves(out / 'curves.csv'))
+    # A few resamplings of 3 runs: drawn by position, a band would move with the order.
+    assert bands[0] == bands[1] == bands[2], bands
+    assert any(lower < upper for _, lower, upper, _ in bands[0].values()), bands[0]
+
+
 def write_tensorboard_run(root_dir, seed):
     """A run with TensorBoard events only: eval/AverageReturn ``step + seed`` at steps 0, 100."""
     from alf_lite.summary import Summary
@@ -682,11 +695,12 @@ def test_config_grouping_compares_values_with_macros_put_in_as_train_does(tmp_pa
     write_run(tmp_path / 'sweep', '%LR', 0, RUNS_A[0], f'LR = {LR_B}\n')
     macro, literal, sweep = (str(tmp_path / r) for r in ('macro', 'literal', 'sweep'))
     assert one_experiment('macro', 'literal')
-    assert group_runs([macro, literal], 'config') == [('all runs', [macro, literal])]
+    # Each group's runs in the order of their paths, whatever the order given.
+    assert group_runs([macro, literal], 'config') == [('all runs', [literal, macro])]
     # Labelled by the resolved value, as --group_by actor/Adam.lr labels them.
     assert not one_experiment('macro', 'sweep')
     assert group_runs([macro, literal, sweep], 'config') == [
-        (f'actor/Adam.lr={LR_A}', [macro, literal]),
+        (f'actor/Adam.lr={LR_A}', [literal, macro]),
         (f'actor/Adam.lr={LR_B}', [sweep]),
     ]
     # A macro nothing uses is a binding of its own, which a run that uses it binds too.
@@ -706,7 +720,7 @@ def test_config_grouping_compares_values_with_macros_put_in_as_train_does(tmp_pa
     result = run_plot([macro, literal, again, '--out', 'curves.png'], tmp_path)
     assert_ok(result)
     assert final_table(result.stdout) == {'all runs': (3, 4.0, 3.0, 6.0)}, result.stdout
-    assert f'{macro} and {again} have the same {seed} (0) and setting' in result.stderr
+    assert f'{again} and {macro} have the same {seed} (0) and setting' in result.stderr
 
 
 def test_config_grouping_keeps_a_macro_holding_a_reference_as_written(tmp_path):
@@ -1245,7 +1259,7 @@ def test_a_seed_given_through_a_macro_is_a_seed_not_a_setting(tmp_path):
     assert [seed_of(run) for run in runs] == ['0', '1', '2']
     groups = group_runs([*runs, str(direct), str(other)], 'config')
     assert groups == [
-        (f'actor/Adam.lr={LR_A}', [*runs, str(direct)]),
+        (f'actor/Adam.lr={LR_A}', [str(direct), *runs]),
         (f'actor/Adam.lr={LR_B}', [str(other)]),
     ]
     # Seed 1 through the macro and seed 1 bound directly: one run twice?

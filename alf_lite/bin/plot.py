@@ -39,7 +39,9 @@ Aggregation, per group, at each x where one of its runs has a point: each run
 whose x values span that x gives a value, its own point or else the linear
 interpolation between its points on either side; their mean and band: ``ci``,
 the 2.5 and 97.5 percentiles of the mean over ``--num_bootstrap`` resamplings
-(at most ``MAX_NUM_BOOTSTRAP``) of those runs (with replacement), or ``std``,
+(at most ``MAX_NUM_BOOTSTRAP``) of those runs (with replacement; taken in the
+order of their paths, so that the band does not change with the order the runs
+are given in), or ``std``,
 mean +- their standard deviation (ddof 1). A run that ends before the group's
 last x is named in a warning, and the legend and the table count it (``3 runs,
 1 ending at 2000``): past its end the mean is over fewer runs.
@@ -326,7 +328,8 @@ def distinct_names(run_dirs: List[str]) -> List[str]:
 
 
 def group_runs(run_dirs: List[str], group_by: str) -> List[Tuple[str, List[str]]]:
-    """``[(label, run dirs)]`` in the order the groups first appear; raises ValueError."""
+    """``[(label, run dirs)]`` in the order the groups first appear, each group's runs in
+    the order of their real paths; raises ValueError."""
     return grouped_runs(run_dirs, group_by)[1]
 
 
@@ -370,8 +373,10 @@ def grouped_runs(
             closest = difflib.get_close_matches(unbound[0], bound, n=3)
             hint = f'; closest bound parameters: {", ".join(closest)}' if closest else ''
             raise ValueError(f'no run binds {", ".join(unbound)} in its {CONFIG_FILE}{hint}')
-    # Each group by the values as gin reads them, named by those of its first run.
-    groups: Dict[tuple, Tuple[tuple, List[str]]] = {}
+    # Each group by the values as gin reads them, in the order the groups first appear. A
+    # group's runs in one order however they were given (its band resamples them by
+    # position), and it is named by the values of the first of them.
+    groups: Dict[tuple, Dict[str, tuple]] = {}
     for run in run_dirs:
         values = bindings[run]
         if group_by != 'config':
@@ -383,11 +388,13 @@ def grouped_runs(
             values.get(n, '(seed)' if n in seeds.get(run, ()) else '(default)') for n in names
         )
         key = tuple(value_as_read(v) if n in values else v for n, v in zip(names, shown))
-        groups.setdefault(key, (shown, []))[1].append(run)
-    return names, [
-        (', '.join(f'{n}={v}' for n, v in zip(names, shown)) or 'all runs', runs)
-        for shown, runs in groups.values()
-    ]
+        groups.setdefault(key, {})[run] = shown
+    named = []
+    for shown_of in groups.values():
+        runs = sorted(shown_of, key=os.path.realpath)
+        shown = shown_of[runs[0]]
+        named.append((', '.join(f'{n}={v}' for n, v in zip(names, shown)) or 'all runs', runs))
+    return names, named
 
 
 def long_names_note(names: List[str]) -> str:
