@@ -34,6 +34,7 @@ import fcntl
 import glob
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -533,20 +534,25 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
     """Wall seconds ``run`` still needs, and where the rate comes from.
 
     The rate is the slowest of the ``RECENT_MEASUREMENTS`` most recent measured
-    wall times per env step of the finished runs and of the attempts of at
+    wall times per env step of the finished runs (each once, by its ``done.json``)
+    and of the other runs' attempts of at
     least ``MIN_MEASURED_S`` under ``out`` with the same framework, algorithm
     and env (their load included), else the task's assumed rate: the code and
     the machine's load change, so old measurements say little. A run that will
     resume needs only the steps after its checkpoint.
     """
     kind = run.kind
-    measured = [  # (when, seconds per env step)
-        (_finished_time(done), done['wall_time_s'] / done['env_steps'])
-        for _, done in _done_runs(out)
-        if (done.get('framework'), done.get('algo'), done.get('env')) == kind
-        and done.get('env_steps')
-    ]
+    measured = []  # (when, seconds per env step)
+    finished = set()
+    for run_dir, done in _done_runs(out):
+        finished.add(os.path.normpath(run_dir))
+        if (done.get('framework'), done.get('algo'), done.get('env')) == kind and done.get(
+            'env_steps'
+        ):
+            measured.append((_finished_time(done), done['wall_time_s'] / done['env_steps']))
     for path in glob.glob(os.path.join(out, '*', 'logs', '*' + ATTEMPTS_SUFFIX)):
+        if _attempts_run_dir(path) in finished:
+            continue  # measured once, by its done.json: its attempts add up to it
         try:
             attempts = read_attempts(path)
         except UnreadableRecord:
@@ -570,6 +576,18 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
     if run.resumable:
         steps -= min(resume_env_steps(run, run.run_dir(out)), steps)
     return rate * steps, source
+
+
+def _attempts_run_dir(path: str) -> Optional[str]:
+    """The run directory whose attempts ``path`` holds (``<suite>/logs/<name>.seed<k>``'s is
+    ``<suite>/<name>/seed<k>``); None for the attempts of a run directory moved away."""
+    match = re.fullmatch(
+        r'(.+)\.(seed\d+)' + re.escape(ATTEMPTS_SUFFIX), os.path.basename(path), re.S
+    )
+    if match is None:
+        return None
+    suite = os.path.dirname(os.path.dirname(path))
+    return os.path.normpath(os.path.join(suite, *match.groups()))
 
 
 def parse_deadline(text: str, now: Optional[float] = None) -> float:

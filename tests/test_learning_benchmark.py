@@ -2112,6 +2112,40 @@ def test_a_done_json_that_is_no_finished_runs_record_is_an_error_naming_it_and_i
     assert capsys.readouterr().out.startswith('# done, skipped: ')
 
 
+def test_the_estimate_measures_a_finished_run_once_not_also_by_its_attempts(tmp_path):
+    (run,) = learning.suite_runs('hopper', seeds=[2], steps=150_000)[:1]
+    kind = dict(framework='alf_lite', algo='sac', env='Hopper-v5', env_steps=100_000)
+
+    def finished_run(seed, wall, finished):
+        d = tmp_path / 'hopper' / 'alf_sac' / f'seed{seed}'
+        d.mkdir(parents=True)
+        (d / 'done.json').write_text(json.dumps(_done(**kind, wall_time_s=wall, finished=finished)))
+
+    finished_run(0, 3000.0, '2026-11-02 10:00:00')
+    finished_run(1, 1000.0, '2026-11-03 10:00:00')
+    finished_run(3, 2000.0, '2026-11-05 09:25:00')
+    # Run 3 trained in one attempt, which its done.json sums: one measurement, not two
+    # that would push run 0's, the slowest of the three most recent runs, out.
+    logs = tmp_path / 'hopper' / 'logs'
+    logs.mkdir()
+    started = time.mktime(time.strptime('2026-11-05 09:00:00', '%Y-%m-%d %H:%M:%S'))
+    attempt = dict(kind=['alf_lite', 'sac', 'Hopper-v5'], started=started, wall_time_s=2000.0)
+    (logs / 'alf_sac.seed3.attempts.json').write_text(
+        json.dumps([dict(attempt, env_steps_from=0, env_steps_to=100_000)])
+    )
+    seconds, source = launcher.estimate_seconds(run, str(tmp_path))
+    assert source == 'slowest of the 3 most recent of 3 measurements'
+    assert seconds == pytest.approx(150_000 * 0.03)
+    # The attempts of a run not finished, or of one whose directory was moved away, count.
+    for name in ('alf_sac.seed4', 'alf_sac.seed3.until-2026-11-05T09:30:00'):
+        (logs / f'{name}.attempts.json').write_text(
+            json.dumps([dict(attempt, env_steps_from=0, env_steps_to=200_000)])
+        )
+    seconds, source = launcher.estimate_seconds(run, str(tmp_path))
+    assert source == 'slowest of the 3 most recent of 5 measurements'
+    assert seconds == pytest.approx(150_000 * 0.02)
+
+
 def test_a_done_json_without_one_of_a_finished_runs_numbers_is_refused_naming_it(tmp_path):
     done = _done()
     for key in ('env_steps', 'final_eval_return', 'final_eval_return_last3', 'wall_time_s'):
