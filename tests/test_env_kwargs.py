@@ -168,6 +168,19 @@ def test_a_key_create_environment_sets_itself_is_refused_naming_its_parameter(ke
         create_environment('alf_test/ScaledAnyKwargs-v0', env_kwargs={key: 5})
 
 
+@pytest.mark.parametrize('env_name', ['alf_test/ScaledAnyKwargs-v0', 'Pendulum-v1'])
+def test_a_key_gymnasium_make_takes_itself_is_refused_also_where_any_key_is_taken(env_name):
+    # gymnasium.make would keep it: an env of any keyword would never see it.
+    made = ScaledEnv.made
+    with pytest.raises(ValueError) as refused:
+        create_environment(env_name, env_kwargs={'disable_env_checker': True})
+    assert str(refused.value).startswith(
+        f"create_environment.env_kwargs sets 'disable_env_checker' of '{env_name}', which "
+        "gymnasium.make takes itself: it would never reach the env's constructor."
+    )
+    assert ScaledEnv.made == made
+
+
 @pytest.mark.parametrize(
     'env_name, key, value',
     [('alf_test/ScaledBy3-v0', 'scale', 3.0), ('HopperBullet-v0', 'robot', "'hopper'")],

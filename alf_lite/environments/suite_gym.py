@@ -1705,6 +1705,17 @@ def _log_mujoco_warning(message: str) -> None:
         logging.warning('MuJoCo: %s', message)
 
 
+@functools.cache
+def _taken_by_gymnasium_make() -> Tuple[str, ...]:
+    """The arguments ``gymnasium.make`` takes by name, which it keeps from the env."""
+    return tuple(
+        name
+        for name, parameter in inspect.signature(gymnasium.make).parameters.items()
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+        and name != 'id'
+    )
+
+
 def _checked_env_kwargs(
     env_name: str, spec: gymnasium.envs.registration.EnvSpec, env_kwargs: Optional[Dict[str, Any]]
 ) -> Dict[str, Any]:
@@ -1712,9 +1723,9 @@ def _checked_env_kwargs(
 
     Raises:
         ValueError: naming ``create_environment.env_kwargs``, the key and
-            ``env_name``, for a key that create_environment sets, that the
-            id's registration sets, or that no constructor argument of the env
-            takes (with the closest ones).
+            ``env_name``, for a key that create_environment sets, that
+            ``gymnasium.make`` takes itself, that the id's registration sets, or
+            that no constructor argument of the env takes (with the closest ones).
     """
     if env_kwargs is None:
         return {}
@@ -1729,6 +1740,11 @@ def _checked_env_kwargs(
                 f"create_environment.env_kwargs sets '{key}' of '{env_name}', which "
                 f'create_environment sets itself: set create_environment.{key} instead.'
             )
+        if key in _taken_by_gymnasium_make():
+            raise ValueError(
+                f"create_environment.env_kwargs sets '{key}' of '{env_name}', which "
+                "gymnasium.make takes itself: it would never reach the env's constructor."
+            )
         if key in spec.kwargs:
             raise ValueError(
                 f"create_environment.env_kwargs sets '{key}' of '{env_name}', which the id's "
@@ -1737,7 +1753,8 @@ def _checked_env_kwargs(
             )
     accepted = _keyword_arguments(_entry_point(env_name, spec, 'create_environment.env_kwargs'))
     if accepted is not None:
-        settable = [a for a in accepted if a not in _SET_BY_CREATE_ENVIRONMENT + tuple(spec.kwargs)]
+        kept = _SET_BY_CREATE_ENVIRONMENT + _taken_by_gymnasium_make() + tuple(spec.kwargs)
+        settable = [a for a in accepted if a not in kept]
         for key in env_kwargs:
             if key not in accepted:
                 closest = closest_names(key, settable)
