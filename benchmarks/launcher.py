@@ -34,7 +34,6 @@ import fcntl
 import glob
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -543,15 +542,15 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
     """
     kind = run.kind
     measured = []  # (when, seconds per env step)
-    finished = set()
+    finished = set()  # the attempts files of the finished runs
     for run_dir, done in _done_runs(out):
-        finished.add(os.path.normpath(run_dir))
+        finished.add(_attempts_path(run_dir))
         if (done.get('framework'), done.get('algo'), done.get('env')) == kind and done.get(
             'env_steps'
         ):
             measured.append((_finished_time(done), done['wall_time_s'] / done['env_steps']))
     for path in glob.glob(os.path.join(out, '*', 'logs', '*' + ATTEMPTS_SUFFIX)):
-        if _attempts_run_dir(path) in finished:
+        if path in finished:
             continue  # measured once, by its done.json: its attempts add up to it
         try:
             attempts = read_attempts(path)
@@ -578,16 +577,11 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
     return rate * steps, source
 
 
-def _attempts_run_dir(path: str) -> Optional[str]:
-    """The run directory whose attempts ``path`` holds (``<suite>/logs/<name>.seed<k>``'s is
-    ``<suite>/<name>/seed<k>``); None for the attempts of a run directory moved away."""
-    match = re.fullmatch(
-        r'(.+)\.(seed\d+)' + re.escape(ATTEMPTS_SUFFIX), os.path.basename(path), re.S
-    )
-    if match is None:
-        return None
-    suite = os.path.dirname(os.path.dirname(path))
-    return os.path.normpath(os.path.join(suite, *match.groups()))
+def _attempts_path(run_dir: str) -> str:
+    """The attempts file of the run in ``run_dir`` (``<suite>/<name>/seed<k>``), where
+    ``BenchmarkRun.log_path`` puts it: ``<suite>/logs/<name>.seed<k>`` + ``ATTEMPTS_SUFFIX``."""
+    suite_dir, name = os.path.split(os.path.dirname(run_dir))
+    return os.path.join(suite_dir, 'logs', f'{name}.{os.path.basename(run_dir)}{ATTEMPTS_SUFFIX}')
 
 
 def parse_deadline(text: str, now: Optional[float] = None) -> float:
