@@ -148,6 +148,25 @@ def test_without_the_guard_a_nan_loss_raises_at_once():
         train(algorithm, 1, reward=math.nan)
 
 
+@pytest.mark.parametrize('name', ['td3', 'ddpg_batch_norm'])
+def test_an_actor_loss_that_raises_leaves_the_train_step_count_at_the_updates_done(name):
+    # TD3 steps its actor and targets on every second update, DDPG on each.
+    algorithm = make(name)
+    for update in (1, 2, 3):
+        train(algorithm, update)
+    assert algorithm.num_train_steps == 3
+    # The target actor, which the critic's target takes, stays finite: the critic loss is
+    # finite and stepped, the actor's is NaN.
+    with torch.no_grad():
+        for p in algorithm._actor.parameters():
+            p.fill_(math.nan)
+    with pytest.raises(NonFiniteLossError, match='the actor loss is nan'):
+        train(algorithm, 4)
+    assert algorithm.num_train_steps == 3
+    # The next update is again the 4th: TD3's actor and its targets step on it.
+    assert algorithm.train_step_phase(algorithm.num_train_steps) == (True, True)
+
+
 class HostSyncs(TorchDispatchMode):
     """Counts the operations that read a tensor's value back to Python (item, bool, ...)."""
 

@@ -228,8 +228,10 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             critic_loss = critic_loss + l2_loss
         self.optimizer_step('critic', critic_loss)
 
-        self._num_train_steps += 1
-        if self._num_train_steps % self._policy_update_period == 0:
+        # Counted once the whole step is taken, as SacAlgorithm does: an actor loss that
+        # raises leaves the count at the updates done, which the trainer's equals.
+        step = self._num_train_steps + 1
+        if step % self._policy_update_period == 0:
             # Actor loss -Q_0(s, mu(s)): its gradient is the deterministic policy
             # gradient (eq. 6), grad_a Q * grad_theta mu. The frozen critic passes
             # the gradient to the actor without collecting any itself. (With batch
@@ -242,10 +244,11 @@ class DdpgAlgorithm(OffPolicyAlgorithm):
             actor_loss = masked_mean(-q_mu, mask)
             self.optimizer_step('actor', actor_loss)
             self._actor_loss.copy_(actor_loss.detach())
-        if self._num_train_steps % self._target_update_period == 0:
+        if step % self._target_update_period == 0:
             # Soft target updates (Algorithm 1): theta' = tau * theta + (1 - tau) * theta'.
             self.soft_update(self._target_actor, self._actor, self._tau)
             self.soft_update(self._target_critic, self._critic, self._tau)
+        self._num_train_steps = step
 
         scalars = {
             'critic_loss': critic_loss.detach(),
