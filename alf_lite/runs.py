@@ -347,9 +347,14 @@ def config_bindings(root_dir: str) -> Dict[str, str]:
     return dict(filter(None, map(split_binding, statements)))
 
 
-def final_value(root_dir: str, y: str = EVAL_RETURN) -> Optional[float]:
-    """The last value of scalar ``y`` the run wrote, or None when it wrote none yet."""
-    _, values = read_scalar_if_any(root_dir, y)
+def final_value(
+    root_dir: str, y: str = EVAL_RETURN, up_to: Optional[int] = None
+) -> Optional[float]:
+    """The last value of scalar ``y`` the run wrote (at an env step ``up_to`` at most, where
+    given), or None when it wrote none (there)."""
+    steps, values = read_scalar_if_any(root_dir, y)
+    if up_to is not None:
+        values = values[steps <= up_to]
     return float(values[-1]) if len(values) else None
 
 

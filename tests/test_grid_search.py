@@ -2149,6 +2149,34 @@ def test_summary_row_of_a_run_with_nothing_on_disk_has_no_return_or_steps(tmp_pa
     ]
 
 
+def test_summary_row_gives_the_return_its_latest_checkpoint_keeps_not_a_later_one(
+    local_grid, tmp_path
+):
+    # A run killed or failed after an evaluation but before its checkpoint: its
+    # progress.csv goes past the latest checkpoint, whose step the row gives.
+    from alf_lite.bin.grid_search import GridRun, summary_rows
+
+    _, root_dir, _ = local_grid
+    run_dir = tmp_path / RUN_NAMES[0]
+    shutil.copytree(root_dir / RUN_NAMES[0], run_dir)
+    returns = {
+        int(row['env_steps']): float(row['eval/AverageReturn'])
+        for row in deterministic_progress(run_dir)
+        if row['eval/AverageReturn']
+    }
+    assert returns[10] != returns[NUM_ENV_STEPS]
+    shutil.rmtree(run_dir / 'checkpoints' / f'ckpt-{NUM_ENV_STEPS}')
+    run = GridRun(RUN_NAMES[0], 0, str(run_dir), str(tmp_path / 'run.log'), 'text', 1, None)
+    result = {'status': 'failed', 'error': 'RuntimeError: x'}
+
+    [row] = summary_rows([run], {run.name: result})
+    assert (row['env_steps'], row['final_eval_return']) == (10, returns[10])
+    # Without a checkpoint the next sweep starts it afresh: no return is kept.
+    shutil.rmtree(run_dir / 'checkpoints' / 'ckpt-10')
+    [row] = summary_rows([run], {run.name: result})
+    assert (row['env_steps'], row['final_eval_return']) == (None, None)
+
+
 SUMMARY_ROWS = [
     dict(
         run='a',

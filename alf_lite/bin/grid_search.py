@@ -54,7 +54,8 @@ One sweep at a time runs in a ``root_dir``: it holds the directory's
 ``flock`` (as train holds its run's), and a second sweep there exits with
 status 2 before writing anything, naming the holder's pid where it can.
 A run that fails never stops the others; the table at the end lists each run
-with its final evaluation return, wall time and error (also written to
+with its final evaluation return and env steps as its latest checkpoint keeps them
+(a run killed or failed since trains the rest again), wall time and error (also written to
 ``root_dir/grid_summary.csv``; a run not trained in this sweep keeps the
 wall time the last table gave it, and the csv keeps the last table's rows of
 runs this sweep has not whose run directories are still in ``root_dir``,
@@ -1582,13 +1583,18 @@ def summary_rows(
             wall_time = earlier
         elif run.name in resumed and earlier is not None:
             wall_time += earlier
+        # Where its latest checkpoint holds it, and the return that checkpoint keeps: rows
+        # of a run killed or failed since are trained again by the next sweep.
+        env_steps = RunDir(run.root_dir).latest_checkpoint_env_steps() if ours else None
         rows.append(
             {
                 'run': run.name,
                 'status': result['status'],
                 'seed': run.seed,
-                'final_eval_return': final_value(run.root_dir) if ours else None,
-                'env_steps': RunDir(run.root_dir).latest_checkpoint_env_steps() if ours else None,
+                'final_eval_return': (
+                    None if env_steps is None else final_value(run.root_dir, up_to=env_steps)
+                ),
+                'env_steps': env_steps,
                 'wall_time_s': wall_time,
                 'error': result.get('error') or '',
             }
