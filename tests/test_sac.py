@@ -598,6 +598,8 @@ def test_value_step_is_the_mean_of_the_critic_replicas():
         (dict(target_update_period=0), 'target_update_period must be an integer >= 1, got 0'),
         (dict(target_update_period=1.5), 'target_update_period must be an integer >= 1'),
         (dict(num_critic_replicas=0), 'num_critic_replicas must be an integer >= 1, got 0'),
+        (dict(num_critic_replicas=True), 'num_critic_replicas must be an integer >= 1, got True'),
+        (dict(num_critic_replicas=2.0), 'num_critic_replicas must be an integer >= 1, got 2.0'),
         (dict(target_entropy=float('nan')), 'target_entropy must be a finite number or None'),
         (dict(initial_log_alpha=float('nan')), 'initial_log_alpha must be a finite number'),
         (dict(initial_log_alpha=float('-inf')), 'initial_log_alpha must be a finite number'),
@@ -608,3 +610,16 @@ def test_settings_no_paper_uses_are_refused_naming_them(kwargs, message):
     with pytest.raises(ValueError) as raised:
         SacAlgorithm(observation_dim=3, action_dim=2, **kwargs)
     assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize('algorithm', ['SacAlgorithm', 'Td3Algorithm', 'DdpgAlgorithm'])
+def test_a_numpy_integer_is_a_number_of_critic_replicas(algorithm):
+    # As for the update periods: a count worked out with numpy (a sweep of one's own) is one.
+    import numpy as np
+
+    from alf_lite import algorithms
+
+    built = getattr(algorithms, algorithm)(
+        observation_dim=3, action_dim=2, num_critic_replicas=np.int64(3)
+    )
+    assert built._critic(torch.zeros(4, 3), torch.zeros(4, 2)).shape == (4, 3)

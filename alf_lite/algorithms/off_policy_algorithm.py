@@ -82,14 +82,15 @@ def check_update_settings(
 
 
 def check_num_critic_replicas(num_critic_replicas: int) -> None:
-    """Refuse, naming it, a ``num_critic_replicas`` that is not an integer >= 1.
+    """Refuse, naming it, a ``num_critic_replicas`` that is not an integer >= 1 (a numpy
+    integer is one, as for the update periods; a bool is not).
 
     Checked by the algorithm, as the critic's ``num_replicas`` is set from it
     and is no gin parameter.
     """
     if (
         isinstance(num_critic_replicas, bool)
-        or not isinstance(num_critic_replicas, int)
+        or not isinstance(num_critic_replicas, numbers.Integral)
         or num_critic_replicas < 1
     ):
         raise ValueError(
@@ -460,6 +461,7 @@ class OffPolicyAlgorithm(nn.Module):
                 that call) where the critic's ``forward`` takes ``num_replicas``.
         """
         check_num_critic_replicas(num_critic_replicas)
+        num_critic_replicas = int(num_critic_replicas)
         name, dims = type(self).__name__, (self.observation_dim, self.action_dim)
         self._actor = build_network(f'{name}.actor_network_ctor', actor_network_ctor, *dims)
         if not _takes_keyword(critic_network_ctor, 'num_replicas'):
