@@ -40,6 +40,7 @@ SIGUSR2 (exit code 128 + the signal number) leaves a file already there as it wa
 """
 
 import contextlib
+import hashlib
 import itertools
 import math
 import os
@@ -279,8 +280,11 @@ class VideoWriter:
                 ) from e
         else:
             reduced = Image.fromarray(frame).convert('P', palette=Image.Palette.ADAPTIVE)
+            # How it looks (its colours, whatever their palette order), for close to merge
+            # runs of frames that look the same without decompressing them.
+            looks = hashlib.blake2b(reduced.convert('RGB').tobytes(), digest_size=16).digest()
             self._frames.append(
-                (reduced.size, reduced.getpalette(), zlib.compress(reduced.tobytes(), 1))
+                (reduced.size, reduced.getpalette(), zlib.compress(reduced.tobytes(), 1), looks)
             )
         self.num_frames += 1
 
@@ -368,8 +372,6 @@ class VideoWriter:
         if self._gif is None:
             self._writer.close()
             return
-        import numpy as np
-
         # A GIF delay is a whole number of centiseconds: frame j is shown from
         # j * frame_seconds on, rounded to the centisecond, so that the delays
         # add up to real time (a fixed 24 ms delay would be stored as 20 ms).
@@ -378,16 +380,14 @@ class VideoWriter:
         # Pillow merges consecutive frames that look the same once reduced to 256 colours,
         # their delays summed past what a GIF frame holds, failing to write it: merged
         # here (the frames are kept reduced as pillow reduces them), within that delay.
-        frames, merged_delays_ms, last_looks = [], [], None
+        frames, merged_delays_ms = [], []
         for frame, delay_ms in zip(self._frames, delays_ms):
-            looks = np.asarray(self._image(frame).convert('RGB'))
-            if frames and np.array_equal(looks, last_looks):
+            if frames and frame[-1] == frames[-1][-1]:
                 self.shortened |= merged_delays_ms[-1] + delay_ms > MAX_GIF_DELAY_MS
                 merged_delays_ms[-1] = min(merged_delays_ms[-1] + delay_ms, MAX_GIF_DELAY_MS)
             else:
                 frames.append(frame)
                 merged_delays_ms.append(delay_ms)
-                last_looks = looks
         with self._gif:
             if frames:
                 images = (self._image(frame) for frame in frames)
@@ -407,7 +407,7 @@ class VideoWriter:
         """A kept frame, as the 256-colour image it was reduced to."""
         from PIL import Image
 
-        size, palette, data = frame
+        size, palette, data, _ = frame
         image = Image.frombytes('P', size, zlib.decompress(data))
         image.putpalette(palette)
         return image
