@@ -544,7 +544,7 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
     measured = []  # (when, seconds per env step)
     finished = set()  # the attempts files of the finished runs
     for run_dir, done in _done_runs(out):
-        finished.add(_attempts_path(run_dir))
+        finished.add(log_path_of(run_dir, ATTEMPTS_SUFFIX))
         if (done.get('framework'), done.get('algo'), done.get('env')) == kind and done.get(
             'env_steps'
         ):
@@ -577,11 +577,11 @@ def estimate_seconds(run: 'BenchmarkRun', out: str) -> Tuple[float, str]:
     return rate * steps, source
 
 
-def _attempts_path(run_dir: str) -> str:
-    """The attempts file of the run in ``run_dir`` (``<suite>/<name>/seed<k>``), where
-    ``BenchmarkRun.log_path`` puts it: ``<suite>/logs/<name>.seed<k>`` + ``ATTEMPTS_SUFFIX``."""
+def log_path_of(run_dir: str, suffix: str = '.log') -> str:
+    """The log file (or, by ``suffix``, another file beside it) of the run in ``run_dir``,
+    ``<out>/<suite>/<name>/seed<k>``: ``<out>/<suite>/logs/<name>.seed<k>`` + ``suffix``."""
     suite_dir, name = os.path.split(os.path.dirname(run_dir))
-    return os.path.join(suite_dir, 'logs', f'{name}.{os.path.basename(run_dir)}{ATTEMPTS_SUFFIX}')
+    return os.path.join(suite_dir, 'logs', f'{name}.{os.path.basename(run_dir)}{suffix}')
 
 
 def parse_deadline(text: str, now: Optional[float] = None) -> float:

@@ -60,6 +60,7 @@ from benchmarks.launcher import (
     UnreadableRecord,
     describe_deadline,
     format_duration,
+    log_path_of,
     parse_deadline,
     read_done,
     read_json,
@@ -194,7 +195,7 @@ class BenchmarkRun:
         return os.path.join(out, self.suite, self.name, f'seed{self.seed}')
 
     def log_path(self, out: str, suffix: str = '.log') -> str:
-        return os.path.join(out, self.suite, 'logs', f'{self.name}.seed{self.seed}{suffix}')
+        return log_path_of(self.run_dir(out), suffix)
 
     @property
     def kind(self) -> Tuple[str, str, str]:
