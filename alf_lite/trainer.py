@@ -151,7 +151,7 @@ class TrainerConfig:
             figures agree to about 7 digits on Pendulum, not bit for bit, and an
             env whose falls that rounding can change (the iCub) plays other
             episodes. Fewer envs hold less memory (an ICubWalk-v0 env takes about
-            120 MB) and take longer.
+            130 MB) and take longer.
         checkpoint_interval: write a checkpoint every this many env steps
             (and always at the end).
         max_checkpoints_to_keep: keep only this many of the newest
