@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Dict, Hashable, Optional
+from typing import Callable, Dict, Hashable, Optional, Type
 
 import psutil
 
@@ -208,14 +208,16 @@ class RaisingSignals(_HandledSignals):
     """While entered, SIGINT and SIGTERM raise ``exception_type(signum)`` at once.
 
     Train's CLI uses it outside the training loop, whose ``StopSignals`` takes
-    them over while it runs; play uses it throughout. Where Python drops the
-    exception, ``raise_if_received`` raises it at the next point that checks.
+    them over while it runs; play and plot use it throughout. Where Python drops the
+    exception, ``raise_if_received`` raises it at the next point that checks; where the
+    code it interrupted raised an error of its own in its place, ``interruption`` finds
+    the signal behind that error.
 
     Args:
-        exception_type: an ``Interrupted``, called with the signal's number.
+        exception_type: ``Interrupted`` or a subclass, called with the signal's number.
     """
 
-    def __init__(self, exception_type: Callable[[int], Interrupted] = Interrupted):
+    def __init__(self, exception_type: Type[Interrupted] = Interrupted):
         super().__init__()
         self._exception_type = exception_type
 
@@ -227,6 +229,32 @@ class RaisingSignals(_HandledSignals):
         """Raise the exception if a signal arrived while entered."""
         if self.received is not None:
             raise self._exception_type(self.received)
+
+    def interruption(self, error: BaseException) -> Optional[Interrupted]:
+        """The signal that stopped the code run while entered, given the ``error`` that ended
+        it: the exception of ``exception_type`` it is, or arrived while handling; else, where
+        a signal arrived, its exception. Code a signal interrupts may raise an error of its
+        own in place of the exception its handler raised: Python's ``__set_name__`` wraps
+        it, and a C extension calling back into Python may replace it without a trace
+        (matplotlib's drawing raised ``ValueError: Invalid affine transformation matrix``).
+        None for an ``error`` with no signal behind it, and for a ``SystemExit``, the tool's
+        own exit.
+        """
+        if not isinstance(error, (Exception, Interrupted)):
+            return None
+        interrupted = arrived_while(error, self._exception_type)
+        if interrupted is None and self.received is not None:
+            interrupted = self._exception_type(self.received)
+        return interrupted
+
+
+def arrived_while(error: BaseException, kind: type) -> Optional[BaseException]:
+    """The exception of ``kind`` that ``error`` is, or arrived while handling; or None."""
+    while error is not None:
+        if isinstance(error, kind):
+            return error
+        error = error.__context__
+    return None
 
 
 def set_env_process_signals(creator_pid: Optional[int] = None) -> None:

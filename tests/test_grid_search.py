@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import dropped_signal
 from alf_lite.run_dir import MAX_CONFIG_BYTES
 from alf_lite.runs import MAX_LINE_CHARS, NONDETERMINISTIC_COLUMNS
 from cli_helpers import (
@@ -477,6 +478,28 @@ def test_a_signal_while_the_sweep_reads_its_configs_exits_with_128_plus_it_in_on
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
     message = f'error: {sig.name} arrived while grid_search started up'
     assert message in result.stderr, result.stderr[-3000:]
+    assert result.stdout == ''  # stopped before its plan
+    assert not root_dir.exists()
+
+
+def test_a_signal_whose_exception_an_error_replaced_while_the_sweep_reads_its_configs_exits(
+    tmp_path,
+):
+    # The code the signal interrupted raised an error of its own in its place (as a C
+    # extension calling back into Python may): was that error's traceback, exit 1.
+    write_inputs(tmp_path, GRID)
+    root_dir = tmp_path / 'runs'
+    args = grid_command(root_dir)[3:]
+    result = dropped_signal.run_tool(
+        'grid_search', args, 'alf_lite.config', 'parse_config', dropped_signal.REPLACED, tmp_path
+    )
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith('error: SIGINT arrived while grid_search started up')
+    ), result.stderr[-3000:]
     assert result.stdout == ''  # stopped before its plan
     assert not root_dir.exists()
 

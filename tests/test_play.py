@@ -1040,6 +1040,22 @@ def test_a_signal_whose_exception_was_dropped_stops_play_before_the_video_is_wri
     assert os.listdir(tmp_path) == []
 
 
+def test_a_signal_whose_exception_an_error_replaced_stops_play_with_one_line(trained_run, tmp_path):
+    # The code the signal interrupted raised an error of its own in place of its exception
+    # (as a C extension calling back into Python may): was that error's traceback, exit 1.
+    video = tmp_path / 'video.gif'
+    args = ['--root_dir', str(trained_run), '--num_episodes', '2', '--record_file', str(video)]
+    result = dropped_signal.run_tool(
+        'play', args, 'alf_lite.evaluation', 'evaluate', dropped_signal.REPLACED
+    )
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'error: interrupted by SIGINT. {video} was not written.'
+    ), result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    assert os.listdir(tmp_path) == []
+
+
 def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
     result = run_play(trained_run, '--checkpoint_step', '7')
     assert result.returncode == 2, result.stderr

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import dropped_signal
 from cli_helpers import (
     RUN_TIMEOUT_S,
     assert_ok,
@@ -624,6 +625,26 @@ def test_a_plot_stopped_while_it_writes_leaves_no_temporary_file(grid, tmp_path)
     assert result.returncode == 128 + 15, result.stderr
     assert result.stderr.strip().splitlines()[-1] == 'error: interrupted by SIGTERM.'
     # The last pair as it was, and nothing beside it.
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize('how', [dropped_signal.DROPPED, dropped_signal.REPLACED])
+def test_a_signal_whose_exception_never_reaches_plot_stops_it_before_the_files_are_replaced(
+    grid, tmp_path, how
+):
+    # While the PNG is drawn, a SIGINT whose exception the drawing drops, or replaces with an
+    # error of its own (matplotlib's C++ raised "ValueError: Invalid affine transformation
+    # matrix" so): was a plot written as if whole (exit 0), or that error's traceback (exit 1).
+    assert_ok(run_plot([str(grid), '--out', 'curves.png'], tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    args = [str(grid), '--out', 'curves.png', '--band', 'std']
+    result = dropped_signal.run_tool(
+        'plot', args, 'matplotlib.figure', 'Figure.savefig', how, cwd=tmp_path
+    )
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == 'error: interrupted by SIGINT.'
+    assert 'Traceback' not in result.stderr
+    assert 'Exception ignored' not in result.stderr
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 

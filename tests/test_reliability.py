@@ -1189,16 +1189,24 @@ def test_a_signal_once_train_made_its_root_dir_removes_it(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_a_signal_whose_exception_was_dropped_before_the_config_is_written_stops_train(tmp_path):
-    # SIGINT once train locked root_dir, in a __del__ that drops its exception: the
-    # check before the first write stops the run there, as if it had been raised.
+@pytest.mark.parametrize('how', [dropped_signal.DROPPED, dropped_signal.REPLACED])
+def test_a_signal_whose_exception_never_reaches_train_before_its_config_is_written_stops_it(
+    tmp_path, how
+):
+    # SIGINT once train locked root_dir, in a __del__ that drops its exception: the check
+    # before the first write stops the run there, as if it had been raised. Or in code that
+    # raises an error of its own in its place (as a C extension calling back into Python
+    # may): was that error's traceback, exit 1.
     root_dir = tmp_path / 'run'
     args = train_command(root_dir, [PENDULUM], SHORT)[3:]
-    result = dropped_signal.run_tool('train', args, 'alf_lite.trainer', 'Trainer.lock_root_dir')
+    result = dropped_signal.run_tool(
+        'train', args, 'alf_lite.trainer', 'Trainer.lock_root_dir', how
+    )
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith('error: SIGINT arrived outside the training loop'), last_line
     assert 'Exception ignored' not in result.stderr, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
     assert os.listdir(tmp_path) == []
 
 

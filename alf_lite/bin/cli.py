@@ -7,9 +7,9 @@ import os
 import re
 import signal
 import sys
-from typing import List, NoReturn
+from typing import Callable, List, NoReturn
 
-from alf_lite.signals import STOP_SIGNALS, ignore_stop_signals
+from alf_lite.signals import STOP_SIGNALS, Interrupted, RaisingSignals, ignore_stop_signals
 
 # torch's level for its loggers, which torch sets only at the end of its import: a tool that
 # stops while torch imports (a signal) would otherwise print torch's exit-time INFO logs (the
@@ -112,6 +112,20 @@ def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
                 stream.flush()
         os._exit(exit_code)
     sys.exit(exit_code)
+
+
+def exit_if_interrupted(
+    signals: RaisingSignals,
+    error: BaseException,
+    message: Callable[[Interrupted], str] = lambda interrupted: f'{interrupted}.',
+) -> None:
+    """Exit (``fail``) with ``EXIT_SIGNAL_BASE`` plus the signal's number, printing
+    ``message`` of it, where a stop signal ended the code run in ``signals`` with ``error``
+    (``RaisingSignals.interruption``: also an error that code raised in place of the
+    signal's exception); return otherwise, for the caller to raise ``error``."""
+    interrupted = signals.interruption(error)
+    if interrupted is not None:
+        fail(message(interrupted), exit_code=EXIT_SIGNAL_BASE + interrupted.signum)
 
 
 def run_tool(main) -> None:

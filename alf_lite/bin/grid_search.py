@@ -119,6 +119,7 @@ from typing import Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from alf_lite.bin.cli import (
     EXIT_FAULT,
     EXIT_SIGNAL_BASE,
+    exit_if_interrupted,
     exit_on_signals_before_main,
     fail,
     output_root_dir,
@@ -1389,15 +1390,19 @@ def connect_ray(
 
     from alf_lite.signals import Interrupted, RaisingSignals
 
+    signals = RaisingSignals()
     try:
-        with RaisingSignals():
+        with signals:
             _connect_ray(address, num_cpus_per_run, num_gpus_per_run, py_modules)
-    except Interrupted as e:
+    except (Interrupted, Exception) as e:
+        interrupted = signals.interruption(e)
+        if interrupted is None:
+            raise
         ray.shutdown()
         fail(
-            f'{signal.Signals(e.signum).name} while connecting to the Ray cluster at {address}: '
-            'nothing was started.',
-            EXIT_SIGNAL_BASE + e.signum,
+            f'{signal.Signals(interrupted.signum).name} while connecting to the Ray cluster at '
+            f'{address}: nothing was started.',
+            EXIT_SIGNAL_BASE + interrupted.signum,
         )
 
 
@@ -1743,14 +1748,19 @@ def main(argv):
     from alf_lite.signals import Interrupted, RaisingSignals
 
     # Outside the sweep (reading the configs, writing the table): at once, in one line.
+    signals = RaisingSignals()
     try:
-        with RaisingSignals():
+        with signals:
             _main(argv)
-    except Interrupted as e:
-        fail(
-            _OUTSIDE_THE_SWEEP.format(signal=signal.Signals(e.signum).name),
-            EXIT_SIGNAL_BASE + e.signum,
+    except (Interrupted, Exception) as e:
+        exit_if_interrupted(
+            signals,
+            e,
+            lambda interrupted: _OUTSIDE_THE_SWEEP.format(
+                signal=signal.Signals(interrupted.signum).name
+            ),
         )
+        raise
 
 
 def _main(argv):

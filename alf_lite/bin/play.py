@@ -52,7 +52,7 @@ from typing import Optional
 # Imports the standard library only: the handlers below are installed at once.
 from alf_lite.bin.cli import (
     EXIT_FAULT,
-    EXIT_SIGNAL_BASE,
+    exit_if_interrupted,
     exit_on_signals_before_main,
     fail,
     print_out,
@@ -546,11 +546,13 @@ def play_episodes(env, algorithm, num_episodes: int, video=None, batch_size: int
 
 
 def main(argv):
+    signals = RaisingSignals()
     try:
-        with RaisingSignals() as signals:
+        with signals:
             play(argv, signals)
-    except Interrupted as e:
-        fail(f'{e}.', exit_code=EXIT_SIGNAL_BASE + e.signum)
+    except (Interrupted, Exception) as e:
+        exit_if_interrupted(signals, e)
+        raise
 
 
 def play(argv, signals) -> None:
@@ -726,17 +728,19 @@ def play(argv, signals) -> None:
                 )
             print_out(frames_written(video, record_file))
             video = None
-    except EnvironmentCrashedError as e:
-        message = with_sentence_end(str(e)) if not_written else str(e)
-        fail(f'{message}{not_written}', exit_code=EXIT_FAULT)
-    except VideoNotWrittenError as e:
-        # From a frame the encoder did not take, or the close: the temporary file is gone.
-        fail(f'cannot write {record_file}: {e}.{not_written}', exit_code=EXIT_FAULT)
-    except Interrupted as e:
+    except (Interrupted, Exception) as e:
         if video is not None and video.moved_in:
             # The signal came once the video was in place: the earlier file is replaced.
             not_written = f' {record_file} was written.'
-        fail(f'{e}.{not_written}', exit_code=EXIT_SIGNAL_BASE + e.signum)
+        # Also an error that the code a signal interrupted raised in its place.
+        exit_if_interrupted(signals, e, lambda interrupted: f'{interrupted}.{not_written}')
+        if isinstance(e, EnvironmentCrashedError):
+            message = with_sentence_end(str(e)) if not_written else str(e)
+            fail(f'{message}{not_written}', exit_code=EXIT_FAULT)
+        if isinstance(e, VideoNotWrittenError):
+            # From a frame the encoder did not take, or the close: the temporary file is gone.
+            fail(f'cannot write {record_file}: {e}.{not_written}', exit_code=EXIT_FAULT)
+        raise
     finally:
         try:
             env.close()

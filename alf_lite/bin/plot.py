@@ -63,7 +63,7 @@ from typing import Collection, Dict, List, Set, Tuple
 
 # Imports the standard library only: the handlers below are installed at once.
 from alf_lite.bin.cli import (
-    EXIT_SIGNAL_BASE,
+    exit_if_interrupted,
     exit_on_signals_before_main,
     fail,
     print_out,
@@ -721,15 +721,17 @@ def _short(value: float) -> str:
 
 def main(argv):
     # A stop while the files are written removes their temporary files on the way out.
+    signals = RaisingSignals()
     try:
-        with RaisingSignals():
-            plot(argv)
-    except Interrupted as e:
-        fail(f'{e}.', exit_code=EXIT_SIGNAL_BASE + e.signum)
+        with signals:
+            plot(argv, signals)
+    except (Interrupted, Exception) as e:
+        exit_if_interrupted(signals, e)
+        raise
 
 
-def plot(argv):
-    """Plot as the flags say; SIGINT and SIGTERM raise ``Interrupted``."""
+def plot(argv, signals):
+    """Plot as the flags say; ``signals``: SIGINT and SIGTERM raise ``Interrupted``."""
     paths = argv[1:]
     if not paths:
         fail(
@@ -914,6 +916,9 @@ def plot(argv):
             for path in (png, table):
                 with open(path, 'rb') as f:
                     os.fsync(f.fileno())
+            # A signal whose exception the drawing dropped: the PNG may lack what it
+            # was drawing then.
+            signals.raise_if_received()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(csv_path)
             sync_to_disk(directory)

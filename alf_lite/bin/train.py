@@ -31,6 +31,7 @@ from alf_lite.signals import (
     InterruptedOutsideTraining,
     RaisingSignals,
     TrainingInterrupted,
+    arrived_while,
     ignore_stop_signals,
     stop_when_starter_ends,
 )
@@ -161,8 +162,9 @@ def main(argv):
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
     root_dir = output_root_dir(FLAGS.root_dir)
     root_dir_existed = os.path.exists(root_dir)
+    signals = RaisingSignals(InterruptedOutsideTraining)
     try:
-        with RaisingSignals(InterruptedOutsideTraining) as signals:
+        with signals:
             stop_when_starter_ends()
             train(root_dir, signals)
     except (TrainingInterrupted, InterruptedOutsideTraining) as e:
@@ -171,7 +173,8 @@ def main(argv):
         # A signal at start-up can cut a module's first import short (torch imports its
         # compiler inside torch.use_deterministic_algorithms), and the clean-up that runs on
         # the way out can then fail on the half-imported module: the signal ended the run.
-        interrupted = _arrived_while(e, InterruptedOutsideTraining)
+        # Or the code it interrupted raised an error of its own in its place.
+        interrupted = signals.interruption(e)
         if interrupted is None:
             raise
         logging.warning(
@@ -189,7 +192,7 @@ def _stop_for_signal(e, root_dir: str, root_dir_existed: bool) -> None:
     # Ctrl-C, each of which grid_search passes on) would end it by that signal, with
     # no exit code of its own.
     ignore_stop_signals()
-    interrupted = _arrived_while(e, TrainingInterrupted)
+    interrupted = arrived_while(e, TrainingInterrupted)
     if interrupted is not None:
         # Also when the other signal came while the trainer closed, outside the loop.
         logging.warning(
@@ -206,15 +209,6 @@ def _stop_for_signal(e, root_dir: str, root_dir_existed: bool) -> None:
         with contextlib.suppress(OSError):
             os.rmdir(root_dir)
     fail(str(e), exit_code=EXIT_SIGNAL_BASE + e.signum)
-
-
-def _arrived_while(error: BaseException, kind: type):
-    """The exception of ``kind`` that ``error`` is, or arrived while handling; or None."""
-    while error is not None:
-        if isinstance(error, kind):
-            return error
-        error = error.__context__
-    return None
 
 
 # The errors of a write that fails for want of room or of a writable disk.
