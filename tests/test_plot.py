@@ -648,6 +648,30 @@ def test_a_signal_whose_exception_never_reaches_plot_stops_it_before_the_files_a
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
+def test_a_signal_while_matplotlib_makes_its_font_module_stops_plot_with_128_plus_it(
+    grid, tmp_path
+):
+    # SIGINT while ft2font's import makes its enum classes, which it keeps in a C++ static:
+    # the tuple left in place of a class was freed by C's exit after the interpreter's end,
+    # which aborted the process (exit 134, "Fatal Python error: PyThreadState_Get").
+    script = (
+        'import enum, os, runpy, signal, sys\n'
+        'call = enum.EnumType.__call__\n'
+        'def call_then_interrupt(cls, *args, **kwargs):\n'
+        '    if kwargs.get("module") == "matplotlib.ft2font":\n'
+        '        enum.EnumType.__call__ = call\n'
+        '        os.kill(os.getpid(), signal.SIGINT)\n'
+        '    return call(cls, *args, **kwargs)\n'
+        'enum.EnumType.__call__ = call_then_interrupt\n'
+        f'sys.argv = ["plot", {str(grid)!r}, "--out", "curves.png"]\n'
+        'runpy.run_module("alf_lite.bin.plot", run_name="__main__")\n'
+    )
+    result = run_python(script, timeout=RUN_TIMEOUT_S, cwd=tmp_path)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == 'error: interrupted by SIGINT.'
+    assert not [p for p in tmp_path.iterdir() if p.is_file()]
+
+
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
 def test_a_signal_while_plot_imports_its_modules_stops_it_with_one_line(grid, tmp_path, sig):
     # Before main handles the signals: was a KeyboardInterrupt's traceback, or no word.

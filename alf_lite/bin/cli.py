@@ -99,14 +99,20 @@ def print_out(*args, file=None, **kwargs) -> None:
 _main_ended = False
 
 
-def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
+def fail(message: str, exit_code: int = EXIT_BAD_INPUT, at_once: bool = False) -> None:
     """Print ``message`` for the user and exit, by default with ``EXIT_BAD_INPUT``; also where
-    stderr can no longer be written (the terminal closed)."""
+    stderr can no longer be written (the terminal closed).
+
+    ``at_once``: without Python's exit-time callbacks and C's exit handlers, for a tool
+    whose own code did the clean-up it needs: a stop signal may have cut short the import
+    of a C extension module, whose exit handlers can then crash the process (matplotlib's
+    ft2font: ``plot``)."""
     print_out(f'error: {user_message(message)}', file=sys.stderr)
-    if _main_ended:
-        # A signal while Python's exit-time callbacks run (torch's, weakref finalizers): a
-        # SystemExit raised in one is printed as ignored, with its traceback, and the exit
-        # goes on. What the tool had to clean up, its own code did before main ended.
+    if _main_ended or at_once:
+        # Once main ended, a signal comes while Python's exit-time callbacks run (torch's,
+        # weakref finalizers), where a SystemExit raised in one is printed as ignored, with
+        # its traceback, and the exit goes on. Either way, what the tool had to clean up,
+        # its own code did.
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
@@ -118,14 +124,15 @@ def exit_if_interrupted(
     signals: RaisingSignals,
     error: BaseException,
     message: Callable[[Interrupted], str] = lambda interrupted: f'{interrupted}.',
+    at_once: bool = False,
 ) -> None:
-    """Exit (``fail``) with ``EXIT_SIGNAL_BASE`` plus the signal's number, printing
-    ``message`` of it, where a stop signal ended the code run in ``signals`` with ``error``
-    (``RaisingSignals.interruption``: also an error that code raised in place of the
-    signal's exception); return otherwise, for the caller to raise ``error``."""
+    """Exit (``fail``, ``at_once`` or not) with ``EXIT_SIGNAL_BASE`` plus the signal's number,
+    printing ``message`` of it, where a stop signal ended the code run in ``signals`` with
+    ``error`` (``RaisingSignals.interruption``: also an error that code raised in place of
+    the signal's exception); return otherwise, for the caller to raise ``error``."""
     interrupted = signals.interruption(error)
     if interrupted is not None:
-        fail(message(interrupted), exit_code=EXIT_SIGNAL_BASE + interrupted.signum)
+        fail(message(interrupted), exit_code=EXIT_SIGNAL_BASE + interrupted.signum, at_once=at_once)
 
 
 def run_tool(main) -> None:

@@ -726,7 +726,10 @@ def main(argv):
         with signals:
             plot(argv, signals)
     except (Interrupted, Exception) as e:
-        exit_if_interrupted(signals, e)
+        # At once: the signal may have cut short the import of matplotlib's ft2font, which
+        # keeps Python objects in a C++ static that C's exit frees after the interpreter's
+        # end, aborting the process. The temporary files are gone by now.
+        exit_if_interrupted(signals, e, at_once=True)
         raise
 
 
