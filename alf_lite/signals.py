@@ -207,11 +207,11 @@ class _HandledSignals:
 class RaisingSignals(_HandledSignals):
     """While entered, SIGINT and SIGTERM raise ``exception_type(signum)`` at once.
 
-    Train's CLI uses it outside the training loop, whose ``StopSignals`` takes
-    them over while it runs; play and plot use it throughout. Where Python drops the
-    exception, ``raise_if_received`` raises it at the next point that checks; where the
-    code it interrupted raised an error of its own in its place, ``interruption`` finds
-    the signal behind that error.
+    Train's CLI uses it outside the training loop, whose ``StopSignals`` takes them over
+    while it runs, and grid_search outside its sweep; play and plot use it throughout.
+    Where Python drops the exception, ``raise_if_received`` raises it at the next point
+    that checks; where the code it interrupted raised an error of its own in its place,
+    ``interruption`` finds the signal behind that error.
 
     Args:
         exception_type: ``Interrupted`` or a subclass, called with the signal's number.

@@ -482,26 +482,25 @@ def test_a_signal_while_the_sweep_reads_its_configs_exits_with_128_plus_it_in_on
     assert not root_dir.exists()
 
 
-def test_a_signal_whose_exception_an_error_replaced_while_the_sweep_reads_its_configs_exits(
-    tmp_path,
+@pytest.mark.parametrize('how', [dropped_signal.DROPPED, dropped_signal.REPLACED])
+def test_a_signal_whose_exception_never_reaches_grid_search_as_it_reads_its_configs_stops_it(
+    tmp_path, how
 ):
-    # The code the signal interrupted raised an error of its own in its place (as a C
-    # extension calling back into Python may): was that error's traceback, exit 1.
+    # Dropped (in a __del__): the sweep's runs started and trained. Or replaced by an error
+    # that the code the signal interrupted raised in its place (as a C extension calling
+    # back into Python may): was that error's traceback, exit 1.
     write_inputs(tmp_path, GRID)
     root_dir = tmp_path / 'runs'
     args = grid_command(root_dir)[3:]
     result = dropped_signal.run_tool(
-        'grid_search', args, 'alf_lite.config', 'parse_config', dropped_signal.REPLACED, tmp_path
+        'grid_search', args, 'alf_lite.config', 'parse_config', how, tmp_path
     )
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
-    assert (
-        result.stderr.strip()
-        .splitlines()[-1]
-        .startswith('error: SIGINT arrived while grid_search started up')
-    ), result.stderr[-3000:]
-    assert result.stdout == ''  # stopped before its plan
-    assert not root_dir.exists()
+    assert 'Exception ignored' not in result.stderr, result.stderr[-3000:]
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith('error: SIGINT arrived while grid_search started up'), last_line
+    assert not root_dir.exists() or not os.listdir(root_dir)  # no run started
 
 
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)

@@ -1751,7 +1751,7 @@ def main(argv):
     signals = RaisingSignals()
     try:
         with signals:
-            _main(argv)
+            _main(argv, signals)
     except (Interrupted, Exception) as e:
         exit_if_interrupted(
             signals,
@@ -1763,7 +1763,8 @@ def main(argv):
         raise
 
 
-def _main(argv):
+def _main(argv, signals):
+    """The sweep as the flags say; ``signals``: SIGINT and SIGTERM outside the sweep."""
     if len(argv) > 1:
         fail(f'unexpected arguments: {" ".join(argv[1:])}')
     if not FLAGS.gin_file:
@@ -1840,6 +1841,9 @@ def _main(argv):
             f'--root_dir {root_dir} holds a train run (its {CONFIG_FILE}), not a sweep: '
             'choose another directory.'
         )
+    # A signal whose exception Python dropped (raised in a __del__) stops grid_search here,
+    # before it starts a run.
+    signals.raise_if_received()
     lock = RunDirLock(root_dir)
     try:
         _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports, memory)
