@@ -3,6 +3,7 @@ after the iteration, inside a hung env call, or at once outside the training loo
 starting up or shutting down, play)."""
 
 import contextlib
+import importlib.util
 import math
 import os
 import signal
@@ -100,6 +101,63 @@ class InterruptedOutsideTraining(Interrupted):
 def in_main_thread() -> bool:
     # Only the main thread may install signal handlers.
     return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def stop_signals_deferred():
+    """While entered (in the main thread), a stop signal is noted, not acted on: its handler
+    runs once the block ends, as the signal is sent again. Elsewhere, nothing changes."""
+    if not in_main_thread():
+        yield
+        return
+    received = []
+
+    def note(signum, frame):
+        received.append(signum)
+
+    previous = {s: signal.signal(s, note) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        _restore(previous)
+        for signum in dict.fromkeys(received):
+            os.kill(os.getpid(), signum)
+
+
+class _SignalsDeferredImport:
+    """A ``sys.meta_path`` finder that runs the first import of ``name`` (found by the
+    finders after it) with the stop signals deferred (``stop_signals_deferred``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)  # once, and not again in the search below
+        spec = importlib.util.find_spec(name)
+        exec_module = getattr(spec and spec.loader, 'exec_module', None)
+        if exec_module is not None:
+
+            def exec_module_deferring_signals(module):
+                with stop_signals_deferred():
+                    exec_module(module)
+
+            spec.loader.exec_module = exec_module_deferring_signals
+        return spec
+
+
+def defer_stop_signals_while_torch_imports() -> None:
+    """Make torch's first import in this process run with the stop signals deferred: the
+    exception of a signal handler that runs inside torch's C++ initialisation (which calls
+    importlib's Python code as ``torch._C._c10d_init`` registers its classes) becomes a C++
+    exception there that ends the process at once (``std::terminate``: SIGABRT, exit code
+    134, a core dump), with no word of the signal. Deferred, the signal stops the tool as
+    anywhere else, once torch is imported (a second or so)."""
+    if 'torch' not in sys.modules and not any(
+        isinstance(finder, _SignalsDeferredImport) for finder in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _SignalsDeferredImport('torch'))
 
 
 def started_watching_this_process(env: Dict[str, str]) -> Dict[str, str]:

@@ -1169,6 +1169,42 @@ def test_a_signal_that_cuts_torchs_lazy_import_short_still_stops_train_by_that_s
     assert os.listdir(tmp_path) == []
 
 
+# Sends SIGINT (once, noting it in the file MARKER) while torch's C++ part registers the
+# classes of torch.distributed (torch._C._c10d_init): it runs importlib's Python code
+# there, where a signal handler may run.
+SIGINT_IN_C10D_INIT = """
+import _frozen_importlib, linecache, os, signal, sys
+lock_unlock = _frozen_importlib._lock_unlock_module
+def interrupt_in_c10d_init(name):
+    frame = sys._getframe(1)
+    while frame is not None:
+        if "_c10d_init()" in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
+            _frozen_importlib._lock_unlock_module = lock_unlock
+            open(MARKER, "w").close()
+            os.kill(os.getpid(), signal.SIGINT)
+            break
+        frame = frame.f_back
+    return lock_unlock(name)
+_frozen_importlib._lock_unlock_module = interrupt_in_c10d_init
+"""
+
+
+def test_a_signal_while_torch_initialises_its_cpp_part_stops_train_with_one_line(tmp_path):
+    # The signal's exception raised inside torch's C++ initialisation was a C++ exception
+    # there, which ended the process at once (std::terminate: exit 134, a core dump).
+    root_dir = tmp_path / 'run'
+    marker = tmp_path / 'signalled'
+    prelude = f'MARKER = {str(marker)!r}\n' + SIGINT_IN_C10D_INIT
+    command = with_prelude(train_command(root_dir, [PENDULUM], SHORT), prelude)
+    result = run_train(command)
+    assert marker.exists(), 'no signal was sent: torch initialises otherwise now'
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith('error: SIGINT arrived outside the training loop'), last_line
+    assert 'terminate called' not in result.stderr, result.stderr[-3000:]
+    assert os.listdir(tmp_path) == ['signalled']
+
+
 def test_a_signal_once_train_made_its_root_dir_removes_it(tmp_path):
     root_dir = tmp_path / 'run'
     command = train_command(root_dir, [PENDULUM], SHORT)

@@ -9,7 +9,13 @@ import signal
 import sys
 from typing import Callable, List, NoReturn
 
-from alf_lite.signals import STOP_SIGNALS, Interrupted, RaisingSignals, ignore_stop_signals
+from alf_lite.signals import (
+    STOP_SIGNALS,
+    Interrupted,
+    RaisingSignals,
+    defer_stop_signals_while_torch_imports,
+    ignore_stop_signals,
+)
 
 # torch's level for its loggers, which torch sets only at the end of its import: a tool that
 # stops while torch imports (a signal) would otherwise print torch's exit-time INFO logs (the
@@ -181,7 +187,9 @@ def exit_on_signals_before_main(message: str = 'interrupted by {signal}.') -> No
     itself, and again once it is done, exit on any at once with ``EXIT_SIGNAL_BASE`` plus its
     number and one line: ``message``, the signal's name for ``{signal}``. Called before the
     tool's imports, which take a tenth of a second or more: a signal there would otherwise end
-    it with a KeyboardInterrupt's traceback (SIGINT) or without a word (the others)."""
+    it with a KeyboardInterrupt's traceback (SIGINT) or without a word (the others). And
+    torch's first import defers them (``defer_stop_signals_while_torch_imports``)."""
+    defer_stop_signals_while_torch_imports()
 
     def stop(signum, frame):
         ignore_stop_signals()

@@ -32,6 +32,7 @@ from alf_lite.signals import (
     RaisingSignals,
     TrainingInterrupted,
     arrived_while,
+    defer_stop_signals_while_torch_imports,
     ignore_stop_signals,
     stop_when_starter_ends,
 )
@@ -49,6 +50,7 @@ if __name__ == '__main__':
     # end train with a KeyboardInterrupt's traceback (SIGINT) or no message (SIGTERM).
     for _s in STOP_SIGNALS:
         signal.signal(_s, _stop_before_main)
+    defer_stop_signals_while_torch_imports()
 
 from absl import flags, logging  # noqa: E402
 
