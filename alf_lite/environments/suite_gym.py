@@ -1094,7 +1094,7 @@ class BatchedEnvironment:
 
         Not their resident memory: a process forked from one that imported torch holds
         its pages too, shared until written (the two Pendulum-v1 env processes of a train
-        run showed 235 MiB resident each, 6.5 MiB of it their own). Reading it walks the
+        run showed 236 MiB resident each, about 7 MiB of it their own). Reading it walks the
         process's page tables: a few milliseconds a process.
         """
         if self._closed:
