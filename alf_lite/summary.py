@@ -10,6 +10,7 @@ import socket
 import struct
 import sys
 import tempfile
+import threading
 import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -18,6 +19,7 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary as SummaryProto
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
@@ -434,6 +436,24 @@ def _finish_merge(events_dir: str) -> None:
     os.replace(os.path.join(events_dir, name), os.path.join(events_dir, final))
 
 
+def leave_writer_thread_errors_to_the_run() -> None:
+    """Keep TensorBoard's writer thread from printing the ``OSError`` it stops on (a full
+    disk): the run's next write or flush of events raises that error, which the run
+    reports (train: one line). Once a process; other errors of the thread, and every
+    other thread's, print as before."""
+    previous = threading.excepthook
+    if getattr(previous, 'leaves_writer_thread_errors_to_the_run', False):
+        return
+
+    def excepthook(args):
+        if isinstance(args.thread, _AsyncWriterThread) and isinstance(args.exc_value, OSError):
+            return
+        previous(args)
+
+    excepthook.leaves_writer_thread_errors_to_the_run = True
+    threading.excepthook = excepthook
+
+
 class Summary:
     """Writes scalars named ``train/<name>`` or ``eval/<name>`` to all three sinks.
 
@@ -450,6 +470,7 @@ class Summary:
     """
 
     def __init__(self, root_dir: str, keep_until_env_steps: int = -1):
+        leave_writer_thread_errors_to_the_run()
         run_dir = RunDir(root_dir)
         # The writers' files are named at this second or later.
         now = int(time.time())

@@ -754,6 +754,37 @@ def test_a_run_file_that_cannot_be_written_stops_train_naming_it_and_keeps_the_r
     assert checkpoint_steps(root_dir)[-1] == 600
 
 
+def test_a_full_disk_met_by_tensorboards_writer_thread_stops_train_with_one_line(
+    finished_run, tmp_path
+):
+    # TensorBoard writes the events in a thread of its own; its error reaches the run at
+    # the run's next write of events, and the thread itself printed it as well.
+    root_dir = copy_run(finished_run, tmp_path)
+    prelude = (
+        'import errno, os, threading\n'
+        'from tensorboard.summary.writer import record_writer\n'
+        'write = record_writer.RecordWriter.write\n'
+        'def disk_full(self, data):\n'
+        '    if threading.current_thread() is not threading.main_thread():\n'
+        '        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n'
+        '    return write(self, data)\n'
+        'record_writer.RecordWriter.write = disk_full\n'
+    )
+    command = train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])
+    result = run_train(with_prelude(command, prelude))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    assert 'Exception in thread' not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'error: [Errno 28] No space left on device, writing in {root_dir}. The run '
+        'stopped; what it wrote before is kept: re-run the same command, once this is '
+        'fixed, to resume from its latest checkpoint.'
+    ), result.stderr[-3000:]
+    assert sorted(os.listdir(root_dir / 'checkpoints')) == ['ckpt-200', 'ckpt-400']
+    assert_ok(run_train(command))
+    assert checkpoint_steps(root_dir)[-1] == 600
+
+
 def test_resume_removes_what_checkpoint_writes_killed_midway_left(finished_run, tmp_path):
     root_dir = copy_run(finished_run, tmp_path)
     checkpoints = root_dir / 'checkpoints'

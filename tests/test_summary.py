@@ -5,6 +5,7 @@ import os
 import re
 import stat
 import struct
+import threading
 
 import pytest
 from tensorboard.compat.proto.event_pb2 import Event
@@ -968,6 +969,34 @@ def test_progress_csv_widened_on_a_full_disk_keeps_the_rows_written_before(
         ('0', '-2.0'),
         ('100', '-1.0'),
     ]
+
+
+def test_only_the_tensorboard_writer_threads_os_errors_are_left_to_the_run(monkeypatch):
+    printed = []
+    monkeypatch.setattr(threading, 'excepthook', lambda args: printed.append(args.exc_value))
+    summary_module.leave_writer_thread_errors_to_the_run()
+    summary_module.leave_writer_thread_errors_to_the_run()  # once: not a hook around a hook
+    hook = threading.excepthook
+    assert hook.leaves_writer_thread_errors_to_the_run
+
+    class FailingWriterThread(summary_module._AsyncWriterThread):
+        def __init__(self, error):
+            threading.Thread.__init__(self)
+            self.error = error
+
+        def run(self):
+            raise self.error
+
+    class OtherThread(threading.Thread):
+        def run(self):
+            raise OSError(28, 'No space left on device')
+
+    disk_full, bug = OSError(28, 'No space left on device'), KeyError('bug')
+    for thread in [FailingWriterThread(disk_full), FailingWriterThread(bug), OtherThread()]:
+        thread.start()
+        thread.join()
+    assert [type(e) for e in printed] == [KeyError, OSError]
+    assert printed[0] is bug
 
 
 def test_console_progress_line(capsys):
