@@ -724,6 +724,25 @@ def test_disk_full_in_torchs_zip_writer_stops_with_the_disk_full_message(finishe
     assert state['env_steps'] == 400 and rb is not None
 
 
+def assert_a_full_disk_stops_train_with_one_line_and_keeps_the_run(root_dir, prelude, where):
+    """Resumed to 600 env steps with ``prelude`` filling the disk, the finished run's copy
+    at ``root_dir`` stops with the disk-full line (``where``: what it names) and no
+    traceback, keeps its checkpoints, and the same command then resumes it to the end."""
+    command = train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])
+    result = run_train(with_prelude(command, prelude))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    assert 'Exception in thread' not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'error: [Errno 28] No space left on device{where}. The run stopped; what it '
+        'wrote before is kept: re-run the same command, once this is fixed, to resume from '
+        'its latest checkpoint.'
+    ), result.stderr[-3000:]
+    assert sorted(os.listdir(root_dir / 'checkpoints')) == ['ckpt-200', 'ckpt-400']
+    assert_ok(run_train(command))
+    assert checkpoint_steps(root_dir)[-1] == 600
+
+
 @pytest.mark.parametrize('named', [True, False], ids=['file_named', 'no_file_named'])
 def test_a_run_file_that_cannot_be_written_stops_train_naming_it_and_keeps_the_run(
     finished_run, tmp_path, named
@@ -739,26 +758,15 @@ def test_a_run_file_that_cannot_be_written_stops_train_naming_it_and_keeps_the_r
         + (', self._path)\n' if named else ')\n')
         + 'summary.ProgressCsv.write = disk_full\n'
     )
-    command = train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])
-    result = run_train(with_prelude(command, prelude))
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
     where = f": '{root_dir / 'progress.csv'}'" if named else f', writing in {root_dir}'
-    assert result.stderr.strip().splitlines()[-1] == (
-        f'error: [Errno 28] No space left on device{where}. The run stopped; what it '
-        'wrote before is kept: re-run the same command, once this is fixed, to resume from '
-        'its latest checkpoint.'
-    ), result.stderr[-3000:]
-    assert sorted(os.listdir(root_dir / 'checkpoints')) == ['ckpt-200', 'ckpt-400']
-    assert_ok(run_train(command))
-    assert checkpoint_steps(root_dir)[-1] == 600
+    assert_a_full_disk_stops_train_with_one_line_and_keeps_the_run(root_dir, prelude, where)
 
 
 def test_a_full_disk_met_by_tensorboards_writer_thread_stops_train_with_one_line(
     finished_run, tmp_path
 ):
     # TensorBoard writes the events in a thread of its own; its error reaches the run at
-    # the run's next write of events, and the thread itself printed it as well.
+    # the run's next summary or checkpoint, and the thread itself printed it as well.
     root_dir = copy_run(finished_run, tmp_path)
     prelude = (
         'import errno, os, threading\n'
@@ -770,19 +778,8 @@ def test_a_full_disk_met_by_tensorboards_writer_thread_stops_train_with_one_line
         '    return write(self, data)\n'
         'record_writer.RecordWriter.write = disk_full\n'
     )
-    command = train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])
-    result = run_train(with_prelude(command, prelude))
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
-    assert 'Exception in thread' not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == (
-        f'error: [Errno 28] No space left on device, writing in {root_dir}. The run '
-        'stopped; what it wrote before is kept: re-run the same command, once this is '
-        'fixed, to resume from its latest checkpoint.'
-    ), result.stderr[-3000:]
-    assert sorted(os.listdir(root_dir / 'checkpoints')) == ['ckpt-200', 'ckpt-400']
-    assert_ok(run_train(command))
-    assert checkpoint_steps(root_dir)[-1] == 600
+    where = f', writing in {root_dir}'
+    assert_a_full_disk_stops_train_with_one_line_and_keeps_the_run(root_dir, prelude, where)
 
 
 def test_resume_removes_what_checkpoint_writes_killed_midway_left(finished_run, tmp_path):
