@@ -1276,7 +1276,8 @@ class Trainer:
         except OSError as e:
             raise TrainingError(
                 f'could not write the checkpoint at env step {self._env_steps}: '
-                f'{e}. The previous checkpoints are intact.'
+                f'{e}. The previous checkpoints are intact: re-run the same command, once this '
+                'is fixed, to resume from its latest checkpoint.'
             ) from e
         sizes = ', '.join(f'{name} {n} bytes' for name, n in ckpt.file_sizes(path).items())
         logging.info('checkpoint written: %s (%s)', path, sizes)

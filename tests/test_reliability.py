@@ -711,17 +711,21 @@ def test_disk_full_in_torchs_zip_writer_stops_with_the_disk_full_message(finishe
         os.path.getsize(root_dir / 'checkpoints' / f'ckpt-{step}' / 'model.pt') > limit
         for step in checkpoint_steps(root_dir)
     )
-    result = run_with_file_size_limit(
-        train_command(root_dir, params=['TrainerConfig.num_env_steps=600']), limit
-    )
+    command = train_command(root_dir, params=['TrainerConfig.num_env_steps=600'])
+    result = run_with_file_size_limit(command, limit)
     assert result.returncode == 1, result.stderr[-3000:]
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
     assert 'could not write the checkpoint at env step 600' in result.stderr
     assert 'unexpected pos' in result.stderr and 'the disk is full' in result.stderr
-    assert 'previous checkpoints are intact' in result.stderr
+    assert result.stderr.strip().endswith(
+        'The previous checkpoints are intact: re-run the same command, once this is fixed, '
+        'to resume from its latest checkpoint.'
+    ), result.stderr[-3000:]
     assert sorted(os.listdir(root_dir / 'checkpoints')) == ['ckpt-200', 'ckpt-400']
     state, rb = ckpt.load_checkpoint(str(root_dir / 'checkpoints' / 'ckpt-400'))
     assert state['env_steps'] == 400 and rb is not None
+    assert_ok(run_train(command))
+    assert checkpoint_steps(root_dir)[-1] == 600
 
 
 def assert_a_full_disk_stops_train_with_one_line_and_keeps_the_run(root_dir, prelude, where):
