@@ -515,15 +515,19 @@ class SlowStepEnv(SlowEnv):
 gymnasium.register('alf_test/SlowStep-v0', entry_point=SlowStepEnv, max_episode_steps=9)
 
 
-def test_the_step_timeout_counts_from_when_the_step_was_sent():
-    # The trainer trains between step_async and step_wait: that time counts. Counted
-    # from step_wait instead, the 0.7 s step would come in within 0.4 + 0.5 s.
+def test_the_step_timeout_counts_from_step_wait():
+    # The trainer trains between step_async and step_wait, and the process may be stopped
+    # (Ctrl-Z) meanwhile, which no wait there would see: the timeout counts from
+    # step_wait, where a stop is seen. Counted from step_async, the 0.7 s step would
+    # not come in within 0.5 s.
     with create_environment(
         'alf_test/SlowStep-v0', 2, use_subprocesses=True, step_timeout=0.5
     ) as env:
         env.reset()
         env.step_async(torch.zeros(2, 1))
         time.sleep(0.4)
+        assert env.step_wait().step_type.tolist() == [StepType.MID] * 2
+        env.step_async(torch.zeros(2, 1))
         with pytest.raises(EnvironmentHungError, match=r'did not answer step\(\) within 0.5 s'):
             env.step_wait()
 

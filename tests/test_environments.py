@@ -1151,6 +1151,58 @@ def test_an_env_process_whose_parent_was_killed_while_its_env_hangs_exits(tmp_pa
     assert f'the process that started it (pid {pid}) ended; exiting' in said, said
 
 
+_STOPPED_WHILE_AN_ENV_STEPS = """
+import sys, time, gymnasium, torch
+from gymnasium.envs.classic_control.pendulum import PendulumEnv
+from alf_lite.environments import create_environment
+
+class StepInSlices(PendulumEnv):
+    def step(self, action):
+        # In slices: a step stopped midway still has most of its time to run once continued.
+        for _ in range(40):
+            time.sleep(0.01)
+        return super().step(action)
+
+gymnasium.register('alf_test/StepInSlices-v0', entry_point=StepInSlices, max_episode_steps=100)
+env = create_environment(
+    'alf_test/StepInSlices-v0', 2, use_subprocesses=sys.argv[1] == 'subprocesses', step_timeout=3
+)
+env.reset()
+print('stepping', flush=True)
+for _ in range(6):
+    env.step(torch.zeros(2, 1))
+env.close()
+print('done', flush=True)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize('where', ['subprocesses', 'in_process'])
+def test_time_stopped_by_ctrl_z_does_not_count_towards_the_step_timeout(where):
+    # Ctrl-Z, or a batch scheduler suspending the job, stops the run's whole process group
+    # (its env processes with it) for longer than step_timeout; once continued, the step
+    # in flight has all of its time. It used to end the run as a hung env.
+    process = subprocess.Popen(
+        [sys.executable, '-c', _STOPPED_WHILE_AN_ENV_STEPS, where],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=train_env(),
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout.readline() == 'stepping\n'
+        time.sleep(1.0)  # within a step: the envs spend 0.4 s of each in sleeps
+        os.killpg(process.pid, signal.SIGSTOP)
+        time.sleep(7.0)  # above step_timeout, also in process (3 s for each of its 2 envs)
+        os.killpg(process.pid, signal.SIGCONT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0 and out == 'done\n', err[-3000:]
+
+
 _IDLE_ENV_PROCESSES = """
 import time
 from alf_lite.environments import create_environment
@@ -1438,16 +1490,28 @@ def test_watchdog_watches_the_calls_of_a_forked_process_too():
 
 
 class _WatchdogClock:
-    """Replaces the watchdog module's ``time``: ``sleep`` advances ``monotonic`` at once."""
+    """Replaces the watchdog module's ``time``: ``sleep`` advances ``monotonic`` at once.
+
+    ``late``: for the next sleeps in turn, ``(seconds, cpu_seconds)``: the sleep ends that
+    much later, the process having used that much CPU time meanwhile."""
 
     def __init__(self):
         self.now = 0.0
+        self.cpu = 0.0
+        self.late = []
 
     def monotonic(self):
         return self.now
 
+    def process_time(self):
+        return self.cpu
+
     def sleep(self, seconds):
         self.now += seconds
+        if self.late:
+            seconds, cpu_seconds = self.late.pop(0)
+            self.now += seconds
+            self.cpu += cpu_seconds
 
 
 class _Hung(Exception):
@@ -1474,6 +1538,37 @@ def test_watchdog_reports_the_hung_call_at_its_deadline_and_forgets_those_that_r
     seconds, description = hung.value.args
     assert description == 'the hung call'
     assert 2.0 <= seconds <= 2.0 + 0.05 + 1e-9
+
+
+@pytest.mark.parametrize(
+    'cpu_seconds, reported_at',
+    [
+        # Stopped (Ctrl-Z) for 10 s, 0.5 s into the call: the 2 s it may take come after.
+        (0.0, 12.0),
+        # Late by 10 s for a native call that kept the GIL, busy: that is the call's time.
+        (10.0, 10.5),
+    ],
+    ids=['stopped', 'busy'],
+)
+def test_watchdog_leaves_out_the_time_the_process_was_stopped(
+    monkeypatch, cpu_seconds, reported_at
+):
+    clock = _WatchdogClock()
+    monkeypatch.setattr(watchdog, 'time', clock)
+
+    def exit_hung(description):
+        raise _Hung(clock.now, description)
+
+    monkeypatch.setattr(watchdog, '_exit_hung', exit_hung)
+    dog = watchdog._Watchdog()
+    dog._thread = threading.current_thread()  # alive: its loop runs here, on the fake clock
+    dog.start(2.0, 'the hung call')  # the period is now 0.5 s
+    clock.late = [(10.0, cpu_seconds)]
+    with pytest.raises(_Hung) as hung:
+        dog._run()
+    seconds, description = hung.value.args
+    assert description == 'the hung call'
+    assert reported_at <= seconds <= reported_at + 0.5 + 1e-9
 
 
 class _CountedFactory:

@@ -54,6 +54,9 @@ _TERMINATE_WAIT_S = 5.0
 # The longest wait for the envs: the poll beneath gymnasium's waits takes at most 2**31 ms
 # (24.8 days). A longer timeout (a replay's, step_timeout for each of its steps) waits this long.
 _LONGEST_WAIT_S = 1e6
+# The longest single wait for an env process's reply. One that ends later (this process
+# was stopped meanwhile: Ctrl-Z, a batch scheduler's suspend, SIGSTOP) counts as this long.
+_REPLY_WAIT_SLICE_S = 1.0
 # torch dtypes that numpy holds; an action of another (bfloat16) is cast to float32.
 _NUMPY_FLOAT_DTYPES = (torch.float16, torch.float32, torch.float64)
 # The non-finite values of one env that an error lists.
@@ -539,6 +542,27 @@ def _env_process_worker(index, env_fn, pipe, parent_pipe, *args) -> None:
         os._exit(1)
 
 
+def _replied_within(pipes, timeout: float) -> bool:
+    """Whether every env process of ``pipes`` replied (or ended) within ``timeout`` seconds
+    of this process running: a wait that this process being stopped (Ctrl-Z, a batch
+    scheduler's suspend, SIGSTOP; its env processes stop with it) stretched counts as
+    ``_REPLY_WAIT_SLICE_S``, so that the reply in flight has all of its time once continued."""
+    left = timeout
+    for pipe in pipes:
+        if pipe is None or pipe.closed:
+            return False
+        while True:
+            wait = max(0.0, min(left, _REPLY_WAIT_SLICE_S))
+            start = time.monotonic()
+            replied = pipe.poll(wait)
+            left -= min(time.monotonic() - start, wait)
+            if replied:
+                break
+            if left <= 0:
+                return False
+    return True
+
+
 class _AsyncVectorEnv(AsyncVectorEnv):
     """gymnasium's ``AsyncVectorEnv``, whose forced close (``close(terminate=True)``, which
     its ``__del__`` calls on one left open) kills the env processes: they ignore SIGTERM
@@ -627,10 +651,11 @@ class BatchedEnvironment:
         name: how errors and logs name the env.
         step_timeout: seconds a ``reset``, ``step`` or ``close`` of the envs may
             take, up to ``1e6``; None (or inf) waits forever. Env processes that do not
-            answer in time raise ``EnvironmentHungError`` (measured from when
-            the step was sent). An in-process call that does not return in time
+            answer in time raise ``EnvironmentHungError`` (measured from
+            ``step_wait``). An in-process call that does not return in time
             ends the process (``watchdog.HUNG_ENV_EXIT_CODE``) with the stacks
-            of all threads.
+            of all threads. Time this process spends stopped (Ctrl-Z, SIGSTOP)
+            does not count.
         label: what errors call one of these envs, before its index: 'env'
             (``(env 3 of 12)``), or e.g. 'eval env' for the envs of evaluations.
         check_dims: called with the keyword arguments ``num_envs``,
@@ -753,7 +778,6 @@ class BatchedEnvironment:
         # Steps started since the envs' latest reset (or replay), to name one in an error:
         # an evaluation's count from its own reset.
         self._num_steps = 0
-        self._step_sent = 0.0
         self._env_id = torch.arange(self.num_envs, dtype=torch.int64)
         logging.info(
             'Created %d x %s (%s).',
@@ -993,7 +1017,6 @@ class BatchedEnvironment:
         np.clip(env_action, self._space_low, self._space_high, out=env_action)
         if self.use_subprocesses:
             self._call(self._env.step_async, env_action)
-            self._step_sent = time.monotonic()
         self._pending = env_action
         self._pending_active = active
         self._num_steps += 1
@@ -1027,13 +1050,10 @@ class BatchedEnvironment:
         env_action, self._pending = self._pending, None
         active, self._pending_active = self._pending_active, None
         if self.use_subprocesses:
-            timeout = (
-                None
-                if self._step_timeout is None
-                else max(0.0, self._step_sent + self._step_timeout - time.monotonic())
-            )
             with _env_process_errors_unlogged():
-                obs, reward, terminated, truncated, _ = self._call(self._env.step_wait, timeout)
+                obs, reward, terminated, truncated, _ = self._call(
+                    self._env.step_wait, timeout=self._step_timeout
+                )
         elif active is None:
             # In process the envs step one after another.
             obs, reward, terminated, truncated, _ = self._call(
@@ -1235,6 +1255,10 @@ class BatchedEnvironment:
         try:
             self.calls += 1
             self.busy = True
+            if kwargs.get('timeout') is not None and self.use_subprocesses:
+                # gymnasium's own wait would count time this process spent stopped.
+                replied = _replied_within(self._env.parent_pipes, kwargs['timeout'])
+                kwargs['timeout'] = None if replied else 0.0
             token = None
             if self._step_timeout is not None and not self.use_subprocesses:
                 token = watchdog.start(
@@ -1577,6 +1601,7 @@ def create_environment(
             timeout; an in-process env that takes longer ends the process with
             exit code 3 after printing every thread's stack. At most ``1e6``
             (11.6 days); None (or inf) waits forever (e.g. to debug an env in pdb).
+            Time the process spends stopped (Ctrl-Z, SIGSTOP) does not count.
         label: what errors call one of these envs (``BatchedEnvironment``);
             the trainer's evaluation envs are 'eval env'.
         check_dims: called with ``num_envs``, ``observation_dim`` and

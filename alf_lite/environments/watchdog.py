@@ -6,10 +6,13 @@ timeout, that thread prints what hung and the stack of every thread, and exits
 with ``HUNG_ENV_EXIT_CODE``. Nothing is written on the way out, so the last
 checkpoint stays as it was; the process's env subprocesses are stopped.
 
+Time the process spends stopped (Ctrl-Z, a batch scheduler's suspend, SIGSTOP) does
+not count towards a call's timeout: a check that comes late while the process used
+less CPU time than it was late by found the process stopped for the difference.
+
 Limits: a call hung in native code that keeps the GIL stops every Python
 thread, this one included (``kill -ABRT`` then prints the stacks where
-faulthandler is enabled, as in train and play); and time the process spends
-stopped (Ctrl-Z, SIGSTOP) during a call counts towards its timeout.
+faulthandler is enabled, as in train and play).
 """
 
 import faulthandler
@@ -39,10 +42,13 @@ class _Watchdog:
         self._tokens = itertools.count()
         self._period = _MAX_CHECK_PERIOD_S
         self._thread = None
+        # Seconds the process was found stopped; the deadlines are on the monotonic clock
+        # less these (only the watchdog's thread adds to them).
+        self._stopped_s = 0.0
 
     def start(self, timeout_s: float, description: Union[str, Callable[[], str]]) -> int:
         token = next(self._tokens)
-        self._calls[token] = (time.monotonic() + timeout_s, description)
+        self._calls[token] = (time.monotonic() - self._stopped_s + timeout_s, description)
         if timeout_s / 4 < self._period:
             self._period = timeout_s / 4
         # Not alive also in a forked child, which has only the thread that forked.
@@ -58,11 +64,17 @@ class _Watchdog:
 
     def _run(self):
         while True:
-            time.sleep(self._period)
+            period, before, cpu_before = self._period, time.monotonic(), time.process_time()
+            time.sleep(period)
+            now, cpu = time.monotonic(), time.process_time()
+            # Late, and not for a thread that kept the GIL (a native call busy that long):
+            # stopped. Its CPU time of the whole period counts against it, so a stop is
+            # found too short by at most that.
+            self._stopped_s += max(0.0, (now - before - period) - (cpu - cpu_before))
             calls = list(self._calls.values())
             if calls:
                 deadline, description = min(calls, key=lambda call: call[0])
-                if time.monotonic() >= deadline:
+                if now - self._stopped_s >= deadline:
                     _exit_hung(description if isinstance(description, str) else description())
 
 
