@@ -1518,9 +1518,9 @@ class _Hung(Exception):
     """Raised where the watchdog would end the process: ``(time, what hung)``."""
 
 
-def test_watchdog_reports_the_hung_call_at_its_deadline_and_forgets_those_that_returned(
-    monkeypatch,
-):
+def _watchdog_on_a_fake_clock(monkeypatch):
+    """A ``_WatchdogClock`` and a watchdog on it, whose loop runs in this thread and raises
+    ``_Hung`` where it would end the process."""
     clock = _WatchdogClock()
     monkeypatch.setattr(watchdog, 'time', clock)
 
@@ -1530,6 +1530,13 @@ def test_watchdog_reports_the_hung_call_at_its_deadline_and_forgets_those_that_r
     monkeypatch.setattr(watchdog, '_exit_hung', exit_hung)
     dog = watchdog._Watchdog()
     dog._thread = threading.current_thread()  # alive: its loop runs here, on the fake clock
+    return clock, dog
+
+
+def test_watchdog_reports_the_hung_call_at_its_deadline_and_forgets_those_that_returned(
+    monkeypatch,
+):
+    clock, dog = _watchdog_on_a_fake_clock(monkeypatch)
     dog.done(dog.start(0.2, 'the call that returned'))  # the period is now 0.05 s
     dog.start(60.0, 'the slow call')
     dog.start(2.0, 'the hung call')
@@ -1553,15 +1560,7 @@ def test_watchdog_reports_the_hung_call_at_its_deadline_and_forgets_those_that_r
 def test_watchdog_leaves_out_the_time_the_process_was_stopped(
     monkeypatch, cpu_seconds, reported_at
 ):
-    clock = _WatchdogClock()
-    monkeypatch.setattr(watchdog, 'time', clock)
-
-    def exit_hung(description):
-        raise _Hung(clock.now, description)
-
-    monkeypatch.setattr(watchdog, '_exit_hung', exit_hung)
-    dog = watchdog._Watchdog()
-    dog._thread = threading.current_thread()  # alive: its loop runs here, on the fake clock
+    clock, dog = _watchdog_on_a_fake_clock(monkeypatch)
     dog.start(2.0, 'the hung call')  # the period is now 0.5 s
     clock.late = [(10.0, cpu_seconds)]
     with pytest.raises(_Hung) as hung:
@@ -1569,6 +1568,27 @@ def test_watchdog_leaves_out_the_time_the_process_was_stopped(
     seconds, description = hung.value.args
     assert description == 'the hung call'
     assert reported_at <= seconds <= reported_at + 0.5 + 1e-9
+
+
+def test_watchdog_gives_a_call_begun_after_a_stop_none_of_the_stops_time(monkeypatch):
+    # The process was stopped for an hour while no call was watched; once continued, a
+    # call begins before the watchdog's check finds the stop. It is not given that hour.
+    clock, dog = _watchdog_on_a_fake_clock(monkeypatch)
+    dog.done(dog.start(2.0, 'the call that returned'))  # the period is now 0.5 s
+    sleep = clock.sleep
+
+    def stopped_then_a_call(seconds):
+        sleep(seconds)
+        if clock.now == 0.5:
+            clock.now += 3600.0
+            dog.start(2.0, 'the hung call')
+
+    clock.sleep = stopped_then_a_call
+    with pytest.raises(_Hung) as hung:
+        dog._run()
+    seconds, description = hung.value.args
+    assert description == 'the hung call'
+    assert 3602.5 <= seconds <= 3602.5 + 0.5 + 1e-9
 
 
 class _CountedFactory:

@@ -32,23 +32,32 @@ _STDERR_FD = 2
 _CHILD_EXIT_S = 1.0
 
 
+class _Call:
+    """A watched call: its deadline on the monotonic clock, moved on by the time the
+    process was found stopped while it ran (only the watchdog's thread moves it)."""
+
+    __slots__ = ('started', 'deadline', 'description')
+
+    def __init__(self, timeout_s: float, description: Union[str, Callable[[], str]]):
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout_s
+        self.description = description
+
+
 class _Watchdog:
     """One thread watching every pending call of this process."""
 
     def __init__(self):
-        # token -> (deadline, what hung: its text, or a callable giving it). Single dict
-        # operations are atomic under the GIL, so the calls take no lock.
+        # token -> _Call. Single dict operations are atomic under the GIL, so the calls
+        # take no lock.
         self._calls = {}
         self._tokens = itertools.count()
         self._period = _MAX_CHECK_PERIOD_S
         self._thread = None
-        # Seconds the process was found stopped; the deadlines are on the monotonic clock
-        # less these (only the watchdog's thread adds to them).
-        self._stopped_s = 0.0
 
     def start(self, timeout_s: float, description: Union[str, Callable[[], str]]) -> int:
         token = next(self._tokens)
-        self._calls[token] = (time.monotonic() - self._stopped_s + timeout_s, description)
+        self._calls[token] = _Call(timeout_s, description)
         if timeout_s / 4 < self._period:
             self._period = timeout_s / 4
         # Not alive also in a forked child, which has only the thread that forked.
@@ -70,11 +79,15 @@ class _Watchdog:
             # Late, and not for a thread that kept the GIL (a native call busy that long):
             # stopped. Its CPU time of the whole period counts against it, so a stop is
             # found too short by at most that.
-            self._stopped_s += max(0.0, (now - before - period) - (cpu - cpu_before))
+            stopped = max(0.0, (now - before - period) - (cpu - cpu_before))
             calls = list(self._calls.values())
+            for call in calls:
+                # A call begun during this period ran for no more of the stop than since.
+                call.deadline += min(stopped, max(0.0, now - call.started))
             if calls:
-                deadline, description = min(calls, key=lambda call: call[0])
-                if now - self._stopped_s >= deadline:
+                call = min(calls, key=lambda call: call.deadline)
+                if now >= call.deadline:
+                    description = call.description
                     _exit_hung(description if isinstance(description, str) else description())
 
 
