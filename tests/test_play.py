@@ -1019,6 +1019,20 @@ def test_an_env_that_renders_no_frame_exits_1_naming_it_and_writes_no_video(
     assert set(os.listdir(tmp_path)) - {'__pycache__'} == {'render_envs.py'}
 
 
+def _play_a_video_with_a_signal(trained_run, tmp_path, module, name, how=dropped_signal.DROPPED):
+    """play of 2 episodes into ``tmp_path / 'video.gif'``, SIGINT sent in ``module.name``
+    (``dropped_signal.run_tool``); checks that it stopped for it, writing nothing."""
+    video = tmp_path / 'video.gif'
+    args = ['--root_dir', str(trained_run), '--num_episodes', '2', '--record_file', str(video)]
+    result = dropped_signal.run_tool('play', args, module, name, how)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'error: interrupted by SIGINT. {video} was not written.'
+    ), result.stderr[-3000:]
+    assert os.listdir(tmp_path) == []
+    return result
+
+
 @pytest.mark.parametrize(
     'module, name',
     [('alf_lite.bin.policy', 'load_policy'), ('alf_lite.evaluation', 'evaluate')],
@@ -1027,33 +1041,19 @@ def test_an_env_that_renders_no_frame_exits_1_naming_it_and_writes_no_video(
 def test_a_signal_whose_exception_was_dropped_stops_play_before_the_video_is_written(
     trained_run, tmp_path, module, name
 ):
-    video = tmp_path / 'video.gif'
-    args = ['--root_dir', str(trained_run), '--num_episodes', '2', '--record_file', str(video)]
-    result = dropped_signal.run_tool('play', args, module, name)
+    result = _play_a_video_with_a_signal(trained_run, tmp_path, module, name)
     # Dropped, the signal let both episodes play; the check after them acts on it.
     assert 'episode 2:' in result.stdout, result.stdout
-    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == (
-        f'error: interrupted by SIGINT. {video} was not written.'
-    ), result.stderr[-3000:]
     assert 'Exception ignored' not in result.stderr, result.stderr[-3000:]
-    assert os.listdir(tmp_path) == []
 
 
 def test_a_signal_whose_exception_an_error_replaced_stops_play_with_one_line(trained_run, tmp_path):
     # The code the signal interrupted raised an error of its own in place of its exception
     # (as a C extension calling back into Python may): was that error's traceback, exit 1.
-    video = tmp_path / 'video.gif'
-    args = ['--root_dir', str(trained_run), '--num_episodes', '2', '--record_file', str(video)]
-    result = dropped_signal.run_tool(
-        'play', args, 'alf_lite.evaluation', 'evaluate', dropped_signal.REPLACED
+    result = _play_a_video_with_a_signal(
+        trained_run, tmp_path, 'alf_lite.evaluation', 'evaluate', dropped_signal.REPLACED
     )
-    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == (
-        f'error: interrupted by SIGINT. {video} was not written.'
-    ), result.stderr[-3000:]
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
-    assert os.listdir(tmp_path) == []
 
 
 def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
