@@ -502,7 +502,8 @@ def train_in_subprocess(
     config_path = os.path.splitext(log_path)[0] + '.gin'
     with open(config_path, 'w', opener=open_not_following_a_link) as config_file:
         config_file.write(config_text)
-    start = time.time()
+    # Not the wall clock, which NTP or a user may set while the run trains.
+    start = time.monotonic()
     try:
         # Not through a link (a sweep's root from elsewhere could hold one).
         with open(log_path, 'a', opener=open_not_following_a_link) as log:
@@ -534,4 +535,4 @@ def train_in_subprocess(
     error = None
     if returncode != 0:
         error = f'{exit_description(returncode)}: {log_error_line(log_path, offset)}'
-    return {'returncode': returncode, 'wall_time_s': time.time() - start, 'error': error}
+    return {'returncode': returncode, 'wall_time_s': time.monotonic() - start, 'error': error}

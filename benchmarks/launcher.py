@@ -260,7 +260,9 @@ class Launcher:
             os.rename(attempts_path, run.log_path(out, f'.until-{until}{ATTEMPTS_SUFFIX}'))
             attempts = []
         resumed = run.resumable and os.path.isfile(RunDir(run_dir).config_file)
-        start, steps_from = time.time(), resume_env_steps(run, run_dir) if resumed else 0
+        steps_from = resume_env_steps(run, run_dir) if resumed else 0
+        # When it started, recorded; how long it takes, measured with a clock no one sets.
+        start, clock_start = time.time(), time.monotonic()
         # The code that trains: commits made while it runs are not in it.
         code = code_version()
         with open(log_path, 'a') as log:
@@ -293,7 +295,7 @@ class Launcher:
                 )
             )
             _write_json(attempts_path, attempts)
-            loads, stopped_at_deadline = LoadSampler(start), False
+            loads, stopped_at_deadline = LoadSampler(clock_start), False
             try:
                 while True:
                     timeout = LOAD_SAMPLE_S
@@ -303,7 +305,7 @@ class Launcher:
                         returncode = process.wait(timeout=timeout)
                         break
                     except subprocess.TimeoutExpired:
-                        loads.sample(time.time(), os.getloadavg()[0])
+                        loads.sample(time.monotonic(), os.getloadavg()[0])
                     # A resumable run still going at the deadline checkpoints and
                     # stops; the next call resumes it. A run that cannot resume
                     # started only because its estimate fitted.
@@ -318,7 +320,7 @@ class Launcher:
             finally:
                 with self._lock:
                     self._processes.discard(process)
-        wall = time.time() - start
+        wall = time.monotonic() - clock_start
         if returncode == EXIT_BAD_INPUT and run_dir_in_use(run_dir):
             # Another process (another call of the launcher) took the run between the check
             # above and this start, and this one refused it, starting nothing: that process
@@ -432,7 +434,7 @@ class LoadSampler:
         self._seconds = 0.0
 
     def sample(self, now: float, load: float) -> None:
-        """Add ``load``, read at ``now`` (seconds since the epoch)."""
+        """Add ``load``, read at ``now`` (``time.monotonic()``)."""
         seconds = max(0.0, now - self._last)
         self._weighted_sum += load * seconds
         self._seconds += seconds

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -498,3 +499,20 @@ def sigterm_as_the_training_envs_give_episodes(monkeypatch, when=lambda made: Tr
         return env
 
     monkeypatch.setattr(trainer_module, 'create_environment', create_signalling)
+
+
+class ClockSetBack(types.ModuleType):
+    """The ``time`` module, but with a wall clock set back ``seconds`` once first read, as NTP
+    stepping it or someone setting it would: for a module's ``time``, to see that it measures
+    durations with a clock no one sets."""
+
+    def __init__(self, seconds: float):
+        super().__init__('time')
+        self.__dict__.update({k: v for k, v in vars(time).items() if k != 'time'})
+        self._set_back = 0.0
+        self._seconds = seconds
+
+    def time(self) -> float:
+        now = time.time() - self._set_back
+        self._set_back = self._seconds
+        return now

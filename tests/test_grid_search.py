@@ -28,6 +28,7 @@ from cli_helpers import (
     PENDULUM,
     REPO_ROOT,
     RUN_TIMEOUT_S,
+    ClockSetBack,
     checkpoint_steps,
     run_train,
     run_with_output_reader_gone,
@@ -1584,6 +1585,29 @@ def test_os_error_in_one_run_fails_that_run_and_the_others_train(tmp_path, monke
     assert reported['run1']['wall_time_s'] >= 0
 
 
+def test_a_run_s_wall_time_is_not_changed_by_the_clock_being_set(tmp_path, monkeypatch):
+    import alf_lite.bin.grid_search
+    import alf_lite.runs
+    from alf_lite.bin.grid_search import run_local
+
+    # A run that fails after 0.3 s, while the clock is set back an hour (NTP stepping it).
+    def fail_later(*args, **kwargs):
+        time.sleep(0.3)
+        raise OSError(28, 'No space left on device')
+
+    monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', fail_later)
+    monkeypatch.setattr(alf_lite.bin.grid_search, 'time', ClockSetBack(3600))
+    reported = {}
+    run_local(
+        fake_runs(1, tmp_path),
+        max_workers=1,
+        num_threads=1,
+        report=lambda run, result: reported.update({run.name: result}),
+    )
+    assert 'No space left' in reported['run0']['error']
+    assert 0.3 <= reported['run0']['wall_time_s'] < RUN_TIMEOUT_S, reported
+
+
 def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
     import alf_lite.runs
 
@@ -1786,7 +1810,7 @@ def test_a_failed_ray_task_fails_its_run_with_the_errors_last_line(tmp_path, mon
     monkeypatch.setitem(sys.modules, 'ray', ray)
     # The clock reads 100.0 when both tasks are submitted and 107.5 when the error comes.
     clock = iter([100.0, 100.0, 107.5])
-    monkeypatch.setattr(grid_search, 'time', types.SimpleNamespace(time=lambda: next(clock)))
+    monkeypatch.setattr(grid_search, 'time', types.SimpleNamespace(monotonic=lambda: next(clock)))
     reported = {}
     grid_search.run_ray(runs, 1, lambda run, result: reported.update({run.name: result}))
     assert reported['run0'] == {'returncode': 0, 'wall_time_s': 0.0, 'error': None}

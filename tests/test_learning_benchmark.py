@@ -20,6 +20,7 @@ from benchmarks import launcher, learning, sb3_common, sb3_runner
 from cli_helpers import (
     REPO_ROOT,
     RUN_TIMEOUT_S,
+    ClockSetBack,
     checkpoint_steps,
     run_python,
     run_train,
@@ -1968,6 +1969,19 @@ def test_an_attempt_whose_launcher_was_killed_counts_in_the_runs_wall_time(tmp_p
     done = json.loads((run_dir / 'done.json').read_text())
     assert done['attempts'] == 2
     assert done['wall_time_s'] == pytest.approx(first['wall_time_s'] + second['wall_time_s'])
+
+
+def test_an_attempt_s_wall_time_is_not_changed_by_the_clock_being_set(tmp_path, monkeypatch):
+    out = tmp_path / 'runs'
+    run = _pendulum_run(1000)
+    run_dir = out / 'pendulum' / 'alf_sac' / 'seed0'
+    _write_progress(run_dir, [], config=False)
+    # Set back an hour while the run trains (NTP stepping the clock, say).
+    monkeypatch.setattr(launcher, 'time', ClockSetBack(3600))
+    result = _launcher(out, _python(_APPEND_ROWS, 0.3, run_dir, 1000, -300)).execute(run)
+    assert result['status'] == 'done', result
+    (attempt,) = _attempts(run, out)
+    assert 0.3 <= attempt['wall_time_s'] < RUN_TIMEOUT_S, attempt
 
 
 def test_a_run_trained_where_an_earlier_one_was_moved_away_counts_only_its_own_attempts(tmp_path):

@@ -46,6 +46,7 @@ from alf_lite.runs import (
     train_in_subprocess,
 )
 from alf_lite.summary import Summary, last_env_steps
+from cli_helpers import RUN_TIMEOUT_S, ClockSetBack
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -1087,6 +1088,18 @@ def test_a_training_subprocess_killed_by_a_signal_fails_with_its_last_line(tmp_p
     result, _ = train_with(tmp_path, monkeypatch, 'echo env steps 100\nkill -KILL $$\n')
     assert result['returncode'] == -9
     assert result['error'] == 'killed by SIGKILL (exit code -9): env steps 100'
+
+
+def test_a_training_subprocess_s_wall_time_is_not_changed_by_the_clock_being_set(
+    tmp_path, monkeypatch
+):
+    import alf_lite.runs
+
+    # Set back an hour while the run trains (NTP stepping the clock, say).
+    monkeypatch.setattr(alf_lite.runs, 'time', ClockSetBack(3600))
+    result, _ = train_with(tmp_path, monkeypatch, 'sleep 0.3\n')
+    assert result['returncode'] == 0
+    assert 0.3 <= result['wall_time_s'] < RUN_TIMEOUT_S, result
 
 
 def test_each_training_attempt_is_appended_to_the_log_and_judged_by_its_own_lines(

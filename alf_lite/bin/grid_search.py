@@ -1218,7 +1218,7 @@ def run_local(
         need = sized.bytes if sized else 0
         if budget is not None and not budget.acquire(need, lambda: stop.signum is not None):
             return dict(NOT_STARTED)
-        start = time.time()
+        start = time.monotonic()
         try:
             return train_one(run)
         except OSError as e:
@@ -1226,7 +1226,7 @@ def run_local(
             # fails, the sweep goes on.
             return {
                 'returncode': None,
-                'wall_time_s': time.time() - start,
+                'wall_time_s': time.monotonic() - start,
                 'error': f'{type(e).__name__}: {e}',
             }
         finally:
@@ -1514,7 +1514,7 @@ def run_ray(
                 run.torch_num_threads or num_cpus_per_run,
                 run.log_path,
                 stop_file,
-            ): (run, time.time())
+            ): (run, time.monotonic())
             for run in todo
         }
         with stop:
@@ -1537,7 +1537,7 @@ def run_ray(
                     lines = [line for line in str(e).splitlines() if line.strip()]
                     result = {
                         'returncode': None,
-                        'wall_time_s': time.time() - started,
+                        'wall_time_s': time.monotonic() - started,
                         'error': f'Ray task failed: {lines[-1] if lines else type(e).__name__}',
                     }
                 # Whatever stopped the sweep, each task passed SIGINT on to its train.
