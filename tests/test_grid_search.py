@@ -423,6 +423,68 @@ def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_
         resume_to_the_end(tmp_path, root_dir, running)
 
 
+def wait_until(condition, process, what):
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not condition():
+        assert process.poll() is None, f'grid_search ended waiting for {what}'
+        assert time.monotonic() < deadline, f'no {what} within {RUN_TIMEOUT_S} s'
+        time.sleep(0.05)
+
+
+def test_ctrl_z_pauses_the_sweep_with_its_runs_and_fg_goes_on_with_them(tmp_path):
+    # A terminal sends Ctrl-Z's SIGTSTP, and fg's SIGCONT, to its foreground group:
+    # grid_search's alone, each run being in a session of its own.
+    write_inputs(tmp_path, dict(GRID, repeats=1))
+    root_dir = tmp_path / 'runs'
+    process = start_long_grid(
+        tmp_path,
+        root_dir,
+        '--max_workers',
+        '2',
+        '--gin_param',
+        'create_environment.num_parallel_environments=2',
+        '--gin_param',
+        'create_environment.use_subprocesses=True',
+    )
+    running = [root_dir / name for name in (RUN_NAMES[0], RUN_NAMES[2])]
+
+    def rows():
+        return [len(progress_rows(run_dir)) for run_dir in running]
+
+    try:
+        wait_until(lambda: min(rows()) >= 2, process, 'progress rows')
+        # grid_search, and each train with its 2 env processes.
+        processes = [psutil.Process(process.pid)] + training_processes(root_dir)
+        assert len(processes) == 7
+        os.killpg(process.pid, signal.SIGTSTP)
+        wait_until(
+            lambda: all(p.status() == psutil.STATUS_STOPPED for p in processes),
+            process,
+            'stop of every process of the sweep',
+        )
+        paused = rows()
+        time.sleep(3)
+        assert rows() == paused
+        os.killpg(process.pid, signal.SIGCONT)
+        wait_until(
+            lambda: all(now > then for now, then in zip(rows(), paused)), process, 'new rows'
+        )
+        assert not [p for p in processes if p.status() == psutil.STATUS_STOPPED]
+        # The sweep goes on as before: a Ctrl-C still stops it with its runs' checkpoints.
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+        assert process.returncode == 128 + signal.SIGINT, stderr[-3000:]
+        assert 'Traceback' not in stderr, stderr[-3000:]
+        statuses = {name: row['status'] for name, row in summary(root_dir).items()}
+        assert statuses[RUN_NAMES[0]] == statuses[RUN_NAMES[2]] == 'stopped', statuses
+        for run_dir in running:
+            assert len(checkpoint_steps(run_dir)) == 1
+    finally:
+        for p in [process] + training_processes(root_dir):
+            with contextlib.suppress(psutil.Error, OSError):
+                p.kill()
+
+
 def test_a_second_signal_as_a_stopped_sweep_exits_leaves_the_exit_code_of_the_first(tmp_path):
     # The second signal comes in the interpreter's last garbage collection, once Python has
     # set the handlers it had back to the default: it ended grid_search by that signal (a

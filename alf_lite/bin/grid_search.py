@@ -937,6 +937,10 @@ class SweepStop:
     a session of its own, so a Ctrl-C reaches them only this way), which writes
     a checkpoint and exits; ``run_ray`` stops its tasks once ``signum`` is set.
     Runs not started by then are not started.
+
+    SIGTSTP (Ctrl-Z) pauses the sweep: each tracked run's process group (train and
+    its env processes) is stopped, then grid_search; SIGCONT (``fg``, ``bg``)
+    continues the runs with it.
     """
 
     def __init__(self):
@@ -944,7 +948,9 @@ class SweepStop:
         # Each signal passed on: a run stops with the exit code of the first it got.
         self._signums = set()
         self._processes = []
-        self._lock = threading.Lock()
+        self._paused = False
+        # Reentrant: a handler may run in the main thread while it holds the lock.
+        self._lock = threading.RLock()
         self._previous = {}
 
     def _forward(self, process) -> None:
@@ -981,21 +987,53 @@ class SweepStop:
         return result
 
     def track(self, process) -> None:
-        """``train_in_subprocess``'s ``on_start``: a run started as the signal came stops too."""
+        """``train_in_subprocess``'s ``on_start``: a run started as the signal came stops too,
+        one started as the sweep paused pauses too."""
         with self._lock:
             self._processes.append(process)
+            if self._paused:
+                _signal_group(process, signal.SIGSTOP)
         if self.signum is not None:
             self._forward(process)
+
+    def _pause(self, signum, frame):
+        with self._lock:
+            self._paused = True
+            for process in self._processes:
+                _signal_group(process, signal.SIGSTOP)
+        # Not SIGTSTP, which the kernel drops for a process group no shell controls; the
+        # shell sees a job stopped either way. Continued, ``_go_on`` runs next.
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def _go_on(self, signum, frame):
+        # Also after a stop of the whole sweep (a batch system's suspend): SIGCONT to a
+        # process that was not stopped does nothing.
+        with self._lock:
+            self._paused = False
+            for process in self._processes:
+                _signal_group(process, signal.SIGCONT)
 
     def __enter__(self) -> 'SweepStop':
         if in_main_thread():
             self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
+            # A sweep started with SIGTSTP ignored is not to be paused.
+            if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN:
+                self._previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._pause)
+                self._previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._go_on)
         return self
 
     def __exit__(self, *exc_info):
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous = {}
+
+
+def _signal_group(process, signum: int) -> None:
+    """Send ``signum`` to the process group of ``process``, a train in a session of its own
+    (its env processes are in its group), unless it has been waited for."""
+    if process.returncode is None:
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            os.killpg(process.pid, signum)
 
 
 class RunMemory(NamedTuple):
