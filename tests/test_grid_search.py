@@ -1629,17 +1629,23 @@ def make_run1_fail(monkeypatch, error):
     return training
 
 
-def test_os_error_in_one_run_fails_that_run_and_the_others_train(tmp_path, monkeypatch):
+def local_results(runs, max_workers):
+    """``run_local``'s result of each of ``runs`` (1 thread a run), by name."""
     from alf_lite.bin.grid_search import run_local
 
-    make_run1_fail(monkeypatch, OSError(36, 'File name too long'))
     reported = {}
     run_local(
-        fake_runs(3, tmp_path),
-        max_workers=2,
+        runs,
+        max_workers=max_workers,
         num_threads=1,
         report=lambda run, result: reported.update({run.name: result}),
     )
+    return reported
+
+
+def test_os_error_in_one_run_fails_that_run_and_the_others_train(tmp_path, monkeypatch):
+    make_run1_fail(monkeypatch, OSError(36, 'File name too long'))
+    reported = local_results(fake_runs(3, tmp_path), max_workers=2)
     assert sorted(reported) == ['run0', 'run1', 'run2']
     assert reported['run0']['returncode'] == reported['run2']['returncode'] == 0
     assert reported['run1']['returncode'] is None
@@ -1650,7 +1656,6 @@ def test_os_error_in_one_run_fails_that_run_and_the_others_train(tmp_path, monke
 def test_a_run_s_wall_time_is_not_changed_by_the_clock_being_set(tmp_path, monkeypatch):
     import alf_lite.bin.grid_search
     import alf_lite.runs
-    from alf_lite.bin.grid_search import run_local
 
     # A run that fails after 0.3 s, while the clock is set back an hour (NTP stepping it).
     def fail_later(*args, **kwargs):
@@ -1659,13 +1664,7 @@ def test_a_run_s_wall_time_is_not_changed_by_the_clock_being_set(tmp_path, monke
 
     monkeypatch.setattr(alf_lite.runs, 'train_in_subprocess', fail_later)
     monkeypatch.setattr(alf_lite.bin.grid_search, 'time', ClockSetBack(3600))
-    reported = {}
-    run_local(
-        fake_runs(1, tmp_path),
-        max_workers=1,
-        num_threads=1,
-        report=lambda run, result: reported.update({run.name: result}),
-    )
+    reported = local_results(fake_runs(1, tmp_path), max_workers=1)
     assert 'No space left' in reported['run0']['error']
     assert 0.3 <= reported['run0']['wall_time_s'] < RUN_TIMEOUT_S, reported
 
