@@ -3064,10 +3064,10 @@ def test_runs_whose_memory_does_not_fit_together_train_one_after_another(tmp_pat
         tmp_path, {'SacAlgorithm.target_update_tau': [0.005, 0.01]}
     )
     assert re.fullmatch(
-        r'memory: a run takes up to \d+\.\d MiB \(its replay buffer and its networks in '
+        r'memory: a run takes up to \d+\.\d KiB \(its replay buffer and its networks in '
         r"training; not counted: its process's Python and torch, its envs\), 2 at a time up "
-        r'to \d+\.\d MiB, of 0\.0 MiB '
-        r'available: more than max_memory_fraction=0\.8 of it \(0\.0 MiB\), so a run starts '
+        r'to \d+\.\d KiB, of 9\.8 KiB '
+        r'available: more than max_memory_fraction=0\.8 of it \(7\.8 KiB\), so a run starts '
         r'only once those under way leave room for it\.',
         line,
     ), line
@@ -3085,7 +3085,7 @@ def test_a_sweep_over_max_memory_fraction_budgets_by_its_smallest_value(tmp_path
     root_dir, _, line = sweep_with_little_memory(
         tmp_path, {'ReplayBuffer.max_memory_fraction': fractions}
     )
-    assert 'more than max_memory_fraction=0.5 of it (0.0 MiB)' in line, line
+    assert 'more than max_memory_fraction=0.5 of it (4.9 KiB)' in line, line
     assert sorted(p.name for p in root_dir.glob('max_memory_fraction=*')) == [
         f'max_memory_fraction={f},seed=0' for f in fractions
     ]

@@ -1183,7 +1183,10 @@ def memory_text(todo: List[GridRun], memory: Dict[str, Optional[RunMemory]], max
 
 
 def _size(nbytes: int) -> str:
-    """``nbytes`` in MiB below a GiB, else in GiB."""
+    """``nbytes`` in KiB below a MiB (a tiny run's is not 0.0 MiB), MiB below a GiB, else
+    in GiB."""
+    if nbytes < 1 << 20:
+        return f'{nbytes / (1 << 10):.1f} KiB'
     if nbytes < _GIB:
         return f'{nbytes / (1 << 20):.1f} MiB'
     return f'{nbytes / _GIB:.2f} GiB'
