@@ -6,6 +6,7 @@ import functools
 import inspect
 import os
 import signal
+import threading
 import time
 import weakref
 from typing import Callable, List, Optional
@@ -471,6 +472,44 @@ class TrainingError(RuntimeError):
     """Training stopped on a fault (non-finite numbers, a checkpoint that could not be written)."""
 
 
+class TrainerInUseError(RuntimeError):
+    """Another thread of this process is building or training a ``Trainer``."""
+
+
+_holder_lock = threading.Lock()
+# The thread that builds or trains a Trainer, and how many of its calls are under way.
+_holder: Optional[threading.Thread] = None
+_holder_depth = 0
+
+
+@contextlib.contextmanager
+def _process_state_held():
+    """The process's global random generators and torch's settings are this thread's while
+    entered: a Trainer of another thread that is built or trains meanwhile raises
+    ``TrainerInUseError``. Reentrant: a ``stop_when`` may build and train another."""
+    global _holder, _holder_depth
+    me = threading.current_thread()
+    with _holder_lock:
+        if _holder is not None and _holder is not me:
+            raise TrainerInUseError(
+                f'another thread of this process ({_holder.name!r}) is building or training a '
+                "Trainer: trainers share the process's global random generators and torch's "
+                'thread count and deterministic mode, so two at once would change each '
+                "other's numbers. Train them one after another, or each in a process of its "
+                'own (python -m alf_lite.bin.train, or grid_search for many runs); nothing '
+                'was written.'
+            )
+        _holder = me
+        _holder_depth += 1
+    try:
+        yield
+    finally:
+        with _holder_lock:
+            _holder_depth -= 1
+            if _holder_depth == 0:
+                _holder = None
+
+
 class Trainer:
     """Runs one experiment in ``root_dir``, resuming from its latest checkpoint if any.
 
@@ -486,7 +525,9 @@ class Trainer:
     found them when they return or raise. They seed python's, numpy's and torch's global
     random generators from ``random_seed``; those go on from where the run left them.
     ``train()``'s callbacks run with those generators put back after them: what they
-    draw changes none of the run's numbers.
+    draw changes none of the run's numbers. While one trainer builds or trains, another
+    thread's trainer raises ``TrainerInUseError`` as it is built or trains (a callback
+    may build and train one in the same thread).
 
     Args:
         config: the trainer's settings.
@@ -510,28 +551,31 @@ class Trainer:
         self._run_dir = RunDir(root_dir)
         self._lock = RunDirLock(root_dir)
         self._env = self._eval_env = None
-        try:
-            self._device = device = resolve_device(cfg.device)
-        except (ValueError, DeviceUnavailableError) as e:
-            raise type(e)(f'TrainerConfig.{e}') from None
-        if cfg.cuda_graph:
-            # Before the envs and the replay buffer, which may take long to make.
-            check_cuda_graph_device(device)
-        if device.type == 'cuda':
-            # Streams, events and graphs are made on the current GPU.
-            torch.cuda.set_device(device)
-        self._announce_stops = announce_stops
-        cores = len(os.sched_getaffinity(0))
-        if cfg.torch_num_threads > cores:
-            logging.warning(
-                'TrainerConfig.torch_num_threads = %d is more than the %d cores this process '
-                'may use: its threads wait for each other (1 is usually fastest)',
-                cfg.torch_num_threads,
-                cores,
-            )
-        with _torch_settings(cfg.torch_num_threads, device):
-            seed_everything(cfg.random_seed, cfg.torch_num_threads)
-            self._build()
+        # From here on the process's state is this trainer's (the current GPU, the
+        # generators seeded, torch's settings).
+        with _process_state_held():
+            try:
+                self._device = device = resolve_device(cfg.device)
+            except (ValueError, DeviceUnavailableError) as e:
+                raise type(e)(f'TrainerConfig.{e}') from None
+            if cfg.cuda_graph:
+                # Before the envs and the replay buffer, which may take long to make.
+                check_cuda_graph_device(device)
+            if device.type == 'cuda':
+                # Streams, events and graphs are made on the current GPU.
+                torch.cuda.set_device(device)
+            self._announce_stops = announce_stops
+            cores = len(os.sched_getaffinity(0))
+            if cfg.torch_num_threads > cores:
+                logging.warning(
+                    'TrainerConfig.torch_num_threads = %d is more than the %d cores this process '
+                    'may use: its threads wait for each other (1 is usually fastest)',
+                    cfg.torch_num_threads,
+                    cores,
+                )
+            with _torch_settings(cfg.torch_num_threads, device):
+                seed_everything(cfg.random_seed, cfg.torch_num_threads)
+                self._build()
 
     def _build(self) -> None:
         cfg, device = self._config, self._device
@@ -755,6 +799,8 @@ class Trainer:
             CheckpointError: when checkpoints exist but none of them can be loaded.
             ProgressCsvError: root_dir's progress.csv cannot be read; nothing was written.
             RunDirInUseError: another trainer trains in root_dir; nothing was written.
+            TrainerInUseError: a trainer of another thread builds or trains; nothing was
+                written.
             TypeError: ``stop_when`` or ``before_writing`` is not callable; nothing was written.
         """
         for name, value in (('stop_when', stop_when), ('before_writing', before_writing)):
@@ -776,12 +822,13 @@ class Trainer:
             raise TrainingError(
                 f'{stopped}: build a new Trainer to go on (it resumes from the latest checkpoint).'
             )
-        self.lock_root_dir()
-        try:
-            with _torch_settings(self._config.torch_num_threads, self._device):
-                return self._train(stop_when, before_writing)
-        finally:
-            self.unlock_root_dir()
+        with _process_state_held():
+            self.lock_root_dir()
+            try:
+                with _torch_settings(self._config.torch_num_threads, self._device):
+                    return self._train(stop_when, before_writing)
+            finally:
+                self.unlock_root_dir()
 
     def _train(
         self,

@@ -33,9 +33,10 @@ from alf_lite.device import DeviceUnavailableError
 from alf_lite.run_dir import RunDirInUseError, latest_checkpoint
 from alf_lite.runs import NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import InterruptedInEnvCall, TrainingInterrupted
-from alf_lite.trainer import Trainer, TrainerConfig, TrainingError
+from alf_lite.trainer import Trainer, TrainerConfig, TrainerInUseError, TrainingError
 from alf_lite.update import check_compiles
 from cli_helpers import (
+    RUN_TIMEOUT_S,
     checkpoint_steps,
     copy_run,
     fails_after,
@@ -152,6 +153,47 @@ def test_what_the_process_draws_between_building_and_training_changes_no_number(
         'TrainerConfig.torch_num_threads = 2'
         in (tmp_path / 'b' / 'operative_config.gin').read_text()
     )
+
+
+def test_a_trainer_of_another_thread_is_refused_while_one_builds_or_trains(tmp_path):
+    # Trainers share the process's global random generators and torch's settings: two
+    # training at once in threads gave other numbers than each alone, without a word.
+    params = ['TrainerConfig.num_env_steps = 600', 'TrainerConfig.random_seed = 7']
+    train(tmp_path / 'reference', *params)
+    built = build(tmp_path / 'built', *params)
+    inside, release = threading.Event(), threading.Event()
+
+    def wait_inside(scalars):
+        if not inside.is_set():
+            # The thread that trains may build and train another trainer meanwhile.
+            with build(tmp_path / 'nested', *params) as nested:
+                nested.train()
+        inside.set()
+        assert release.wait(RUN_TIMEOUT_S)
+
+    def train_first():
+        with build(tmp_path / 'first', *params) as first:
+            first.train(stop_when=wait_inside)
+
+    thread = threading.Thread(target=train_first, name='first-run')
+    thread.start()
+    try:
+        assert inside.wait(RUN_TIMEOUT_S)
+        refused = r"another thread of this process \('first-run'\) is building or training a "
+        with pytest.raises(TrainerInUseError, match=refused):
+            Trainer(TrainerConfig(), str(tmp_path / 'second'))
+        with pytest.raises(TrainerInUseError, match=refused):
+            built.train()
+    finally:
+        release.set()
+        thread.join(RUN_TIMEOUT_S)
+    # Nothing was written, and each trains as alone once the other is done.
+    assert not (tmp_path / 'second').exists() and not (tmp_path / 'built').exists()
+    with built:
+        built.train()
+    reference = read_csv(tmp_path / 'reference' / 'progress.csv')
+    assert read_csv(tmp_path / 'built' / 'progress.csv') == reference
+    assert read_csv(tmp_path / 'nested' / 'progress.csv') == reference
 
 
 def draw_from_every_global_generator(*args) -> None:
