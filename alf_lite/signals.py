@@ -3,6 +3,7 @@ after the iteration, inside a hung env call, or at once outside the training loo
 starting up or shutting down, play)."""
 
 import contextlib
+import ctypes
 import importlib.util
 import math
 import os
@@ -179,12 +180,18 @@ def stop_when_parent_ends(parent_pid: int, interval_s: float = 1.0) -> None:
     """Send this process SIGTERM once its parent is no longer ``parent_pid`` (checked every
     ``interval_s`` seconds by a daemon thread): a run whose sweep was killed (SIGKILL, the
     OOM killer) stops at a checkpoint, as if the sweep had passed its stop on, instead of
-    training on unseen.
+    training on unseen. Also a run the sweep had paused (SIGSTOP, with its env processes:
+    Ctrl-Z) when it was killed: on Linux the kernel continues it as its parent dies, and
+    it continues its process group.
     """
+    _continue_when_parent_dies()
 
     def watch():
         while os.getppid() == parent_pid:
             time.sleep(interval_s)
+        # Its env processes, which a paused sweep stopped with it.
+        with contextlib.suppress(OSError):
+            os.killpg(os.getpgrp(), signal.SIGCONT)
         print(
             f'the process that started this train (pid {parent_pid}) ended: stopping as on SIGTERM',
             file=sys.stderr,
@@ -193,6 +200,19 @@ def stop_when_parent_ends(parent_pid: int, interval_s: float = 1.0) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name='parent watch', daemon=True).start()
+
+
+# prctl's option that names the signal this process gets as its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def _continue_when_parent_dies() -> None:
+    """Have the kernel send this process SIGCONT as its parent dies (Linux): stopped then,
+    nothing else would continue it. Where it cannot, a process stopped then stays so."""
+    if not sys.platform.startswith('linux'):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGCONT, 0, 0, 0)
 
 
 def _restore(handlers: dict) -> None:

@@ -431,21 +431,34 @@ def wait_until(condition, process, what):
         time.sleep(0.05)
 
 
+# Each run with 2 env processes, which a pause must stop too.
+ENV_PROCESSES = (
+    '--gin_param',
+    'create_environment.num_parallel_environments=2',
+    '--gin_param',
+    'create_environment.use_subprocesses=True',
+)
+
+
+def pause_the_sweep(process, root_dir, num_runs):
+    """Ctrl-Z, as a terminal sends it to its foreground group (grid_search's alone, each
+    run being in a session of its own); returns once every process of the sweep (the
+    ``num_runs`` trains with their env processes) is stopped, the processes."""
+    processes = [psutil.Process(process.pid)] + training_processes(root_dir)
+    assert len(processes) == 1 + 3 * num_runs
+    os.killpg(process.pid, signal.SIGTSTP)
+    wait_until(
+        lambda: all(p.status() == psutil.STATUS_STOPPED for p in processes),
+        process,
+        'stop of every process of the sweep',
+    )
+    return processes
+
+
 def test_ctrl_z_pauses_the_sweep_with_its_runs_and_fg_goes_on_with_them(tmp_path):
-    # A terminal sends Ctrl-Z's SIGTSTP, and fg's SIGCONT, to its foreground group:
-    # grid_search's alone, each run being in a session of its own.
     write_inputs(tmp_path, dict(GRID, repeats=1))
     root_dir = tmp_path / 'runs'
-    process = start_long_grid(
-        tmp_path,
-        root_dir,
-        '--max_workers',
-        '2',
-        '--gin_param',
-        'create_environment.num_parallel_environments=2',
-        '--gin_param',
-        'create_environment.use_subprocesses=True',
-    )
+    process = start_long_grid(tmp_path, root_dir, '--max_workers', '2', *ENV_PROCESSES)
     running = [root_dir / name for name in (RUN_NAMES[0], RUN_NAMES[2])]
 
     def rows():
@@ -453,15 +466,7 @@ def test_ctrl_z_pauses_the_sweep_with_its_runs_and_fg_goes_on_with_them(tmp_path
 
     try:
         wait_until(lambda: min(rows()) >= 2, process, 'progress rows')
-        # grid_search, and each train with its 2 env processes.
-        processes = [psutil.Process(process.pid)] + training_processes(root_dir)
-        assert len(processes) == 7
-        os.killpg(process.pid, signal.SIGTSTP)
-        wait_until(
-            lambda: all(p.status() == psutil.STATUS_STOPPED for p in processes),
-            process,
-            'stop of every process of the sweep',
-        )
+        processes = pause_the_sweep(process, root_dir, num_runs=2)
         paused = rows()
         time.sleep(3)
         assert rows() == paused
@@ -661,6 +666,23 @@ def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_contin
     resume_to_the_end(tmp_path, root_dir, [run_dir])
     # Nor beyond the run's start in the same sweep.
     assert {p.suffix for p in (root_dir / 'logs').iterdir()} == {'.log'}
+
+
+def test_a_paused_sweep_killed_outright_leaves_its_runs_to_stop_at_a_checkpoint(tmp_path):
+    # SIGKILL (kill -9 %1) of a sweep that Ctrl-Z paused left no process to continue its
+    # runs: they stayed stopped, holding their root_dirs, until someone sent SIGCONT.
+    write_inputs(tmp_path, dict(GRID, repeats=1))
+    root_dir = tmp_path / 'runs'
+    process = start_long_grid(tmp_path, root_dir, '--max_workers', '1', *ENV_PROCESSES)
+    run_dir = root_dir / RUN_NAMES[0]
+    wait_until(lambda: len(progress_rows(run_dir)) >= 2, process, 'progress rows')
+    pause_the_sweep(process, root_dir, num_runs=1)
+    # Its train and env processes all end.
+    kill_the_sweep_alone(process, root_dir, lambda: True)
+    log = (root_dir / 'logs' / f'{RUN_NAMES[0]}.log').read_text()
+    assert f'the process that started this train (pid {process.pid}) ended' in log
+    assert 'interrupted by SIGTERM: checkpoint written' in log
+    assert len(checkpoint_steps(run_dir)) == 1
 
 
 def test_broken_value_fails_its_runs_and_the_others_finish(tmp_path):
