@@ -476,10 +476,10 @@ class TrainerInUseError(RuntimeError):
     """Another thread of this process is building or training a ``Trainer``."""
 
 
-_holder_lock = threading.Lock()
-# The thread that builds or trains a Trainer, and how many of its calls are under way.
-_holder: Optional[threading.Thread] = None
-_holder_depth = 0
+# Held by the thread that builds or trains a Trainer, once for each such call under way.
+_process_state = threading.RLock()
+# That thread's name, for another thread's error.
+_holder_name = ''
 
 
 @contextlib.contextmanager
@@ -487,27 +487,21 @@ def _process_state_held():
     """The process's global random generators and torch's settings are this thread's while
     entered: a Trainer of another thread that is built or trains meanwhile raises
     ``TrainerInUseError``. Reentrant: a ``stop_when`` may build and train another."""
-    global _holder, _holder_depth
-    me = threading.current_thread()
-    with _holder_lock:
-        if _holder is not None and _holder is not me:
-            raise TrainerInUseError(
-                f'another thread of this process ({_holder.name!r}) is building or training a '
-                "Trainer: trainers share the process's global random generators and torch's "
-                'thread count and deterministic mode, so two at once would change each '
-                "other's numbers. Train them one after another, or each in a process of its "
-                'own (python -m alf_lite.bin.train, or grid_search for many runs); nothing '
-                'was written.'
-            )
-        _holder = me
-        _holder_depth += 1
+    global _holder_name
+    if not _process_state.acquire(blocking=False):
+        raise TrainerInUseError(
+            f'another thread of this process ({_holder_name!r}) is building or training a '
+            "Trainer: trainers share the process's global random generators and torch's "
+            'thread count and deterministic mode, so two at once would change each '
+            "other's numbers. Train them one after another, or each in a process of its "
+            'own (python -m alf_lite.bin.train, or grid_search for many runs); nothing '
+            'was written.'
+        )
+    _holder_name = threading.current_thread().name
     try:
         yield
     finally:
-        with _holder_lock:
-            _holder_depth -= 1
-            if _holder_depth == 0:
-                _holder = None
+        _process_state.release()
 
 
 class Trainer:

@@ -346,14 +346,21 @@ def start_long_grid(directory, root_dir, *args, env=None, prelude=None):
     )
 
 
+def wait_until(condition, process, what):
+    """Wait until ``condition()``, while ``process`` (the sweep) runs, for at most
+    ``RUN_TIMEOUT_S``; ``what``: what is waited for, in the failure."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not condition():
+        assert process.poll() is None, f'grid_search ended waiting for {what}'
+        assert time.monotonic() < deadline, f'no {what} within {RUN_TIMEOUT_S} s'
+        time.sleep(0.05)
+
+
 def signal_once(process, root_dir, ready, send):
     """Wait until ``ready()``, ``send()`` the signal and return the grid's output;
     whatever fails, no sweep or training process outlives it."""
     try:
-        deadline = time.time() + RUN_TIMEOUT_S
-        while not ready():
-            assert process.poll() is None and time.time() < deadline
-            time.sleep(0.05)
+        wait_until(ready, process, 'the moment to signal')
         send()
         return process.communicate(timeout=RUN_TIMEOUT_S)
     finally:
@@ -421,14 +428,6 @@ def test_signal_stops_the_sweep_with_checkpoints_and_the_same_command_continues_
 
     if to_group:
         resume_to_the_end(tmp_path, root_dir, running)
-
-
-def wait_until(condition, process, what):
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not condition():
-        assert process.poll() is None, f'grid_search ended waiting for {what}'
-        assert time.monotonic() < deadline, f'no {what} within {RUN_TIMEOUT_S} s'
-        time.sleep(0.05)
 
 
 # Each run with 2 env processes, which a pause must stop too.
@@ -624,10 +623,7 @@ def kill_the_sweep_alone(process, root_dir, ready):
     """SIGKILL grid_search alone once ``ready()``; its runs, which had 100000 steps to go,
     must end within a minute by themselves. Returns them; none outlives the test."""
     try:
-        deadline = time.time() + RUN_TIMEOUT_S
-        while not ready():
-            assert process.poll() is None and time.time() < deadline
-            time.sleep(0.05)
+        wait_until(ready, process, 'the moment to kill the sweep')
         trains = training_processes(root_dir)
         process.kill()
         process.communicate()

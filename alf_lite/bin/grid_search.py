@@ -996,11 +996,15 @@ class SweepStop:
         if self.signum is not None:
             self._forward(process)
 
-    def _pause(self, signum, frame):
+    def _set_paused(self, paused: bool) -> None:
+        """Stop (SIGSTOP) or continue (SIGCONT) every tracked run's process group."""
         with self._lock:
-            self._paused = True
+            self._paused = paused
             for process in self._processes:
-                _signal_group(process, signal.SIGSTOP)
+                _signal_group(process, signal.SIGSTOP if paused else signal.SIGCONT)
+
+    def _pause(self, signum, frame):
+        self._set_paused(True)
         # Not SIGTSTP, which the kernel drops for a process group no shell controls; the
         # shell sees a job stopped either way. Continued, ``_go_on`` runs next.
         os.kill(os.getpid(), signal.SIGSTOP)
@@ -1008,10 +1012,7 @@ class SweepStop:
     def _go_on(self, signum, frame):
         # Also after a stop of the whole sweep (a batch system's suspend): SIGCONT to a
         # process that was not stopped does nothing.
-        with self._lock:
-            self._paused = False
-            for process in self._processes:
-                _signal_group(process, signal.SIGCONT)
+        self._set_paused(False)
 
     def __enter__(self) -> 'SweepStop':
         if in_main_thread():
