@@ -1315,10 +1315,18 @@ class Trainer:
                 self._run_dir.checkpoint_dir, state, rb, name, self._config.max_checkpoints_to_keep
             )
         except OSError as e:
+            if self._run_dir.latest_checkpoint_env_steps() is None:
+                kept = (
+                    'No checkpoint was written before it: re-run the same command, once this '
+                    'is fixed, to start the run again.'
+                )
+            else:
+                kept = (
+                    'The previous checkpoints are intact: re-run the same command, once this '
+                    'is fixed, to resume from its latest checkpoint.'
+                )
             raise TrainingError(
-                f'could not write the checkpoint at env step {self._env_steps}: '
-                f'{e}. The previous checkpoints are intact: re-run the same command, once this '
-                'is fixed, to resume from its latest checkpoint.'
+                f'could not write the checkpoint at env step {self._env_steps}: {e}. {kept}'
             ) from e
         sizes = ', '.join(f'{name} {n} bytes' for name, n in ckpt.file_sizes(path).items())
         logging.info('checkpoint written: %s (%s)', path, sizes)

@@ -728,6 +728,24 @@ def test_disk_full_in_torchs_zip_writer_stops_with_the_disk_full_message(finishe
     assert checkpoint_steps(root_dir)[-1] == 600
 
 
+def test_disk_full_at_the_first_checkpoint_of_a_start_over_says_to_start_again_without_it(
+    tmp_path,
+):
+    # Re-run with --start_over, the run would be moved aside again.
+    root_dir = tmp_path / 'run'
+    command = train_command(root_dir, [PENDULUM], SHORT) + ['--start_over']
+    result = run_with_file_size_limit(command, 4_000)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        'No checkpoint was written before it: re-run the same command without --start_over, '
+        'once this is fixed, to start the run again.'
+    ), result.stderr[-3000:]
+    assert checkpoint_steps(root_dir) == []
+    assert_ok(run_train(command[:-1]))
+    assert checkpoint_steps(root_dir) == [200, 400]
+    assert not list(tmp_path.glob('run.old-*'))
+
+
 def assert_a_full_disk_stops_train_with_one_line_and_keeps_the_run(root_dir, prelude, where):
     """Resumed to 600 env steps with ``prelude`` filling the disk, the finished run's copy
     at ``root_dir`` stops with the disk-full line (``where``: what it names) and no
@@ -952,9 +970,10 @@ def tensorboard_scalars(tensorboard, run):
 # --- SIGINT / SIGTERM -----------------------------------------------------------------------
 
 
-def start_long_run(root_dir, *params):
-    """A train of 100,000 env steps with ``params``, started in its own session; returned
-    once its progress.csv holds 3 rows (summaries every 100 env steps, no checkpoint)."""
+def start_long_run(root_dir, *params, flags=()):
+    """A train of 100,000 env steps with ``params`` (and train's ``flags``), started in its
+    own session; returned once its progress.csv holds 3 rows (summaries every 100 env
+    steps, no checkpoint)."""
     params = TINY + [
         'TrainerConfig.num_env_steps=100000',
         'TrainerConfig.summary_interval=100',
@@ -965,7 +984,8 @@ def start_long_run(root_dir, *params):
     # A child of the train server, which imported the dependencies once: a real process
     # in a session of its own, signalled as one started from scratch is.
     stderr = root_dir.parent / f'{root_dir.name}.stderr'
-    process = start_train(train_command(root_dir, [PENDULUM], params), stderr, new_session=True)
+    command = train_command(root_dir, [PENDULUM], params) + list(flags)
+    process = start_train(command, stderr, new_session=True)
     deadline = time.time() + 60
     while not ((root_dir / 'progress.csv').exists() and len(steps_in_csv(root_dir)) >= 3):
         assert process.poll() is None and time.time() < deadline
@@ -1097,6 +1117,25 @@ def test_a_second_signal_while_train_stops_keeps_its_exit_code_and_message(tmp_p
         'same command to continue.'
     ), stderr[-3000:]
     assert len(checkpoint_steps(root_dir)) == 1
+
+
+def test_a_start_over_run_stopped_by_a_signal_says_to_resume_without_start_over(tmp_path):
+    # The same command would move the run aside again and start afresh.
+    root_dir = tmp_path / 'run'
+    process = start_long_run(root_dir, flags=['--start_over'])
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGINT, stderr[-3000:]
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.endswith(
+        'interrupted by SIGINT: checkpoint written, env processes closed; re-run the same '
+        'command without --start_over to continue.'
+    ), stderr[-3000:]
+    [stopped_at] = checkpoint_steps(root_dir)
+    resume = train_command(root_dir, params=[f'TrainerConfig.num_env_steps={stopped_at + 100}'])
+    assert_ok(run_train(resume))
+    assert checkpoint_steps(root_dir)[-1] == stopped_at + 100
+    assert not list(tmp_path.glob('run.old-*'))
 
 
 @pytest.mark.parametrize(
@@ -2058,6 +2097,9 @@ def test_trainer_stops_on_an_env_process_that_never_answers(tmp_path):
     )
     assert result.returncode == 1, result.stderr[-3000:]
     assert '(env 0 of 2) did not answer step() within 2 s' in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().endswith(
+        're-run the same command to resume from the latest (at 300 env steps).'
+    ), result.stderr[-3000:]
     assert 'Traceback' not in result.stderr, result.stderr[-3000:]
     # Env 0 hangs in its 150th step, after the checkpoints at 100, 200 and 300 env steps.
     assert checkpoint_steps(root_dir) == [100, 200, 300]
@@ -2081,7 +2123,9 @@ def test_env_that_raises_stops_the_run_with_a_message_naming_it(tmp_path, use_su
     assert 'trainer.py", line' not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
         "error: Environment 'alf_lite_tests/CrashesAfterCheckpoint-v0' (env 0 of 2) "
-        'raised in step(): RuntimeError: the simulator exploded'
+        'raised in step(): RuntimeError: the simulator exploded. The run stopped; its '
+        'checkpoints are left as they were: once the env is fixed, re-run the same command '
+        'to resume from the latest (at 300 env steps).'
     ), result.stderr[-3000:]
     # Env 0 raises in its 150th step, after the checkpoints at 100, 200 and 300 env steps.
     assert checkpoint_steps(root_dir) == [100, 200, 300]
@@ -2099,9 +2143,10 @@ def test_an_in_process_env_whose_close_fails_after_it_raised_is_still_named(tmp_
     assert re.search(r'hanging_env\.py", line \d+, in _hang', result.stderr), result.stderr[-3000:]
     assert 'trainer.py", line' not in result.stderr, result.stderr[-3000:]
     assert 'not connected to the simulator' in result.stderr, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == (
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith(
         "error: Environment 'alf_lite_tests/CrashesAndCannotClose-v0' (env 0 of 2) "
-        'raised in step(): RuntimeError: the simulator exploded'
+        'raised in step(): RuntimeError: the simulator exploded. The run stopped;'
     ), result.stderr[-3000:]
     assert checkpoint_steps(root_dir) == [100, 200, 300]
 
@@ -2131,18 +2176,23 @@ def test_envs_whose_close_raises_at_the_end_of_a_run_are_warnings_naming_them(
 
 
 def test_an_eval_env_that_raises_is_named_as_an_eval_env(tmp_path):
-    result = run_hanging(
-        tmp_path / 'run',
-        'alf_lite_tests/CrashesWhenEvaluated-v0',
+    # Before the first checkpoint: the same command starts the run again.
+    params = (
         'create_environment.num_parallel_environments=2',
         'TrainerConfig.eval_interval=200',
         'TrainerConfig.num_eval_episodes=3',
+        'TrainerConfig.checkpoint_interval=1000',
     )
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == (
-        "error: Environment 'alf_lite_tests/CrashesWhenEvaluated-v0' (eval env 0 of 3) "
-        'raised in step(): RuntimeError: the simulator exploded'
-    ), result.stderr[-3000:]
+    for _ in range(2):
+        result = run_hanging(tmp_path / 'run', 'alf_lite_tests/CrashesWhenEvaluated-v0', *params)
+        assert result.returncode == 1, result.stderr[-3000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            "error: Environment 'alf_lite_tests/CrashesWhenEvaluated-v0' (eval env 0 of 3) "
+            'raised in step(): RuntimeError: the simulator exploded. The run stopped before '
+            'its first checkpoint: once the env is fixed, re-run the same command to start it '
+            'again.'
+        ), result.stderr[-3000:]
+        assert checkpoint_steps(tmp_path / 'run') == []
 
 
 def test_a_nan_observation_stops_the_run_naming_it_in_one_line(tmp_path):

@@ -23,6 +23,7 @@ import errno
 import os
 import signal
 import sys
+from typing import Optional
 
 # These two import the standard library only: the handlers below are installed at once.
 from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, output_root_dir, run_tool
@@ -124,15 +125,36 @@ def build_trainer(gin_files, gin_params, root_dir, check_experiment, trust_impor
         fail_on_env_error(e)
 
 
-def fail_on_env_error(error: Exception) -> None:
+def fail_on_env_error(error: Exception, root_dir: Optional[str] = None) -> None:
     """Exit with ``EXIT_FAULT`` on an env's error: what the env raised with its stack, then the
-    message naming the env; not the trainer's frames above the env, which say nothing of it."""
+    message naming the env; not the trainer's frames above the env, which say nothing of it.
+    With the ``root_dir`` of a run under way, the message says what a re-run does."""
     from alf_lite.environments.suite_gym import env_traceback
 
     stack = env_traceback(error)
     if stack:
         print(f'{stack}\n', file=sys.stderr)
-    fail(str(error), exit_code=EXIT_FAULT)
+    message = str(error)
+    if root_dir is not None:
+        steps = RunDir(root_dir).latest_checkpoint_env_steps()
+        message += '' if message.endswith('.') else '.'
+        if steps is None:
+            message += (
+                ' The run stopped before its first checkpoint: once the env is fixed, '
+                f'{rerun()} to start it again.'
+            )
+        else:
+            message += (
+                ' The run stopped; its checkpoints are left as they were: once the env is '
+                f'fixed, {rerun()} to resume from the latest (at {steps} env steps).'
+            )
+    fail(message, exit_code=EXIT_FAULT)
+
+
+def rerun() -> str:
+    """How to go on with this run: the same command, but for ``--start_over``, which would
+    move it aside too and start afresh."""
+    return 're-run the same command' + (' without --start_over' if FLAGS.start_over else '')
 
 
 def lock_or_fail(trainer) -> None:
@@ -198,11 +220,12 @@ def _stop_for_signal(e, root_dir: str, root_dir_existed: bool) -> None:
     if interrupted is not None:
         # Also when the other signal came while the trainer closed, outside the loop.
         logging.warning(
-            '%s: %s, env processes closed; re-run the same command to continue.',
+            '%s: %s, env processes closed; %s to continue.',
             interrupted,
             'checkpoint written'
             if interrupted.checkpoint_written
             else 'the checkpoint resumed from holds the run',
+            rerun(),
         )
         sys.exit(EXIT_SIGNAL_BASE + interrupted.signum)
     # The trainer, if built, closed its env processes on the way here.
@@ -295,11 +318,11 @@ def train(root_dir: str, signals) -> None:
         except (CheckpointError, ProgressCsvError) as e:
             fail(str(e))
         except TrainingError as e:
-            fail(str(e), exit_code=EXIT_FAULT)
+            fail(str(e).replace('re-run the same command', rerun()), exit_code=EXIT_FAULT)
         except EnvironmentCrashedError as e:
             # The message names the env that raised, died or hung; leaving the
             # ``with`` block terminates every env process.
-            fail_on_env_error(e)
+            fail_on_env_error(e, root_dir)
         except OSError as e:
             # A file of the run that cannot be written (a full disk): each is replaced
             # whole or appended to, so what was written before stays readable. A write
@@ -308,8 +331,8 @@ def train(root_dir: str, signals) -> None:
                 raise
             where = '' if e.filename is not None else f', writing in {root_dir}'
             fail(
-                f'{e}{where}. The run stopped; what it wrote before is kept: re-run the same '
-                'command, once this is fixed, to resume from its latest checkpoint.',
+                f'{e}{where}. The run stopped; what it wrote before is kept: {rerun()}, '
+                'once this is fixed, to resume from its latest checkpoint.',
                 exit_code=EXIT_FAULT,
             )
 
