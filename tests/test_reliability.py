@@ -784,6 +784,27 @@ def test_a_run_file_that_cannot_be_written_stops_train_naming_it_and_keeps_the_r
     assert_a_full_disk_stops_train_with_one_line_and_keeps_the_run(root_dir, prelude, where)
 
 
+def test_a_full_disk_before_the_first_checkpoint_says_the_same_command_starts_again(tmp_path):
+    root_dir = tmp_path / 'run'
+    prelude = (
+        'import errno, os\n'
+        'from alf_lite import summary\n'
+        'def disk_full(self, row):\n'
+        '    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._path)\n'
+        'summary.ProgressCsv.write = disk_full\n'
+    )
+    command = train_command(root_dir, [PENDULUM], SHORT)
+    result = run_train(with_prelude(command, prelude))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: [Errno 28] No space left on device: '{root_dir / 'progress.csv'}'. The run "
+        'stopped; what it wrote before is kept: re-run the same command, once this is fixed, '
+        'to start the run again (it stopped before its first checkpoint).'
+    ), result.stderr[-3000:]
+    assert_ok(run_train(command))
+    assert checkpoint_steps(root_dir) == [200, 400]
+
+
 def test_a_full_disk_met_by_tensorboards_writer_thread_stops_train_with_one_line(
     finished_run, tmp_path
 ):

@@ -330,9 +330,13 @@ def train(root_dir: str, signals) -> None:
             if e.filename is None and e.errno not in WRITE_ERRNOS:
                 raise
             where = '' if e.filename is not None else f', writing in {root_dir}'
+            if RunDir(root_dir).latest_checkpoint_env_steps() is None:
+                then = 'to start the run again (it stopped before its first checkpoint)'
+            else:
+                then = 'to resume from its latest checkpoint'
             fail(
                 f'{e}{where}. The run stopped; what it wrote before is kept: {rerun()}, '
-                'once this is fixed, to resume from its latest checkpoint.',
+                f'once this is fixed, {then}.',
                 exit_code=EXIT_FAULT,
             )
 
