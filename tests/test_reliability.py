@@ -736,7 +736,8 @@ def test_disk_full_at_the_first_checkpoint_of_a_start_over_says_to_start_again_w
     command = train_command(root_dir, [PENDULUM], SHORT) + ['--start_over']
     result = run_with_file_size_limit(command, 4_000)
     assert result.returncode == 1, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1].endswith(
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.endswith(
         'No checkpoint was written before it: re-run the same command without --start_over, '
         'once this is fixed, to start the run again.'
     ), result.stderr[-3000:]
