@@ -235,6 +235,30 @@ def test_render_rgb_array_headless(make):
     assert env.metadata['render_fps'] * CONTROL_DT == pytest.approx(1, rel=1e-12)
 
 
+@pytest.mark.parametrize('env_id', sorted(CLASSIC_DIMS))
+def test_the_robot_is_drawn_in_its_mjcf_colours_against_the_floor(make, env_id):
+    # PyBullet's MJCF loader leaves every link white: a robot as pale as the floor.
+    env = make(env_id, render_mode='rgb_array')
+    env.reset(seed=0)
+    frame = env.render().astype(int)
+    # The floor is blue and white, the sky white: the brown robot alone is redder than blue.
+    brown = np.count_nonzero(frame[:, :, 0] - frame[:, :, 2] > 50)
+    assert brown > 150, brown
+
+
+def test_a_link_takes_the_colour_its_mjcf_body_gives_else_the_files_default(make):
+    env = make('Walker2DBullet-v0', render_mode='rgb_array').unwrapped
+    client, body = env._p, env._body
+    link_index = {
+        client.getJointInfo(body, j)[12].decode(): j for j in range(client.getNumJoints(body))
+    }
+    colors = {data[1]: data[7] for data in client.getVisualShapeData(body)}
+    # walker2d.xml: '.7 .3 .6 1' on the left leg's geoms, '0.8 0.6 .4 1' by default.
+    assert colors[link_index['thigh_left']] == pytest.approx((0.7, 0.3, 0.6, 1.0))
+    assert colors[link_index['foot_left']] == pytest.approx((0.7, 0.3, 0.6, 1.0))
+    assert colors[link_index['thigh']] == pytest.approx((0.8, 0.6, 0.4, 1.0))
+
+
 @pytest.mark.parametrize('render_mode', ['rgb_array', None])
 def test_a_closed_env_closes_again_and_refuses_the_rest_clearly(make, render_mode):
     env = make('HopperBullet-v0', render_mode=render_mode)

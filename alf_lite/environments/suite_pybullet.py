@@ -32,9 +32,11 @@ this step's contacts, not the previous step's.
 """
 
 import dataclasses
+import functools
 import importlib
 import os
 from typing import Callable, Dict, Optional, Sequence, Tuple
+from xml.etree import ElementTree
 
 import gymnasium
 import numpy as np
@@ -122,6 +124,35 @@ def close_client(env: gymnasium.Env) -> None:
     if not isinstance(env._p, ClosedClient):
         env._p.disconnect()
         env._p = ClosedClient(env)
+
+
+# The colour of a geom without its own, where an MJCF file sets none by default.
+MJCF_GEOM_RGBA = (0.8, 0.6, 0.4, 1.0)
+
+
+@functools.cache
+def mjcf_body_colors(path: str) -> Tuple[Tuple[float, ...], Dict[str, Tuple[float, ...]]]:
+    """The colours an MJCF file gives its bodies: ``(default, {body name: rgba})``.
+
+    ``default`` is the ``rgba`` of its ``<default><geom>`` (else ``MJCF_GEOM_RGBA``); a body
+    is named where one of its own geoms has an ``rgba``. PyBullet's MJCF loader leaves
+    every link white, which TinyRenderer draws nearly as pale as the floor.
+    """
+
+    def rgba(geom) -> Optional[Tuple[float, ...]]:
+        text = geom.get('rgba')
+        return None if text is None else tuple(float(v) for v in text.split())
+
+    root = ElementTree.parse(path).getroot()
+    default = next(
+        (c for g in root.iter('default') for c in map(rgba, g.findall('geom')) if c), None
+    )
+    colors = {}
+    for body in root.iter('body'):
+        color = next((c for c in map(rgba, body.findall('geom')) if c), None)
+        if color is not None and body.get('name'):
+            colors[body.get('name')] = color
+    return default or MJCF_GEOM_RGBA, colors
 
 
 def render_rgb(
@@ -316,11 +347,19 @@ class LocomotionBulletEnv(gymnasium.Env):
         )
         self._ground = p.loadURDF('plane.urdf')
         p.changeDynamics(self._ground, -1, lateralFriction=0.8, restitution=0.5)
+        xml = os.path.join(pybullet_data.getDataPath(), 'mjcf', robot.xml)
         (self._body,) = p.loadMJCF(
-            os.path.join(pybullet_data.getDataPath(), 'mjcf', robot.xml),
+            xml,
             flags=pybullet.URDF_USE_SELF_COLLISION
             | pybullet.URDF_USE_SELF_COLLISION_EXCLUDE_ALL_PARENTS,
         )
+        if self.render_mode is not None:
+            # Drawn in the file's colours (the loader leaves them white).
+            default, colors = mjcf_body_colors(xml)
+            p.changeVisualShape(self._body, -1, rgbaColor=default)
+            for j in range(p.getNumJoints(self._body)):
+                link = p.getJointInfo(self._body, j)[12].decode()
+                p.changeVisualShape(self._body, j, rgbaColor=colors.get(link, default))
 
         links = {}
         self._joints, joint_power, lower, upper = [], [], [], []
