@@ -118,7 +118,8 @@ def _open_relative_to_includer(path):
         )
     state.open_files.append(resolved)
     try:
-        with open(resolved) as f:
+        # UTF-8, as gin files are; a byte order mark (Windows editors save one) is no token.
+        with open(resolved, encoding='utf-8-sig') as f:
             yield f
     except Exception:
         state.failed_files.append(resolved)
@@ -389,7 +390,8 @@ def write_text_atomically(path: str, text: str) -> None:
     # A sibling temp file keeps os.replace on one file system.
     tmp_path = new_file_beside(path, '.tmp')
     try:
-        with open(tmp_path, 'w') as f:
+        # UTF-8 whatever the locale, as the files train writes are read.
+        with open(tmp_path, 'w', encoding='utf-8') as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -393,7 +393,8 @@ def read_config_text(path: str) -> str:
             not read into memory. Or it is not text (``not_text``), or a directory.
     """
     try:
-        f = open(path)
+        # As parse_config reads a gin file: a byte order mark is no part of its text.
+        f = open(path, encoding='utf-8-sig')
     except IsADirectoryError:
         raise ValueError(f'{path} is a directory, not a gin config file') from None
     with f:

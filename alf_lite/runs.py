@@ -500,7 +500,7 @@ def train_in_subprocess(
     # sweep that was killed (no ``finally`` ran) is replaced as the same run starts again.
     # Not through a link, as the log.
     config_path = os.path.splitext(log_path)[0] + '.gin'
-    with open(config_path, 'w', opener=open_not_following_a_link) as config_file:
+    with open(config_path, 'w', encoding='utf-8', opener=open_not_following_a_link) as config_file:
         config_file.write(config_text)
     # Not the wall clock, which NTP or a user may set while the run trains.
     start = time.monotonic()

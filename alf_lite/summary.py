@@ -100,7 +100,7 @@ class ProgressCsv:
             )
             self._rewrite()
         else:
-            with open(self._path, 'a', newline='') as f:
+            with open(self._path, 'a', newline='', encoding='utf-8') as f:
                 csv.DictWriter(f, self._columns).writerow(row)
                 # On the disk before the checkpoint of its step: after a power cut, the
                 # resume from that checkpoint finds every row up to it.

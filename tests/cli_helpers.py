@@ -320,10 +320,9 @@ def run_train(command, cwd=REPO_ROOT, fresh_interpreter=False, **kwargs):
     return subprocess.run(
         command,
         cwd=cwd,
-        env=train_env(),
         capture_output=True,
         text=True,
-        **{'timeout': RUN_TIMEOUT_S, **kwargs},
+        **{'env': train_env(), 'timeout': RUN_TIMEOUT_S, **kwargs},
     )
 
 

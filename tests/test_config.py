@@ -92,6 +92,18 @@ def test_include_resolves_relative_to_including_file(tmp_path, monkeypatch):
     assert MyModel().hidden_size == 64
 
 
+def test_gin_files_saved_with_a_byte_order_mark_and_crlf_line_ends_parse_as_without(tmp_path):
+    # As Windows editors save them (Notepad, PowerShell's Out-File): the mark is no token.
+    bom = b'\xef\xbb\xbf'
+    (tmp_path / 'base.gin').write_bytes(bom + b'# base\r\nmy_fn.beta = 20\r\n')
+    main = tmp_path / 'main.gin'
+    main.write_bytes(bom + b"include 'base.gin'\r\nmy_fn.alpha = 10\r\n")
+
+    config.parse_config([str(main)])
+
+    assert my_fn() == (10, 20)
+
+
 def test_relative_gin_file_resolves_against_cwd(tmp_path, monkeypatch):
     _write(tmp_path / 'common' / 'base.gin', 'my_fn.alpha = 5\n')
     _write(tmp_path / 'main.gin', "include 'common/base.gin'\n")

@@ -961,6 +961,15 @@ def test_a_search_config_that_would_not_sweep_as_written_is_refused(tmp_path, gr
         load_space(tmp_path, grid)
 
 
+def test_a_search_config_saved_with_a_byte_order_mark_is_read_as_without(tmp_path):
+    from alf_lite.bin import grid_search
+
+    (tmp_path / 'bom').mkdir()
+    path = tmp_path / 'bom' / 'grid.json'
+    path.write_bytes(b'\xef\xbb\xbf' + json.dumps(GRID).encode())
+    assert grid_search.load_search_space(str(path)) == load_space(tmp_path, GRID)
+
+
 def test_a_search_config_that_is_not_text_is_refused_naming_it(tmp_path):
     from alf_lite.bin import grid_search
 
@@ -2362,6 +2371,17 @@ def test_summary_table_to_a_pipe_whose_reader_is_gone_exits_0():
     )
     returncode, err = run_with_output_reader_gone([sys.executable, '-c', script], timeout=60)
     assert returncode == 0 and 'BrokenPipeError' not in err, (returncode, err)
+
+
+def test_a_summary_saved_again_by_a_spreadsheet_with_a_byte_order_mark_reads_as_before(tmp_path):
+    # Excel's "CSV UTF-8" starts the file with one: the first column keeps its name.
+    from alf_lite.bin.grid_search import read_summary, write_summary
+
+    path = tmp_path / 'grid_summary.csv'
+    write_summary(str(path), SUMMARY_ROWS)
+    written = read_summary(str(path))
+    path.write_bytes(b'\xef\xbb\xbf' + path.read_bytes())
+    assert read_summary(str(path)) == written
 
 
 def test_a_skipped_run_keeps_its_earlier_wall_time_and_a_trained_one_gets_its_new_one(tmp_path):

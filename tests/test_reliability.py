@@ -252,6 +252,19 @@ def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(fini
     assert 'DdpgAlgorithm' in (finished_run / 'config.gin').read_text()
 
 
+def test_a_config_gin_saved_again_with_a_byte_order_mark_resumes_as_the_same_config(
+    finished_run, tmp_path
+):
+    # An editor on Windows adds the mark as it saves: no binding changed.
+    root_dir = copy_run(finished_run, tmp_path)
+    config_file = root_dir / 'config.gin'
+    config_file.write_bytes(b'\xef\xbb\xbf' + config_file.read_bytes().replace(b'\n', b'\r\n'))
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
+    assert_ok(result)
+    assert checkpoint_steps(root_dir)[-1] == 600
+    assert not list(root_dir.glob('config-until-*')), result.stderr[-3000:]
+
+
 def test_a_resume_that_changes_the_experiment_keeps_the_config_it_trained_with(
     finished_run, tmp_path
 ):

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -302,6 +303,49 @@ def test_gin_file_by_absolute_path_works_from_any_directory(tmp_path):
     assert "create_environment.env_name = 'Pendulum-v1'" in config  # from the file
     assert 'SacAlgorithm.target_update_tau = 0.005' in config  # from its include
     assert 'TrainerConfig.num_env_steps = 200' in config  # from --gin_param
+
+
+@pytest.fixture(scope='module')
+def latin1_locale(tmp_path_factory):
+    """The environment of a process whose locale encodes text as ISO-8859-1, not UTF-8."""
+    locales = tmp_path_factory.mktemp('locales')
+    try:
+        made = subprocess.run(
+            ['localedef', '-i', 'en_US', '-f', 'ISO-8859-1', str(locales / 'en_US.ISO-8859-1')],
+            capture_output=True,
+            timeout=120,
+        )
+    except FileNotFoundError:
+        pytest.skip('needs localedef (glibc) to make an ISO-8859-1 locale')
+    if made.returncode != 0:
+        pytest.skip(f'localedef could not make an ISO-8859-1 locale: {made.stderr[-500:]!r}')
+    env = dict(train_env(), LOCPATH=str(locales), LC_ALL='en_US.ISO-8859-1')
+    env.pop('PYTHONUTF8', None)
+    return env
+
+
+def test_gin_files_and_config_gin_are_utf8_whatever_the_locale(tmp_path, latin1_locale):
+    # Read as latin-1, the file's 'café' would be 'cafÃ©'; config.gin written so could not be
+    # read back as UTF-8 by the resume.
+    encoding = [sys.executable, '-c', 'import locale; print(locale.getpreferredencoding())']
+    assert subprocess.run(encoding, env=latin1_locale, capture_output=True, text=True).stdout == (
+        'ISO-8859-1\n'
+    )
+    gin_file = tmp_path / 'label.gin'
+    gin_file.write_bytes(f"include '{PENDULUM.resolve()}'\nLABEL = 'caf\u00e9'\n".encode())
+    params = TINY + [
+        'TrainerConfig.num_env_steps=200',
+        'TrainerConfig.summary_interval=100',
+        'TrainerConfig.eval_interval=200',
+        'TrainerConfig.checkpoint_interval=200',
+        'TrainerConfig.num_eval_episodes=1',
+    ]
+    root_dir = tmp_path / 'run'
+    assert_ok(run_train(train_command(root_dir, [gin_file], params), env=latin1_locale))
+    assert "LABEL = 'caf\u00e9'" in (root_dir / 'config.gin').read_text(encoding='utf-8')
+    resume = train_command(root_dir, params=['TrainerConfig.num_env_steps=400'])
+    assert_ok(run_train(resume, env=latin1_locale))
+    assert checkpoint_steps(root_dir) == [200, 400]
 
 
 def test_root_dir_layout_and_tensorboard_scalars(tmp_path, read_tensorboard, read_progress):

@@ -292,7 +292,8 @@ def load_search_space(path: str) -> SearchSpace:
     """Read and check the search config JSON; raises ValueError naming what is wrong."""
     if os.path.isdir(path):
         raise ValueError(f'--search_config {path} is a directory: give its JSON file')
-    with open(path) as f:
+    # A byte order mark (Windows editors save one) is no part of the JSON.
+    with open(path, encoding='utf-8-sig') as f:
         try:
             spec = json.load(f, object_pairs_hook=_object_without_repeated_keys)
         except json.JSONDecodeError as e:
@@ -1696,7 +1697,8 @@ def read_summary(path: str) -> List[Dict[str, str]]:
         # Not opened: a FIFO would block the sweep.
         raise ValueError(f'{path} is not a regular file')
     try:
-        with open(path, newline='') as f:
+        # Saved again by a spreadsheet, it may start with a byte order mark.
+        with open(path, newline='', encoding='utf-8-sig') as f:
             return complete_rows(f)[1]
     except FileNotFoundError:
         return []

@@ -221,7 +221,7 @@ def check_outputs(png: str, csv_path: str) -> None:
     curves_csv = False
     if os.path.exists(csv_path):
         try:
-            with open(csv_path, newline='', errors='replace') as f:
+            with open(csv_path, newline='', encoding='utf-8', errors='replace') as f:
                 header = next(csv.reader(bounded_lines(f)), [])
         except (csv.Error, LineTooLongError):  # a first line far longer than plot's header
             header = []
@@ -908,7 +908,7 @@ def plot(argv, signals):
         table = new_file_beside(csv_path, '.tmp')
         try:
             fig.savefig(png, format='png', metadata={'Software': PNG_SOFTWARE})
-            with open(table, 'w', newline='') as f:
+            with open(table, 'w', newline='', encoding='utf-8') as f:
                 writer = csv.writer(f)
                 writer.writerow(['group', FLAGS.x, *CURVE_COLUMNS])
                 for label, _ in groups:
