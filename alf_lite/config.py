@@ -481,6 +481,10 @@ def _unread_token_problem(token: str, why: str) -> str:
     return f'{shortened(token)} is no literal ({why.rstrip(".")})'
 
 
+# The byte order marks of UTF-16, little and big endian.
+_UTF16_MARKS = (b'\xff\xfe', b'\xfe\xff')
+
+
 def _friendly_error(
     error: Exception, failed_files: Sequence[str], gin_param: Optional[str]
 ) -> ConfigError:
@@ -508,6 +512,16 @@ def _friendly_error(
         )
     if isinstance(error, UntrustedCodeError):
         return error  # names its file and line
+    if isinstance(error, UnicodeDecodeError):
+        # Its position counts from the start of the piece decoded, not of the file.
+        if error.start == 0 and error.object[:2] in _UTF16_MARKS:
+            problem = 'it is UTF-16 text, not UTF-8 (it starts with a UTF-16 byte order mark)'
+        else:
+            byte = error.object[error.start : error.start + 1].hex()
+            problem = f'it is not UTF-8 text (its byte 0x{byte} is none of UTF-8)'
+        return ConfigError(
+            f'Cannot read {where}: {problem}. Gin files are read as UTF-8: save it as UTF-8.'
+        )
     if isinstance(error, ConfigError):
         # alf_lite's own message, whole: what it quotes that may be long, it quotes shortened.
         return ConfigError(head if where is None else f'{head} In {where}.')

@@ -453,6 +453,26 @@ def test_error_in_included_file_names_the_include_chain(tmp_path):
     assert f'included from {outer}' in message
 
 
+@pytest.mark.parametrize(
+    'encoding, problem',
+    [
+        # Windows PowerShell 5's `>` and Out-File write UTF-16 with its byte order mark.
+        ('utf-16', 'it is UTF-16 text, not UTF-8 (it starts with a UTF-16 byte order mark)'),
+        ('latin-1', 'it is not UTF-8 text (its byte 0xe9 is none of UTF-8)'),
+    ],
+)
+def test_a_gin_file_that_is_not_utf8_is_refused_saying_so(tmp_path, encoding, problem):
+    gin_file = tmp_path / 'other.gin'
+    gin_file.write_bytes('# caf\u00e9\nmy_fn.alpha = 1\n'.encode(encoding))
+
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(gin_file)])
+
+    assert str(info.value) == (
+        f'Cannot read file {gin_file}: {problem}. Gin files are read as UTF-8: save it as UTF-8.'
+    )
+
+
 def test_syntax_error_names_file_and_line(tmp_path):
     gin_file = _write(tmp_path / 'bad.gin', 'my_fn.alpha = 1\nmy_fn.beta = )\n')
 
