@@ -28,6 +28,7 @@ import sysconfig
 import tokenize
 import types
 import typing
+import unicodedata
 import uuid
 from typing import Callable, Collection, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -481,6 +482,43 @@ def _unread_token_problem(token: str, why: str) -> str:
     return f'{shortened(token)} is no literal ({why.rstrip(".")})'
 
 
+# What to write in place of a typographic character that a copy from a document or a chat
+# puts where gin wants plain ASCII; characters unseen, or seen as a space, are named alone.
+_PASTED_CHARACTERS = {
+    **dict.fromkeys('\u2018\u2019\u201a\u201b\u2032', "'"),
+    **dict.fromkeys('\u201c\u201d\u201e\u201f\u2033', '"'),
+    **dict.fromkeys('\u2010\u2011\u2012\u2013\u2014\u2212', '-'),
+    **dict.fromkeys('\u200b\u200c\u200d\u2060\ufeff', None),
+}
+
+
+def _pasted_character(text: Optional[str], offset: Optional[int], holder: str) -> str:
+    """Where gin stopped parsing ``text`` (the line, at ``offset``) on a typographic quote,
+    dash or minus, an unusual space or an invisible character: a sentence naming it and what
+    to write instead, said of ``holder`` ('The line'); else ''."""
+    if not text or offset is None:
+        return ''
+    for char in text[max(offset - 1, 0) : offset + 1]:
+        name = unicodedata.name(char, '')
+        code = f'U+{ord(char):04X} {name}'.rstrip()
+        if char in _PASTED_CHARACTERS:
+            instead = _PASTED_CHARACTERS[char]
+            if instead is None:
+                return (
+                    f' {holder} holds {code}, as a copy from a document or a chat gives: delete it.'
+                )
+            return (
+                f' {holder} holds {char} ({code}), as a copy from a document or a chat gives: '
+                f'write {instead} in its place.'
+            )
+        if char != ' ' and unicodedata.category(char) == 'Zs':
+            return (
+                f' {holder} holds {code}, as a copy from a document or a chat gives: write a plain '
+                'space in its place.'
+            )
+    return ''
+
+
 # The byte order marks of UTF-16, little and big endian.
 _UTF16_MARKS = (b'\xff\xfe', b'\xfe\xff')
 
@@ -505,10 +543,14 @@ def _friendly_error(
         unread = _UNREAD_TOKEN.fullmatch(problem)
         if unread:
             problem = _unread_token_problem(unread['token'], unread['why'])
+        pasted = ''
+        if isinstance(error, SyntaxError):
+            holder = 'The line' if gin_param is None else 'The --gin_param'
+            pasted = _pasted_character(error.text, error.offset, holder)
         return ConfigError(
             f'Cannot parse {where}: {problem.rstrip(".")}. A value must be a Python literal '
             "(number, 'string', list, tuple, dict, True, False, None), a @configurable "
-            'reference or a %macro, with brackets and quotes closed.'
+            'reference or a %macro, with brackets and quotes closed.' + pasted
         )
     if isinstance(error, UntrustedCodeError):
         return error  # names its file and line

@@ -473,6 +473,61 @@ def test_a_gin_file_that_is_not_utf8_is_refused_saying_so(tmp_path, encoding, pr
     )
 
 
+@pytest.mark.parametrize(
+    'line, hint',
+    [
+        (
+            'my_fn.alpha = \u2018a\u2019',
+            '{} holds \u2018 (U+2018 LEFT SINGLE QUOTATION MARK), as a copy from a document or '
+            "a chat gives: write ' in its place.",
+        ),
+        (
+            'my_fn.alpha = \u201ca\u201d',
+            '{} holds \u201c (U+201C LEFT DOUBLE QUOTATION MARK), as a copy from a document or '
+            'a chat gives: write " in its place.',
+        ),
+        (
+            'my_fn.alpha\u00a0= 1',
+            '{} holds U+00A0 NO-BREAK SPACE, as a copy from a document or a chat gives: write '
+            'a plain space in its place.',
+        ),
+        (
+            'my_fn.alpha = \u22121',
+            '{} holds \u2212 (U+2212 MINUS SIGN), as a copy from a document or a chat gives: '
+            'write - in its place.',
+        ),
+        (
+            'my_fn.alpha =\u200b 1',
+            '{} holds U+200B ZERO WIDTH SPACE, as a copy from a document or a chat gives: '
+            'delete it.',
+        ),
+    ],
+    ids=['single quote', 'double quote', 'no-break space', 'minus sign', 'zero width space'],
+)
+def test_a_typographic_character_that_stops_a_parse_is_named_with_what_to_write(
+    tmp_path, line, hint
+):
+    gin_file = tmp_path / 'pasted.gin'
+    gin_file.write_text(f'my_fn.beta = 2  # \u2018fine\u2019 in a comment\n{line}\n', 'utf-8')
+    for files, params, holder in (
+        ([str(gin_file)], [], 'The line'),
+        ([], [line], 'The --gin_param'),
+    ):
+        with pytest.raises(ConfigError) as info:
+            config.parse_config(files, params)
+        closed = 'with brackets and quotes closed.'
+        assert str(info.value).endswith(f'{closed} {hint.format(holder)}'), info.value
+
+
+def test_a_typographic_character_in_a_comment_of_a_line_that_fails_otherwise_is_not_named(
+    tmp_path,
+):
+    gin_file = _write(tmp_path / 'bad.gin', 'my_fn.beta = )  # \u2018x\u2019\n')
+    with pytest.raises(ConfigError) as info:
+        config.parse_config([str(gin_file)])
+    assert str(info.value).endswith('with brackets and quotes closed.'), info.value
+
+
 def test_syntax_error_names_file_and_line(tmp_path):
     gin_file = _write(tmp_path / 'bad.gin', 'my_fn.alpha = 1\nmy_fn.beta = )\n')
 
