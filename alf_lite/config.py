@@ -483,7 +483,7 @@ def _unread_token_problem(token: str, why: str) -> str:
 
 
 # What to write in place of a typographic character that a copy from a document or a chat
-# puts where gin wants plain ASCII; characters unseen, or seen as a space, are named alone.
+# puts where gin or JSON wants plain ASCII; characters unseen, or seen as a space, are named alone.
 _PASTED_CHARACTERS = {
     **dict.fromkeys('\u2018\u2019\u201a\u201b\u2032', "'"),
     **dict.fromkeys('\u201c\u201d\u201e\u201f\u2033', '"'),
@@ -492,10 +492,11 @@ _PASTED_CHARACTERS = {
 }
 
 
-def _pasted_character(text: Optional[str], offset: Optional[int], holder: str) -> str:
-    """Where gin stopped parsing ``text`` (the line, at ``offset``) on a typographic quote,
-    dash or minus, an unusual space or an invisible character: a sentence naming it and what
-    to write instead, said of ``holder`` ('The line'); else ''."""
+def pasted_character(text: Optional[str], offset: Optional[int], holder: str) -> str:
+    """Where a parser (gin's, json's) stopped in ``text`` at index ``offset``, or just
+    before it, on a typographic quote, dash or minus, an unusual space or an invisible
+    character: a sentence naming it and what to write instead, said of ``holder`` ('The
+    line'); else ''."""
     if not text or offset is None:
         return ''
     for char in text[max(offset - 1, 0) : offset + 1]:
@@ -546,7 +547,7 @@ def _friendly_error(
         pasted = ''
         if isinstance(error, SyntaxError):
             holder = 'The line' if gin_param is None else 'The --gin_param'
-            pasted = _pasted_character(error.text, error.offset, holder)
+            pasted = pasted_character(error.text, error.offset, holder)
         return ConfigError(
             f'Cannot parse {where}: {problem.rstrip(".")}. A value must be a Python literal '
             "(number, 'string', list, tuple, dict, True, False, None), a @configurable "

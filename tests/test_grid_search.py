@@ -970,6 +970,20 @@ def test_a_search_config_saved_with_a_byte_order_mark_is_read_as_without(tmp_pat
     assert grid_search.load_search_space(str(path)) == load_space(tmp_path, GRID)
 
 
+def test_a_search_config_with_typographic_quotes_is_refused_naming_them(tmp_path):
+    from alf_lite.bin import grid_search
+
+    path = tmp_path / 'grid.json'
+    path.write_text('{"parameters": {\u201cx.y\u201d: [1]}, "repeats": 1}', 'utf-8')
+    with pytest.raises(ValueError) as error:
+        grid_search.load_search_space(str(path))
+    assert str(error.value) == (
+        f'{path} is not valid JSON: Expecting property name enclosed in double quotes: line 1 '
+        'column 17 (char 16). The file holds \u201c (U+201C LEFT DOUBLE QUOTATION MARK), as a '
+        'copy from a document or a chat gives: write " in its place.'
+    )
+
+
 def test_a_search_config_that_is_not_text_is_refused_naming_it(tmp_path):
     from alf_lite.bin import grid_search
 

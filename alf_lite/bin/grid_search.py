@@ -142,7 +142,7 @@ if __name__ == '__main__':
 import psutil  # noqa: E402
 from absl import flags  # noqa: E402
 
-from alf_lite.config import shortened, write_text_atomically  # noqa: E402
+from alf_lite.config import pasted_character, shortened, write_text_atomically  # noqa: E402
 from alf_lite.run_dir import (  # noqa: E402
     CONFIG_FILE,
     RunDir,
@@ -297,7 +297,8 @@ def load_search_space(path: str) -> SearchSpace:
         try:
             spec = json.load(f, object_pairs_hook=_object_without_repeated_keys)
         except json.JSONDecodeError as e:
-            raise ValueError(f'{path} is not valid JSON: {e}') from e
+            pasted = pasted_character(e.doc, e.pos, 'The file')
+            raise ValueError(f'{path} is not valid JSON: {e}.{pasted}') from e
         except UnicodeDecodeError as e:
             raise ValueError(not_text(path, e)) from None
         except RecursionError:
