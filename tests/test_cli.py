@@ -37,6 +37,49 @@ def test_bad_flag_exits_2_naming_it_and_writes_nothing(tool, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+# The flags each tool requires, and where it would write.
+REQUIRED = {
+    'train': ['--root_dir', 'run'],
+    'play': ['--root_dir', 'run'],
+    'grid_search': ['--root_dir', 'run', '--search_config', 'grid.json'],
+}
+GIN_PARAM_HINT = (
+    ' A --gin_param takes one argument: quote a binding that holds spaces whole, e.g. '
+    "--gin_param 'TrainerConfig.num_env_steps = 1000'."
+)
+
+
+@pytest.mark.parametrize('tool', sorted(REQUIRED))
+@pytest.mark.parametrize(
+    'args, stray',
+    [
+        (['--gin_param', 'TrainerConfig.num_env_steps', '=', '1000'], '= 1000'),
+        (['--gin_param', 'TrainerConfig.num_env_steps=', '1000'], '1000'),
+        (['--gin_param', 'CriticNetwork.hidden_layers=(64,', '64)'], "'64)'"),
+    ],
+    ids=['spaces around =', 'space after =', 'space in a tuple'],
+)
+def test_a_gin_param_split_by_the_shell_is_named_with_how_to_quote_it(tool, args, stray, tmp_path):
+    result = run_tool(tool, REQUIRED[tool] + args, tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f'error: unexpected arguments: {stray}.{GIN_PARAM_HINT}'
+    ), result.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize('tool', ['train', 'grid_search'])
+def test_gin_files_after_one_gin_file_flag_are_named_with_how_to_give_them(tool, tmp_path):
+    args = REQUIRED[tool] + ['--gin_file', 'a.gin', 'b.gin', 'c.gin']
+    result = run_tool(tool, args, tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        'error: unexpected arguments: b.gin c.gin. Give each gin file with a --gin_file of its '
+        'own: --gin_file a.gin --gin_file b.gin.'
+    ), result.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_two_missing_required_flags_are_named_on_one_line(tmp_path):
     # grid_search requires two flags; absl names each missing one on a line of its own.
     result = run_tool('grid_search', [], tmp_path)

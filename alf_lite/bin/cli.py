@@ -5,9 +5,10 @@ import gc
 import logging
 import os
 import re
+import shlex
 import signal
 import sys
-from typing import Callable, List, NoReturn
+from typing import Callable, List, NoReturn, Sequence
 
 from alf_lite.signals import (
     STOP_SIGNALS,
@@ -124,6 +125,32 @@ def fail(message: str, exit_code: int = EXIT_BAD_INPUT, at_once: bool = False) -
                 stream.flush()
         os._exit(exit_code)
     sys.exit(exit_code)
+
+
+def fail_on_stray_arguments(
+    argv: List[str], gin_params: Sequence[str], takes_gin_files: bool
+) -> None:
+    """Exit with ``EXIT_BAD_INPUT`` where ``argv`` (a tool's main's) holds arguments past its
+    flags, naming them: most often a ``--gin_param`` the shell split at its spaces (its
+    pieces left in ``gin_params``), or gin files after one ``--gin_file``
+    (``takes_gin_files``: the tool has that flag)."""
+    stray = argv[1:]
+    if not stray:
+        return
+    if takes_gin_files and any(arg.endswith('.gin') for arg in stray):
+        hint = (
+            ' Give each gin file with a --gin_file of its own: --gin_file a.gin --gin_file b.gin.'
+        )
+    elif any(char in arg for arg in stray for char in '=()[]{},') or any(
+        '=' not in param or param.rstrip().endswith('=') for param in gin_params
+    ):
+        hint = (
+            ' A --gin_param takes one argument: quote a binding that holds spaces whole, e.g. '
+            "--gin_param 'TrainerConfig.num_env_steps = 1000'."
+        )
+    else:
+        hint = ''
+    fail(f'unexpected arguments: {shlex.join(stray)}.{hint}')
 
 
 def exit_if_interrupted(

@@ -122,6 +122,7 @@ from alf_lite.bin.cli import (
     exit_if_interrupted,
     exit_on_signals_before_main,
     fail,
+    fail_on_stray_arguments,
     output_root_dir,
     print_out,
     run_tool,
@@ -1810,8 +1811,7 @@ def main(argv):
 
 def _main(argv, signals):
     """The sweep as the flags say; ``signals``: SIGINT and SIGTERM outside the sweep."""
-    if len(argv) > 1:
-        fail(f'unexpected arguments: {" ".join(argv[1:])}')
+    fail_on_stray_arguments(argv, FLAGS.gin_param, takes_gin_files=True)
     if not FLAGS.gin_file:
         fail('give the base config of the sweep with --gin_file')
     cores = len(os.sched_getaffinity(0))

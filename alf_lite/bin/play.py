@@ -55,6 +55,7 @@ from alf_lite.bin.cli import (
     exit_if_interrupted,
     exit_on_signals_before_main,
     fail,
+    fail_on_stray_arguments,
     print_out,
     run_tool,
 )
@@ -557,8 +558,7 @@ def main(argv):
 
 def play(argv, signals) -> None:
     """Play as the flags say; ``signals``: SIGINT and SIGTERM raise ``Interrupted``."""
-    if len(argv) > 1:
-        fail(f'unexpected arguments: {" ".join(argv[1:])}')
+    fail_on_stray_arguments(argv, FLAGS.gin_param, takes_gin_files=False)
     root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
     if not os.path.isdir(root_dir):
         fail(

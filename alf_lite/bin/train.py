@@ -26,7 +26,14 @@ import sys
 from typing import Optional
 
 # These two import the standard library only: the handlers below are installed at once.
-from alf_lite.bin.cli import EXIT_FAULT, EXIT_SIGNAL_BASE, fail, output_root_dir, run_tool
+from alf_lite.bin.cli import (
+    EXIT_FAULT,
+    EXIT_SIGNAL_BASE,
+    fail,
+    fail_on_stray_arguments,
+    output_root_dir,
+    run_tool,
+)
 from alf_lite.signals import (
     STOP_SIGNALS,
     InterruptedOutsideTraining,
@@ -182,8 +189,7 @@ def fail_if_in_use(root_dir: str) -> None:
 
 
 def main(argv):
-    if len(argv) > 1:
-        fail(f'unexpected arguments: {" ".join(argv[1:])}')
+    fail_on_stray_arguments(argv, FLAGS.gin_param, takes_gin_files=True)
     root_dir = output_root_dir(FLAGS.root_dir)
     root_dir_existed = os.path.exists(root_dir)
     signals = RaisingSignals(InterruptedOutsideTraining)
