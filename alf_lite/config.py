@@ -500,23 +500,20 @@ def pasted_character(text: Optional[str], offset: Optional[int], holder: str) ->
     if not text or offset is None:
         return ''
     for char in text[max(offset - 1, 0) : offset + 1]:
-        name = unicodedata.name(char, '')
-        code = f'U+{ord(char):04X} {name}'.rstrip()
         if char in _PASTED_CHARACTERS:
             instead = _PASTED_CHARACTERS[char]
-            if instead is None:
-                return (
-                    f' {holder} holds {code}, as a copy from a document or a chat gives: delete it.'
-                )
-            return (
-                f' {holder} holds {char} ({code}), as a copy from a document or a chat gives: '
-                f'write {instead} in its place.'
-            )
-        if char != ' ' and unicodedata.category(char) == 'Zs':
-            return (
-                f' {holder} holds {code}, as a copy from a document or a chat gives: write a plain '
-                'space in its place.'
-            )
+        elif char != ' ' and unicodedata.category(char) == 'Zs':
+            instead = ' '
+        else:
+            continue
+        code = f'U+{ord(char):04X} {unicodedata.name(char, "")}'.rstrip()
+        if instead is None:
+            shown, fix = code, 'delete it'
+        elif instead == ' ':
+            shown, fix = code, 'write a plain space in its place'
+        else:
+            shown, fix = f'{char} ({code})', f'write {instead} in its place'
+        return f' {holder} holds {shown}, as a copy from a document or a chat gives: {fix}.'
     return ''
 
 
