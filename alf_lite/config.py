@@ -492,14 +492,16 @@ _PASTED_CHARACTERS = {
 }
 
 
-def pasted_character(text: Optional[str], offset: Optional[int], holder: str) -> str:
-    """Where a parser (gin's, json's) stopped in ``text`` at index ``offset``, or just
-    before it, on a typographic quote, dash or minus, an unusual space or an invisible
-    character: a sentence naming it and what to write instead, said of ``holder`` ('The
-    line'); else ''."""
-    if not text or offset is None:
+def pasted_character(text: Optional[str], holder: str, offset: Optional[int] = None) -> str:
+    """A typographic quote, dash or minus, an unusual space or an invisible character in
+    ``text`` (where a parser, gin's or json's, stopped: at index ``offset`` or just before
+    it; else anywhere): a sentence naming the first and what to write instead, said of
+    ``holder`` ('The line'); else ''."""
+    if not text:
         return ''
-    for char in text[max(offset - 1, 0) : offset + 1]:
+    if offset is not None:
+        text = text[max(offset - 1, 0) : offset + 1]
+    for char in text:
         if char in _PASTED_CHARACTERS:
             instead = _PASTED_CHARACTERS[char]
         elif char != ' ' and unicodedata.category(char) == 'Zs':
@@ -542,9 +544,9 @@ def _friendly_error(
         if unread:
             problem = _unread_token_problem(unread['token'], unread['why'])
         pasted = ''
-        if isinstance(error, SyntaxError):
+        if isinstance(error, SyntaxError) and error.offset is not None:
             holder = 'The line' if gin_param is None else 'The --gin_param'
-            pasted = pasted_character(error.text, error.offset, holder)
+            pasted = pasted_character(error.text, holder, error.offset)
         return ConfigError(
             f'Cannot parse {where}: {problem.rstrip(".")}. A value must be a Python literal '
             "(number, 'string', list, tuple, dict, True, False, None), a @configurable "

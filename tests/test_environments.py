@@ -590,6 +590,30 @@ def test_unknown_env_id_names_close_match():
         create_environment('Pendulum-v2')
 
 
+@pytest.mark.parametrize(
+    'env_id, hint',
+    [
+        (
+            'Pendulum\u2013v1',
+            'It holds \u2013 (U+2013 EN DASH), as a copy from a document or a chat gives: write '
+            '- in its place.',
+        ),
+        (
+            'Pendulum-v1\u00a0',
+            'It holds U+00A0 NO-BREAK SPACE, as a copy from a document or a chat gives: write a '
+            'plain space in its place.',
+        ),
+    ],
+    ids=['en dash', 'no-break space'],
+)
+def test_an_unknown_env_id_with_a_pasted_character_names_it(env_id, hint):
+    # The closest id named looks the same as the one given.
+    with pytest.raises(ValueError) as error:
+        create_environment(env_id)
+    message = str(error.value)
+    assert message.startswith(f"Unknown environment id '{env_id}'. {hint} Closest"), message
+
+
 @pytest.mark.parametrize('use_subprocesses', [False, True])
 def test_module_colon_id_imports_the_module_that_registers_the_id(
     tmp_path, monkeypatch, use_subprocesses

@@ -298,7 +298,7 @@ def load_search_space(path: str) -> SearchSpace:
         try:
             spec = json.load(f, object_pairs_hook=_object_without_repeated_keys)
         except json.JSONDecodeError as e:
-            pasted = pasted_character(e.doc, e.pos, 'The file')
+            pasted = pasted_character(e.doc, 'The file', e.pos)
             raise ValueError(f'{path} is not valid JSON: {e}.{pasted}') from e
         except UnicodeDecodeError as e:
             raise ValueError(not_text(path, e)) from None

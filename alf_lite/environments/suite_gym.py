@@ -29,7 +29,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.async_vector_env import _async_worker
 from gymnasium.vector.utils import concatenate
 
-from alf_lite.config import closest_names, quoted_names
+from alf_lite.config import closest_names, pasted_character, quoted_names
 from alf_lite.data import StepType, TimeStep
 from alf_lite.environments import episode_replay, watchdog
 from alf_lite.environments.episode_replay import ReplayableEnv
@@ -1653,7 +1653,9 @@ def create_environment(
             if close
             else ('No registered id is close; is the module that registers it imported?')
         )
-        raise ValueError(f"Unknown environment id '{env_name}'. {hint}") from e
+        # An id pasted from a document can look the same as the one it was meant to be.
+        pasted = pasted_character(env_name, 'It')
+        raise ValueError(f"Unknown environment id '{env_name}'.{pasted} {hint}") from e
     if max_episode_steps is None and spec.max_episode_steps is None:
         # An episode that never terminates would never end: an evaluation,
         # which runs each episode to its end, would wait for it forever.
