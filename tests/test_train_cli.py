@@ -46,6 +46,15 @@ from cli_helpers import (
 )
 from dropped_signal import SignalledWhileDeleted
 
+# A run of 200 env steps: one evaluation and one checkpoint at its end.
+ONE_CHECKPOINT = TINY + [
+    'TrainerConfig.num_env_steps=200',
+    'TrainerConfig.summary_interval=100',
+    'TrainerConfig.eval_interval=200',
+    'TrainerConfig.checkpoint_interval=200',
+    'TrainerConfig.num_eval_episodes=1',
+]
+
 TRAIN_SCALARS = (
     'critic_loss',
     'actor_loss',
@@ -288,13 +297,7 @@ def test_gin_file_by_absolute_path_works_from_any_directory(tmp_path):
     # including file; a relative --root_dir is relative to the working directory.
     cwd = tmp_path / 'elsewhere'
     cwd.mkdir()
-    params = TINY + [
-        'TrainerConfig.num_env_steps=200',
-        'TrainerConfig.summary_interval=100',
-        'TrainerConfig.eval_interval=200',
-        'TrainerConfig.checkpoint_interval=200',
-        'TrainerConfig.num_eval_episodes=1',
-    ]
+    params = ONE_CHECKPOINT
     result = run_train(train_command('run', [PENDULUM.resolve()], params), cwd=cwd)
     assert_ok(result)
     root_dir = cwd / 'run'
@@ -333,13 +336,7 @@ def test_gin_files_and_config_gin_are_utf8_whatever_the_locale(tmp_path, latin1_
     )
     gin_file = tmp_path / 'label.gin'
     gin_file.write_bytes(f"include '{PENDULUM.resolve()}'\nLABEL = 'caf\u00e9'\n".encode())
-    params = TINY + [
-        'TrainerConfig.num_env_steps=200',
-        'TrainerConfig.summary_interval=100',
-        'TrainerConfig.eval_interval=200',
-        'TrainerConfig.checkpoint_interval=200',
-        'TrainerConfig.num_eval_episodes=1',
-    ]
+    params = ONE_CHECKPOINT
     root_dir = tmp_path / 'run'
     assert_ok(run_train(train_command(root_dir, [gin_file], params), env=latin1_locale))
     assert "LABEL = 'caf\u00e9'" in (root_dir / 'config.gin').read_text(encoding='utf-8')
