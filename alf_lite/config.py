@@ -35,7 +35,7 @@ from typing import Callable, Collection, Dict, Iterator, List, Optional, Sequenc
 import gin
 from gin import config_parser
 
-from alf_lite.run_dir import MAX_CONFIG_BYTES, oversized_config
+from alf_lite.run_dir import MAX_CONFIG_BYTES, oversized_config, starts_as_utf16
 
 
 class ConfigError(ValueError):
@@ -519,10 +519,6 @@ def pasted_character(text: Optional[str], holder: str, offset: Optional[int] = N
     return ''
 
 
-# The byte order marks of UTF-16, little and big endian.
-_UTF16_MARKS = (b'\xff\xfe', b'\xfe\xff')
-
-
 def _friendly_error(
     error: Exception, failed_files: Sequence[str], gin_param: Optional[str]
 ) -> ConfigError:
@@ -556,7 +552,7 @@ def _friendly_error(
         return error  # names its file and line
     if isinstance(error, UnicodeDecodeError):
         # Its position counts from the start of the piece decoded, not of the file.
-        if error.start == 0 and error.object[:2] in _UTF16_MARKS:
+        if starts_as_utf16(error):
             problem = 'it is UTF-16 text, not UTF-8 (it starts with a UTF-16 byte order mark)'
         else:
             byte = error.object[error.start : error.start + 1].hex()

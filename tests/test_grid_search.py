@@ -984,6 +984,20 @@ def test_a_search_config_with_typographic_quotes_is_refused_naming_them(tmp_path
     )
 
 
+def test_a_search_config_in_utf16_is_refused_naming_utf16(tmp_path):
+    # As Windows PowerShell 5's `>` and Out-File write it.
+    from alf_lite.bin import grid_search
+
+    path = tmp_path / 'grid.json'
+    path.write_bytes(json.dumps(GRID).encode('utf-16'))
+    with pytest.raises(ValueError) as error:
+        grid_search.load_search_space(str(path))
+    assert str(error.value) == (
+        f'{path} is UTF-16 text, not UTF-8 (it starts with a UTF-16 byte order mark): save it '
+        'as UTF-8'
+    )
+
+
 def test_a_search_config_that_is_not_text_is_refused_naming_it(tmp_path):
     from alf_lite.bin import grid_search
 
@@ -3022,7 +3036,7 @@ def test_a_run_whose_config_gin_cannot_be_read_fails_naming_it_and_the_others_tr
     config = root_dir / RUN_NAMES[0] / 'config.gin'
     config.parent.mkdir(parents=True)
     if content == 'not text':
-        config.write_bytes(b'\xff\xfe\n')
+        config.write_bytes(b'\xff\xff\n')
         message = f'{config} is not text: utf-8 cannot decode its byte 0xff.'
     else:
         with open(config, 'w') as f:
