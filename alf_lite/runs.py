@@ -8,6 +8,7 @@ through this module; ``grid_search`` also starts them with
 ``train_in_subprocess``, which runs on a Ray worker as well as locally.
 """
 
+import concurrent.futures
 import contextlib
 import csv
 import errno
@@ -19,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -427,6 +428,27 @@ def log_error_line(log_path: str, offset: int = 0) -> str:
 
 # The result of a run that a stopped sweep did not start.
 NOT_STARTED = {'returncode': None, 'wall_time_s': None, 'error': None, 'not_started': True}
+
+
+# How often a main thread waiting on other threads wakes to run the handlers of signals.
+SIGNAL_CHECK_S = 0.5
+
+
+def completed_waking_for_signals(
+    futures: Iterable[concurrent.futures.Future],
+) -> Iterator[concurrent.futures.Future]:
+    """``futures`` as they complete (those completing together in their order), waking the
+    main thread every ``SIGNAL_CHECK_S``: the kernel gives a signal to any thread, and one
+    that a worker thread got runs its Python handler in the main thread only once that
+    wakes, which a wait without a timeout never does while the runs it waits for are
+    stopped (Ctrl-Z) or train on (Ctrl-C)."""
+    order = list(futures)
+    pending = set(order)
+    while pending:
+        done, pending = concurrent.futures.wait(
+            pending, timeout=SIGNAL_CHECK_S, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        yield from (future for future in order if future in done)
 
 
 def wait_stopping_on_request(process: subprocess.Popen, stop_file: Optional[str] = None) -> int:

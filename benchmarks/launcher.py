@@ -48,6 +48,7 @@ from alf_lite.runs import (
     ENV_STEPS,
     EVAL_RETURN,
     complete_rows,
+    completed_waking_for_signals,
     exit_description,
     log_error_line,
     read_scalar_if_any,
@@ -734,7 +735,7 @@ def train_runs(
             futures = {}
             for run in runs:
                 futures[pool.submit(launcher.execute, run)] = run
-            for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            for i, future in enumerate(completed_waking_for_signals(futures), 1):
                 result = future.result()
                 results.append(result)
                 write_plan(out, runs, {r['run'].key: r for r in results})

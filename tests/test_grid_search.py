@@ -664,6 +664,53 @@ def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_contin
     assert {p.suffix for p in (root_dir / 'logs').iterdir()} == {'.log'}
 
 
+# The kernel gives a signal sent to a process to any of its threads that does not block it;
+# Python runs the handler in the main thread, which a signal another thread got does not
+# wake. This prelude makes every signal of the sweep reach a thread other than the main one.
+SIGNALS_TO_OTHER_THREADS = (
+    'import signal, threading\n'
+    'SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGCONT}\n'
+    'signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)\n'
+    'thread_run = threading.Thread.run\n'
+    'def run_unblocked(self):\n'
+    '    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)\n'
+    '    thread_run(self)\n'
+    'threading.Thread.run = run_unblocked\n'
+)
+
+
+def test_a_sweep_pauses_goes_on_and_stops_when_its_signals_reach_another_thread(tmp_path):
+    # Ctrl-Z, fg, then Ctrl-C: each handled at once, though the main thread waits for runs
+    # that, stopped, would never end.
+    write_inputs(tmp_path, dict(GRID, repeats=1))
+    root_dir = tmp_path / 'runs'
+    process = start_long_grid(
+        tmp_path, root_dir, '--max_workers', '2', *ENV_PROCESSES, prelude=SIGNALS_TO_OTHER_THREADS
+    )
+    running = [root_dir / name for name in (RUN_NAMES[0], RUN_NAMES[2])]
+
+    def rows():
+        return [len(progress_rows(run_dir)) for run_dir in running]
+
+    try:
+        wait_until(lambda: min(rows()) >= 2, process, 'progress rows')
+        pause_the_sweep(process, root_dir, num_runs=2)
+        paused = rows()
+        os.killpg(process.pid, signal.SIGCONT)
+        wait_until(
+            lambda: all(now > then for now, then in zip(rows(), paused)), process, 'new rows'
+        )
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        for p in [process] + training_processes(root_dir):
+            with contextlib.suppress(psutil.Error, OSError):
+                p.kill()
+    assert process.returncode == 128 + signal.SIGINT, stderr[-3000:]
+    for run_dir in running:
+        assert len(checkpoint_steps(run_dir)) == 1, run_dir
+
+
 def test_a_paused_sweep_killed_outright_leaves_its_runs_to_stop_at_a_checkpoint(tmp_path):
     # SIGKILL (kill -9 %1) of a sweep that Ctrl-Z paused left no process to continue its
     # runs: they stayed stopped, holding their root_dirs, until someone sent SIGCONT.

@@ -2284,6 +2284,53 @@ def test_a_launcher_whose_terminal_closed_records_every_interrupted_run(tmp_path
     assert [plan[key]['status'] for key in sorted(plan)] == ['interrupted', 'interrupted']
 
 
+# Two runs that exit 143 on SIGTERM, else after a minute; once both have started, a
+# SIGTERM reaches the launcher through a thread other than its main one (which blocks it).
+_LAUNCHER_SIGNALLED_IN_ANOTHER_THREAD = """
+import dataclasses, os, signal, sys, threading, time
+out = sys.argv[1]
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+thread_run = threading.Thread.run
+def run_unblocked(self):
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    thread_run(self)
+threading.Thread.run = run_unblocked
+from benchmarks import launcher, learning
+(run,) = [r for r in learning.suite_runs('pendulum', [0], 1000) if r.name == 'alf_sac']
+runs = [dataclasses.replace(run, framework='custom', seed=seed) for seed in (0, 1)]
+script = (
+    'import signal, sys, time\\n'
+    'signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\\n'
+    'open(sys.argv[1], "w").close()\\n'
+    'time.sleep(60)'
+)
+ready = [os.path.join(out, f'ready{run.seed}') for run in runs]
+def stop_once_both_run():
+    while not all(map(os.path.exists, ready)):
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=stop_once_both_run, daemon=True).start()
+os.makedirs(out)
+command = lambda run: [sys.executable, '-c', script, ready[run.seed]]
+started = time.monotonic()
+code = launcher.train_runs(runs, out, 2, command)
+print(code, round(time.monotonic() - started))
+"""
+
+
+def test_a_launcher_whose_signal_another_thread_got_stops_its_runs_at_once(tmp_path):
+    # The main thread, waiting for the runs without a timeout, never ran the handler: the
+    # runs went on to their end.
+    out = tmp_path / 'runs'
+    script = _LAUNCHER_SIGNALLED_IN_ANOTHER_THREAD.replace('sys.argv[1]', repr(str(out)), 1)
+    result = run_python(script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    code, seconds = map(int, result.stdout.split()[-2:])
+    assert code == 1 and seconds < 30, result.stdout
+    plan = json.loads((out / 'plan.json').read_text())
+    assert [plan[key]['status'] for key in sorted(plan)] == ['interrupted', 'interrupted']
+
+
 def test_runs_of_a_killed_launcher_stop_at_a_checkpoint(tmp_path):
     # SIGKILL (or the OOM killer) lets learning.py pass no stop on: its runs, alf_lite's
     # train and the SB3 runner, notice that it ended and stop as on SIGTERM.

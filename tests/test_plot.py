@@ -840,7 +840,7 @@ def test_progress_csv_that_is_no_table_is_named_with_its_line(grid, tmp_path):
     result = run_plot([str(run), '--out', 'x.png'], tmp_path)
     assert result.returncode == 2, result.stderr
     assert f"{progress}, line 8: could not convert string to float: 'oops'" in result.stderr
-    progress.write_bytes(b'\xff\xfe\x00binary')
+    progress.write_bytes(b'\xff\xff\x00binary')
     result = run_plot([str(run), '--out', 'x.png'], tmp_path)
     assert result.returncode == 2, result.stderr
     assert f'{progress} is not text: utf-8 cannot decode its byte 0xff' in result.stderr

@@ -161,6 +161,7 @@ from alf_lite.runs import (  # noqa: E402
     NOT_STARTED,
     SEED_PARAM,
     complete_rows,
+    completed_waking_for_signals,
     final_value,
     read_scalar_if_any,
 )
@@ -1281,7 +1282,7 @@ def run_local(
     # Threads only wait on the training processes; the work is in the processes.
     with stop, concurrent.futures.ThreadPoolExecutor(max_workers) as pool:
         futures = {pool.submit(train, run): run for run in todo}
-        for future in concurrent.futures.as_completed(futures):
+        for future in completed_waking_for_signals(futures):
             report(futures[future], stop.mark(future.result()))
     return stop.signum
 
