@@ -35,7 +35,7 @@ from typing import Callable, Collection, Dict, Iterator, List, Optional, Sequenc
 import gin
 from gin import config_parser
 
-from alf_lite.run_dir import MAX_CONFIG_BYTES, oversized_config, starts_as_utf16
+from alf_lite.run_dir import MAX_CONFIG_BYTES, UTF16_TEXT, oversized_config, starts_as_utf16
 
 
 class ConfigError(ValueError):
@@ -553,7 +553,7 @@ def _friendly_error(
     if isinstance(error, UnicodeDecodeError):
         # Its position counts from the start of the piece decoded, not of the file.
         if starts_as_utf16(error):
-            problem = 'it is UTF-16 text, not UTF-8 (it starts with a UTF-16 byte order mark)'
+            problem = f'it is {UTF16_TEXT}'
         else:
             byte = error.object[error.start : error.start + 1].hex()
             problem = f'it is not UTF-8 text (its byte 0x{byte} is none of UTF-8)'

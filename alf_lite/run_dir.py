@@ -380,6 +380,8 @@ def oversized_config(path: str, size: Optional[int]) -> str:
 
 # The byte order marks of UTF-16, little and big endian.
 _UTF16_MARKS = (b'\xff\xfe', b'\xfe\xff')
+# What a file that ``starts_as_utf16`` is.
+UTF16_TEXT = 'UTF-16 text, not UTF-8 (it starts with a UTF-16 byte order mark)'
 
 
 def starts_as_utf16(error: UnicodeDecodeError) -> bool:
@@ -392,10 +394,7 @@ def not_text(path: str, error: UnicodeDecodeError) -> str:
     """Why file ``path`` cannot be read, where decoding it raised ``error``: that names no
     file, and a position within the piece decoded rather than within the file."""
     if starts_as_utf16(error):
-        return (
-            f'{path} is UTF-16 text, not UTF-8 (it starts with a UTF-16 byte order mark): '
-            'save it as UTF-8'
-        )
+        return f'{path} is {UTF16_TEXT}: save it as UTF-8'
     byte = error.object[error.start : error.start + 1].hex()
     return f'{path} is not text: {error.encoding} cannot decode its byte 0x{byte}'
 

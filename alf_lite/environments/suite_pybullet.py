@@ -353,13 +353,10 @@ class LocomotionBulletEnv(gymnasium.Env):
             flags=pybullet.URDF_USE_SELF_COLLISION
             | pybullet.URDF_USE_SELF_COLLISION_EXCLUDE_ALL_PARENTS,
         )
-        if self.render_mode is not None:
-            # Drawn in the file's colours (the loader leaves them white).
-            default, colors = mjcf_body_colors(xml)
-            p.changeVisualShape(self._body, -1, rgbaColor=default)
-            for j in range(p.getNumJoints(self._body)):
-                link = p.getJointInfo(self._body, j)[12].decode()
-                p.changeVisualShape(self._body, j, rgbaColor=colors.get(link, default))
+        # Drawn in the file's colours (the loader leaves them white), where it renders.
+        colors = mjcf_body_colors(xml) if self.render_mode is not None else None
+        if colors is not None:
+            p.changeVisualShape(self._body, -1, rgbaColor=colors[0])
 
         links = {}
         self._joints, joint_power, lower, upper = [], [], [], []
@@ -367,6 +364,8 @@ class LocomotionBulletEnv(gymnasium.Env):
             info = p.getJointInfo(self._body, j)
             name, link = info[1].decode(), info[12].decode()
             links[link] = j
+            if colors is not None:
+                p.changeVisualShape(self._body, j, rgbaColor=colors[1].get(link, colors[0]))
             # Every joint motor off: the actions are torques. MJCF's planar
             # root joints are named 'ignore*' and stay passive.
             p.setJointMotorControl2(self._body, j, pybullet.POSITION_CONTROL, force=0)
