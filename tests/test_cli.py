@@ -80,6 +80,43 @@ def test_gin_files_after_one_gin_file_flag_are_named_with_how_to_give_them(tool,
     assert list(tmp_path.iterdir()) == []
 
 
+# A path flag given as '' (a quoted shell variable that is unset), the rest of the arguments.
+EMPTY_PATHS = {
+    'train --root_dir': ('train', ['--root_dir', '', '--gin_file', str(PENDULUM)]),
+    'train --gin_file': ('train', ['--root_dir', 'run', '--gin_file', '']),
+    'grid_search --root_dir': (
+        'grid_search',
+        ['--root_dir', '', '--search_config', 'grid.json', '--gin_file', str(PENDULUM)],
+    ),
+    'grid_search --search_config': ('grid_search', ['--root_dir', 'run', '--search_config', '']),
+    'play --root_dir': ('play', ['--root_dir', '']),
+    'play --record_file': ('play', ['--root_dir', 'run', '--record_file', '']),
+    'plot --out': ('plot', ['run', '--out', '']),
+}
+
+
+@pytest.mark.parametrize('case', sorted(EMPTY_PATHS))
+def test_an_empty_path_flag_is_named_before_anything_is_read_or_written(case, tmp_path):
+    # Before, train and grid_search took '' for the working directory and trained there.
+    tool, args = EMPTY_PATHS[case]
+    flag = case.split()[1]
+    result = run_tool(tool, args, tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        f"error: {flag} is empty (''): give a path. A shell variable in it may be unset."
+    ], result.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_path_among_plots_runs_is_named(tmp_path):
+    result = run_tool('plot', ['run', ''], tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        "error: a run to plot is empty (''): give a path. A shell variable in it may be unset."
+    ], result.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_two_missing_required_flags_are_named_on_one_line(tmp_path):
     # grid_search requires two flags; absl names each missing one on a line of its own.
     result = run_tool('grid_search', [], tmp_path)

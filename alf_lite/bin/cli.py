@@ -263,7 +263,7 @@ def parse_flags(argv: List[str]) -> List[str]:
         app.usage(shorthelp=not asked & _HELP_FULL_ARGS, writeto_stdout=True)
         sys.exit(0)
     try:
-        return flags.FLAGS(argv)
+        rest = flags.FLAGS(argv)
     except flags.Error as e:
         # absl puts each missing required flag on a line of its own.
         fail(f'{"; ".join(str(e).splitlines())} (--help lists the flags)')
@@ -273,3 +273,18 @@ def parse_flags(argv: List[str]) -> List[str]:
         if e.code == 1:
             sys.exit(0)
         raise
+    for name in PATH_FLAGS:
+        value = flags.FLAGS[name].value if name in flags.FLAGS else None
+        if value == '' or (isinstance(value, list) and '' in value):
+            fail(empty_path(f'--{name}'))
+    return rest
+
+
+# The tools' flags that name a file or directory: '' is refused, not taken for the working
+# directory (where train and grid_search would write).
+PATH_FLAGS = ('root_dir', 'gin_file', 'search_config', 'record_file', 'out')
+
+
+def empty_path(what: str) -> str:
+    """The message for ``what`` (a flag, say) given as an empty path."""
+    return f"{what} is empty (''): give a path. A shell variable in it may be unset."
