@@ -117,6 +117,42 @@ def test_an_empty_path_among_plots_runs_is_named(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+# A flag whose value is missing (an unquoted shell variable that is unset), so that the flag
+# after it would be taken for its value.
+VALUE_MISSING = {
+    'train --root_dir --gin_file': ('train', ['--root_dir', '--gin_file', str(PENDULUM)]),
+    'train --gin_file --root_dir': ('train', ['--gin_file', '--root_dir', 'run']),
+    'play --record_file -root_dir': ('play', ['--record_file', '-root_dir', 'run']),
+    'grid_search --search_config --gin_param': (
+        'grid_search',
+        ['--root_dir', 'run', '--search_config', '--gin_param', 'TrainerConfig.num_env_steps=9'],
+    ),
+}
+
+
+@pytest.mark.parametrize('case', sorted(VALUE_MISSING))
+def test_a_flag_followed_by_a_flag_is_named_as_missing_its_value(case, tmp_path):
+    # Before: '--gin_file' became the root_dir, and the gin file an unexpected argument.
+    tool, args = VALUE_MISSING[case]
+    _, flag, after = case.split()
+    result = run_tool(tool, args, tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        f'error: {flag} has no value: the argument after it, {after}, is a flag. A shell '
+        'variable in its value may be unset.'
+    ], result.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_value_that_only_starts_with_a_dash_is_taken(tmp_path):
+    # -1 is no flag: --smoothing takes it (and refuses it).
+    result = run_tool('plot', ['run', '--smoothing', '-1'], tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        'error: --smoothing, --last_n and --num_bootstrap must be positive'
+    ], result.stderr[-3000:]
+
+
 def test_two_missing_required_flags_are_named_on_one_line(tmp_path):
     # grid_search requires two flags; absl names each missing one on a line of its own.
     result = run_tool('grid_search', [], tmp_path)

@@ -8,7 +8,7 @@ import re
 import shlex
 import signal
 import sys
-from typing import Callable, List, NoReturn, Sequence
+from typing import Callable, List, NoReturn, Optional, Sequence
 
 from alf_lite.signals import (
     STOP_SIGNALS,
@@ -262,6 +262,7 @@ def parse_flags(argv: List[str]) -> List[str]:
     if asked & (_HELP_ARGS | _HELP_FULL_ARGS):
         app.usage(shorthelp=not asked & _HELP_FULL_ARGS, writeto_stdout=True)
         sys.exit(0)
+    fail_on_flag_as_value(argv, flags.FLAGS)
     try:
         rest = flags.FLAGS(argv)
     except flags.Error as e:
@@ -278,6 +279,40 @@ def parse_flags(argv: List[str]) -> List[str]:
         if value == '' or (isinstance(value, list) and '' in value):
             fail(empty_path(f'--{name}'))
     return rest
+
+
+def fail_on_flag_as_value(argv: List[str], flag_values) -> None:
+    """Exit with ``EXIT_BAD_INPUT`` where a flag that takes a value (``--root_dir``) is followed
+    by another of ``flag_values`` (``--gin_file``): an unquoted shell variable that is unset
+    left it without one, and absl would take the next flag for its value."""
+    from absl import flags
+
+    def flag_name(arg: str) -> Optional[str]:
+        name = arg.lstrip('-').split('=', 1)[0]
+        if not arg.startswith('-') or arg.startswith('---') or not name:
+            return None
+        if name in flag_values:
+            return name
+        # absl's --noflag for a boolean flag.
+        if name.startswith('no') and name[2:] in flag_values:
+            return name[2:]
+        return None
+
+    args = argv[1:]
+    for arg, after in zip(args, args[1:]):
+        if arg == '--':
+            return
+        name = flag_name(arg)
+        if (
+            name is not None
+            and '=' not in arg
+            and not isinstance(flag_values[name], flags.BooleanFlag)
+            and flag_name(after) is not None
+        ):
+            fail(
+                f'{arg} has no value: the argument after it, {after}, is a flag. A shell '
+                'variable in its value may be unset.'
+            )
 
 
 # The tools' flags that name a file or directory: '' is refused, not taken for the working
