@@ -117,6 +117,20 @@ def test_an_empty_path_among_plots_runs_is_named(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize('tool', sorted(REQUIRED))
+@pytest.mark.parametrize('binding', ['', '  '])
+def test_an_empty_gin_param_is_named_before_anything_is_read_or_written(tool, binding, tmp_path):
+    # Before, gin took it for no binding at all: the run trained without the one meant.
+    args = REQUIRED[tool] + ['--gin_param', 'TrainerConfig.num_env_steps=9', '--gin_param', binding]
+    result = run_tool(tool, args, tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        f'error: --gin_param is empty ({binding!r}): give a binding. A shell variable in it '
+        'may be unset.'
+    ], result.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []
+
+
 # A flag whose value is missing (an unquoted shell variable that is unset), so that the flag
 # after it would be taken for its value.
 VALUE_MISSING = {

@@ -274,10 +274,11 @@ def parse_flags(argv: List[str]) -> List[str]:
         if e.code == 1:
             sys.exit(0)
         raise
-    for name in PATH_FLAGS:
+    for name, given in EMPTY_REFUSED.items():
         value = flags.FLAGS[name].value if name in flags.FLAGS else None
-        if value == '' or (isinstance(value, list) and '' in value):
-            fail(empty_path(f'--{name}'))
+        for one in value if isinstance(value, list) else [value]:
+            if isinstance(one, str) and not one.strip():
+                fail(empty(f'--{name}', one, given))
     return rest
 
 
@@ -315,11 +316,20 @@ def fail_on_flag_as_value(argv: List[str], flag_values) -> None:
             )
 
 
-# The tools' flags that name a file or directory: '' is refused, not taken for the working
-# directory (where train and grid_search would write).
-PATH_FLAGS = ('root_dir', 'gin_file', 'search_config', 'record_file', 'out')
+# The tools' flags that name a file or directory, or take a binding, and what they take: an
+# empty one is refused. A path '' would be taken for the working directory (where train and
+# grid_search would write), a binding '' for none at all (the run without the one meant).
+EMPTY_REFUSED = {
+    'root_dir': 'a path',
+    'gin_file': 'a path',
+    'search_config': 'a path',
+    'record_file': 'a path',
+    'out': 'a path',
+    'gin_param': 'a binding',
+}
 
 
-def empty_path(what: str) -> str:
-    """The message for ``what`` (a flag, say) given as an empty path."""
-    return f"{what} is empty (''): give a path. A shell variable in it may be unset."
+def empty(what: str, value: str = '', given: str = 'a path') -> str:
+    """The message for ``what`` (a flag, say) given as an empty ``value``, which should be
+    ``given``."""
+    return f'{what} is empty ({value!r}): give {given}. A shell variable in it may be unset.'

@@ -63,7 +63,7 @@ from typing import Collection, Dict, List, Set, Tuple
 
 # Imports the standard library only: the handlers below are installed at once.
 from alf_lite.bin.cli import (
-    empty_path,
+    empty,
     exit_if_interrupted,
     exit_on_signals_before_main,
     fail,
@@ -743,7 +743,7 @@ def plot(argv, signals):
             'with runs below it)'
         )
     if '' in paths:
-        fail(empty_path('a run to plot'))
+        fail(empty('a run to plot'))
     if FLAGS.smoothing <= 0 or FLAGS.last_n <= 0 or FLAGS.num_bootstrap <= 0:
         fail('--smoothing, --last_n and --num_bootstrap must be positive')
     if FLAGS.num_bootstrap > MAX_NUM_BOOTSTRAP:
