@@ -541,6 +541,12 @@ class Trainer:
                 f'Trainer: root_dir must be a path (a str or an os.PathLike), got {root_dir!r} '
                 f'({type(root_dir).__name__}).'
             )
+        if not os.fspath(root_dir).strip():
+            # Not the working directory, which train() would write into.
+            raise ValueError(
+                f"Trainer: root_dir is empty ({os.fspath(root_dir)!r}): give the run's directory "
+                "('.' for the working directory)."
+            )
         self._config = cfg = config
         self._run_dir = RunDir(root_dir)
         self._lock = RunDirLock(root_dir)

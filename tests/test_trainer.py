@@ -280,6 +280,10 @@ def test_arguments_of_the_wrong_kind_are_named_before_anything_is_written(tmp_pa
         Trainer({}, str(tmp_path / 'run'))
     with pytest.raises(TypeError, match='root_dir must be a path .*, got None'):
         Trainer(TrainerConfig(), None)
+    # Not the working directory, where train() would have written.
+    for empty in ('', ' '):
+        with pytest.raises(ValueError, match=rf'^Trainer: root_dir is empty \({empty!r}\): give'):
+            Trainer(TrainerConfig(), empty)
     with build(tmp_path / 'run', 'TrainerConfig.num_env_steps = 300') as trainer:
         for name in ('stop_when', 'before_writing'):
             with pytest.raises(TypeError, match=f'{name} must be a function or None, got 5'):
