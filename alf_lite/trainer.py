@@ -542,7 +542,7 @@ class Trainer:
                 f'({type(root_dir).__name__}).'
             )
         if not os.fspath(root_dir).strip():
-            # Not the working directory, which train() would write into.
+            # Blank: an unset variable or a slip; '' is no directory to make.
             raise ValueError(
                 f"Trainer: root_dir is empty ({os.fspath(root_dir)!r}): give the run's directory "
                 "('.' for the working directory)."

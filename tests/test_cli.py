@@ -108,11 +108,13 @@ def test_an_empty_path_flag_is_named_before_anything_is_read_or_written(case, tm
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_empty_path_among_plots_runs_is_named(tmp_path):
-    result = run_tool('plot', ['run', ''], tmp_path)
+@pytest.mark.parametrize('path', ['', '  '])
+def test_an_empty_path_among_plots_runs_is_named(path, tmp_path):
+    result = run_tool('plot', ['run', path], tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.splitlines() == [
-        "error: a run to plot is empty (''): give a path. A shell variable in it may be unset."
+        f'error: a run to plot is empty ({path!r}): give a path. A shell variable in it may be '
+        'unset.'
     ], result.stderr[-3000:]
     assert list(tmp_path.iterdir()) == []
 

@@ -742,8 +742,9 @@ def plot(argv, signals):
             "give the runs to plot, e.g. runs/grid (a run's root_dir, or a directory "
             'with runs below it)'
         )
-    if '' in paths:
-        fail(empty('a run to plot'))
+    for path in paths:
+        if not path.strip():
+            fail(empty('a run to plot', path))
     if FLAGS.smoothing <= 0 or FLAGS.last_n <= 0 or FLAGS.num_bootstrap <= 0:
         fail('--smoothing, --last_n and --num_bootstrap must be positive')
     if FLAGS.num_bootstrap > MAX_NUM_BOOTSTRAP:
