@@ -82,6 +82,9 @@ _parsed: Optional[_IncludeState] = None
 def _open_relative_to_includer(path):
     """Open gin file ``path`` resolved against the directory of the file including it (where
     that file really is, if it was reached through a symbolic link)."""
+    if not path.strip():
+        # Joined to a directory it would name that directory.
+        raise ConfigError(f'Gin file {path!r} is empty: give the path of a .gin file.')
     state = _include_state
     base = os.path.dirname(state.open_files[-1]) if state.open_files else os.getcwd()
     resolved = os.path.normpath(os.path.join(base, path))
@@ -207,6 +210,16 @@ def parse_config(
             from outside the installed packages; nothing of it was imported.
     """
     global _parsed
+    for name, value, each in (
+        ('gin_files', gin_files, 'paths'),
+        ('gin_params', gin_params, 'bindings'),
+    ):
+        if isinstance(value, (str, bytes, os.PathLike)):
+            # Iterated, its characters would be taken for the files or the bindings.
+            raise TypeError(
+                f'parse_config: {name} must be a list of {each}, got the {type(value).__name__} '
+                f'{shortened(repr(value))}: give [{shortened(repr(value))}].'
+            )
     # Bindings of an earlier parse in this process must not leak into this one;
     # clear_config also unlocks a config that gin.finalize locked.
     gin.clear_config()
@@ -221,6 +234,12 @@ def parse_config(
                 except Exception as e:
                     raise _friendly_error(e, state.failed_files, gin_param=None) from e
             for param in gin_params:
+                if isinstance(param, str) and not param.strip():
+                    # gin would take it for no binding at all: the one meant would be missing.
+                    raise ConfigError(
+                        f'The gin binding {param!r} is empty: give one, such as '
+                        "'TrainerConfig.num_env_steps = 5000'. A shell variable in it may be unset."
+                    )
                 state.gin_param = param
                 try:
                     gin.parse_config(param)

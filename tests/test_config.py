@@ -679,6 +679,34 @@ def test_missing_file(tmp_path, monkeypatch):
             config.parse_config([path])
 
 
+def test_a_single_string_for_the_files_or_the_bindings_is_refused_before_parsing(tmp_path):
+    # Before, its characters were taken for the files: "Gin file '/' is a directory".
+    path = _write(tmp_path / 'a.gin', 'my_fn.alpha = 5\n')
+    config.parse_config([str(path)], ['my_fn.beta = 1'])
+    message = re.escape(f"parse_config: gin_files must be a list of paths, got the str '{path}'")
+    with pytest.raises(TypeError, match=message + re.escape(f": give ['{path}']")):
+        config.parse_config(str(path))
+    with pytest.raises(TypeError, match='gin_files must be a list of paths, got the PosixPath'):
+        config.parse_config(path)
+    with pytest.raises(TypeError, match=r"gin_params must be a list of bindings, got the str 'my"):
+        config.parse_config([str(path)], 'my_fn.beta = 6')
+    # Refused before gin's config was cleared: the last parse stands.
+    assert gin.query_parameter('my_fn.beta') == 1
+
+
+@pytest.mark.parametrize('blank', ['', '  '])
+def test_an_empty_gin_file_path_or_binding_is_named(blank, tmp_path):
+    path = _write(tmp_path / 'a.gin', 'my_fn.alpha = 5\n')
+    with pytest.raises(ConfigError, match=re.escape(f'Gin file {blank!r} is empty: give the path')):
+        config.parse_config([blank])
+    outer = _write(tmp_path / 'outer.gin', f'include {blank!r}\n')
+    with pytest.raises(ConfigError, match=re.escape(f'Gin file {blank!r} is empty')):
+        config.parse_config([str(outer)])
+    # Before, gin took it for no binding at all.
+    with pytest.raises(ConfigError, match=re.escape(f'The gin binding {blank!r} is empty: give')):
+        config.parse_config([str(path)], ['my_fn.beta = 1', blank])
+
+
 def test_a_gin_file_larger_than_a_config_may_be_is_refused_unread(tmp_path):
     # A run's config.gin from someone else may be a crafted file of gigabytes.
     big = tmp_path / 'config.gin'
