@@ -15,6 +15,14 @@ def run_tool(tool, args, cwd):
     return run_train([sys.executable, '-m', f'alf_lite.bin.{tool}', *args], cwd=cwd)
 
 
+def assert_refused(tool, args, cwd, line):
+    """``tool`` with ``args`` exits 2 with ``line`` alone on stderr, writing nothing in ``cwd``."""
+    result = run_tool(tool, args, cwd)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [line], result.stderr[-3000:]
+    assert list(cwd.iterdir()) == []
+
+
 # A flag of each tool given a value of the wrong type, and the message's start.
 BAD_VALUE = {
     'train': (['--start_over=maybe'], 'error: flag --start_over=maybe: '),
@@ -100,23 +108,17 @@ def test_an_empty_path_flag_is_named_before_anything_is_read_or_written(case, tm
     # Before, train and grid_search took '' for the working directory and trained there.
     tool, args = EMPTY_PATHS[case]
     flag = case.split()[1]
-    result = run_tool(tool, args, tmp_path)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.splitlines() == [
-        f"error: {flag} is empty (''): give a path. A shell variable in it may be unset."
-    ], result.stderr[-3000:]
-    assert list(tmp_path.iterdir()) == []
+    line = f"error: {flag} is empty (''): give a path. A shell variable in it may be unset."
+    assert_refused(tool, args, tmp_path, line)
 
 
 @pytest.mark.parametrize('path', ['', '  '])
 def test_an_empty_path_among_plots_runs_is_named(path, tmp_path):
-    result = run_tool('plot', ['run', path], tmp_path)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.splitlines() == [
+    line = (
         f'error: a run to plot is empty ({path!r}): give a path. A shell variable in it may be '
         'unset.'
-    ], result.stderr[-3000:]
-    assert list(tmp_path.iterdir()) == []
+    )
+    assert_refused('plot', ['run', path], tmp_path, line)
 
 
 @pytest.mark.parametrize('tool', sorted(REQUIRED))
@@ -124,13 +126,11 @@ def test_an_empty_path_among_plots_runs_is_named(path, tmp_path):
 def test_an_empty_gin_param_is_named_before_anything_is_read_or_written(tool, binding, tmp_path):
     # Before, gin took it for no binding at all: the run trained without the one meant.
     args = REQUIRED[tool] + ['--gin_param', 'TrainerConfig.num_env_steps=9', '--gin_param', binding]
-    result = run_tool(tool, args, tmp_path)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.splitlines() == [
+    line = (
         f'error: --gin_param is empty ({binding!r}): give a binding. A shell variable in it '
         'may be unset.'
-    ], result.stderr[-3000:]
-    assert list(tmp_path.iterdir()) == []
+    )
+    assert_refused(tool, args, tmp_path, line)
 
 
 # A flag whose value is missing (an unquoted shell variable that is unset), so that the flag
@@ -151,22 +151,17 @@ def test_a_flag_followed_by_a_flag_is_named_as_missing_its_value(case, tmp_path)
     # Before: '--gin_file' became the root_dir, and the gin file an unexpected argument.
     tool, args = VALUE_MISSING[case]
     _, flag, after = case.split()
-    result = run_tool(tool, args, tmp_path)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.splitlines() == [
+    line = (
         f'error: {flag} has no value: the argument after it, {after}, is a flag. A shell '
         'variable in its value may be unset.'
-    ], result.stderr[-3000:]
-    assert list(tmp_path.iterdir()) == []
+    )
+    assert_refused(tool, args, tmp_path, line)
 
 
 def test_a_value_that_only_starts_with_a_dash_is_taken(tmp_path):
     # -1 is no flag: --smoothing takes it (and refuses it).
-    result = run_tool('plot', ['run', '--smoothing', '-1'], tmp_path)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.splitlines() == [
-        'error: --smoothing, --last_n and --num_bootstrap must be positive'
-    ], result.stderr[-3000:]
+    line = 'error: --smoothing, --last_n and --num_bootstrap must be positive'
+    assert_refused('plot', ['run', '--smoothing', '-1'], tmp_path, line)
 
 
 def test_two_missing_required_flags_are_named_on_one_line(tmp_path):
