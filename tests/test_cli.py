@@ -133,6 +133,16 @@ def test_an_empty_gin_param_is_named_before_anything_is_read_or_written(tool, bi
     assert_refused(tool, args, tmp_path, line)
 
 
+def test_an_empty_ray_address_is_refused_not_taken_for_local_runs(tmp_path):
+    # Before, the sweep ran as local processes, where a cluster was meant.
+    args = ['--root_dir', 'run', '--search_config', 'grid.json', '--ray_address', '']
+    line = (
+        "error: --ray_address is empty (''): give 'auto' or the head's host:port (without the "
+        'flag: local processes). A shell variable in it may be unset.'
+    )
+    assert_refused('grid_search', args, tmp_path, line)
+
+
 # A flag whose value is missing (an unquoted shell variable that is unset), so that the flag
 # after it would be taken for its value.
 VALUE_MISSING = {

@@ -316,9 +316,10 @@ def fail_on_flag_as_value(argv: List[str], flag_values) -> None:
             )
 
 
-# The tools' flags that name a file or directory, or take a binding, and what they take: an
-# empty one is refused. A path '' would be taken for the working directory (where train and
-# grid_search would write), a binding '' for none at all (the run without the one meant).
+# The tools' flags that name a file or directory, take a binding or an address, and what they
+# take: an empty one is refused. A path '' would be taken for the working directory (where
+# train and grid_search would write), a binding '' for none at all (the run without the one
+# meant).
 EMPTY_REFUSED = {
     'root_dir': 'a path',
     'gin_file': 'a path',
@@ -326,6 +327,8 @@ EMPTY_REFUSED = {
     'record_file': 'a path',
     'out': 'a path',
     'gin_param': 'a binding',
+    # Not local runs, where a cluster was meant.
+    'ray_address': "'auto' or the head's host:port (without the flag: local processes)",
 }
 
 
