@@ -241,12 +241,51 @@ class RunDir:
             or any(self.has_events(mode) for mode in SUMMARY_MODES)
         )
 
+    def trained_in(self) -> bool:
+        """Whether a trainer wrote in the directory: its progress.csv, its checkpoints folder
+        or TensorBoard event files. A config.gin alone is no sign (a project may keep its
+        gin file under that name)."""
+        return (
+            os.path.isfile(self.progress_file)
+            or os.path.isdir(self.checkpoint_dir)
+            or any(self.has_events(mode) for mode in SUMMARY_MODES)
+        )
+
     def has_events(self, mode: str) -> bool:
         """Whether ``events_dir(mode)`` holds TensorBoard event files (named ``*tfevents*``)."""
         try:
             return any(EVENT_FILE_MARK in name for name in os.listdir(self.events_dir(mode)))
         except OSError:  # none there, or not a directory
             return False
+
+
+def enclosing_run(root: str) -> Optional[str]:
+    """The nearest directory above ``root`` that a trainer wrote in (``RunDir.trained_in``),
+    as an absolute path; None where there is none."""
+    here = os.path.abspath(root)
+    while True:
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+        if RunDir(here).trained_in():
+            return here
+
+
+def inside_run_refusal(root: str, what: str) -> Optional[str]:
+    """Why a new run may not start in ``root`` (named ``what``: the flag or the argument) for
+    the run of a directory above it, or None. TensorBoard reads the outer run's folders down
+    to the inner run's and shows the two as one; plot's search for runs stops at the outer
+    one; a ``--start_over`` of the outer run would move the inner one aside with it."""
+    outer = enclosing_run(root)
+    if outer is None:
+        return None
+    return (
+        f'{what} {root} is inside the run {outer} (a trainer wrote there: progress.csv, '
+        'checkpoints or TensorBoard events): TensorBoard would show both runs as one, plot '
+        'would not find this one below that one, and its --start_over would move this one '
+        f'aside with it. Choose a {what} outside {outer}.'
+    )
 
 
 class RunDirInUseError(RuntimeError):

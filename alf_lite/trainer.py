@@ -61,6 +61,7 @@ from alf_lite.run_dir import (
     RunDirLock,
     config_changed_since,
     config_int,
+    inside_run_refusal,
     last_good_name,
     read_config_text,
 )
@@ -547,6 +548,10 @@ class Trainer:
                 f"Trainer: root_dir is empty ({os.fspath(root_dir)!r}): give the run's directory "
                 "('.' for the working directory)."
             )
+        if not RunDir(root_dir).trained_in():
+            nested = inside_run_refusal(os.fspath(root_dir), 'root_dir')
+            if nested is not None:
+                raise ValueError(f'Trainer: {nested}')
         self._config = cfg = config
         self._run_dir = RunDir(root_dir)
         self._lock = RunDirLock(root_dir)

@@ -1314,6 +1314,14 @@ def test_root_dir_that_is_a_file_or_a_train_run_is_refused_and_left_as_it_is(tmp
     result = run_grid(tmp_path, tmp_path / 'run')
     assert result.returncode == 2 and 'holds a train run (its config.gin)' in result.stderr
     assert os.listdir(tmp_path / 'run') == ['config.gin']
+    # Inside one: TensorBoard on that run would show the sweep's runs as its own.
+    (tmp_path / 'run' / 'progress.csv').write_text('env_steps\n')
+    result = run_grid(tmp_path, tmp_path / 'run' / 'sweep')
+    assert result.returncode == 2, result.stderr[-2000:]
+    last_line = result.stderr.strip().splitlines()[-1]
+    outer = tmp_path / 'run'
+    assert last_line.startswith(f'error: --root_dir {outer / "sweep"} is inside the run {outer} ')
+    assert sorted(os.listdir(tmp_path / 'run')) == ['config.gin', 'progress.csv']
 
 
 def test_a_sweep_holds_its_root_dir_and_a_second_one_there_exits_2_before_writing_anything(

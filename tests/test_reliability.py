@@ -252,6 +252,42 @@ def test_root_dir_of_another_experiment_is_refused_then_start_over_moves_it(fini
     assert 'DdpgAlgorithm' in (finished_run / 'config.gin').read_text()
 
 
+@pytest.mark.parametrize('inner', ['sub', 'eval/sub'])
+def test_a_new_run_inside_another_run_is_refused_naming_it_and_nothing_is_written(
+    finished_run, tmp_path, inner
+):
+    # TensorBoard on the outer run would show the inner one as part of it.
+    outer = copy_run(finished_run, tmp_path)
+    before = tree_digest(tmp_path)
+    root_dir = outer / inner
+    for extra in ([], ['--start_over']):
+        result = run_train(train_command(root_dir, [PENDULUM], SHORT) + extra)
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f'error: --root_dir {root_dir} is inside the run {outer} (a trainer wrote there: '
+            'progress.csv, checkpoints or TensorBoard events): TensorBoard would show both runs '
+            'as one, plot would not find this one below that one, and its --start_over would '
+            f'move this one aside with it. Choose a --root_dir outside {outer}.'
+        ), result.stderr[-3000:]
+        assert tree_digest(tmp_path) == before and not root_dir.exists()
+
+
+def test_a_run_already_inside_another_resumes_but_does_not_start_over(finished_run, tmp_path):
+    outer = copy_run(finished_run, tmp_path)
+    inner = outer / 'inner'
+    shutil.copytree(finished_run, inner)
+    before = tree_digest(tmp_path)
+    # Made before runs inside runs were refused: it goes on (here: it is complete).
+    assert_ok(run_train(train_command(inner)))
+    result = run_train(train_command(inner, [PENDULUM], SHORT) + ['--start_over'])
+    assert result.returncode == 2 and f'is inside the run {outer} ' in result.stderr
+    # Neither run moved aside, nor its rows changed.
+    assert sorted(os.listdir(outer)) == sorted(os.listdir(finished_run) + ['inner'])
+    after = tree_digest(tmp_path)
+    for progress in ('run/progress.csv', 'run/inner/progress.csv'):
+        assert after[progress] == before[progress]
+
+
 def test_a_config_gin_saved_again_with_a_byte_order_mark_resumes_as_the_same_config(
     finished_run, tmp_path
 ):

@@ -26,7 +26,9 @@ from alf_lite.run_dir import (
     RunDirInUseError,
     RunDirLock,
     changed_bindings,
+    enclosing_run,
     experiment_difference,
+    inside_run_refusal,
     keep_superseded_config,
     moved_aside_path,
     read_config_text,
@@ -798,26 +800,47 @@ def test_a_root_dir_that_cannot_be_opened_here_is_not_seen_in_use():
                 os.seteuid(0)
 
 
-def test_a_run_is_a_directory_with_progress_csv_config_gin_or_tensorboard_events(tmp_path):
+def test_a_run_is_a_directory_with_progress_csv_config_gin_or_tensorboard_events(
+    tmp_path, monkeypatch
+):
     events = 'events.out.tfevents.1700000000.host.1.0'
-    for name, made, is_run in [
-        ('csv', ['progress.csv'], True),
-        ('config', ['config.gin'], True),
-        ('train', ['train/', f'train/{events}'], True),
-        ('eval', ['eval/', f'eval/{events}'], True),
-        ('none', ['notes.txt'], False),
+    # is_run, and trained_in: which a directory below may not start a run in.
+    for name, made, is_run, trained_in in [
+        ('csv', ['progress.csv'], True, True),
+        # A project's own gin file may have the name.
+        ('config', ['config.gin'], True, False),
+        ('train', ['train/', f'train/{events}'], True, True),
+        ('eval', ['eval/', f'eval/{events}'], True, True),
+        ('checkpoints', ['checkpoints/'], False, True),
+        ('none', ['notes.txt'], False, False),
         # A folder that merely holds a train/ or eval/ of other things.
-        ('empty_train', ['train/', 'eval/', 'train/notes.txt'], False),
-        ('train_file', ['train'], False),
+        ('empty_train', ['train/', 'eval/', 'train/notes.txt'], False, False),
+        ('train_file', ['train'], False, False),
+        ('checkpoints_file', ['checkpoints'], False, False),
     ]:
-        root = tmp_path / name
+        # Not named as what a run holds: tmp_path would hold a run's checkpoints/.
+        root = tmp_path / f'case_{name}'
         root.mkdir()
         for path in made:
             if path.endswith('/'):
                 (root / path).mkdir()
             else:
                 (root / path).write_text('x')
-        assert RunDir(str(root)).is_run() == is_run, name
+        run = RunDir(str(root))
+        assert (run.is_run(), run.trained_in()) == (is_run, trained_in), name
+        for inner in (root / 'sub', root / 'eval' / 'sub' / 'deeper'):
+            assert enclosing_run(str(inner)) == (str(root) if trained_in else None), inner
+            refusal = inside_run_refusal(str(inner), '--root_dir')
+            assert (refusal is not None) == trained_in
+    # The nearest of two; not the directory itself; a relative path from the working directory.
+    (tmp_path / 'case_csv' / 'inner').mkdir()
+    (tmp_path / 'case_csv' / 'inner' / 'progress.csv').write_text('x')
+    assert enclosing_run(str(tmp_path / 'case_csv' / 'inner' / 'a')) == str(
+        tmp_path / 'case_csv' / 'inner'
+    )
+    assert enclosing_run(str(tmp_path / 'case_csv')) is None
+    monkeypatch.chdir(tmp_path / 'case_csv')
+    assert enclosing_run('a') == str(tmp_path / 'case_csv') and enclosing_run('.') is None
 
 
 def test_moved_aside_path_holds_the_time_of_the_move(tmp_path):

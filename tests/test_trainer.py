@@ -291,6 +291,24 @@ def test_arguments_of_the_wrong_kind_are_named_before_anything_is_written(tmp_pa
             assert not (tmp_path / 'run').exists()
 
 
+def test_a_trainer_for_a_new_run_inside_another_run_is_refused_before_anything_is_written(
+    tmp_path,
+):
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS)
+    outer = tmp_path / 'outer'
+    (outer / 'eval').mkdir(parents=True)
+    (outer / 'eval' / 'events.out.tfevents.1700000000.host.1.0').write_bytes(b'')
+    for inner in (outer / 'sub', outer / 'eval' / 'sub'):
+        with pytest.raises(ValueError, match=rf'^Trainer: root_dir {inner} is inside the run '):
+            Trainer(TrainerConfig(), inner)
+        assert not inner.exists()
+    # One a trainer wrote in already (before this was refused) is built, to resume.
+    (outer / 'old').mkdir()
+    (outer / 'old' / 'checkpoints').mkdir()
+    with build(outer / 'old', 'TrainerConfig.num_env_steps = 300'):
+        pass
+
+
 def test_different_seed_different_progress_csv(tmp_path):
     train(tmp_path / 'a', 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 1')
     train(tmp_path / 'b', 'TrainerConfig.num_env_steps = 400', 'TrainerConfig.random_seed = 2')

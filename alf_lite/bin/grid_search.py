@@ -151,6 +151,7 @@ from alf_lite.run_dir import (  # noqa: E402
     RunDirLock,
     config_statements,
     experiment_difference,
+    inside_run_refusal,
     moved_aside_path,
     not_text,
     split_binding,
@@ -1887,6 +1888,9 @@ def _main(argv, signals):
             f'--root_dir {root_dir} holds a train run (its {CONFIG_FILE}), not a sweep: '
             'choose another directory.'
         )
+    nested = inside_run_refusal(root_dir, '--root_dir')
+    if nested is not None:
+        fail(nested)
     # A signal whose exception Python dropped (raised in a __del__) stops grid_search here,
     # before it starts a run.
     signals.raise_if_received()

@@ -68,6 +68,7 @@ from alf_lite.run_dir import (  # noqa: E402
     RunDirInUseError,
     RunDirLock,
     experiment_difference,
+    inside_run_refusal,
     keep_superseded_config,
     moved_aside_path,
 )
@@ -251,6 +252,11 @@ def train(root_dir: str, signals) -> None:
     training loop."""
     fail_if_in_use(root_dir)
     config_file = RunDir(root_dir).config_file
+    if FLAGS.start_over or not RunDir(root_dir).trained_in():
+        # A run starts here: one already inside another (made before this check) resumes.
+        nested = inside_run_refusal(root_dir, '--root_dir')
+        if nested is not None:
+            fail(nested)
     if os.path.isdir(root_dir) and not FLAGS.start_over:
         unsafe = RunDir(root_dir).unsafe_entry()
         if unsafe is not None:
