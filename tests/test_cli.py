@@ -133,14 +133,45 @@ def test_an_empty_gin_param_is_named_before_anything_is_read_or_written(tool, bi
     assert_refused(tool, args, tmp_path, line)
 
 
-def test_an_empty_ray_address_is_refused_not_taken_for_local_runs(tmp_path):
-    # Before, the sweep ran as local processes, where a cluster was meant.
-    args = ['--root_dir', 'run', '--search_config', 'grid.json', '--ray_address', '']
-    line = (
-        "error: --ray_address is empty (''): give 'auto' or the head's host:port (without the "
-        'flag: local processes). A shell variable in it may be unset.'
+# A setting given as '', which the tool took for its default: what the line asks for.
+EMPTY_SETTINGS = {
+    # The sweep ran as local processes, where a cluster was meant.
+    'grid_search --ray_address': (
+        ['--root_dir', 'run', '--search_config', 'grid.json'],
+        "'auto' or the head's host:port (without the flag: local processes)",
+    ),
+    # The video was recorded at the env's own size.
+    'play --render_size': (
+        ['--root_dir', 'run', '--record_file', 'a.mp4'],
+        "'W,H' or one number (without the flag: the env's own size)",
+    ),
+    # All runs were drawn as one group.
+    'plot --group_by': (['run'], "'config', 'none' or comma-separated gin parameters"),
+}
+
+
+@pytest.mark.parametrize('case', sorted(EMPTY_SETTINGS))
+def test_an_empty_setting_is_refused_not_taken_for_its_default(case, tmp_path):
+    tool, flag = case.split()
+    args, given = EMPTY_SETTINGS[case]
+    line = f"error: {flag} is empty (''): give {given}. A shell variable in it may be unset."
+    assert_refused(tool, args + [flag, ''], tmp_path, line)
+
+
+def test_a_group_by_of_commas_alone_is_refused_not_taken_for_one_group(tmp_path):
+    for seed in (0, 1):
+        run = tmp_path / f'run{seed}'
+        run.mkdir()
+        (run / 'progress.csv').write_text('env_steps,eval/AverageReturn\n100,-5\n200,-4\n')
+        (run / 'config.gin').write_text(f'TrainerConfig.random_seed = {seed}\n')
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = run_tool('plot', ['run0', 'run1', '--group_by', ' , ', '--out', 'c.png'], tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        "error: --group_by ' , ' names no gin parameter: give 'config', 'none' or "
+        'comma-separated gin parameters'
     )
-    assert_refused('grid_search', args, tmp_path, line)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 # A flag whose value is missing (an unquoted shell variable that is unset), so that the flag

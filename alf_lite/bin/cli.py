@@ -316,10 +316,10 @@ def fail_on_flag_as_value(argv: List[str], flag_values) -> None:
             )
 
 
-# The tools' flags that name a file or directory, take a binding or an address, and what they
-# take: an empty one is refused. A path '' would be taken for the working directory (where
-# train and grid_search would write), a binding '' for none at all (the run without the one
-# meant).
+# The tools' flags that name a file or directory, take a binding, an address or a setting, and
+# what they take: an empty one is refused. A path '' would be taken for the working directory
+# (where train and grid_search would write), a binding '' for none at all (the run without the
+# one meant), the others for their default.
 EMPTY_REFUSED = {
     'root_dir': 'a path',
     'gin_file': 'a path',
@@ -329,6 +329,10 @@ EMPTY_REFUSED = {
     'gin_param': 'a binding',
     # Not local runs, where a cluster was meant.
     'ray_address': "'auto' or the head's host:port (without the flag: local processes)",
+    # Not the env's own size.
+    'render_size': "'W,H' or one number (without the flag: the env's own size)",
+    # Not all runs as one group.
+    'group_by': "'config', 'none' or comma-separated gin parameters",
 }
 
 

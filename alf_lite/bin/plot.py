@@ -368,6 +368,12 @@ def grouped_runs(
         ]
     else:
         names = [n.strip() for n in group_by.split(',') if n.strip()]
+        if not names:
+            # Not all runs as one group.
+            raise ValueError(
+                f"--group_by {group_by!r} names no gin parameter: give 'config', 'none' or "
+                'comma-separated gin parameters'
+            )
         unbound = [n for n in names if all(n not in b for b in bindings.values())]
         if unbound:
             bound = sorted({k for b in bindings.values() for k in b})
