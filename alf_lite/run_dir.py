@@ -261,15 +261,15 @@ class RunDir:
 
 def enclosing_run(root: str) -> Optional[str]:
     """The nearest directory above ``root`` that a trainer wrote in (``RunDir.trained_in``),
-    as an absolute path; None where there is none."""
-    here = os.path.abspath(root)
-    while True:
-        parent = os.path.dirname(here)
-        if parent == here:
-            return None
-        here = parent
-        if RunDir(here).trained_in():
-            return here
+    as an absolute path; None where there is none. Above ``root`` as written, then above
+    where its symbolic links lead (a link to a folder inside a run)."""
+    for start in dict.fromkeys((os.path.abspath(root), os.path.realpath(root))):
+        here = start
+        while os.path.dirname(here) != here:
+            here = os.path.dirname(here)
+            if RunDir(here).trained_in():
+                return here
+    return None
 
 
 def inside_run_refusal(root: str, what: str) -> Optional[str]:

@@ -841,6 +841,13 @@ def test_a_run_is_a_directory_with_progress_csv_config_gin_or_tensorboard_events
     assert enclosing_run(str(tmp_path / 'case_csv')) is None
     monkeypatch.chdir(tmp_path / 'case_csv')
     assert enclosing_run('a') == str(tmp_path / 'case_csv') and enclosing_run('.') is None
+    # A link that leads inside a run, to a folder there or to one not made yet.
+    for target in (tmp_path / 'case_eval' / 'eval', tmp_path / 'case_eval' / 'new'):
+        link = tmp_path / 'link'
+        link.symlink_to(target)
+        assert enclosing_run(str(link / 'sub')) == str(tmp_path / 'case_eval')
+        assert enclosing_run(str(link)) == str(tmp_path / 'case_eval')
+        link.unlink()
 
 
 def test_moved_aside_path_holds_the_time_of_the_move(tmp_path):
