@@ -1312,8 +1312,13 @@ def test_root_dir_that_is_a_file_or_a_train_run_is_refused_and_left_as_it_is(tmp
     (tmp_path / 'run').mkdir()
     (tmp_path / 'run' / 'config.gin').write_text('TrainerConfig.random_seed = 0\n')
     result = run_grid(tmp_path, tmp_path / 'run')
-    assert result.returncode == 2 and 'holds a train run (its config.gin)' in result.stderr
+    assert result.returncode == 2 and 'holds a train run (its config.gin, ' in result.stderr
     assert os.listdir(tmp_path / 'run') == ['config.gin']
+    # One without config.gin (trained through the Python API): each run would be refused.
+    (tmp_path / 'api_run' / 'checkpoints').mkdir(parents=True)
+    result = run_grid(tmp_path, tmp_path / 'api_run')
+    assert result.returncode == 2 and 'holds a train run (its config.gin, ' in result.stderr
+    assert os.listdir(tmp_path / 'api_run') == ['checkpoints']
     # Inside one: TensorBoard on that run would show the sweep's runs as its own.
     (tmp_path / 'run' / 'progress.csv').write_text('env_steps\n')
     result = run_grid(tmp_path, tmp_path / 'run' / 'sweep')

@@ -1883,10 +1883,11 @@ def _main(argv, signals):
     unused = unused_search(space, None if None in calls else calls)
     if unused:
         fail(unused)
-    if os.path.exists(RunDir(root_dir).config_file):
+    if os.path.exists(RunDir(root_dir).config_file) or RunDir(root_dir).trained_in():
+        # Each run would start inside it, which train refuses.
         fail(
-            f'--root_dir {root_dir} holds a train run (its {CONFIG_FILE}), not a sweep: '
-            'choose another directory.'
+            f'--root_dir {root_dir} holds a train run (its {CONFIG_FILE}, progress.csv, '
+            'checkpoints or TensorBoard events), not a sweep: choose another directory.'
         )
     nested = inside_run_refusal(root_dir, '--root_dir')
     if nested is not None:
