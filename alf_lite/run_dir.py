@@ -242,12 +242,13 @@ class RunDir:
         )
 
     def trained_in(self) -> bool:
-        """Whether a trainer wrote in the directory: its progress.csv, its checkpoints folder
-        or TensorBoard event files. A config.gin alone is no sign (a project may keep its
-        gin file under that name)."""
+        """Whether a trainer wrote in the directory: its progress.csv, a checkpoint
+        (``ckpt-<N>`` in its checkpoints folder) or TensorBoard event files. A config.gin
+        or a checkpoints folder alone is no sign (a project may keep its gin file, or other
+        models, under those names)."""
         return (
             os.path.isfile(self.progress_file)
-            or os.path.isdir(self.checkpoint_dir)
+            or latest_checkpoint(self.checkpoint_dir) is not None
             or any(self.has_events(mode) for mode in SUMMARY_MODES)
         )
 

@@ -1315,7 +1315,7 @@ def test_root_dir_that_is_a_file_or_a_train_run_is_refused_and_left_as_it_is(tmp
     assert result.returncode == 2 and 'holds a train run (its config.gin, ' in result.stderr
     assert os.listdir(tmp_path / 'run') == ['config.gin']
     # One without config.gin (trained through the Python API): each run would be refused.
-    (tmp_path / 'api_run' / 'checkpoints').mkdir(parents=True)
+    (tmp_path / 'api_run' / 'checkpoints' / 'ckpt-100').mkdir(parents=True)
     result = run_grid(tmp_path, tmp_path / 'api_run')
     assert result.returncode == 2 and 'holds a train run (its config.gin, ' in result.stderr
     assert os.listdir(tmp_path / 'api_run') == ['checkpoints']

@@ -811,7 +811,9 @@ def test_a_run_is_a_directory_with_progress_csv_config_gin_or_tensorboard_events
         ('config', ['config.gin'], True, False),
         ('train', ['train/', f'train/{events}'], True, True),
         ('eval', ['eval/', f'eval/{events}'], True, True),
-        ('checkpoints', ['checkpoints/'], False, True),
+        ('checkpoint', ['checkpoints/', 'checkpoints/ckpt-100/'], False, True),
+        # A project's folder of other models.
+        ('other_checkpoints', ['checkpoints/', 'checkpoints/model.pt'], False, False),
         ('none', ['notes.txt'], False, False),
         # A folder that merely holds a train/ or eval/ of other things.
         ('empty_train', ['train/', 'eval/', 'train/notes.txt'], False, False),

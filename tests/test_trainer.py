@@ -303,8 +303,7 @@ def test_a_trainer_for_a_new_run_inside_another_run_is_refused_before_anything_i
             Trainer(TrainerConfig(), inner)
         assert not inner.exists()
     # One a trainer wrote in already (before this was refused) is built, to resume.
-    (outer / 'old').mkdir()
-    (outer / 'old' / 'checkpoints').mkdir()
+    (outer / 'old' / 'checkpoints' / 'ckpt-100').mkdir(parents=True)
     with build(outer / 'old', 'TrainerConfig.num_env_steps = 300'):
         pass
 
