@@ -1069,6 +1069,7 @@ def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
     [
         'missing_root_dir',
         'no_config',
+        'folder_of_a_run',
         'no_checkpoint',
         'config_no_longer_parses',
         'gin_param_out_of_range',
@@ -1084,6 +1085,11 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
     expected, args = {
         'missing_root_dir': ('does not exist', []),
         'no_config': ('holds no config.gin: it is not the root_dir of a train run', []),
+        'folder_of_a_run': (
+            f'holds no config.gin: it is not the root_dir of a train run. It lies inside the run '
+            f'{tmp_path / "run"}: give --root_dir {tmp_path / "run"}.',
+            [],
+        ),
         'no_checkpoint': ('no checkpoint in', []),
         'config_no_longer_parses': ('num_env_stepz', []),
         'gin_param_out_of_range': (
@@ -1117,6 +1123,9 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
     if case == 'no_config':
         root_dir.mkdir()
         shutil.copytree(trained_run / 'checkpoints', root_dir / 'checkpoints')
+    elif case == 'folder_of_a_run':
+        shutil.copytree(trained_run, root_dir)
+        root_dir = root_dir / 'eval'
     elif case == 'no_checkpoint':
         root_dir.mkdir()
         shutil.copy(trained_run / 'config.gin', root_dir / 'config.gin')

@@ -68,7 +68,12 @@ from absl import flags  # noqa: E402
 
 from alf_lite.bin.policy import checkpoint_path, load_policy  # noqa: E402
 from alf_lite.config import new_file_beside  # noqa: E402
-from alf_lite.run_dir import CONFIG_FILE, RunDir, checkpoint_env_steps  # noqa: E402
+from alf_lite.run_dir import (  # noqa: E402
+    CONFIG_FILE,
+    RunDir,
+    checkpoint_env_steps,
+    enclosing_run,
+)
 from alf_lite.runs import MAX_SEED  # noqa: E402
 from alf_lite.signals import Interrupted, RaisingSignals  # noqa: E402
 
@@ -568,7 +573,12 @@ def play(argv, signals) -> None:
     run_dir = RunDir(root_dir)
     config_file = run_dir.config_file
     if not os.path.isfile(config_file):
-        fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.')
+        outer = enclosing_run(root_dir)
+        hint = ''
+        if outer is not None and os.path.isfile(RunDir(outer).config_file):
+            # A folder of the run given for the run (its eval/, say).
+            hint = f' It lies inside the run {outer}: give --root_dir {outer}.'
+        fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.{hint}')
     if FLAGS.num_episodes <= 0 or (FLAGS.fps is not None and FLAGS.fps <= 0):
         fail('--num_episodes and --fps must be positive.')
     if FLAGS.random_seed is not None and not 0 <= FLAGS.random_seed < MAX_SEED:
