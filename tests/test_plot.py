@@ -1182,10 +1182,18 @@ def test_a_folder_with_a_train_folder_of_other_things_is_searched_not_taken_for_
     # Alone, it is no run.
     result = run_plot([str(project / 'train'), str(project / 'eval'), '--out', 'x.png'], tmp_path)
     assert result.returncode == 2, result.stderr
-    assert f'skipping {project / "train"}: no run there' in result.stderr
+    assert f'skipping {project / "train"}: no run there\n' in result.stderr
     assert 'error: no run (a directory with progress.csv, config.gin or TensorBoard event' in (
         result.stderr
     )
+    # A folder of a run given for it: the run is named, as given (relative here).
+    run = next(project.glob('runs/*/'))
+    result = run_plot([os.path.relpath(run / 'eval', tmp_path), '--out', 'x.png'], tmp_path)
+    assert result.returncode == 2, result.stderr
+    relative = os.path.relpath(run, tmp_path)
+    assert (
+        f'skipping {relative}/eval: no run there (it lies inside the run {relative}: give that)'
+    ) in result.stderr.splitlines()
 
 
 def test_group_by_none_names_runs_by_the_shortest_distinct_path(tmp_path):

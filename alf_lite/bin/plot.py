@@ -85,6 +85,7 @@ from alf_lite.run_dir import (  # noqa: E402
     PROGRESS_FILE,
     TRAIN,
     RunDir,
+    enclosing_run,
     macro_users,
     macro_value,
     macros_resolved,
@@ -252,6 +253,17 @@ def check_outputs(png: str, csv_path: str) -> None:
                 f'--out {png} exists and is not a plot that plot wrote (no {csv_path} of '
                 'its curves beside it): choose another --out'
             )
+
+
+def inside_a_run(path: str) -> str:
+    """Where ``path``, in which there is no run, lies inside one (a folder of the run given for
+    it, its eval/ say): the words that name the run to give; '' where it does not."""
+    outer = enclosing_run(path)
+    if outer is None or not RunDir(outer).is_run():
+        return ''
+    # As the user gave the path: a relative one names the run relative to here.
+    outer = outer if os.path.isabs(path) else os.path.relpath(outer)
+    return f' (it lies inside the run {outer}: give that)'
 
 
 def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
@@ -768,7 +780,7 @@ def plot(argv, signals):
         fail(str(e))
     run_dirs, skipped = find_runs(paths)
     for path in skipped:
-        print_out(f'skipping {path}: no run there', file=sys.stderr)
+        print_out(f'skipping {path}: no run there{inside_a_run(path)}', file=sys.stderr)
     if not run_dirs:
         fail(
             f'no run (a directory with {PROGRESS_FILE}, {CONFIG_FILE} or TensorBoard event '
