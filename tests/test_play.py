@@ -1070,6 +1070,7 @@ def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
         'missing_root_dir',
         'no_config',
         'folder_of_a_run',
+        'folder_of_runs',
         'no_checkpoint',
         'config_no_longer_parses',
         'gin_param_out_of_range',
@@ -1088,6 +1089,12 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
         'folder_of_a_run': (
             f'holds no config.gin: it is not the root_dir of a train run. It lies inside the run '
             f'{tmp_path / "run"}: give --root_dir {tmp_path / "run"}.',
+            [],
+        ),
+        # A sweep's root.
+        'folder_of_runs': (
+            'holds no config.gin: it is not the root_dir of a train run. It holds 3 run(s): '
+            f'give one as --root_dir, e.g. {tmp_path / "run" / "a"}, {tmp_path / "run" / "b"}.',
             [],
         ),
         'no_checkpoint': ('no checkpoint in', []),
@@ -1126,6 +1133,10 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
     elif case == 'folder_of_a_run':
         shutil.copytree(trained_run, root_dir)
         root_dir = root_dir / 'eval'
+    elif case == 'folder_of_runs':
+        for name in 'cab':
+            shutil.copytree(trained_run, root_dir / name)
+        (root_dir / 'logs').mkdir()
     elif case == 'no_checkpoint':
         root_dir.mkdir()
         shutil.copy(trained_run / 'config.gin', root_dir / 'config.gin')

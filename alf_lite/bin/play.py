@@ -578,6 +578,21 @@ def play(argv, signals) -> None:
         if outer is not None and os.path.isfile(RunDir(outer).config_file):
             # A folder of the run given for the run (its eval/, say).
             hint = f' It lies inside the run {outer}: give --root_dir {outer}.'
+        else:
+            # A sweep's root given for one of its runs.
+            try:
+                runs = sorted(
+                    entry.path
+                    for entry in os.scandir(root_dir)
+                    if entry.is_dir() and os.path.isfile(RunDir(entry.path).config_file)
+                )
+            except OSError:  # not readable: the line says what it can
+                runs = []
+            if runs:
+                hint = (
+                    f' It holds {len(runs)} run(s): give one as --root_dir, e.g. '
+                    f'{", ".join(runs[:2])}.'
+                )
         fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.{hint}')
     if FLAGS.num_episodes <= 0 or (FLAGS.fps is not None and FLAGS.fps <= 0):
         fail('--num_episodes and --fps must be positive.')
