@@ -6,7 +6,15 @@ import sys
 import pytest
 
 from alf_lite.bin.cli import user_message
-from cli_helpers import EXAMPLES, PENDULUM, run_python, run_train, train_command, with_prelude
+from cli_helpers import (
+    EXAMPLES,
+    PENDULUM,
+    run_python,
+    run_train,
+    train_command,
+    train_env,
+    with_prelude,
+)
 
 TOOLS = ['train', 'play', 'plot', 'grid_search']
 
@@ -172,6 +180,73 @@ def test_a_group_by_of_commas_alone_is_refused_not_taken_for_one_group(tmp_path)
         'comma-separated gin parameters'
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+# A path flag joined to its ~ by '=' (the shell leaves that ~ as it is), what HOME holds for it,
+# and the line that shows the tool read the file there.
+TILDE_PATHS = {
+    'train --gin_file': (
+        ['--root_dir', 'run', '--gin_file=~/bad.gin'],
+        ('bad.gin', f"include '{PENDULUM}'\nTrainerConfig.mini_batch_size = -1\n"),
+        'mini_batch_size must be positive',
+    ),
+    'grid_search --search_config': (
+        ['--root_dir', 'run', '--search_config=~/grid.json', '--gin_file', str(PENDULUM)],
+        ('grid.json', '{"parameters": {}}'),
+        'must hold a JSON object with exactly the keys "parameters" and "repeats"',
+    ),
+    'plot --out': (['--out=~/c.png', 'runs'], None, None),
+}
+
+
+@pytest.mark.parametrize('case', sorted(TILDE_PATHS))
+def test_a_path_flag_joined_to_a_tilde_is_taken_in_home_not_in_a_directory_named_tilde(
+    case, tmp_path
+):
+    # Before, plot made a directory named ~ in the working directory (which an rm -rf ~
+    # meant for it would take for the home) and wrote there; train and grid_search looked
+    # for ./~/<file>.
+    tool = case.split()[0]
+    args, home_file, line = TILDE_PATHS[case]
+    home, cwd = tmp_path / 'home', tmp_path / 'cwd'
+    home.mkdir()
+    cwd.mkdir()
+    if home_file is not None:
+        (home / home_file[0]).write_text(home_file[1])
+    else:
+        run = cwd / 'runs' / 'a'
+        run.mkdir(parents=True)
+        (run / 'progress.csv').write_text('env_steps,eval/AverageReturn\n100,-5\n200,-4\n')
+        (run / 'config.gin').write_text('TrainerConfig.random_seed = 0\n')
+    result = run_train(
+        [sys.executable, '-m', f'alf_lite.bin.{tool}', *args],
+        cwd=cwd,
+        env=dict(train_env(), HOME=str(home)),
+    )
+    assert not (cwd / '~').exists(), result.stderr[-3000:]
+    if line is None:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert (home / 'c.png').is_file() and (home / 'c.csv').is_file()
+    else:
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert line in result.stderr.splitlines()[-1], result.stderr[-3000:]
+    assert sorted(p.name for p in cwd.iterdir()) == (['runs'] if line is None else [])
+
+
+def test_a_quoted_tilde_in_a_run_to_plot_is_taken_in_home(tmp_path):
+    home, cwd = tmp_path / 'home', tmp_path / 'cwd'
+    run = home / 'runs' / 'a'
+    run.mkdir(parents=True)
+    cwd.mkdir()
+    (run / 'progress.csv').write_text('env_steps,eval/AverageReturn\n100,-5\n200,-4\n')
+    (run / 'config.gin').write_text('TrainerConfig.random_seed = 0\n')
+    result = run_train(
+        [sys.executable, '-m', 'alf_lite.bin.plot', '~/runs', '--out', 'c.png'],
+        cwd=cwd,
+        env=dict(train_env(), HOME=str(home)),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in cwd.iterdir()) == ['c.csv', 'c.png']
 
 
 # A flag whose value is missing (an unquoted shell variable that is unset), so that the flag

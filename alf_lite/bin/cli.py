@@ -279,6 +279,14 @@ def parse_flags(argv: List[str]) -> List[str]:
         for one in value if isinstance(value, list) else [value]:
             if isinstance(one, str) and not one.strip():
                 fail(empty(f'--{name}', one, given))
+        if given == 'a path' and value is not None:
+            # A quoted or '='-joined ~ (--out=~/c.png) reaches the tool unexpanded: plot made
+            # a directory named ~ in the working directory and wrote there.
+            flags.FLAGS[name].value = (
+                [os.path.expanduser(v) for v in value]
+                if isinstance(value, list)
+                else os.path.expanduser(value)
+            )
     return rest
 
 

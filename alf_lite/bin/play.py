@@ -601,9 +601,6 @@ def play(argv, signals) -> None:
     if FLAGS.fps is not None and not MIN_FPS <= FLAGS.fps < math.inf:
         fail(f'--fps must be a finite number of at least {MIN_FPS}, got {FLAGS.fps}')
     record_file = FLAGS.record_file
-    if record_file is not None:
-        # Expanded as --root_dir is: a quoted or '='-joined ~ reaches play unexpanded.
-        record_file = os.path.expanduser(record_file)
     if record_file is not None and not record_file.lower().endswith(VIDEO_FORMATS):
         fail(f'--record_file must end in {" or ".join(VIDEO_FORMATS)}, got {record_file!r}')
     try:

@@ -754,7 +754,8 @@ def main(argv):
 
 def plot(argv, signals):
     """Plot as the flags say; ``signals``: SIGINT and SIGTERM raise ``Interrupted``."""
-    paths = argv[1:]
+    # A quoted ~ reaches plot unexpanded, as one in --out does (parse_flags expands that).
+    paths = [os.path.expanduser(path) for path in argv[1:]]
     if not paths:
         fail(
             "give the runs to plot, e.g. runs/grid (a run's root_dir, or a directory "
