@@ -230,7 +230,8 @@ def exit_on_signals_before_main(message: str = 'interrupted by {signal}.') -> No
 def output_root_dir(flag_value: str) -> str:
     """The absolute path of a ``--root_dir`` to write into; exits naming it when it is a file,
     or when its name is not UTF-8, in which TensorBoard cannot write its summaries."""
-    root_dir = os.path.abspath(os.path.expanduser(flag_value))
+    # Its ~ was expanded with the other path flags' (parse_flags).
+    root_dir = os.path.abspath(flag_value)
     try:
         root_dir.encode('utf-8')
     except UnicodeEncodeError:
@@ -279,7 +280,7 @@ def parse_flags(argv: List[str]) -> List[str]:
         for one in value if isinstance(value, list) else [value]:
             if isinstance(one, str) and not one.strip():
                 fail(empty(f'--{name}', one, given))
-        if given == 'a path' and value is not None:
+        if given == A_PATH and value is not None:
             # A quoted or '='-joined ~ (--out=~/c.png) reaches the tool unexpanded: plot made
             # a directory named ~ in the working directory and wrote there.
             flags.FLAGS[name].value = (
@@ -328,12 +329,13 @@ def fail_on_flag_as_value(argv: List[str], flag_values) -> None:
 # what they take: an empty one is refused. A path '' would be taken for the working directory
 # (where train and grid_search would write), a binding '' for none at all (the run without the
 # one meant), the others for their default.
+A_PATH = 'a path'
 EMPTY_REFUSED = {
-    'root_dir': 'a path',
-    'gin_file': 'a path',
-    'search_config': 'a path',
-    'record_file': 'a path',
-    'out': 'a path',
+    'root_dir': A_PATH,
+    'gin_file': A_PATH,
+    'search_config': A_PATH,
+    'record_file': A_PATH,
+    'out': A_PATH,
     'gin_param': 'a binding',
     # Not local runs, where a cluster was meant.
     'ray_address': "'auto' or the head's host:port (without the flag: local processes)",
@@ -344,7 +346,7 @@ EMPTY_REFUSED = {
 }
 
 
-def empty(what: str, value: str = '', given: str = 'a path') -> str:
+def empty(what: str, value: str = '', given: str = A_PATH) -> str:
     """The message for ``what`` (a flag, say) given as an empty ``value``, which should be
     ``given``."""
     return f'{what} is empty ({value!r}): give {given}. A shell variable in it may be unset.'

@@ -1883,7 +1883,8 @@ def _main(argv, signals):
     unused = unused_search(space, None if None in calls else calls)
     if unused:
         fail(unused)
-    if os.path.exists(RunDir(root_dir).config_file) or RunDir(root_dir).trained_in():
+    root = RunDir(root_dir)
+    if os.path.exists(root.config_file) or root.trained_in():
         # Each run would start inside it, which train refuses.
         fail(
             f'--root_dir {root_dir} holds a train run (its {CONFIG_FILE}, progress.csv, '

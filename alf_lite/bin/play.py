@@ -564,7 +564,8 @@ def main(argv):
 def play(argv, signals) -> None:
     """Play as the flags say; ``signals``: SIGINT and SIGTERM raise ``Interrupted``."""
     fail_on_stray_arguments(argv, FLAGS.gin_param, takes_gin_files=False)
-    root_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
+    # Its ~ was expanded with the other path flags' (parse_flags).
+    root_dir = os.path.abspath(FLAGS.root_dir)
     if not os.path.isdir(root_dir):
         fail(
             f'root_dir {root_dir} '
