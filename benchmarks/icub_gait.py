@@ -66,7 +66,10 @@ def summary(name, episodes, control_dt, width=8):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0].strip())
     parser.add_argument(
-        '--root_dir', required=True, help='A train run of ICubWalk-v0 or ICubWalk-v1.'
+        '--root_dir',
+        type=os.path.expanduser,
+        required=True,
+        help='A train run of ICubWalk-v0 or ICubWalk-v1.',
     )
     parser.add_argument('--checkpoint_step', type=int, default=None)
     parser.add_argument('--num_episodes', type=at_least(1), default=10)

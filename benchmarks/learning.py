@@ -1138,6 +1138,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         '--out',
+        type=os.path.expanduser,
         default=os.path.join(REPO_ROOT, 'benchmarks', 'results', 'learning'),
         help='Directory of the runs: <out>/<suite>/<run_name>/seed<k>. The '
         "default's small files (progress.csv, config.gin, done.json, "
@@ -1184,6 +1185,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         '--docs_dir',
+        type=os.path.expanduser,
         default=os.path.join(REPO_ROOT, 'docs'),
         help='Where --report writes its PNGs (and plot.py its curve CSVs); the default, '
         'docs/, takes only the report of the kept runs (the default --out).',

@@ -441,7 +441,9 @@ def main(argv=None) -> int:
     parser.add_argument('--suite', choices=list(SUITES), required=True)
     parser.add_argument('--run', required=True, help='The SB3 run of the suite, e.g. sb3_sac.')
     parser.add_argument('--seed', type=at_least(0), required=True)
-    parser.add_argument('--out', required=True, help='Directory of the benchmark runs.')
+    parser.add_argument(
+        '--out', type=os.path.expanduser, required=True, help='Directory of the benchmark runs.'
+    )
     parser.add_argument(
         '--steps', type=at_least(1), default=None, help="Env steps instead of the suite's."
     )

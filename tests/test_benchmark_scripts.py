@@ -934,3 +934,24 @@ def test_gpu_check_without_wheels_stops_at_once_and_says_how_to_fetch_them(tmp_p
     assert result.returncode == 2, result.stdout + result.stderr
     assert 'no wheels in .wheels/: fetch them as above' in result.stdout
     assert '=== machine' not in result.stdout
+
+
+def test_path_flags_joined_to_a_tilde_by_an_equals_sign_are_read_from_home(
+    tmp_path, monkeypatch, capsys
+):
+    # Bash leaves the ~ of --out=~/runs as it is: the scripts expand it, as alf_lite's tools do.
+    from benchmarks import learning
+
+    home, cwd = tmp_path / 'home', tmp_path / 'cwd'
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv('HOME', str(home))
+    monkeypatch.chdir(cwd)
+    argv = ['--suite', 'pendulum', '--runs', 'alf_td3', '--seeds', '0', '--steps', '2']
+    assert learning.main(argv + ['--out=~/runs', '--docs_dir=~/docs', '--dry_run']) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert f'--root_dir {home}/runs/pendulum/alf_td3/seed0' in line, line
+    with pytest.raises(SystemExit):
+        icub_gait.main(['--root_dir=~/run'])
+    assert f'{home}/run holds no config.gin' in capsys.readouterr().err
+    assert os.listdir(cwd) == []
