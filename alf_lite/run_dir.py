@@ -870,12 +870,43 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
     run goes on with. A config that differs only in what a resume may change
     (``RESUME_SAFE_PARAMETERS``) keeps nothing; those changes are logged. An old
     config.gin of more than ``MAX_CONFIG_BYTES`` raises ValueError.
-    """
-    from alf_lite.config import write_text_atomically  # config imports gin: only when needed
 
+    A resume from before an earlier change (``config-until-<N>.gin`` with N past
+    ``env_steps``: the checkpoints after ``env_steps`` lost, or corrupt and skipped) trains
+    the steps up to N again: its checkpoint's config (``run_dir.config_file_of``) is the
+    old config, and each such ``config-until-<N>.gin`` is moved aside to
+    ``config-until-<N>.gin.abandoned`` (``.abandoned-2``, ... where taken), which the
+    lookup of a checkpoint's config and plot no longer take for a change of this run.
+    """
     if not os.path.exists(run_dir.config_file):
         return
-    old_config = read_config_text(run_dir.config_file)
+    later = [n for n in run_dir.superseded_config_steps() if n > env_steps]
+    trained_with = run_dir.config_file_of(env_steps) if later else run_dir.config_file
+    _keep_config_if_changed(run_dir, read_config_text(trained_with), new_config, env_steps)
+    for n in later:
+        path = run_dir.superseded_config_file(n)
+        aside, k = f'{path}.abandoned', 1
+        while os.path.lexists(aside):
+            k += 1
+            aside = f'{path}.abandoned-{k}'
+        os.rename(path, aside)
+        logging.warning(
+            'moved %s to %s: the config until env step %d of the training after env step '
+            '%d, which this resume trains again',
+            path,
+            aside,
+            n,
+            env_steps,
+        )
+
+
+def _keep_config_if_changed(
+    run_dir: RunDir, old_config: str, new_config: str, env_steps: int
+) -> None:
+    """``keep_superseded_config``'s copy of ``old_config`` and its warning, where
+    ``new_config`` changes the experiment."""
+    from alf_lite.config import write_text_atomically  # config imports gin: only when needed
+
     settings = changed_bindings(old_config, new_config, resume_safe=True)
     if settings:
         logging.info('the resume changes %s', '; '.join(settings))

@@ -38,7 +38,13 @@ from alf_lite.environments.suite_gym import (
     env_traceback,
 )
 from alf_lite.environments.watchdog import HUNG_ENV_EXIT_CODE
-from alf_lite.run_dir import MOVED_ASIDE, RunDirLock, latest_checkpoint
+from alf_lite.run_dir import (
+    MOVED_ASIDE,
+    RunDir,
+    RunDirLock,
+    config_changed_since,
+    latest_checkpoint,
+)
 from alf_lite.runs import EVAL_RETURN, MAX_LINE_CHARS, NONDETERMINISTIC_COLUMNS
 from alf_lite.signals import (
     SAME_STOP_WITHIN_S,
@@ -329,6 +335,55 @@ def test_a_resume_that_changes_the_experiment_keeps_the_config_it_trained_with(
     result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
     assert_ok(result)
     assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize('then', ['kept', 'undone'])
+def test_a_resume_from_before_a_change_of_the_experiment_records_the_config_of_its_checkpoint(
+    finished_run, tmp_path, then
+):
+    # Changed at 400, then back to the checkpoint at 200 (those after it lost, or corrupt and
+    # skipped): steps 200 to 400 are trained again, under the config the resume goes on with.
+    root_dir = copy_run(finished_run, tmp_path)
+    trained_with = (root_dir / 'config.gin').read_text()
+    changed = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.5']
+    assert_ok(run_train(train_command(root_dir, params=changed)))
+    assert (root_dir / 'config-until-400.gin').read_text() == trained_with
+    for step in [step for step in checkpoint_steps(root_dir) if step > 200]:
+        shutil.rmtree(root_dir / 'checkpoints' / f'ckpt-{step}')
+    params = ['TrainerConfig.num_env_steps=600']
+    if then == 'undone':
+        params.append('SacAlgorithm.target_update_tau=0.005')
+    result = run_train(train_command(root_dir, params=params))
+    assert_ok(result)
+    assert resumed_from(root_dir, 200) in result.stderr, result.stderr[-3000:]
+    # The change at 400 belongs to the training after 200 that this resume replaced.
+    abandoned = root_dir / 'config-until-400.gin.abandoned'
+    assert abandoned.read_text() == trained_with
+    assert f'moved {root_dir / "config-until-400.gin"} to {abandoned}' in result.stderr
+    kept = sorted(p.name for p in root_dir.glob('*.gin'))
+    if then == 'kept':
+        assert 'the experiment changes at env step 200' in result.stderr
+        assert (
+            'SacAlgorithm.target_update_tau = 0.005 -> SacAlgorithm.target_update_tau = 0.5'
+        ) in result.stderr
+        assert kept == ['config-until-200.gin', 'config.gin', 'operative_config.gin']
+        assert (root_dir / 'config-until-200.gin').read_text() == trained_with
+    else:
+        assert 'the experiment changes' not in result.stderr, result.stderr[-3000:]
+        assert kept == ['config.gin', 'operative_config.gin']
+    # The config of each checkpoint, as play and a resume look it up, is the experiment it
+    # keeps (the run length aside, which a resume may change).
+    assert checkpoint_steps(root_dir) == [200, 400, 600]
+    run_dir = RunDir(str(root_dir))
+    for step in checkpoint_steps(root_dir):
+        path = str(root_dir / 'checkpoints' / f'ckpt-{step}')
+        state = ckpt.trainer_state(ckpt.load_state(path), path)
+        assert config_changed_since(run_dir.config_file_of(step), state.config_text, path) is None
+    # And a resume of the run as it is now goes on without a word of a change.
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=800']))
+    assert_ok(result)
+    assert 'the experiment changes' not in result.stderr
+    assert sorted(p.name for p in root_dir.glob('*.gin')) == kept
 
 
 @pytest.mark.parametrize('change', ['emptied', 'edited'])
