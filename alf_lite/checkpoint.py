@@ -871,9 +871,11 @@ class TrainerState(NamedTuple):
             holds them, as the run never stopped does. None otherwise (also in
             checkpoints that predate this field).
         config_text: the run's ``config.gin`` as the ``train()`` that wrote this
-            checkpoint began with it: a resume refuses a config file that since changed
-            the experiment (edited, emptied). None where the run had no config.gin (also
-            in checkpoints that predate this field).
+            checkpoint began with it (one written again where that ``train()`` resumed,
+            nothing trained since, keeps the config of the checkpoint it resumed from): a
+            resume refuses a config file that since changed the experiment (edited,
+            emptied). None where the run had no config.gin (also in checkpoints that
+            predate this field).
     """
 
     algorithm: dict

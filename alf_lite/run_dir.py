@@ -860,7 +860,9 @@ def config_changed_since(config_file: str, trained_with: str, checkpoint: str) -
     )
 
 
-def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> None:
+def keep_superseded_config(
+    run_dir: RunDir, new_config: str, env_steps: int, restored: bool = True
+) -> None:
     """Before a resume's overrides change the experiment, keep its config until ``env_steps``.
 
     The old ``config.gin`` is copied to ``config-until-<env_steps>.gin`` (an existing
@@ -877,12 +879,29 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
     old config, and each such ``config-until-<N>.gin`` is moved aside to
     ``config-until-<N>.gin.abandoned`` (``.abandoned-2``, ... where taken), which the
     lookup of a checkpoint's config and plot no longer take for a change of this run.
+    Without a checkpoint ``restored`` (a run stopped before its first, started again),
+    nothing trained with the old config goes on: it is not kept (the warning names the
+    changes), and every ``config-until-<N>.gin`` is moved aside.
     """
     if not os.path.exists(run_dir.config_file):
         return
-    later = [n for n in run_dir.superseded_config_steps() if n > env_steps]
-    trained_with = run_dir.config_file_of(env_steps) if later else run_dir.config_file
-    _keep_config_if_changed(run_dir, read_config_text(trained_with), new_config, env_steps)
+    if restored:
+        later = [n for n in run_dir.superseded_config_steps() if n > env_steps]
+        trained_with = run_dir.config_file_of(env_steps) if later else run_dir.config_file
+        _keep_config_if_changed(run_dir, read_config_text(trained_with), new_config, env_steps)
+        why = f'of the training after env step {env_steps}, which this resume trains again'
+    else:
+        later = run_dir.superseded_config_steps()
+        changed = changed_bindings(read_config_text(run_dir.config_file), new_config)
+        if changed:
+            logging.warning(
+                'no checkpoint to resume from: the run starts afresh with a config that '
+                'differs from its %s in %d binding(s): %s',
+                CONFIG_FILE,
+                len(changed),
+                '; '.join(changed),
+            )
+        why = 'of training that this run, started afresh, trains again'
     for n in later:
         path = run_dir.superseded_config_file(n)
         aside, k = f'{path}.abandoned', 1
@@ -890,14 +909,7 @@ def keep_superseded_config(run_dir: RunDir, new_config: str, env_steps: int) -> 
             k += 1
             aside = f'{path}.abandoned-{k}'
         os.rename(path, aside)
-        logging.warning(
-            'moved %s to %s: the config until env step %d of the training after env step '
-            '%d, which this resume trains again',
-            path,
-            aside,
-            n,
-            env_steps,
-        )
+        logging.warning('moved %s to %s: the config until env step %d %s', path, aside, n, why)
 
 
 def _keep_config_if_changed(

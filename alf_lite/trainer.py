@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 import weakref
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import gin
 import numpy as np
@@ -689,6 +689,10 @@ class Trainer:
         # The checkpoint this train() resumed from, until its training envs have started
         # (their episodes replayed or new ones begun): until then it holds the whole state.
         self._resumed_untouched: Optional[str] = None
+        # The checkpoint the latest train() resumed from, and its env steps, updates and the
+        # config it was trained with: a save where nothing was trained since keeps that one.
+        self._resumed_from: Optional[str] = None
+        self._restored: Optional[Tuple[int, int, Optional[str]]] = None
         self._closed = False
         # The summary of the train() under way: its events are synced at each checkpoint.
         self._summary: Optional[Summary] = None
@@ -759,6 +763,12 @@ class Trainer:
     def num_updates(self) -> int:
         """Gradient updates made so far."""
         return self._num_updates
+
+    @property
+    def resumed_from(self) -> Optional[str]:
+        """The checkpoint the latest ``train()`` resumed from; None where it started afresh
+        (or before the first ``train()``)."""
+        return self._resumed_from
 
     @property
     def algorithm(self):
@@ -863,10 +873,12 @@ class Trainer:
         resumed = latest is not None
         collection = None
         self._resumed_untouched = None
+        self._resumed_from = None
+        self._restored = None
         unreadable = []
         if resumed:
             collection = self._restore(latest.path, latest.state, latest.replay_buffer_state)
-            self._resumed_untouched = latest.path
+            self._resumed_untouched = self._resumed_from = latest.path
             unreadable = latest.unreadable
             if collection is None:
                 logging.info(
@@ -1317,6 +1329,12 @@ class Trainer:
             ),
             config_text=self._config_text,
         )
+        restored = self._restored
+        if restored is not None and restored[2] is not None:
+            if restored[:2] == (self._env_steps, self._num_updates):
+                # Written again where this train() resumed, nothing trained since (a resume
+                # that ends there): under the config it was trained with, not the new one.
+                state = state._replace(config_text=restored[2])
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
             if self._summary is not None:
@@ -1432,7 +1450,8 @@ class Trainer:
             return
         if config_file != self._run_dir.config_file and os.path.exists(self._run_dir.config_file):
             # Written again at its own step by the resume that kept config_file (one whose
-            # num_env_steps ends the run there): under the config that resume wrote.
+            # num_env_steps ends the run there) under the config that resume wrote, as
+            # alf_lite did before such a checkpoint kept the config it was trained with.
             if config_changed_since(self._run_dir.config_file, state.config_text, path) is None:
                 return
         raise ckpt.CheckpointError(
@@ -1477,6 +1496,7 @@ class Trainer:
         set_global_rng_state(state.rng)
         self._env_steps = state.env_steps
         self._num_updates = state.num_updates
+        self._restored = (state.env_steps, state.num_updates, state.config_text)
         self._episode_stats.load(state.recent_returns, state.recent_lengths)
         self._last_eval = state.last_eval
         self._pending_evaluation = state.pending_evaluation

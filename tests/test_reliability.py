@@ -386,6 +386,55 @@ def test_a_resume_from_before_a_change_of_the_experiment_records_the_config_of_i
     assert sorted(p.name for p in root_dir.glob('*.gin')) == kept
 
 
+def test_a_checkpoint_written_again_by_a_resume_that_changed_the_experiment_keeps_its_config(
+    tmp_path,
+):
+    # A resume that ends at the step it resumed from (its final evaluation, due there now)
+    # writes that checkpoint again, with nothing trained since: under the config it was
+    # trained with, which config-until-<step>.gin keeps, not the one the resume goes on with.
+    root_dir = tmp_path / 'run'
+    params = SHORT + ['TrainerConfig.num_env_steps=600', 'TrainerConfig.eval_interval=300']
+    assert_ok(run_train(train_command(root_dir, [PENDULUM], params)))
+    trained_with = (root_dir / 'config.gin').read_text()
+    shutil.rmtree(root_dir / 'checkpoints' / 'ckpt-600')
+    ends_at_400 = ['TrainerConfig.num_env_steps=400', 'SacAlgorithm.target_update_tau=0.5']
+    result = run_train(train_command(root_dir, params=ends_at_400))
+    assert_ok(result)
+    assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
+    assert (root_dir / 'config-until-400.gin').read_text() == trained_with
+    path = str(root_dir / 'checkpoints' / 'ckpt-400')
+    state = ckpt.trainer_state(ckpt.load_state(path), path)
+    assert (
+        config_changed_since(str(root_dir / 'config-until-400.gin'), state.config_text, path)
+        is None
+    )
+    # Changed again from 400; back to 400 later (the checkpoint after it lost): it resumes.
+    again = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.gamma=0.9']
+    assert_ok(run_train(train_command(root_dir, params=again)))
+    shutil.rmtree(root_dir / 'checkpoints' / 'ckpt-600')
+    result = run_train(train_command(root_dir))
+    assert_ok(result)
+    assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
+
+
+def test_a_restart_with_no_checkpoint_to_resume_keeps_no_config_of_the_attempt_before(tmp_path):
+    # Stopped by the non-finite guard before its first checkpoint (at 200), then started
+    # again with other learning rates: nothing was trained with the old ones that goes on.
+    root_dir = tmp_path / 'run'
+    diverging = SHORT + ['critic/Adam.lr=1e20', 'actor/Adam.lr=1e20']
+    result = run_train(train_command(root_dir, [PENDULUM], diverging))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert checkpoint_steps(root_dir) == []
+    result = run_train(
+        train_command(root_dir, params=['critic/Adam.lr=3e-4', 'actor/Adam.lr=3e-4'])
+    )
+    assert_ok(result)
+    assert 'critic/Adam.lr = 1e+20 -> critic/Adam.lr = 0.0003' in result.stderr
+    assert 'the experiment changes at env step' not in result.stderr
+    assert not list(root_dir.glob('config-until-*')), result.stderr[-3000:]
+    assert 'critic/Adam.lr = 0.0003' in (root_dir / 'config.gin').read_text()
+
+
 @pytest.mark.parametrize('change', ['emptied', 'edited'])
 def test_a_config_gin_changed_after_its_checkpoint_is_refused_and_the_run_left_as_it_is(
     finished_run, tmp_path, change

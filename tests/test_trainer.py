@@ -1359,10 +1359,12 @@ def test_a_second_trainer_in_the_same_root_dir_is_refused_until_the_first_closes
             assert os.listdir(tmp_path / 'run') == []
             result = first.train()
             assert (tmp_path / 'run' / 'progress.csv').is_file()
+            assert first.resumed_from is None
             # train() unlocks when it returns: the second trainer resumes the finished run
             # and, with nothing left to train, returns the evaluation the run ended with.
             assert second.train() == result != {}
             assert second.env_steps == 400 and second.last_eval == result
+            assert second.resumed_from == str(tmp_path / 'run' / 'checkpoints' / 'ckpt-400')
 
 
 def test_a_locked_trainer_dropped_without_closing_unlocks_its_root_dir(tmp_path):

@@ -313,7 +313,12 @@ def train(root_dir: str, signals) -> None:
             signals.raise_if_received()
             config = gin.config_str()
             try:
-                keep_superseded_config(RunDir(root_dir), config, trainer.env_steps)
+                keep_superseded_config(
+                    RunDir(root_dir),
+                    config,
+                    trainer.env_steps,
+                    restored=trainer.resumed_from is not None,
+                )
                 write_text_atomically(config_file, config)
             except OSError as e:
                 if not existed:
