@@ -615,6 +615,9 @@ class Trainer:
             self._algorithm.to(device)
             _check_batch_norm_batch(self._algorithm, cfg.mini_batch_size, cfg.mini_batch_length)
             set_network_precision(self._algorithm, cfg.precision)
+            # Predicting as an evaluation does until training switches it (a module starts in
+            # training mode, in which batch norm uses and moves the batch's statistics).
+            self._algorithm.train(False)
             warn_if_emulated(cfg.precision, device)
             warn_if_not_applied(cfg.precision, self._algorithm)
             self._replay_buffer = ReplayBuffer(
@@ -772,7 +775,8 @@ class Trainer:
 
     @property
     def algorithm(self):
-        """The algorithm being trained (its networks live on the training device)."""
+        """The algorithm being trained (its networks live on the training device), in eval
+        mode outside ``train()``: its ``predict_step`` acts as the evaluations do."""
         return self._algorithm
 
     @property
@@ -843,6 +847,9 @@ class Trainer:
                 with _torch_settings(self._config.torch_num_threads, self._device):
                     return self._train(stop_when, before_writing)
             finally:
+                # Whatever train() did last (an update, an error in one, or nothing: a
+                # finished run): ``algorithm`` predicts as the evaluations did.
+                self._algorithm.train(False)
                 self.unlock_root_dir()
 
     def _train(

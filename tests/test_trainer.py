@@ -1423,6 +1423,41 @@ def test_batch_norm_with_one_transition_per_update_is_refused_before_anything_is
         assert trainer.num_updates > 0
 
 
+def test_the_algorithm_is_left_in_eval_mode_whatever_train_did_last(tmp_path):
+    # Batch norm predicts with its running statistics only in eval mode: in training mode
+    # the same weights give other actions, move those statistics, and refuse one observation.
+    params = DDPG_POINT_PARAMS + ['TrainerConfig.mini_batch_length = 3']
+    parse_config([os.path.join(EXAMPLES, 'common', 'ddpg.gin')], params)
+    observations = torch.tensor([[0.5, -0.3], [0.1, 0.1]])
+    with Trainer(TrainerConfig(), str(tmp_path / 'run')) as trainer:
+        assert trainer.algorithm.training is False  # built
+        trainer.train()
+        assert trainer.num_updates > 0
+        actions = trainer.algorithm.predict_step(observations)
+    # A trainer of the finished run: its train() returns at once, neither updating nor
+    # evaluating.
+    parse_config([os.path.join(EXAMPLES, 'common', 'ddpg.gin')], params)
+    with Trainer(TrainerConfig(), str(tmp_path / 'run')) as trainer:
+        trainer.train()
+        assert trainer.algorithm.training is False
+        assert torch.equal(trainer.algorithm.predict_step(observations), actions)
+        trainer.algorithm.predict_step(observations[:1])
+    # A train() stopped by an error in an update.
+    parse_config(
+        [os.path.join(EXAMPLES, 'common', 'ddpg.gin')],
+        params + ['TrainerConfig.num_env_steps = 40'],
+    )
+    with Trainer(TrainerConfig(), str(tmp_path / 'run')) as trainer:
+
+        def fail(*args):
+            raise RuntimeError('in an update')
+
+        trainer._runner.update = fail
+        with pytest.raises(RuntimeError, match='in an update'):
+            trainer.train()
+        assert trainer.algorithm.training is False
+
+
 def test_mini_batch_over_the_process_memory_limit_is_refused_naming_the_limit():
     # A fresh process: the limit stays with the process that sets it.
     script = """
