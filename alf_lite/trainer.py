@@ -1,10 +1,12 @@
 """TrainerConfig and the generic off-policy trainer: the loop that collects, trains, evaluates,
 summarises and checkpoints, each done by its own module."""
 
+import ast
 import contextlib
 import functools
 import inspect
 import os
+import re
 import signal
 import threading
 import time
@@ -505,6 +507,27 @@ def _process_state_held():
         _process_state.release()
 
 
+def _unseen_trainer_config(config: TrainerConfig, operative: str) -> str:
+    """Bindings of the values of ``config`` that gin's ``operative`` config leaves out, to
+    add to it: keyword arguments of ``TrainerConfig(...)``, which gin does not see (and
+    which win over its bindings). A value gin cannot read back (a class) is left out."""
+    listed = set(re.findall(r'^TrainerConfig\.(\w+) = ', operative, re.MULTILINE))
+    lines = []
+    for name in inspect.signature(TrainerConfig.__init__).parameters:
+        if name == 'self' or name in listed:
+            continue
+        value = getattr(config, name)
+        try:
+            literal = ast.literal_eval(repr(value)) == value
+        except (ValueError, SyntaxError):
+            literal = False
+        if literal:
+            lines.append(f'TrainerConfig.{name} = {value!r}\n')
+    if not lines:
+        return ''
+    return '\n# Passed to TrainerConfig(...), over any binding of theirs:\n' + ''.join(lines)
+
+
 class Trainer:
     """Runs one experiment in ``root_dir``, resuming from its latest checkpoint if any.
 
@@ -701,7 +724,8 @@ class Trainer:
         self._summary: Optional[Summary] = None
         # Everything configurable was built: the bindings it used, taken now,
         # before another config parsed in this process replaces gin's.
-        self._operative_config = gin.operative_config_str()
+        operative = gin.operative_config_str()
+        self._operative_config = operative + _unseen_trainer_config(self._config, operative)
         # A --gin_param that a file's more specific scope overrides is said so, not unused.
         overridden = overridden_gin_params()
         own, included = unused_bindings(

@@ -155,6 +155,28 @@ def test_what_the_process_draws_between_building_and_training_changes_no_number(
     )
 
 
+def test_the_operative_config_records_trainer_config_keyword_arguments(tmp_path):
+    # gin sees no keyword argument of TrainerConfig(...), which wins over its binding: an
+    # API run's seed and length were in none of its files.
+    params = ['TrainerConfig.num_env_steps = 600', 'TrainerConfig.random_seed = 7']
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + params)
+    config = TrainerConfig(num_env_steps=300, random_seed=5, device='cpu')
+    with Trainer(config, str(tmp_path / 'run')) as trainer:
+        trainer.train()
+    operative = (tmp_path / 'run' / 'operative_config.gin').read_text()
+    for binding in (
+        'TrainerConfig.num_env_steps = 300',
+        'TrainerConfig.random_seed = 5',
+        "TrainerConfig.device = 'cpu'",
+    ):
+        assert operative.count(binding) == 1, binding
+    assert 'TrainerConfig.num_env_steps = 600' not in operative
+    # Parsed back, the file gives the run's settings.
+    parse_config([str(tmp_path / 'run' / 'operative_config.gin')], [])
+    again = TrainerConfig()
+    assert {name: getattr(again, name) for name in vars(config)} == vars(config)
+
+
 def test_a_trainer_of_another_thread_is_refused_while_one_builds_or_trains(tmp_path):
     # Trainers share the process's global random generators and torch's settings: two
     # training at once in threads gave other numbers than each alone, without a word.
