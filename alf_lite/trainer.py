@@ -61,6 +61,7 @@ from alf_lite.replay_buffer import (
 from alf_lite.run_dir import (
     RunDir,
     RunDirLock,
+    changed_bindings,
     config_changed_since,
     config_int,
     inside_run_refusal,
@@ -724,6 +725,8 @@ class Trainer:
         self._summary: Optional[Summary] = None
         # Everything configurable was built: the bindings it used, taken now,
         # before another config parsed in this process replaces gin's.
+        # The config it was built from, to which a run's config.gin must hold.
+        self._built_config = gin.config_str()
         operative = gin.operative_config_str()
         self._operative_config = operative + _unseen_trainer_config(self._config, operative)
         # A --gin_param that a file's more specific scope overrides is said so, not unused.
@@ -942,6 +945,7 @@ class Trainer:
                 before_writing()
         # As this train() begins with it: kept in each checkpoint, for a resume to check.
         self._config_text = self._config_file_text()
+        self._refuse_another_experiment()
         # Only now: a resume refused above leaves them where they were.
         ckpt.move_aside(unreadable)
         for path in ckpt.remove_temporary_checkpoints(self._run_dir.checkpoint_dir):
@@ -1469,6 +1473,37 @@ class Trainer:
             return read_config_text(self._run_dir.config_file)
         except (OSError, ValueError):
             return None
+
+    def _refuse_another_experiment(self) -> None:
+        """Raise TrainingError where root_dir's config.gin, which each checkpoint keeps as the
+        config it was trained with, is another experiment than the one this trainer was
+        built from and resumes (a Python resume under other bindings, or a config parsed
+        after building written by ``before_writing``); at a start afresh, the checkpoints
+        keep the config it was built from instead."""
+        if self._config_text is None:
+            return
+        differing = changed_bindings(self._config_text, self._built_config)
+        if differing and self._resumed_from is None:
+            # A start afresh (the run stopped before its first checkpoint): nothing trained
+            # with that config goes on, and the checkpoints keep the one trained with.
+            logging.warning(
+                '%s differs from the config this Trainer was built with in %d binding(s), '
+                'e.g. %s: the run starts afresh, and its checkpoints keep the config it was '
+                'built with',
+                self._run_dir.config_file,
+                len(differing),
+                differing[:4],
+            )
+            self._config_text = self._built_config
+        elif differing:
+            raise TrainingError(
+                f'{self._run_dir.config_file} is not the config this Trainer was built with: '
+                f'it differs in {len(differing)} binding(s), e.g. {differing[:4]}, and its '
+                'checkpoints would name it as the config they were trained with. Build the '
+                "Trainer from the run's config.gin, change the experiment with train "
+                '--root_dir and --gin_param (which keeps the old config as '
+                'config-until-<N>.gin), or train in another root_dir.'
+            )
 
     def _check_config_unchanged(self, path: str, state: ckpt.TrainerState) -> None:
         """Refuse to resume from checkpoint ``path`` where the run's config file for its step

@@ -42,6 +42,7 @@ from cli_helpers import (
     fails_after,
     python_output,
     sigterm_as_the_training_envs_give_episodes,
+    tree_digest,
 )
 from test_non_finite_guard import _tensors
 
@@ -175,6 +176,44 @@ def test_the_operative_config_records_trainer_config_keyword_arguments(tmp_path)
     parse_config([str(tmp_path / 'run' / 'operative_config.gin')], [])
     again = TrainerConfig()
     assert {name: getattr(again, name) for name in vars(config)} == vars(config)
+
+
+def test_a_resume_under_another_experiment_than_the_runs_config_gin_is_refused(tmp_path):
+    # Each checkpoint keeps root_dir's config.gin as the config it was trained with: a
+    # trainer built from another would have them name a config it did not train with.
+    root_dir = tmp_path / 'run'
+
+    def write_config():
+        (root_dir / 'config.gin').write_text(gin.config_str())
+
+    with build(root_dir, 'TrainerConfig.num_env_steps = 300') as trainer:
+        trainer.train(before_writing=write_config)
+    assert checkpoint_steps(root_dir) == [300]
+    before = tree_digest(root_dir)
+    changed = ['TrainerConfig.num_env_steps = 600', 'critic/Adam.lr = 0.05']
+    with build(root_dir, *changed) as trainer:
+        with pytest.raises(TrainingError) as refused:
+            trainer.train()
+        assert trainer.env_steps == 300
+    assert str(refused.value).startswith(
+        f'{root_dir / "config.gin"} is not the config this Trainer was built with: it '
+        "differs in 1 binding(s), e.g. ['critic/Adam.lr = 0.001 -> critic/Adam.lr = 0.05']"
+    )
+    assert tree_digest(root_dir) == before
+    # What a resume may change (the run length) is no other experiment.
+    with build(root_dir, 'TrainerConfig.num_env_steps = 600') as trainer:
+        trainer.train()
+    assert checkpoint_steps(root_dir) == [300, 600]
+    # A start afresh (no checkpoint: a run stopped before its first) goes on with the
+    # config it was built from, which its checkpoints keep.
+    fresh = tmp_path / 'fresh'
+    fresh.mkdir()
+    shutil.copy(root_dir / 'config.gin', fresh / 'config.gin')
+    with build(fresh, 'TrainerConfig.num_env_steps = 300', 'critic/Adam.lr = 0.05') as trainer:
+        trainer.train()
+    path = str(fresh / 'checkpoints' / 'ckpt-300')
+    kept = ckpt.trainer_state(ckpt.load_state(path), path).config_text
+    assert 'critic/Adam.lr = 0.05' in kept and kept != (fresh / 'config.gin').read_text()
 
 
 def test_a_trainer_of_another_thread_is_refused_while_one_builds_or_trains(tmp_path):
