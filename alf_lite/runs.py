@@ -82,6 +82,9 @@ PROGRESS_COLUMNS = (
 # that does not bind it.
 SEED_PARAM = 'TrainerConfig.random_seed'
 DEFAULT_SEED = 0
+# The run length TrainerConfig has where a config does not bind it.
+NUM_ENV_STEPS_PARAM = 'TrainerConfig.num_env_steps'
+DEFAULT_NUM_ENV_STEPS = 100_000
 # A run's seed is below this: numpy's global generator takes no larger one.
 MAX_SEED = 2**32
 # The longest line of a csv file read (progress.csv, grid_search's summary): a row of

@@ -69,6 +69,7 @@ from alf_lite.run_dir import (
     read_config_text,
 )
 from alf_lite.runs import (
+    DEFAULT_NUM_ENV_STEPS,
     DEFAULT_SEED,
     ENV_PROCESSES_USS_BYTES,
     ENV_STEPS_PER_SEC,
@@ -203,7 +204,7 @@ class TrainerConfig:
         self,
         algorithm_ctor: Callable = SacAlgorithm,
         random_seed: int = DEFAULT_SEED,
-        num_env_steps: int = 100_000,
+        num_env_steps: int = DEFAULT_NUM_ENV_STEPS,
         initial_collect_steps: int = 1000,
         unroll_length: int = 1,
         mini_batch_size: int = 256,

@@ -3130,6 +3130,28 @@ def test_a_run_is_finished_once_its_last_checkpoint_and_final_evaluation_are_wri
     assert is_finished(run)
 
 
+def test_a_run_stopped_past_a_shorter_sweeps_length_is_not_taken_for_finished(tmp_path):
+    # A sweep of 4000 env steps stopped at 1000, an evaluation step, rerun for 500: the run
+    # never finished (train refuses to shorten it, and says so).
+    from alf_lite.bin.grid_search import GridRun, is_finished
+
+    (tmp_path / 'checkpoints' / 'ckpt-1000').mkdir(parents=True)
+    (tmp_path / 'progress.csv').write_text('env_steps,eval/AverageReturn\n0,-5\n1000,-3\n')
+    config = tmp_path / 'config.gin'
+    config.write_text('TrainerConfig.num_env_steps = 4000\n')
+    run = GridRun('seed=0', 0, str(tmp_path), str(tmp_path / 'x.log'), '', 500, None)
+    assert not is_finished(run)
+    # One that ended at its own length, 1000, has finished for any length up to it.
+    config.write_text('TrainerConfig.num_env_steps = 1000\n')
+    assert is_finished(run)
+    # Through a macro, as a config.gin may bind it.
+    config.write_text('STEPS = 4000\nTrainerConfig.num_env_steps = %STEPS\n')
+    assert not is_finished(run)
+    # Unbound: TrainerConfig's own length, 100000.
+    config.write_text('TrainerConfig.random_seed = 0\n')
+    assert not is_finished(run)
+
+
 def test_grid_search_advice_names_only_flags_grid_search_has():
     from absl import flags
 

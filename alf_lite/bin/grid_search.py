@@ -35,8 +35,9 @@ device) would use an entry (``DdpgAlgorithm.gamma`` with ``@SacAlgorithm``),
 or when a name would not fit in
 a file name: use a gin macro for a long value (``big = (...)`` in a gin file,
 ``"%big"`` in the search config, and the run is named ``...=big``).
-A run whose latest checkpoint reached ``num_env_steps`` is skipped and an
-unfinished one resumes, so running the same command again continues a sweep.
+A run whose latest checkpoint reached ``num_env_steps`` (and the length it last
+trained for) is skipped and an unfinished one resumes, so running the same command
+again continues a sweep.
 A run whose saved config.gin differs from the sweep's in more than what a
 resume may change (train's check of a root_dir) is another experiment: it
 fails, naming the differing bindings, whether it finished or not, and is not
@@ -149,17 +150,21 @@ from alf_lite.run_dir import (  # noqa: E402
     RunDir,
     RunDirInUseError,
     RunDirLock,
+    config_int,
     config_statements,
     experiment_difference,
     inside_run_refusal,
     moved_aside_path,
     not_text,
+    read_config_text,
     split_binding,
 )
 from alf_lite.runs import (  # noqa: E402
+    DEFAULT_NUM_ENV_STEPS,
     EVAL_RETURN,
     MAX_SEED,
     NOT_STARTED,
+    NUM_ENV_STEPS_PARAM,
     SEED_PARAM,
     complete_rows,
     completed_waking_for_signals,
@@ -894,9 +899,21 @@ def configure_runs(
 
 
 def is_finished(run: GridRun) -> bool:
-    """Whether ``run`` trained to its end and wrote its final evaluation."""
-    steps = RunDir(run.root_dir).latest_checkpoint_env_steps()
+    """Whether ``run`` trained to its end and wrote its final evaluation.
+
+    Its end is the length it last trained for (its config.gin's ``num_env_steps``), where
+    the sweep's is shorter: a run stopped past the sweep's length never finished (train
+    refuses to shorten it, and says so).
+    """
+    run_dir = RunDir(run.root_dir)
+    steps = run_dir.latest_checkpoint_env_steps()
     if steps is None or steps < run.num_env_steps:
+        return False
+    try:
+        trained_for = config_int(read_config_text(run_dir.config_file), NUM_ENV_STEPS_PARAM)
+    except (OSError, ValueError):  # no config.gin (a Python API run), or unreadable
+        trained_for = run.num_env_steps
+    if steps < (DEFAULT_NUM_ENV_STEPS if trained_for is None else trained_for):
         return False
     # A signal during the final evaluation leaves the last checkpoint without its
     # row (the checkpoint holds it as pending, for the resume to write).
