@@ -31,6 +31,7 @@ from alf_lite.run_dir import (
     MAX_CONFIG_BYTES,
     checkpoint_env_steps,
     checkpoint_name,
+    free_aside_path,
     is_scalar_name,
     list_checkpoints,
 )
@@ -817,10 +818,7 @@ def move_aside(unreadable: List[str]) -> None:
 
 def _move_aside(path: str) -> str:
     """Move checkpoint ``path`` to ``<path>.corrupt`` (``.corrupt-2``, ... if taken); returns it."""
-    aside, n = f'{path}.corrupt', 1
-    while os.path.exists(aside):
-        n += 1
-        aside = f'{path}.corrupt-{n}'
+    aside = free_aside_path(path, 'corrupt')
     try:
         os.rename(path, aside)
     except OSError as e:

@@ -393,6 +393,16 @@ def run_dir_in_use(root: str) -> bool:
         return False
 
 
+def free_aside_path(path: str, suffix: str) -> str:
+    """``<path>.<suffix>``, or ``<path>.<suffix>-2``, ... where that name is taken: where
+    ``path`` is moved aside without replacing what an earlier move left there."""
+    aside, n = f'{path}.{suffix}', 1
+    while os.path.lexists(aside):
+        n += 1
+        aside = f'{path}.{suffix}-{n}'
+    return aside
+
+
 def moved_aside_path(root_dir: str) -> str:
     """Where ``train --start_over`` moves the experiment in ``root_dir`` now.
 
@@ -904,10 +914,7 @@ def keep_superseded_config(
         why = 'of training that this run, started afresh, trains again'
     for n in later:
         path = run_dir.superseded_config_file(n)
-        aside, k = f'{path}.abandoned', 1
-        while os.path.lexists(aside):
-            k += 1
-            aside = f'{path}.abandoned-{k}'
+        aside = free_aside_path(path, 'abandoned')
         os.rename(path, aside)
         logging.warning('moved %s to %s: the config until env step %d %s', path, aside, n, why)
 

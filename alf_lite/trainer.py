@@ -719,8 +719,7 @@ class Trainer:
         self._resumed_untouched: Optional[str] = None
         # The checkpoint the latest train() resumed from, and its env steps, updates and the
         # config it was trained with: a save where nothing was trained since keeps that one.
-        self._resumed_from: Optional[str] = None
-        self._restored: Optional[Tuple[int, int, Optional[str]]] = None
+        self._restored: Optional[Tuple[str, int, int, Optional[str]]] = None
         self._closed = False
         # The summary of the train() under way: its events are synced at each checkpoint.
         self._summary: Optional[Summary] = None
@@ -799,7 +798,7 @@ class Trainer:
     def resumed_from(self) -> Optional[str]:
         """The checkpoint the latest ``train()`` resumed from; None where it started afresh
         (or before the first ``train()``)."""
-        return self._resumed_from
+        return None if self._restored is None else self._restored[0]
 
     @property
     def algorithm(self):
@@ -908,12 +907,11 @@ class Trainer:
         resumed = latest is not None
         collection = None
         self._resumed_untouched = None
-        self._resumed_from = None
         self._restored = None
         unreadable = []
         if resumed:
             collection = self._restore(latest.path, latest.state, latest.replay_buffer_state)
-            self._resumed_untouched = self._resumed_from = latest.path
+            self._resumed_untouched = latest.path
             unreadable = latest.unreadable
             if collection is None:
                 logging.info(
@@ -1365,12 +1363,15 @@ class Trainer:
             ),
             config_text=self._config_text,
         )
-        restored = self._restored
-        if restored is not None and restored[2] is not None:
-            if restored[:2] == (self._env_steps, self._num_updates):
+        if self._restored is not None:
+            _, env_steps, num_updates, config_text = self._restored
+            if config_text is not None and (env_steps, num_updates) == (
+                self._env_steps,
+                self._num_updates,
+            ):
                 # Written again where this train() resumed, nothing trained since (a resume
                 # that ends there): under the config it was trained with, not the new one.
-                state = state._replace(config_text=restored[2])
+                state = state._replace(config_text=config_text)
         rb = self._replay_buffer.state_dict() if self._config.checkpoint_replay_buffer else None
         try:
             if self._summary is not None:
@@ -1484,7 +1485,7 @@ class Trainer:
         if self._config_text is None:
             return
         differing = changed_bindings(self._config_text, self._built_config)
-        if differing and self._resumed_from is None:
+        if differing and self._restored is None:
             # A start afresh (the run stopped before its first checkpoint): nothing trained
             # with that config goes on, and the checkpoints keep the one trained with.
             logging.warning(
@@ -1563,7 +1564,6 @@ class Trainer:
         set_global_rng_state(state.rng)
         self._env_steps = state.env_steps
         self._num_updates = state.num_updates
-        self._restored = (state.env_steps, state.num_updates, state.config_text)
         self._episode_stats.load(state.recent_returns, state.recent_lengths)
         self._last_eval = state.last_eval
         self._pending_evaluation = state.pending_evaluation
@@ -1646,4 +1646,5 @@ class Trainer:
                 f'TrainerConfig.num_env_steps = {self._config.num_env_steps}',
                 '' if self._pending_evaluation is None else ' (its evaluation is written now)',
             )
+        self._restored = (path, state.env_steps, state.num_updates, state.config_text)
         return state.collection
