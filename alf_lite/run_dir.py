@@ -871,24 +871,30 @@ def config_changed_since(config_file: str, trained_with: str, checkpoint: str) -
 
 
 def keep_superseded_config(
-    run_dir: RunDir, new_config: str, env_steps: int, restored: bool = True
+    run_dir: RunDir,
+    new_config: str,
+    env_steps: int,
+    restored: bool = True,
+    trained_with: Optional[str] = None,
 ) -> None:
     """Before a resume's overrides change the experiment, keep its config until ``env_steps``.
 
-    The old ``config.gin`` is copied to ``config-until-<env_steps>.gin`` (an existing
-    copy of that step is left alone: the config it holds is the one trained with; a
-    symbolic link there raises FileExistsError, nothing written) and
-    a warning names each binding that changed, old -> new: the log's record of what the
-    run goes on with. A config that differs only in what a resume may change
-    (``RESUME_SAFE_PARAMETERS``) keeps nothing; those changes are logged. An old
-    config.gin of more than ``MAX_CONFIG_BYTES`` raises ValueError.
+    The config trained with until ``env_steps`` is copied to ``config-until-<env_steps>.gin``
+    and a warning names each binding that changed, old -> new: the log's record of what
+    the run goes on with. A config that differs only in what a resume may change
+    (``RESUME_SAFE_PARAMETERS``) keeps nothing; those changes are logged. A config of more
+    than ``MAX_CONFIG_BYTES``, or one that is no text, raises ValueError, nothing written;
+    a symbolic link where the copy goes raises FileExistsError.
 
-    A resume from before an earlier change (``config-until-<N>.gin`` with N past
-    ``env_steps``: the checkpoints after ``env_steps`` lost, or corrupt and skipped) trains
-    the steps up to N again: its checkpoint's config (``run_dir.config_file_of``) is the
-    old config, and each such ``config-until-<N>.gin`` is moved aside to
-    ``config-until-<N>.gin.abandoned`` (``.abandoned-2``, ... where taken), which the
-    lookup of a checkpoint's config and plot no longer take for a change of this run.
+    The config trained with until ``env_steps`` is the run's file for the checkpoint of
+    that step (``run_dir.config_file_of``), or, where a later one cannot be read,
+    ``trained_with``: the config text the checkpoint keeps. A resume from before an
+    earlier change (``config-until-<N>.gin`` with N past ``env_steps``: the checkpoints
+    after ``env_steps`` lost, or corrupt and skipped) trains the steps up to N again:
+    each such ``config-until-<N>.gin`` is moved aside to ``config-until-<N>.gin.abandoned``
+    (``.abandoned-2``, ... where taken), which the lookup of a checkpoint's config and plot
+    no longer take for a change of this run. So is ``config-until-<env_steps>.gin`` where
+    the resume goes on with the experiment it holds: the experiment no longer changes there.
     Without a checkpoint ``restored`` (a run stopped before its first, started again),
     nothing trained with the old config goes on: it is not kept (the warning names the
     changes), and every ``config-until-<N>.gin`` is moved aside.
@@ -896,9 +902,23 @@ def keep_superseded_config(
     if not os.path.exists(run_dir.config_file):
         return
     if restored:
-        later = [n for n in run_dir.superseded_config_steps() if n > env_steps]
-        trained_with = run_dir.config_file_of(env_steps) if later else run_dir.config_file
-        _keep_config_if_changed(run_dir, read_config_text(trained_with), new_config, env_steps)
+        steps = run_dir.superseded_config_steps()
+        later = [n for n in steps if n > env_steps]
+        source = run_dir.config_file_of(env_steps)
+        try:
+            old_config = read_config_text(source)
+        except (OSError, ValueError) as e:
+            if trained_with is None or env_steps in steps or not later:
+                # The run's own record of that config, not one moved aside: named, nothing
+                # written.
+                raise ValueError(
+                    f'{e}. It holds the config the run was trained with until env step '
+                    f'{env_steps}, from which this resume goes on: put it back, or resume '
+                    "with that checkpoint's config"
+                ) from None
+            old_config = trained_with
+        if not _keep_config_if_changed(run_dir, old_config, new_config, env_steps):
+            later = [n for n in steps if n >= env_steps]
         why = f'of the training after env step {env_steps}, which this resume trains again'
     else:
         later = run_dir.superseded_config_steps()
@@ -916,14 +936,23 @@ def keep_superseded_config(
         path = run_dir.superseded_config_file(n)
         aside = free_aside_path(path, 'abandoned')
         os.rename(path, aside)
-        logging.warning('moved %s to %s: the config until env step %d %s', path, aside, n, why)
+        if n == env_steps:
+            logging.warning(
+                'moved %s to %s: this resume goes on from env step %d with the experiment '
+                'trained with until then, which no longer changes there',
+                path,
+                aside,
+                n,
+            )
+        else:
+            logging.warning('moved %s to %s: the config until env step %d %s', path, aside, n, why)
 
 
 def _keep_config_if_changed(
     run_dir: RunDir, old_config: str, new_config: str, env_steps: int
-) -> None:
+) -> bool:
     """``keep_superseded_config``'s copy of ``old_config`` and its warning, where
-    ``new_config`` changes the experiment."""
+    ``new_config`` changes the experiment; returns whether it does."""
     from alf_lite.config import write_text_atomically  # config imports gin: only when needed
 
     settings = changed_bindings(old_config, new_config, resume_safe=True)
@@ -931,7 +960,7 @@ def _keep_config_if_changed(
         logging.info('the resume changes %s', '; '.join(settings))
     changed = changed_bindings(old_config, new_config)
     if not changed:
-        return
+        return False
     kept = run_dir.superseded_config_file(env_steps)
     if os.path.islink(kept):
         # Its target holds something else: the warning below would claim a copy that the
@@ -952,3 +981,4 @@ def _keep_config_if_changed(
         '; '.join(changed),
         kept,
     )
+    return True

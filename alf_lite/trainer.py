@@ -801,6 +801,13 @@ class Trainer:
         return None if self._restored is None else self._restored[0]
 
     @property
+    def resumed_config(self) -> Optional[str]:
+        """The config text that the checkpoint the latest ``train()`` resumed from keeps as
+        the one it was trained with; None where it started afresh, or that checkpoint keeps
+        none."""
+        return None if self._restored is None else self._restored[3]
+
+    @property
     def algorithm(self):
         """The algorithm being trained (its networks live on the training device), in eval
         mode outside ``train()``: its ``predict_step`` acts as the evaluations do."""

@@ -386,6 +386,85 @@ def test_a_resume_from_before_a_change_of_the_experiment_records_the_config_of_i
     assert sorted(p.name for p in root_dir.glob('*.gin')) == kept
 
 
+@pytest.mark.parametrize('then', ['undone', 'changed_again'])
+def test_a_resume_from_the_checkpoint_where_the_experiment_changed_compares_with_its_config(
+    finished_run, tmp_path, then
+):
+    # Changed at 400, then back to the checkpoint at 400 (those after it lost): what the
+    # resume goes on with is compared with the config trained with until 400, not with the
+    # change that this resume trains again from there.
+    root_dir = copy_run(finished_run, tmp_path)
+    trained_with = (root_dir / 'config.gin').read_text()
+    changed = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.5']
+    assert_ok(run_train(train_command(root_dir, params=changed)))
+    shutil.rmtree(root_dir / 'checkpoints' / 'ckpt-600')
+    tau = {'undone': '0.005', 'changed_again': '0.9'}[then]
+    params = ['TrainerConfig.num_env_steps=600', f'SacAlgorithm.target_update_tau={tau}']
+    result = run_train(train_command(root_dir, params=params))
+    assert_ok(result)
+    assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
+    kept = root_dir / 'config-until-400.gin'
+    if then == 'undone':
+        # No change at 400 any more: its record goes aside, and plot sees none.
+        assert 'the experiment changes' not in result.stderr, result.stderr[-3000:]
+        abandoned = root_dir / 'config-until-400.gin.abandoned'
+        assert abandoned.read_text() == trained_with
+        assert f'moved {kept} to {abandoned}' in result.stderr
+        assert sorted(p.name for p in root_dir.glob('*.gin')) == [
+            'config.gin',
+            'operative_config.gin',
+        ]
+    else:
+        assert (
+            'the experiment changes at env step 400: config.gin differs from the config it '
+            'was trained with until now in 1 binding(s): SacAlgorithm.target_update_tau = '
+            '0.005 -> SacAlgorithm.target_update_tau = 0.9'
+        ) in result.stderr, result.stderr[-3000:]
+        assert kept.read_text() == trained_with
+    assert checkpoint_steps(root_dir) == [200, 400, 600]
+    run_dir = RunDir(str(root_dir))
+    for step in checkpoint_steps(root_dir):
+        path = str(root_dir / 'checkpoints' / f'ckpt-{step}')
+        state = ckpt.trainer_state(ckpt.load_state(path), path)
+        assert config_changed_since(run_dir.config_file_of(step), state.config_text, path) is None
+
+
+def test_a_damaged_record_of_a_change_a_resume_trains_again_is_moved_aside(finished_run, tmp_path):
+    # The checkpoint keeps the config it was trained with: a resume from before a change
+    # has no need of the record of that change, which it moves aside whatever it holds.
+    root_dir = copy_run(finished_run, tmp_path)
+    trained_with = (root_dir / 'config.gin').read_text()
+    changed = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.5']
+    assert_ok(run_train(train_command(root_dir, params=changed)))
+    for step in (400, 600):
+        shutil.rmtree(root_dir / 'checkpoints' / f'ckpt-{step}')
+    kept = root_dir / 'config-until-400.gin'
+    kept.write_bytes(b'\x89PNG\r\n' + bytes(range(256)))
+    result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=600']))
+    assert_ok(result)
+    assert resumed_from(root_dir, 200) in result.stderr, result.stderr[-3000:]
+    assert (root_dir / 'config-until-200.gin').read_text() == trained_with
+    assert (root_dir / 'config-until-400.gin.abandoned').read_bytes().startswith(b'\x89PNG')
+    assert checkpoint_steps(root_dir) == [200, 400, 600]
+
+
+def test_a_damaged_record_of_the_config_of_the_checkpoint_resumed_is_named(finished_run, tmp_path):
+    # Where the resume would keep it, changing the experiment there again: exit 2, naming it.
+    root_dir = copy_run(finished_run, tmp_path)
+    changed = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.5']
+    assert_ok(run_train(train_command(root_dir, params=changed)))
+    shutil.rmtree(root_dir / 'checkpoints' / 'ckpt-600')
+    kept = root_dir / 'config-until-400.gin'
+    kept.write_bytes(b'\x89PNG\r\n' + bytes(range(256)))
+    before = tree_digest(root_dir)
+    params = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.9']
+    result = run_train(train_command(root_dir, params=params))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr
+    assert f'{kept} is not text: utf-8 cannot decode its byte 0x89' in result.stderr
+    assert tree_digest(root_dir) == before
+
+
 def test_a_checkpoint_written_again_by_a_resume_that_changed_the_experiment_keeps_its_config(
     tmp_path,
 ):

@@ -318,8 +318,11 @@ def train(root_dir: str, signals) -> None:
                     config,
                     trainer.env_steps,
                     restored=trainer.resumed_from is not None,
+                    trained_with=trainer.resumed_config,
                 )
                 write_text_atomically(config_file, config)
+            except ValueError as e:  # the run's record of the config it goes on from
+                fail(str(e))
             except OSError as e:
                 if not existed:
                     # Left empty by the lock: the failed run leaves nothing behind.
