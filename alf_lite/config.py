@@ -407,12 +407,17 @@ def write_text_atomically(path: str, text: str) -> None:
         path: destination file; its directory must exist.
         text: the whole content.
     """
+    # UTF-8 whatever the locale, as the files train writes are read.
+    write_bytes_atomically(path, text.encode('utf-8'))
+
+
+def write_bytes_atomically(path: str, data: bytes) -> None:
+    """``write_text_atomically`` of bytes: ``data`` is the whole content of ``path``."""
     # A sibling temp file keeps os.replace on one file system.
     tmp_path = new_file_beside(path, '.tmp')
     try:
-        # UTF-8 whatever the locale, as the files train writes are read.
-        with open(tmp_path, 'w', encoding='utf-8') as f:
-            f.write(text)
+        with open(tmp_path, 'wb') as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, path)

@@ -24,9 +24,11 @@ from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask
 from alf_lite.collector import Collector
 from alf_lite.config import (
+    binding_used,
     overridden_gin_params,
     shortened,
     unused_bindings,
+    write_bytes_atomically,
     write_text_atomically,
 )
 from alf_lite.device import (
@@ -65,6 +67,7 @@ from alf_lite.run_dir import (
     config_changed_since,
     config_int,
     inside_run_refusal,
+    keep_superseded_config,
     last_good_name,
     read_config_text,
 )
@@ -341,6 +344,12 @@ class TrainerConfig:
             setattr(self, name, bool(getattr(self, name)))
         if defer_non_finite_checks is not None:
             self.defer_non_finite_checks = bool(defer_non_finite_checks)
+        # The arguments as given (numpy scalars as Python's), before one is derived from
+        # others: what the operative config records of them.
+        self._arguments = {name: getattr(self, name) for name in _parameters(TrainerConfig)}
+        self._arguments['num_eval_environments'] = (
+            None if num_eval_environments is None else int(num_eval_environments)
+        )
 
     def defers_non_finite_checks(self, device: torch.device) -> bool:
         """Whether the run on ``device`` checks its losses on the device
@@ -509,25 +518,62 @@ def _process_state_held():
         _process_state.release()
 
 
-def _unseen_trainer_config(config: TrainerConfig, operative: str) -> str:
-    """Bindings of the values of ``config`` that gin's ``operative`` config leaves out, to
-    add to it: keyword arguments of ``TrainerConfig(...)``, which gin does not see (and
-    which win over its bindings). A value gin cannot read back (a class) is left out."""
-    listed = set(re.findall(r'^TrainerConfig\.(\w+) = ', operative, re.MULTILINE))
+def _unseen_trainer_config(config: TrainerConfig, config_text: str) -> str:
+    """Bindings of the arguments of ``config`` that gin's ``config_text`` (its bindings, or
+    its operative config) does not give, to add to it: keyword arguments of
+    ``TrainerConfig(...)``, which gin does not see (and which win over its bindings). A
+    value gin cannot read back (a class) is left out."""
+    # gin's operative config lists the values of every TrainerConfig() made since the last
+    # parse, in this process: those of another may stand where this one's are left out.
+    listed = dict(re.findall(r'^TrainerConfig\.(\w+) = (.*)$', config_text, re.MULTILINE))
+    defaults = {
+        name: parameter.default
+        for name, parameter in inspect.signature(TrainerConfig.__init__).parameters.items()
+    }
     lines = []
-    for name in inspect.signature(TrainerConfig.__init__).parameters:
-        if name == 'self' or name in listed:
-            continue
-        value = getattr(config, name)
+    for name, value in config._arguments.items():
         try:
             literal = ast.literal_eval(repr(value)) == value
         except (ValueError, SyntaxError):
             literal = False
-        if literal:
+        if name in listed:
+            given = _is_value(listed[name], value)
+        else:
+            given = _same_value(defaults[name], value)
+        if literal and not given:
             lines.append(f'TrainerConfig.{name} = {value!r}\n')
     if not lines:
         return ''
     return '\n# Passed to TrainerConfig(...), over any binding of theirs:\n' + ''.join(lines)
+
+
+def _parameters(cls) -> List[str]:
+    """The names of the parameters of ``cls``'s constructor."""
+    return [name for name in inspect.signature(cls.__init__).parameters if name != 'self']
+
+
+def _read_bytes_if_any(path: str) -> Optional[bytes]:
+    """The bytes of file ``path``; None where there is none or it cannot be read."""
+    try:
+        with open(path, 'rb') as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _is_value(text: str, value) -> bool:
+    """Whether ``text``, the value of a line of a gin config, is ``value``; one that goes on
+    over more lines, or is no literal (a macro, a reference), is not."""
+    try:
+        read = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return False
+    return _same_value(read, value)
+
+
+def _same_value(a, b) -> bool:
+    """``a == b``, where a bool is no number."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
 
 
 class Trainer:
@@ -727,13 +773,31 @@ class Trainer:
         # before another config parsed in this process replaces gin's.
         # The config it was built from, to which a run's config.gin must hold.
         self._built_config = gin.config_str()
+        self._built_config += _unseen_trainer_config(self._config, self._built_config)
         operative = gin.operative_config_str()
         self._operative_config = operative + _unseen_trainer_config(self._config, operative)
         # A --gin_param that a file's more specific scope overrides is said so, not unused.
         overridden = overridden_gin_params()
+        # Bindings of TrainerConfig that its caller passed by keyword: not unused, overridden.
+        by_keyword = [
+            (scope, selector, param, value)
+            for (scope, selector), params in gin.config._CONFIG.items()
+            if not scope and selector.rsplit('.', 1)[-1] == TrainerConfig.__name__
+            for param, value in params.items()
+            if param in self._config._arguments and not binding_used(scope, selector, param)
+        ]
         own, included = unused_bindings(
-            saved_config=self._run_dir.config_file, leave_out=overridden
+            saved_config=self._run_dir.config_file,
+            leave_out=set(overridden) | {key[:3] for key in by_keyword},
         )
+        if by_keyword:
+            logging.info(
+                'keyword arguments of TrainerConfig(...) win over these bindings: %s',
+                '; '.join(
+                    f'TrainerConfig.{param} = {value!r} -> {self._config._arguments[param]!r}'
+                    for _, _, param, value in by_keyword
+                ),
+            )
         if own:
             logging.warning(
                 'these bindings are used by nothing this run builds, so they change nothing: '
@@ -799,6 +863,12 @@ class Trainer:
         """The checkpoint the latest ``train()`` resumed from; None where it started afresh
         (or before the first ``train()``)."""
         return None if self._restored is None else self._restored[0]
+
+    @property
+    def config_text(self) -> str:
+        """The config this trainer was built from, as a run's ``config.gin`` holds it: gin's
+        bindings, and the ``TrainerConfig(...)`` keyword arguments that differ from them."""
+        return self._built_config
 
     @property
     def resumed_config(self) -> Optional[str]:
@@ -945,13 +1015,23 @@ class Trainer:
         # A non-finite loss an earlier train() of this trainer stopped for belongs to the
         # state it left, not to the one training goes on from: updates are taken again.
         self._runner.reset_non_finite_loss()
+        # What a refusal puts back, where before_writing wrote config.gin.
+        config_before = _read_bytes_if_any(self._run_dir.config_file)
         if before_writing is not None:
             # The run's generators are set: the caller's draws must not move them.
             with global_rng_kept():
                 before_writing()
         # As this train() begins with it: kept in each checkpoint, for a resume to check.
         self._config_text = self._config_file_text()
-        self._refuse_another_experiment()
+        try:
+            self._refuse_another_experiment()
+        except TrainingError:
+            if _read_bytes_if_any(self._run_dir.config_file) != config_before:
+                if config_before is None:
+                    os.remove(self._run_dir.config_file)
+                else:
+                    write_bytes_atomically(self._run_dir.config_file, config_before)
+            raise
         # Only now: a resume refused above leaves them where they were.
         ckpt.move_aside(unreadable)
         for path in ckpt.remove_temporary_checkpoints(self._run_dir.checkpoint_dir):
@@ -1484,34 +1564,49 @@ class Trainer:
             return None
 
     def _refuse_another_experiment(self) -> None:
-        """Raise TrainingError where root_dir's config.gin, which each checkpoint keeps as the
-        config it was trained with, is another experiment than the one this trainer was
-        built from and resumes (a Python resume under other bindings, or a config parsed
-        after building written by ``before_writing``); at a start afresh, the checkpoints
-        keep the config it was built from instead."""
+        """Raise TrainingError where the run's config.gin, which each checkpoint keeps as the
+        config it was trained with, would name another experiment than the one this trainer
+        was built from and trains: a Python resume under other bindings (written into
+        config.gin by ``before_writing`` or not), or a config parsed after building written
+        by ``before_writing``. A resume that changes the experiment is one where
+        ``config-until-<step>.gin`` keeps the config trained with until the checkpoint's step
+        (train's ``--gin_param``). At a start afresh, the run goes on with the config it was
+        built from, written into config.gin in place of the one there."""
         if self._config_text is None:
             return
         differing = changed_bindings(self._config_text, self._built_config)
         if differing and self._restored is None:
             # A start afresh (the run stopped before its first checkpoint): nothing trained
-            # with that config goes on, and the checkpoints keep the one trained with.
+            # with that config goes on. As train does, the config.gin of that attempt gives way.
+            keep_superseded_config(self._run_dir, self._built_config, 0, restored=False)
+            write_text_atomically(self._run_dir.config_file, self._built_config)
             logging.warning(
-                '%s differs from the config this Trainer was built with in %d binding(s), '
-                'e.g. %s: the run starts afresh, and its checkpoints keep the config it was '
-                'built with',
+                'the run starts afresh with the config this Trainer was built with, written to %s',
                 self._run_dir.config_file,
-                len(differing),
-                differing[:4],
             )
             self._config_text = self._built_config
-        elif differing:
+            return
+        advice = (
+            "Build the Trainer from the run's config.gin, change the experiment with train "
+            '--root_dir and --gin_param (which keeps the old config as '
+            'config-until-<N>.gin), or train in another root_dir.'
+        )
+        if differing:
             raise TrainingError(
                 f'{self._run_dir.config_file} is not the config this Trainer was built with: '
                 f'it differs in {len(differing)} binding(s), e.g. {differing[:4]}, and its '
-                'checkpoints would name it as the config they were trained with. Build the '
-                "Trainer from the run's config.gin, change the experiment with train "
-                '--root_dir and --gin_param (which keeps the old config as '
-                'config-until-<N>.gin), or train in another root_dir.'
+                f'checkpoints would name it as the config they were trained with. {advice}'
+            )
+        path, env_steps, _, trained_with = self._restored or (None, None, None, None)
+        if trained_with is None:
+            return
+        differing = changed_bindings(trained_with, self._built_config)
+        if differing and not os.path.exists(self._run_dir.superseded_config_file(env_steps)):
+            raise TrainingError(
+                f'{path} was trained with another experiment than this Trainer was built '
+                f'with: it differs in {len(differing)} binding(s), e.g. {differing[:4]}, and '
+                f'no config-until-{env_steps}.gin keeps the config trained with until then: '
+                f'the run would go on with another experiment than its files say. {advice}'
             )
 
     def _check_config_unchanged(self, path: str, state: ckpt.TrainerState) -> None:

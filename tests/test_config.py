@@ -1114,7 +1114,11 @@ def test_write_text_atomically(tmp_path):
     assert path.read_text() == 'new text\n'
 
     # The error of the file's write itself: the temporary file was made, then removed.
-    with pytest.raises(TypeError, match=r'write\(\) argument must be str, not None'):
+    with pytest.raises(TypeError, match="a bytes-like object is required, not 'NoneType'"):
+        config.write_bytes_atomically(str(path), None)
+    assert path.read_text() == 'new text\n'
+    assert os.listdir(tmp_path) == ['config.gin']
+    with pytest.raises(AttributeError):
         config.write_text_atomically(str(path), None)
     assert path.read_text() == 'new text\n'
     assert os.listdir(tmp_path) == ['config.gin']

@@ -178,6 +178,65 @@ def test_the_operative_config_records_trainer_config_keyword_arguments(tmp_path)
     assert {name: getattr(again, name) for name in vars(config)} == vars(config)
 
 
+def test_the_operative_config_records_the_keyword_arguments_of_this_trainers_config_alone(
+    tmp_path,
+):
+    # gin's operative config holds the values of every TrainerConfig() the process made
+    # since the last parse: another's seed and length stood in for this one's.
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS)
+    TrainerConfig(num_env_steps=900)
+    TrainerConfig()
+    config = TrainerConfig(num_env_steps=300, random_seed=5)
+    with Trainer(config, str(tmp_path / 'run')) as trainer:
+        trainer.train()
+    parse_config([str(tmp_path / 'run' / 'operative_config.gin')], [])
+    again = TrainerConfig()
+    assert {name: getattr(again, name) for name in vars(config)} == vars(config)
+
+
+def test_a_binding_a_keyword_argument_of_trainer_config_overrides_is_said_so_not_unused(
+    tmp_path, caplog
+):
+    parse_config(
+        [os.path.join(EXAMPLES, 'common', 'sac.gin')],
+        POINT_PARAMS + ['TrainerConfig.num_env_steps = 5000', 'TrainerConfig.random_seed = 3'],
+    )
+    with caplog.at_level('INFO'):
+        Trainer(TrainerConfig(num_env_steps=300), str(tmp_path / 'run')).close()
+    assert 'used by nothing' not in caplog.text, caplog.text
+    assert (
+        'keyword arguments of TrainerConfig(...) win over these bindings: '
+        'TrainerConfig.num_env_steps = 5000 -> 300\n'
+    ) in caplog.text
+
+
+def test_a_config_gin_written_from_config_text_holds_the_trainer_configs_keyword_arguments(
+    tmp_path,
+):
+    # gin.config_str() leaves them out: a resume from that config.gin (train --root_dir)
+    # went on with the bindings' mini_batch_size, without a word.
+    root_dir = tmp_path / 'run'
+    params = ['TrainerConfig.num_env_steps = 300', 'TrainerConfig.mini_batch_size = 64']
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + params)
+    with Trainer(TrainerConfig(mini_batch_size=32), str(root_dir)) as trainer:
+        written = trainer.config_text
+        trainer.train(before_writing=lambda: (root_dir / 'config.gin').write_text(written))
+    assert written.startswith(gin.config_str())
+    assert written.endswith(
+        '# Passed to TrainerConfig(...), over any binding of theirs:\n'
+        'TrainerConfig.mini_batch_size = 32\n'
+    )
+    path = str(root_dir / 'checkpoints' / 'ckpt-300')
+    assert ckpt.trainer_state(ckpt.load_state(path), path).config_text == written
+    # Resumed from config.gin alone, as train --root_dir does: the same experiment.
+    parse_config([str(root_dir / 'config.gin')], ['TrainerConfig.num_env_steps = 600'])
+    with Trainer(TrainerConfig(), str(root_dir)) as trainer:
+        assert trainer.config_text == gin.config_str()
+        trainer.train(before_writing=lambda: (root_dir / 'config.gin').write_text(written))
+    assert checkpoint_steps(root_dir) == [300, 600]
+    assert 'TrainerConfig.mini_batch_size = 32' in (root_dir / 'operative_config.gin').read_text()
+
+
 def test_a_resume_under_another_experiment_than_the_runs_config_gin_is_refused(tmp_path):
     # Each checkpoint keeps root_dir's config.gin as the config it was trained with: a
     # trainer built from another would have them name a config it did not train with.
@@ -200,6 +259,18 @@ def test_a_resume_under_another_experiment_than_the_runs_config_gin_is_refused(t
         "differs in 1 binding(s), e.g. ['critic/Adam.lr = 0.001 -> critic/Adam.lr = 0.05']"
     )
     assert tree_digest(root_dir) == before
+    # Nor where before_writing writes those bindings into config.gin (as train does, but
+    # without keeping the config trained with so far): the checkpoint was trained with
+    # another experiment. config.gin is put back as it was.
+    with build(root_dir, *changed) as trainer:
+        with pytest.raises(TrainingError) as refused:
+            trainer.train(before_writing=write_config)
+    assert str(refused.value).startswith(
+        f'{root_dir / "checkpoints" / "ckpt-300"} was trained with another experiment than '
+        "this Trainer was built with: it differs in 1 binding(s), e.g. ['critic/Adam.lr = "
+        "0.001 -> critic/Adam.lr = 0.05']"
+    )
+    assert tree_digest(root_dir) == before
     # What a resume may change (the run length) is no other experiment.
     with build(root_dir, 'TrainerConfig.num_env_steps = 600') as trainer:
         trainer.train()
@@ -213,7 +284,11 @@ def test_a_resume_under_another_experiment_than_the_runs_config_gin_is_refused(t
         trainer.train()
     path = str(fresh / 'checkpoints' / 'ckpt-300')
     kept = ckpt.trainer_state(ckpt.load_state(path), path).config_text
-    assert 'critic/Adam.lr = 0.05' in kept and kept != (fresh / 'config.gin').read_text()
+    # config.gin with it, which the next resume checks the checkpoint against.
+    assert 'critic/Adam.lr = 0.05' in kept and kept == (fresh / 'config.gin').read_text()
+    with build(fresh, 'TrainerConfig.num_env_steps = 600', 'critic/Adam.lr = 0.05') as trainer:
+        trainer.train()
+    assert checkpoint_steps(fresh) == [300, 600]
 
 
 def test_a_trainer_of_another_thread_is_refused_while_one_builds_or_trains(tmp_path):
