@@ -257,7 +257,8 @@ class TrainerConfig:
             raise ValueError(
                 f'TrainerConfig.torch_num_threads must be at most {MAX_TORCH_THREADS}, got '
                 f'{torch_num_threads}: OpenMP cannot start that many threads (it aborts '
-                'the process); 1 is usually fastest.'
+                'the process); at most as many as the cores is fastest, 1 where other '
+                'processes share them.'
             )
         if mini_batch_length < 2:
             raise ValueError(
@@ -645,7 +646,8 @@ class Trainer:
             if cfg.torch_num_threads > cores:
                 logging.warning(
                     'TrainerConfig.torch_num_threads = %d is more than the %d cores this process '
-                    'may use: its threads wait for each other (1 is usually fastest)',
+                    'may use: its threads wait for each other (at most as many as the cores; 1 '
+                    'where other processes share them)',
                     cfg.torch_num_threads,
                     cores,
                 )
