@@ -337,16 +337,23 @@ def test_a_resume_that_changes_the_experiment_keeps_the_config_it_trained_with(
     assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
 
 
+def changed_at_400(finished_run, tmp_path):
+    """A copy of ``finished_run`` resumed to 600 with ``target_update_tau`` changed from
+    0.005 at 400, and the config it was trained with until then."""
+    root_dir = copy_run(finished_run, tmp_path)
+    trained_with = (root_dir / 'config.gin').read_text()
+    changed = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.5']
+    assert_ok(run_train(train_command(root_dir, params=changed)))
+    return root_dir, trained_with
+
+
 @pytest.mark.parametrize('then', ['kept', 'undone'])
 def test_a_resume_from_before_a_change_of_the_experiment_records_the_config_of_its_checkpoint(
     finished_run, tmp_path, then
 ):
     # Changed at 400, then back to the checkpoint at 200 (those after it lost, or corrupt and
     # skipped): steps 200 to 400 are trained again, under the config the resume goes on with.
-    root_dir = copy_run(finished_run, tmp_path)
-    trained_with = (root_dir / 'config.gin').read_text()
-    changed = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.5']
-    assert_ok(run_train(train_command(root_dir, params=changed)))
+    root_dir, trained_with = changed_at_400(finished_run, tmp_path)
     assert (root_dir / 'config-until-400.gin').read_text() == trained_with
     for step in [step for step in checkpoint_steps(root_dir) if step > 200]:
         shutil.rmtree(root_dir / 'checkpoints' / f'ckpt-{step}')
@@ -393,10 +400,7 @@ def test_a_resume_from_the_checkpoint_where_the_experiment_changed_compares_with
     # Changed at 400, then back to the checkpoint at 400 (those after it lost): what the
     # resume goes on with is compared with the config trained with until 400, not with the
     # change that this resume trains again from there.
-    root_dir = copy_run(finished_run, tmp_path)
-    trained_with = (root_dir / 'config.gin').read_text()
-    changed = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.5']
-    assert_ok(run_train(train_command(root_dir, params=changed)))
+    root_dir, trained_with = changed_at_400(finished_run, tmp_path)
     shutil.rmtree(root_dir / 'checkpoints' / 'ckpt-600')
     tau = {'undone': '0.005', 'changed_again': '0.9'}[then]
     params = ['TrainerConfig.num_env_steps=600', f'SacAlgorithm.target_update_tau={tau}']
@@ -432,10 +436,7 @@ def test_a_resume_from_the_checkpoint_where_the_experiment_changed_compares_with
 def test_a_damaged_record_of_a_change_a_resume_trains_again_is_moved_aside(finished_run, tmp_path):
     # The checkpoint keeps the config it was trained with: a resume from before a change
     # has no need of the record of that change, which it moves aside whatever it holds.
-    root_dir = copy_run(finished_run, tmp_path)
-    trained_with = (root_dir / 'config.gin').read_text()
-    changed = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.5']
-    assert_ok(run_train(train_command(root_dir, params=changed)))
+    root_dir, trained_with = changed_at_400(finished_run, tmp_path)
     for step in (400, 600):
         shutil.rmtree(root_dir / 'checkpoints' / f'ckpt-{step}')
     kept = root_dir / 'config-until-400.gin'
@@ -450,9 +451,7 @@ def test_a_damaged_record_of_a_change_a_resume_trains_again_is_moved_aside(finis
 
 def test_a_damaged_record_of_the_config_of_the_checkpoint_resumed_is_named(finished_run, tmp_path):
     # Where the resume would keep it, changing the experiment there again: exit 2, naming it.
-    root_dir = copy_run(finished_run, tmp_path)
-    changed = ['TrainerConfig.num_env_steps=600', 'SacAlgorithm.target_update_tau=0.5']
-    assert_ok(run_train(train_command(root_dir, params=changed)))
+    root_dir, _ = changed_at_400(finished_run, tmp_path)
     shutil.rmtree(root_dir / 'checkpoints' / 'ckpt-600')
     kept = root_dir / 'config-until-400.gin'
     kept.write_bytes(b'\x89PNG\r\n' + bytes(range(256)))
