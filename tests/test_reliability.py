@@ -337,6 +337,16 @@ def test_a_resume_that_changes_the_experiment_keeps_the_config_it_trained_with(
     assert resumed_from(root_dir, 400) in result.stderr, result.stderr[-3000:]
 
 
+def assert_each_checkpoint_has_the_config_it_was_trained_with(root_dir):
+    """The config of each checkpoint, as play and a resume look it up, is the experiment it
+    keeps (the run length aside, which a resume may change)."""
+    run_dir = RunDir(str(root_dir))
+    for step in checkpoint_steps(root_dir):
+        path = str(root_dir / 'checkpoints' / f'ckpt-{step}')
+        state = ckpt.trainer_state(ckpt.load_state(path), path)
+        assert config_changed_since(run_dir.config_file_of(step), state.config_text, path) is None
+
+
 def changed_at_400(finished_run, tmp_path):
     """A copy of ``finished_run`` resumed to 600 with ``target_update_tau`` changed from
     0.005 at 400, and the config it was trained with until then."""
@@ -378,14 +388,8 @@ def test_a_resume_from_before_a_change_of_the_experiment_records_the_config_of_i
     else:
         assert 'the experiment changes' not in result.stderr, result.stderr[-3000:]
         assert kept == ['config.gin', 'operative_config.gin']
-    # The config of each checkpoint, as play and a resume look it up, is the experiment it
-    # keeps (the run length aside, which a resume may change).
     assert checkpoint_steps(root_dir) == [200, 400, 600]
-    run_dir = RunDir(str(root_dir))
-    for step in checkpoint_steps(root_dir):
-        path = str(root_dir / 'checkpoints' / f'ckpt-{step}')
-        state = ckpt.trainer_state(ckpt.load_state(path), path)
-        assert config_changed_since(run_dir.config_file_of(step), state.config_text, path) is None
+    assert_each_checkpoint_has_the_config_it_was_trained_with(root_dir)
     # And a resume of the run as it is now goes on without a word of a change.
     result = run_train(train_command(root_dir, params=['TrainerConfig.num_env_steps=800']))
     assert_ok(result)
@@ -426,11 +430,7 @@ def test_a_resume_from_the_checkpoint_where_the_experiment_changed_compares_with
         ) in result.stderr, result.stderr[-3000:]
         assert kept.read_text() == trained_with
     assert checkpoint_steps(root_dir) == [200, 400, 600]
-    run_dir = RunDir(str(root_dir))
-    for step in checkpoint_steps(root_dir):
-        path = str(root_dir / 'checkpoints' / f'ckpt-{step}')
-        state = ckpt.trainer_state(ckpt.load_state(path), path)
-        assert config_changed_since(run_dir.config_file_of(step), state.config_text, path) is None
+    assert_each_checkpoint_has_the_config_it_was_trained_with(root_dir)
 
 
 def test_a_damaged_record_of_a_change_a_resume_trains_again_is_moved_aside(finished_run, tmp_path):
