@@ -520,8 +520,8 @@ def _process_state_held():
 
 
 def _unseen_trainer_config(config: TrainerConfig, config_text: str) -> str:
-    """Bindings of the arguments of ``config`` that gin's ``config_text`` (its bindings, or
-    its operative config) does not give, to add to it: keyword arguments of
+    """Bindings of the arguments of ``config`` that gin's ``config_text`` (its operative
+    config) does not give (listed or by default), to add to it: keyword arguments of
     ``TrainerConfig(...)``, which gin does not see (and which win over its bindings). A
     value gin cannot read back (a class) is left out."""
     # gin's operative config lists the values of every TrainerConfig() made since the last
@@ -775,7 +775,6 @@ class Trainer:
         # before another config parsed in this process replaces gin's.
         # The config it was built from, to which a run's config.gin must hold.
         self._built_config = gin.config_str()
-        self._built_config += _unseen_trainer_config(self._config, self._built_config)
         operative = gin.operative_config_str()
         self._operative_config = operative + _unseen_trainer_config(self._config, operative)
         # A --gin_param that a file's more specific scope overrides is said so, not unused.
@@ -865,12 +864,6 @@ class Trainer:
         """The checkpoint the latest ``train()`` resumed from; None where it started afresh
         (or before the first ``train()``)."""
         return None if self._restored is None else self._restored[0]
-
-    @property
-    def config_text(self) -> str:
-        """The config this trainer was built from, as a run's ``config.gin`` holds it: gin's
-        bindings, and the ``TrainerConfig(...)`` keyword arguments that differ from them."""
-        return self._built_config
 
     @property
     def resumed_config(self) -> Optional[str]:

@@ -210,31 +210,25 @@ def test_a_binding_a_keyword_argument_of_trainer_config_overrides_is_said_so_not
     ) in caplog.text
 
 
-def test_a_config_gin_written_from_config_text_holds_the_trainer_configs_keyword_arguments(
-    tmp_path,
-):
-    # gin.config_str() leaves them out: a resume from that config.gin (train --root_dir)
-    # went on with the bindings' mini_batch_size, without a word.
+def test_a_run_given_keyword_arguments_of_trainer_config_resumes_with_them(tmp_path):
+    # They are in no config gin gives (config.gin, a checkpoint's config): no resume of the
+    # same script is taken for another experiment.
     root_dir = tmp_path / 'run'
-    params = ['TrainerConfig.num_env_steps = 300', 'TrainerConfig.mini_batch_size = 64']
-    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + params)
-    with Trainer(TrainerConfig(mini_batch_size=32), str(root_dir)) as trainer:
-        written = trainer.config_text
-        trainer.train(before_writing=lambda: (root_dir / 'config.gin').write_text(written))
-    assert written.startswith(gin.config_str())
-    assert written.endswith(
-        '# Passed to TrainerConfig(...), over any binding of theirs:\n'
-        'TrainerConfig.mini_batch_size = 32\n'
-    )
-    path = str(root_dir / 'checkpoints' / 'ckpt-300')
-    assert ckpt.trainer_state(ckpt.load_state(path), path).config_text == written
-    # Resumed from config.gin alone, as train --root_dir does: the same experiment.
-    parse_config([str(root_dir / 'config.gin')], ['TrainerConfig.num_env_steps = 600'])
-    with Trainer(TrainerConfig(), str(root_dir)) as trainer:
-        assert trainer.config_text == gin.config_str()
-        trainer.train(before_writing=lambda: (root_dir / 'config.gin').write_text(written))
+
+    def train_to(num_env_steps):
+        params = ['TrainerConfig.mini_batch_size = 64']
+        parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + params)
+        config = TrainerConfig(num_env_steps=num_env_steps, mini_batch_size=32)
+        with Trainer(config, str(root_dir)) as trainer:
+            trainer.train(
+                before_writing=lambda: (root_dir / 'config.gin').write_text(gin.config_str())
+            )
+
+    train_to(300)
+    train_to(600)
     assert checkpoint_steps(root_dir) == [300, 600]
-    assert 'TrainerConfig.mini_batch_size = 32' in (root_dir / 'operative_config.gin').read_text()
+    operative = (root_dir / 'operative_config.gin').read_text()
+    assert operative.endswith('TrainerConfig.mini_batch_size = 32\n')
 
 
 def test_a_resume_under_another_experiment_than_the_runs_config_gin_is_refused(tmp_path):
