@@ -659,6 +659,13 @@ def macro_value(bindings: Dict[str, str], name: str) -> Optional[str]:
     return value
 
 
+def bound_values(config_text: str) -> Dict[str, str]:
+    """The value text of each binding of a config text by its name (``scope/Name.param``),
+    whole-value macro references followed."""
+    values = _statements_and_values(config_text)[1]
+    return {name: macro_value(values, name) for name in values}
+
+
 def config_int(config_text: str, name: str) -> Optional[int]:
     """The int a config text binds ``name`` to (through whole-value macros); None where it
     is not bound, or not to an int literal."""

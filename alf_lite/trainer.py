@@ -63,6 +63,7 @@ from alf_lite.replay_buffer import (
 from alf_lite.run_dir import (
     RunDir,
     RunDirLock,
+    bound_values,
     changed_bindings,
     config_changed_since,
     config_int,
@@ -526,7 +527,12 @@ def _unseen_trainer_config(config: TrainerConfig, config_text: str) -> str:
     value gin cannot read back (a class) is left out."""
     # gin's operative config lists the values of every TrainerConfig() made since the last
     # parse, in this process: those of another may stand where this one's are left out.
-    listed = dict(re.findall(r'^TrainerConfig\.(\w+) = (.*)$', config_text, re.MULTILINE))
+    prefix = f'{TrainerConfig.__name__}.'
+    listed = {
+        name[len(prefix) :]: value
+        for name, value in bound_values(config_text).items()
+        if name.startswith(prefix)
+    }
     defaults = {
         name: parameter.default
         for name, parameter in inspect.signature(TrainerConfig.__init__).parameters.items()
@@ -545,7 +551,31 @@ def _unseen_trainer_config(config: TrainerConfig, config_text: str) -> str:
             lines.append(f'TrainerConfig.{name} = {value!r}\n')
     if not lines:
         return ''
-    return '\n# Passed to TrainerConfig(...), over any binding of theirs:\n' + ''.join(lines)
+    return f'\n{_KEYWORD_ARGUMENTS_HEADER}\n' + ''.join(lines)
+
+
+# Where the operative config's bindings of TrainerConfig(...)'s keyword arguments begin.
+_KEYWORD_ARGUMENTS_HEADER = '# Passed to TrainerConfig(...), over any binding of theirs:'
+
+
+def _keyword_arguments_dropped(config: TrainerConfig, operative_file: str) -> List[str]:
+    """The changes of the experiment, ``'old -> new'``, between the keyword arguments of
+    ``TrainerConfig(...)`` that the run's operative config file says it was given and the
+    arguments of ``config``; none where the file cannot be read or says of none."""
+    try:
+        text = read_config_text(operative_file)
+    except (OSError, ValueError):
+        return []
+    if _KEYWORD_ARGUMENTS_HEADER not in text:
+        return []
+    given = text.split(_KEYWORD_ARGUMENTS_HEADER, 1)[1]
+    names = re.findall(r'^TrainerConfig\.(\w+) = ', given, re.MULTILINE)
+    now = ''.join(
+        f'TrainerConfig.{name} = {config._arguments[name]!r}\n'
+        for name in names
+        if name in config._arguments
+    )
+    return changed_bindings(given, now)
 
 
 def _parameters(cls) -> List[str]:
@@ -983,6 +1013,16 @@ class Trainer:
         unreadable = []
         if resumed:
             collection = self._restore(latest.path, latest.state, latest.replay_buffer_state)
+            dropped = _keyword_arguments_dropped(self._config, self._run_dir.operative_config_file)
+            if dropped:
+                logging.warning(
+                    '%s says the run was given keyword arguments of TrainerConfig(...) that '
+                    'this Trainer does not take: it goes on with %s (config.gin holds the '
+                    "bindings alone: give a run's settings as bindings where train is to "
+                    'resume it)',
+                    self._run_dir.operative_config_file,
+                    '; '.join(dropped),
+                )
             self._resumed_untouched = latest.path
             unreadable = latest.unreadable
             if collection is None:

@@ -231,6 +231,43 @@ def test_a_run_given_keyword_arguments_of_trainer_config_resumes_with_them(tmp_p
     assert operative.endswith('TrainerConfig.mini_batch_size = 32\n')
 
 
+def test_a_trainer_config_argument_bound_through_a_macro_is_no_keyword_argument():
+    from alf_lite.trainer import _unseen_trainer_config
+
+    params = ['BS = 32', 'TrainerConfig.mini_batch_size = %BS', 'TrainerConfig.random_seed = 3']
+    parse_config([os.path.join(EXAMPLES, 'common', 'sac.gin')], POINT_PARAMS + params)
+    assert _unseen_trainer_config(TrainerConfig(), gin.operative_config_str()) == ''
+    assert _unseen_trainer_config(TrainerConfig(random_seed=4), gin.operative_config_str()) == (
+        '\n# Passed to TrainerConfig(...), over any binding of theirs:\n'
+        'TrainerConfig.random_seed = 4\n'
+    )
+
+
+def test_a_resume_without_the_keyword_arguments_the_run_was_given_warns_of_them(tmp_path, caplog):
+    # config.gin holds the bindings alone: a resume from it (train --root_dir) goes on
+    # with their values, which operative_config.gin shows the run was not trained with.
+    root_dir = tmp_path / 'run'
+    parse_config(
+        [os.path.join(EXAMPLES, 'common', 'sac.gin')],
+        POINT_PARAMS + ['TrainerConfig.mini_batch_size = 64'],
+    )
+    with Trainer(TrainerConfig(num_env_steps=300, mini_batch_size=32), str(root_dir)) as t:
+        t.train()
+    with caplog.at_level('WARNING'):
+        with Trainer(TrainerConfig(num_env_steps=600, mini_batch_size=32), str(root_dir)) as t:
+            t.train()
+    assert 'keyword arguments' not in caplog.text, caplog.text
+    with caplog.at_level('WARNING'):
+        with Trainer(TrainerConfig(num_env_steps=900), str(root_dir)) as t:
+            t.train()
+    assert (
+        f'{root_dir / "operative_config.gin"} says the run was given keyword arguments of '
+        'TrainerConfig(...) that this Trainer does not take: it goes on with '
+        'TrainerConfig.mini_batch_size = 32 -> TrainerConfig.mini_batch_size = 64'
+    ) in caplog.text, caplog.text
+    assert checkpoint_steps(root_dir) == [300, 600, 900]
+
+
 def test_a_resume_under_another_experiment_than_the_runs_config_gin_is_refused(tmp_path):
     # Each checkpoint keeps root_dir's config.gin as the config it was trained with: a
     # trainer built from another would have them name a config it did not train with.
