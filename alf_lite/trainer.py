@@ -6,12 +6,11 @@ import contextlib
 import functools
 import inspect
 import os
-import re
 import signal
 import threading
 import time
 import weakref
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gin
 import numpy as np
@@ -348,7 +347,7 @@ class TrainerConfig:
             self.defer_non_finite_checks = bool(defer_non_finite_checks)
         # The arguments as given (numpy scalars as Python's), before one is derived from
         # others: what the operative config records of them.
-        self._arguments = {name: getattr(self, name) for name in _parameters(TrainerConfig)}
+        self._arguments = {name: getattr(self, name) for name in _defaults(TrainerConfig)}
         self._arguments['num_eval_environments'] = (
             None if num_eval_environments is None else int(num_eval_environments)
         )
@@ -520,6 +519,21 @@ def _process_state_held():
         _process_state.release()
 
 
+# Where the operative config's bindings of TrainerConfig(...)'s keyword arguments begin.
+_KEYWORD_ARGUMENTS_HEADER = '# Passed to TrainerConfig(...), over any binding of theirs:'
+
+
+def _trainer_config_bindings(config_text: str) -> Dict[str, str]:
+    """The value text of each unscoped binding of TrainerConfig in ``config_text``, by the
+    parameter's name (whole-value macros followed)."""
+    prefix = f'{TrainerConfig.__name__}.'
+    return {
+        name[len(prefix) :]: value
+        for name, value in bound_values(config_text).items()
+        if name.startswith(prefix)
+    }
+
+
 def _unseen_trainer_config(config: TrainerConfig, config_text: str) -> str:
     """Bindings of the arguments of ``config`` that gin's ``config_text`` (its operative
     config) does not give (listed or by default), to add to it: keyword arguments of
@@ -527,16 +541,8 @@ def _unseen_trainer_config(config: TrainerConfig, config_text: str) -> str:
     value gin cannot read back (a class) is left out."""
     # gin's operative config lists the values of every TrainerConfig() made since the last
     # parse, in this process: those of another may stand where this one's are left out.
-    prefix = f'{TrainerConfig.__name__}.'
-    listed = {
-        name[len(prefix) :]: value
-        for name, value in bound_values(config_text).items()
-        if name.startswith(prefix)
-    }
-    defaults = {
-        name: parameter.default
-        for name, parameter in inspect.signature(TrainerConfig.__init__).parameters.items()
-    }
+    listed = _trainer_config_bindings(config_text)
+    defaults = _defaults(TrainerConfig)
     lines = []
     for name, value in config._arguments.items():
         try:
@@ -554,10 +560,6 @@ def _unseen_trainer_config(config: TrainerConfig, config_text: str) -> str:
     return f'\n{_KEYWORD_ARGUMENTS_HEADER}\n' + ''.join(lines)
 
 
-# Where the operative config's bindings of TrainerConfig(...)'s keyword arguments begin.
-_KEYWORD_ARGUMENTS_HEADER = '# Passed to TrainerConfig(...), over any binding of theirs:'
-
-
 def _keyword_arguments_dropped(config: TrainerConfig, operative_file: str) -> List[str]:
     """The changes of the experiment, ``'old -> new'``, between the keyword arguments of
     ``TrainerConfig(...)`` that the run's operative config file says it was given and the
@@ -569,18 +571,18 @@ def _keyword_arguments_dropped(config: TrainerConfig, operative_file: str) -> Li
     if _KEYWORD_ARGUMENTS_HEADER not in text:
         return []
     given = text.split(_KEYWORD_ARGUMENTS_HEADER, 1)[1]
-    names = re.findall(r'^TrainerConfig\.(\w+) = ', given, re.MULTILINE)
     now = ''.join(
         f'TrainerConfig.{name} = {config._arguments[name]!r}\n'
-        for name in names
+        for name in _trainer_config_bindings(given)
         if name in config._arguments
     )
     return changed_bindings(given, now)
 
 
-def _parameters(cls) -> List[str]:
-    """The names of the parameters of ``cls``'s constructor."""
-    return [name for name in inspect.signature(cls.__init__).parameters if name != 'self']
+def _defaults(cls) -> Dict[str, Any]:
+    """The default of each parameter of ``cls``'s constructor, by its name."""
+    parameters = inspect.signature(cls.__init__).parameters
+    return {name: p.default for name, p in parameters.items() if name != 'self'}
 
 
 def _read_bytes_if_any(path: str) -> Optional[bytes]:
