@@ -9,12 +9,21 @@ import torch
 from alf_lite.data import StepType, TimeStep
 from alf_lite.runs import TRAIN_EPISODE_LENGTH, TRAIN_RETURN
 
-# train/AverageReturn is the mean over this many most recent episodes.
+# train/AverageReturn is the mean over this many most recent episodes, or over as many
+# as there are training envs where there are more (``train_metric_window``).
 TRAIN_METRIC_WINDOW = 10
 
 
+def train_metric_window(num_envs: int) -> int:
+    """The number of most recent episodes train/AverageReturn averages over with ``num_envs``
+    training envs: at least ``TRAIN_METRIC_WINDOW``, and no fewer than the envs, so that the
+    episodes of all the envs ending at one step (a time limit they share) count alike."""
+    return max(TRAIN_METRIC_WINDOW, num_envs)
+
+
 class EpisodeStats:
-    """Each training env's running episode, and the latest ``TRAIN_METRIC_WINDOW`` finished ones.
+    """Each training env's running episode, and the latest ``train_metric_window(num_envs)``
+    finished ones.
 
     Args:
         num_envs: number of training envs, each with one running episode.
@@ -23,8 +32,9 @@ class EpisodeStats:
     def __init__(self, num_envs: int):
         self._episode_return = np.zeros(num_envs)
         self._episode_length = np.zeros(num_envs, dtype=np.int64)
-        self.recent_returns = collections.deque(maxlen=TRAIN_METRIC_WINDOW)
-        self.recent_lengths = collections.deque(maxlen=TRAIN_METRIC_WINDOW)
+        window = train_metric_window(num_envs)
+        self.recent_returns = collections.deque(maxlen=window)
+        self.recent_lengths = collections.deque(maxlen=window)
 
     def update(self, time_step: TimeStep) -> None:
         """Count the step every env just took; an env at LAST finishes its episode."""

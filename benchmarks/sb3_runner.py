@@ -40,7 +40,7 @@ import alf_lite.environments  # noqa: F401  (registers alf_lite's own ids)
 from alf_lite.bin.cli import EXIT_BAD_INPUT, EXIT_SIGNAL_BASE, exit_with
 from alf_lite.config import write_text_atomically
 from alf_lite.data import StepType, TimeStep
-from alf_lite.episode_stats import TRAIN_METRIC_WINDOW
+from alf_lite.episode_stats import train_metric_window
 from alf_lite.evaluation import evaluate
 from alf_lite.run_dir import RunDir, RunDirInUseError, RunDirLock, experiment_difference
 from alf_lite.runs import (
@@ -345,7 +345,8 @@ def train(run: BenchmarkRun, out: str) -> int:
             steps = self.num_timesteps
             avg_return, avg_length = eval_envs.evaluate(steps)
             # train/AverageReturn over the same number of recent episodes as alf_lite's.
-            episodes = list(self.model.ep_info_buffer)[-TRAIN_METRIC_WINDOW:]
+            window = train_metric_window(self.training_env.num_envs)
+            episodes = list(self.model.ep_info_buffer)[-window:]
             row = {
                 ENV_STEPS: steps,
                 NUM_UPDATES: self.model._n_updates,

@@ -1,5 +1,5 @@
-"""train/AverageReturn and train/AverageEpisodeLength: the last 10 training episodes, by hand,
-and what a resume restores of them."""
+"""train/AverageReturn and train/AverageEpisodeLength: the last 10 training episodes (or
+one per env, with more envs), by hand, and what a resume restores of them."""
 
 import pytest
 import torch
@@ -50,6 +50,23 @@ def test_scalars_are_the_mean_return_and_length_of_the_last_10_episodes():
         TRAIN_RETURN: (7 + 8 + 9 + 10 + 11 + 12 + 90 + 120 + 150 + 180) / 10,
         TRAIN_EPISODE_LENGTH: (6 * 1 + 4 * 3) / 10,
     }
+
+
+@pytest.mark.parametrize('num_envs', [11, 16])
+def test_with_more_envs_than_10_the_window_holds_an_episode_of_each(num_envs):
+    # Every env's episode ends at one step (a time limit they share), env i's of
+    # return i: a window of 10 would average those of the last 10 envs alone.
+    stats = EpisodeStats(num_envs=num_envs)
+    for step_type in [M, M, L]:
+        stats.update(time_step([step_type] * num_envs, [float(i) for i in range(num_envs)]))
+    assert stats.scalars() == {
+        TRAIN_RETURN: 3 * sum(range(num_envs)) / num_envs,
+        TRAIN_EPISODE_LENGTH: 3.0,
+    }
+    # Then the window is the last num_envs episodes, whichever envs ended them.
+    stats.update(time_step([F] * num_envs, [0.0] * num_envs))
+    stats.update(time_step([L] + [M] * (num_envs - 1), [100.0] + [0.0] * (num_envs - 1)))
+    assert stats.scalars()[TRAIN_RETURN] == (100 + 3 * sum(range(1, num_envs))) / num_envs
 
 
 def test_a_checkpoints_episodes_replace_those_counted_before():

@@ -2913,9 +2913,12 @@ def test_sb3_train_return_is_the_mean_of_alf_lites_window_of_episodes_up_to_the_
 
     monkeypatch.setenv('TMPDIR', str(tmp_path))
     monkeypatch.setattr(sb3_runner, 'NUM_EVAL_EPISODES', 1)
-    # alf_lite's window (10 episodes) shortened to 3, for a short run.
-    assert sb3_runner.TRAIN_METRIC_WINDOW == 10
-    monkeypatch.setattr(sb3_runner, 'TRAIN_METRIC_WINDOW', 3)
+    # alf_lite's window (10 episodes with one env) shortened to 3, for a short run.
+    assert sb3_runner.train_metric_window(1) == 10
+    windows = []
+    monkeypatch.setattr(
+        sb3_runner, 'train_metric_window', lambda num_envs: windows.append(num_envs) or 3
+    )
 
     class Returns(gymnasium.Wrapper):
         """Records the return of each finished episode."""
@@ -2958,6 +2961,7 @@ def test_sb3_train_return_is_the_mean_of_alf_lites_window_of_episodes_up_to_the_
     assert rows[0]['train/AverageReturn'] == ''
     assert float(rows[1]['train/AverageReturn']) == pytest.approx(sum(train_env.returns[2:]) / 3)
     assert float(rows[1]['train/AverageEpisodeLength']) == 200
+    assert set(windows) == {1}  # the run's training envs
 
 
 def test_orientation_suite_compares_icubwalk_v1_with_the_v0_runs_of_the_replay_study(
