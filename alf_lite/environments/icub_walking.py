@@ -1,7 +1,7 @@
 """The iCub humanoid walking task (``ICubWalk-v0``, ``ICubWalk-v1``) on PyBullet, after
-SocialBot's ICubWalk.
+SocialRobot's ICubWalk.
 
-SocialBot's ICubWalk (Gazebo) is the task ALF's users trained SAC on. Here the
+SocialRobot's ICubWalk (Gazebo) is the task ALF's users trained SAC on. Here the
 robot is the official iCub model of the ``icub-models`` PyPI package
 (``iCubGazeboV2_5``, 33.06 kg) simulated by PyBullet, so nothing outside PyPI
 is needed.
@@ -87,7 +87,7 @@ SOLE_FRAMES = ('l_sole', 'r_sole')
 _FRAME_MASS = '1e-5'
 _FRAME_INERTIA = '1e-9'
 
-# SocialBot's joint order.
+# SocialRobot's joint order.
 ACTUATED_JOINTS = (
     'l_hip_pitch',
     'l_hip_roll',
@@ -131,7 +131,7 @@ EFFORT_LIMITS = {'torso': 40.0, 'shoulder': 20.0, 'elbow': 10.0, 'neck': 10.0, '
 # from the body (0 is outside the elbow's range, whose lower limit is 0.26).
 STANDING_POSE = {'l_shoulder_roll': 0.3, 'r_shoulder_roll': 0.3, 'l_elbow': 0.3, 'r_elbow': 0.3}
 FRAME_SIZE = 85
-# Observations are clipped to +-this (as SocialBot's bounds): only a blown-up
+# Observations are clipped to +-this (as SocialRobot's bounds): only a blown-up
 # simulation reaches it (a joint spinning at 100 rad/s, 100 m walked).
 OBSERVATION_BOUND = 100.0
 # Bounds on the physics settings: the constructor settles the robot for one control period,
@@ -253,7 +253,7 @@ def cleaned_urdf_path(cache_dir: Optional[str] = None) -> str:
 def icub_walk_reward(
     forward_velocity: float, action: np.ndarray, joint_positions: np.ndarray
 ) -> float:
-    """``1 + 6 * min(v, 1) - (mean(a^2) + 0.5 * mean(|q|))``, SocialBot's ICubWalk reward.
+    """``1 + 6 * min(v, 1) - (mean(a^2) + 0.5 * mean(|q|))``, SocialRobot's ICubWalk reward.
 
     Args:
         forward_velocity: v, m/s along the robot's forward direction.
