@@ -1027,7 +1027,7 @@ class Trainer:
                 )
             self._resumed_untouched = latest.path
             unreadable = latest.unreadable
-            if collection is None:
+            if collection is None and not self._finished():
                 logging.info(
                     'the checkpoint holds no episodes to continue (a signal ended an env step, '
                     'an episode was not recorded, or the checkpoint predates them): the '
@@ -1174,9 +1174,7 @@ class Trainer:
         # An iteration a signal cut short is finished first, also one that ends past
         # num_env_steps, as one begun where it began: the summaries, evaluations and
         # checkpoints due in it come at its end.
-        while not stopped and (
-            self._env_steps < cfg.num_env_steps or self._iteration_start is not None
-        ):
+        while not stopped and not self._finished():
             before = self._env_steps if self._iteration_start is None else self._iteration_start
             self._collect_and_train()
             after = self._env_steps
@@ -1253,7 +1251,8 @@ class Trainer:
         if collection is not None:
             try:
                 self._collector.restore(collection)
-                logging.info('the training envs continue their episodes from the checkpoint')
+                if not self._finished():  # else they are kept for the checkpoint alone
+                    logging.info('the training envs continue their episodes from the checkpoint')
                 return
             except EnvironmentCrashedError:
                 raise
@@ -1668,6 +1667,11 @@ class Trainer:
             '--start_over to train afresh.'
         )
 
+    def _finished(self) -> bool:
+        """Whether the run is at its end: its last iteration is done, at or past
+        ``num_env_steps``."""
+        return self._iteration_start is None and self._env_steps >= self._config.num_env_steps
+
     def _restore(self, path: str, state: dict, rb: Optional[dict]) -> Optional[dict]:
         """Restore the checkpoint at ``path``; returns its collection state (or None)."""
         state = ckpt.trainer_state(state, path)
@@ -1735,7 +1739,7 @@ class Trainer:
             # Envs that cannot continue their episodes restart with a FIRST row
             # after the last stored one; the loss mask never trains on that pair.
         at_iteration_end = self._iteration_start is None
-        finished = at_iteration_end and self._env_steps >= cfg.num_env_steps
+        finished = self._finished()
         if rb is None:
             if self._replay_buffer.total_added:
                 # Rows this trainer collected before (a train() again after stop_when or

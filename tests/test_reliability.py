@@ -1688,6 +1688,8 @@ def test_a_resume_with_num_env_steps_below_the_checkpoint_is_refused_changing_no
     assert 'nothing left to train: the checkpoint is at TrainerConfig.num_env_steps = 300\n' in (
         caplog.text
     )
+    # Not followed by word of the training envs going on.
+    assert 'continue their episodes' not in caplog.text
     assert steps_in_csv(root_dir) == [0, 100, 200, 300]
 
 
