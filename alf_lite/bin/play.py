@@ -497,8 +497,10 @@ def play_episodes(env, algorithm, num_episodes: int, video=None, batch_size: int
     """``[(return, length)]`` of ``num_episodes`` deterministic episodes, one after another.
 
     The policy acts on the observation repeated into a batch of ``batch_size`` rows (the
-    trainer's ``num_eval_environments``): a float32 product rounds by the size of its
-    batch, and an env such as the iCub makes another episode of that rounding.
+    trainer's ``num_eval_environments``), and episode i takes row ``i % batch_size``, the
+    row of the env that plays it in an evaluation: a float32 product rounds by the size
+    of its batch and by the row, and an env such as the iCub makes another episode of
+    that rounding.
 
     ``seeds``: an iterable of at least ``num_episodes`` seeds, each episode's env reset
     with the next; None: the env is reset without a seed (its first reset takes the
@@ -532,12 +534,15 @@ def play_episodes(env, algorithm, num_episodes: int, video=None, batch_size: int
             )
         video.append(frame)
 
+    row = 0
+
     def policy(observation):
-        return algorithm.predict_step(observation.repeat(batch_size, 1))[:1]
+        return algorithm.predict_step(observation.repeat(batch_size, 1))[row : row + 1]
 
     results = []
     seeds = None if seeds is None else iter(seeds)
     for episode in range(num_episodes):
+        row = episode % batch_size
         seed = None if seeds is None else [next(seeds)]
         played = evaluate(env, policy, record_frame if video is not None else None, seed)
         episode_return, length = float(played.returns[0]), int(played.lengths[0])
