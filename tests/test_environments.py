@@ -1353,6 +1353,23 @@ assert 'pybullet' in sys.modules
     assert 'pybullet' not in before and 'pybullet build time' in after, result.stderr
 
 
+def test_a_pybullet_env_prints_nothing_on_standard_output(tmp_path):
+    # PyBullet's native code prints a line (argv[0]=) as each client connects: stdout is
+    # for what the tools print (play's returns), and the rest of it goes on as before.
+    code = """
+from alf_lite.environments import create_environment
+print('before', flush=True)
+for use_subprocesses in (False, True):
+    with create_environment('HopperBullet-v0', 2, use_subprocesses=use_subprocesses) as env:
+        env.reset()
+        print('built', use_subprocesses)
+print('after')
+"""
+    result = run_python(code, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == 'before\nbuilt False\nbuilt True\nafter\n'
+
+
 @pytest.mark.parametrize('use_subprocesses', [False, True])
 def test_a_reset_at_last_drops_the_autoreset_that_was_due(use_subprocesses):
     # Episodes of 3 steps: step 3 is LAST. reset() then starts the next episode

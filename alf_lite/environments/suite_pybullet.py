@@ -31,10 +31,13 @@ contacts are read before the observation is built, so the observation shows
 this step's contacts, not the previous step's.
 """
 
+import contextlib
+import ctypes
 import dataclasses
 import functools
 import importlib
 import os
+import sys
 from typing import Callable, Dict, Optional, Sequence, Tuple
 from xml.etree import ElementTree
 
@@ -46,7 +49,7 @@ from gymnasium import spaces
 class _ImportedOnUse:
     """The module ``name``, imported at the first use of one of its attributes.
 
-    pybullet prints its build time on stdout as it loads: it loads only in a
+    pybullet prints its build time on stderr as it loads: it loads only in a
     process that builds a PyBullet env, not in every one that registers them.
     """
 
@@ -100,9 +103,41 @@ def finite_as_float32(*values) -> bool:
     )
 
 
+@contextlib.contextmanager
+def _native_stdout_discarded():
+    """Standard output (file descriptor 1) goes to the null device while entered, what
+    native code writes there included: PyBullet's prints ``argv[0]=`` as a client connects,
+    on the stdout that carries the tools' results (play's returns). A Python thread's
+    print in that moment is lost with it."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no standard output to keep clean
+        yield
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 1)
+        finally:
+            os.close(null)
+        try:
+            yield
+        finally:
+            try:  # C's buffer, where its stdout is not a terminal, empties into the null device
+                ctypes.CDLL(None).fflush(None)
+            except (AttributeError, OSError):  # no C library to ask (not on Linux or macOS)
+                pass
+            os.dup2(saved, 1)
+    finally:
+        os.close(saved)
+
+
 def connect_direct() -> 'bullet_client.BulletClient':
     """A headless PyBullet client of its own (one per env, so envs never share a world)."""
-    client = bullet_client.BulletClient(connection_mode=pybullet.DIRECT)
+    with _native_stdout_discarded():
+        client = bullet_client.BulletClient(connection_mode=pybullet.DIRECT)
     client.setAdditionalSearchPath(pybullet_data.getDataPath())
     return client
 
