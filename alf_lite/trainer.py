@@ -1728,7 +1728,9 @@ class Trainer:
             except ReplayBufferMismatchError as e:
                 raise ckpt.CheckpointError(
                     f'the replay buffer of {path} does not fit the configured one ({e}). '
-                    'Resume with the config the run started with.'
+                    'Resume with the config the run started with, or train afresh with the '
+                    'new one: in another root_dir, or with --start_over, which moves this run '
+                    'aside.'
                 ) from e
             except ValueError as e:
                 # Checked before anything is copied; emptied below.

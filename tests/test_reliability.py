@@ -2168,7 +2168,13 @@ def test_a_signal_as_the_final_checkpoint_is_written_stops_the_complete_run_for_
 @pytest.mark.parametrize(
     'param, message',
     [
-        ('create_environment.num_parallel_environments=2', 'does not fit the configured one'),
+        # With the ways to go on with the new setting.
+        (
+            'create_environment.num_parallel_environments=2',
+            'create_environment.num_parallel_environments). Resume with the config the run '
+            'started with, or train afresh with the new one: in another root_dir, or with '
+            '--start_over, which moves this run aside.',
+        ),
         ('TrainerConfig.replay_buffer_length=2000', 'does not fit the configured one'),
         # torch's lines of size mismatches: the first, and a count of the others.
         (
