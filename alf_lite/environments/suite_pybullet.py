@@ -103,6 +103,14 @@ def finite_as_float32(*values) -> bool:
     )
 
 
+def _flush_c_stdio() -> None:
+    """Write out what C's stdio buffers hold (where stdout is not a terminal, it buffers)."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (AttributeError, OSError):  # no C library to ask (not on Linux or macOS)
+        pass
+
+
 @contextlib.contextmanager
 def _native_stdout_discarded():
     """Standard output (file descriptor 1) goes to the null device while entered, what
@@ -117,6 +125,7 @@ def _native_stdout_discarded():
         yield
         return
     try:
+        _flush_c_stdio()  # what was written before goes where it was written
         null = os.open(os.devnull, os.O_WRONLY)
         try:
             os.dup2(null, 1)
@@ -125,10 +134,7 @@ def _native_stdout_discarded():
         try:
             yield
         finally:
-            try:  # C's buffer, where its stdout is not a terminal, empties into the null device
-                ctypes.CDLL(None).fflush(None)
-            except (AttributeError, OSError):  # no C library to ask (not on Linux or macOS)
-                pass
+            _flush_c_stdio()
             os.dup2(saved, 1)
     finally:
         os.close(saved)
