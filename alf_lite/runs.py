@@ -93,6 +93,8 @@ MAX_SEED = 2**32
 MAX_LINE_CHARS = 2**20
 # The line of a log that says why train failed: its usage error or the exception.
 _ERROR_LINE = re.compile(r'^(error: |[\w.]*(Error|Exception|Interrupt)\b)')
+# absl's prefix of a logged line: severity, date, time, thread and source line.
+_LOG_PREFIX = re.compile(r'^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^ \]]+:\d+\] ')
 # The end of a run's log that ``log_error_line`` reads: its error is among its last lines.
 LOG_TAIL_BYTES = 2**20
 
@@ -413,14 +415,15 @@ def log_error_line(log_path: str, offset: int = 0) -> str:
     """The line of a log, from ``offset`` on, that says why a process failed.
 
     That is the last line that is a usage error (``error: ...``) or names an
-    exception (``ValueError: ...``, ``KeyboardInterrupt``); else the last line.
+    exception (``ValueError: ...``, ``KeyboardInterrupt``); else the last line
+    (a logged line without absl's prefix of severity, time, thread and source line).
     Only the log's last ``LOG_TAIL_BYTES`` are read: a run may have printed much.
     """
     with open(log_path, 'rb') as f:
         start = max(offset, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES)
         f.seek(start)
         text = f.read().decode(errors='replace')
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [_LOG_PREFIX.sub('', line.strip()) for line in text.splitlines() if line.strip()]
     if start > offset and lines:
         lines.pop(0)  # a line cut at the tail's start
     for line in reversed(lines):

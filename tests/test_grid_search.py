@@ -664,6 +664,38 @@ def test_a_run_whose_sweep_was_killed_stops_at_a_checkpoint_and_the_sweep_contin
     assert {p.suffix for p in (root_dir / 'logs').iterdir()} == {'.log'}
 
 
+def test_a_run_stopped_by_a_signal_of_its_own_is_listed_as_stopped_and_the_sweep_continues_it(
+    tmp_path,
+):
+    # SIGINT sent to the run's train alone (kill -INT): it stops at a checkpoint, as under a
+    # stopped sweep, and the sweep, which was not signalled, says so and how to go on.
+    grid = {'parameters': {'SacAlgorithm.target_update_tau': [0.005]}, 'repeats': 1}
+    write_inputs(tmp_path, grid)
+    root_dir = tmp_path / 'runs'
+    run_dir = root_dir / 'seed=0'  # a parameter of one value is no part of the name
+    process = start_long_grid(tmp_path, root_dir)
+    try:
+        wait_until(lambda: len(progress_rows(run_dir)) >= 2, process, 'progress rows')
+        (train,) = training_processes(root_dir)
+        train.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        for p in [process] + training_processes(root_dir):
+            with contextlib.suppress(psutil.Error, OSError):
+                p.kill()
+    assert process.returncode == 1, err[-3000:]
+    assert '[1/1] seed=0: stopped in ' in out, out
+    assert err.strip().splitlines()[-1] == (
+        '1 of 1 runs were stopped by a signal sent to them; re-run the same command to '
+        'continue them.'
+    ), err[-3000:]
+    row = summary(root_dir)['seed=0']
+    # train's last line, without absl's prefix of severity, time, thread and source line.
+    assert row['status'] == 'stopped'
+    assert row['error'].startswith('exit code 130: interrupted by SIGINT: checkpoint written'), row
+    resume_to_the_end(tmp_path, root_dir, [run_dir])
+
+
 # The kernel gives a signal sent to a process to any of its threads that does not block it;
 # Python runs the handler in the main thread, which a signal another thread got does not
 # wake. This prelude makes every signal of the sweep reach a thread other than the main one.

@@ -171,7 +171,7 @@ from alf_lite.runs import (  # noqa: E402
     final_value,
     read_scalar_if_any,
 )
-from alf_lite.signals import STOP_SIGNALS, in_main_thread  # noqa: E402
+from alf_lite.signals import ENV_PROCESS_IGNORED, STOP_SIGNALS, in_main_thread  # noqa: E402
 
 flags.DEFINE_string(
     'search_config',
@@ -896,6 +896,11 @@ def configure_runs(
     if calls is not None and not built:
         calls[None] = True  # no config parsed: nothing tells
     return runs
+
+
+# The exit codes of a train stopped by a signal it acts on (at a checkpoint, once training
+# began): a run that goes on when the sweep is run again.
+RUN_STOP_EXIT_CODES = frozenset(EXIT_SIGNAL_BASE + s for s in ENV_PROCESS_IGNORED)
 
 
 def is_finished(run: GridRun) -> bool:
@@ -2072,8 +2077,11 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=(), mem
             return
         if result['returncode'] == 0:
             status = 'finished'
+        elif result.get('stopped') or result['returncode'] in RUN_STOP_EXIT_CODES:
+            # Also by a signal sent to its train alone: its error column says where it is.
+            status = 'stopped'
         else:
-            status = 'stopped' if result.get('stopped') else 'failed'
+            status = 'failed'
         results[run.name] = dict(result, status=status)
         print_out(
             f'[{num_done}/{len(todo)}] {run.name}: {status} in '
@@ -2108,8 +2116,8 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=(), mem
         )
     write_summary(summary_file, rows + others)
     failed = sum(r['status'] == 'failed' for r in rows)
+    stopped = sum(r['status'] == 'stopped' for r in rows)
     if signum is not None:
-        stopped = sum(r['status'] == 'stopped' for r in rows)
         not_started = sum(r['status'].startswith('not started') for r in rows)
         print_out(
             f'\n{signal.Signals(signum).name} stopped the sweep: {stopped} run(s) stopped at '
@@ -2119,8 +2127,14 @@ def _sweep(runs, root_dir, lock, max_workers, num_threads, gpus, imports=(), mem
             file=sys.stderr,
         )
         sys.exit(EXIT_SIGNAL_BASE + signum)
-    if failed:
-        print_out(f'\n{failed} of {len(rows)} runs failed.', file=sys.stderr)
+    if failed or stopped:
+        lines = [f'{failed} of {len(rows)} runs failed.'] if failed else []
+        if stopped:
+            lines.append(
+                f'{stopped} of {len(rows)} runs were stopped by a signal sent to them; '
+                're-run the same command to continue them.'
+            )
+        print_out('\n' + '\n'.join(lines), file=sys.stderr)
         sys.exit(EXIT_FAULT)
 
 
