@@ -1085,7 +1085,12 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
     root_dir = tmp_path / 'run'
     expected, args = {
         'missing_root_dir': ('does not exist', []),
-        'no_config': ('holds no config.gin: it is not the root_dir of a train run', []),
+        # As a run trained from Python leaves it.
+        'no_config': (
+            'holds no config.gin: it is not the root_dir of a train run. It holds checkpoints: '
+            'a run trained from Python has a config.gin only where',
+            [],
+        ),
         'folder_of_a_run': (
             f'holds no config.gin: it is not the root_dir of a train run. It lies inside the run '
             f'{tmp_path / "run"}: give --root_dir {tmp_path / "run"}.',

@@ -599,6 +599,14 @@ def play(argv, signals) -> None:
                     f' It holds {len(runs)} run(s): give one as --root_dir, e.g. '
                     f'{", ".join(runs[:2])}.'
                 )
+            elif run_dir.latest_checkpoint_env_steps() is not None:
+                # A run trained through the Python API.
+                hint = (
+                    ' It holds checkpoints: a run trained from Python has a config.gin only '
+                    "where its Trainer's train() wrote one (before_writing, in README's Quick "
+                    'start); write there the config the Trainer was built with '
+                    '(gin.config_str()), and play plays it.'
+                )
         fail(f'{root_dir} holds no {CONFIG_FILE}: it is not the root_dir of a train run.{hint}')
     if FLAGS.num_episodes <= 0 or (FLAGS.fps is not None and FLAGS.fps <= 0):
         fail('--num_episodes and --fps must be positive.')
