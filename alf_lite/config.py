@@ -374,6 +374,21 @@ def binding_used(scope: str, selector: str, param: str) -> bool:
     return False
 
 
+def bindings_passed_by_hand(
+    name: str, params: Collection[str]
+) -> Dict[Tuple[str, str, str], object]:
+    """The unscoped bindings of configurable ``name`` (its class or function name) for a
+    parameter of ``params`` that no call took from its binding (the caller passed it), by
+    their key ``(scope, selector, parameter)``, with their values."""
+    return {
+        (scope, selector, param): value
+        for (scope, selector), bound in gin.config._CONFIG.items()
+        if not scope and selector.rsplit('.', 1)[-1] == name
+        for param, value in bound.items()
+        if param in params and not binding_used(scope, selector, param)
+    }
+
+
 # Bytes a file's name may take on Linux's file systems (ext4, xfs, btrfs, tmpfs).
 NAME_MAX = 255
 

@@ -23,7 +23,7 @@ from alf_lite.algorithms import SacAlgorithm
 from alf_lite.algorithms.off_policy_algorithm import NonFiniteLossError, loss_mask
 from alf_lite.collector import Collector
 from alf_lite.config import (
-    binding_used,
+    bindings_passed_by_hand,
     overridden_gin_params,
     shortened,
     unused_bindings,
@@ -812,23 +812,16 @@ class Trainer:
         # A --gin_param that a file's more specific scope overrides is said so, not unused.
         overridden = overridden_gin_params()
         # Bindings of TrainerConfig that its caller passed by keyword: not unused, overridden.
-        by_keyword = [
-            (scope, selector, param, value)
-            for (scope, selector), params in gin.config._CONFIG.items()
-            if not scope and selector.rsplit('.', 1)[-1] == TrainerConfig.__name__
-            for param, value in params.items()
-            if param in self._config._arguments and not binding_used(scope, selector, param)
-        ]
+        by_keyword = bindings_passed_by_hand(TrainerConfig.__name__, self._config._arguments)
         own, included = unused_bindings(
-            saved_config=self._run_dir.config_file,
-            leave_out=set(overridden) | {key[:3] for key in by_keyword},
+            saved_config=self._run_dir.config_file, leave_out=set(overridden) | set(by_keyword)
         )
         if by_keyword:
             logging.info(
                 'keyword arguments of TrainerConfig(...) win over these bindings: %s',
                 '; '.join(
                     f'TrainerConfig.{param} = {value!r} -> {self._config._arguments[param]!r}'
-                    for _, _, param, value in by_keyword
+                    for (_, _, param), value in by_keyword.items()
                 ),
             )
         if own:
