@@ -95,8 +95,9 @@ def describe_device(device: torch.device) -> str:
         )
     if device.type == 'cpu':
         model = cpu_model()
+        cores = len(os.sched_getaffinity(0))
         return (
-            f'cpu ({model + ", " if model else ""}{len(os.sched_getaffinity(0))} usable cores, '
+            f'cpu ({model + ", " if model else ""}{cores} usable core{"s" if cores != 1 else ""}, '
             f'torch {torch.__version__})'
         )
     return str(device)

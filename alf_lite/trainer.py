@@ -677,11 +677,12 @@ class Trainer:
             cores = len(os.sched_getaffinity(0))
             if cfg.torch_num_threads > cores:
                 logging.warning(
-                    'TrainerConfig.torch_num_threads = %d is more than the %d cores this process '
-                    'may use: its threads wait for each other (at most as many as the cores; 1 '
-                    'where other processes share them)',
+                    'TrainerConfig.torch_num_threads = %d is more than the %d core%s this '
+                    'process may use: its threads wait for each other (at most as many as the '
+                    'cores; 1 where other processes share them)',
                     cfg.torch_num_threads,
                     cores,
+                    '' if cores == 1 else 's',
                 )
             with _torch_settings(cfg.torch_num_threads, device):
                 seed_everything(cfg.random_seed, cfg.torch_num_threads)

@@ -308,6 +308,11 @@ def test_cpu_description_counts_the_cores_this_process_may_use(monkeypatch):
     assert describe_device(torch.device('cpu')) == (
         f'cpu (3 usable cores, torch {torch.__version__})'
     )
+    # taskset -c 0: one.
+    monkeypatch.setattr(device_module.os, 'sched_getaffinity', lambda pid: {0})
+    assert describe_device(torch.device('cpu')) == (
+        f'cpu (1 usable core, torch {torch.__version__})'
+    )
 
 
 def test_cpu_description_names_the_cpu_model(monkeypatch, tmp_path):

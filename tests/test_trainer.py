@@ -210,6 +210,18 @@ def test_a_binding_a_keyword_argument_of_trainer_config_overrides_is_said_so_not
     ) in caplog.text
 
 
+def test_more_torch_threads_than_the_one_usable_core_are_warned_about_in_the_singular(
+    tmp_path, caplog, monkeypatch
+):
+    # taskset -c 0: one core.
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0})
+    with caplog.at_level('WARNING'):
+        build(tmp_path / 'run', 'TrainerConfig.torch_num_threads = 2').close()
+    assert (
+        'TrainerConfig.torch_num_threads = 2 is more than the 1 core this process may use'
+    ) in caplog.text, caplog.text
+
+
 def test_a_run_given_keyword_arguments_of_trainer_config_resumes_with_them(tmp_path):
     # They are in no config gin gives (config.gin, a checkpoint's config): no resume of the
     # same script is taken for another experiment.
