@@ -207,8 +207,11 @@ def test_guard_refuses_an_optimizer_that_cannot_skip_a_step():
         action_dim=2,
         actor_optimizer=functools.partial(torch.optim.RMSprop, lr=0.1),
     )
+    # Named by the algorithm's name for it, which its gin scope (actor/...) is in the examples.
     with pytest.raises(
-        ValueError, match='RMSprop cannot skip a step.*fused.*defer_non_finite_checks = False'
+        ValueError,
+        match='the actor optimizer, RMSprop, cannot skip a step.*fused.*'
+        'defer_non_finite_checks = False',
     ):
         algorithm.defer_non_finite_checks()
 

@@ -84,8 +84,9 @@ class NonFiniteGuard:
         # skipped: the flag right after that step, on the device.
         self._first_steps = []
 
-    def attach(self, optimizer: torch.optim.Optimizer) -> None:
-        """Make ``optimizer`` skip its steps while the guard is tripped.
+    def attach(self, optimizer: torch.optim.Optimizer, name: str) -> None:
+        """Make ``optimizer`` (the algorithm's ``name`` optimizer) skip its steps while the
+        guard is tripped.
 
         Raises:
             ValueError: the optimizer cannot skip a step on the device (only
@@ -93,7 +94,8 @@ class NonFiniteGuard:
         """
         if not getattr(optimizer, '_step_supports_amp_scaling', False):
             raise ValueError(
-                f'{type(optimizer).__name__} cannot skip a step without a host sync; the '
+                f'the {name} optimizer, {type(optimizer).__name__}, cannot skip a step '
+                'without a host sync; the '
                 'non-finite guard needs a fused optimizer (Adam, AdamW or SGD with '
                 'fused=True; alf_lite.optimizers.Adam and AdamW are fused by default). '
                 'Without a CUDA graph, TrainerConfig.defer_non_finite_checks = False checks '

@@ -609,8 +609,8 @@ class OffPolicyAlgorithm(nn.Module):
         """
         device = next(self.parameters()).device
         guard = NonFiniteGuard(list(self.optimizers), device)
-        for optimizer in self.optimizers.values():
-            guard.attach(optimizer)
+        for name, optimizer in self.optimizers.items():
+            guard.attach(optimizer, name)
         self._guard = guard
         return guard
 
