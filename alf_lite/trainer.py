@@ -1439,8 +1439,10 @@ class Trainer:
         algorithm_state = ckpt.algorithm_state(self._algorithm)
         bad = ckpt.first_non_finite(algorithm_state)
         if bad is not None:
+            # A buffer: statistics a forward pass keeps, such as batch norm's running mean.
+            kind = 'buffer' if bad in dict(self._algorithm.named_buffers()) else 'parameter'
             raise TrainingError(
-                f'parameter {bad} is not finite at env step {self._env_steps}, so no '
+                f'{kind} {bad} is not finite at env step {self._env_steps}, so no '
                 'checkpoint was written (those written before hold finite weights). Lower '
                 'the learning rates or check the rewards and observations for NaN/inf.'
             )

@@ -2316,6 +2316,34 @@ def test_train_again_after_a_deferred_non_finite_loss_goes_on_from_the_checkpoin
     assert not torch.equal(weights[0][name], weights[1][name])
 
 
+def test_batch_norm_statistics_made_non_finite_by_the_bad_batch_are_named_as_such(tmp_path):
+    # The forward pass of the critic loss took the bad batch into the running statistics
+    # before the loss was checked: no last-good state, and the message says which buffer.
+    parse_config(
+        [os.path.join(EXAMPLES, 'ddpg_pendulum.gin')],
+        [
+            'TrainerConfig.initial_collect_steps = 200',
+            'TrainerConfig.num_env_steps = 240',
+            'TrainerConfig.num_eval_episodes = 1',
+            'TrainerConfig.mini_batch_size = 32',
+            'DeterministicActorNetwork.hidden_layers = (32,)',
+            'DeterministicActorNetwork.batch_norm = True',
+            'CriticNetwork.hidden_layers = (32, 32)',
+            'CriticNetwork.action_input_layer = 1',
+            'CriticNetwork.batch_norm = True',
+            'critic/Adam.lr = 1e30',
+        ],
+    )
+    with Trainer(TrainerConfig(), str(tmp_path)) as trainer:
+        with pytest.raises(TrainingError) as error:
+            trainer.train()
+    message = str(error.value)
+    found = re.search(r'no last-good state was kept: (\w+) (\S+) is not finite', message)
+    assert found, message
+    assert found.groups() == ('buffer', found.group(2)), message
+    assert found.group(2).endswith(('running_mean', 'running_var')), message
+
+
 @pytest.mark.parametrize('defer', [False, True], ids=['at-once', 'deferred'])
 def test_a_stop_that_cannot_keep_its_state_still_names_the_loss(tmp_path, defer):
     # A NaN gradient of a finite critic loss (which no loss check sees) makes the
