@@ -98,6 +98,21 @@ def last_good_name(env_steps: int) -> str:
     return f'{_LAST_GOOD_PREFIX}{env_steps}'
 
 
+def list_last_good(checkpoint_dir: str) -> List[str]:
+    """The names of the states kept aside in ``checkpoint_dir`` (``last_good_name``), by
+    env steps; none where it holds none or cannot be read."""
+    try:
+        names = os.listdir(checkpoint_dir)
+    except OSError:
+        return []
+    steps = [
+        int(name[len(_LAST_GOOD_PREFIX) :])
+        for name in names
+        if name.startswith(_LAST_GOOD_PREFIX) and name[len(_LAST_GOOD_PREFIX) :].isdigit()
+    ]
+    return [last_good_name(step) for step in sorted(steps)]
+
+
 def checkpoint_env_steps(path: str) -> Optional[int]:
     """Env steps of the regular checkpoint directory ``path``; None for any other name."""
     match = _CHECKPOINT_NAME.match(os.path.basename(path))

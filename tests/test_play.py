@@ -1341,6 +1341,31 @@ def exception_of(call):
     raise AssertionError(f'{call} raised nothing')
 
 
+def test_a_last_good_state_is_named_where_play_finds_no_checkpoint_to_play(trained_run, tmp_path):
+    # A run that stopped at a NaN loss before its first checkpoint holds only last_good-N.
+    from alf_lite.bin.policy import checkpoint_path
+    from alf_lite.checkpoint import CheckpointError
+
+    only = tmp_path / 'only' / 'checkpoints' / 'last_good-101'
+    shutil.copytree(trained_run / 'checkpoints' / 'ckpt-2', only)
+    error = exception_of(lambda: checkpoint_path(str(tmp_path / 'only'), None))
+    assert isinstance(error, CheckpointError), error
+    assert 'no checkpoint in' in str(error), error
+    assert 'last_good-101 there is the state kept aside when training hit a NaN or inf' in str(
+        error
+    )
+    assert 'torch.load(path, weights_only=True)' in str(error), error
+    # Asked for by its step beside regular checkpoints.
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run, run)
+    shutil.copytree(run / 'checkpoints' / 'ckpt-2', run / 'checkpoints' / 'last_good-7')
+    error = exception_of(lambda: checkpoint_path(str(run), 7))
+    assert re.search('there are: 1, 2 .*last_good-7 there is the state kept aside', str(error))
+    # None there: the messages as they were.
+    error = exception_of(lambda: checkpoint_path(str(trained_run), 7))
+    assert 'last_good' not in str(error), error
+
+
 def test_the_policy_loader_raises_exceptions_that_a_python_caller_can_catch(trained_run, tmp_path):
     # A script loading several policies skips a bad one with ``except Exception``, which a
     # SystemExit passes.

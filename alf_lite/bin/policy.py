@@ -14,7 +14,20 @@ from alf_lite.run_dir import (
     checkpoint_env_steps,
     config_changed_since,
     list_checkpoints,
+    list_last_good,
 )
+
+
+def _last_good_note(checkpoint_dir: str) -> str:
+    """What a tool that plays ``ckpt-*`` says of the ``last_good-*`` states beside them."""
+    names = list_last_good(checkpoint_dir)
+    if not names:
+        return ''
+    return (
+        f' ({", ".join(names)} there {"is the state" if len(names) == 1 else "are the states"} '
+        'kept aside when training hit a NaN or inf loss, which is not played; its '
+        'model.pt loads with torch.load(path, weights_only=True))'
+    )
 
 
 def checkpoint_path(root_dir: str, step) -> str:
@@ -32,7 +45,8 @@ def checkpoint_path(root_dir: str, step) -> str:
     if not found:
         raise CheckpointError(
             f'no checkpoint in {run_dir.checkpoint_dir}: train writes one every '
-            'TrainerConfig.checkpoint_interval env steps and at the end.'
+            'TrainerConfig.checkpoint_interval env steps and at the end'
+            f'{_last_good_note(run_dir.checkpoint_dir)}.'
         )
     if step is None:
         return found[-1]
@@ -41,6 +55,7 @@ def checkpoint_path(root_dir: str, step) -> str:
         steps = ', '.join(str(checkpoint_env_steps(p)) for p in found)
         raise CheckpointError(
             f'no checkpoint at {step} env steps in {run_dir.checkpoint_dir}; there are: {steps}'
+            f'{_last_good_note(run_dir.checkpoint_dir)}'
         )
     return path
 
