@@ -213,6 +213,25 @@ def test_the_band_is_the_same_whatever_order_the_runs_are_given_in(grid, tmp_pat
     assert any(lower < upper for _, lower, upper, _ in bands[0].values()), bands[0]
 
 
+def test_the_band_of_groups_pooled_by_label_is_the_same_whatever_order_they_are_given_in(
+    grid, tmp_path
+):
+    groups = [
+        [str(grid / f'lr={lr},seed={s}') for s in runs]
+        for lr, runs in ((LR_A, RUNS_A), (LR_B, RUNS_B))
+    ]
+    labels = ['--label', f'all=actor/Adam.lr={LR_A}', '--label', f'all=actor/Adam.lr={LR_B}']
+    bands = []
+    for order in (groups[0] + groups[1], groups[1] + groups[0]):
+        out = tmp_path / f'order{len(bands)}'
+        out.mkdir()
+        assert_ok(run_plot(order + labels + ['--num_bootstrap', '5', '--out', 'curves.png'], out))
+        bands.append(read_curves(out / 'curves.csv'))
+    assert {g for g, _ in bands[0]} == {'all'}
+    assert bands[0] == bands[1], bands
+    assert any(lower < upper for _, lower, upper, _ in bands[0].values()), bands[0]
+
+
 def write_tensorboard_run(root_dir, seed):
     """A run with TensorBoard events only: eval/AverageReturn ``step + seed`` at steps 0, 100."""
     from alf_lite.summary import Summary

@@ -496,7 +496,8 @@ def rename_groups(
 
     Group names hold ``=`` (``parameter=value``) and so may names, so a label is
     read as the name of the longest group it ends with, after a ``=``. Groups
-    given one name are pooled into one, where the first of them was.
+    given one name are pooled into one, where the first of them was, with their runs in
+    the order of their paths.
     """
     known = [label for label, _ in groups]
     names, unknown = {}, []
@@ -523,7 +524,9 @@ def rename_groups(
     pooled: Dict[str, List[str]] = {}
     for label, runs in groups:
         pooled.setdefault(names.get(label, label), []).extend(runs)
-    return list(pooled.items())
+    # In the order of their paths, as each group's own: a band drawn over runs by position
+    # would otherwise move with the order the pooled groups' runs were given in.
+    return [(name, sorted(runs, key=os.path.realpath)) for name, runs in pooled.items()]
 
 
 def read_difference(run_dir: str, y: str, y_minus, x: str):
