@@ -86,6 +86,7 @@ _SUPERSEDED_CONFIG = re.compile(r'^config-until-(\d+)\.gin$')
 _CHECKPOINT_PREFIX = 'ckpt-'
 _CHECKPOINT_NAME = re.compile(rf'^{_CHECKPOINT_PREFIX}(\d+)$')
 _LAST_GOOD_PREFIX = 'last_good-'
+_LAST_GOOD_NAME = re.compile(rf'^{_LAST_GOOD_PREFIX}(\d+)$')
 
 
 def checkpoint_name(env_steps: int) -> str:
@@ -105,12 +106,8 @@ def list_last_good(checkpoint_dir: str) -> List[str]:
         names = os.listdir(checkpoint_dir)
     except OSError:
         return []
-    steps = [
-        int(name[len(_LAST_GOOD_PREFIX) :])
-        for name in names
-        if name.startswith(_LAST_GOOD_PREFIX) and name[len(_LAST_GOOD_PREFIX) :].isdigit()
-    ]
-    return [last_good_name(step) for step in sorted(steps)]
+    found = [(int(m.group(1)), m.group(0)) for m in map(_LAST_GOOD_NAME.match, names) if m]
+    return [name for _, name in sorted(found)]
 
 
 def checkpoint_env_steps(path: str) -> Optional[int]:
