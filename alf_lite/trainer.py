@@ -34,6 +34,7 @@ from alf_lite.device import (
     DeviceUnavailableError,
     available_cpu_memory,
     describe_device,
+    device_type,
     free_memory_bytes,
     memory_bound_text,
     resolve_device,
@@ -302,6 +303,9 @@ class TrainerConfig:
                 f'got {device!r}.'
             )
         try:
+            # Its form only: whether the device is on this machine is the Trainer's to
+            # find, as play runs on the CPU whatever the run trained on.
+            device_type(device)
             compute_dtype(precision)
         except ValueError as e:
             raise ValueError(f'TrainerConfig.{e}') from None

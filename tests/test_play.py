@@ -1074,6 +1074,7 @@ def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
         'no_checkpoint',
         'config_no_longer_parses',
         'gin_param_out_of_range',
+        'gin_param_with_a_misspelt_device',
         'gin_param_that_changes_the_networks',
         'checkpoint_of_another_algorithm',
         'gin_param_that_makes_a_network_the_algorithm',
@@ -1107,6 +1108,13 @@ def test_unusable_root_dir_gives_a_clear_error(trained_run, tmp_path, case):
         'gin_param_out_of_range': (
             'with the given --gin_param no longer builds: TrainerConfig.random_seed must be in',
             ['--gin_param', 'TrainerConfig.random_seed=-1'],
+        ),
+        # play runs on the CPU whatever the run's device, but a value train refuses is no
+        # device anywhere: it was ignored.
+        'gin_param_with_a_misspelt_device': (
+            "with the given --gin_param no longer builds: TrainerConfig.device must be 'auto', "
+            "'cpu', 'cuda' or 'cuda:N', got 'gpu'.",
+            ['--gin_param', "TrainerConfig.device='gpu'"],
         ),
         'gin_param_that_changes_the_networks': (
             'does not fit the networks config.gin builds',
