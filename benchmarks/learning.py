@@ -405,6 +405,31 @@ def reference_configs(suite: str) -> List[Tuple[str, RunConfig]]:
     return []
 
 
+def _whole_float32_runs(suite: str) -> str:
+    """What a precision suite's report says of the float32 runs' columns other than the
+    returns: those of the whole runs, which may be longer, with a larger replay buffer."""
+    reference = PRECISION_SUITES[suite][0]
+    length, whole = SUITES[suite].num_env_steps, SUITES[reference].num_env_steps
+
+    def rows(runs):
+        return ', '.join(
+            map(str, sorted({r.replay_length_per_env * r.task.num_envs for r in runs}))
+        )
+
+    own = rows(suite_runs(suite, seeds=[0]))
+    theirs = rows(
+        BenchmarkRun(reference, seed=0, num_env_steps=whole, **config._asdict())
+        for config in float32_references(suite)
+    )
+    if (length, own) == (whole, theirs):
+        return ''
+    return (
+        ' Their wall time, ms per env step, replay buffer and process memory are those of '
+        f'the whole run: {whole} env steps with a replay buffer of {theirs} rows, against '
+        f'{length} env steps and {own} rows for the bfloat16 runs.'
+    )
+
+
 def float32_references(suite: str) -> List[RunConfig]:
     """A precision suite's float32 counterparts: the ``alf_<algo>`` runs of its reference suite."""
     if suite not in PRECISION_SUITES:
@@ -1098,7 +1123,7 @@ def report_suite(suite: str, out: str, docs_dir: str, finished_only: bool = Fals
     if suite in PRECISION_SUITES:
         print(
             f'\nThe float32 rows are the runs of the {PRECISION_SUITES[suite][0]} suite with the '
-            f'same seeds, their evaluations up to {limit} env steps (wall time: the whole run). '
+            f'same seeds, their evaluations up to {limit} env steps.{_whole_float32_runs(suite)} '
             "bfloat16 against float32, each run's final eval return by seed:\n\n"
             + '\n'.join(compare_precisions(stats, per_seed))
         )

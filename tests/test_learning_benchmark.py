@@ -1188,6 +1188,13 @@ def test_precision_suites_train_bfloat16_and_compare_it_with_the_float32_runs(tm
         '- Hopper-v5 SAC: bfloat16 25.0 [15.0, 35.0] (2 runs: 15.0, 35.0), float32 27.5 '
         '[20.0, 35.0] (2 runs: 20.0, 35.0); the intervals overlap (4 not finished yet).'
     ) in report.stdout.splitlines()
+    # The float32 runs' other columns are of their whole 150k steps and their buffer of as
+    # many rows, which only the comparison of returns is cut to.
+    assert (
+        'Their wall time, ms per env step, replay buffer and process memory are those of the '
+        'whole run: 150000 env steps with a replay buffer of 150000 rows, against 100000 env '
+        'steps and 100000 rows for the bfloat16 runs.'
+    ) in report.stdout, report.stdout
     assert (docs / 'precision_hopper.png').stat().st_size > 0
     with open(docs / 'precision_hopper.csv', newline='') as f:
         assert {r['group'] for r in csv.DictReader(f)} == {'SAC bfloat16', 'SAC float32'}
