@@ -856,6 +856,12 @@ BAD_INPUTS = {
         ['--num_gpus_per_run', 'nan'],
         ['--runs_per_gpu and --num_gpus_per_run must be >= 0'],
     ),
+    # Ray takes a fraction of one GPU or whole GPUs: 1.5 failed after the plan was printed.
+    'GPUs per run above 1 and not whole': (
+        GRID,
+        ['--num_gpus_per_run', '1.5'],
+        ['--num_gpus_per_run 1.5: Ray reserves a fraction of one GPU or whole GPUs'],
+    ),
     'GPUs per run below what Ray reserves': (
         GRID,
         ['--num_gpus_per_run', '0.00001'],
@@ -1580,6 +1586,46 @@ def test_a_ray_sweep_makes_no_mark_where_a_link_of_its_marks_directory_points(
     assert not os.path.lexists(root_dir / '.grid_search_started')
 
 
+@pytest.mark.parametrize('num_gpus, seen_gpus', [(0, ''), (0.5, '0,1')])
+def test_a_ray_run_that_reserved_no_gpu_sees_none(tmp_path, monkeypatch, num_gpus, seen_gpus):
+    # Newer Ray leaves CUDA_VISIBLE_DEVICES as it is for a task of no GPUs: the run saw every
+    # GPU of the node and TrainerConfig.device='auto' took cuda:0, unreserved.
+    import alf_lite.runs
+    from alf_lite.bin.grid_search import STOP_FILE, _train_on_ray
+
+    seen = {}
+
+    class FakePopen:
+        def __init__(self, command, **kwargs):
+            seen.update(kwargs['env'])
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            pass
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(alf_lite.runs.subprocess, 'Popen', FakePopen)
+    # What the task's worker sees: every GPU, or (with GPUs reserved) those Ray gave it.
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')
+    root_dir = tmp_path / 'runs'
+    root_dir.mkdir()
+    result = _train_on_ray(
+        'seed=0',
+        str(root_dir / 'seed=0'),
+        '',
+        1,
+        str(root_dir / 'logs' / 'seed=0.log'),
+        str(root_dir / STOP_FILE),
+        num_gpus,
+    )
+    assert result['returncode'] == 0
+    assert seen['CUDA_VISIBLE_DEVICES'] == seen_gpus
+
+
 def test_a_ray_task_makes_no_mark_through_a_link(tmp_path):
     # A link made after the driver cleared the marks' directory: the task fails, naming it.
     from alf_lite.bin.grid_search import STARTED_DIR, STOP_FILE, _train_on_ray
@@ -1600,6 +1646,7 @@ def test_a_ray_task_makes_no_mark_through_a_link(tmp_path):
             1,
             str(root_dir / 'logs' / 'seed=0.log'),
             str(root_dir / STOP_FILE),
+            0,
         )
     assert (outside / 'seed=0').read_text() == "not the sweep's\n"
 
@@ -1886,7 +1933,7 @@ class FakeRay(types.ModuleType):
 
         return wrap
 
-    def submit(self, fn, name, root_dir, config_text, num_threads, log_path, stop_file):
+    def submit(self, fn, name, root_dir, config_text, num_threads, log_path, stop_file, gpus):
         self.task_args.append((root_dir, config_text, num_threads, log_path))
         return root_dir  # the task's reference
 
@@ -2135,7 +2182,7 @@ class StoppedRay(FakeRay):
         if not self.refs:  # the first task begins: its train stops on SIGINT
             self.results[root_dir] = fn(name, root_dir, *args)
         self.refs.append(root_dir)
-        self.stop_file = args[-1]
+        self.stop_file = args[3]  # after config_text, num_threads and log_path
         return root_dir
 
     def wait(self, refs, num_returns, timeout=None):
@@ -2159,7 +2206,7 @@ def test_ray_tasks_not_begun_when_a_signal_stops_the_sweep_are_cancelled_and_not
     import alf_lite.runs
     from alf_lite.bin.grid_search import run_ray
 
-    def train_in_subprocess(root_dir, config_text, num_threads, log_path, stop_file):
+    def train_in_subprocess(root_dir, config_text, num_threads, log_path, stop_file, extra_env):
         # The task passes SIGINT on to its train, whatever stopped the sweep.
         error = 'exit code 130: interrupted by SIGINT: checkpoint written'
         return {'returncode': 130, 'wall_time_s': 1.0, 'error': error}

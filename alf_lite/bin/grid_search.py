@@ -90,8 +90,8 @@ first), and at most ``--runs_per_gpu`` runs share a GPU at a time (the pool
 holds at most GPUs x runs_per_gpu workers); ``--runs_per_gpu 0`` assigns
 none: each run sees every GPU this process sees (``TrainerConfig.device =
 'cpu'`` keeps runs off the GPUs). On Ray each run requests ``--num_gpus_per_run``
-GPUs, which may be a fraction (0.25: four runs per GPU); Ray sets their
-``CUDA_VISIBLE_DEVICES``.
+GPUs, which may be a fraction of one (0.25: four runs per GPU) or a whole number;
+Ray sets their ``CUDA_VISIBLE_DEVICES``, and a run of 0 GPUs (the default) sees none.
 The runs' ``TrainerConfig.device`` (default 'auto') then picks the GPU they
 were given.
 """
@@ -217,7 +217,8 @@ flags.DEFINE_integer(
 flags.DEFINE_float(
     'num_gpus_per_run',
     0.0,
-    'Ray backend: GPUs reserved by each run; a fraction shares a GPU (0.5: two runs per GPU).',
+    'Ray backend: GPUs reserved by each run; a fraction shares a GPU (0.5: two runs per GPU), '
+    'above 1 a whole number. 0: none, and the runs see no GPU.',
 )
 flags.mark_flags_as_required(['search_config', 'root_dir'])
 FLAGS = flags.FLAGS
@@ -1513,9 +1514,17 @@ def _connect_ray(
         fail(problem)
 
 
-def _train_on_ray(name, root_dir, config_text, num_threads, log_path, stop_file) -> dict:
+def _train_on_ray(
+    name, root_dir, config_text, num_threads, log_path, stop_file, num_gpus: float
+) -> dict:
     """The Ray task of the run ``name``: ``train_in_subprocess``, once it has marked the
-    run as begun (``STARTED_DIR``) for the driver."""
+    run as begun (``STARTED_DIR``) for the driver.
+
+    A run of ``num_gpus`` 0 sees no GPU: newer Ray leaves ``CUDA_VISIBLE_DEVICES`` as it is
+    for a task that reserves none (``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO`` now defaults to
+    off; older Ray emptied it), and ``TrainerConfig.device='auto'`` would take the node's
+    first GPU, unreserved.
+    """
     from alf_lite.runs import open_not_following_a_link, train_in_subprocess
 
     # Before train_in_subprocess looks for the stop file: a task whose mark the
@@ -1525,7 +1534,14 @@ def _train_on_ray(name, root_dir, config_text, num_threads, log_path, stop_file)
     # Not through a link: the mark would create or empty a file where it points.
     with open(os.path.join(started, name), 'w', opener=open_not_following_a_link):
         pass
-    return train_in_subprocess(root_dir, config_text, num_threads, log_path, stop_file=stop_file)
+    return train_in_subprocess(
+        root_dir,
+        config_text,
+        num_threads,
+        log_path,
+        stop_file=stop_file,
+        extra_env={'CUDA_VISIBLE_DEVICES': ''} if num_gpus == 0 else None,
+    )
 
 
 def _cancel_not_begun(pending: dict, started_dir: str) -> List:
@@ -1583,6 +1599,7 @@ def run_ray(
                 run.torch_num_threads or num_cpus_per_run,
                 run.log_path,
                 stop_file,
+                num_gpus_per_run,
             ): (run, time.monotonic())
             for run in todo
         }
@@ -1848,6 +1865,11 @@ def _main(argv, signals):
         fail(
             f'--num_gpus_per_run {FLAGS.num_gpus_per_run:g}: Ray reserves no less than '
             f'{RAY_RESOURCE_UNIT:g} GPU for a task; give 0 (no GPU) or at least that'
+        )
+    if FLAGS.num_gpus_per_run > 1 and not float(FLAGS.num_gpus_per_run).is_integer():
+        fail(
+            f'--num_gpus_per_run {FLAGS.num_gpus_per_run:g}: Ray reserves a fraction of one '
+            'GPU or whole GPUs for a task; give at most 1 or a whole number'
         )
     gpus = []
     if not FLAGS.ray_address and FLAGS.runs_per_gpu > 0:
