@@ -577,21 +577,36 @@ def split_binding(statement: str) -> Optional[Tuple[str, str]]:
 _REFERENCE = re.compile(r'([@%])\s*([A-Za-z_][\w./]*)(\s*\(\s*\))?')
 
 
+def _configurable_as_read(name: str) -> str:
+    """``[scope/]Name`` of a configurable reference with ``Name`` completed to the one
+    registered configurable it matches (``@critic/Adam`` and ``@critic/torch.optim.Adam``
+    are one); as written where none or several match (what a config's imports register
+    is not registered yet)."""
+    import gin
+
+    scope, slash, selector = name.rpartition('/')
+    matches = gin.config._REGISTRY.matching_selectors(selector)
+    return f'{scope}{slash}{matches[0]}' if len(matches) == 1 else name
+
+
 def value_as_read(value: str) -> str:
     """A form of binding value text ``value`` that two values gin reads as one share.
 
     Where it is a literal (references and macros in it standing for themselves)
     that is the value as written out by ``pprint`` on one line, as gin writes
     values: ``(\\n 256,\\n 256,\\n)`` and ``(256, 256)``, ``1e-3`` and ``0.001``
-    are one, dicts in any key order too; ``1`` and ``1.0`` are not. Otherwise
-    (no literal gin reads) the text, whitespace normalised.
+    are one, dicts in any key order too; ``1`` and ``1.0`` are not. A configurable
+    reference stands for the configurable it names, however much of its module path
+    it spells. Otherwise (no literal gin reads) the text, whitespace normalised.
     """
     parts = _STRING_LITERAL.split(value)
-    # A character no config holds marks a reference or macro, which stands for itself.
-    parts[::2] = [
-        _REFERENCE.sub(lambda m: repr(f'\0{m[1]}{m[2]}{"()" if m[3] else ""}'), code)
-        for code in parts[::2]
-    ]
+
+    def marked(m: re.Match) -> str:
+        # A character no config holds marks a reference or macro, which stands for itself.
+        name = _configurable_as_read(m[2]) if m[1] == '@' else m[2]
+        return repr(f'\0{m[1]}{name}{"()" if m[3] else ""}')
+
+    parts[::2] = [_REFERENCE.sub(marked, code) for code in parts[::2]]
     try:
         return pprint.pformat(ast.literal_eval(''.join(parts).strip()), width=sys.maxsize)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):

@@ -284,6 +284,29 @@ def test_configs_differing_in_what_a_resume_may_change_are_one_experiment(tmp_pa
         assert changed_bindings(trained_with, given) == []
 
 
+def test_a_reference_spelt_with_its_module_path_names_the_same_configurable(tmp_path):
+    short = config_text(
+        'SacAlgorithm.critic_optimizer = @critic/Adam',
+        'Td3Algorithm.target_policy_noise = @GaussianNoise()',
+    )
+    long = config_text(
+        'SacAlgorithm.critic_optimizer = @critic/torch.optim.Adam',
+        'Td3Algorithm.target_policy_noise = @alf_lite.algorithms.noise.GaussianNoise()',
+    )
+    assert changed_bindings(short, long) == []
+    assert experiment_difference(saved_run(tmp_path, short), long) is None
+    # Another configurable, another scope or a call where there was none are changes.
+    for changed in ('@critic/AdamW', '@actor/torch.optim.Adam', '@critic/Adam()'):
+        other = config_text(
+            f'SacAlgorithm.critic_optimizer = {changed}',
+            'Td3Algorithm.target_policy_noise = @GaussianNoise()',
+        )
+        assert changed_bindings(short, other) == [
+            f'SacAlgorithm.critic_optimizer = @critic/Adam -> '
+            f'SacAlgorithm.critic_optimizer = {changed}'
+        ]
+
+
 def test_a_macro_only_resume_safe_bindings_use_may_change_too(tmp_path):
     run_length = 'TrainerConfig.num_env_steps = %STEPS'
     trained_with = config_text('STEPS = 1000', run_length)
