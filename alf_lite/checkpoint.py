@@ -1208,5 +1208,11 @@ def first_non_finite(algorithm_state: dict) -> Optional[str]:
 
 
 def _non_finite(value) -> bool:
-    """Whether ``value`` is a floating-point tensor holding a NaN or inf."""
-    return torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all()
+    """Whether ``value`` is a floating-point tensor holding a NaN or inf.
+
+    By reductions (the max and min carry a NaN, an inf and a -inf), which take no memory
+    the size of the tensor, as ``torch.isfinite(value)`` and its intermediates do.
+    """
+    if not (torch.is_tensor(value) and value.is_floating_point() and value.numel()):
+        return False
+    return not bool(torch.isfinite(value.max()) and torch.isfinite(value.min()))
