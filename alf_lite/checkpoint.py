@@ -26,7 +26,7 @@ import torch
 from absl import logging
 
 from alf_lite.config import sync_to_disk
-from alf_lite.device import available_cpu_memory
+from alf_lite.device import ProcessMemoryLimit, available_cpu_memory
 from alf_lite.run_dir import (
     MAX_CONFIG_BYTES,
     checkpoint_env_steps,
@@ -747,6 +747,27 @@ def _failed_to_read(error: BaseException) -> bool:
     return isinstance(error, OSError) and not isinstance(error, missing)
 
 
+def _mapping_failure_hint(path: str, error: BaseException) -> str:
+    """What the replay buffer file of checkpoint ``path``, which ``error`` could not map,
+    needs, and the ways on (a sentence starting with a space); empty for another error."""
+    rb_path = os.path.join(path, REPLAY_BUFFER_FILE)
+    if 'unable to mmap' not in str(error) or not os.path.exists(rb_path):
+        return ''
+    bound = available_cpu_memory()[1]
+    short = '.'
+    if isinstance(bound, ProcessMemoryLimit):
+        short = (
+            f": this process's {bound.name} limit ({bound.limit} bytes, {bound.usage} mapped) "
+            'leaves less.'
+        )
+    return (
+        f' Its replay buffer file ({os.path.getsize(rb_path)} bytes) is mapped into memory '
+        f'whole beside the buffer the run allocated, and that much is not free{short} Raise '
+        f'the limit by that much, or move {rb_path} aside to resume without its stored '
+        'steps (the replay buffer starts empty).'
+    )
+
+
 def load_latest_checkpoint(
     checkpoint_dir: str,
     map_location: Union[str, torch.device, None] = None,
@@ -783,7 +804,7 @@ def load_latest_checkpoint(
                 raise CheckpointError(
                     f'could not read checkpoint {path} ({type(e).__name__}: {e}). That is no '
                     'fault of the checkpoint, so it was neither skipped nor moved; resume once '
-                    'it can be read.'
+                    f'it can be read.{_mapping_failure_hint(path, e)}'
                 ) from e
             logging.warning(
                 'checkpoint %s is unreadable (%s: %s); %s.',

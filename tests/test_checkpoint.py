@@ -204,6 +204,14 @@ except ckpt.CheckpointError as e:
     output = python_output(script)
     assert f'could not read checkpoint {tmp_path / "ckpt-100"}' in output
     assert 'Cannot allocate memory' in output
+    # What it needs and what to do: the limit it was given, or a resume without the steps.
+    rb_path = tmp_path / 'ckpt-100' / ckpt.REPLAY_BUFFER_FILE
+    assert (
+        f'Its replay buffer file ({rb_path.stat().st_size} bytes) is mapped into memory whole '
+        'beside the buffer the run allocated, and that much is not free: this '
+        "process's ulimit -v limit ("
+    ) in output, output
+    assert f'Raise the limit by that much, or move {rb_path} aside to resume' in output
     assert sorted(os.listdir(tmp_path / 'ckpt-100')) == [ckpt.MODEL_FILE, ckpt.REPLAY_BUFFER_FILE]
 
 
