@@ -244,8 +244,12 @@ class ReplayBuffer:
         training_device: Union[str, torch.device],
         reserved_bytes: int,
         log: bool = True,
+        networks_built: bool = True,
     ) -> None:
         """Check the arguments, size the fields and choose the device, allocating nothing.
+
+        ``networks_built`` False: ``reserved_bytes`` cannot count the networks' gradients
+        and optimizer state yet, and a refusal says that fewer steps will fit than it finds.
 
         Raises:
             ValueError: for an argument out of its range.
@@ -273,10 +277,17 @@ class ReplayBuffer:
         # with a useful message, not hours into training or via the OOM killer.
         self._training_device = torch.device(training_device)
         self._reserved_bytes = reserved_bytes
-        self._device = self._place(device, max_memory_fraction, log)
+        self._device = self._place(device, max_memory_fraction, log, networks_built)
 
-    def _place(self, device: Optional[str], max_memory_fraction: float, log: bool) -> torch.device:
-        """Where the storage goes; a clear error when it fits nowhere."""
+    def _place(
+        self,
+        device: Optional[str],
+        max_memory_fraction: float,
+        log: bool,
+        networks_built: bool = True,
+    ) -> torch.device:
+        """Where the storage goes; a clear error when it fits nowhere (``_plan``'s
+        ``networks_built``)."""
         chosen, available = storage_device(
             self._nbytes,
             self._training_device,
@@ -307,9 +318,15 @@ class ReplayBuffer:
             f'that ({int(allowed)} bytes) may be used.'
         )
         max_length = int(allowed // (self._num_envs * self._raw_bytes_per_step))
+        fewer = (
+            ''
+            if networks_built
+            else ", fewer once the networks' gradients and optimizer state, built later, take "
+            'their share'
+        )
         raise ReplayBufferTooLargeError(
             f'{problem} Lower replay_buffer_length (at most {max_length} fits with '
-            f'{self._num_envs} envs) or use fewer parallel environments.{notes}',
+            f'{self._num_envs} envs{fewer}) or use fewer parallel environments.{notes}',
             problem=problem + notes,
             max_length=max_length,
         )
@@ -731,6 +748,7 @@ def check_replay_buffer_fits(
             training_device,
             reserved_bytes=0,
             log=False,
+            networks_built=False,
         )
     except Exception as e:
         # As gin marks an error raised in ReplayBuffer's constructor: called from the
