@@ -1586,12 +1586,10 @@ def test_a_ray_sweep_makes_no_mark_where_a_link_of_its_marks_directory_points(
     assert not os.path.lexists(root_dir / '.grid_search_started')
 
 
-@pytest.mark.parametrize('num_gpus, seen_gpus', [(0, ''), (0.5, '0,1')])
-def test_a_ray_run_that_reserved_no_gpu_sees_none(tmp_path, monkeypatch, num_gpus, seen_gpus):
-    # Newer Ray leaves CUDA_VISIBLE_DEVICES as it is for a task of no GPUs: the run saw every
-    # GPU of the node and TrainerConfig.device='auto' took cuda:0, unreserved.
+def training_environment(monkeypatch) -> dict:
+    """The environment the next training subprocess of ``alf_lite.runs`` is started with,
+    filled in as it starts; the subprocess is not started, and ends at once with 0."""
     import alf_lite.runs
-    from alf_lite.bin.grid_search import STOP_FILE, _train_on_ray
 
     seen = {}
 
@@ -1609,6 +1607,16 @@ def test_a_ray_run_that_reserved_no_gpu_sees_none(tmp_path, monkeypatch, num_gpu
             return 0
 
     monkeypatch.setattr(alf_lite.runs.subprocess, 'Popen', FakePopen)
+    return seen
+
+
+@pytest.mark.parametrize('num_gpus, seen_gpus', [(0, ''), (0.5, '0,1')])
+def test_a_ray_run_that_reserved_no_gpu_sees_none(tmp_path, monkeypatch, num_gpus, seen_gpus):
+    # Newer Ray leaves CUDA_VISIBLE_DEVICES as it is for a task of no GPUs: the run saw every
+    # GPU of the node and TrainerConfig.device='auto' took cuda:0, unreserved.
+    from alf_lite.bin.grid_search import STOP_FILE, _train_on_ray
+
+    seen = training_environment(monkeypatch)
     # What the task's worker sees: every GPU, or (with GPUs reserved) those Ray gave it.
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')
     root_dir = tmp_path / 'runs'
@@ -1866,22 +1874,7 @@ def test_a_run_s_wall_time_is_not_changed_by_the_clock_being_set(tmp_path, monke
 def test_training_subprocess_gets_the_extra_environment(tmp_path, monkeypatch):
     import alf_lite.runs
 
-    seen = {}
-
-    class FakePopen:
-        def __init__(self, command, **kwargs):
-            seen.update(kwargs['env'])
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc_info):
-            pass
-
-        def wait(self, timeout=None):
-            return 0
-
-    monkeypatch.setattr(alf_lite.runs.subprocess, 'Popen', FakePopen)
+    seen = training_environment(monkeypatch)
     result = alf_lite.runs.train_in_subprocess(
         str(tmp_path / 'run'),
         'text',
