@@ -25,7 +25,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, 
 import torch
 from absl import logging
 
-from alf_lite.config import sync_to_disk
+from alf_lite.config import short_repr, sync_to_disk
 from alf_lite.device import ProcessMemoryLimit, available_cpu_memory
 from alf_lite.run_dir import (
     MAX_CONFIG_BYTES,
@@ -979,7 +979,9 @@ def check_trainer_state(path: str, state: dict) -> None:
         value = getattr(state, field)
         # A bool is an int to isinstance: refused where a count is expected.
         if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
-            raise CorruptCheckpointError(f'{model}: {field} is {value!r:.80}, of the wrong type')
+            raise CorruptCheckpointError(
+                f'{model}: {field} is {short_repr(value)}, of the wrong type'
+            )
     problem = _values_problem(state)
     if problem is not None:
         raise CorruptCheckpointError(f'{model}: {problem}')
@@ -1039,7 +1041,7 @@ def _not_a_number(value) -> Optional[Tuple[str, str]]:
     writes them (an int or float, not a bool, that a float holds: they are written as
     floats); None when it is one."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return f'{value!r:.80}', 'not a number'
+        return f'{short_repr(value)}', 'not a number'
     try:
         float(value)
     except OverflowError:  # an int too long for float, perhaps for repr as well
@@ -1063,11 +1065,11 @@ def _values_problem(state: TrainerState) -> Optional[str]:
         if problem := _not_a_number(value):
             return 'recent_lengths holds {}, {}'.format(*problem)
         if not isinstance(value, int) or value < 0:
-            return f'recent_lengths holds {value!r:.80}, no count of steps'
+            return f'recent_lengths holds {short_repr(value)}, no count of steps'
     for field in ('last_eval', 'pending_evaluation', 'train_scalars', 'update_scalars'):
         for key, value in (getattr(state, field) or {}).items():
             if not is_scalar_name(key):
-                return f'{field} holds the key {key!r:.80}, no summary scalar name'
+                return f'{field} holds the key {short_repr(key)}, no summary scalar name'
             if problem := _not_a_number(value):
                 return f'{field} holds {problem[0]} for {key:.80}, {problem[1]}'
     return None
@@ -1080,16 +1082,16 @@ def _optimizers_problem(optimizers: dict) -> Optional[str]:
     whatever it meets first; None when all are."""
     for name, optimizer in optimizers.items():
         if not isinstance(optimizer, dict):
-            return f'optimizer {name!r:.80} is {optimizer!r:.80}, no optimizer state'
+            return f'optimizer {short_repr(name)} is {short_repr(optimizer)}, no optimizer state'
         per_param, groups = optimizer.get('state'), optimizer.get('param_groups')
         if not isinstance(per_param, dict) or not all(
             isinstance(values, dict) for values in per_param.values()
         ):
-            return f"optimizer {name!r:.80} has no 'state' dict of a dict per parameter"
+            return f"optimizer {short_repr(name)} has no 'state' dict of a dict per parameter"
         if not isinstance(groups, list) or not all(
             isinstance(group, dict) and isinstance(group.get('params'), list) for group in groups
         ):
-            return f"optimizer {name!r:.80} has no 'param_groups' list of dicts with 'params'"
+            return f"optimizer {short_repr(name)} has no 'param_groups' list of dicts with 'params'"
     return None
 
 
@@ -1184,7 +1186,7 @@ def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
                         if shaped and not tensor:
                             raise ValueError(
                                 f'the {name} optimizer state {key!r} of parameter {index} is '
-                                f'{held!r:.80}, not a tensor of its shape '
+                                f'{short_repr(held)}, not a tensor of its shape '
                                 f'{tuple(param.shape)}'
                             )
                 index += 1

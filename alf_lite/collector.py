@@ -12,6 +12,7 @@ from typing import List, Optional
 import torch
 
 from alf_lite.algorithms.off_policy_algorithm import OffPolicyAlgorithm
+from alf_lite.config import short_repr
 from alf_lite.data import Experience
 from alf_lite.environments import BatchedEnvironment, EpisodeReplayError
 from alf_lite.episode_stats import EpisodeStats
@@ -206,7 +207,7 @@ def _state_problem(state) -> Optional[str]:
             and all(torch.is_tensor(v) and v.device.type != 'meta' for v in value.values())
         ):
             return (
-                f'has as {part} the {type(value).__name__} {value!r:.80}, not a dict of '
+                f'has as {part} the {type(value).__name__} {short_repr(value)}, not a dict of '
                 f'tensors {fields}'
             )
     if not isinstance(state['episodes'], (list, tuple)) or not isinstance(state['rollout'], dict):

@@ -22,6 +22,7 @@ import importlib.util  # noqa: F401
 import inspect
 import os
 import re
+import reprlib
 import site
 import sys
 import sysconfig
@@ -1357,6 +1358,22 @@ def _parameter_names(selector: str) -> List[str]:
     if configurable.denylist:
         names = [n for n in names if n not in configurable.denylist]
     return names
+
+
+# Bounded: 6 levels of nesting, 6 items of a list, 4 of a dict.
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = 80
+
+
+def short_repr(value, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, made within bounds: a value read from a
+    file (a list that holds itself many times over, an int of 100,000 digits) takes no time
+    or memory to show, where ``f'{value!r:.80}'`` builds the whole text first."""
+    try:
+        text = _SHORT_REPR.repr(value)
+    except Exception:  # noqa: BLE001  (a repr that refuses: an int past Python's digit limit)
+        text = f'<{type(value).__name__}>'
+    return text[:limit]
 
 
 def closest_names(name: str, candidates: Sequence[str]) -> List[str]:

@@ -1277,6 +1277,21 @@ def test_check_trainer_state_names_the_file_and_its_problem(tmp_path, damage, pr
     assert str(error.value) == f'{tmp_path / ckpt.MODEL_FILE}: {problem}'
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('field', ['env_steps', 'recent_lengths', 'last_eval'])
+def test_a_value_that_holds_itself_many_times_over_is_refused_at_once(tmp_path, field):
+    # A 40 kB file: pickle stores a list shared by both halves of the one above it once.
+    # Shown with repr, it was 2**40 items long: the check ran on for minutes, taking GBs.
+    nested = [0]
+    for _ in range(40):
+        nested = [nested, nested]
+    value = {'eval/AverageReturn': nested} if field == 'last_eval' else nested
+    state = valid_trainer_state()._replace(**{field: value})
+    with pytest.raises(ckpt.CorruptCheckpointError) as info:
+        ckpt.check_trainer_state(str(tmp_path), state._asdict())
+    assert len(str(info.value)) < 400, str(info.value)[:400]
+
+
 def test_non_finite_optimizer_state_counts_as_corrupt(tmp_path):
     state = valid_trainer_state()
     net = torch.nn.Linear(3, 2)

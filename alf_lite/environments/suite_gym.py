@@ -29,7 +29,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.async_vector_env import _async_worker
 from gymnasium.vector.utils import concatenate
 
-from alf_lite.config import closest_names, pasted_character, quoted_names
+from alf_lite.config import closest_names, pasted_character, quoted_names, short_repr
 from alf_lite.data import StepType, TimeStep
 from alf_lite.environments import episode_replay, watchdog
 from alf_lite.environments.episode_replay import ReplayableEnv
@@ -1423,7 +1423,7 @@ def _record_problem(record, action_dim: int) -> Optional[str]:
     """What is wrong with an episode record from a checkpoint, or None."""
     if not isinstance(record, dict) or set(record) != {'seed', 'rng', 'actions', 'ended'}:
         keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-        return f'is {keys!r:.80}, not a dict of seed, rng, actions and ended'
+        return f'is {short_repr(keys)}, not a dict of seed, rng, actions and ended'
     actions = record['actions']
     if not (
         torch.is_tensor(actions)
@@ -1445,9 +1445,9 @@ def _record_problem(record, action_dim: int) -> Optional[str]:
     if (seed is None) == (rng is None):
         return 'needs exactly one of a seed and a generator state'
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        return f'has the seed {seed!r:.80}, not an integer >= 0'
+        return f'has the seed {short_repr(seed)}, not an integer >= 0'
     if rng is not None and not isinstance(rng, dict):
-        return f'has the generator state {rng!r:.80}, not a dict'
+        return f'has the generator state {short_repr(rng)}, not a dict'
     return None
 
 
