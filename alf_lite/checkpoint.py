@@ -1023,6 +1023,16 @@ def check_trainer_state(path: str, state: dict) -> None:
         ) from None
     finally:
         set_global_rng_state(current)
+    for name, value in _state_tensors(state.algorithm):
+        nbytes = value.untyped_storage().nbytes()
+        if value.numel() * value.element_size() > nbytes:
+            # Strides that show elements more than once (an expanded tensor): a check of
+            # its values would copy them out, as many bytes as the file declares.
+            raise CorruptCheckpointError(
+                f'{model}: tensor {name} has {value.numel()} elements over a storage of '
+                f'{nbytes} bytes; alf_lite writes each tensor whole, so the file was altered '
+                'or damaged'
+            )
     bad = first_non_finite(state.algorithm)
     if bad is not None:
         raise CorruptCheckpointError(
@@ -1095,6 +1105,20 @@ def _optimizers_problem(optimizers: dict) -> Optional[str]:
     return None
 
 
+def _state_tensors(algorithm_state: dict) -> Iterator[Tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` of each tensor of the networks and of the optimizer states (those
+    of the usual layout) in ``algorithm_state``."""
+    for key, value in policy_state(algorithm_state).items():
+        if torch.is_tensor(value):
+            yield key, value
+    for name, optimizer in algorithm_state['optimizers'].items():
+        per_param = optimizer.get('state') if isinstance(optimizer, dict) else None
+        for index, values in per_param.items() if isinstance(per_param, dict) else ():
+            for key, value in values.items() if isinstance(values, dict) else ():
+                if torch.is_tensor(value):
+                    yield f'{name}.{index}.{key}', value
+
+
 def first_non_finite_optimizer_state(optimizers: dict) -> Optional[str]:
     """``'<optimizer>.<param index>.<key>'`` of the first floating-point optimizer state
     tensor holding a NaN or inf; None when all are finite (or not of the usual layout)."""
@@ -1140,6 +1164,24 @@ def place_step_counts(optimizer: torch.optim.Optimizer) -> None:
                 )
 
 
+def load_policy_state(algorithm: torch.nn.Module, module_state: dict) -> None:
+    """``algorithm.load_state_dict(module_state)``, refusing a tensor of another dtype than
+    the one it is loaded into: the cast would hide what it holds (1e300 in float64 is inf
+    in a float32 weight).
+
+    Raises:
+        ValueError: naming the tensor and both dtypes.
+    """
+    own = algorithm.state_dict()
+    for key, value in module_state.items():
+        mine = own.get(key)
+        if torch.is_tensor(value) and torch.is_tensor(mine) and value.dtype != mine.dtype:
+            raise ValueError(
+                f'the network tensor {key!r} is {value.dtype}, where the networks hold {mine.dtype}'
+            )
+    algorithm.load_state_dict(module_state)
+
+
 def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
     """Restore what ``algorithm_state`` returned into ``algorithm``.
 
@@ -1147,7 +1189,7 @@ def load_algorithm_state(algorithm: torch.nn.Module, state: dict) -> None:
     own settings (learning rate, betas, weight decay, fused, capturable...), as
     configured.
     """
-    algorithm.load_state_dict(policy_state(state))
+    load_policy_state(algorithm, policy_state(state))
     for name, optimizer in algorithm.optimizers.items():
         configured = [
             {k: v for k, v in group.items() if k not in _NOT_CONFIGURED_HERE}
@@ -1231,11 +1273,16 @@ def first_non_finite(algorithm_state: dict) -> Optional[str]:
 
 
 def _non_finite(value) -> bool:
-    """Whether ``value`` is a floating-point tensor holding a NaN or inf.
+    """Whether ``value`` is a floating-point or complex tensor holding a NaN or inf.
 
     By reductions (the max and min carry a NaN, an inf and a -inf), which take no memory
     the size of the tensor, as ``torch.isfinite(value)`` and its intermediates do.
     """
-    if not (torch.is_tensor(value) and value.is_floating_point() and value.numel()):
+    if not torch.is_tensor(value) or not value.numel():
+        return False
+    if value.is_complex():
+        # No training writes one; loaded into a real weight, its real part is kept.
+        value = torch.view_as_real(value)
+    elif not value.is_floating_point():
         return False
     return not bool(torch.isfinite(value.max()) and torch.isfinite(value.min()))

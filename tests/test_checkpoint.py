@@ -1292,6 +1292,43 @@ def test_a_value_that_holds_itself_many_times_over_is_refused_at_once(tmp_path, 
     assert len(str(info.value)) < 400, str(info.value)[:400]
 
 
+@pytest.mark.parametrize(
+    'tensor, problem',
+    [
+        # One element shown as a million: a check of its values copied all of them first,
+        # as many GBs as the file asked for.
+        (torch.zeros(1).expand(1_000_000), 'has 1000000 elements over a storage of 4 bytes'),
+        # Not floating point, so not checked, then cast to a NaN weight as it was loaded.
+        (torch.tensor([complex(float('nan'), 0.0), 0j]), 'holds NaN or inf'),
+    ],
+    ids=['expanded', 'complex_nan'],
+)
+@pytest.mark.parametrize('where', ['module', 'optimizer'])
+def test_a_network_or_optimizer_tensor_no_training_writes_counts_as_corrupt(
+    tmp_path, tensor, problem, where
+):
+    state = valid_trainer_state()
+    if where == 'module':
+        state.algorithm['module']['bias'] = tensor
+    else:
+        state.algorithm['optimizers']['net']['state'] = {0: {'exp_avg': tensor}}
+    with pytest.raises(ckpt.CorruptCheckpointError, match=re.escape(problem)):
+        ckpt.check_trainer_state(str(tmp_path), state._asdict())
+
+
+def test_a_network_tensor_of_another_dtype_is_refused_as_it_is_loaded():
+    # 1e300 is finite in float64 and inf in the float32 weight it was cast into.
+    net = torch.nn.Linear(3, 2)
+    net.optimizers = {'net': torch.optim.Adam(net.parameters())}
+    state = ckpt.algorithm_state(net)
+    state['module']['bias'] = torch.full((2,), 1e300, dtype=torch.float64)
+    with pytest.raises(
+        ValueError, match=r"'bias' is torch.float64, where the networks hold torch.float32"
+    ):
+        ckpt.load_algorithm_state(net, state)
+    assert torch.isfinite(net.bias).all()
+
+
 def test_non_finite_optimizer_state_counts_as_corrupt(tmp_path):
     state = valid_trainer_state()
     net = torch.nn.Linear(3, 2)

@@ -122,7 +122,7 @@ def load_policy(
             '--checkpoint_step.'
         ) from e
     try:
-        algorithm.load_state_dict(ckpt.policy_state(state.algorithm))
+        ckpt.load_policy_state(algorithm, ckpt.policy_state(state.algorithm))
     except (KeyError, RuntimeError, TypeError, ValueError) as e:
         # A KeyError: the checkpoint lacks a state the algorithm keeps (another algorithm's).
         raise ckpt.CheckpointError(
