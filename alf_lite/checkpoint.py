@@ -17,6 +17,7 @@ import os
 import pickle
 import pickletools
 import shutil
+import stat
 import struct
 import tarfile
 import zipfile
@@ -514,6 +515,9 @@ def _check_zip_records(path: str, mapped: bool = False) -> None:
     ``mapped``: the file is to be mapped (``load_file``'s ``mmap``), not unpacked into memory,
     so what it unpacks to is not compared with the memory available (which the replay
     buffer it is read into already took)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        # Opened to be read, a FIFO would block until something writes into it.
+        raise zipfile.BadZipFile(f'{path} is no regular file (a pipe, a device or a socket)')
     if not _is_zip_file(path):
         return
     with open(path, 'rb') as f:

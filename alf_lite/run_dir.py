@@ -468,6 +468,10 @@ def read_config_text(path: str) -> str:
         ValueError: it holds more than ``MAX_CONFIG_BYTES`` (``oversized_config``); it is
             not read into memory. Or it is not text (``not_text``), or a directory.
     """
+    mode = os.stat(path).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        # Opened to be read, a FIFO would block until something writes into it.
+        raise ValueError(f'{path} is no regular file (a pipe or a socket), not a gin config file')
     try:
         # As parse_config reads a gin file: a byte order mark is no part of its text.
         f = open(path, encoding='utf-8-sig')

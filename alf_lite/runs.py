@@ -17,6 +17,7 @@ import math
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -307,6 +308,11 @@ def _event_accumulator(log_dir: str):
     """TensorBoard's reader of ``log_dir``'s events, loaded, keeping every scalar point."""
     from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
+    for name in os.listdir(log_dir) if os.path.isdir(log_dir) else ():
+        path = os.path.join(log_dir, name)
+        if 'tfevents' in name and not stat.S_ISREG(os.stat(path).st_mode):
+            # Opened to be read, a FIFO would block until something writes into it.
+            raise ValueError(f'{path} is no regular file (a pipe, a device or a socket)')
     accumulator = EventAccumulator(log_dir, size_guidance={SCALARS: 0})
     accumulator.Reload()
     return accumulator

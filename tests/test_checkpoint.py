@@ -250,6 +250,28 @@ print(ckpt.first_non_finite({'module': {'critic.weight': weight}}))
     assert python_output(script).split()[-2:] == ['None', 'critic.weight']
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('kind', ['fifo', 'device'])
+def test_a_checkpoint_file_that_is_a_pipe_or_a_device_is_damage_not_a_wait(tmp_path, kind):
+    # Opened to be read, a FIFO blocks until something writes into it: train, play and a
+    # sweep waited forever on a run someone sent.
+    ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    newest = ckpt.save_checkpoint(str(tmp_path), 200, make_state(2), make_replay_buffer_state(2))
+
+    def put(name):
+        path = os.path.join(newest, name)
+        os.remove(path)
+        os.mkfifo(path) if kind == 'fifo' else os.symlink('/dev/zero', path)
+
+    put(ckpt.REPLAY_BUFFER_FILE)
+    state, rb = ckpt.load_checkpoint(newest)
+    assert rb is None and state is not None
+    put(ckpt.MODEL_FILE)
+    latest = ckpt.load_latest_checkpoint(str(tmp_path))
+    assert latest.path == os.path.join(str(tmp_path), 'ckpt-100'), latest.path
+    assert latest.unreadable == [newest]
+
+
 def test_replay_buffer_in_torchs_legacy_format_still_loads(tmp_path):
     path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
     rb = make_replay_buffer_state(1)

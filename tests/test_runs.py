@@ -710,6 +710,23 @@ def test_a_config_gin_that_tells_no_size_is_read_only_as_far_as_a_config_may_hol
     assert len(read_config_text(str(largest))) == MAX_CONFIG_BYTES
 
 
+@pytest.mark.timeout(60)
+def test_a_config_gin_or_events_file_that_is_a_fifo_is_named_not_waited_on(tmp_path):
+    # Opened to be read, a FIFO blocks until something writes into it: plot waited forever
+    # on a run someone sent.
+    root_dir = saved_run(tmp_path, '')
+    config_file = RunDir(root_dir).config_file
+    os.remove(config_file)
+    os.mkfifo(config_file)
+    with pytest.raises(ValueError, match=re.escape(f'{config_file} is no regular file')):
+        config_bindings(root_dir)
+    events = os.path.join(root_dir, 'eval')
+    os.makedirs(events)
+    os.mkfifo(os.path.join(events, 'events.out.tfevents.1.host'))
+    with pytest.raises(ValueError, match='events.out.tfevents.1.host is no regular file'):
+        read_scalar(root_dir, 'eval/AverageReturn')
+
+
 def test_a_config_gin_that_is_a_directory_is_named_as_one(tmp_path):
     root_dir = saved_run(tmp_path, '')
     config_file = RunDir(root_dir).config_file
