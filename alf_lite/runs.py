@@ -314,7 +314,14 @@ def _event_accumulator(log_dir: str):
             # Opened to be read, a FIFO would block until something writes into it.
             raise ValueError(f'{path} is no regular file (a pipe, a device or a socket)')
     accumulator = EventAccumulator(log_dir, size_guidance={SCALARS: 0})
-    accumulator.Reload()
+    try:
+        accumulator.Reload()
+    except MemoryError:
+        # A record's header declares its length, which the reader allocates before its
+        # checksum can tell a damaged one.
+        raise ValueError(
+            f'an events file in {log_dir} declares a record larger than the memory: it is damaged'
+        ) from None
     return accumulator
 
 
@@ -335,7 +342,10 @@ def run_columns(root_dir: str) -> List[str]:
     for mode in SUMMARY_MODES:
         log_dir = RunDir(root_dir).events_dir(mode)
         if os.path.isdir(log_dir):
-            tags = _event_accumulator(log_dir).Tags()['scalars']
+            try:
+                tags = _event_accumulator(log_dir).Tags()['scalars']
+            except ValueError:  # unreadable: a FIFO, a damaged record
+                continue
             scalars += [f'{mode}/{tag}' for tag in tags]
     return [ENV_STEPS, WALL_TIME, *scalars] if scalars else []
 

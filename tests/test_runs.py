@@ -5,6 +5,7 @@ import datetime
 import fcntl
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -725,6 +726,23 @@ def test_a_config_gin_or_events_file_that_is_a_fifo_is_named_not_waited_on(tmp_p
     os.mkfifo(os.path.join(events, 'events.out.tfevents.1.host'))
     with pytest.raises(ValueError, match='events.out.tfevents.1.host is no regular file'):
         read_scalar(root_dir, 'eval/AverageReturn')
+    assert run_columns(root_dir) == []
+
+
+def test_an_events_record_declaring_more_bytes_than_the_memory_is_named_as_damage(tmp_path):
+    # Its length and the length's masked CRC are valid; the reader allocated the length and
+    # plot ended in a MemoryError traceback.
+    from tensorboard.summary.writer.record_writer import masked_crc32c
+
+    root_dir = saved_run(tmp_path, '')
+    events = os.path.join(root_dir, 'eval')
+    os.makedirs(events)
+    header = struct.pack('Q', 2**50)
+    with open(os.path.join(events, 'events.out.tfevents.1.host'), 'wb') as f:
+        f.write(header + struct.pack('I', masked_crc32c(header)) + b'\0' * 64)
+    with pytest.raises(ValueError, match='declares a record larger than the memory'):
+        read_scalar(root_dir, 'eval/AverageReturn')
+    assert run_columns(root_dir) == []
 
 
 def test_a_config_gin_that_is_a_directory_is_named_as_one(tmp_path):
