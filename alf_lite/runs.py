@@ -310,7 +310,11 @@ def _event_accumulator(log_dir: str):
 
     for name in os.listdir(log_dir) if os.path.isdir(log_dir) else ():
         path = os.path.join(log_dir, name)
-        if 'tfevents' in name and not stat.S_ISREG(os.stat(path).st_mode):
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:  # a link to nothing: the reader passes over it
+            continue
+        if 'tfevents' in name and not stat.S_ISREG(mode):
             # Opened to be read, a FIFO would block until something writes into it.
             raise ValueError(f'{path} is no regular file (a pipe, a device or a socket)')
     accumulator = EventAccumulator(log_dir, size_guidance={SCALARS: 0})
