@@ -1055,7 +1055,7 @@ def _not_a_number(value) -> Optional[Tuple[str, str]]:
     writes them (an int or float, not a bool, that a float holds: they are written as
     floats); None when it is one."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return f'{short_repr(value)}', 'not a number'
+        return short_repr(value), 'not a number'
     try:
         float(value)
     except OverflowError:  # an int too long for float, perhaps for repr as well
@@ -1109,13 +1109,10 @@ def _optimizers_problem(optimizers: dict) -> Optional[str]:
     return None
 
 
-def _state_tensors(algorithm_state: dict) -> Iterator[Tuple[str, torch.Tensor]]:
-    """``(name, tensor)`` of each tensor of the networks and of the optimizer states (those
-    of the usual layout) in ``algorithm_state``."""
-    for key, value in policy_state(algorithm_state).items():
-        if torch.is_tensor(value):
-            yield key, value
-    for name, optimizer in algorithm_state['optimizers'].items():
+def _optimizer_state_tensors(optimizers: dict) -> Iterator[Tuple[str, torch.Tensor]]:
+    """``('<optimizer>.<param index>.<key>', tensor)`` of each optimizer state tensor of
+    ``optimizers`` (those of the usual layout)."""
+    for name, optimizer in optimizers.items():
         per_param = optimizer.get('state') if isinstance(optimizer, dict) else None
         for index, values in per_param.items() if isinstance(per_param, dict) else ():
             for key, value in values.items() if isinstance(values, dict) else ():
@@ -1123,18 +1120,21 @@ def _state_tensors(algorithm_state: dict) -> Iterator[Tuple[str, torch.Tensor]]:
                     yield f'{name}.{index}.{key}', value
 
 
+def _state_tensors(algorithm_state: dict) -> Iterator[Tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` of each tensor of the networks and of the optimizer states in
+    ``algorithm_state``."""
+    for key, value in policy_state(algorithm_state).items():
+        if torch.is_tensor(value):
+            yield key, value
+    yield from _optimizer_state_tensors(algorithm_state['optimizers'])
+
+
 def first_non_finite_optimizer_state(optimizers: dict) -> Optional[str]:
     """``'<optimizer>.<param index>.<key>'`` of the first floating-point optimizer state
     tensor holding a NaN or inf; None when all are finite (or not of the usual layout)."""
-    for name, optimizer in optimizers.items():
-        per_param = optimizer.get('state') if isinstance(optimizer, dict) else None
-        if not isinstance(per_param, dict):
-            continue
-        for index, values in per_param.items():
-            for key, value in values.items() if isinstance(values, dict) else ():
-                if _non_finite(value):
-                    return f'{name}.{index}.{key}'
-    return None
+    return next(
+        (name for name, value in _optimizer_state_tensors(optimizers) if _non_finite(value)), None
+    )
 
 
 def algorithm_state(algorithm: torch.nn.Module) -> dict:
