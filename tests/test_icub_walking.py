@@ -377,6 +377,22 @@ def test_the_cleaned_urdf_is_on_the_disk_before_its_name_is(tmp_path, monkeypatc
     assert events == [('fsync', os.path.getsize(path)), ('replace', os.path.basename(path))]
 
 
+@pytest.mark.parametrize('damage', ['empty', 'cut short'])
+def test_a_damaged_cleaned_urdf_in_the_cache_is_written_anew(tmp_path, damage):
+    # One left empty by a power cut before it was synced, or cut short since, failed every
+    # later ICubWalk-v0 with PyBullet's "Cannot load URDF file", which names no file.
+    path = Path(cleaned_urdf_path(str(tmp_path)))
+    complete = path.read_bytes()
+    path.write_bytes(b'' if damage == 'empty' else complete[: len(complete) // 2])
+    env = ICubWalkEnv(cache_dir=str(tmp_path))
+    try:
+        obs, _ = env.reset(seed=0)
+    finally:
+        env.close()
+    assert obs.shape == (2 * FRAME_SIZE,)
+    assert path.read_bytes() == complete and os.listdir(tmp_path) == [path.name]
+
+
 @pytest.mark.parametrize('xdg_cache_home', ['', 'relative/cache'])
 def test_an_empty_or_relative_xdg_cache_home_caches_in_the_home_not_the_working_dir(
     tmp_path, monkeypatch, xdg_cache_home

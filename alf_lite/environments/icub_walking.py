@@ -215,8 +215,10 @@ def cleaned_urdf_path(cache_dir: Optional[str] = None) -> str:
 
     The file name holds a hash of the source URDF, the mesh directory and
     ``CLEANING_VERSION``, so a new icub-models release or cleaning gets a new
-    file. Several env processes may start at once: each writes a temporary
-    file and renames it into place (atomic), so no one reads a partial file.
+    file. A file under that name that holds anything else (left empty by a power
+    cut before it was synced, or cut short since) is written anew. Several env
+    processes may start at once: each writes a temporary file and renames it into
+    place (atomic), so no one reads a partial file.
 
     Args:
         cache_dir: where to write (a relative one from the working directory);
@@ -232,12 +234,15 @@ def cleaned_urdf_path(cache_dir: Optional[str] = None) -> str:
     digest = hashlib.sha256(f'{CLEANING_VERSION}\n{mesh_root}\n{text}'.encode()).hexdigest()
     directory = Path(os.path.abspath(cache_dir if cache_dir else _default_cache_dir()))
     path = directory / f'{ICUB_MODEL}-clean-{digest[:16]}.urdf'
-    if not path.exists():
+    cleaned = clean_urdf(text, mesh_root).encode()
+    # A damaged file would fail every later env with PyBullet's "Cannot load URDF file",
+    # which names no file.
+    if not path.exists() or path.read_bytes() != cleaned:
         directory.mkdir(parents=True, exist_ok=True)
         tmp = new_file_beside(str(path), '.tmp')
         try:
-            with open(tmp, 'w') as f:
-                f.write(clean_urdf(text, mesh_root))
+            with open(tmp, 'wb') as f:
+                f.write(cleaned)
                 # Whole on the disk before its name is: after a power cut, an empty file
                 # under it would fail every later ICubWalk-v0.
                 f.flush()
