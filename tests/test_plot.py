@@ -367,6 +367,17 @@ def test_the_legend_counts_the_runs_plotted_not_those_left_out(grid, tmp_path):
     ]
 
 
+def test_a_group_whose_name_starts_with_an_underscore_is_in_the_legend(tmp_path):
+    # matplotlib leaves a line labelled '_...' out of a legend it makes of the lines' labels.
+    for name in ('_baseline', 'ours'):
+        write_progress(tmp_path / 'runs' / name, [(0, 1e9, 1), (100, 1e9 + 1, 2)])
+    args = [str(tmp_path / 'runs'), '--group_by', 'none', '--y', 'train/actor_loss']
+    assert legend_labels([*args, '--out', 'curves.png'], tmp_path) == [
+        '_baseline (1 run)',
+        'ours (1 run)',
+    ]
+
+
 def test_y_minus_plots_the_difference_where_a_run_has_both(grid, tmp_path):
     paths = [str(grid / f'lr={LR_A},seed={s}') for s in RUNS_A]
     args = ['--y', 'eval/AverageReturn', '--y_minus', 'train/critic_loss', '--out', 'diff.png']

@@ -896,14 +896,17 @@ def plot(argv, signals):
 
     band_name = f'{CONFIDENCE:.0%} bootstrap CI' if FLAGS.band == 'ci' else '1 std'
     fig, ax = plt.subplots(figsize=FIGURE_SIZE_INCHES, dpi=FIGURE_DPI, layout='constrained')
+    lines, entries = [], []
     for label, runs in groups:
         x, mean, lower, upper, _ = np.array(curves[label]).T
         note = f'{len(runs)} run{"s" * (len(runs) > 1)}'
         note += f', {early_note(early[label])}' if early[label] else ''
         # The CSV and the table give a long name whole.
         name = label if len(label) <= LEGEND_NAME_CHARS else label[: LEGEND_NAME_CHARS - 3] + '...'
-        (line,) = ax.plot(x, mean, label=f'{name} ({note})')
+        (line,) = ax.plot(x, mean)
         ax.fill_between(x, lower, upper, color=line.get_color(), alpha=BAND_ALPHA, linewidth=0)
+        lines.append(line)
+        entries.append(f'{name} ({note})')
     ax.set_xlabel(FLAGS.x)
     ax.set_ylabel(y_name)
     # A long scalar name (e.g. a difference) gets a line of its own.
@@ -914,8 +917,9 @@ def plot(argv, signals):
     ax.grid(alpha=GRID_ALPHA)
     # Below the axes, where it hides no curve and no axis label however long the
     # group names and however many the groups; the axes shrink to make room, down to
-    # AXES_MIN_HEIGHT_INCHES, below which the figure grows instead.
-    legend = fig.legend(loc='outside lower center', fontsize='small')
+    # AXES_MIN_HEIGHT_INCHES, below which the figure grows instead. Given by hand: a
+    # line's own label that starts with '_' (a run named _baseline) keeps it out of one.
+    legend = fig.legend(lines, entries, loc='outside lower center', fontsize='small')
     extent = legend.get_window_extent(fig.canvas.get_renderer())
     legend_width = extent.width / fig.dpi + LEGEND_MARGIN_INCHES
     if legend_width > fig.get_figwidth():
