@@ -378,6 +378,20 @@ def test_a_group_whose_name_starts_with_an_underscore_is_in_the_legend(tmp_path)
     ]
 
 
+def test_names_holding_dollar_signs_are_drawn_as_written_not_as_tex_math(tmp_path):
+    # Between two '$' matplotlib reads TeX math: 'odd$a^$' made it fail with a traceback.
+    for name in ('odd$a^$', 'cost_$x$'):
+        write_progress(tmp_path / 'runs' / name, [(0, 1e9, 1), (100, 1e9 + 1, 2)])
+    args = [str(tmp_path / 'runs'), '--group_by', 'none', '--y', 'train/actor_loss']
+    result = run_plot([*args, '--out', 'curves.png'], tmp_path)
+    assert_ok(result)
+    assert 'Traceback' not in result.stderr
+    assert legend_labels([*args, '--out', 'again.png'], tmp_path) == [
+        'cost_$x$ (1 run)',
+        'odd$a^$ (1 run)',
+    ]
+
+
 def test_y_minus_plots_the_difference_where_a_run_has_both(grid, tmp_path):
     paths = [str(grid / f'lr={LR_A},seed={s}') for s in RUNS_A]
     args = ['--y', 'eval/AverageReturn', '--y_minus', 'train/critic_loss', '--out', 'diff.png']

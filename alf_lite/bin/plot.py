@@ -907,12 +907,14 @@ def plot(argv, signals):
         ax.fill_between(x, lower, upper, color=line.get_color(), alpha=BAND_ALPHA, linewidth=0)
         lines.append(line)
         entries.append(f'{name} ({note})')
-    ax.set_xlabel(FLAGS.x)
-    ax.set_ylabel(y_name)
+    # Names as written: a '$' in one is no TeX math (an odd one made matplotlib fail).
+    ax.set_xlabel(FLAGS.x, parse_math=False)
+    ax.set_ylabel(y_name, parse_math=False)
     # A long scalar name (e.g. a difference) gets a line of its own.
     ax.set_title(
         f'{y_name}:{chr(10) if len(y_name) > TITLE_NAME_CHARS else " "}mean and {band_name} '
-        'over runs' + (f', smoothing {FLAGS.smoothing}' if FLAGS.smoothing > 1 else '')
+        'over runs' + (f', smoothing {FLAGS.smoothing}' if FLAGS.smoothing > 1 else ''),
+        parse_math=False,
     )
     ax.grid(alpha=GRID_ALPHA)
     # Below the axes, where it hides no curve and no axis label however long the
@@ -920,6 +922,8 @@ def plot(argv, signals):
     # AXES_MIN_HEIGHT_INCHES, below which the figure grows instead. Given by hand: a
     # line's own label that starts with '_' (a run named _baseline) keeps it out of one.
     legend = fig.legend(lines, entries, loc='outside lower center', fontsize='small')
+    for text in legend.get_texts():
+        text.set_parse_math(False)
     extent = legend.get_window_extent(fig.canvas.get_renderer())
     legend_width = extent.width / fig.dpi + LEGEND_MARGIN_INCHES
     if legend_width > fig.get_figwidth():
