@@ -2,12 +2,15 @@
 
 import ast
 import csv
+import functools
 import os
+import pathlib
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import tracemalloc
 
 import numpy as np
@@ -889,6 +892,45 @@ def test_progress_csv_that_is_no_table_is_named_with_its_line(grid, tmp_path):
     assert result.returncode == 2, result.stderr
     assert f'{progress} is not text: utf-8 cannot decode its byte 0xff' in result.stderr
     assert 'Traceback' not in result.stderr
+
+
+# Run as user nobody where the tests run as root, who may read any file: its modules
+# imported first, as nobody may not read root's Python.
+AS_ANOTHER_USER = (
+    'import os, encodings.utf_8_sig, difflib\n'
+    'import matplotlib\n'
+    "matplotlib.use('Agg')\n"
+    'import matplotlib.pyplot, numpy\n'
+    'import absl.app, alf_lite.bin.cli, alf_lite.config, alf_lite.runs, alf_lite.signals\n'
+    'if os.geteuid() == 0:\n'
+    '    os.seteuid(65534)\n'
+)
+
+
+def test_a_run_whose_files_this_user_may_not_read_is_named_not_a_traceback():
+    # Another user's runs: pytest's own temp dir is closed to others.
+    with tempfile.TemporaryDirectory() as base:
+        os.chmod(base, 0o777)
+        for seed in (1, 2):
+            run = os.path.join(base, 'runs', f'seed={seed}')
+            write_run(pathlib.Path(run), LR_A, seed, [1, 2, 3])
+        os.chmod(os.path.join(base, 'runs', 'seed=2', 'progress.csv'), 0)
+        command = [sys.executable, '-m', 'alf_lite.bin.plot', 'runs', '--out', 'curves.png']
+        command = with_prelude(command, AS_ANOTHER_USER, 'alf_lite.bin.plot')
+        run_python_command = functools.partial(
+            subprocess.run, env=train_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        )
+        result = run_python_command(command, cwd=base)
+        assert_ok(result)
+        assert "warning: left out: [Errno 13] Permission denied: 'runs/seed=2/progress.csv'" in (
+            result.stderr
+        )
+        assert final_table(result.stdout) == {'all runs': (1, 3.0, 3.0, 3.0)}
+        os.chmod(os.path.join(base, 'runs', 'seed=2', 'config.gin'), 0)
+        result = run_python_command(command, cwd=base)
+        assert result.returncode == 2, result.stderr
+        assert "[Errno 13] Permission denied: 'runs/seed=2/config.gin'" in result.stderr
+        assert 'Traceback' not in result.stderr
 
 
 def write_progress(root_dir, rows):

@@ -796,7 +796,7 @@ def plot(argv, signals):
     try:
         names, groups = grouped_runs(run_dirs, FLAGS.group_by)
         groups = rename_groups(groups, FLAGS.label)
-    except ValueError as e:
+    except (OSError, ValueError) as e:  # a config.gin this user may not read, say
         fail(str(e))
     if FLAGS.group_by == 'config' and len(names) > NAMING_BINDINGS and not FLAGS.label:
         print_out(long_names_note(names), file=sys.stderr)
@@ -812,7 +812,7 @@ def plot(argv, signals):
             for run in runs:
                 try:
                     xs, ys = read_difference(run, FLAGS.y, FLAGS.y_minus, FLAGS.x)
-                except ValueError as e:
+                except (OSError, ValueError) as e:  # OSError: another user's, say
                     # The run's columns tell a column it lacks from a file it cannot read.
                     columns[run] = run_columns(run)
                     if not columns[run] or all(n in columns[run] for _, n in wanted):
