@@ -348,7 +348,7 @@ def run_columns(root_dir: str) -> List[str]:
         if os.path.isdir(log_dir):
             try:
                 tags = _event_accumulator(log_dir).Tags()['scalars']
-            except ValueError:  # unreadable: a FIFO, a damaged record
+            except (OSError, ValueError):  # unreadable: a FIFO, a damaged record, another user's
                 continue
             scalars += [f'{mode}/{tag}' for tag in tags]
     return [ENV_STEPS, WALL_TIME, *scalars] if scalars else []

@@ -897,7 +897,8 @@ def test_progress_csv_that_is_no_table_is_named_with_its_line(grid, tmp_path):
 # Run as user nobody where the tests run as root, who may read any file: its modules
 # imported first, as nobody may not read root's Python.
 AS_ANOTHER_USER = (
-    'import os, encodings.utf_8_sig, difflib\n'
+    'import os, encodings.raw_unicode_escape, encodings.utf_8_sig, difflib\n'
+    'import tensorboard.backend.event_processing.event_accumulator\n'
     'import matplotlib\n'
     "matplotlib.use('Agg')\n"
     'import matplotlib.pyplot, numpy\n'
@@ -931,6 +932,28 @@ def test_a_run_whose_files_this_user_may_not_read_is_named_not_a_traceback():
         assert result.returncode == 2, result.stderr
         assert "[Errno 13] Permission denied: 'runs/seed=2/config.gin'" in result.stderr
         assert 'Traceback' not in result.stderr
+
+
+def test_a_run_whose_events_this_user_may_not_read_is_named_not_a_traceback():
+    with tempfile.TemporaryDirectory() as base:
+        os.chmod(base, 0o777)
+        for seed in (1, 2):
+            write_tensorboard_run(pathlib.Path(base, 'runs', f'seed={seed}'), seed)
+        os.chmod(os.path.join(base, 'runs', 'seed=2', 'eval'), 0)
+        command = [sys.executable, '-m', 'alf_lite.bin.plot', 'runs', '--group_by', 'none']
+        result = subprocess.run(
+            with_prelude([*command, '--out', 'curves.png'], AS_ANOTHER_USER, 'alf_lite.bin.plot'),
+            cwd=base,
+            env=train_env(),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+        assert_ok(result)
+        assert "warning: left out: [Errno 13] Permission denied: 'runs/seed=2/eval'" in (
+            result.stderr
+        )
+        assert final_table(result.stdout) == {'seed=1': (1, 101.0, 101.0, 101.0)}
 
 
 def write_progress(root_dir, rows):
