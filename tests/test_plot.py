@@ -956,6 +956,31 @@ def test_a_run_whose_events_this_user_may_not_read_is_named_not_a_traceback():
         assert final_table(result.stdout) == {'seed=1': (1, 101.0, 101.0, 101.0)}
 
 
+def test_a_directory_this_user_may_not_read_is_named_not_passed_over_in_silence():
+    # A seed of another user's, among the runs: it was left out without a word.
+    with tempfile.TemporaryDirectory() as base:
+        os.chmod(base, 0o777)
+        for seed in (1, 2):
+            write_run(pathlib.Path(base, 'runs', f'seed={seed}'), LR_A, seed, [1, 2, 3])
+        os.chmod(os.path.join(base, 'runs', 'seed=2'), 0)
+        for paths in (['runs'], ['runs/seed=1', 'runs/seed=2']):
+            command = [sys.executable, '-m', 'alf_lite.bin.plot', *paths, '--out', 'curves.png']
+            result = subprocess.run(
+                with_prelude(command, AS_ANOTHER_USER, 'alf_lite.bin.plot'),
+                cwd=base,
+                env=train_env(),
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT_S,
+            )
+            assert_ok(result)
+            assert (
+                'skipping runs/seed=2: cannot be read (Permission denied): no run in it is '
+                'plotted' in result.stderr
+            )
+            assert final_table(result.stdout) == {'all runs': (1, 3.0, 3.0, 3.0)}
+
+
 def write_progress(root_dir, rows):
     """A run with only a progress.csv: ``rows`` of (env_steps, wall_time, value), '' for none."""
     root_dir.mkdir(parents=True)

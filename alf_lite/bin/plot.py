@@ -266,22 +266,24 @@ def inside_a_run(path: str) -> str:
     return f' (it lies inside the run {outer}: give that)'
 
 
-def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
-    """``(run dirs, skipped paths)``: each path that is a run (``RunDir.is_run``), and the runs
-    below each directory.
+def find_runs(paths: List[str]) -> Tuple[List[str], List[Tuple[str, str]]]:
+    """``(run dirs, [(skipped path, why)])``: each path that is a run (``RunDir.is_run``), and
+    the runs below each directory.
 
     The search below a directory skips the runs that ``train --start_over`` moved
     aside (``MOVED_ASIDE``) and follows links to directories (a folder of links to
-    runs), each directory once. A directory named by two paths is one run.
+    runs), each directory once. A directory named by two paths is one run. A directory
+    that cannot be read (another user's) is skipped, named with why: no run in it is
+    plotted.
     """
     found, skipped = [], []
     for path in paths:
-        below = []
+        below, unreadable = [], []
         if RunDir(path).is_run():
             below = [path]
         elif os.path.isdir(path):
             seen = set()  # real paths walked: a link back up is not followed again
-            for parent, dirs, _ in os.walk(path, followlinks=True):
+            for parent, dirs, _ in os.walk(path, onerror=unreadable.append, followlinks=True):
                 real = os.path.realpath(parent)
                 if real in seen:
                     dirs.clear()
@@ -291,7 +293,13 @@ def find_runs(paths: List[str]) -> Tuple[List[str], List[str]]:
                     below.append(parent)
                     dirs.clear()
                 dirs[:] = sorted(d for d in dirs if not MOVED_ASIDE.search(d))
-        (found.extend if below else skipped.append)(below or path)
+        skipped += [
+            (e.filename, f'cannot be read ({e.strerror}): no run in it is plotted')
+            for e in unreadable
+        ]
+        found.extend(below)
+        if not below and not unreadable:
+            skipped.append((path, f'no run there{inside_a_run(path)}'))
     unique: Dict[str, str] = {}
     for run in found:
         unique.setdefault(os.path.realpath(run), os.path.normpath(run))
@@ -783,8 +791,8 @@ def plot(argv, signals):
     except ValueError as e:
         fail(str(e))
     run_dirs, skipped = find_runs(paths)
-    for path in skipped:
-        print_out(f'skipping {path}: no run there{inside_a_run(path)}', file=sys.stderr)
+    for path, why in skipped:
+        print_out(f'skipping {path}: {why}', file=sys.stderr)
     if not run_dirs:
         fail(
             f'no run (a directory with {PROGRESS_FILE}, {CONFIG_FILE} or TensorBoard event '
