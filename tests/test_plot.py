@@ -981,6 +981,33 @@ def test_a_directory_this_user_may_not_read_is_named_not_passed_over_in_silence(
             assert final_table(result.stdout) == {'all runs': (1, 3.0, 3.0, 3.0)}
 
 
+def test_out_beside_files_this_user_may_not_read_is_refused_naming_them(grid):
+    with tempfile.TemporaryDirectory() as base:
+        os.chmod(base, 0o777)
+        for name in ('other.png', 'another.csv'):
+            with open(os.path.join(base, name), 'w') as f:
+                f.write('not to be replaced\n')
+            os.chmod(os.path.join(base, name), 0)
+        run = str(grid / f'lr={LR_A},seed=0')
+        for out, unread in (('other.png', 'other.png'), ('another.png', 'another.csv')):
+            command = [sys.executable, '-m', 'alf_lite.bin.plot', run, '--out', out]
+            result = subprocess.run(
+                with_prelude(command, AS_ANOTHER_USER, 'alf_lite.bin.plot'),
+                cwd=base,
+                env=train_env(),
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT_S,
+            )
+            assert result.returncode == 2, result.stderr
+            assert (
+                f'error: --out {out}: cannot read {unread} (Permission denied) to tell whether '
+                'plot wrote it'
+            ) in result.stderr
+            assert 'Traceback' not in result.stderr
+        assert sorted(os.listdir(base)) == ['another.csv', 'other.png']
+
+
 def write_progress(root_dir, rows):
     """A run with only a progress.csv: ``rows`` of (env_steps, wall_time, value), '' for none."""
     root_dir.mkdir(parents=True)

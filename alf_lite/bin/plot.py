@@ -790,6 +790,11 @@ def plot(argv, signals):
         check_outputs(FLAGS.out, csv_path)
     except ValueError as e:
         fail(str(e))
+    except OSError as e:  # another user's file, say: not to be replaced unread
+        fail(
+            f'--out {FLAGS.out}: cannot read {e.filename} ({e.strerror}) to tell whether plot '
+            'wrote it, which it would replace: choose another --out'
+        )
     run_dirs, skipped = find_runs(paths)
     for path, why in skipped:
         print_out(f'skipping {path}: {why}', file=sys.stderr)
