@@ -289,7 +289,8 @@ def load_file(path: str, map_location: Union[str, torch.device, None] = None, mm
             read from the file only when used and belong to the page cache,
             which the kernel can reclaim, instead of being copied into new
             memory. A file in torch's legacy (not zip) format cannot be
-            mapped; it is read whole.
+            mapped, nor one with a compressed record (``_records_stored``);
+            it is read whole.
     Raises:
         UnsafeCheckpointError: when the file names anything else to call or
             build (e.g. ``builtins.exec``) than what the user allowed
@@ -302,7 +303,7 @@ def load_file(path: str, map_location: Union[str, torch.device, None] = None, mm
             path,
             weights_only=True,
             map_location=map_location,
-            mmap=mmap and _is_zip_file(path),
+            mmap=mmap and _is_zip_file(path) and _records_stored(path),
         )
     except pickle.UnpicklingError:
         unsafe = _unsafe_globals(path)
@@ -333,6 +334,18 @@ def _is_zip_file(path: str) -> bool:
     """Whether ``path`` starts as a zip archive does, as every file ``torch.save`` writes now."""
     with open(path, 'rb') as f:
         return f.read(4) == b'PK\x03\x04'
+
+
+def _records_stored(path: str) -> bool:
+    """Whether each record of zip file ``path`` is stored as is, as ``torch.save`` writes them
+    (one zipped again by a zip tool may be deflated): ``torch.load(mmap=True)`` maps a record's
+    bytes as the file holds them, a deflated one's compressed, for the tensor's values. True
+    for a file ``zipfile`` cannot read (torch's reader names the problem)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return all(info.compress_type == zipfile.ZIP_STORED for info in archive.infolist())
+    except Exception:  # noqa: BLE001  (a damaged zip: torch.load's to report)
+        return True
 
 
 def _unsafe_globals(path: str) -> List[str]:
@@ -514,7 +527,8 @@ def _check_zip_records(path: str, mapped: bool = False) -> None:
 
     ``mapped``: the file is to be mapped (``load_file``'s ``mmap``), not unpacked into memory,
     so what it unpacks to is not compared with the memory available (which the replay
-    buffer it is read into already took)."""
+    buffer it is read into already took); unless a record of it is compressed, which
+    ``load_file`` does not map."""
     if not stat.S_ISREG(os.stat(path).st_mode):
         # Opened to be read, a FIFO would block until something writes into it.
         raise zipfile.BadZipFile(f'{path} is no regular file (a pipe, a device or a socket)')
@@ -528,6 +542,9 @@ def _check_zip_records(path: str, mapped: bool = False) -> None:
                 # torch.load allocates each record whole: a deflated one (which torch.save
                 # never writes, a zip tool may) could unpack to more than there is room for.
                 unpacked = sum(info.file_size for info in archive.infolist())
+                mapped = mapped and all(
+                    info.compress_type == zipfile.ZIP_STORED for info in archive.infolist()
+                )
                 room = available_cpu_memory()[0] if problem is None else unpacked
                 if unpacked > room and not mapped:
                     raise MemoryError(

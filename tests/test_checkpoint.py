@@ -1617,25 +1617,44 @@ def test_a_record_whose_directory_entry_points_past_the_file_is_named(tmp_path):
         ckpt.load_state(path)
 
 
-def test_a_model_file_that_unpacks_past_the_memory_left_is_refused_before_loading(
-    tmp_path, monkeypatch
-):
-    # Zipped again with deflate, as a zip tool may: torch.load would unpack each record
-    # whole, so the sizes its records declare are weighed against the room left first.
-    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
-    model = os.path.join(path, ckpt.MODEL_FILE)
-    with zipfile.ZipFile(model) as archive:
+def deflated_again(path):
+    """Write zip file ``path`` again with deflate, as a zip tool may; returns the bytes its
+    records unpack to."""
+    with zipfile.ZipFile(path) as archive:
         records = [(info.filename, archive.read(info)) for info in archive.infolist()]
-    os.remove(model)
-    with zipfile.ZipFile(model, 'w', zipfile.ZIP_DEFLATED) as archive:
+    os.remove(path)
+    with zipfile.ZipFile(path, 'w', zipfile.ZIP_DEFLATED) as archive:
         for name, data in records:
             archive.writestr(name, data)
     unpacked = sum(len(data) for _, data in records)
-    assert os.path.getsize(model) < unpacked  # deflated
+    assert os.path.getsize(path) < unpacked  # deflated
+    return unpacked
+
+
+def test_a_model_file_that_unpacks_past_the_memory_left_is_refused_before_loading(
+    tmp_path, monkeypatch
+):
+    # Zipped again with deflate: torch.load would unpack each record whole, so the sizes
+    # its records declare are weighed against the room left first.
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    unpacked = deflated_again(os.path.join(path, ckpt.MODEL_FILE))
     assert_same(ckpt.load_state(path)['algorithm'], make_state(1)['algorithm'])
     monkeypatch.setattr(ckpt, 'available_cpu_memory', lambda: (unpacked - 1, None))
     with pytest.raises(MemoryError, match=f'unpacks to {unpacked} bytes, more than the'):
         ckpt.load_state(path)
+
+
+def test_a_replay_buffer_zipped_again_with_deflate_loads_its_values(tmp_path, monkeypatch):
+    # torch.load(mmap=True) maps a record's bytes as the file holds them: a deflated
+    # record's are compressed, not the tensor's. Such a file is read whole, and weighed
+    # against the memory left as a model file is.
+    buffer = {**make_replay_buffer_state(1), 'reward': torch.randn(2, 4000)}
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), buffer)
+    unpacked = deflated_again(os.path.join(path, ckpt.REPLAY_BUFFER_FILE))
+    assert_same(ckpt.load_checkpoint(path)[1], buffer)
+    monkeypatch.setattr(ckpt, 'available_cpu_memory', lambda: (unpacked - 1, None))
+    with pytest.raises(MemoryError, match=f'unpacks to {unpacked} bytes, more than the'):
+        ckpt.load_checkpoint(path)
 
 
 def write_zip_of_zeros(path, size, crc_error=0):
