@@ -82,11 +82,14 @@ RESUME_SAFE_PARAMETERS = (
 # Where ``train --start_over`` moves an old run: ``<root_dir>.old-<%Y%m%d-%H%M%S>``.
 MOVED_ASIDE = re.compile(r'\.old-\d{8}-\d{6}$')
 
-_SUPERSEDED_CONFIG = re.compile(r'^config-until-(\d+)\.gin$')
+# The env steps in a name train writes, spelt as ``str`` spells the number (no leading zero,
+# ASCII digits, nothing after them): the name made from the number read is the name read.
+_STEPS = r'(0|[1-9][0-9]*)'
+_SUPERSEDED_CONFIG = re.compile(rf'^config-until-{_STEPS}\.gin\Z')
 _CHECKPOINT_PREFIX = 'ckpt-'
-_CHECKPOINT_NAME = re.compile(rf'^{_CHECKPOINT_PREFIX}(\d+)$')
+_CHECKPOINT_NAME = re.compile(rf'^{_CHECKPOINT_PREFIX}{_STEPS}\Z')
 _LAST_GOOD_PREFIX = 'last_good-'
-_LAST_GOOD_NAME = re.compile(rf'^{_LAST_GOOD_PREFIX}(\d+)$')
+_LAST_GOOD_NAME = re.compile(rf'^{_LAST_GOOD_PREFIX}{_STEPS}\Z')
 
 
 def checkpoint_name(env_steps: int) -> str:

@@ -217,6 +217,23 @@ def test_train_refuses_a_run_whose_replaced_file_is_a_directory_and_changes_noth
     assert tree_digest(run) == before
 
 
+def test_a_step_spelt_otherwise_than_train_writes_it_names_no_checkpoint_or_kept_config(
+    tiny_run, tmp_path
+):
+    # A leading zero, other digits than ASCII's, a newline after it: read as the number,
+    # such a name led to config-until-9.gin or ckpt-2, which it is not.
+    run = tmp_path / 'run'
+    shutil.copytree(tiny_run, run)
+    odd = ['config-until-0009.gin', 'config-until-\u0669.gin', 'config-until-9.gin\n']
+    for name in odd:
+        (run / name).write_text('mine')
+    shutil.copytree(run / 'checkpoints' / 'ckpt-2', run / 'checkpoints' / 'ckpt-\uff12')
+    assert_ok(tool('play', run, tmp_path))
+    assert_ok(tool('train', run, tmp_path, '--gin_param', 'TrainerConfig.num_env_steps=3'))
+    assert checkpoint_steps(run) == [2, 3]
+    assert all((run / name).read_text() == 'mine' for name in odd)
+
+
 def test_a_left_progress_tmp_link_is_not_written_through(tiny_run, tmp_path):
     run = tmp_path / 'run'
     shutil.copytree(tiny_run, run)
