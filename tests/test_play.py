@@ -708,6 +708,16 @@ def test_play_records_mp4_from_an_earlier_checkpoint(trained_run, tmp_path):
     assert {frame.shape for frame in frames} == {(32, 32, 3)}
 
 
+@pytest.mark.parametrize('name', ['.mp4', '.MP4', '.gif'])
+def test_a_video_named_only_by_its_extension_is_written(trained_run, tmp_path, name):
+    # A hidden file whose name is all extension: os.path.splitext finds none in it.
+    video = tmp_path / name
+    result = run_play(trained_run, '--record_file', str(video), '--render_size', '16')
+    assert_ok(result)
+    assert f'{EPISODE_STEPS + 1} frames written to {video}' in result.stdout
+    assert os.listdir(tmp_path) == [name]
+
+
 def test_a_checkpoint_before_a_resume_that_changed_the_experiment_plays_its_config(
     trained_run, tmp_path
 ):

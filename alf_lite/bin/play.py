@@ -219,8 +219,10 @@ class VideoWriter:
     """
 
     def __init__(self, path: str, fps: float, size=None):
-        # The real extension last: imageio picks the format by it.
-        self._tmp = new_file_beside(path, '.partial' + os.path.splitext(path)[1])
+        # The real extension last: imageio picks the format by it. Taken as the one the
+        # path ends in: os.path.splitext finds none in a name that is all extension ('.mp4').
+        extension = next(f for f in VIDEO_FORMATS if path.lower().endswith(f))
+        self._tmp = new_file_beside(path, '.partial' + path[-len(extension) :])
         self._discarded = False
         try:
             self._open(path, fps, size)
