@@ -1074,6 +1074,48 @@ def test_missing_checkpoint_step_lists_the_available_ones(trained_run):
     )
 
 
+def test_a_latest_checkpoint_that_training_removes_for_a_newer_one_plays_the_newer(
+    trained_run, tmp_path
+):
+    # A run that is still training and keeps max_checkpoints_to_keep: as play builds the
+    # env, the trainer writes ckpt-2 and removes ckpt-1, the latest play had picked. Was
+    # "cannot read the checkpoint ... ckpt-1 (FileNotFoundError ...)", exit 2.
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run, run)
+    checkpoints = run / 'checkpoints'
+    (checkpoints / 'ckpt-2').rename(tmp_path / 'ckpt-2')
+    prelude = (
+        'import os, shutil\n'
+        'from alf_lite import checkpoint\n'
+        'load_state = checkpoint.load_state\n'
+        'def load_state_once_training_went_on(path, *args, **kwargs):\n'
+        f'    if os.path.isdir({str(tmp_path / "ckpt-2")!r}):\n'
+        f'        os.rename({str(tmp_path / "ckpt-2")!r}, {str(checkpoints / "ckpt-2")!r})\n'
+        f'        shutil.rmtree({str(checkpoints / "ckpt-1")!r})\n'
+        '    return load_state(path, *args, **kwargs)\n'
+        'checkpoint.load_state = load_state_once_training_went_on\n'
+    )
+    command = [sys.executable, '-m', 'alf_lite.bin.play', '--root_dir', str(run)]
+    result = run_train(with_prelude(command, prelude, 'alf_lite.bin.play'))
+    assert_ok(result)
+    removed = f'{checkpoints / "ckpt-1"} was removed as the run wrote a newer one: playing'
+    assert f'{removed} {checkpoints / "ckpt-2"}\n' in result.stdout, result.stdout
+    ((episode_return, _),) = episodes(result.stdout)
+    # The networks of ckpt-2, the episode of the run's evaluation at 2 env steps.
+    steps, returns = read_scalar(str(trained_run), EVAL_RETURN)
+    assert episode_return == pytest.approx(returns[list(steps).index(2)], abs=0.0051)
+
+    # A checkpoint asked for by its step is played or refused, never another.
+    shutil.rmtree(checkpoints / 'ckpt-2')
+    shutil.copytree(trained_run / 'checkpoints' / 'ckpt-1', checkpoints / 'ckpt-1')
+    shutil.copytree(trained_run / 'checkpoints' / 'ckpt-2', tmp_path / 'ckpt-2')
+    result = run_train(
+        with_prelude(command + ['--checkpoint_step', '1'], prelude, 'alf_lite.bin.play')
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert 'cannot read the checkpoint' in result.stderr.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize(
     'case',
     [

@@ -6,7 +6,8 @@ Rebuilds the env and the algorithm from ``root_dir/config.gin`` (for a
 checkpoint up to the step of a resume that changed the experiment, from the
 ``config-until-<step>.gin`` it was trained with; plus ``--gin_param``
 overrides) and loads the networks of the latest checkpoint (or
-``--checkpoint_step``): no optimizer state, no replay buffer. The networks
+``--checkpoint_step``; a latest one that a run still training removes as play loads it,
+the newer one): no optimizer state, no replay buffer. The networks
 compute at the run's ``TrainerConfig.precision``, and episode k is reset with the
 seed of episode k of an evaluation at the checkpoint's env step, for the run's
 ``TrainerConfig.random_seed`` (or ``--random_seed``): where the run evaluated at
@@ -73,6 +74,7 @@ from alf_lite.run_dir import (  # noqa: E402
     RunDir,
     checkpoint_env_steps,
     enclosing_run,
+    latest_checkpoint,
 )
 from alf_lite.runs import MAX_SEED  # noqa: E402
 from alf_lite.signals import Interrupted, RaisingSignals  # noqa: E402
@@ -558,6 +560,17 @@ def play_episodes(env, algorithm, num_episodes: int, video=None, batch_size: int
     return results
 
 
+def newer_latest(path: str):
+    """``(path, env_steps)`` of the latest checkpoint beside ``path`` where ``path`` is gone and
+    that one is newer; None otherwise."""
+    if os.path.lexists(path):
+        return None
+    latest = latest_checkpoint(os.path.dirname(path))
+    if latest is None or checkpoint_env_steps(latest) <= checkpoint_env_steps(path):
+        return None
+    return latest, checkpoint_env_steps(latest)
+
+
 def main(argv):
     signals = RaisingSignals()
     try:
@@ -733,12 +746,20 @@ def play(argv, signals) -> None:
     video = None
     not_written = f' {record_file} was not written.' if record_file is not None else ''
     try:
-        try:
-            algorithm = load_policy(
-                path, config, env.observation_dim, env.action_dim, config_file=config_file
-            )
-        except (CheckpointError, ConfigError, ModelTooLargeError) as e:
-            fail(str(e))
+        while True:
+            try:
+                algorithm = load_policy(
+                    path, config, env.observation_dim, env.action_dim, config_file=config_file
+                )
+                break
+            except (CheckpointError, ConfigError, ModelTooLargeError) as e:
+                newer = None if FLAGS.checkpoint_step is not None else newer_latest(path)
+                if newer is None or run_dir.config_file_of(newer[1]) != config_file:
+                    fail(str(e))
+            # A run still training, which keeps max_checkpoints_to_keep, removed the latest
+            # checkpoint as it wrote a newer one: that one is played.
+            print_out(f'{path} was removed as the run wrote a newer one: playing {newer[0]}')
+            path, env_steps = newer
         torch.manual_seed(seed)
         if record_file is not None:
             fps = FLAGS.fps or env.render_fps or DEFAULT_FPS
