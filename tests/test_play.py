@@ -528,6 +528,30 @@ def test_play_renders_mujoco_headless_in_real_time_with_batch_norm_as_evaluated(
         assert image.info['duration'] == 50
 
 
+def test_a_gin_param_that_plays_the_policy_on_another_env_is_warned_of(ddpg_halfcheetah_run):
+    # Walker2d-v5 takes actions and gives observations of HalfCheetah-v5's sizes: the
+    # networks load and play there. Was said nowhere.
+    result = run_play(
+        ddpg_halfcheetah_run, '--gin_param', "create_environment.env_name='Walker2d-v5'"
+    )
+    assert_ok(result)
+    assert (
+        f'--gin_param plays {ddpg_halfcheetah_run}/checkpoints/ckpt-2 on another env than it '
+        "was trained on (create_environment.env_name = 'HalfCheetah-v5' -> "
+        "create_environment.env_name='Walker2d-v5')"
+    ) in result.stderr, result.stderr[-3000:]
+    # Other settings of the env, and its own name given again, are no other env.
+    result = run_play(
+        ddpg_halfcheetah_run,
+        '--gin_param',
+        'create_environment.max_episode_steps=3',
+        '--gin_param',
+        "create_environment.env_name='HalfCheetah-v5'",
+    )
+    assert_ok(result)
+    assert 'another env' not in result.stderr, result.stderr[-3000:]
+
+
 def osmesa_is_installed():
     import ctypes.util
 

@@ -560,6 +560,26 @@ def play_episodes(env, algorithm, num_episodes: int, video=None, batch_size: int
     return results
 
 
+def another_env_warning(config_file: str, gin_params, checkpoint: str) -> Optional[str]:
+    """What play says where ``gin_params`` change the env of ``config_file``, which
+    ``checkpoint`` was trained on; None where they leave it as it was."""
+    from alf_lite.run_dir import changed_bindings, read_config_text
+
+    text = read_config_text(config_file)
+    changes = [
+        change
+        for change in changed_bindings(text, '\n'.join([text, *gin_params]))
+        if 'create_environment.env_name' in change
+    ]
+    if not changes:
+        return None
+    return (
+        f'--gin_param plays {checkpoint} on another env than it was trained on ({changes[0]}): '
+        'its observations and actions are of the sizes the networks take, but need not mean '
+        'what they meant in training.'
+    )
+
+
 def newer_latest(path: str):
     """``(path, env_steps)`` of the latest checkpoint beside ``path`` where ``path`` is gone and
     that one is newer; None otherwise."""
@@ -760,6 +780,12 @@ def play(argv, signals) -> None:
             # checkpoint as it wrote a newer one: that one is played.
             print_out(f'{path} was removed as the run wrote a newer one: playing {newer[0]}')
             path, env_steps = newer
+        if FLAGS.gin_param:
+            another_env = another_env_warning(config_file, FLAGS.gin_param, path)
+            if another_env is not None:
+                from absl import logging
+
+                logging.warning('%s', another_env)
         torch.manual_seed(seed)
         if record_file is not None:
             fps = FLAGS.fps or env.render_fps or DEFAULT_FPS
