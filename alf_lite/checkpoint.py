@@ -343,9 +343,14 @@ def _records_stored(path: str) -> bool:
     for a file ``zipfile`` cannot read (torch's reader names the problem)."""
     try:
         with zipfile.ZipFile(path) as archive:
-            return all(info.compress_type == zipfile.ZIP_STORED for info in archive.infolist())
+            return _all_stored(archive)
     except Exception:  # noqa: BLE001  (a damaged zip: torch.load's to report)
         return True
+
+
+def _all_stored(archive: zipfile.ZipFile) -> bool:
+    """Whether no record of ``archive`` is compressed."""
+    return all(info.compress_type == zipfile.ZIP_STORED for info in archive.infolist())
 
 
 def _unsafe_globals(path: str) -> List[str]:
@@ -542,9 +547,7 @@ def _check_zip_records(path: str, mapped: bool = False) -> None:
                 # torch.load allocates each record whole: a deflated one (which torch.save
                 # never writes, a zip tool may) could unpack to more than there is room for.
                 unpacked = sum(info.file_size for info in archive.infolist())
-                mapped = mapped and all(
-                    info.compress_type == zipfile.ZIP_STORED for info in archive.infolist()
-                )
+                mapped = mapped and _all_stored(archive)
                 room = available_cpu_memory()[0] if problem is None else unpacked
                 if unpacked > room and not mapped:
                     raise MemoryError(
