@@ -131,11 +131,13 @@ def bounded_lines(f) -> Iterator[str]:
 
 def complete_lines(f) -> Iterator[str]:
     """The lines of ``progress.csv`` (``f``, opened with ``newline=''``) that end in a line
-    break. A kill or a full disk mid-append can cut the last row short anywhere, even
-    inside its last field, where no field is missing: only its line break tells. A line
-    longer than ``MAX_LINE_CHARS`` raises ``LineTooLongError`` (``bounded_lines``)."""
+    break: ``\r\n`` as train writes it, ``\n``, or a bare ``\r`` (a file saved by an editor
+    that ends lines so). A kill or a full disk mid-append can cut the last row short
+    anywhere, even inside its last field, where no field is missing: only its line break
+    tells. A line longer than ``MAX_LINE_CHARS`` raises ``LineTooLongError``
+    (``bounded_lines``)."""
     for line in bounded_lines(f):
-        if line.endswith('\n'):
+        if line.endswith(('\n', '\r')):
             yield line
 
 

@@ -170,6 +170,14 @@ def test_a_progress_csv_with_a_byte_order_mark_is_read_by_its_columns(tmp_path):
     assert steps.tolist() == [0, 1000] and values.tolist() == [-500, -300.5]
 
 
+def test_a_progress_csv_with_bare_carriage_returns_is_read_by_its_columns(tmp_path):
+    # Saved by an editor that ends lines with a bare CR instead of train's CRLF.
+    (tmp_path / 'progress.csv').write_bytes(b'env_steps,eval/AverageReturn\r0,-500\r1000,-300.5\r')
+    assert run_columns(str(tmp_path)) == ['env_steps', 'eval/AverageReturn']
+    steps, values = read_scalar(str(tmp_path), 'eval/AverageReturn')
+    assert steps.tolist() == [0, 1000] and values.tolist() == [-500, -300.5]
+
+
 @pytest.mark.parametrize(
     'last_line',
     ['2000,3,-14', '2000,3', '2000,'],

@@ -817,6 +817,26 @@ def test_a_progress_csv_saved_by_a_spreadsheet_is_resumed_as_the_table_train_wro
     assert 'no number' not in caplog.text
 
 
+@pytest.mark.parametrize('line_break', ['\r', '\n'], ids=['bare_cr', 'lf'])
+def test_a_progress_csv_saved_with_other_line_breaks_keeps_its_rows_on_a_resume(
+    tmp_path, read_progress, line_break
+):
+    # Saved by an editor that ends lines with a bare CR (or LF) instead of train's CRLF.
+    path = tmp_path / 'progress.csv'
+    text = line_break.join(['env_steps,num_updates', '100,10', '200,20', '300,30', ''])
+    path.write_bytes(text.encode())
+    assert summary_module.last_env_steps(str(path)) == 300
+    # Resumed from the checkpoint at 200: the row after it goes, those before it stay.
+    ProgressCsv(str(path), max_env_steps=200).write({'env_steps': 300, 'num_updates': 31})
+    header, rows = read_progress(path)
+    assert header == ['env_steps', 'num_updates']
+    assert [(r['env_steps'], r['num_updates']) for r in rows] == [
+        ('100', '10'),
+        ('200', '20'),
+        ('300', '31'),
+    ]
+
+
 def test_a_progress_csv_that_cannot_be_read_is_named_and_left_as_it_is(tmp_path):
     path = tmp_path / 'progress.csv'
     text = 'env_steps,num_updates\n100,10\n200,"' + 'x' * 200_000 + '"\n'
