@@ -130,7 +130,7 @@ def read_progress(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
         ProgressCsvError: it cannot be opened, is not text, or holds a line csv cannot
             read, one longer than ``MAX_LINE_CHARS`` or a complete row with another number
             of fields than the header, or its header is not train's (a column train never
-            writes, or no ``env_steps``).
+            writes, one named twice, or no ``env_steps``).
     """
     if not os.path.exists(path):
         return [], []
@@ -153,6 +153,15 @@ def read_progress(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
         raise ProgressCsvError(
             _damaged(
                 f'{path} has {what}, which no progress.csv of train has: it holds another table'
+            )
+        )
+    # A column named twice (copied in a spreadsheet): its rows read by name hold the values
+    # of its last place only, which a resume would write over those of the others.
+    twice = next((c for i, c in enumerate(columns) if c in columns[:i]), None)
+    if twice is not None:
+        raise ProgressCsvError(
+            _damaged(
+                f'{path} has the column {twice!r:.80} twice, which no progress.csv of train has'
             )
         )
     return columns, rows

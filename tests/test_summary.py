@@ -873,6 +873,11 @@ ANOTHER = 'which no progress.csv of train has: it holds another table'
             f"has the column 'test/AverageReturn', {ANOTHER}",
         ),
         ('eval/AverageReturn\n-3.5\n', f"has no column 'env_steps', {ANOTHER}"),
+        # A column copied in a spreadsheet: a resume would write its last values over the first.
+        (
+            'env_steps,eval/AverageReturn,eval/AverageReturn\n100,-3.5,-1\n',
+            "has the column 'eval/AverageReturn' twice, which no progress.csv of train has",
+        ),
     ],
     ids=[
         'one_field_too_many',
@@ -882,6 +887,7 @@ ANOTHER = 'which no progress.csv of train has: it holds another table'
         'scalar_without_name',
         'scalar_of_another_mode',
         'no_env_steps',
+        'column_named_twice',
     ],
 )
 def test_an_edited_row_or_another_table_stops_a_resume_and_is_kept(tmp_path, text, problem):
