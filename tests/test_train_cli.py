@@ -141,6 +141,18 @@ def assert_close(a, b):
             'log_std_bounds max must be at most 88.72',
             None,
         ),
+        # The same of alpha, and a target entropy float32 cannot hold: a non-finite loss at
+        # update 1, blamed on the rewards, after config.gin and a checkpoint.
+        (
+            'SacAlgorithm.initial_log_alpha=100.0',
+            'SacAlgorithm: initial_log_alpha must be in [-3.4e38, 88.72]',
+            None,
+        ),
+        (
+            'SacAlgorithm.target_entropy=1e300',
+            'SacAlgorithm: target_entropy must be at most 3.4e38 in magnitude',
+            None,
+        ),
     ],
     ids=[
         'misspelt_parameter',
@@ -155,6 +167,8 @@ def assert_close(a, b):
         'huge_mini_batch_size',
         'network_as_the_optimizer',
         'log_std_whose_std_overflows',
+        'initial_log_alpha_whose_alpha_overflows',
+        'target_entropy_beyond_float32',
     ],
 )
 def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must_name, closest):

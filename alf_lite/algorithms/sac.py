@@ -34,6 +34,11 @@ def _finite(value) -> bool:
     return isinstance(value, numbers.Real) and math.isfinite(value)
 
 
+def _float32(value: float) -> torch.Tensor:
+    """``value`` as the float32 the losses compute with (beyond 3.4e38: inf)."""
+    return torch.tensor(float(value), dtype=torch.float32, device='cpu')
+
+
 class PolicySamples(NamedTuple):
     """Actions sampled from the policy for one update, one row per transition."""
 
@@ -61,7 +66,8 @@ class SacAlgorithm(OffPolicyAlgorithm):
         target_update_tau: Polyak factor, ``target = tau * online + (1 - tau) * target``.
         target_update_period: update the target critics every this many train steps.
         target_entropy: entropy alpha aims for; None means ``-action_dim``.
-        initial_log_alpha: starting ``log(alpha)``; 0 gives alpha = 1.
+        initial_log_alpha: starting ``log(alpha)``; 0 gives alpha = 1. At most
+            88.72, the log of the largest float32: alpha is a float32.
         resample_action_per_loss: False: one action sample per state of a
             window, reused by the actor loss, the alpha loss and, where the
             state is also the next state of the row before, the critic target,
@@ -101,6 +107,19 @@ class SacAlgorithm(OffPolicyAlgorithm):
         if not _finite(initial_log_alpha):
             raise ValueError(
                 f'initial_log_alpha must be a finite number, got {initial_log_alpha!r}'
+            )
+        # Else the losses of the first update are not finite (alpha or the alpha loss is inf),
+        # which is blamed on the rewards and the learning rates.
+        if target_entropy is not None and not _float32(target_entropy).isfinite():
+            raise ValueError(
+                'target_entropy must be at most 3.4e38 in magnitude, the largest float32, '
+                f'got {target_entropy!r}'
+            )
+        log_alpha = _float32(initial_log_alpha)
+        if not (log_alpha.isfinite() and log_alpha.exp().isfinite()):
+            raise ValueError(
+                'initial_log_alpha must be in [-3.4e38, 88.72]: alpha = exp(initial_log_alpha) '
+                f'is a float32, whose largest is exp(88.72), got {initial_log_alpha!r}'
             )
         self._build_actor_and_critic(
             actor_network_ctor, critic_network_ctor, num_critic_replicas, sampling=True
