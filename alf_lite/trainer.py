@@ -49,6 +49,7 @@ from alf_lite.environments import (
 from alf_lite.episode_stats import EpisodeStats
 from alf_lite.evaluation import TerminationValues, evaluate
 from alf_lite.model_memory import build_checked
+from alf_lite.networks import BatchedLinear
 from alf_lite.precision import (
     compute_dtype,
     set_network_precision,
@@ -436,25 +437,49 @@ def _check_batch_norm_batch(algorithm, mini_batch_size: int, mini_batch_length: 
         )
 
 
-def _check_batch_fits(buffer: ReplayBuffer, mini_batch_size: int, mini_batch_length: int) -> None:
+def _widest_layer_bytes(algorithm, precision: str) -> int:
+    """Bytes of the widest output of the algorithm's linear layers for one input row (of a
+    ``BatchedLinear``, all its replicas'), in the dtype of the hidden layers' products: every
+    network runs on every transition of a mini-batch, so an update holds at least this
+    much per transition."""
+    widest = 0
+    for module in algorithm.modules():
+        if isinstance(module, torch.nn.Linear):
+            widest = max(widest, module.out_features)
+        elif isinstance(module, BatchedLinear):
+            widest = max(widest, module.weight.shape[0] * module.out_features)
+    return widest * (compute_dtype(precision) or torch.float32).itemsize
+
+
+def _check_batch_fits(
+    buffer: ReplayBuffer, mini_batch_size: int, mini_batch_length: int, layer_bytes: int = 0
+) -> None:
     """Refuse a mini-batch larger than the free memory of the device it is sampled to: its
-    rows alone (the stored bytes of its steps) must fit there, next to the replay buffer.
+    rows (the stored bytes of its steps), and ``layer_bytes`` per transition (the output of
+    the networks' widest layer, ``_widest_layer_bytes``), must fit there, next to the replay
+    buffer.
 
     Raises:
         ValueError: naming the settings, the bytes a batch takes and the bytes free.
     """
     device = buffer.training_device
-    nbytes = mini_batch_size * mini_batch_length * buffer.raw_bytes_per_step
+    rows = mini_batch_size * mini_batch_length * buffer.raw_bytes_per_step
+    nbytes = rows + mini_batch_size * (mini_batch_length - 1) * layer_bytes
     if device.type == 'cpu':
         free, bound = available_cpu_memory()
     else:
         free, bound = free_memory_bytes(device), None
     if nbytes > free:
+        layer = (
+            f", and {layer_bytes} bytes per transition for the output of the networks' widest layer"
+            if layer_bytes
+            else ''
+        )
         raise ValueError(
             f'TrainerConfig.mini_batch_size = {mini_batch_size} with mini_batch_length = '
             f'{mini_batch_length}: a mini-batch of their steps takes at least {nbytes} bytes '
-            f'({buffer.raw_bytes_per_step} bytes per step), more than the {free} bytes free on '
-            f'{device}: lower mini_batch_size.{memory_bound_text(bound)}'
+            f'({buffer.raw_bytes_per_step} bytes per step{layer}), more than the {free} bytes '
+            f'free on {device}: lower mini_batch_size.{memory_bound_text(bound)}'
         )
 
 
@@ -739,7 +764,12 @@ class Trainer:
                 # Allocated at the first update, after the buffer.
                 reserved_bytes=0 if estimate is None else estimate.training - estimate.parameters,
             )
-            _check_batch_fits(self._replay_buffer, cfg.mini_batch_size, cfg.mini_batch_length)
+            _check_batch_fits(
+                self._replay_buffer,
+                cfg.mini_batch_size,
+                cfg.mini_batch_length,
+                _widest_layer_bytes(self._algorithm, cfg.precision),
+            )
             self._runner = UpdateRunner(
                 self._algorithm,
                 self._replay_buffer,

@@ -7,6 +7,7 @@ import math
 import multiprocessing
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -179,6 +180,33 @@ def test_unknown_gin_parameter_exits_2_and_creates_nothing(tmp_path, param, must
     if closest is not None:
         # The suggestion, not just the list of every valid name.
         assert re.search(rf'closest[^.]*\b{closest}\b', result.stderr, re.IGNORECASE), result.stderr
+    assert 'Traceback' not in result.stderr, result.stderr
+    assert not (tmp_path / 'experiments').exists(), os.listdir(tmp_path / 'experiments')
+
+
+def test_mini_batch_whose_layer_outputs_do_not_fit_exits_2_and_creates_nothing(tmp_path):
+    # 4 GB of address space: the batch's rows (200 MB) fit, and so they passed; the first
+    # update failed in F.linear allocating the actor's first layer output (4 GB), with a
+    # traceback, after the initial collection and config.gin.
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (4_000_000_000, resource.RLIM_INFINITY))
+
+    root_dir = tmp_path / 'experiments' / 'run'
+    params = [
+        'TrainerConfig.num_env_steps=200',
+        'TrainerConfig.initial_collect_steps=100',
+        'TrainerConfig.replay_buffer_length=1000',
+        'TrainerConfig.mini_batch_size=4000000',
+    ]
+    result = run_train(train_command(root_dir, [PENDULUM], params), preexec_fn=limit_memory)
+    assert result.returncode == 2, result.stderr[-4000:]
+    assert 'error: TrainerConfig.mini_batch_size = 4000000 with mini_batch_length = 2' in (
+        result.stderr
+    )
+    # The critics' hidden layers: 2 replicas of 256 float32 outputs per transition.
+    assert "2048 bytes per transition for the output of the networks' widest layer" in (
+        result.stderr
+    )
     assert 'Traceback' not in result.stderr, result.stderr
     assert not (tmp_path / 'experiments').exists(), os.listdir(tmp_path / 'experiments')
 
