@@ -336,3 +336,19 @@ def test_an_infinite_smoothing_noise_is_refused_and_an_infinite_clip_means_no_cl
     z = torch.randn(500, 2)
     torch.manual_seed(0)
     assert torch.equal(td3._target_action(torch.zeros(500, 3)), (0.2 * z).clamp(-1.0, 1.0))
+
+
+def test_a_clip_beyond_the_largest_float32_means_no_clip_as_an_infinite_one():
+    # The target action's clamp of float32 noise refused 1e300: a RuntimeError traceback
+    # ("value cannot be converted to type float without overflow") at the first update.
+    td3 = Td3Algorithm(
+        observation_dim=3,
+        action_dim=2,
+        actor_network_ctor=ConstantActor,
+        target_policy_noise=0.2,
+        target_policy_noise_clip=1e300,
+    )
+    torch.manual_seed(0)
+    z = torch.randn(500, 2)
+    torch.manual_seed(0)
+    assert torch.equal(td3._target_action(torch.zeros(500, 3)), (0.2 * z).clamp(-1.0, 1.0))

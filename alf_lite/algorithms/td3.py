@@ -104,6 +104,10 @@ class Td3Algorithm(DdpgAlgorithm):
             critic_optimizer=critic_optimizer or default_adam,
         )
         self._target_policy_noise = target_policy_noise
+        if target_policy_noise_clip > torch.finfo(torch.float32).max:
+            # It clips no float32 noise, as inf does, and torch's clamp of the float32 noise
+            # refuses it (1e300: a RuntimeError at the first update).
+            target_policy_noise_clip = math.inf
         self._target_policy_noise_clip = target_policy_noise_clip
 
     def _target_action(self, next_observation: torch.Tensor) -> torch.Tensor:
