@@ -161,6 +161,25 @@ def test_gaussian_noise_refuses_a_negative_or_non_finite_sigma(sigma, shown):
         GaussianNoise(sigma=sigma)
 
 
+def test_noise_refuses_a_sigma_or_mu_that_is_inf_as_a_float32():
+    # GaussianNoise(sigma=1e300) put every action at a bound without a word; OUNoise's
+    # state went inf, then NaN (inf - inf) at its second step: the envs' NaN action ended
+    # the run after the initial collection, blamed on the policy's weights. mu=1e300 was
+    # refused as no noise object at all.
+    message = 'sigma must be at most 3.4e38, the largest float32, got 1e+300'
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GaussianNoise(sigma=1e300)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        OUNoise(sigma=1e300)
+    message = 'mu must be at most 3.4e38 in magnitude, the largest float32, got -1e+300'
+    with pytest.raises(ValueError, match=re.escape(message)):
+        OUNoise(mu=-1e300)
+    # The largest float32 is no overflow.
+    largest = torch.finfo(torch.float32).max
+    assert GaussianNoise(sigma=largest).sigma == largest
+    assert OUNoise(sigma=0.0, mu=largest).mu == largest
+
+
 @pytest.mark.parametrize(
     'bad, message',
     [
