@@ -98,10 +98,12 @@ def test_hidden_layer_widths_that_are_not_positive_integers_are_refused(network,
 
 
 @pytest.mark.parametrize(
-    'bounds', [(2.0, -5.0), (-math.inf, 2.0), (-5.0, math.inf), (-5.0, math.nan)]
+    'bounds',
+    [(2.0, -5.0), (-math.inf, 2.0), (-5.0, math.inf), (-5.0, math.nan), (-1e300, 2.0)],
 )
 def test_log_std_bounds_that_are_no_finite_min_and_max_are_refused(bounds):
     # Reversed, the std would fall as the raw output rises; not finite, every std is NaN.
+    # -1e300 is -inf as a float32 (it was refused as a max above 88.72, which 2.0 is not).
     with pytest.raises(ValueError, match='log_std_bounds must be .min, max., finite numbers'):
         TanhNormalActorNetwork(3, 2, hidden_layers=(8,), log_std_bounds=bounds)
 

@@ -40,14 +40,16 @@ class TanhNormalActorNetwork(nn.Module):
             hidden_layers[-1] if hidden_layers else observation_dim, 2 * action_dim
         )
         self._log_std_min, self._log_std_max = log_std_bounds
+        # Finite as the float32s the head computes with: a min of -1e300 is -inf there, and
+        # its log-stds NaN.
+        largest = torch.finfo(torch.float32).max
         if not (
-            math.isfinite(self._log_std_min)
-            and math.isfinite(self._log_std_max)
+            all(math.isfinite(b) and abs(b) <= largest for b in log_std_bounds)
             and self._log_std_min <= self._log_std_max
         ):
             raise ValueError(
-                'log_std_bounds must be (min, max), finite numbers with min <= max, e.g. '
-                f'(-5.0, 2.0), got {log_std_bounds!r}'
+                'log_std_bounds must be (min, max), finite numbers (float32s: at most 3.4e38 '
+                f'in magnitude) with min <= max, e.g. (-5.0, 2.0), got {log_std_bounds!r}'
             )
         # The head computes the log-std, and its exp, in float32: its largest log-std (tanh at
         # 1), as the head computes it, is max rounded there, which can lie above max itself.
