@@ -54,8 +54,13 @@ fi
 
 echo "=== machine"
 nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader
-"$PYTHON" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
-"CUDA", torch.version.cuda, "available", torch.cuda.is_available())'
+# Without a GPU every later step would fail or skip (and the script end with exit code 0):
+# stop here, with what torch says.
+if ! "$PYTHON" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
+"CUDA", torch.version.cuda, "available", torch.cuda.is_available()); sys.exit(not torch.cuda.is_available())'; then
+    echo "=== torch finds no CUDA GPU here (above; nvidia-smi's line tells whether the driver does): stopping"
+    exit 2
+fi
 
 # Afresh: pip --target leaves a package folder that is already there as it was.
 rm -rf "$SITE"

@@ -936,6 +936,28 @@ def test_gpu_check_without_wheels_stops_at_once_and_says_how_to_fetch_them(tmp_p
     assert '=== machine' not in result.stdout
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks a machine where torch finds no GPU')
+def test_gpu_check_where_torch_finds_no_gpu_stops_before_installing_anything(tmp_path):
+    # A GPU machine whose torch sees no GPU (a driver too old for its CUDA) must not spend
+    # its minutes on steps that all fail or skip, and must not end with exit code 0.
+    os.makedirs(tmp_path / 'benchmarks')
+    os.makedirs(tmp_path / '.wheels')
+    (tmp_path / '.wheels' / 'placeholder-0-py3-none-any.whl').write_bytes(b'')
+    script = tmp_path / 'benchmarks' / 'gpu_check.sh'
+    with open(os.path.join(REPO_ROOT, 'benchmarks', 'gpu_check.sh')) as f:
+        script.write_text(f.read())
+    result = subprocess.run(
+        ['bash', str(script)],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env=dict(os.environ, PYTHON=sys.executable),
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert 'torch finds no CUDA GPU' in result.stdout, result.stdout
+    assert '=== install .wheels' not in result.stdout
+
+
 def test_path_flags_joined_to_a_tilde_by_an_equals_sign_are_read_from_home(
     tmp_path, monkeypatch, capsys
 ):
