@@ -530,10 +530,14 @@ def _check_zip_records(path: str, mapped: bool = False) -> None:
     A file of another format is left to ``load_file``. The file is read a piece at a time
     (``_FileBytes``), never whole into memory: one sent by someone else may be of any size.
 
+    Raise ``MemoryError`` naming the bytes needed and available where what its records unpack
+    to and the objects its pickle may build (``_pickles_bytes``) take more than the memory
+    available.
+
     ``mapped``: the file is to be mapped (``load_file``'s ``mmap``), not unpacked into memory,
-    so what it unpacks to is not compared with the memory available (which the replay
-    buffer it is read into already took); unless a record of it is compressed, which
-    ``load_file`` does not map."""
+    so what its records unpack to is not counted (the replay buffer it is read into already
+    took that memory); unless a record of it is compressed, which ``load_file`` does not map.
+    Its pickle is unpickled all the same."""
     if not stat.S_ISREG(os.stat(path).st_mode):
         # Opened to be read, a FIFO would block until something writes into it.
         raise zipfile.BadZipFile(f'{path} is no regular file (a pipe, a device or a socket)')
@@ -562,6 +566,17 @@ def _check_zip_records(path: str, mapped: bool = False) -> None:
                     except zipfile.BadZipFile:
                         problem = f'record {info.filename} does not match its checksum'
                         break
+                # Its pickle is read whole, mapped or not, and a few bytes of it may build
+                # gigabytes of objects: weighed op by op (``_unpickling_bytes``), unbuilt.
+                records = 0 if mapped else unpacked
+                if problem is None:
+                    needed = records + _pickles_bytes(archive, room - records)
+                    if needed > room:
+                        raise MemoryError(
+                            f'{path} could take {needed} bytes or more to load, the objects its '
+                            'pickle builds counted at their largest, more than the '
+                            f'{room} bytes of memory available'
+                        )
         except MemoryError:
             raise
         except _ReadFailed as e:  # the disk's, not the file's
@@ -571,6 +586,90 @@ def _check_zip_records(path: str, mapped: bool = False) -> None:
             problem = str(e) if isinstance(e, zipfile.BadZipFile) else f'{type(e).__name__}: {e}'
     if problem is not None:
         raise zipfile.BadZipFile(f'{path}: {problem} (damaged)')
+
+
+# What unpickling builds, beyond the pickle's own bytes, measured (sys.getsizeof, and the
+# RSS of 200,000 of each; CPython 3.11, 64-bit): an opcode builds at most one object, the
+# largest of no argument an empty set (216 bytes, 245 with its slot on the unpickler's
+# stack; a slot, a memo entry or a container's growth by one item take less); a call
+# (REDUCE and the like) torch's rebuilding of a tensor (700 with its storage's wrapper);
+# an argument's bytes up to 4 bytes a character (a str holding one character past U+FFFF
+# holds all of them so), beside those bytes read.
+_OBJECT_BYTES = 256
+_CALL_BYTES = 1024
+_CALLS = frozenset(['REDUCE', 'BUILD', 'NEWOBJ', 'NEWOBJ_EX', 'OBJ', 'INST', 'BINPERSID', 'PERSID'])
+_BYTES_PER_ARGUMENT_BYTE = 5
+# The length before an argument, by pickletools' ``ArgumentDescriptor.n``: its bytes, and
+# whether it is signed.
+_LENGTH_PREFIXES = {
+    pickletools.TAKEN_FROM_ARGUMENT1: (1, False),
+    pickletools.TAKEN_FROM_ARGUMENT4: (4, True),
+    pickletools.TAKEN_FROM_ARGUMENT4U: (4, False),
+    pickletools.TAKEN_FROM_ARGUMENT8U: (8, False),
+}
+
+
+def _opcode_reading(code: int) -> Optional[tuple]:
+    """How ``_unpickling_bytes`` reads opcode ``code``: ``(bytes it builds, bytes of its
+    argument of a fixed size, lines of its argument, length prefix of its argument)``;
+    None for STOP and a code pickle has no opcode of."""
+    opcode = pickletools.code2op.get(chr(code))
+    if opcode is None or opcode.name == 'STOP':
+        return None
+    n = 0 if opcode.arg is None else opcode.arg.n
+    lines = 2 if opcode.arg is pickletools.stringnl_noescape_pair else 1
+    return (
+        _CALL_BYTES if opcode.name in _CALLS else _OBJECT_BYTES,
+        max(n, 0),
+        lines if n == pickletools.UP_TO_NEWLINE else 0,
+        _LENGTH_PREFIXES.get(n),
+    )
+
+
+_OPCODE_READINGS = [_opcode_reading(code) for code in range(256)]
+
+
+def _pickles_bytes(archive: zipfile.ZipFile, limit: int) -> int:
+    """The bytes that unpickling the ``data.pkl`` records of ``archive`` may take (each read
+    whole, which is counted), at most; each counted only while the sum is ``limit`` or less.
+    A record is read here as torch reads it, into one copy: a megabyte at a time."""
+    taken = 0
+    for info in archive.infolist():
+        if info.filename.rsplit('/', 1)[-1] == 'data.pkl' and taken <= limit:
+            taken += info.file_size
+            if taken <= limit:
+                data = bytearray(info.file_size)
+                with archive.open(info) as record:
+                    for start in range(0, len(data), 1 << 20):
+                        record.readinto(memoryview(data)[start : start + (1 << 20)])
+                taken += _unpickling_bytes(data, limit - taken)
+    return taken
+
+
+def _unpickling_bytes(data: bytearray, limit: int) -> int:
+    """The bytes of the objects that unpickling pickle ``data`` may build, at most, read op by
+    op as ``pickletools`` describes them, building nothing (an argument is skipped, never
+    decoded); counted up to STOP or a code of no opcode (where the unpickler stops too), or
+    until past ``limit``: a pickle of 10 million opcodes is read in seconds, where unpickling
+    it takes a minute and gigabytes."""
+    taken, position, end = 0, 0, len(data)
+    while position < end and taken <= limit:
+        reading = _OPCODE_READINGS[data[position]]
+        if reading is None:
+            break
+        built, size, lines, prefix = reading
+        start = position = position + 1
+        if lines:
+            position = data.find(b'\n', position) + 1 or end
+            if lines == 2:
+                position = data.find(b'\n', position) + 1 or end
+        elif prefix:
+            size, signed = prefix
+            length = int.from_bytes(data[position : position + size], 'little', signed=signed)
+            size += max(length, 0)
+        position += size
+        taken += built + _BYTES_PER_ARGUMENT_BYTE * (min(position, end) - start)
+    return taken
 
 
 class _ReadFailed(Exception):

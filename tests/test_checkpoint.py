@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from alf_lite import checkpoint as ckpt
-from alf_lite.run_dir import latest_checkpoint, list_checkpoints
+from alf_lite.run_dir import MAX_CONFIG_BYTES, latest_checkpoint, list_checkpoints
 from alf_lite.seeding import global_rng_state
 from cli_helpers import python_output
 
@@ -1648,13 +1648,97 @@ def test_a_replay_buffer_zipped_again_with_deflate_loads_its_values(tmp_path, mo
     # torch.load(mmap=True) maps a record's bytes as the file holds them: a deflated
     # record's are compressed, not the tensor's. Such a file is read whole, and weighed
     # against the memory left as a model file is.
-    buffer = {**make_replay_buffer_state(1), 'reward': torch.randn(2, 4000)}
+    buffer = {**make_replay_buffer_state(1), 'reward': torch.randn(2, 100_000)}
     path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), buffer)
     unpacked = deflated_again(os.path.join(path, ckpt.REPLAY_BUFFER_FILE))
     assert_same(ckpt.load_checkpoint(path)[1], buffer)
     monkeypatch.setattr(ckpt, 'available_cpu_memory', lambda: (unpacked - 1, None))
     with pytest.raises(MemoryError, match=f'unpacks to {unpacked} bytes, more than the'):
         ckpt.load_checkpoint(path)
+
+
+def with_pickle(path, data, compress_type=zipfile.ZIP_DEFLATED):
+    """Write zip file ``path`` again with ``data`` as its pickle (``data.pkl``), compressed with
+    ``compress_type``; returns the bytes its records unpack to."""
+    with zipfile.ZipFile(path) as archive:
+        records = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    records = [(name, data if name.endswith('/data.pkl') else held) for name, held in records]
+    os.remove(path)
+    with zipfile.ZipFile(path, 'w') as archive:
+        for name, held in records:
+            compressed = compress_type if name.endswith('/data.pkl') else zipfile.ZIP_STORED
+            archive.writestr(name, held, compress_type=compressed)
+    return sum(len(held) for _, held in records)
+
+
+# 100,000 empty sets (one byte each, 216 bytes each unpickled), or a str of 1 MiB holding
+# a character past U+FFFF (4 bytes a character unpickled): a few KiB deflated, 20 MiB and
+# 4 MiB in memory.
+AMPLIFYING_PICKLES = {
+    'sets': b'\x80\x02' + b'\x8f' * 100_000 + b'.',
+    'wide str': b'\x80\x02X'
+    + struct.pack('<I', 2**20)
+    + '\U0001f600'.encode()
+    + b'a' * (2**20 - 4)
+    + b'.',
+}
+
+
+@pytest.mark.parametrize('kind', AMPLIFYING_PICKLES)
+def test_a_model_file_whose_pickle_builds_more_than_the_memory_left_is_refused_unbuilt(
+    tmp_path, monkeypatch, kind
+):
+    # A few bytes of a pickle may build hundreds of bytes of objects: the file that fits
+    # the memory unpacked would be killed for its lack unpickling. Its opcodes are weighed,
+    # unbuilt, before torch.load runs.
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), None)
+    model = os.path.join(path, ckpt.MODEL_FILE)
+    unpacked = with_pickle(model, AMPLIFYING_PICKLES[kind])
+    assert os.path.getsize(model) < 2**16
+    room = unpacked + 2 * 2**20
+    monkeypatch.setattr(ckpt, 'available_cpu_memory', lambda: (room, None))
+    monkeypatch.setattr(torch, 'load', lambda *args, **kwargs: pytest.fail('torch.load ran'))
+    tracemalloc.start()
+    try:
+        with pytest.raises(MemoryError) as raised:
+            ckpt.load_state(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert re.fullmatch(
+        f'{re.escape(model)} could take [0-9]+ bytes or more to load, the objects its pickle '
+        f'builds counted at their largest, more than the {room} bytes of memory available',
+        str(raised.value),
+    )
+    assert peak < 4 * 2**20  # what either builds takes more
+    # Where there is room for what it builds, it loads (into no trainer state).
+    monkeypatch.undo()
+    assert ckpt.load_state(path) in (set(), '\U0001f600' + 'a' * (2**20 - 4))
+
+
+def test_a_replay_buffer_whose_pickle_builds_more_than_the_memory_left_is_refused(
+    tmp_path, monkeypatch
+):
+    # Mapped, its records take no memory; its pickle is read and unpickled all the same.
+    path = ckpt.save_checkpoint(str(tmp_path), 100, make_state(1), make_replay_buffer_state(1))
+    rb = os.path.join(path, ckpt.REPLAY_BUFFER_FILE)
+    with_pickle(rb, AMPLIFYING_PICKLES['sets'], zipfile.ZIP_STORED)
+    monkeypatch.setattr(ckpt, 'available_cpu_memory', lambda: (2**20, None))
+    with pytest.raises(MemoryError, match=f'{re.escape(rb)} could take [0-9]+ bytes or more'):
+        ckpt.load_checkpoint(path)
+
+
+def test_a_model_file_of_the_largest_config_is_weighed_at_a_few_times_its_size(
+    tmp_path, monkeypatch
+):
+    # Each character of the config may take 4 bytes unpickled, beside the bytes read: the
+    # largest config a checkpoint holds still loads where 8 times its size is free, and is
+    # weighed in well under a second.
+    config_text = '\U0001f600' + 'a' * (MAX_CONFIG_BYTES - 1)
+    state = valid_trainer_state()._replace(config_text=config_text)._asdict()
+    path = ckpt.save_checkpoint(str(tmp_path), 40, state, None)
+    monkeypatch.setattr(ckpt, 'available_cpu_memory', lambda: (8 * MAX_CONFIG_BYTES, None))
+    assert ckpt.load_state(path)['config_text'] == config_text
 
 
 def write_zip_of_zeros(path, size, crc_error=0):
