@@ -2,7 +2,6 @@
 
 import ast
 import csv
-import functools
 import os
 import pathlib
 import re
@@ -908,6 +907,19 @@ AS_ANOTHER_USER = (
 )
 
 
+def plot_as_another_user(args, cwd):
+    """``plot <args>`` run in ``cwd`` as user nobody (``AS_ANOTHER_USER``)."""
+    command = [sys.executable, '-m', 'alf_lite.bin.plot', *args]
+    return subprocess.run(
+        with_prelude(command, AS_ANOTHER_USER, 'alf_lite.bin.plot'),
+        cwd=cwd,
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+
+
 def test_a_run_whose_files_this_user_may_not_read_is_named_not_a_traceback():
     # Another user's runs: pytest's own temp dir is closed to others.
     with tempfile.TemporaryDirectory() as base:
@@ -916,19 +928,15 @@ def test_a_run_whose_files_this_user_may_not_read_is_named_not_a_traceback():
             run = os.path.join(base, 'runs', f'seed={seed}')
             write_run(pathlib.Path(run), LR_A, seed, [1, 2, 3])
         os.chmod(os.path.join(base, 'runs', 'seed=2', 'progress.csv'), 0)
-        command = [sys.executable, '-m', 'alf_lite.bin.plot', 'runs', '--out', 'curves.png']
-        command = with_prelude(command, AS_ANOTHER_USER, 'alf_lite.bin.plot')
-        run_python_command = functools.partial(
-            subprocess.run, env=train_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S
-        )
-        result = run_python_command(command, cwd=base)
+        args = ['runs', '--out', 'curves.png']
+        result = plot_as_another_user(args, base)
         assert_ok(result)
         assert "warning: left out: [Errno 13] Permission denied: 'runs/seed=2/progress.csv'" in (
             result.stderr
         )
         assert final_table(result.stdout) == {'all runs': (1, 3.0, 3.0, 3.0)}
         os.chmod(os.path.join(base, 'runs', 'seed=2', 'config.gin'), 0)
-        result = run_python_command(command, cwd=base)
+        result = plot_as_another_user(args, base)
         assert result.returncode == 2, result.stderr
         assert "[Errno 13] Permission denied: 'runs/seed=2/config.gin'" in result.stderr
         assert 'Traceback' not in result.stderr
@@ -940,15 +948,7 @@ def test_a_run_whose_events_this_user_may_not_read_is_named_not_a_traceback():
         for seed in (1, 2):
             write_tensorboard_run(pathlib.Path(base, 'runs', f'seed={seed}'), seed)
         os.chmod(os.path.join(base, 'runs', 'seed=2', 'eval'), 0)
-        command = [sys.executable, '-m', 'alf_lite.bin.plot', 'runs', '--group_by', 'none']
-        result = subprocess.run(
-            with_prelude([*command, '--out', 'curves.png'], AS_ANOTHER_USER, 'alf_lite.bin.plot'),
-            cwd=base,
-            env=train_env(),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
+        result = plot_as_another_user(['runs', '--group_by', 'none', '--out', 'curves.png'], base)
         assert_ok(result)
         assert "warning: left out: [Errno 13] Permission denied: 'runs/seed=2/eval'" in (
             result.stderr
@@ -964,15 +964,7 @@ def test_a_directory_this_user_may_not_read_is_named_not_passed_over_in_silence(
             write_run(pathlib.Path(base, 'runs', f'seed={seed}'), LR_A, seed, [1, 2, 3])
         os.chmod(os.path.join(base, 'runs', 'seed=2'), 0)
         for paths in (['runs'], ['runs/seed=1', 'runs/seed=2']):
-            command = [sys.executable, '-m', 'alf_lite.bin.plot', *paths, '--out', 'curves.png']
-            result = subprocess.run(
-                with_prelude(command, AS_ANOTHER_USER, 'alf_lite.bin.plot'),
-                cwd=base,
-                env=train_env(),
-                capture_output=True,
-                text=True,
-                timeout=RUN_TIMEOUT_S,
-            )
+            result = plot_as_another_user([*paths, '--out', 'curves.png'], base)
             assert_ok(result)
             assert (
                 'skipping runs/seed=2: cannot be read (Permission denied): no run in it is '
@@ -990,15 +982,7 @@ def test_out_beside_files_this_user_may_not_read_is_refused_naming_them(grid):
             os.chmod(os.path.join(base, name), 0)
         run = str(grid / f'lr={LR_A},seed=0')
         for out, unread in (('other.png', 'other.png'), ('another.png', 'another.csv')):
-            command = [sys.executable, '-m', 'alf_lite.bin.plot', run, '--out', out]
-            result = subprocess.run(
-                with_prelude(command, AS_ANOTHER_USER, 'alf_lite.bin.plot'),
-                cwd=base,
-                env=train_env(),
-                capture_output=True,
-                text=True,
-                timeout=RUN_TIMEOUT_S,
-            )
+            result = plot_as_another_user([run, '--out', out], base)
             assert result.returncode == 2, result.stderr
             assert (
                 f'error: --out {out}: cannot read {unread} (Permission denied) to tell whether '

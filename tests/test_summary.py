@@ -796,36 +796,24 @@ def test_the_warning_of_an_env_steps_that_is_a_number_but_no_count_calls_it_no_w
     assert f"1 row(s) whose env_steps is no whole number (the first: '{edited}')" in caplog.text
 
 
-def test_a_progress_csv_saved_by_a_spreadsheet_is_resumed_as_the_table_train_wrote(
-    tmp_path, read_progress, caplog
+@pytest.mark.parametrize(
+    'data',
+    [
+        # "CSV UTF-8" of a spreadsheet: a byte order mark, CRLF line breaks, a blank line.
+        'env_steps,num_updates\r\n100,10\r\n\r\n200,20\r\n300,30\r\n'.encode('utf-8-sig'),
+        # Saved by an editor that ends lines with a bare CR, or LF, instead of train's CRLF.
+        b'env_steps,num_updates\r100,10\r200,20\r300,30\r',
+        b'env_steps,num_updates\n100,10\n200,20\n300,30\n',
+    ],
+    ids=['spreadsheet', 'bare_cr', 'lf'],
+)
+def test_a_progress_csv_saved_by_a_spreadsheet_or_an_editor_is_resumed_as_the_table_train_wrote(
+    tmp_path, read_progress, caplog, data
 ):
     path = tmp_path / 'progress.csv'
-    # "CSV UTF-8" of a spreadsheet: a byte order mark, CRLF line breaks, a blank line.
-    text = 'env_steps,num_updates\r\n100,10\r\n\r\n200,20\r\n300,30\r\n'
-    path.write_bytes(text.encode('utf-8-sig'))
+    path.write_bytes(data)
     assert summary_module.last_env_steps(str(path)) == 300
     assert summary_module.unevaluated_row(str(path), 200, 'num_updates') is None
-    # Resumed from the checkpoint at 200: the row after it goes.
-    ProgressCsv(str(path), max_env_steps=200).write({'env_steps': 300, 'num_updates': 31})
-    header, rows = read_progress(path)
-    assert header == ['env_steps', 'num_updates']
-    assert [(r['env_steps'], r['num_updates']) for r in rows] == [
-        ('100', '10'),
-        ('200', '20'),
-        ('300', '31'),
-    ]
-    assert 'no number' not in caplog.text
-
-
-@pytest.mark.parametrize('line_break', ['\r', '\n'], ids=['bare_cr', 'lf'])
-def test_a_progress_csv_saved_with_other_line_breaks_keeps_its_rows_on_a_resume(
-    tmp_path, read_progress, line_break
-):
-    # Saved by an editor that ends lines with a bare CR (or LF) instead of train's CRLF.
-    path = tmp_path / 'progress.csv'
-    text = line_break.join(['env_steps,num_updates', '100,10', '200,20', '300,30', ''])
-    path.write_bytes(text.encode())
-    assert summary_module.last_env_steps(str(path)) == 300
     # Resumed from the checkpoint at 200: the row after it goes, those before it stay.
     ProgressCsv(str(path), max_env_steps=200).write({'env_steps': 300, 'num_updates': 31})
     header, rows = read_progress(path)
@@ -835,6 +823,7 @@ def test_a_progress_csv_saved_with_other_line_breaks_keeps_its_rows_on_a_resume(
         ('200', '20'),
         ('300', '31'),
     ]
+    assert 'no number' not in caplog.text
 
 
 def test_a_progress_csv_that_cannot_be_read_is_named_and_left_as_it_is(tmp_path):
