@@ -769,6 +769,17 @@ def test_settings_that_cannot_simulate_are_refused_naming_them(kwargs, message):
         ICubWalkEnv(**kwargs)
 
 
+def test_a_cache_dir_that_is_a_file_is_refused_as_a_setting(tmp_path):
+    a_file = tmp_path / 'cache'
+    a_file.write_text('not a directory\n')
+    message = (
+        f'cache_dir must be a directory (the cleaned URDF is written into it), got {str(a_file)!r}'
+    )
+    with pytest.raises(EnvironmentSettingsError, match=re.escape(message)):
+        ICubWalkEnv(cache_dir=str(a_file))
+    assert a_file.read_text() == 'not a directory\n'
+
+
 def test_create_environment_tells_a_refused_setting_as_one_naming_the_env():
     with pytest.raises(
         EnvironmentSettingsError,

@@ -383,6 +383,12 @@ class ICubWalkEnv(gymnasium.Env):
         self._joint_noise = joint_noise
         self._physics_substeps = physics_substeps
         self._fall_height = fall_height
+        if cache_dir and os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+            # mkdir's FileExistsError would name the path, not what is wrong with it.
+            raise EnvironmentSettingsError(
+                f'cache_dir must be a directory (the cleaned URDF is written into it), got '
+                f'{cache_dir!r}, which is a file'
+            )
         self._urdf_path = cleaned_urdf_path(cache_dir)
         self._build()
         # Set by a step whose simulation blew up: the next reset builds a new one.
