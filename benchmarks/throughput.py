@@ -321,6 +321,14 @@ def main():
     problem = unusable_env(args.env)
     if problem:
         parser.error(f'--env: {problem}')
+    if args.compile:
+        from alf_lite import update
+
+        # Before any run: alf_lite's first run (or ceiling) would fail on it, as a traceback.
+        try:
+            update.check_compiles(device)
+        except ValueError as e:
+            parser.error(f'--compile: {e}')
     if args.ceiling_only:
         # The ceiling line names no algorithm, env or precision: runs of several in one
         # log would be told apart by their order alone.

@@ -11,7 +11,7 @@ import gymnasium
 import pytest
 import torch
 
-from alf_lite import device
+from alf_lite import device, update
 from alf_lite.run_dir import RunDir
 from alf_lite.runs import ENV_STEPS, ENV_STEPS_PER_SEC
 from benchmarks import throughput
@@ -548,8 +548,9 @@ def test_ceiling_only_runs_no_training_and_names_what_it_measured(monkeypatch, c
     monkeypatch.setattr(throughput, 'alf_lite_run', no_run)
     monkeypatch.setattr(throughput, 'sb3_run', no_run)
     monkeypatch.setattr(throughput, 'ceilings', ceilings)
-    # As on a machine with a GPU.
+    # As on a machine with a GPU, where torch.compile compiles.
     monkeypatch.setattr(device, 'resolve_device', lambda name: torch.device('cuda', 0))
+    monkeypatch.setattr(update, 'check_compiles', lambda device: None)
     out = run_main(
         monkeypatch,
         capsys,
@@ -629,6 +630,25 @@ def test_an_unusable_device_or_env_is_refused_before_any_run(monkeypatch, capsys
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert message in err and 'Traceback' not in err
+
+
+def test_compile_where_torch_compile_cannot_compile_is_refused_before_any_run(monkeypatch, capsys):
+    def no_run(*args, **kwargs):
+        raise AssertionError('a refused call trains nothing')
+
+    for name in ('alf_lite_run', 'sb3_run', 'ceilings'):
+        monkeypatch.setattr(throughput, name, no_run)
+    # As on a machine without a C++ compiler (the Docker image); what this process compiled
+    # before would otherwise be reused.
+    monkeypatch.setattr('torch._inductor.config.cpp.cxx', (None, '/nonexistent/g++'))
+    torch._dynamo.reset()
+    for argv in (['--compile'], ['--compile', '--ceiling_only']):
+        with pytest.raises(SystemExit) as e:
+            run_main(monkeypatch, capsys, argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert '--compile: ' in err and 'InvalidCxxCompiler' in err, err
+        assert 'Traceback' not in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the refusal without CUDA')
