@@ -21,6 +21,9 @@ _DTYPES = {'float32': None, 'bfloat16': torch.bfloat16}
 # CPU flags of native bfloat16 matrix products (AVX512-BF16 dot products, AMX tiles).
 _NATIVE_BF16_CPU_FLAGS = ('avx512_bf16', 'amx_bf16')
 
+# The largest float32: a setting beyond it is inf in the networks' and the noise's float32.
+FLOAT32_MAX = torch.finfo(torch.float32).max
+
 
 def compute_dtype(precision: str) -> Optional[torch.dtype]:
     """The autocast dtype of a precision: None for float32, ``torch.bfloat16`` for bfloat16.

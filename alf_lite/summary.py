@@ -1,5 +1,6 @@
 """Where training scalars go: TensorBoard (train/ and eval/), progress.csv, the console."""
 
+import collections
 import contextlib
 import csv
 import io
@@ -157,7 +158,7 @@ def read_progress(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
         )
     # A column named twice (copied in a spreadsheet): its rows read by name hold the values
     # of its last place only, which a resume would write over those of the others.
-    twice = next((c for i, c in enumerate(columns) if c in columns[:i]), None)
+    twice = next((c for c, n in collections.Counter(columns).items() if n > 1), None)
     if twice is not None:
         raise ProgressCsvError(
             _damaged(

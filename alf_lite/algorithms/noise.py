@@ -23,10 +23,8 @@ import torch.nn as nn
 
 from alf_lite.config import without_gin_call_trace
 from alf_lite.data import StepType
+from alf_lite.precision import FLOAT32_MAX
 from alf_lite.seeding import global_rng_state, set_global_rng_state
-
-# The largest float32: the noise is one, and a number beyond it becomes inf there.
-_FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
 def _check_sigma(sigma: float) -> None:
@@ -34,7 +32,7 @@ def _check_sigma(sigma: float) -> None:
     as the float32 the noise is (1e300)."""
     if not (sigma >= 0 and math.isfinite(sigma)):
         raise ValueError(f'sigma must be a finite number >= 0, got {sigma}')
-    if sigma > _FLOAT32_MAX:
+    if sigma > FLOAT32_MAX:
         raise ValueError(
             f'sigma must be at most 3.4e38, the largest float32, got {sigma}: the noise is a '
             'float32, in which it is inf'
@@ -98,7 +96,7 @@ class OUNoise:
         if not math.isfinite(mu):
             # The envs would get NaN or infinite actions.
             raise ValueError(f'mu must be a finite number, got {mu}')
-        if abs(mu) > _FLOAT32_MAX:
+        if abs(mu) > FLOAT32_MAX:
             raise ValueError(
                 f'mu must be at most 3.4e38 in magnitude, the largest float32, got {mu}: the '
                 'noise is a float32, in which it is inf'

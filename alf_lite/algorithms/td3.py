@@ -23,6 +23,7 @@ from alf_lite.algorithms.off_policy_algorithm import (
 )
 from alf_lite.networks import CriticNetwork, DeterministicActorNetwork
 from alf_lite.optimizers import Adam, OptimizerCtor
+from alf_lite.precision import FLOAT32_MAX
 
 
 @gin.configurable(denylist=['observation_dim', 'action_dim'])
@@ -104,7 +105,7 @@ class Td3Algorithm(DdpgAlgorithm):
             critic_optimizer=critic_optimizer or default_adam,
         )
         self._target_policy_noise = target_policy_noise
-        if target_policy_noise_clip > torch.finfo(torch.float32).max:
+        if target_policy_noise_clip > FLOAT32_MAX:
             # It clips no float32 noise, as inf does, and torch's clamp of the float32 noise
             # refuses it (1e300: a RuntimeError at the first update).
             target_policy_noise_clip = math.inf

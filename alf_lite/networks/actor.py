@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from alf_lite.networks.encoding import check_hidden_layers, mlp
 from alf_lite.networks.initializers import ddpg_paper_init_
-from alf_lite.precision import full_precision, lower_precision
+from alf_lite.precision import FLOAT32_MAX, full_precision, lower_precision
 
 
 @gin.configurable(denylist=['observation_dim', 'action_dim'])
@@ -42,9 +42,8 @@ class TanhNormalActorNetwork(nn.Module):
         self._log_std_min, self._log_std_max = log_std_bounds
         # Finite as the float32s the head computes with: a min of -1e300 is -inf there, and
         # its log-stds NaN.
-        largest = torch.finfo(torch.float32).max
         if not (
-            all(math.isfinite(b) and abs(b) <= largest for b in log_std_bounds)
+            all(math.isfinite(b) and abs(b) <= FLOAT32_MAX for b in log_std_bounds)
             and self._log_std_min <= self._log_std_max
         ):
             raise ValueError(
